@@ -1,0 +1,3 @@
+from room.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""Identity: the owner account, one-time login links, invites, sessions and agent tokens.
+
+Secrets are ``secrets.token_urlsafe(32)`` and stored only as SHA-256 digests. These functions run
+inside a writer job (``conn, tx``) so the CLI can run them in its own short transaction too.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from dataclasses import dataclass
+
+from room.actions.projects import check_display_name, check_handle
+from room.errors import AuthError, ConflictError, NotFoundError
+from room.models import Member, User
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import auth as auth_store
+from room.store import members as members_store
+from room.store import projects as projects_store
+
+SECONDS_PER_DAY = 86_400
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def ensure_owner(conn: sqlite3.Connection, tx: Tx) -> User:
+    """The server's first human (its admin); created on first start."""
+    owner = auth_store.admin_user(conn)
+    if owner is not None:
+        return owner
+    user_id = auth_store.insert_user(
+        conn, handle="owner", display_name="我", is_admin=True, now=tx.now
+    )
+    user = auth_store.get_user(conn, user_id)
+    assert user is not None
+    return user
+
+
+def create_login_link(
+    conn: sqlite3.Connection, tx: Tx, user_id: int, minutes: int, created_by: int | None = None
+) -> str:
+    secret = new_secret()
+    auth_store.insert_link(
+        conn,
+        secret=secret,
+        purpose="login",
+        user_id=user_id,
+        project_id=None,
+        role=None,
+        created_by=created_by,
+        now=tx.now,
+        expires_at=tx.now + minutes * 60,
+    )
+    return secret
+
+
+def create_invite(
+    conn: sqlite3.Connection, tx: Tx, project_id: int, inviter: Member, role: str, days: int
+) -> str:
+    if not inviter.is_owner:
+        raise ConflictError("only a project owner can invite", code="not_owner")
+    secret = new_secret()
+    auth_store.insert_link(
+        conn,
+        secret=secret,
+        purpose="invite",
+        user_id=None,
+        project_id=project_id,
+        role=role,
+        created_by=inviter.user_id,
+        now=tx.now,
+        expires_at=tx.now + days * SECONDS_PER_DAY,
+    )
+    audit_store.record(
+        conn,
+        now=tx.now,
+        actor_kind="human",
+        actor_id=inviter.id,
+        project_id=project_id,
+        action="invite.create",
+        outcome="ok",
+        detail={"role": role},
+    )
+    return secret
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    user: User
+    secret: str
+    csrf_token: str
+    project_id: int | None
+
+
+def redeem_link(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    secret: str,
+    session_days: int,
+    *,
+    handle: str | None = None,
+    display_name: str | None = None,
+) -> NewSession:
+    """Use a one-time link. A login link signs its user in; an invite creates a user (with the
+    handle and display name given) who joins the invite's project."""
+    taken = auth_store.take_link(conn, secret, tx.now)
+    if taken is None:
+        raise AuthError("this link is unknown, used or expired", code="link_invalid")
+    purpose, user_id, project_id, role = taken
+    if purpose == "invite":
+        assert project_id is not None
+        if not handle or not display_name:
+            raise AuthError("an invite needs a handle and a display name", code="invite_incomplete")
+        check_handle(handle)
+        if auth_store.user_handle_taken(conn, handle) or members_store.handle_reserved(
+            conn, project_id, handle
+        ):
+            raise ConflictError(f"@{handle} is taken", code="handle_taken", handle=handle)
+        user_id = auth_store.insert_user(
+            conn,
+            handle=handle,
+            display_name=check_display_name(display_name),
+            is_admin=False,
+            now=tx.now,
+        )
+        members_store.insert(
+            conn,
+            project_id=project_id,
+            kind="human",
+            user_id=user_id,
+            role=role or "member",
+            handle=handle,
+            display_name=display_name.strip(),
+            now=tx.now,
+        )
+        auth_store.mark_link_user(conn, secret, user_id)
+    assert user_id is not None
+    user = auth_store.get_user(conn, user_id)
+    if user is None:
+        raise AuthError("the account of this link no longer exists", code="link_invalid")
+    session_secret, csrf = new_secret(), new_secret()
+    auth_store.insert_session(
+        conn,
+        secret=session_secret,
+        user_id=user.id,
+        csrf_token=csrf,
+        now=tx.now,
+        expires_at=tx.now + session_days * SECONDS_PER_DAY,
+    )
+    return NewSession(user, session_secret, csrf, project_id)
+
+
+def issue_agent_token(conn: sqlite3.Connection, tx: Tx, project: str, handle: str) -> str:
+    """A fresh bearer token for an agent member, by project name or id and handle."""
+    found = projects_store.find(conn, project)
+    if found is None:
+        raise NotFoundError(f"no project {project!r}", code="no_project")
+    member = members_store.by_handle(conn, found.id, handle.lstrip("@"))
+    if member is None or member.status == "left":
+        raise NotFoundError(f"no member @{handle} in {found.name}", code="no_member")
+    if member.kind != "agent":
+        raise ConflictError(
+            f"@{member.handle} is a human; humans sign in with a login link", code="not_agent"
+        )
+    secret = new_secret()
+    auth_store.insert_agent_token(conn, member_id=member.id, secret=secret, now=tx.now)
+    audit_store.record(
+        conn,
+        now=tx.now,
+        actor_kind="operator",
+        actor_id=None,
+        project_id=found.id,
+        action="member.token",
+        outcome="ok",
+        detail={"member_id": member.id},
+    )
+    return secret

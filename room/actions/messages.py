@@ -1,0 +1,468 @@
+"""Sending, editing and deleting messages; read cursors and typing.
+
+Every write: validate → one transaction (message + mentions + delivery rows + event) → commit →
+publish to the hub → wake the runtime. Recipients come only from the mention resolver plus the
+routing rule of DESIGN §4 (a human message with no mention goes to the lead agent; an agent
+message with no mention goes to nobody).
+
+Delivery rows are written for agent recipients: the ledger tracks hand-off to agent sessions.
+Humans are reached through their mentions and read cursors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from room import mentions as mention_rules
+from room.core import Core, ProjectRoster
+from room.errors import (
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    MentionsUnresolvedError,
+    NotFoundError,
+    RateLimitedError,
+    TxnConflictError,
+)
+from room.hub import Frame
+from room.models import Member
+from room.protocol import encode
+from room.render import render
+from room.store import Tx
+from room.store import deliveries as deliveries_store
+from room.store import messages as messages_store
+from room.store import projects as projects_store
+
+# Diagnostics that stop a send unless the sender explicitly sends as plain text.
+BLOCKING_DIAGNOSTICS = frozenset(
+    {"needs_boundary", "ambiguous", "unknown", "departed", "all_not_allowed"}
+)
+POSTING_STATES = {"human": ("active", "paused"), "agent": ("active",)}
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    message_id: int
+    seq: int
+    duplicate: bool
+    frame: str
+
+    def to_wire(self, client_txn_id: str, req_id: str | None) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "type": "ack",
+            "client_txn_id": client_txn_id,
+            "message_id": self.message_id,
+            "seq": self.seq,
+            "duplicate": self.duplicate,
+        }
+        if req_id is not None:
+            data["req_id"] = req_id
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """Who a draft reaches: resolver output plus the default-routing rule."""
+
+    resolution: mention_rules.Resolution
+    mentioned: tuple[int, ...]
+    recipients: tuple[int, ...]  # agents that get a delivery row
+    blocking: tuple[mention_rules.Diagnostic, ...]
+    default_routed: bool
+
+    def to_wire(self, roster: ProjectRoster) -> dict[str, Any]:
+        return {
+            "mentioned": list(self.mentioned),
+            "recipients": list(self.recipients),
+            "agents_reached": len(self.recipients),
+            "default_routed": self.default_routed,
+            "diagnostics": [
+                {
+                    "code": d.code,
+                    "name": d.name,
+                    "start": d.start,
+                    "end": d.end,
+                    "hint": d.hint,
+                    "candidates": [int(c) for c in d.candidates if c.isdigit()],
+                    "blocking": d.code in BLOCKING_DIAGNOSTICS,
+                }
+                for d in self.resolution.diagnostics
+            ],
+            "mentions": [
+                {"member_id": int(m.member_id), "start": m.start, "end": m.end, "via": m.via}
+                for m in self.resolution.mentions
+            ],
+        }
+
+
+def route(sender: Member, body: str, chips: list[int], roster: ProjectRoster) -> Routing:
+    """Resolve mentions and apply DESIGN §4's default routing. Pure given the roster."""
+    resolution = mention_rules.resolve(body, roster.roster, str(sender.id), [str(c) for c in chips])
+    mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
+    blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
+    targets = list(mentioned)
+    default_routed = False
+    if (
+        not targets
+        and sender.kind == "human"
+        and not resolution.humans_only_group
+        and not resolution.everyone
+        and roster.lead_id is not None
+        and roster.lead_id != sender.id
+    ):
+        lead = roster.member(roster.lead_id)
+        if lead is not None and lead.status != "left":
+            targets = [lead.id]
+            default_routed = True
+    recipients = []
+    for member_id in targets:
+        member = roster.member(member_id)
+        if member is not None and member.kind == "agent" and member.status != "left":
+            recipients.append(member_id)
+    return Routing(resolution, mentioned, tuple(recipients), blocking, default_routed)
+
+
+def _digest(body: str, reply_to: int | None, chips: list[int], plain: bool) -> str:
+    canonical = json.dumps([body, reply_to, sorted(set(chips)), plain], ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def check_body(core: Core, body: str) -> str:
+    if not body.strip():
+        raise BadRequestError("a message needs some text", code="empty_body")
+    if len(body) > core.settings.max_body_chars:
+        raise BadRequestError(
+            f"a message may hold at most {core.settings.max_body_chars} characters",
+            code="body_too_long",
+            limit=core.settings.max_body_chars,
+        )
+    return body
+
+
+def submit_send(
+    core: Core,
+    sender: Member,
+    roster: ProjectRoster,
+    *,
+    client_txn_id: str,
+    body: str,
+    reply_to: int | None = None,
+    chips: list[int] | None = None,
+    as_plain_text: bool = False,
+    kind: str = "chat",
+    meta: dict[str, Any] | None = None,
+    rate_limited: bool = True,
+) -> asyncio.Future[Ack]:
+    """Validate and queue a send; the future resolves with the ack after its commit.
+
+    Raises at once (nothing queued) for bad input, rate limiting and unresolved mentions.
+    """
+    chips = chips or []
+    check_body(core, body)
+    if sender.status == "left":
+        raise ForbiddenError("you have left this project", code="member_left")
+    for chip in chips:
+        member = roster.member(chip)
+        if member is None:
+            raise BadRequestError(f"chip {chip} is not a member of this project", code="bad_chip")
+    if rate_limited:
+        wait_ms = core.limiter.take(sender.id)
+        if wait_ms:
+            raise RateLimitedError("sending too fast; slow down", retry_after_ms=wait_ms)
+    routing = route(sender, body, chips, roster)
+    if routing.blocking and not as_plain_text:
+        raise MentionsUnresolvedError(
+            "some @mentions are unresolved; fix them or send as plain text",
+            diagnostics=routing.to_wire(roster)["diagnostics"],
+        )
+    html = render(body)
+    digest = _digest(body, reply_to, chips, as_plain_text)
+    project_id = sender.project_id
+    mention_rows = [(int(m.member_id), m.via) for m in routing.resolution.mentions]
+    allowed_states = POSTING_STATES[sender.kind]
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
+        existing = messages_store.find_txn(conn, sender.id, client_txn_id)
+        if existing is not None:
+            message_id, seq, old_digest, frame = existing
+            if old_digest != digest:
+                raise TxnConflictError(
+                    "this client_txn_id was already used for a different message",
+                    client_txn_id=client_txn_id,
+                    message_id=message_id,
+                )
+            return Ack(message_id, seq, True, frame)
+        state = projects_store.state_of(conn, project_id)
+        if state not in allowed_states:
+            raise ConflictError(
+                f"the project is {state}; it does not accept messages now",
+                code="project_not_accepting",
+                state=state,
+            )
+        excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
+        seq = projects_store.next_seq(conn, project_id, tx.now)
+        message_id = messages_store.insert(
+            conn,
+            project_id=project_id,
+            seq=seq,
+            author_id=sender.id,
+            kind=kind,
+            body=body,
+            reply_to=reply_to,
+            client_txn_id=client_txn_id,
+            txn_digest=digest,
+            now=tx.now,
+        )
+        obj = messages_store.message_object(
+            message_id=message_id,
+            project_id=project_id,
+            seq=seq,
+            author_id=sender.id,
+            kind=kind,
+            body=body,
+            html=html,
+            reply_to=reply_to,
+            reply_excerpt=excerpt,
+            mentions=routing.mentioned,
+            client_txn_id=client_txn_id,
+            created_at=tx.now,
+            meta=meta,
+        )
+        messages_store.set_frame(conn, message_id, obj)
+        if mention_rows:
+            messages_store.insert_mentions(conn, message_id, mention_rows)
+        held_project = state != "active"
+        if routing.recipients:
+            deliveries_store.insert_many(
+                conn,
+                project_id=project_id,
+                message_id=message_id,
+                recipients=[
+                    (r, _initial_state(roster, r, held_project)) for r in routing.recipients
+                ],
+                now=tx.now,
+            )
+        messages_store.insert_event(
+            conn,
+            project_id=project_id,
+            seq=seq,
+            kind="message",
+            message_id=message_id,
+            frame=None,
+            now=tx.now,
+        )
+        event = Frame(messages_store.event_frame(project_id, seq, obj))
+        tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
+        if routing.recipients and not held_project:
+            tx.on_commit(lambda: core.runtime.wake(project_id, routing.recipients))
+        return Ack(message_id, seq, False, obj)
+
+    return core.db.submit(job)
+
+
+def _initial_state(roster: ProjectRoster, member_id: int, held_project: bool) -> str:
+    member = roster.member(member_id)
+    if held_project or (member is not None and member.status == "paused"):
+        return "held"
+    return "pending"
+
+
+def _reply_excerpt(conn: sqlite3.Connection, project_id: int, reply_to: int) -> dict[str, Any]:
+    row = messages_store.get_row(conn, reply_to)
+    if row is None or row["project_id"] != project_id:
+        raise NotFoundError("the message you reply to is not in this project", code="bad_reply_to")
+    body = "" if row["deleted_at"] else str(row["body"])
+    return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": body[:140]}
+
+
+async def send_message(
+    core: Core, sender: Member, *, client_txn_id: str, body: str, **kwargs: Any
+) -> Ack:
+    roster = await core.rosters.get(sender.project_id)
+    return await submit_send(core, sender, roster, client_txn_id=client_txn_id, body=body, **kwargs)
+
+
+async def edit_message(
+    core: Core, editor: Member, message_id: int, body: str, *, as_plain_text: bool = False
+) -> dict[str, Any]:
+    """Edit one's own message. The old text is kept; newly mentioned agents get deliveries."""
+    check_body(core, body)
+    roster = await core.rosters.get(editor.project_id)
+    routing = route(editor, body, [], roster)
+    if routing.blocking and not as_plain_text:
+        raise MentionsUnresolvedError(
+            "some @mentions are unresolved; fix them or send as plain text",
+            diagnostics=routing.to_wire(roster)["diagnostics"],
+        )
+    html = render(body)
+    project_id = editor.project_id
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        row = _own_message(conn, editor, message_id)
+        messages_store.record_edit(
+            conn,
+            message_id=message_id,
+            old_body=row["body"],
+            action="edit",
+            new_body=body,
+            now=tx.now,
+        )
+        already = deliveries_store.recipients(conn, message_id)
+        new_recipients = [r for r in routing.recipients if r not in already]
+        state = projects_store.state_of(conn, project_id)
+        if new_recipients and not routing.default_routed:
+            deliveries_store.insert_many(
+                conn,
+                project_id=project_id,
+                message_id=message_id,
+                recipients=[
+                    (r, _initial_state(roster, r, state != "active")) for r in new_recipients
+                ],
+                now=tx.now,
+            )
+            messages_store.insert_mentions(
+                conn,
+                message_id,
+                [(int(m.member_id), m.via) for m in routing.resolution.mentions],
+            )
+        old = json.loads(row["frame"])
+        obj = messages_store.message_object(
+            message_id=message_id,
+            project_id=project_id,
+            seq=row["seq"],
+            author_id=editor.id,
+            kind=row["kind"],
+            body=body,
+            html=html,
+            reply_to=row["reply_to"],
+            reply_excerpt=old.get("reply_excerpt"),
+            mentions=set(old.get("mentions", ())) | set(routing.mentioned),
+            client_txn_id=row["client_txn_id"],
+            created_at=row["created_at"],
+            edited_at=tx.now,
+            meta=old.get("meta"),
+        )
+        return _publish_update(conn, tx, core, project_id, message_id, obj, new_recipients)
+
+    return await core.db.write(job)
+
+
+async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str, Any]:
+    """Delete one's own message: the text leaves the timeline (kept in the edit history) and
+    deliveries not yet handed over are cancelled."""
+    project_id = actor.project_id
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        row = _own_message(conn, actor, message_id)
+        messages_store.record_edit(
+            conn,
+            message_id=message_id,
+            old_body=row["body"],
+            action="delete",
+            new_body="",
+            now=tx.now,
+        )
+        deliveries_store.cancel_open_for_message(conn, message_id, "message deleted", tx.now)
+        old = json.loads(row["frame"])
+        obj = messages_store.message_object(
+            message_id=message_id,
+            project_id=project_id,
+            seq=row["seq"],
+            author_id=actor.id,
+            kind=row["kind"],
+            body="",
+            html="",
+            reply_to=row["reply_to"],
+            reply_excerpt=old.get("reply_excerpt"),
+            mentions=old.get("mentions", ()),
+            client_txn_id=row["client_txn_id"],
+            created_at=row["created_at"],
+            edited_at=row["edited_at"],
+            deleted=True,
+        )
+        return _publish_update(conn, tx, core, project_id, message_id, obj, [])
+
+    return await core.db.write(job)
+
+
+def _own_message(conn: sqlite3.Connection, actor: Member, message_id: int) -> dict[str, Any]:
+    row = messages_store.get_row(conn, message_id)
+    if row is None or row["project_id"] != actor.project_id:
+        raise NotFoundError("no such message in this project", code="no_message")
+    if row["author_id"] != actor.id:
+        raise ForbiddenError("you can only change your own messages", code="not_author")
+    if row["deleted_at"] is not None:
+        raise ConflictError("this message was deleted", code="message_deleted")
+    state = projects_store.state_of(conn, actor.project_id)
+    if state not in POSTING_STATES[actor.kind]:
+        raise ConflictError(
+            f"the project is {state}; messages cannot change now",
+            code="project_not_accepting",
+            state=state,
+        )
+    return row
+
+
+def _publish_update(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    core: Core,
+    project_id: int,
+    message_id: int,
+    obj: str,
+    woken: list[int],
+) -> dict[str, Any]:
+    messages_store.set_frame(conn, message_id, obj)
+    seq = projects_store.next_seq(conn, project_id, tx.now)
+    frame_text = messages_store.update_frame(project_id, seq, obj)
+    messages_store.insert_event(
+        conn,
+        project_id=project_id,
+        seq=seq,
+        kind="message_updated",
+        message_id=message_id,
+        frame=frame_text,
+        now=tx.now,
+    )
+    event = Frame(frame_text)
+    tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
+    if woken:
+        tx.on_commit(lambda: core.runtime.wake(project_id, woken))
+    result: dict[str, Any] = json.loads(obj)
+    result["event_seq"] = seq
+    return result
+
+
+async def mark_read(core: Core, member: Member, seq: int) -> int:
+    project_id = member.project_id
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> int:
+        head = projects_store.head_seq(conn, project_id)
+        cursor = messages_store.set_read_cursor(
+            conn, member_id=member.id, project_id=project_id, seq=min(seq, head), now=tx.now
+        )
+        read = encode(
+            {"type": "read", "project_id": project_id, "member_id": member.id, "seq": cursor}
+        )
+        tx.on_commit(lambda: core.hub.broadcast(project_id, read))
+        return cursor
+
+    return await core.db.write(job)
+
+
+def typing(core: Core, member: Member, active: bool, exclude: Any = None) -> None:
+    """Ephemeral: never stored, never replayed."""
+    frame = encode(
+        {
+            "type": "typing",
+            "project_id": member.project_id,
+            "member_id": member.id,
+            "active": active,
+        }
+    )
+    core.hub.broadcast(member.project_id, frame, exclude=exclude)

@@ -1,0 +1,181 @@
+"""Creating projects and adding members."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+import regex
+
+from room.core import Core
+from room.errors import BadRequestError, ConflictError
+from room.models import AGENT_ROLES, Member, Project, User
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import members as members_store
+from room.store import projects as projects_store
+
+HANDLE_RE = regex.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
+RESERVED_HANDLES = frozenset({"all", "everyone", "humans", "here", "channel", "system", "room"})
+MAX_NAME_CHARS = 80
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    role: str
+    handle: str
+    display_name: str
+    aliases: tuple[str, ...] = ()
+
+
+def check_handle(handle: str) -> str:
+    if not HANDLE_RE.fullmatch(handle):
+        raise BadRequestError(
+            "a handle is 1–32 ASCII letters, digits, '_' or '-', starting with a letter",
+            code="bad_handle",
+            handle=handle,
+        )
+    if handle.lower() in RESERVED_HANDLES:
+        raise BadRequestError(f"@{handle} is reserved", code="reserved_handle", handle=handle)
+    return handle
+
+
+def check_display_name(name: str) -> str:
+    name = name.strip()
+    if not 1 <= len(name) <= 64 or "@" in name or "＠" in name or "\n" in name:
+        raise BadRequestError(
+            "a display name is 1–64 characters, one line, without '@'",
+            code="bad_display_name",
+        )
+    return name
+
+
+def check_project_name(name: str) -> str:
+    name = name.strip()
+    if not 1 <= len(name) <= MAX_NAME_CHARS or "\n" in name or "/" in name:
+        raise BadRequestError(
+            f"a project name is 1–{MAX_NAME_CHARS} characters, one line, without '/'",
+            code="bad_project_name",
+        )
+    return name
+
+
+def insert_project(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    creator: User,
+    *,
+    name: str,
+    goal: str,
+    workspace: str | None,
+    agents: list[AgentSpec],
+) -> tuple[int, int]:
+    """Insert a project with its creator as owner and its agents; returns (project, owner member)."""
+    if projects_store.name_taken(conn, name):
+        raise ConflictError(f"a project named {name!r} exists", code="project_exists", name=name)
+    project_id = projects_store.insert(
+        conn, name=name, goal=goal, workspace=workspace, created_by=creator.id, now=tx.now
+    )
+    owner_id = members_store.insert(
+        conn,
+        project_id=project_id,
+        kind="human",
+        user_id=creator.id,
+        role="owner",
+        handle=creator.handle,
+        display_name=creator.display_name,
+        now=tx.now,
+    )
+    agent_ids = [insert_agent(conn, tx, project_id, spec) for spec in agents]
+    leads = [i for i, spec in zip(agent_ids, agents, strict=True) if spec.role == "lead"]
+    # The lead answers messages that mention nobody; without a 'lead' role, the first agent does.
+    lead_ids = leads or agent_ids
+    if lead_ids:
+        lead_id = lead_ids[0]
+        projects_store.set_lead(conn, project_id, lead_id)
+    audit_store.record(
+        conn,
+        now=tx.now,
+        actor_kind="human",
+        actor_id=owner_id,
+        project_id=project_id,
+        action="project.create",
+        outcome="ok",
+        detail={"name": name, "agents": [a.handle for a in agents]},
+    )
+    return project_id, owner_id
+
+
+def insert_agent(conn: sqlite3.Connection, tx: Tx, project_id: int, spec: AgentSpec) -> int:
+    check_handle(spec.handle)
+    if spec.role not in AGENT_ROLES:
+        raise BadRequestError(
+            f"unknown agent role {spec.role!r}", code="bad_role", allowed=list(AGENT_ROLES)
+        )
+    if members_store.handle_reserved(conn, project_id, spec.handle):
+        raise ConflictError(
+            f"@{spec.handle} is taken in this project (names of departed members stay reserved)",
+            code="handle_taken",
+            handle=spec.handle,
+        )
+    return members_store.insert(
+        conn,
+        project_id=project_id,
+        kind="agent",
+        user_id=None,
+        role=spec.role,
+        handle=spec.handle,
+        display_name=check_display_name(spec.display_name),
+        aliases=spec.aliases,
+        now=tx.now,
+    )
+
+
+async def create_project(
+    core: Core,
+    creator: User,
+    *,
+    name: str,
+    goal: str = "",
+    workspace: str | None = None,
+    agents: list[AgentSpec] | None = None,
+) -> Project:
+    name = check_project_name(name)
+    specs = agents if agents is not None else [AgentSpec("lead", "lead", "负责人")]
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> Project:
+        project_id, _ = insert_project(
+            conn, tx, creator, name=name, goal=goal, workspace=workspace, agents=specs
+        )
+        project = projects_store.get(conn, project_id)
+        assert project is not None
+        return project
+
+    return await core.db.write(job)
+
+
+async def add_human_member(core: Core, project_id: int, user: User, role: str = "member") -> Member:
+    def job(conn: sqlite3.Connection, tx: Tx) -> Member:
+        existing = members_store.for_user(conn, project_id, user.id)
+        if existing is not None and existing.status != "left":
+            return existing
+        if members_store.handle_reserved(conn, project_id, user.handle):
+            raise ConflictError(
+                f"@{user.handle} is taken in this project", code="handle_taken", handle=user.handle
+            )
+        member_id = members_store.insert(
+            conn,
+            project_id=project_id,
+            kind="human",
+            user_id=user.id,
+            role=role,
+            handle=user.handle,
+            display_name=user.display_name,
+            now=tx.now,
+        )
+        tx.on_commit(lambda: core.rosters.invalidate(project_id))
+        member = members_store.get(conn, member_id)
+        assert member is not None
+        return member
+
+    return await core.db.write(job)

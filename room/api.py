@@ -1,0 +1,312 @@
+"""JSON over HTTP: the same actions as the WebSocket, for the page, scripts and the CLI.
+
+Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``); bearer tokens
+don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from room import __version__
+from room.actions import auth as auth_actions
+from room.actions import messages as message_actions
+from room.actions import projects as project_actions
+from room.auth import Identity, check_csrf, identity_from_headers
+from room.core import Core
+from room.errors import (
+    AuthError,
+    BadRequestError,
+    ForbiddenError,
+    ForgedAuthorError,
+    NotFoundError,
+)
+from room.models import Member
+from room.protocol import AUTHOR_FIELDS, MAX_CHIPS, MAX_HISTORY_LIMIT
+from room.store import audit as audit_store
+from room.store import deliveries as deliveries_store
+from room.store import members as members_store
+from room.store import messages as messages_store
+from room.store import projects as projects_store
+
+MAX_JSON_BYTES = 256 * 1024
+
+
+def core_of(request: Request) -> Core:
+    core: Core = request.app.state.core
+    return core
+
+
+async def identity(request: Request, *, mutation: bool = False) -> Identity:
+    found = await identity_from_headers(core_of(request), request.headers, request.cookies)
+    if found is None:
+        raise AuthError("sign in first (open your login link)")
+    if mutation:
+        check_csrf(found, request.headers)
+    return found
+
+
+async def body_of(request: Request, model: type[BaseModel]) -> Any:
+    raw = await request.body()
+    if len(raw) > MAX_JSON_BYTES:
+        raise BadRequestError("request body too large", code="too_large", limit=MAX_JSON_BYTES)
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise BadRequestError(f"body is not JSON: {exc}", code="bad_json") from None
+    if isinstance(data, dict):
+        forged = AUTHOR_FIELDS.intersection(data)
+        if forged:
+            raise ForgedAuthorError(
+                "the author is bound from your session; requests may not name one",
+                fields=sorted(forged),
+            )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "body"
+        raise BadRequestError(f"{where}: {first['msg']}", code="bad_body") from None
+
+
+async def member_in(core: Core, who: Identity, project_id: int) -> Member:
+    if who.agent is not None:
+        if who.agent.project_id != project_id:
+            raise ForbiddenError("this token belongs to another project", code="not_member")
+        member_id = who.agent.id
+    else:
+        assert who.user is not None
+        user_id = who.user.id
+        found = await core.db.read(lambda conn: members_store.for_user(conn, project_id, user_id))
+        if found is None:
+            raise NotFoundError("no such project, or you are not in it", code="not_member")
+        member_id = found.id
+    roster = await core.rosters.get(project_id)
+    member = roster.member(member_id)
+    if member is None or member.status == "left":
+        raise ForbiddenError("you are not a member of this project", code="not_member")
+    return member
+
+
+# -- handlers ------------------------------------------------------------------------------------
+
+
+async def healthz(request: Request) -> Response:
+    core = core_of(request)
+    ok = await core.db.read(lambda conn: conn.execute("SELECT 1").fetchone()[0] == 1)
+    return JSONResponse(
+        {
+            "ok": bool(ok),
+            "version": __version__,
+            "subscribers": core.hub.subscriber_count(),
+            "writer": {
+                "batches": core.db.stats.batches,
+                "jobs": core.db.stats.jobs,
+                "largest_batch": core.db.stats.largest_batch,
+            },
+        }
+    )
+
+
+async def me(request: Request) -> Response:
+    who = await identity(request)
+    core = core_of(request)
+    if who.user is not None:
+        user_id = who.user.id
+        projects = await core.db.read(lambda conn: projects_store.list_for_user(conn, user_id))
+    else:
+        assert who.agent is not None
+        agent_project = who.agent.project_id
+        found = await core.db.read(lambda conn: projects_store.get(conn, agent_project))
+        projects = [found] if found else []
+    return JSONResponse(
+        {
+            "identity": who.to_wire(),
+            "csrf_token": who.csrf_token,
+            "projects": [p.to_wire() for p in projects],
+        }
+    )
+
+
+class AgentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: str
+    handle: str
+    display_name: str
+    aliases: list[str] = Field(default_factory=list, max_length=8)
+
+
+class ProjectIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    goal: str = Field(default="", max_length=8000)
+    workspace: str | None = None
+    agents: list[AgentIn] | None = Field(default=None, max_length=20)
+
+
+async def create_project(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    if who.user is None:
+        raise ForbiddenError("only people create projects", code="human_only")
+    data: ProjectIn = await body_of(request, ProjectIn)
+    agents = None
+    if data.agents is not None:
+        agents = [
+            project_actions.AgentSpec(a.role, a.handle, a.display_name, tuple(a.aliases))
+            for a in data.agents
+        ]
+    project = await project_actions.create_project(
+        core_of(request),
+        who.user,
+        name=data.name,
+        goal=data.goal,
+        workspace=data.workspace,
+        agents=agents,
+    )
+    return JSONResponse({"project": project.to_wire()}, status_code=201)
+
+
+async def get_project(request: Request) -> Response:
+    who = await identity(request)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    member = await member_in(core, who, project_id)
+
+    def query(conn: Any) -> Any:
+        return (
+            projects_store.get(conn, project_id),
+            members_store.list_for_project(conn, project_id),
+        )
+
+    project, members = await core.db.read(query)
+    assert project is not None
+    return JSONResponse(
+        {
+            "project": project.to_wire(),
+            "you": member.id,
+            "members": [m.to_wire() for m in members],
+        }
+    )
+
+
+async def list_messages(request: Request) -> Response:
+    who = await identity(request)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    await member_in(core, who, project_id)
+    try:
+        before = int(request.query_params["before"]) if "before" in request.query_params else None
+        limit = int(request.query_params.get("limit", "50"))
+    except ValueError:
+        raise BadRequestError("before and limit are integers", code="bad_query") from None
+    if not 1 <= limit <= MAX_HISTORY_LIMIT:
+        raise BadRequestError(f"limit is 1–{MAX_HISTORY_LIMIT}", code="bad_query")
+    frames, has_more = await core.db.read(
+        lambda conn: messages_store.history(conn, project_id, before, limit)
+    )
+    body = f'{{"messages":[{",".join(frames)}],"has_more":{"true" if has_more else "false"}}}'
+    return Response(body, media_type="application/json")
+
+
+class MessageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    body: str = Field(min_length=1)
+    client_txn_id: str | None = Field(default=None, min_length=1, max_length=64)
+    reply_to: int | None = None
+    chips: list[int] = Field(default_factory=list, max_length=MAX_CHIPS)
+    as_plain_text: bool = False
+
+
+async def post_message(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    member = await member_in(core, who, project_id)
+    data: MessageIn = await body_of(request, MessageIn)
+    ack = await message_actions.send_message(
+        core,
+        member,
+        client_txn_id=data.client_txn_id or uuid.uuid4().hex,
+        body=data.body,
+        reply_to=data.reply_to,
+        chips=data.chips,
+        as_plain_text=data.as_plain_text,
+    )
+    return Response(
+        f'{{"message_id":{ack.message_id},"seq":{ack.seq},'
+        f'"duplicate":{"true" if ack.duplicate else "false"},"message":{ack.frame}}}',
+        media_type="application/json",
+        status_code=200 if ack.duplicate else 201,
+    )
+
+
+async def message_detail(request: Request) -> Response:
+    """Deliveries (the ledger's labels) and edit history of one message."""
+    who = await identity(request)
+    core = core_of(request)
+    message_id = int(request.path_params["message_id"])
+    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
+    if row is None:
+        raise NotFoundError("no such message", code="no_message")
+    await member_in(core, who, int(row["project_id"]))
+
+    def query(conn: Any) -> Any:
+        return (
+            deliveries_store.for_message(conn, message_id),
+            messages_store.edit_history(conn, message_id),
+        )
+
+    deliveries, edits = await core.db.read(query)
+    return JSONResponse({"message_id": message_id, "deliveries": deliveries, "edits": edits})
+
+
+class InviteIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: str = Field(default="member", pattern="^(owner|member)$")
+
+
+async def create_invite(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    member = await member_in(core, who, project_id)
+    data: InviteIn = await body_of(request, InviteIn)
+    if not member.is_owner:
+        raise ForbiddenError("only a project owner can invite", code="not_owner")
+    secret = await core.db.write(
+        lambda conn, tx: auth_actions.create_invite(
+            conn, tx, project_id, member, data.role, core.settings.invite_days
+        )
+    )
+    return JSONResponse({"url": f"{core.settings.origin}/join/{secret}"}, status_code=201)
+
+
+async def audit_log(request: Request) -> Response:
+    who = await identity(request)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    member = await member_in(core, who, project_id)
+    if not member.is_owner:
+        raise ForbiddenError("only a project owner can read the audit log", code="not_owner")
+    events = await core.db.read(lambda conn: audit_store.list_events(conn, project_id))
+    return JSONResponse({"events": events})
+
+
+routes = [
+    Route("/healthz", healthz),
+    Route("/api/me", me),
+    Route("/api/projects", create_project, methods=["POST"]),
+    Route("/api/projects/{project_id:int}", get_project),
+    Route("/api/projects/{project_id:int}/messages", list_messages, methods=["GET"]),
+    Route("/api/projects/{project_id:int}/messages", post_message, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/invites", create_invite, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/audit", audit_log),
+    Route("/api/messages/{message_id:int}", message_detail),
+]

@@ -1,0 +1,193 @@
+"""Build the server: ``RoomServer(settings)`` opens the data folder, ``create_app`` the ASGI app.
+
+Start-up order (each phase a line in ``boot-trace.jsonl``): take the data-folder lock → open and
+check the database → back up and migrate → seed the owner and the demo project → start the
+writer and readers → write ``boot-report.json`` → ``ready``. The lock is taken before the port
+is bound, so a second server on the same folder exits at once, naming the holder's pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import WebSocketRoute
+
+from room import api, pages
+from room.actions import auth as auth_actions
+from room.actions import projects as project_actions
+from room.boot import BootTrace, write_report
+from room.core import Core, RateLimiter, RosterCache
+from room.errors import RoomError
+from room.hub import Hub
+from room.models import User
+from room.protocol import CLIENT_FRAME_TYPES
+from room.settings import Settings
+from room.store import Database, DataLock, Tx, run_write
+from room.store import projects as projects_store
+from room.store.migrate import connect, migrate
+from room.store.schema import SCHEMA_VERSION
+from room.ws import ws_endpoint
+
+log = logging.getLogger(__name__)
+
+DEMO_PROJECT = "演示项目"
+DEMO_GOAL = "熟悉 Project Room：在时间线里 @ 成员，看看离线回显路由如何回复。"
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    owner: User
+    login_secret: str
+    demo_project_id: int | None
+    migrations: list[str]
+
+
+class RoomServer:
+    """Owns the data folder for the life of the process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.lock = DataLock(settings.lock_path)
+        self.trace: BootTrace | None = None
+        self.opened: Opened | None = None
+
+    def open(self) -> Opened:
+        if self.opened is not None:
+            return self.opened
+        data = self.settings.data
+        data.mkdir(parents=True, exist_ok=True)
+        self.trace = trace = BootTrace(data)
+        trace.phase("start", data=str(data.resolve()))
+        try:
+            self.lock.acquire(wait_secs=self.settings.lock_wait_secs)
+        except RoomError as exc:
+            trace.phase("lock", ok=False, error=exc.message)
+            raise
+        trace.phase("lock")
+        try:
+            self.opened = self._open_database(trace)
+        except Exception as exc:
+            trace.phase("failed", ok=False, error=str(exc))
+            self.lock.release()
+            raise
+        return self.opened
+
+    def _open_database(self, trace: BootTrace) -> Opened:
+        conn = connect(self.settings.db_path, synchronous=self.settings.synchronous)
+        try:
+            trace.phase("database", path=str(self.settings.db_path))
+            applied = migrate(conn, self.settings.db_path, now=_now())
+            trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
+            owner, demo_id = run_write(conn, self._seed)
+            secret = run_write(
+                conn,
+                lambda c, tx: auth_actions.create_login_link(
+                    c, tx, owner.id, self.settings.login_link_minutes
+                ),
+            )
+            trace.phase("seed", demo_project_id=demo_id)
+        finally:
+            conn.close()
+        return Opened(owner, secret, demo_id, applied)
+
+    def _seed(self, conn: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
+        owner = auth_actions.ensure_owner(conn, tx)
+        if not self.settings.demo or projects_store.list_all(conn):
+            return owner, None
+        project_id, _ = project_actions.insert_project(
+            conn,
+            tx,
+            owner,
+            name=DEMO_PROJECT,
+            goal=DEMO_GOAL,
+            workspace=None,
+            agents=[project_actions.AgentSpec("lead", "lead", "负责人", ("队长",))],
+        )
+        return owner, project_id
+
+    def login_url(self) -> str:
+        assert self.opened is not None
+        return f"{self.settings.origin}/login/{self.opened.login_secret}"
+
+    def close(self) -> None:
+        self.lock.release()
+
+
+def create_app(settings: Settings, server: RoomServer | None = None) -> Starlette:
+    server = server or RoomServer(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        server.open()
+        trace = server.trace
+        assert trace is not None
+        db = Database(
+            settings.db_path,
+            synchronous=settings.synchronous,
+            max_batch=settings.max_batch,
+            readers=settings.reader_threads,
+        )
+        db.start(asyncio.get_running_loop())
+        core = Core(
+            settings=settings,
+            db=db,
+            hub=Hub(),
+            rosters=RosterCache(db),
+            limiter=RateLimiter(settings.send_rate_per_sec, settings.send_burst),
+        )
+        app.state.core = core
+        app.state.server = server
+        trace.phase("writer")
+        write_report(
+            settings.data,
+            settings=_public_settings(settings),
+            schema_version=SCHEMA_VERSION,
+            tools=[],
+            capabilities={
+                "group_commit": True,
+                "direct_fanout": True,
+                "frame_types": bool(CLIENT_FRAME_TYPES),
+            },
+            providers=[],
+        )
+        trace.phase("report")
+        trace.phase("ready", origin=settings.origin)
+        try:
+            yield {"core": core}
+        finally:
+            trace.phase("stopping")
+            await db.close()
+            server.close()
+            trace.phase("stopped")
+
+    app = Starlette(
+        routes=[*pages.routes, *api.routes, WebSocketRoute("/ws", ws_endpoint)],
+        lifespan=lifespan,
+        exception_handlers={RoomError: _room_error},  # type: ignore[dict-item]
+    )
+    return app
+
+
+async def _room_error(request: Request, exc: RoomError) -> Response:
+    return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
+
+
+def _public_settings(settings: Settings) -> dict[str, Any]:
+    data = settings.model_dump(mode="json")
+    data["origin"] = settings.origin
+    return data
+
+
+def _now() -> float:
+    import time
+
+    return time.time()

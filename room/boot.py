@@ -1,0 +1,131 @@
+"""Operator files in the data folder (DESIGN §8).
+
+* ``boot-trace.jsonl`` — one line per start-up phase ``{ts, pid, phase, ok, detail}``; the last
+  line of a good start is ``ready``, so a start that died shows how far it got.
+* ``boot-report.json`` — what is really running: versions resolved from the live process (Python,
+  the SQLite library, each dependency and the file it was imported from), registered tools,
+  capability flags, providers and their availability, and a bounded history of activations.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from room import __version__
+
+DEPENDENCIES = (
+    ("starlette", "starlette"),
+    ("uvicorn", "uvicorn"),
+    ("websockets", "websockets"),
+    ("pydantic", "pydantic"),
+    ("anyio", "anyio"),
+    ("regex", "regex"),
+    ("httpx", "httpx"),
+    ("markdown-it-py", "markdown_it"),
+    ("nh3", "nh3"),
+)
+MAX_ACTIVATIONS = 20
+MAX_TRACE_LINES = 2000
+
+
+class BootTrace:
+    def __init__(self, data: Path) -> None:
+        self.path = data / "boot-trace.jsonl"
+        self._trim()
+
+    def phase(self, phase: str, ok: bool = True, **detail: Any) -> None:
+        line = {"ts": time.time(), "pid": os.getpid(), "phase": phase, "ok": ok, "detail": detail}
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _trim(self) -> None:
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return
+        if len(lines) > MAX_TRACE_LINES:
+            self.path.write_text("\n".join(lines[-MAX_TRACE_LINES // 2 :]) + "\n", encoding="utf-8")
+
+
+def read_trace(data: Path) -> list[dict[str, Any]]:
+    path = data / "boot-trace.jsonl"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def last_start(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The phases of the most recent start (from its last ``start`` line)."""
+    for index in range(len(trace) - 1, -1, -1):
+        if trace[index].get("phase") == "start":
+            return trace[index:]
+    return trace
+
+
+def dependency_versions() -> dict[str, dict[str, str | None]]:
+    found: dict[str, dict[str, str | None]] = {}
+    for dist, module_name in DEPENDENCIES:
+        module = sys.modules.get(module_name) or importlib.import_module(module_name)
+        try:
+            version: str | None = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            version = getattr(module, "__version__", None)
+        found[dist] = {"version": version, "file": getattr(module, "__file__", None)}
+    return found
+
+
+def write_report(
+    data: Path,
+    *,
+    settings: dict[str, Any],
+    schema_version: int,
+    tools: list[str],
+    capabilities: dict[str, bool],
+    providers: list[dict[str, Any]],
+    recovery: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    path = data / "boot-report.json"
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        activations = list(previous.get("activations", []))
+    except (FileNotFoundError, ValueError):
+        activations = []
+    activations.append({"ts": time.time(), "pid": os.getpid(), "version": __version__})
+    report = {
+        "room_version": __version__,
+        "pid": os.getpid(),
+        "started_at": time.time(),
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "sqlite": {"library": sqlite3.sqlite_version, "module": sqlite3.__file__},
+        "dependencies": dependency_versions(),
+        "schema_version": schema_version,
+        "settings": settings,
+        "tools": tools,
+        "capabilities": capabilities,
+        "providers": providers,
+        "recovery": recovery or {},
+        "activations": activations[-MAX_ACTIVATIONS:],
+    }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, ensure_ascii=False, indent=2, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+    return report

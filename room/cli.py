@@ -1,0 +1,211 @@
+"""The ``room`` command. ``main(argv)`` returns an exit code, so tests run it in-process.
+
+``login-link``, ``member token`` and ``doctor`` work while a server runs: they never take the
+data-folder lock; the first two write one small row each in their own short SQLite transaction
+(WAL lets them interleave with the server's writer), ``doctor`` only reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from room import __version__
+from room.errors import RoomError
+from room.settings import DEFAULT_PORT, Settings, load_settings
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_LOCKED = 3
+EXIT_UNHEALTHY = 4
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="room",
+        description="Project Room: each project is one persistent group chat of people and AI "
+        "agent members.",
+    )
+    parser.add_argument("--version", action="version", version=f"room {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def data_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--data",
+            type=Path,
+            default=None,
+            help="data folder (default: $ROOM_DATA or ./.room-data)",
+        )
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve on SQLite in the data folder (creates it and a demo project on first start)",
+        description="Serve Project Room. Prints the URL and a one-time owner login link.",
+    )
+    data_arg(serve)
+    serve.add_argument("--host", default=None, help="interface (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="read the boot reports and the database and print a health summary",
+        description="Exit 0 when healthy, 4 when something needs attention.",
+    )
+    data_arg(doctor)
+    doctor.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    link = sub.add_parser(
+        "login-link",
+        help="print a fresh one-time owner login link",
+        description="Works while the server runs.",
+    )
+    data_arg(link)
+
+    member = sub.add_parser("member", help="member tools")
+    member_sub = member.add_subparsers(dest="member_command", metavar="SUBCOMMAND")
+    token = member_sub.add_parser(
+        "token",
+        help="print a fresh bearer token for an agent member (only the token)",
+        description="Issue a fresh bearer token for agent member HANDLE of PROJECT (name or id). "
+        "Prints only the token. Works while the server runs.",
+    )
+    data_arg(token)
+    token.add_argument("project", metavar="PROJECT", help="project name or id")
+    token.add_argument("handle", metavar="HANDLE", help="the agent's handle")
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            return serve(args)
+        if args.command == "doctor":
+            from room.doctor import run_doctor
+
+            return run_doctor(_settings(args), as_json=args.json)
+        if args.command == "login-link":
+            return login_link(_settings(args))
+        if args.command == "member" and args.member_command == "token":
+            return member_token(_settings(args), args.project, args.handle)
+    except RoomError as exc:
+        print(f"room: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    parser.print_help()
+    return EXIT_USAGE
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    return load_settings({"data": getattr(args, "data", None), **extra})
+
+
+def serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from room.app import RoomServer, create_app
+    from room.errors import LockHeldError
+    from room.transport import RoomWebSocketProtocol
+
+    settings = _settings(args, host=args.host, port=args.port)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    server = RoomServer(settings)
+    try:
+        opened = server.open()
+    except LockHeldError as exc:
+        print(f"room: {exc.message}", file=sys.stderr)
+        return EXIT_LOCKED
+    print(f"Project Room {__version__} — data in {settings.data.resolve()}")
+    if opened.demo_project_id is not None:
+        print("Created the demo project 演示项目 (lead agent on the offline builtin/echo route).")
+    print(f"  URL:        {settings.origin}/")
+    print(f"  Owner login (one-time, {settings.login_link_minutes} min): {server.login_url()}")
+    sys.stdout.flush()
+    config = uvicorn.Config(
+        create_app(settings, server),
+        host=settings.host,
+        port=settings.port,
+        ws=RoomWebSocketProtocol,
+        ws_max_size=settings.max_frame_bytes,
+        ws_per_message_deflate=False,
+        log_level=args.log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        server.close()
+    return EXIT_OK
+
+
+def _open_current(settings: Settings) -> sqlite3.Connection:
+    from room.errors import StorageError
+    from room.store.migrate import check_version, connect
+    from room.store.schema import SCHEMA_VERSION
+
+    if not settings.db_path.exists():
+        raise StorageError(
+            f"no database in {settings.data}; start the server once with `room serve`"
+        )
+    conn = connect(settings.db_path, synchronous=settings.synchronous)
+    version = check_version(conn, settings.db_path)
+    if version != SCHEMA_VERSION:
+        conn.close()
+        raise StorageError(
+            f"the database is at schema {version}, this room expects {SCHEMA_VERSION}; "
+            "start the server once to migrate it"
+        )
+    return conn
+
+
+def _origin(settings: Settings) -> str:
+    try:
+        report = json.loads((settings.data / "boot-report.json").read_text(encoding="utf-8"))
+        return str(report["settings"]["origin"])
+    except (OSError, ValueError, KeyError):
+        return settings.origin
+
+
+def login_link(settings: Settings) -> int:
+    from room.actions import auth as auth_actions
+    from room.store import run_write
+
+    conn = _open_current(settings)
+    try:
+
+        def job(c: sqlite3.Connection, tx: Any) -> str:
+            owner = auth_actions.ensure_owner(c, tx)
+            return auth_actions.create_login_link(c, tx, owner.id, settings.login_link_minutes)
+
+        secret = run_write(conn, job, now=time.time())
+    finally:
+        conn.close()
+    print(f"{_origin(settings)}/login/{secret}")
+    return EXIT_OK
+
+
+def member_token(settings: Settings, project: str, handle: str) -> int:
+    from room.actions import auth as auth_actions
+    from room.store import run_write
+
+    conn = _open_current(settings)
+    try:
+        token = run_write(
+            conn, lambda c, tx: auth_actions.issue_agent_token(c, tx, project, handle)
+        )
+    finally:
+        conn.close()
+    print(token)
+    return EXIT_OK

@@ -1,0 +1,137 @@
+"""The server's parts wired together, built once by ``create_app`` and passed to every handler.
+
+No module-level state: tests build as many cores as they like, each on its own data folder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from room.hub import Hub
+from room.mentions import Roster, RosterMember, Tombstone
+from room.models import Member
+from room.settings import Settings
+from room.store import Database
+from room.store import members as members_store
+from room.store import projects as projects_store
+
+
+class Waker(Protocol):
+    """What actions tell the agent runtime after a commit (it reads the ledger itself)."""
+
+    def wake(self, project_id: int, member_ids: Iterable[int]) -> None: ...
+
+
+class NoRuntime:
+    def wake(self, project_id: int, member_ids: Iterable[int]) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class ProjectRoster:
+    """A project's members and the resolver's roster, cached until a member changes."""
+
+    members: dict[int, Member]
+    roster: Roster
+    lead_id: int | None
+
+    def member(self, member_id: int) -> Member | None:
+        return self.members.get(member_id)
+
+
+class RosterCache:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cache: dict[int, ProjectRoster] = {}
+
+    async def get(self, project_id: int) -> ProjectRoster:
+        cached = self._cache.get(project_id)
+        if cached is not None:
+            return cached
+        members, names, lead_id = await self._db.read(
+            lambda conn: (
+                members_store.list_for_project(conn, project_id),
+                members_store.names_for_project(conn, project_id),
+                projects_store.lead_of(conn, project_id),
+            )
+        )
+        built = build_roster(members, names, lead_id)
+        self._cache[project_id] = built
+        return built
+
+    def peek(self, project_id: int) -> ProjectRoster | None:
+        return self._cache.get(project_id)
+
+    def invalidate(self, project_id: int) -> None:
+        self._cache.pop(project_id, None)
+
+
+def build_roster(
+    members: list[Member], names: list[tuple[int, str, str, bool]], lead_id: int | None
+) -> ProjectRoster:
+    aliases: dict[int, list[str]] = {}
+    tombstones: list[Tombstone] = []
+    for member_id, name, kind, tombstoned in names:
+        if tombstoned:
+            tombstones.append(Tombstone(name=name, member_id=str(member_id)))
+        if kind == "alias":
+            aliases.setdefault(member_id, []).append(name)
+    roster = Roster.build(
+        [
+            RosterMember(
+                id=str(m.id),
+                kind=m.kind,
+                handle=m.handle,
+                display_name=m.display_name,
+                aliases=tuple(aliases.get(m.id, ())),
+                status=m.status,  # type: ignore[arg-type]
+                role=m.role,
+            )
+            for m in members
+        ],
+        tombstones,
+    )
+    return ProjectRoster({m.id: m for m in members}, roster, lead_id)
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+class RateLimiter:
+    """A token bucket per member: ``rate`` per second sustained, ``burst`` at once."""
+
+    def __init__(
+        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._buckets: dict[int, _Bucket] = {}
+
+    def take(self, key: int) -> int:
+        """0 when allowed, else how many milliseconds until the next send is."""
+        now = self.clock()
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(float(self.burst), now)
+        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.stamp) * self.rate)
+        bucket.stamp = now
+        if bucket.tokens >= 1.0:
+            bucket.tokens -= 1.0
+            return 0
+        return max(1, int((1.0 - bucket.tokens) / self.rate * 1000))
+
+
+@dataclass(slots=True)
+class Core:
+    settings: Settings
+    db: Database
+    hub: Hub
+    rosters: RosterCache
+    limiter: RateLimiter
+    runtime: Waker = field(default_factory=NoRuntime)
+    clock: Callable[[], float] = time.time

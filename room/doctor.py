@@ -1,0 +1,109 @@
+"""``room doctor``: read the boot reports and the database (never write), print a health summary.
+
+Healthy means: the last start reached ``ready`` (or the server is running now), the database
+opens, its schema is the one this code expects, and ``PRAGMA quick_check`` says ok.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from room.boot import last_start, read_trace
+from room.settings import Settings
+from room.store.lock import is_locked, read_holder_pid
+from room.store.schema import SCHEMA_VERSION
+
+
+def collect(settings: Settings) -> dict[str, Any]:
+    data = settings.data
+    problems: list[str] = []
+    summary: dict[str, Any] = {"data": str(data.resolve()), "problems": problems}
+    running = is_locked(settings.lock_path)
+    summary["server"] = {
+        "running": running,
+        "pid": read_holder_pid(settings.lock_path) if running else None,
+    }
+    try:
+        report = json.loads((data / "boot-report.json").read_text(encoding="utf-8"))
+        summary["report"] = {
+            "room_version": report.get("room_version"),
+            "python": report.get("python", {}).get("version"),
+            "sqlite": report.get("sqlite", {}).get("library"),
+            "started_at": report.get("started_at"),
+            "activations": len(report.get("activations", [])),
+            "recovery": report.get("recovery", {}),
+        }
+    except (OSError, ValueError):
+        problems.append("no boot-report.json: the server has not started here yet")
+    phases = last_start(read_trace(data))
+    summary["last_start"] = [p.get("phase") for p in phases]
+    if phases and phases[-1].get("phase") not in ("ready", "stopping", "stopped"):
+        failed = [p for p in phases if not p.get("ok", True)]
+        detail = failed[-1].get("detail") if failed else {}
+        problems.append(f"the last start stopped at phase {phases[-1].get('phase')!r} ({detail})")
+    if not settings.db_path.exists():
+        problems.append(f"no database at {settings.db_path}")
+        return summary
+    try:
+        conn = sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            check = conn.execute("PRAGMA quick_check").fetchone()[0]
+            counts = {
+                table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("projects", "members", "messages", "deliveries")
+            }
+            open_deliveries = dict(
+                conn.execute("SELECT state, count(*) FROM deliveries GROUP BY state").fetchall()
+            )
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        problems.append(f"the database does not open: {exc}")
+        return summary
+    summary["database"] = {
+        "schema_version": version,
+        "expected_schema": SCHEMA_VERSION,
+        "quick_check": check,
+        "counts": counts,
+        "deliveries": open_deliveries,
+    }
+    if check != "ok":
+        problems.append(f"quick_check: {check}")
+    if version > SCHEMA_VERSION:
+        problems.append(f"the database (schema {version}) is newer than this code")
+    elif version < SCHEMA_VERSION and not running:
+        problems.append(f"schema {version} < {SCHEMA_VERSION}: start the server to migrate")
+    if open_deliveries.get("unknown"):
+        problems.append(f"{open_deliveries['unknown']} deliveries await reconciliation")
+    return summary
+
+
+def run_doctor(settings: Settings, *, as_json: bool = False) -> int:
+    summary = collect(settings)
+    if as_json:
+        print(json.dumps(summary, ensure_ascii=False, indent=2, default=str))
+    else:
+        print(f"data:     {summary['data']}")
+        server = summary["server"]
+        print(
+            f"server:   {'running, pid ' + str(server['pid']) if server['running'] else 'stopped'}"
+        )
+        if "report" in summary:
+            r = summary["report"]
+            print(f"version:  room {r['room_version']}, Python {r['python']}, SQLite {r['sqlite']}")
+        if summary.get("last_start"):
+            print(f"last start: {' → '.join(summary['last_start'])}")
+        if "database" in summary:
+            d = summary["database"]
+            print(
+                f"database: schema {d['schema_version']}, quick_check {d['quick_check']}, {d['counts']}"
+            )
+            if d["deliveries"]:
+                print(f"ledger:   {d['deliveries']}")
+        for problem in summary["problems"]:
+            print(f"PROBLEM:  {problem}")
+        print("healthy" if not summary["problems"] else "needs attention")
+    return 0 if not summary["problems"] else 4

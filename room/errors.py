@@ -1,0 +1,164 @@
+"""The error tree of Project Room.
+
+Every error the server raises on purpose derives from :class:`RoomError` and carries a stable,
+machine-readable ``code`` (sent to clients as ``{"type": "error", "code": ..., "message": ...}``
+or as the JSON body of an HTTP error) and a human ``message``.
+
+::
+
+    RoomError
+    ├── BadRequestError            400  invalid input (frame, body, parameter)
+    │   ├── FrameError                  a WebSocket frame that failed validation
+    │   ├── ForgedAuthorError           a frame or body that tries to name its own author
+    │   ├── TxnConflictError            same client_txn_id, different content
+    │   └── MentionsUnresolvedError     draft has unresolved mention diagnostics
+    ├── AuthError                  401  no valid session, token or login link
+    ├── ForbiddenError             403  authenticated, but not allowed (role, CSRF, origin)
+    ├── NotFoundError              404  no such project, member, message …
+    ├── ConflictError              409  the current state does not allow this
+    ├── RateLimitedError           429  too many sends; carries ``retry_after_ms``
+    ├── StorageError               500  the database refused (integrity, disk)
+    │   ├── LockHeldError               another server holds the data folder (names its pid)
+    │   └── SchemaTooNewError           the database was written by a newer Project Room
+    └── ProviderError              502  a model provider failed; ``kind`` says how
+        ├── ProviderAuthError           credentials missing or refused
+        ├── ProviderRateLimitError      429 after retries
+        ├── ProviderTimeoutError        no answer in time
+        ├── ProviderServerError         5xx after retries, or an unreadable answer
+        └── ProviderRequestError        the provider rejected the request (4xx)
+
+Exceptions carry data, not formatting: ``details`` is a JSON-serialisable mapping that clients may
+show (for example the offending plan items, or the holder pid of a lock).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class RoomError(Exception):
+    """Base of every deliberate error. ``code`` is stable; ``message`` is for people."""
+
+    code: ClassVar[str] = "error"
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code  # type: ignore[misc]
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            data["details"] = self.details
+        return data
+
+
+class BadRequestError(RoomError):
+    code = "bad_request"
+    http_status = 400
+
+
+class FrameError(BadRequestError):
+    code = "bad_frame"
+
+
+class ForgedAuthorError(BadRequestError):
+    code = "forged_author"
+
+
+class TxnConflictError(BadRequestError):
+    code = "txn_conflict"
+
+
+class MentionsUnresolvedError(BadRequestError):
+    code = "mentions_unresolved"
+
+
+class AuthError(RoomError):
+    code = "unauthenticated"
+    http_status = 401
+
+
+class ForbiddenError(RoomError):
+    code = "forbidden"
+    http_status = 403
+
+
+class NotFoundError(RoomError):
+    code = "not_found"
+    http_status = 404
+
+
+class ConflictError(RoomError):
+    code = "conflict"
+    http_status = 409
+
+
+class RateLimitedError(RoomError):
+    code = "rate_limited"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after_ms: int) -> None:
+        super().__init__(message, retry_after_ms=retry_after_ms)
+        self.retry_after_ms = retry_after_ms
+
+
+class StorageError(RoomError):
+    code = "storage_error"
+    http_status = 500
+
+
+class LockHeldError(StorageError):
+    code = "lock_held"
+
+    def __init__(self, message: str, *, pid: int | None) -> None:
+        super().__init__(message, pid=pid)
+        self.pid = pid
+
+
+class SchemaTooNewError(StorageError):
+    code = "schema_too_new"
+
+
+class ProviderError(RoomError):
+    """A model provider failed. ``kind`` is one of the subclass codes below."""
+
+    code = "provider_error"
+    http_status = 502
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = None,
+        retryable: bool = False,
+        **details: Any,
+    ) -> None:
+        super().__init__(message, provider=provider, status=status, **details)
+        self.provider = provider
+        self.status = status
+        self.retryable = retryable
+
+
+class ProviderAuthError(ProviderError):
+    code = "provider_auth"
+
+
+class ProviderRateLimitError(ProviderError):
+    code = "provider_rate_limited"
+
+
+class ProviderTimeoutError(ProviderError):
+    code = "provider_timeout"
+
+
+class ProviderServerError(ProviderError):
+    code = "provider_server_error"
+
+
+class ProviderRequestError(ProviderError):
+    code = "provider_request_rejected"

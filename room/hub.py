@@ -1,0 +1,227 @@
+"""Live fan-out: which connections watch which project, and a bounded outbox per connection.
+
+``publish`` never awaits. Each frame is JSON-encoded once by the caller and framed for the wire
+once here; every subscriber then gets it either written straight to its socket (when the socket
+is writable and nothing is queued before it) or appended to its bounded outbox, drained by that
+connection's own sender task. A reader that stops reading fills its outbox and is cut (close code
+1013, "resume with since") without slowing anyone else; it loses nothing, because on reconnect it
+replays from its cursor.
+
+Sequenced project events (messages, edits …) go through ``publish`` and carry a seq; ephemeral
+ones (typing, read cursors, delivery labels) go through ``broadcast`` and are not replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+CLOSE_SLOW_CONSUMER = 1013  # "Try Again Later": the client resumes from its cursor
+
+SendText = Callable[[str], Awaitable[None]]
+DirectWrite = Callable[[bytes], bool]
+Close = Callable[[int, str], Awaitable[None]]
+
+
+def text_frame(payload: bytes) -> bytes:
+    """An unmasked, unfragmented RFC 6455 text frame (what a server sends)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x81, n))
+    elif n < 1 << 16:
+        head = struct.pack("!BBH", 0x81, 126, n)
+    else:
+        head = struct.pack("!BBQ", 0x81, 127, n)
+    return head + payload
+
+
+@dataclass(slots=True)
+class Frame:
+    """A frame encoded once: the JSON text, and its wire bytes made on first use."""
+
+    text: str
+    _wire: bytes | None = None
+
+    @property
+    def wire(self) -> bytes:
+        if self._wire is None:
+            self._wire = text_frame(self.text.encode())
+        return self._wire
+
+
+class Outbox:
+    """One connection's outgoing frames, bounded; ``push`` never blocks."""
+
+    def __init__(
+        self,
+        send_text: SendText,
+        close: Close,
+        *,
+        limit: int,
+        direct: DirectWrite | None = None,
+        name: str = "",
+    ) -> None:
+        self._send_text = send_text
+        self._close = close
+        self._direct = direct
+        self.limit = limit
+        self.name = name
+        self._queue: deque[Frame] = deque()
+        self._wake = asyncio.Event()
+        self.closed = False
+        self.close_reason: str | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._drain(), name=f"outbox {self.name}"
+        )
+
+    def push(self, frame: Frame | str) -> bool:
+        if self.closed:
+            return False
+        if isinstance(frame, str):
+            frame = Frame(frame)
+        if not self._queue and self._direct is not None and self._direct(frame.wire):
+            return True
+        if len(self._queue) >= self.limit:
+            self.cut("slow consumer: outbox full; reconnect and resume with since")
+            return False
+        self._queue.append(frame)
+        self._wake.set()
+        return True
+
+    def cut(self, reason: str, code: int = CLOSE_SLOW_CONSUMER) -> None:
+        if self.closed:
+            return
+        self.closed, self.close_reason = True, reason
+        self._queue.clear()
+        self._wake.set()
+        log.info("cutting connection %s: %s", self.name, reason)
+        asyncio.get_running_loop().create_task(self._close_quietly(code, reason))
+
+    async def _close_quietly(self, code: int, reason: str) -> None:
+        try:
+            await self._close(code, reason[:120])
+        except Exception:  # already gone
+            pass
+
+    async def _drain(self) -> None:
+        try:
+            while not self.closed:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._queue and not self.closed:
+                    frame = self._queue[0]
+                    await self._send_text(frame.text)
+                    if self._queue and self._queue[0] is frame:
+                        self._queue.popleft()
+        except Exception:
+            self.closed = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
+@dataclass(slots=True, eq=False)
+class Subscription:
+    project_id: int
+    outbox: Outbox
+    member_id: int
+    live: bool = False
+    last_seq: int = 0
+    buffer: list[tuple[int, Frame]] = field(default_factory=list)
+    buffer_limit: int = 10_000
+
+
+class Hub:
+    def __init__(self) -> None:
+        self._projects: dict[int, set[Subscription]] = {}
+
+    def subscribe(self, project_id: int, outbox: Outbox, member_id: int) -> Subscription:
+        """Register first (buffering), replay from the store, then :meth:`go_live`."""
+        sub = Subscription(project_id, outbox, member_id)
+        self._projects.setdefault(project_id, set()).add(sub)
+        return sub
+
+    def go_live(self, sub: Subscription, last_seq: int) -> None:
+        """Flush what was published during the replay, skipping what the replay already sent."""
+        sub.last_seq = last_seq
+        for seq, frame in sub.buffer:
+            if seq > sub.last_seq:
+                sub.last_seq = seq
+                sub.outbox.push(frame)
+        sub.buffer.clear()
+        sub.live = True
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        subs = self._projects.get(sub.project_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._projects[sub.project_id]
+
+    def publish(self, project_id: int, seq: int, frame: Frame | str) -> None:
+        """A committed, sequenced event of a project, to every subscriber, in seq order."""
+        subs = self._projects.get(project_id)
+        if not subs:
+            return
+        if isinstance(frame, str):
+            frame = Frame(frame)
+        for sub in subs:
+            if sub.live:
+                if seq > sub.last_seq:
+                    sub.last_seq = seq
+                    sub.outbox.push(frame)
+            else:
+                sub.buffer.append((seq, frame))
+                if len(sub.buffer) > sub.buffer_limit:
+                    sub.outbox.cut("too many events during replay; resume with since")
+
+    def broadcast(
+        self,
+        project_id: int,
+        frame: Frame | str,
+        *,
+        exclude: Outbox | None = None,
+        only_members: Iterable[int] | None = None,
+    ) -> None:
+        """An ephemeral frame (not part of the replayable stream) to live subscribers."""
+        subs = self._projects.get(project_id)
+        if not subs:
+            return
+        if isinstance(frame, str):
+            frame = Frame(frame)
+        members = set(only_members) if only_members is not None else None
+        for sub in subs:
+            if (
+                sub.live
+                and sub.outbox is not exclude
+                and (members is None or sub.member_id in members)
+            ):
+                sub.outbox.push(frame)
+
+    def online_members(self, project_id: int) -> set[int]:
+        return {sub.member_id for sub in self._projects.get(project_id, ())}
+
+    def subscriber_count(self, project_id: int | None = None) -> int:
+        if project_id is not None:
+            return len(self._projects.get(project_id, ()))
+        return sum(len(s) for s in self._projects.values())
+
+    def cut_project(self, project_id: int, reason: str) -> None:
+        for sub in list(self._projects.get(project_id, ())):
+            sub.outbox.cut(reason, code=1001)

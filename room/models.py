@@ -1,0 +1,111 @@
+"""Domain records as read from the store (plain, immutable dataclasses) and their wire form."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+MemberKind = Literal["human", "agent"]
+
+HUMAN_ROLES = ("owner", "member")
+AGENT_ROLES = ("lead", "frontend", "backend", "tester", "devops", "design", "docs")
+
+
+def iso(ts: float | None) -> str | None:
+    """UTC epoch seconds → ``2026-12-02T11:00:00.123Z`` (what every frame carries)."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: int
+    handle: str
+    display_name: str
+    is_admin: bool
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> User:
+        return cls(row[0], row[1], row[2], bool(row[3]))
+
+
+USER_COLUMNS = "id, handle, display_name, is_admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    id: int
+    name: str
+    goal: str
+    workspace: str | None
+    state: str
+    state_from: str | None
+    stop_target: str | None
+    epoch: int
+    last_seq: int
+    lead_member_id: int | None
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Project:
+        return cls(*row)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "goal": self.goal,
+            "workspace": self.workspace,
+            "state": self.state,
+            "epoch": self.epoch,
+            "head_seq": self.last_seq,
+            "lead_member_id": self.lead_member_id,
+            "created_at": iso(self.created_at),
+        }
+
+
+PROJECT_COLUMNS = (
+    "id, name, goal, workspace, state, state_from, stop_target, epoch, last_seq, "
+    "lead_member_id, created_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    id: int
+    project_id: int
+    kind: MemberKind
+    user_id: int | None
+    role: str
+    handle: str
+    display_name: str
+    status: str
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Member:
+        return cls(*row)
+
+    @property
+    def is_human(self) -> bool:
+        return self.kind == "human"
+
+    @property
+    def is_owner(self) -> bool:
+        return self.kind == "human" and self.role == "owner"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "project_id": self.project_id,
+            "kind": self.kind,
+            "role": self.role,
+            "handle": self.handle,
+            "display_name": self.display_name,
+            "status": self.status,
+        }
+
+
+MEMBER_COLUMNS = "id, project_id, kind, user_id, role, handle, display_name, status"

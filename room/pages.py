@@ -1,0 +1,165 @@
+"""HTML: the app shell, the login and invite pages, and the static files of ``web/``.
+
+Every HTML response carries a strict Content-Security-Policy (no inline script, no remote
+anything). Login links are confirmed with a POST so that a link preview fetching the URL does
+not burn the one-time secret.
+"""
+
+from __future__ import annotations
+
+import html
+import urllib.parse
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from room.actions import auth as auth_actions
+from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
+from room.core import Core
+from room.errors import RoomError
+from room.store import auth as auth_store
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; font-src 'self'; "
+    "connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+MAX_FORM_BYTES = 8192
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """A small urlencoded form (our pages post nothing else; no multipart parser needed)."""
+    raw = await request.body()
+    if len(raw) > MAX_FORM_BYTES:
+        return {}
+    parsed = urllib.parse.parse_qs(raw.decode("utf-8", "replace"), max_num_fields=10)
+    return {key: values[0] for key, values in parsed.items()}
+
+
+def page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    doc = f"""<!doctype html>
+<html lang="zh-CN"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)} · Project Room</title>
+<link rel="stylesheet" href="/static/style.css"></head>
+<body class="simple-page"><main class="card">{body}</main></body></html>"""
+    return HTMLResponse(doc, status_code=status, headers=SECURITY_HEADERS)
+
+
+async def index(request: Request) -> Response:
+    return FileResponse(WEB_DIR / "index.html", headers=SECURITY_HEADERS)
+
+
+async def login_form(request: Request) -> Response:
+    secret = html.escape(request.path_params["secret"], quote=True)
+    return page(
+        "登录",
+        f"""<h1>登录 Project Room</h1>
+<p>这是一次性登录链接。点击下方按钮登录本机的 Project Room。</p>
+<form method="post" action="/login"><input type="hidden" name="secret" value="{secret}">
+<button type="submit" autofocus>登录 / Sign in</button></form>""",
+    )
+
+
+async def join_form(request: Request) -> Response:
+    secret = html.escape(request.path_params["secret"], quote=True)
+    return page(
+        "加入项目",
+        f"""<h1>加入项目 / Join a project</h1>
+<form method="post" action="/login"><input type="hidden" name="secret" value="{secret}">
+<label>用户名（英文，@ 提及时使用）<input name="handle" required pattern="[A-Za-z][A-Za-z0-9_-]{{0,31}}"
+ autocomplete="username"></label>
+<label>显示名称<input name="display_name" required maxlength="64"></label>
+<button type="submit">加入 / Join</button></form>""",
+    )
+
+
+async def login(request: Request) -> Response:
+    core: Core = request.app.state.core
+    origin = request.headers.get("origin")
+    if origin is not None and origin.rstrip("/") not in core.settings.allowed_origins:
+        # Login CSRF: another site must not sign a visitor in to an account of its choosing.
+        return page("无法登录", "<h1>无法登录</h1><p>请求来源不被允许。</p>", status=403)
+    form = await form_fields(request)
+    secret = form.get("secret", "")
+    handle = form.get("handle")
+    display_name = form.get("display_name")
+    try:
+        session = await core.db.write(
+            lambda conn, tx: auth_actions.redeem_link(
+                conn,
+                tx,
+                secret,
+                core.settings.session_days,
+                handle=handle or None,
+                display_name=display_name or None,
+            )
+        )
+    except RoomError as exc:
+        return page(
+            "无法登录",
+            f"<h1>无法登录</h1><p>{html.escape(exc.message)}</p>"
+            "<p>请向项目负责人索取新的链接，或在服务器上运行 <code>room login-link</code>。</p>",
+            status=exc.http_status,
+        )
+    if session.project_id is not None:
+        core.rosters.invalidate(session.project_id)
+    target = f"/#/p/{session.project_id}" if session.project_id else "/"
+    response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+    response.set_cookie(
+        SESSION_COOKIE,
+        session.secret,
+        max_age=core.settings.session_days * 86_400,
+        httponly=True,
+        samesite="strict",
+        secure=core.settings.origin.startswith("https://"),
+        path="/",
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    core: Core = request.app.state.core
+    secret = request.cookies.get(SESSION_COOKIE)
+    who = await identity_from_headers(core, request.headers, request.cookies) if secret else None
+    if who is not None and secret:
+        form = await form_fields(request)
+        check_csrf(who, {"x-csrf-token": str(form.get("csrf_token", ""))})
+        await core.db.write(lambda conn, tx: auth_store.revoke_session(conn, secret, tx.now))
+    response = RedirectResponse("/", status_code=303, headers=SECURITY_HEADERS)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+class SecureStatic(StaticFiles):
+    async def get_response(self, path: str, scope: dict) -> Response:  # type: ignore[override,type-arg]
+        response = await super().get_response(path, scope)
+        for key, value in SECURITY_HEADERS.items():
+            if key != "Cache-Control":
+                response.headers.setdefault(key, value)
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+
+routes = [
+    Route("/", index),
+    Route("/login/{secret}", login_form),
+    Route("/join/{secret}", join_form),
+    Route("/login", login, methods=["POST"]),
+    Route("/logout", logout, methods=["POST"]),
+    Mount("/static", app=SecureStatic(directory=WEB_DIR), name="static"),
+]

@@ -1,0 +1,221 @@
+"""Wire frames of ``/ws``: one discriminated union for client frames, validated once at the edge.
+
+Every frame type (both directions) is documented in ``docs/protocol.md``; a test fails when one
+is missing there. No client frame can name an author: the author is the authenticated
+connection, and a frame carrying an author-like field is refused as ``forged_author``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from room.errors import ForgedAuthorError, FrameError
+
+MAX_HISTORY_LIMIT = 200
+MAX_CHIPS = 50
+
+# Field names that would let a client claim to be someone; refused wherever they appear.
+AUTHOR_FIELDS = frozenset(
+    {
+        "author",
+        "author_id",
+        "sender",
+        "sender_id",
+        "from",
+        "from_id",
+        "user",
+        "user_id",
+        "as_member",
+    }
+)
+
+ReqId = Annotated[str | None, Field(default=None, max_length=64)]
+Id = Annotated[int, Field(ge=1, le=2**62)]
+
+
+class _Frame(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    req_id: ReqId = None
+
+
+class AuthFrame(_Frame):
+    type: Literal["auth"]
+    token: str = Field(min_length=1, max_length=512)
+
+
+class SubscribeFrame(_Frame):
+    type: Literal["subscribe"]
+    project_id: Id
+    since: int | None = Field(default=None, ge=0)
+    epoch: int | None = Field(default=None, ge=1)
+
+
+class UnsubscribeFrame(_Frame):
+    type: Literal["unsubscribe"]
+    project_id: Id
+
+
+class SendFrame(_Frame):
+    type: Literal["send"]
+    project_id: Id
+    client_txn_id: str = Field(min_length=1, max_length=64)
+    body: str = Field(min_length=1)
+    reply_to: Id | None = None
+    chips: list[Id] = Field(default_factory=list, max_length=MAX_CHIPS)
+    as_plain_text: bool = False
+
+
+class EditFrame(_Frame):
+    type: Literal["edit"]
+    project_id: Id
+    message_id: Id
+    body: str = Field(min_length=1)
+    as_plain_text: bool = False
+
+
+class DeleteFrame(_Frame):
+    type: Literal["delete"]
+    project_id: Id
+    message_id: Id
+
+
+class HistoryFrame(_Frame):
+    type: Literal["history"]
+    project_id: Id
+    before: int | None = Field(default=None, ge=1)
+    limit: int = Field(default=50, ge=1, le=MAX_HISTORY_LIMIT)
+
+
+class TypingFrame(_Frame):
+    type: Literal["typing"]
+    project_id: Id
+    active: bool = True
+
+
+class ReadFrame(_Frame):
+    type: Literal["read"]
+    project_id: Id
+    seq: int = Field(ge=0)
+
+
+class PreviewFrame(_Frame):
+    type: Literal["preview"]
+    project_id: Id
+    body: str
+    chips: list[Id] = Field(default_factory=list, max_length=MAX_CHIPS)
+
+
+class ReceiptsFrame(_Frame):
+    type: Literal["receipts"]
+    project_id: Id
+    message_id: Id
+
+
+class PingFrame(_Frame):
+    type: Literal["ping"]
+
+
+ClientFrame = Annotated[
+    AuthFrame
+    | SubscribeFrame
+    | UnsubscribeFrame
+    | SendFrame
+    | EditFrame
+    | DeleteFrame
+    | HistoryFrame
+    | TypingFrame
+    | ReadFrame
+    | PreviewFrame
+    | ReceiptsFrame
+    | PingFrame,
+    Field(discriminator="type"),
+]
+
+_ADAPTER: TypeAdapter[ClientFrame] = TypeAdapter(ClientFrame)
+
+CLIENT_FRAME_TYPES: tuple[str, ...] = (
+    "auth",
+    "subscribe",
+    "unsubscribe",
+    "send",
+    "edit",
+    "delete",
+    "history",
+    "typing",
+    "read",
+    "preview",
+    "receipts",
+    "ping",
+)
+
+SERVER_FRAME_TYPES: tuple[str, ...] = (
+    "hello",
+    "subscribed",
+    "unsubscribed",
+    "message",
+    "message_updated",
+    "batch",
+    "ack",
+    "history",
+    "typing",
+    "read",
+    "preview",
+    "receipts",
+    "delivery",
+    "members",
+    "project",
+    "resync_required",
+    "pong",
+    "error",
+)
+
+
+def parse_client_frame(text: str) -> ClientFrame:
+    """Decode and validate one client frame, or raise :class:`FrameError`/:class:`ForgedAuthorError`."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FrameError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise FrameError("a frame is a JSON object with a 'type'")
+    forged = AUTHOR_FIELDS.intersection(data)
+    if forged:
+        raise ForgedAuthorError(
+            "the author is bound from your connection; frames may not name one",
+            fields=sorted(forged),
+        )
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise FrameError(_describe(exc), errors=_errors(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "frame"
+    return f"{where}: {first['msg']}"
+
+
+def _errors(exc: ValidationError) -> list[dict[str, Any]]:
+    return [
+        {"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
+        for e in exc.errors()[:10]
+    ]
+
+
+def encode(frame: Any) -> str:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+
+
+def error_frame(
+    code: str, message: str, req_id: str | None = None, **details: Any
+) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if req_id is not None:
+        frame["req_id"] = req_id
+    if details:
+        frame["details"] = details
+    return frame

@@ -1,0 +1,408 @@
+"""Provider-neutral chat types, the :class:`Provider` protocol, and the retrying JSON caller.
+
+The types here are what the agent runtime speaks; each wire protocol (``openai``, ``anthropic``)
+translates them to and from its own JSON and sends it through :class:`JsonCaller`, which owns the
+timeout, retry and error policy shared by every HTTP provider:
+
+=============================  =========  ==========================================
+answer                         retried?   raised when given up
+=============================  =========  ==========================================
+401, 403                       no         :class:`~room.errors.ProviderAuthError`
+429                            yes (1)    :class:`~room.errors.ProviderRateLimitError`
+408, timeout                   yes        :class:`~room.errors.ProviderTimeoutError`
+5xx, connection failure,       yes        :class:`~room.errors.ProviderServerError`
+unreadable JSON or shape
+other 4xx                      no         :class:`~room.errors.ProviderRequestError`
+=============================  =========  ==========================================
+
+(1) ``Retry-After`` (seconds or HTTP date) or ``retry-after-ms`` is honoured exactly; when it
+asks for more than :data:`RETRY_AFTER_CAP_SECS` the caller gives up at once instead of sleeping
+through a turn. Without it, waits grow exponentially with jitter.
+
+Every error carries ``provider``, ``status`` (``None`` when no HTTP answer arrived),
+``retryable`` (the failure is transient: trying later may work), ``details["attempts"]`` (0 when
+no request was sent, for example a missing key) and, for 429s that named one,
+``details["retry_after_secs"]``.
+Messages include the provider's own error text, trimmed, with the API key scrubbed out.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+import anyio
+import httpx
+
+from room import __version__
+from room.errors import (
+    ProviderAuthError,
+    ProviderError,
+    ProviderRateLimitError,
+    ProviderRequestError,
+    ProviderServerError,
+    ProviderTimeoutError,
+)
+
+logger = logging.getLogger(__name__)
+
+Role = Literal["system", "user", "assistant", "tool"]
+Sleep = Callable[[float], Awaitable[None]]
+
+# Normalised stop reasons. Provider-specific values without an equivalent pass through unchanged
+# (for example "content_filter", "stop_sequence", "refusal").
+STOP_END_TURN = "end_turn"
+STOP_TOOL_USE = "tool_use"
+STOP_MAX_TOKENS = "max_tokens"
+
+RETRY_BASE_SECS = 0.5
+RETRY_MAX_BACKOFF_SECS = 8.0
+RETRY_AFTER_CAP_SECS = 20.0
+CATALOGUE_TIMEOUT_SECS = 10.0
+ERROR_TEXT_MAX_CHARS = 300
+USER_AGENT = f"project-room/{__version__}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]  # a JSON schema object
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for.
+
+    ``raw_arguments`` is non-empty only when the model's arguments were not a JSON object; then
+    ``arguments`` is ``{}`` and the runtime reports the problem back to the model.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    raw_arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # required for role "tool"
+    name: str | None = None  # the sender (user) or tool name (tool); not sent on the wire
+
+    def __post_init__(self) -> None:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id it answers")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool calls")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str  # the part after "provider/"
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = 2048
+    temperature: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens the provider reported. ``reported=False`` means it reported none (counts are 0)."""
+
+    input_tokens: int
+    output_tokens: int
+    reported: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    provider: str  # configured provider name
+    model: str  # as reported by the provider's answer
+    latency_ms: float  # of the attempt that answered
+    stop_reason: str  # STOP_* when there is an equivalent, else the provider's value
+    attempts: int
+
+
+class Provider(Protocol):
+    name: str  # configured provider name: "openai", "deepseek", "local", "anthropic", "builtin"
+    kind: str  # "openai" | "anthropic" | "echo"
+    offline: bool  # True only for builtin echo
+
+    async def chat(self, request: ChatRequest) -> ChatResult: ...
+
+    async def catalogue(self) -> list[str]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A decoded chat answer, before the caller adds provider, latency and attempts."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    model: str
+    stop_reason: str
+
+
+class UnreadableAnswerError(Exception):
+    """A 2xx answer whose JSON does not have the expected shape (raised by decoders)."""
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    value: T
+    attempts: int
+    latency_ms: float
+
+
+def parse_arguments(raw: Any) -> tuple[dict[str, Any], str]:
+    """Tool-call arguments as ``(object, raw)``; ``raw`` is kept only when they are unusable."""
+    if isinstance(raw, dict):
+        return raw, ""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, ""
+    text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}, text
+    if isinstance(value, dict):
+        return value, ""
+    return {}, text
+
+
+def backoff_delay(attempt: int, jitter: float) -> float:
+    """Seconds to wait after failed ``attempt`` (1-based); ``jitter`` in [0, 1) spreads clients."""
+    ceiling = min(RETRY_MAX_BACKOFF_SECS, RETRY_BASE_SECS * 2.0 ** (attempt - 1))
+    return ceiling / 2 + ceiling / 2 * jitter
+
+
+def parse_retry_after(headers: Mapping[str, str], now: datetime) -> float | None:
+    """Seconds asked for by ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def error_text(response: httpx.Response) -> str:
+    """The provider's own error message (both protocols nest it as ``error.message``)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:ERROR_TEXT_MAX_CHARS]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])[:ERROR_TEXT_MAX_CHARS]
+        if isinstance(err, str):
+            return err[:ERROR_TEXT_MAX_CHARS]
+        if isinstance(body.get("message"), str):
+            return str(body["message"])[:ERROR_TEXT_MAX_CHARS]
+    return response.text.strip()[:ERROR_TEXT_MAX_CHARS]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    error_type: type[ProviderError]
+    status: int | None
+    summary: str
+    retryable: bool
+    retry_after: float | None = None
+
+
+class JsonCaller:
+    """JSON over HTTP for one provider, with its timeout, retry and error policy.
+
+    Internal to ``room.providers``; the ``transport`` is injected so tests can swap it.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        base_url: str,
+        headers: Mapping[str, str],
+        secret: str | None,
+        timeout_secs: float,
+        max_retries: int,
+        transport: httpx.AsyncBaseTransport | None,
+        sleep: Sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.provider = provider
+        self._secret = secret
+        self._timeout_secs = timeout_secs
+        self._max_retries = max_retries
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._client = httpx.AsyncClient(
+            base_url=base_url,
+            headers={"user-agent": USER_AGENT, **headers},
+            timeout=httpx.Timeout(timeout_secs),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        decode: Callable[[Any], T],
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        max_retries: int | None = None,
+        timeout_secs: float | None = None,
+    ) -> Outcome[T]:
+        retries = self._max_retries if max_retries is None else max_retries
+        timeout = self._timeout_secs if timeout_secs is None else timeout_secs
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            result = await self._attempt(method, path, decode, body, params, timeout)
+            if not isinstance(result, _Failure):
+                latency_ms = (time.perf_counter() - started) * 1000
+                return Outcome(value=result[0], attempts=attempt, latency_ms=latency_ms)
+            failure = result
+            if not failure.retryable or attempt > retries:
+                raise self._error(failure, attempt)
+            if failure.retry_after is not None:
+                if failure.retry_after > RETRY_AFTER_CAP_SECS:
+                    raise self._error(failure, attempt)
+                delay = failure.retry_after
+            else:
+                delay = backoff_delay(attempt, self._rng.random())
+            logger.warning(
+                "provider %s: %s (attempt %d of %d), retrying in %.2fs",
+                self.provider,
+                failure.summary,
+                attempt,
+                retries + 1,
+                delay,
+            )
+            await self._sleep(delay)
+
+    async def _attempt(
+        self,
+        method: str,
+        path: str,
+        decode: Callable[[Any], T],
+        body: Any,
+        params: Mapping[str, str] | None,
+        limit_secs: float,
+    ) -> tuple[T] | _Failure:
+        try:
+            with anyio.fail_after(limit_secs):
+                response = await self._client.request(
+                    method, path, json=body, params=params, timeout=limit_secs
+                )
+        except (httpx.TimeoutException, TimeoutError):
+            return _Failure(ProviderTimeoutError, None, f"no answer within {limit_secs:g}s", True)
+        except httpx.TransportError as exc:
+            return _Failure(ProviderServerError, None, f"connection failed: {exc}", True)
+        except httpx.RequestError as exc:  # for example a body that fails to decompress
+            return _Failure(ProviderServerError, None, f"unreadable answer: {exc}", True)
+        status = response.status_code
+        if 200 <= status < 300:
+            try:
+                return (decode(response.json()),)
+            except (ValueError, UnreadableAnswerError) as exc:
+                reason = str(exc) if isinstance(exc, UnreadableAnswerError) else "invalid JSON"
+                return _Failure(ProviderServerError, status, f"unreadable answer: {reason}", True)
+        text = self._scrub(error_text(response))
+        if status in (401, 403):
+            return _Failure(ProviderAuthError, status, f"credentials refused: {text}", False)
+        if status == 429:
+            retry_after = parse_retry_after(response.headers, datetime.now(UTC))
+            return _Failure(
+                ProviderRateLimitError, status, f"rate limited: {text}", True, retry_after
+            )
+        if status == 408:
+            return _Failure(ProviderTimeoutError, status, f"request timeout: {text}", True)
+        if status >= 500:
+            return _Failure(ProviderServerError, status, f"server error: {text}", True)
+        return _Failure(ProviderRequestError, status, f"request rejected: {text}", False)
+
+    def _scrub(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return text
+
+    def _error(self, failure: _Failure, attempts: int) -> ProviderError:
+        extra = {} if failure.retry_after is None else {"retry_after_secs": failure.retry_after}
+        where = f"HTTP {failure.status}" if failure.status is not None else "no HTTP answer"
+        tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        message = f"{self.provider}: {failure.summary} ({where}, {tries})"
+        return failure.error_type(
+            self._scrub(message),
+            provider=self.provider,
+            status=failure.status,
+            retryable=failure.retryable,
+            attempts=attempts,
+            **extra,
+        )
+
+
+def missing_key_error(provider: str, key_env: str | None) -> ProviderAuthError:
+    hint = f"set {key_env}" if key_env else "configure api_key"
+    return ProviderAuthError(
+        f"{provider}: no API key ({hint})",
+        provider=provider,
+        status=None,
+        retryable=False,
+        attempts=0,
+        reason="missing_key",
+    )
+
+
+def log_route(result: ChatResult) -> None:
+    """Log the route a real request observed (never message bodies or keys)."""
+    logger.info(
+        "provider=%s model=%s latency_ms=%.0f tokens_in=%d tokens_out=%d attempts=%d%s",
+        result.provider,
+        result.model,
+        result.latency_ms,
+        result.usage.input_tokens,
+        result.usage.output_tokens,
+        result.attempts,
+        "" if result.usage.reported else " usage=unreported",
+    )

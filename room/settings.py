@@ -1,0 +1,117 @@
+"""Server settings: one pydantic model, built from flags and the environment (no global instance).
+
+Every field is documented in ``docs/settings.md``; a test fails when one is not. Environment
+variables are the field name upper-cased with a ``ROOM_`` prefix (``ROOM_DATA``, ``ROOM_PORT`` …).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_PORT = 8470
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data: Path = Field(
+        default=Path(".room-data"), description="Data folder (database, lock, reports)."
+    )
+    host: str = Field(default="127.0.0.1", description="Interface to listen on.")
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="TCP port; 0 picks one.")
+    public_url: str | None = Field(
+        default=None,
+        description="Origin browsers use to reach the server (for links and the Origin check); "
+        "defaults to http://HOST:PORT.",
+    )
+    extra_origins: tuple[str, ...] = Field(
+        default=(), description="More origins allowed to open WebSockets (comma-separated in env)."
+    )
+    synchronous: str = Field(
+        default="FULL",
+        pattern="^(FULL|NORMAL|EXTRA)$",
+        description="SQLite synchronous mode; FULL means an acknowledged message survives power loss.",
+    )
+    max_batch: int = Field(
+        default=512, ge=1, description="Most writes committed together in one group commit."
+    )
+    reader_threads: int = Field(default=2, ge=1, le=16, description="SQLite reader threads.")
+    max_frame_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="Largest inbound WebSocket frame (bytes)."
+    )
+    max_body_chars: int = Field(
+        default=32_000, ge=1, description="Longest message body (characters)."
+    )
+    outbox_frames: int = Field(
+        default=4096,
+        ge=16,
+        description="Frames queued for one connection before it is cut as a slow consumer.",
+    )
+    send_rate_per_sec: float = Field(
+        default=10.0, gt=0, description="Sustained sends per member per second."
+    )
+    send_burst: int = Field(
+        default=40, ge=1, description="Sends a member may burst above the rate."
+    )
+    session_days: int = Field(default=30, ge=1, description="Lifetime of a browser session.")
+    login_link_minutes: int = Field(
+        default=30, ge=1, description="Lifetime of a one-time login link."
+    )
+    invite_days: int = Field(default=7, ge=1, description="Lifetime of an invite link.")
+    trash_retention_days: int = Field(
+        default=30, ge=1, description="Shown as the retention hint in the trash; never auto-purges."
+    )
+    demo: bool = Field(default=True, description="Create the demo project on first start.")
+    lock_wait_secs: float = Field(
+        default=1.0, ge=0, description="How long a second server waits for the lock before exiting."
+    )
+
+    @property
+    def origin(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "localhost" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def allowed_origins(self) -> frozenset[str]:
+        origins = {self.origin, *(o.rstrip("/") for o in self.extra_origins)}
+        # The same server is reachable as localhost and 127.0.0.1 on loopback.
+        if self.host in ("127.0.0.1", "localhost", "0.0.0.0", "::") and not self.public_url:
+            origins |= {f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"}
+        return frozenset(origins)
+
+    @property
+    def db_path(self) -> Path:
+        return self.data / "room.sqlite"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.data / "room.lock"
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Build settings from ``ROOM_*`` environment variables, then explicit overrides (flags)."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for name, field in Settings.model_fields.items():
+        raw = env.get(f"ROOM_{name.upper()}")
+        if raw is None:
+            continue
+        if field.annotation == tuple[str, ...]:
+            values[name] = tuple(part.strip() for part in raw.split(",") if part.strip())
+        elif field.annotation is bool:
+            values[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+        else:
+            values[name] = raw
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    return Settings.model_validate(values)

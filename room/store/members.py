@@ -1,0 +1,126 @@
+"""Members of a project, their names, aliases and tombstones."""
+
+from __future__ import annotations
+
+import sqlite3
+import unicodedata
+
+from room.models import MEMBER_COLUMNS, Member
+
+
+def name_key(name: str) -> str:
+    """How names compare for uniqueness and reservation: NFC, then case-folded."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def insert(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    kind: str,
+    user_id: int | None,
+    role: str,
+    handle: str,
+    display_name: str,
+    aliases: tuple[str, ...] = (),
+    now: float,
+) -> int:
+    cur = conn.execute(
+        "INSERT INTO members (project_id, kind, user_id, role, handle, display_name, created_at)"
+        " VALUES (:project_id, :kind, :user_id, :role, :handle, :display_name, :now)",
+        {
+            "project_id": project_id,
+            "kind": kind,
+            "user_id": user_id,
+            "role": role,
+            "handle": handle,
+            "display_name": display_name,
+            "now": now,
+        },
+    )
+    member_id = int(cur.lastrowid or 0)
+    names = [(handle, "handle"), (display_name, "display_name")]
+    names += [(alias, "alias") for alias in aliases]
+    conn.executemany(
+        "INSERT OR IGNORE INTO member_names (project_id, member_id, name, name_key, kind)"
+        " VALUES (:project_id, :member_id, :name, :key, :kind)",
+        [
+            {
+                "project_id": project_id,
+                "member_id": member_id,
+                "name": name,
+                "key": name_key(name),
+                "kind": kind_,
+            }
+            for name, kind_ in names
+        ],
+    )
+    return member_id
+
+
+def get(conn: sqlite3.Connection, member_id: int) -> Member | None:
+    row = conn.execute(
+        f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = :id", {"id": member_id}
+    ).fetchone()
+    return Member.from_row(row) if row else None
+
+
+def for_user(conn: sqlite3.Connection, project_id: int, user_id: int) -> Member | None:
+    row = conn.execute(
+        f"SELECT {MEMBER_COLUMNS} FROM members WHERE project_id = :p AND user_id = :u",
+        {"p": project_id, "u": user_id},
+    ).fetchone()
+    return Member.from_row(row) if row else None
+
+
+def by_handle(conn: sqlite3.Connection, project_id: int, handle: str) -> Member | None:
+    row = conn.execute(
+        f"SELECT {MEMBER_COLUMNS} FROM members WHERE project_id = :p"
+        " AND handle = :h COLLATE NOCASE ORDER BY status = 'left', id LIMIT 1",
+        {"p": project_id, "h": handle},
+    ).fetchone()
+    return Member.from_row(row) if row else None
+
+
+def list_for_project(conn: sqlite3.Connection, project_id: int) -> list[Member]:
+    rows = conn.execute(
+        f"SELECT {MEMBER_COLUMNS} FROM members WHERE project_id = :p ORDER BY id",
+        {"p": project_id},
+    ).fetchall()
+    return [Member.from_row(r) for r in rows]
+
+
+def handle_reserved(conn: sqlite3.Connection, project_id: int, handle: str) -> bool:
+    """Taken by a member, alive or departed (tombstones keep their names)."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM member_names WHERE project_id = :p AND name_key = :k",
+            {"p": project_id, "k": name_key(handle)},
+        ).fetchone()
+        is not None
+    )
+
+
+def names_for_project(
+    conn: sqlite3.Connection, project_id: int
+) -> list[tuple[int, str, str, bool]]:
+    """(member_id, name, kind, tombstoned) for every name ever held in the project."""
+    return [
+        (int(r[0]), str(r[1]), str(r[2]), bool(r[3]))
+        for r in conn.execute(
+            "SELECT member_id, name, kind, tombstoned FROM member_names WHERE project_id = :p",
+            {"p": project_id},
+        )
+    ]
+
+
+def set_status(conn: sqlite3.Connection, member_id: int, status: str, now: float) -> None:
+    conn.execute(
+        "UPDATE members SET status = :status,"
+        " left_at = CASE WHEN :status = 'left' THEN :now ELSE left_at END WHERE id = :id",
+        {"id": member_id, "status": status, "now": now},
+    )
+    if status == "left":
+        conn.execute(
+            "UPDATE member_names SET tombstoned = 1 WHERE member_id = :id", {"id": member_id}
+        )

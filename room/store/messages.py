@@ -1,0 +1,261 @@
+"""Messages, their edits, mentions, the per-project event stream and read cursors.
+
+A message's wire object is kept pre-encoded in ``messages.frame`` (updated on edit and delete),
+so history pages and resume replays are string joins, never per-row JSON encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from room.models import iso
+
+
+def message_object(
+    *,
+    message_id: int,
+    project_id: int,
+    seq: int,
+    author_id: int | None,
+    kind: str,
+    body: str,
+    html: str,
+    reply_to: int | None,
+    reply_excerpt: dict[str, Any] | None,
+    mentions: Iterable[int],
+    client_txn_id: str | None,
+    created_at: float,
+    edited_at: float | None = None,
+    deleted: bool = False,
+    meta: dict[str, Any] | None = None,
+) -> str:
+    obj: dict[str, Any] = {
+        "id": message_id,
+        "project_id": project_id,
+        "seq": seq,
+        "author_id": author_id,
+        "kind": kind,
+        "body": "" if deleted else body,
+        "html": "" if deleted else html,
+        "reply_to": reply_to,
+        "reply_excerpt": reply_excerpt,
+        "mentions": sorted(mentions),
+        "client_txn_id": client_txn_id,
+        "created_at": iso(created_at),
+        "edited_at": iso(edited_at),
+        "deleted": deleted,
+    }
+    if meta:
+        obj["meta"] = meta
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def event_frame(project_id: int, seq: int, message_frame: str) -> str:
+    """The live/replay frame of a new message, built around its stored object."""
+    return f'{{"type":"message","project_id":{project_id},"seq":{seq},"message":{message_frame}}}'
+
+
+def update_frame(project_id: int, seq: int, message_frame: str) -> str:
+    return (
+        f'{{"type":"message_updated","project_id":{project_id},"seq":{seq},'
+        f'"message":{message_frame}}}'
+    )
+
+
+def find_txn(
+    conn: sqlite3.Connection, author_id: int, client_txn_id: str
+) -> tuple[int, int, str | None, str] | None:
+    row = conn.execute(
+        "SELECT id, seq, txn_digest, frame FROM messages"
+        " WHERE author_id = :a AND client_txn_id = :t",
+        {"a": author_id, "t": client_txn_id},
+    ).fetchone()
+    return (int(row[0]), int(row[1]), row[2], str(row[3])) if row else None
+
+
+def insert(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    seq: int,
+    author_id: int | None,
+    kind: str,
+    body: str,
+    reply_to: int | None,
+    client_txn_id: str | None,
+    txn_digest: str | None,
+    now: float,
+) -> int:
+    cur = conn.execute(
+        "INSERT INTO messages (project_id, seq, author_id, kind, body, reply_to, client_txn_id,"
+        " txn_digest, frame, created_at) VALUES (:p, :seq, :a, :kind, :body, :reply_to, :txn,"
+        " :digest, '', :now)",
+        {
+            "p": project_id,
+            "seq": seq,
+            "a": author_id,
+            "kind": kind,
+            "body": body,
+            "reply_to": reply_to,
+            "txn": client_txn_id,
+            "digest": txn_digest,
+            "now": now,
+        },
+    )
+    return int(cur.lastrowid or 0)
+
+
+def set_frame(conn: sqlite3.Connection, message_id: int, frame: str) -> None:
+    conn.execute("UPDATE messages SET frame = :f WHERE id = :id", {"f": frame, "id": message_id})
+
+
+def insert_mentions(
+    conn: sqlite3.Connection, message_id: int, mentions: Iterable[tuple[int, str]]
+) -> None:
+    conn.executemany(
+        "INSERT OR IGNORE INTO mentions (message_id, member_id, via) VALUES (?, ?, ?)",
+        [(message_id, member_id, via) for member_id, via in mentions],
+    )
+
+
+def insert_event(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    seq: int,
+    kind: str,
+    message_id: int | None,
+    frame: str | None,
+    now: float,
+) -> None:
+    conn.execute(
+        "INSERT INTO events (project_id, seq, kind, message_id, frame, created_at)"
+        " VALUES (:p, :seq, :kind, :m, :frame, :now)",
+        {"p": project_id, "seq": seq, "kind": kind, "m": message_id, "frame": frame, "now": now},
+    )
+
+
+def get_row(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT id, project_id, seq, author_id, kind, body, reply_to, client_txn_id, frame,"
+        " created_at, edited_at, deleted_at FROM messages WHERE id = :id",
+        {"id": message_id},
+    ).fetchone()
+    if row is None:
+        return None
+    keys = [
+        "id",
+        "project_id",
+        "seq",
+        "author_id",
+        "kind",
+        "body",
+        "reply_to",
+        "client_txn_id",
+        "frame",
+        "created_at",
+        "edited_at",
+        "deleted_at",
+    ]
+    return dict(zip(keys, row, strict=True))
+
+
+def mentioned_ids(conn: sqlite3.Connection, message_id: int) -> list[int]:
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT member_id FROM mentions WHERE message_id = :m ORDER BY member_id",
+            {"m": message_id},
+        )
+    ]
+
+
+def record_edit(
+    conn: sqlite3.Connection,
+    *,
+    message_id: int,
+    old_body: str,
+    action: str,
+    new_body: str,
+    now: float,
+) -> None:
+    conn.execute(
+        "INSERT INTO message_edits (message_id, body, edited_at, action)"
+        " VALUES (:m, :body, :now, :action)",
+        {"m": message_id, "body": old_body, "now": now, "action": action},
+    )
+    if action == "delete":
+        conn.execute(
+            "UPDATE messages SET deleted_at = :now WHERE id = :m", {"m": message_id, "now": now}
+        )
+    else:
+        conn.execute(
+            "UPDATE messages SET body = :body, edited_at = :now WHERE id = :m",
+            {"m": message_id, "body": new_body, "now": now},
+        )
+
+
+def edit_history(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:
+    return [
+        {"body": r[0], "edited_at": iso(r[1]), "action": r[2]}
+        for r in conn.execute(
+            "SELECT body, edited_at, action FROM message_edits WHERE message_id = :m ORDER BY id",
+            {"m": message_id},
+        )
+    ]
+
+
+def history(
+    conn: sqlite3.Connection, project_id: int, before: int | None, limit: int
+) -> tuple[list[str], bool]:
+    """Up to ``limit`` message objects with seq < before, oldest first; keyset, never OFFSET."""
+    rows = conn.execute(
+        "SELECT frame FROM messages WHERE project_id = :p AND seq < :before"
+        " ORDER BY seq DESC LIMIT :limit",
+        {"p": project_id, "before": before if before is not None else 1 << 62, "limit": limit + 1},
+    ).fetchall()
+    has_more = len(rows) > limit
+    frames = [str(r[0]) for r in rows[:limit]]
+    frames.reverse()
+    return frames, has_more
+
+
+def replay(
+    conn: sqlite3.Connection, project_id: int, after_seq: int, limit: int
+) -> list[tuple[int, str]]:
+    """Events with seq > after_seq in order, as ready wire frames."""
+    rows = conn.execute(
+        "SELECT e.seq, e.frame, m.frame FROM events e"
+        " LEFT JOIN messages m ON e.kind = 'message' AND m.id = e.message_id"
+        " WHERE e.project_id = :p AND e.seq > :after ORDER BY e.seq LIMIT :limit",
+        {"p": project_id, "after": after_seq, "limit": limit},
+    ).fetchall()
+    out = []
+    for seq, own, message in rows:
+        out.append((int(seq), own if own is not None else event_frame(project_id, seq, message)))
+    return out
+
+
+def set_read_cursor(
+    conn: sqlite3.Connection, *, member_id: int, project_id: int, seq: int, now: float
+) -> int:
+    """Move a member's read cursor forward only; returns the cursor after the update."""
+    row = conn.execute(
+        "INSERT INTO read_cursors (member_id, project_id, seq, updated_at)"
+        " VALUES (:m, :p, :seq, :now) ON CONFLICT (member_id) DO UPDATE SET"
+        " seq = max(seq, excluded.seq), updated_at = excluded.updated_at RETURNING seq",
+        {"m": member_id, "p": project_id, "seq": seq, "now": now},
+    ).fetchone()
+    return int(row[0])
+
+
+def read_cursors(conn: sqlite3.Connection, project_id: int) -> dict[int, int]:
+    return {
+        int(r[0]): int(r[1])
+        for r in conn.execute(
+            "SELECT member_id, seq FROM read_cursors WHERE project_id = :p", {"p": project_id}
+        )
+    }

@@ -1,0 +1,117 @@
+"""Open the database file, check its version, back it up and migrate it.
+
+Before any migration of a database that already holds data, a copy is written with the SQLite
+backup API to ``<data>/backups/room-v<N>-<timestamp>.sqlite`` and checked with
+``PRAGMA integrity_check``; a failed check stops the start before anything changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from pathlib import Path
+
+from room.errors import SchemaTooNewError, StorageError
+from room.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+log = logging.getLogger(__name__)
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) -> sqlite3.Connection:
+    """A connection with the project's pragmas; transactions are explicit (autocommit mode)."""
+    if readonly:
+        conn = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    return conn
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def check_version(conn: sqlite3.Connection, path: Path) -> int:
+    version = user_version(conn)
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNewError(
+            f"{path} has schema version {version}, but this Project Room understands only up to "
+            f"{SCHEMA_VERSION}; upgrade Project Room (the database was not changed)",
+            found=version,
+            supported=SCHEMA_VERSION,
+        )
+    return version
+
+
+def backup(conn: sqlite3.Connection, backups_dir: Path, version: int, now: float) -> Path:
+    """Copy the live database with the backup API and verify the copy."""
+    backups_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    target = backups_dir / f"room-v{version}-{stamp}.sqlite"
+    n = 1
+    while target.exists():
+        n += 1
+        target = backups_dir / f"room-v{version}-{stamp}-{n}.sqlite"
+    dest = sqlite3.connect(target)
+    try:
+        conn.backup(dest)
+        result = dest.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        dest.close()
+    if result != "ok":
+        raise StorageError(
+            f"backup {target} failed its integrity check ({result}); not migrating",
+            backup=str(target),
+        )
+    log.info("backup written and checked: %s", target)
+    return target
+
+
+def migrate(conn: sqlite3.Connection, path: Path, now: float) -> list[str]:
+    """Apply pending migrations, each in its own ``BEGIN IMMEDIATE`` transaction.
+
+    Returns the names applied. A fresh (empty) database is not backed up: there is nothing to lose.
+    """
+    version = check_version(conn, path)
+    if version == SCHEMA_VERSION:
+        return []
+    has_data = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+    if has_data:
+        backup(conn, path.parent / "backups", version, now)
+    applied = []
+    for index in range(version, SCHEMA_VERSION):
+        migration = MIGRATIONS[index]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # executescript would COMMIT first; run statement by statement inside our transaction.
+            for statement in _split_sql(migration.sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {index + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(migration.name)
+        log.info("applied migration %s", migration.name)
+    return applied
+
+
+def _split_sql(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    statements, buf = [], ""
+    for piece in "\n".join(lines).split(";"):
+        buf += piece + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n\t;"):
+                statements.append(buf.strip())
+            buf = ""
+    return statements

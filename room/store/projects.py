@@ -1,0 +1,160 @@
+"""Projects: rows, state, the per-project sequence."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from room.models import PROJECT_COLUMNS, Project
+
+
+def insert(
+    conn: sqlite3.Connection,
+    *,
+    name: str,
+    goal: str,
+    workspace: str | None,
+    created_by: int | None,
+    now: float,
+    settings: dict[str, Any] | None = None,
+) -> int:
+    cur = conn.execute(
+        "INSERT INTO projects (name, goal, workspace, created_by, settings_json, created_at,"
+        " updated_at) VALUES (:name, :goal, :workspace, :created_by, :settings, :now, :now)",
+        {
+            "name": name,
+            "goal": goal,
+            "workspace": workspace,
+            "created_by": created_by,
+            "settings": json.dumps(settings or {}),
+            "now": now,
+        },
+    )
+    return int(cur.lastrowid or 0)
+
+
+def get(conn: sqlite3.Connection, project_id: int) -> Project | None:
+    row = conn.execute(
+        f"SELECT {PROJECT_COLUMNS} FROM projects WHERE id = :id", {"id": project_id}
+    ).fetchone()
+    return Project.from_row(row) if row else None
+
+
+def find(conn: sqlite3.Connection, name_or_id: str) -> Project | None:
+    """By id (digits) or by name (case-insensitive), ignoring purged tombstones."""
+    if name_or_id.isdigit():
+        found = get(conn, int(name_or_id))
+        if found is not None:
+            return found
+    row = conn.execute(
+        f"SELECT {PROJECT_COLUMNS} FROM projects WHERE name = :name COLLATE NOCASE"
+        " AND state != 'purged'",
+        {"name": name_or_id},
+    ).fetchone()
+    return Project.from_row(row) if row else None
+
+
+def name_taken(conn: sqlite3.Connection, name: str) -> bool:
+    return (
+        conn.execute(
+            "SELECT 1 FROM projects WHERE name = :name COLLATE NOCASE AND state != 'purged'",
+            {"name": name},
+        ).fetchone()
+        is not None
+    )
+
+
+def list_for_user(conn: sqlite3.Connection, user_id: int) -> list[Project]:
+    rows = conn.execute(
+        f"SELECT {', '.join('p.' + c.strip() for c in PROJECT_COLUMNS.split(','))}"
+        " FROM projects p JOIN members m ON m.project_id = p.id"
+        " WHERE m.user_id = :user_id AND m.status != 'left' AND p.state != 'purged'"
+        " ORDER BY p.id",
+        {"user_id": user_id},
+    ).fetchall()
+    return [Project.from_row(r) for r in rows]
+
+
+def list_all(conn: sqlite3.Connection) -> list[Project]:
+    return [
+        Project.from_row(r)
+        for r in conn.execute(f"SELECT {PROJECT_COLUMNS} FROM projects ORDER BY id").fetchall()
+    ]
+
+
+def next_seq(conn: sqlite3.Connection, project_id: int, now: float) -> int:
+    """Take the next gap-free seq of a project inside the caller's transaction."""
+    row = conn.execute(
+        "UPDATE projects SET last_seq = last_seq + 1, updated_at = :now WHERE id = :id"
+        " RETURNING last_seq",
+        {"id": project_id, "now": now},
+    ).fetchone()
+    return int(row[0])
+
+
+def set_lead(conn: sqlite3.Connection, project_id: int, member_id: int) -> None:
+    conn.execute(
+        "UPDATE projects SET lead_member_id = :member_id WHERE id = :id",
+        {"id": project_id, "member_id": member_id},
+    )
+
+
+def set_state(
+    conn: sqlite3.Connection,
+    project_id: int,
+    *,
+    state: str,
+    state_from: str | None,
+    stop_target: str | None,
+    now: float,
+) -> None:
+    conn.execute(
+        "UPDATE projects SET state = :state, state_from = :state_from,"
+        " stop_target = :stop_target, updated_at = :now WHERE id = :id",
+        {
+            "id": project_id,
+            "state": state,
+            "state_from": state_from,
+            "stop_target": stop_target,
+            "now": now,
+        },
+    )
+
+
+def settings(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT settings_json FROM projects WHERE id = :id", {"id": project_id}
+    ).fetchone()
+    return dict(json.loads(row[0])) if row else {}
+
+
+def update_settings(
+    conn: sqlite3.Connection, project_id: int, values: dict[str, Any], now: float
+) -> dict[str, Any]:
+    current = settings(conn, project_id)
+    current.update(values)
+    conn.execute(
+        "UPDATE projects SET settings_json = :s, updated_at = :now WHERE id = :id",
+        {"id": project_id, "s": json.dumps(current, sort_keys=True), "now": now},
+    )
+    return current
+
+
+def lead_of(conn: sqlite3.Connection, project_id: int) -> int | None:
+    row = conn.execute(
+        "SELECT lead_member_id FROM projects WHERE id = :id", {"id": project_id}
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def state_of(conn: sqlite3.Connection, project_id: int) -> str | None:
+    row = conn.execute("SELECT state FROM projects WHERE id = :id", {"id": project_id}).fetchone()
+    return str(row[0]) if row else None
+
+
+def head_seq(conn: sqlite3.Connection, project_id: int) -> int:
+    row = conn.execute(
+        "SELECT last_seq FROM projects WHERE id = :id", {"id": project_id}
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,188 @@
+"""Named, append-only schema migrations. ``PRAGMA user_version`` = number of migrations applied.
+
+Never edit a migration that has shipped; add a new one. Times are UTC epoch seconds (REAL).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Migration(NamedTuple):
+    name: str
+    sql: str
+
+
+FOUNDATION = """
+CREATE TABLE users (
+    id            INTEGER PRIMARY KEY,
+    handle        TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    display_name  TEXT NOT NULL,
+    is_admin      INTEGER NOT NULL DEFAULT 0,
+    created_at    REAL NOT NULL
+);
+
+CREATE TABLE projects (
+    id              INTEGER PRIMARY KEY,
+    name            TEXT NOT NULL,
+    goal            TEXT NOT NULL DEFAULT '',
+    workspace       TEXT,
+    state           TEXT NOT NULL DEFAULT 'active',
+    state_from      TEXT,
+    stop_target     TEXT,
+    epoch           INTEGER NOT NULL DEFAULT 1,
+    last_seq        INTEGER NOT NULL DEFAULT 0,
+    lead_member_id  INTEGER,
+    settings_json   TEXT NOT NULL DEFAULT '{}',
+    created_by      INTEGER REFERENCES users(id),
+    created_at      REAL NOT NULL,
+    updated_at      REAL NOT NULL
+);
+CREATE UNIQUE INDEX projects_name ON projects(name COLLATE NOCASE) WHERE state != 'purged';
+
+CREATE TABLE members (
+    id            INTEGER PRIMARY KEY,
+    project_id    INTEGER NOT NULL REFERENCES projects(id),
+    kind          TEXT NOT NULL CHECK (kind IN ('human', 'agent')),
+    user_id       INTEGER REFERENCES users(id),
+    role          TEXT NOT NULL,
+    handle        TEXT NOT NULL,
+    display_name  TEXT NOT NULL,
+    status        TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused', 'left')),
+    created_at    REAL NOT NULL,
+    left_at       REAL,
+    CHECK ((kind = 'human') = (user_id IS NOT NULL))
+);
+CREATE UNIQUE INDEX members_user ON members(project_id, user_id) WHERE user_id IS NOT NULL;
+CREATE INDEX members_project ON members(project_id);
+
+-- Every name a member answers to, and the tombstones of those who left (names stay reserved).
+CREATE TABLE member_names (
+    project_id  INTEGER NOT NULL REFERENCES projects(id),
+    member_id   INTEGER NOT NULL REFERENCES members(id),
+    name        TEXT NOT NULL,
+    name_key    TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('handle', 'alias', 'display_name')),
+    tombstoned  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (project_id, name_key, member_id, kind)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX member_handles ON member_names(project_id, name_key) WHERE kind = 'handle';
+
+CREATE TABLE agent_tokens (
+    id          INTEGER PRIMARY KEY,
+    member_id   INTEGER NOT NULL REFERENCES members(id),
+    token_hash  TEXT NOT NULL UNIQUE,
+    created_at  REAL NOT NULL,
+    revoked_at  REAL
+);
+
+-- One-time login links and invites; only the SHA-256 of the secret is stored.
+CREATE TABLE login_links (
+    token_hash  TEXT PRIMARY KEY,
+    purpose     TEXT NOT NULL CHECK (purpose IN ('login', 'invite')),
+    user_id     INTEGER REFERENCES users(id),
+    project_id  INTEGER REFERENCES projects(id),
+    role        TEXT,
+    created_by  INTEGER REFERENCES users(id),
+    created_at  REAL NOT NULL,
+    expires_at  REAL NOT NULL,
+    used_at     REAL,
+    used_by     INTEGER REFERENCES users(id)
+);
+
+CREATE TABLE sessions (
+    token_hash    TEXT PRIMARY KEY,
+    user_id       INTEGER NOT NULL REFERENCES users(id),
+    csrf_token    TEXT NOT NULL,
+    created_at    REAL NOT NULL,
+    expires_at    REAL NOT NULL,
+    revoked_at    REAL
+);
+
+CREATE TABLE messages (
+    id             INTEGER PRIMARY KEY,
+    project_id     INTEGER NOT NULL REFERENCES projects(id),
+    seq            INTEGER NOT NULL,
+    author_id      INTEGER REFERENCES members(id),
+    kind           TEXT NOT NULL DEFAULT 'chat' CHECK (kind IN ('chat', 'system', 'tool')),
+    body           TEXT NOT NULL,
+    reply_to       INTEGER REFERENCES messages(id),
+    client_txn_id  TEXT,
+    txn_digest     TEXT,
+    frame          TEXT NOT NULL,
+    created_at     REAL NOT NULL,
+    edited_at      REAL,
+    deleted_at     REAL
+);
+CREATE UNIQUE INDEX messages_seq ON messages(project_id, seq);
+CREATE UNIQUE INDEX messages_txn ON messages(author_id, client_txn_id)
+    WHERE client_txn_id IS NOT NULL;
+
+CREATE TABLE message_edits (
+    id          INTEGER PRIMARY KEY,
+    message_id  INTEGER NOT NULL REFERENCES messages(id),
+    body        TEXT NOT NULL,
+    edited_at   REAL NOT NULL,
+    action      TEXT NOT NULL CHECK (action IN ('edit', 'delete'))
+);
+CREATE INDEX message_edits_message ON message_edits(message_id);
+
+CREATE TABLE mentions (
+    message_id  INTEGER NOT NULL REFERENCES messages(id),
+    member_id   INTEGER NOT NULL REFERENCES members(id),
+    via         TEXT NOT NULL,
+    PRIMARY KEY (message_id, member_id)
+) WITHOUT ROWID;
+
+-- The delivery ledger (DESIGN §5): one row per (message, recipient).
+CREATE TABLE deliveries (
+    id            INTEGER PRIMARY KEY,
+    project_id    INTEGER NOT NULL REFERENCES projects(id),
+    message_id    INTEGER NOT NULL REFERENCES messages(id),
+    recipient_id  INTEGER NOT NULL REFERENCES members(id),
+    state         TEXT NOT NULL CHECK (state IN
+        ('pending', 'held', 'delivered', 'consumed', 'unknown', 'failed', 'cancelled')),
+    mode          TEXT CHECK (mode IN ('queue', 'steer')),
+    reason        TEXT,
+    created_at    REAL NOT NULL,
+    updated_at    REAL NOT NULL,
+    UNIQUE (message_id, recipient_id)
+);
+CREATE INDEX deliveries_recipient ON deliveries(recipient_id, state, message_id);
+
+-- The project's resumable event stream: one gap-free seq per project. Message events carry no
+-- frame of their own: replay joins the message's current frame.
+CREATE TABLE events (
+    project_id  INTEGER NOT NULL REFERENCES projects(id),
+    seq         INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    message_id  INTEGER REFERENCES messages(id),
+    frame       TEXT,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (project_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE read_cursors (
+    member_id   INTEGER PRIMARY KEY REFERENCES members(id),
+    project_id  INTEGER NOT NULL REFERENCES projects(id),
+    seq         INTEGER NOT NULL,
+    updated_at  REAL NOT NULL
+);
+
+CREATE TABLE audit_events (
+    id           INTEGER PRIMARY KEY,
+    at           REAL NOT NULL,
+    actor_kind   TEXT NOT NULL,
+    actor_id     INTEGER,
+    project_id   INTEGER,
+    action       TEXT NOT NULL,
+    from_state   TEXT,
+    outcome      TEXT NOT NULL,
+    detail_json  TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX audit_project ON audit_events(project_id, id);
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (Migration("0001_foundation", FOUNDATION),)
+
+SCHEMA_VERSION = len(MIGRATIONS)

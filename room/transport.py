@@ -1,0 +1,39 @@
+"""uvicorn's sans-I/O websockets protocol, plus a direct write path for pre-framed text.
+
+Fan-out to a thousand sockets cannot afford a coroutine, an ASGI message dict and a frame
+serialisation per socket. This subclass offers the ASGI app one extension,
+``scope["extensions"]["room.direct_write"]``: a function that writes an already-framed text
+frame straight to the transport when the connection is open and writable, and returns False
+otherwise (the caller then queues it and sends it the ordinary ASGI way). Everything else —
+handshake, pings, close, inbound frames and their limits — is uvicorn's and websockets' own.
+
+If uvicorn changes shape, the extension is simply absent and the hub falls back to ASGI sends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.protocol import State
+
+
+class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+        extensions["room.direct_write"] = self.direct_write
+
+    def direct_write(self, wire: bytes) -> bool:
+        if (
+            not self.handshake_complete
+            or self.close_sent
+            or self.disconnected
+            or self.initial_response is not None
+            or self.conn.state is not State.OPEN
+            or not self.writable.is_set()
+            or self.transport.is_closing()
+        ):
+            return False
+        self.transport.write(wire)
+        return True

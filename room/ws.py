@@ -1,0 +1,416 @@
+"""The ``/ws`` endpoint: authenticate, subscribe with resume, and dispatch client frames.
+
+A connection keeps reading while its earlier sends commit: a ``send`` is validated and queued
+with the writer, and its ack is pushed when the commit lands. Every bad frame is answered with
+``{type: "error", code, message}`` and the socket stays open; oversize frames (1009) and invalid
+UTF-8 (1007) are closed by the websockets protocol itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from room import __version__
+from room import protocol as p
+from room.actions import messages as message_actions
+from room.auth import Identity, authenticate_token, identity_from_headers
+from room.core import Core
+from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
+from room.hub import Outbox, Subscription
+from room.models import Member
+from room.store import deliveries as deliveries_store
+from room.store import members as members_store
+from room.store import messages as messages_store
+from room.store import projects as projects_store
+
+log = logging.getLogger(__name__)
+
+CLOSE_POLICY = 1008
+CLOSE_UNAUTHENTICATED = 4401
+AUTH_TIMEOUT_SECS = 10.0
+REPLAY_PAGE = 2000
+MAX_REPLAY_EVENTS = 200_000
+
+
+async def ws_endpoint(websocket: WebSocket) -> None:
+    core: Core = websocket.app.state.core
+    origin = websocket.headers.get("origin")
+    if origin is not None and origin.rstrip("/") not in core.settings.allowed_origins:
+        log.warning("refused WebSocket from origin %s", origin)
+        await websocket.close(code=CLOSE_POLICY)  # before accept: an HTTP 403
+        return
+    try:
+        identity = await identity_from_headers(core, websocket.headers, websocket.cookies)
+    except AuthError:
+        await websocket.close(code=CLOSE_POLICY)
+        return
+    await websocket.accept()
+    connection = Connection(core, websocket, identity)
+    await connection.run()
+
+
+class Connection:
+    def __init__(self, core: Core, websocket: WebSocket, identity: Identity | None) -> None:
+        self.core = core
+        self.websocket = websocket
+        self.identity = identity
+        extensions = websocket.scope.get("extensions") or {}
+        self.outbox = Outbox(
+            self._send_text,
+            self._close,
+            limit=core.settings.outbox_frames,
+            direct=extensions.get("room.direct_write"),
+            name=f"{websocket.client}",
+        )
+        self.subscriptions: dict[int, Subscription] = {}
+        self.member_ids: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: dict[str, Callable[[Any], Awaitable[None]]] = {
+            "auth": self.on_auth,
+            "subscribe": self.on_subscribe,
+            "unsubscribe": self.on_unsubscribe,
+            "send": self.on_send,
+            "edit": self.on_edit,
+            "delete": self.on_delete,
+            "history": self.on_history,
+            "typing": self.on_typing,
+            "read": self.on_read,
+            "preview": self.on_preview,
+            "receipts": self.on_receipts,
+            "ping": self.on_ping,
+        }
+
+    async def _send_text(self, text: str) -> None:
+        await self.websocket.send({"type": "websocket.send", "text": text})
+
+    async def _close(self, code: int, reason: str) -> None:
+        await self.websocket.close(code=code, reason=reason)
+
+    def push(self, frame: dict[str, Any]) -> None:
+        self.outbox.push(p.encode(frame))
+
+    # -- main loop -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.outbox.start()
+        try:
+            if self.identity is None and not await self._await_auth():
+                return
+            self._hello()
+            while not self.outbox.closed:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                text = message.get("text")
+                if text is None:
+                    self.push(p.error_frame("bad_frame", "binary frames are not accepted"))
+                    continue
+                await self._dispatch(text)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            for sub in self.subscriptions.values():
+                self.core.hub.unsubscribe(sub)
+            for task in list(self._tasks):
+                task.cancel()
+            await self.outbox.aclose()
+
+    async def _await_auth(self) -> bool:
+        try:
+            async with asyncio.timeout(AUTH_TIMEOUT_SECS):
+                message = await self.websocket.receive()
+        except TimeoutError:
+            await self._close(CLOSE_UNAUTHENTICATED, "authenticate within 10 s")
+            return False
+        text = message.get("text") if message["type"] == "websocket.receive" else None
+        try:
+            if text is None:
+                raise AuthError("send an auth frame first")
+            frame = p.parse_client_frame(text)
+            if not isinstance(frame, p.AuthFrame):
+                raise AuthError("send an auth frame first")
+            self.identity = await authenticate_token(self.core, frame.token)
+        except RoomError as exc:
+            self.push(p.error_frame(exc.code, exc.message))
+            await asyncio.sleep(0)  # let the outbox write the error before the close
+            await self._close(CLOSE_UNAUTHENTICATED, exc.message[:100])
+            return False
+        return True
+
+    def _hello(self) -> None:
+        assert self.identity is not None
+        self.push(
+            {
+                "type": "hello",
+                "server_version": __version__,
+                "identity": self.identity.to_wire(),
+                "max_frame_bytes": self.core.settings.max_frame_bytes,
+            }
+        )
+
+    async def _dispatch(self, text: str) -> None:
+        req_id = None
+        try:
+            frame = p.parse_client_frame(text)
+            req_id = frame.req_id
+            await self._handlers[frame.type](frame)
+        except RoomError as exc:
+            self.push(p.error_frame(exc.code, exc.message, req_id, **exc.details))
+        except Exception:
+            log.exception("frame handler failed")
+            self.push(p.error_frame("internal", "the server failed on this frame", req_id))
+
+    def _spawn(self, coro: Awaitable[None], req_id: str | None) -> None:
+        async def guarded() -> None:
+            try:
+                await coro
+            except RoomError as exc:
+                self.push(p.error_frame(exc.code, exc.message, req_id, **exc.details))
+            except Exception:
+                log.exception("frame task failed")
+                self.push(p.error_frame("internal", "the server failed on this frame", req_id))
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- membership ----------------------------------------------------------------------------
+
+    async def member(self, project_id: int) -> Member:
+        """This connection's member in a project, fresh from the roster cache."""
+        assert self.identity is not None
+        member_id = self.member_ids.get(project_id)
+        if member_id is None:
+            member_id = await self._lookup_member(project_id)
+            self.member_ids[project_id] = member_id
+        roster = await self.core.rosters.get(project_id)
+        member = roster.member(member_id)
+        if member is None or member.status == "left":
+            raise ForbiddenError("you are not a member of this project", code="not_member")
+        return member
+
+    async def _lookup_member(self, project_id: int) -> int:
+        assert self.identity is not None
+        if self.identity.agent is not None:
+            if self.identity.agent.project_id != project_id:
+                raise ForbiddenError("this token belongs to another project", code="not_member")
+            return self.identity.agent.id
+        user = self.identity.user
+        assert user is not None
+        found = await self.core.db.read(
+            lambda conn: members_store.for_user(conn, project_id, user.id)
+        )
+        if found is None:
+            raise NotFoundError("no such project, or you are not in it", code="not_member")
+        return found.id
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    async def on_auth(self, frame: p.AuthFrame) -> None:
+        raise AuthError("already authenticated", code="already_authenticated")
+
+    async def on_ping(self, frame: p.PingFrame) -> None:
+        self.push({"type": "pong", "req_id": frame.req_id})
+
+    async def on_subscribe(self, frame: p.SubscribeFrame) -> None:
+        project_id = frame.project_id
+        member = await self.member(project_id)
+        old = self.subscriptions.pop(project_id, None)
+        if old is not None:
+            self.core.hub.unsubscribe(old)
+        # Register before reading the head: whatever commits from here on is buffered.
+        sub = self.core.hub.subscribe(project_id, self.outbox, member.id)
+        self.subscriptions[project_id] = sub
+        try:
+            await self._start_subscription(frame, member, sub)
+        except BaseException:
+            self.core.hub.unsubscribe(sub)
+            self.subscriptions.pop(project_id, None)
+            raise
+
+    async def _start_subscription(
+        self, frame: p.SubscribeFrame, member: Member, sub: Subscription
+    ) -> None:
+        project_id = frame.project_id
+
+        def snapshot(conn: Any) -> Any:
+            return (
+                projects_store.get(conn, project_id),
+                members_store.list_for_project(conn, project_id),
+                messages_store.read_cursors(conn, project_id),
+            )
+
+        project, members, cursors = await self.core.db.read(snapshot)
+        assert project is not None
+        reason = None
+        if frame.epoch is not None and frame.epoch != project.epoch:
+            reason = "epoch_changed"
+        elif frame.since is not None and frame.since > project.last_seq:
+            reason = "cursor_ahead"
+        elif frame.since is not None and project.last_seq - frame.since > MAX_REPLAY_EVENTS:
+            reason = "too_far_behind"
+        if reason is not None:
+            self.core.hub.unsubscribe(sub)
+            del self.subscriptions[project_id]
+            self.push(
+                {
+                    "type": "resync_required",
+                    "req_id": frame.req_id,
+                    "project_id": project_id,
+                    "epoch": project.epoch,
+                    "head_seq": project.last_seq,
+                    "reason": reason,
+                }
+            )
+            return
+        self.push(
+            {
+                "type": "subscribed",
+                "req_id": frame.req_id,
+                "project": project.to_wire(),
+                "you": member.id,
+                "members": [m.to_wire() for m in members],
+                "read_cursors": {str(k): v for k, v in cursors.items()},
+                "since": frame.since,
+                "head_seq": project.last_seq,
+            }
+        )
+        last = project.last_seq
+        if frame.since is not None:
+            last = frame.since
+            while True:
+                page = await self.core.db.read(
+                    partial(
+                        messages_store.replay,
+                        project_id=project_id,
+                        after_seq=last,
+                        limit=REPLAY_PAGE,
+                    )
+                )
+                if page:
+                    last = page[-1][0]
+                    self.outbox.push(
+                        f'{{"type":"batch","project_id":{project_id},"frames":['
+                        + ",".join(f for _, f in page)
+                        + "]}"
+                    )
+                if len(page) < REPLAY_PAGE or self.outbox.closed:
+                    break
+        self.core.hub.go_live(sub, last)
+
+    async def on_unsubscribe(self, frame: p.UnsubscribeFrame) -> None:
+        sub = self.subscriptions.pop(frame.project_id, None)
+        if sub is not None:
+            self.core.hub.unsubscribe(sub)
+        self.push({"type": "unsubscribed", "req_id": frame.req_id, "project_id": frame.project_id})
+
+    async def on_send(self, frame: p.SendFrame) -> None:
+        member = await self.member(frame.project_id)
+        roster = await self.core.rosters.get(frame.project_id)
+        future = message_actions.submit_send(
+            self.core,
+            member,
+            roster,
+            client_txn_id=frame.client_txn_id,
+            body=frame.body,
+            reply_to=frame.reply_to,
+            chips=frame.chips,
+            as_plain_text=frame.as_plain_text,
+        )
+        future.add_done_callback(lambda f: self._acked(f, frame))
+
+    def _acked(self, future: asyncio.Future[message_actions.Ack], frame: p.SendFrame) -> None:
+        error = future.exception()
+        if error is None:
+            self.push(future.result().to_wire(frame.client_txn_id, frame.req_id))
+        elif isinstance(error, RoomError):
+            details = {"client_txn_id": frame.client_txn_id, **error.details}
+            self.push(p.error_frame(error.code, error.message, frame.req_id, **details))
+        else:
+            log.error("send failed", exc_info=error)
+            self.push(
+                p.error_frame(
+                    "internal", "the send failed", frame.req_id, client_txn_id=frame.client_txn_id
+                )
+            )
+
+    async def on_edit(self, frame: p.EditFrame) -> None:
+        member = await self.member(frame.project_id)
+        result = await message_actions.edit_message(
+            self.core, member, frame.message_id, frame.body, as_plain_text=frame.as_plain_text
+        )
+        self.push({"type": "ack", "req_id": frame.req_id, "message_id": result["id"],
+                   "seq": result["event_seq"], "duplicate": False})  # fmt: skip
+
+    async def on_delete(self, frame: p.DeleteFrame) -> None:
+        member = await self.member(frame.project_id)
+        result = await message_actions.delete_message(self.core, member, frame.message_id)
+        self.push({"type": "ack", "req_id": frame.req_id, "message_id": result["id"],
+                   "seq": result["event_seq"], "duplicate": False})  # fmt: skip
+
+    async def on_history(self, frame: p.HistoryFrame) -> None:
+        await self.member(frame.project_id)
+
+        async def answer() -> None:
+            frames, has_more = await self.core.db.read(
+                lambda conn: messages_store.history(
+                    conn, frame.project_id, frame.before, frame.limit
+                )
+            )
+            req = f',"req_id":{p.encode(frame.req_id)}' if frame.req_id is not None else ""
+            self.outbox.push(
+                f'{{"type":"history","project_id":{frame.project_id}{req},'
+                f'"before":{p.encode(frame.before)},"has_more":{p.encode(has_more)},'
+                f'"messages":[{",".join(frames)}]}}'
+            )
+
+        self._spawn(answer(), frame.req_id)
+
+    async def on_typing(self, frame: p.TypingFrame) -> None:
+        member = await self.member(frame.project_id)
+        message_actions.typing(self.core, member, frame.active, exclude=self.outbox)
+
+    async def on_read(self, frame: p.ReadFrame) -> None:
+        member = await self.member(frame.project_id)
+        await message_actions.mark_read(self.core, member, frame.seq)
+
+    async def on_preview(self, frame: p.PreviewFrame) -> None:
+        member = await self.member(frame.project_id)
+        roster = await self.core.rosters.get(frame.project_id)
+        routing = message_actions.route(member, frame.body, list(frame.chips), roster)
+        self.push(
+            {
+                "type": "preview",
+                "req_id": frame.req_id,
+                "project_id": frame.project_id,
+                **routing.to_wire(roster),
+            }
+        )
+
+    async def on_receipts(self, frame: p.ReceiptsFrame) -> None:
+        await self.member(frame.project_id)
+
+        def query(conn: Any) -> Any:
+            row = messages_store.get_row(conn, frame.message_id)
+            if row is None or row["project_id"] != frame.project_id:
+                return None
+            return deliveries_store.for_message(conn, frame.message_id)
+
+        rows = await self.core.db.read(query)
+        if rows is None:
+            raise NotFoundError("no such message in this project", code="no_message")
+        self.push(
+            {
+                "type": "receipts",
+                "req_id": frame.req_id,
+                "project_id": frame.project_id,
+                "message_id": frame.message_id,
+                "deliveries": rows,
+            }
+        )

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import ServerProcess
+from tests.support.wsclient import Client
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A fresh server on its own data folder, stopped after the test."""
+    proc = ServerProcess(tmp_path / "data").start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[Client]]:
+    """Clients registered here are closed when the test ends."""
+    opened: list[Client] = []
+    Client.registry = opened
+    try:
+        yield opened
+    finally:
+        Client.registry = None
+        for client in opened:
+            await client.close()

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: real servers in threads or processes, clients, fakes."""

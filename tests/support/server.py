@@ -1,0 +1,190 @@
+"""A real Project Room server in a subprocess, on an ephemeral port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from room.cli import main as room_main
+
+START_TIMEOUT_SECS = 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Session:
+    cookie: str
+    csrf: str
+    user: dict[str, Any]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Cookie": f"room_session={self.cookie}", "X-CSRF-Token": self.csrf}
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@dataclass
+class ServerProcess:
+    data: Path
+    port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = Path()
+    login_url: str = ""
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    def start(self) -> ServerProcess:
+        env = {**os.environ, "ROOM_SEND_RATE_PER_SEC": "1000", "ROOM_SEND_BURST": "2000"}
+        env.update(self.env)
+        self.log_path = self.data.parent / f"server-{self.port}.log"
+        self.data.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "room", "serve", "--data", str(self.data),
+                 "--port", str(self.port), "--log-level", "warning"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT_SECS
+        while time.monotonic() < deadline:
+            text = self.log_path.read_text()
+            found = re.search(r"(http://\S+/login/\S+)", text)
+            if found:
+                self.login_url = found.group(1)
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited during start:\n{text}")
+            time.sleep(0.05)
+        self._wait_healthy(deadline)
+        return self
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def _wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.origin}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"server did not become healthy:\n{self.log}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    # -- HTTP helpers ------------------------------------------------------------------------
+
+    def fresh_login_secret(self) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert room_main(["login-link", "--data", str(self.data)]) == 0
+        return out.getvalue().strip().rsplit("/", 1)[-1]
+
+    def login(self, secret: str | None = None, **form: str) -> Session:
+        secret = secret or self.fresh_login_secret()
+        data = urllib.parse.urlencode({"secret": secret, **form}).encode()
+        opener = urllib.request.build_opener(_NoRedirect)
+        req = urllib.request.Request(
+            f"{self.origin}/login", data=data, headers={"Origin": self.origin}
+        )
+        try:
+            opener.open(req, timeout=5)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 303:
+                raise
+            cookie_header = exc.headers.get("set-cookie", "")
+        cookie = re.search(r"room_session=([^;]+)", cookie_header)
+        assert cookie, cookie_header
+        me = self.get_json("/api/me", cookie=cookie.group(1))
+        return Session(cookie.group(1), me["csrf_token"], me["identity"])
+
+    def invite(self, owner: Session, project_id: int, handle: str, name: str) -> Session:
+        """A second person: the owner invites, the invitee joins with a handle and a name."""
+        status, body = self.request(
+            "POST", f"/api/projects/{project_id}/invites", {"role": "member"}, headers=owner.headers
+        )
+        assert status == 201, body
+        secret = body["url"].rsplit("/", 1)[-1]
+        return self.login(secret, handle=handle, display_name=name)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        cookie: str | None = None,
+    ) -> tuple[int, Any]:
+        hdrs = dict(headers or {})
+        if cookie:
+            hdrs["Cookie"] = f"room_session={cookie}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs["Content-Type"] = "application/json"
+        req = urllib.request.Request(f"{self.origin}{path}", data=data, headers=hdrs, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                raw = r.read()
+                status = r.status
+        except urllib.error.HTTPError as exc:
+            raw, status = exc.read(), exc.code
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def get_json(self, path: str, cookie: str | None = None, **kw: Any) -> Any:
+        status, body = self.request("GET", path, cookie=cookie, **kw)
+        assert status == 200, (status, body)
+        return body
+
+    def agent_token(self, project: str, handle: str) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert room_main(["member", "token", "--data", str(self.data), project, handle]) == 0
+        return out.getvalue().strip()

@@ -1,0 +1,221 @@
+"""Storage: migrations and backups, version refusal, the single-writer lock, group commit."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from room.errors import LockHeldError, SchemaTooNewError, StorageError
+from room.store import Database, DataLock
+from room.store import schema as schema_mod
+from room.store.migrate import connect, migrate, user_version
+from room.store.schema import SCHEMA_VERSION, Migration
+
+
+def fresh_db(path: Path) -> sqlite3.Connection:
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    return conn
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fresh_database_is_migrated_without_a_backup(tmp_path: Path) -> None:
+    db = tmp_path / "room.sqlite"
+    conn = fresh_db(db)
+    assert user_version(conn) == SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert not (tmp_path / "backups").exists()
+
+
+def test_migration_makes_a_checked_backup_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "room.sqlite"
+    conn = fresh_db(db)
+    conn.execute("INSERT INTO users (handle, display_name, created_at) VALUES ('ann', 'Ann', 0)")
+    extra = Migration("9999_test_column", "ALTER TABLE users ADD COLUMN nickname TEXT;")
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", (*schema_mod.MIGRATIONS, extra))
+    monkeypatch.setattr("room.store.migrate.MIGRATIONS", (*schema_mod.MIGRATIONS,))
+    monkeypatch.setattr("room.store.migrate.SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    applied = migrate(conn, db, now=1_800_000_000)
+    assert applied == ["9999_test_column"]
+    assert user_version(conn) == SCHEMA_VERSION + 1
+    backups = list((tmp_path / "backups").glob(f"room-v{SCHEMA_VERSION}-*.sqlite"))
+    assert len(backups) == 1
+    copy = sqlite3.connect(backups[0])
+    assert copy.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert copy.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert copy.execute("SELECT handle FROM users").fetchall() == [("ann",)]
+    copy.close()
+
+
+def test_failed_migration_rolls_back_and_keeps_the_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "room.sqlite"
+    conn = fresh_db(db)
+    bad = Migration("9999_broken", "ALTER TABLE users ADD COLUMN x TEXT; SELECT * FROM nowhere;")
+    monkeypatch.setattr("room.store.migrate.MIGRATIONS", (*schema_mod.MIGRATIONS, bad))
+    monkeypatch.setattr("room.store.migrate.SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    with pytest.raises(sqlite3.OperationalError):
+        migrate(conn, db, now=time.time())
+    assert user_version(conn) == SCHEMA_VERSION
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(users)")]
+    assert "x" not in columns
+
+
+def test_a_newer_database_is_refused_and_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "room.sqlite"
+    conn = fresh_db(db)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    conn.close()
+    before = file_digest(db)
+    conn = connect(db)
+    with pytest.raises(SchemaTooNewError) as info:
+        migrate(conn, db, now=time.time())
+    conn.close()
+    assert "upgrade Project Room" in info.value.message
+    assert info.value.details == {"found": SCHEMA_VERSION + 5, "supported": SCHEMA_VERSION}
+    assert file_digest(db) == before
+
+
+def test_lock_names_the_holder_and_a_second_holder_is_refused(tmp_path: Path) -> None:
+    lock = DataLock(tmp_path / "room.lock")
+    lock.acquire()
+    other = DataLock(tmp_path / "room.lock")
+    started = time.monotonic()
+    with pytest.raises(LockHeldError) as info:
+        other.acquire(wait_secs=0.2)
+    assert time.monotonic() - started < 2
+    assert info.value.pid == __import__("os").getpid()
+    lock.release()
+    other.acquire()
+    other.release()
+
+
+def test_second_server_exits_nonzero_within_two_seconds_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    from tests.support.server import ServerProcess
+
+    first = ServerProcess(tmp_path / "data").start()
+    try:
+        db = tmp_path / "data" / "room.sqlite"
+        before = snapshot(db)
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "room", "serve", "--data", str(tmp_path / "data"),
+             "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+        assert result.returncode == 3
+        assert elapsed < 2.0 + 1.5  # 2 s budget plus interpreter start on a loaded CI machine
+        assert f"pid {first.proc.pid}" in result.stderr  # type: ignore[union-attr]
+        assert snapshot(db) == before
+    finally:
+        first.stop()
+
+
+def snapshot(db: Path) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def _insert_user(handle: str):  # type: ignore[no-untyped-def]
+    def job(conn: sqlite3.Connection, tx: object) -> int:
+        cur = conn.execute(
+            "INSERT INTO users (handle, display_name, created_at) VALUES (?, ?, 0)",
+            (handle, handle),
+        )
+        return int(cur.lastrowid or 0)
+
+    return job
+
+
+async def _group_commit(db_path: Path) -> Database:
+    db = Database(db_path, readers=1)
+    db.start(asyncio.get_running_loop())
+    # Block the writer with one slow job so the next 200 queue up behind it.
+
+    def slow(conn: sqlite3.Connection, tx: object) -> None:
+        time.sleep(0.2)
+
+    first = db.submit(slow)
+    futures = [db.submit(_insert_user(f"user{i}")) for i in range(200)]
+    await first
+    ids = await asyncio.gather(*futures)
+    assert len(set(ids)) == 200
+    return db
+
+
+@pytest.mark.anyio
+async def test_group_commit_batches_many_writes_into_few_transactions(tmp_path: Path) -> None:
+    path = tmp_path / "room.sqlite"
+    fresh_db(path).close()
+    db = await _group_commit(path)
+    try:
+        # 201 jobs: the slow one alone, then the 200 queued behind it in one or two batches.
+        assert db.stats.jobs == 201
+        assert db.stats.batches <= 3
+        assert db.stats.largest_batch >= 100
+        count = await db.read(lambda c: c.execute("SELECT count(*) FROM users").fetchone()[0])
+        assert count == 200
+    finally:
+        await db.close()
+
+
+@pytest.mark.anyio
+async def test_one_failing_job_does_not_sink_its_batch(tmp_path: Path) -> None:
+    path = tmp_path / "room.sqlite"
+    fresh_db(path).close()
+    db = Database(path, readers=1)
+    db.start(asyncio.get_running_loop())
+    try:
+
+        def slow(conn: sqlite3.Connection, tx: object) -> None:
+            time.sleep(0.1)
+
+        def broken(conn: sqlite3.Connection, tx: object) -> None:
+            conn.execute("INSERT INTO users (handle, display_name, created_at) VALUES ('x','x',0)")
+            raise StorageError("boom")
+
+        published: list[str] = []
+
+        def with_callback(conn: sqlite3.Connection, tx: object) -> None:
+            conn.execute("INSERT INTO users (handle, display_name, created_at) VALUES ('y','y',0)")
+            tx.on_commit(lambda: published.append("y"))  # type: ignore[attr-defined]
+
+        s = db.submit(slow)
+        a = db.submit(_insert_user("a"))
+        b = db.submit(broken)
+        c = db.submit(with_callback)
+        await s
+        assert await a > 0
+        with pytest.raises(StorageError):
+            await b
+        await c
+        assert published == ["y"]
+        handles = await db.read(
+            lambda conn: [r[0] for r in conn.execute("SELECT handle FROM users ORDER BY id")]
+        )
+        assert handles == ["a", "y"]
+    finally:
+        await db.close()

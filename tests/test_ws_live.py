@@ -1,0 +1,316 @@
+"""End to end over a real server and real WebSocket clients: the realtime contract of issue 2."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import anyio
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from tests.support.server import ServerProcess
+from tests.support.wsclient import Client
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
+
+
+def demo_project(server: ServerProcess, cookie: str) -> int:
+    me = server.get_json("/api/me", cookie=cookie)
+    return int(me["projects"][0]["id"])
+
+
+async def subscribed(server: ServerProcess, cookie: str, project_id: int, **sub: Any) -> Client:
+    client = await Client.open(server.ws_url, cookie=cookie, origin=server.origin)
+    await client.wait_for("hello")
+    await client.send({"type": "subscribe", "project_id": project_id, **sub})
+    await client.wait_for(lambda f: f["type"] in ("subscribed", "resync_required"))
+    return client
+
+
+def txn() -> str:
+    return uuid.uuid4().hex
+
+
+async def test_two_clients_see_each_other_live(server: ServerProcess) -> None:
+    a = server.login()
+    project = demo_project(server, a.cookie)
+    b = server.invite(a, project, "wang", "小王")
+    ca = await subscribed(server, a.cookie, project)
+    cb = await subscribed(server, b.cookie, project)
+    await ca.send(
+        {"type": "send", "project_id": project, "client_txn_id": txn(), "body": "你好，世界"}
+    )
+    ack = await ca.wait_for("ack")
+    got = await cb.wait_for("message")
+    assert got["seq"] == ack["seq"]
+    assert got["message"]["body"] == "你好，世界"
+    assert got["message"]["html"] == "<p>你好，世界</p>\n"
+    await ca.close()
+    await cb.close()
+
+
+async def test_resume_after_disconnect_has_no_gap_and_no_duplicate(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    writer = await subscribed(server, s.cookie, project)
+    reader = await subscribed(server, s.cookie, project, since=0)
+    for i in range(5):
+        await writer.send(
+            {"type": "send", "project_id": project, "client_txn_id": txn(), "body": f"m{i}"}
+        )
+    for _ in range(5):
+        await reader.wait_for("message")
+    cursor = reader.messages()[-1]["seq"]
+    await reader.close()
+    for i in range(5, 300):
+        await writer.send(
+            {"type": "send", "project_id": project, "client_txn_id": txn(), "body": f"m{i}"}
+        )
+    # Reconnect while the stream continues.
+    resumed = await subscribed(server, s.cookie, project, since=cursor)
+
+    async def keep_sending() -> None:
+        for i in range(300, 400):
+            await writer.send(
+                {"type": "send", "project_id": project, "client_txn_id": txn(), "body": f"m{i}"}
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(keep_sending)
+        while len(resumed.messages()) < 395:
+            await resumed.recv()
+    seqs = [f["seq"] for f in resumed.messages()]
+    assert seqs == list(range(cursor + 1, cursor + 1 + len(seqs)))
+    bodies = [f["message"]["body"] for f in resumed.messages()]
+    assert bodies == [f"m{i}" for i in range(5, 400)]
+    await writer.close()
+    await resumed.close()
+
+
+async def test_resync_required_for_bad_cursor_or_epoch(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project, since=10_000)
+    assert c.frames[-1]["type"] == "resync_required"
+    assert c.frames[-1]["reason"] == "cursor_ahead"
+    await c.send({"type": "subscribe", "project_id": project, "since": 0, "epoch": 99})
+    frame = await c.wait_for("resync_required")
+    assert frame["reason"] == "epoch_changed"
+    assert frame["epoch"] == 1
+
+
+async def test_idempotent_send_under_concurrent_retransmits(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    clients = [await subscribed(server, s.cookie, project) for _ in range(10)]
+    txn_id = txn()
+    frame = {"type": "send", "project_id": project, "client_txn_id": txn_id, "body": "once"}
+    async with anyio.create_task_group() as tg:
+        for c in clients:
+            tg.start_soon(c.send, frame)
+    acks = [await c.wait_for("ack") for c in clients]
+    assert len({(a["message_id"], a["seq"]) for a in acks}) == 1
+    assert sum(not a["duplicate"] for a in acks) == 1
+    page = server.get_json(f"/api/projects/{project}/messages?limit=200", cookie=s.cookie)
+    assert [m["body"] for m in page["messages"]].count("once") == 1
+    # Same id, other body: a conflict, and nothing is stored.
+    await clients[0].send({**frame, "body": "changed"})
+    err = await clients[0].wait_for("error")
+    assert err["code"] == "txn_conflict"
+    assert err["details"]["client_txn_id"] == txn_id
+
+
+async def test_history_pages_edit_and_delete(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project)
+    for i in range(30):
+        await c.send(
+            {"type": "send", "project_id": project, "client_txn_id": txn(), "body": f"h{i}"}
+        )
+    acks = [await c.wait_for("ack") for _ in range(30)]
+    await c.send({"type": "history", "project_id": project, "limit": 20, "req_id": "p1"})
+    first = await c.wait_for("history")
+    assert first["req_id"] == "p1" and first["has_more"] is True
+    assert [m["body"] for m in first["messages"]] == [f"h{i}" for i in range(10, 30)]
+    before = first["messages"][0]["seq"]
+    await c.send({"type": "history", "project_id": project, "before": before, "limit": 200})
+    second = await c.wait_for("history")
+    assert second["has_more"] is False
+    assert [m["body"] for m in second["messages"]] == [f"h{i}" for i in range(10)]
+
+    target = acks[3]["message_id"]
+    await c.send({"type": "edit", "project_id": project, "message_id": target, "body": "**改过**"})
+    updated = await c.wait_for(lambda f: f["type"] in ("message_updated", "error"))
+    assert updated["type"] == "message_updated", updated
+    assert updated["message"]["body"] == "**改过**"
+    assert updated["message"]["html"] == "<p><strong>改过</strong></p>\n"
+    assert updated["message"]["edited_at"]
+    detail = server.get_json(f"/api/messages/{target}", cookie=s.cookie)
+    assert [e["body"] for e in detail["edits"]] == ["h3"]
+
+    await c.send({"type": "delete", "project_id": project, "message_id": target})
+    deleted = await c.wait_for(lambda f: f["type"] == "message_updated" and f["message"]["deleted"])
+    assert deleted["message"]["body"] == ""
+
+    # Another person may not edit it.
+    other = server.invite(s, project, "zhang", "小张")
+    oc = await subscribed(server, other.cookie, project)
+    await oc.send(
+        {"type": "edit", "project_id": project, "message_id": acks[4]["message_id"], "body": "x"}
+    )
+    err = await oc.wait_for("error")
+    assert err["code"] == "not_author"
+
+
+async def test_reply_to_carries_an_excerpt(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project)
+    await c.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "原话"})
+    ack = await c.wait_for("ack")
+    await c.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "回复",
+                  "reply_to": ack["message_id"]})  # fmt: skip
+    reply = await c.wait_for(lambda f: f["type"] == "message" and f["message"]["body"] == "回复")
+    assert reply["message"]["reply_to"] == ack["message_id"]
+    assert reply["message"]["reply_excerpt"]["excerpt"] == "原话"
+
+
+async def test_typing_and_read_cursor(server: ServerProcess) -> None:
+    a = server.login()
+    project = demo_project(server, a.cookie)
+    b = server.invite(a, project, "li", "小李")
+    ca = await subscribed(server, a.cookie, project)
+    cb = await subscribed(server, b.cookie, project)
+    await ca.send({"type": "typing", "project_id": project})
+    typing = await cb.wait_for("typing")
+    assert typing["active"] is True
+    await ca.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "x"})
+    ack = await ca.wait_for("ack")
+    await cb.send({"type": "read", "project_id": project, "seq": ack["seq"]})
+    read = await ca.wait_for("read")
+    assert read["seq"] == ack["seq"]
+
+
+async def test_every_bad_frame_gets_a_structured_error_and_the_socket_stays(
+    server: ServerProcess,
+) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project)
+    bad: list[Any] = [
+        "not json",
+        "[]",
+        "42",
+        json.dumps({"type": "nope"}),
+        json.dumps({"type": "send"}),
+        json.dumps({"type": "send", "project_id": "x", "client_txn_id": "a", "body": "b"}),
+        json.dumps({"type": "history", "project_id": project, "limit": 100000}),
+        json.dumps({"type": "send", "project_id": project, "client_txn_id": "a", "body": ""}),
+        json.dumps({"type": "subscribe", "project_id": 999999}),
+        json.dumps({"type": "edit", "project_id": project, "message_id": 424242, "body": "x"}),
+    ]
+    count = 1000
+    for i in range(count):
+        await c.send(bad[i % len(bad)])
+    errors = 0
+    while errors < count:
+        frame = await c.recv()
+        if frame["type"] == "error":
+            assert frame["code"] and frame["message"]
+            errors += 1
+    await c.send({"type": "ping", "req_id": "still-here"})
+    pong = await c.wait_for("pong")
+    assert pong["req_id"] == "still-here"
+    status, health = server.request("GET", "/healthz")
+    assert status == 200 and health["ok"]
+
+
+async def test_forged_author_is_refused(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project)
+    for field in ("author_id", "sender", "from"):
+        await c.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "hi",
+                      field: 1})  # fmt: skip
+        err = await c.wait_for("error")
+        assert err["code"] == "forged_author"
+    status, body = server.request(
+        "POST",
+        f"/api/projects/{project}/messages",
+        {"body": "hi", "author_id": 2},
+        headers={**s.headers, "Origin": server.origin},
+    )
+    assert status == 400 and body["error"]["code"] == "forged_author"
+    page = server.get_json(f"/api/projects/{project}/messages", cookie=s.cookie)
+    assert page["messages"] == []
+
+
+async def test_cross_origin_handshake_is_refused(server: ServerProcess) -> None:
+    s = server.login()
+    with pytest.raises(InvalidStatus) as info:
+        await Client.open(server.ws_url, cookie=s.cookie, origin="http://evil.example")
+    assert info.value.response.status_code == 403
+
+
+async def test_oversize_and_invalid_utf8_close_with_standard_codes(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project)
+    await c.send(
+        {"type": "send", "project_id": project, "client_txn_id": txn(), "body": "x" * 70_000}
+    )
+    with pytest.raises(ConnectionClosed):
+        while True:
+            await c.recv()
+    assert c.ws.close_code == 1009
+
+    c2 = await subscribed(server, s.cookie, project)
+    # A text frame whose payload is not UTF-8, written below the client's own checks.
+    from websockets.frames import Frame, Opcode
+
+    c2.ws.protocol.send_frame(Frame(Opcode.TEXT, b"\xff\xfe\xfd"))
+    c2.ws.send_data()
+    with pytest.raises(ConnectionClosed):
+        while True:
+            await c2.recv()
+    assert c2.ws.close_code == 1007
+
+
+async def test_rate_limited_answers_retry_after(tmp_path: Any) -> None:
+    server = ServerProcess(
+        tmp_path / "d", env={"ROOM_SEND_RATE_PER_SEC": "1", "ROOM_SEND_BURST": "3"}
+    ).start()
+    try:
+        s = server.login()
+        project = demo_project(server, s.cookie)
+        c = await subscribed(server, s.cookie, project)
+        for i in range(5):
+            await c.send(
+                {"type": "send", "project_id": project, "client_txn_id": txn(), "body": f"r{i}"}
+            )
+        err = await c.wait_for("error")
+        assert err["code"] == "rate_limited"
+        assert 0 < err["details"]["retry_after_ms"] <= 1000
+    finally:
+        server.stop()
+
+
+async def test_agent_token_auth_by_header_and_by_first_frame(server: ServerProcess) -> None:
+    token = server.agent_token("演示项目", "lead")
+    c = await Client.open(server.ws_url, token=token)
+    hello = await c.wait_for("hello")
+    assert hello["identity"]["kind"] == "agent" and hello["identity"]["handle"] == "lead"
+    c2 = await Client.open(server.ws_url)
+    await c2.send({"type": "auth", "token": token})
+    hello2 = await c2.wait_for("hello")
+    assert hello2["identity"]["member_id"] == hello["identity"]["member_id"]
+    c3 = await Client.open(server.ws_url)
+    await c3.send({"type": "auth", "token": "wrong"})
+    err = await c3.wait_for("error")
+    assert err["code"] == "bad_token"
+    with pytest.raises(ConnectionClosed):
+        await c3.recv()
+    assert c3.ws.close_code == 4401
