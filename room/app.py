@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,15 +23,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import WebSocketRoute
 
-from room import api, pages
+from room import pages
 from room.actions import auth as auth_actions
 from room.actions import projects as project_actions
+from room.actions.runtime import reconcile_on_start
+from room.api import routes as api_routes
 from room.boot import BootTrace, write_report
 from room.core import Core, RateLimiter, RosterCache
 from room.errors import RoomError
 from room.hub import Hub
 from room.models import User
 from room.protocol import CLIENT_FRAME_TYPES
+from room.providers import ProviderRegistry, default_configs
+from room.runtime import Runtime, RuntimeSettings
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, run_write
 from room.store import projects as projects_store
@@ -147,30 +153,51 @@ def create_app(settings: Settings, server: RoomServer | None = None) -> Starlett
         app.state.core = core
         app.state.server = server
         trace.phase("writer")
+        registry = ProviderRegistry(default_configs(os.environ), env=os.environ)
+        runtime = Runtime(
+            core,
+            registry,
+            RuntimeSettings(
+                max_concurrent_turns=settings.max_concurrent_turns,
+                max_steps=settings.max_steps,
+                agent_turn_cap=settings.agent_turn_cap,
+                token_budget=settings.token_budget,
+                context_tokens=settings.context_tokens,
+            ),
+        )
+        core.runtime = runtime
+        recovery = await db.write(lambda conn, tx: reconcile_on_start(conn, tx, core))
+        runtime.recovery = recovery
+        trace.phase("reconcile", **{k: v for k, v in recovery.items() if k != "notices"})
+        providers = await _provider_status(registry)
         write_report(
             settings.data,
             settings=_public_settings(settings),
             schema_version=SCHEMA_VERSION,
-            tools=[],
+            tools=sorted(runtime.tools),
             capabilities={
                 "group_commit": True,
                 "direct_fanout": True,
+                "external_agents": True,
                 "frame_types": bool(CLIENT_FRAME_TYPES),
             },
-            providers=[],
+            providers=providers,
+            recovery=recovery,
         )
         trace.phase("report")
+        await runtime.start()
         trace.phase("ready", origin=settings.origin)
         try:
             yield {"core": core}
         finally:
             trace.phase("stopping")
+            await runtime.close()
             await db.close()
             server.close()
             trace.phase("stopped")
 
     app = Starlette(
-        routes=[*pages.routes, *api.routes, WebSocketRoute("/ws", ws_endpoint)],
+        routes=[*pages.routes, *api_routes, WebSocketRoute("/ws", ws_endpoint)],
         lifespan=lifespan,
         exception_handlers={RoomError: _room_error},  # type: ignore[dict-item]
     )
@@ -188,6 +215,16 @@ def _public_settings(settings: Settings) -> dict[str, Any]:
 
 
 def _now() -> float:
-    import time
-
     return time.time()
+
+
+PROVIDER_CHECK_SECS = 5.0
+
+
+async def _provider_status(registry: ProviderRegistry) -> list[dict[str, Any]]:
+    try:
+        async with asyncio.timeout(PROVIDER_CHECK_SECS):
+            return [status.to_dict() for status in await registry.status()]
+    except TimeoutError:
+        return [{"name": name, "available": None, "reason": "check timed out"}
+                for name in registry.names()]  # fmt: skip

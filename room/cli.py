@@ -81,6 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("project", metavar="PROJECT", help="project name or id")
     token.add_argument("handle", metavar="HANDLE", help="the agent's handle")
 
+    agent = sub.add_parser(
+        "agent",
+        help="drive an external agent member: run COMMAND for each batch of deliveries",
+        description="Connect as an external agent member (driver 'external'). For each batch of "
+        "deliveries, run COMMAND with the batch as JSON on stdin and post its stdout as the "
+        "reply. Example: room agent --url http://127.0.0.1:8470 --token T -- ./my-agent.sh",
+    )
+    agent.add_argument("--url", required=True, help="server URL, e.g. http://127.0.0.1:8470")
+    agent.add_argument("--token", required=True, help="the member's bearer token")
+    agent.add_argument(
+        "--state", type=Path, default=None, help="file remembering handled deliveries"
+    )
+    agent.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS]")
     return parser
 
 
@@ -98,6 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return login_link(_settings(args))
         if args.command == "member" and args.member_command == "token":
             return member_token(_settings(args), args.project, args.handle)
+        if args.command == "agent":
+            from room.client import run_agent_command
+
+            command = list(args.argv)
+            if command and command[0] == "--":
+                command = command[1:]
+            if not command:
+                parser.error("agent needs a COMMAND after --")
+            return run_agent_command(args.url, args.token, command, state_file=args.state)
     except RoomError as exc:
         print(f"room: {exc.message}", file=sys.stderr)
         return EXIT_ERROR

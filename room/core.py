@@ -20,14 +20,36 @@ from room.store import projects as projects_store
 
 
 class Waker(Protocol):
-    """What actions tell the agent runtime after a commit (it reads the ledger itself)."""
+    """What actions tell the agent runtime (it reads the ledger itself)."""
 
     def wake(self, project_id: int, member_ids: Iterable[int]) -> None: ...
 
+    def wake_project(self, project_id: int) -> None: ...
+
+    def stop_member(self, member_id: int) -> bool: ...
+
+    async def stop_project(self, project_id: int, wait_secs: float = ...) -> bool: ...
+
+    def running_members(self, project_id: int) -> list[int]: ...
+
 
 class NoRuntime:
+    """Before the runtime starts (and in tests of the store alone): nothing runs."""
+
     def wake(self, project_id: int, member_ids: Iterable[int]) -> None:
         return None
+
+    def wake_project(self, project_id: int) -> None:
+        return None
+
+    def stop_member(self, member_id: int) -> bool:
+        return False
+
+    async def stop_project(self, project_id: int, wait_secs: float = 0.0) -> bool:
+        return True
+
+    def running_members(self, project_id: int) -> list[int]:
+        return []
 
 
 @dataclass(slots=True)

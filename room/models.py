@@ -83,6 +83,7 @@ class Member:
     handle: str
     display_name: str
     status: str
+    driver: str = "builtin"
 
     @classmethod
     def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Member:
@@ -105,7 +106,8 @@ class Member:
             "handle": self.handle,
             "display_name": self.display_name,
             "status": self.status,
+            "driver": self.driver if self.kind == "agent" else None,
         }
 
 
-MEMBER_COLUMNS = "id, project_id, kind, user_id, role, handle, display_name, status"
+MEMBER_COLUMNS = "id, project_id, kind, user_id, role, handle, display_name, status, driver"

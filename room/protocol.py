@@ -114,6 +114,22 @@ class ReceiptsFrame(_Frame):
     message_id: Id
 
 
+class ReceivedFrame(_Frame):
+    type: Literal["received"]
+    delivery_ids: list[Id] = Field(min_length=1, max_length=500)
+
+
+class ConsumeFrame(_Frame):
+    type: Literal["consume"]
+    delivery_ids: list[Id] = Field(min_length=1, max_length=500)
+    mode: Literal["queue", "steer"] = "queue"
+
+
+class RedeliverFrame(_Frame):
+    type: Literal["redeliver"]
+    delivery_ids: list[Id] = Field(min_length=1, max_length=500)
+
+
 class PingFrame(_Frame):
     type: Literal["ping"]
 
@@ -130,6 +146,9 @@ ClientFrame = Annotated[
     | ReadFrame
     | PreviewFrame
     | ReceiptsFrame
+    | ReceivedFrame
+    | ConsumeFrame
+    | RedeliverFrame
     | PingFrame,
     Field(discriminator="type"),
 ]
@@ -148,6 +167,9 @@ CLIENT_FRAME_TYPES: tuple[str, ...] = (
     "read",
     "preview",
     "receipts",
+    "received",
+    "consume",
+    "redeliver",
     "ping",
 )
 
@@ -165,6 +187,7 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "preview",
     "receipts",
     "delivery",
+    "inbox",
     "members",
     "project",
     "resync_required",

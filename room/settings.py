@@ -67,6 +67,23 @@ class Settings(BaseModel):
         default=30, ge=1, description="Shown as the retention hint in the trash; never auto-purges."
     )
     demo: bool = Field(default=True, description="Create the demo project on first start.")
+    max_concurrent_turns: int = Field(
+        default=4, ge=1, description="Agent turns running at once on this server."
+    )
+    max_steps: int = Field(
+        default=8, ge=1, le=100, description="Default step limit of one agent turn (per project)."
+    )
+    agent_turn_cap: int = Field(
+        default=12,
+        ge=1,
+        description="Default loop brake: agent turns allowed since the last human message.",
+    )
+    token_budget: int | None = Field(
+        default=None, ge=1, description="Default per-project token budget (none: unlimited)."
+    )
+    context_tokens: int = Field(
+        default=6000, ge=500, description="Token budget of the timeline in an agent's context."
+    )
     lock_wait_secs: float = Field(
         default=1.0, ge=0, description="How long a second server waits for the lock before exiting."
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -19,15 +20,18 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from room import __version__
 from room import protocol as p
 from room.actions import messages as message_actions
+from room.actions import runtime as runtime_actions
 from room.auth import Identity, authenticate_token, identity_from_headers
 from room.core import Core
 from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
 from room.hub import Outbox, Subscription
 from room.models import Member
+from room.runtime import Runtime
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import runtime as rt_store
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +87,13 @@ class Connection:
             "read": self.on_read,
             "preview": self.on_preview,
             "receipts": self.on_receipts,
+            "received": self.on_received,
+            "consume": self.on_consume,
+            "redeliver": self.on_redeliver,
             "ping": self.on_ping,
         }
+        self.handoff = uuid.uuid4().hex
+        self.external_member: int | None = None
 
     async def _send_text(self, text: str) -> None:
         await self.websocket.send({"type": "websocket.send", "text": text})
@@ -103,6 +112,7 @@ class Connection:
             if self.identity is None and not await self._await_auth():
                 return
             self._hello()
+            await self._attach_external()
             while not self.outbox.closed:
                 message = await self.websocket.receive()
                 if message["type"] == "websocket.disconnect":
@@ -117,6 +127,11 @@ class Connection:
         finally:
             for sub in self.subscriptions.values():
                 self.core.hub.unsubscribe(sub)
+            if self.external_member is not None:
+                runtime = self.core.runtime
+                if isinstance(runtime, Runtime):
+                    runtime.detach_external(self.external_member, self._offer)
+                await runtime_actions.socket_lost(self.core, self.external_member, self.handoff)
             for task in list(self._tasks):
                 task.cancel()
             await self.outbox.aclose()
@@ -179,6 +194,55 @@ class Connection:
         task = asyncio.get_running_loop().create_task(guarded())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    # -- external agents -----------------------------------------------------------------------
+
+    async def _attach_external(self) -> None:
+        agent = self.identity.agent if self.identity else None
+        runtime = self.core.runtime
+        if agent is None or agent.driver != "external" or not isinstance(runtime, Runtime):
+            return
+        self.external_member = agent.id
+        runtime.attach_external(agent.id, self._offer)
+        unsettled = await self.core.db.read(lambda conn: rt_store.unsettled(conn, agent.id))
+        if unsettled:
+            self._push_inbox(agent.project_id, unsettled, reconcile=True)
+        await self._offer(agent.id)
+
+    async def _offer(self, member_id: int) -> None:
+        items = await runtime_actions.offer(self.core, member_id, self.handoff)
+        if items:
+            self._push_inbox(items[0].project_id, items, reconcile=False)
+
+    def _push_inbox(self, project_id: int, items: list[Any], *, reconcile: bool) -> None:
+        self.push(
+            {
+                "type": "inbox",
+                "project_id": project_id,
+                "reconcile": reconcile,
+                "deliveries": [i.to_wire() for i in items],
+            }
+        )
+
+    def _external(self) -> int:
+        if self.external_member is None:
+            raise ForbiddenError(
+                "only an external agent's connection confirms deliveries", code="not_external"
+            )
+        return self.external_member
+
+    async def on_received(self, frame: p.ReceivedFrame) -> None:
+        await runtime_actions.confirm(self.core, self._external(), frame.delivery_ids, "delivered")
+
+    async def on_consume(self, frame: p.ConsumeFrame) -> None:
+        await runtime_actions.confirm(
+            self.core, self._external(), frame.delivery_ids, "consumed", frame.mode
+        )
+
+    async def on_redeliver(self, frame: p.RedeliverFrame) -> None:
+        member_id = self._external()
+        await runtime_actions.confirm(self.core, member_id, frame.delivery_ids, "pending")
+        await self._offer(member_id)
 
     # -- membership ----------------------------------------------------------------------------
 

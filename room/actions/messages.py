@@ -37,6 +37,7 @@ from room.store import Tx
 from room.store import deliveries as deliveries_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import runtime as rt_store
 
 # Diagnostics that stop a send unless the sender explicitly sends as plain text.
 BLOCKING_DIAGNOSTICS = frozenset(
@@ -237,6 +238,9 @@ def submit_send(
         if mention_rows:
             messages_store.insert_mentions(conn, message_id, mention_rows)
         held_project = state != "active"
+        if sender.kind == "human":
+            # The loop brake counts agent turns since the last human message.
+            rt_store.reset_agent_turns(conn, project_id)
         if routing.recipients:
             deliveries_store.insert_many(
                 conn,

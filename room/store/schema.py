@@ -183,6 +183,126 @@ CREATE TABLE audit_events (
 CREATE INDEX audit_project ON audit_events(project_id, id);
 """
 
-MIGRATIONS: tuple[Migration, ...] = (Migration("0001_foundation", FOUNDATION),)
+RUNTIME = """
+ALTER TABLE members ADD COLUMN driver TEXT NOT NULL DEFAULT 'builtin'
+    CHECK (driver IN ('builtin', 'external'));
+ALTER TABLE members ADD COLUMN charter TEXT;
+ALTER TABLE projects ADD COLUMN config_version INTEGER NOT NULL DEFAULT 1;
+
+-- The turn that took a delivery in, and for external agents the connection it was handed to.
+ALTER TABLE deliveries ADD COLUMN turn_id INTEGER;
+ALTER TABLE deliveries ADD COLUMN handoff TEXT;
+CREATE INDEX deliveries_open ON deliveries(state, recipient_id)
+    WHERE state IN ('pending', 'delivered', 'unknown');
+
+-- One row per turn of an agent session.
+CREATE TABLE turns (
+    id                  INTEGER PRIMARY KEY,
+    project_id          INTEGER NOT NULL REFERENCES projects(id),
+    member_id           INTEGER NOT NULL REFERENCES members(id),
+    state               TEXT NOT NULL CHECK (state IN
+        ('running', 'completed', 'failed', 'cancelled', 'interrupted', 'step_limit', 'braked')),
+    trigger_message_id  INTEGER REFERENCES messages(id),
+    reply_message_id    INTEGER REFERENCES messages(id),
+    steps               INTEGER NOT NULL DEFAULT 0,
+    side_effects        INTEGER NOT NULL DEFAULT 0,
+    error               TEXT,
+    started_at          REAL NOT NULL,
+    ended_at            REAL
+);
+CREATE INDEX turns_member ON turns(member_id, id);
+CREATE INDEX turns_running ON turns(state) WHERE state = 'running';
+
+-- The persistent transcript of each agent session (its own record, used to reconcile).
+CREATE TABLE transcript_entries (
+    id               INTEGER PRIMARY KEY,
+    member_id        INTEGER NOT NULL REFERENCES members(id),
+    turn_id          INTEGER REFERENCES turns(id),
+    role             TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool')),
+    content          TEXT NOT NULL,
+    name             TEXT,
+    tool_calls_json  TEXT,
+    tool_call_id     TEXT,
+    delivery_id      INTEGER REFERENCES deliveries(id),
+    superseded       INTEGER NOT NULL DEFAULT 0,
+    created_at       REAL NOT NULL
+);
+CREATE INDEX transcript_member ON transcript_entries(member_id, id);
+
+-- Every real model request: the route observed, latency and tokens (no money is guessed).
+CREATE TABLE model_requests (
+    id               INTEGER PRIMARY KEY,
+    project_id       INTEGER NOT NULL REFERENCES projects(id),
+    member_id        INTEGER NOT NULL REFERENCES members(id),
+    turn_id          INTEGER REFERENCES turns(id),
+    model_id         TEXT NOT NULL,
+    route_source     TEXT NOT NULL,
+    provider         TEXT NOT NULL,
+    model_reported   TEXT,
+    latency_ms       REAL,
+    input_tokens     INTEGER NOT NULL DEFAULT 0,
+    output_tokens    INTEGER NOT NULL DEFAULT 0,
+    usage_reported   INTEGER NOT NULL DEFAULT 1,
+    ok               INTEGER NOT NULL,
+    error_code       TEXT,
+    created_at       REAL NOT NULL
+);
+CREATE INDEX model_requests_member ON model_requests(member_id, id);
+CREATE INDEX model_requests_project ON model_requests(project_id, id);
+
+-- Current route configuration; every change is also appended to route_changes.
+CREATE TABLE route_settings (
+    project_id      INTEGER NOT NULL REFERENCES projects(id),
+    scope           TEXT NOT NULL CHECK (scope IN ('project', 'role', 'member', 'pool', 'pool_pick')),
+    target          TEXT NOT NULL DEFAULT '',
+    value           TEXT NOT NULL,
+    reason          TEXT,
+    config_version  INTEGER NOT NULL,
+    updated_at      REAL NOT NULL,
+    PRIMARY KEY (project_id, scope, target)
+) WITHOUT ROWID;
+
+CREATE TABLE route_changes (
+    id              INTEGER PRIMARY KEY,
+    project_id      INTEGER NOT NULL REFERENCES projects(id),
+    scope           TEXT NOT NULL,
+    target          TEXT NOT NULL,
+    old_value       TEXT,
+    new_value       TEXT,
+    reason          TEXT NOT NULL,
+    author_kind     TEXT NOT NULL,
+    author_id       INTEGER,
+    config_version  INTEGER NOT NULL,
+    created_at      REAL NOT NULL
+);
+CREATE INDEX route_changes_project ON route_changes(project_id, id);
+
+-- The loop brake of each project (limits live in projects.settings_json).
+CREATE TABLE project_brakes (
+    project_id      INTEGER PRIMARY KEY REFERENCES projects(id),
+    agent_turns     INTEGER NOT NULL DEFAULT 0,
+    tokens_used     INTEGER NOT NULL DEFAULT 0,
+    tripped         TEXT,
+    tripped_detail  TEXT,
+    tripped_at      REAL,
+    cleared_by      INTEGER,
+    cleared_at      REAL
+);
+
+-- What start-up did to deliveries caught mid-hand-off, and why.
+CREATE TABLE reconciliations (
+    id           INTEGER PRIMARY KEY,
+    delivery_id  INTEGER NOT NULL REFERENCES deliveries(id),
+    from_state   TEXT NOT NULL,
+    to_state     TEXT NOT NULL,
+    reason       TEXT NOT NULL,
+    at           REAL NOT NULL
+);
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("0001_foundation", FOUNDATION),
+    Migration("0002_runtime", RUNTIME),
+)
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,4 +1,4 @@
-"""JSON over HTTP: the same actions as the WebSocket, for the page, scripts and the CLI.
+"""Foundation endpoints: identity, projects, messages, invites, audit; shared request helpers.
 
 Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``); bearer tokens
 don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.

@@ -1,0 +1,158 @@
+"""Member operations (human only): add an agent, pause, resume, stop current work, leave.
+
+Permission comes from the pure table in ``room.lifecycle`` (an owner may act on anyone, a human
+on themself, an agent never); every attempt, allowed or refused, is audited.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from room.actions import runtime as runtime_actions
+from room.actions.projects import AgentSpec, insert_agent
+from room.core import Core
+from room.errors import BadRequestError, ForbiddenError, NotFoundError
+from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
+from room.models import Member
+from room.protocol import encode
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import auth as auth_store
+from room.store import members as members_store
+from room.store import projects as projects_store
+
+OPEN_FOR_LEAVE = ("pending", "held", "delivered", "unknown")
+
+
+def actor_kind(actor: Member) -> ActorKind:
+    if actor.kind == "agent":
+        return ActorKind.AGENT
+    return ActorKind.OWNER if actor.is_owner else ActorKind.MEMBER
+
+
+def _publish_members(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> None:
+    members = members_store.list_for_project(conn, project_id)
+    frame = encode(
+        {"type": "members", "project_id": project_id, "members": [m.to_wire() for m in members]}
+    )
+
+    def publish() -> None:
+        core.rosters.invalidate(project_id)
+        core.hub.broadcast(project_id, frame)
+
+    tx.on_commit(publish)
+
+
+async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> Member:
+    if not actor.is_owner:
+        raise ForbiddenError("only a project owner adds members", code="not_owner")
+    project_id = actor.project_id
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> Member:
+        member_id = insert_agent(conn, tx, project_id, spec)
+        conn.execute(
+            "UPDATE members SET driver = :d WHERE id = :id", {"d": driver, "id": member_id}
+        )
+        audit_store.record(
+            conn, now=tx.now, actor_kind="human", actor_id=actor.id, project_id=project_id,
+            action="member.add", outcome="ok",
+            detail={"member_id": member_id, "handle": spec.handle, "role": spec.role,
+                    "driver": driver},
+        )  # fmt: skip
+        _publish_members(conn, tx, core, project_id)
+        member = members_store.get(conn, member_id)
+        assert member is not None
+        return member
+
+    return await core.db.write(job)
+
+
+async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[str, Any]:
+    """Run ``op`` (pause, resume, stop, leave) on a member; refused attempts change nothing but
+    the audit log."""
+    project_id = actor.project_id
+    if op not in MemberOp.__members__.values():
+        raise BadRequestError(
+            f"unknown member operation {op!r}", code="bad_op", allowed=[o.value for o in MemberOp]
+        )
+    member_op_ = MemberOp(op)
+    roster = await core.rosters.get(project_id)
+    target = roster.member(target_id)
+    if target is None:
+        raise NotFoundError("no such member in this project", code="no_member")
+    decision = decide_member(
+        MemberStatus(target.status), member_op_, actor_kind(actor), is_self=target.id == actor.id
+    )
+    if not decision.allowed:
+        await core.db.write(
+            lambda conn, tx: audit_store.record(
+                conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id, project_id=project_id,
+                action=f"member.{op}", from_state=target.status, outcome="refused",
+                detail={"target": target_id, "reason": decision.reason},
+            )
+        )  # fmt: skip
+        decision.raise_if_refused()
+    stopped = False
+    if member_op_ in (MemberOp.STOP, MemberOp.LEAVE):
+        stopped = core.runtime.stop_member(target_id)
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        result: dict[str, Any] = {"member_id": target_id, "op": op, "stop_requested": stopped}
+        if member_op_ is MemberOp.PAUSE:
+            members_store.set_status(conn, target_id, "paused", tx.now)
+            held = _move(conn, tx, core, target_id, ("pending",), "held", "member paused")
+            result["held"] = held
+        elif member_op_ is MemberOp.RESUME:
+            members_store.set_status(conn, target_id, "active", tx.now)
+            if projects_store.state_of(conn, project_id) == "active":
+                result["released"] = _move(conn, tx, core, target_id, ("held",), "pending", None)
+                tx.on_commit(lambda: core.runtime.wake(project_id, [target_id]))
+        elif member_op_ is MemberOp.LEAVE:
+            members_store.set_status(conn, target_id, "left", tx.now)
+            auth_store.revoke_member_tokens(conn, target_id, tx.now)
+            result["cancelled"] = _move(
+                conn, tx, core, target_id, OPEN_FOR_LEAVE, "cancelled", "recipient left"
+            )
+        audit_store.record(
+            conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id, project_id=project_id,
+            action=f"member.{op}", from_state=target.status, outcome="ok",
+            detail={k: v for k, v in result.items() if k != "op"},
+        )  # fmt: skip
+        verb = {
+            "pause": "暂停了",
+            "resume": "恢复了",
+            "stop": "停止了当前工作：",
+            "leave": "移出了",
+        }[op]
+        runtime_actions.insert_notice(
+            conn, tx, core, project_id, f"{actor.display_name} {verb} @{target.handle}",
+            {"member_op": op, "member_id": target_id},
+        )  # fmt: skip
+        _publish_members(conn, tx, core, project_id)
+        return result
+
+    return await core.db.write(job)
+
+
+def _move(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    core: Core,
+    member_id: int,
+    from_states: tuple[str, ...],
+    to_state: str,
+    reason: str | None,
+) -> int:
+    marks = ",".join("?" * len(from_states))
+    ids = [
+        int(r[0])
+        for r in conn.execute(
+            f"SELECT id FROM deliveries WHERE recipient_id = ? AND state IN ({marks}) ORDER BY id",
+            [member_id, *from_states],
+        )
+    ]
+    if to_state == "pending":
+        conn.executemany("UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in ids])
+    runtime_actions.set_deliveries(conn, tx, core, ids, to_state, reason=reason)
+    return len(ids)

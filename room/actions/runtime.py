@@ -1,0 +1,541 @@
+"""The runtime's writes: hand-offs, turns, consumption, usage, the loop brake, notices, and the
+start-up reconciliation of deliveries caught mid-hand-off.
+
+The runtime never writes SQL itself; it calls these. Each ledger change is published to the
+project's subscribers as an ephemeral ``delivery`` frame after its commit.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from room.core import Core
+from room.hub import Frame
+from room.protocol import encode
+from room.render import render
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import messages as messages_store
+from room.store import projects as projects_store
+from room.store import runtime as rt_store
+from room.store.runtime import Inbound
+
+FINAL_TXN = "turn-{turn_id}-final"
+
+
+def _publish_deliveries(core: Core, tx: Tx, rows: Sequence[tuple[int, int, int, int]], state: str,
+                        mode: str | None = None, reason: str | None = None) -> None:  # fmt: skip
+    if not rows:
+        return
+    frames = [
+        (
+            project_id,
+            encode(
+                {
+                    "type": "delivery",
+                    "project_id": project_id,
+                    "message_id": message_id,
+                    "recipient_id": recipient_id,
+                    "delivery_id": delivery_id,
+                    "state": state,
+                    "mode": mode,
+                    "reason": reason,
+                }
+            ),
+        )
+        for delivery_id, project_id, message_id, recipient_id in rows
+    ]
+
+    def publish() -> None:
+        for project_id, frame in frames:
+            core.hub.broadcast(project_id, frame)
+
+    tx.on_commit(publish)
+
+
+def set_deliveries(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    core: Core,
+    ids: Sequence[int],
+    state: str,
+    *,
+    mode: str | None = None,
+    reason: str | None = None,
+) -> None:
+    rows = rt_store.set_state(conn, ids, state, tx.now, mode=mode, reason=reason)
+    _publish_deliveries(core, tx, rows, state, mode, reason)
+
+
+# -- notices ------------------------------------------------------------------------------------
+
+
+def insert_notice(
+    conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int, body: str, meta: dict[str, Any]
+) -> int:
+    """A system message in the timeline (no author, wakes nobody)."""
+    seq = projects_store.next_seq(conn, project_id, tx.now)
+    message_id = messages_store.insert(
+        conn,
+        project_id=project_id,
+        seq=seq,
+        author_id=None,
+        kind="system",
+        body=body,
+        reply_to=None,
+        client_txn_id=None,
+        txn_digest=None,
+        now=tx.now,
+    )
+    obj = messages_store.message_object(
+        message_id=message_id,
+        project_id=project_id,
+        seq=seq,
+        author_id=None,
+        kind="system",
+        body=body,
+        html=render(body),
+        reply_to=None,
+        reply_excerpt=None,
+        mentions=(),
+        client_txn_id=None,
+        created_at=tx.now,
+        meta=meta,
+    )
+    messages_store.set_frame(conn, message_id, obj)
+    messages_store.insert_event(
+        conn, project_id=project_id, seq=seq, kind="message", message_id=message_id, frame=None,
+        now=tx.now,
+    )  # fmt: skip
+    event = Frame(messages_store.event_frame(project_id, seq, obj))
+    tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
+    return message_id
+
+
+async def post_notice(core: Core, project_id: int, body: str, **meta: Any) -> int:
+    return await core.db.write(
+        lambda conn, tx: insert_notice(conn, tx, core, project_id, body, meta)
+    )
+
+
+# -- hand-off -----------------------------------------------------------------------------------
+
+
+async def claim(core: Core, member_id: int, limit: int = 50) -> list[Inbound]:
+    """pending → delivered: the deliveries now sit in the in-process session's inbox."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> list[Inbound]:
+        taken = rt_store.claim_pending(conn, member_id, tx.now, limit)
+        rows = [(i.delivery_id, i.project_id, i.message_id, member_id) for i in taken]
+        _publish_deliveries(core, tx, rows, "delivered")
+        return taken
+
+    return await core.db.write(job)
+
+
+async def offer(core: Core, member_id: int, handoff: str) -> list[Inbound]:
+    """Pending deliveries handed to an external agent's socket (still pending until receipt)."""
+    return await core.db.write(lambda conn, tx: rt_store.offer_pending(conn, member_id, handoff))
+
+
+async def confirm(
+    core: Core, member_id: int, delivery_ids: Sequence[int], state: str, mode: str | None = None
+) -> list[int]:
+    """An external agent reports ``received`` (→ delivered) or ``consumed`` (with its mode)."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> list[int]:
+        allowed = {
+            "delivered": ("pending", "unknown"),
+            "consumed": ("pending", "delivered", "unknown"),
+            "pending": ("unknown", "delivered"),
+        }[state]
+        own = _own_open(conn, member_id, delivery_ids, allowed)
+        if state == "pending":
+            conn.executemany(
+                "UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in own]
+            )
+        for delivery_id in own:
+            if _state_of(conn, delivery_id) == "unknown":
+                rt_store.reconcile_record(
+                    conn, delivery_id, "unknown", state, "confirmed by the external agent", tx.now
+                )
+        set_deliveries(conn, tx, core, own, state, mode=mode)
+        return own
+
+    return await core.db.write(job)
+
+
+def _own_open(
+    conn: sqlite3.Connection, member_id: int, ids: Sequence[int], states: Sequence[str]
+) -> list[int]:
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    state_marks = ",".join("?" * len(states))
+    return [
+        int(r[0])
+        for r in conn.execute(
+            f"SELECT id FROM deliveries WHERE id IN ({marks}) AND recipient_id = ?"
+            f" AND state IN ({state_marks}) ORDER BY id",
+            [*ids, member_id, *states],
+        )
+    ]
+
+
+def _state_of(conn: sqlite3.Connection, delivery_id: int) -> str:
+    row = conn.execute("SELECT state FROM deliveries WHERE id = ?", (delivery_id,)).fetchone()
+    return str(row[0]) if row else ""
+
+
+async def socket_lost(core: Core, member_id: int, handoff: str) -> int:
+    """An external agent's socket closed: hand-offs it never confirmed become ``unknown``."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> int:
+        ids = [
+            int(r[0])
+            for r in conn.execute(
+                "SELECT id FROM deliveries WHERE recipient_id = :m AND handoff = :h"
+                " AND state = 'pending'",
+                {"m": member_id, "h": handoff},
+            )
+        ]
+        for delivery_id in ids:
+            rt_store.reconcile_record(
+                conn, delivery_id, "pending", "unknown", "socket lost before receipt", tx.now
+            )
+        set_deliveries(conn, tx, core, ids, "unknown", reason="socket lost before receipt")
+        return len(ids)
+
+    return await core.db.write(job)
+
+
+# -- turns --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStart:
+    turn_id: int | None
+    tripped: str | None = None
+
+
+async def start_turn(
+    core: Core, project_id: int, member_id: int, inbound: Sequence[Inbound], cap: int
+) -> TurnStart:
+    """Open a turn taking ``inbound`` in, unless the loop brake is (or now becomes) tripped —
+    then the deliveries go back to ``pending`` untouched, to be dispatched once it is cleared."""
+    ids = [i.delivery_id for i in inbound]
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> TurnStart:
+        brake = rt_store.brake(conn, project_id)
+        tripped = brake["tripped"]
+        if tripped is None:
+            count = rt_store.count_agent_turn(conn, project_id)
+            if count > cap:
+                detail = {"agent_turns": count - 1, "cap": cap}
+                _trip(conn, tx, core, project_id, "agent_turn_cap", detail)
+                tripped = "agent_turn_cap"
+        if tripped is not None:
+            set_deliveries(conn, tx, core, ids, "pending", reason="loop brake: waiting for a human")
+            return TurnStart(None, tripped)
+        trigger = inbound[-1].message_id if inbound else None
+        turn_id = rt_store.insert_turn(
+            conn, project_id=project_id, member_id=member_id, trigger=trigger, now=tx.now
+        )
+        rt_store.take_into_turn(conn, ids, turn_id)
+        for item in inbound:
+            rt_store.append_transcript(
+                conn, member_id=member_id, turn_id=turn_id, role="user", content=item.body,
+                now=tx.now, delivery_id=item.delivery_id,
+            )  # fmt: skip
+        return TurnStart(turn_id)
+
+    return await core.db.write(job)
+
+
+async def take_steer(core: Core, member_id: int, turn_id: int, inbound: Sequence[Inbound]) -> None:
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        rt_store.take_into_turn(conn, [i.delivery_id for i in inbound], turn_id)
+        for item in inbound:
+            rt_store.append_transcript(
+                conn, member_id=member_id, turn_id=turn_id, role="user", content=item.body,
+                now=tx.now, delivery_id=item.delivery_id,
+            )  # fmt: skip
+
+    await core.db.write(job)
+
+
+@dataclass(slots=True)
+class ModelCall:
+    project_id: int
+    member_id: int
+    turn_id: int
+    model_id: str
+    route_source: str
+    provider: str
+    model_reported: str | None
+    latency_ms: float | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usage_reported: bool = True
+    ok: bool = True
+    error_code: str | None = None
+    consumed: list[tuple[int, str]] = field(default_factory=list)  # (delivery, mode)
+
+
+async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> str | None:
+    """Record one real request (route observed, usage) and mark the deliveries it carried as
+    consumed. Returns the brake reason if the token budget is now spent."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> str | None:
+        rt_store.record_request(
+            conn,
+            project_id=call.project_id, member_id=call.member_id, turn_id=call.turn_id,
+            model_id=call.model_id, route_source=call.route_source, provider=call.provider,
+            model_reported=call.model_reported, latency_ms=call.latency_ms,
+            input_tokens=call.input_tokens, output_tokens=call.output_tokens,
+            usage_reported=int(call.usage_reported), ok=int(call.ok),
+            error_code=call.error_code, now=tx.now,
+        )  # fmt: skip
+        for mode in ("queue", "steer"):
+            ids = [d for d, m in call.consumed if m == mode]
+            set_deliveries(conn, tx, core, ids, "consumed", mode=mode)
+        if budget is not None:
+            used = rt_store.brake(conn, call.project_id)["tokens_used"]
+            if used >= budget:
+                detail = {"tokens_used": used, "budget": budget}
+                _trip(conn, tx, core, call.project_id, "token_budget", detail)
+                return "token_budget"
+        return None
+
+    return await core.db.write(job)
+
+
+async def record_tool_step(
+    core: Core,
+    member_id: int,
+    turn_id: int,
+    step: int,
+    assistant_text: str,
+    calls: list[dict[str, Any]],
+    results: list[tuple[str, str]],
+    side_effects: int,
+) -> None:
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        rt_store.append_transcript(
+            conn, member_id=member_id, turn_id=turn_id, role="assistant",
+            content=assistant_text, now=tx.now, tool_calls=calls,
+        )  # fmt: skip
+        for call_id, content in results:
+            rt_store.append_transcript(
+                conn, member_id=member_id, turn_id=turn_id, role="tool", content=content,
+                now=tx.now, tool_call_id=call_id,
+            )  # fmt: skip
+        conn.execute(
+            "UPDATE turns SET steps = :s, side_effects = side_effects + :e WHERE id = :t",
+            {"s": step, "e": side_effects, "t": turn_id},
+        )
+
+    await core.db.write(job)
+
+
+async def complete_turn(
+    core: Core, member_id: int, turn_id: int, steps: int, reply_message_id: int | None, text: str
+) -> None:
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        rt_store.append_transcript(
+            conn, member_id=member_id, turn_id=turn_id, role="assistant", content=text, now=tx.now
+        )
+        rt_store.update_turn(
+            conn, turn_id, state="completed", steps=steps, reply_message_id=reply_message_id,
+            ended_at=tx.now,
+        )  # fmt: skip
+
+    await core.db.write(job)
+
+
+async def end_turn(
+    core: Core,
+    project_id: int,
+    member_id: int,
+    turn_id: int,
+    *,
+    state: str,
+    steps: int,
+    reason: str,
+    notice: str | None,
+    brake: tuple[str, dict[str, Any]] | None = None,
+) -> None:
+    """End a turn that did not complete: deliveries it took but never got a model answer for
+    become ``failed`` with ``reason``; a notice says so in the room."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        open_ids = [d for d, s in rt_store.deliveries_of_turn(conn, turn_id) if s == "delivered"]
+        set_deliveries(conn, tx, core, open_ids, "failed", reason=reason)
+        rt_store.update_turn(conn, turn_id, state=state, steps=steps, error=reason, ended_at=tx.now)
+        if brake is not None:
+            _trip(conn, tx, core, project_id, brake[0], brake[1])
+        if notice:
+            insert_notice(conn, tx, core, project_id, notice, {"turn_id": turn_id, "state": state})
+
+    await core.db.write(job)
+
+
+async def trip_brake(core: Core, project_id: int, reason: str, detail: dict[str, Any]) -> None:
+    await core.db.write(lambda conn, tx: _trip(conn, tx, core, project_id, reason, detail))
+
+
+BRAKE_NOTICES = {
+    "agent_turn_cap": "⛔ 循环制动：自上一条人类消息以来 AI 成员已运行 {agent_turns} 轮（上限 {cap}）。"
+    "已暂停派发，请人类查看后在界面上解除。",
+    "token_budget": "⛔ 预算制动：本项目已用 {tokens_used} tokens（预算 {budget}）。已暂停派发，"
+    "请人类调整预算或解除。",
+    "step_limit": "⛔ 步数制动：@{handle} 的一轮达到 {max_steps} 步上限仍未给出答复。已暂停派发，"
+    "请人类查看后解除。",
+    "repetition": "⛔ 重复制动：@{handle} 在重复同样的动作（{what}）。已暂停派发，请人类查看后解除。",
+}
+
+
+def _trip(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    core: Core,
+    project_id: int,
+    reason: str,
+    detail: dict[str, Any],
+) -> None:
+    if rt_store.trip(conn, project_id, reason, detail, tx.now):
+        text = BRAKE_NOTICES[reason].format(**detail)
+        insert_notice(conn, tx, core, project_id, text, {"brake": reason, **detail})
+        audit_store.record(
+            conn, now=tx.now, actor_kind="system", actor_id=None, project_id=project_id,
+            action="brake.trip", outcome="ok", detail={"reason": reason, **detail},
+        )  # fmt: skip
+
+
+async def clear_brake(core: Core, project_id: int, human_member_id: int) -> dict[str, Any]:
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        before = rt_store.brake(conn, project_id)
+        rt_store.clear_brake(conn, project_id, human_member_id, tx.now)
+        audit_store.record(
+            conn, now=tx.now, actor_kind="human", actor_id=human_member_id, project_id=project_id,
+            action="brake.clear", outcome="ok", detail={"was": before["tripped"]},
+        )  # fmt: skip
+        if before["tripped"]:
+            insert_notice(conn, tx, core, project_id, "✅ 制动已由人类解除，恢复派发。",
+                          {"brake": "cleared"})  # fmt: skip
+        return rt_store.brake(conn, project_id)
+
+    return await core.db.write(job)
+
+
+def final_txn(turn_id: int) -> str:
+    return FINAL_TXN.format(turn_id=turn_id)
+
+
+def tool_txn(turn_id: int, call_id: str) -> str:
+    # Stable per tool call: a retried call in the same turn cannot post twice.
+    digest = uuid.uuid5(uuid.NAMESPACE_URL, call_id).hex[:16]
+    return f"turn-{turn_id}-{digest}"
+
+
+# -- restart ------------------------------------------------------------------------------------
+
+
+def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str, Any]:
+    """Resolve what a crash left mid-hand-off against each session's own record (DESIGN §5).
+
+    * a turn left ``running``: if its final reply was posted (found by its idempotency key), it
+      completed; if it had already acted (``room_send``), its deliveries fail rather than run
+      twice; otherwise nothing it did reached anyone and its deliveries go back to ``pending``.
+    * deliveries in an in-process session's inbox that no turn took go back to ``pending``.
+    * hand-offs to external agents become ``unknown`` until the agent confirms (it reconciles
+      on its next connection).
+    Every row passes through ``unknown`` with a reconcile record; nothing is re-sent blindly.
+    """
+    report: dict[str, Any] = {"turns_interrupted": 0, "redispatched": 0, "failed": 0,
+                              "completed": 0, "awaiting_external": 0, "notices": []}  # fmt: skip
+
+    def via_unknown(ids: list[int], to: str, reason: str, mode: str | None = None) -> None:
+        for delivery_id in ids:
+            before = _state_of(conn, delivery_id)
+            rt_store.reconcile_record(conn, delivery_id, before, "unknown", "restart", tx.now)
+            rt_store.reconcile_record(conn, delivery_id, "unknown", to, reason, tx.now)
+        if to == "pending":
+            conn.executemany(
+                "UPDATE deliveries SET turn_id = NULL, handoff = NULL WHERE id = ?",
+                [(i,) for i in ids],
+            )
+        set_deliveries(conn, tx, core, ids, to, mode=mode, reason=reason)
+
+    for turn_id, project_id, member_id, side_effects in rt_store.running_turns(conn):
+        report["turns_interrupted"] += 1
+        deliveries = rt_store.deliveries_of_turn(conn, turn_id)
+        ids = [d for d, s in deliveries if s in ("delivered", "consumed", "unknown")]
+        reply = messages_store.find_txn(conn, member_id, final_txn(turn_id))
+        if reply is not None:
+            via_unknown(ids, "consumed", "the turn's reply was posted before the restart", "queue")
+            rt_store.update_turn(conn, turn_id, state="completed", reply_message_id=reply[0],
+                                 ended_at=tx.now)  # fmt: skip
+            report["completed"] += 1
+            continue
+        rt_store.update_turn(conn, turn_id, state="interrupted", error="server restart",
+                             ended_at=tx.now)  # fmt: skip
+        if side_effects:
+            reason = "turn interrupted by a restart after it had acted; not re-run (no duplicates)"
+            via_unknown(ids, "failed", reason)
+            report["failed"] += len(ids)
+            text = (f"⚠️ 服务器重启打断了一轮已产生动作的工作（第 {turn_id} 轮），为避免重复不会自动重跑；"
+                    "如需继续，请重新 @ 该成员。")  # fmt: skip
+            insert_notice(conn, tx, core, project_id, text, {"turn_id": turn_id})
+            report["notices"].append(text)
+        else:
+            rt_store.supersede_turn_transcript(conn, turn_id)
+            reason = "turn interrupted by a restart before any effect; dispatched again"
+            via_unknown(ids, "pending", reason)
+            report["redispatched"] += len(ids)
+
+    # In-process inboxes are memory: what no turn took is still unseen by the session's record.
+    inbox = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
+            " WHERE d.state = 'delivered' AND d.turn_id IS NULL AND m.driver = 'builtin'"
+        )
+    ]
+    via_unknown(
+        inbox, "pending", "in the session inbox at restart, taken by no turn; dispatched again"
+    )
+    report["redispatched"] += len(inbox)
+
+    external = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
+            " WHERE m.driver = 'external' AND (d.state = 'delivered'"
+            " OR (d.state = 'pending' AND d.handoff IS NOT NULL))"
+        )
+    ]
+    for delivery_id in external:
+        rt_store.reconcile_record(conn, delivery_id, _state_of(conn, delivery_id), "unknown",
+                                  "restart: awaiting the external agent's confirmation", tx.now)  # fmt: skip
+    set_deliveries(conn, tx, core, external, "unknown", reason="awaiting the agent's confirmation")
+    report["awaiting_external"] = len(external)
+    report["paused_projects_with_work"] = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT DISTINCT d.project_id FROM deliveries d JOIN projects p ON p.id = d.project_id"
+            " WHERE d.state IN ('pending', 'held') AND p.state != 'active'"
+        )
+    ]
+    report["at"] = tx.now
+    conn.execute(
+        "INSERT INTO audit_events (at, actor_kind, project_id, action, outcome, detail_json)"
+        " VALUES (:at, 'system', NULL, 'runtime.reconcile', 'ok', :d)",
+        {"at": tx.now, "d": json.dumps({k: v for k, v in report.items() if k != "notices"})},
+    )
+    return report

@@ -1,0 +1,11 @@
+"""JSON over HTTP: the same actions as the WebSocket, for the page, scripts and the CLI.
+
+Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``); bearer tokens
+don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
+"""
+
+from room.api import agents, base
+
+__all__ = ["agents", "base", "routes"]
+
+routes = [*base.routes, *agents.routes]

@@ -1,0 +1,242 @@
+"""Agent endpoints: providers, members and their routes, member operations, usage, the loop
+brake and the recovery report."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from room.actions import members as member_actions
+from room.actions import routes as route_actions
+from room.actions import runtime as runtime_actions
+from room.actions.projects import AgentSpec
+from room.api.base import body_of, core_of, identity, member_in
+from room.errors import ForbiddenError, NotFoundError
+from room.routing import SOURCE_LABELS
+from room.runtime import Runtime
+from room.runtime.runtime import resolve_config
+from room.runtime.tools import Toolbox
+from room.store import projects as projects_store
+from room.store import routes as routes_store
+from room.store import runtime as rt_store
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime = core_of(request).runtime
+    assert isinstance(runtime, Runtime)
+    return runtime
+
+
+async def providers(request: Request) -> Response:
+    await identity(request)
+    refresh = request.query_params.get("refresh") == "1"
+    statuses = await _runtime(request).registry.status(refresh=refresh)
+    return JSONResponse({"providers": [s.to_dict() for s in statuses]})
+
+
+async def member_detail(request: Request) -> Response:
+    """A member as the UI's member card shows it: route (and where it comes from), the route
+    actually observed on its last real request, its tools, its current turn."""
+    who = await identity(request)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    await member_in(core, who, project_id)
+    roster = await core.rosters.get(project_id)
+    member = roster.member(int(request.path_params["member_id"]))
+    if member is None:
+        raise NotFoundError("no such member in this project", code="no_member")
+    data: dict[str, Any] = {"member": member.to_wire()}
+    if member.kind == "agent":
+        runtime = _runtime(request)
+
+        def read(conn: Any) -> Any:
+            return (
+                routes_store.settings(conn, project_id),
+                rt_store.observed_route(conn, member.id),
+                rt_store.last_turn(conn, member.id),
+            )
+
+        config, observed, last_turn = await core.db.read(read)
+        route = resolve_config(config, member)
+        data["route"] = {
+            "model_id": route.model_id,
+            "source": route.source.value,
+            "label": SOURCE_LABELS[route.source].zh,
+            "label_en": SOURCE_LABELS[route.source].en,
+            "reason": route.reason,
+            "pick_refused": route.pick_refused,
+        }
+        data["observed"] = observed
+        data["last_turn"] = last_turn
+        data["running"] = member.id in runtime.running_members(project_id)
+        data["tools"] = [s.name for s in Toolbox(runtime.tools, member.role).specs()]
+    return JSONResponse(data)
+
+
+class MemberIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: str
+    handle: str
+    display_name: str
+    aliases: list[str] = Field(default_factory=list, max_length=8)
+    driver: Literal["builtin", "external"] = "builtin"
+
+
+async def add_member(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    actor = await member_in(core, who, int(request.path_params["project_id"]))
+    data: MemberIn = await body_of(request, MemberIn)
+    member = await member_actions.add_agent(
+        core,
+        actor,
+        AgentSpec(data.role, data.handle, data.display_name, tuple(data.aliases)),
+        data.driver,
+    )
+    return JSONResponse({"member": member.to_wire()}, status_code=201)
+
+
+async def member_op(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    actor = await member_in(core, who, int(request.path_params["project_id"]))
+    result = await member_actions.member_op(
+        core, actor, int(request.path_params["member_id"]), request.path_params["op"]
+    )
+    return JSONResponse(result)
+
+
+async def get_routes(request: Request) -> Response:
+    who = await identity(request)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    await member_in(core, who, project_id)
+
+    def read(conn: Any) -> Any:
+        return (
+            routes_store.settings(conn, project_id),
+            routes_store.config_version(conn, project_id),
+            routes_store.history(conn, project_id),
+        )
+
+    settings, version, history = await core.db.read(read)
+    return JSONResponse(
+        {
+            "config_version": version,
+            "settings": [
+                {"scope": scope, "target": target, **value}
+                for (scope, target), value in sorted(settings.items())
+            ],
+            "history": history,
+        }
+    )
+
+
+class RouteIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scope: Literal["project", "role", "member", "pool", "pool_pick"]
+    target: str = ""
+    value: str | None
+    reason: str
+
+
+async def change_route(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    actor = await member_in(core, who, int(request.path_params["project_id"]))
+    data: RouteIn = await body_of(request, RouteIn)
+    result = await route_actions.change_route(
+        core, actor, scope=data.scope, target=data.target, value=data.value, reason=data.reason
+    )
+    return JSONResponse(result)
+
+
+async def usage(request: Request) -> Response:
+    who = await identity(request)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    await member_in(core, who, project_id)
+    data = await core.db.read(lambda conn: rt_store.usage(conn, project_id))
+    return JSONResponse(data)
+
+
+async def get_brake(request: Request) -> Response:
+    who = await identity(request)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    await member_in(core, who, project_id)
+    runtime = _runtime(request)
+    brake = await core.db.read(lambda conn: rt_store.brake(conn, project_id))
+    limits = await runtime.limits(project_id)
+    return JSONResponse(
+        {
+            **brake,
+            "limits": {
+                "agent_turn_cap": limits.agent_turn_cap,
+                "token_budget": limits.token_budget,
+                "max_steps": limits.max_steps,
+            },
+        }
+    )
+
+
+async def clear_brake(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    actor = await member_in(core, who, project_id)
+    if actor.kind != "human":
+        raise ForbiddenError("only a person clears the loop brake", code="human_only")
+    brake = await runtime_actions.clear_brake(core, project_id, actor.id)
+    _runtime(request).wake_project(project_id)
+    return JSONResponse(brake)
+
+
+class LimitsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent_turn_cap: int | None = Field(default=None, ge=1, le=10_000)
+    token_budget: int | None = Field(default=None, ge=1)
+    max_steps: int | None = Field(default=None, ge=1, le=100)
+
+
+async def set_limits(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    project_id = int(request.path_params["project_id"])
+    actor = await member_in(core, who, project_id)
+    if not actor.is_owner:
+        raise ForbiddenError("only a project owner sets limits", code="not_owner")
+    data: LimitsIn = await body_of(request, LimitsIn)
+    values = {k: v for k, v in data.model_dump().items() if k in data.model_fields_set}
+    result = await core.db.write(
+        lambda conn, tx: projects_store.update_settings(conn, project_id, values, tx.now)
+    )
+    return JSONResponse({"limits": result})
+
+
+async def recovery(request: Request) -> Response:
+    await identity(request)
+    return JSONResponse(_runtime(request).recovery)
+
+
+routes = [
+    Route("/api/providers", providers),
+    Route("/api/recovery", recovery),
+    Route("/api/projects/{project_id:int}/members", add_member, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/members/{member_id:int}", member_detail),
+    Route(
+        "/api/projects/{project_id:int}/members/{member_id:int}/{op:str}",
+        member_op,
+        methods=["POST"],
+    ),
+    Route("/api/projects/{project_id:int}/routes", get_routes, methods=["GET"]),
+    Route("/api/projects/{project_id:int}/routes", change_route, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/usage", usage),
+    Route("/api/projects/{project_id:int}/brake", get_brake, methods=["GET"]),
+    Route("/api/projects/{project_id:int}/brake/clear", clear_brake, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/limits", set_limits, methods=["POST"]),
+]

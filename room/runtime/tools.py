@@ -1,0 +1,217 @@
+"""Room tools an agent session may call. The author is bound from the session, never from the
+arguments; a tool the member's preset does not grant is refused here even if a model calls it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from room.actions import messages as message_actions
+from room.actions import routes as route_actions
+from room.actions import runtime as runtime_actions
+from room.core import Core
+from room.errors import RoomError
+from room.models import Member
+from room.providers import ToolSpec
+from room.runtime.presets import preset_for
+from room.store import messages as messages_store
+
+HISTORY_MAX = 50
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    core: Core
+    member: Member
+    turn_id: int
+    call_id: str
+    extra: Mapping[str, Any]
+
+
+ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    spec: ToolSpec
+    run: ToolFn
+    side_effect: bool
+
+
+class ToolRefusedError(RoomError):
+    code = "tool_refused"
+    http_status = 403
+
+
+def _result(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+async def _room_send(ctx: ToolContext, args: dict[str, Any]) -> str:
+    text = str(args.get("text", "")).strip()
+    if not text:
+        return _result({"ok": False, "error": "text is required"})
+    reply_to = args.get("reply_to")
+    try:
+        ack = await message_actions.send_message(
+            ctx.core,
+            ctx.member,
+            client_txn_id=runtime_actions.tool_txn(ctx.turn_id, ctx.call_id),
+            body=text,
+            reply_to=int(reply_to) if isinstance(reply_to, int) else None,
+            rate_limited=False,
+        )
+    except RoomError as exc:
+        return _result({"ok": False, "error": exc.code, "message": exc.message,
+                        "details": exc.details})  # fmt: skip
+    return _result({"ok": True, "message_id": ack.message_id, "seq": ack.seq})
+
+
+async def _room_history(ctx: ToolContext, args: dict[str, Any]) -> str:
+    before = args.get("before")
+    limit = max(1, min(HISTORY_MAX, int(args.get("limit", 20) or 20)))
+    project_id = ctx.member.project_id
+    frames, has_more = await ctx.core.db.read(
+        lambda conn: messages_store.history(
+            conn, project_id, int(before) if isinstance(before, int) else None, limit
+        )
+    )
+    roster = await ctx.core.rosters.get(project_id)
+    out = []
+    for frame in frames:
+        message = json.loads(frame)
+        author = roster.member(message["author_id"]) if message["author_id"] else None
+        out.append(
+            {
+                "seq": message["seq"],
+                "message_id": message["id"],
+                "author": f"@{author.handle}" if author else "system",
+                "text": message["body"][:2000],
+                "deleted": message["deleted"],
+            }
+        )
+    return _result({"messages": out, "has_more": has_more})
+
+
+async def _room_members(ctx: ToolContext, args: dict[str, Any]) -> str:
+    roster = await ctx.core.rosters.get(ctx.member.project_id)
+    return _result(
+        {
+            "members": [
+                {
+                    "handle": m.handle,
+                    "display_name": m.display_name,
+                    "kind": m.kind,
+                    "role": m.role,
+                    "status": m.status,
+                    "you": m.id == ctx.member.id,
+                }
+                for m in roster.members.values()
+                if m.status != "left"
+            ]
+        }
+    )
+
+
+async def _room_pick_model(ctx: ToolContext, args: dict[str, Any]) -> str:
+    handle = str(args.get("member", "")).lstrip("@＠")
+    roster = await ctx.core.rosters.get(ctx.member.project_id)
+    target = next((m for m in roster.members.values() if m.handle.lower() == handle.lower()), None)
+    if target is None or target.kind != "agent":
+        return _result({"ok": False, "error": "no_member", "message": f"no agent @{handle}"})
+    result = await route_actions.change_route(
+        ctx.core,
+        ctx.member,
+        scope="pool_pick",
+        target=str(target.id),
+        value=str(args.get("model", "")),
+        reason=str(args.get("reason", "")),
+    )
+    return _result({"ok": True, **result})
+
+
+def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        description=description,
+        parameters={"type": "object", "properties": properties, "required": required},
+    )
+
+
+BUILTIN_TOOLS: Mapping[str, Tool] = MappingProxyType(
+    {
+        "room_send": Tool(
+            _spec(
+                "room_send",
+                "在群里发一条消息（作者就是你）。用 @handle 点名需要行动的成员。",
+                {
+                    "text": {"type": "string", "description": "消息正文（Markdown）"},
+                    "reply_to": {"type": "integer", "description": "回复的消息 id（可选）"},
+                },
+                ["text"],
+            ),
+            _room_send,
+            side_effect=True,
+        ),
+        "room_history": Tool(
+            _spec(
+                "room_history",
+                "读取项目时间线（最新的在后）。before 为 seq 游标，limit 最多 50。",
+                {
+                    "before": {"type": "integer", "description": "只看 seq 小于它的消息"},
+                    "limit": {"type": "integer", "description": "条数，1–50"},
+                },
+                [],
+            ),
+            _room_history,
+            side_effect=False,
+        ),
+        "room_members": Tool(
+            _spec("room_members", "列出项目成员（handle、名字、人类或 AI、角色、状态）。", {}, []),
+            _room_members,
+            side_effect=False,
+        ),
+        "room_pick_model": Tool(
+            _spec(
+                "room_pick_model",
+                "允许池模式下为某个 AI 成员选择模型（须在允许池内，须给出公开理由；"
+                "成员固定的路由不能改）。",
+                {
+                    "member": {"type": "string", "description": "成员 handle"},
+                    "model": {"type": "string", "description": "provider/model"},
+                    "reason": {"type": "string", "description": "公开理由"},
+                },
+                ["member", "model", "reason"],
+            ),
+            _room_pick_model,
+            side_effect=True,
+        ),
+    }
+)
+
+
+class Toolbox:
+    """The tools of one member: exactly its preset's grants that exist on this server."""
+
+    def __init__(self, tools: Mapping[str, Tool], role: str) -> None:
+        granted = preset_for(role).tools
+        self.tools = {name: tools[name] for name in granted if name in tools}
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(tool.spec for tool in self.tools.values())
+
+    async def run(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> tuple[str, bool]:
+        """(result text for the model, whether it acted on the room)."""
+        tool = self.tools.get(name)
+        if tool is None:
+            # Refused server-side even when the model asks: not granted means not run.
+            return _result({"ok": False, "error": "tool_refused",
+                            "message": f"{name} is not granted to your role"}), False  # fmt: skip
+        try:
+            return await tool.run(ctx, args), tool.side_effect
+        except RoomError as exc:
+            return _result({"ok": False, "error": exc.code, "message": exc.message}), False

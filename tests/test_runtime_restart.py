@@ -1,0 +1,198 @@
+"""``kill -9`` mid-turn, then restart: no delivery stuck, none duplicated; external agents."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from room.client import AgentClient, Batch
+from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
+from tests.support.server import ServerProcess
+from tests.test_runtime_live import API_KEY, Room, agent_replies, eventually
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
+
+
+@pytest.fixture
+def llm() -> Iterator[OpenAIServer]:
+    with OpenAIServer(api_key=API_KEY) as server:
+        yield server
+
+
+def start(data: Path, llm: OpenAIServer) -> ServerProcess:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    return ServerProcess(data, env=env).start()
+
+
+def turn_states(data: Path) -> list[str]:
+    with sqlite3.connect(data / "room.sqlite") as conn:
+        return [r[0] for r in conn.execute("SELECT state FROM turns ORDER BY id")]
+
+
+async def test_kill_mid_turn_before_any_effect_redispatches_once(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    data = tmp_path / "data"
+    server = start(data, llm)
+    room = Room(server, llm)
+    room.route("lead")
+    llm.push(Reply(body=openai_text("太慢了").body, delay_secs=30))
+    sent = room.say("@lead 做一件事")
+    await eventually(lambda: turn_states(data) == ["running"])
+    server.kill9()
+
+    llm.push(openai_text("重启后完成"))
+    again = start(data, llm)
+    try:
+        room.server = again
+        room.owner = again.login()
+        replies = await eventually(lambda: agent_replies(room, "lead"))
+        await anyio.sleep(0.5)
+        assert [r["body"] for r in agent_replies(room, "lead")] == ["重启后完成"]
+        assert replies[0]["reply_to"] == sent["message_id"]
+        [delivery] = room.deliveries(sent["message_id"])
+        assert (delivery["state"], delivery["mode"]) == ("consumed", "queue")
+        assert turn_states(data) == ["interrupted", "completed"]
+        recovery = room.get("/api/recovery")
+        assert recovery["turns_interrupted"] == 1 and recovery["redispatched"] == 1
+        with room.db() as conn:
+            trail = conn.execute(
+                "SELECT from_state, to_state FROM reconciliations ORDER BY id"
+            ).fetchall()
+        assert trail == [("delivered", "unknown"), ("unknown", "pending")]
+    finally:
+        again.stop()
+
+
+async def test_kill_after_an_effect_is_not_rerun(tmp_path: Path, llm: OpenAIServer) -> None:
+    data = tmp_path / "data"
+    server = start(data, llm)
+    room = Room(server, llm)
+    room.route("lead")
+    llm.push(
+        openai_tool_call("room_send", {"text": "已经开始处理"}),
+        Reply(body=openai_text("不会到达").body, delay_secs=30),
+    )
+    sent = room.say("@lead 发个消息然后卡住")
+    await eventually(lambda: agent_replies(room, "lead"))
+    await eventually(lambda: len(llm.chat_requests) == 2)
+    server.kill9()
+
+    again = start(data, llm)
+    try:
+        room.server = again
+        room.owner = again.login()
+        notice = await eventually(
+            lambda: [m for m in room.messages() if m["kind"] == "system" and "重启" in m["body"]]
+        )
+        assert "不会自动重跑" in notice[0]["body"]
+        await anyio.sleep(0.5)
+        assert [r["body"] for r in agent_replies(room, "lead")] == ["已经开始处理"]
+        [delivery] = room.deliveries(sent["message_id"])
+        assert delivery["state"] == "failed" and "not re-run" in delivery["reason"]
+        assert len(llm.chat_requests) == 2
+        status = await anyio.run_process(
+            [sys.executable, "-m", "room", "doctor", "--data", str(data)], check=False
+        )
+        assert status.returncode == 0, status.stdout
+        assert "healthy" in status.stdout.decode(), status.stdout
+    finally:
+        again.stop()
+
+
+async def test_external_agent_receives_confirms_and_replies(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    server = start(tmp_path / "data", llm)
+    try:
+        room = Room(server, llm)
+        room.add_agent("outside", "backend", "外部", driver="external")
+        token = server.agent_token("演示项目", "outside")
+        seen: list[Batch] = []
+
+        async def handler(batch: Batch) -> str:
+            seen.append(batch)
+            return f"外部代理收到 {len(batch.deliveries)} 条"
+
+        stop = asyncio.Event()
+        client = AgentClient(server.origin, token, handler)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.run, stop)
+            sent = room.say("@outside 你好")
+            replies = await eventually(lambda: agent_replies(room, "outside"))
+            stop.set()
+        assert replies[0]["body"] == "外部代理收到 1 条"
+        assert replies[0]["reply_to"] == sent["message_id"]
+        assert seen[0].deliveries[0]["author_handle"] == "owner"
+        [delivery] = room.deliveries(sent["message_id"])
+        assert (delivery["state"], delivery["mode"]) == ("consumed", "queue")
+    finally:
+        server.stop()
+
+
+async def test_lost_socket_leaves_unknown_then_reconciles(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    from tests.support.wsclient import Client
+
+    server = start(tmp_path / "data", llm)
+    try:
+        room = Room(server, llm)
+        room.add_agent("outside", "backend", "外部", driver="external")
+        token = server.agent_token("演示项目", "outside")
+        raw = await Client.open(server.ws_url, token=token)
+        await raw.wait_for("hello")
+        sent = room.say("@outside 在吗")
+        inbox = await raw.wait_for("inbox")
+        assert inbox["deliveries"][0]["message_id"] == sent["message_id"]
+        await raw.close()  # gone before confirming receipt
+        await eventually(lambda: room.deliveries(sent["message_id"])[0]["state"] == "unknown")
+
+        async def handler(batch: Batch) -> str:
+            return "补上了"
+
+        stop = asyncio.Event()
+        client = AgentClient(server.origin, token, handler)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.run, stop)
+            replies = await eventually(lambda: agent_replies(room, "outside"))
+            stop.set()
+        assert [r["body"] for r in replies] == ["补上了"]
+        [delivery] = room.deliveries(sent["message_id"])
+        assert delivery["state"] == "consumed"
+    finally:
+        server.stop()
+
+
+async def test_room_agent_command_answers_with_stdout(tmp_path: Path, llm: OpenAIServer) -> None:
+    server = start(tmp_path / "data", llm)
+    proc = None
+    try:
+        room = Room(server, llm)
+        room.add_agent("cli", "backend", "命令行", driver="external")
+        token = server.agent_token("演示项目", "cli")
+        script = (
+            "import json, sys; batch = json.load(sys.stdin);"
+            " print('命令收到：' + batch['deliveries'][-1]['body'])"
+        )
+        proc = subprocess.Popen(  # noqa: ASYNC220 - a long-running child, not awaited
+            [sys.executable, "-m", "room", "agent", "--url", server.origin, "--token", token,
+             "--", sys.executable, "-c", script],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        room.say(f"@cli 任务 {uuid.uuid4().hex[:6]}")
+        replies = await eventually(lambda: agent_replies(room, "cli"), timeout=20)
+        assert replies[0]["body"].startswith("命令收到：@cli 任务")
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+        server.stop()
