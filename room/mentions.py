@@ -689,7 +689,8 @@ class _Resolver:
                 self.diagnose("needs_boundary", name, (p, q), side="after" if starts else "both")
                 return
         if starts:
-            end = _word_end(text, s, limit, roster._max_len + 1)
+            # Longer words cannot be near a name, even once NFC has shortened them.
+            end = _word_end(text, s, limit, _NFC_EXPANSION * (roster._max_len + 1))
             if end - s >= 2 and _key(text[s:end]) not in roster._plain:
                 ids = self.near(text[s:end])
                 if ids:
