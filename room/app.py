@@ -13,7 +13,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +26,7 @@ from starlette.routing import WebSocketRoute
 from room import pages
 from room.actions import auth as auth_actions
 from room.actions import projects as project_actions
+from room.actions.lifecycle import restart_stops
 from room.actions.runtime import reconcile_on_start
 from room.api import routes as api_routes
 from room.boot import BootTrace, write_report
@@ -36,6 +37,7 @@ from room.models import User
 from room.protocol import CLIENT_FRAME_TYPES
 from room.providers import ProviderRegistry, default_configs
 from room.runtime import Runtime, RuntimeSettings
+from room.runtime.tools import BUILTIN_TOOLS, Tool
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, run_write
 from room.store import projects as projects_store
@@ -128,8 +130,17 @@ class RoomServer:
         self.lock.release()
 
 
-def create_app(settings: Settings, server: RoomServer | None = None) -> Starlette:
+def create_app(
+    settings: Settings,
+    server: RoomServer | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    tools: Mapping[str, Tool] | None = None,
+) -> Starlette:
+    """The ASGI app. ``env`` configures model providers (default: the process environment);
+    ``tools`` replaces the agents' room tools (tests inject slow or failing ones)."""
     server = server or RoomServer(settings)
+    provider_env = os.environ if env is None else env
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
@@ -153,7 +164,7 @@ def create_app(settings: Settings, server: RoomServer | None = None) -> Starlett
         app.state.core = core
         app.state.server = server
         trace.phase("writer")
-        registry = ProviderRegistry(default_configs(os.environ), env=os.environ)
+        registry = ProviderRegistry(default_configs(provider_env), env=provider_env)
         runtime = Runtime(
             core,
             registry,
@@ -163,10 +174,14 @@ def create_app(settings: Settings, server: RoomServer | None = None) -> Starlett
                 agent_turn_cap=settings.agent_turn_cap,
                 token_budget=settings.token_budget,
                 context_tokens=settings.context_tokens,
+                stop_confirm_secs=settings.stop_confirm_secs,
             ),
+            tools=BUILTIN_TOOLS if tools is None else tools,
         )
         core.runtime = runtime
+        unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
         recovery = await db.write(lambda conn, tx: reconcile_on_start(conn, tx, core))
+        recovery["stops_unconfirmed"] = unconfirmed
         runtime.recovery = recovery
         trace.phase("reconcile", **{k: v for k, v in recovery.items() if k != "notices"})
         providers = await _provider_status(registry)
@@ -226,5 +241,7 @@ async def _provider_status(registry: ProviderRegistry) -> list[dict[str, Any]]:
         async with asyncio.timeout(PROVIDER_CHECK_SECS):
             return [status.to_dict() for status in await registry.status()]
     except TimeoutError:
-        return [{"name": name, "available": None, "reason": "check timed out"}
-                for name in registry.names()]  # fmt: skip
+        return [
+            {"name": name, "available": None, "reason": "check timed out"}
+            for name in registry.names()
+        ]

@@ -49,8 +49,13 @@ class Batch:
         items = []
         for d in deliveries:
             author = members.get(d.get("author_id") or 0, {})
-            items.append({**d, "author_handle": d.get("author_handle") or author.get("handle"),
-                          "author_name": d.get("author_name") or author.get("display_name")})  # fmt: skip
+            items.append(
+                {
+                    **d,
+                    "author_handle": d.get("author_handle") or author.get("handle"),
+                    "author_name": d.get("author_name") or author.get("display_name"),
+                }
+            )
         return cls(project_id, items)
 
     def to_json(self) -> str:

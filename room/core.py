@@ -28,7 +28,7 @@ class Waker(Protocol):
 
     def stop_member(self, member_id: int) -> bool: ...
 
-    async def stop_project(self, project_id: int, wait_secs: float = ...) -> bool: ...
+    async def stop_project(self, project_id: int, wait_secs: float | None = None) -> bool: ...
 
     def running_members(self, project_id: int) -> list[int]: ...
 
@@ -45,7 +45,7 @@ class NoRuntime:
     def stop_member(self, member_id: int) -> bool:
         return False
 
-    async def stop_project(self, project_id: int, wait_secs: float = 0.0) -> bool:
+    async def stop_project(self, project_id: int, wait_secs: float | None = None) -> bool:
         return True
 
     def running_members(self, project_id: int) -> list[int]:

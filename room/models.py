@@ -48,6 +48,7 @@ class Project:
     last_seq: int
     lead_member_id: int | None
     created_at: float
+    state_at: float | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Project:
@@ -64,12 +65,15 @@ class Project:
             "head_seq": self.last_seq,
             "lead_member_id": self.lead_member_id,
             "created_at": iso(self.created_at),
+            "state_at": iso(self.state_at),
+            "stop_target": self.stop_target,
+            "state_from": self.state_from,
         }
 
 
 PROJECT_COLUMNS = (
     "id, name, goal, workspace, state, state_from, stop_target, epoch, last_seq, "
-    "lead_member_id, created_at"
+    "lead_member_id, created_at, state_at"
 )
 
 

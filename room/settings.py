@@ -84,6 +84,11 @@ class Settings(BaseModel):
     context_tokens: int = Field(
         default=6000, ge=500, description="Token budget of the timeline in an agent's context."
     )
+    stop_confirm_secs: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long a pause/archive/trash waits for running turns to confirm a stop.",
+    )
     lock_wait_secs: float = Field(
         default=1.0, ge=0, description="How long a second server waits for the lock before exiting."
     )

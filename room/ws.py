@@ -409,14 +409,28 @@ class Connection:
         result = await message_actions.edit_message(
             self.core, member, frame.message_id, frame.body, as_plain_text=frame.as_plain_text
         )
-        self.push({"type": "ack", "req_id": frame.req_id, "message_id": result["id"],
-                   "seq": result["event_seq"], "duplicate": False})  # fmt: skip
+        self.push(
+            {
+                "type": "ack",
+                "req_id": frame.req_id,
+                "message_id": result["id"],
+                "seq": result["event_seq"],
+                "duplicate": False,
+            }
+        )
 
     async def on_delete(self, frame: p.DeleteFrame) -> None:
         member = await self.member(frame.project_id)
         result = await message_actions.delete_message(self.core, member, frame.message_id)
-        self.push({"type": "ack", "req_id": frame.req_id, "message_id": result["id"],
-                   "seq": result["event_seq"], "duplicate": False})  # fmt: skip
+        self.push(
+            {
+                "type": "ack",
+                "req_id": frame.req_id,
+                "message_id": result["id"],
+                "seq": result["event_seq"],
+                "duplicate": False,
+            }
+        )
 
     async def on_history(self, frame: p.HistoryFrame) -> None:
         await self.member(frame.project_id)

@@ -61,9 +61,13 @@ class Room:
     def route(self, member: str, model: str = "openai/gpt-test") -> None:
         self.post(
             f"/api/projects/{self.project}/routes",
-            {"scope": "member", "target": str(self.members[member]["id"]), "value": model,
-             "reason": "测试使用本地模型"},
-        )  # fmt: skip
+            {
+                "scope": "member",
+                "target": str(self.members[member]["id"]),
+                "value": model,
+                "reason": "测试使用本地模型",
+            },
+        )
 
     def messages(self) -> list[dict[str, Any]]:
         return self.get(f"/api/projects/{self.project}/messages?limit=200")["messages"]
@@ -140,8 +144,11 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
     requests = room.llm.chat_requests
     assert len(requests) == 3
     assert [t["function"]["name"] for t in requests[0]["tools"]] == [
-        "room_send", "room_history", "room_members", "room_pick_model",
-    ]  # fmt: skip
+        "room_send",
+        "room_history",
+        "room_members",
+        "room_pick_model",
+    ]
     history_result = requests[1]["messages"][-1]
     assert history_result["role"] == "tool" and history_result["tool_call_id"] == "c1"
     assert "检查一下状态" in history_result["content"]
@@ -152,8 +159,12 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
     assert usage["requests"] == 3
     assert usage["input_tokens"] == 11 + 11 + 100 and usage["output_tokens"] == 7 + 7 + 20
     card = room.get(f"/api/projects/{room.project}/members/{room.members['lead']['id']}")
-    assert card["route"] == {**card["route"], "model_id": "openai/gpt-test", "source": "member",
-                             "label": "成员固定"}  # fmt: skip
+    assert card["route"] == {
+        **card["route"],
+        "model_id": "openai/gpt-test",
+        "source": "member",
+        "label": "成员固定",
+    }
     assert card["observed"]["model_reported"] == "gpt-test"
 
 

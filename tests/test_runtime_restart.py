@@ -184,10 +184,23 @@ async def test_room_agent_command_answers_with_stdout(tmp_path: Path, llm: OpenA
             " print('命令收到：' + batch['deliveries'][-1]['body'])"
         )
         proc = subprocess.Popen(  # noqa: ASYNC220 - a long-running child, not awaited
-            [sys.executable, "-m", "room", "agent", "--url", server.origin, "--token", token,
-             "--", sys.executable, "-c", script],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "room",
+                "agent",
+                "--url",
+                server.origin,
+                "--token",
+                token,
+                "--",
+                sys.executable,
+                "-c",
+                script,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         room.say(f"@cli 任务 {uuid.uuid4().hex[:6]}")
         replies = await eventually(lambda: agent_replies(room, "cli"), timeout=20)
         assert replies[0]["body"].startswith("命令收到：@cli 任务")
@@ -196,3 +209,27 @@ async def test_room_agent_command_answers_with_stdout(tmp_path: Path, llm: OpenA
             proc.terminate()
             proc.wait(timeout=10)
         server.stop()
+
+
+async def test_after_a_restart_only_active_projects_resume(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    data = tmp_path / "data"
+    server = start(data, llm)
+    room = Room(server, llm)
+    room.post(f"/api/projects/{room.project}/lifecycle", {"op": "pause"})
+    sent = room.say("暂停时留下的话")
+    assert room.deliveries(sent["message_id"])[0]["state"] == "held"
+    server.kill9()
+    again = start(data, llm)
+    try:
+        room.server = again
+        room.owner = again.login()
+        await anyio.sleep(1.0)
+        assert room.deliveries(sent["message_id"])[0]["state"] == "held"
+        assert agent_replies(room, "lead") == []
+        room.post(f"/api/projects/{room.project}/lifecycle", {"op": "resume"})
+        await eventually(lambda: agent_replies(room, "lead"))
+        assert room.deliveries(sent["message_id"])[0]["state"] == "consumed"
+    finally:
+        again.stop()

@@ -116,12 +116,20 @@ def test_second_server_exits_nonzero_within_two_seconds_and_changes_nothing(
         before = snapshot(db)
         started = time.monotonic()
         result = subprocess.run(
-            [sys.executable, "-m", "room", "serve", "--data", str(tmp_path / "data"),
-             "--port", "0"],
+            [
+                sys.executable,
+                "-m",
+                "room",
+                "serve",
+                "--data",
+                str(tmp_path / "data"),
+                "--port",
+                "0",
+            ],
             capture_output=True,
             text=True,
             timeout=10,
-        )  # fmt: skip
+        )
         elapsed = time.monotonic() - started
         assert result.returncode == 3
         assert elapsed < 2.0 + 1.5  # 2 s budget plus interpreter start on a loaded CI machine

@@ -171,8 +171,15 @@ async def test_reply_to_carries_an_excerpt(server: ServerProcess) -> None:
     c = await subscribed(server, s.cookie, project)
     await c.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "原话"})
     ack = await c.wait_for("ack")
-    await c.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "回复",
-                  "reply_to": ack["message_id"]})  # fmt: skip
+    await c.send(
+        {
+            "type": "send",
+            "project_id": project,
+            "client_txn_id": txn(),
+            "body": "回复",
+            "reply_to": ack["message_id"],
+        }
+    )
     reply = await c.wait_for(lambda f: f["type"] == "message" and f["message"]["body"] == "回复")
     assert reply["message"]["reply_to"] == ack["message_id"]
     assert reply["message"]["reply_excerpt"]["excerpt"] == "原话"
@@ -233,8 +240,9 @@ async def test_forged_author_is_refused(server: ServerProcess) -> None:
     project = demo_project(server, s.cookie)
     c = await subscribed(server, s.cookie, project)
     for field in ("author_id", "sender", "from"):
-        await c.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "hi",
-                      field: 1})  # fmt: skip
+        await c.send(
+            {"type": "send", "project_id": project, "client_txn_id": txn(), "body": "hi", field: 1}
+        )
         err = await c.wait_for("error")
         assert err["code"] == "forged_author"
     status, body = server.request(

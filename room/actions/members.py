@@ -55,11 +55,20 @@ async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> 
             "UPDATE members SET driver = :d WHERE id = :id", {"d": driver, "id": member_id}
         )
         audit_store.record(
-            conn, now=tx.now, actor_kind="human", actor_id=actor.id, project_id=project_id,
-            action="member.add", outcome="ok",
-            detail={"member_id": member_id, "handle": spec.handle, "role": spec.role,
-                    "driver": driver},
-        )  # fmt: skip
+            conn,
+            now=tx.now,
+            actor_kind="human",
+            actor_id=actor.id,
+            project_id=project_id,
+            action="member.add",
+            outcome="ok",
+            detail={
+                "member_id": member_id,
+                "handle": spec.handle,
+                "role": spec.role,
+                "driver": driver,
+            },
+        )
         _publish_members(conn, tx, core, project_id)
         member = members_store.get(conn, member_id)
         assert member is not None
@@ -87,11 +96,17 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
     if not decision.allowed:
         await core.db.write(
             lambda conn, tx: audit_store.record(
-                conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id, project_id=project_id,
-                action=f"member.{op}", from_state=target.status, outcome="refused",
+                conn,
+                now=tx.now,
+                actor_kind=actor.kind,
+                actor_id=actor.id,
+                project_id=project_id,
+                action=f"member.{op}",
+                from_state=target.status,
+                outcome="refused",
                 detail={"target": target_id, "reason": decision.reason},
             )
-        )  # fmt: skip
+        )
         decision.raise_if_refused()
     stopped = False
     if member_op_ in (MemberOp.STOP, MemberOp.LEAVE):
@@ -115,10 +130,16 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
                 conn, tx, core, target_id, OPEN_FOR_LEAVE, "cancelled", "recipient left"
             )
         audit_store.record(
-            conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id, project_id=project_id,
-            action=f"member.{op}", from_state=target.status, outcome="ok",
+            conn,
+            now=tx.now,
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            project_id=project_id,
+            action=f"member.{op}",
+            from_state=target.status,
+            outcome="ok",
             detail={k: v for k, v in result.items() if k != "op"},
-        )  # fmt: skip
+        )
         verb = {
             "pause": "暂停了",
             "resume": "恢复了",
@@ -126,9 +147,13 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
             "leave": "移出了",
         }[op]
         runtime_actions.insert_notice(
-            conn, tx, core, project_id, f"{actor.display_name} {verb} @{target.handle}",
+            conn,
+            tx,
+            core,
+            project_id,
+            f"{actor.display_name} {verb} @{target.handle}",
             {"member_op": op, "member_id": target_id},
-        )  # fmt: skip
+        )
         _publish_members(conn, tx, core, project_id)
         return result
 
@@ -156,3 +181,53 @@ def _move(
         conn.executemany("UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in ids])
     runtime_actions.set_deliveries(conn, tx, core, ids, to_state, reason=reason)
     return len(ids)
+
+
+async def set_role(core: Core, actor: Member, target_id: int, role: str) -> dict[str, Any]:
+    """Grant or withdraw the owner role of a person (owners only; never the last owner)."""
+    project_id = actor.project_id
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        target = members_store.get(conn, target_id)
+        refusal = None
+        if actor.kind != "human":
+            refusal = ("agent_forbidden", "agents have no path to roles")
+        elif not actor.is_owner:
+            refusal = ("not_owner", "only a project owner grants roles")
+        elif target is None or target.project_id != project_id or target.kind != "human":
+            refusal = ("no_member", "roles are for people in this project")
+        elif role == "member" and target.is_owner and _owner_count(conn, project_id) <= 1:
+            refusal = ("last_owner", "a project keeps at least one owner")
+        audit_store.record(
+            conn,
+            now=tx.now,
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            project_id=project_id,
+            action="member.role",
+            from_state=target.role if target else None,
+            outcome="refused" if refusal else "ok",
+            detail={"target": target_id, "role": role, "reason": refusal[0] if refusal else None},
+        )
+        if refusal is not None:
+            return {"refused": refusal}
+        conn.execute("UPDATE members SET role = :r WHERE id = :id", {"r": role, "id": target_id})
+        _publish_members(conn, tx, core, project_id)
+        return {"member_id": target_id, "role": role}
+
+    result = await core.db.write(job)
+    if "refused" in result:
+        code, message = result["refused"]
+        error = ForbiddenError if code in ("agent_forbidden", "not_owner") else BadRequestError
+        raise error(message, code=code)
+    return result
+
+
+def _owner_count(conn: sqlite3.Connection, project_id: int) -> int:
+    return int(
+        conn.execute(
+            "SELECT count(*) FROM members WHERE project_id = :p AND kind = 'human'"
+            " AND role = 'owner' AND status != 'left'",
+            {"p": project_id},
+        ).fetchone()[0]
+    )

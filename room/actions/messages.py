@@ -30,6 +30,7 @@ from room.errors import (
     TxnConflictError,
 )
 from room.hub import Frame
+from room.lifecycle import ActorKind, ProjectState, admission_open, posting_open
 from room.models import Member
 from room.protocol import encode
 from room.render import render
@@ -43,7 +44,6 @@ from room.store import runtime as rt_store
 BLOCKING_DIAGNOSTICS = frozenset(
     {"needs_boundary", "ambiguous", "unknown", "departed", "all_not_allowed"}
 )
-POSTING_STATES = {"human": ("active", "paused"), "agent": ("active",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +185,7 @@ def submit_send(
     digest = _digest(body, reply_to, chips, as_plain_text)
     project_id = sender.project_id
     mention_rows = [(int(m.member_id), m.via) for m in routing.resolution.mentions]
-    allowed_states = POSTING_STATES[sender.kind]
+    poster = ActorKind.AGENT if sender.kind == "agent" else ActorKind.MEMBER
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
         existing = messages_store.find_txn(conn, sender.id, client_txn_id)
@@ -198,8 +198,8 @@ def submit_send(
                     message_id=message_id,
                 )
             return Ack(message_id, seq, True, frame)
-        state = projects_store.state_of(conn, project_id)
-        if state not in allowed_states:
+        state = projects_store.state_of(conn, project_id) or "purged"
+        if not posting_open(ProjectState(state), poster):
             raise ConflictError(
                 f"the project is {state}; it does not accept messages now",
                 code="project_not_accepting",
@@ -237,7 +237,7 @@ def submit_send(
         messages_store.set_frame(conn, message_id, obj)
         if mention_rows:
             messages_store.insert_mentions(conn, message_id, mention_rows)
-        held_project = state != "active"
+        held_project = not admission_open(ProjectState(state))
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
             rt_store.reset_agent_turns(conn, project_id)
@@ -325,7 +325,13 @@ async def edit_message(
                 project_id=project_id,
                 message_id=message_id,
                 recipients=[
-                    (r, _initial_state(roster, r, state != "active")) for r in new_recipients
+                    (
+                        r,
+                        _initial_state(
+                            roster, r, not admission_open(ProjectState(state or "purged"))
+                        ),
+                    )
+                    for r in new_recipients
                 ],
                 now=tx.now,
             )
@@ -402,8 +408,9 @@ def _own_message(conn: sqlite3.Connection, actor: Member, message_id: int) -> di
         raise ForbiddenError("you can only change your own messages", code="not_author")
     if row["deleted_at"] is not None:
         raise ConflictError("this message was deleted", code="message_deleted")
-    state = projects_store.state_of(conn, actor.project_id)
-    if state not in POSTING_STATES[actor.kind]:
+    state = projects_store.state_of(conn, actor.project_id) or "purged"
+    poster = ActorKind.AGENT if actor.kind == "agent" else ActorKind.MEMBER
+    if not posting_open(ProjectState(state), poster):
         raise ConflictError(
             f"the project is {state}; messages cannot change now",
             code="project_not_accepting",

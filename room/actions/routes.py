@@ -100,18 +100,34 @@ async def change_route(
             locked = ("member", checked_target) in current
             validate_pool_pick(pool, PoolPick(value, reason), member_locked=locked)
         version = routes_store.change(
-            conn, project_id=project_id, scope=scope, target=checked_target, value=value,
-            reason=reason, author_kind=actor.kind, author_id=actor.id, now=tx.now,
-        )  # fmt: skip
+            conn,
+            project_id=project_id,
+            scope=scope,
+            target=checked_target,
+            value=value,
+            reason=reason,
+            author_kind=actor.kind,
+            author_id=actor.id,
+            now=tx.now,
+        )
         subject = _subject(conn, scope, checked_target)
         label = SOURCE_LABELS[_SOURCE[scope]].zh
         shown = value if value is not None else "（清除）"
         runtime_actions.insert_notice(
-            conn, tx, core, project_id,
+            conn,
+            tx,
+            core,
+            project_id,
             f"🔀 @{actor.handle} 修改了{subject}的模型路由（{label}）：{shown}。理由：{reason}",
-            {"route_change": {"scope": scope, "target": checked_target, "value": value,
-                              "config_version": version}},
-        )  # fmt: skip
+            {
+                "route_change": {
+                    "scope": scope,
+                    "target": checked_target,
+                    "value": value,
+                    "config_version": version,
+                }
+            },
+        )
         return {"config_version": version, "scope": scope, "target": checked_target, "value": value}
 
     return await core.db.write(job)

@@ -28,8 +28,14 @@ from room.store.runtime import Inbound
 FINAL_TXN = "turn-{turn_id}-final"
 
 
-def _publish_deliveries(core: Core, tx: Tx, rows: Sequence[tuple[int, int, int, int]], state: str,
-                        mode: str | None = None, reason: str | None = None) -> None:  # fmt: skip
+def _publish_deliveries(
+    core: Core,
+    tx: Tx,
+    rows: Sequence[tuple[int, int, int, int]],
+    state: str,
+    mode: str | None = None,
+    reason: str | None = None,
+) -> None:
     if not rows:
         return
     frames = [
@@ -109,9 +115,14 @@ def insert_notice(
     )
     messages_store.set_frame(conn, message_id, obj)
     messages_store.insert_event(
-        conn, project_id=project_id, seq=seq, kind="message", message_id=message_id, frame=None,
+        conn,
+        project_id=project_id,
+        seq=seq,
+        kind="message",
+        message_id=message_id,
+        frame=None,
         now=tx.now,
-    )  # fmt: skip
+    )
     event = Frame(messages_store.event_frame(project_id, seq, obj))
     tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
     return message_id
@@ -249,9 +260,14 @@ async def start_turn(
         rt_store.take_into_turn(conn, ids, turn_id)
         for item in inbound:
             rt_store.append_transcript(
-                conn, member_id=member_id, turn_id=turn_id, role="user", content=item.body,
-                now=tx.now, delivery_id=item.delivery_id,
-            )  # fmt: skip
+                conn,
+                member_id=member_id,
+                turn_id=turn_id,
+                role="user",
+                content=item.body,
+                now=tx.now,
+                delivery_id=item.delivery_id,
+            )
         return TurnStart(turn_id)
 
     return await core.db.write(job)
@@ -262,9 +278,14 @@ async def take_steer(core: Core, member_id: int, turn_id: int, inbound: Sequence
         rt_store.take_into_turn(conn, [i.delivery_id for i in inbound], turn_id)
         for item in inbound:
             rt_store.append_transcript(
-                conn, member_id=member_id, turn_id=turn_id, role="user", content=item.body,
-                now=tx.now, delivery_id=item.delivery_id,
-            )  # fmt: skip
+                conn,
+                member_id=member_id,
+                turn_id=turn_id,
+                role="user",
+                content=item.body,
+                now=tx.now,
+                delivery_id=item.delivery_id,
+            )
 
     await core.db.write(job)
 
@@ -294,13 +315,21 @@ async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> 
     def job(conn: sqlite3.Connection, tx: Tx) -> str | None:
         rt_store.record_request(
             conn,
-            project_id=call.project_id, member_id=call.member_id, turn_id=call.turn_id,
-            model_id=call.model_id, route_source=call.route_source, provider=call.provider,
-            model_reported=call.model_reported, latency_ms=call.latency_ms,
-            input_tokens=call.input_tokens, output_tokens=call.output_tokens,
-            usage_reported=int(call.usage_reported), ok=int(call.ok),
-            error_code=call.error_code, now=tx.now,
-        )  # fmt: skip
+            project_id=call.project_id,
+            member_id=call.member_id,
+            turn_id=call.turn_id,
+            model_id=call.model_id,
+            route_source=call.route_source,
+            provider=call.provider,
+            model_reported=call.model_reported,
+            latency_ms=call.latency_ms,
+            input_tokens=call.input_tokens,
+            output_tokens=call.output_tokens,
+            usage_reported=int(call.usage_reported),
+            ok=int(call.ok),
+            error_code=call.error_code,
+            now=tx.now,
+        )
         for mode in ("queue", "steer"):
             ids = [d for d, m in call.consumed if m == mode]
             set_deliveries(conn, tx, core, ids, "consumed", mode=mode)
@@ -327,14 +356,24 @@ async def record_tool_step(
 ) -> None:
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
         rt_store.append_transcript(
-            conn, member_id=member_id, turn_id=turn_id, role="assistant",
-            content=assistant_text, now=tx.now, tool_calls=calls,
-        )  # fmt: skip
+            conn,
+            member_id=member_id,
+            turn_id=turn_id,
+            role="assistant",
+            content=assistant_text,
+            now=tx.now,
+            tool_calls=calls,
+        )
         for call_id, content in results:
             rt_store.append_transcript(
-                conn, member_id=member_id, turn_id=turn_id, role="tool", content=content,
-                now=tx.now, tool_call_id=call_id,
-            )  # fmt: skip
+                conn,
+                member_id=member_id,
+                turn_id=turn_id,
+                role="tool",
+                content=content,
+                now=tx.now,
+                tool_call_id=call_id,
+            )
         conn.execute(
             "UPDATE turns SET steps = :s, side_effects = side_effects + :e WHERE id = :t",
             {"s": step, "e": side_effects, "t": turn_id},
@@ -351,9 +390,13 @@ async def complete_turn(
             conn, member_id=member_id, turn_id=turn_id, role="assistant", content=text, now=tx.now
         )
         rt_store.update_turn(
-            conn, turn_id, state="completed", steps=steps, reply_message_id=reply_message_id,
+            conn,
+            turn_id,
+            state="completed",
+            steps=steps,
+            reply_message_id=reply_message_id,
             ended_at=tx.now,
-        )  # fmt: skip
+        )
 
     await core.db.write(job)
 
@@ -412,9 +455,15 @@ def _trip(
         text = BRAKE_NOTICES[reason].format(**detail)
         insert_notice(conn, tx, core, project_id, text, {"brake": reason, **detail})
         audit_store.record(
-            conn, now=tx.now, actor_kind="system", actor_id=None, project_id=project_id,
-            action="brake.trip", outcome="ok", detail={"reason": reason, **detail},
-        )  # fmt: skip
+            conn,
+            now=tx.now,
+            actor_kind="system",
+            actor_id=None,
+            project_id=project_id,
+            action="brake.trip",
+            outcome="ok",
+            detail={"reason": reason, **detail},
+        )
 
 
 async def clear_brake(core: Core, project_id: int, human_member_id: int) -> dict[str, Any]:
@@ -422,12 +471,19 @@ async def clear_brake(core: Core, project_id: int, human_member_id: int) -> dict
         before = rt_store.brake(conn, project_id)
         rt_store.clear_brake(conn, project_id, human_member_id, tx.now)
         audit_store.record(
-            conn, now=tx.now, actor_kind="human", actor_id=human_member_id, project_id=project_id,
-            action="brake.clear", outcome="ok", detail={"was": before["tripped"]},
-        )  # fmt: skip
+            conn,
+            now=tx.now,
+            actor_kind="human",
+            actor_id=human_member_id,
+            project_id=project_id,
+            action="brake.clear",
+            outcome="ok",
+            detail={"was": before["tripped"]},
+        )
         if before["tripped"]:
-            insert_notice(conn, tx, core, project_id, "✅ 制动已由人类解除，恢复派发。",
-                          {"brake": "cleared"})  # fmt: skip
+            insert_notice(
+                conn, tx, core, project_id, "✅ 制动已由人类解除，恢复派发。", {"brake": "cleared"}
+            )
         return rt_store.brake(conn, project_id)
 
     return await core.db.write(job)
@@ -457,8 +513,14 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str
       on its next connection).
     Every row passes through ``unknown`` with a reconcile record; nothing is re-sent blindly.
     """
-    report: dict[str, Any] = {"turns_interrupted": 0, "redispatched": 0, "failed": 0,
-                              "completed": 0, "awaiting_external": 0, "notices": []}  # fmt: skip
+    report: dict[str, Any] = {
+        "turns_interrupted": 0,
+        "redispatched": 0,
+        "failed": 0,
+        "completed": 0,
+        "awaiting_external": 0,
+        "notices": [],
+    }
 
     def via_unknown(ids: list[int], to: str, reason: str, mode: str | None = None) -> None:
         for delivery_id in ids:
@@ -479,18 +541,22 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str
         reply = messages_store.find_txn(conn, member_id, final_txn(turn_id))
         if reply is not None:
             via_unknown(ids, "consumed", "the turn's reply was posted before the restart", "queue")
-            rt_store.update_turn(conn, turn_id, state="completed", reply_message_id=reply[0],
-                                 ended_at=tx.now)  # fmt: skip
+            rt_store.update_turn(
+                conn, turn_id, state="completed", reply_message_id=reply[0], ended_at=tx.now
+            )
             report["completed"] += 1
             continue
-        rt_store.update_turn(conn, turn_id, state="interrupted", error="server restart",
-                             ended_at=tx.now)  # fmt: skip
+        rt_store.update_turn(
+            conn, turn_id, state="interrupted", error="server restart", ended_at=tx.now
+        )
         if side_effects:
             reason = "turn interrupted by a restart after it had acted; not re-run (no duplicates)"
             via_unknown(ids, "failed", reason)
             report["failed"] += len(ids)
-            text = (f"⚠️ 服务器重启打断了一轮已产生动作的工作（第 {turn_id} 轮），为避免重复不会自动重跑；"
-                    "如需继续，请重新 @ 该成员。")  # fmt: skip
+            text = (
+                f"⚠️ 服务器重启打断了一轮已产生动作的工作（第 {turn_id} 轮），为避免重复不会自动重跑；"
+                "如需继续，请重新 @ 该成员。"
+            )
             insert_notice(conn, tx, core, project_id, text, {"turn_id": turn_id})
             report["notices"].append(text)
         else:
@@ -521,8 +587,14 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str
         )
     ]
     for delivery_id in external:
-        rt_store.reconcile_record(conn, delivery_id, _state_of(conn, delivery_id), "unknown",
-                                  "restart: awaiting the external agent's confirmation", tx.now)  # fmt: skip
+        rt_store.reconcile_record(
+            conn,
+            delivery_id,
+            _state_of(conn, delivery_id),
+            "unknown",
+            "restart: awaiting the external agent's confirmation",
+            tx.now,
+        )
     set_deliveries(conn, tx, core, external, "unknown", reason="awaiting the agent's confirmation")
     report["awaiting_external"] = len(external)
     report["paused_projects_with_work"] = [

@@ -4,8 +4,9 @@ Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``);
 don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
 """
 
-from room.api import agents, base
+from room.api import agents, base, lifecycle
 
-__all__ = ["agents", "base", "routes"]
+__all__ = ["agents", "base", "lifecycle", "routes"]
 
-routes = [*base.routes, *agents.routes]
+# The member role route must come before the generic member operation route.
+routes = [*base.routes, *lifecycle.routes, *agents.routes]

@@ -39,6 +39,7 @@ class RuntimeSettings:
     agent_turn_cap: int = 12
     token_budget: int | None = None
     context_tokens: int = 6_000
+    stop_confirm_secs: float = STOP_CONFIRM_SECS
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +242,7 @@ class Runtime:
         session.request_stop()
         return True
 
-    async def stop_project(self, project_id: int, wait_secs: float = STOP_CONFIRM_SECS) -> bool:
+    async def stop_project(self, project_id: int, wait_secs: float | None = None) -> bool:
         """Request every running turn of a project to stop; True once all are confirmed
         stopped (re-read from the sessions themselves), False if any is still running."""
         sessions = [s for s in self.sessions.values() if s.project_id == project_id]
@@ -249,7 +250,8 @@ class Runtime:
             session.request_stop()
         pending = [s.turn_task for s in sessions if s.turn_task is not None]
         if pending:
-            await asyncio.wait(pending, timeout=wait_secs)
+            wait = self.settings.stop_confirm_secs if wait_secs is None else wait_secs
+            await asyncio.wait(pending, timeout=wait)
         return not any(s.running for s in sessions)
 
     def running_members(self, project_id: int) -> list[int]:

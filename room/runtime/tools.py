@@ -66,8 +66,9 @@ async def _room_send(ctx: ToolContext, args: dict[str, Any]) -> str:
             rate_limited=False,
         )
     except RoomError as exc:
-        return _result({"ok": False, "error": exc.code, "message": exc.message,
-                        "details": exc.details})  # fmt: skip
+        return _result(
+            {"ok": False, "error": exc.code, "message": exc.message, "details": exc.details}
+        )
     return _result({"ok": True, "message_id": ack.message_id, "seq": ack.seq})
 
 
@@ -209,8 +210,13 @@ class Toolbox:
         tool = self.tools.get(name)
         if tool is None:
             # Refused server-side even when the model asks: not granted means not run.
-            return _result({"ok": False, "error": "tool_refused",
-                            "message": f"{name} is not granted to your role"}), False  # fmt: skip
+            return _result(
+                {
+                    "ok": False,
+                    "error": "tool_refused",
+                    "message": f"{name} is not granted to your role",
+                }
+            ), False
         try:
             return await tool.run(ctx, args), tool.side_effect
         except RoomError as exc:

@@ -75,8 +75,11 @@ class Turn:
             raise
         except Exception as exc:  # a bug must not leave deliveries stuck
             log.exception("turn %s failed", self.turn_id)
-            await self._end("failed", f"internal error: {type(exc).__name__}",
-                            notice=f"⚠️ @{self.member.handle} 的这一轮出错了，消息未处理。")  # fmt: skip
+            await self._end(
+                "failed",
+                f"internal error: {type(exc).__name__}",
+                notice=f"⚠️ @{self.member.handle} 的这一轮出错了，消息未处理。",
+            )
             return TurnOutcome("failed", self.steps)
         finally:
             self.session.turn_id = None
@@ -105,10 +108,17 @@ class Turn:
                 self.seen_calls[key] = self.seen_calls.get(key, 0) + 1
                 if self.seen_calls[key] >= REPEAT_LIMIT:
                     await self._end(
-                        "braked", "repeating the same action", notice=None,
-                        brake=("repetition", {"handle": self.member.handle,
-                                              "what": f"{call.name} ×{self.seen_calls[key]}"}),
-                    )  # fmt: skip
+                        "braked",
+                        "repeating the same action",
+                        notice=None,
+                        brake=(
+                            "repetition",
+                            {
+                                "handle": self.member.handle,
+                                "what": f"{call.name} ×{self.seen_calls[key]}",
+                            },
+                        ),
+                    )
                     return TurnOutcome("braked", step)
                 tool_ctx = ToolContext(self.core, self.member, self.turn_id, call.id, {})
                 text, acted = await toolbox.run(tool_ctx, call.name, call.arguments)
@@ -120,17 +130,24 @@ class Turn:
                     ChatMessage(role="tool", content=text, tool_call_id=call.id, name=call.name)
                 )
             await runtime_actions.record_tool_step(
-                self.core, self.member.id, self.turn_id, step, result.text,
+                self.core,
+                self.member.id,
+                self.turn_id,
+                step,
+                result.text,
                 [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in result.tool_calls],
-                results, effects,
-            )  # fmt: skip
+                results,
+                effects,
+            )
             steer = await self._steer()
             if steer is not None:
                 messages.append(steer)
         await self._end(
-            "step_limit", "step limit reached without a final answer", notice=None,
+            "step_limit",
+            "step limit reached without a final answer",
+            notice=None,
             brake=("step_limit", {"handle": self.member.handle, "max_steps": limits.max_steps}),
-        )  # fmt: skip
+        )
         return TurnOutcome("step_limit", self.steps)
 
     async def _context(self) -> list[ChatMessage]:
@@ -169,10 +186,15 @@ class Turn:
         route = await self.rt.route_for(self.member)
         carried = list(self.unconsumed)
         call = runtime_actions.ModelCall(
-            project_id=self.member.project_id, member_id=self.member.id, turn_id=self.turn_id,
-            model_id=route.model_id, route_source=route.source.value, provider=route.provider,
-            model_reported=None, latency_ms=None,
-        )  # fmt: skip
+            project_id=self.member.project_id,
+            member_id=self.member.id,
+            turn_id=self.turn_id,
+            model_id=route.model_id,
+            route_source=route.source.value,
+            provider=route.provider,
+            model_reported=None,
+            latency_ms=None,
+        )
         try:
             provider = self.rt.registry.get(route.provider)
             request = ChatRequest(
@@ -186,10 +208,11 @@ class Turn:
             await runtime_actions.record_model_call(self.core, call, None)
             reason = f"{exc.code}: {exc.message}"[:300]
             await self._end(
-                "failed", reason,
+                "failed",
+                reason,
                 notice=f"⚠️ @{self.member.handle} 调用模型 {route.model_id} 失败（{exc.code}），"
                 "消息未处理。",
-            )  # fmt: skip
+            )
             return None
         finally:
             self.session.call_task = None
@@ -235,15 +258,21 @@ class Turn:
             )
             reply_id = ack.message_id
         except RoomError as exc:
-            log.warning("turn %s could not post its answer: %s", self.turn_id, exc.message)
+            # The project stopped (or the member left) while the model was answering: the
+            # answer cannot be posted, so the turn did not complete.
+            log.info("turn %s could not post its answer: %s", self.turn_id, exc.message)
+            await self._end("cancelled", f"answer not posted: {exc.code}", notice=None)
+            return TurnOutcome("cancelled", self.steps)
         await runtime_actions.complete_turn(
             self.core, self.member.id, self.turn_id, self.steps, reply_id, text
         )
         if await self.rt.repeats_itself(self.member, text, reply_id):
             await runtime_actions.trip_brake(
-                self.core, self.member.project_id, "repetition",
+                self.core,
+                self.member.project_id,
+                "repetition",
                 {"handle": self.member.handle, "what": "相同的回复"},
-            )  # fmt: skip
+            )
         return TurnOutcome("completed", self.steps)
 
     async def _end(
@@ -255,9 +284,16 @@ class Turn:
         brake: tuple[str, dict[str, Any]] | None = None,
     ) -> None:
         await runtime_actions.end_turn(
-            self.core, self.member.project_id, self.member.id, self.turn_id,
-            state=state, steps=self.steps, reason=reason, notice=notice, brake=brake,
-        )  # fmt: skip
+            self.core,
+            self.member.project_id,
+            self.member.id,
+            self.turn_id,
+            state=state,
+            steps=self.steps,
+            reason=reason,
+            notice=notice,
+            brake=brake,
+        )
 
 
 def _person(member: Member) -> ctx_mod.Person:

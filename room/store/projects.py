@@ -111,7 +111,7 @@ def set_state(
 ) -> None:
     conn.execute(
         "UPDATE projects SET state = :state, state_from = :state_from,"
-        " stop_target = :stop_target, updated_at = :now WHERE id = :id",
+        " stop_target = :stop_target, state_at = :now, updated_at = :now WHERE id = :id",
         {
             "id": project_id,
             "state": state,
@@ -158,3 +158,18 @@ def head_seq(conn: sqlite3.Connection, project_id: int) -> int:
         "SELECT last_seq FROM projects WHERE id = :id", {"id": project_id}
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def bump_epoch(conn: sqlite3.Connection, project_id: int) -> int:
+    """A new epoch: clients holding a cursor must resync (restore from trash, import)."""
+    row = conn.execute(
+        "UPDATE projects SET epoch = epoch + 1 WHERE id = :id RETURNING epoch", {"id": project_id}
+    ).fetchone()
+    return int(row[0])
+
+
+def state_at(conn: sqlite3.Connection, project_id: int) -> float | None:
+    row = conn.execute(
+        "SELECT state_at FROM projects WHERE id = :id", {"id": project_id}
+    ).fetchone()
+    return float(row[0]) if row and row[0] is not None else None

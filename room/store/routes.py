@@ -65,16 +65,33 @@ def change(
             " ON CONFLICT (project_id, scope, target) DO UPDATE SET value = excluded.value,"
             " reason = excluded.reason, config_version = excluded.config_version,"
             " updated_at = excluded.updated_at",
-            {"p": project_id, "s": scope, "t": target, "v": value, "r": reason, "ver": version,
-             "now": now},
-        )  # fmt: skip
+            {
+                "p": project_id,
+                "s": scope,
+                "t": target,
+                "v": value,
+                "r": reason,
+                "ver": version,
+                "now": now,
+            },
+        )
     conn.execute(
         "INSERT INTO route_changes (project_id, scope, target, old_value, new_value, reason,"
         " author_kind, author_id, config_version, created_at) VALUES (:p, :s, :t, :old, :new,"
         " :r, :ak, :aid, :ver, :now)",
-        {"p": project_id, "s": scope, "t": target, "old": old[0] if old else None, "new": value,
-         "r": reason, "ak": author_kind, "aid": author_id, "ver": version, "now": now},
-    )  # fmt: skip
+        {
+            "p": project_id,
+            "s": scope,
+            "t": target,
+            "old": old[0] if old else None,
+            "new": value,
+            "r": reason,
+            "ak": author_kind,
+            "aid": author_id,
+            "ver": version,
+            "now": now,
+        },
+    )
     return version
 
 

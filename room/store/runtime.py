@@ -357,8 +357,13 @@ def brake(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
         {"p": project_id},
     ).fetchone()
     if row is None:
-        return {"agent_turns": 0, "tokens_used": 0, "tripped": None, "detail": None,
-                "tripped_at": None}  # fmt: skip
+        return {
+            "agent_turns": 0,
+            "tokens_used": 0,
+            "tripped": None,
+            "detail": None,
+            "tripped_at": None,
+        }
     return {
         "agent_turns": row[0],
         "tokens_used": row[1],

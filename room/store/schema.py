@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
+
 class Migration(NamedTuple):
     name: str
     sql: str
@@ -300,9 +301,40 @@ CREATE TABLE reconciliations (
 );
 """
 
+LIFECYCLE = """
+ALTER TABLE projects ADD COLUMN state_at REAL;
+-- A restorable digest written when a project is trashed (counts and hashes per table).
+CREATE TABLE project_snapshots (
+    id          INTEGER PRIMARY KEY,
+    project_id  INTEGER NOT NULL REFERENCES projects(id),
+    digest_json TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    created_by  INTEGER
+);
+CREATE INDEX project_snapshots_project ON project_snapshots(project_id, id);
+
+-- What remains of a purged project: who, what and when (the audit trail stays too).
+CREATE TABLE project_tombstones (
+    project_id  INTEGER PRIMARY KEY,
+    name        TEXT NOT NULL,
+    purged_at   REAL NOT NULL,
+    purged_by   INTEGER
+);
+
+-- Purge progress, one row per released resource, so a retry resumes where it stopped.
+CREATE TABLE purge_steps (
+    project_id  INTEGER NOT NULL,
+    step        TEXT NOT NULL,
+    done_at     REAL NOT NULL,
+    detail      TEXT,
+    PRIMARY KEY (project_id, step)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
+    Migration("0003_lifecycle", LIFECYCLE),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

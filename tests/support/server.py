@@ -69,12 +69,22 @@ class ServerProcess:
         self.data.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "room", "serve", "--data", str(self.data),
-                 "--port", str(self.port), "--log-level", "warning"],
+                [
+                    sys.executable,
+                    "-m",
+                    "room",
+                    "serve",
+                    "--data",
+                    str(self.data),
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + START_TIMEOUT_SECS
         while time.monotonic() < deadline:
             text = self.log_path.read_text()

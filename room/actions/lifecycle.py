@@ -1,0 +1,365 @@
+"""Project lifecycle (DESIGN §7): pause, resume, archive, trash, restore, purge — people only.
+
+The pure table in ``room.lifecycle`` decides; this module carries decisions out and audits every
+attempt, allowed or refused (a refused attempt changes nothing else). Stops are honest:
+
+1. write ``stopping`` (admission and wake-ups are blocked from this commit on),
+2. ask every running turn of the project to stop,
+3. re-read the sessions' real state, and enter the target only when all are confirmed stopped;
+   otherwise ``stop_unconfirmed``, from which a person retries the check or cancels back.
+
+Trash writes a snapshot digest (counts and hashes of members, messages, ledger, tasks,
+decisions); restore recomputes it and refuses on mismatch with a per-table report, and lands in
+``paused`` with a new epoch. Deliveries still open at trash time are cancelled: restore never
+brings old pending requests back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from typing import Any
+
+from room.actions import runtime as runtime_actions
+from room.actions.members import actor_kind
+from room.core import Core
+from room.errors import BadRequestError, ConflictError, NotFoundError
+from room.lifecycle import (
+    Decision,
+    PendingStop,
+    Procedure,
+    ProjectOp,
+    ProjectState,
+    decide,
+    finish_stop,
+)
+from room.models import Member, Project
+from room.protocol import encode
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import projects as projects_store
+
+NOTICES = {
+    "paused": "⏸ 项目已暂停：不再派发给 AI 成员，人类消息会保留到恢复后再送达。",
+    "active": "▶️ 项目已恢复，暂存的消息按顺序派发。",
+    "archived": "🗄 项目已归档。",
+    "trashed": "🗑 项目已移入回收站（保留 {days} 天内可恢复；不会自动清除）。",
+    "stop_unconfirmed": "⚠️ 停止未确认：仍有成员的工作没有确认停止。可重试检查，或取消回到原状态。",
+    "restored": "♻️ 项目已从{where}恢复为暂停状态；旧的待处理请求不会恢复。",
+}
+
+# What the trash digest covers: (name, SQL selecting the rows of one project, deterministic).
+DIGEST_QUERIES: tuple[tuple[str, str], ...] = (
+    (
+        "members",
+        "SELECT id, kind, role, handle, display_name, status FROM members"
+        " WHERE project_id = :p ORDER BY id",
+    ),
+    (
+        "messages",
+        "SELECT id, seq, author_id, kind, body, deleted_at IS NOT NULL FROM messages"
+        " WHERE project_id = :p ORDER BY seq",
+    ),
+    (
+        "ledger",
+        "SELECT id, message_id, recipient_id, state, mode FROM deliveries"
+        " WHERE project_id = :p ORDER BY id",
+    ),
+)
+
+
+def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
+    """Counts and SHA-256 of the project's rows, table by table."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, sql in DIGEST_QUERIES:
+        hasher = hashlib.sha256()
+        count = 0
+        for row in conn.execute(sql, {"p": project_id}):
+            hasher.update(json.dumps(list(row), ensure_ascii=False).encode())
+            count += 1
+        out[name] = {"count": count, "sha256": hasher.hexdigest()}
+    return out
+
+
+def _publish_project(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> Project:
+    project = projects_store.get(conn, project_id)
+    assert project is not None
+    frame = encode({"type": "project", "project": project.to_wire()})
+    tx.on_commit(lambda: core.hub.broadcast(project_id, frame))
+    return project
+
+
+def _audit(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    actor: Member,
+    project_id: int,
+    op: str,
+    from_state: str,
+    outcome: str,
+    **detail: Any,
+) -> None:
+    audit_store.record(
+        conn,
+        now=tx.now,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        project_id=project_id,
+        action=f"project.{op}",
+        from_state=from_state,
+        outcome=outcome,
+        detail=detail,
+    )
+
+
+async def load(core: Core, project_id: int) -> Project:
+    project = await core.db.read(lambda conn: projects_store.get(conn, project_id))
+    if project is None:
+        raise NotFoundError("no such project", code="no_project")
+    return project
+
+
+def decision_for(project: Project, op: str, actor: Member) -> Decision[ProjectState]:
+    pending = None
+    if project.stop_target and project.state_from:
+        pending = PendingStop(ProjectState(project.stop_target), ProjectState(project.state_from))
+    return decide(ProjectState(project.state), ProjectOp(op), actor_kind(actor), pending=pending)
+
+
+async def refuse(core: Core, actor: Member, project: Project, op: str, reason: str) -> None:
+    await core.db.write(
+        lambda conn, tx: _audit(
+            conn, tx, actor, project.id, op, project.state, "refused", reason=reason
+        )
+    )
+
+
+async def run(core: Core, actor: Member, project_id: int, op: str) -> dict[str, Any]:
+    """Carry out a lifecycle operation other than purge (see ``room.actions.purge``)."""
+    if op not in {o.value for o in ProjectOp} or op == ProjectOp.PURGE:
+        raise BadRequestError(
+            f"unknown lifecycle operation {op!r}",
+            code="bad_op",
+            allowed=[o.value for o in ProjectOp if o is not ProjectOp.PURGE],
+        )
+    project = await load(core, project_id)
+    decision = decision_for(project, op, actor)
+    if not decision.allowed:
+        await refuse(core, actor, project, op, decision.reason or "")
+        decision.raise_if_refused()
+    assert decision.target is not None
+    if decision.procedure is Procedure.STOP:
+        return await _stop_sequence(core, actor, project, op, decision)
+    if op == ProjectOp.RESTORE and project.state == ProjectState.TRASHED:
+        report = await core.db.read(lambda conn: _verify_snapshot(conn, project.id))
+        if not report["ok"]:
+            await refuse(core, actor, project, op, "snapshot_mismatch")
+            raise ConflictError(
+                "回收站快照与当前数据不一致，拒绝恢复 (The trash snapshot does not match the data.)",
+                code="snapshot_mismatch",
+                report=report,
+            )
+    return await core.db.write(
+        lambda conn, tx: _direct(conn, tx, core, actor, project, op, decision)
+    )
+
+
+def _direct(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    core: Core,
+    actor: Member,
+    project: Project,
+    op: str,
+    decision: Decision[ProjectState],
+) -> dict[str, Any]:
+    """resume, restore, cancel_stop: no running turn is involved."""
+    current = projects_store.get(conn, project.id)
+    if current is None or current.state != project.state:
+        raise ConflictError("the project changed state meanwhile; try again", code="state_changed")
+    target = decision.target
+    assert target is not None
+    detail: dict[str, Any] = {}
+    if op == ProjectOp.RESTORE:
+        if project.state == ProjectState.TRASHED:
+            report = _verify_snapshot(conn, project.id)
+            if not report["ok"]:
+                raise ConflictError(
+                    "the trash snapshot changed meanwhile", code="snapshot_mismatch"
+                )
+            detail["snapshot_ok"] = True
+        detail["epoch"] = projects_store.bump_epoch(conn, project.id)
+    projects_store.set_state(
+        conn, project.id, state=target.value, state_from=None, stop_target=None, now=tx.now
+    )
+    if target is ProjectState.ACTIVE:
+        released = _release_held(conn, tx, core, project.id)
+        detail["released"] = released
+        tx.on_commit(lambda: core.runtime.wake_project(project.id))
+    _audit(conn, tx, actor, project.id, op, project.state, "ok", to=target.value, **detail)
+    if op == ProjectOp.RESTORE:
+        where = {"trashed": "回收站", "archived": "归档"}[project.state]
+        text = NOTICES["restored"].format(where=where)
+    elif op == ProjectOp.CANCEL_STOP:
+        text = f"↩️ 已取消停止，项目回到 {target.value}。"
+    else:
+        text = NOTICES[target.value]
+    runtime_actions.insert_notice(
+        conn,
+        tx,
+        core,
+        project.id,
+        f"{text}（{actor.display_name}）",
+        {"lifecycle": op, "state": target.value},
+    )
+    updated = _publish_project(conn, tx, core, project.id)
+    return {"project": updated.to_wire(), "outcome": "ok", **detail}
+
+
+async def _stop_sequence(
+    core: Core, actor: Member, project: Project, op: str, decision: Decision[ProjectState]
+) -> dict[str, Any]:
+    target = decision.target
+    assert target is not None and decision.from_state is not None
+    from_state = decision.from_state
+
+    def begin(conn: sqlite3.Connection, tx: Tx) -> None:
+        current = projects_store.get(conn, project.id)
+        if current is None or current.state != project.state:
+            raise ConflictError(
+                "the project changed state meanwhile; try again", code="state_changed"
+            )
+        # From this commit on, nothing new is admitted or woken.
+        projects_store.set_state(
+            conn,
+            project.id,
+            state=ProjectState.STOPPING.value,
+            state_from=from_state.value,
+            stop_target=target.value,
+            now=tx.now,
+        )
+        _audit(conn, tx, actor, project.id, op, project.state, "stopping", target=target.value)
+        _publish_project(conn, tx, core, project.id)
+
+    await core.db.write(begin)
+    all_stopped = await core.runtime.stop_project(project.id)
+    running = core.runtime.running_members(project.id)
+    reached = finish_stop(target, all_stopped and not running)
+
+    def finish(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        detail: dict[str, Any] = {"still_running": running}
+        if reached is ProjectState.STOP_UNCONFIRMED:
+            projects_store.set_state(
+                conn,
+                project.id,
+                state=reached.value,
+                state_from=from_state.value,
+                stop_target=target.value,
+                now=tx.now,
+            )
+            text = NOTICES["stop_unconfirmed"]
+        else:
+            projects_store.set_state(
+                conn, project.id, state=reached.value, state_from=None, stop_target=None, now=tx.now
+            )
+            if reached is ProjectState.TRASHED:
+                detail["cancelled"] = _cancel_open(conn, tx, core, project.id)
+                text = NOTICES["trashed"].format(days=core.settings.trash_retention_days)
+            else:
+                detail["held"] = _hold_pending(conn, tx, core, project.id)
+                text = NOTICES[reached.value]
+        runtime_actions.insert_notice(
+            conn,
+            tx,
+            core,
+            project.id,
+            f"{text}（{actor.display_name}）",
+            {"lifecycle": op, "state": reached.value},
+        )
+        if reached is ProjectState.TRASHED:
+            # Taken last, so the snapshot holds exactly what restore will find.
+            snapshot = digest(conn, project.id)
+            conn.execute(
+                "INSERT INTO project_snapshots (project_id, digest_json, created_at,"
+                " created_by) VALUES (:p, :d, :now, :by)",
+                {
+                    "p": project.id,
+                    "d": json.dumps(snapshot, sort_keys=True),
+                    "now": tx.now,
+                    "by": actor.id,
+                },
+            )
+            detail["snapshot"] = snapshot
+        outcome = "ok" if reached is target else "stop_unconfirmed"
+        _audit(
+            conn, tx, actor, project.id, op, from_state.value, outcome, to=reached.value, **detail
+        )
+        updated = _publish_project(conn, tx, core, project.id)
+        return {"project": updated.to_wire(), "outcome": outcome, **detail}
+
+    return await core.db.write(finish)
+
+
+def _ids(conn: sqlite3.Connection, project_id: int, states: tuple[str, ...]) -> list[int]:
+    marks = ",".join("?" * len(states))
+    return [
+        int(r[0])
+        for r in conn.execute(
+            f"SELECT id FROM deliveries WHERE project_id = ? AND state IN ({marks}) ORDER BY id",
+            [project_id, *states],
+        )
+    ]
+
+
+def _hold_pending(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> int:
+    ids = _ids(conn, project_id, ("pending",))
+    runtime_actions.set_deliveries(conn, tx, core, ids, "held", reason="project not active")
+    return len(ids)
+
+
+def _release_held(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> int:
+    ids = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
+            " WHERE d.project_id = :p AND d.state = 'held' AND m.status = 'active' ORDER BY d.id",
+            {"p": project_id},
+        )
+    ]
+    conn.executemany("UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in ids])
+    runtime_actions.set_deliveries(conn, tx, core, ids, "pending")
+    return len(ids)
+
+
+def _cancel_open(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> int:
+    ids = _ids(conn, project_id, ("pending", "held", "delivered", "unknown"))
+    runtime_actions.set_deliveries(conn, tx, core, ids, "cancelled", reason="project trashed")
+    return len(ids)
+
+
+def _verify_snapshot(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT digest_json FROM project_snapshots WHERE project_id = :p ORDER BY id DESC LIMIT 1",
+        {"p": project_id},
+    ).fetchone()
+    if row is None:
+        return {"ok": False, "missing": True, "differences": {}}
+    expected = json.loads(row[0])
+    actual = digest(conn, project_id)
+    differences = {
+        name: {"expected": expected.get(name), "actual": actual.get(name)}
+        for name in sorted(set(expected) | set(actual))
+        if expected.get(name) != actual.get(name)
+    }
+    return {"ok": not differences, "differences": differences}
+
+
+def restart_stops(conn: sqlite3.Connection, tx: Tx) -> list[int]:
+    """After a crash, a ``stopping`` project never confirmed its stop: ``stop_unconfirmed``."""
+    ids = [int(r[0]) for r in conn.execute("SELECT id FROM projects WHERE state = 'stopping'")]
+    conn.executemany(
+        "UPDATE projects SET state = 'stop_unconfirmed', state_at = ? WHERE id = ?",
+        [(tx.now, i) for i in ids],
+    )
+    return ids

@@ -1,0 +1,304 @@
+"""Purging a trashed project: irreversible, so explicit, stepwise and idempotent.
+
+Only from ``trashed`` (or ``purge_blocked`` to finish a failed run), with the full name typed
+exactly and an explicit confirmation, never while a member is running. What the project owns is
+released one step at a time, each step in its own transaction and recorded in ``purge_steps``;
+a step that fails leaves ``purge_blocked`` and a retry continues after the last finished step.
+What stays: the projects row as a tombstone (id, name, purged at, by whom), the audit trail, and
+everything outside the data folder — workspaces and source code are never touched.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from room.actions.lifecycle import decision_for, load, refuse
+from room.core import Core
+from room.errors import ConflictError, RoomError
+from room.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
+from room.models import Member
+from room.protocol import encode
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import projects as projects_store
+from room.store.schema_tasks import TASK_TABLES
+
+StepFn = Callable[[sqlite3.Connection, int, Path], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeStep:
+    name: str
+    label: str
+    run: StepFn
+
+
+def _delete(conn: sqlite3.Connection, sql: str, project_id: int) -> int:
+    return conn.execute(sql, {"p": project_id}).rowcount
+
+
+def _sessions(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    members = "(SELECT id FROM members WHERE project_id = :p)"
+    return {
+        "transcript_entries": _delete(
+            conn, f"DELETE FROM transcript_entries WHERE member_id IN {members}", project_id
+        ),
+        "model_requests": _delete(
+            conn, "DELETE FROM model_requests WHERE project_id = :p", project_id
+        ),
+        "turns": _delete(conn, "DELETE FROM turns WHERE project_id = :p", project_id),
+    }
+
+
+def _tokens(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    members = "(SELECT id FROM members WHERE project_id = :p)"
+    return {
+        "agent_tokens": _delete(
+            conn, f"DELETE FROM agent_tokens WHERE member_id IN {members}", project_id
+        ),
+        "invites": _delete(conn, "DELETE FROM login_links WHERE project_id = :p", project_id),
+    }
+
+
+def _deliveries(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    return {
+        "reconciliations": _delete(
+            conn,
+            "DELETE FROM reconciliations WHERE delivery_id IN"
+            " (SELECT id FROM deliveries WHERE project_id = :p)",
+            project_id,
+        ),
+        "deliveries": _delete(conn, "DELETE FROM deliveries WHERE project_id = :p", project_id),
+    }
+
+
+def _tasks(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    return {
+        table: _delete(conn, f"DELETE FROM {table} WHERE project_id = :p", project_id)
+        for table in TASK_TABLES
+    }
+
+
+def _messages(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    messages = "(SELECT id FROM messages WHERE project_id = :p)"
+    counts = {
+        "mentions": _delete(
+            conn, f"DELETE FROM mentions WHERE message_id IN {messages}", project_id
+        ),
+        "message_edits": _delete(
+            conn, f"DELETE FROM message_edits WHERE message_id IN {messages}", project_id
+        ),
+        "events": _delete(conn, "DELETE FROM events WHERE project_id = :p", project_id),
+        "read_cursors": _delete(conn, "DELETE FROM read_cursors WHERE project_id = :p", project_id),
+    }
+    conn.execute("UPDATE projects SET lead_member_id = NULL WHERE id = :p", {"p": project_id})
+    counts["messages"] = _delete(conn, "DELETE FROM messages WHERE project_id = :p", project_id)
+    return counts
+
+
+def _settings(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    return {
+        "route_settings": _delete(
+            conn, "DELETE FROM route_settings WHERE project_id = :p", project_id
+        ),
+        "route_changes": _delete(
+            conn, "DELETE FROM route_changes WHERE project_id = :p", project_id
+        ),
+        "project_brakes": _delete(
+            conn, "DELETE FROM project_brakes WHERE project_id = :p", project_id
+        ),
+        "project_snapshots": _delete(
+            conn, "DELETE FROM project_snapshots WHERE project_id = :p", project_id
+        ),
+    }
+
+
+def _members(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    return {
+        "member_names": _delete(conn, "DELETE FROM member_names WHERE project_id = :p", project_id),
+        "members": _delete(conn, "DELETE FROM members WHERE project_id = :p", project_id),
+    }
+
+
+def project_files(data: Path, project_id: int) -> Path:
+    return data / "projects" / str(project_id)
+
+
+def _files(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    """Files the server keeps for the project under the data folder — nothing else, ever."""
+    folder = project_files(data, project_id)
+    root = data.resolve()
+    if not folder.exists() and not folder.is_symlink():
+        return {"files": 0}
+    if folder.is_symlink() or not folder.resolve().is_relative_to(root):
+        # A link out of the data folder is removed as a link; its target is never followed.
+        folder.unlink()
+        return {"files": 0, "unlinked": str(folder)}
+    count = sum(1 for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+    # rmtree removes symlinks inside as links, without following them.
+    shutil.rmtree(folder)
+    return {"files": count}
+
+
+PURGE_STEPS: tuple[PurgeStep, ...] = (
+    PurgeStep("sessions", "agent sessions, transcripts, model requests", _sessions),
+    PurgeStep("tokens", "agent tokens and invites", _tokens),
+    PurgeStep("deliveries", "the delivery ledger", _deliveries),
+    PurgeStep("tasks", "plans, tasks, evidence and decisions", _tasks),
+    PurgeStep("messages", "messages, edits, mentions, events, read cursors", _messages),
+    PurgeStep("settings", "routes, brake, snapshots", _settings),
+    PurgeStep("members", "members and their names", _members),
+    PurgeStep("files", "files under the data folder", _files),
+)
+
+KEPT = (
+    {"what": "tombstone", "detail": "project id, name, purged at, by whom"},
+    {"what": "audit", "detail": "every audit record of the project"},
+    {"what": "workspace", "detail": "the workspace folder and source code are never deleted"},
+    {"what": "accounts", "detail": "people's accounts (they may be in other projects)"},
+)
+
+
+def preview(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    """What a purge would delete (counts) and what it keeps; changes nothing."""
+    conn.execute("SAVEPOINT preview")
+    try:
+        delete = []
+        for step in PURGE_STEPS:
+            if step.name == "files":
+                folder = project_files(data, project_id)
+                files = sum(1 for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+                delete.append({"step": step.name, "what": step.label, "counts": {"files": files}})
+            else:
+                delete.append(
+                    {
+                        "step": step.name,
+                        "what": step.label,
+                        "counts": step.run(conn, project_id, data),
+                    }
+                )
+    finally:
+        conn.execute("ROLLBACK TO preview")
+        conn.execute("RELEASE preview")
+    project = projects_store.get(conn, project_id)
+    kept = [*KEPT]
+    if project is not None and project.workspace:
+        kept[2] = {**kept[2], "path": project.workspace}
+    return {"delete": delete, "keep": kept}
+
+
+async def cleanup_preview(core: Core, project_id: int) -> dict[str, Any]:
+    data = core.settings.data
+    # A read connection is query-only; the preview counts inside a rolled-back savepoint.
+    return await core.db.write(lambda conn, tx: preview(conn, project_id, data))
+
+
+async def purge(
+    core: Core,
+    actor: Member,
+    project_id: int,
+    *,
+    confirm_name: str,
+    confirmed: bool,
+    steps: Sequence[PurgeStep] = PURGE_STEPS,
+) -> dict[str, Any]:
+    project = await load(core, project_id)
+    decision = decision_for(project, ProjectOp.PURGE, actor)
+    if not decision.allowed:
+        await refuse(core, actor, project, "purge", decision.reason or "")
+        decision.raise_if_refused()
+    try:
+        check_purge_request(project.name, confirm_name, confirmed)
+    except RoomError as exc:
+        await refuse(core, actor, project, "purge", exc.code)
+        raise
+    running = core.runtime.running_members(project_id)
+    if running:
+        await refuse(core, actor, project, "purge", "members_running")
+        raise ConflictError(
+            "有成员仍在运行，先停止再清除 (Members are still running; stop them first.)",
+            code="members_running",
+            running=running,
+        )
+    data = core.settings.data
+
+    def start(conn: sqlite3.Connection, tx: Tx) -> list[str]:
+        audit_store.record(
+            conn,
+            now=tx.now,
+            actor_kind="human",
+            actor_id=actor.id,
+            project_id=project_id,
+            action="project.purge",
+            from_state=project.state,
+            outcome="started",
+        )
+        return [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT step FROM purge_steps WHERE project_id = :p", {"p": project_id}
+            )
+        ]
+
+    done = set(await core.db.write(start))
+    core.hub.cut_project(project_id, "project purged")
+    results: dict[str, Any] = {}
+    failed: tuple[str, str] | None = None
+    for step in steps:
+        if step.name in done:
+            continue
+
+        def run_step(conn: sqlite3.Connection, tx: Tx, step: PurgeStep = step) -> dict[str, Any]:
+            counts = step.run(conn, project_id, data)
+            conn.execute(
+                "INSERT INTO purge_steps (project_id, step, done_at, detail) VALUES (:p, :s, :now,"
+                " :d)",
+                {"p": project_id, "s": step.name, "now": tx.now, "d": str(counts)},
+            )
+            return counts
+
+        try:
+            results[step.name] = await core.db.write(run_step)
+        except Exception as exc:
+            failed = (step.name, f"{type(exc).__name__}: {exc}")
+            break
+
+    reached = finish_purge(failed is None)
+
+    def finish(conn: sqlite3.Connection, tx: Tx) -> None:
+        projects_store.set_state(
+            conn, project_id, state=reached.value, state_from=None, stop_target=None, now=tx.now
+        )
+        if reached is ProjectState.PURGED:
+            conn.execute(
+                "INSERT OR REPLACE INTO project_tombstones (project_id, name, purged_at, purged_by)"
+                " VALUES (:p, :name, :now, :by)",
+                {"p": project_id, "name": project.name, "now": tx.now, "by": actor.user_id},
+            )
+        audit_store.record(
+            conn,
+            now=tx.now,
+            actor_kind="human",
+            actor_id=actor.id,
+            project_id=project_id,
+            action="project.purge",
+            from_state=project.state,
+            outcome="ok" if failed is None else "purge_blocked",
+            detail={"steps": results, "failed": list(failed) if failed else None},
+        )
+        frame = encode({"type": "project", "project": {"id": project_id, "state": reached.value}})
+        tx.on_commit(lambda: core.hub.broadcast(project_id, frame))
+        tx.on_commit(lambda: core.rosters.invalidate(project_id))
+
+    await core.db.write(finish)
+    return {
+        "project_id": project_id,
+        "state": reached.value,
+        "steps": results,
+        "failed": {"step": failed[0], "error": failed[1]} if failed else None,
+    }

@@ -1,0 +1,161 @@
+"""The real app in-process (Starlette's TestClient runs its lifespan: lock, migrations, writer,
+runtime), for tests that need to reach into the core or inject tools and faults."""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from starlette.testclient import TestClient
+
+from room.actions import auth as auth_actions
+from room.actions.projects import AgentSpec, insert_project
+from room.app import RoomServer, create_app
+from room.core import Core
+from room.models import Member, User
+from room.runtime.tools import Tool
+from room.settings import Settings
+from room.store import Tx
+from room.store import auth as auth_store
+from room.store import members as members_store
+
+T = TypeVar("T")
+
+
+@dataclass
+class App:
+    client: TestClient
+    settings: Settings
+    owner_cookie: str
+    csrf: dict[str, str]  # cookie → csrf token
+
+    @property
+    def core(self) -> Core:
+        core: Core = self.client.app.state.core  # type: ignore[attr-defined]
+        return core
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        portal = self.client.portal
+        assert portal is not None
+        return portal.call(functools.partial(fn, *args, **kwargs))
+
+    def write(self, job: Callable[[sqlite3.Connection, Tx], T]) -> T:
+        return self.call(self.core.db.write, job)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        cookie: str | None = None,
+        token: str | None = None,
+    ) -> tuple[int, Any]:
+        headers = {"Origin": self.settings.origin}
+        if cookie is not None:
+            headers["Cookie"] = f"room_session={cookie}"
+            headers["X-CSRF-Token"] = self.csrf[cookie]
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        response = self.client.request(method, path, json=body, headers=headers)
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text
+
+    def login(self, secret: str, **form: str) -> str:
+        response = self.client.post(
+            "/login",
+            data={"secret": secret, **form},
+            headers={"Origin": self.settings.origin},
+            follow_redirects=False,
+        )
+        assert response.status_code == 303, response.text
+        cookie = re.search(r"room_session=([^;]+)", response.headers["set-cookie"])
+        assert cookie is not None
+        self.client.cookies.clear()
+        value = cookie.group(1)
+        me = self.client.get("/api/me", headers={"Cookie": f"room_session={value}"}).json()
+        self.csrf[value] = me["csrf_token"]
+        return value
+
+    def new_user(self, handle: str, name: str) -> tuple[User, str]:
+        """A person with an account and a session (no project yet)."""
+
+        def job(conn: sqlite3.Connection, tx: Tx) -> tuple[User, str]:
+            user_id = auth_store.insert_user(
+                conn, handle=handle, display_name=name, is_admin=False, now=tx.now
+            )
+            secret = auth_actions.create_login_link(conn, tx, user_id, 30)
+            user = auth_store.get_user(conn, user_id)
+            assert user is not None
+            return user, secret
+
+        user, secret = self.write(job)
+        return user, self.login(secret)
+
+    def project_with(
+        self, name: str, owner: User, member: User | None = None
+    ) -> tuple[int, dict[str, Member], str]:
+        """A project with ``owner``, optionally a plain ``member``, and an agent (with token)."""
+
+        def job(conn: sqlite3.Connection, tx: Tx) -> tuple[int, dict[str, Member], str]:
+            project_id, _ = insert_project(
+                conn,
+                tx,
+                owner,
+                name=name,
+                goal="",
+                workspace=None,
+                agents=[AgentSpec("lead", "lead", "负责人")],
+            )
+            if member is not None:
+                members_store.insert(
+                    conn,
+                    project_id=project_id,
+                    kind="human",
+                    user_id=member.id,
+                    role="member",
+                    handle=member.handle,
+                    display_name=member.display_name,
+                    now=tx.now,
+                )
+            token = auth_actions.issue_agent_token(conn, tx, str(project_id), "lead")
+            found = {m.handle: m for m in members_store.list_for_project(conn, project_id)}
+            return project_id, found, token
+
+        return self.write(job)
+
+    def db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.settings.db_path)
+
+
+@contextmanager
+def running_app(
+    data: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    tools: Mapping[str, Tool] | None = None,
+    **settings: Any,
+) -> Iterator[App]:
+    config = Settings(data=data, port=8470, send_rate_per_sec=1000, send_burst=2000, **settings)
+    server = RoomServer(config)
+    app = create_app(config, server, env=env or {}, tools=tools)
+    with TestClient(app, base_url=config.origin) as client:
+        assert server.opened is not None
+        handle = App(client, config, "", {})
+        handle.owner_cookie = handle.login(server.opened.login_secret)
+        yield handle
+
+
+def owner_user(app: App) -> User:
+    def job(conn: sqlite3.Connection, tx: Tx) -> User:
+        return auth_actions.ensure_owner(conn, tx)
+
+    return app.write(job)
