@@ -322,3 +322,133 @@ async def test_agent_token_auth_by_header_and_by_first_frame(server: ServerProce
     with pytest.raises(ConnectionClosed):
         await c3.recv()
     assert c3.ws.close_code == 4401
+
+
+async def test_preview_and_unresolved_mentions_need_plain_text(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project)
+    await c.send({"type": "preview", "project_id": project, "body": "@lead你先看看", "req_id": "p"})
+    preview = await c.wait_for("preview")
+    [diag] = preview["diagnostics"]
+    assert diag["code"] == "needs_boundary" and diag["blocking"] is True
+    assert "请在名字后加空格或标点" in diag["hint"]
+    await c.send({"type": "preview", "project_id": project, "body": "@lead 你先看看"})
+    preview = await c.wait_for("preview")
+    assert preview["diagnostics"] == [] and preview["agents_reached"] == 1
+    lead = preview["mentioned"][0]
+    # Sending the unresolved draft is refused, nothing stored; as plain text it goes through
+    # (to the lead by the default rule, since the text names nobody).
+    await c.send(
+        {"type": "send", "project_id": project, "client_txn_id": txn(), "body": "@lead你先看看"}
+    )
+    err = await c.wait_for("error")
+    assert err["code"] == "mentions_unresolved"
+    assert err["details"]["diagnostics"][0]["code"] == "needs_boundary"
+    await c.send(
+        {
+            "type": "send",
+            "project_id": project,
+            "client_txn_id": txn(),
+            "body": "@lead你先看看",
+            "as_plain_text": True,
+        }
+    )
+    ack = await c.wait_for("ack")
+    detail = server.get_json(f"/api/messages/{ack['message_id']}", cookie=s.cookie)
+    assert [d["recipient_id"] for d in detail["deliveries"]] == [lead]
+    # Chips merge with text mentions and dedupe: one delivery.
+    await c.send(
+        {
+            "type": "send",
+            "project_id": project,
+            "client_txn_id": txn(),
+            "body": "@lead 和 @负责人",
+            "chips": [lead],
+        }
+    )
+    ack = await c.wait_for("ack")
+    detail = server.get_json(f"/api/messages/{ack['message_id']}", cookie=s.cookie)
+    assert [d["recipient_id"] for d in detail["deliveries"]] == [lead]
+    # Code and quotes wake nobody: a human message that mentions nobody still goes to the lead,
+    # but a message for @humans only never reaches an agent.
+    await c.send(
+        {"type": "send", "project_id": project, "client_txn_id": txn(), "body": "@humans 午饭"}
+    )
+    ack = await c.wait_for("ack")
+    assert (
+        server.get_json(f"/api/messages/{ack['message_id']}", cookie=s.cookie)["deliveries"] == []
+    )
+
+
+async def test_http_mutations_need_the_csrf_token(server: ServerProcess) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    status, body = server.request(
+        "POST", f"/api/projects/{project}/messages", {"body": "x"}, cookie=s.cookie
+    )
+    assert status == 403 and body["error"]["code"] == "csrf"
+    status, body = server.request(
+        "POST",
+        f"/api/projects/{project}/messages",
+        {"body": "x"},
+        headers={**s.headers, "X-CSRF-Token": "wrong"},
+    )
+    assert status == 403
+    status, _ = server.request(
+        "POST", f"/api/projects/{project}/messages", {"body": "x"}, headers=s.headers
+    )
+    assert status == 201
+
+
+async def test_permessage_deflate_is_off(server: ServerProcess) -> None:
+    s = server.login()
+    c = await Client.open(server.ws_url, cookie=s.cookie, origin=server.origin)
+    assert c.ws.response is not None
+    # Our client opened without compression; ask explicitly with a raw offer too.
+    from websockets.asyncio.client import connect
+
+    async with connect(
+        server.ws_url,
+        additional_headers={"Cookie": f"room_session={s.cookie}"},
+        origin=server.origin,  # type: ignore[arg-type]
+        compression="deflate",
+    ) as ws:
+        assert ws.response is not None
+        assert "Sec-WebSocket-Extensions" not in ws.response.headers
+
+
+async def test_a_stalled_reader_is_cut_without_slowing_others(tmp_path: Any) -> None:
+    server = ServerProcess(tmp_path / "d", env={"ROOM_OUTBOX_FRAMES": "16"}).start()
+    try:
+        s = server.login()
+        project = demo_project(server, s.cookie)
+        stalled = await subscribed(server, s.cookie, project)
+        # Stop reading at the TCP level: the client's receive buffer fills, then the server's.
+        stalled.ws.transport.pause_reading()
+        reader = await Client.open(
+            server.ws_url, cookie=s.cookie, origin=server.origin, max_queue=None
+        )
+        await reader.send({"type": "subscribe", "project_id": project})
+        await reader.wait_for("subscribed")
+        writer = await Client.open(
+            server.ws_url, cookie=s.cookie, origin=server.origin, max_queue=None
+        )
+        body = "填" * 20_000  # ~60 KB of UTF-8, under the 64 KiB frame limit
+        for _ in range(300):
+            await writer.send(
+                {"type": "send", "project_id": project, "client_txn_id": txn(), "body": body}
+            )
+        got = 0
+        with anyio.fail_after(30):
+            while got < 300:
+                frame = await reader.recv()
+                got += frame["type"] == "message"
+        stalled.ws.transport.resume_reading()
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await stalled.recv()
+        assert stalled.ws.close_code == 1013
+        assert "resume" in (stalled.ws.close_reason or "")
+    finally:
+        server.stop()

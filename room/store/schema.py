@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
-
 class Migration(NamedTuple):
     name: str
     sql: str

@@ -49,7 +49,9 @@ class Client:
         return cls(ws)
 
     async def send(self, frame: Frame | str) -> None:
-        await self.ws.send(frame if isinstance(frame, str) else json.dumps(frame))
+        await self.ws.send(
+            frame if isinstance(frame, str) else json.dumps(frame, ensure_ascii=False)
+        )
 
     async def recv(self, timeout: float = 5.0) -> Frame:
         with anyio.fail_after(timeout):

@@ -1,0 +1,95 @@
+"""Operator files and commands: boot trace, boot report, /healthz, room doctor, the CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from room.boot import last_start, read_trace
+from room.cli import build_parser, main
+from tests.support.server import ServerProcess
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(list(argv))
+    return code, out.getvalue()
+
+
+def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: ServerProcess) -> None:
+    phases = [line["phase"] for line in last_start(read_trace(server.data))]
+    assert phases[0] == "start" and phases[-1] == "ready"
+    assert {"lock", "migrate", "seed", "reconcile", "report"} <= set(phases)
+    report = json.loads((server.data / "boot-report.json").read_text())
+    assert report["pid"] == server.proc.pid  # type: ignore[union-attr]
+    assert report["sqlite"]["library"]
+    for name in ("starlette", "uvicorn", "websockets", "pydantic", "nh3", "markdown-it-py"):
+        dep = report["dependencies"][name]
+        assert dep["version"] and Path(dep["file"]).exists()
+    assert "room_send" in report["tools"]
+    assert next(p["name"] for p in report["providers"]) == "builtin"
+    assert report["providers"][0]["available"] is True
+    assert report["activations"][-1]["pid"] == server.proc.pid  # type: ignore[union-attr]
+    status, health = server.request("GET", "/healthz")
+    assert status == 200 and health["ok"] is True
+    code, text = run_cli("doctor", "--data", str(server.data))
+    assert code == 0, text
+    assert "running, pid" in text and "healthy" in text
+    code, text = run_cli("doctor", "--data", str(server.data), "--json")
+    summary = json.loads(text)
+    assert summary["problems"] == [] and summary["database"]["quick_check"] == "ok"
+
+
+def test_a_start_that_died_shows_how_far_it_got(server: ServerProcess, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "room", "serve", "--data", str(server.data), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert result.returncode == 3
+    phases = last_start(read_trace(server.data))
+    assert [p["phase"] for p in phases] == ["start", "lock"]
+    assert phases[-1]["ok"] is False and "in use by pid" in phases[-1]["detail"]["error"]
+    # doctor reads the trace and says what is wrong (the running server is fine, the last
+    # start attempt is the one that died).
+    code, text = run_cli("doctor", "--data", str(server.data))
+    assert code == 4 and "stopped at phase 'lock'" in text
+
+
+def test_doctor_on_an_empty_folder_needs_attention(tmp_path: Path) -> None:
+    code, text = run_cli("doctor", "--data", str(tmp_path / "nothing"))
+    assert code == 4
+    assert "no database" in text
+
+
+def test_login_link_and_member_token_work_while_the_server_runs(server: ServerProcess) -> None:
+    code, link = run_cli("login-link", "--data", str(server.data))
+    assert code == 0 and link.strip().startswith(f"{server.origin}/login/")
+    session = server.login(link.strip().rsplit("/", 1)[-1])
+    assert session.user["handle"] == "owner"
+    code, token = run_cli("member", "token", "--data", str(server.data), "演示项目", "lead")
+    assert code == 0 and len(token.strip()) >= 40 and "\n" not in token.strip()
+    code, token_by_id = run_cli("member", "token", "--data", str(server.data), "1", "@lead")
+    assert code == 0 and token_by_id != token
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code, _ = run_cli("member", "token", "--data", str(server.data), "演示项目", "owner")
+    assert code == 1 and "humans sign in with a login link" in err.getvalue()
+
+
+def test_help_documents_every_command() -> None:
+    parser = build_parser()
+    text = parser.format_help()
+    for command in ("serve", "doctor", "login-link", "member", "agent"):
+        assert command in text
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(io.StringIO()) as out:
+        main(["member", "token", "--help"])
+    assert "PROJECT" in out.getvalue() and "HANDLE" in out.getvalue()
