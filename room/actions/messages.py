@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import json
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,7 +186,6 @@ def submit_send(
     digest = _digest(body, reply_to, chips, as_plain_text)
     project_id = sender.project_id
     mention_rows = [(int(m.member_id), m.via) for m in routing.resolution.mentions]
-    poster = ActorKind.AGENT if sender.kind == "agent" else ActorKind.MEMBER
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
         existing = messages_store.find_txn(conn, sender.id, client_txn_id)
@@ -198,31 +198,13 @@ def submit_send(
                     message_id=message_id,
                 )
             return Ack(message_id, seq, True, frame)
-        state = projects_store.state_of(conn, project_id) or "purged"
-        if not posting_open(ProjectState(state), poster):
-            raise ConflictError(
-                f"the project is {state}; it does not accept messages now",
-                code="project_not_accepting",
-                state=state,
-            )
+        state = check_posting(conn, sender)
         excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
-        seq = projects_store.next_seq(conn, project_id, tx.now)
-        message_id = messages_store.insert(
+        message_id, seq, obj = append_message(
             conn,
+            tx,
+            core,
             project_id=project_id,
-            seq=seq,
-            author_id=sender.id,
-            kind=kind,
-            body=body,
-            reply_to=reply_to,
-            client_txn_id=client_txn_id,
-            txn_digest=digest,
-            now=tx.now,
-        )
-        obj = messages_store.message_object(
-            message_id=message_id,
-            project_id=project_id,
-            seq=seq,
             author_id=sender.id,
             kind=kind,
             body=body,
@@ -231,10 +213,9 @@ def submit_send(
             reply_excerpt=excerpt,
             mentions=routing.mentioned,
             client_txn_id=client_txn_id,
-            created_at=tx.now,
+            txn_digest=digest,
             meta=meta,
         )
-        messages_store.set_frame(conn, message_id, obj)
         if mention_rows:
             messages_store.insert_mentions(conn, message_id, mention_rows)
         held_project = not admission_open(ProjectState(state))
@@ -251,22 +232,74 @@ def submit_send(
                 ],
                 now=tx.now,
             )
-        messages_store.insert_event(
-            conn,
-            project_id=project_id,
-            seq=seq,
-            kind="message",
-            message_id=message_id,
-            frame=None,
-            now=tx.now,
-        )
-        event = Frame(messages_store.event_frame(project_id, seq, obj))
-        tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
         if routing.recipients and not held_project:
             tx.on_commit(lambda: core.runtime.wake(project_id, routing.recipients))
         return Ack(message_id, seq, False, obj)
 
     return core.db.submit(job)
+
+
+def append_message(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    core: Core,
+    *,
+    project_id: int,
+    author_id: int | None,
+    kind: str,
+    body: str,
+    html: str,
+    reply_to: int | None = None,
+    reply_excerpt: dict[str, Any] | None = None,
+    mentions: Iterable[int] = (),
+    client_txn_id: str | None = None,
+    txn_digest: str | None = None,
+    meta: dict[str, Any] | None = None,
+) -> tuple[int, int, str]:
+    """Append a message to a project's timeline inside the caller's transaction: the next seq,
+    the row, its pre-encoded wire object, its stream event, and the publish after commit.
+    Returns (message id, seq, wire object)."""
+    seq = projects_store.next_seq(conn, project_id, tx.now)
+    message_id = messages_store.insert(
+        conn,
+        project_id=project_id,
+        seq=seq,
+        author_id=author_id,
+        kind=kind,
+        body=body,
+        reply_to=reply_to,
+        client_txn_id=client_txn_id,
+        txn_digest=txn_digest,
+        now=tx.now,
+    )
+    obj = messages_store.message_object(
+        message_id=message_id,
+        project_id=project_id,
+        seq=seq,
+        author_id=author_id,
+        kind=kind,
+        body=body,
+        html=html,
+        reply_to=reply_to,
+        reply_excerpt=reply_excerpt,
+        mentions=mentions,
+        client_txn_id=client_txn_id,
+        created_at=tx.now,
+        meta=meta,
+    )
+    messages_store.set_frame(conn, message_id, obj)
+    messages_store.insert_event(
+        conn,
+        project_id=project_id,
+        seq=seq,
+        kind="message",
+        message_id=message_id,
+        frame=None,
+        now=tx.now,
+    )
+    event = Frame(messages_store.event_frame(project_id, seq, obj))
+    tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
+    return message_id, seq, obj
 
 
 def _initial_state(roster: ProjectRoster, member_id: int, held_project: bool) -> str:
@@ -408,15 +441,21 @@ def _own_message(conn: sqlite3.Connection, actor: Member, message_id: int) -> di
         raise ForbiddenError("you can only change your own messages", code="not_author")
     if row["deleted_at"] is not None:
         raise ConflictError("this message was deleted", code="message_deleted")
-    state = projects_store.state_of(conn, actor.project_id) or "purged"
-    poster = ActorKind.AGENT if actor.kind == "agent" else ActorKind.MEMBER
+    check_posting(conn, actor)
+    return row
+
+
+def check_posting(conn: sqlite3.Connection, member: Member) -> str:
+    """The project's state, if ``member`` may post or change messages in it now."""
+    state = projects_store.state_of(conn, member.project_id) or "purged"
+    poster = ActorKind.AGENT if member.kind == "agent" else ActorKind.MEMBER
     if not posting_open(ProjectState(state), poster):
         raise ConflictError(
-            f"the project is {state}; messages cannot change now",
+            f"the project is {state}; it does not accept messages now",
             code="project_not_accepting",
             state=state,
         )
-    return row
+    return state
 
 
 def _publish_update(

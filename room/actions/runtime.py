@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from room.actions.messages import append_message
 from room.core import Core
-from room.hub import Frame
 from room.protocol import encode
 from room.render import render
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import messages as messages_store
-from room.store import projects as projects_store
 from room.store import runtime as rt_store
 from room.store.runtime import Inbound
 
@@ -85,46 +84,17 @@ def insert_notice(
     conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int, body: str, meta: dict[str, Any]
 ) -> int:
     """A system message in the timeline (no author, wakes nobody)."""
-    seq = projects_store.next_seq(conn, project_id, tx.now)
-    message_id = messages_store.insert(
+    message_id, _, _ = append_message(
         conn,
+        tx,
+        core,
         project_id=project_id,
-        seq=seq,
-        author_id=None,
-        kind="system",
-        body=body,
-        reply_to=None,
-        client_txn_id=None,
-        txn_digest=None,
-        now=tx.now,
-    )
-    obj = messages_store.message_object(
-        message_id=message_id,
-        project_id=project_id,
-        seq=seq,
         author_id=None,
         kind="system",
         body=body,
         html=render(body),
-        reply_to=None,
-        reply_excerpt=None,
-        mentions=(),
-        client_txn_id=None,
-        created_at=tx.now,
         meta=meta,
     )
-    messages_store.set_frame(conn, message_id, obj)
-    messages_store.insert_event(
-        conn,
-        project_id=project_id,
-        seq=seq,
-        kind="message",
-        message_id=message_id,
-        frame=None,
-        now=tx.now,
-    )
-    event = Frame(messages_store.event_frame(project_id, seq, obj))
-    tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
     return message_id
 
 

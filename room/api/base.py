@@ -131,6 +131,8 @@ async def me(request: Request) -> Response:
             "identity": who.to_wire(),
             "csrf_token": who.csrf_token,
             "projects": [p.to_wire() for p in projects],
+            # The trash shows how long a project is kept restorable; nothing is purged by itself.
+            "trash_retention_days": core.settings.trash_retention_days,
         }
     )
 
