@@ -37,6 +37,7 @@ from room.models import User
 from room.protocol import CLIENT_FRAME_TYPES
 from room.providers import ProviderRegistry, default_configs
 from room.runtime import Runtime, RuntimeSettings
+from room.runtime.task_tools import TASK_TOOLS
 from room.runtime.tools import BUILTIN_TOOLS, Tool
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, run_write
@@ -176,7 +177,7 @@ def create_app(
                 context_tokens=settings.context_tokens,
                 stop_confirm_secs=settings.stop_confirm_secs,
             ),
-            tools=BUILTIN_TOOLS if tools is None else tools,
+            tools={**BUILTIN_TOOLS, **TASK_TOOLS} if tools is None else tools,
         )
         core.runtime = runtime
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))

@@ -190,6 +190,8 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "inbox",
     "members",
     "project",
+    "tasks",
+    "decisions",
     "resync_required",
     "pong",
     "error",

@@ -147,6 +147,11 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
         "room_send",
         "room_history",
         "room_members",
+        "room_task_list",
+        "room_task_update",
+        "room_task_review",
+        "room_plan_submit",
+        "room_decision_propose",
         "room_pick_model",
     ]
     history_result = requests[1]["messages"][-1]

@@ -22,6 +22,7 @@ import sqlite3
 from typing import Any
 
 from room.actions import runtime as runtime_actions
+from room.actions import tasks as task_actions
 from room.actions.members import actor_kind
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, NotFoundError
@@ -79,6 +80,7 @@ def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any
             hasher.update(json.dumps(list(row), ensure_ascii=False).encode())
             count += 1
         out[name] = {"count": count, "sha256": hasher.hexdigest()}
+    out |= task_actions.digest_rows(conn, project_id)
     return out
 
 

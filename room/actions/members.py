@@ -10,6 +10,7 @@ import sqlite3
 from typing import Any
 
 from room.actions import runtime as runtime_actions
+from room.actions import tasks as task_actions
 from room.actions.projects import AgentSpec, insert_agent
 from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
@@ -125,6 +126,9 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
                 tx.on_commit(lambda: core.runtime.wake(project_id, [target_id]))
         elif member_op_ is MemberOp.LEAVE:
             members_store.set_status(conn, target_id, "left", tx.now)
+            result["handed_off"] = task_actions.handoff_open_tasks(
+                conn, tx, core, project_id, target_id
+            )
             auth_store.revoke_member_tokens(conn, target_id, tx.now)
             result["cancelled"] = _move(
                 conn, tx, core, target_id, OPEN_FOR_LEAVE, "cancelled", "recipient left"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from room import mentions as mention_rules
+from room.actions import decisions as decision_actions
 from room.core import Core, ProjectRoster
 from room.errors import (
     BadRequestError,
@@ -184,6 +185,11 @@ def submit_send(
         )
     html = render(body)
     digest = _digest(body, reply_to, chips, as_plain_text)
+    is_change = (
+        sender.kind == "human"
+        and body.startswith("/change")
+        and decision_actions.parse_change_command(body) is not None
+    )
     project_id = sender.project_id
     mention_rows = [(int(m.member_id), m.via) for m in routing.resolution.mentions]
 
@@ -234,6 +240,11 @@ def submit_send(
             )
         if routing.recipients and not held_project:
             tx.on_commit(lambda: core.runtime.wake(project_id, routing.recipients))
+        if is_change:
+            # A person marked this message a requirement change (the /change prefix).
+            decision_actions.requirement_change_from_message(
+                conn, tx, core, message_id, sender, None
+            )
         return Ack(message_id, seq, False, obj)
 
     return core.db.submit(job)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import regex
 
+from room.actions import plans as plan_actions
 from room.core import Core
 from room.errors import BadRequestError, ConflictError
 from room.models import AGENT_ROLES, Member, Project, User
@@ -139,14 +140,20 @@ async def create_project(
     goal: str = "",
     workspace: str | None = None,
     agents: list[AgentSpec] | None = None,
+    plan_first: bool = False,
 ) -> Project:
+    """Create a project with its creator as owner. A goal is delivered to the lead at once;
+    with ``plan_first`` the lead's plan is stored and nothing is dispatched until a person
+    starts it."""
     name = check_project_name(name)
     specs = agents if agents is not None else [AgentSpec("lead", "lead", "负责人")]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Project:
-        project_id, _ = insert_project(
+        project_id, owner_id = insert_project(
             conn, tx, creator, name=name, goal=goal, workspace=workspace, agents=specs
         )
+        if goal.strip() or plan_first:
+            plan_actions.deliver_goal(conn, tx, core, project_id, owner_id, goal, plan_first)
         project = projects_store.get(conn, project_id)
         assert project is not None
         return project

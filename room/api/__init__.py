@@ -4,9 +4,9 @@ Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``);
 don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
 """
 
-from room.api import agents, base, lifecycle
+from room.api import agents, base, lifecycle, tasks
 
-__all__ = ["agents", "base", "lifecycle", "routes"]
+__all__ = ["agents", "base", "lifecycle", "routes", "tasks"]
 
 # The member role route must come before the generic member operation route.
-routes = [*base.routes, *lifecycle.routes, *agents.routes]
+routes = [*base.routes, *lifecycle.routes, *agents.routes, *tasks.routes]

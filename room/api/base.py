@@ -151,6 +151,7 @@ class ProjectIn(BaseModel):
     goal: str = Field(default="", max_length=8000)
     workspace: str | None = None
     agents: list[AgentIn] | None = Field(default=None, max_length=20)
+    plan_first: bool = False
 
 
 async def create_project(request: Request) -> Response:
@@ -171,6 +172,7 @@ async def create_project(request: Request) -> Response:
         goal=data.goal,
         workspace=data.workspace,
         agents=agents,
+        plan_first=data.plan_first,
     )
     return JSONResponse({"project": project.to_wire()}, status_code=201)
 

@@ -29,7 +29,14 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             "负责人",
             "你是项目负责人（lead）。你理解目标、拆分工作、指派给合适的成员并跟进结果；"
             "没有人被 @ 的人类消息会交给你。回答要简洁，需要别人行动时用 @handle 明确点名。",
-            (*BASE_TOOLS, *TASK_TOOLS, "room_task_review", "room_plan_submit", "room_pick_model"),
+            (
+                *BASE_TOOLS,
+                *TASK_TOOLS,
+                "room_task_review",
+                "room_plan_submit",
+                "room_decision_propose",
+                "room_pick_model",
+            ),
         ),
         "frontend": Preset(
             "frontend",
@@ -64,8 +71,8 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
         "docs": Preset(
             "docs",
             "文档",
-            "你是文档工程师。你把决定和用法写清楚，只读取时间线，不指派任务。",
-            ("room_send", "room_history", "room_members", "room_task_list"),
+            "你是文档工程师。你把决定和用法写清楚，不指派任务。",
+            (*BASE_TOOLS, *TASK_TOOLS),
         ),
     }
 )

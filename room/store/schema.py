@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from room.store.schema_tasks import TASKS
+
 
 class Migration(NamedTuple):
     name: str
@@ -334,6 +336,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
     Migration("0003_lifecycle", LIFECYCLE),
+    Migration("0004_tasks", TASKS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

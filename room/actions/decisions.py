@@ -1,0 +1,370 @@
+"""Decisions (ADR-0001 …) and requirement changes.
+
+A decision has context, decision, consequences, a status (``proposed`` → ``accepted`` →
+``superseded``) and revisions. Agents propose; people accept; a person's own decision is accepted
+at once. Accepting a decision that ``supersedes`` another marks that one ``superseded``.
+
+A **requirement change** is never inferred: a person marks a message (the ``/change`` prefix, or
+the UI action). The server keeps the original words, adds a revision to the project's requirement
+decision, and marks ``needs_sync`` exactly the tasks bound to it (or the targets named, which are
+then bound to it). Each affected owner is told — agents get a delivery — and must answer with a
+sync receipt (``sync_receipt``: ``room_task_update`` action ``sync``, or the HTTP sync-receipt);
+the decision log lists, per revision, who has synced. Accepted, cancelled and handed-off tasks
+are not interrupted (a person reopens accepted work first); they are listed as ``skipped``.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from room.actions import plans as plan_actions
+from room.actions import tasks as task_actions
+from room.core import Core
+from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
+from room.models import Member
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import members as members_store
+from room.store import messages as messages_store
+from room.store import projects as projects_store
+from room.store import tasks as tasks_store
+from room.tasks import AFTER_SYNC, TaskEvent, TaskState
+
+MAX_TITLE_CHARS = 200
+MAX_TEXT_CHARS = 8000
+CHANGE_PREFIX = "/change"
+_CHANGE_RE = re.compile(r"/change(?:\s*\[(?P<keys>[^\]\n]*)\]\s*|\s+|$)(?P<text>.*)", re.DOTALL)
+_SYNCABLE = frozenset(AFTER_SYNC) | {TaskState.NEEDS_SYNC}
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeCommand:
+    """``/change [api, ui] text`` → keys ``["api", "ui"]``; plain ``/change text`` → no keys."""
+
+    keys: tuple[str, ...] | None
+    text: str
+
+
+def parse_change_command(body: str) -> ChangeCommand | None:
+    """The requirement-change command at the start of ``body``, or None (pure).
+
+    Only a leading ``/change`` followed by a space, a line break, ``[`` or the end counts:
+    ``/changes`` or a ``/change`` later in the text is an ordinary message.
+    """
+    found = _CHANGE_RE.fullmatch(body.lstrip())
+    if found is None:
+        return None
+    raw_keys = found.group("keys")
+    keys = None
+    if raw_keys is not None:
+        parts = (k.strip("` ") for k in re.split(r"[,，、\s]+", raw_keys))
+        keys = tuple(dict.fromkeys(k for k in parts if k))
+    return ChangeCommand(keys or None, found.group("text").strip())
+
+
+def _text(name: str, value: str, limit: int, *, required: bool = True) -> str:
+    value = value.strip()
+    if (required and not value) or len(value) > limit:
+        raise BadRequestError(
+            f"{name} 需要 1–{limit} 个字符 ({name} needs 1–{limit} characters.)",
+            code="bad_decision",
+            field=name,
+        )
+    return value
+
+
+async def propose_decision(
+    core: Core,
+    actor: Member,
+    *,
+    title: str,
+    context: str,
+    decision: str,
+    consequences: str = "",
+    task_keys: list[str] | None = None,
+    supersedes: int | None = None,
+) -> dict[str, Any]:
+    """Record a decision: ``accepted`` at once when a person writes it, ``proposed`` when an agent
+    does. ``task_keys`` binds it to tasks; ``supersedes`` names the number it replaces (applied
+    on acceptance)."""
+    title = _text("title", title, MAX_TITLE_CHARS)
+    context = _text("context", context, MAX_TEXT_CHARS)
+    decision = _text("decision", decision, MAX_TEXT_CHARS)
+    consequences = _text("consequences", consequences, MAX_TEXT_CHARS, required=False)
+    project_id = actor.project_id
+    human = actor.kind == "human"
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        task_actions.check_open(conn, actor)
+        fx = task_actions.Effects(core, project_id)
+        old = None
+        if supersedes is not None:
+            old = tasks_store.decision_by_number(conn, project_id, supersedes)
+            if old is None or old.status == "superseded":
+                raise NotFoundError(
+                    f"没有可被取代的 ADR-{supersedes:04d} (No live ADR-{supersedes:04d}.)",
+                    code="no_decision",
+                )
+        tasks = [
+            task_actions.find_task(conn, project_id, k) for k in dict.fromkeys(task_keys or [])
+        ]
+        row = tasks_store.insert_decision(
+            conn, project_id=project_id, kind="decision", title=title,
+            status="accepted" if human else "proposed", created_by=actor.id,
+            accepted_by=actor.id if human else None, now=tx.now,
+            supersedes=old.id if old else None,
+        )  # fmt: skip
+        tasks_store.insert_decision_revision(
+            conn, project_id=project_id, decision_id=row.id, revision=1, context=context,
+            decision=decision, consequences=consequences, author_id=actor.id, now=tx.now,
+        )  # fmt: skip
+        tasks_store.bind_tasks(conn, project_id, row.id, [t.id for t in tasks])
+        fx.decisions.add(row.id)
+        fx.tasks |= {t.id for t in tasks}
+        if human and old is not None:
+            _supersede(conn, tx, fx, old.id, row.id)
+        audit_store.record(
+            conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id, project_id=project_id,
+            action="decision.accept" if human else "decision.propose", outcome="ok",
+            detail={"decision": row.label, "title": title},
+        )  # fmt: skip
+        who = task_actions.actor_of(actor).label
+        if human:
+            body = f"📐 {who} 记录了决定 {row.label}「{title}」（已接受）。"
+        else:
+            body = f"📐 {who} 提议了决定 {row.label}「{title}」，等待人类接受。"
+        task_actions.post_message(conn, tx, fx, body, {"decision": row.label})
+        fx.flush(conn, tx)
+        current = tasks_store.get_decision(conn, row.id)
+        assert current is not None
+        return tasks_store.decision_object(conn, current)
+
+    return await core.db.write(job)
+
+
+def _supersede(
+    conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, old_id: int, new_id: int
+) -> None:
+    tasks_store.set_decision_status(conn, old_id, "superseded", tx.now, superseded_by=new_id)
+    fx.decisions.add(old_id)
+
+
+async def accept_decision(core: Core, actor: Member, number: int) -> dict[str, Any]:
+    """A person accepts a proposed decision (and retires the one it supersedes)."""
+    if actor.kind != "human":
+        raise ForbiddenError(
+            "只有人类可以接受决定 (Only a person accepts a decision.)", code="human_only"
+        )
+    project_id = actor.project_id
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        task_actions.check_open(conn, actor)
+        row = tasks_store.decision_by_number(conn, project_id, number)
+        if row is None:
+            raise NotFoundError(f"没有 ADR-{number:04d} (No ADR-{number:04d}.)", code="no_decision")
+        if row.status != "proposed":
+            raise ConflictError(
+                f"{row.label} 状态为 {row.status}，不是 proposed "
+                f"({row.label} is {row.status}, not proposed.)",
+                code="decision_not_proposed",
+                status=row.status,
+            )
+        fx = task_actions.Effects(core, project_id)
+        tasks_store.set_decision_status(conn, row.id, "accepted", tx.now, accepted_by=actor.id)
+        fx.decisions.add(row.id)
+        if row.supersedes is not None:
+            _supersede(conn, tx, fx, row.supersedes, row.id)
+        audit_store.record(
+            conn, now=tx.now, actor_kind="human", actor_id=actor.id, project_id=project_id,
+            action="decision.accept", from_state="proposed", outcome="ok",
+            detail={"decision": row.label},
+        )  # fmt: skip
+        body = f"✅ {task_actions.actor_of(actor).label} 接受了决定 {row.label}「{row.title}」。"
+        task_actions.post_message(conn, tx, fx, body, {"decision": row.label})
+        fx.flush(conn, tx)
+        current = tasks_store.get_decision(conn, row.id)
+        assert current is not None
+        return tasks_store.decision_object(conn, current)
+
+    return await core.db.write(job)
+
+
+def requirement_change_from_message(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    core: Core,
+    message_id: int,
+    author_member: Member,
+    target_task_keys: list[str] | None,
+) -> dict[str, Any]:
+    """A person marks a message as a requirement change; call inside a write job.
+
+    ``author_member`` is the person marking it (never an agent); the message must be a live
+    message written by a person in the same project. The change text is the message body (after
+    a ``/change [keys]`` prefix, whose keys are the targets when ``target_task_keys`` is None);
+    the whole body is kept verbatim as the original words. It becomes a new revision of the
+    project's requirement decision (created first if the project has none). The affected tasks
+    are the targets (bound to the decision from now on) or else every task bound to it; each one
+    that can be interrupted goes to ``needs_sync`` and gets an open sync request for its owner.
+    One notice replies to the message and reaches every affected owner (agents get a delivery).
+
+    Idempotent per message: a second call returns the first result with ``duplicate: true``.
+    Returns ``{decision, number, revision, affected, skipped, duplicate}``.
+    """
+    if author_member.kind != "human":
+        raise ForbiddenError(
+            "只有人类可以标记需求变更 (Only a person marks a requirement change.)",
+            code="human_only",
+        )
+    project_id = author_member.project_id
+    row = messages_store.get_row(conn, message_id)
+    if row is None or row["project_id"] != project_id or row["deleted_at"] is not None:
+        raise NotFoundError("没有这条消息 (No such message in this project.)", code="no_message")
+    writer = members_store.get(conn, row["author_id"]) if row["author_id"] else None
+    if writer is None or writer.kind != "human":
+        raise BadRequestError(
+            "需求变更必须是人类说的话 (A requirement change must be a person's own words.)",
+            code="not_human_words",
+        )
+    fx = task_actions.Effects(core, project_id)
+    done = tasks_store.revision_from_message(conn, message_id)
+    if done is not None:
+        decision = tasks_store.get_decision(conn, done[0])
+        assert decision is not None
+        syncs = [s for s in tasks_store.sync_requests_of(conn, decision.id)
+                 if s["revision"] == done[1]]  # fmt: skip
+        affected = [s["task"] for s in syncs]
+        return _change_result(decision, done[1], affected, [], duplicate=True)
+    original = str(row["body"])
+    command = parse_change_command(original)
+    text = command.text if command is not None else original.strip()
+    keys = target_task_keys if target_task_keys is not None else (
+        list(command.keys) if command is not None and command.keys else None
+    )  # fmt: skip
+    if not text:
+        raise BadRequestError(
+            "需求变更需要写明新的要求 (Say what the new requirement is.)", code="empty_change"
+        )
+    requirement = tasks_store.requirement_decision(conn, project_id)
+    if requirement is None and not _project_goal(conn, project_id):
+        # Nothing to revise yet: the change itself is the requirement's first revision.
+        requirement = tasks_store.insert_decision(
+            conn, project_id=project_id, kind="requirement", title=plan_actions.REQUIREMENT_TITLE,
+            status="accepted", created_by=author_member.id, accepted_by=author_member.id,
+            now=tx.now,
+        )  # fmt: skip
+        revision = 1
+    else:
+        requirement = requirement or plan_actions.requirement_decision(conn, tx, fx, None)
+        revision = requirement.revision + 1
+    targets = (
+        [task_actions.find_task(conn, project_id, k) for k in dict.fromkeys(keys)] if keys else None
+    )
+    if targets is not None:
+        tasks_store.bind_tasks(conn, project_id, requirement.id, [t.id for t in targets])
+    affected_ids = [t.id for t in targets] if targets is not None else (
+        tasks_store.bound_tasks(conn, requirement.id)
+    )  # fmt: skip
+    label = f"{requirement.label} 第 {revision} 版"
+    affected, skipped, owners = [], [], {}
+    for task_id in affected_ids:
+        task = tasks_store.get_task(conn, task_id)
+        assert task is not None
+        if task.state not in _SYNCABLE:
+            skipped.append({"task": task.key, "state": str(task.state)})
+            continue
+        task_actions.fire(conn, tx, fx, task, TaskEvent.REQUIRE_SYNC, task_actions.SYSTEM, label)
+        tasks_store.insert_sync_request(
+            conn, project_id=project_id, decision_id=requirement.id, revision=revision,
+            task_id=task.id, owner_id=task.owner_id, now=tx.now,
+        )  # fmt: skip
+        affected.append(task)
+        owner = members_store.get(conn, task.owner_id)
+        if owner is not None:
+            owners[owner.id] = owner
+    consequences = "需要同步：" + ("、".join(t.key for t in affected) or "无")
+    if skipped:
+        consequences += "；未中断：" + "、".join(f"{s['task']}（{s['state']}）" for s in skipped)
+    tasks_store.insert_decision_revision(
+        conn, project_id=project_id, decision_id=requirement.id, revision=revision,
+        context=f"需求变更：{task_actions.actor_of(writer).label} 的消息 #{row['seq']}",
+        decision=text, consequences=consequences, author_id=author_member.id, now=tx.now,
+        original_text=original, source_message_id=message_id,
+    )  # fmt: skip
+    fx.decisions.add(requirement.id)
+    audit_store.record(
+        conn, now=tx.now, actor_kind="human", actor_id=author_member.id, project_id=project_id,
+        action="requirement.change", outcome="ok",
+        detail={"decision": requirement.label, "revision": revision, "message_id": message_id,
+                "affected": [t.key for t in affected], "skipped": skipped},
+    )  # fmt: skip
+    excerpt = text if len(text) <= 300 else text[:299] + "…"
+    parts = [f"📝 需求变更 {label}（{task_actions.actor_of(author_member).label}）：\n> {excerpt}"]
+    if affected:
+        listed = "、".join(
+            f"`{t.key}` @{owners[t.owner_id].handle}" for t in affected if t.owner_id in owners
+        )
+        parts.append(f"需同步的任务：{listed}")
+        parts.append(
+            '负责人请阅读新需求后确认同步：AI 成员用 room_task_update(task, action="sync")，'
+            "人类在任务看板上点「已同步」。确认前任务保持 needs_sync。"
+        )
+    else:
+        parts.append("没有需要同步的任务。")
+    if skipped:
+        parts.append(
+            "未中断（如需按新需求返工，请先 reopen）："
+            + "、".join(f"`{s['task']}`（{s['state']}）" for s in skipped)
+        )
+    task_actions.post_message(
+        conn, tx, fx, "\n\n".join(parts),
+        {"requirement_change": {"decision": requirement.label, "revision": revision}},
+        to=list(owners.values()), reply_to=message_id,
+    )  # fmt: skip
+    fx.flush(conn, tx)
+    keys_affected = [t.key for t in affected]
+    return _change_result(requirement, revision, keys_affected, skipped, duplicate=False)
+
+
+def _change_result(
+    decision: tasks_store.DecisionRow,
+    revision: int,
+    affected: list[str],
+    skipped: list[dict[str, str]],
+    *,
+    duplicate: bool,
+) -> dict[str, Any]:
+    return {
+        "decision": decision.label,
+        "number": decision.number,
+        "revision": revision,
+        "affected": affected,
+        "skipped": skipped,
+        "duplicate": duplicate,
+    }
+
+
+async def mark_requirement_change(
+    core: Core, member: Member, message_id: int, task_keys: list[str] | None
+) -> dict[str, Any]:
+    """The UI action: a person marks an existing message as a requirement change."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        task_actions.check_open(conn, member)
+        return requirement_change_from_message(conn, tx, core, message_id, member, task_keys)
+
+    return await core.db.write(job)
+
+
+def _project_goal(conn: sqlite3.Connection, project_id: int) -> str:
+    project = projects_store.get(conn, project_id)
+    return project.goal.strip() if project else ""
+
+
+def decision_log(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
+    return [
+        tasks_store.decision_object(conn, d) for d in tasks_store.decisions_of(conn, project_id)
+    ]

@@ -1,0 +1,385 @@
+"""Plans, the task board, task events, reviews, decisions, requirement changes, and the generated
+``STATUS.md`` of a project.
+
+People use a session cookie (mutations need ``X-CSRF-Token``); agents their bearer token. Who may
+do what is decided by the actions (``docs/tasks.md``): agents propose decisions but never accept
+them, never review their own tasks, and never start a plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from room.actions import decisions as decision_actions
+from room.actions import plans as plan_actions
+from room.actions import task_updates as update_actions
+from room.actions import tasks as task_actions
+from room.api.base import body_of, core_of, identity, member_in
+from room.errors import NotFoundError
+from room.evidence import verify_artifact
+from room.models import Member, Project, iso
+from room.store import members as members_store
+from room.store import messages as messages_store
+from room.store import projects as projects_store
+from room.store import tasks as tasks_store
+from room.tasks import TaskState
+
+MAX_ITEMS = task_actions.MAX_EVIDENCE_ITEMS
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlanIn(_In):
+    goal: str | None = None
+    items: Any = None  # checked by the plan validator, which reports every problem at once
+    start: bool | None = None
+
+
+class PlanStartIn(_In):
+    plan_id: int | None = None
+
+
+class VerdictIn(_In):
+    criterion: int = Field(ge=1)
+    passed: bool
+    evidence: str = Field(max_length=task_actions.MAX_NOTE_CHARS)
+    artifacts: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
+    messages: list[int] = Field(default_factory=list, max_length=MAX_ITEMS)
+
+
+class TaskEventIn(_In):
+    reason: str | None = Field(default=None, max_length=task_actions.MAX_NOTE_CHARS)
+    summary: str | None = Field(default=None, max_length=task_actions.MAX_NOTE_CHARS)
+    artifacts: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
+    messages: list[int] = Field(default_factory=list, max_length=MAX_ITEMS)
+    commands: list[int] = Field(default_factory=list, max_length=MAX_ITEMS)
+    results: list[VerdictIn] | None = Field(default=None, max_length=100)
+    owner: str | None = Field(default=None, max_length=64)
+
+
+class SyncIn(_In):
+    note: str | None = Field(default=None, max_length=task_actions.MAX_NOTE_CHARS)
+
+
+class DecisionIn(_In):
+    title: str
+    context: str
+    decision: str
+    consequences: str = ""
+    tasks: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
+    supersedes: int | None = None
+
+
+class ChangeIn(_In):
+    tasks: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
+
+
+async def _member(request: Request, *, mutation: bool = False) -> Member:
+    who = await identity(request, mutation=mutation)
+    return await member_in(core_of(request), who, int(request.path_params["project_id"]))
+
+
+def _verify(workspace: str | None, board: dict[str, Any]) -> None:
+    """Check every recorded artifact against the file now on disk (runs in a worker thread)."""
+    for task in board["tasks"]:
+        for item in task["evidence"]:
+            if item["kind"] == "artifact":
+                item["verification"] = verify_artifact(
+                    workspace, item["real_path"], item["size"], item["sha256"]
+                )
+                item["verified"] = item["verification"] == "ok"
+
+
+async def get_board(request: Request) -> Response:
+    member = await _member(request)
+    core = core_of(request)
+
+    def read(conn: Any) -> tuple[Project | None, dict[str, Any]]:
+        return projects_store.get(conn, member.project_id), task_actions.board(
+            conn, member.project_id
+        )
+
+    project, board = await core.db.read(read)
+    await asyncio.to_thread(_verify, project.workspace if project else None, board)
+    return JSONResponse(board)
+
+
+async def get_task(request: Request) -> Response:
+    member = await _member(request)
+    core = core_of(request)
+
+    def read(conn: Any) -> dict[str, Any]:
+        task = task_actions.find_task(conn, member.project_id, request.path_params["task"])
+        data = task_actions.task_object(
+            conn, task, task_actions.members_by_id(conn, member.project_id)
+        )
+        data["history"] = tasks_store.task_events(conn, task.id)
+        return data
+
+    return JSONResponse(await core.db.read(read))
+
+
+async def post_plan(request: Request) -> Response:
+    member = await _member(request, mutation=True)
+    data: PlanIn = await body_of(request, PlanIn)
+    raw = {"goal": data.goal, "items": data.items}
+    result = await plan_actions.submit_plan(core_of(request), member, raw, start=data.start)
+    return JSONResponse(result, status_code=201)
+
+
+async def post_plan_start(request: Request) -> Response:
+    member = await _member(request, mutation=True)
+    data: PlanStartIn = await body_of(request, PlanStartIn)
+    return JSONResponse(await plan_actions.start_plan(core_of(request), member, data.plan_id))
+
+
+async def post_task_event(request: Request) -> Response:
+    member = await _member(request, mutation=True)
+    data: TaskEventIn = await body_of(request, TaskEventIn)
+    core = core_of(request)
+    task, event = request.path_params["task"], request.path_params["event"]
+    if event == "review":
+        verdicts = [
+            update_actions.CriterionVerdict(
+                v.criterion, v.passed, v.evidence, tuple(v.artifacts), tuple(v.messages)
+            )
+            for v in data.results or []
+        ]
+        return JSONResponse(await update_actions.review_task(core, member, task, verdicts))
+    evidence = update_actions.EvidenceInput(
+        (data.summary or "").strip() or None,
+        tuple(data.artifacts),
+        tuple(data.messages),
+        tuple(data.commands),
+    )
+    result = await update_actions.change_task(
+        core, member, task, event, note=data.reason, evidence=evidence, owner=data.owner
+    )
+    return JSONResponse(result)
+
+
+async def post_sync_receipt(request: Request) -> Response:
+    member = await _member(request, mutation=True)
+    data: SyncIn = await body_of(request, SyncIn)
+    result = await update_actions.change_task(
+        core_of(request), member, request.path_params["task"], "sync_receipt", note=data.note
+    )
+    return JSONResponse(result)
+
+
+async def get_decisions(request: Request) -> Response:
+    member = await _member(request)
+    log = await core_of(request).db.read(
+        lambda conn: decision_actions.decision_log(conn, member.project_id)
+    )
+    return JSONResponse({"project_id": member.project_id, "decisions": log})
+
+
+async def post_decision(request: Request) -> Response:
+    member = await _member(request, mutation=True)
+    data: DecisionIn = await body_of(request, DecisionIn)
+    result = await decision_actions.propose_decision(
+        core_of(request), member, title=data.title, context=data.context,
+        decision=data.decision, consequences=data.consequences, task_keys=data.tasks,
+        supersedes=data.supersedes,
+    )  # fmt: skip
+    return JSONResponse(result, status_code=201)
+
+
+async def post_decision_accept(request: Request) -> Response:
+    member = await _member(request, mutation=True)
+    await body_of(request, _In)
+    number = int(request.path_params["number"])
+    return JSONResponse(await decision_actions.accept_decision(core_of(request), member, number))
+
+
+async def post_requirement_change(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    message_id = int(request.path_params["message_id"])
+    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
+    if row is None:
+        raise NotFoundError("没有这条消息 (No such message.)", code="no_message")
+    member = await member_in(core, who, int(row["project_id"]))
+    data: ChangeIn = await body_of(request, ChangeIn)
+    result = await decision_actions.mark_requirement_change(core, member, message_id, data.tasks)
+    body = {"message_id": message_id, "requirement_change": True, **result}
+    return JSONResponse(body, status_code=200 if result["duplicate"] else 201)
+
+
+async def status_md(request: Request) -> Response:
+    member = await _member(request)
+    core = core_of(request)
+    project_id = member.project_id
+
+    def read(conn: Any) -> str:
+        project = projects_store.get(conn, project_id)
+        assert project is not None
+        members = {m.id: m for m in members_store.list_for_project(conn, project_id)}
+        return render_status(
+            project,
+            task_actions.board(conn, project_id),
+            decision_actions.decision_log(conn, project_id),
+            members,
+            now=time.time(),
+        )
+
+    text = await core.db.read(read)
+    return Response(text, media_type="text/markdown; charset=utf-8")
+
+
+# -- STATUS.md (pure) ---------------------------------------------------------------------------
+
+_STATE_LABELS = {
+    TaskState.IN_PROGRESS: "进行中 (in progress)",
+    TaskState.IN_REVIEW: "评审中 (in review)",
+    TaskState.CHANGES_REQUESTED: "需要修改 (changes requested)",
+    TaskState.NEEDS_SYNC: "需同步需求 (needs sync)",
+    TaskState.BLOCKED: "受阻 (blocked)",
+    TaskState.HANDOFF: "待移交 (handoff)",
+    TaskState.READY: "就绪 (ready)",
+    TaskState.WAITING: "等待依赖 (waiting)",
+    TaskState.ACCEPTED: "已验收 (accepted)",
+    TaskState.CANCELLED: "已取消 (cancelled)",
+}
+
+
+def _one_line(text: str | None, limit: int = 200) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _handle(members: dict[int, Member], person: dict[str, Any] | None) -> str:
+    if not person:
+        return "—"
+    member = members.get(person["id"])
+    return f"@{member.handle}" if member else f"#{person['id']}"
+
+
+def render_status(
+    project: Project,
+    board: dict[str, Any],
+    decisions: list[dict[str, Any]],
+    members: dict[int, Member],
+    *,
+    now: float,
+) -> str:
+    """A STATUS-style summary generated from the database: goal, current state, tasks by state,
+    open questions, decisions. No I/O; ``now`` is passed in."""
+    tasks = board["tasks"]
+    out = [f"# STATUS — {_one_line(project.name)}", ""]
+    out.append(f"_由数据库生成 (generated from the database) · {iso(now)}_")
+    out += ["", "## 目标 (Goal)", "", project.goal.strip() or "（尚未设定 / not set）", ""]
+    accepted = board["counts"][str(TaskState.ACCEPTED)]
+    live = len([t for t in tasks if t["state"] != TaskState.CANCELLED])
+    out += ["## 当前状态 (Current state)", ""]
+    out.append(f"- 项目 (project)：{project.state}")
+    plans = board["plans"]
+    if plans:
+        latest = plans[-1]
+        started = "已开始 (started)" if latest["started"] else "等待人类开始 (waiting to start)"
+        out.append(f"- 计划 (plan)：v{latest['version']}，{started}；共 {len(plans)} 版")
+    else:
+        out.append("- 计划 (plan)：尚未提交 (none yet)")
+    out.append(f"- 任务 (tasks)：{accepted}/{live} 已验收 (accepted)")
+    if board["plan_first"]:
+        out.append("- 计划优先 (plan-first)：计划需人类开始后才派发")
+    out += ["", "## 任务 (Tasks by state)", ""]
+    if not tasks:
+        out += ["（暂无任务 / no tasks yet）", ""]
+    for state, label in _STATE_LABELS.items():
+        group = [t for t in tasks if t["state"] == state]
+        if not group:
+            continue
+        out += [f"### {label} · {len(group)}", ""]
+        for task in group:
+            passed = sum(1 for c in task["criteria"] if c["passed"])
+            line = (
+                f"- `{task['key']}` {_one_line(task['title'], 120)} — "
+                f"{_handle(members, task['owner'])} · r{task['revision']} · "
+                f"{passed}/{len(task['criteria'])} 标准通过"
+            )
+            if task["waiting_on"]:
+                line += f" · 等待 (waiting on) {', '.join(task['waiting_on'])}"
+            if task["held"]:
+                line += " · 计划未开始 (plan not started)"
+            out.append(line)
+        out.append("")
+    out += ["## 待解决的问题 (Open questions)", ""]
+    questions = _open_questions(tasks, decisions, members)
+    out += questions or ["（没有 / none）"]
+    out += ["", "## 决定 (Decisions)", ""]
+    if not decisions:
+        out.append("（暂无 / none）")
+    for decision in decisions:
+        latest_rev = decision["revisions"][-1] if decision["revisions"] else {}
+        out.append(
+            f"- **{decision['label']}** {_one_line(decision['title'], 120)} — {decision['status']}"
+            f" · 第 {decision['revision']} 版 (r{decision['revision']})"
+            + (f"：{_one_line(latest_rev.get('decision'))}" if latest_rev else "")
+        )
+    out.append("")
+    return "\n".join(out)
+
+
+def _open_questions(
+    tasks: list[dict[str, Any]], decisions: list[dict[str, Any]], members: dict[int, Member]
+) -> list[str]:
+    lines = []
+    for task in tasks:
+        key, owner = f"`{task['key']}`", _handle(members, task["owner"])
+        state = task["state"]
+        if state == TaskState.BLOCKED:
+            lines.append(f"- {key} 受阻 (blocked)，{owner}：{_one_line(task['note'])}")
+        elif state == TaskState.NEEDS_SYNC:
+            waits = ", ".join(f"{s['decision']} r{s['revision']}" for s in task["sync"])
+            lines.append(f"- {key} 等待 {owner} 确认需求变更 (sync receipt)：{waits}")
+        elif state == TaskState.HANDOFF:
+            lines.append(f"- {key} 负责人已离开，需要人类重新指派 (reassign)")
+        elif state == TaskState.CHANGES_REQUESTED:
+            lines.append(f"- {key} 需要修改 (changes requested)：{_one_line(task['note'])}")
+        elif state == TaskState.IN_REVIEW:
+            missing = ", ".join(str(n) for n in task["missing"])
+            lines.append(f"- {key} 等待评审 (awaiting review)，未通过的标准：{missing}")
+    for decision in decisions:
+        if decision["status"] == "proposed":
+            lines.append(
+                f"- {decision['label']}「{_one_line(decision['title'], 120)}」等待人类接受"
+            )
+    return lines
+
+
+routes = [
+    Route("/api/projects/{project_id:int}/tasks", get_board, methods=["GET"]),
+    Route("/api/projects/{project_id:int}/tasks/{task}", get_task, methods=["GET"]),
+    Route(
+        "/api/projects/{project_id:int}/tasks/{task}/sync-receipt",
+        post_sync_receipt,
+        methods=["POST"],
+    ),
+    Route("/api/projects/{project_id:int}/tasks/{task}/{event}", post_task_event, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/plan", post_plan, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/plan/start", post_plan_start, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/decisions", get_decisions, methods=["GET"]),
+    Route("/api/projects/{project_id:int}/decisions", post_decision, methods=["POST"]),
+    Route(
+        "/api/projects/{project_id:int}/decisions/{number:int}/accept",
+        post_decision_accept,
+        methods=["POST"],
+    ),
+    Route(
+        "/api/messages/{message_id:int}/requirement-change",
+        post_requirement_change,
+        methods=["POST"],
+    ),
+    Route("/projects/{project_id:int}/status.md", status_md, methods=["GET"]),
+]

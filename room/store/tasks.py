@@ -1,0 +1,778 @@
+"""SQL of plans, tasks, criteria, verdicts, evidence, command results, decisions and sync receipts.
+
+Plain functions over a connection; the actions layer decides, this module only reads and writes.
+Read helpers return small frozen rows or wire-ready dicts (times as ISO 8601 UTC).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from room.models import iso
+from room.store.schema_tasks import TASK_TABLES
+from room.tasks import OPEN_STATES, TaskState
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
+    """INSERT one row. Table and column names are this module's own literals, never input."""
+    columns = ", ".join(row)
+    marks = ", ".join(f":{c}" for c in row)
+    return int(
+        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", row).lastrowid or 0
+    )
+
+
+def _next(conn: sqlite3.Connection, table: str, column: str, project_id: int) -> int:
+    sql = f"SELECT coalesce(max({column}), 0) + 1 FROM {table} WHERE project_id = :p"
+    return int(conn.execute(sql, {"p": project_id}).fetchone()[0])
+
+
+# -- plans --------------------------------------------------------------------------------------
+
+
+def insert_plan(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    goal: str | None,
+    plan: dict[str, Any],
+    submitted_by: int,
+    started: bool,
+    now: float,
+) -> tuple[int, int]:
+    """Insert a plan with the project's next version; returns (plan id, version)."""
+    version = _next(conn, "plans", "version", project_id)
+    plan_json = json.dumps(plan, ensure_ascii=False, sort_keys=True)
+    plan_id = _insert(conn, "plans", {
+        "project_id": project_id, "version": version, "goal": goal, "plan_json": plan_json,
+        "submitted_by": submitted_by, "created_at": now, "started_at": now if started else None,
+        "started_by": submitted_by if started else None,
+    })  # fmt: skip
+    return plan_id, version
+
+
+def plans(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
+    return [
+        {"id": r[0], "version": r[1], "goal": r[2], "submitted_by": r[3],
+         "created_at": iso(r[4]), "started": r[5] is not None, "started_at": iso(r[5]),
+         "started_by": r[6], "tasks": r[7]}
+        for r in conn.execute(
+            "SELECT p.id, p.version, p.goal, p.submitted_by, p.created_at, p.started_at,"
+            " p.started_by, (SELECT count(*) FROM tasks t WHERE t.plan_id = p.id)"
+            " FROM plans p WHERE p.project_id = :p ORDER BY p.version",
+            {"p": project_id},
+        )
+    ]  # fmt: skip
+
+
+def start_plans(
+    conn: sqlite3.Connection, project_id: int, plan_id: int | None, by: int, now: float
+) -> list[int]:
+    """Mark unstarted plans (one, or all of the project) started; returns their ids."""
+    rows = conn.execute(
+        "UPDATE plans SET started_at = :now, started_by = :by WHERE project_id = :p"
+        " AND started_at IS NULL AND (:plan IS NULL OR id = :plan) RETURNING id",
+        {"p": project_id, "plan": plan_id, "by": by, "now": now},
+    ).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
+# -- tasks --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    id: int
+    project_id: int
+    plan_id: int | None
+    key: str
+    title: str
+    position: int
+    owner_id: int
+    reviewer_id: int | None
+    state: TaskState
+    revision: int
+    sync_prior: TaskState | None
+    held: bool
+    note: str | None
+    assumptions: tuple[str, ...]
+    created_at: float
+    updated_at: float
+
+
+_TASK_COLUMNS = (
+    "id, project_id, plan_id, key, title, position, owner_id, reviewer_id, state, revision,"
+    " sync_prior, held, note, assumptions_json, created_at, updated_at"
+)
+
+
+def _task(row: Sequence[Any]) -> TaskRow:
+    return TaskRow(
+        id=int(row[0]), project_id=int(row[1]), plan_id=row[2], key=str(row[3]),
+        title=str(row[4]), position=int(row[5]), owner_id=int(row[6]), reviewer_id=row[7],
+        state=TaskState(row[8]), revision=int(row[9]),
+        sync_prior=TaskState(row[10]) if row[10] else None, held=bool(row[11]), note=row[12],
+        assumptions=tuple(json.loads(row[13])), created_at=float(row[14]),
+        updated_at=float(row[15]),
+    )  # fmt: skip
+
+
+def insert_task(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    plan_id: int | None,
+    key: str,
+    title: str,
+    owner_id: int,
+    reviewer_id: int | None,
+    state: TaskState,
+    held: bool,
+    assumptions: Sequence[str],
+    now: float,
+) -> int:
+    return _insert(conn, "tasks", {
+        "project_id": project_id, "plan_id": plan_id, "key": key, "title": title,
+        "position": _next(conn, "tasks", "position", project_id), "owner_id": owner_id,
+        "reviewer_id": reviewer_id, "state": str(state), "held": int(held),
+        "assumptions_json": json.dumps(list(assumptions), ensure_ascii=False),
+        "created_at": now, "updated_at": now,
+    })  # fmt: skip
+
+
+def insert_criteria(
+    conn: sqlite3.Connection, project_id: int, task_id: int, texts: Sequence[str]
+) -> None:
+    conn.executemany(
+        "INSERT INTO task_criteria (project_id, task_id, position, text) VALUES (?, ?, ?, ?)",
+        [(project_id, task_id, n, text) for n, text in enumerate(texts, start=1)],
+    )
+
+
+def insert_deps(
+    conn: sqlite3.Connection, project_id: int, task_id: int, depends_on: Iterable[int]
+) -> None:
+    conn.executemany(
+        "INSERT OR IGNORE INTO task_deps (project_id, task_id, depends_on_id) VALUES (?, ?, ?)",
+        [(project_id, task_id, dep) for dep in depends_on],
+    )
+
+
+def get_task(conn: sqlite3.Connection, task_id: int) -> TaskRow | None:
+    row = conn.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = :id", {"id": task_id})
+    found = row.fetchone()
+    return _task(found) if found else None
+
+
+def task_by_key(conn: sqlite3.Connection, project_id: int, key: str) -> TaskRow | None:
+    found = conn.execute(
+        f"SELECT {_TASK_COLUMNS} FROM tasks WHERE project_id = :p AND key = :k",
+        {"p": project_id, "k": key},
+    ).fetchone()
+    return _task(found) if found else None
+
+
+def tasks_of(conn: sqlite3.Connection, project_id: int) -> list[TaskRow]:
+    return [
+        _task(r)
+        for r in conn.execute(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE project_id = :p ORDER BY position",
+            {"p": project_id},
+        )
+    ]
+
+
+def task_keys(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+    return {
+        str(r[0]): int(r[1])
+        for r in conn.execute("SELECT key, id FROM tasks WHERE project_id = :p", {"p": project_id})
+    }
+
+
+def open_tasks_of(conn: sqlite3.Connection, project_id: int, owner_id: int) -> list[TaskRow]:
+    states = sorted(str(s) for s in OPEN_STATES)
+    marks = ",".join("?" * len(states))
+    return [
+        _task(r)
+        for r in conn.execute(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE project_id = ? AND owner_id = ?"
+            f" AND state IN ({marks}) ORDER BY position",
+            [project_id, owner_id, *states],
+        )
+    ]
+
+
+def update_task(conn: sqlite3.Connection, task_id: int, now: float, **fields: Any) -> None:
+    """Set ``fields`` (state, revision, sync_prior, held, note, owner_id, reviewer_id)."""
+    allowed = {"state", "revision", "sync_prior", "held", "note", "owner_id", "reviewer_id"}
+    assert set(fields) <= allowed, fields
+    values = {k: (str(v) if isinstance(v, TaskState) else v) for k, v in fields.items()}
+    sets = ", ".join(f"{k} = :{k}" for k in values)
+    conn.execute(
+        f"UPDATE tasks SET {sets}, updated_at = :now WHERE id = :id",
+        {**values, "now": now, "id": task_id},
+    )
+
+
+def clear_reviewer(conn: sqlite3.Connection, project_id: int, member_id: int, now: float) -> None:
+    conn.execute(
+        "UPDATE tasks SET reviewer_id = NULL, updated_at = :now"
+        " WHERE project_id = :p AND reviewer_id = :m",
+        {"p": project_id, "m": member_id, "now": now},
+    )
+
+
+def deps_of(conn: sqlite3.Connection, task_id: int) -> list[tuple[str, TaskState]]:
+    """(key, state) of the tasks ``task_id`` depends on, in board order."""
+    return [
+        (str(r[0]), TaskState(r[1]))
+        for r in conn.execute(
+            "SELECT t.key, t.state FROM task_deps d JOIN tasks t ON t.id = d.depends_on_id"
+            " WHERE d.task_id = :id ORDER BY t.position",
+            {"id": task_id},
+        )
+    ]
+
+
+def dependents_of(conn: sqlite3.Connection, task_id: int) -> list[int]:
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT d.task_id FROM task_deps d JOIN tasks t ON t.id = d.task_id"
+            " WHERE d.depends_on_id = :id ORDER BY t.position",
+            {"id": task_id},
+        )
+    ]
+
+
+def criteria_of(conn: sqlite3.Connection, task_id: int) -> list[tuple[int, int, str]]:
+    """(criterion id, 1-based position, text) in order."""
+    return [
+        (int(r[0]), int(r[1]), str(r[2]))
+        for r in conn.execute(
+            "SELECT id, position, text FROM task_criteria WHERE task_id = :t ORDER BY position",
+            {"t": task_id},
+        )
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    review_id: int
+    criterion_id: int
+    revision: int
+    passed: bool
+    note: str
+    reviewer_id: int | None
+    created_at: float
+
+
+def latest_verdicts(conn: sqlite3.Connection, task_id: int) -> dict[int, Verdict]:
+    """The latest verdict of each criterion of a task."""
+    out: dict[int, Verdict] = {}
+    for r in conn.execute(
+        "SELECT id, criterion_id, revision, passed, note, reviewer_id, created_at"
+        " FROM task_reviews WHERE task_id = :t ORDER BY id",
+        {"t": task_id},
+    ):
+        out[int(r[1])] = Verdict(
+            int(r[0]), int(r[1]), int(r[2]), bool(r[3]), str(r[4]), r[5], float(r[6])
+        )
+    return out
+
+
+def insert_verdict(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    task_id: int,
+    criterion_id: int,
+    revision: int,
+    passed: bool,
+    note: str,
+    reviewer_id: int,
+    now: float,
+) -> int:
+    return _insert(conn, "task_reviews", {
+        "project_id": project_id, "task_id": task_id, "criterion_id": criterion_id,
+        "revision": revision, "passed": int(passed), "note": note, "reviewer_id": reviewer_id,
+        "created_at": now,
+    })  # fmt: skip
+
+
+# -- evidence and command results -------------------------------------------------------------
+
+
+def insert_evidence(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    task_id: int,
+    revision: int,
+    kind: str,
+    added_by: int | None,
+    now: float,
+    review_id: int | None = None,
+    path: str | None = None,
+    real_path: str | None = None,
+    size: int | None = None,
+    sha256: str | None = None,
+    command_id: int | None = None,
+    message_id: int | None = None,
+    note: str | None = None,
+) -> int:
+    return _insert(conn, "evidence", {
+        "project_id": project_id, "task_id": task_id, "revision": revision,
+        "review_id": review_id, "kind": kind, "path": path, "real_path": real_path, "size": size,
+        "sha256": sha256, "command_id": command_id, "message_id": message_id, "note": note,
+        "added_by": added_by, "created_at": now,
+    })  # fmt: skip
+
+
+def evidence_of(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
+    out = []
+    for r in conn.execute(
+        "SELECT e.id, e.revision, e.review_id, e.kind, e.path, e.real_path, e.size, e.sha256,"
+        " e.command_id, e.message_id, e.note, e.added_by, e.created_at, m.seq, c.command,"
+        " c.exit_code, c.duration_ms, c.output_sha256, c.output_tail, c.member_id,"
+        " r.criterion_id FROM evidence e"
+        " LEFT JOIN messages m ON m.id = e.message_id"
+        " LEFT JOIN command_results c ON c.id = e.command_id"
+        " LEFT JOIN task_reviews r ON r.id = e.review_id"
+        " WHERE e.task_id = :t ORDER BY e.id",
+        {"t": task_id},
+    ):
+        item: dict[str, Any] = {
+            "id": r[0],
+            "revision": r[1],
+            "review_id": r[2],
+            "criterion_id": r[20],
+            "kind": r[3],
+            "added_by": r[11],
+            "created_at": iso(r[12]),
+        }
+        if r[3] == "artifact":
+            item |= {"path": r[4], "real_path": r[5], "size": r[6], "sha256": r[7]}
+        elif r[3] == "message":
+            item |= {"message_id": r[9], "seq": r[13]}
+        elif r[3] == "command":
+            item["command"] = {
+                "id": r[8],
+                "command": r[14],
+                "exit_code": r[15],
+                "duration_ms": r[16],
+                "output_sha256": r[17],
+                "output_tail": r[18],
+                "recorded_for": r[19],
+            }
+        else:
+            item["note"] = r[10]
+        out.append(item)
+    return out
+
+
+def insert_command_result(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    member_id: int | None,
+    turn_id: int | None,
+    command: str,
+    exit_code: int,
+    duration_ms: int,
+    output_bytes: int,
+    output_sha256: str,
+    output_tail: str,
+    now: float,
+) -> int:
+    return _insert(conn, "command_results", {
+        "project_id": project_id, "member_id": member_id, "turn_id": turn_id,
+        "command": command, "exit_code": exit_code, "duration_ms": duration_ms,
+        "output_bytes": output_bytes, "output_sha256": output_sha256, "output_tail": output_tail,
+        "created_at": now,
+    })  # fmt: skip
+
+
+def command_owner(conn: sqlite3.Connection, command_id: int) -> tuple[int, int | None] | None:
+    """(project id, member whose runtime recorded it) of a command result."""
+    row = conn.execute(
+        "SELECT project_id, member_id FROM command_results WHERE id = :id", {"id": command_id}
+    ).fetchone()
+    return (int(row[0]), row[1]) if row else None
+
+
+# -- task history -------------------------------------------------------------------------------
+
+
+def insert_task_event(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    task_id: int,
+    event: str,
+    from_state: str | None,
+    to_state: str,
+    revision: int,
+    actor_kind: str,
+    actor_id: int | None,
+    note: str | None,
+    now: float,
+) -> None:
+    _insert(conn, "task_events", {
+        "project_id": project_id, "task_id": task_id, "event": event, "from_state": from_state,
+        "to_state": to_state, "revision": revision, "actor_kind": actor_kind,
+        "actor_id": actor_id, "note": note, "created_at": now,
+    })  # fmt: skip
+
+
+def task_events(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
+    return [
+        {"event": r[0], "from": r[1], "to": r[2], "revision": r[3], "actor_kind": r[4],
+         "actor_id": r[5], "note": r[6], "at": iso(r[7])}
+        for r in conn.execute(
+            "SELECT event, from_state, to_state, revision, actor_kind, actor_id, note, created_at"
+            " FROM task_events WHERE task_id = :t ORDER BY id",
+            {"t": task_id},
+        )
+    ]  # fmt: skip
+
+
+# -- decisions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRow:
+    id: int
+    project_id: int
+    number: int
+    kind: str
+    title: str
+    status: str
+    revision: int
+    supersedes: int | None
+    superseded_by: int | None
+    created_by: int | None
+    accepted_by: int | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def label(self) -> str:
+        return f"ADR-{self.number:04d}"
+
+
+_DECISION_COLUMNS = (
+    "id, project_id, number, kind, title, status, revision, supersedes, superseded_by,"
+    " created_by,"
+    " accepted_by, created_at, updated_at"
+)
+
+
+def insert_decision(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    kind: str,
+    title: str,
+    status: str,
+    created_by: int | None,
+    accepted_by: int | None,
+    now: float,
+    supersedes: int | None = None,
+) -> DecisionRow:
+    decision_id = _insert(conn, "decisions", {
+        "project_id": project_id, "number": _next(conn, "decisions", "number", project_id),
+        "kind": kind, "title": title, "status": status, "revision": 1, "supersedes": supersedes,
+        "created_by": created_by, "accepted_by": accepted_by, "created_at": now,
+        "updated_at": now,
+    })  # fmt: skip
+    row = get_decision(conn, decision_id)
+    assert row is not None
+    return row
+
+
+def insert_decision_revision(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    decision_id: int,
+    revision: int,
+    context: str,
+    decision: str,
+    consequences: str,
+    author_id: int | None,
+    now: float,
+    original_text: str | None = None,
+    source_message_id: int | None = None,
+) -> None:
+    """Add a revision and make it the decision's current one."""
+    _insert(conn, "decision_revisions", {
+        "project_id": project_id, "decision_id": decision_id, "revision": revision,
+        "context": context, "decision": decision, "consequences": consequences,
+        "original_text": original_text, "source_message_id": source_message_id,
+        "author_id": author_id, "created_at": now,
+    })  # fmt: skip
+    conn.execute(
+        "UPDATE decisions SET revision = :r, updated_at = :now WHERE id = :d",
+        {"r": revision, "now": now, "d": decision_id},
+    )
+
+
+def get_decision(conn: sqlite3.Connection, decision_id: int) -> DecisionRow | None:
+    row = conn.execute(
+        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE id = :id", {"id": decision_id}
+    ).fetchone()
+    return DecisionRow(*row) if row else None
+
+
+def decision_by_number(
+    conn: sqlite3.Connection, project_id: int, number: int
+) -> DecisionRow | None:
+    row = conn.execute(
+        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE project_id = :p AND number = :n",
+        {"p": project_id, "n": number},
+    ).fetchone()
+    return DecisionRow(*row) if row else None
+
+
+def requirement_decision(conn: sqlite3.Connection, project_id: int) -> DecisionRow | None:
+    """The project's requirement decision (the earliest one not superseded)."""
+    row = conn.execute(
+        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE project_id = :p"
+        " AND kind = 'requirement' AND status != 'superseded' ORDER BY number LIMIT 1",
+        {"p": project_id},
+    ).fetchone()
+    return DecisionRow(*row) if row else None
+
+
+def decisions_of(conn: sqlite3.Connection, project_id: int) -> list[DecisionRow]:
+    return [
+        DecisionRow(*r)
+        for r in conn.execute(
+            f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE project_id = :p ORDER BY number",
+            {"p": project_id},
+        )
+    ]
+
+
+def set_decision_status(
+    conn: sqlite3.Connection,
+    decision_id: int,
+    status: str,
+    now: float,
+    *,
+    accepted_by: int | None = None,
+    superseded_by: int | None = None,
+) -> None:
+    conn.execute(
+        "UPDATE decisions SET status = :s, accepted_by = coalesce(:acc, accepted_by),"
+        " superseded_by = coalesce(:sup, superseded_by), updated_at = :now WHERE id = :id",
+        {"s": status, "acc": accepted_by, "sup": superseded_by, "now": now, "id": decision_id},
+    )
+
+
+def revisions_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[str, Any]]:
+    return [
+        {"revision": r[0], "context": r[1], "decision": r[2], "consequences": r[3],
+         "original_text": r[4], "source_message_id": r[5], "author_id": r[6],
+         "created_at": iso(r[7])}
+        for r in conn.execute(
+            "SELECT revision, context, decision, consequences, original_text, source_message_id,"
+            " author_id, created_at FROM decision_revisions WHERE decision_id = :d"
+            " ORDER BY revision",
+            {"d": decision_id},
+        )
+    ]  # fmt: skip
+
+
+def revision_from_message(conn: sqlite3.Connection, message_id: int) -> tuple[int, int] | None:
+    """(decision id, revision) created from a message, if any."""
+    row = conn.execute(
+        "SELECT decision_id, revision FROM decision_revisions WHERE source_message_id = :m",
+        {"m": message_id},
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def bind_tasks(
+    conn: sqlite3.Connection, project_id: int, decision_id: int, task_ids: Iterable[int]
+) -> None:
+    conn.executemany(
+        "INSERT OR IGNORE INTO decision_tasks (project_id, decision_id, task_id) VALUES (?, ?, ?)",
+        [(project_id, decision_id, t) for t in task_ids],
+    )
+
+
+def bound_tasks(conn: sqlite3.Connection, decision_id: int) -> list[int]:
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT b.task_id FROM decision_tasks b JOIN tasks t ON t.id = b.task_id"
+            " WHERE b.decision_id = :d ORDER BY t.position",
+            {"d": decision_id},
+        )
+    ]
+
+
+def decisions_of_task(conn: sqlite3.Connection, task_id: int) -> list[str]:
+    return [
+        f"ADR-{int(r[0]):04d}"
+        for r in conn.execute(
+            "SELECT d.number FROM decision_tasks b JOIN decisions d ON d.id = b.decision_id"
+            " WHERE b.task_id = :t ORDER BY d.number",
+            {"t": task_id},
+        )
+    ]
+
+
+def _label_of(conn: sqlite3.Connection, decision_id: int | None) -> str | None:
+    if decision_id is None:
+        return None
+    row = conn.execute("SELECT number FROM decisions WHERE id = :id", {"id": decision_id})
+    found = row.fetchone()
+    return f"ADR-{int(found[0]):04d}" if found else None
+
+
+def decision_object(conn: sqlite3.Connection, row: DecisionRow) -> dict[str, Any]:
+    """A decision as the log shows it: every revision, and under each the sync receipts it asked
+    for (who synced, when, or why the request closed unanswered)."""
+    syncs = sync_requests_of(conn, row.id)
+    revisions = revisions_of(conn, row.id)
+    for revision in revisions:
+        revision["sync"] = [s for s in syncs if s["revision"] == revision["revision"]]
+    tasks = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT t.key FROM decision_tasks b JOIN tasks t ON t.id = b.task_id"
+            " WHERE b.decision_id = :d ORDER BY t.position",
+            {"d": row.id},
+        )
+    ]
+    return {
+        "id": row.id,
+        "number": row.number,
+        "label": row.label,
+        "kind": row.kind,
+        "title": row.title,
+        "status": row.status,
+        "revision": row.revision,
+        "supersedes": _label_of(conn, row.supersedes),
+        "superseded_by": _label_of(conn, row.superseded_by),
+        "created_by": row.created_by,
+        "accepted_by": row.accepted_by,
+        "created_at": iso(row.created_at),
+        "updated_at": iso(row.updated_at),
+        "tasks": tasks,
+        "revisions": revisions,
+        # The receipts the current revision asked for (the log's summary line).
+        "receipts": [
+            {"member_id": s["owner_id"], "task": s["task"], "synced": s["synced"],
+             "synced_at": s["synced_at"], "closed": s["closed"]}
+            for s in syncs
+            if s["revision"] == row.revision
+        ],
+    }  # fmt: skip
+
+
+# -- sync receipts ------------------------------------------------------------------------------
+
+
+def insert_sync_request(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    decision_id: int,
+    revision: int,
+    task_id: int,
+    owner_id: int,
+    now: float,
+) -> None:
+    # An older request of this task that nobody answered is now moot: the newer one replaces it.
+    conn.execute(
+        "UPDATE sync_requests SET closed = 'superseded' WHERE task_id = :t"
+        " AND synced_at IS NULL AND closed IS NULL",
+        {"t": task_id},
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO sync_requests (project_id, decision_id, revision, task_id,"
+        " owner_id, requested_at) VALUES (:p, :d, :r, :t, :o, :now)",
+        {"p": project_id, "d": decision_id, "r": revision, "t": task_id, "o": owner_id,
+         "now": now},
+    )  # fmt: skip
+
+
+def open_sync_requests(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
+    return [
+        {"id": r[0], "decision": f"ADR-{int(r[1]):04d}", "revision": r[2], "owner_id": r[3],
+         "requested_at": iso(r[4])}
+        for r in conn.execute(
+            "SELECT s.id, d.number, s.revision, s.owner_id, s.requested_at FROM sync_requests s"
+            " JOIN decisions d ON d.id = s.decision_id WHERE s.task_id = :t"
+            " AND s.synced_at IS NULL AND s.closed IS NULL ORDER BY s.id",
+            {"t": task_id},
+        )
+    ]  # fmt: skip
+
+
+def mark_synced(
+    conn: sqlite3.Connection, task_id: int, by: int, note: str | None, now: float
+) -> list[tuple[int, int]]:
+    """Answer every open request of a task; returns the (decision id, revision) answered."""
+    return [
+        (int(r[0]), int(r[1]))
+        for r in conn.execute(
+            "UPDATE sync_requests SET synced_at = :now, synced_by = :by, note = :note"
+            " WHERE task_id = :t AND synced_at IS NULL AND closed IS NULL"
+            " RETURNING decision_id, revision",
+            {"t": task_id, "by": by, "note": note, "now": now},
+        )
+    ]
+
+
+def close_sync_requests(conn: sqlite3.Connection, task_id: int, reason: str) -> None:
+    conn.execute(
+        "UPDATE sync_requests SET closed = :reason WHERE task_id = :t"
+        " AND synced_at IS NULL AND closed IS NULL",
+        {"t": task_id, "reason": reason},
+    )
+
+
+def sync_requests_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[str, Any]]:
+    return [
+        {"revision": r[0], "task_id": r[1], "task": r[2], "owner_id": r[3],
+         "requested_at": iso(r[4]), "synced": r[5] is not None, "synced_at": iso(r[5]),
+         "synced_by": r[6], "note": r[7], "closed": r[8]}
+        for r in conn.execute(
+            "SELECT s.revision, s.task_id, t.key, s.owner_id, s.requested_at, s.synced_at,"
+            " s.synced_by, s.note, s.closed FROM sync_requests s JOIN tasks t ON t.id = s.task_id"
+            " WHERE s.decision_id = :d ORDER BY s.revision, t.position",
+            {"d": decision_id},
+        )
+    ]  # fmt: skip
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+_DIGEST_ORDER = {"task_deps": "task_id, depends_on_id", "decision_tasks": "decision_id, task_id"}
+
+
+def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
+    """Row count and SHA-256 of each task table's rows of a project, in a fixed order."""
+    out: dict[str, dict[str, Any]] = {}
+    for table in TASK_TABLES:
+        order = _DIGEST_ORDER.get(table, "id")
+        digest = hashlib.sha256()
+        count = 0
+        for row in conn.execute(
+            f"SELECT * FROM {table} WHERE project_id = :p ORDER BY {order}", {"p": project_id}
+        ):
+            digest.update(json.dumps(list(row), ensure_ascii=False).encode())
+            digest.update(b"\n")
+            count += 1
+        out[table] = {"count": count, "sha256": digest.hexdigest()}
+    return out
