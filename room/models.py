@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 MemberKind = Literal["human", "agent"]
@@ -14,10 +16,23 @@ AGENT_ROLES = ("lead", "frontend", "backend", "tester", "devops", "design", "doc
 
 
 def iso(ts: float | None) -> str | None:
-    """UTC epoch seconds → ``2026-12-02T11:00:00.123Z`` (what every frame carries)."""
+    """UTC epoch seconds → ``2026-12-02T11:00:00.123Z`` (what every frame carries).
+
+    Same result as ``datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")`` (a
+    test checks it), at a fraction of the cost: it runs for every message sent.
+    """
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    sec = math.floor(ts)
+    micros = round((ts - sec) * 1_000_000)
+    if micros >= 1_000_000:
+        sec, micros = sec + 1, micros - 1_000_000
+    return f"{_iso_second(sec)}.{micros // 1000:03d}Z"
+
+
+@lru_cache(maxsize=1024)
+def _iso_second(sec: int) -> str:
+    return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 @dataclass(frozen=True, slots=True)

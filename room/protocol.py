@@ -198,23 +198,37 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
 )
 
 
+# Cheap pre-check: only a frame whose text contains one of these can name an author field.
+_AUTHOR_HINTS = ('"author', '"sender', '"from', '"user', '"as_member')
+
+
 def parse_client_frame(text: str) -> ClientFrame:
     """Decode and validate one client frame, or raise :class:`FrameError`/:class:`ForgedAuthorError`."""
+    if any(hint in text for hint in _AUTHOR_HINTS):
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise FrameError(f"not JSON: {exc}") from None
+        forged = AUTHOR_FIELDS.intersection(data) if isinstance(data, dict) else set()
+        if forged:
+            raise ForgedAuthorError(
+                "the author is bound from your connection; frames may not name one",
+                fields=sorted(forged),
+            )
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise FrameError(f"not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise FrameError("a frame is a JSON object with a 'type'")
-    forged = AUTHOR_FIELDS.intersection(data)
-    if forged:
-        raise ForgedAuthorError(
-            "the author is bound from your connection; frames may not name one",
-            fields=sorted(forged),
-        )
-    try:
-        return _ADAPTER.validate_python(data)
+        # One pass from text to model (the common case: no second decode).
+        return _ADAPTER.validate_json(text)
     except ValidationError as exc:
+        first = exc.errors()[0]
+        kind = first["type"]
+        if kind == "json_invalid":
+            raise FrameError(f"not JSON: {first['msg']}") from None
+        if kind == "union_tag_invalid":
+            raise FrameError(
+                "unknown frame type", known=list(CLIENT_FRAME_TYPES), got=first["ctx"].get("tag")
+            ) from None
+        if kind == "union_tag_not_found" or not first["loc"]:
+            raise FrameError("a frame is a JSON object with a 'type'") from None
         raise FrameError(_describe(exc), errors=_errors(exc)) from None
 
 

@@ -10,10 +10,10 @@ the send path stays fast; anything with a character markdown treats specially ta
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import nh3
-import regex
 from markdown_it import MarkdownIt
 
 ALLOWED_TAGS = frozenset(
@@ -27,12 +27,12 @@ ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"style"}, 
 URL_SCHEMES = frozenset({"http", "https", "mailto"})
 
 # One line, no leading/trailing blank, and none of the characters markdown gives meaning to
-# (or that the renderer escapes or normalises). Digits may not open the text ("1. item").
-_PLAIN = regex.compile(
-    r"[^\s\d\\`*_\[\]<>!#~|&\-+=\"\x00-\x1f\x7f\u2028\u2029]"
-    r"[^\\`*_\[\]<>!#~|&\"\x00-\x1f\x7f\u2028\u2029\n\r]*"
+# (or that the renderer escapes or normalises, like U+00A0 → &nbsp;). Digits may not open the text ("1. item").
+# stdlib ``re``: for plain character classes it is several times faster than ``regex`` here.
+_PLAIN = re.compile(
+    r"[^\s\d\\`*_\[\]<>!#~|&\-+=\"\x00-\x1f\x7f\xa0\u2028\u2029]"
+    r"[^\\`*_\[\]<>!#~|&\"\x00-\x1f\x7f\xa0\u2028\u2029\n\r]*"
 )
-_TRAILING_SPACE = regex.compile(r"\s$")
 
 
 @lru_cache(maxsize=1)
@@ -58,6 +58,6 @@ def render_full(body: str) -> str:
 
 def render(body: str) -> str:
     """Message body (markdown) → sanitised HTML."""
-    if _PLAIN.fullmatch(body) and not _TRAILING_SPACE.search(body) and not body.isspace():
+    if _PLAIN.fullmatch(body) and not body[-1].isspace():
         return f"<p>{body}</p>\n"
     return render_full(body)

@@ -22,7 +22,7 @@ from room import protocol as p
 from room.actions import messages as message_actions
 from room.actions import runtime as runtime_actions
 from room.auth import Identity, authenticate_token, identity_from_headers
-from room.core import Core
+from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
 from room.hub import Outbox, Subscription
 from room.models import Member
@@ -248,16 +248,19 @@ class Connection:
 
     async def member(self, project_id: int) -> Member:
         """This connection's member in a project, fresh from the roster cache."""
+        return (await self.member_and_roster(project_id))[0]
+
+    async def member_and_roster(self, project_id: int) -> tuple[Member, ProjectRoster]:
         assert self.identity is not None
         member_id = self.member_ids.get(project_id)
         if member_id is None:
             member_id = await self._lookup_member(project_id)
             self.member_ids[project_id] = member_id
-        roster = await self.core.rosters.get(project_id)
+        roster = self.core.rosters.peek(project_id) or await self.core.rosters.get(project_id)
         member = roster.member(member_id)
         if member is None or member.status == "left":
             raise ForbiddenError("you are not a member of this project", code="not_member")
-        return member
+        return member, roster
 
     async def _lookup_member(self, project_id: int) -> int:
         assert self.identity is not None
@@ -375,8 +378,7 @@ class Connection:
         self.push({"type": "unsubscribed", "req_id": frame.req_id, "project_id": frame.project_id})
 
     async def on_send(self, frame: p.SendFrame) -> None:
-        member = await self.member(frame.project_id)
-        roster = await self.core.rosters.get(frame.project_id)
+        member, roster = await self.member_and_roster(frame.project_id)
         future = message_actions.submit_send(
             self.core,
             member,
@@ -392,7 +394,7 @@ class Connection:
     def _acked(self, future: asyncio.Future[message_actions.Ack], frame: p.SendFrame) -> None:
         error = future.exception()
         if error is None:
-            self.push(future.result().to_wire(frame.client_txn_id, frame.req_id))
+            self.outbox.push(future.result().to_text(frame.client_txn_id, frame.req_id))
         elif isinstance(error, RoomError):
             details = {"client_txn_id": frame.client_txn_id, **error.details}
             self.push(p.error_frame(error.code, error.message, frame.req_id, **details))

@@ -12,6 +12,7 @@ from room.actions import task_updates as updates
 from room.actions.decisions import ChangeCommand, parse_change_command
 from room.actions.messages import append_message
 from room.errors import RoomError
+from room.render import render
 from room.store import Tx
 from tests.test_tasks_actions import World, item, plan, review, submit, world, write_file
 
@@ -20,22 +21,21 @@ __all__ = ["world"]  # the fixture, imported for these tests
 
 
 async def say(world: World, who: str, body: str) -> int:
-    """A message written straight into the timeline (as the send path would store it)."""
+    """A message appended to the timeline as the send path stores it (no routing)."""
     member = world[who]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> int:
-        seq = conn.execute(
-            "UPDATE projects SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq",
-            (world.project_id,),
-        ).fetchone()[0]
-        return int(
-            conn.execute(
-                "INSERT INTO messages (project_id, seq, author_id, kind, body, frame, created_at)"
-                " VALUES (?, ?, ?, 'chat', ?, '{}', ?)",
-                (world.project_id, seq, member.id, body, tx.now),
-            ).lastrowid
-            or 0
+        message_id, _, _ = append_message(
+            conn,
+            tx,
+            world.core,
+            project_id=world.project_id,
+            author_id=member.id,
+            kind="chat",
+            body=body,
+            html=render(body),
         )
+        return message_id
 
     return await world.write(job)
 

@@ -42,6 +42,13 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import runtime as rt_store
 
+# Derived once from the lifecycle table: the send path checks strings, not enums.
+POSTING_STATES = {
+    "human": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.MEMBER)),
+    "agent": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.AGENT)),
+}
+WAKING_STATES = frozenset(s.value for s in ProjectState if admission_open(s))
+
 # Diagnostics that stop a send unless the sender explicitly sends as plain text.
 BLOCKING_DIAGNOSTICS = frozenset(
     {"needs_boundary", "ambiguous", "unknown", "departed", "all_not_allowed"}
@@ -55,17 +62,14 @@ class Ack:
     duplicate: bool
     frame: str
 
-    def to_wire(self, client_txn_id: str, req_id: str | None) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "type": "ack",
-            "client_txn_id": client_txn_id,
-            "message_id": self.message_id,
-            "seq": self.seq,
-            "duplicate": self.duplicate,
-        }
-        if req_id is not None:
-            data["req_id"] = req_id
-        return data
+    def to_text(self, client_txn_id: str, req_id: str | None) -> str:
+        """The ``ack`` frame (built directly: one per send)."""
+        req = "" if req_id is None else f',"req_id":{encode(req_id)}'
+        return (
+            f'{{"type":"ack","client_txn_id":{encode(client_txn_id)},'
+            f'"message_id":{self.message_id},"seq":{self.seq},'
+            f'"duplicate":{"true" if self.duplicate else "false"}{req}}}'
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +135,9 @@ def route(sender: Member, body: str, chips: list[int], roster: ProjectRoster) ->
 
 
 def _digest(body: str, reply_to: int | None, chips: list[int], plain: bool) -> str:
-    canonical = json.dumps([body, reply_to, sorted(set(chips)), plain], ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+    """What a retransmit must repeat exactly (same client_txn_id, same content)."""
+    head = f"{reply_to}|{sorted(set(chips))}|{int(plain)}|".encode()
+    return hashlib.blake2b(head + body.encode(), digest_size=16).hexdigest()
 
 
 def check_body(core: Core, body: str) -> str:
@@ -224,7 +229,7 @@ def submit_send(
         )
         if mention_rows:
             messages_store.insert_mentions(conn, message_id, mention_rows)
-        held_project = not admission_open(ProjectState(state))
+        held_project = state not in WAKING_STATES
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
             rt_store.reset_agent_turns(conn, project_id)
@@ -271,18 +276,7 @@ def append_message(
     the row, its pre-encoded wire object, its stream event, and the publish after commit.
     Returns (message id, seq, wire object)."""
     seq = projects_store.next_seq(conn, project_id, tx.now)
-    message_id = messages_store.insert(
-        conn,
-        project_id=project_id,
-        seq=seq,
-        author_id=author_id,
-        kind=kind,
-        body=body,
-        reply_to=reply_to,
-        client_txn_id=client_txn_id,
-        txn_digest=txn_digest,
-        now=tx.now,
-    )
+    message_id = tx.next_id(conn, "messages")
     obj = messages_store.message_object(
         message_id=message_id,
         project_id=project_id,
@@ -298,7 +292,20 @@ def append_message(
         created_at=tx.now,
         meta=meta,
     )
-    messages_store.set_frame(conn, message_id, obj)
+    messages_store.insert(
+        conn,
+        message_id=message_id,
+        project_id=project_id,
+        seq=seq,
+        author_id=author_id,
+        kind=kind,
+        body=body,
+        reply_to=reply_to,
+        client_txn_id=client_txn_id,
+        txn_digest=txn_digest,
+        frame=obj,
+        now=tx.now,
+    )
     messages_store.insert_event(
         conn,
         project_id=project_id,
@@ -369,12 +376,7 @@ async def edit_message(
                 project_id=project_id,
                 message_id=message_id,
                 recipients=[
-                    (
-                        r,
-                        _initial_state(
-                            roster, r, not admission_open(ProjectState(state or "purged"))
-                        ),
-                    )
+                    (r, _initial_state(roster, r, state not in WAKING_STATES))
                     for r in new_recipients
                 ],
                 now=tx.now,
@@ -459,8 +461,7 @@ def _own_message(conn: sqlite3.Connection, actor: Member, message_id: int) -> di
 def check_posting(conn: sqlite3.Connection, member: Member) -> str:
     """The project's state, if ``member`` may post or change messages in it now."""
     state = projects_store.state_of(conn, member.project_id) or "purged"
-    poster = ActorKind.AGENT if member.kind == "agent" else ActorKind.MEMBER
-    if not posting_open(ProjectState(state), poster):
+    if state not in POSTING_STATES[member.kind]:
         raise ConflictError(
             f"the project is {state}; it does not accept messages now",
             code="project_not_accepting",

@@ -35,13 +35,25 @@ R = TypeVar("R")
 
 @dataclass(slots=True)
 class Tx:
-    """What a write job sees besides the connection: the time and its post-commit callbacks."""
+    """What a write job sees besides the connection: the time, its post-commit callbacks, and
+    the writer's id counters."""
 
     now: float
     callbacks: list[Callable[[], None]] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
 
     def on_commit(self, callback: Callable[[], None]) -> None:
         self.callbacks.append(callback)
+
+    def next_id(self, conn: sqlite3.Connection, table: str) -> int:
+        """The id the next row of ``table`` will take, known before the INSERT (so a row can
+        carry its own id without a second write). Sound because one writer inserts them all;
+        the counters are dropped whenever a transaction or savepoint rolls back."""
+        current = self.counters.get(table)
+        if current is None:
+            current = int(conn.execute(f"SELECT coalesce(max(id), 0) FROM {table}").fetchone()[0])
+        self.counters[table] = current + 1
+        return current + 1
 
 
 WriteJob = Callable[[sqlite3.Connection, Tx], R]
@@ -87,6 +99,7 @@ class Database:
         self._writes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        self._counters: dict[str, int] = {}  # writer thread only
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -166,20 +179,14 @@ class Database:
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Pending[Any]]) -> None:
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for pending in batch:
-                pending.tx = Tx(now=self.clock())
-                conn.execute("SAVEPOINT job")
-                try:
-                    pending.result = pending.job(conn, pending.tx)
-                except BaseException as exc:  # one job's failure must not sink the batch
-                    conn.execute("ROLLBACK TO job")
-                    pending.error = exc
-                    pending.tx = None
-                conn.execute("RELEASE job")
-            conn.execute("COMMIT")
+            # Optimistic first: no savepoints, which cost two statements per job. Jobs rarely
+            # fail; when one does, the whole attempt is rolled back and the batch runs again
+            # with a savepoint around each job, so the failure stays that job's alone.
+            if not self._attempt(conn, batch, isolate=False) and len(batch) > 1:
+                self._attempt(conn, batch, isolate=True)
         except sqlite3.Error as exc:
             log.exception("group commit failed")
+            self._counters.clear()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             error = StorageError(f"the database refused the write: {exc}")
@@ -193,6 +200,29 @@ class Database:
             self._loop.call_soon_threadsafe(_complete, batch)
         except RuntimeError:  # the loop closed under us during shutdown
             pass
+
+    def _attempt(self, conn: sqlite3.Connection, batch: list[_Pending[Any]], isolate: bool) -> bool:
+        """Run the batch in one transaction and commit; False if a job failed (not isolated:
+        then nothing was committed and the caller retries isolated)."""
+        conn.execute("BEGIN IMMEDIATE")
+        for pending in batch:
+            pending.tx = Tx(now=self.clock(), counters=self._counters)
+            pending.result, pending.error = None, None
+            if isolate:
+                conn.execute("SAVEPOINT job")
+            try:
+                pending.result = pending.job(conn, pending.tx)
+            except BaseException as exc:  # one job's failure must not sink the batch
+                pending.error, pending.tx = exc, None
+                self._counters.clear()
+                if not isolate:
+                    conn.execute("ROLLBACK")
+                    return False
+                conn.execute("ROLLBACK TO job")
+            if isolate:
+                conn.execute("RELEASE job")
+        conn.execute("COMMIT")
+        return True
 
     def _read_loop(self, conn: sqlite3.Connection) -> None:
         try:

@@ -13,6 +13,9 @@ from typing import Any
 
 from room.models import iso
 
+# The C implementation behind json.dumps(ensure_ascii=False) for one string.
+_encode_string = json.encoder.encode_basestring
+
 
 def message_object(
     *,
@@ -32,25 +35,38 @@ def message_object(
     deleted: bool = False,
     meta: dict[str, Any] | None = None,
 ) -> str:
-    obj: dict[str, Any] = {
-        "id": message_id,
-        "project_id": project_id,
-        "seq": seq,
-        "author_id": author_id,
-        "kind": kind,
-        "body": "" if deleted else body,
-        "html": "" if deleted else html,
-        "reply_to": reply_to,
-        "reply_excerpt": reply_excerpt,
-        "mentions": sorted(mentions),
-        "client_txn_id": client_txn_id,
-        "created_at": iso(created_at),
-        "edited_at": iso(edited_at),
-        "deleted": deleted,
-    }
+    """The message's wire object as compact JSON (the key order is part of the format).
+
+    Built by hand on the send path: strings go through the C string encoder, the rest are
+    integers and literals; a test checks it equals ``json.dumps`` of the same dict.
+    """
+    parts = [
+        f'{{"id":{message_id},"project_id":{project_id},"seq":{seq},'
+        f'"author_id":{_int(author_id)},"kind":{_str(kind)},'
+        f'"body":{_str("" if deleted else body)},"html":{_str("" if deleted else html)},'
+        f'"reply_to":{_int(reply_to)},"reply_excerpt":{_any(reply_excerpt)},'
+        f'"mentions":[{",".join(str(m) for m in sorted(mentions))}],'
+        f'"client_txn_id":{_str(client_txn_id)},"created_at":{_str(iso(created_at))},'
+        f'"edited_at":{_str(iso(edited_at))},"deleted":{"true" if deleted else "false"}'
+    ]
     if meta:
-        obj["meta"] = meta
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        parts.append(f',"meta":{_any(meta)}')
+    parts.append("}")
+    return "".join(parts)
+
+
+def _int(value: int | None) -> str:
+    return "null" if value is None else str(int(value))
+
+
+def _str(value: str | None) -> str:
+    return "null" if value is None else _encode_string(value)
+
+
+def _any(value: Any) -> str:
+    if value is None:
+        return "null"
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def event_frame(project_id: int, seq: int, message_frame: str) -> str:
@@ -79,6 +95,7 @@ def find_txn(
 def insert(
     conn: sqlite3.Connection,
     *,
+    message_id: int,
     project_id: int,
     seq: int,
     author_id: int | None,
@@ -87,13 +104,15 @@ def insert(
     reply_to: int | None,
     client_txn_id: str | None,
     txn_digest: str | None,
+    frame: str,
     now: float,
-) -> int:
-    cur = conn.execute(
-        "INSERT INTO messages (project_id, seq, author_id, kind, body, reply_to, client_txn_id,"
-        " txn_digest, frame, created_at) VALUES (:p, :seq, :a, :kind, :body, :reply_to, :txn,"
-        " :digest, '', :now)",
+) -> None:
+    conn.execute(
+        "INSERT INTO messages (id, project_id, seq, author_id, kind, body, reply_to,"
+        " client_txn_id, txn_digest, frame, created_at) VALUES (:id, :p, :seq, :a, :kind,"
+        " :body, :reply_to, :txn, :digest, :frame, :now)",
         {
+            "id": message_id,
             "p": project_id,
             "seq": seq,
             "a": author_id,
@@ -102,10 +121,10 @@ def insert(
             "reply_to": reply_to,
             "txn": client_txn_id,
             "digest": txn_digest,
+            "frame": frame,
             "now": now,
         },
     )
-    return int(cur.lastrowid or 0)
 
 
 def set_frame(conn: sqlite3.Connection, message_id: int, frame: str) -> None:

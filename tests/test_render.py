@@ -1,0 +1,136 @@
+"""The send path's hand-made fast paths must equal the slow, obvious versions exactly."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from room.models import iso
+from room.render import ALLOWED_TAGS, render, render_full
+from room.store.messages import message_object
+
+# Plain prose with everything markdown or the sanitiser might treat specially mixed in.
+ALPHABET = st.sampled_from(
+    [
+        *"abcXYZ 0123456789你好，。！？：；、（）「」.,;:?!'%$@/-+=_*`#~|&<>\"[]()\\\n\t",
+        *"\u00a0\u3000\u2028😀é\u0301",
+    ]
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet=ALPHABET, min_size=1, max_size=80))
+def test_render_fast_path_equals_the_full_pipeline(text: str) -> None:
+    assert render(text) == render_full(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["hello", "世界", "a-b", "x.y", "100%", "@lead"]), min_size=1))
+def test_render_fast_path_on_prose(words: list[str]) -> None:
+    text = " ".join(words)
+    assert render(text) == render_full(text)
+
+
+XSS = [
+    "<script>window.pwned = 1</script>",
+    "<img src=x onerror=alert(1)>",
+    "[click](javascript:alert(1))",
+    "<svg onload=alert(1)><circle/></svg>",
+    "![x](data:image/svg+xml;base64,PHN2ZyBvbmxvYWQ9YWxlcnQoMSk+)",
+    "![remote](https://example.com/tracker.png)",
+    '<a href="javascript:alert(1)">x</a>',
+    "<iframe src=https://example.com></iframe>",
+    "[x](https://ok.example/path)",
+]
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+
+def test_xss_corpus_renders_inert() -> None:
+    for text in XSS:
+        parser = _Tags()
+        parser.feed(render(text))
+        for tag, attrs in parser.tags:
+            assert tag in ALLOWED_TAGS, (text, tag)
+            for name, value in attrs:
+                assert not name.startswith("on"), (text, name)
+                if name == "href":
+                    assert (value or "").startswith(("https://", "http://", "mailto:")), text
+    safe = render("[x](https://ok.example/path)")
+    assert 'href="https://ok.example/path"' in safe and "noopener" in safe
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))
+def test_iso_equals_datetime(ts: float) -> None:
+    expected = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    assert iso(ts) == expected.replace("+00:00", "Z")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    body=st.text(max_size=60),
+    author=st.one_of(st.none(), st.integers(1, 10**9)),
+    reply_to=st.one_of(st.none(), st.integers(1, 10**9)),
+    mentions=st.lists(st.integers(1, 10**6), max_size=5),
+    txn=st.one_of(st.none(), st.text(max_size=20)),
+    deleted=st.booleans(),
+    meta=st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2)),
+)
+def test_message_object_equals_json_dumps(
+    body: str,
+    author: int | None,
+    reply_to: int | None,
+    mentions: list[int],
+    txn: str | None,
+    deleted: bool,
+    meta: dict[str, int] | None,
+) -> None:
+    excerpt = {"author_id": 1, "seq": 2, "excerpt": body[:5]} if reply_to else None
+    text = message_object(
+        message_id=7,
+        project_id=3,
+        seq=11,
+        author_id=author,
+        kind="chat",
+        body=body,
+        html=f"<p>{body}</p>",
+        reply_to=reply_to,
+        reply_excerpt=excerpt,
+        mentions=mentions,
+        client_txn_id=txn,
+        created_at=1_796_000_000.25,
+        edited_at=None,
+        deleted=deleted,
+        meta=meta,
+    )
+    expected: dict[str, object] = {
+        "id": 7,
+        "project_id": 3,
+        "seq": 11,
+        "author_id": author,
+        "kind": "chat",
+        "body": "" if deleted else body,
+        "html": "" if deleted else f"<p>{body}</p>",
+        "reply_to": reply_to,
+        "reply_excerpt": excerpt,
+        "mentions": sorted(mentions),
+        "client_txn_id": txn,
+        "created_at": iso(1_796_000_000.25),
+        "edited_at": None,
+        "deleted": deleted,
+    }
+    if meta:
+        expected["meta"] = meta
+    assert text == json.dumps(expected, ensure_ascii=False, separators=(",", ":"))
