@@ -17,6 +17,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from room.actions import auth as auth_actions
+from room.actions import members as member_actions
 from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
 from room.core import Core
 from room.errors import RoomError
@@ -32,7 +33,9 @@ CSP = (
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: with it Chromium sends "Origin: null" on our own form POSTs (login), which
+    # the login CSRF check must refuse. same-origin still sends nothing to other sites.
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
@@ -55,6 +58,7 @@ def page(title: str, body: str, status: int = 200) -> HTMLResponse:
 <html lang="zh-CN"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)} · Project Room</title>
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
 <link rel="stylesheet" href="/static/style.css"></head>
 <body class="simple-page"><main class="card">{body}</main></body></html>"""
     return HTMLResponse(doc, status_code=status, headers=SECURITY_HEADERS)
@@ -62,6 +66,15 @@ def page(title: str, body: str, status: int = 200) -> HTMLResponse:
 
 async def index(request: Request) -> Response:
     return FileResponse(WEB_DIR / "index.html", headers=SECURITY_HEADERS)
+
+
+async def favicon(request: Request) -> Response:
+    # Browsers ask for /favicon.ico on every page; answer with the app's icon, not a 404.
+    return FileResponse(
+        WEB_DIR / "favicon.svg",
+        media_type="image/svg+xml",
+        headers={"Cache-Control": "public, max-age=86400"},
+    )
 
 
 async def login_form(request: Request) -> Response:
@@ -81,7 +94,7 @@ async def join_form(request: Request) -> Response:
         "加入项目",
         f"""<h1>加入项目 / Join a project</h1>
 <form method="post" action="/login"><input type="hidden" name="secret" value="{secret}">
-<label>用户名（英文，@ 提及时使用）<input name="handle" required pattern="[A-Za-z][A-Za-z0-9_-]{{0,31}}"
+<label>用户名（英文，@ 提及时使用）<input name="handle" required pattern="[A-Za-z][A-Za-z0-9_\\-]{{0,31}}"
  autocomplete="username"></label>
 <label>显示名称<input name="display_name" required maxlength="64"></label>
 <button type="submit">加入 / Join</button></form>""",
@@ -118,6 +131,8 @@ async def login(request: Request) -> Response:
         )
     if session.project_id is not None:
         core.rosters.invalidate(session.project_id)
+        # Someone joined: everyone watching the project learns the new roster at once.
+        await member_actions.publish_members(core, session.project_id)
     target = f"/#/p/{session.project_id}" if session.project_id else "/"
     response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
     response.set_cookie(
@@ -157,6 +172,7 @@ class SecureStatic(StaticFiles):
 
 routes = [
     Route("/", index),
+    Route("/favicon.ico", favicon),
     Route("/login/{secret}", login_form),
     Route("/join/{secret}", join_form),
     Route("/login", login, methods=["POST"]),

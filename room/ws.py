@@ -309,7 +309,7 @@ class Connection:
         def snapshot(conn: Any) -> Any:
             return (
                 projects_store.get(conn, project_id),
-                members_store.list_for_project(conn, project_id),
+                members_store.wire_list(conn, project_id),
                 messages_store.read_cursors(conn, project_id),
             )
 
@@ -342,7 +342,7 @@ class Connection:
                 "req_id": frame.req_id,
                 "project": project.to_wire(),
                 "you": member.id,
-                "members": [m.to_wire() for m in members],
+                "members": members,
                 "read_cursors": {str(k): v for k, v in cursors.items()},
                 "since": frame.since,
                 "head_seq": project.last_seq,

@@ -1,276 +1,360 @@
-// Project Room — the browser page. Plain ES module, no build step.
-// State comes from the server: /api/me for who we are and our projects, /ws for the timeline.
-// Message HTML is rendered and sanitised on the server (markdown-it + nh3) and the page runs
-// under a strict CSP, so it is inserted as-is; everything else is set with textContent.
+// Project Room — the browser room. Plain ES modules, no build step, no remote assets.
+// Who we are and our projects come from /api/me; the open project lives on /ws (socket.js).
+// This module wires the parts together and routes `#/p/<id>`.
 
-const $ = (sel) => document.querySelector(sel);
+import { get, post, setCsrf, UNAVAILABLE } from "./api.js";
+import { Composer } from "./composer.js";
+import { $, debounce } from "./dom.js";
+import { applyStatic, label, onLang, t } from "./i18n.js";
+import { closeDrawer, initLayout, openDrawerOf } from "./layout.js";
+import { Lifecycle } from "./lifecycle.js";
+import { Members } from "./members.js";
+import { avatar, noticeKind } from "./message.js";
+import { loadProviders, ModelsTab } from "./models.js";
+import { Panel } from "./panel.js";
+import { bindProjectsColumn, renderProjects } from "./projects.js";
+import { Connection } from "./socket.js";
+import { app, createRoom, member, setMembers, upsertProject } from "./store.js";
+import { Timeline } from "./timeline.js";
+import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
-const state = {
-  me: null,
-  projects: [],
-  projectId: null,
-  members: new Map(),
-  you: null,
-  lastSeq: 0,          // highest event seq applied: the resume cursor
-  epoch: null,
-  oldestSeq: null,     // oldest message loaded, for history paging
-  hasMore: true,
-  loadingHistory: false,
-  ws: null,
-  retry: 0,
-  pending: new Map(),  // client_txn_id -> draft text, until acked
-};
+const TYPING_SHOWN_MS = 6000;
 
-async function api(path, options = {}) {
-  const headers = { ...(options.headers || {}) };
-  if (options.body !== undefined) headers["Content-Type"] = "application/json";
-  if (options.method && options.method !== "GET" && state.me) headers["X-CSRF-Token"] = state.me.csrf_token;
-  const response = await fetch(path, { ...options, headers, credentials: "same-origin" });
-  const data = await response.json().catch(() => ({}));
-  if (!response.ok) throw Object.assign(new Error(data?.error?.message || response.statusText), { status: response.status, data });
-  return data;
-}
+const conn = new Connection({ onFrame, onStatus });
+const timeline = new Timeline($("#timeline"), conn, {
+  reply: (message) => composer.setReply(message),
+  mention: (memberId) => composer.insertMention(memberId),
+  remove: removeMessage,
+  markRequirement,
+  clearBrake,
+});
+const composer = new Composer($("#composer"), conn, {
+  onSent: () => {
+    timeline.render();
+    timeline.scrollToBottom(false);
+  },
+  onEditLast: () => timeline.editLast(),
+});
+const members = new Members($("#tab-members"), {
+  composer,
+  showTasksOf: (memberId) => {
+    panel.showTasksOf(memberId);
+    openDrawerOf($("#panel-col"), $("#open-panel"));
+  },
+});
+const models = new ModelsTab($("#tab-models"));
+const panel = new Panel($("#panel-col"), { members, models });
+const lifecycle = new Lifecycle({
+  onChanged: (project) => projectChanged(project),
+  onPurged: (projectId) => {
+    app.projects.delete(projectId);
+    if (app.room?.id === projectId) app.room = null;
+    location.hash = "";
+    route();
+  },
+});
+const refreshMembers = debounce(async () => {
+  const room = app.room;
+  if (!room) return;
+  try {
+    const detail = await get(`/api/projects/${room.id}`);
+    if (room === app.room) membersChanged(detail.members);
+  } catch {
+    /* the next members frame or resubscribe fixes it */
+  }
+}, 300);
 
 async function boot() {
+  applyStatic(document);
+  let me;
   try {
-    state.me = await api("/api/me");
-  } catch (error) {
-    if (error.status === 401) {
-      $("#app").hidden = true;
-      $("#signed-out").hidden = false;
-      return;
-    }
-    throw error;
+    me = await get("/api/me");
+  } catch (err) {
+    if (err.status === 401) return signedOut();
+    $("#boot-error").hidden = false;
+    $("#boot-error").textContent = err.message;
+    return;
   }
-  state.projects = state.me.projects;
-  renderProjects();
+  app.identity = me.identity;
+  setCsrf(me.csrf_token);
+  for (const project of me.projects) upsertProject(project);
+  app.trashRetentionDays = me.trash_retention_days ?? null;
+  $("#app").hidden = false;
+  $("#me-name").textContent = me.identity.display_name;
+  $("#me-handle").textContent = `@${me.identity.handle}`;
+  $("#logout-csrf").value = me.csrf_token;
+  initLayout();
+  bindProjectsColumn((project) => {
+    location.hash = `#/p/${project.id}`;
+  });
+  onContextGesture(document.body, "[data-member-menu]", (target, at) => members.menu(Number(target.dataset.memberId), at));
+  document.body.addEventListener("click", (event) => {
+    const target = event.target.closest("[data-member-menu]");
+    if (target) members.menu(Number(target.dataset.memberId), target);
+  });
+  // The skip link focuses the composer without touching the #/p/<id> route in the hash.
+  $(".skip-link").addEventListener("click", (event) => {
+    event.preventDefault();
+    $("#draft").focus();
+  });
+  $("#room-goal").addEventListener("click", (event) => {
+    const goal = event.currentTarget;
+    goal.setAttribute("aria-expanded", String(goal.getAttribute("aria-expanded") !== "true"));
+  });
+  $("#panel-col").addEventListener("click", (event) => {
+    const jump = event.target.closest("[data-jump]");
+    if (jump) timeline.jumpTo(Number(jump.dataset.jump));
+  });
+  $("#members-button").addEventListener("click", () => {
+    panel.select("members");
+    openDrawerOf($("#panel-col"), $("#open-panel"));
+  });
+  onLang(() => {
+    renderProjects($("#project-groups"), app.room?.id);
+    if (!app.room) return;
+    renderHeader();
+    timeline.cache.clear();
+    timeline.render();
+    composer.refresh();
+    panel.refresh();
+    lifecycle.render();
+    onStatus(conn.status, conn.attempt);
+  });
   window.addEventListener("hashchange", route);
+  window.addEventListener("focus", refreshProjects);
+  loadProviders().catch(() => {});
   route();
 }
 
-function renderProjects() {
-  const nav = $("#project-list");
-  nav.replaceChildren();
-  for (const project of state.projects) {
-    const link = document.createElement("a");
-    link.href = `#/p/${project.id}`;
-    link.textContent = project.name;
-    link.dataset.projectId = project.id;
-    if (project.id === state.projectId) link.setAttribute("aria-current", "page");
-    nav.append(link);
+function signedOut() {
+  $("#app").hidden = true;
+  $("#signed-out").hidden = false;
+}
+
+/** Projects created elsewhere (another tab, an invite, the CLI) appear on the next look. */
+async function refreshProjects() {
+  try {
+    const me = await get("/api/me");
+    for (const project of me.projects) upsertProject(project);
+    for (const id of [...app.projects.keys()]) if (!me.projects.some((p) => p.id === id)) app.projects.delete(id);
+    renderProjects($("#project-groups"), app.room?.id);
+  } catch (err) {
+    if (err.status === 401) signedOut();
   }
 }
 
-function route() {
+async function route() {
   const match = location.hash.match(/^#\/p\/(\d+)/);
-  const id = match ? Number(match[1]) : state.projects[0]?.id;
-  if (id && id !== state.projectId) openProject(id);
+  let id = match ? Number(match[1]) : null;
+  if (id !== null && !app.projects.has(id)) await refreshProjects();
+  if (id === null || !app.projects.has(id)) {
+    const first = [...app.projects.values()].find((p) => p.state === "active") || [...app.projects.values()][0];
+    id = first ? first.id : null;
+  }
+  renderProjects($("#project-groups"), id);
+  if (id === null) return showNoProject();
+  if (app.room?.id !== id) openProject(id);
+  closeDrawer(false);
+}
+
+function showNoProject() {
+  app.room = null;
+  $("#room-main").hidden = true;
+  $("#no-project").hidden = false;
+  lifecycle.open(null);
 }
 
 function openProject(id) {
-  state.projectId = id;
-  state.lastSeq = 0;
-  state.epoch = null;
-  state.oldestSeq = null;
-  state.hasMore = true;
-  state.members.clear();
-  $("#timeline").replaceChildren();
-  const project = state.projects.find((p) => p.id === id);
-  $("#room-title").textContent = project ? project.name : "";
-  $("#composer").hidden = false;
-  renderProjects();
-  connect();
+  const room = createRoom(app.projects.get(id));
+  app.room = room;
+  $("#no-project").hidden = true;
+  $("#room-main").hidden = false;
+  renderHeader();
+  timeline.open(room);
+  composer.open(room);
+  lifecycle.open(room);
+  panel.open(room);
+  $("#typing").textContent = "";
+  conn.watch(id);
 }
 
-function connect() {
-  if (state.ws) state.ws.close();
-  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
-  const ws = new WebSocket(url);
-  state.ws = ws;
-  setConn("连接中…");
-  ws.addEventListener("open", () => {
-    state.retry = 0;
-    const frame = { type: "subscribe", project_id: state.projectId };
-    if (state.epoch !== null) Object.assign(frame, { since: state.lastSeq, epoch: state.epoch });
-    ws.send(JSON.stringify(frame));
-  });
-  ws.addEventListener("message", (event) => handle(JSON.parse(event.data)));
-  ws.addEventListener("close", () => {
-    if (state.ws !== ws) return;
-    setConn("已断开，正在重连…");
-    const delay = Math.min(10000, 500 * 2 ** state.retry++);
-    setTimeout(() => state.ws === ws && connect(), delay);
-  });
+function renderHeader() {
+  const room = app.room;
+  if (!room) return;
+  const project = room.project;
+  $("#room-title").textContent = project.name;
+  $("#room-title").title = project.name;
+  const goal = $("#room-goal");
+  goal.textContent = project.goal || "";
+  goal.hidden = !project.goal;
+  const badge = $("#room-state");
+  badge.hidden = project.state === "active";
+  badge.className = `state-badge state-${project.state}`;
+  badge.textContent = label("projectState", project.state);
+  const stack = $("#member-stack");
+  const present = [...room.members.values()].filter((m) => m.status !== "left");
+  stack.replaceChildren(...present.slice(0, 4).map((m) => avatar(room, m.id, "sm")));
+  $("#members-count").textContent = String(present.length);
+  document.title = `${project.name} · Project Room`;
 }
 
-function setConn(text) {
-  $("#conn-state").textContent = text;
-}
+// -- frames -------------------------------------------------------------------------------------
 
-function send(frame) {
-  if (state.ws && state.ws.readyState === WebSocket.OPEN) state.ws.send(JSON.stringify(frame));
-}
-
-function handle(frame) {
+function onFrame(frame) {
+  const room = app.room;
+  if (!room) return;
   switch (frame.type) {
-    case "subscribed": {
-      state.you = frame.you;
-      state.epoch = frame.project.epoch;
-      for (const m of frame.members) state.members.set(m.id, m);
-      setConn("已连接");
-      if (frame.since === null || frame.since === undefined) {
-        state.lastSeq = frame.head_seq;
-        loadHistory();
-      }
-      resendPending();
-      break;
-    }
-    case "batch":
-      for (const inner of frame.frames) handle(inner);
+    case "subscribed":
+      room.you = frame.you;
+      setMembers(room, frame.members);
+      room.readCursors = new Map(Object.entries(frame.read_cursors || {}).map(([k, v]) => [Number(k), v]));
+      projectChanged(upsertProject(frame.project), false);
+      if (frame.since === null || frame.since === undefined) timeline.loadLatest();
+      else timeline.refreshOpenReceipts();
+      composer.refresh();
+      members.render();
       break;
     case "message":
     case "message_updated":
-      if (frame.project_id !== state.projectId) return;
-      if (frame.seq <= state.lastSeq) return; // already applied (no duplicates)
-      state.lastSeq = frame.seq;
-      upsertMessage(frame.message, true);
+      if (frame.message.author_id !== null && !member(room, frame.message.author_id)) refreshMembers();
+      timeline.apply(frame);
+      upsertProject({ id: room.id, head_seq: frame.seq });
+      if (frame.message.meta?.route_change && panel.current === "models") models.load(room, { background: true });
+      if (noticeKind(frame.message) === "task" && ["tasks", "decisions"].includes(panel.current)) panel.refresh();
+      if (frame.message.author_id !== null) typingStopped(frame.message.author_id);
       break;
-    case "history":
-      state.loadingHistory = false;
-      state.hasMore = frame.has_more;
-      prependHistory(frame.messages);
+    case "members":
+      membersChanged(frame.members);
       break;
-    case "ack":
-      state.pending.delete(frame.client_txn_id);
+    case "project":
+      if (frame.project.id === room.id) projectChanged(upsertProject(frame.project));
+      else upsertProject(frame.project);
+      renderProjects($("#project-groups"), room.id);
       break;
     case "resync_required":
-      state.epoch = null;
-      state.lastSeq = 0;
-      state.oldestSeq = null;
-      $("#timeline").replaceChildren();
-      send({ type: "subscribe", project_id: state.projectId });
+      timeline.open(room);
       break;
-    case "error": {
-      const txn = frame.details?.client_txn_id;
-      if (txn && state.pending.has(txn) && frame.code !== "rate_limited") {
-        // Refused, not lost: the draft goes back into the composer.
-        if (!$("#draft").value) $("#draft").value = state.pending.get(txn);
-        state.pending.delete(txn);
-      }
-      if (frame.code === "rate_limited") setConn(`发送过快，请 ${Math.ceil(frame.details.retry_after_ms / 1000)} 秒后再试`);
-      else setConn(`错误：${frame.message}`);
+    case "delivery":
+      if (frame.project_id === room.id) timeline.onDelivery(frame);
       break;
-    }
+    case "typing":
+      if (frame.project_id !== room.id || frame.member_id === room.you) break;
+      if (!member(room, frame.member_id)) refreshMembers();
+      typingChanged(frame.member_id, frame.active);
+      break;
+    case "read":
+      if (frame.project_id === room.id) room.readCursors.set(frame.member_id, frame.seq);
+      break;
+    case "error":
+      onError(frame);
+      break;
     default:
       break;
   }
 }
 
-function loadHistory() {
-  if (state.loadingHistory || !state.hasMore) return;
-  state.loadingHistory = true;
-  const frame = { type: "history", project_id: state.projectId, limit: 50 };
-  if (state.oldestSeq !== null) frame.before = state.oldestSeq;
-  send(frame);
+function membersChanged(list) {
+  const room = app.room;
+  setMembers(room, list);
+  renderHeader();
+  timeline.render();
+  composer.refresh();
+  members.render();
+  renderTyping();
 }
 
-function authorName(message) {
-  if (message.author_id === null) return "系统";
-  const member = state.members.get(message.author_id);
-  return member ? member.display_name : `#${message.author_id}`;
+function projectChanged(project, rerender = true) {
+  const room = app.room;
+  if (!room || project.id !== room.id) return;
+  const epochChanged = conn.epoch !== null && project.epoch !== undefined && project.epoch !== conn.epoch;
+  renderHeader();
+  lifecycle.render();
+  composer.refresh();
+  renderProjects($("#project-groups"), room.id);
+  if (epochChanged) {
+    // Restored from the trash (or imported): the old cursor means nothing any more.
+    timeline.open(room);
+    conn.watch(room.id);
+  } else if (rerender) timeline.render();
 }
 
-function renderMessage(message) {
-  const el = document.createElement("article");
-  el.className = "msg";
-  el.dataset.id = message.id;
-  el.dataset.seq = message.seq;
-  if (message.author_id === state.you) el.classList.add("mine");
-  if (message.kind === "system") el.classList.add("system");
-  if (message.deleted) el.classList.add("deleted");
-  const meta = document.createElement("div");
-  meta.className = "meta";
-  const who = document.createElement("span");
-  who.className = "author";
-  who.textContent = authorName(message);
-  const when = document.createElement("time");
-  when.dateTime = message.created_at;
-  when.textContent = new Date(message.created_at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-  meta.append(who, when);
-  if (message.edited_at && !message.deleted) {
-    const edited = document.createElement("span");
-    edited.textContent = "已编辑";
-    meta.append(edited);
-  }
-  const body = document.createElement("div");
-  body.className = "body";
-  if (message.deleted) body.textContent = "此消息已删除";
-  else body.innerHTML = message.html; // sanitised server-side; CSP forbids inline script
-  el.append(meta, body);
-  return el;
-}
-
-function upsertMessage(message, live) {
-  const timeline = $("#timeline");
-  const existing = timeline.querySelector(`[data-id="${message.id}"]`);
-  const el = renderMessage(message);
-  if (existing) {
-    existing.replaceWith(el);
+function onError(frame) {
+  const txn = frame.details?.client_txn_id;
+  if (txn && frame.code === "rate_limited") {
+    toast(t("composer.rateLimited", { s: Math.ceil((frame.details.retry_after_ms || 1000) / 1000) }));
     return;
   }
-  if (!live) return;
-  const atBottom = timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 40;
-  timeline.append(el);
-  if (state.oldestSeq === null) state.oldestSeq = message.seq;
-  if (atBottom || message.author_id === state.you) timeline.scrollTop = timeline.scrollHeight;
-}
-
-function prependHistory(messages) {
-  const timeline = $("#timeline");
-  const before = timeline.scrollHeight;
-  const first = timeline.firstElementChild;
-  const fragment = document.createDocumentFragment();
-  for (const message of messages) {
-    if (timeline.querySelector(`[data-id="${message.id}"]`)) continue;
-    fragment.append(renderMessage(message));
+  if (txn) {
+    composer.restore(txn);
+    timeline.render();
+    toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : frame.message, { kind: "error", timeout: 8000 });
+    return;
   }
-  timeline.insertBefore(fragment, first);
-  if (messages.length) state.oldestSeq = Math.min(state.oldestSeq ?? Infinity, messages[0].seq);
-  if (first) timeline.scrollTop += timeline.scrollHeight - before;
-  else timeline.scrollTop = timeline.scrollHeight;
+  toast(frame.message, { kind: "error" });
 }
 
-function submitDraft() {
-  const draft = $("#draft");
-  const body = draft.value;
-  if (!body.trim()) return;
-  const txn = crypto.randomUUID();
-  state.pending.set(txn, body);
-  send({ type: "send", project_id: state.projectId, client_txn_id: txn, body });
-  draft.value = "";
-}
-
-function resendPending() {
-  // Retransmits reuse their client_txn_id: the server applies each send exactly once.
-  for (const [txn, body] of state.pending) {
-    send({ type: "send", project_id: state.projectId, client_txn_id: txn, body });
+function onStatus(status, attempt) {
+  const el = $("#conn-state");
+  el.dataset.status = status;
+  el.textContent = t(`conn.${status}`);
+  if (status === "reconnecting" && attempt === 3) {
+    get("/api/me").catch((err) => err.status === 401 && signedOut());
   }
 }
 
-$("#composer").addEventListener("submit", (event) => {
-  event.preventDefault();
-  submitDraft();
-});
+// -- typing -------------------------------------------------------------------------------------
 
-$("#draft").addEventListener("keydown", (event) => {
-  // Never send while an IME is composing (Chinese input): Enter confirms the candidate there.
-  if (event.key !== "Enter" || event.shiftKey || event.isComposing || event.keyCode === 229) return;
-  event.preventDefault();
-  submitDraft();
-});
+function typingChanged(memberId, active) {
+  const room = app.room;
+  clearTimeout(room.typing.get(memberId));
+  if (active) room.typing.set(memberId, setTimeout(() => typingStopped(memberId), TYPING_SHOWN_MS));
+  else room.typing.delete(memberId);
+  renderTyping();
+}
 
-$("#timeline").addEventListener("scroll", () => {
-  if ($("#timeline").scrollTop < 60) loadHistory();
-});
+function typingStopped(memberId) {
+  const room = app.room;
+  if (!room?.typing.has(memberId)) return;
+  clearTimeout(room.typing.get(memberId));
+  room.typing.delete(memberId);
+  renderTyping();
+}
+
+function renderTyping() {
+  const room = app.room;
+  const names = [...room.typing.keys()].map((id) => member(room, id)?.display_name || `#${id}`);
+  $("#typing").textContent = names.length ? t("typing.some", { names: names.join("、") }) : "";
+}
+
+// -- message actions ----------------------------------------------------------------------------
+
+async function removeMessage(message) {
+  const ok = await confirmDialog({ title: t("confirm.deleteTitle"), text: t("confirm.deleteText"), confirmLabel: t("action.delete"), danger: true });
+  if (!ok) return;
+  try {
+    await conn.request({ type: "delete", project_id: app.room.id, message_id: message.id });
+  } catch (err) {
+    toastError(err);
+  }
+}
+
+async function markRequirement(message) {
+  try {
+    const result = await post(`/api/messages/${message.id}/requirement-change`, {}, { optional: true });
+    toast(result === UNAVAILABLE ? t("requirement.unavailable") : t("requirement.done"), { kind: result === UNAVAILABLE ? "error" : "info" });
+  } catch (err) {
+    toastError(err);
+  }
+}
+
+async function clearBrake() {
+  try {
+    await post(`/api/projects/${app.room.id}/brake/clear`, {});
+    toast(t("brake.cleared"));
+  } catch (err) {
+    toastError(err);
+  }
+}
+
 
 boot();

@@ -33,16 +33,23 @@ def actor_kind(actor: Member) -> ActorKind:
 
 
 def _publish_members(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> None:
-    members = members_store.list_for_project(conn, project_id)
-    frame = encode(
-        {"type": "members", "project_id": project_id, "members": [m.to_wire() for m in members]}
-    )
+    members = members_store.wire_list(conn, project_id)
+    frame = encode({"type": "members", "project_id": project_id, "members": members})
 
     def publish() -> None:
         core.rosters.invalidate(project_id)
         core.hub.broadcast(project_id, frame)
 
     tx.on_commit(publish)
+
+
+async def publish_members(core: Core, project_id: int) -> None:
+    """After a change committed elsewhere (an invite redeemed): announce the roster."""
+    members = await core.db.read(lambda conn: members_store.wire_list(conn, project_id))
+    core.rosters.invalidate(project_id)
+    core.hub.broadcast(
+        project_id, encode({"type": "members", "project_id": project_id, "members": members})
+    )
 
 
 async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> Member:

@@ -423,7 +423,30 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             new_body="",
             now=tx.now,
         )
-        deliveries_store.cancel_open_for_message(conn, message_id, "message deleted", tx.now)
+        cancelled = deliveries_store.cancel_open_for_message(
+            conn, message_id, "message deleted", tx.now
+        )
+        frames = [
+            encode(
+                {
+                    "type": "delivery",
+                    "project_id": project_id,
+                    "message_id": message_id,
+                    "recipient_id": recipient_id,
+                    "delivery_id": delivery_id,
+                    "state": "cancelled",
+                    "mode": None,
+                    "reason": "message deleted",
+                }
+            )
+            for delivery_id, recipient_id in cancelled
+        ]
+
+        def publish_cancelled() -> None:
+            for frame in frames:
+                core.hub.broadcast(project_id, frame)
+
+        tx.on_commit(publish_cancelled)
         old = json.loads(row["frame"])
         obj = messages_store.message_object(
             message_id=message_id,

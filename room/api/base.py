@@ -186,18 +186,12 @@ async def get_project(request: Request) -> Response:
     def query(conn: Any) -> Any:
         return (
             projects_store.get(conn, project_id),
-            members_store.list_for_project(conn, project_id),
+            members_store.wire_list(conn, project_id),
         )
 
     project, members = await core.db.read(query)
     assert project is not None
-    return JSONResponse(
-        {
-            "project": project.to_wire(),
-            "you": member.id,
-            "members": [m.to_wire() for m in members],
-        }
-    )
+    return JSONResponse({"project": project.to_wire(), "you": member.id, "members": members})
 
 
 async def list_messages(request: Request) -> Response:

@@ -57,13 +57,14 @@ def recipients(conn: sqlite3.Connection, message_id: int) -> set[int]:
 
 def cancel_open_for_message(
     conn: sqlite3.Connection, message_id: int, reason: str, now: float
-) -> list[int]:
-    """Retracted before delivery: pending and held rows become ``cancelled``."""
+) -> list[tuple[int, int]]:
+    """Retracted before delivery: pending and held rows become ``cancelled``; returns
+    (delivery id, recipient id) per row."""
     return [
-        int(r[0])
+        (int(r[0]), int(r[1]))
         for r in conn.execute(
             "UPDATE deliveries SET state = 'cancelled', reason = :reason, updated_at = :now"
-            " WHERE message_id = :m AND state IN ('pending', 'held') RETURNING recipient_id",
+            " WHERE message_id = :m AND state IN ('pending', 'held') RETURNING id, recipient_id",
             {"m": message_id, "reason": reason, "now": now},
         )
     ]

@@ -114,6 +114,27 @@ def names_for_project(
     ]
 
 
+def aliases_for_project(conn: sqlite3.Connection, project_id: int) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for member_id, name in conn.execute(
+        "SELECT member_id, name FROM member_names WHERE project_id = :p AND kind = 'alias'"
+        " ORDER BY member_id, name",
+        {"p": project_id},
+    ):
+        out.setdefault(int(member_id), []).append(str(name))
+    return out
+
+
+def wire_list(conn: sqlite3.Connection, project_id: int) -> list[dict[str, object]]:
+    """The members as every frame and endpoint sends them, with their aliases (the browser's
+    mention resolver needs them to give the same answer as the server's)."""
+    aliases = aliases_for_project(conn, project_id)
+    return [
+        {**m.to_wire(), "aliases": aliases.get(m.id, [])}
+        for m in list_for_project(conn, project_id)
+    ]
+
+
 def set_status(conn: sqlite3.Connection, member_id: int, status: str, now: float) -> None:
     conn.execute(
         "UPDATE members SET status = :status,"

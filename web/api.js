@@ -1,0 +1,54 @@
+// JSON over HTTP. Cookie-authenticated mutations carry the session's CSRF token.
+//
+// Some endpoints are planned but not on every server yet (tasks, decisions, lifecycle …).
+// `optional: true` turns "this server has no such route" (a plain 404 without our JSON error
+// body) into `UNAVAILABLE`, so the page can show an honest empty state instead of an error.
+
+export const UNAVAILABLE = Symbol("unavailable");
+
+let csrfToken = null;
+
+export function setCsrf(token) {
+  csrfToken = token;
+}
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    const error = body && typeof body === "object" ? body.error : null;
+    super(error?.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = error?.code || `http_${status}`;
+    this.details = error?.details || {};
+  }
+}
+
+export async function api(path, { method = "GET", body, optional = false } = {}) {
+  const headers = { Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (method !== "GET" && csrfToken) headers["X-CSRF-Token"] = csrfToken;
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers,
+      credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (err) {
+    throw Object.assign(new ApiError(0, null), { message: err.message, code: "network" });
+  }
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (response.ok) return data;
+  const routeMissing = (response.status === 404 || response.status === 405) && !data?.error;
+  if (optional && routeMissing) return UNAVAILABLE;
+  throw new ApiError(response.status, data);
+}
+
+export const get = (path, options = {}) => api(path, options);
+export const post = (path, body = {}, options = {}) => api(path, { ...options, method: "POST", body });

@@ -1,0 +1,300 @@
+// The composer: Enter sends, Shift+Enter adds a line, IME composition never sends; `@`/`＠`
+// opens the member picker; recipients and "将触达 N 位 AI 成员" come from the JS resolver
+// (shared/mentions/SPEC.md) before sending, with its diagnostics and their fixes; a quote bar for
+// replies; the draft is kept per project.
+
+import { $, debounce, local } from "./dom.js";
+import { t } from "./i18n.js";
+import { isComposing, isSubmitKey, trackComposition } from "./ime.js";
+import { resolve } from "./mentions.js";
+import { Picker } from "./picker.js";
+import { BLOCKING, renderDiagnostics, renderRecipients } from "./reach.js";
+import { app, humansMayPost, member, roster } from "./store.js";
+
+const TYPING_EVERY_MS = 3000;
+// An at-sign may open the picker unless it continues an ASCII word, a path or an email.
+const NO_PICKER_BEFORE = /[A-Za-z0-9_.\-+/%@＠]/;
+const WHITESPACE = /[\s\u3000]/;
+const BOUNDARY_BEFORE = /[\s\u3000([{<"'*~,;（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
+
+export class Composer {
+  constructor(form, conn, { onSent, onEditLast }) {
+    this.form = form;
+    this.conn = conn;
+    this.onSent = onSent;
+    this.onEditLast = onEditLast;
+    this.input = $("#draft", form);
+    this.room = null;
+    this.chips = []; // [{id, token}] picked from the picker or the avatar menu
+    this.replyTo = null; // {id, author_id, excerpt}
+    this.resolution = null;
+    this.ime = trackComposition(this.input);
+    this.picker = new Picker($("#picker", form), this.input, (item) => this.pickItem(item));
+    this.mentionStart = null;
+    this.lastTyping = 0;
+    this.saveDraft = debounce(() => this.storeDraft(), 300);
+    this.input.addEventListener("input", () => this.onInput());
+    this.input.addEventListener("keydown", (event) => this.onKey(event));
+    this.input.addEventListener("compositionend", () => this.onInput());
+    this.input.addEventListener("blur", () => {
+      setTimeout(() => document.activeElement !== this.input && this.picker.close(), 0);
+      this.typing(false);
+    });
+    this.input.addEventListener("click", () => this.updatePicker());
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.submit(false);
+    });
+    $("#quote-cancel", form).addEventListener("click", () => this.setReply(null));
+  }
+
+  open(room) {
+    if (this.room) this.saveDraft.flush();
+    this.room = room;
+    const draft = local.get(this.draftKey(), null);
+    this.input.value = draft?.text || "";
+    this.chips = draft?.chips || [];
+    this.replyTo = draft?.replyTo || null;
+    this.picker.close();
+    this.refresh();
+    this.autosize();
+  }
+
+  draftKey() {
+    return `room.draft.${app.identity?.user_id}.${this.room?.id}`;
+  }
+
+  storeDraft() {
+    if (!this.room) return;
+    const text = this.input.value;
+    const empty = !text && !this.replyTo;
+    local.set(this.draftKey(), empty ? null : { text, chips: this.chips, replyTo: this.replyTo });
+  }
+
+  /** Re-render everything that depends on the room (members, state, language). */
+  refresh() {
+    if (!this.room) return;
+    const state = this.room.project.state;
+    const open = humansMayPost(state) && Boolean(this.room.you);
+    this.input.disabled = !open;
+    $("#send", this.form).disabled = !open;
+    const note = $("#composer-note", this.form);
+    if (!humansMayPost(state)) note.textContent = t(`composerNote.${state}`);
+    else note.textContent = state === "paused" ? t("composer.pausedNote") : "";
+    note.hidden = !note.textContent;
+    this.renderQuote();
+    this.preview();
+  }
+
+  // -- input ------------------------------------------------------------------------------------
+
+  onInput() {
+    this.autosize();
+    this.chips = this.chips.filter((chip) => this.input.value.includes(chip.token));
+    this.updatePicker();
+    this.preview();
+    this.saveDraft();
+    this.typing(Boolean(this.input.value.trim()));
+  }
+
+  autosize() {
+    this.input.style.height = "auto"; // CSSOM, allowed by the CSP
+    this.input.style.height = `${Math.min(this.input.scrollHeight + 2, Math.round(window.innerHeight * 0.4))}px`;
+  }
+
+  onKey(event) {
+    const composing = isComposing(event, this.ime);
+    if (this.picker.isOpen && !composing) {
+      if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+        event.preventDefault();
+        this.picker.move(event.key === "ArrowDown" ? 1 : -1);
+        return;
+      }
+      if ((event.key === "Enter" && !event.shiftKey) || event.key === "Tab") {
+        if (this.picker.items.length) {
+          event.preventDefault();
+          this.picker.pick();
+          return;
+        }
+      }
+      if (event.key === "Escape") {
+        event.preventDefault();
+        this.picker.close();
+        return;
+      }
+    }
+    if (event.key === "ArrowUp" && !composing && !this.input.value && !event.shiftKey) {
+      event.preventDefault();
+      this.onEditLast(); // like most chat apps: ↑ in an empty composer edits my last message
+      return;
+    }
+    if (event.key === "Escape" && !composing && this.replyTo) {
+      event.preventDefault();
+      this.setReply(null);
+      return;
+    }
+    if (isSubmitKey(event, this.ime)) {
+      event.preventDefault();
+      this.submit(false);
+    }
+  }
+
+  /** Open, filter or close the picker from the text before the caret. */
+  updatePicker() {
+    const found = mentionQuery(this.input.value, this.input.selectionStart);
+    if (!found || !this.room || this.input.selectionStart !== this.input.selectionEnd) {
+      this.picker.close();
+      return;
+    }
+    this.mentionStart = found.start;
+    this.picker.show(this.room, found.query);
+  }
+
+  pickItem(item) {
+    const text = this.input.value;
+    const caret = this.input.selectionStart;
+    const start = this.mentionStart ?? caret;
+    const token = item.kind === "all" ? "@所有人" : tokenFor(item.member);
+    // A mention must follow a space or punctuation (SPEC §3): add one after CJK text.
+    const before = start > 0 && !BOUNDARY_BEFORE.test(text[start - 1]) ? " " : "";
+    const after = text[caret] && WHITESPACE.test(text[caret]) ? "" : " ";
+    this.replace(start, caret, `${before}${token}${after}`);
+    if (item.kind === "member") this.addChip(item.member.id, token);
+    this.mentionStart = null;
+  }
+
+  /** `@ 他` from the member menu: insert a mention at the caret, keep the draft, never send. */
+  insertMention(memberId) {
+    const m = member(this.room, memberId);
+    if (!m || this.input.disabled) return;
+    const text = this.input.value;
+    const at = document.activeElement === this.input ? this.input.selectionStart : text.length;
+    const token = tokenFor(m);
+    const before = at > 0 && !WHITESPACE.test(text[at - 1]) ? " " : "";
+    const after = text[at] && WHITESPACE.test(text[at]) ? "" : " ";
+    this.replace(at, at, `${before}${token}${after}`);
+    this.addChip(m.id, token);
+  }
+
+  addChip(id, token) {
+    if (!this.chips.some((chip) => chip.id === id)) this.chips.push({ id, token });
+    this.preview();
+    this.storeDraft();
+  }
+
+  replace(start, end, insert) {
+    this.input.focus();
+    this.input.setRangeText(insert, start, end, "end");
+    this.onInput();
+  }
+
+  setReply(message) {
+    this.replyTo = message ? { id: message.id, author_id: message.author_id, excerpt: message.body.slice(0, 140) } : null;
+    this.renderQuote();
+    this.storeDraft();
+    this.input.focus();
+  }
+
+  renderQuote() {
+    const bar = $("#quote-bar", this.form);
+    bar.hidden = !this.replyTo;
+    if (!this.replyTo) return;
+    const who = member(this.room, this.replyTo.author_id);
+    $(".quote-label", bar).textContent = t("composer.replyingTo", { name: who ? who.display_name : `#${this.replyTo.author_id}` });
+    $(".quote-text", bar).textContent = this.replyTo.excerpt;
+  }
+
+  // -- preview and sending ----------------------------------------------------------------------
+
+  chipIds() {
+    return this.chips.filter((chip) => this.input.value.includes(chip.token)).map((chip) => chip.id);
+  }
+
+  preview() {
+    if (!this.room || !this.room.you) return;
+    const text = this.input.value;
+    this.resolution = text.trim() ? resolve(text, roster(this.room), String(this.room.you), this.chipIds().map(String)) : null;
+    renderRecipients($("#recipients", this.form), this.room, this.resolution, Boolean(text.trim()));
+    renderDiagnostics($("#diagnostics", this.form), this.resolution, {
+      text,
+      room: this.room,
+      fix: (start, end, insert) => this.replace(start, end, insert),
+      sendPlain: () => this.submit(true),
+    });
+  }
+
+  submit(asPlainText) {
+    if (!this.room || this.input.disabled) return;
+    const body = this.input.value;
+    if (!body.trim()) return;
+    this.picker.close();
+    this.preview();
+    const blocking = (this.resolution?.diagnostics || []).filter((d) => BLOCKING.has(d.code));
+    if (blocking.length && !asPlainText) {
+      const list = $("#diagnostics", this.form);
+      list.classList.remove("shake");
+      void list.offsetWidth; // restart the animation
+      list.classList.add("shake");
+      list.querySelector("button")?.focus();
+      return;
+    }
+    const txn = crypto.randomUUID();
+    const frame = { type: "send", project_id: this.room.id, client_txn_id: txn, body };
+    if (this.replyTo) frame.reply_to = this.replyTo.id;
+    const chips = this.chipIds();
+    if (chips.length) frame.chips = chips;
+    if (asPlainText) frame.as_plain_text = true;
+    this.room.pending.set(txn, { body, frame, replyTo: this.replyTo, chips: this.chips, createdAt: new Date().toISOString() });
+    this.conn.sendMessage(frame);
+    this.input.value = "";
+    this.chips = [];
+    this.replyTo = null;
+    this.storeDraft();
+    this.typing(false);
+    this.refresh();
+    this.autosize();
+    this.onSent(txn);
+  }
+
+  /** A send was refused: the text comes back (never lost), with the server's reason. */
+  restore(txn, error) {
+    const pending = this.room?.pending.get(txn);
+    if (!pending) return;
+    this.room.pending.delete(txn);
+    if (!this.input.value.trim()) {
+      this.input.value = pending.body;
+      this.chips = pending.chips || [];
+      this.replyTo = pending.replyTo;
+      this.refresh();
+      this.autosize();
+      this.storeDraft();
+    }
+    return error;
+  }
+
+  typing(active) {
+    if (!this.room) return;
+    const now = Date.now();
+    if (active && now - this.lastTyping < TYPING_EVERY_MS) return;
+    if (!active && !this.lastTyping) return;
+    this.lastTyping = active ? now : 0;
+    this.conn.raw({ type: "typing", project_id: this.room.id, active });
+  }
+}
+
+export function tokenFor(m) {
+  if (m.handle && !/\s/.test(m.handle)) return `@${m.handle}`;
+  return `@「${m.display_name}」`;
+}
+
+/** The mention being typed before `caret`: {start, query} or null. */
+export function mentionQuery(text, caret) {
+  let i = caret - 1;
+  while (i >= 0 && text[i] !== "@" && text[i] !== "＠" && !WHITESPACE.test(text[i]) && caret - i <= 33) i -= 1;
+  if (i < 0 || (text[i] !== "@" && text[i] !== "＠")) return null;
+  if (i > 0 && NO_PICKER_BEFORE.test(text[i - 1])) return null;
+  const query = text.slice(i + 1, caret);
+  if (query.startsWith("「")) return null;
+  return { start: i, query };
+}
+

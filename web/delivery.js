@@ -1,0 +1,99 @@
+// Delivery labels: the ledger's state per (message, recipient), in honest words (DESIGN §5).
+// Receipts are asked once per message when it scrolls into view; `delivery` frames keep them
+// live; after a resume the open ones are asked again (delivery frames are not replayed).
+
+import { h } from "./dom.js";
+import { t } from "./i18n.js";
+import { member } from "./store.js";
+
+export const OPEN_STATES = new Set(["pending", "held", "delivered", "unknown"]);
+const ORDER = ["consumed", "delivered", "pending", "held", "unknown", "failed", "cancelled"];
+
+const REASONS = {
+  "recipient left": "reason.recipientLeft",
+  "message deleted": "reason.messageDeleted",
+  "member paused": "reason.memberPaused",
+  "socket lost before receipt": "reason.socketLost",
+};
+
+export function reasonText(reason) {
+  if (!reason) return "";
+  const key = REASONS[reason];
+  return key ? t(key) : reason;
+}
+
+/** The sentence for one ledger row. */
+export function stateLabel(delivery) {
+  const { state, mode, reason } = delivery;
+  if (state === "consumed") return mode === "steer" ? t("delivery.consumedSteer") : t("delivery.consumed");
+  if (state === "failed") return reason ? t("delivery.failedWhy", { reason: reasonText(reason) }) : t("delivery.failed");
+  if (state === "cancelled") return reason ? t("delivery.cancelledWhy", { reason: reasonText(reason) }) : t("delivery.cancelled");
+  return t(`delivery.${state}`);
+}
+
+export function shortLabel(state) {
+  return t(`deliveryShort.${state}`);
+}
+
+/** Apply a receipts answer (the full rows of one message). */
+export function setReceipts(room, messageId, rows) {
+  room.receipts.set(messageId, new Map(rows.map((row) => [row.recipient_id, row])));
+}
+
+/** Apply one `delivery` frame. */
+export function applyDelivery(room, frame) {
+  if (!room.receipts.has(frame.message_id)) room.receipts.set(frame.message_id, new Map());
+  const rows = room.receipts.get(frame.message_id);
+  const old = rows.get(frame.recipient_id) || {};
+  rows.set(frame.recipient_id, {
+    ...old,
+    id: frame.delivery_id ?? old.id,
+    recipient_id: frame.recipient_id,
+    state: frame.state,
+    mode: frame.mode ?? null,
+    reason: frame.reason ?? null,
+  });
+}
+
+/** Render the delivery line of one message into its `.msg-delivery` slot. */
+export function renderDelivery(slot, room, messageId) {
+  const rows = [...(room.receipts.get(messageId)?.values() || [])];
+  slot.replaceChildren();
+  if (!rows.length) return;
+  rows.sort((a, b) => a.recipient_id - b.recipient_id);
+  const name = (row) => {
+    const m = member(room, row.recipient_id);
+    return m ? `@${m.handle}` : `#${row.recipient_id}`;
+  };
+  const summary = h("summary", { class: "delivery-summary" });
+  if (rows.length <= 2) {
+    rows.forEach((row, i) => {
+      if (i) summary.append(h("span", { class: "sep", text: "·" }));
+      summary.append(
+        h("span", { class: ["delivery-item", `ds-${row.state}`], dataset: { recipient: String(row.recipient_id), state: row.state } },
+          h("span", { class: "delivery-dot", attrs: { "aria-hidden": "true" } }),
+          h("span", { class: "delivery-who", text: name(row) }),
+          h("span", { class: "delivery-state", text: stateLabel(row) })),
+      );
+    });
+  } else {
+    const counts = new Map();
+    for (const row of rows) counts.set(row.state, (counts.get(row.state) || 0) + 1);
+    summary.append(h("span", { class: "delivery-who", text: t("delivery.toN", { n: rows.length }) }));
+    for (const state of ORDER) {
+      if (!counts.has(state)) continue;
+      summary.append(h("span", { class: ["delivery-count", `ds-${state}`], text: `${counts.get(state)} ${shortLabel(state)}` }));
+    }
+  }
+  const list = h("ul", { class: "delivery-list", attrs: { "aria-label": t("delivery.details") } });
+  for (const row of rows) {
+    const m = member(room, row.recipient_id);
+    list.append(
+      h("li", { class: `ds-${row.state}`, dataset: { recipient: String(row.recipient_id), state: row.state } },
+        h("span", { class: "delivery-dot", attrs: { "aria-hidden": "true" } }),
+        h("span", { class: "delivery-who", text: m ? `${m.display_name} (@${m.handle})` : name(row) }),
+        h("span", { class: "delivery-state", text: stateLabel(row) })),
+    );
+  }
+  slot.append(h("details", { class: "delivery" }, summary, list));
+}

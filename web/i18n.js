@@ -1,0 +1,98 @@
+// Interface strings. Chinese (zh-CN) is the default; English is a local choice (localStorage).
+// Server-written text (system notices, error messages) is shown as the server wrote it.
+//
+// Static markup marks its strings with data-i18n (textContent), data-i18n-label (aria-label and
+// title), data-i18n-placeholder; applyStatic() fills them. Dynamic parts call t() when they render
+// and re-render on the "lang" event.
+
+import { local } from "./dom.js";
+import { STRINGS_EN } from "./strings-en.js";
+import { STRINGS_ZH } from "./strings-zh.js";
+
+const LANG_KEY = "room.lang";
+const DICTS = { "zh-CN": STRINGS_ZH, en: STRINGS_EN };
+const listeners = new Set();
+
+let lang = DICTS[local.get(LANG_KEY)] ? local.get(LANG_KEY) : "zh-CN";
+
+export function getLang() {
+  return lang;
+}
+
+export function setLang(next) {
+  if (!DICTS[next] || next === lang) return;
+  lang = next;
+  local.set(LANG_KEY, next);
+  applyStatic(document);
+  for (const fn of listeners) fn(next);
+}
+
+export function onLang(fn) {
+  listeners.add(fn);
+}
+
+/** The string for `key` with `{name}` placeholders filled; falls back to Chinese, then the key. */
+export function t(key, vars = {}) {
+  const template = DICTS[lang][key] ?? STRINGS_ZH[key] ?? key;
+  return template.replace(/\{(\w+)\}/g, (whole, name) => (name in vars ? String(vars[name]) : whole));
+}
+
+/** A server error in the interface language when we know its code, else the server's words. */
+export function errorText(err) {
+  const key = `error.${err?.code}`;
+  if (err?.code && (key in DICTS[lang] || key in STRINGS_ZH)) return t(key, err.details || {});
+  return err?.message || t("error.generic");
+}
+
+/** Either language's word for a server code (role, state …) with a fallback to the code itself. */
+export function label(group, code) {
+  const key = `${group}.${code}`;
+  const found = DICTS[lang][key] ?? STRINGS_ZH[key];
+  return found ?? String(code ?? "");
+}
+
+export function applyStatic(root) {
+  document.documentElement.lang = lang;
+  for (const el of root.querySelectorAll("[data-i18n]")) el.textContent = t(el.dataset.i18n);
+  for (const el of root.querySelectorAll("[data-i18n-label]")) {
+    el.setAttribute("aria-label", t(el.dataset.i18nLabel));
+    el.title = t(el.dataset.i18nLabel);
+  }
+  for (const el of root.querySelectorAll("[data-i18n-placeholder]")) el.placeholder = t(el.dataset.i18nPlaceholder);
+}
+
+/** Dates and times in the interface language, local time zone. */
+export function formatTime(iso) {
+  return new Date(iso).toLocaleTimeString(lang, { hour: "2-digit", minute: "2-digit" });
+}
+
+export function formatDateTime(iso) {
+  if (!iso) return "—";
+  return new Date(iso).toLocaleString(lang, {
+    month: "short",
+    day: "numeric",
+    hour: "2-digit",
+    minute: "2-digit",
+  });
+}
+
+export function dayKey(iso) {
+  const d = new Date(iso);
+  return `${d.getFullYear()}-${d.getMonth() + 1}-${d.getDate()}`;
+}
+
+/** "今天" / "昨天" / "12月1日 星期一" (with the year when it is not this year). */
+export function formatDay(iso, now = new Date()) {
+  const d = new Date(iso);
+  const startOf = (x) => new Date(x.getFullYear(), x.getMonth(), x.getDate()).getTime();
+  const days = Math.round((startOf(now) - startOf(d)) / 86_400_000);
+  if (days === 0) return t("day.today");
+  if (days === 1) return t("day.yesterday");
+  const options = { month: "long", day: "numeric", weekday: "long" };
+  if (d.getFullYear() !== now.getFullYear()) options.year = "numeric";
+  return d.toLocaleDateString(lang, options);
+}
+
+export function formatNumber(n) {
+  return typeof n === "number" ? n.toLocaleString(lang) : "—";
+}

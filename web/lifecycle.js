@@ -1,0 +1,201 @@
+// Project lifecycle (DESIGN §7, docs/lifecycle.md): the "…" menu, the state banner, the
+// cleanup preview and purge (full name typed and a checkbox). The 停止未确认 state offers retry
+// and cancel. Owners only; the server decides, audits and answers with the new project.
+
+import { get, post, UNAVAILABLE } from "./api.js";
+import { $, append, clear, h } from "./dom.js";
+import { label, t } from "./i18n.js";
+import { isOwner, upsertProject } from "./store.js";
+import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js";
+
+/** Operations offered in each state, in menu order. */
+const MENU = {
+  active: ["pause", "archive", "trash"],
+  paused: ["resume", "archive", "trash"],
+  stopping: [],
+  stop_unconfirmed: ["retry_stop", "cancel_stop"],
+  archived: ["restore", "trash", "preview"],
+  trashed: ["restore", "preview", "purge"],
+  purge_blocked: ["preview", "purge"],
+};
+const BANNER = {
+  paused: ["resume"],
+  stopping: [],
+  stop_unconfirmed: ["retry_stop", "cancel_stop"],
+  archived: ["restore"],
+  trashed: ["restore", "purge"],
+  purge_blocked: ["purge"],
+};
+const DANGER = new Set(["trash", "purge"]);
+
+export class Lifecycle {
+  constructor({ onChanged, onPurged }) {
+    this.onChanged = onChanged;
+    this.onPurged = onPurged;
+    this.room = null;
+    this.button = $("#lifecycle-menu");
+    this.banner = $("#room-banner");
+    this.button.addEventListener("click", () => this.menu());
+  }
+
+  open(room) {
+    this.room = room;
+    this.render();
+  }
+
+  render() {
+    const room = this.room;
+    this.button.hidden = !room;
+    if (!room) return;
+    const state = room.project.state;
+    const ops = BANNER[state];
+    this.banner.hidden = !ops;
+    this.banner.className = `banner banner-${state}`;
+    if (!ops) return;
+    const text = state === "stop_unconfirmed"
+      ? t("banner.stop_unconfirmed", { target: label("projectState", room.project.stop_target || "paused") })
+      : t(`banner.${state}`);
+    const owner = isOwner(room);
+    clear(this.banner);
+    append(this.banner, [
+      h("span", { class: "banner-text", text }),
+      ...ops.map((op) => h("button", { type: "button", class: ["btn", "btn-small", DANGER.has(op) && "btn-danger"], disabled: !owner, dataset: { op }, text: t(`lifecycle.${op}`), on: { click: () => this.run(op) } })),
+      owner ? null : h("span", { class: "muted", text: t("lifecycle.ownerOnly") }),
+    ]);
+  }
+
+  menu() {
+    const room = this.room;
+    if (!room) return;
+    const owner = isOwner(room);
+    const ops = MENU[room.project.state] || [];
+    const items = ops.map((op) => ({ id: op, label: t(`lifecycle.${op}`), danger: DANGER.has(op), disabled: !owner, run: () => this.run(op) }));
+    if (!items.length) items.push({ id: "none", label: t("lifecycle.nothing"), disabled: true, run: () => {} });
+    if (!owner) items.push("-", { id: "owner-only", label: t("lifecycle.ownerOnly"), disabled: true, run: () => {} });
+    openMenu(this.button, items, { label: t("lifecycle.menu") });
+  }
+
+  async run(op) {
+    if (op === "preview") return this.preview();
+    if (op === "purge") return this.purge();
+    const room = this.room;
+    if (op === "archive" || op === "trash") {
+      const ok = await confirmDialog({
+        title: t(`lifecycle.confirm.${op}.title`, { name: room.project.name }),
+        text: t(`lifecycle.confirm.${op}.text`),
+        confirmLabel: t(`lifecycle.${op}`),
+        danger: op === "trash",
+      });
+      if (!ok) return;
+    }
+    toast(t("lifecycle.working"), { timeout: 2000 });
+    try {
+      const result = await post(`/api/projects/${room.id}/lifecycle`, { op }, { optional: true });
+      if (result === UNAVAILABLE) {
+        toast(t("lifecycle.unavailable"), { kind: "error" });
+        return;
+      }
+      this.apply(result.project);
+      const state = result.project.state;
+      toast(state === "stop_unconfirmed" ? t("lifecycle.unconfirmed") : t("lifecycle.done", { state: label("projectState", state) }));
+    } catch (err) {
+      toastError(err);
+    }
+  }
+
+  apply(project) {
+    const merged = upsertProject(project);
+    this.onChanged(merged);
+  }
+
+  async preview() {
+    const room = this.room;
+    let data;
+    try {
+      data = await get(`/api/projects/${room.id}/cleanup-preview`, { optional: true });
+    } catch (err) {
+      toastError(err);
+      return;
+    }
+    if (data === UNAVAILABLE) {
+      toast(t("lifecycle.unavailable"), { kind: "error" });
+      return;
+    }
+    await openDialog({ title: t("lifecycle.previewTitle", { name: room.project.name }), wide: true, build: (close) => [
+      previewView(data),
+      h("div", { class: "dialog-actions" }, h("button", { type: "button", class: "btn btn-primary", text: t("common.done"), on: { click: () => close() } })),
+    ] });
+  }
+
+  async purge() {
+    const room = this.room;
+    const project = room.project;
+    let preview = null;
+    try {
+      preview = await get(`/api/projects/${room.id}/cleanup-preview`, { optional: true });
+    } catch {
+      preview = null;
+    }
+    const result = await openDialog({
+      title: t("purge.title"),
+      wide: true,
+      className: "purge-dialog",
+      build: (close) => {
+        const nameInput = h("input", { id: "purge-name", attrs: { autocomplete: "off", spellcheck: "false" } });
+        const check = h("input", { type: "checkbox", id: "purge-confirm" });
+        const submit = h("button", { type: "submit", class: "btn btn-danger", disabled: true, text: t("purge.submit") });
+        const error = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
+        // Exactly the full name: no trimming or case folding (the server checks the same way).
+        const update = () => {
+          submit.disabled = !(nameInput.value === project.name && check.checked);
+        };
+        nameInput.addEventListener("input", update);
+        check.addEventListener("change", update);
+        const form = h("form", { class: "form" },
+          h("p", { class: "dialog-text", text: t("purge.explain") }),
+          preview && preview !== UNAVAILABLE ? previewView(preview) : null,
+          h("label", { class: "field" },
+            h("span", { class: "field-label" }, t("purge.typeName"), " ", h("strong", { class: "purge-name", text: project.name })),
+            nameInput),
+          h("label", { class: "check" }, check, h("span", { text: t("purge.checkbox") })),
+          error,
+          h("div", { class: "dialog-actions" }, h("button", { type: "button", class: "btn", text: t("common.cancel"), on: { click: () => close() } }), submit));
+        form.addEventListener("submit", async (event) => {
+          event.preventDefault();
+          if (submit.disabled) return;
+          submit.disabled = true;
+          try {
+            const answer = await post(`/api/projects/${room.id}/purge`, { confirm_name: nameInput.value, confirmed: check.checked }, { optional: true });
+            if (answer === UNAVAILABLE) {
+              error.textContent = t("lifecycle.unavailable");
+              error.hidden = false;
+              return;
+            }
+            close(answer || {});
+          } catch (err) {
+            error.textContent = err.status === 500 ? t("purge.blocked") : err.message;
+            error.hidden = false;
+            update();
+          }
+        });
+        return form;
+      },
+    });
+    if (result) {
+      toast(t("purge.done", { name: project.name }));
+      this.onPurged(project.id);
+    }
+  }
+}
+
+function previewView(data) {
+  const deleted = (data.delete || []).map((item) => {
+    const counts = item.counts ? Object.entries(item.counts).filter(([, n]) => n).map(([k, n]) => `${label("purgeCount", k)} ${n}`).join("、") : "";
+    const count = item.count !== undefined ? String(item.count) : counts || "0";
+    return h("li", {}, h("span", { text: label("purgeStep", item.step || item.what) }), h("span", { class: "muted", text: ` — ${count}` }));
+  });
+  const kept = (data.keep || []).map((item) => h("li", {}, h("span", { text: label("purgeKeep", item.what) }), item.path ? h("code", { text: ` ${item.path}` }) : null));
+  return h("div", { class: "cleanup-preview" },
+    h("h3", { text: t("purge.willDelete") }), h("ul", { class: "preview-delete" }, deleted),
+    h("h3", { text: t("purge.willKeep") }), h("ul", { class: "preview-keep" }, kept));
+}

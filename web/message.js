@@ -1,0 +1,256 @@
+// One timeline entry: a chat message, a system notice or a tool activity.
+//
+// Message bodies are the server's `html` (markdown-it with raw HTML off, then nh3 with a small
+// allow-list); the page runs under a CSP without inline script, so the HTML is inert even if a
+// sanitiser bug let something through. Everything around the body is built with textContent.
+
+import { h, icon } from "./dom.js";
+import { formatDateTime, formatTime, label, t } from "./i18n.js";
+import { resolve } from "./mentions.js";
+import { member, roster } from "./store.js";
+
+const AVATAR_COLOURS = 8;
+
+export function initials(name) {
+  const first = [...(name || "?").trim()][0] || "?";
+  return first.toUpperCase();
+}
+
+export function colourClass(id) {
+  return `c${Math.abs(Number(id) || 0) % AVATAR_COLOURS}`;
+}
+
+/** The avatar button: opens the member menu (click, right-click, long-press, keyboard).
+ * `still` draws the same avatar as a picture only (inside a modal dialog, for one). */
+export function avatar(room, memberId, size = "md", { still = false } = {}) {
+  const m = member(room, memberId);
+  const name = m ? m.display_name : `#${memberId}`;
+  const button = h(
+    still ? "span" : "button",
+    {
+      type: still ? undefined : "button",
+      class: ["avatar", `avatar-${size}`, colourClass(memberId), m?.kind === "agent" && "is-agent"],
+      dataset: still ? { memberId: String(memberId) } : { memberId: String(memberId), memberMenu: "1" },
+      attrs: still
+        ? { "aria-hidden": "true" }
+        : { "aria-label": t("member.menuFor", { name }), "aria-haspopup": "menu", title: name },
+    },
+    h("span", { class: "avatar-initial", attrs: { "aria-hidden": "true" }, text: initials(name) }),
+    h("span", { class: ["status-dot", `status-${m?.status || "unknown"}`], attrs: { "aria-hidden": "true" } }),
+  );
+  return button;
+}
+
+export function authorName(room, authorId) {
+  if (authorId === null || authorId === undefined) return t("msg.system");
+  const m = member(room, authorId);
+  return m ? m.display_name : `#${authorId}`;
+}
+
+function roleTag(room, authorId) {
+  const m = member(room, authorId);
+  if (!m) return null;
+  const text = m.kind === "agent" ? `AI · ${label("role", m.role)}` : m.status === "left" ? t("member.left") : null;
+  return text ? h("span", { class: ["role-tag", m.kind === "agent" && "is-agent"], text }) : null;
+}
+
+/**
+ * Build the entry for `message`. `actions` is the list of hover actions that apply
+ * ({id, icon, label, run}); `continued` collapses the header under the previous one.
+ */
+export function renderMessage(room, message, { actions = [], pending = null } = {}) {
+  if (message.kind === "system") return renderNotice(room, message, actions);
+  if (message.kind === "tool") return renderTool(room, message);
+  const mine = message.author_id === room.you;
+  const el = h("article", {
+    class: ["msg", mine && "mine", message.deleted && "deleted", pending && "pending", pending?.failed && "failed"],
+    dataset: { id: String(message.id), seq: String(message.seq), author: String(message.author_id) },
+    tabIndex: -1,
+    attrs: { "aria-label": `${authorName(room, message.author_id)} ${formatTime(message.created_at)}` },
+  });
+  if (!mine) el.append(avatar(room, message.author_id));
+  const main = h("div", { class: "msg-main" });
+  const head = h(
+    "header",
+    { class: "msg-head" },
+    h("span", { class: "author", text: mine ? t("msg.you") : authorName(room, message.author_id) }),
+    mine ? null : roleTag(room, message.author_id),
+    h("time", { dateTime: message.created_at, title: formatDateTime(message.created_at), text: formatTime(message.created_at) }),
+    message.edited_at && !message.deleted ? h("span", { class: "edited", text: t("msg.edited") }) : null,
+    message.meta?.requirement_change ? h("span", { class: "badge badge-warn", text: t("msg.requirementChange") }) : null,
+  );
+  main.append(head);
+  if (message.reply_excerpt && !message.deleted) main.append(quoteOf(room, message));
+  const body = h("div", { class: "msg-body" });
+  if (message.deleted) body.textContent = t("msg.deleted");
+  else {
+    body.innerHTML = message.html; // sanitised by the server; inert under the CSP
+    finishBody(body, room, message);
+  }
+  main.append(body);
+  if (pending) {
+    main.append(h("div", { class: "msg-state", text: pending.failed ? pending.failed : t("msg.sending") }));
+  }
+  main.append(h("div", { class: "msg-delivery", dataset: { for: String(message.id) } }));
+  // First in the DOM (it is positioned over the bubble): Tab from a message reaches its actions.
+  if (actions.length && !message.deleted) main.prepend(actionBar(actions));
+  el.append(main);
+  return el;
+}
+
+function quoteOf(room, message) {
+  const ex = message.reply_excerpt;
+  return h(
+    "button",
+    {
+      type: "button",
+      class: "msg-quote",
+      dataset: { jump: String(message.reply_to) },
+      attrs: { "aria-label": t("msg.jumpToQuoted", { name: authorName(room, ex.author_id) }) },
+    },
+    icon("reply"),
+    h("span", { class: "quote-author", text: authorName(room, ex.author_id) }),
+    h("span", { class: "quote-text", text: ex.excerpt }),
+  );
+}
+
+function actionBar(actions) {
+  const bar = h("div", { class: "msg-actions", attrs: { role: "toolbar", "aria-label": t("msg.actions") } });
+  for (const action of actions) {
+    bar.append(
+      h(
+        "button",
+        {
+          type: "button",
+          class: ["icon-btn", action.danger && "danger"],
+          tabIndex: -1,
+          dataset: { action: action.id },
+          attrs: { "aria-label": action.label, title: action.label },
+          on: { click: (event) => action.run(event) },
+        },
+        icon(action.icon),
+      ),
+    );
+  }
+  return bar;
+}
+
+/** Links open in a new tab without a referrer; delivered mentions are highlighted. */
+function finishBody(body, room, message) {
+  for (const a of body.querySelectorAll("a[href]")) {
+    a.target = "_blank";
+    a.rel = "noopener noreferrer nofollow";
+  }
+  highlightMentions(body, room, message);
+}
+
+const SKIP = new Set(["CODE", "PRE", "BLOCKQUOTE"]);
+
+/**
+ * Wrap the @names that reached someone (the server's `mentions`) in a span. The resolver gives
+ * the written spans in the body; we find the same text, in order, in the rendered text nodes
+ * outside code and quotes (which are masked and wake nobody).
+ */
+export function highlightMentions(body, room, message) {
+  const delivered = new Set((message.mentions || []).map(String));
+  if (!delivered.size || !message.body) return;
+  const result = resolve(message.body, roster(room), String(message.author_id ?? ""), []);
+  const seen = new Set();
+  const wanted = [];
+  for (const m of result.mentions) {
+    if (m.start < 0 || !delivered.has(m.memberId) || seen.has(m.start)) continue;
+    seen.add(m.start);
+    wanted.push({ text: message.body.slice(m.start, m.end), self: m.memberId === String(room.you), everyone: result.everyone });
+  }
+  if (!wanted.length) return;
+  const walker = document.createTreeWalker(body, NodeFilter.SHOW_TEXT, {
+    acceptNode(node) {
+      for (let p = node.parentElement; p && p !== body; p = p.parentElement) if (SKIP.has(p.tagName)) return NodeFilter.FILTER_REJECT;
+      return NodeFilter.FILTER_ACCEPT;
+    },
+  });
+  let node = walker.nextNode();
+  let index = 0;
+  while (node && index < wanted.length) {
+    const want = wanted[index];
+    const at = node.data.indexOf(want.text);
+    if (at < 0) {
+      node = walker.nextNode();
+      continue;
+    }
+    const rest = node.splitText(at);
+    const after = rest.splitText(want.text.length);
+    const span = h("span", { class: ["mention", want.self && "mention-me"], text: rest.data });
+    rest.replaceWith(span);
+    node = after;
+    index += 1;
+  }
+}
+
+const NOTICE_KINDS = [
+  ["budget", (meta) => meta.brake === "token_budget" || meta.budget !== undefined],
+  ["brake", (meta) => meta.brake !== undefined && meta.brake !== "cleared"],
+  ["ok", (meta) => meta.brake === "cleared"],
+  ["route", (meta) => meta.route_change !== undefined],
+  ["member", (meta) => meta.member_op !== undefined],
+  ["lifecycle", (meta) => meta.lifecycle !== undefined || meta.project_state !== undefined],
+  ["task", (meta) => ["task", "plan", "plan_start", "decision", "requirement_change"].some((k) => meta[k] !== undefined)],
+  ["error", (meta) => meta.state === "failed" || meta.state === "interrupted"],
+];
+
+const NOTICE_ICONS = { brake: "alert", error: "alert", budget: "alert", ok: "check", route: "cpu", member: "user", lifecycle: "pause", task: "flag" };
+
+export function noticeKind(message) {
+  const meta = message.meta || {};
+  for (const [kind, test] of NOTICE_KINDS) if (test(meta)) return kind;
+  return "info";
+}
+
+const LEADING_EMOJI = /^\p{Extended_Pictographic}\uFE0F?\s*/u;
+
+function renderNotice(room, message, actions) {
+  const kind = noticeKind(message);
+  const body = h("div", { class: "notice-body" });
+  body.innerHTML = message.html; // sanitised by the server
+  // The kind already has an icon and a word; drop the body's own leading emoji (⛔ 🔀 ✅ …).
+  const first = document.createTreeWalker(body, NodeFilter.SHOW_TEXT).nextNode();
+  if (first) first.data = first.data.replace(LEADING_EMOJI, "");
+  const el = h(
+    "div",
+    {
+      class: ["notice", `notice-${kind}`],
+      dataset: { id: String(message.id), seq: String(message.seq), kind },
+      attrs: { role: "note", "aria-label": t(`notice.${kind}`) },
+      tabIndex: -1,
+    },
+    icon(NOTICE_ICONS[kind] || "dot"),
+    h("span", { class: "notice-kind", text: t(`notice.${kind}`) }),
+    body,
+    h("time", { dateTime: message.created_at, text: formatTime(message.created_at) }),
+  );
+  for (const action of actions) {
+    el.append(h("button", { type: "button", class: "btn btn-small", text: action.label, on: { click: action.run } }));
+  }
+  return el;
+}
+
+/** Tool activity: apart from speech, collapsed; one line says who used which tool. */
+function renderTool(room, message) {
+  const meta = message.meta || {};
+  const tool = meta.tool || meta.name || t("tool.unknown");
+  const body = h("div", { class: "tool-body" });
+  body.innerHTML = message.html; // sanitised by the server
+  return h(
+    "details",
+    { class: "tool", dataset: { id: String(message.id), seq: String(message.seq) } },
+    h(
+      "summary",
+      {},
+      icon("tool"),
+      h("span", { class: "tool-who", text: authorName(room, message.author_id) }),
+      h("span", { class: "tool-name", text: t("tool.used", { tool }) }),
+      h("time", { dateTime: message.created_at, text: formatTime(message.created_at) }),
+    ),
+    body,
+  );
+}

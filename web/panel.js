@@ -1,0 +1,209 @@
+// The side panel: tabs 成员 / 任务 / 决策 / 模型. Tasks and decisions are read from endpoints a
+// server may not have yet; then the tab says so plainly instead of showing an error.
+
+import { get, UNAVAILABLE } from "./api.js";
+import { $, $$, h, icon } from "./dom.js";
+import { label, t } from "./i18n.js";
+import { avatar } from "./message.js";
+import { member } from "./store.js";
+
+export class Panel {
+  constructor(root, { members, models }) {
+    this.root = root;
+    this.members = members;
+    this.models = models;
+    this.room = null;
+    this.ownerFilter = null;
+    this.tabs = $$("[role=tab]", root);
+    for (const tab of this.tabs) {
+      tab.addEventListener("click", () => this.select(tab.dataset.tab));
+      tab.addEventListener("keydown", (event) => this.onTabKey(event));
+    }
+    this.current = "members";
+  }
+
+  open(room) {
+    this.room = room;
+    this.ownerFilter = null;
+    this.select(this.current, false);
+  }
+
+  select(name, focus = true) {
+    this.current = name;
+    for (const tab of this.tabs) {
+      const on = tab.dataset.tab === name;
+      tab.setAttribute("aria-selected", String(on));
+      tab.tabIndex = on ? 0 : -1;
+      $(`#${tab.getAttribute("aria-controls")}`).hidden = !on;
+      if (on && focus && document.activeElement?.getAttribute("role") === "tab") tab.focus();
+    }
+    if (!this.room) return;
+    if (name === "members") this.members.open(this.room);
+    if (name === "tasks") this.loadTasks();
+    if (name === "decisions") this.loadDecisions();
+    if (name === "models") this.models.load(this.room);
+  }
+
+  onTabKey(event) {
+    const index = this.tabs.indexOf(event.currentTarget);
+    const next = { ArrowRight: index + 1, ArrowLeft: index - 1, Home: 0, End: this.tabs.length - 1 }[event.key];
+    if (next === undefined) return;
+    event.preventDefault();
+    const tab = this.tabs[(next + this.tabs.length) % this.tabs.length];
+    tab.focus();
+    this.select(tab.dataset.tab);
+  }
+
+  refresh() {
+    if (this.room) this.select(this.current, false);
+  }
+
+  showTasksOf(memberId) {
+    this.ownerFilter = memberId;
+    this.select("tasks");
+  }
+
+  // -- tasks ------------------------------------------------------------------------------------
+
+  async loadTasks() {
+    const box = $("#tab-tasks", this.root);
+    const room = this.room;
+    box.replaceChildren(h("p", { class: "muted", text: t("common.loading") }));
+    let data;
+    try {
+      data = await get(`/api/projects/${room.id}/tasks`, { optional: true });
+    } catch (err) {
+      box.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      return;
+    }
+    if (room !== this.room) return;
+    if (data === UNAVAILABLE) {
+      box.replaceChildren(empty("tasks.unavailableTitle", "tasks.unavailable"));
+      return;
+    }
+    let tasks = data.tasks || [];
+    const nodes = [];
+    if (this.ownerFilter !== null) {
+      const m = member(room, this.ownerFilter);
+      tasks = tasks.filter((task) => task.owner_id === this.ownerFilter);
+      nodes.push(h("div", { class: "filter-bar" },
+        h("span", { text: t("tasks.filteredBy", { name: m ? m.display_name : `#${this.ownerFilter}` }) }),
+        h("button", { type: "button", class: "btn btn-small", text: t("tasks.clearFilter"), on: { click: () => {
+          this.ownerFilter = null;
+          this.loadTasks();
+        } } })));
+    }
+    if (!tasks.length) nodes.push(empty("tasks.emptyTitle", this.ownerFilter !== null ? "tasks.emptyOwner" : "tasks.empty"));
+    for (const task of tasks) nodes.push(taskCard(room, task));
+    box.replaceChildren(...nodes);
+  }
+
+  // -- decisions --------------------------------------------------------------------------------
+
+  async loadDecisions() {
+    const box = $("#tab-decisions", this.root);
+    const room = this.room;
+    box.replaceChildren(h("p", { class: "muted", text: t("common.loading") }));
+    let data;
+    try {
+      data = await get(`/api/projects/${room.id}/decisions`, { optional: true });
+    } catch (err) {
+      box.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      return;
+    }
+    if (room !== this.room) return;
+    if (data === UNAVAILABLE) {
+      box.replaceChildren(empty("decisions.unavailableTitle", "decisions.unavailable"));
+      return;
+    }
+    const decisions = data.decisions || [];
+    if (!decisions.length) {
+      box.replaceChildren(empty("decisions.emptyTitle", "decisions.empty"));
+      return;
+    }
+    box.replaceChildren(...decisions.map((d) => decisionCard(room, d)));
+  }
+}
+
+function empty(titleKey, textKey) {
+  return h("div", { class: "empty-state" }, h("p", { class: "empty-title", text: t(titleKey) }), h("p", { class: "muted", text: t(textKey) }));
+}
+
+function taskCard(room, task) {
+  const owner = member(room, task.owner_id);
+  const criteria = task.criteria || [];
+  const passed = criteria.filter((c) => c.passed === true).length;
+  const evidence = task.evidence || [];
+  return h(
+    "article",
+    { class: ["task-card", `task-state-${task.state}`], dataset: { key: task.key, state: task.state } },
+    h("header", { class: "task-head" },
+      h("span", { class: "task-key", text: task.key }),
+      h("span", { class: ["state-badge", `state-${task.state}`], text: label("taskState", task.state) }),
+      h("span", { class: "task-rev", title: t("tasks.revision"), text: `r${task.revision}` })),
+    h("h4", { class: "task-title", text: task.title }),
+    h("div", { class: "task-owner" },
+      owner ? avatar(room, owner.id, "xs") : null,
+      h("span", { text: owner ? owner.display_name : task.owner?.display_name || t("tasks.noOwner") })),
+    task.waiting_on?.length ? h("p", { class: "task-waiting" }, icon("pause"), h("span", { text: t("tasks.waitingOn", { keys: task.waiting_on.join("、") }) })) : null,
+    criteria.length
+      ? h("details", { class: "task-criteria", open: task.state === "in_review" },
+        h("summary", { text: t("tasks.criteria", { passed, total: criteria.length }) }),
+        h("ul", {}, criteria.map((c) => h("li", { class: ["criterion", c.passed === true ? "passed" : c.passed === false ? "failed" : "open"] },
+          icon(c.passed === true ? "check" : c.passed === false ? "close" : "dot"),
+          h("span", { class: "visually-hidden", text: c.passed === true ? t("tasks.passed") : c.passed === false ? t("tasks.notPassed") : t("tasks.unchecked") }),
+          h("span", { text: c.text }),
+          c.revision !== undefined ? h("span", { class: "muted", text: ` r${c.revision}` }) : null))))
+      : null,
+    evidence.length
+      ? h("details", { class: "task-evidence" },
+        h("summary", { text: t("tasks.evidence", { n: evidence.length }) }),
+        h("ul", {}, evidence.map((e) => evidenceItem(e))))
+      : null,
+  );
+}
+
+/** One piece of evidence: a file (with its hash, checked against the workspace), a command and
+ * its exit code, a message, or a free note. Only what can be verified says whether it was. */
+function evidenceItem(e) {
+  const summary = e.summary || e.note;
+  const checked = e.verified === true || e.verified === false;
+  return h("li", { class: ["evidence", e.verified ? "verified" : checked ? "unverified" : null] },
+    h("span", { class: "badge", text: e.kind }),
+    e.path ? h("code", { text: e.path }) : null,
+    e.sha256 ? h("code", { class: "muted", title: e.sha256, text: e.sha256.slice(0, 12) }) : null,
+    e.size !== undefined && e.size !== null ? h("span", { class: "muted", text: formatBytes(e.size) }) : null,
+    e.command ? h("code", { text: `$ ${e.command.command} → ${e.command.exit_code}` }) : null,
+    e.seq !== undefined && e.message_id ? h("button", { type: "button", class: "btn btn-small btn-ghost", dataset: { jump: String(e.message_id) }, text: t("tasks.evidenceMessage", { seq: e.seq }) }) : null,
+    checked ? h("span", { class: ["verify", e.verified ? "ok" : "warn"], text: e.verified ? t("tasks.verified") : e.verification && e.verification !== "ok" ? t("tasks.unverifiedWhy", { why: e.verification }) : t("tasks.unverified") }) : null,
+    summary ? h("p", { class: "evidence-summary", text: summary }) : null);
+}
+
+function decisionCard(room, d) {
+  const receipts = d.receipts || [];
+  const synced = receipts.filter((r) => r.synced).length;
+  return h(
+    "article",
+    { class: "decision-card", dataset: { number: String(d.label || d.number) } },
+    h("header", { class: "task-head" },
+      h("span", { class: "task-key", text: String(d.label || d.number) }),
+      h("span", { class: ["state-badge", `decision-${d.status}`], text: label("decisionStatus", d.status) }),
+      h("span", { class: "task-rev", text: `r${d.revision}` })),
+    h("h4", { class: "task-title", text: d.title }),
+    h("details", { class: "receipts" },
+      h("summary", { text: t("decisions.receipts", { synced, total: receipts.length }) }),
+      h("ul", {}, receipts.map((r) => {
+        const m = member(room, r.member_id);
+        return h("li", { class: ["receipt", r.synced ? "synced" : "unsynced"], dataset: { memberId: String(r.member_id) } },
+          icon(r.synced ? "check" : "dot"),
+          h("span", { text: m ? m.display_name : `#${r.member_id}` }),
+          h("span", { class: "muted", text: r.synced ? t("decisions.synced") : t("decisions.unsynced") }));
+      }))),
+  );
+}
+
+function formatBytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}

@@ -1,0 +1,112 @@
+// Before sending: who the draft reaches (recipient chips, "将触达 N 位 AI 成员") and the
+// resolver's diagnostics with one-click fixes. Default routing mirrors the server (DESIGN §4): a
+// person's message that names nobody goes to the lead agent.
+
+import { h } from "./dom.js";
+import { getLang, t } from "./i18n.js";
+import { colourClass, initials } from "./message.js";
+import { member } from "./store.js";
+
+export const BLOCKING = new Set(["needs_boundary", "ambiguous", "unknown", "departed", "all_not_allowed"]);
+
+/** {recipients: [member], agents: n, defaultRouted, everyone, humansOnly} for a resolution. */
+export function reachOf(room, resolution) {
+  const you = room.you;
+  let ids = (resolution?.mentioned || []).map(Number).filter((id) => id !== you);
+  let defaultRouted = false;
+  const everyone = Boolean(resolution?.everyone);
+  const humansOnly = Boolean(resolution?.humansOnlyGroup);
+  const lead = member(room, room.project.lead_member_id);
+  if (!ids.length && !everyone && !humansOnly && lead && lead.id !== you && lead.status !== "left") {
+    ids = [lead.id];
+    defaultRouted = true;
+  }
+  const recipients = ids.map((id) => member(room, id)).filter(Boolean);
+  const agents = recipients.filter((m) => m.kind === "agent" && m.status !== "left").length;
+  return { recipients, agents, defaultRouted, everyone, humansOnly };
+}
+
+export function renderRecipients(box, room, resolution, hasText) {
+  box.replaceChildren();
+  box.hidden = !hasText;
+  if (!hasText) return;
+  const reach = reachOf(room, resolution);
+  box.append(h("span", { class: "recipients-label", text: t("reach.to") }));
+  if (reach.everyone) {
+    box.append(chip(null, t("reach.everyone", { n: reach.recipients.length }), "chip-all"));
+  } else {
+    for (const m of reach.recipients) {
+      box.append(chip(m, reach.defaultRouted ? t("reach.defaultLead", { name: m.display_name }) : m.display_name, m.status === "paused" ? "chip-paused" : ""));
+    }
+  }
+  if (!reach.recipients.length) box.append(h("span", { class: "recipients-none", text: reach.humansOnly ? t("reach.humansOnly") : t("reach.nobody") }));
+  box.append(
+    h("span", { class: ["reach-count", reach.agents === 0 && "is-zero"], dataset: { agents: String(reach.agents) }, text: reach.agents ? t("reach.agents", { n: reach.agents }) : t("reach.noAgents") }),
+  );
+}
+
+function chip(m, text, extra) {
+  return h(
+    "span",
+    { class: ["chip", extra], dataset: m ? { memberId: String(m.id) } : {} },
+    m ? h("span", { class: ["avatar", "avatar-xs", colourClass(m.id)], attrs: { "aria-hidden": "true" } }, h("span", { class: "avatar-initial", text: initials(m.display_name) })) : null,
+    h("span", { class: "chip-text", text }),
+  );
+}
+
+function refOf(m) {
+  return m.handle ? `@${m.handle}` : `@「${m.display_name}」`;
+}
+
+function hintFor(d, room) {
+  if (getLang() === "zh-CN" && d.hint) return d.hint; // the resolver's words, same as the server's
+  const refs = d.candidates.map((id) => member(room, Number(id))).filter(Boolean).map(refOf).join(", ");
+  return t(`diag.${d.code}`, { name: d.name, refs, n: d.candidates.length });
+}
+
+/** Diagnostics with fixes: add the missing space, pick one of the candidates, or send as plain text. */
+export function renderDiagnostics(list, resolution, { text, room, fix, sendPlain }) {
+  list.replaceChildren();
+  const diagnostics = resolution?.diagnostics || [];
+  list.hidden = !diagnostics.length;
+  if (!diagnostics.length) return;
+  let blocking = false;
+  for (const d of diagnostics) {
+    const isBlocking = BLOCKING.has(d.code);
+    blocking ||= isBlocking;
+    const item = h("li", { class: ["diag", `diag-${d.code}`, isBlocking && "blocking"], dataset: { code: d.code } }, h("span", { class: "diag-hint", text: hintFor(d, room) }));
+    const fixes = h("span", { class: "diag-fixes" });
+    if (d.code === "needs_boundary" && d.start >= 0) {
+      fixes.append(button(t("diag.addSpace"), () => {
+        const after = d.end < text.length && !/\s/.test(text[d.end]);
+        const before = d.start > 0 && !/\s/.test(text[d.start - 1]);
+        let inserted = text.slice(d.start, d.end);
+        if (after) inserted += " ";
+        if (before) inserted = ` ${inserted}`;
+        fix(d.start, d.end, inserted);
+      }));
+    }
+    if ((d.code === "ambiguous" || d.code === "unknown") && d.start >= 0) {
+      for (const id of d.candidates) {
+        const m = member(room, Number(id));
+        if (m) fixes.append(button(t("diag.use", { ref: refOf(m) }), () => fix(d.start, d.end, refOf(m)), { memberId: String(m.id) }));
+      }
+    }
+    if ((d.code === "unknown" || d.code === "departed") && d.start >= 0) {
+      fixes.append(button(t("diag.removeAt"), () => fix(d.start, d.start + 1, "")));
+    }
+    if (fixes.childElementCount) item.append(fixes);
+    list.append(item);
+  }
+  if (blocking) {
+    list.append(
+      h("li", { class: "diag-plain" },
+        h("span", { text: t("diag.plainExplain") }),
+        button(t("diag.sendPlain"), sendPlain, { action: "send-plain" })),
+    );
+  }
+}
+
+function button(text, run, dataset = {}) {
+  return h("button", { type: "button", class: "btn btn-small", text, dataset, on: { click: run } });
+}

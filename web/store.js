@@ -1,0 +1,115 @@
+// The page's state, filled only from server data (/api/me, /ws frames, HTTP answers), and a
+// small event bus. Modules render from here and re-render when told.
+
+import { buildRoster } from "./mentions.js";
+
+const listeners = new Map();
+
+export const bus = {
+  on(type, fn) {
+    if (!listeners.has(type)) listeners.set(type, new Set());
+    listeners.get(type).add(fn);
+    return () => listeners.get(type).delete(fn);
+  },
+  emit(type, detail) {
+    for (const fn of listeners.get(type) || []) {
+      try {
+        fn(detail);
+      } catch (err) {
+        console.error(`handler for ${type} failed`, err);
+      }
+    }
+  },
+};
+
+export const app = {
+  identity: null, // {kind, user_id, handle, display_name}
+  projects: new Map(), // id -> project wire object
+  providers: null, // GET /api/providers answer, once loaded
+  trashRetentionDays: null, // how long the trash keeps a project restorable (from /api/me)
+  room: null, // the open project (see createRoom)
+};
+
+export function createRoom(project) {
+  return {
+    id: project.id,
+    project,
+    you: null,
+    members: new Map(),
+    membersVersion: 0,
+    messages: new Map(), // id -> message object
+    oldestSeq: null,
+    hasMore: true,
+    loadingHistory: false,
+    historyLoaded: false,
+    readCursors: new Map(), // member id -> seq
+    unreadFromSeq: null, // seq of the first unread message, for the marker
+    receipts: new Map(), // message id -> Map(recipient id -> delivery)
+    receiptsAsked: new Set(),
+    pending: new Map(), // client_txn_id -> {body, replyTo, chips, plain, createdAt, failed}
+    typing: new Map(), // member id -> timer
+    headSeq: project.head_seq ?? 0,
+  };
+}
+
+export function setMembers(room, members) {
+  room.members = new Map(members.map((m) => [m.id, m]));
+  room.membersVersion += 1;
+  room._roster = null;
+}
+
+export function member(room, id) {
+  return room?.members.get(id) || null;
+}
+
+export function me(room) {
+  return member(room, room?.you);
+}
+
+export function isOwner(room) {
+  return me(room)?.role === "owner";
+}
+
+export function activeAgents(room) {
+  return [...room.members.values()].filter((m) => m.kind === "agent" && m.status !== "left");
+}
+
+/** The open project's roster in the resolver's format (SPEC §8): ids are strings. Members who
+ * left are kept (their names resolve to `departed`) and their names become tombstones. */
+export function roster(room) {
+  if (room._roster && room._rosterVersion === room.membersVersion) return room._roster;
+  const members = [...room.members.values()];
+  const json = {
+    members: members.map((m) => ({
+      id: String(m.id),
+      kind: m.kind,
+      handle: m.handle,
+      display_name: m.display_name,
+      aliases: m.aliases || [],
+      status: m.status,
+    })),
+    tombstones: members
+      .filter((m) => m.status === "left")
+      .flatMap((m) => [m.handle, m.display_name, ...(m.aliases || [])].map((name) => ({ name, member_id: String(m.id) }))),
+  };
+  room._roster = buildRoster(json);
+  room._rosterVersion = room.membersVersion;
+  return room._roster;
+}
+
+export function sortedMessages(room) {
+  return [...room.messages.values()].sort((a, b) => a.seq - b.seq);
+}
+
+export function upsertProject(project) {
+  const old = app.projects.get(project.id) || {};
+  const merged = { ...old, ...project };
+  app.projects.set(project.id, merged);
+  if (app.room && app.room.id === project.id) app.room.project = merged;
+  return merged;
+}
+
+/** States in which people may post (docs/lifecycle.md, "Who may post"). */
+export function humansMayPost(state) {
+  return state === "active" || state === "paused" || state === undefined;
+}

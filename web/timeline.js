@@ -1,0 +1,410 @@
+// The timeline: day separators, grouping, the unread marker, scroll-back history, hover actions,
+// inline edit, receipts as messages come into view, and the read cursor.
+//
+// Entries are cached per message (rebuilt only when the message or the roster changes) and
+// reconciled into the list in seq order, so live updates never disturb focus or an open editor.
+
+import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./delivery.js";
+import { $, h } from "./dom.js";
+import { dayKey, formatDay, t } from "./i18n.js";
+import { renderMessage } from "./message.js";
+import { bus, isOwner, sortedMessages } from "./store.js";
+import { toast, toastError } from "./ui.js";
+import { startEdit } from "./editor.js";
+
+const PAGE = 50;
+const NEAR_BOTTOM_PX = 80;
+const LOAD_OLDER_PX = 300;
+const GROUP_GAP_MS = 5 * 60_000;
+
+export class Timeline {
+  constructor(el, conn, actions) {
+    this.el = el;
+    this.conn = conn;
+    this.actions = actions; // {reply(message), mention(memberId), remove(message), markRequirement(message), clearBrake()}
+    this.room = null;
+    this.cache = new Map(); // key -> {el, version}
+    this.days = new Map();
+    this.unreadEl = h("div", { class: "unread-marker", attrs: { role: "separator" } }, h("span", { text: "" }));
+    this.topEl = h("div", { class: "history-edge" });
+    this.active = null;
+    this.newCount = 0;
+    this.pendingReceipts = new Map(); // message id -> delivery frames seen while asking
+    this.jump = $("#jump-latest");
+    this.observer = new IntersectionObserver((entries) => this.onVisible(entries), { root: el });
+    el.addEventListener("scroll", () => this.onScroll(), { passive: true });
+    el.addEventListener("keydown", (event) => this.onKey(event));
+    el.addEventListener("focusin", (event) => {
+      const entry = event.target.closest("[data-seq]");
+      if (entry) this.setActive(entry);
+    });
+    el.addEventListener("click", (event) => {
+      const jump = event.target.closest("[data-jump]");
+      if (jump) this.jumpTo(Number(jump.dataset.jump));
+    });
+    this.jump.addEventListener("click", () => this.scrollToBottom(true));
+    for (const type of ["focus", "visibilitychange"]) (type === "focus" ? window : document).addEventListener(type, () => this.markRead());
+  }
+
+  open(room) {
+    this.room = room;
+    this.cache.clear();
+    this.days.clear();
+    this.active = null;
+    this.newCount = 0;
+    this.el.replaceChildren(h("div", { class: "timeline-loading", text: t("timeline.loading") }));
+    this.updateJump();
+  }
+
+  /** Called after `subscribed`: a fresh subscription loads the latest page. */
+  async loadLatest() {
+    const room = this.room;
+    room.messages.clear();
+    room.oldestSeq = null;
+    room.hasMore = true;
+    room.historyLoaded = false;
+    await this.loadPage(null);
+    if (room !== this.room) return;
+    room.historyLoaded = true;
+    const myRead = room.readCursors.get(room.you) ?? 0;
+    const firstUnread = sortedMessages(room).find((m) => m.seq > myRead && m.kind === "chat" && m.author_id !== room.you);
+    room.unreadFromSeq = firstUnread ? firstUnread.seq : null;
+    this.render();
+    if (room.unreadFromSeq !== null) this.unreadEl.scrollIntoView({ block: "start" });
+    else this.scrollToBottom(false);
+    this.fillViewport();
+    this.markRead();
+  }
+
+  async loadPage(before) {
+    const room = this.room;
+    if (room.loadingHistory) return;
+    room.loadingHistory = true;
+    try {
+      const frame = { type: "history", project_id: room.id, limit: PAGE };
+      if (before !== null) frame.before = before;
+      const answer = await this.conn.request(frame);
+      if (room !== this.room) return;
+      for (const message of answer.messages) if (!room.messages.has(message.id)) room.messages.set(message.id, message);
+      room.hasMore = answer.has_more;
+      if (answer.messages.length) room.oldestSeq = Math.min(room.oldestSeq ?? Infinity, answer.messages[0].seq);
+    } catch (err) {
+      if (err.code !== "disconnected") toastError(err);
+    } finally {
+      room.loadingHistory = false;
+    }
+  }
+
+  async loadOlder() {
+    const room = this.room;
+    if (!room || !room.historyLoaded || !room.hasMore || room.loadingHistory || room.oldestSeq === null) return;
+    const anchor = this.firstVisible();
+    const offset = anchor ? anchor.getBoundingClientRect().top : 0;
+    await this.loadPage(room.oldestSeq);
+    if (room !== this.room) return;
+    this.render();
+    if (anchor && anchor.isConnected) this.el.scrollTop += anchor.getBoundingClientRect().top - offset;
+  }
+
+  fillViewport() {
+    if (this.room?.hasMore && this.el.scrollHeight <= this.el.clientHeight + LOAD_OLDER_PX) {
+      this.loadOlder().then(() => this.room?.hasMore && this.el.scrollHeight <= this.el.clientHeight && this.fillViewport());
+    }
+  }
+
+  /** A sequenced message frame (new or updated), already checked against the cursor. */
+  apply(frame) {
+    const room = this.room;
+    const message = frame.message;
+    const isNew = !room.messages.has(message.id);
+    room.messages.set(message.id, message);
+    if (message.client_txn_id && message.author_id === room.you) room.pending.delete(message.client_txn_id);
+    if (!room.historyLoaded) return;
+    const wasAtBottom = this.atBottom();
+    const fromOthers = message.author_id !== room.you;
+    if (isNew && fromOthers && message.kind === "chat" && room.unreadFromSeq === null && (!wasAtBottom || document.hidden)) {
+      room.unreadFromSeq = message.seq;
+    }
+    if (isNew && !fromOthers) room.unreadFromSeq = null;
+    // An edit can add recipients and a delete cancels deliveries; neither sends delivery frames.
+    if (!isNew && room.receiptsAsked.has(message.id)) this.askReceipts(message.id, true);
+    this.render();
+    if (isNew && (wasAtBottom || !fromOthers)) this.scrollToBottom(false);
+    else if (isNew) {
+      this.newCount += 1;
+      this.updateJump();
+    }
+    this.markRead();
+  }
+
+  // -- rendering ------------------------------------------------------------------------------
+
+  render() {
+    const room = this.room;
+    if (!room || !room.historyLoaded) return;
+    const nodes = [];
+    this.topEl.textContent = room.hasMore ? t("timeline.loadingOlder") : t("timeline.start");
+    this.topEl.classList.toggle("has-more", room.hasMore);
+    if (room.messages.size || room.hasMore) nodes.push(this.topEl);
+    let prev = null;
+    for (const message of sortedMessages(room)) {
+      const day = dayKey(message.created_at);
+      const newDay = !prev || dayKey(prev.created_at) !== day;
+      if (newDay) nodes.push(this.dayEl(message.created_at, day));
+      const unread = room.unreadFromSeq === message.seq;
+      if (unread) {
+        this.unreadEl.firstChild.textContent = t("timeline.unread");
+        nodes.push(this.unreadEl);
+      }
+      const el = this.entryFor(message);
+      el.classList.toggle("cont", !newDay && !unread && continues(prev, message));
+      nodes.push(el);
+      prev = message;
+    }
+    for (const [txn, pending] of room.pending) nodes.push(this.pendingFor(txn, pending));
+    if (!nodes.length) nodes.push(h("div", { class: "timeline-empty", text: t("timeline.empty") }));
+    reconcile(this.el, nodes);
+    if (!this.active || !this.active.isConnected) {
+      const entries = this.entries();
+      if (entries.length) this.setActive(entries[entries.length - 1]);
+    }
+  }
+
+  dayEl(iso, key) {
+    if (!this.days.has(key)) this.days.set(key, h("div", { class: "day-sep", attrs: { role: "separator" } }, h("span")));
+    const el = this.days.get(key);
+    el.firstChild.textContent = formatDay(iso);
+    return el;
+  }
+
+  entryFor(message) {
+    const room = this.room;
+    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}`;
+    const cached = this.cache.get(message.id);
+    if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
+    const el = renderMessage(room, message, { actions: this.actionsFor(message) });
+    if (cached && cached.el === this.active) this.active = el;
+    this.cache.set(message.id, { el, version });
+    const slot = el.querySelector(".msg-delivery");
+    if (slot) {
+      renderDelivery(slot, room, message.id);
+      this.observer.observe(el);
+    }
+    return el;
+  }
+
+  pendingFor(txn, pending) {
+    const key = `p:${txn}`;
+    const version = `${pending.failed || ""}`;
+    const cached = this.cache.get(key);
+    if (cached && cached.version === version) return cached.el;
+    const fake = {
+      id: key, seq: Number.MAX_SAFE_INTEGER, author_id: this.room.you, kind: "chat", body: pending.body,
+      html: "", created_at: pending.createdAt, mentions: [], reply_excerpt: null,
+    };
+    const el = renderMessage(this.room, fake, { pending });
+    el.querySelector(".msg-body").textContent = pending.body; // not rendered yet: shown as typed
+    this.cache.set(key, { el, version });
+    return el;
+  }
+
+  actionsFor(message) {
+    const room = this.room;
+    if (message.kind === "system") {
+      const tripped = message.meta?.brake && message.meta.brake !== "cleared";
+      return tripped && room.project.state !== "archived" ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
+    }
+    if (message.kind !== "chat" || !room.you) return [];
+    const mine = message.author_id === room.you;
+    const list = [{ id: "reply", icon: "reply", label: t("action.reply"), run: () => this.actions.reply(message) }];
+    if (!mine && message.author_id !== null) list.push({ id: "mention", icon: "at", label: t("action.mentionAuthor"), run: () => this.actions.mention(message.author_id) });
+    if (mine) {
+      list.push({ id: "edit", icon: "edit", label: t("action.edit"), run: () => this.edit(message.id) });
+      list.push({ id: "delete", icon: "trash", label: t("action.delete"), danger: true, run: () => this.actions.remove(message) });
+    }
+    if (isOwner(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
+    return list;
+  }
+
+  editLast() {
+    const room = this.room;
+    const last = sortedMessages(room).reverse().find((m) => m.author_id === room.you && m.kind === "chat" && !m.deleted);
+    if (last && room.project.state !== "archived") {
+      this.cache.get(last.id)?.el.scrollIntoView({ block: "nearest" });
+      this.edit(last.id);
+    }
+  }
+
+  edit(messageId) {
+    const cached = this.cache.get(messageId);
+    const message = this.room.messages.get(messageId);
+    if (!cached || !message) return;
+    startEdit(cached.el, message, this.conn, this.room, () => {
+      this.cache.delete(messageId);
+      this.render();
+      this.cache.get(messageId)?.el.focus();
+    });
+  }
+
+  // -- receipts ---------------------------------------------------------------------------------
+
+  onVisible(entries) {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      const id = Number(entry.target.dataset.id);
+      this.observer.unobserve(entry.target);
+      this.askReceipts(id);
+    }
+  }
+
+  async askReceipts(messageId, force = false) {
+    const room = this.room;
+    if (!force && room.receiptsAsked.has(messageId)) return;
+    room.receiptsAsked.add(messageId);
+    this.pendingReceipts.set(messageId, []);
+    try {
+      const answer = await this.conn.request({ type: "receipts", project_id: room.id, message_id: messageId });
+      if (room !== this.room) return;
+      setReceipts(room, messageId, answer.deliveries);
+      for (const frame of this.pendingReceipts.get(messageId) || []) applyDelivery(room, frame);
+      this.refreshDelivery(messageId);
+    } catch {
+      room.receiptsAsked.delete(messageId); // asked again when it next comes into view
+    } finally {
+      this.pendingReceipts.delete(messageId);
+    }
+  }
+
+  onDelivery(frame) {
+    const room = this.room;
+    if (this.pendingReceipts.has(frame.message_id)) this.pendingReceipts.get(frame.message_id).push(frame);
+    applyDelivery(room, frame);
+    this.refreshDelivery(frame.message_id);
+  }
+
+  /** After a resume: delivery frames are not replayed, so ask again for rows still open. */
+  refreshOpenReceipts() {
+    for (const [messageId, rows] of this.room.receipts) {
+      if ([...rows.values()].some((row) => OPEN_STATES.has(row.state))) this.askReceipts(messageId, true);
+    }
+  }
+
+  refreshDelivery(messageId) {
+    const slot = this.cache.get(messageId)?.el.querySelector(".msg-delivery");
+    if (slot) renderDelivery(slot, this.room, messageId);
+  }
+
+  // -- scrolling, reading, keyboard --------------------------------------------------------------
+
+  atBottom() {
+    return this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < NEAR_BOTTOM_PX;
+  }
+
+  scrollToBottom(focusLast) {
+    this.el.scrollTop = this.el.scrollHeight;
+    this.newCount = 0;
+    this.updateJump();
+    if (focusLast) {
+      const entries = this.entries();
+      entries[entries.length - 1]?.focus();
+    }
+  }
+
+  onScroll() {
+    if (this.el.scrollTop < LOAD_OLDER_PX) this.loadOlder();
+    if (this.atBottom()) {
+      this.newCount = 0;
+      this.markRead();
+    }
+    this.updateJump();
+  }
+
+  updateJump() {
+    const show = Boolean(this.room?.historyLoaded) && !this.atBottom();
+    this.jump.hidden = !show;
+    this.jump.lastChild.textContent = this.newCount ? t("timeline.newMessages", { n: this.newCount }) : t("timeline.latest");
+  }
+
+  markRead() {
+    const room = this.room;
+    if (!room || !room.historyLoaded || document.hidden || !document.hasFocus() || !this.atBottom()) return;
+    const seq = this.conn.lastSeq ?? 0;
+    if (seq > (room.readCursors.get(room.you) ?? 0)) {
+      room.readCursors.set(room.you, seq);
+      this.conn.raw({ type: "read", project_id: room.id, seq });
+      bus.emit("read", room);
+    }
+  }
+
+  firstVisible() {
+    const top = this.el.getBoundingClientRect().top;
+    return this.entries().find((el) => el.getBoundingClientRect().bottom > top) || null;
+  }
+
+  entries() {
+    return [...this.el.querySelectorAll(":scope > [data-seq]")];
+  }
+
+  setActive(el) {
+    if (this.active === el) return;
+    if (this.active) {
+      this.active.tabIndex = -1;
+      for (const b of this.active.querySelectorAll(".msg-actions button")) b.tabIndex = -1;
+    }
+    this.active = el;
+    el.tabIndex = 0;
+    for (const b of el.querySelectorAll(".msg-actions button")) b.tabIndex = 0;
+  }
+
+  onKey(event) {
+    const entry = event.target.closest("[data-seq]");
+    if (!entry || event.target.closest("textarea, input")) return;
+    if (event.key === "Escape" && event.target !== entry) {
+      entry.focus();
+      return;
+    }
+    if (event.target !== entry) return;
+    const entries = this.entries();
+    const index = entries.indexOf(entry);
+    const go = { ArrowUp: index - 1, ArrowDown: index + 1, Home: 0, End: entries.length - 1 }[event.key];
+    if (go === undefined) return;
+    event.preventDefault();
+    const target = entries[Math.max(0, Math.min(go, entries.length - 1))];
+    if (target) {
+      target.focus();
+      target.scrollIntoView({ block: "nearest" });
+    }
+    if (go < 0) this.loadOlder();
+  }
+
+  async jumpTo(messageId) {
+    for (let i = 0; i < 5 && !this.room.messages.has(messageId) && this.room.hasMore; i++) await this.loadOlder();
+    const el = this.cache.get(messageId)?.el;
+    if (!el) {
+      toast(t("timeline.quotedGone"));
+      return;
+    }
+    el.scrollIntoView({ block: "center" });
+    el.classList.add("flash");
+    setTimeout(() => el.classList.remove("flash"), 1600);
+    el.focus({ preventScroll: true });
+  }
+}
+
+function continues(prev, message) {
+  return Boolean(
+    prev && prev.kind === "chat" && message.kind === "chat" && prev.author_id === message.author_id &&
+      new Date(message.created_at) - new Date(prev.created_at) < GROUP_GAP_MS,
+  );
+}
+
+/** Make `parent`'s children exactly `nodes`, moving as few as possible (focus survives). */
+function reconcile(parent, nodes) {
+  const wanted = new Set(nodes);
+  for (const child of [...parent.children]) if (!wanted.has(child)) child.remove();
+  let ref = parent.firstChild;
+  for (const node of nodes) {
+    if (node === ref) ref = ref.nextSibling;
+    else parent.insertBefore(node, ref);
+  }
+}
