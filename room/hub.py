@@ -1,9 +1,9 @@
 """Live fan-out: which connections watch which project, and a bounded outbox per connection.
 
 ``publish`` never awaits. Each frame is JSON-encoded once by the caller and framed for the wire
-once here; every subscriber then gets it either written straight to its socket (when the socket
-is writable and nothing is queued before it) or appended to its bounded outbox, drained by that
-connection's own sender task. A reader that stops reading fills its outbox and is cut (close code
+once here; at the end of the loop turn every touched connection gets all its frames in one
+write straight to its socket (when the socket is writable and nothing is queued before them),
+otherwise they wait in its bounded outbox, drained by that connection's own sender task. A reader that stops reading fills its outbox and is cut (close code
 1013, "resume with since") without slowing anyone else; it loses nothing, because on reconnect it
 replays from its cursor.
 
@@ -55,8 +55,39 @@ class Frame:
         return self._wire
 
 
+class Flusher:
+    """Writes every outbox touched during one turn of the event loop once, at its end.
+
+    Frames pushed while the loop works through its ready callbacks — the acks and events of a
+    whole group commit, a publish to every subscriber — are coalesced per connection into one
+    socket write: one system call per connection per batch instead of one per frame.
+    """
+
+    def __init__(self) -> None:
+        self._dirty: list[Outbox] = []
+        self._scheduled = False
+
+    def mark(self, outbox: Outbox) -> None:
+        self._dirty.append(outbox)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for outbox in dirty:
+            outbox.flush()
+
+
 class Outbox:
-    """One connection's outgoing frames, bounded; ``push`` never blocks."""
+    """One connection's outgoing frames, bounded; ``push`` never blocks.
+
+    Pushed frames wait in ``_batch`` until the :class:`Flusher` writes them together; when the
+    socket is not writable they move to ``_queue``, drained by the connection's sender task, and
+    everything after them queues behind them (order is kept). Past ``limit`` frames waiting, the
+    connection is cut as a slow consumer.
+    """
 
     def __init__(
         self,
@@ -65,13 +96,16 @@ class Outbox:
         *,
         limit: int,
         direct: DirectWrite | None = None,
+        flusher: Flusher | None = None,
         name: str = "",
     ) -> None:
         self._send_text = send_text
         self._close = close
         self._direct = direct
+        self._flusher = flusher or Flusher()
         self.limit = limit
         self.name = name
+        self._batch: list[Frame] = []
         self._queue: deque[Frame] = deque()
         self._wake = asyncio.Event()
         self.closed = False
@@ -88,8 +122,29 @@ class Outbox:
             return False
         if isinstance(frame, str):
             frame = Frame(frame)
-        if not self._queue and self._direct is not None and self._direct(frame.wire):
-            return True
+        if self._queue:
+            return self._enqueue(frame)
+        if len(self._batch) >= self.limit:
+            self.cut("slow consumer: outbox full; reconnect and resume with since")
+            return False
+        if not self._batch:
+            self._flusher.mark(self)
+        self._batch.append(frame)
+        return True
+
+    def flush(self) -> None:
+        batch, self._batch = self._batch, []
+        if self.closed or not batch:
+            return
+        if not self._queue and self._direct is not None:
+            wire = batch[0].wire if len(batch) == 1 else b"".join(f.wire for f in batch)
+            if self._direct(wire):
+                return
+        for frame in batch:
+            if not self._enqueue(frame):
+                return
+
+    def _enqueue(self, frame: Frame) -> bool:
         if len(self._queue) >= self.limit:
             self.cut("slow consumer: outbox full; reconnect and resume with since")
             return False
@@ -102,6 +157,7 @@ class Outbox:
             return
         self.closed, self.close_reason = True, reason
         self._queue.clear()
+        self._batch.clear()
         self._wake.set()
         log.info("cutting connection %s: %s", self.name, reason)
         asyncio.get_running_loop().create_task(self._close_quietly(code, reason))
@@ -150,6 +206,7 @@ class Subscription:
 class Hub:
     def __init__(self) -> None:
         self._projects: dict[int, set[Subscription]] = {}
+        self.flusher = Flusher()
 
     def subscribe(self, project_id: int, outbox: Outbox, member_id: int) -> Subscription:
         """Register first (buffering), replay from the store, then :meth:`go_live`."""

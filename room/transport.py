@@ -24,16 +24,18 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions["room.direct_write"] = self.direct_write
 
+    _direct_open = False  # handshake done and accepted: checked once
+
     def direct_write(self, wire: bytes) -> bool:
-        if (
-            not self.handshake_complete
-            or self.close_sent
-            or self.disconnected
-            or self.initial_response is not None
-            or self.conn.state is not State.OPEN
-            or not self.writable.is_set()
-            or self.transport.is_closing()
-        ):
+        # Called once per connection per loop turn that has frames for it: few, cheap checks.
+        if self.close_sent or self.disconnected or not self.writable.is_set():
             return False
-        self.transport.write(wire)
+        if not self._direct_open:
+            if not self.handshake_complete or self.initial_response is not None:
+                return False
+            self._direct_open = True
+        transport = self.transport
+        if self.conn.state is not State.OPEN or transport.is_closing():
+            return False
+        transport.write(wire)
         return True

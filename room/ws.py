@@ -38,8 +38,12 @@ log = logging.getLogger(__name__)
 CLOSE_POLICY = 1008
 CLOSE_UNAUTHENTICATED = 4401
 AUTH_TIMEOUT_SECS = 10.0
-REPLAY_PAGE = 2000
+REPLAY_PAGE = 500  # events per batch frame: small enough that live traffic interleaves
 MAX_REPLAY_EVENTS = 200_000
+# Sends of one connection queued for commit and not yet acked. Past it the connection stops
+# reading until its commits catch up, so an overloaded server keeps the backlog in the kernel's
+# socket buffers (and the client's), not as Python objects competing for the CPU.
+MAX_INFLIGHT_SENDS = 256
 
 
 async def ws_endpoint(websocket: WebSocket) -> None:
@@ -70,6 +74,7 @@ class Connection:
             self._close,
             limit=core.settings.outbox_frames,
             direct=extensions.get("room.direct_write"),
+            flusher=core.hub.flusher,
             name=f"{websocket.client}",
         )
         self.subscriptions: dict[int, Subscription] = {}
@@ -93,6 +98,9 @@ class Connection:
             "ping": self.on_ping,
         }
         self.handoff = uuid.uuid4().hex
+        self._inflight = 0
+        self._send_room = asyncio.Event()
+        self._send_room.set()
         self.external_member: int | None = None
 
     async def _send_text(self, text: str) -> None:
@@ -378,6 +386,9 @@ class Connection:
         self.push({"type": "unsubscribed", "req_id": frame.req_id, "project_id": frame.project_id})
 
     async def on_send(self, frame: p.SendFrame) -> None:
+        if self._inflight >= MAX_INFLIGHT_SENDS:
+            self._send_room.clear()
+            await self._send_room.wait()
         member, roster = await self.member_and_roster(frame.project_id)
         future = message_actions.submit_send(
             self.core,
@@ -389,9 +400,13 @@ class Connection:
             chips=frame.chips,
             as_plain_text=frame.as_plain_text,
         )
+        self._inflight += 1
         future.add_done_callback(lambda f: self._acked(f, frame))
 
     def _acked(self, future: asyncio.Future[message_actions.Ack], frame: p.SendFrame) -> None:
+        self._inflight -= 1
+        if self._inflight <= MAX_INFLIGHT_SENDS // 2:
+            self._send_room.set()
         error = future.exception()
         if error is None:
             self.outbox.push(future.result().to_text(frame.client_txn_id, frame.req_id))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -232,3 +233,38 @@ async def test_one_failing_job_does_not_sink_its_batch(tmp_path: Path) -> None:
         assert handles == ["a", "y"]
     finally:
         await db.close()
+
+
+def test_replay_frames_built_by_sqlite_equal_event_frame(tmp_path: Path) -> None:
+    from room.actions.messages import append_message
+    from room.hub import Hub
+    from room.store import messages as messages_store
+    from room.store import run_write
+
+    class _Core:
+        hub = Hub()
+
+    path = tmp_path / "room.sqlite"
+    conn = fresh_db(path)
+    conn.execute("INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0)")
+    bodies = ["普通的一句话", 'quotes " and \\ and \n newlines', "</script> & <b>"]
+    for body in bodies:
+        run_write(
+            conn,
+            lambda c, tx, body=body: append_message(
+                c,
+                tx,
+                _Core(),
+                project_id=1,
+                author_id=None,
+                kind="system",
+                body=body,  # type: ignore[arg-type]
+                html=f"<p>{body}</p>",
+            ),
+        )
+    replayed = messages_store.replay(conn, 1, 0, 10)
+    stored = conn.execute("SELECT seq, frame FROM messages ORDER BY seq").fetchall()
+    assert [(s, messages_store.event_frame(1, s, f)) for s, f in stored] == [
+        tuple(r) for r in replayed
+    ]
+    assert [json.loads(f)["message"]["body"] for _, f in replayed] == bodies

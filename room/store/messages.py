@@ -245,17 +245,19 @@ def history(
 def replay(
     conn: sqlite3.Connection, project_id: int, after_seq: int, limit: int
 ) -> list[tuple[int, str]]:
-    """Events with seq > after_seq in order, as ready wire frames."""
-    rows = conn.execute(
-        "SELECT e.seq, e.frame, m.frame FROM events e"
+    """Events with seq > after_seq in order, as ready wire frames.
+
+    SQLite builds each message event's frame (the same text as :func:`event_frame`; a test
+    checks it) in the reader thread with the GIL released, so a long replay does not stall the
+    event loop.
+    """
+    return conn.execute(
+        'SELECT e.seq, coalesce(e.frame, \'{"type":"message","project_id":\' || e.project_id'
+        " || ',\"seq\":' || e.seq || ',\"message\":' || m.frame || '}') FROM events e"
         " LEFT JOIN messages m ON e.kind = 'message' AND m.id = e.message_id"
         " WHERE e.project_id = :p AND e.seq > :after ORDER BY e.seq LIMIT :limit",
         {"p": project_id, "after": after_seq, "limit": limit},
     ).fetchall()
-    out = []
-    for seq, own, message in rows:
-        out.append((int(seq), own if own is not None else event_frame(project_id, seq, message)))
-    return out
 
 
 def set_read_cursor(
