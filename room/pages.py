@@ -21,6 +21,7 @@ from room.actions import members as member_actions
 from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
 from room.core import Core
 from room.errors import RoomError
+from room.models import User
 from room.store import auth as auth_store
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
@@ -88,8 +89,27 @@ async def login_form(request: Request) -> Response:
     )
 
 
+async def _signed_in(core: Core, request: Request) -> User | None:
+    try:
+        who = await identity_from_headers(core, request.headers, request.cookies)
+    except RoomError:
+        return None
+    return who.user if who is not None else None
+
+
 async def join_form(request: Request) -> Response:
     secret = html.escape(request.path_params["secret"], quote=True)
+    user = await _signed_in(request.app.state.core, request)
+    if user is not None:
+        name = html.escape(f"{user.display_name}（@{user.handle}）")
+        return page(
+            "加入项目",
+            f"""<h1>加入项目 / Join a project</h1>
+<p>你已以 {name} 登录，将用这个身份加入。</p>
+<form method="post" action="/login"><input type="hidden" name="secret" value="{secret}">
+<button type="submit" autofocus>加入 / Join</button></form>
+<p>想用另一个身份加入？先退出登录，再打开这个链接。</p>""",
+        )
     return page(
         "加入项目",
         f"""<h1>加入项目 / Join a project</h1>
@@ -111,6 +131,7 @@ async def login(request: Request) -> Response:
     secret = form.get("secret", "")
     handle = form.get("handle")
     display_name = form.get("display_name")
+    signed_in = await _signed_in(core, request)
     try:
         session = await core.db.write(
             lambda conn, tx: auth_actions.redeem_link(
@@ -120,6 +141,7 @@ async def login(request: Request) -> Response:
                 core.settings.session_days,
                 handle=handle or None,
                 display_name=display_name or None,
+                signed_in=signed_in,
             )
         )
     except RoomError as exc:
@@ -135,6 +157,8 @@ async def login(request: Request) -> Response:
         await member_actions.publish_members(core, session.project_id)
     target = f"/#/p/{session.project_id}" if session.project_id else "/"
     response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+    if session.secret is None:  # joined with the session this browser already has
+        return response
     response.set_cookie(
         SESSION_COOKIE,
         session.secret,

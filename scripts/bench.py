@@ -12,6 +12,7 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``fanout``    1,000 subscribers at 50 msg/s vs a naive Starlette loop   (benchlib/fanout.py)
 * ``history``   a 100-message page in a 1,000,000-message project         (benchlib/history.py)
 * ``resume``    50 clients each 10,000 messages behind, stream running    (benchlib/resume.py)
+* ``echo``      end-to-end deliveries/s through builtin/echo, per-turn overhead (benchlib/echo.py)
 * ``mentions``  ``benchlib.mentions.run`` when that module imports and runs
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
@@ -38,7 +39,7 @@ SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
 CACHE = ROOT / ".bench-cache"
 RESULTS = ROOT / "bench-results.json"
-WORKLOADS = ("machine", "durable", "fanout", "history", "resume", "mentions")
+WORKLOADS = ("machine", "durable", "fanout", "history", "resume", "echo", "mentions")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -124,7 +125,7 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], list[Any]]]:
-    from benchlib import durable, fanout, history, machine, resume
+    from benchlib import durable, echo, fanout, history, machine, resume
     from benchlib.stats import from_dict
 
     def mentions() -> list[Any]:
@@ -141,6 +142,7 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
         "fanout": lambda: fanout.run(workdir, quick=quick),
         "history": lambda: history.run(workdir, CACHE, quick=quick),
         "resume": lambda: resume.run(workdir, quick=quick),
+        "echo": lambda: echo.run(workdir, quick=quick),
         "mentions": mentions,
     }
 

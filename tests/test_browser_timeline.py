@@ -54,7 +54,7 @@ def test_two_people_see_each_other_live(
         theirs = message(bob.page, "请看一下登录页的文案")
         expect(theirs).to_be_visible()
         expect(theirs).not_to_have_class(re.compile(r"\bmine\b"))
-        expect(theirs.locator(".author")).to_have_text("我")
+        expect(theirs.locator(".author")).to_have_text("管理员")
         expect(theirs.locator(".mention.mention-me")).to_have_text("@bob")
         mine = message(owner.page, "请看一下登录页的文案")
         expect(mine).to_have_class(re.compile(r"\bmine\b"))
@@ -73,7 +73,7 @@ def test_two_people_see_each_other_live(
         # Bob replies with a quote; the owner sees it live, with the quote.
         theirs.hover()
         theirs.get_by_role("button", name="回复").click()
-        expect(bob.page.locator("#quote-bar")).to_contain_text("回复 我")
+        expect(bob.page.locator("#quote-bar")).to_contain_text("回复 管理员")
         send(bob.page, "收到，我马上看")
         reply = message(owner.page, "收到，我马上看")
         expect(reply.locator(".msg-quote")).to_contain_text("请看一下登录页的文案")

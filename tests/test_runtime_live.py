@@ -107,7 +107,7 @@ def room(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
 
 def agent_replies(room: Room, handle: str) -> list[dict[str, Any]]:
     author = room.members[handle]["id"]
-    return [m for m in room.messages() if m["author_id"] == author]
+    return [m for m in room.messages() if m["author_id"] == author and m["kind"] != "tool"]
 
 
 async def test_echo_route_answers_without_keys(room: Room) -> None:
@@ -138,6 +138,9 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
     )
     middle, final = replies
     assert middle["body"] == "我先看一下，@owner 请稍等"
+    tools = [m for m in room.messages() if m["kind"] == "tool"]
+    assert [t["meta"]["tool"]["calls"][0]["name"] for t in tools] == ["room_history", "room_send"]
+    assert all(t["mentions"] == [] for t in tools)
     assert middle["mentions"] == [room.members["owner"]["id"]]
     assert final["body"] == "看完了：一切正常。"
     assert final["reply_to"] == sent["message_id"]

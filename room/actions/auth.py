@@ -32,7 +32,7 @@ def ensure_owner(conn: sqlite3.Connection, tx: Tx) -> User:
     if owner is not None:
         return owner
     user_id = auth_store.insert_user(
-        conn, handle="owner", display_name="我", is_admin=True, now=tx.now
+        conn, handle="owner", display_name="管理员", is_admin=True, now=tx.now
     )
     user = auth_store.get_user(conn, user_id)
     assert user is not None
@@ -90,8 +90,8 @@ def create_invite(
 @dataclass(frozen=True, slots=True)
 class NewSession:
     user: User
-    secret: str
-    csrf_token: str
+    secret: str | None  # None: the browser's existing session goes on
+    csrf_token: str | None
     project_id: int | None
 
 
@@ -103,13 +103,20 @@ def redeem_link(
     *,
     handle: str | None = None,
     display_name: str | None = None,
+    signed_in: User | None = None,
 ) -> NewSession:
-    """Use a one-time link. A login link signs its user in; an invite creates a user (with the
-    handle and display name given) who joins the invite's project."""
+    """Use a one-time link. A login link signs its user in. An invite makes someone a member of
+    its project: the person already signed in in this browser (``signed_in``), who keeps their
+    session, or else a new account with the handle and display name given."""
     taken = auth_store.take_link(conn, secret, tx.now)
     if taken is None:
         raise AuthError("this link is unknown, used or expired", code="link_invalid")
     purpose, user_id, project_id, role = taken
+    if purpose == "invite" and signed_in is not None:
+        assert project_id is not None
+        _join_existing(conn, tx, signed_in, project_id, role or "member")
+        auth_store.mark_link_user(conn, secret, signed_in.id)
+        return NewSession(signed_in, None, None, project_id)
     if purpose == "invite":
         assert project_id is not None
         if not handle or not display_name:
@@ -151,6 +158,31 @@ def redeem_link(
         expires_at=tx.now + session_days * SECONDS_PER_DAY,
     )
     return NewSession(user, session_secret, csrf, project_id)
+
+
+def _join_existing(
+    conn: sqlite3.Connection, tx: Tx, user: User, project_id: int, role: str
+) -> None:
+    existing = members_store.for_user(conn, project_id, user.id)
+    if existing is not None and existing.status != "left":
+        return  # already in: the invite is simply used
+    if existing is not None or members_store.handle_reserved(conn, project_id, user.handle):
+        raise ConflictError(
+            f"@{user.handle} is taken in this project (names of departed members stay reserved);"
+            " sign out and join with another handle",
+            code="handle_taken",
+            handle=user.handle,
+        )
+    members_store.insert(
+        conn,
+        project_id=project_id,
+        kind="human",
+        user_id=user.id,
+        role=role,
+        handle=user.handle,
+        display_name=user.display_name,
+        now=tx.now,
+    )
 
 
 def issue_agent_token(conn: sqlite3.Connection, tx: Tx, project: str, handle: str) -> str:

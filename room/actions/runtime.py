@@ -314,8 +314,35 @@ async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> 
     return await core.db.write(job)
 
 
+TOOL_ARG_CHARS = 80
+
+
+def tool_activity(
+    calls: list[dict[str, Any]], results: list[tuple[str, str]]
+) -> tuple[str, dict[str, Any]]:
+    """The timeline's record of one step's tool calls: a short line each, and the details."""
+    outcome = {call_id: _tool_ok(text) for call_id, text in results}
+    entries = []
+    for call in calls:
+        args = json.dumps(call["arguments"], ensure_ascii=False)
+        if len(args) > TOOL_ARG_CHARS:
+            args = args[: TOOL_ARG_CHARS - 1] + "…"
+        entries.append({"name": call["name"], "arguments": args, "ok": outcome.get(call["id"])})
+    lines = [f"🔧 `{e['name']}` {'✓' if e['ok'] else '✗'}" for e in entries]
+    return "\n".join(lines), {"tool": {"calls": entries}}
+
+
+def _tool_ok(text: str) -> bool:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return True
+    return not (isinstance(data, dict) and data.get("ok") is False)
+
+
 async def record_tool_step(
     core: Core,
+    project_id: int,
     member_id: int,
     turn_id: int,
     step: int,
@@ -324,7 +351,23 @@ async def record_tool_step(
     results: list[tuple[str, str]],
     side_effects: int,
 ) -> None:
+    """The step's transcript entries, and a ``tool`` message in the timeline (shown apart from
+    speech; it mentions and wakes nobody, and agents' contexts leave it out)."""
+    body, meta = tool_activity(calls, results)
+    meta["tool"].update(turn_id=turn_id, step=step)
+
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        append_message(
+            conn,
+            tx,
+            core,
+            project_id=project_id,
+            author_id=member_id,
+            kind="tool",
+            body=body,
+            html=render(body),
+            meta=meta,
+        )
         rt_store.append_transcript(
             conn,
             member_id=member_id,

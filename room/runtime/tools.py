@@ -85,6 +85,8 @@ async def _room_history(ctx: ToolContext, args: dict[str, Any]) -> str:
     out = []
     for frame in frames:
         message = json.loads(frame)
+        if message["kind"] == "tool":
+            continue  # tool activity is for people reading the timeline, not for models
         author = roster.member(message["author_id"]) if message["author_id"] else None
         out.append(
             {

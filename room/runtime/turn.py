@@ -131,6 +131,7 @@ class Turn:
                 )
             await runtime_actions.record_tool_step(
                 self.core,
+                self.member.project_id,
                 self.member.id,
                 self.turn_id,
                 step,
@@ -173,7 +174,7 @@ class Turn:
             timeline=[
                 ctx_mod.Line(m["seq"], m["author_id"], m["body"], m["kind"])
                 for m in history
-                if not m["deleted"]
+                if not m["deleted"] and m["kind"] != "tool"
             ],
             inputs=[ctx_mod.Line(i.seq, i.author_id, i.body) for i in self.inbound],
             budget_tokens=self.rt.settings.context_tokens,
