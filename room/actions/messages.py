@@ -232,7 +232,7 @@ def submit_send(
         held_project = state not in WAKING_STATES
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
-            rt_store.reset_agent_turns(conn, project_id)
+            rt_store.reset_agent_turns(conn, project_id, tx.counters)
         if routing.recipients:
             deliveries_store.insert_many(
                 conn,

@@ -327,6 +327,6 @@ def deliver_goal(
         to=[lead] if lead is not None else [], author=creator, client_txn_id=txn,
     )  # fmt: skip
     if creator.kind == "human":
-        rt_store.reset_agent_turns(conn, project_id)
+        rt_store.reset_agent_turns(conn, project_id, tx.counters)
     fx.flush(conn, tx)
     return message_id

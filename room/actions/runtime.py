@@ -215,7 +215,7 @@ async def start_turn(
         brake = rt_store.brake(conn, project_id)
         tripped = brake["tripped"]
         if tripped is None:
-            count = rt_store.count_agent_turn(conn, project_id)
+            count = rt_store.count_agent_turn(conn, project_id, tx.counters)
             if count > cap:
                 detail = {"agent_turns": count - 1, "cap": cap}
                 _trip(conn, tx, core, project_id, "agent_turn_cap", detail)
@@ -483,6 +483,7 @@ async def clear_brake(core: Core, project_id: int, human_member_id: int) -> dict
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         before = rt_store.brake(conn, project_id)
         rt_store.clear_brake(conn, project_id, human_member_id, tx.now)
+        tx.counters[f"agent_turns:{project_id}"] = 0
         audit_store.record(
             conn,
             now=tx.now,

@@ -21,11 +21,17 @@ def insert_many(
     now: float,
 ) -> None:
     """``recipients`` are (member_id, initial state) with state ``pending`` or ``held``."""
-    conn.executemany(
-        "INSERT OR IGNORE INTO deliveries (project_id, message_id, recipient_id, state,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-        [(project_id, message_id, member_id, state, now, now) for member_id, state in recipients],
-    )
+    rows = [(project_id, message_id, member_id, state, now, now) for member_id, state in recipients]
+    if len(rows) == 1:  # the common case; executemany costs more for one row
+        conn.execute(_INSERT_DELIVERY, rows[0])
+    else:
+        conn.executemany(_INSERT_DELIVERY, rows)
+
+
+_INSERT_DELIVERY = (
+    "INSERT OR IGNORE INTO deliveries (project_id, message_id, recipient_id, state,"
+    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
 def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:

@@ -373,21 +373,34 @@ def brake(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
     }
 
 
-def count_agent_turn(conn: sqlite3.Connection, project_id: int) -> int:
+def count_agent_turn(
+    conn: sqlite3.Connection, project_id: int, counters: dict[str, int] | None = None
+) -> int:
     ensure_brake(conn, project_id)
     row = conn.execute(
         "UPDATE project_brakes SET agent_turns = agent_turns + 1 WHERE project_id = :p"
         " RETURNING agent_turns",
         {"p": project_id},
     ).fetchone()
+    if counters is not None:
+        counters[f"agent_turns:{project_id}"] = int(row[0])
     return int(row[0])
 
 
-def reset_agent_turns(conn: sqlite3.Connection, project_id: int) -> None:
+def reset_agent_turns(
+    conn: sqlite3.Connection, project_id: int, counters: dict[str, int] | None = None
+) -> None:
+    """Every human message resets the count; with the writer's ``counters`` (see ``Tx``) a
+    count already known to be zero costs no statement."""
+    key = f"agent_turns:{project_id}"
+    if counters is not None and counters.get(key) == 0:
+        return
     conn.execute(
         "UPDATE project_brakes SET agent_turns = 0 WHERE project_id = :p AND agent_turns != 0",
         {"p": project_id},
     )
+    if counters is not None:
+        counters[key] = 0
 
 
 def trip(
