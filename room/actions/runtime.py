@@ -227,37 +227,32 @@ async def start_turn(
         turn_id = rt_store.insert_turn(
             conn, project_id=project_id, member_id=member_id, trigger=trigger, now=tx.now
         )
-        rt_store.take_into_turn(conn, ids, turn_id)
-        for item in inbound:
-            rt_store.append_transcript(
-                conn,
-                member_id=member_id,
-                turn_id=turn_id,
-                role="user",
-                content=item.body,
-                now=tx.now,
-                delivery_id=item.delivery_id,
-            )
+        _take(conn, tx, member_id, turn_id, inbound)
         return TurnStart(turn_id)
 
     return await core.db.write(job)
 
 
 async def take_steer(core: Core, member_id: int, turn_id: int, inbound: Sequence[Inbound]) -> None:
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
-        rt_store.take_into_turn(conn, [i.delivery_id for i in inbound], turn_id)
-        for item in inbound:
-            rt_store.append_transcript(
-                conn,
-                member_id=member_id,
-                turn_id=turn_id,
-                role="user",
-                content=item.body,
-                now=tx.now,
-                delivery_id=item.delivery_id,
-            )
+    """Messages that arrived mid-turn, taken in at a step boundary."""
+    await core.db.write(lambda conn, tx: _take(conn, tx, member_id, turn_id, inbound))
 
-    await core.db.write(job)
+
+def _take(
+    conn: sqlite3.Connection, tx: Tx, member_id: int, turn_id: int, inbound: Sequence[Inbound]
+) -> None:
+    """Bind deliveries to a turn and write them into the session's transcript (its record)."""
+    rt_store.take_into_turn(conn, [i.delivery_id for i in inbound], turn_id)
+    for item in inbound:
+        rt_store.append_transcript(
+            conn,
+            member_id=member_id,
+            turn_id=turn_id,
+            role="user",
+            content=item.body,
+            now=tx.now,
+            delivery_id=item.delivery_id,
+        )
 
 
 @dataclass(slots=True)
