@@ -68,11 +68,15 @@ class RosterCache:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._cache: dict[int, ProjectRoster] = {}
+        # Bumped by every invalidation: a read that was in flight across one must not be cached
+        # (it may predate the change that invalidated the cache).
+        self._generation: dict[int, int] = {}
 
     async def get(self, project_id: int) -> ProjectRoster:
         cached = self._cache.get(project_id)
         if cached is not None:
             return cached
+        generation = self._generation.get(project_id, 0)
         members, names, lead_id = await self._db.read(
             lambda conn: (
                 members_store.list_for_project(conn, project_id),
@@ -81,7 +85,8 @@ class RosterCache:
             )
         )
         built = build_roster(members, names, lead_id)
-        self._cache[project_id] = built
+        if self._generation.get(project_id, 0) == generation:
+            self._cache[project_id] = built
         return built
 
     def peek(self, project_id: int) -> ProjectRoster | None:
@@ -89,6 +94,7 @@ class RosterCache:
 
     def invalidate(self, project_id: int) -> None:
         self._cache.pop(project_id, None)
+        self._generation[project_id] = self._generation.get(project_id, 0) + 1
 
 
 def build_roster(
@@ -157,3 +163,4 @@ class Core:
     limiter: RateLimiter
     runtime: Waker = field(default_factory=NoRuntime)
     clock: Callable[[], float] = time.time
+    purging: set[int] = field(default_factory=set)  # projects with a purge under way

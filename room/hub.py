@@ -85,8 +85,8 @@ class Outbox:
 
     Pushed frames wait in ``_batch`` until the :class:`Flusher` writes them together; when the
     socket is not writable they move to ``_queue``, drained by the connection's sender task, and
-    everything after them queues behind them (order is kept). Past ``limit`` frames waiting, the
-    connection is cut as a slow consumer.
+    everything after them queues behind them (order is kept). Past ``limit`` frames or
+    ``limit_bytes`` waiting, the connection is cut as a slow consumer.
     """
 
     def __init__(
@@ -95,6 +95,7 @@ class Outbox:
         close: Close,
         *,
         limit: int,
+        limit_bytes: int = 16 * 1024 * 1024,
         direct: DirectWrite | None = None,
         flusher: Flusher | None = None,
         name: str = "",
@@ -104,6 +105,10 @@ class Outbox:
         self._direct = direct
         self._flusher = flusher or Flusher()
         self.limit = limit
+        self.limit_bytes = limit_bytes
+        self._waiting_bytes = 0  # in _batch and _queue
+        self._emptied = asyncio.Event()  # set whenever nothing is waiting
+        self._emptied.set()
         self.name = name
         self._batch: list[Frame] = []
         self._queue: deque[Frame] = deque()
@@ -124,33 +129,57 @@ class Outbox:
             frame = Frame(frame)
         if self._queue:
             return self._enqueue(frame)
-        if len(self._batch) >= self.limit:
+        size = len(frame.text)
+        if len(self._batch) >= self.limit or self._waiting_bytes + size > self.limit_bytes:
             self.cut("slow consumer: outbox full; reconnect and resume with since")
             return False
         if not self._batch:
             self._flusher.mark(self)
         self._batch.append(frame)
+        self._waiting_bytes += size
+        self._emptied.clear()
         return True
 
     def flush(self) -> None:
         batch, self._batch = self._batch, []
         if self.closed or not batch:
             return
+        self._waiting_bytes -= sum(len(f.text) for f in batch)
         if not self._queue and self._direct is not None:
             wire = batch[0].wire if len(batch) == 1 else b"".join(f.wire for f in batch)
             if self._direct(wire):
+                self._settle()
                 return
         for frame in batch:
             if not self._enqueue(frame):
                 return
 
     def _enqueue(self, frame: Frame) -> bool:
-        if len(self._queue) >= self.limit:
+        size = len(frame.text)
+        if len(self._queue) >= self.limit or self._waiting_bytes + size > self.limit_bytes:
             self.cut("slow consumer: outbox full; reconnect and resume with since")
             return False
         self._queue.append(frame)
+        self._waiting_bytes += size
+        self._emptied.clear()
         self._wake.set()
         return True
+
+    def _settle(self) -> None:
+        if not self._queue and not self._batch:
+            self._emptied.set()
+
+    async def wait_sent(self, wait_secs: float) -> bool:
+        """Wait until everything pushed so far left for the socket (backpressure for large
+        replays); False if the connection is closed or did not take it in time."""
+        try:
+            async with asyncio.timeout(wait_secs):
+                while not self.closed and (self._batch or self._queue):
+                    await self._emptied.wait()
+                    await asyncio.sleep(0)  # a frame pushed just now may still be batched
+        except TimeoutError:
+            return False
+        return not self.closed
 
     def cut(self, reason: str, code: int = CLOSE_SLOW_CONSUMER) -> None:
         if self.closed:
@@ -158,7 +187,9 @@ class Outbox:
         self.closed, self.close_reason = True, reason
         self._queue.clear()
         self._batch.clear()
+        self._waiting_bytes = 0
         self._wake.set()
+        self._emptied.set()
         log.info("cutting connection %s: %s", self.name, reason)
         asyncio.get_running_loop().create_task(self._close_quietly(code, reason))
 
@@ -178,6 +209,8 @@ class Outbox:
                     await self._send_text(frame.text)
                     if self._queue and self._queue[0] is frame:
                         self._queue.popleft()
+                        self._waiting_bytes -= len(frame.text)
+                self._settle()
         except Exception:
             self.closed = True
 
@@ -278,6 +311,15 @@ class Hub:
         if project_id is not None:
             return len(self._projects.get(project_id, ()))
         return sum(len(s) for s in self._projects.values())
+
+    def cut_member(self, project_id: int, member_id: int) -> None:
+        """A member left: end their subscriptions to the project at once (they may still be
+        connected for other projects)."""
+        frame = Frame(f'{{"type":"unsubscribed","project_id":{project_id},"reason":"left"}}')
+        for sub in list(self._projects.get(project_id, ())):
+            if sub.member_id == member_id:
+                self.unsubscribe(sub)
+                sub.outbox.push(frame)
 
     def cut_project(self, project_id: int, reason: str) -> None:
         for sub in list(self._projects.get(project_id, ())):

@@ -52,6 +52,11 @@ class Settings(BaseModel):
         ge=16,
         description="Frames queued for one connection before it is cut as a slow consumer.",
     )
+    outbox_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Bytes queued for one connection before it is cut as a slow consumer.",
+    )
     send_rate_per_sec: float = Field(
         default=10.0, gt=0, description="Sustained sends per member per second."
     )

@@ -40,6 +40,7 @@ CLOSE_UNAUTHENTICATED = 4401
 AUTH_TIMEOUT_SECS = 10.0
 REPLAY_PAGE = 500  # events per batch frame: small enough that live traffic interleaves
 MAX_REPLAY_EVENTS = 200_000
+REPLAY_SEND_SECS = 30.0
 # Sends of one connection queued for commit and not yet acked. Past it the connection stops
 # reading until its commits catch up, so an overloaded server keeps the backlog in the kernel's
 # socket buffers (and the client's), not as Python objects competing for the CPU.
@@ -73,6 +74,7 @@ class Connection:
             self._send_text,
             self._close,
             limit=core.settings.outbox_frames,
+            limit_bytes=core.settings.outbox_bytes,
             direct=extensions.get("room.direct_write"),
             flusher=core.hub.flusher,
             name=f"{websocket.client}",
@@ -376,6 +378,11 @@ class Connection:
                         + "]}"
                     )
                 if len(page) < REPLAY_PAGE or self.outbox.closed:
+                    break
+                # Read the next page only once this one left for the socket: a client that
+                # does not read holds at most a page or two, not the whole backlog.
+                if not await self.outbox.wait_sent(REPLAY_SEND_SECS):
+                    self.outbox.cut("slow consumer during replay; resume with since")
                     break
         self.core.hub.go_live(sub, last)
 

@@ -21,6 +21,7 @@ from room.render import render
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import messages as messages_store
+from room.store import projects as projects_store
 from room.store import runtime as rt_store
 from room.store.runtime import Inbound
 
@@ -72,8 +73,11 @@ def set_deliveries(
     *,
     mode: str | None = None,
     reason: str | None = None,
+    allowed_from: Sequence[str] | None = None,
 ) -> None:
-    rows = rt_store.set_state(conn, ids, state, tx.now, mode=mode, reason=reason)
+    rows = rt_store.set_state(
+        conn, ids, state, tx.now, mode=mode, reason=reason, allowed_from=allowed_from
+    )
     _publish_deliveries(core, tx, rows, state, mode, reason)
 
 
@@ -107,10 +111,43 @@ async def post_notice(core: Core, project_id: int, body: str, **meta: Any) -> in
 # -- hand-off -----------------------------------------------------------------------------------
 
 
+def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> str | None:
+    """Why a member's deliveries may not be dispatched now (inside the writer's transaction,
+    so a pause committed a moment ago is seen): ``held`` when the project or the member is
+    paused or closed, ``pending`` when the loop brake is tripped, None when dispatch is open."""
+    row = conn.execute(
+        "SELECT p.state, m.status, p.id FROM members m JOIN projects p ON p.id = m.project_id"
+        " WHERE m.id = :m",
+        {"m": member_id},
+    ).fetchone()
+    if row is None or row[0] != "active" or row[1] != "active":
+        return "held"
+    if rt_store.brake(conn, int(row[2]))["tripped"] is not None:
+        return "pending"
+    return None
+
+
+def release(
+    conn: sqlite3.Connection, tx: Tx, core: Core, member_id: int, ids: Sequence[int], reason: str
+) -> None:
+    """Deliveries a session took but no model ever answered go back, never failed: ``held``
+    while the project or member is paused or closed, else ``pending`` for the next dispatch."""
+    if not ids:
+        return
+    to = "held" if dispatch_blocker(conn, member_id) == "held" else "pending"
+    conn.executemany(
+        "UPDATE deliveries SET turn_id = NULL, handoff = NULL WHERE id = ?", [(i,) for i in ids]
+    )
+    set_deliveries(conn, tx, core, ids, to, reason=reason)
+
+
 async def claim(core: Core, member_id: int, limit: int = 50) -> list[Inbound]:
-    """pending → delivered: the deliveries now sit in the in-process session's inbox."""
+    """pending → delivered: the deliveries now sit in the in-process session's inbox. Nothing
+    is claimed unless dispatch is open at this very commit."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> list[Inbound]:
+        if dispatch_blocker(conn, member_id) is not None:
+            return []
         taken = rt_store.claim_pending(conn, member_id, tx.now, limit)
         rows = [(i.delivery_id, i.project_id, i.message_id, member_id) for i in taken]
         _publish_deliveries(core, tx, rows, "delivered")
@@ -119,9 +156,20 @@ async def claim(core: Core, member_id: int, limit: int = 50) -> list[Inbound]:
     return await core.db.write(job)
 
 
+async def release_claimed(core: Core, member_id: int, ids: Sequence[int], reason: str) -> None:
+    await core.db.write(lambda conn, tx: release(conn, tx, core, member_id, ids, reason))
+
+
 async def offer(core: Core, member_id: int, handoff: str) -> list[Inbound]:
-    """Pending deliveries handed to an external agent's socket (still pending until receipt)."""
-    return await core.db.write(lambda conn, tx: rt_store.offer_pending(conn, member_id, handoff))
+    """Pending deliveries handed to an external agent's socket (still pending until receipt);
+    only while dispatch is open, each to one socket."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> list[Inbound]:
+        if dispatch_blocker(conn, member_id) is not None:
+            return []
+        return rt_store.offer_pending(conn, member_id, handoff)
+
+    return await core.db.write(job)
 
 
 async def confirm(
@@ -136,16 +184,15 @@ async def confirm(
             "pending": ("unknown", "delivered"),
         }[state]
         own = _own_open(conn, member_id, delivery_ids, allowed)
-        if state == "pending":
-            conn.executemany(
-                "UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in own]
-            )
         for delivery_id in own:
             if _state_of(conn, delivery_id) == "unknown":
                 rt_store.reconcile_record(
                     conn, delivery_id, "unknown", state, "confirmed by the external agent", tx.now
                 )
-        set_deliveries(conn, tx, core, own, state, mode=mode)
+        if state == "pending":  # asked for again: waits while paused, like any delivery
+            release(conn, tx, core, member_id, own, "the external agent asked for it again")
+        else:
+            set_deliveries(conn, tx, core, own, state, mode=mode)
         return own
 
     return await core.db.write(job)
@@ -212,6 +259,10 @@ async def start_turn(
     ids = [i.delivery_id for i in inbound]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> TurnStart:
+        blocked = dispatch_blocker(conn, member_id)
+        if blocked == "held":  # paused or closed between the claim and now
+            release(conn, tx, core, member_id, ids, "dispatch stopped before the turn started")
+            return TurnStart(None, None)
         brake = rt_store.brake(conn, project_id)
         tripped = brake["tripped"]
         if tripped is None:
@@ -221,7 +272,7 @@ async def start_turn(
                 _trip(conn, tx, core, project_id, "agent_turn_cap", detail)
                 tripped = "agent_turn_cap"
         if tripped is not None:
-            set_deliveries(conn, tx, core, ids, "pending", reason="loop brake: waiting for a human")
+            release(conn, tx, core, member_id, ids, "loop brake: waiting for a human")
             return TurnStart(None, tripped)
         trigger = inbound[-1].message_id if inbound else None
         turn_id = rt_store.insert_turn(
@@ -420,13 +471,24 @@ async def end_turn(
     reason: str,
     notice: str | None,
     brake: tuple[str, dict[str, Any]] | None = None,
+    unanswered: str = "fail",
 ) -> None:
-    """End a turn that did not complete: deliveries it took but never got a model answer for
-    become ``failed`` with ``reason``; a notice says so in the room."""
+    """End a turn that did not complete. Deliveries it took but no model answered: with
+    ``unanswered="fail"`` they become ``failed`` with ``reason`` (the work itself failed: the
+    provider refused, a person stopped it); with ``"release"`` they go back to wait
+    (``held``/``pending``, see :func:`release`), as when a project pause or a brake stopped the
+    turn before they were seen; ``"release_if_closed"`` releases when the project is no longer
+    active and fails otherwise. A notice, if any, says so in the room."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
         open_ids = [d for d, s in rt_store.deliveries_of_turn(conn, turn_id) if s == "delivered"]
-        set_deliveries(conn, tx, core, open_ids, "failed", reason=reason)
+        mode = unanswered
+        if mode == "release_if_closed":
+            mode = "release" if projects_store.state_of(conn, project_id) != "active" else "fail"
+        if mode == "release":
+            release(conn, tx, core, member_id, open_ids, reason)
+        else:
+            set_deliveries(conn, tx, core, open_ids, "failed", reason=reason)
         rt_store.update_turn(conn, turn_id, state=state, steps=steps, error=reason, ended_at=tx.now)
         if brake is not None:
             _trip(conn, tx, core, project_id, brake[0], brake[1])
@@ -541,7 +603,17 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str
                 "UPDATE deliveries SET turn_id = NULL, handoff = NULL WHERE id = ?",
                 [(i,) for i in ids],
             )
-        set_deliveries(conn, tx, core, ids, to, mode=mode, reason=reason)
+        # The one path that may leave 'consumed': a turn the crash cut short is settled here.
+        set_deliveries(
+            conn,
+            tx,
+            core,
+            ids,
+            to,
+            mode=mode,
+            reason=reason,
+            allowed_from=("pending", "delivered", "consumed", "unknown"),
+        )
 
     for turn_id, project_id, member_id, side_effects in rt_store.running_turns(conn):
         report["turns_interrupted"] += 1

@@ -57,7 +57,6 @@ class Session:
         self.task: asyncio.Task[None] | None = None
         self.poked = False
         self.stop_requested = False
-        self.braked = False
         self.turn_id: int | None = None
         self.call_task: asyncio.Future[Any] | None = None
         self.turn_task: asyncio.Task[Any] | None = None
@@ -87,11 +86,12 @@ class Session:
                 if member is None:
                     return
                 self.stop_requested = False
-                self.braked = False
-                inbound = await runtime_actions.claim(rt.core, self.member_id)
-                if not inbound:
-                    continue
                 async with rt.slots:
+                    # Claimed only once a slot is free: what waits for a slot stays 'pending'
+                    # (a pause meanwhile holds it; it is never failed for waiting).
+                    inbound = await runtime_actions.claim(rt.core, self.member_id)
+                    if not inbound:
+                        continue
                     self.turn_task = asyncio.ensure_future(Turn(rt, self, member, inbound).run())
                     try:
                         await self.turn_task
@@ -199,13 +199,23 @@ class Runtime:
         return member
 
     async def limits(self, project_id: int) -> Limits:
+        """The project's limits; a missing or unusable value falls back to the server's."""
         values = await self.core.db.read(lambda conn: projects_store.settings(conn, project_id))
-        budget = values.get("token_budget", self.settings.token_budget)
+
+        def number(key: str, default: int | None) -> int | None:
+            value = values.get(key)
+            return value if isinstance(value, int) and value > 0 else default
+
         return Limits(
-            max_steps=int(values.get("max_steps", self.settings.max_steps)),
-            agent_turn_cap=int(values.get("agent_turn_cap", self.settings.agent_turn_cap)),
-            token_budget=int(budget) if budget is not None else None,
+            max_steps=number("max_steps", self.settings.max_steps) or self.settings.max_steps,
+            agent_turn_cap=number("agent_turn_cap", self.settings.agent_turn_cap)
+            or self.settings.agent_turn_cap,
+            token_budget=number("token_budget", self.settings.token_budget),
         )
+
+    async def brake_tripped(self, project_id: int) -> bool:
+        brake = await self.core.db.read(lambda conn: rt_store.brake(conn, project_id))
+        return brake["tripped"] is not None
 
     async def route_for(self, member: Member) -> ResolvedRoute:
         """Resolved at every request, so a change applies from the next one."""

@@ -74,7 +74,8 @@ async def _room_send(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 async def _room_history(ctx: ToolContext, args: dict[str, Any]) -> str:
     before = args.get("before")
-    limit = max(1, min(HISTORY_MAX, int(args.get("limit", 20) or 20)))
+    raw_limit = args.get("limit", 20)
+    limit = max(1, min(HISTORY_MAX, raw_limit if isinstance(raw_limit, int) else 20))
     project_id = ctx.member.project_id
     frames, has_more = await ctx.core.db.read(
         lambda conn: messages_store.history(
@@ -223,3 +224,8 @@ class Toolbox:
             return await tool.run(ctx, args), tool.side_effect
         except RoomError as exc:
             return _result({"ok": False, "error": exc.code, "message": exc.message}), False
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+            # Arguments of the wrong shape from a model: tell it, do not end its turn.
+            return _result(
+                {"ok": False, "error": "bad_arguments", "message": str(exc)[:200]}
+            ), False

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+STOPPED = "stopped: a person stopped this work, or the project stopped"
 REPEAT_LIMIT = 3  # the same tool call this many times in one turn trips the brake
 TIMELINE_MESSAGES = 60
 
@@ -58,10 +59,19 @@ class Turn:
 
     async def run(self) -> TurnOutcome:
         project_id = self.member.project_id
-        limits = await self.rt.limits(project_id)
-        start = await runtime_actions.start_turn(
-            self.core, project_id, self.member.id, self.inbound, limits.agent_turn_cap
-        )
+        ids = [i.delivery_id for i in self.inbound]
+        try:
+            limits = await self.rt.limits(project_id)
+            start = await runtime_actions.start_turn(
+                self.core, project_id, self.member.id, self.inbound, limits.agent_turn_cap
+            )
+        except Exception:
+            # Claimed but no turn opened: give them back rather than leave them 'delivered'.
+            log.exception("turn of member %s could not start", self.member.id)
+            await runtime_actions.release_claimed(
+                self.core, self.member.id, ids, "the turn could not start"
+            )
+            return TurnOutcome("failed", 0)
         if start.turn_id is None:
             return TurnOutcome("braked", 0)
         self.turn_id = start.turn_id
@@ -69,8 +79,12 @@ class Turn:
         try:
             return await self._loop(limits)
         except asyncio.CancelledError:
+            if self.rt.closing:
+                # Server shutdown: leave the turn 'running'; the next start reconciles it from
+                # the session's record (re-run if it had no effect), as after a crash.
+                raise
             if self.session.stop_requested:
-                await self._end("cancelled", "stopped by a person", notice=None)
+                await self._end("cancelled", STOPPED, notice=None, unanswered="release_if_closed")
                 return TurnOutcome("cancelled", self.steps)
             raise
         except Exception as exc:  # a bug must not leave deliveries stuck
@@ -90,8 +104,13 @@ class Turn:
         for step in range(1, limits.max_steps + 1):
             self.steps = step
             if self.session.stop_requested:
-                await self._end("cancelled", "stopped by a person", notice=None)
+                await self._end("cancelled", STOPPED, notice=None, unanswered="release_if_closed")
                 return TurnOutcome("cancelled", step - 1)
+            if step > 1 and await self.rt.brake_tripped(self.member.project_id):
+                # The brake (a token budget, another agent's loop) is a hard stop: no further
+                # model request from this turn.
+                await self._end("braked", "loop brake tripped", notice=None, unanswered="release")
+                return TurnOutcome("braked", step - 1)
             result = await self._call(messages, toolbox, limits)
             if result is None:
                 return TurnOutcome("failed", step)
@@ -111,6 +130,7 @@ class Turn:
                         "braked",
                         "repeating the same action",
                         notice=None,
+                        unanswered="release",
                         brake=(
                             "repetition",
                             {
@@ -140,13 +160,15 @@ class Turn:
                 results,
                 effects,
             )
-            steer = await self._steer()
-            if steer is not None:
-                messages.append(steer)
+            if step < limits.max_steps:  # nothing new is taken in that no request would carry
+                steer = await self._steer()
+                if steer is not None:
+                    messages.append(steer)
         await self._end(
             "step_limit",
             "step limit reached without a final answer",
             notice=None,
+            unanswered="release",
             brake=("step_limit", {"handle": self.member.handle, "max_steps": limits.max_steps}),
         )
         return TurnOutcome("step_limit", self.steps)
@@ -224,10 +246,9 @@ class Turn:
         call.usage_reported = getattr(result.usage, "reported", True)
         call.consumed = carried
         self.unconsumed = [u for u in self.unconsumed if u not in carried]
-        tripped = await runtime_actions.record_model_call(self.core, call, limits.token_budget)
-        if tripped:
-            # The answer already came back; the budget stops what follows, not this reply.
-            self.session.braked = True
+        # A budget spent by this request trips the brake; the answer already came back and is
+        # used, and the next step boundary sees the brake and stops.
+        await runtime_actions.record_model_call(self.core, call, limits.token_budget)
         return result
 
     async def _steer(self) -> ChatMessage | None:
@@ -283,6 +304,7 @@ class Turn:
         *,
         notice: str | None,
         brake: tuple[str, dict[str, Any]] | None = None,
+        unanswered: str = "fail",
     ) -> None:
         await runtime_actions.end_turn(
             self.core,
@@ -294,6 +316,7 @@ class Turn:
             reason=reason,
             notice=notice,
             brake=brake,
+            unanswered=unanswered,
         )
 
 

@@ -78,8 +78,8 @@ def offer_pending(
         int(r[0])
         for r in conn.execute(
             "SELECT id FROM deliveries WHERE recipient_id = :m AND state = 'pending'"
-            " AND (handoff IS NULL OR handoff != :h) ORDER BY id LIMIT :limit",
-            {"m": member_id, "h": handoff, "limit": limit},
+            " AND handoff IS NULL ORDER BY id LIMIT :limit",
+            {"m": member_id, "limit": limit},
         )
     ]
     if not ids:
@@ -117,6 +117,20 @@ def unsettled(conn: sqlite3.Connection, member_id: int) -> list[Inbound]:
     )
 
 
+# The ledger's transitions (DESIGN §5): a state may only be reached from these. Terminal
+# states (consumed, failed, cancelled) are left only by the start-up reconciliation, which says
+# so explicitly (``allowed_from``).
+ALLOWED_FROM: dict[str, tuple[str, ...]] = {
+    "delivered": ("pending", "unknown"),
+    "consumed": ("pending", "delivered", "unknown"),
+    "held": ("pending", "delivered", "unknown"),
+    "pending": ("held", "delivered", "unknown"),
+    "unknown": ("pending", "delivered"),
+    "failed": ("pending", "held", "delivered", "unknown"),
+    "cancelled": ("pending", "held", "delivered", "unknown"),
+}
+
+
 def set_state(
     conn: sqlite3.Connection,
     ids: Sequence[int],
@@ -125,17 +139,23 @@ def set_state(
     *,
     mode: str | None = None,
     reason: str | None = None,
+    allowed_from: Sequence[str] | None = None,
 ) -> list[tuple[int, int, int, int]]:
-    """Move deliveries to ``state``; returns (delivery, project, message, recipient) per row."""
+    """Move deliveries to ``state`` where the ledger allows it (rows in other states are left
+    alone); returns (delivery, project, message, recipient) of the rows that moved."""
     if not ids:
         return []
+    sources = ALLOWED_FROM[state] if allowed_from is None else tuple(allowed_from)
+    sql = (
+        "UPDATE deliveries SET state = :state, updated_at = :now,"
+        " mode = COALESCE(:mode, mode), reason = :reason WHERE id = :id"
+        f" AND state IN ({', '.join(repr(s) for s in sources)})"
+        " RETURNING id, project_id, message_id, recipient_id"
+    )
     rows = []
     for delivery_id in ids:
         row = conn.execute(
-            "UPDATE deliveries SET state = :state, updated_at = :now,"
-            " mode = COALESCE(:mode, mode), reason = :reason WHERE id = :id"
-            " RETURNING id, project_id, message_id, recipient_id",
-            {"state": state, "now": now, "mode": mode, "reason": reason, "id": delivery_id},
+            sql, {"state": state, "now": now, "mode": mode, "reason": reason, "id": delivery_id}
         ).fetchone()
         if row is not None:
             rows.append((int(row[0]), int(row[1]), int(row[2]), int(row[3])))
