@@ -62,6 +62,7 @@ def create_invite(
 ) -> str:
     if not inviter.is_owner:
         raise ConflictError("only a project owner can invite", code="not_owner")
+    projects_store.require_open(conn, project_id)
     secret = new_secret()
     auth_store.insert_link(
         conn,
@@ -112,6 +113,11 @@ def redeem_link(
     if taken is None:
         raise AuthError("this link is unknown, used or expired", code="link_invalid")
     purpose, user_id, project_id, role = taken
+    if purpose == "invite":
+        # Nobody joins an archived or trashed project; refusing rolls the take back, so the
+        # invite of an archived project works again after a restore (trash revokes invites).
+        assert project_id is not None
+        projects_store.require_open(conn, project_id)
     if purpose == "invite" and signed_in is not None:
         assert project_id is not None
         _join_existing(conn, tx, signed_in, project_id, role or "member")

@@ -10,8 +10,12 @@ attempt, allowed or refused (a refused attempt changes nothing else). Stops are 
 
 Trash writes a snapshot digest (counts and hashes of members, messages, ledger, tasks,
 decisions); restore recomputes it and refuses on mismatch with a per-table report, and lands in
-``paused`` with a new epoch. Deliveries still open at trash time are cancelled: restore never
-brings old pending requests back.
+``paused`` with a new epoch. Deliveries still open at trash time are cancelled and open invite
+links revoked: restore never brings old pending requests or invites back.
+
+Archived and trashed projects are read-only: every other action that changes a project's
+members, routes, limits or invites calls ``projects_store.require_open`` inside its write, so
+nothing lands after the archive or trash committed (it would break the restore's snapshot).
 """
 
 from __future__ import annotations
@@ -151,12 +155,23 @@ async def run(core: Core, actor: Member, project_id: int, op: str) -> dict[str, 
         await refuse(core, actor, project, op, decision.reason or "")
         decision.raise_if_refused()
     assert decision.target is not None
+    try:
+        return await _carry_out(core, actor, project, op, decision)
+    except ConflictError as exc:
+        # Refusals found only on the way (mostly inside a write, which rolls back with them).
+        if exc.code in ("state_changed", "snapshot_mismatch"):
+            await refuse(core, actor, project, op, exc.code)
+        raise
+
+
+async def _carry_out(
+    core: Core, actor: Member, project: Project, op: str, decision: Decision[ProjectState]
+) -> dict[str, Any]:
     if decision.procedure is Procedure.STOP:
         return await _stop_sequence(core, actor, project, op, decision)
     if op == ProjectOp.RESTORE and project.state == ProjectState.TRASHED:
         report = await core.db.read(lambda conn: _verify_snapshot(conn, project.id))
         if not report["ok"]:
-            await refuse(core, actor, project, op, "snapshot_mismatch")
             raise ConflictError(
                 "回收站快照与当前数据不一致，拒绝恢复 (The trash snapshot does not match the data.)",
                 code="snapshot_mismatch",
@@ -267,6 +282,7 @@ async def _stop_sequence(
             )
             if reached is ProjectState.TRASHED:
                 detail["cancelled"] = _cancel_open(conn, tx, core, project.id)
+                detail["invites_revoked"] = _revoke_invites(conn, tx, project.id)
                 text = NOTICES["trashed"].format(days=core.settings.trash_retention_days)
             else:
                 detail["held"] = _hold_pending(conn, tx, core, project.id)
@@ -338,6 +354,15 @@ def _cancel_open(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) 
     ids = _ids(conn, project_id, ("pending", "held", "delivered", "unknown"))
     runtime_actions.set_deliveries(conn, tx, core, ids, "cancelled", reason="project trashed")
     return len(ids)
+
+
+def _revoke_invites(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
+    """Open invite links die with the trash (marked used): a restore does not revive them."""
+    return conn.execute(
+        "UPDATE login_links SET used_at = :now WHERE project_id = :p AND purpose = 'invite'"
+        " AND used_at IS NULL",
+        {"p": project_id, "now": tx.now},
+    ).rowcount
 
 
 def _verify_snapshot(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:

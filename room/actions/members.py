@@ -1,7 +1,9 @@
 """Member operations (human only): add an agent, pause, resume, stop current work, leave.
 
 Permission comes from the pure table in ``room.lifecycle`` (an owner may act on anyone, a human
-on themself, an agent never); every attempt, allowed or refused, is audited.
+on themself, an agent never); every attempt, allowed or refused, is audited. Members change only
+while the project is open (active or paused), and a project always keeps one owner: the last
+owner can neither leave nor give up the role.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from room.actions import runtime as runtime_actions
 from room.actions import tasks as task_actions
 from room.actions.projects import AgentSpec, insert_agent
 from room.core import Core
-from room.errors import BadRequestError, ForbiddenError, NotFoundError
+from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
 from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
 from room.models import Member
 from room.protocol import encode
@@ -24,6 +26,10 @@ from room.store import members as members_store
 from room.store import projects as projects_store
 
 OPEN_FOR_LEAVE = ("pending", "held", "delivered", "unknown")
+LAST_OWNER = (
+    "项目至少保留一位所有者：请先让另一位成员成为所有者"
+    " (A project keeps at least one owner: make someone else an owner first.)"
+)
 
 
 def actor_kind(actor: Member) -> ActorKind:
@@ -58,6 +64,7 @@ async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> 
     project_id = actor.project_id
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Member:
+        projects_store.require_open(conn, project_id)
         member_id = insert_agent(conn, tx, project_id, spec)
         conn.execute(
             "UPDATE members SET driver = :d WHERE id = :id", {"d": driver, "id": member_id}
@@ -103,24 +110,21 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
     )
     if not decision.allowed:
         await core.db.write(
-            lambda conn, tx: audit_store.record(
-                conn,
-                now=tx.now,
-                actor_kind=actor.kind,
-                actor_id=actor.id,
-                project_id=project_id,
-                action=f"member.{op}",
-                from_state=target.status,
-                outcome="refused",
-                detail={"target": target_id, "reason": decision.reason},
-            )
+            lambda conn, tx: _audit_refused(conn, tx, actor, target, op, decision.reason or "")
         )
         decision.raise_if_refused()
     stopped = False
     if member_op_ in (MemberOp.STOP, MemberOp.LEAVE):
+        # Asked before the write. Should the write then refuse (project closed, last owner), a
+        # stop request is all that is left behind: harmless, since a person runs no turn and a
+        # closed project should have nothing running.
         stopped = core.runtime.stop_member(target_id)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any] | RoomError:
+        refusal = _refusal(conn, actor, target_id, member_op_)
+        if refusal is not None:
+            _audit_refused(conn, tx, actor, target, op, refusal.code)
+            return refusal
         result: dict[str, Any] = {"member_id": target_id, "op": op, "stop_requested": stopped}
         if member_op_ is MemberOp.PAUSE:
             members_store.set_status(conn, target_id, "paused", tx.now)
@@ -140,6 +144,8 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
             result["cancelled"] = _move(
                 conn, tx, core, target_id, OPEN_FOR_LEAVE, "cancelled", "recipient left"
             )
+            # Whoever left stops receiving the project live, on every socket they had open.
+            tx.on_commit(lambda: core.hub.cut_member(project_id, target_id))
         audit_store.record(
             conn,
             now=tx.now,
@@ -168,7 +174,51 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
         _publish_members(conn, tx, core, project_id)
         return result
 
-    return await core.db.write(job)
+    outcome = await core.db.write(job)
+    if isinstance(outcome, RoomError):
+        raise outcome
+    return outcome
+
+
+def _refusal(
+    conn: sqlite3.Connection, actor: Member, target_id: int, op: MemberOp
+) -> RoomError | None:
+    """Why ``op`` cannot run now, checked again inside the write (the roster read before it may
+    be stale): the project closed, the member changed status, or the last owner would leave."""
+    try:
+        projects_store.require_open(conn, actor.project_id)
+        current = members_store.get(conn, target_id)
+        if current is None or current.project_id != actor.project_id:
+            raise NotFoundError("no such member in this project", code="no_member")
+        decide_member(
+            MemberStatus(current.status), op, actor_kind(actor), is_self=target_id == actor.id
+        ).raise_if_refused()
+        if (
+            op is MemberOp.LEAVE
+            and current.kind == "human"
+            and current.is_owner
+            and _owner_count(conn, actor.project_id) <= 1
+        ):
+            raise ConflictError(LAST_OWNER, code="last_owner")
+    except RoomError as exc:
+        return exc
+    return None
+
+
+def _audit_refused(
+    conn: sqlite3.Connection, tx: Tx, actor: Member, target: Member, op: str, reason: str
+) -> None:
+    audit_store.record(
+        conn,
+        now=tx.now,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        project_id=actor.project_id,
+        action=f"member.{op}",
+        from_state=target.status,
+        outcome="refused",
+        detail={"target": target.id, "reason": reason},
+    )
 
 
 def _move(
@@ -201,14 +251,22 @@ async def set_role(core: Core, actor: Member, target_id: int, role: str) -> dict
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         target = members_store.get(conn, target_id)
         refusal = None
+        state = projects_store.state_of(conn, project_id) or "purged"
         if actor.kind != "human":
             refusal = ("agent_forbidden", "agents have no path to roles")
         elif not actor.is_owner:
             refusal = ("not_owner", "only a project owner grants roles")
         elif target is None or target.project_id != project_id or target.kind != "human":
             refusal = ("no_member", "roles are for people in this project")
+        elif target.status == "left":
+            refusal = ("member_left", "该成员已离开项目 (The member has left the project.)")
+        elif state not in projects_store.OPEN_STATES:
+            refusal = (
+                "project_closed",
+                f"项目处于 {state}，请先恢复项目 (The project is {state}; restore it first.)",
+            )
         elif role == "member" and target.is_owner and _owner_count(conn, project_id) <= 1:
-            refusal = ("last_owner", "a project keeps at least one owner")
+            refusal = ("last_owner", LAST_OWNER)
         audit_store.record(
             conn,
             now=tx.now,
@@ -229,8 +287,11 @@ async def set_role(core: Core, actor: Member, target_id: int, role: str) -> dict
     result = await core.db.write(job)
     if "refused" in result:
         code, message = result["refused"]
-        error = ForbiddenError if code in ("agent_forbidden", "not_owner") else BadRequestError
-        raise error(message, code=code)
+        if code in ("agent_forbidden", "not_owner"):
+            raise ForbiddenError(message, code=code)
+        if code == "no_member":
+            raise BadRequestError(message, code=code)
+        raise ConflictError(message, code=code)
     return result
 
 

@@ -45,7 +45,11 @@ def _split_external(
     own items) and report keys that clash with existing tasks."""
     if not isinstance(raw, dict) or not isinstance(raw.get("items"), list):
         return raw, {}, []
-    own = {i.get("key") for i in raw["items"] if isinstance(i, dict)}
+    # Only string keys can clash; anything else is the validator's to report (and a list or a
+    # dict would not even hash).
+    own = {
+        key for i in raw["items"] if isinstance(i, dict) and isinstance(key := i.get("key"), str)
+    }
     items, external, problems = [], {}, []
     for index, item in enumerate(raw["items"]):
         if not isinstance(item, dict):

@@ -6,6 +6,12 @@ released one step at a time, each step in its own transaction and recorded in ``
 a step that fails leaves ``purge_blocked`` and a retry continues after the last finished step.
 What stays: the projects row as a tombstone (id, name, purged at, by whom), the audit trail, and
 everything outside the data folder — workspaces and source code are never touched.
+
+Races: the first write of a run re-reads the state and writes ``purge_blocked`` at once, so a
+restore (allowed only from ``trashed``) can no longer win, and a crash mid-run leaves a state
+that only a retry leaves. ``core.purging`` holds the projects with a run under way in this
+process: a second purge of the same project is refused instead of running the steps twice.
+Members go last: until they are gone the owner can still reach the project to retry.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from room.actions.lifecycle import decision_for, load, refuse
 from room.core import Core
 from room.errors import ConflictError, RoomError
 from room.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
-from room.models import Member
+from room.models import Member, Project
 from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
@@ -152,8 +158,9 @@ PURGE_STEPS: tuple[PurgeStep, ...] = (
     PurgeStep("tasks", "plans, tasks, evidence and decisions", _tasks),
     PurgeStep("messages", "messages, edits, mentions, events, read cursors", _messages),
     PurgeStep("settings", "routes, brake, snapshots", _settings),
-    PurgeStep("members", "members and their names", _members),
     PurgeStep("files", "files under the data folder", _files),
+    # Last: once the members are gone nobody can reach the project to retry a purge.
+    PurgeStep("members", "members and their names", _members),
 )
 
 KEPT = (
@@ -225,9 +232,32 @@ async def purge(
             code="members_running",
             running=running,
         )
+    if project_id in core.purging:
+        await refuse(core, actor, project, "purge", "purge_in_progress")
+        raise ConflictError(
+            "清除正在进行，请稍候 (A purge of this project is already running; wait for it.)",
+            code="purge_in_progress",
+        )
+    # Checked and taken with no await in between: the event loop runs one purge start at a time.
+    core.purging.add(project_id)
+    try:
+        return await _run(core, actor, project, steps)
+    finally:
+        core.purging.discard(project_id)
+
+
+PURGEABLE = frozenset({ProjectState.TRASHED.value, ProjectState.PURGE_BLOCKED.value})
+
+
+async def _run(
+    core: Core, actor: Member, project: Project, steps: Sequence[PurgeStep]
+) -> dict[str, Any]:
+    project_id = project.id
     data = core.settings.data
 
-    def start(conn: sqlite3.Connection, tx: Tx) -> list[str]:
+    def start(conn: sqlite3.Connection, tx: Tx) -> list[str] | str:
+        state = projects_store.state_of(conn, project_id) or ProjectState.PURGED.value
+        allowed = state in PURGEABLE
         audit_store.record(
             conn,
             now=tx.now,
@@ -235,8 +265,21 @@ async def purge(
             actor_id=actor.id,
             project_id=project_id,
             action="project.purge",
-            from_state=project.state,
-            outcome="started",
+            from_state=state,
+            outcome="started" if allowed else "refused",
+            detail=None if allowed else {"reason": "state_changed"},
+        )
+        if not allowed:
+            return state
+        # At once: restore is allowed only from trashed, so it cannot win from here on, and a
+        # run cut off by a crash is left for a retry.
+        projects_store.set_state(
+            conn,
+            project_id,
+            state=ProjectState.PURGE_BLOCKED.value,
+            state_from=None,
+            stop_target=None,
+            now=tx.now,
         )
         return [
             str(r[0])
@@ -245,7 +288,14 @@ async def purge(
             )
         ]
 
-    done = set(await core.db.write(start))
+    started = await core.db.write(start)
+    if isinstance(started, str):
+        raise ConflictError(
+            f"项目已变为 {started}，未清除 (The project is now {started}; nothing was purged.)",
+            code="state_changed",
+            state=started,
+        )
+    done = set(started)
     core.hub.cut_project(project_id, "project purged")
     results: dict[str, Any] = {}
     failed: tuple[str, str] | None = None
@@ -256,8 +306,8 @@ async def purge(
         def run_step(conn: sqlite3.Connection, tx: Tx, step: PurgeStep = step) -> dict[str, Any]:
             counts = step.run(conn, project_id, data)
             conn.execute(
-                "INSERT INTO purge_steps (project_id, step, done_at, detail) VALUES (:p, :s, :now,"
-                " :d)",
+                "INSERT OR IGNORE INTO purge_steps (project_id, step, done_at, detail)"
+                " VALUES (:p, :s, :now, :d)",
                 {"p": project_id, "s": step.name, "now": tx.now, "d": str(counts)},
             )
             return counts
@@ -270,11 +320,21 @@ async def purge(
 
     reached = finish_purge(failed is None)
 
-    def finish(conn: sqlite3.Connection, tx: Tx) -> None:
-        projects_store.set_state(
-            conn, project_id, state=reached.value, state_from=None, stop_target=None, now=tx.now
-        )
-        if reached is ProjectState.PURGED:
+    def finish(conn: sqlite3.Connection, tx: Tx) -> str:
+        state = projects_store.state_of(conn, project_id) or ProjectState.PURGED.value
+        # Only over the state this run wrote: never turn a finished purge back into blocked.
+        ours = state == ProjectState.PURGE_BLOCKED.value
+        if ours:
+            projects_store.set_state(
+                conn,
+                project_id,
+                state=reached.value,
+                state_from=None,
+                stop_target=None,
+                now=tx.now,
+            )
+            state = reached.value
+        if ours and reached is ProjectState.PURGED:
             conn.execute(
                 "INSERT OR REPLACE INTO project_tombstones (project_id, name, purged_at, purged_by)"
                 " VALUES (:p, :name, :now, :by)",
@@ -288,17 +348,18 @@ async def purge(
             project_id=project_id,
             action="project.purge",
             from_state=project.state,
-            outcome="ok" if failed is None else "purge_blocked",
+            outcome=("ok" if failed is None else "purge_blocked") if ours else "state_changed",
             detail={"steps": results, "failed": list(failed) if failed else None},
         )
-        frame = encode({"type": "project", "project": {"id": project_id, "state": reached.value}})
+        frame = encode({"type": "project", "project": {"id": project_id, "state": state}})
         tx.on_commit(lambda: core.hub.broadcast(project_id, frame))
         tx.on_commit(lambda: core.rosters.invalidate(project_id))
+        return state
 
-    await core.db.write(finish)
+    state = await core.db.write(finish)
     return {
         "project_id": project_id,
-        "state": reached.value,
+        "state": state,
         "steps": results,
         "failed": {"step": failed[0], "error": failed[1]} if failed else None,
     }

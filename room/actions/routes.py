@@ -23,6 +23,7 @@ from room.routing import (
 )
 from room.store import Tx
 from room.store import members as members_store
+from room.store import projects as projects_store
 from room.store import routes as routes_store
 
 MAX_REASON_CHARS = 500
@@ -37,7 +38,8 @@ def _check_target(conn: sqlite3.Connection, project_id: int, scope: str, target:
                 f"unknown role {target!r}", code="bad_role", allowed=list(AGENT_ROLES)
             )
         return target
-    member = members_store.get(conn, int(target)) if target.isdigit() else None
+    member_id = projects_store.row_id(target)
+    member = members_store.get(conn, member_id) if member_id is not None else None
     if member is None or member.project_id != project_id or member.kind != "agent":
         raise NotFoundError("no such agent member in this project", code="no_member")
     return str(member.id)
@@ -47,18 +49,30 @@ def _check_value(scope: str, value: str | None) -> str | None:
     if value is None:
         return None
     if scope == "pool":
-        try:
-            data = json.loads(value)
-            pool = Pool(
-                tuple(str(m) for m in data.get("models", ())), bool(data.get("enabled", True))
-            )
-        except (ValueError, AttributeError) as exc:
-            raise BadRequestError(
-                'a pool is {"models": ["provider/model", …], "enabled": true}', code="bad_pool"
-            ) from exc
+        pool = _parse_pool(value)
         return json.dumps({"models": list(pool.models), "enabled": pool.enabled})
     parse_model_id(value)
     return value
+
+
+def _parse_pool(value: str) -> Pool:
+    """``{"models": ["provider/model", …], "enabled": true}``, strictly: anything else is
+    ``bad_pool``, never a 500."""
+    try:
+        data = json.loads(value)
+    except (ValueError, RecursionError):
+        data = None
+    models = data.get("models", []) if isinstance(data, dict) else None
+    enabled = data.get("enabled", True) if isinstance(data, dict) else None
+    if (
+        not isinstance(models, list)
+        or not all(isinstance(m, str) for m in models)
+        or not isinstance(enabled, bool)
+    ):
+        raise BadRequestError(
+            'a pool is {"models": ["provider/model", …], "enabled": true}', code="bad_pool"
+        )
+    return Pool(tuple(models), enabled)
 
 
 async def change_route(
@@ -91,6 +105,7 @@ async def change_route(
     value = _check_value(scope, value)
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        projects_store.require_open(conn, project_id)
         checked_target = _check_target(conn, project_id, scope, target)
         current = routes_store.settings(conn, project_id)
         if scope == "pool_pick" and value is not None:

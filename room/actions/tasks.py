@@ -308,8 +308,10 @@ def check_open(conn: sqlite3.Connection, member: Member) -> None:
 def find_task(conn: sqlite3.Connection, project_id: int, ref: str | int) -> TaskRow:
     """A task by id (digits) or key; keys that are all digits are addressed by id."""
     text = str(ref).strip()
-    if text.isdigit():
-        task = tasks_store.get_task(conn, int(text))
+    if text.isascii() and text.isdigit():
+        # Digits beyond a row id's range name no task (rather than overflow SQLite).
+        task_id = projects_store.row_id(text)
+        task = tasks_store.get_task(conn, task_id) if task_id is not None else None
         task = task if task is not None and task.project_id == project_id else None
     else:
         task = tasks_store.task_by_key(conn, project_id, text)

@@ -3,9 +3,10 @@ brake and the recovery report."""
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -14,12 +15,13 @@ from room.actions import members as member_actions
 from room.actions import routes as route_actions
 from room.actions import runtime as runtime_actions
 from room.actions.projects import AgentSpec
-from room.api.base import body_of, core_of, identity, member_in
+from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError, NotFoundError
 from room.routing import SOURCE_LABELS
 from room.runtime import Runtime
 from room.runtime.runtime import resolve_config
 from room.runtime.tools import Toolbox
+from room.store import Tx
 from room.store import projects as projects_store
 from room.store import routes as routes_store
 from room.store import runtime as rt_store
@@ -43,10 +45,10 @@ async def member_detail(request: Request) -> Response:
     actually observed on its last real request, its tools, its current turn."""
     who = await identity(request)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     await member_in(core, who, project_id)
     roster = await core.rosters.get(project_id)
-    member = roster.member(int(request.path_params["member_id"]))
+    member = roster.member(path_id(request, "member_id"))
     if member is None:
         raise NotFoundError("no such member in this project", code="no_member")
     data: dict[str, Any] = {"member": member.to_wire()}
@@ -89,7 +91,7 @@ class MemberIn(BaseModel):
 async def add_member(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    actor = await member_in(core, who, int(request.path_params["project_id"]))
+    actor = await member_in(core, who, path_id(request, "project_id"))
     data: MemberIn = await body_of(request, MemberIn)
     member = await member_actions.add_agent(
         core,
@@ -103,9 +105,9 @@ async def add_member(request: Request) -> Response:
 async def member_op(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    actor = await member_in(core, who, int(request.path_params["project_id"]))
+    actor = await member_in(core, who, path_id(request, "project_id"))
     result = await member_actions.member_op(
-        core, actor, int(request.path_params["member_id"]), request.path_params["op"]
+        core, actor, path_id(request, "member_id"), request.path_params["op"]
     )
     return JSONResponse(result)
 
@@ -113,7 +115,7 @@ async def member_op(request: Request) -> Response:
 async def get_routes(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     await member_in(core, who, project_id)
 
     def read(conn: Any) -> Any:
@@ -147,7 +149,7 @@ class RouteIn(BaseModel):
 async def change_route(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    actor = await member_in(core, who, int(request.path_params["project_id"]))
+    actor = await member_in(core, who, path_id(request, "project_id"))
     data: RouteIn = await body_of(request, RouteIn)
     result = await route_actions.change_route(
         core, actor, scope=data.scope, target=data.target, value=data.value, reason=data.reason
@@ -158,7 +160,7 @@ async def change_route(request: Request) -> Response:
 async def usage(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     await member_in(core, who, project_id)
     data = await core.db.read(lambda conn: rt_store.usage(conn, project_id))
     return JSONResponse(data)
@@ -167,7 +169,7 @@ async def usage(request: Request) -> Response:
 async def get_brake(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     await member_in(core, who, project_id)
     runtime = _runtime(request)
     brake = await core.db.read(lambda conn: rt_store.brake(conn, project_id))
@@ -187,39 +189,52 @@ async def get_brake(request: Request) -> Response:
 async def clear_brake(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     actor = await member_in(core, who, project_id)
     if actor.kind != "human":
         raise ForbiddenError("only a person clears the loop brake", code="human_only")
+    # Archived and trashed projects are read-only (the action checks again inside its write).
+    await core.db.read(lambda conn: projects_store.require_open(conn, project_id))
     brake = await runtime_actions.clear_brake(core, project_id, actor.id)
     _runtime(request).wake_project(project_id)
     return JSONResponse(brake)
 
 
 class LimitsIn(BaseModel):
+    """Each field given sets that limit; ``null`` removes it (back to the server's default).
+    Strict integers: ``"5"``, ``5.0`` and ``true`` are refused, not coerced."""
+
     model_config = ConfigDict(extra="forbid")
-    agent_turn_cap: int | None = Field(default=None, ge=1, le=10_000)
-    token_budget: int | None = Field(default=None, ge=1)
-    max_steps: int | None = Field(default=None, ge=1, le=100)
+    agent_turn_cap: StrictInt | None = Field(default=None, ge=1, le=10_000)
+    token_budget: StrictInt | None = Field(default=None, ge=1)
+    max_steps: StrictInt | None = Field(default=None, ge=1, le=100)
 
 
 async def set_limits(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     actor = await member_in(core, who, project_id)
     if not actor.is_owner:
         raise ForbiddenError("only a project owner sets limits", code="not_owner")
     data: LimitsIn = await body_of(request, LimitsIn)
-    values = {k: v for k, v in data.model_dump().items() if k in data.model_fields_set}
-    result = await core.db.write(
-        lambda conn, tx: projects_store.update_settings(conn, project_id, values, tx.now)
-    )
+    given = {k: v for k, v in data.model_dump().items() if k in data.model_fields_set}
+    values = {k: v for k, v in given.items() if v is not None}
+    removed = [k for k, v in given.items() if v is None]
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        projects_store.require_open(conn, project_id)
+        return projects_store.update_settings(conn, project_id, values, tx.now, remove=removed)
+
+    result = await core.db.write(job)
     return JSONResponse({"limits": result})
 
 
 async def recovery(request: Request) -> Response:
-    await identity(request)
+    """What the last start-up reconciled, across every project: for server admins only."""
+    who = await identity(request)
+    if who.user is None or not who.user.is_admin:
+        raise ForbiddenError("only a server admin reads the recovery report", code="admin_only")
     return JSONResponse(_runtime(request).recovery)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
@@ -38,6 +38,10 @@ from room.store import projects as projects_store
 
 MAX_JSON_BYTES = 256 * 1024
 
+# An id in a request body: positive and within SQLite's INTEGER, so a wild number is refused as
+# bad input (400) instead of overflowing the driver.
+RowId = Annotated[int, Field(ge=1, le=projects_store.MAX_ROW_ID)]
+
 
 def core_of(request: Request) -> Core:
     core: Core = request.app.state.core
@@ -53,6 +57,15 @@ async def identity(request: Request, *, mutation: bool = False) -> Identity:
     return found
 
 
+def path_id(request: Request, name: str) -> int:
+    """A row id from the path: digits beyond SQLite's 64-bit range name nothing (404), instead of
+    overflowing the driver (500)."""
+    value = int(request.path_params[name])
+    if value > projects_store.MAX_ROW_ID:
+        raise NotFoundError(f"没有这个编号 (Nothing has this {name}.)", code="not_found")
+    return value
+
+
 async def body_of(request: Request, model: type[BaseModel]) -> Any:
     raw = await request.body()
     if len(raw) > MAX_JSON_BYTES:
@@ -61,6 +74,8 @@ async def body_of(request: Request, model: type[BaseModel]) -> Any:
         data = json.loads(raw or b"{}")
     except ValueError as exc:
         raise BadRequestError(f"body is not JSON: {exc}", code="bad_json") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack
+        raise BadRequestError("body is nested too deeply", code="bad_json") from None
     if isinstance(data, dict):
         forged = AUTHOR_FIELDS.intersection(data)
         if forged:
@@ -180,7 +195,7 @@ async def create_project(request: Request) -> Response:
 async def get_project(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     member = await member_in(core, who, project_id)
 
     def query(conn: Any) -> Any:
@@ -197,7 +212,7 @@ async def get_project(request: Request) -> Response:
 async def list_messages(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     await member_in(core, who, project_id)
     try:
         before = int(request.query_params["before"]) if "before" in request.query_params else None
@@ -217,15 +232,15 @@ class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     body: str = Field(min_length=1)
     client_txn_id: str | None = Field(default=None, min_length=1, max_length=64)
-    reply_to: int | None = None
-    chips: list[int] = Field(default_factory=list, max_length=MAX_CHIPS)
+    reply_to: RowId | None = None
+    chips: list[RowId] = Field(default_factory=list, max_length=MAX_CHIPS)
     as_plain_text: bool = False
 
 
 async def post_message(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     member = await member_in(core, who, project_id)
     data: MessageIn = await body_of(request, MessageIn)
     ack = await message_actions.send_message(
@@ -249,7 +264,7 @@ async def message_detail(request: Request) -> Response:
     """Deliveries (the ledger's labels) and edit history of one message."""
     who = await identity(request)
     core = core_of(request)
-    message_id = int(request.path_params["message_id"])
+    message_id = path_id(request, "message_id")
     row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
     if row is None:
         raise NotFoundError("no such message", code="no_message")
@@ -273,7 +288,7 @@ class InviteIn(BaseModel):
 async def create_invite(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     member = await member_in(core, who, project_id)
     data: InviteIn = await body_of(request, InviteIn)
     if not member.is_owner:
@@ -289,7 +304,7 @@ async def create_invite(request: Request) -> Response:
 async def audit_log(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     member = await member_in(core, who, project_id)
     if not member.is_owner:
         raise ForbiddenError("only a project owner can read the audit log", code="not_owner")

@@ -12,7 +12,7 @@ from starlette.routing import Route
 from room.actions import lifecycle as lifecycle_actions
 from room.actions import members as member_actions
 from room.actions import purge as purge_actions
-from room.api.base import body_of, core_of, identity, member_in
+from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError
 
 
@@ -24,7 +24,7 @@ class LifecycleIn(BaseModel):
 async def lifecycle(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     actor = await member_in(core, who, project_id)
     data: LifecycleIn = await body_of(request, LifecycleIn)
     result = await lifecycle_actions.run(core, actor, project_id, data.op)
@@ -34,7 +34,7 @@ async def lifecycle(request: Request) -> Response:
 async def cleanup_preview(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     actor = await member_in(core, who, project_id)
     if not actor.is_owner:
         raise ForbiddenError("only a project owner sees the cleanup preview", code="not_owner")
@@ -51,7 +51,7 @@ class PurgeIn(BaseModel):
 async def purge(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     actor = await member_in(core, who, project_id)
     data: PurgeIn = await body_of(request, PurgeIn)
     result = await purge_actions.purge(
@@ -68,12 +68,10 @@ class RoleIn(BaseModel):
 async def set_role(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    project_id = int(request.path_params["project_id"])
+    project_id = path_id(request, "project_id")
     actor = await member_in(core, who, project_id)
     data: RoleIn = await body_of(request, RoleIn)
-    result = await member_actions.set_role(
-        core, actor, int(request.path_params["member_id"]), data.role
-    )
+    result = await member_actions.set_role(core, actor, path_id(request, "member_id"), data.role)
     return JSONResponse(result)
 
 

@@ -21,7 +21,7 @@ from room.actions import decisions as decision_actions
 from room.actions import plans as plan_actions
 from room.actions import task_updates as update_actions
 from room.actions import tasks as task_actions
-from room.api.base import body_of, core_of, identity, member_in
+from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import NotFoundError
 from room.evidence import verify_artifact
 from room.models import Member, Project, iso
@@ -45,23 +45,23 @@ class PlanIn(_In):
 
 
 class PlanStartIn(_In):
-    plan_id: int | None = None
+    plan_id: RowId | None = None
 
 
 class VerdictIn(_In):
-    criterion: int = Field(ge=1)
+    criterion: RowId
     passed: bool
     evidence: str = Field(max_length=task_actions.MAX_NOTE_CHARS)
     artifacts: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
-    messages: list[int] = Field(default_factory=list, max_length=MAX_ITEMS)
+    messages: list[RowId] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
 class TaskEventIn(_In):
     reason: str | None = Field(default=None, max_length=task_actions.MAX_NOTE_CHARS)
     summary: str | None = Field(default=None, max_length=task_actions.MAX_NOTE_CHARS)
     artifacts: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
-    messages: list[int] = Field(default_factory=list, max_length=MAX_ITEMS)
-    commands: list[int] = Field(default_factory=list, max_length=MAX_ITEMS)
+    messages: list[RowId] = Field(default_factory=list, max_length=MAX_ITEMS)
+    commands: list[RowId] = Field(default_factory=list, max_length=MAX_ITEMS)
     results: list[VerdictIn] | None = Field(default=None, max_length=100)
     owner: str | None = Field(default=None, max_length=64)
 
@@ -76,7 +76,7 @@ class DecisionIn(_In):
     decision: str
     consequences: str = ""
     tasks: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
-    supersedes: int | None = None
+    supersedes: RowId | None = None
 
 
 class ChangeIn(_In):
@@ -85,7 +85,7 @@ class ChangeIn(_In):
 
 async def _member(request: Request, *, mutation: bool = False) -> Member:
     who = await identity(request, mutation=mutation)
-    return await member_in(core_of(request), who, int(request.path_params["project_id"]))
+    return await member_in(core_of(request), who, path_id(request, "project_id"))
 
 
 def _verify(workspace: str | None, board: dict[str, Any]) -> None:
@@ -198,14 +198,14 @@ async def post_decision(request: Request) -> Response:
 async def post_decision_accept(request: Request) -> Response:
     member = await _member(request, mutation=True)
     await body_of(request, _In)
-    number = int(request.path_params["number"])
+    number = path_id(request, "number")
     return JSONResponse(await decision_actions.accept_decision(core_of(request), member, number))
 
 
 async def post_requirement_change(request: Request) -> Response:
     who = await identity(request, mutation=True)
     core = core_of(request)
-    message_id = int(request.path_params["message_id"])
+    message_id = path_id(request, "message_id")
     row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
     if row is None:
         raise NotFoundError("没有这条消息 (No such message.)", code="no_message")

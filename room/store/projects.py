@@ -4,9 +4,27 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from typing import Any
 
+from room.errors import ConflictError
 from room.models import PROJECT_COLUMNS, Project
+
+# SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
+MAX_ROW_ID = 2**63 - 1
+
+# Where a project's data may still change (settings, members, routes, invites): archived,
+# trashed and purged projects are read-only, and stops and purges must not be raced.
+OPEN_STATES = frozenset({"active", "paused"})
+
+
+def row_id(text: str) -> int | None:
+    """``text`` as a row id if it is plain ASCII digits within SQLite's range, else None
+    (``str.isdigit`` alone accepts '²' and '①', which ``int`` then refuses)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    value = int(text)
+    return value if value <= MAX_ROW_ID else None
 
 
 def insert(
@@ -43,8 +61,9 @@ def get(conn: sqlite3.Connection, project_id: int) -> Project | None:
 
 def find(conn: sqlite3.Connection, name_or_id: str) -> Project | None:
     """By id (digits) or by name (case-insensitive), ignoring purged tombstones."""
-    if name_or_id.isdigit():
-        found = get(conn, int(name_or_id))
+    as_id = row_id(name_or_id)
+    if as_id is not None:
+        found = get(conn, as_id)
         if found is not None:
             return found
     row = conn.execute(
@@ -130,10 +149,19 @@ def settings(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
 
 
 def update_settings(
-    conn: sqlite3.Connection, project_id: int, values: dict[str, Any], now: float
+    conn: sqlite3.Connection,
+    project_id: int,
+    values: dict[str, Any],
+    now: float,
+    *,
+    remove: Iterable[str] = (),
 ) -> dict[str, Any]:
+    """Merge ``values`` into the project's settings; keys in ``remove`` go back to the server's
+    defaults."""
     current = settings(conn, project_id)
     current.update(values)
+    for key in remove:
+        current.pop(key, None)
     conn.execute(
         "UPDATE projects SET settings_json = :s, updated_at = :now WHERE id = :id",
         {"id": project_id, "s": json.dumps(current, sort_keys=True), "now": now},
@@ -151,6 +179,20 @@ def lead_of(conn: sqlite3.Connection, project_id: int) -> int | None:
 def state_of(conn: sqlite3.Connection, project_id: int) -> str | None:
     row = conn.execute("SELECT state FROM projects WHERE id = :id", {"id": project_id}).fetchone()
     return str(row[0]) if row else None
+
+
+def require_open(conn: sqlite3.Connection, project_id: int) -> None:
+    """Refuse (409 ``project_closed``) unless the project is active or paused. Called inside the
+    write job of every change to a project's settings, members, routes or invites, so a change
+    can never land after an archive or trash committed (and break the restore's snapshot)."""
+    state = state_of(conn, project_id) or "purged"
+    if state not in OPEN_STATES:
+        raise ConflictError(
+            f"项目处于 {state}，不能修改；请先恢复项目"
+            f" (The project is {state}; restore it before changing it.)",
+            code="project_closed",
+            state=state,
+        )
 
 
 def head_seq(conn: sqlite3.Connection, project_id: int) -> int:
