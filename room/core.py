@@ -6,7 +6,7 @@ No module-level state: tests build as many cores as they like, each on its own d
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -131,6 +131,10 @@ class _Bucket:
     stamp: float
 
 
+CHATTER_PER_SEC = 4.0
+CHATTER_BURST = 20
+
+
 class RateLimiter:
     """A token bucket per member: ``rate`` per second sustained, ``burst`` at once."""
 
@@ -138,9 +142,9 @@ class RateLimiter:
         self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.rate, self.burst, self.clock = rate, burst, clock
-        self._buckets: dict[int, _Bucket] = {}
+        self._buckets: dict[Hashable, _Bucket] = {}
 
-    def take(self, key: int) -> int:
+    def take(self, key: Hashable) -> int:
         """0 when allowed, else how many milliseconds until the next send is."""
         now = self.clock()
         bucket = self._buckets.get(key)
@@ -161,6 +165,11 @@ class Core:
     hub: Hub
     rosters: RosterCache
     limiter: RateLimiter
+    # Typing hints and read cursors, per member and kind: each typing frame fans out to every
+    # subscriber and each read is a write, so a client in a loop must not cost more than this.
+    chatter: RateLimiter = field(
+        default_factory=lambda: RateLimiter(CHATTER_PER_SEC, CHATTER_BURST)
+    )
     runtime: Waker = field(default_factory=NoRuntime)
     clock: Callable[[], float] = time.time
     purging: set[int] = field(default_factory=set)  # projects with a purge under way

@@ -8,7 +8,8 @@ otherwise they wait in its bounded outbox, drained by that connection's own send
 replays from its cursor.
 
 Sequenced project events (messages, edits …) go through ``publish`` and carry a seq; ephemeral
-ones (typing, read cursors, delivery labels) go through ``broadcast`` and are not replayed.
+ones (typing, read cursors, delivery labels, roster and task views) go through ``broadcast`` and
+are not replayed; a subscriber still replaying gets them right after its replay (typing excepted).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 CLOSE_SLOW_CONSUMER = 1013  # "Try Again Later": the client resumes from its cursor
+CLOSE_SIGNED_OUT = 4401  # the session behind the connection ended: sign in again
 
 SendText = Callable[[str], Awaitable[None]]
 DirectWrite = Callable[[bytes], bool]
@@ -233,13 +235,40 @@ class Subscription:
     live: bool = False
     last_seq: int = 0
     buffer: list[tuple[int, Frame]] = field(default_factory=list)
+    # State frames (members, project, tasks, delivery labels) broadcast during the replay, in
+    # order: they are not in the replayable stream, so dropping them would leave a stale view.
+    side: list[Frame] = field(default_factory=list)
     buffer_limit: int = 10_000
+
+    def hold(self) -> None:
+        if len(self.buffer) + len(self.side) > self.buffer_limit:
+            self.outbox.cut("too many events during replay; resume with since")
 
 
 class Hub:
     def __init__(self) -> None:
         self._projects: dict[int, set[Subscription]] = {}
+        # Connections by the digest of the browser session that opened them, so signing out
+        # closes them too.
+        self._sessions: dict[str, set[Outbox]] = {}
         self.flusher = Flusher()
+
+    def attach_session(self, session: str, outbox: Outbox) -> None:
+        self._sessions.setdefault(session, set()).add(outbox)
+
+    def detach_session(self, session: str, outbox: Outbox) -> None:
+        outboxes = self._sessions.get(session)
+        if outboxes is not None:
+            outboxes.discard(outbox)
+            if not outboxes:
+                del self._sessions[session]
+
+    def cut_session(self, session: str, reason: str, code: int) -> int:
+        """The session ended (sign-out): close every connection it opened."""
+        outboxes = self._sessions.pop(session, set())
+        for outbox in outboxes:
+            outbox.cut(reason, code=code)
+        return len(outboxes)
 
     def subscribe(self, project_id: int, outbox: Outbox, member_id: int) -> Subscription:
         """Register first (buffering), replay from the store, then :meth:`go_live`."""
@@ -248,13 +277,17 @@ class Hub:
         return sub
 
     def go_live(self, sub: Subscription, last_seq: int) -> None:
-        """Flush what was published during the replay, skipping what the replay already sent."""
+        """Flush what was published during the replay, skipping what the replay already sent,
+        then the state frames broadcast meanwhile (after the events they may refer to)."""
         sub.last_seq = last_seq
         for seq, frame in sub.buffer:
             if seq > sub.last_seq:
                 sub.last_seq = seq
                 sub.outbox.push(frame)
+        for frame in sub.side:
+            sub.outbox.push(frame)
         sub.buffer.clear()
+        sub.side.clear()
         sub.live = True
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -278,8 +311,7 @@ class Hub:
                     sub.outbox.push(frame)
             else:
                 sub.buffer.append((seq, frame))
-                if len(sub.buffer) > sub.buffer_limit:
-                    sub.outbox.cut("too many events during replay; resume with since")
+                sub.hold()
 
     def broadcast(
         self,
@@ -288,8 +320,10 @@ class Hub:
         *,
         exclude: Outbox | None = None,
         only_members: Iterable[int] | None = None,
+        volatile: bool = False,
     ) -> None:
-        """An ephemeral frame (not part of the replayable stream) to live subscribers."""
+        """A frame outside the replayable stream. Live subscribers get it now; one still
+        replaying gets it after the replay, unless it is ``volatile`` (typing: stale at once)."""
         subs = self._projects.get(project_id)
         if not subs:
             return
@@ -297,12 +331,13 @@ class Hub:
             frame = Frame(frame)
         members = set(only_members) if only_members is not None else None
         for sub in subs:
-            if (
-                sub.live
-                and sub.outbox is not exclude
-                and (members is None or sub.member_id in members)
-            ):
+            if sub.outbox is exclude or (members is not None and sub.member_id not in members):
+                continue
+            if sub.live:
                 sub.outbox.push(frame)
+            elif not volatile:
+                sub.side.append(frame)
+                sub.hold()
 
     def online_members(self, project_id: int) -> set[int]:
         return {sub.member_id for sub in self._projects.get(project_id, ())}

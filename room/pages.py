@@ -21,6 +21,7 @@ from room.actions import members as member_actions
 from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
 from room.core import Core
 from room.errors import RoomError
+from room.hub import CLOSE_SIGNED_OUT
 from room.models import User
 from room.store import auth as auth_store
 
@@ -179,6 +180,8 @@ async def logout(request: Request) -> Response:
         form = await form_fields(request)
         check_csrf(who, {"x-csrf-token": str(form.get("csrf_token", ""))})
         await core.db.write(lambda conn, tx: auth_store.revoke_session(conn, secret, tx.now))
+        # The page's live connections end with the session, not at their next reconnect.
+        core.hub.cut_session(auth_store.digest(secret), "signed out", CLOSE_SIGNED_OUT)
     response = RedirectResponse("/", status_code=303, headers=SECURITY_HEADERS)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response

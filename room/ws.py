@@ -21,12 +21,13 @@ from room import __version__
 from room import protocol as p
 from room.actions import messages as message_actions
 from room.actions import runtime as runtime_actions
-from room.auth import Identity, authenticate_token, identity_from_headers
+from room.auth import SESSION_COOKIE, Identity, authenticate_token, identity_from_headers
 from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
 from room.hub import Outbox, Subscription
 from room.models import Member
 from room.runtime import Runtime
+from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
@@ -61,7 +62,16 @@ async def ws_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept()
     connection = Connection(core, websocket, identity)
-    await connection.run()
+    secret = websocket.cookies.get(SESSION_COOKIE) if identity and identity.user else None
+    if secret is None:
+        await connection.run()
+        return
+    session = auth_store.digest(secret)
+    core.hub.attach_session(session, connection.outbox)
+    try:
+        await connection.run()
+    finally:
+        core.hub.detach_session(session, connection.outbox)
 
 
 class Connection:
@@ -245,8 +255,13 @@ class Connection:
         await runtime_actions.confirm(self.core, self._external(), frame.delivery_ids, "delivered")
 
     async def on_consume(self, frame: p.ConsumeFrame) -> None:
+        member_id = self._external()
+        cap = None
+        runtime = self.core.runtime
+        if isinstance(runtime, Runtime) and self.identity and self.identity.agent:
+            cap = (await runtime.limits(self.identity.agent.project_id)).agent_turn_cap
         await runtime_actions.confirm(
-            self.core, self._external(), frame.delivery_ids, "consumed", frame.mode
+            self.core, member_id, frame.delivery_ids, "consumed", frame.mode, turn_cap=cap
         )
 
     async def on_redeliver(self, frame: p.RedeliverFrame) -> None:

@@ -8,7 +8,12 @@ import urllib.parse
 import urllib.request
 from email.message import Message
 
+import anyio
+import pytest
+from websockets.exceptions import ConnectionClosed
+
 from tests.support.server import ServerProcess, _NoRedirect
+from tests.support.wsclient import Client
 
 
 def post_form(
@@ -106,3 +111,23 @@ def test_invite_links_are_for_owners_only(server: ServerProcess) -> None:
     )
     assert status == 403 and body["error"]["code"] == "not_owner"
     assert re.fullmatch(r"[A-Za-z0-9_-]+", owner.cookie)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("clients")
+async def test_signing_out_closes_that_sessions_sockets_only(server: ServerProcess) -> None:
+    first, second = server.login(), server.login()
+    gone = await Client.open(server.ws_url, cookie=first.cookie, origin=server.origin)
+    kept = await Client.open(server.ws_url, cookie=second.cookie, origin=server.origin)
+    await gone.wait_for("hello")
+    await kept.wait_for("hello")
+    cookie = {"Cookie": f"room_session={first.cookie}", "Origin": server.origin}
+    status, _, _ = await anyio.to_thread.run_sync(
+        lambda: post_form(server, "/logout", {"csrf_token": first.csrf}, cookie)
+    )
+    assert status == 303
+    with pytest.raises(ConnectionClosed):
+        await gone.wait_for("never")
+    assert gone.ws.close_code == 4401
+    await kept.send({"type": "ping", "req_id": "still"})
+    assert (await kept.wait_for("pong"))["req_id"] == "still"

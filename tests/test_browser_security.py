@@ -259,3 +259,22 @@ def test_everything_is_reachable_by_keyboard_with_visible_focus(
     expect(page.locator("#lifecycle-menu")).to_be_focused()
     expect(page.locator("#lifecycle-menu")).to_have_attribute("aria-expanded", "false")
     assert re.search(r"Project Room", page.title())
+
+
+def test_signing_out_in_one_tab_signs_out_the_other(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    person = sign_in_owner(chromium, room_server)
+    try:
+        first = person.page
+        expect(first.locator("#conn-state")).to_have_attribute("data-status", "open")
+        second = person.context.new_page()
+        second.goto(room_server.origin)
+        second.get_by_role("button", name="退出").click()
+        expect(second.locator("#signed-out")).to_be_visible()
+        # The first tab's socket was closed with the session: it says so, without a reload.
+        expect(first.locator("#signed-out")).to_be_visible()
+        expect(first.locator("#app")).to_be_hidden()
+        screenshot(first, "signed-out-elsewhere")
+    finally:
+        person.close()

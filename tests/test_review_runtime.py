@@ -221,6 +221,49 @@ async def test_two_sockets_of_one_external_agent_never_get_the_same_delivery(
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
+async def test_an_external_agents_turns_count_toward_the_loop_brake(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    server = start(tmp_path / "data", llm)
+    try:
+        room = Room(server, llm)
+        room.add_agent("outside", "backend", "外部", driver="external")
+        room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": 2})
+        token = server.agent_token("演示项目", "outside")
+        agent = await Client.open(server.ws_url, token=token)
+        await agent.wait_for("hello")
+        for i in range(3):
+            room.say(f"@outside 第 {i} 件")
+        ids: list[int] = []
+        while len(ids) < 3:
+            frame = await agent.wait_for("inbox")
+            ids.extend(d["delivery_id"] for d in frame["deliveries"])
+        # Three turns of its own, one delivery each, with no human message in between.
+        for delivery_id in ids:
+            await agent.send({"type": "consume", "delivery_ids": [delivery_id]})
+        brake = await eventually(
+            lambda: (b := room.get(f"/api/projects/{room.project}/brake"))["tripped"] and b
+        )
+        assert brake["tripped"] == "agent_turn_cap"
+        # Braked: a new mention waits, it is not offered.
+        held = room.say("@outside 还有一件")
+        with anyio.move_on_after(1.0):
+            frame = await agent.wait_for("inbox", timeout=2)
+            pytest.fail(f"offered while braked: {frame}")
+        assert room.deliveries(held["message_id"])[0]["state"] == "pending"
+        # A steer is part of a running turn, not a new one: it never trips anything.
+        room.post(f"/api/projects/{room.project}/brake/clear", {})
+        frame = await agent.wait_for("inbox")
+        steered = [d["delivery_id"] for d in frame["deliveries"]]
+        await agent.send({"type": "consume", "delivery_ids": steered, "mode": "steer"})
+        await eventually(lambda: room.deliveries(held["message_id"])[0]["state"] == "consumed")
+        assert room.get(f"/api/projects/{room.project}/brake")["tripped"] is None
+    finally:
+        server.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("clients")
 async def test_a_resume_that_is_never_read_is_cut_not_buffered(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:

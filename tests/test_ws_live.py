@@ -201,6 +201,27 @@ async def test_typing_and_read_cursor(server: ServerProcess) -> None:
     assert read["seq"] == ack["seq"]
 
 
+async def test_typing_and_reads_in_a_loop_are_rate_limited(server: ServerProcess) -> None:
+    a = server.login()
+    project = demo_project(server, a.cookie)
+    b = server.invite(a, project, "chatty", "话痨")
+    ca = await subscribed(server, a.cookie, project)
+    cb = await subscribed(server, b.cookie, project)
+    for _ in range(60):
+        await cb.send({"type": "typing", "project_id": project})
+    await cb.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "完"})
+    await ca.wait_for(lambda f: f["type"] == "message" and f["message"]["body"] == "完")
+    seen = [f for f in ca.frames if f["type"] == "typing"]
+    # The burst (20) and what trickles in while 60 frames arrive; never all 60 fanned out.
+    assert 20 <= len(seen) < 40
+    for _ in range(60):
+        await cb.send({"type": "read", "project_id": project, "seq": 1})
+    await cb.send({"type": "ping", "req_id": "end"})
+    await cb.wait_for("pong")
+    limited = [f for f in cb.frames if f["type"] == "error" and f["code"] == "rate_limited"]
+    assert limited and all(f["details"]["retry_after_ms"] > 0 for f in limited)
+
+
 async def test_every_bad_frame_gets_a_structured_error_and_the_socket_stays(
     server: ServerProcess,
 ) -> None:

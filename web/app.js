@@ -280,8 +280,9 @@ function projectChanged(project, rerender = true) {
 
 function onError(frame) {
   const txn = frame.details?.client_txn_id;
-  if (txn && frame.code === "rate_limited") {
-    toast(t("composer.rateLimited", { s: Math.ceil((frame.details.retry_after_ms || 1000) / 1000) }));
+  if (frame.code === "rate_limited") {
+    // A send says so; a read cursor refused for speed is simply sent again with the next one.
+    if (txn) toast(t("composer.rateLimited", { s: Math.ceil((frame.details.retry_after_ms || 1000) / 1000) }));
     return;
   }
   if (txn) {
@@ -294,6 +295,7 @@ function onError(frame) {
 }
 
 function onStatus(status, attempt) {
+  if (status === "signed_out") return signedOut();
   const el = $("#conn-state");
   el.dataset.status = status;
   el.textContent = t(`conn.${status}`);

@@ -9,6 +9,7 @@
 const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
 const PING_EVERY_MS = 20_000;
 const REQUEST_TIMEOUT_MS = 10_000;
+const CLOSE_SIGNED_OUT = 4401; // the session ended (signed out here or in another tab)
 
 export class Connection {
   constructor({ onFrame, onStatus }) {
@@ -25,6 +26,7 @@ export class Connection {
     this.reconnectTimer = null;
     this.pingTimer = null;
     this.status = "idle";
+    this.signedOut = false; // once the server says so, never reconnect
     window.addEventListener("online", () => this.reconnectSoon(0));
     document.addEventListener("visibilitychange", () => {
       if (document.visibilityState === "visible") this.reconnectSoon(0);
@@ -51,6 +53,7 @@ export class Connection {
 
   connect() {
     clearTimeout(this.reconnectTimer);
+    if (this.signedOut) return;
     if (this.ws && (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING)) return;
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
     const ws = new WebSocket(url);
@@ -72,7 +75,7 @@ export class Connection {
       }
       this.dispatch(frame);
     });
-    ws.addEventListener("close", () => {
+    ws.addEventListener("close", (event) => {
       if (this.ws !== ws) return;
       this.ws = null;
       clearInterval(this.pingTimer);
@@ -80,6 +83,11 @@ export class Connection {
         clearTimeout(req.timer);
         req.reject(Object.assign(new Error("connection lost"), { code: "disconnected" }));
         this.requests.delete(id);
+      }
+      if (event.code === CLOSE_SIGNED_OUT) {
+        this.signedOut = true;
+        this.setStatus("signed_out");
+        return;
       }
       this.attempt += 1;
       this.setStatus("reconnecting");

@@ -16,12 +16,15 @@ const PAGE = 50;
 const NEAR_BOTTOM_PX = 80;
 const LOAD_OLDER_PX = 300;
 const GROUP_GAP_MS = 5 * 60_000;
+const READ_EVERY_MS = 1000; // read cursors go out at most this often (the last one always does)
 
 export class Timeline {
   constructor(el, conn, actions) {
     this.el = el;
     this.conn = conn;
     this.actions = actions; // {reply(message), mention(memberId), remove(message), markRequirement(message), clearBrake()}
+    this.readTimer = null;
+    this.pendingRead = null;
     this.room = null;
     this.cache = new Map(); // key -> {el, version}
     this.days = new Map();
@@ -331,9 +334,24 @@ export class Timeline {
     const seq = this.conn.lastSeq ?? 0;
     if (seq > (room.readCursors.get(room.you) ?? 0)) {
       room.readCursors.set(room.you, seq);
-      this.conn.raw({ type: "read", project_id: room.id, seq });
+      this.sendRead(room.id, seq);
       bus.emit("read", room);
     }
+  }
+
+  /** Throttled: in a busy room the cursor moves with every message, the server needs the last. */
+  sendRead(projectId, seq) {
+    if (this.readTimer) {
+      this.pendingRead = { projectId, seq };
+      return;
+    }
+    this.conn.raw({ type: "read", project_id: projectId, seq });
+    this.readTimer = setTimeout(() => {
+      this.readTimer = null;
+      const pending = this.pendingRead;
+      this.pendingRead = null;
+      if (pending) this.sendRead(pending.projectId, pending.seq);
+    }, READ_EVERY_MS);
   }
 
   firstVisible() {

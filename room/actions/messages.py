@@ -525,6 +525,9 @@ def _publish_update(
 
 async def mark_read(core: Core, member: Member, seq: int) -> int:
     project_id = member.project_id
+    wait_ms = core.chatter.take((member.id, "read"))
+    if wait_ms:
+        raise RateLimitedError("marking read too fast; slow down", retry_after_ms=wait_ms)
 
     def job(conn: sqlite3.Connection, tx: Tx) -> int:
         head = projects_store.head_seq(conn, project_id)
@@ -541,7 +544,9 @@ async def mark_read(core: Core, member: Member, seq: int) -> int:
 
 
 def typing(core: Core, member: Member, active: bool, exclude: Any = None) -> None:
-    """Ephemeral: never stored, never replayed."""
+    """Ephemeral: never stored, never replayed; past the chatter rate, dropped (a hint only)."""
+    if core.chatter.take((member.id, "typing")):
+        return
     frame = encode(
         {
             "type": "typing",
@@ -550,4 +555,4 @@ def typing(core: Core, member: Member, active: bool, exclude: Any = None) -> Non
             "active": active,
         }
     )
-    core.hub.broadcast(member.project_id, frame, exclude=exclude)
+    core.hub.broadcast(member.project_id, frame, exclude=exclude, volatile=True)

@@ -20,6 +20,7 @@ from room.protocol import encode
 from room.render import render
 from room.store import Tx
 from room.store import audit as audit_store
+from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import runtime as rt_store
@@ -173,9 +174,19 @@ async def offer(core: Core, member_id: int, handoff: str) -> list[Inbound]:
 
 
 async def confirm(
-    core: Core, member_id: int, delivery_ids: Sequence[int], state: str, mode: str | None = None
+    core: Core,
+    member_id: int,
+    delivery_ids: Sequence[int],
+    state: str,
+    mode: str | None = None,
+    *,
+    turn_cap: int | None = None,
 ) -> list[int]:
-    """An external agent reports ``received`` (→ delivered) or ``consumed`` (with its mode)."""
+    """An external agent reports ``received`` (→ delivered) or ``consumed`` (with its mode).
+
+    A ``queue`` consume is the start of one of its own turns, so it counts toward the loop
+    brake's ``turn_cap`` like an in-process turn: it already happened (it is a report), so the
+    cap-th one trips the brake and nothing more is offered until a human clears it."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> list[int]:
         allowed = {
@@ -193,9 +204,25 @@ async def confirm(
             release(conn, tx, core, member_id, own, "the external agent asked for it again")
         else:
             set_deliveries(conn, tx, core, own, state, mode=mode)
+        if own and state == "consumed" and mode != "steer" and turn_cap is not None:
+            _count_external_turn(conn, tx, core, member_id, turn_cap)
         return own
 
     return await core.db.write(job)
+
+
+def _count_external_turn(
+    conn: sqlite3.Connection, tx: Tx, core: Core, member_id: int, cap: int
+) -> None:
+    member = members_store.get(conn, member_id)
+    if member is None:
+        return
+    project_id = member.project_id
+    if rt_store.brake(conn, project_id)["tripped"] is not None:
+        return
+    count = rt_store.count_agent_turn(conn, project_id, tx.counters)
+    if count >= cap:
+        _trip(conn, tx, core, project_id, "agent_turn_cap", {"agent_turns": count, "cap": cap})
 
 
 def _own_open(
