@@ -59,8 +59,8 @@ _ASCII_UPPER_RE = re.compile("[A-Z]+")
 # Upper bound of len(x) / len(NFC(x)): no character has a canonical decomposition longer than 4.
 _NFC_EXPANSION = 4
 
-_EVERYONE_NAMES = ("all", "everyone", "所有人")
-_HUMANS_NAMES = ("humans", "用户")
+EVERYONE_NAMES = ("all", "everyone", "所有人")
+HUMANS_NAMES = ("humans", "用户")
 
 # Ranks of §5: lower wins when entries share a folded name.
 _RANK_GROUP, _RANK_TOMBSTONE, _RANK_HANDLE, _RANK_ALIAS, _RANK_DISPLAY = range(5)
@@ -174,9 +174,9 @@ class Roster:
             if key:
                 entries.setdefault(key, []).append((rank, ref))
 
-        for name in _EVERYONE_NAMES:
+        for name in EVERYONE_NAMES:
             add(name, _RANK_GROUP, "all")
-        for name in _HUMANS_NAMES:
+        for name in HUMANS_NAMES:
             add(name, _RANK_GROUP, "humans")
         for tomb in tombstones:
             add(tomb.name, _RANK_TOMBSTONE, tomb.member_id)

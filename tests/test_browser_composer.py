@@ -9,6 +9,7 @@ per project, and the resolver's shared vectors run in the page."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -224,7 +225,14 @@ def test_diagnostics_before_sending(owner: Person, room_server: RoomServer) -> N
     sent = page.locator(".msg.mine", has_text="的说明还在吗")
     expect(sent).to_be_visible()
     expect(sent.locator(".mention")).to_have_count(0)
-    [message] = [m for m in room_server.messages(project) if m["body"] == "@老文档 的说明还在吗"]
+    # The page shows the message at once; the server's copy lands when the send commits.
+    deadline = time.monotonic() + 10
+    while not (
+        found := [m for m in room_server.messages(project) if m["body"] == "@老文档 的说明还在吗"]
+    ):
+        assert time.monotonic() < deadline, "the message never reached the server"
+        time.sleep(0.05)
+    [message] = found
     assert message["mentions"] == []
     deliveries = room_server.get(f"/api/messages/{message['id']}")["deliveries"]
     assert [d["recipient_id"] for d in deliveries] == [

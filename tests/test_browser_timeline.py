@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -206,6 +207,11 @@ def test_tool_activity_and_system_notices(chromium: Browser, room_server: RoomSe
     )
     room_server.post(f"/api/projects/{project}/limits", {"agent_turn_cap": 1})
     room_server.say(project, "@alpha @beta 开始")  # two agent turns: the second trips the brake
+    # Pause beta only once both turns were tried: a pause first would hold its delivery.
+    deadline = time.monotonic() + 10
+    while not room_server.get(f"/api/projects/{project}/brake")["tripped"]:
+        assert time.monotonic() < deadline, "the loop brake never tripped"
+        time.sleep(0.05)
     members = room_server.members(project)
     room_server.post(f"/api/projects/{project}/members/{members['beta']['id']}/pause", {})
     person = sign_in_owner(

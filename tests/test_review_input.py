@@ -167,3 +167,52 @@ def test_recovery_is_for_server_admins_only(app: App) -> None:
     assert app.request("GET", "/api/recovery", cookie=app.owner_cookie)[0] == 200
     assert error(app.request("GET", "/api/recovery", cookie=bob_cookie)) == (403, "admin_only")
     assert error(app.request("GET", "/api/recovery", token=token)) == (403, "admin_only")
+
+
+def members(app: App, project_id: int) -> list[dict[str, Any]]:
+    status, body = app.request("GET", f"/api/projects/{project_id}", cookie=app.owner_cookie)
+    assert status == 200, body
+    return list(body["members"])
+
+
+def add_agent(app: App, project_id: int, **spec: Any) -> tuple[int, Any]:
+    body = {"role": "backend", "handle": "be", "display_name": "后端", **spec}
+    return post(app, f"/api/projects/{project_id}/members", body)
+
+
+@pytest.mark.parametrize(
+    ("aliases", "code"),
+    [
+        ([""], "bad_display_name"),
+        (["带@的"], "bad_display_name"),
+        (["两\n行"], "bad_display_name"),
+        (["x" * 65], "bad_display_name"),
+        (["所有人"], "reserved_name"),
+        (["Everyone"], "reserved_name"),
+        (["用户"], "reserved_name"),
+        (["LEAD"], "alias_taken"),  # the lead's handle: a handle always wins, so unreachable
+    ],
+)
+def test_bad_aliases_are_refused_and_nothing_is_added(
+    app: App, project: tuple[int, int], aliases: list[str], code: str
+) -> None:
+    project_id, _ = project
+    status, body = add_agent(app, project_id, aliases=aliases)
+    assert body["error"]["code"] == code and status in (400, 409)
+    assert "be" not in {m["handle"] for m in members(app, project_id)}
+
+
+def test_a_group_word_is_no_display_name(app: App, project: tuple[int, int]) -> None:
+    project_id, _ = project
+    assert error(add_agent(app, project_id, display_name="所有人")) == (400, "reserved_name")
+
+
+def test_aliases_are_kept_once_and_reach_the_member(app: App, project: tuple[int, int]) -> None:
+    project_id, _ = project
+    status, body = add_agent(app, project_id, aliases=["服务端", "服务端", "后端", " 接口 "])
+    assert status == 201, body
+    member = next(m for m in members(app, project_id) if m["handle"] == "be")
+    assert sorted(member["aliases"]) == sorted(["服务端", "接口"])
+    status, sent = post(app, f"/api/projects/{project_id}/messages", {"body": "@接口 看看"})
+    assert status == 201, sent
+    assert sent["message"]["mentions"] == [member["id"]]

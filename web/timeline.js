@@ -16,7 +16,7 @@ const PAGE = 50;
 const NEAR_BOTTOM_PX = 80;
 const LOAD_OLDER_PX = 300;
 const GROUP_GAP_MS = 5 * 60_000;
-const READ_EVERY_MS = 1000; // read cursors go out at most this often (the last one always does)
+const READ_EVERY_MS = 250; // read cursors go out at most this often (the last one always does)
 
 export class Timeline {
   constructor(el, conn, actions) {
@@ -25,6 +25,8 @@ export class Timeline {
     this.actions = actions; // {reply(message), mention(memberId), remove(message), markRequirement(message), clearBrake()}
     this.readTimer = null;
     this.pendingRead = null;
+    // Leaving the page (reload, close) sends a cursor still waiting for its turn.
+    window.addEventListener("pagehide", () => this.flushRead());
     this.room = null;
     this.cache = new Map(); // key -> {el, version}
     this.days = new Map();
@@ -337,6 +339,14 @@ export class Timeline {
       this.sendRead(room.id, seq);
       bus.emit("read", room);
     }
+  }
+
+  flushRead() {
+    clearTimeout(this.readTimer);
+    this.readTimer = null;
+    const pending = this.pendingRead;
+    this.pendingRead = null;
+    if (pending) this.conn.raw({ type: "read", project_id: pending.projectId, seq: pending.seq });
   }
 
   /** Throttled: in a busy room the cursor moves with every message, the server needs the last. */

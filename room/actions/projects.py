@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import regex
@@ -10,11 +11,13 @@ import regex
 from room.actions import plans as plan_actions
 from room.core import Core
 from room.errors import BadRequestError, ConflictError
+from room.mentions import EVERYONE_NAMES, HUMANS_NAMES
 from room.models import AGENT_ROLES, Member, Project, User
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
 from room.store import projects as projects_store
+from room.store.members import name_key
 
 HANDLE_RE = regex.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 RESERVED_HANDLES = frozenset({"all", "everyone", "humans", "here", "channel", "system", "room"})
@@ -41,6 +44,10 @@ def check_handle(handle: str) -> str:
     return handle
 
 
+# What @all / @所有人 / @humans … mean to the resolver: no member can be called that.
+GROUP_NAMES = frozenset(name_key(n) for n in (*EVERYONE_NAMES, *HUMANS_NAMES))
+
+
 def check_display_name(name: str) -> str:
     name = name.strip()
     if not 1 <= len(name) <= 64 or "@" in name or "＠" in name or "\n" in name:
@@ -48,7 +55,41 @@ def check_display_name(name: str) -> str:
             "a display name is 1–64 characters, one line, without '@'",
             code="bad_display_name",
         )
+    if name_key(name) in GROUP_NAMES:
+        raise BadRequestError(
+            f"「{name}」是群体提及，不能用作名字 (@{name} already means a group.)",
+            code="reserved_name",
+            name=name,
+        )
     return name
+
+
+def check_aliases(
+    conn: sqlite3.Connection, project_id: int, handle: str, display_name: str, aliases: Iterable[str]
+) -> tuple[str, ...]:
+    """Aliases follow the display-name rules, are kept once each (an alias equal to the member's
+    own handle or display name is dropped), and never take another member's handle (a handle
+    always wins, so such an alias could never be reached) nor a departed member's name."""
+    own = {name_key(handle), name_key(display_name)}
+    kept: dict[str, str] = {}
+    for raw in aliases:
+        try:
+            alias = check_display_name(raw)
+        except BadRequestError as exc:
+            raise BadRequestError(
+                f"别名「{raw.strip()}」不可用：{exc.message}", code=exc.code, alias=raw
+            ) from None
+        key = name_key(alias)
+        if key in own or key in kept:
+            continue
+        if members_store.name_blocked_for_alias(conn, project_id, key):
+            raise ConflictError(
+                f"别名「{alias}」已被占用 (It is another member's handle or a departed name.)",
+                code="alias_taken",
+                alias=alias,
+            )
+        kept[key] = alias
+    return tuple(kept.values())
 
 
 def check_project_name(name: str) -> str:
@@ -119,6 +160,7 @@ def insert_agent(conn: sqlite3.Connection, tx: Tx, project_id: int, spec: AgentS
             code="handle_taken",
             handle=spec.handle,
         )
+    display_name = check_display_name(spec.display_name)
     return members_store.insert(
         conn,
         project_id=project_id,
@@ -126,8 +168,8 @@ def insert_agent(conn: sqlite3.Connection, tx: Tx, project_id: int, spec: AgentS
         user_id=None,
         role=spec.role,
         handle=spec.handle,
-        display_name=check_display_name(spec.display_name),
-        aliases=spec.aliases,
+        display_name=display_name,
+        aliases=check_aliases(conn, project_id, spec.handle, display_name, spec.aliases),
         now=tx.now,
     )
 
