@@ -65,7 +65,11 @@ def check_display_name(name: str) -> str:
 
 
 def check_aliases(
-    conn: sqlite3.Connection, project_id: int, handle: str, display_name: str, aliases: Iterable[str]
+    conn: sqlite3.Connection,
+    project_id: int,
+    handle: str,
+    display_name: str,
+    aliases: Iterable[str],
 ) -> tuple[str, ...]:
     """Aliases follow the display-name rules, are kept once each (an alias equal to the member's
     own handle or display name is dropped), and never take another member's handle (a handle
