@@ -5,6 +5,7 @@ No module-level state: tests build as many cores as they like, each on its own d
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -173,3 +174,6 @@ class Core:
     runtime: Waker = field(default_factory=NoRuntime)
     clock: Callable[[], float] = time.time
     purging: set[int] = field(default_factory=set)  # projects with a purge under way
+    # Read cursors waiting out the chatter rate: member id → (member, newest seq).
+    deferred_reads: dict[int, tuple[Member, int]] = field(default_factory=dict)
+    background: set[asyncio.Task[None]] = field(default_factory=set)  # fire-and-forget tasks

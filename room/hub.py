@@ -233,6 +233,7 @@ class Subscription:
     outbox: Outbox
     member_id: int
     live: bool = False
+    active: bool = True  # False once unsubscribed (or cut): a replay still running stops
     last_seq: int = 0
     buffer: list[tuple[int, Frame]] = field(default_factory=list)
     # State frames (members, project, tasks, delivery labels) broadcast during the replay, in
@@ -279,6 +280,10 @@ class Hub:
     def go_live(self, sub: Subscription, last_seq: int) -> None:
         """Flush what was published during the replay, skipping what the replay already sent,
         then the state frames broadcast meanwhile (after the events they may refer to)."""
+        if not sub.active:  # cut while replaying (the member left): nothing more goes out
+            sub.buffer.clear()
+            sub.side.clear()
+            return
         sub.last_seq = last_seq
         for seq, frame in sub.buffer:
             if seq > sub.last_seq:
@@ -291,6 +296,7 @@ class Hub:
         sub.live = True
 
     def unsubscribe(self, sub: Subscription) -> None:
+        sub.active = False
         subs = self._projects.get(sub.project_id)
         if subs is not None:
             subs.discard(sub)

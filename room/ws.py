@@ -21,10 +21,16 @@ from room import __version__
 from room import protocol as p
 from room.actions import messages as message_actions
 from room.actions import runtime as runtime_actions
-from room.auth import SESSION_COOKIE, Identity, authenticate_token, identity_from_headers
+from room.auth import (
+    SESSION_COOKIE,
+    Identity,
+    authenticate_session,
+    authenticate_token,
+    identity_from_headers,
+)
 from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
-from room.hub import Outbox, Subscription
+from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
 from room.models import Member
 from room.runtime import Runtime
 from room.store import auth as auth_store
@@ -69,6 +75,13 @@ async def ws_endpoint(websocket: WebSocket) -> None:
     session = auth_store.digest(secret)
     core.hub.attach_session(session, connection.outbox)
     try:
+        # Sign-out closes only the sockets attached when it runs: one that signed out between
+        # the check above and the attach is caught by checking again now.
+        try:
+            await authenticate_session(core, secret)
+        except AuthError:
+            await websocket.close(code=CLOSE_SIGNED_OUT, reason="signed out")
+            return
         await connection.run()
     finally:
         core.hub.detach_session(session, connection.outbox)
@@ -385,6 +398,8 @@ class Connection:
                         limit=REPLAY_PAGE,
                     )
                 )
+                if not sub.active:  # cut meanwhile (the member left): replay no further
+                    break
                 if page:
                     last = page[-1][0]
                     self.outbox.push(
@@ -490,12 +505,24 @@ class Connection:
         self._spawn(answer(), frame.req_id)
 
     async def on_typing(self, frame: p.TypingFrame) -> None:
-        member = await self.member(frame.project_id)
-        message_actions.typing(self.core, member, frame.active, exclude=self.outbox)
+        member = await self._hinting_member(frame.project_id)
+        if member is not None:
+            message_actions.typing(self.core, member, frame.active, exclude=self.outbox)
 
     async def on_read(self, frame: p.ReadFrame) -> None:
-        member = await self.member(frame.project_id)
-        await message_actions.mark_read(self.core, member, frame.seq)
+        member = await self._hinting_member(frame.project_id)
+        if member is not None:
+            await message_actions.mark_read(self.core, member, frame.seq)
+
+    async def _hinting_member(self, project_id: int) -> Member | None:
+        """The member behind a typing hint or read cursor; None (the hint is dropped without
+        an answer) once they left: a page sends these on its own, and they mean nothing now."""
+        try:
+            return await self.member(project_id)
+        except ForbiddenError as exc:
+            if exc.code == "not_member" and project_id in self.member_ids:
+                return None
+            raise
 
     async def on_preview(self, frame: p.PreviewFrame) -> None:
         member = await self.member(frame.project_id)

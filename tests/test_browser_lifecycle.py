@@ -209,3 +209,25 @@ def test_without_the_endpoint_or_the_right_it_says_so(
         member.assert_clean()
     finally:
         member.close()
+
+
+def test_a_person_removed_from_a_project_sees_it_go(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    project = room_server.create_project("被移出的项目")
+    member = join(chromium, room_server, project, "qianmo", "钱默")
+    try:
+        page = member.page
+        expect(page.locator("#room-title")).to_have_text("被移出的项目")
+        expect(page.locator("#conn-state")).to_have_attribute("data-status", "open")
+        qianmo = room_server.members(project)["qianmo"]["id"]
+        room_server.post(f"/api/projects/{project}/members/{qianmo}/leave", {})
+        expect(page.locator(".toast", has_text="你已离开项目「被移出的项目」")).to_be_visible()
+        expect(page.locator(f'.project-link[data-project-id="{project}"]')).to_have_count(0)
+        expect(page.locator("#no-project")).to_be_visible()  # it was their only project
+        expect(page.locator("#room-main")).to_be_hidden()
+        expect(page.locator(".toast-error")).to_have_count(0)  # no noise from the page's own hints
+        screenshot(page, "lifecycle-removed")
+        member.assert_clean()
+    finally:
+        member.close()

@@ -8,6 +8,7 @@ goal, initial members by role and a model for each from the routes the server re
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from playwright.sync_api import Browser, expect
@@ -130,3 +131,34 @@ def test_create_project_errors_stay_in_the_dialog(
         person.assert_clean()
     finally:
         person.close()
+
+
+def test_other_projects_show_their_unread_count(owner: Person, room_server: RoomServer) -> None:
+    here = room_server.create_project("正在看的项目")
+    there = room_server.create_project("有新消息的项目")
+    bob = room_server.invite_session(there, "zhaolei", "赵磊")
+    owner.open_project(here)
+    page = owner.page
+    badge = page.locator(f'.project-link[data-project-id="{there}"] .unread-badge')
+    expect(badge).to_have_count(0)
+    for text in ("第一条", "第二条", "第三条"):
+        room_server.say(there, text, session=bob)
+    page.evaluate("() => window.dispatchEvent(new Event('focus'))")  # as when coming back
+    expect(badge).to_have_text("3")
+    expect(badge).to_have_attribute("aria-label", "3 条未读消息")
+    screenshot(page, "projects-unread")
+    owner.open_project(there)
+    expect(badge).to_have_count(0)
+    # Having read them, the count stays at zero for the next look too.
+    expect(page.locator(".msg", has_text="第三条")).to_be_visible()
+    deadline = time.monotonic() + 10
+    while True:  # the page sends its read cursor (at most every 250 ms)
+        me = room_server.get("/api/me")
+        if next(p["unread"] for p in me["projects"] if p["id"] == there) == 0:
+            break
+        assert time.monotonic() < deadline, "the read cursor never reached the server"
+        time.sleep(0.05)
+    owner.open_project(here)
+    page.evaluate("() => window.dispatchEvent(new Event('focus'))")
+    expect(page.locator(f'.project-link[data-project-id="{there}"]')).to_be_visible()
+    expect(badge).to_have_count(0)

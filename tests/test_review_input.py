@@ -130,6 +130,10 @@ def test_ids_beyond_sqlite_are_refused_not_overflowed(app: App, project: tuple[i
     decision = {"title": "t", "context": "c", "decision": "d", "supersedes": 10**20}
     assert error(post(app, f"/api/projects/{project_id}/decisions", decision)) == (400, "bad_body")
     assert app.request("GET", f"/api/projects/{project_id}", cookie=cookie)[0] == 200
+    # A cursor past every seq pages from the latest message, however large.
+    assert post(app, messages, {"body": "有一条"})[0] == 201
+    status, page = app.request("GET", f"{messages}?before={HUGE}", cookie=cookie)
+    assert status == 200 and page["messages"], page
 
 
 # -- limits --------------------------------------------------------------------------------------
@@ -191,6 +195,7 @@ def add_agent(app: App, project_id: int, **spec: Any) -> tuple[int, Any]:
         (["Everyone"], "reserved_name"),
         (["用户"], "reserved_name"),
         (["LEAD"], "alias_taken"),  # the lead's handle: a handle always wins, so unreachable
+        (["管理员"], "alias_taken"),  # a person's display name: the alias would take it over
     ],
 )
 def test_bad_aliases_are_refused_and_nothing_is_added(

@@ -323,6 +323,14 @@ async def test_a_member_who_leaves_stops_receiving_the_project(
     )
     assert status == 200
     await _until(ws, lambda f: f.get("type") == "unsubscribed")
+    # The notice and the roster reach whoever left before the cut, so their page can say so.
+    types = [f.get("type") for f in ws.frames]
+    cut = types.index("unsubscribed")
+    assert "members" in types[:cut]
+    assert any(
+        f.get("type") == "message" and "移出了 @bob" in f["message"]["body"]
+        for f in ws.frames[:cut]
+    )
     status, _ = server.request(
         "POST",
         f"/api/projects/{project_id}/messages",
@@ -333,3 +341,20 @@ async def test_a_member_who_leaves_stops_receiving_the_project(
     await ws.send({"type": "ping"})
     await _until(ws, lambda f: f.get("type") == "pong")
     assert not _has(ws, lambda f: f.get("type") == "message" and "秘密" in f["message"]["body"])
+
+
+def test_a_member_can_be_stopped_while_a_project_stop_is_unconfirmed(app: App) -> None:
+    project_id, members = project(app, "停止未确认")
+    with app.db() as conn:
+        conn.execute("UPDATE projects SET state = 'stop_unconfirmed' WHERE id = ?", (project_id,))
+    lead = members["lead"].id
+    status, body = post(app, f"/api/projects/{project_id}/members/{lead}/stop")
+    assert status == 200, body
+    assert audit(app, project_id, "member.stop")[-1] == ("ok", None)
+    # Archived: read-only, refused before anything is stopped, and the reason says why.
+    with app.db() as conn:
+        conn.execute("UPDATE projects SET state = 'archived' WHERE id = ?", (project_id,))
+    status, body = post(app, f"/api/projects/{project_id}/members/{lead}/stop")
+    assert (status, body["error"]["code"]) == (409, "project_closed")
+    assert "恢复" in body["error"]["message"]
+    assert audit(app, project_id, "member.stop")[-1] == ("refused", "project_closed")

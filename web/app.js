@@ -19,6 +19,7 @@ import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
 const TYPING_SHOWN_MS = 6000;
+const PROJECTS_EVERY_MS = 30_000; // how often the projects column refreshes (unread counts)
 
 const conn = new Connection({ onFrame, onStatus });
 const timeline = new Timeline($("#timeline"), conn, {
@@ -122,6 +123,8 @@ async function boot() {
   });
   window.addEventListener("hashchange", route);
   window.addEventListener("focus", refreshProjects);
+  // Other projects' unread counts: the socket watches only the open project.
+  setInterval(() => document.visibilityState === "visible" && refreshProjects(), PROJECTS_EVERY_MS);
   loadProviders().catch(() => {});
   route();
 }
@@ -165,7 +168,10 @@ function showNoProject() {
 }
 
 function openProject(id) {
-  const room = createRoom(app.projects.get(id));
+  const project = app.projects.get(id);
+  project.unread = 0; // read from here on; the badge stays off while it is open
+  renderProjects($("#project-groups"), id);
+  const room = createRoom(project);
   app.room = room;
   $("#no-project").hidden = true;
   $("#room-main").hidden = false;
@@ -234,6 +240,16 @@ function onFrame(frame) {
     case "resync_required":
       timeline.open(room);
       break;
+    case "unsubscribed":
+      // We left the project (here or elsewhere): it is no longer ours to watch or write in.
+      if (frame.reason === "left" && frame.project_id === room.id) {
+        conn.unwatch();
+        app.projects.delete(room.id);
+        toast(t("room.youLeft", { name: room.project.name }), { timeout: 8000 });
+        if (location.hash) location.hash = "";
+        else route();
+      }
+      break;
     case "delivery":
       if (frame.project_id === room.id) timeline.onDelivery(frame);
       break;
@@ -281,7 +297,7 @@ function projectChanged(project, rerender = true) {
 function onError(frame) {
   const txn = frame.details?.client_txn_id;
   if (frame.code === "rate_limited") {
-    // A send says so; a read cursor refused for speed is simply sent again with the next one.
+    // Only sends are refused for speed (they are retransmitted); nothing else needs a word.
     if (txn) toast(t("composer.rateLimited", { s: Math.ceil((frame.details.retry_after_ms || 1000) / 1000) }));
     return;
   }

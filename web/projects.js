@@ -39,6 +39,7 @@ export function renderProjects(nav, currentId) {
             attrs: { "aria-current": current ? "page" : null },
           },
           h("span", { class: "project-name", text: p.name }),
+          unreadBadge(p, current),
           p.state !== "active" ? h("span", { class: ["state-badge", `state-${p.state}`], text: label("projectState", p.state) }) : null)),
       );
     }
@@ -52,6 +53,13 @@ export function renderProjects(nav, currentId) {
     nodes.push(details);
   }
   nav.replaceChildren(...nodes);
+}
+
+/** Chat messages by others after my read cursor (the server counts up to 100). */
+function unreadBadge(project, current) {
+  const n = project.unread || 0;
+  if (current || n <= 0) return null;
+  return h("span", { class: "unread-badge", text: n > 99 ? "99+" : String(n), attrs: { "aria-label": t("projects.unread", { n: n > 99 ? "99+" : n }) } });
 }
 
 const DEFAULT_NAMES = { lead: "负责人", frontend: "前端", backend: "后端", tester: "测试", devops: "运维", design: "设计", docs: "文档" };

@@ -47,6 +47,13 @@ export class Connection {
     else this.connect();
   }
 
+  /** Stop watching (we left the project): nothing to resubscribe on reconnect. */
+  unwatch() {
+    this.projectId = null;
+    this.lastSeq = null;
+    this.epoch = null;
+  }
+
   isOpen() {
     return this.ws !== null && this.ws.readyState === WebSocket.OPEN;
   }

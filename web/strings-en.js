@@ -45,6 +45,8 @@ export const STRINGS_EN = {
   "projects.empty.active": "No projects in progress",
   "projects.empty.archived": "No archived projects",
   "projects.empty.trash": "The trash is empty",
+  "room.youLeft": "You left the project “{name}”",
+  "projects.unread": "{n} unread messages",
   "projects.trashNote": "Restorable for {days} days; never purged automatically.",
   "projects.noneTitle": "No projects yet",
   "projects.noneText": "Create a project and work on it with people and AI members.",

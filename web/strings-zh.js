@@ -46,6 +46,8 @@ export const STRINGS_ZH = {
   "projects.empty.active": "没有进行中的项目",
   "projects.empty.archived": "没有已归档的项目",
   "projects.empty.trash": "回收站是空的",
+  "room.youLeft": "你已离开项目「{name}」",
+  "projects.unread": "{n} 条未读消息",
   "projects.trashNote": "可在 {days} 天内恢复；不会自动清除。",
   "projects.noneTitle": "还没有项目",
   "projects.noneText": "新建一个项目，邀请成员和 AI 一起工作。",

@@ -115,9 +115,14 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
         decision.raise_if_refused()
     stopped = False
     if member_op_ in (MemberOp.STOP, MemberOp.LEAVE):
-        # Asked before the write. Should the write then refuse (project closed, last owner), a
-        # stop request is all that is left behind: harmless, since a person runs no turn and a
-        # closed project should have nothing running.
+        # Checked first, so a refused stop stops nothing. The write checks again; should it
+        # refuse after all (a race with a lifecycle change), a stop request is all that is left.
+        early = await core.db.read(lambda conn: _refusal(conn, actor, target_id, member_op_))
+        if early is not None:
+            await core.db.write(
+                lambda conn, tx: _audit_refused(conn, tx, actor, target, op, early.code)
+            )
+            raise early
         stopped = core.runtime.stop_member(target_id)
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any] | RoomError:
@@ -144,8 +149,6 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
             result["cancelled"] = _move(
                 conn, tx, core, target_id, OPEN_FOR_LEAVE, "cancelled", "recipient left"
             )
-            # Whoever left stops receiving the project live, on every socket they had open.
-            tx.on_commit(lambda: core.hub.cut_member(project_id, target_id))
         audit_store.record(
             conn,
             now=tx.now,
@@ -172,6 +175,10 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
             {"member_op": op, "member_id": target_id},
         )
         _publish_members(conn, tx, core, project_id)
+        if member_op_ is MemberOp.LEAVE:
+            # Last, after the notice and the roster: whoever left sees both, then stops
+            # receiving the project live, on every socket they had open.
+            tx.on_commit(lambda: core.hub.cut_member(project_id, target_id))
         return result
 
     outcome = await core.db.write(job)
@@ -186,12 +193,16 @@ def _refusal(
     """Why ``op`` cannot run now, checked again inside the write (the roster read before it may
     be stale): the project closed, the member changed status, or the last owner would leave."""
     try:
-        projects_store.require_open(conn, actor.project_id)
+        projects_store.require_open(conn, actor.project_id, projects_store.MEMBER_OPEN_STATES)
         current = members_store.get(conn, target_id)
         if current is None or current.project_id != actor.project_id:
             raise NotFoundError("no such member in this project", code="no_member")
+        # The actor as they are now (an owner demoted or gone meanwhile acts no more).
+        acting = members_store.get(conn, actor.id)
+        if acting is None or acting.status == "left":
+            raise ForbiddenError("you are not a member of this project", code="not_member")
         decide_member(
-            MemberStatus(current.status), op, actor_kind(actor), is_self=target_id == actor.id
+            MemberStatus(current.status), op, actor_kind(acting), is_self=target_id == actor.id
         ).raise_if_refused()
         if (
             op is MemberOp.LEAVE

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from room.store import deliveries as deliveries_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import runtime as rt_store
+
+log = logging.getLogger(__name__)
 
 # Derived once from the lifecycle table: the send path checks strings, not enums.
 POSTING_STATES = {
@@ -523,11 +526,39 @@ def _publish_update(
     return result
 
 
-async def mark_read(core: Core, member: Member, seq: int) -> int:
-    project_id = member.project_id
+async def mark_read(core: Core, member: Member, seq: int) -> int | None:
+    """Move ``member``'s read cursor to ``seq`` (never back). Past the chatter rate the write is
+    deferred, not refused: the newest cursor of the wait is written when it ends (None now), so
+    the last one always lands however many tabs send them."""
     wait_ms = core.chatter.take((member.id, "read"))
     if wait_ms:
-        raise RateLimitedError("marking read too fast; slow down", retry_after_ms=wait_ms)
+        _defer_read(core, member, seq, wait_ms)
+        return None
+    return await _write_read(core, member, seq)
+
+
+def _defer_read(core: Core, member: Member, seq: int, wait_ms: int) -> None:
+    waiting = core.deferred_reads.get(member.id)
+    if waiting is not None:
+        core.deferred_reads[member.id] = (member, max(seq, waiting[1]))
+        return
+    core.deferred_reads[member.id] = (member, seq)
+
+    async def later() -> None:
+        await asyncio.sleep(wait_ms / 1000)
+        member_, seq_ = core.deferred_reads.pop(member.id)
+        try:
+            await _write_read(core, member_, seq_)
+        except Exception:  # the server is stopping, or the project went away meanwhile
+            log.debug("deferred read cursor of member %s not written", member.id, exc_info=True)
+
+    task = asyncio.get_running_loop().create_task(later(), name=f"read cursor {member.id}")
+    core.background.add(task)
+    task.add_done_callback(core.background.discard)
+
+
+async def _write_read(core: Core, member: Member, seq: int) -> int:
+    project_id = member.project_id
 
     def job(conn: sqlite3.Connection, tx: Tx) -> int:
         head = projects_store.head_seq(conn, project_id)

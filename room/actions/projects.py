@@ -73,7 +73,8 @@ def check_aliases(
 ) -> tuple[str, ...]:
     """Aliases follow the display-name rules, are kept once each (an alias equal to the member's
     own handle or display name is dropped), and never take another member's handle (a handle
-    always wins, so such an alias could never be reached) nor a departed member's name."""
+    always wins, so the alias could never be reached) or display name (the alias would win and
+    take that member's mentions), nor a departed member's name."""
     own = {name_key(handle), name_key(display_name)}
     kept: dict[str, str] = {}
     for raw in aliases:
@@ -88,7 +89,7 @@ def check_aliases(
             continue
         if members_store.name_blocked_for_alias(conn, project_id, key):
             raise ConflictError(
-                f"别名「{alias}」已被占用 (It is another member's handle or a departed name.)",
+                f"别名「{alias}」已被占用 (It is another member's name or a departed name.)",
                 code="alias_taken",
                 alias=alias,
             )

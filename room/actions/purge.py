@@ -20,6 +20,7 @@ import shutil
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -299,31 +300,48 @@ async def _run(
     core.hub.cut_project(project_id, "project purged")
     results: dict[str, Any] = {}
     failed: tuple[str, str] | None = None
+
+    def run_step(conn: sqlite3.Connection, tx: Tx, step: PurgeStep) -> dict[str, Any]:
+        counts = step.run(conn, project_id, data)
+        conn.execute(
+            "INSERT OR IGNORE INTO purge_steps (project_id, step, done_at, detail)"
+            " VALUES (:p, :s, :now, :d)",
+            {"p": project_id, "s": step.name, "now": tx.now, "d": str(counts)},
+        )
+        return counts
+
+    # The last step (the members) runs in the transaction that ends the purge: until it
+    # commits the owner can still reach the project, and once it has, the purge is finished —
+    # a crash in between never leaves a blocked purge nobody can retry.
+    last = steps[-1] if steps and steps[-1].name not in done else None
     for step in steps:
-        if step.name in done:
+        if step.name in done or step is last:
             continue
-
-        def run_step(conn: sqlite3.Connection, tx: Tx, step: PurgeStep = step) -> dict[str, Any]:
-            counts = step.run(conn, project_id, data)
-            conn.execute(
-                "INSERT OR IGNORE INTO purge_steps (project_id, step, done_at, detail)"
-                " VALUES (:p, :s, :now, :d)",
-                {"p": project_id, "s": step.name, "now": tx.now, "d": str(counts)},
-            )
-            return counts
-
         try:
-            results[step.name] = await core.db.write(run_step)
+            results[step.name] = await core.db.write(partial(run_step, step=step))
         except Exception as exc:
             failed = (step.name, f"{type(exc).__name__}: {exc}")
             break
 
-    reached = finish_purge(failed is None)
+    earlier = failed
 
-    def finish(conn: sqlite3.Connection, tx: Tx) -> str:
+    def finish(
+        conn: sqlite3.Connection, tx: Tx
+    ) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
+        # Pure in what it returns (the writer may run a job twice): nothing outside is changed.
         state = projects_store.state_of(conn, project_id) or ProjectState.PURGED.value
         # Only over the state this run wrote: never turn a finished purge back into blocked.
         ours = state == ProjectState.PURGE_BLOCKED.value
+        done_now, failure = dict(results), earlier
+        if ours and failure is None and last is not None:
+            conn.execute("SAVEPOINT last_step")
+            try:
+                done_now[last.name] = run_step(conn, tx, last)
+            except Exception as exc:
+                conn.execute("ROLLBACK TO last_step")
+                failure = (last.name, f"{type(exc).__name__}: {exc}")
+            conn.execute("RELEASE last_step")
+        reached = finish_purge(failure is None)
         if ours:
             projects_store.set_state(
                 conn,
@@ -348,15 +366,15 @@ async def _run(
             project_id=project_id,
             action="project.purge",
             from_state=project.state,
-            outcome=("ok" if failed is None else "purge_blocked") if ours else "state_changed",
-            detail={"steps": results, "failed": list(failed) if failed else None},
+            outcome=("ok" if failure is None else "purge_blocked") if ours else "state_changed",
+            detail={"steps": done_now, "failed": list(failure) if failure else None},
         )
         frame = encode({"type": "project", "project": {"id": project_id, "state": state}})
         tx.on_commit(lambda: core.hub.broadcast(project_id, frame))
         tx.on_commit(lambda: core.rosters.invalidate(project_id))
-        return state
+        return state, done_now, failure
 
-    state = await core.db.write(finish)
+    state, results, failed = await core.db.write(finish)
     return {
         "project_id": project_id,
         "state": state,

@@ -185,8 +185,10 @@ async def confirm(
     """An external agent reports ``received`` (→ delivered) or ``consumed`` (with its mode).
 
     A ``queue`` consume is the start of one of its own turns, so it counts toward the loop
-    brake's ``turn_cap`` like an in-process turn: it already happened (it is a report), so the
-    cap-th one trips the brake and nothing more is offered until a human clears it."""
+    brake's ``turn_cap`` like an in-process turn. The first one past the cap trips the brake (it
+    already began: a consume is a report, so an external agent may run one turn more than an
+    in-process one, which is refused before it starts); nothing more is offered until a person
+    clears it."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> list[int]:
         allowed = {
@@ -221,7 +223,7 @@ def _count_external_turn(
     if rt_store.brake(conn, project_id)["tripped"] is not None:
         return
     count = rt_store.count_agent_turn(conn, project_id, tx.counters)
-    if count >= cap:
+    if count > cap:  # as for in-process turns: tripped by the first turn past the cap
         _trip(conn, tx, core, project_id, "agent_turn_cap", {"agent_turns": count, "cap": cap})
 
 
@@ -565,6 +567,9 @@ def _trip(
 
 async def clear_brake(core: Core, project_id: int, human_member_id: int) -> dict[str, Any]:
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        # Archived and trashed projects are read-only: a clearing notice would change the
+        # messages the trash snapshot hashed.
+        projects_store.require_open(conn, project_id)
         before = rt_store.brake(conn, project_id)
         rt_store.clear_brake(conn, project_id, human_member_id, tx.now)
         tx.counters[f"agent_turns:{project_id}"] = 0

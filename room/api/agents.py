@@ -193,8 +193,6 @@ async def clear_brake(request: Request) -> Response:
     actor = await member_in(core, who, project_id)
     if actor.kind != "human":
         raise ForbiddenError("only a person clears the loop brake", code="human_only")
-    # Archived and trashed projects are read-only (the action checks again inside its write).
-    await core.db.read(lambda conn: projects_store.require_open(conn, project_id))
     brake = await runtime_actions.clear_brake(core, project_id, actor.id)
     _runtime(request).wake_project(project_id)
     return JSONResponse(brake)

@@ -7,6 +7,7 @@ don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error'
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from typing import Annotated, Any
 
@@ -28,7 +29,7 @@ from room.errors import (
     ForgedAuthorError,
     NotFoundError,
 )
-from room.models import Member
+from room.models import Member, Project
 from room.protocol import AUTHOR_FIELDS, MAX_CHIPS, MAX_HISTORY_LIMIT
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
@@ -133,9 +134,17 @@ async def healthz(request: Request) -> Response:
 async def me(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
+    unread: dict[int, int] = {}
     if who.user is not None:
         user_id = who.user.id
-        projects = await core.db.read(lambda conn: projects_store.list_for_user(conn, user_id))
+
+        def read(conn: sqlite3.Connection) -> tuple[list[Project], dict[int, int]]:
+            return (
+                projects_store.list_for_user(conn, user_id),
+                messages_store.unread_for_user(conn, user_id),
+            )
+
+        projects, unread = await core.db.read(read)
     else:
         assert who.agent is not None
         agent_project = who.agent.project_id
@@ -145,7 +154,8 @@ async def me(request: Request) -> Response:
         {
             "identity": who.to_wire(),
             "csrf_token": who.csrf_token,
-            "projects": [p.to_wire() for p in projects],
+            # ``unread``: chat messages by others after your read cursor (up to 100).
+            "projects": [p.to_wire() | {"unread": unread.get(p.id, 0)} for p in projects],
             # The trash shows how long a project is kept restorable; nothing is purged by itself.
             "trash_retention_days": core.settings.trash_retention_days,
         }

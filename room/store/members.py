@@ -102,11 +102,12 @@ def handle_reserved(conn: sqlite3.Connection, project_id: int, handle: str) -> b
 
 
 def name_blocked_for_alias(conn: sqlite3.Connection, project_id: int, key: str) -> bool:
-    """A name (by ``name_key``) that is some member's handle, or any departed member's name."""
+    """A name (by ``name_key``) that is some member's handle or display name (an alias outranks
+    a display name, so it would take that member's mentions), or any departed member's name."""
     return (
         conn.execute(
             "SELECT 1 FROM member_names WHERE project_id = :p AND name_key = :k"
-            " AND (kind = 'handle' OR tombstoned = 1) LIMIT 1",
+            " AND (kind IN ('handle', 'display_name') OR tombstoned = 1) LIMIT 1",
             {"p": project_id, "k": key},
         ).fetchone()
         is not None

@@ -230,11 +230,13 @@ def edit_history(conn: sqlite3.Connection, message_id: int) -> list[dict[str, An
 def history(
     conn: sqlite3.Connection, project_id: int, before: int | None, limit: int
 ) -> tuple[list[str], bool]:
-    """Up to ``limit`` message objects with seq < before, oldest first; keyset, never OFFSET."""
+    """Up to ``limit`` message objects with seq < before, oldest first; keyset, never OFFSET.
+    A ``before`` past any seq (even past SQLite's integers) means "the latest"."""
+    end = 1 << 62 if before is None else min(before, 1 << 62)
     rows = conn.execute(
         "SELECT frame FROM messages WHERE project_id = :p AND seq < :before"
         " ORDER BY seq DESC LIMIT :limit",
-        {"p": project_id, "before": before if before is not None else 1 << 62, "limit": limit + 1},
+        {"p": project_id, "before": end, "limit": limit + 1},
     ).fetchall()
     has_more = len(rows) > limit
     frames = [str(r[0]) for r in rows[:limit]]
@@ -271,6 +273,26 @@ def set_read_cursor(
         {"m": member_id, "p": project_id, "seq": seq, "now": now},
     ).fetchone()
     return int(row[0])
+
+
+UNREAD_CAP = 100  # counted up to here: past it the badge says "99+"
+
+
+def unread_for_user(conn: sqlite3.Connection, user_id: int) -> dict[int, int]:
+    """Per project of ``user_id``: chat messages by others after their read cursor, not deleted,
+    counted up to ``UNREAD_CAP`` (a keyset range on ``messages_seq``, never a full count)."""
+    return {
+        int(r[0]): int(r[1])
+        for r in conn.execute(
+            "SELECT m.project_id, (SELECT count(*) FROM (SELECT 1 FROM messages x"
+            " WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
+            " AND x.kind = 'chat' AND x.deleted_at IS NULL"
+            " AND (x.author_id IS NULL OR x.author_id != m.id) LIMIT :cap))"
+            " FROM members m LEFT JOIN read_cursors rc ON rc.member_id = m.id"
+            " WHERE m.user_id = :u AND m.status != 'left'",
+            {"u": user_id, "cap": UNREAD_CAP},
+        )
+    }
 
 
 def read_cursors(conn: sqlite3.Connection, project_id: int) -> dict[int, int]:

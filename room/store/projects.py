@@ -16,6 +16,10 @@ MAX_ROW_ID = 2**63 - 1
 # Where a project's data may still change (settings, members, routes, invites): archived,
 # trashed and purged projects are read-only, and stops and purges must not be raced.
 OPEN_STATES = frozenset({"active", "paused"})
+STOPPING_STATES = frozenset({"stopping", "stop_unconfirmed"})
+# Member operations also work while a stop is under way: stopping a stuck member is how a
+# person gets a stop confirmed.
+MEMBER_OPEN_STATES = OPEN_STATES | STOPPING_STATES
 
 
 def row_id(text: str) -> int | None:
@@ -181,18 +185,23 @@ def state_of(conn: sqlite3.Connection, project_id: int) -> str | None:
     return str(row[0]) if row else None
 
 
-def require_open(conn: sqlite3.Connection, project_id: int) -> None:
-    """Refuse (409 ``project_closed``) unless the project is active or paused. Called inside the
-    write job of every change to a project's settings, members, routes or invites, so a change
-    can never land after an archive or trash committed (and break the restore's snapshot)."""
+def require_open(
+    conn: sqlite3.Connection, project_id: int, allowed: frozenset[str] = OPEN_STATES
+) -> None:
+    """Refuse (409 ``project_closed``) unless the project is in ``allowed`` (active or paused by
+    default). Called inside the write job of every change to a project's settings, members,
+    routes or invites, so a change can never land after an archive or trash committed (and
+    break the restore's snapshot)."""
     state = state_of(conn, project_id) or "purged"
-    if state not in OPEN_STATES:
-        raise ConflictError(
-            f"项目处于 {state}，不能修改；请先恢复项目"
-            f" (The project is {state}; restore it before changing it.)",
-            code="project_closed",
-            state=state,
-        )
+    if state in allowed:
+        return
+    if state in STOPPING_STATES:
+        hint = "项目正在停止，请先重试或取消停止 (A stop is under way: retry or cancel it first.)"
+    elif state == "purged":
+        hint = "项目已清除 (The project was purged.)"
+    else:
+        hint = f"项目处于 {state}，请先恢复项目 (The project is {state}; restore it first.)"
+    raise ConflictError(hint, code="project_closed", state=state)
 
 
 def head_seq(conn: sqlite3.Connection, project_id: int) -> int:
