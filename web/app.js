@@ -216,7 +216,10 @@ function onFrame(frame) {
       room.readCursors = new Map(Object.entries(frame.read_cursors || {}).map(([k, v]) => [Number(k), v]));
       projectChanged(upsertProject(frame.project), false);
       if (frame.since === null || frame.since === undefined) timeline.loadLatest();
-      else timeline.refreshOpenReceipts();
+      else {
+        timeline.refreshOpenReceipts();
+        timeline.markRead(); // a cursor lost with the old socket goes out again
+      }
       composer.refresh();
       members.render();
       break;

@@ -110,6 +110,10 @@ def _reference(workdir: Path, seconds: float, module: str) -> dict[str, float]:
             process.stop()
 
 
+TARGET_P99_MS = 5.0
+ISSUE_NAIVE_P99_MS = 12.0  # "the naive loop gives p99 ≈ 12 ms"
+
+
 def run(workdir: Path, *, quick: bool) -> list[Row]:
     seconds = 5.0 if quick else 30.0
     got = _server(workdir, seconds)
@@ -123,6 +127,10 @@ def run(workdir: Path, *, quick: bool) -> list[Row]:
         Row(WORKLOAD, case, "p99 ms", got["p99_ms"], ref["p99_ms"], label, "≤ 5"),
         Row(WORKLOAD, case, "p99.9 ms", got["p999_ms"],
             ref["p999_ms"], label, "≤ 10"),
+        # The issue's target as a ratio: p99 ≤ 5 ms where the naive loop gave ≈ 12 ms.
+        Row(WORKLOAD, case, "p99 ÷ naive loop p99", got["p99_ms"] / ref["p99_ms"]
+            if ref["p99_ms"] else None, None, "the issue's ratio: 5 ms vs ≈ 12 ms there",
+            f"≤ {TARGET_P99_MS / ISSUE_NAIVE_P99_MS:.2f}"),
         Row(WORKLOAD, case, "p99 ms at socket (kernel timestamp)", got["arrival_p99_ms"],
             ref["arrival_p99_ms"], label),
         Row(WORKLOAD, case, "delivered %", got["delivered_pct"], ref["delivered_pct"],
