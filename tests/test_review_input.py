@@ -221,3 +221,31 @@ def test_aliases_are_kept_once_and_reach_the_member(app: App, project: tuple[int
     status, sent = post(app, f"/api/projects/{project_id}/messages", {"body": "@接口 看看"})
     assert status == 201, sent
     assert sent["message"]["mentions"] == [member["id"]]
+
+
+def test_a_person_cannot_join_under_an_agents_alias(app: App, project: tuple[int, int]) -> None:
+    project_id, lead = project
+    # Paused, the lead answers nothing: the only chat message is the one said before the join.
+    assert post(app, f"/api/projects/{project_id}/members/{lead}/pause", {})[0] == 200
+    assert add_agent(app, project_id, aliases=["小助手"])[0] == 201
+    status, invite = post(app, f"/api/projects/{project_id}/invites", {"role": "member"})
+    assert status == 201, invite
+    secret = invite["url"].rsplit("/", 1)[1]
+    form = {"secret": secret, "handle": "helper", "display_name": "小助手"}
+    response = app.client.post(
+        "/login", data=form, headers={"Origin": app.settings.origin}, follow_redirects=False
+    )
+    assert response.status_code == 409 and "别名" in response.text
+    assert post(app, f"/api/projects/{project_id}/messages", {"body": "加入前的话"})[0] == 201
+    # The invite was not used up: the same person joins under another name.
+    cookie = app.login(secret, handle="helper", display_name="小帮手")
+    status, me = app.request("GET", "/api/me", cookie=cookie)
+    project_row = next(p for p in me["projects"] if p["id"] == project_id)
+    assert project_row["unread"] == 0  # what was said before they came is history, not unread
+
+
+def test_a_negative_history_cursor_is_an_empty_page(app: App, project: tuple[int, int]) -> None:
+    project_id, _ = project
+    path = f"/api/projects/{project_id}/messages?before=-{HUGE}"
+    status, page = app.request("GET", path, cookie=app.owner_cookie)
+    assert (status, page["messages"]) == (200, [])

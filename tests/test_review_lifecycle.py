@@ -5,6 +5,7 @@ left still receiving the project live."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import anyio
 import pytest
 
 from room.actions import lifecycle as lifecycle_actions
+from room.actions import messages as message_actions
 from room.actions import purge as purge_actions
 from room.errors import ConflictError
 from room.models import Member, Project
@@ -358,3 +360,33 @@ def test_a_member_can_be_stopped_while_a_project_stop_is_unconfirmed(app: App) -
     assert (status, body["error"]["code"]) == (409, "project_closed")
     assert "恢复" in body["error"]["message"]
     assert audit(app, project_id, "member.stop")[-1] == ("refused", "project_closed")
+
+
+def test_a_read_cursor_written_late_never_blocks_a_purge(app: App) -> None:
+    project_id, members = project(app, "竞读")
+    owner = members["owner"]
+    trash(app, project_id)
+
+    async def scenario() -> dict[str, Any]:
+        for _ in range(25):  # past the burst: the next cursor waits, to be written later
+            await message_actions.mark_read(app.core, owner, 0)
+        assert app.core.deferred_reads
+        slow: list[purge_actions.PurgeStep] = []
+        for step in purge_actions.PURGE_STEPS:
+            if step.name == "settings":  # long enough for the deferred write to land
+
+                def held(
+                    conn: sqlite3.Connection, pid: int, data: Path, run: Any = step.run
+                ) -> Any:
+                    time.sleep(0.5)
+                    return run(conn, pid, data)
+
+                step = purge_actions.PurgeStep(step.name, step.label, held)
+            slow.append(step)
+        return await purge_actions.purge(
+            app.core, owner, project_id, confirm_name="竞读", confirmed=True, steps=slow
+        )
+
+    result = app.call(scenario)
+    assert (result["state"], result["failed"]) == ("purged", None)
+    assert count(app, "SELECT count(*) FROM read_cursors WHERE project_id = ?", project_id) == 0

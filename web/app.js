@@ -20,6 +20,7 @@ import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
 const TYPING_SHOWN_MS = 6000;
 const PROJECTS_EVERY_MS = 30_000; // how often the projects column refreshes (unread counts)
+let projectsTimer = null;
 
 const conn = new Connection({ onFrame, onStatus });
 const timeline = new Timeline($("#timeline"), conn, {
@@ -124,12 +125,13 @@ async function boot() {
   window.addEventListener("hashchange", route);
   window.addEventListener("focus", refreshProjects);
   // Other projects' unread counts: the socket watches only the open project.
-  setInterval(() => document.visibilityState === "visible" && refreshProjects(), PROJECTS_EVERY_MS);
+  projectsTimer = setInterval(() => document.visibilityState === "visible" && refreshProjects(), PROJECTS_EVERY_MS);
   loadProviders().catch(() => {});
   route();
 }
 
 function signedOut() {
+  clearInterval(projectsTimer);
   $("#app").hidden = true;
   $("#signed-out").hidden = false;
 }
@@ -170,6 +172,8 @@ function showNoProject() {
 function openProject(id) {
   const project = app.projects.get(id);
   project.unread = 0; // read from here on; the badge stays off while it is open
+  const previous = app.room && app.projects.get(app.room.id);
+  if (previous) previous.unread = 0; // seen while open (a count read meanwhile is stale)
   renderProjects($("#project-groups"), id);
   const room = createRoom(project);
   app.room = room;

@@ -17,6 +17,7 @@ from room.store import Tx
 from room.store import audit as audit_store
 from room.store import auth as auth_store
 from room.store import members as members_store
+from room.store import messages as messages_store
 from room.store import projects as projects_store
 
 SECONDS_PER_DAY = 86_400
@@ -139,15 +140,8 @@ def redeem_link(
             is_admin=False,
             now=tx.now,
         )
-        members_store.insert(
-            conn,
-            project_id=project_id,
-            kind="human",
-            user_id=user_id,
-            role=role or "member",
-            handle=handle,
-            display_name=display_name.strip(),
-            now=tx.now,
+        _insert_person(
+            conn, tx, project_id, user_id, role or "member", handle, display_name.strip()
         )
         auth_store.mark_link_user(conn, secret, user_id)
     assert user_id is not None
@@ -179,14 +173,43 @@ def _join_existing(
             code="handle_taken",
             handle=user.handle,
         )
-    members_store.insert(
+    _insert_person(conn, tx, project_id, user.id, role, user.handle, user.display_name)
+
+
+def _insert_person(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    project_id: int,
+    user_id: int,
+    role: str,
+    handle: str,
+    display_name: str,
+) -> None:
+    """A person joins: their display name may not be an agent's alias (an alias outranks a
+    display name, so their mentions would reach the agent), and what was said before they came
+    is history, not unread."""
+    if members_store.is_alias(conn, project_id, members_store.name_key(display_name)):
+        raise ConflictError(
+            f"「{display_name}」是本项目一位成员的别名，提及会被误送；请换一个显示名"
+            " (Another member has this name as an alias; choose another display name.)",
+            code="name_taken",
+            name=display_name,
+        )
+    member_id = members_store.insert(
         conn,
         project_id=project_id,
         kind="human",
-        user_id=user.id,
+        user_id=user_id,
         role=role,
-        handle=user.handle,
-        display_name=user.display_name,
+        handle=handle,
+        display_name=display_name,
+        now=tx.now,
+    )
+    messages_store.set_read_cursor(
+        conn,
+        member_id=member_id,
+        project_id=project_id,
+        seq=projects_store.head_seq(conn, project_id),
         now=tx.now,
     )
 

@@ -39,6 +39,7 @@ from room.protocol import encode
 from room.render import render
 from room.store import Tx
 from room.store import deliveries as deliveries_store
+from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import runtime as rt_store
@@ -545,7 +546,10 @@ def _defer_read(core: Core, member: Member, seq: int, wait_ms: int) -> None:
     core.deferred_reads[member.id] = (member, seq)
 
     async def later() -> None:
-        await asyncio.sleep(wait_ms / 1000)
+        delay_ms = wait_ms
+        while delay_ms:  # the write spends the allowance like any other read
+            await asyncio.sleep(delay_ms / 1000)
+            delay_ms = core.chatter.take((member.id, "read"))
         member_, seq_ = core.deferred_reads.pop(member.id)
         try:
             await _write_read(core, member_, seq_)
@@ -561,6 +565,16 @@ async def _write_read(core: Core, member: Member, seq: int) -> int:
     project_id = member.project_id
 
     def job(conn: sqlite3.Connection, tx: Tx) -> int:
+        # Checked here, not only when the frame came: a deferred cursor may land after its
+        # member left or while the project is being purged.
+        current = members_store.get(conn, member.id)
+        state = projects_store.state_of(conn, project_id)
+        if (
+            current is None
+            or current.status == "left"
+            or state in (None, "purge_blocked", "purged")
+        ):
+            return 0
         head = projects_store.head_seq(conn, project_id)
         cursor = messages_store.set_read_cursor(
             conn, member_id=member.id, project_id=project_id, seq=min(seq, head), now=tx.now

@@ -114,6 +114,18 @@ def name_blocked_for_alias(conn: sqlite3.Connection, project_id: int, key: str) 
     )
 
 
+def is_alias(conn: sqlite3.Connection, project_id: int, key: str) -> bool:
+    """``key`` (a ``name_key``) is a live member's alias in the project."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM member_names WHERE project_id = :p AND name_key = :k"
+            " AND kind = 'alias' AND tombstoned = 0 LIMIT 1",
+            {"p": project_id, "k": key},
+        ).fetchone()
+        is not None
+    )
+
+
 def names_for_project(
     conn: sqlite3.Connection, project_id: int
 ) -> list[tuple[int, str, str, bool]]:

@@ -232,7 +232,7 @@ def history(
 ) -> tuple[list[str], bool]:
     """Up to ``limit`` message objects with seq < before, oldest first; keyset, never OFFSET.
     A ``before`` past any seq (even past SQLite's integers) means "the latest"."""
-    end = 1 << 62 if before is None else min(before, 1 << 62)
+    end = 1 << 62 if before is None else max(0, min(before, 1 << 62))
     rows = conn.execute(
         "SELECT frame FROM messages WHERE project_id = :p AND seq < :before"
         " ORDER BY seq DESC LIMIT :limit",
@@ -276,21 +276,24 @@ def set_read_cursor(
 
 
 UNREAD_CAP = 100  # counted up to here: past it the badge says "99+"
+UNREAD_SCAN = 2_000  # messages looked at after the cursor, at most, per project
 
 
 def unread_for_user(conn: sqlite3.Connection, user_id: int) -> dict[int, int]:
     """Per project of ``user_id``: chat messages by others after their read cursor, not deleted,
-    counted up to ``UNREAD_CAP`` (a keyset range on ``messages_seq``, never a full count)."""
+    up to ``UNREAD_CAP``. Bounded work: a keyset range on ``messages_seq`` over at most the
+    ``UNREAD_SCAN`` messages after the cursor (tool and system messages and one's own take
+    room there too, so a long run of those can make the count low, never high)."""
     return {
-        int(r[0]): int(r[1])
+        int(r[0]): min(int(r[1]), UNREAD_CAP)
         for r in conn.execute(
-            "SELECT m.project_id, (SELECT count(*) FROM (SELECT 1 FROM messages x"
-            " WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
-            " AND x.kind = 'chat' AND x.deleted_at IS NULL"
-            " AND (x.author_id IS NULL OR x.author_id != m.id) LIMIT :cap))"
+            "SELECT m.project_id, (SELECT count(*) FROM (SELECT kind, author_id, deleted_at"
+            " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
+            " ORDER BY x.seq LIMIT :scan) WHERE kind = 'chat' AND deleted_at IS NULL"
+            " AND (author_id IS NULL OR author_id != m.id))"
             " FROM members m LEFT JOIN read_cursors rc ON rc.member_id = m.id"
             " WHERE m.user_id = :u AND m.status != 'left'",
-            {"u": user_id, "cap": UNREAD_CAP},
+            {"u": user_id, "scan": UNREAD_SCAN},
         )
     }
 
