@@ -60,6 +60,7 @@ def test_enter_sends_and_shift_enter_adds_a_line(owner: Person, room_server: Roo
     box.press("Enter")
     expect(owner.page.locator(".msg .msg-body")).to_have_text("第一行\n第二行")
     expect(box).to_have_value("")
+    expect(owner.page.locator(".msg.pending")).to_have_count(0)  # acked: committed on the server
     assert bodies(room_server, project) == ["第一行\n第二行"]
 
 
@@ -98,6 +99,7 @@ def test_enter_during_ime_composition_never_sends(owner: Person, room_server: Ro
     # After composition, a real Enter sends.
     box.press("Enter")
     expect(page.locator(".msg .msg-body")).to_have_text("你好")
+    expect(page.locator(".msg.pending")).to_have_count(0)  # acked: committed on the server
     assert bodies(room_server, project) == ["你好"]
 
 

@@ -100,6 +100,7 @@ def test_xss_corpus_renders_inert(chromium: Browser, room_server: RoomServer) ->
         page.locator("#draft").fill("<script>window.__xss='composer'</script> @lead 看看")
         page.locator("#draft").press("Enter")
         expect(page.locator(".msg.mine", has_text="window.__xss='composer'")).to_be_visible()
+        expect(page.locator(".msg.pending")).to_have_count(0)  # acked: committed on the server
         me = room_server.members(project)["owner"]["id"]
         mine = [m for m in room_server.messages(project) if m["author_id"] == me]
         assert len(mine) >= len(XSS_CORPUS) + 1
