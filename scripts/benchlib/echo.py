@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -108,7 +109,9 @@ def _turns(db: Path) -> tuple[list[float], float]:
 def run(workdir: Path, *, quick: bool) -> list[Row]:
     count = 1000 if quick else 4000
     rate = 800.0
-    server = RoomServer(workdir / "echo").start()
+    data = workdir / "echo"
+    shutil.rmtree(data, ignore_errors=True)  # a fresh server: agents are added by name below
+    server = RoomServer(data).start()
     try:
         handles = _add_agents(server)
         start = asyncio.run(_send(server, handles, count, rate))
