@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
 from tests.support.server import ServerProcess
 from tests.support.wsclient import Client
 
@@ -22,6 +23,13 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def llm() -> Iterator[OpenAIServer]:
+    """A local OpenAI-compatible server; tests script its replies (``llm.push``)."""
+    with OpenAIServer(api_key=TEST_API_KEY) as server:
+        yield server
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,9 @@ from websockets.exceptions import ConnectionClosed
 from room.store import runtime as rt_store
 from room.store.migrate import connect, migrate
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
-from tests.support.server import ServerProcess
+from tests.support.server import start_with_openai
 from tests.support.wsclient import Client
-from tests.test_runtime_live import API_KEY, Room, agent_replies, eventually
-
-
-@pytest.fixture
-def llm() -> Iterator[OpenAIServer]:
-    with OpenAIServer(api_key=API_KEY) as server:
-        yield server
-
-
-def start(data: Path, llm: OpenAIServer, **env: str) -> ServerProcess:
-    return ServerProcess(
-        data, env={"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY, **env}
-    ).start()
+from tests.test_runtime_live import Room, agent_replies, eventually
 
 
 @pytest.mark.anyio
@@ -37,7 +24,7 @@ def start(data: Path, llm: OpenAIServer, **env: str) -> ServerProcess:
 async def test_a_member_who_leaves_stops_receiving_the_project(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         room = Room(server, llm)
         bob = server.invite(room.owner, room.project, "bob", "小博")
@@ -69,7 +56,7 @@ async def test_a_graceful_restart_reruns_the_interrupted_turn(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
     data = tmp_path / "data"
-    server = start(data, llm)
+    server = start_with_openai(data, llm)
     room = Room(server, llm)
     room.route("lead")
     llm.push(Reply(body=openai_text("太慢").body, delay_secs=30))
@@ -78,7 +65,7 @@ async def test_a_graceful_restart_reruns_the_interrupted_turn(
     await eventually(lambda: len(llm.chat_requests) == 1)
     server.stop()  # SIGTERM: a normal stop, not a crash
     llm.push(openai_text("重启后完成"))
-    again = start(data, llm)
+    again = start_with_openai(data, llm)
     try:
         room.server, room.owner = again, again.login()
         await eventually(lambda: agent_replies(room, "lead"))
@@ -93,7 +80,7 @@ async def test_a_graceful_restart_reruns_the_interrupted_turn(
 async def test_a_pause_while_waiting_for_a_turn_slot_holds_instead_of_failing(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
-    server = start(tmp_path / "data", llm, ROOM_MAX_CONCURRENT_TURNS="1")
+    server = start_with_openai(tmp_path / "data", llm, ROOM_MAX_CONCURRENT_TURNS="1")
     try:
         room = Room(server, llm)
         room.add_agent("slow", "backend", "慢")
@@ -125,7 +112,7 @@ async def test_a_pause_while_waiting_for_a_turn_slot_holds_instead_of_failing(
 async def test_the_token_budget_stops_the_turn_at_the_next_step(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         room = Room(server, llm)
         room.route("lead")
@@ -150,7 +137,7 @@ async def test_the_token_budget_stops_the_turn_at_the_next_step(
 async def test_a_message_steered_at_the_last_step_waits_instead_of_failing(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         room = Room(server, llm)
         room.route("lead")
@@ -173,7 +160,7 @@ async def test_a_message_steered_at_the_last_step_waits_instead_of_failing(
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
 async def test_a_null_limit_falls_back_to_the_default(tmp_path: Path, llm: OpenAIServer) -> None:
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         room = Room(server, llm)
         room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": None})
@@ -191,7 +178,7 @@ async def test_a_null_limit_falls_back_to_the_default(tmp_path: Path, llm: OpenA
 async def test_two_sockets_of_one_external_agent_never_get_the_same_delivery(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         room = Room(server, llm)
         room.add_agent("outside", "backend", "外部", driver="external")
@@ -224,7 +211,7 @@ async def test_two_sockets_of_one_external_agent_never_get_the_same_delivery(
 async def test_an_external_agents_turns_count_toward_the_loop_brake(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         room = Room(server, llm)
         room.add_agent("outside", "backend", "外部", driver="external")
@@ -267,7 +254,7 @@ async def test_an_external_agents_turns_count_toward_the_loop_brake(
 async def test_a_resume_that_is_never_read_is_cut_not_buffered(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
-    server = start(tmp_path / "data", llm, ROOM_OUTBOX_BYTES="131072")
+    server = start_with_openai(tmp_path / "data", llm, ROOM_OUTBOX_BYTES="131072")
     try:
         room = Room(server, llm)
         lead = room.members["lead"]["id"]

@@ -13,12 +13,19 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.llm_servers import OpenAIServer, Reply, error, openai_text, openai_tool_call
-from tests.support.server import ServerProcess, Session
+from tests.support.llm_servers import (
+    TEST_API_KEY,
+    OpenAIServer,
+    Reply,
+    error,
+    openai_text,
+    openai_tool_call,
+)
+from tests.support.server import ServerProcess, Session, start_with_openai
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
-API_KEY = "sk-room-test"
+API_KEY = TEST_API_KEY  # imported from here by other suites
 
 
 class Room:
@@ -89,16 +96,8 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 
 @pytest.fixture
-def llm() -> Iterator[OpenAIServer]:
-    with OpenAIServer(api_key=API_KEY) as server:
-        yield server
-
-
-@pytest.fixture
 def room(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
-    server = ServerProcess(
-        tmp_path / "data", env={"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
-    ).start()
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         yield Room(server, llm)
     finally:

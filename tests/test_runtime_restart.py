@@ -7,7 +7,6 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -15,21 +14,10 @@ import pytest
 
 from room.client import AgentClient, Batch
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
-from tests.support.server import ServerProcess
-from tests.test_runtime_live import API_KEY, Room, agent_replies, eventually
+from tests.support.server import start_with_openai
+from tests.test_runtime_live import Room, agent_replies, eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
-
-
-@pytest.fixture
-def llm() -> Iterator[OpenAIServer]:
-    with OpenAIServer(api_key=API_KEY) as server:
-        yield server
-
-
-def start(data: Path, llm: OpenAIServer) -> ServerProcess:
-    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
-    return ServerProcess(data, env=env).start()
 
 
 def turn_states(data: Path) -> list[str]:
@@ -41,7 +29,7 @@ async def test_kill_mid_turn_before_any_effect_redispatches_once(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
     data = tmp_path / "data"
-    server = start(data, llm)
+    server = start_with_openai(data, llm)
     room = Room(server, llm)
     room.route("lead")
     llm.push(Reply(body=openai_text("太慢了").body, delay_secs=30))
@@ -50,7 +38,7 @@ async def test_kill_mid_turn_before_any_effect_redispatches_once(
     server.kill9()
 
     llm.push(openai_text("重启后完成"))
-    again = start(data, llm)
+    again = start_with_openai(data, llm)
     try:
         room.server = again
         room.owner = again.login()
@@ -74,7 +62,7 @@ async def test_kill_mid_turn_before_any_effect_redispatches_once(
 
 async def test_kill_after_an_effect_is_not_rerun(tmp_path: Path, llm: OpenAIServer) -> None:
     data = tmp_path / "data"
-    server = start(data, llm)
+    server = start_with_openai(data, llm)
     room = Room(server, llm)
     room.route("lead")
     llm.push(
@@ -86,7 +74,7 @@ async def test_kill_after_an_effect_is_not_rerun(tmp_path: Path, llm: OpenAIServ
     await eventually(lambda: len(llm.chat_requests) == 2)
     server.kill9()
 
-    again = start(data, llm)
+    again = start_with_openai(data, llm)
     try:
         room.server = again
         room.owner = again.login()
@@ -111,7 +99,7 @@ async def test_kill_after_an_effect_is_not_rerun(tmp_path: Path, llm: OpenAIServ
 async def test_external_agent_receives_confirms_and_replies(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         room = Room(server, llm)
         room.add_agent("outside", "backend", "外部", driver="external")
@@ -143,7 +131,7 @@ async def test_lost_socket_leaves_unknown_then_reconciles(
 ) -> None:
     from tests.support.wsclient import Client
 
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     try:
         room = Room(server, llm)
         room.add_agent("outside", "backend", "外部", driver="external")
@@ -173,7 +161,7 @@ async def test_lost_socket_leaves_unknown_then_reconciles(
 
 
 async def test_room_agent_command_answers_with_stdout(tmp_path: Path, llm: OpenAIServer) -> None:
-    server = start(tmp_path / "data", llm)
+    server = start_with_openai(tmp_path / "data", llm)
     proc = None
     try:
         room = Room(server, llm)
@@ -215,13 +203,13 @@ async def test_after_a_restart_only_active_projects_resume(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
     data = tmp_path / "data"
-    server = start(data, llm)
+    server = start_with_openai(data, llm)
     room = Room(server, llm)
     room.post(f"/api/projects/{room.project}/lifecycle", {"op": "pause"})
     sent = room.say("暂停时留下的话")
     assert room.deliveries(sent["message_id"])[0]["state"] == "held"
     server.kill9()
-    again = start(data, llm)
+    again = start_with_openai(data, llm)
     try:
         room.server = again
         room.owner = again.login()

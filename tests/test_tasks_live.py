@@ -32,13 +32,19 @@ from room.runtime.task_tools import TASK_TOOLS
 from room.settings import Settings
 from room.store import Tx
 from room.transport import RoomWebSocketProtocol
-from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_calls
+from tests.support.llm_servers import (
+    TEST_API_KEY,
+    OpenAIServer,
+    Reply,
+    openai_text,
+    openai_tool_calls,
+)
 from tests.support.server import ServerProcess, Session
 from tests.support.wsclient import Client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
-API_KEY = "sk-room-test"
+API_KEY = TEST_API_KEY
 R = TypeVar("R")
 
 

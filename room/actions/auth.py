@@ -188,7 +188,10 @@ def _insert_person(
     """A person joins: their display name may not be an agent's alias (an alias outranks a
     display name, so their mentions would reach the agent), and what was said before they came
     is history, not unread."""
-    if members_store.is_alias(conn, project_id, members_store.name_key(display_name)):
+    if any(
+        kind == "alias" and not departed
+        for kind, departed in members_store.name_holders(conn, project_id, display_name)
+    ):
         raise ConflictError(
             f"「{display_name}」是本项目一位成员的别名，提及会被误送；请换一个显示名"
             " (Another member has this name as an alias; choose another display name.)",

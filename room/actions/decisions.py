@@ -136,13 +136,25 @@ async def propose_decision(
             body = f"📐 {who} 记录了决定 {row.label}「{title}」（已接受）。"
         else:
             body = f"📐 {who} 提议了决定 {row.label}「{title}」，等待人类接受。"
-        task_actions.post_message(conn, tx, fx, body, {"decision": row.label})
-        fx.flush(conn, tx)
-        current = tasks_store.get_decision(conn, row.id)
-        assert current is not None
-        return tasks_store.decision_object(conn, current)
+        return _announce(conn, tx, fx, row.id, row.label, body)
 
     return await core.db.write(job)
+
+
+def _announce(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    fx: task_actions.Effects,
+    decision_id: int,
+    label: str,
+    body: str,
+) -> dict[str, Any]:
+    """Post the decision's notice, publish what changed, and return the decision as it is now."""
+    task_actions.post_message(conn, tx, fx, body, {"decision": label})
+    fx.flush(conn, tx)
+    current = tasks_store.get_decision(conn, decision_id)
+    assert current is not None
+    return tasks_store.decision_object(conn, current)
 
 
 def _supersede(
@@ -183,11 +195,7 @@ async def accept_decision(core: Core, actor: Member, number: int) -> dict[str, A
             detail={"decision": row.label},
         )  # fmt: skip
         body = f"✅ {task_actions.actor_of(actor).label} 接受了决定 {row.label}「{row.title}」。"
-        task_actions.post_message(conn, tx, fx, body, {"decision": row.label})
-        fx.flush(conn, tx)
-        current = tasks_store.get_decision(conn, row.id)
-        assert current is not None
-        return tasks_store.decision_object(conn, current)
+        return _announce(conn, tx, fx, row.id, row.label, body)
 
     return await core.db.write(job)
 

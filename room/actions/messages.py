@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -324,6 +324,44 @@ def append_message(
     return message_id, seq, obj
 
 
+def publish_deliveries(
+    core: Core,
+    tx: Tx,
+    rows: Sequence[tuple[int, int, int, int]],
+    state: str,
+    mode: str | None = None,
+    reason: str | None = None,
+) -> None:
+    """Announce ledger changes after the commit: one ``delivery`` frame per (delivery id,
+    project id, message id, recipient id) row, for the labels under each message."""
+    if not rows:
+        return
+    frames = [
+        (
+            project_id,
+            encode(
+                {
+                    "type": "delivery",
+                    "project_id": project_id,
+                    "message_id": message_id,
+                    "recipient_id": recipient_id,
+                    "delivery_id": delivery_id,
+                    "state": state,
+                    "mode": mode,
+                    "reason": reason,
+                }
+            ),
+        )
+        for delivery_id, project_id, message_id, recipient_id in rows
+    ]
+
+    def publish() -> None:
+        for project_id, frame in frames:
+            core.hub.broadcast(project_id, frame)
+
+    tx.on_commit(publish)
+
+
 def _initial_state(roster: ProjectRoster, member_id: int, held_project: bool) -> str:
     member = roster.member(member_id)
     if held_project or (member is not None and member.status == "paused"):
@@ -430,27 +468,13 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
         cancelled = deliveries_store.cancel_open_for_message(
             conn, message_id, "message deleted", tx.now
         )
-        frames = [
-            encode(
-                {
-                    "type": "delivery",
-                    "project_id": project_id,
-                    "message_id": message_id,
-                    "recipient_id": recipient_id,
-                    "delivery_id": delivery_id,
-                    "state": "cancelled",
-                    "mode": None,
-                    "reason": "message deleted",
-                }
-            )
-            for delivery_id, recipient_id in cancelled
-        ]
-
-        def publish_cancelled() -> None:
-            for frame in frames:
-                core.hub.broadcast(project_id, frame)
-
-        tx.on_commit(publish_cancelled)
+        publish_deliveries(
+            core,
+            tx,
+            [(d, project_id, message_id, r) for d, r in cancelled],
+            "cancelled",
+            reason="message deleted",
+        )
         old = json.loads(row["frame"])
         obj = messages_store.message_object(
             message_id=message_id,

@@ -87,7 +87,12 @@ def check_aliases(
         key = name_key(alias)
         if key in own or key in kept:
             continue
-        if members_store.name_blocked_for_alias(conn, project_id, key):
+        # A handle always wins (the alias could never be reached); an alias outranks a display
+        # name (it would take that member's mentions); departed names stay reserved.
+        if any(
+            kind in ("handle", "display_name") or departed
+            for kind, departed in members_store.name_holders(conn, project_id, alias)
+        ):
             raise ConflictError(
                 f"别名「{alias}」已被占用 (It is another member's name or a departed name.)",
                 code="alias_taken",

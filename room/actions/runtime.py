@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from room.actions.messages import append_message
+from room.actions.messages import append_message, publish_deliveries
 from room.core import Core
-from room.protocol import encode
 from room.render import render
 from room.store import Tx
 from room.store import audit as audit_store
@@ -27,42 +26,6 @@ from room.store import runtime as rt_store
 from room.store.runtime import Inbound
 
 FINAL_TXN = "turn-{turn_id}-final"
-
-
-def _publish_deliveries(
-    core: Core,
-    tx: Tx,
-    rows: Sequence[tuple[int, int, int, int]],
-    state: str,
-    mode: str | None = None,
-    reason: str | None = None,
-) -> None:
-    if not rows:
-        return
-    frames = [
-        (
-            project_id,
-            encode(
-                {
-                    "type": "delivery",
-                    "project_id": project_id,
-                    "message_id": message_id,
-                    "recipient_id": recipient_id,
-                    "delivery_id": delivery_id,
-                    "state": state,
-                    "mode": mode,
-                    "reason": reason,
-                }
-            ),
-        )
-        for delivery_id, project_id, message_id, recipient_id in rows
-    ]
-
-    def publish() -> None:
-        for project_id, frame in frames:
-            core.hub.broadcast(project_id, frame)
-
-    tx.on_commit(publish)
 
 
 def set_deliveries(
@@ -79,7 +42,7 @@ def set_deliveries(
     rows = rt_store.set_state(
         conn, ids, state, tx.now, mode=mode, reason=reason, allowed_from=allowed_from
     )
-    _publish_deliveries(core, tx, rows, state, mode, reason)
+    publish_deliveries(core, tx, rows, state, mode, reason)
 
 
 # -- notices ------------------------------------------------------------------------------------
@@ -151,7 +114,7 @@ async def claim(core: Core, member_id: int, limit: int = 50) -> list[Inbound]:
             return []
         taken = rt_store.claim_pending(conn, member_id, tx.now, limit)
         rows = [(i.delivery_id, i.project_id, i.message_id, member_id) for i in taken]
-        _publish_deliveries(core, tx, rows, "delivered")
+        publish_deliveries(core, tx, rows, "delivered")
         return taken
 
     return await core.db.write(job)

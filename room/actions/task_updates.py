@@ -214,11 +214,7 @@ async def change_task(
             task = _reassign(conn, tx, task, owner)
         task_actions.fire(conn, tx, fx, task, event, task_actions.actor_of(member), text)
         fx.flush(conn, tx)
-        return task_actions.task_object(
-            conn,
-            task_actions.reload_task(conn, task.id),
-            task_actions.members_by_id(conn, project_id),
-        )
+        return task_actions.current_object(conn, project_id, task.id)
 
     return await core.db.write(job)
 
@@ -359,11 +355,7 @@ async def review_task(
                 conn, tx, fx, task, event, task_actions.actor_of(member), reason, announce=False
             )
         fx.flush(conn, tx)
-        return task_actions.task_object(
-            conn,
-            task_actions.reload_task(conn, task.id),
-            task_actions.members_by_id(conn, project_id),
-        )
+        return task_actions.current_object(conn, project_id, task.id)
 
     return await core.db.write(job)
 

@@ -410,6 +410,11 @@ def reload_task(conn: sqlite3.Connection, task_id: int) -> TaskRow:
     return task
 
 
+def current_object(conn: sqlite3.Connection, project_id: int, task_id: int) -> dict[str, Any]:
+    """The board's view of a task as it is now (after the changes of the caller's write)."""
+    return task_object(conn, reload_task(conn, task_id), members_by_id(conn, project_id))
+
+
 def _member(conn: sqlite3.Connection, member_id: int | None) -> Member | None:
     return members_store.get(conn, member_id) if member_id is not None else None
 

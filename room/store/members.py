@@ -90,40 +90,21 @@ def list_for_project(conn: sqlite3.Connection, project_id: int) -> list[Member]:
     return [Member.from_row(r) for r in rows]
 
 
+def name_holders(conn: sqlite3.Connection, project_id: int, name: str) -> list[tuple[str, bool]]:
+    """(kind, departed) for every member name in the project equal to ``name`` (by
+    ``name_key``): what a new handle, display name or alias would collide with."""
+    return [
+        (str(r[0]), bool(r[1]))
+        for r in conn.execute(
+            "SELECT kind, tombstoned FROM member_names WHERE project_id = :p AND name_key = :k",
+            {"p": project_id, "k": name_key(name)},
+        )
+    ]
+
+
 def handle_reserved(conn: sqlite3.Connection, project_id: int, handle: str) -> bool:
     """Taken by a member, alive or departed (tombstones keep their names)."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM member_names WHERE project_id = :p AND name_key = :k",
-            {"p": project_id, "k": name_key(handle)},
-        ).fetchone()
-        is not None
-    )
-
-
-def name_blocked_for_alias(conn: sqlite3.Connection, project_id: int, key: str) -> bool:
-    """A name (by ``name_key``) that is some member's handle or display name (an alias outranks
-    a display name, so it would take that member's mentions), or any departed member's name."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM member_names WHERE project_id = :p AND name_key = :k"
-            " AND (kind IN ('handle', 'display_name') OR tombstoned = 1) LIMIT 1",
-            {"p": project_id, "k": key},
-        ).fetchone()
-        is not None
-    )
-
-
-def is_alias(conn: sqlite3.Connection, project_id: int, key: str) -> bool:
-    """``key`` (a ``name_key``) is a live member's alias in the project."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM member_names WHERE project_id = :p AND name_key = :k"
-            " AND kind = 'alias' AND tombstoned = 0 LIMIT 1",
-            {"p": project_id, "k": key},
-        ).fetchone()
-        is not None
-    )
+    return bool(name_holders(conn, project_id, handle))
 
 
 def names_for_project(

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Self
 
+TEST_API_KEY = "sk-room-test"  # what the local provider servers of the tests accept
+
 __all__ = [
     "AnthropicServer",
     "LLMServer",

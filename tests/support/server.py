@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from room.cli import main as room_main
+from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
 
 START_TIMEOUT_SECS = 20
 
@@ -198,3 +199,10 @@ class ServerProcess:
         with contextlib.redirect_stdout(out):
             assert room_main(["member", "token", "--data", str(self.data), project, handle]) == 0
         return out.getvalue().strip()
+
+
+def start_with_openai(data: Path, llm: OpenAIServer, **env: str) -> ServerProcess:
+    """A started server whose OpenAI-compatible provider is ``llm`` (a local server speaking the
+    wire protocol), with any further ``ROOM_*`` or provider variables in ``env``."""
+    provider = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": TEST_API_KEY}
+    return ServerProcess(data, env={**provider, **env}).start()
