@@ -37,7 +37,7 @@ from room.lifecycle import ActorKind, ProjectState, admission_open, posting_open
 from room.models import Member
 from room.protocol import encode
 from room.render import render
-from room.store import Tx
+from room.store import Appends, Tx
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
@@ -200,10 +200,17 @@ def submit_send(
         and decision_actions.parse_change_command(body) is not None
     )
     project_id = sender.project_id
+    txn_key = ("txn", sender.id, client_txn_id)
     mention_rows = [(int(m.member_id), m.via) for m in routing.resolution.mentions]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
-        existing = messages_store.find_txn(conn, sender.id, client_txn_id)
+        # Submitted with appends=True: this send's rows may wait for the end of the batch, so
+        # a retransmit in the same batch finds its original in the batch's memo.
+        appends = tx.appends
+        if appends is not None and txn_key in appends.memo:  # prefetched, or sent in this batch
+            existing = appends.memo[txn_key]
+        else:
+            existing = messages_store.find_txn(conn, sender.id, client_txn_id)
         if existing is not None:
             message_id, seq, old_digest, frame = existing
             if old_digest != digest:
@@ -213,7 +220,9 @@ def submit_send(
                     message_id=message_id,
                 )
             return Ack(message_id, seq, True, frame)
-        state = check_posting(conn, sender)
+        state = check_posting(conn, sender, appends)
+        if reply_to and appends is not None:
+            appends.flush(conn)  # the message replied to may be waiting in the batch
         excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
         message_id, seq, obj = append_message(
             conn,
@@ -232,7 +241,7 @@ def submit_send(
             meta=meta,
         )
         if mention_rows:
-            messages_store.insert_mentions(conn, message_id, mention_rows)
+            messages_store.insert_mentions(conn, message_id, mention_rows, appends)
         held_project = state not in WAKING_STATES
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
@@ -246,17 +255,23 @@ def submit_send(
                     (r, _initial_state(roster, r, held_project)) for r in routing.recipients
                 ],
                 now=tx.now,
+                appends=appends,
             )
         if routing.recipients and not held_project:
             tx.on_commit(lambda: core.runtime.wake(project_id, routing.recipients))
         if is_change:
             # A person marked this message a requirement change (the /change prefix).
+            tx.write_directly(conn)  # it reads this message and writes a notice of its own
             decision_actions.requirement_change_from_message(
                 conn, tx, core, message_id, sender, None
             )
+        if appends is not None:
+            appends.memo[txn_key] = (message_id, seq, digest, obj)
         return Ack(message_id, seq, False, obj)
 
-    return core.db.submit(job)
+    return core.db.submit(
+        job, appends=True, prefetch=(messages_store.find_txns, (sender.id, client_txn_id))
+    )
 
 
 def append_message(
@@ -279,7 +294,8 @@ def append_message(
     """Append a message to a project's timeline inside the caller's transaction: the next seq,
     the row, its pre-encoded wire object, its stream event, and the publish after commit.
     Returns (message id, seq, wire object)."""
-    seq = projects_store.next_seq(conn, project_id, tx.now)
+    appends = tx.appends
+    seq = projects_store.next_seq(conn, project_id, tx.now, appends)
     message_id = tx.next_id(conn, "messages")
     obj = messages_store.message_object(
         message_id=message_id,
@@ -309,6 +325,7 @@ def append_message(
         txn_digest=txn_digest,
         frame=obj,
         now=tx.now,
+        appends=appends,
     )
     messages_store.insert_event(
         conn,
@@ -318,6 +335,7 @@ def append_message(
         message_id=message_id,
         frame=None,
         now=tx.now,
+        appends=appends,
     )
     event = Frame(messages_store.event_frame(project_id, seq, obj))
     tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
@@ -509,9 +527,9 @@ def _own_message(conn: sqlite3.Connection, actor: Member, message_id: int) -> di
     return row
 
 
-def check_posting(conn: sqlite3.Connection, member: Member) -> str:
+def check_posting(conn: sqlite3.Connection, member: Member, appends: Appends | None = None) -> str:
     """The project's state, if ``member`` may post or change messages in it now."""
-    state = projects_store.state_of(conn, member.project_id) or "purged"
+    state = projects_store.state_of(conn, member.project_id, appends) or "purged"
     if state not in POSTING_STATES[member.kind]:
         raise ConflictError(
             f"the project is {state}; it does not accept messages now",

@@ -126,6 +126,7 @@ async def healthz(request: Request) -> Response:
                 "batches": core.db.stats.batches,
                 "jobs": core.db.stats.jobs,
                 "largest_batch": core.db.stats.largest_batch,
+                "retries": core.db.stats.retries,
             },
         }
     )

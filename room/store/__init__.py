@@ -4,7 +4,7 @@ Modules here hold SQL and nothing else: they take a connection and return rows o
 ``room.actions`` calls the write functions, from inside a writer job.
 """
 
-from room.store.db import Database, Tx, run_write
+from room.store.db import Appends, Database, Tx, run_write
 from room.store.lock import DataLock
 
-__all__ = ["DataLock", "Database", "Tx", "run_write"]
+__all__ = ["Appends", "DataLock", "Database", "Tx", "run_write"]

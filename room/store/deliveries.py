@@ -7,9 +7,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from room.models import iso
+from room.store.db import Appends, BulkInsert
 
 STATES = ("pending", "held", "delivered", "consumed", "unknown", "failed", "cancelled")
 OPEN_STATES = ("pending", "held", "delivered", "unknown")
+
+
+DELIVERIES = BulkInsert(
+    "deliveries",
+    ("project_id", "message_id", "recipient_id", "state", "created_at", "updated_at"),
+    verb="INSERT OR IGNORE",
+)
 
 
 def insert_many(
@@ -19,19 +27,15 @@ def insert_many(
     message_id: int,
     recipients: Iterable[tuple[int, str]],
     now: float,
+    appends: Appends | None = None,
 ) -> None:
     """``recipients`` are (member_id, initial state) with state ``pending`` or ``held``."""
-    rows = [(project_id, message_id, member_id, state, now, now) for member_id, state in recipients]
-    if len(rows) == 1:  # the common case; executemany costs more for one row
-        conn.execute(_INSERT_DELIVERY, rows[0])
-    else:
-        conn.executemany(_INSERT_DELIVERY, rows)
-
-
-_INSERT_DELIVERY = (
-    "INSERT OR IGNORE INTO deliveries (project_id, message_id, recipient_id, state,"
-    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
-)
+    for member_id, state in recipients:
+        row = (project_id, message_id, member_id, state, now, now)
+        if appends is None:
+            conn.execute(DELIVERIES.sql, row)
+        else:
+            appends.add(DELIVERIES, row)
 
 
 def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from room.models import iso
+from room.store.db import Appends, BulkInsert, chunks
 
 # The C implementation behind json.dumps(ensure_ascii=False) for one string.
 _encode_string = json.encoder.encode_basestring
@@ -92,6 +93,45 @@ def find_txn(
     return (int(row[0]), int(row[1]), row[2], str(row[3])) if row else None
 
 
+MESSAGES = BulkInsert(
+    "messages",
+    (
+        "id", "project_id", "seq", "author_id", "kind", "body", "reply_to", "client_txn_id",
+        "txn_digest", "frame", "created_at",
+    ),
+)  # fmt: skip
+EVENTS = BulkInsert("events", ("project_id", "seq", "kind", "message_id", "frame", "created_at"))
+MENTIONS = BulkInsert("mentions", ("message_id", "member_id", "via"), verb="INSERT OR IGNORE")
+
+
+def _write(
+    conn: sqlite3.Connection, appends: Appends | None, spec: BulkInsert, row: tuple[Any, ...]
+) -> None:
+    if appends is None:
+        conn.execute(spec.sql, row)
+    else:
+        appends.add(spec, row)
+
+
+def find_txns(conn: sqlite3.Connection, appends: Appends, keys: list[tuple[int, str]]) -> None:
+    """:func:`find_txn` for a batch of sends: ``appends.memo[("txn", author, txn)]`` becomes
+    the same tuple or None, a few statements per author instead of one per send."""
+    by_author: dict[int, list[str]] = {}
+    for author_id, txn in keys:
+        by_author.setdefault(author_id, []).append(txn)
+        appends.memo[("txn", author_id, txn)] = None
+    for author_id, txns in by_author.items():
+        for chunk in chunks(txns):
+            marks = ", ".join("?" * len(chunk))
+            for row in conn.execute(
+                "SELECT client_txn_id, id, seq, txn_digest, frame FROM messages"
+                f" WHERE author_id = ? AND client_txn_id IN ({marks})",
+                (author_id, *chunk),
+            ):
+                found = (int(row[1]), int(row[2]), row[3], str(row[4]))
+                appends.memo[("txn", author_id, row[0])] = found
+
+
 def insert(
     conn: sqlite3.Connection,
     *,
@@ -106,25 +146,13 @@ def insert(
     txn_digest: str | None,
     frame: str,
     now: float,
+    appends: Appends | None = None,
 ) -> None:
-    conn.execute(
-        "INSERT INTO messages (id, project_id, seq, author_id, kind, body, reply_to,"
-        " client_txn_id, txn_digest, frame, created_at) VALUES (:id, :p, :seq, :a, :kind,"
-        " :body, :reply_to, :txn, :digest, :frame, :now)",
-        {
-            "id": message_id,
-            "p": project_id,
-            "seq": seq,
-            "a": author_id,
-            "kind": kind,
-            "body": body,
-            "reply_to": reply_to,
-            "txn": client_txn_id,
-            "digest": txn_digest,
-            "frame": frame,
-            "now": now,
-        },
-    )
+    row = (
+        message_id, project_id, seq, author_id, kind, body, reply_to, client_txn_id, txn_digest,
+        frame, now,
+    )  # fmt: skip
+    _write(conn, appends, MESSAGES, row)
 
 
 def set_frame(conn: sqlite3.Connection, message_id: int, frame: str) -> None:
@@ -132,12 +160,13 @@ def set_frame(conn: sqlite3.Connection, message_id: int, frame: str) -> None:
 
 
 def insert_mentions(
-    conn: sqlite3.Connection, message_id: int, mentions: Iterable[tuple[int, str]]
+    conn: sqlite3.Connection,
+    message_id: int,
+    mentions: Iterable[tuple[int, str]],
+    appends: Appends | None = None,
 ) -> None:
-    conn.executemany(
-        "INSERT OR IGNORE INTO mentions (message_id, member_id, via) VALUES (?, ?, ?)",
-        [(message_id, member_id, via) for member_id, via in mentions],
-    )
+    for member_id, via in mentions:
+        _write(conn, appends, MENTIONS, (message_id, member_id, via))
 
 
 def insert_event(
@@ -149,12 +178,9 @@ def insert_event(
     message_id: int | None,
     frame: str | None,
     now: float,
+    appends: Appends | None = None,
 ) -> None:
-    conn.execute(
-        "INSERT INTO events (project_id, seq, kind, message_id, frame, created_at)"
-        " VALUES (:p, :seq, :kind, :m, :frame, :now)",
-        {"p": project_id, "seq": seq, "kind": kind, "m": message_id, "frame": frame, "now": now},
-    )
+    _write(conn, appends, EVENTS, (project_id, seq, kind, message_id, frame, now))
 
 
 def get_row(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:

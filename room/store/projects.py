@@ -9,6 +9,7 @@ from typing import Any
 
 from room.errors import ConflictError
 from room.models import PROJECT_COLUMNS, Project
+from room.store.db import Appends
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
 MAX_ROW_ID = 2**63 - 1
@@ -106,14 +107,29 @@ def list_all(conn: sqlite3.Connection) -> list[Project]:
     ]
 
 
-def next_seq(conn: sqlite3.Connection, project_id: int, now: float) -> int:
-    """Take the next gap-free seq of a project inside the caller's transaction."""
-    row = conn.execute(
-        "UPDATE projects SET last_seq = last_seq + 1, updated_at = :now WHERE id = :id"
-        " RETURNING last_seq",
-        {"id": project_id, "now": now},
-    ).fetchone()
-    return int(row[0])
+def next_seq(
+    conn: sqlite3.Connection, project_id: int, now: float, appends: Appends | None = None
+) -> int:
+    """Take the next gap-free seq of a project inside the caller's transaction (with
+    ``appends``: counted in the batch, written once when it flushes)."""
+    if appends is None:
+        row = conn.execute(
+            "UPDATE projects SET last_seq = last_seq + 1, updated_at = :now WHERE id = :id"
+            " RETURNING last_seq",
+            {"id": project_id, "now": now},
+        ).fetchone()
+        return int(row[0])
+    key = ("last_seq", project_id)
+    seq = appends.memo.get(key)
+    if seq is None:
+        row = conn.execute("SELECT last_seq FROM projects WHERE id = ?", (project_id,)).fetchone()
+        seq = int(row[0])
+    seq += 1
+    appends.memo[key] = seq
+    appends.at_flush(
+        key, "UPDATE projects SET last_seq = ?, updated_at = ? WHERE id = ?", (seq, now, project_id)
+    )
+    return int(seq)
 
 
 def set_lead(conn: sqlite3.Connection, project_id: int, member_id: int) -> None:
@@ -180,9 +196,19 @@ def lead_of(conn: sqlite3.Connection, project_id: int) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
-def state_of(conn: sqlite3.Connection, project_id: int) -> str | None:
+def state_of(
+    conn: sqlite3.Connection, project_id: int, appends: Appends | None = None
+) -> str | None:
+    """The project's state (with ``appends``: read once per batch; only a job outside the
+    batch's appends can change it, and the batch flushes before such a job)."""
+    key = ("state", project_id)
+    if appends is not None and key in appends.memo:
+        return appends.memo[key]  # type: ignore[no-any-return]
     row = conn.execute("SELECT state FROM projects WHERE id = :id", {"id": project_id}).fetchone()
-    return str(row[0]) if row else None
+    state = str(row[0]) if row else None
+    if appends is not None:
+        appends.memo[key] = state
+    return state
 
 
 def require_open(

@@ -1,0 +1,214 @@
+"""Batched appends in the writer: rows several jobs leave to their batch, written together.
+
+Each test holds the writer with one slow job so that everything submitted next runs as one
+batch, then checks what a person relies on: every job sees what earlier jobs of its batch
+wrote, seqs stay gap-free, and one bad row costs only its own job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from room.actions import messages as message_actions
+from room.actions.messages import Ack, append_message
+from room.errors import TxnConflictError
+from room.store import Appends, Database, Tx
+from room.store.db import BulkInsert
+from room.store.migrate import connect, migrate
+from tests.support.inproc import running_app
+
+USERS = BulkInsert("users", ("handle", "display_name", "created_at"))
+
+
+def _held_writer(db: Database) -> tuple[threading.Event, asyncio.Future[None]]:
+    """A job that keeps the writer busy until the event is set: what is submitted meanwhile
+    queues up and runs as one batch."""
+    release = threading.Event()
+
+    def hold(conn: sqlite3.Connection, tx: Tx) -> None:
+        release.wait(10)
+
+    return release, db.submit(hold)
+
+
+def _append_user(handle: str) -> Callable[[sqlite3.Connection, Tx], None]:
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        row = (handle, handle, tx.now)
+        if tx.appends is None:  # run again alone after a batch's rows were refused
+            conn.execute(USERS.sql, row)
+        else:
+            tx.appends.add(USERS, row)
+
+    return job
+
+
+@pytest.mark.anyio
+async def test_a_plain_job_sees_rows_appended_before_it_and_a_bad_row_fails_alone(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    conn.close()
+    db = Database(path, readers=1)
+    db.start(asyncio.get_running_loop())
+    try:
+        release, held = _held_writer(db)
+        await asyncio.sleep(0.05)  # the writer has taken the hold job alone
+
+        def count(conn: sqlite3.Connection, tx: Tx) -> int:
+            assert tx.appends is None  # a plain job writes and reads directly
+            return int(conn.execute("SELECT count(*) FROM users").fetchone()[0])
+
+        first = db.submit(_append_user("ann"), appends=True)
+        seen = db.submit(count)
+        second = db.submit(_append_user("bob"), appends=True)
+        duplicate = db.submit(_append_user("bob"), appends=True)  # handles are unique
+        third = db.submit(_append_user("cat"), appends=True)
+        release.set()
+        await held
+        results = await asyncio.gather(
+            first, seen, second, duplicate, third, return_exceptions=True
+        )
+        assert results[1] == 1  # ann was written before the plain job ran
+        assert isinstance(results[3], sqlite3.IntegrityError)
+        assert [r for i, r in enumerate(results) if i not in (1, 3)] == [None, None, None]
+        handles = await db.read(
+            lambda c: [r[0] for r in c.execute("SELECT handle FROM users ORDER BY id")]
+        )
+        assert handles == ["ann", "bob", "cat"]
+    finally:
+        await db.close()
+
+
+@pytest.mark.anyio
+async def test_prefetch_gets_every_key_of_the_batch_in_one_call(tmp_path: Path) -> None:
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    conn.close()
+    db = Database(path, readers=1)
+    db.start(asyncio.get_running_loop())
+    calls: list[list[Any]] = []
+
+    def prefetch(conn: sqlite3.Connection, appends: Appends, keys: list[Any]) -> None:
+        calls.append(list(keys))
+        for key in keys:
+            appends.memo[key] = f"found {key}"
+
+    def reads_memo(key: str) -> Callable[[sqlite3.Connection, Tx], Any]:
+        def job(conn: sqlite3.Connection, tx: Tx) -> Any:
+            assert tx.appends is not None
+            return tx.appends.memo.get(key)
+
+        return job
+
+    try:
+        release, held = _held_writer(db)
+        await asyncio.sleep(0.05)
+        futures = [
+            db.submit(reads_memo(k), appends=True, prefetch=(prefetch, k)) for k in ("a", "b", "c")
+        ]
+        release.set()
+        await held
+        assert await asyncio.gather(*futures) == ["found a", "found b", "found c"]
+        assert calls == [["a", "b", "c"]]
+    finally:
+        await db.close()
+
+
+def test_sends_in_one_batch_keep_exactly_once_replies_and_gap_free_seqs(tmp_path: Path) -> None:
+    with running_app(tmp_path / "data") as app:
+        core = app.core
+        # The demo's echo lead would answer in between: pause it (its deliveries are then held).
+        lead = app.db().execute("SELECT lead_member_id FROM projects WHERE id = 1").fetchone()[0]
+        status, _ = app.request(
+            "POST", f"/api/projects/1/members/{lead}/pause", {}, cookie=app.owner_cookie
+        )
+        assert status == 200
+
+        async def scenario() -> dict[str, Any]:
+            roster = await core.rosters.get(1)
+            owner = next(m for m in roster.members.values() if m.kind == "human")
+
+            def send(txn: str, body: str, **kw: Any) -> Awaitable[Ack]:
+                return message_actions.submit_send(
+                    core, owner, roster, client_txn_id=txn, body=body, **kw
+                )
+
+            def notice(conn: sqlite3.Connection, tx: Tx) -> int:
+                # A plain job between sends: it takes its seq from the table directly.
+                _, seq, _ = append_message(
+                    conn, tx, core, project_id=1, author_id=None, kind="system",
+                    body="系统通知", html="<p>系统通知</p>",
+                )  # fmt: skip
+                return seq
+
+            head, last_id = await core.db.read(
+                lambda c: c.execute(
+                    "SELECT (SELECT last_seq FROM projects WHERE id = 1),"
+                    " (SELECT max(id) FROM messages)"
+                ).fetchone()
+            )
+            retries = core.db.stats.retries
+            release, held = _held_writer(core.db)
+            await asyncio.sleep(0.05)
+            batch = [
+                send("t-1", "第一条"),
+                send("t-1", "第一条"),  # a retransmit, in the same batch as its original
+                core.db.submit(notice),
+                send("t-2", "第二条"),
+                send("t-3", "回复第二条", reply_to=last_id + 3),  # still in the batch, unwritten
+            ]
+            release.set()
+            await held
+            acks = await asyncio.gather(*batch)
+            one_batch = core.db.stats.largest_batch >= len(batch)
+            no_retry = core.db.stats.retries == retries
+            # The same txn id with another body, later: refused, nothing written.
+            with pytest.raises(TxnConflictError):
+                await send("t-1", "不同的内容")
+            rows = await core.db.read(
+                lambda c: [
+                    str(r[0])
+                    for r in c.execute(
+                        "SELECT body FROM messages WHERE project_id = 1 AND seq > ? ORDER BY seq",
+                        (head,),
+                    )
+                ]
+            )
+            return {"head": head, "acks": acks, "rows": rows, "one_batch": one_batch,
+                    "no_retry": no_retry}  # fmt: skip
+
+        got = app.call(scenario)
+        head = got["head"]
+        first, again, system_seq, second, reply = got["acks"]
+        assert got["one_batch"] and got["no_retry"]  # the batched path, not the fallback
+        assert (again.message_id, again.seq, again.duplicate) == (first.message_id, first.seq, True)
+        assert [first.seq, system_seq, second.seq, reply.seq] == [head + i for i in range(1, 5)]
+        assert got["rows"] == ["第一条", "系统通知", "第二条", "回复第二条"]
+        assert '"excerpt":"第二条"' in reply.frame
+        conn = app.db()
+        events = [
+            r[0]
+            for r in conn.execute(
+                "SELECT seq FROM events WHERE project_id = 1 AND seq > ? ORDER BY seq", (head,)
+            )
+        ]
+        assert events == [head + i for i in range(1, 5)]
+        # Every human message reached the lead through the ledger, once.
+        delivered = conn.execute(
+            "SELECT count(*), count(DISTINCT message_id) FROM deliveries WHERE message_id IN"
+            " (?, ?, ?)",
+            (first.message_id, second.message_id, reply.message_id),
+        ).fetchone()
+        assert tuple(delivered) == (3, 3)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
