@@ -55,3 +55,38 @@ async def test_a_replay_that_piles_up_too_much_is_cut() -> None:
         hub.broadcast(1, f'{{"type":"members","n":{n}}}')
     assert outbox.closed
     assert outbox.close_reason is not None and "replay" in outbox.close_reason
+
+
+@pytest.mark.anyio
+async def test_wait_sent_follows_the_queue_until_the_socket_takes_it() -> None:
+    # The replay reads its next page only once the last one left: wait_sent is that gate.
+    import asyncio
+
+    sent: list[str] = []
+    gate = asyncio.Event()
+
+    async def slow_send(text: str) -> None:
+        await gate.wait()
+        sent.append(text)
+
+    outbox = Outbox(slow_send, _noop_close, limit=100, direct=lambda wire: False)
+    outbox.start()
+    try:
+        assert await outbox.wait_sent(0.1)  # nothing waiting: at once
+        outbox.push('{"type":"batch","page":1}')
+        assert not await outbox.wait_sent(0.05)  # the socket did not take it in time
+        waiting = asyncio.ensure_future(outbox.wait_sent(5))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        gate.set()
+        assert await waiting
+        assert sent == ['{"type":"batch","page":1}']
+
+        gate.clear()
+        outbox.push('{"type":"batch","page":2}')
+        waiting = asyncio.ensure_future(outbox.wait_sent(5))
+        await asyncio.sleep(0.01)
+        outbox.cut("test")
+        assert not await asyncio.wait_for(waiting, 1)  # cut: False, and without waiting out
+    finally:
+        await outbox.aclose()
