@@ -237,6 +237,7 @@ class Outbox:
                 self._settle()
         except Exception:
             self.closed = True
+            self._wake_idle()
 
     async def aclose(self) -> None:
         self.closed = True

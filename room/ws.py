@@ -427,10 +427,11 @@ class Connection:
             self._send_room.clear()
             await self._send_room.wait()
         member, roster = await self.member_and_roster(frame.project_id)
-        future = message_actions.submit_send(
+        message_actions.queue_send(
             self.core,
             member,
             roster,
+            lambda ack, error: self._acked(frame, ack, error),
             client_txn_id=frame.client_txn_id,
             body=frame.body,
             reply_to=frame.reply_to,
@@ -438,15 +439,19 @@ class Connection:
             as_plain_text=frame.as_plain_text,
         )
         self._inflight += 1
-        future.add_done_callback(lambda f: self._acked(f, frame))
 
-    def _acked(self, future: asyncio.Future[message_actions.Ack], frame: p.SendFrame) -> None:
+    def _acked(
+        self,
+        frame: p.SendFrame,
+        ack: message_actions.Ack | None,
+        error: BaseException | None,
+    ) -> None:
         self._inflight -= 1
         if self._inflight <= MAX_INFLIGHT_SENDS // 2:
             self._send_room.set()
-        error = future.exception()
         if error is None:
-            self.outbox.push(future.result().to_text(frame.client_txn_id, frame.req_id))
+            assert ack is not None
+            self.outbox.push(ack.to_text(frame.client_txn_id, frame.req_id))
         elif isinstance(error, RoomError):
             details = {"client_txn_id": frame.client_txn_id, **error.details}
             self.push(p.error_frame(error.code, error.message, frame.req_id, **details))

@@ -90,6 +90,41 @@ async def test_a_plain_job_sees_rows_appended_before_it_and_a_bad_row_fails_alon
 
 
 @pytest.mark.anyio
+async def test_a_row_that_will_not_bind_fails_its_own_job_and_the_writer_lives_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    conn.close()
+    db = Database(path, readers=1)
+    db.start(asyncio.get_running_loop())
+
+    def too_big(conn: sqlite3.Connection, tx: Tx) -> None:
+        row = ("huge", "huge", 2**70)  # no SQLite integer holds it: OverflowError, not sqlite3's
+        if tx.appends is None:
+            conn.execute(USERS.sql, row)
+        else:
+            tx.appends.add(USERS, row)
+
+    try:
+        release, held = _held_writer(db)
+        await asyncio.sleep(0.05)
+        good = db.submit(_append_user("dan"), appends=True)
+        bad = db.submit(too_big, appends=True)
+        release.set()
+        await held
+        assert await good is None
+        with pytest.raises(OverflowError):
+            await bad
+        # The writer is alive (this is one more batch) and only dan was written.
+        count = await db.write(lambda c, tx: c.execute("SELECT count(*) FROM users").fetchone()[0])
+        assert count == 1
+    finally:
+        await db.close()
+
+
+@pytest.mark.anyio
 async def test_prefetch_gets_every_key_of_the_batch_in_one_call(tmp_path: Path) -> None:
     path = tmp_path / "room.sqlite"
     conn = connect(path)
@@ -111,6 +146,9 @@ async def test_prefetch_gets_every_key_of_the_batch_in_one_call(tmp_path: Path) 
 
         return job
 
+    def broken(conn: sqlite3.Connection, appends: Appends, keys: list[Any]) -> None:
+        raise RuntimeError("the prefetch broke")
+
     try:
         release, held = _held_writer(db)
         await asyncio.sleep(0.05)
@@ -121,6 +159,20 @@ async def test_prefetch_gets_every_key_of_the_batch_in_one_call(tmp_path: Path) 
         await held
         assert await asyncio.gather(*futures) == ["found a", "found b", "found c"]
         assert calls == [["a", "b", "c"]]
+
+        # A prefetch that fails costs the batch its shortcut, never its jobs: they run again
+        # alone (without appends, so they look up for themselves) and the writer lives on.
+        def looks_up(conn: sqlite3.Connection, tx: Tx) -> str:
+            return "alone" if tx.appends is None else "batched"
+
+        retries = db.stats.retries
+        release, held = _held_writer(db)
+        await asyncio.sleep(0.05)
+        futures = [db.submit(looks_up, appends=True, prefetch=(broken, k)) for k in "xy"]
+        release.set()
+        await held
+        assert await asyncio.gather(*futures) == ["alone", "alone"]
+        assert db.stats.retries == retries + 1
     finally:
         await db.close()
 

@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import runtime as rt_store
+from room.store.db import Prefetch, WriteJob
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,31 @@ def check_body(core: Core, body: str) -> str:
     return body
 
 
+SendDone = Callable[[Ack | None, BaseException | None], None]
+
+
 def submit_send(
+    core: Core, sender: Member, roster: ProjectRoster, **kwargs: Any
+) -> asyncio.Future[Ack]:
+    """Validate and queue a send; the future resolves with the ack after its commit.
+
+    Raises at once (nothing queued) for bad input, rate limiting and unresolved mentions.
+    The keyword arguments are :func:`_send_job`'s.
+    """
+    job, prefetch = _send_job(core, sender, roster, **kwargs)
+    return core.db.submit(job, appends=True, prefetch=prefetch)
+
+
+def queue_send(
+    core: Core, sender: Member, roster: ProjectRoster, on_done: SendDone, **kwargs: Any
+) -> None:
+    """:func:`submit_send` that calls ``on_done(ack, error)`` after the commit instead of
+    resolving a future (a connection's sends: no future, no extra loop turn per ack)."""
+    job, prefetch = _send_job(core, sender, roster, **kwargs)
+    core.db.submit_then(job, on_done, appends=True, prefetch=prefetch)
+
+
+def _send_job(
     core: Core,
     sender: Member,
     roster: ProjectRoster,
@@ -169,11 +194,9 @@ def submit_send(
     kind: str = "chat",
     meta: dict[str, Any] | None = None,
     rate_limited: bool = True,
-) -> asyncio.Future[Ack]:
-    """Validate and queue a send; the future resolves with the ack after its commit.
-
-    Raises at once (nothing queued) for bad input, rate limiting and unresolved mentions.
-    """
+) -> tuple[WriteJob[Ack], tuple[Prefetch, Any]]:
+    """Validate a send and make its write job (submitted with ``appends=True``) and the
+    batch lookup of its ``client_txn_id``."""
     chips = chips or []
     check_body(core, body)
     if sender.status == "left":
@@ -221,8 +244,8 @@ def submit_send(
                 )
             return Ack(message_id, seq, True, frame)
         state = check_posting(conn, sender, appends)
-        if reply_to and appends is not None:
-            appends.flush(conn)  # the message replied to may be waiting in the batch
+        if reply_to and appends is not None and ("message", reply_to) in appends.memo:
+            appends.flush(conn)  # the message replied to is still waiting in the batch
         excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
         message_id, seq, obj = append_message(
             conn,
@@ -269,9 +292,7 @@ def submit_send(
             appends.memo[txn_key] = (message_id, seq, digest, obj)
         return Ack(message_id, seq, False, obj)
 
-    return core.db.submit(
-        job, appends=True, prefetch=(messages_store.find_txns, (sender.id, client_txn_id))
-    )
+    return job, (messages_store.find_txns, (sender.id, client_txn_id))
 
 
 def append_message(
@@ -337,6 +358,8 @@ def append_message(
         now=tx.now,
         appends=appends,
     )
+    if appends is not None:
+        appends.memo[("message", message_id)] = True  # not in the table until the flush
     event = Frame(messages_store.event_frame(project_id, seq, obj))
     tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
     return message_id, seq, obj

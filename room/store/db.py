@@ -81,8 +81,9 @@ class Appends:
 
     A send costs six statements on its own; written per batch, its rows cost a fraction of one,
     and the writer gives up the GIL a few times per batch instead of a few times per send.
-    :meth:`flush` writes everything in the order it was added (rows refer to earlier rows:
-    a delivery to its message) and forgets the memo, whose facts are then in the tables. The
+    :meth:`flush` writes table by table, in the order each table was first added to (a send
+    adds its message row before the rows referring to it), each table's rows in the order they
+    came, and forgets the memo, whose facts are then in the tables. The
     writer flushes before any job not submitted with ``appends=True`` and before the commit;
     a job that must read what it or an earlier job appended flushes first.
     """
@@ -159,15 +160,19 @@ ReadJob = Callable[[sqlite3.Connection], R]
 Prefetch = Callable[[sqlite3.Connection, Appends, list[Any]], None]
 
 
+Done = Callable[[Any, BaseException | None], None]
+
+
 @dataclass(slots=True)
 class _Pending(Generic[R]):
     job: Callable[[sqlite3.Connection, Tx], R]
-    future: asyncio.Future[R]
+    future: asyncio.Future[R] | None
     appends: bool = False
     prefetch: tuple[Prefetch, Any] | None = None
     tx: Tx | None = None
     result: Any = None
     error: BaseException | None = None
+    on_done: Done | None = None
 
 
 _STOP = object()
@@ -257,6 +262,21 @@ class Database:
         self._writes.put(_Pending(job, future, appends, prefetch if appends else None))
         return future
 
+    def submit_then(
+        self,
+        job: WriteJob[R],
+        on_done: Callable[[R | None, BaseException | None], None],
+        *,
+        appends: bool = False,
+        prefetch: tuple[Prefetch, Any] | None = None,
+    ) -> None:
+        """:meth:`submit` for a caller that only needs to be told: ``on_done(result, error)``
+        runs on the event loop right after the commit's callbacks, with no future and no
+        extra turn of the loop (a connection's acks: one per send)."""
+        assert self._loop is not None, "Database.start() first"
+        pending = _Pending(job, None, appends, prefetch if appends else None, on_done=on_done)
+        self._writes.put(pending)
+
     async def write(self, job: WriteJob[R]) -> R:
         return await self.submit(job)
 
@@ -303,7 +323,7 @@ class Database:
             ):
                 self.stats.retries += 1
                 self._attempt(conn, batch, isolate=True)
-        except sqlite3.Error as exc:
+        except Exception as exc:  # sqlite3's, or anything else: the writer must live on
             log.exception("group commit failed")
             self._counters.clear()
             if conn.in_transaction:
@@ -368,7 +388,7 @@ class Database:
         try:
             for function, found in keys.items():
                 function(conn, appends, found)
-        except sqlite3.Error:
+        except Exception:  # not only sqlite3's: whatever it is, the jobs alone will meet it
             log.warning("a batch's prefetch failed; retrying job by job", exc_info=True)
             conn.execute("ROLLBACK")
             return False
@@ -377,8 +397,9 @@ class Database:
     def _flush(self, conn: sqlite3.Connection, appends: Appends) -> bool:
         try:
             appends.flush(conn)
-        except sqlite3.Error:
-            # Whose row broke a constraint is unknown here: the batch runs again isolated.
+        except Exception:
+            # Whose row broke a constraint (or would not bind) is unknown here: the batch runs
+            # again isolated, where each job meets its own error.
             log.warning("a batch's appended rows were refused; retrying job by job", exc_info=True)
             self._counters.clear()
             conn.execute("ROLLBACK")
@@ -419,7 +440,13 @@ def _complete(batch: list[_Pending[Any]]) -> None:
                 except Exception:
                     log.exception("post-commit callback failed")
     for pending in batch:
-        _resolve(pending.future, pending.result, pending.error)
+        if pending.future is not None:
+            _resolve(pending.future, pending.result, pending.error)
+        elif pending.on_done is not None:
+            try:
+                pending.on_done(pending.result, pending.error)
+            except Exception:
+                log.exception("a write's completion callback failed")
 
 
 def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
