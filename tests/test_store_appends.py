@@ -28,6 +28,17 @@ from tests.support.inproc import running_app
 USERS = BulkInsert("users", ("handle", "display_name", "created_at"))
 
 
+def _database(tmp_path: Path) -> Database:
+    """A fresh, migrated database with its writer running (close it with ``await db.close()``)."""
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    conn.close()
+    db = Database(path, readers=1)
+    db.start(asyncio.get_running_loop())
+    return db
+
+
 def _held_writer(db: Database) -> tuple[threading.Event, asyncio.Future[None]]:
     """A job that keeps the writer busy until the event is set: what is submitted meanwhile
     queues up and runs as one batch."""
@@ -54,12 +65,7 @@ def _append_user(handle: str) -> Callable[[sqlite3.Connection, Tx], None]:
 async def test_a_plain_job_sees_rows_appended_before_it_and_a_bad_row_fails_alone(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "room.sqlite"
-    conn = connect(path)
-    migrate(conn, path, now=time.time())
-    conn.close()
-    db = Database(path, readers=1)
-    db.start(asyncio.get_running_loop())
+    db = _database(tmp_path)
     try:
         release, held = _held_writer(db)
         await asyncio.sleep(0.05)  # the writer has taken the hold job alone
@@ -93,12 +99,7 @@ async def test_a_plain_job_sees_rows_appended_before_it_and_a_bad_row_fails_alon
 async def test_a_row_that_will_not_bind_fails_its_own_job_and_the_writer_lives_on(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "room.sqlite"
-    conn = connect(path)
-    migrate(conn, path, now=time.time())
-    conn.close()
-    db = Database(path, readers=1)
-    db.start(asyncio.get_running_loop())
+    db = _database(tmp_path)
 
     def too_big(conn: sqlite3.Connection, tx: Tx) -> None:
         row = ("huge", "huge", 2**70)  # no SQLite integer holds it: OverflowError, not sqlite3's
@@ -126,12 +127,7 @@ async def test_a_row_that_will_not_bind_fails_its_own_job_and_the_writer_lives_o
 
 @pytest.mark.anyio
 async def test_prefetch_gets_every_key_of_the_batch_in_one_call(tmp_path: Path) -> None:
-    path = tmp_path / "room.sqlite"
-    conn = connect(path)
-    migrate(conn, path, now=time.time())
-    conn.close()
-    db = Database(path, readers=1)
-    db.start(asyncio.get_running_loop())
+    db = _database(tmp_path)
     calls: list[list[Any]] = []
 
     def prefetch(conn: sqlite3.Connection, appends: Appends, keys: list[Any]) -> None:
