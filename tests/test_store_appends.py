@@ -126,6 +126,32 @@ async def test_a_row_that_will_not_bind_fails_its_own_job_and_the_writer_lives_o
 
 
 @pytest.mark.anyio
+async def test_a_job_leaking_stop_iteration_fails_alone_and_its_batch_completes(
+    tmp_path: Path,
+) -> None:
+    db = _database(tmp_path)
+
+    def leaks(conn: sqlite3.Connection, tx: Tx) -> None:
+        next(iter(()))  # StopIteration, which a future refuses to carry
+
+    told: list[tuple[Any, BaseException | None]] = []
+    try:
+        release, held = _held_writer(db)
+        await asyncio.sleep(0.05)
+        bad = db.submit(leaks)
+        db.submit_then(_append_user("eve"), lambda result, error: told.append((result, error)))
+        good = db.submit(_append_user("fay"), appends=True)
+        release.set()
+        await held
+        with pytest.raises(RuntimeError, match="StopIteration"):
+            await bad
+        assert await good is None
+        assert told == [(None, None)]
+    finally:
+        await db.close()
+
+
+@pytest.mark.anyio
 async def test_prefetch_gets_every_key_of_the_batch_in_one_call(tmp_path: Path) -> None:
     db = _database(tmp_path)
     calls: list[list[Any]] = []

@@ -326,11 +326,14 @@ class Database:
         except Exception as exc:  # sqlite3's, or anything else: the writer must live on
             log.exception("group commit failed")
             self._counters.clear()
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except Exception:
+                log.exception("rolling back the failed group commit failed too")
             error = StorageError(f"the database refused the write: {exc}")
             for pending in batch:
-                pending.error, pending.tx = error, None
+                pending.result, pending.error, pending.tx = None, error, None
         self.stats.batches += 1
         self.stats.jobs += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
@@ -439,14 +442,14 @@ def _complete(batch: list[_Pending[Any]]) -> None:
                     callback()
                 except Exception:
                     log.exception("post-commit callback failed")
-    for pending in batch:
-        if pending.future is not None:
-            _resolve(pending.future, pending.result, pending.error)
-        elif pending.on_done is not None:
-            try:
+    for pending in batch:  # each caller is told, whatever another one does
+        try:
+            if pending.future is not None:
+                _resolve(pending.future, pending.result, pending.error)
+            elif pending.on_done is not None:
                 pending.on_done(pending.result, pending.error)
-            except Exception:
-                log.exception("a write's completion callback failed")
+        except Exception:
+            log.exception("a write's completion callback failed")
 
 
 def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -455,6 +458,8 @@ def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | No
     if error is None:
         future.set_result(result)
     else:
+        if isinstance(error, StopIteration):  # a future refuses it (it would end a coroutine)
+            error = RuntimeError(f"the job raised StopIteration: {error!r}")
         future.set_exception(error)
 
 
