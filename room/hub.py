@@ -273,10 +273,16 @@ class Subscription:
 class Hub:
     def __init__(self) -> None:
         self._projects: dict[int, set[Subscription]] = {}
-        # Connections by the digest of the browser session that opened them, so signing out
-        # closes them too.
+        # Connections by the digest of the browser session that opened them (or an agent's
+        # ``agent_session`` key), so signing out (or leaving) closes them too.
         self._sessions: dict[str, set[Outbox]] = {}
         self.flusher = Flusher()
+
+    @staticmethod
+    def agent_session(member_id: int) -> str:
+        """The key an agent's connections are attached under (browser sessions use their
+        digest, which never starts like this): a member who leaves has them closed."""
+        return f"agent:{member_id}"
 
     def attach_session(self, session: str, outbox: Outbox) -> None:
         self._sessions.setdefault(session, set()).add(outbox)

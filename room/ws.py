@@ -141,9 +141,15 @@ class Connection:
 
     async def run(self) -> None:
         self.outbox.start()
+        agent_session: str | None = None
         try:
             if self.identity is None and not await self._await_auth():
                 return
+            assert self.identity is not None
+            if self.identity.agent is not None:
+                # Leaving revokes the agent's tokens and closes what they opened.
+                agent_session = self.core.hub.agent_session(self.identity.agent.id)
+                self.core.hub.attach_session(agent_session, self.outbox)
             self._hello()
             await self._attach_external()
             while not self.outbox.closed:
@@ -158,6 +164,8 @@ class Connection:
         except WebSocketDisconnect:
             pass
         finally:
+            if agent_session is not None:
+                self.core.hub.detach_session(agent_session, self.outbox)
             for sub in self.subscriptions.values():
                 self.core.hub.unsubscribe(sub)
             if self.external_member is not None:

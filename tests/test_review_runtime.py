@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from room.store import runtime as rt_store
 from room.store.migrate import connect, migrate
@@ -324,3 +324,38 @@ async def test_the_roster_cache_does_not_keep_a_read_that_raced_an_invalidation(
         assert cache.peek(1) is not None
     finally:
         await db.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("clients")
+async def test_an_agent_that_leaves_has_its_open_sockets_closed(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    server = start_with_openai(tmp_path / "data", llm)
+    try:
+        room = Room(server, llm)
+        outside = room.add_agent("outside", "backend", "外部", driver="external")
+        token = server.agent_token("演示项目", "outside")
+        by_header = await Client.open(server.ws_url, token=token)
+        await by_header.wait_for("hello")
+        by_frame = await Client.open(server.ws_url)  # authenticates with a first `auth` frame
+        await by_frame.send({"type": "auth", "token": token})
+        await by_frame.wait_for("hello")
+        owner = server.login()
+        watcher = await Client.open(server.ws_url, cookie=owner.cookie, origin=server.origin)
+        await watcher.wait_for("hello")
+
+        room.post(f"/api/projects/{room.project}/members/{outside}/leave", {})
+        for agent in (by_header, by_frame):
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    await agent.recv(timeout=5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+            assert "left" in closed.value.rcvd.reason
+        # The token is gone too: a new socket with it is refused.
+        with pytest.raises(InvalidStatus):
+            await Client.open(server.ws_url, token=token)
+        await watcher.send({"type": "ping", "req_id": "still-here"})
+        await watcher.wait_for(lambda f: f.get("req_id") == "still-here")  # the owner's stays
+    finally:
+        server.stop()

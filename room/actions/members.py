@@ -16,6 +16,7 @@ from room.actions import tasks as task_actions
 from room.actions.projects import AgentSpec, insert_agent
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
+from room.hub import CLOSE_SIGNED_OUT
 from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
 from room.models import Member
 from room.protocol import encode
@@ -179,6 +180,17 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
             # Last, after the notice and the roster: whoever left sees both, then stops
             # receiving the project live, on every socket they had open.
             tx.on_commit(lambda: core.hub.cut_member(project_id, target_id))
+            if target.kind == "agent":
+                # Its tokens are revoked above; the sockets they opened close too (an external
+                # agent's process learns it has left instead of idling on a dead connection).
+                def close_sockets() -> None:
+                    core.hub.cut_session(
+                        core.hub.agent_session(target_id),
+                        "this agent left the project; its tokens are revoked",
+                        CLOSE_SIGNED_OUT,
+                    )
+
+                tx.on_commit(close_sockets)
         return result
 
     outcome = await core.db.write(job)
