@@ -52,6 +52,18 @@ class BulkInsert:
         """The single-row statement (the direct path)."""
         return _insert_sql(self, 1)
 
+    def write(
+        self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]], appends: Appends | None
+    ) -> None:
+        """Insert ``rows`` now, or leave them to the batch's ``appends`` when there is one."""
+        if appends is not None:
+            for row in rows:
+                appends.add(self, row)
+        elif len(rows) == 1:  # the common case; executemany costs more for one row
+            conn.execute(self.sql, rows[0])
+        elif rows:
+            conn.executemany(self.sql, rows)
+
 
 # Multi-row statements come in these sizes only (n rows are written as n's binary digits), so a
 # handful of SQL strings per table stays in the connection's statement cache.

@@ -30,12 +30,8 @@ def insert_many(
     appends: Appends | None = None,
 ) -> None:
     """``recipients`` are (member_id, initial state) with state ``pending`` or ``held``."""
-    for member_id, state in recipients:
-        row = (project_id, message_id, member_id, state, now, now)
-        if appends is None:
-            conn.execute(DELIVERIES.sql, row)
-        else:
-            appends.add(DELIVERIES, row)
+    rows = [(project_id, message_id, member_id, state, now, now) for member_id, state in recipients]
+    DELIVERIES.write(conn, rows, appends)
 
 
 def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:

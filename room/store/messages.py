@@ -104,15 +104,6 @@ EVENTS = BulkInsert("events", ("project_id", "seq", "kind", "message_id", "frame
 MENTIONS = BulkInsert("mentions", ("message_id", "member_id", "via"), verb="INSERT OR IGNORE")
 
 
-def _write(
-    conn: sqlite3.Connection, appends: Appends | None, spec: BulkInsert, row: tuple[Any, ...]
-) -> None:
-    if appends is None:
-        conn.execute(spec.sql, row)
-    else:
-        appends.add(spec, row)
-
-
 def find_txns(conn: sqlite3.Connection, appends: Appends, keys: list[tuple[int, str]]) -> None:
     """:func:`find_txn` for a batch of sends: ``appends.memo[("txn", author, txn)]`` becomes
     the same tuple or None, a few statements per author instead of one per send."""
@@ -152,7 +143,7 @@ def insert(
         message_id, project_id, seq, author_id, kind, body, reply_to, client_txn_id, txn_digest,
         frame, now,
     )  # fmt: skip
-    _write(conn, appends, MESSAGES, row)
+    MESSAGES.write(conn, [row], appends)
 
 
 def set_frame(conn: sqlite3.Connection, message_id: int, frame: str) -> None:
@@ -165,8 +156,7 @@ def insert_mentions(
     mentions: Iterable[tuple[int, str]],
     appends: Appends | None = None,
 ) -> None:
-    for member_id, via in mentions:
-        _write(conn, appends, MENTIONS, (message_id, member_id, via))
+    MENTIONS.write(conn, [(message_id, member_id, via) for member_id, via in mentions], appends)
 
 
 def insert_event(
@@ -180,7 +170,7 @@ def insert_event(
     now: float,
     appends: Appends | None = None,
 ) -> None:
-    _write(conn, appends, EVENTS, (project_id, seq, kind, message_id, frame, now))
+    EVENTS.write(conn, [(project_id, seq, kind, message_id, frame, now)], appends)
 
 
 def get_row(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
