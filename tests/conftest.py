@@ -2,12 +2,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, start_with_openai
 from tests.support.wsclient import Client
+
+if TYPE_CHECKING:
+    from tests.test_runtime_live import Room
 
 
 @pytest.fixture
@@ -43,3 +47,15 @@ async def clients() -> AsyncIterator[list[Client]]:
         Client.registry = None
         for client in opened:
             await client.close()
+
+
+@pytest.fixture
+def room(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
+    """A server wired to the scripted ``llm``, with the owner signed in; stopped after the test."""
+    from tests.test_runtime_live import Room
+
+    server = start_with_openai(tmp_path / "data", llm)
+    try:
+        yield Room(server, llm)
+    finally:
+        server.stop()

@@ -11,6 +11,7 @@ import anyio
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from room.client import AgentClient, Batch
 from room.store import runtime as rt_store
 from room.store.migrate import connect, migrate
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
@@ -21,33 +22,27 @@ from tests.test_runtime_live import Room, agent_replies, eventually
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
-async def test_a_member_who_leaves_stops_receiving_the_project(
-    tmp_path: Path, llm: OpenAIServer
-) -> None:
-    server = start_with_openai(tmp_path / "data", llm)
-    try:
-        room = Room(server, llm)
-        bob = server.invite(room.owner, room.project, "bob", "小博")
-        client = await Client.open(server.ws_url, cookie=bob.cookie, origin=server.origin)
-        await client.send({"type": "subscribe", "project_id": room.project})
-        await client.wait_for("subscribed")
-        members = room.get(f"/api/projects/{room.project}")["members"]
-        bob_id = next(m["id"] for m in members if m["handle"] == "bob")
-        room.post(f"/api/projects/{room.project}/members/{bob_id}/leave", {})
-        gone = await client.wait_for("unsubscribed")
-        assert gone["reason"] == "left"
-        room.say("@lead 鲍勃走了之后的消息")
-        with pytest.raises(TimeoutError):
-            await client.wait_for("message", timeout=1.0)
-        status, body = server.request(
-            "POST",
-            f"/api/projects/{room.project}/messages",
-            {"body": "我还在吗"},
-            headers=bob.headers,
-        )
-        assert status == 403 and body["error"]["code"] == "not_member"
-    finally:
-        server.stop()
+async def test_a_member_who_leaves_stops_receiving_the_project(room: Room) -> None:
+    server = room.server
+    bob = server.invite(room.owner, room.project, "bob", "小博")
+    client = await Client.open(server.ws_url, cookie=bob.cookie, origin=server.origin)
+    await client.send({"type": "subscribe", "project_id": room.project})
+    await client.wait_for("subscribed")
+    members = room.get(f"/api/projects/{room.project}")["members"]
+    bob_id = next(m["id"] for m in members if m["handle"] == "bob")
+    room.post(f"/api/projects/{room.project}/members/{bob_id}/leave", {})
+    gone = await client.wait_for("unsubscribed")
+    assert gone["reason"] == "left"
+    room.say("@lead 鲍勃走了之后的消息")
+    with pytest.raises(TimeoutError):
+        await client.wait_for("message", timeout=1.0)
+    status, body = server.request(
+        "POST",
+        f"/api/projects/{room.project}/messages",
+        {"body": "我还在吗"},
+        headers=bob.headers,
+    )
+    assert status == 403 and body["error"]["code"] == "not_member"
 
 
 @pytest.mark.anyio
@@ -110,143 +105,114 @@ async def test_a_pause_while_waiting_for_a_turn_slot_holds_instead_of_failing(
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
 async def test_the_token_budget_stops_the_turn_at_the_next_step(
-    tmp_path: Path, llm: OpenAIServer
+    room: Room, llm: OpenAIServer
 ) -> None:
-    server = start_with_openai(tmp_path / "data", llm)
-    try:
-        room = Room(server, llm)
-        room.route("lead")
-        room.post(f"/api/projects/{room.project}/limits", {"token_budget": 10})
-        llm.push(
-            openai_tool_call("room_members", {}, call_id="a"),
-            openai_tool_call("room_history", {}, call_id="b"),
-            openai_text("不该走到这里"),
-        )
-        room.say("@lead 用掉预算")
-        await eventually(lambda: room.get(f"/api/projects/{room.project}/brake")["tripped"])
-        await anyio.sleep(1.0)
-        assert len(llm.chat_requests) == 1  # no request after the budget was spent
-        assert room.get(f"/api/projects/{room.project}/brake")["tripped"] == "token_budget"
-        assert agent_replies(room, "lead") == []
-    finally:
-        server.stop()
+    room.route("lead")
+    room.post(f"/api/projects/{room.project}/limits", {"token_budget": 10})
+    llm.push(
+        openai_tool_call("room_members", {}, call_id="a"),
+        openai_tool_call("room_history", {}, call_id="b"),
+        openai_text("不该走到这里"),
+    )
+    room.say("@lead 用掉预算")
+    await eventually(lambda: room.get(f"/api/projects/{room.project}/brake")["tripped"])
+    await anyio.sleep(1.0)
+    assert len(llm.chat_requests) == 1  # no request after the budget was spent
+    assert room.get(f"/api/projects/{room.project}/brake")["tripped"] == "token_budget"
+    assert agent_replies(room, "lead") == []
 
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
 async def test_a_message_steered_at_the_last_step_waits_instead_of_failing(
-    tmp_path: Path, llm: OpenAIServer
+    room: Room, llm: OpenAIServer
 ) -> None:
-    server = start_with_openai(tmp_path / "data", llm)
-    try:
-        room = Room(server, llm)
-        room.route("lead")
-        room.post(f"/api/projects/{room.project}/limits", {"max_steps": 1})
-        llm.push(Reply(body=openai_tool_call("room_members", {}).body, delay_secs=1.0))
-        room.say("@lead 第一条")
-        await eventually(lambda: len(llm.chat_requests) == 1)
-        late = room.say("@lead 第二条")
-        notice = await eventually(
-            lambda: [
-                m for m in room.messages() if m["kind"] == "system" and "步数制动" in m["body"]
-            ]
-        )
-        assert notice
-        assert room.deliveries(late["message_id"])[0]["state"] == "pending"
-    finally:
-        server.stop()
+    room.route("lead")
+    room.post(f"/api/projects/{room.project}/limits", {"max_steps": 1})
+    llm.push(Reply(body=openai_tool_call("room_members", {}).body, delay_secs=1.0))
+    room.say("@lead 第一条")
+    await eventually(lambda: len(llm.chat_requests) == 1)
+    late = room.say("@lead 第二条")
+    notice = await eventually(
+        lambda: [m for m in room.messages() if m["kind"] == "system" and "步数制动" in m["body"]]
+    )
+    assert notice
+    assert room.deliveries(late["message_id"])[0]["state"] == "pending"
 
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
-async def test_a_null_limit_falls_back_to_the_default(tmp_path: Path, llm: OpenAIServer) -> None:
-    server = start_with_openai(tmp_path / "data", llm)
-    try:
-        room = Room(server, llm)
-        room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": None})
-        brake = room.get(f"/api/projects/{room.project}/brake")
-        assert brake["limits"]["agent_turn_cap"] == 12
-        sent = room.say("限额之后的消息")
-        await eventually(lambda: agent_replies(room, "lead"))
-        assert room.deliveries(sent["message_id"])[0]["state"] == "consumed"
-    finally:
-        server.stop()
+async def test_a_null_limit_falls_back_to_the_default(room: Room) -> None:
+    room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": None})
+    brake = room.get(f"/api/projects/{room.project}/brake")
+    assert brake["limits"]["agent_turn_cap"] == 12
+    sent = room.say("限额之后的消息")
+    await eventually(lambda: agent_replies(room, "lead"))
+    assert room.deliveries(sent["message_id"])[0]["state"] == "consumed"
 
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
-async def test_two_sockets_of_one_external_agent_never_get_the_same_delivery(
-    tmp_path: Path, llm: OpenAIServer
-) -> None:
-    server = start_with_openai(tmp_path / "data", llm)
-    try:
-        room = Room(server, llm)
-        room.add_agent("outside", "backend", "外部", driver="external")
-        token = server.agent_token("演示项目", "outside")
-        a = await Client.open(server.ws_url, token=token)
-        b = await Client.open(server.ws_url, token=token)
-        await a.wait_for("hello")
-        await b.wait_for("hello")
-        for i in range(6):
-            room.say(f"@outside 第 {i} 件")
-        seen: list[int] = []
+async def test_two_sockets_of_one_external_agent_never_get_the_same_delivery(room: Room) -> None:
+    server = room.server
+    room.add_agent("outside", "backend", "外部", driver="external")
+    token = server.agent_token("演示项目", "outside")
+    a = await Client.open(server.ws_url, token=token)
+    b = await Client.open(server.ws_url, token=token)
+    await a.wait_for("hello")
+    await b.wait_for("hello")
+    for i in range(6):
+        room.say(f"@outside 第 {i} 件")
+    seen: list[int] = []
 
-        async def collect(client: Client) -> None:
-            with anyio.move_on_after(2.0):
-                while True:
-                    frame = await client.recv(timeout=3)
-                    if frame["type"] == "inbox":
-                        seen.extend(d["delivery_id"] for d in frame["deliveries"])
+    async def collect(client: Client) -> None:
+        with anyio.move_on_after(2.0):
+            while True:
+                frame = await client.recv(timeout=3)
+                if frame["type"] == "inbox":
+                    seen.extend(d["delivery_id"] for d in frame["deliveries"])
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect, a)
-            tg.start_soon(collect, b)
-        assert len(seen) == len(set(seen)) == 6
-    finally:
-        server.stop()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collect, a)
+        tg.start_soon(collect, b)
+    assert len(seen) == len(set(seen)) == 6
 
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
-async def test_an_external_agents_turns_count_toward_the_loop_brake(
-    tmp_path: Path, llm: OpenAIServer
-) -> None:
-    server = start_with_openai(tmp_path / "data", llm)
-    try:
-        room = Room(server, llm)
-        room.add_agent("outside", "backend", "外部", driver="external")
-        room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": 2})
-        token = server.agent_token("演示项目", "outside")
-        agent = await Client.open(server.ws_url, token=token)
-        await agent.wait_for("hello")
-        for i in range(3):
-            room.say(f"@outside 第 {i} 件")
-        ids: list[int] = []
-        while len(ids) < 3:
-            frame = await agent.wait_for("inbox")
-            ids.extend(d["delivery_id"] for d in frame["deliveries"])
-        # Three turns of its own, one delivery each, with no human message in between.
-        for delivery_id in ids:
-            await agent.send({"type": "consume", "delivery_ids": [delivery_id]})
-        brake = await eventually(
-            lambda: (b := room.get(f"/api/projects/{room.project}/brake"))["tripped"] and b
-        )
-        assert brake["tripped"] == "agent_turn_cap"
-        # Braked: a new mention waits, it is not offered.
-        held = room.say("@outside 还有一件")
-        with anyio.move_on_after(1.0):
-            frame = await agent.wait_for("inbox", timeout=2)
-            pytest.fail(f"offered while braked: {frame}")
-        assert room.deliveries(held["message_id"])[0]["state"] == "pending"
-        # A steer is part of a running turn, not a new one: it never trips anything.
-        room.post(f"/api/projects/{room.project}/brake/clear", {})
+async def test_an_external_agents_turns_count_toward_the_loop_brake(room: Room) -> None:
+    server = room.server
+    room.add_agent("outside", "backend", "外部", driver="external")
+    room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": 2})
+    token = server.agent_token("演示项目", "outside")
+    agent = await Client.open(server.ws_url, token=token)
+    await agent.wait_for("hello")
+    for i in range(3):
+        room.say(f"@outside 第 {i} 件")
+    ids: list[int] = []
+    while len(ids) < 3:
         frame = await agent.wait_for("inbox")
-        steered = [d["delivery_id"] for d in frame["deliveries"]]
-        await agent.send({"type": "consume", "delivery_ids": steered, "mode": "steer"})
-        await eventually(lambda: room.deliveries(held["message_id"])[0]["state"] == "consumed")
-        assert room.get(f"/api/projects/{room.project}/brake")["tripped"] is None
-    finally:
-        server.stop()
+        ids.extend(d["delivery_id"] for d in frame["deliveries"])
+    # Three turns of its own, one delivery each, with no human message in between.
+    for delivery_id in ids:
+        await agent.send({"type": "consume", "delivery_ids": [delivery_id]})
+    brake = await eventually(
+        lambda: (b := room.get(f"/api/projects/{room.project}/brake"))["tripped"] and b
+    )
+    assert brake["tripped"] == "agent_turn_cap"
+    # Braked: a new mention waits, it is not offered.
+    held = room.say("@outside 还有一件")
+    with anyio.move_on_after(1.0):
+        frame = await agent.wait_for("inbox", timeout=2)
+        pytest.fail(f"offered while braked: {frame}")
+    assert room.deliveries(held["message_id"])[0]["state"] == "pending"
+    # A steer is part of a running turn, not a new one: it never trips anything.
+    room.post(f"/api/projects/{room.project}/brake/clear", {})
+    frame = await agent.wait_for("inbox")
+    steered = [d["delivery_id"] for d in frame["deliveries"]]
+    await agent.send({"type": "consume", "delivery_ids": steered, "mode": "steer"})
+    await eventually(lambda: room.deliveries(held["message_id"])[0]["state"] == "consumed")
+    assert room.get(f"/api/projects/{room.project}/brake")["tripped"] is None
 
 
 @pytest.mark.anyio
@@ -328,34 +294,37 @@ async def test_the_roster_cache_does_not_keep_a_read_that_raced_an_invalidation(
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
-async def test_an_agent_that_leaves_has_its_open_sockets_closed(
-    tmp_path: Path, llm: OpenAIServer
-) -> None:
-    server = start_with_openai(tmp_path / "data", llm)
-    try:
-        room = Room(server, llm)
-        outside = room.add_agent("outside", "backend", "外部", driver="external")
-        token = server.agent_token("演示项目", "outside")
-        by_header = await Client.open(server.ws_url, token=token)
-        await by_header.wait_for("hello")
-        by_frame = await Client.open(server.ws_url)  # authenticates with a first `auth` frame
-        await by_frame.send({"type": "auth", "token": token})
-        await by_frame.wait_for("hello")
-        owner = server.login()
-        watcher = await Client.open(server.ws_url, cookie=owner.cookie, origin=server.origin)
-        await watcher.wait_for("hello")
+async def test_an_agent_that_leaves_has_its_open_sockets_closed(room: Room) -> None:
+    server = room.server
+    outside = room.add_agent("outside", "backend", "外部", driver="external")
+    token = server.agent_token("演示项目", "outside")
+    by_header = await Client.open(server.ws_url, token=token)
+    await by_header.wait_for("hello")
+    by_frame = await Client.open(server.ws_url)  # authenticates with a first `auth` frame
+    await by_frame.send({"type": "auth", "token": token})
+    await by_frame.wait_for("hello")
+    watcher = await Client.open(server.ws_url, cookie=room.owner.cookie, origin=server.origin)
+    await watcher.wait_for("hello")
 
-        room.post(f"/api/projects/{room.project}/members/{outside}/leave", {})
-        for agent in (by_header, by_frame):
-            with pytest.raises(ConnectionClosed) as closed:
-                while True:
-                    await agent.recv(timeout=5)
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
-            assert "left" in closed.value.rcvd.reason
-        # The token is gone too: a new socket with it is refused.
-        with pytest.raises(InvalidStatus):
-            await Client.open(server.ws_url, token=token)
-        await watcher.send({"type": "ping", "req_id": "still-here"})
-        await watcher.wait_for(lambda f: f.get("req_id") == "still-here")  # the owner's stays
-    finally:
-        server.stop()
+    async def handler(batch: Batch) -> str:
+        return "不会收到"
+
+    # room.client, as `room agent` runs it: it reconnects after a lost socket, and stops when
+    # its token is refused.
+    agent = AgentClient(server.origin, token, handler)
+    agent_process = asyncio.ensure_future(agent.run())
+    await eventually(lambda: agent.members)  # connected and subscribed
+    room.post(f"/api/projects/{room.project}/members/{outside}/leave", {})
+    for agent in (by_header, by_frame):
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                await agent.recv(timeout=5)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+        assert "left" in closed.value.rcvd.reason
+    # The token is gone too: a new socket with it is refused.
+    with pytest.raises(InvalidStatus):
+        await Client.open(server.ws_url, token=token)
+    with pytest.raises(InvalidStatus):
+        await asyncio.wait_for(agent_process, 10)
+    await watcher.send({"type": "ping", "req_id": "still-here"})
+    await watcher.wait_for(lambda f: f.get("req_id") == "still-here")  # the owner's stays

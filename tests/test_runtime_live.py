@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -21,7 +20,7 @@ from tests.support.llm_servers import (
     openai_text,
     openai_tool_call,
 )
-from tests.support.server import ServerProcess, Session, start_with_openai
+from tests.support.server import ServerProcess, Session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
@@ -93,15 +92,6 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
             if value:
                 return value
             await anyio.sleep(0.05)
-
-
-@pytest.fixture
-def room(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
-    server = start_with_openai(tmp_path / "data", llm)
-    try:
-        yield Room(server, llm)
-    finally:
-        server.stop()
 
 
 def agent_replies(room: Room, handle: str) -> list[dict[str, Any]]:
