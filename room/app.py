@@ -27,6 +27,7 @@ from starlette.routing import WebSocketRoute
 from room import pages
 from room.actions import auth as auth_actions
 from room.actions import projects as project_actions
+from room.actions import wiring
 from room.actions.lifecycle import restart_stops
 from room.actions.runtime import reconcile_on_start
 from room.api import routes as api_routes
@@ -164,6 +165,7 @@ def create_app(
             rosters=RosterCache(db),
             limiter=RateLimiter(settings.send_rate_per_sec, settings.send_burst),
         )
+        wiring.install(core)
         app.state.core = core
         app.state.server = server
         trace.phase("writer")
@@ -183,7 +185,7 @@ def create_app(
         )
         core.runtime = runtime
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
-        recovery = await db.write(lambda conn, tx: reconcile_on_start(conn, tx, core))
+        recovery = await db.write(reconcile_on_start)
         recovery["stops_unconfirmed"] = unconfirmed
         runtime.recovery = recovery
         trace.phase("reconcile", **{k: v for k, v in recovery.items() if k != "notices"})

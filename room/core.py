@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from room.effects import FollowUp
 from room.hub import Hub
 from room.mentions import Roster, RosterMember, Tombstone
 from room.models import Member
@@ -51,6 +52,14 @@ class NoRuntime:
 
     def running_members(self, project_id: int) -> list[int]:
         return []
+
+
+# Something another part of the server does with a stored message, registered on the core so
+# that the send path need not know it (a ``/change`` message revises the requirement). Called
+# with the sender and the body before the send is queued (it may refuse the send by raising), it
+# returns None or a function making, from the stored message's id, the write that follows the
+# send's commit as its own job.
+SendHook = Callable[[Member, str], Callable[[int], FollowUp] | None]
 
 
 @dataclass(slots=True)
@@ -177,3 +186,4 @@ class Core:
     # Read cursors waiting out the chatter rate: member id → (member, newest seq).
     deferred_reads: dict[int, tuple[Member, int]] = field(default_factory=dict)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # fire-and-forget tasks
+    send_hooks: list[SendHook] = field(default_factory=list)

@@ -17,7 +17,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from room.actions import auth as auth_actions
-from room.actions import members as member_actions
 from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
 from room.core import Core
 from room.errors import RoomError
@@ -152,10 +151,6 @@ async def login(request: Request) -> Response:
             "<p>请向项目负责人索取新的链接，或在服务器上运行 <code>room login-link</code>。</p>",
             status=exc.http_status,
         )
-    if session.project_id is not None:
-        core.rosters.invalidate(session.project_id)
-        # Someone joined: everyone watching the project learns the new roster at once.
-        await member_actions.publish_members(core, session.project_id)
     target = f"/#/p/{session.project_id}" if session.project_id else "/"
     response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
     if session.secret is None:  # joined with the session this browser already has

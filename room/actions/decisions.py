@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
 from room.core import Core
-from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
+from room.effects import FollowUp
+from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
 from room.models import Member
 from room.store import Tx
 from room.store import audit as audit_store
@@ -31,6 +33,7 @@ from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
+from room.store.db import WriteJob
 from room.tasks import AFTER_SYNC, TaskEvent, TaskState
 
 MAX_TITLE_CHARS = 200
@@ -99,7 +102,7 @@ async def propose_decision(
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, actor)
-        fx = task_actions.Effects(core, project_id)
+        fx = task_actions.Effects(project_id)
         old = None
         if supersedes is not None:
             old = tasks_store.decision_by_number(conn, project_id, supersedes)
@@ -184,7 +187,7 @@ async def accept_decision(core: Core, actor: Member, number: int) -> dict[str, A
                 code="decision_not_proposed",
                 status=row.status,
             )
-        fx = task_actions.Effects(core, project_id)
+        fx = task_actions.Effects(project_id)
         tasks_store.set_decision_status(conn, row.id, "accepted", tx.now, accepted_by=actor.id)
         fx.decisions.add(row.id)
         if row.supersedes is not None:
@@ -203,7 +206,6 @@ async def accept_decision(core: Core, actor: Member, number: int) -> dict[str, A
 def requirement_change_from_message(
     conn: sqlite3.Connection,
     tx: Tx,
-    core: Core,
     message_id: int,
     author_member: Member,
     target_task_keys: list[str] | None,
@@ -237,7 +239,7 @@ def requirement_change_from_message(
             "需求变更必须是人类说的话 (A requirement change must be a person's own words.)",
             code="not_human_words",
         )
-    fx = task_actions.Effects(core, project_id)
+    fx = task_actions.Effects(project_id)
     done = tasks_store.revision_from_message(conn, message_id)
     if done is not None:
         decision = tasks_store.get_decision(conn, done[0])
@@ -355,6 +357,44 @@ def _change_result(
     }
 
 
+def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
+    """The send path's hook (:data:`room.core.SendHook`): a person's message that starts with
+    ``/change`` (after any leading whitespace) revises the requirement once it is stored, as a
+    write of its own. An empty change is refused before the send; a change that fails later
+    (a task key that does not exist) is answered with a notice under the message."""
+    if sender.kind != "human":
+        return None
+    command = parse_change_command(body)
+    if command is None:
+        return None
+    if not command.text:
+        raise BadRequestError(
+            "需求变更需要写明新的要求 (Say what the new requirement is.)", code="empty_change"
+        )
+
+    def follow_up(message_id: int) -> FollowUp:
+        def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+            return requirement_change_from_message(conn, tx, message_id, sender, None)
+
+        def on_error(error: BaseException) -> WriteJob[int] | None:
+            if not isinstance(error, RoomError):
+                return None
+            text = f"⚠️ 需求变更没有记录：{error.message}"
+            return lambda conn, tx: task_actions.post_message(
+                conn, tx, task_actions.Effects(sender.project_id), text,
+                {"requirement_change_failed": error.code}, reply_to=message_id,
+            )  # fmt: skip
+
+        return FollowUp("requirement change", job, on_error)
+
+    return follow_up
+
+
+def register(core: Core) -> None:
+    """Hook the requirement change onto the send path."""
+    core.send_hooks.append(change_hook)
+
+
 async def mark_requirement_change(
     core: Core, member: Member, message_id: int, task_keys: list[str] | None
 ) -> dict[str, Any]:
@@ -362,7 +402,7 @@ async def mark_requirement_change(
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, member)
-        return requirement_change_from_message(conn, tx, core, message_id, member, task_keys)
+        return requirement_change_from_message(conn, tx, message_id, member, task_keys)
 
     return await core.db.write(job)
 

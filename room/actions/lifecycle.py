@@ -29,6 +29,7 @@ from room.actions import runtime as runtime_actions
 from room.actions import tasks as task_actions
 from room.actions.members import actor_kind
 from room.core import Core
+from room.effects import Broadcast, WakeProject
 from room.errors import BadRequestError, ConflictError, NotFoundError
 from room.lifecycle import (
     Decision,
@@ -88,11 +89,11 @@ def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any
     return out
 
 
-def _publish_project(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> Project:
+def _publish_project(conn: sqlite3.Connection, tx: Tx, project_id: int) -> Project:
     project = projects_store.get(conn, project_id)
     assert project is not None
     frame = encode({"type": "project", "project": project.to_wire()})
-    tx.on_commit(lambda: core.hub.broadcast(project_id, frame))
+    tx.emit(Broadcast(project_id, frame))
     return project
 
 
@@ -177,15 +178,12 @@ async def _carry_out(
                 code="snapshot_mismatch",
                 report=report,
             )
-    return await core.db.write(
-        lambda conn, tx: _direct(conn, tx, core, actor, project, op, decision)
-    )
+    return await core.db.write(lambda conn, tx: _direct(conn, tx, actor, project, op, decision))
 
 
 def _direct(
     conn: sqlite3.Connection,
     tx: Tx,
-    core: Core,
     actor: Member,
     project: Project,
     op: str,
@@ -211,9 +209,9 @@ def _direct(
         conn, project.id, state=target.value, state_from=None, stop_target=None, now=tx.now
     )
     if target is ProjectState.ACTIVE:
-        released = _release_held(conn, tx, core, project.id)
+        released = _release_held(conn, tx, project.id)
         detail["released"] = released
-        tx.on_commit(lambda: core.runtime.wake_project(project.id))
+        tx.emit(WakeProject(project.id))
     _audit(conn, tx, actor, project.id, op, project.state, "ok", to=target.value, **detail)
     if op == ProjectOp.RESTORE:
         where = {"trashed": "回收站", "archived": "归档"}[project.state]
@@ -225,12 +223,11 @@ def _direct(
     runtime_actions.insert_notice(
         conn,
         tx,
-        core,
         project.id,
         f"{text}（{actor.display_name}）",
         {"lifecycle": op, "state": target.value},
     )
-    updated = _publish_project(conn, tx, core, project.id)
+    updated = _publish_project(conn, tx, project.id)
     return {"project": updated.to_wire(), "outcome": "ok", **detail}
 
 
@@ -257,7 +254,7 @@ async def _stop_sequence(
             now=tx.now,
         )
         _audit(conn, tx, actor, project.id, op, project.state, "stopping", target=target.value)
-        _publish_project(conn, tx, core, project.id)
+        _publish_project(conn, tx, project.id)
 
     await core.db.write(begin)
     all_stopped = await core.runtime.stop_project(project.id)
@@ -281,16 +278,15 @@ async def _stop_sequence(
                 conn, project.id, state=reached.value, state_from=None, stop_target=None, now=tx.now
             )
             if reached is ProjectState.TRASHED:
-                detail["cancelled"] = _cancel_open(conn, tx, core, project.id)
+                detail["cancelled"] = _cancel_open(conn, tx, project.id)
                 detail["invites_revoked"] = _revoke_invites(conn, tx, project.id)
                 text = NOTICES["trashed"].format(days=core.settings.trash_retention_days)
             else:
-                detail["held"] = _hold_pending(conn, tx, core, project.id)
+                detail["held"] = _hold_pending(conn, tx, project.id)
                 text = NOTICES[reached.value]
         runtime_actions.insert_notice(
             conn,
             tx,
-            core,
             project.id,
             f"{text}（{actor.display_name}）",
             {"lifecycle": op, "state": reached.value},
@@ -313,7 +309,7 @@ async def _stop_sequence(
         _audit(
             conn, tx, actor, project.id, op, from_state.value, outcome, to=reached.value, **detail
         )
-        updated = _publish_project(conn, tx, core, project.id)
+        updated = _publish_project(conn, tx, project.id)
         return {"project": updated.to_wire(), "outcome": outcome, **detail}
 
     return await core.db.write(finish)
@@ -330,13 +326,13 @@ def _ids(conn: sqlite3.Connection, project_id: int, states: tuple[str, ...]) -> 
     ]
 
 
-def _hold_pending(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> int:
+def _hold_pending(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
     ids = _ids(conn, project_id, ("pending",))
-    runtime_actions.set_deliveries(conn, tx, core, ids, "held", reason="project not active")
+    runtime_actions.set_deliveries(conn, tx, ids, "held", reason="project not active")
     return len(ids)
 
 
-def _release_held(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> int:
+def _release_held(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
     ids = [
         int(r[0])
         for r in conn.execute(
@@ -346,13 +342,13 @@ def _release_held(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int)
         )
     ]
     conn.executemany("UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in ids])
-    runtime_actions.set_deliveries(conn, tx, core, ids, "pending")
+    runtime_actions.set_deliveries(conn, tx, ids, "pending")
     return len(ids)
 
 
-def _cancel_open(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> int:
+def _cancel_open(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
     ids = _ids(conn, project_id, ("pending", "held", "delivered", "unknown"))
-    runtime_actions.set_deliveries(conn, tx, core, ids, "cancelled", reason="project trashed")
+    runtime_actions.set_deliveries(conn, tx, ids, "cancelled", reason="project trashed")
     return len(ids)
 
 

@@ -15,8 +15,8 @@ from room.actions import runtime as runtime_actions
 from room.actions import tasks as task_actions
 from room.actions.projects import AgentSpec, insert_agent
 from room.core import Core
+from room.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged, Wake
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
-from room.hub import CLOSE_SIGNED_OUT
 from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
 from room.models import Member
 from room.protocol import encode
@@ -39,23 +39,15 @@ def actor_kind(actor: Member) -> ActorKind:
     return ActorKind.OWNER if actor.is_owner else ActorKind.MEMBER
 
 
-def _publish_members(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> None:
+def announce_members(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None:
+    """The roster changed: after the commit the cached roster is dropped and every subscriber
+    gets the new ``members`` frame."""
     members = members_store.wire_list(conn, project_id)
-    frame = encode({"type": "members", "project_id": project_id, "members": members})
-
-    def publish() -> None:
-        core.rosters.invalidate(project_id)
-        core.hub.broadcast(project_id, frame)
-
-    tx.on_commit(publish)
-
-
-async def publish_members(core: Core, project_id: int) -> None:
-    """After a change committed elsewhere (an invite redeemed): announce the roster."""
-    members = await core.db.read(lambda conn: members_store.wire_list(conn, project_id))
-    core.rosters.invalidate(project_id)
-    core.hub.broadcast(
-        project_id, encode({"type": "members", "project_id": project_id, "members": members})
+    tx.emit(RosterChanged(project_id))
+    tx.emit(
+        Broadcast(
+            project_id, encode({"type": "members", "project_id": project_id, "members": members})
+        )
     )
 
 
@@ -85,7 +77,7 @@ async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> 
                 "driver": driver,
             },
         )
-        _publish_members(conn, tx, core, project_id)
+        announce_members(conn, tx, project_id)
         member = members_store.get(conn, member_id)
         assert member is not None
         return member
@@ -134,21 +126,19 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
         result: dict[str, Any] = {"member_id": target_id, "op": op, "stop_requested": stopped}
         if member_op_ is MemberOp.PAUSE:
             members_store.set_status(conn, target_id, "paused", tx.now)
-            held = _move(conn, tx, core, target_id, ("pending",), "held", "member paused")
+            held = _move(conn, tx, target_id, ("pending",), "held", "member paused")
             result["held"] = held
         elif member_op_ is MemberOp.RESUME:
             members_store.set_status(conn, target_id, "active", tx.now)
             if projects_store.state_of(conn, project_id) == "active":
-                result["released"] = _move(conn, tx, core, target_id, ("held",), "pending", None)
-                tx.on_commit(lambda: core.runtime.wake(project_id, [target_id]))
+                result["released"] = _move(conn, tx, target_id, ("held",), "pending", None)
+                tx.emit(Wake(project_id, (target_id,)))
         elif member_op_ is MemberOp.LEAVE:
             members_store.set_status(conn, target_id, "left", tx.now)
-            result["handed_off"] = task_actions.handoff_open_tasks(
-                conn, tx, core, project_id, target_id
-            )
+            result["handed_off"] = task_actions.handoff_open_tasks(conn, tx, project_id, target_id)
             auth_store.revoke_member_tokens(conn, target_id, tx.now)
             result["cancelled"] = _move(
-                conn, tx, core, target_id, OPEN_FOR_LEAVE, "cancelled", "recipient left"
+                conn, tx, target_id, OPEN_FOR_LEAVE, "cancelled", "recipient left"
             )
         audit_store.record(
             conn,
@@ -170,27 +160,20 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
         runtime_actions.insert_notice(
             conn,
             tx,
-            core,
             project_id,
             f"{actor.display_name} {verb} @{target.handle}",
             {"member_op": op, "member_id": target_id},
         )
-        _publish_members(conn, tx, core, project_id)
+        announce_members(conn, tx, project_id)
         if member_op_ is MemberOp.LEAVE:
             # Last, after the notice and the roster: whoever left sees both, then stops
             # receiving the project live, on every socket they had open.
-            tx.on_commit(lambda: core.hub.cut_member(project_id, target_id))
+            tx.emit(CutMember(project_id, target_id))
             if target.kind == "agent":
                 # Its tokens are revoked above; the sockets they opened close too (an external
                 # agent's process learns it has left instead of idling on a dead connection).
-                def close_sockets() -> None:
-                    core.hub.cut_session(
-                        core.hub.agent_session(target_id),
-                        "this agent left the project; its tokens are revoked",
-                        CLOSE_SIGNED_OUT,
-                    )
-
-                tx.on_commit(close_sockets)
+                reason = "this agent left the project; its tokens are revoked"
+                tx.emit(CloseAgentSockets(target_id, reason))
         return result
 
     outcome = await core.db.write(job)
@@ -247,7 +230,6 @@ def _audit_refused(
 def _move(
     conn: sqlite3.Connection,
     tx: Tx,
-    core: Core,
     member_id: int,
     from_states: tuple[str, ...],
     to_state: str,
@@ -263,7 +245,7 @@ def _move(
     ]
     if to_state == "pending":
         conn.executemany("UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in ids])
-    runtime_actions.set_deliveries(conn, tx, core, ids, to_state, reason=reason)
+    runtime_actions.set_deliveries(conn, tx, ids, to_state, reason=reason)
     return len(ids)
 
 
@@ -304,7 +286,7 @@ async def set_role(core: Core, actor: Member, target_id: int, role: str) -> dict
         if refusal is not None:
             return {"refused": refusal}
         conn.execute("UPDATE members SET role = :r WHERE id = :id", {"r": role, "id": target_id})
-        _publish_members(conn, tx, core, project_id)
+        announce_members(conn, tx, project_id)
         return {"member_id": target_id, "role": role}
 
     result = await core.db.write(job)

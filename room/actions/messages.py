@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from room import mentions as mention_rules
-from room.actions import decisions as decision_actions
 from room.core import Core, ProjectRoster
+from room.effects import Broadcast, Publish, Wake
 from room.errors import (
     BadRequestError,
     ConflictError,
@@ -32,7 +32,6 @@ from room.errors import (
     RateLimitedError,
     TxnConflictError,
 )
-from room.hub import Frame
 from room.lifecycle import ActorKind, ProjectState, admission_open, posting_open
 from room.models import Member
 from room.protocol import encode
@@ -217,11 +216,9 @@ def _send_job(
         )
     html = render(body)
     digest = _digest(body, reply_to, chips, as_plain_text)
-    is_change = (
-        sender.kind == "human"
-        and body.startswith("/change")
-        and decision_actions.parse_change_command(body) is not None
-    )
+    # What other parts of the server do with a message once it is stored (a requirement
+    # change): registered on the core, each runs as its own write after this one commits.
+    follow_ups = [make for hook in core.send_hooks if (make := hook(sender, body))]
     project_id = sender.project_id
     txn_key = ("txn", sender.id, client_txn_id)
     mention_rows = [(int(m.member_id), m.via) for m in routing.resolution.mentions]
@@ -250,7 +247,6 @@ def _send_job(
         message_id, seq, obj = append_message(
             conn,
             tx,
-            core,
             project_id=project_id,
             author_id=sender.id,
             kind=kind,
@@ -281,13 +277,9 @@ def _send_job(
                 appends=appends,
             )
         if routing.recipients and not held_project:
-            tx.on_commit(lambda: core.runtime.wake(project_id, routing.recipients))
-        if is_change:
-            # A person marked this message a requirement change (the /change prefix).
-            tx.write_directly(conn)  # it reads this message and writes a notice of its own
-            decision_actions.requirement_change_from_message(
-                conn, tx, core, message_id, sender, None
-            )
+            tx.emit(Wake(project_id, routing.recipients))
+        for make in follow_ups:
+            tx.emit(make(message_id))
         if appends is not None:
             appends.memo[txn_key] = (message_id, seq, digest, obj)
         return Ack(message_id, seq, False, obj)
@@ -298,7 +290,6 @@ def _send_job(
 def append_message(
     conn: sqlite3.Connection,
     tx: Tx,
-    core: Core,
     *,
     project_id: int,
     author_id: int | None,
@@ -313,7 +304,7 @@ def append_message(
     meta: dict[str, Any] | None = None,
 ) -> tuple[int, int, str]:
     """Append a message to a project's timeline inside the caller's transaction: the next seq,
-    the row, its pre-encoded wire object, its stream event, and the publish after commit.
+    the row, its pre-encoded wire object, its stream event, and its publication (an effect).
     Returns (message id, seq, wire object)."""
     appends = tx.appends
     seq = projects_store.next_seq(conn, project_id, tx.now, appends)
@@ -360,13 +351,11 @@ def append_message(
     )
     if appends is not None:
         appends.memo[("message", message_id)] = True  # not in the table until the flush
-    event = Frame(messages_store.event_frame(project_id, seq, obj))
-    tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
+    tx.emit(Publish(project_id, seq, messages_store.event_frame(project_id, seq, obj)))
     return message_id, seq, obj
 
 
 def publish_deliveries(
-    core: Core,
     tx: Tx,
     rows: Sequence[tuple[int, int, int, int]],
     state: str,
@@ -377,30 +366,24 @@ def publish_deliveries(
     project id, message id, recipient id) row, for the labels under each message."""
     if not rows:
         return
-    frames = [
-        (
-            project_id,
-            encode(
-                {
-                    "type": "delivery",
-                    "project_id": project_id,
-                    "message_id": message_id,
-                    "recipient_id": recipient_id,
-                    "delivery_id": delivery_id,
-                    "state": state,
-                    "mode": mode,
-                    "reason": reason,
-                }
-            ),
+    for delivery_id, project_id, message_id, recipient_id in rows:
+        tx.emit(
+            Broadcast(
+                project_id,
+                encode(
+                    {
+                        "type": "delivery",
+                        "project_id": project_id,
+                        "message_id": message_id,
+                        "recipient_id": recipient_id,
+                        "delivery_id": delivery_id,
+                        "state": state,
+                        "mode": mode,
+                        "reason": reason,
+                    }
+                ),
+            )
         )
-        for delivery_id, project_id, message_id, recipient_id in rows
-    ]
-
-    def publish() -> None:
-        for project_id, frame in frames:
-            core.hub.broadcast(project_id, frame)
-
-    tx.on_commit(publish)
 
 
 def _initial_state(roster: ProjectRoster, member_id: int, held_project: bool) -> str:
@@ -486,7 +469,7 @@ async def edit_message(
             edited_at=tx.now,
             meta=old.get("meta"),
         )
-        return _publish_update(conn, tx, core, project_id, message_id, obj, new_recipients)
+        return _publish_update(conn, tx, project_id, message_id, obj, new_recipients)
 
     return await core.db.write(job)
 
@@ -510,7 +493,6 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             conn, message_id, "message deleted", tx.now
         )
         publish_deliveries(
-            core,
             tx,
             [(d, project_id, message_id, r) for d, r in cancelled],
             "cancelled",
@@ -533,7 +515,7 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             edited_at=row["edited_at"],
             deleted=True,
         )
-        return _publish_update(conn, tx, core, project_id, message_id, obj, [])
+        return _publish_update(conn, tx, project_id, message_id, obj, [])
 
     return await core.db.write(job)
 
@@ -565,7 +547,6 @@ def check_posting(conn: sqlite3.Connection, member: Member, appends: Appends | N
 def _publish_update(
     conn: sqlite3.Connection,
     tx: Tx,
-    core: Core,
     project_id: int,
     message_id: int,
     obj: str,
@@ -583,10 +564,9 @@ def _publish_update(
         frame=frame_text,
         now=tx.now,
     )
-    event = Frame(frame_text)
-    tx.on_commit(lambda: core.hub.publish(project_id, seq, event))
+    tx.emit(Publish(project_id, seq, frame_text))
     if woken:
-        tx.on_commit(lambda: core.runtime.wake(project_id, woken))
+        tx.emit(Wake(project_id, tuple(woken)))
     result: dict[str, Any] = json.loads(obj)
     result["event_seq"] = seq
     return result
@@ -647,7 +627,7 @@ async def _write_read(core: Core, member: Member, seq: int) -> int:
         read = encode(
             {"type": "read", "project_id": project_id, "member_id": member.id, "seq": cursor}
         )
-        tx.on_commit(lambda: core.hub.broadcast(project_id, read))
+        tx.emit(Broadcast(project_id, read))
         return cursor
 
     return await core.db.write(job)

@@ -231,7 +231,7 @@ async def submit_plan(
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, actor)
-        fx = task_actions.Effects(core, project_id)
+        fx = task_actions.Effects(project_id)
         result = store_plan(conn, tx, fx, actor, raw, start)
         fx.flush(conn, tx)
         return result
@@ -255,7 +255,7 @@ async def start_plan(core: Core, actor: Member, plan_id: int | None = None) -> d
             raise NotFoundError(
                 "没有等待开始的计划 (No plan is waiting to be started.)", code="no_plan"
             )
-        fx = task_actions.Effects(core, project_id)
+        fx = task_actions.Effects(project_id)
         released = [
             t for t in tasks_store.tasks_of(conn, project_id) if t.plan_id in started and t.held
         ]
@@ -287,7 +287,6 @@ async def start_plan(core: Core, actor: Member, plan_id: int | None = None) -> d
 def deliver_goal(
     conn: sqlite3.Connection,
     tx: Tx,
-    core: Core,
     project_id: int,
     creator_member_id: int,
     goal: str,
@@ -325,7 +324,7 @@ def deliver_goal(
         if plan_first:
             step += "计划优先：计划保存后等人类确认开始，才会派发。"
         parts.append(step)
-    fx = task_actions.Effects(core, project_id)
+    fx = task_actions.Effects(project_id)
     message_id = task_actions.post_message(
         conn, tx, fx, "\n\n".join(parts), {"goal": True, "plan_first": bool(plan_first)},
         to=[lead] if lead is not None else [], author=creator, client_txn_id=txn,

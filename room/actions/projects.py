@@ -12,7 +12,7 @@ from room.actions import plans as plan_actions
 from room.core import Core
 from room.errors import BadRequestError, ConflictError
 from room.mentions import EVERYONE_NAMES, HUMANS_NAMES
-from room.models import AGENT_ROLES, Member, Project, User
+from room.models import AGENT_ROLES, Project, User
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
@@ -205,36 +205,9 @@ async def create_project(
             conn, tx, creator, name=name, goal=goal, workspace=workspace, agents=specs
         )
         if goal.strip() or plan_first:
-            plan_actions.deliver_goal(conn, tx, core, project_id, owner_id, goal, plan_first)
+            plan_actions.deliver_goal(conn, tx, project_id, owner_id, goal, plan_first)
         project = projects_store.get(conn, project_id)
         assert project is not None
         return project
-
-    return await core.db.write(job)
-
-
-async def add_human_member(core: Core, project_id: int, user: User, role: str = "member") -> Member:
-    def job(conn: sqlite3.Connection, tx: Tx) -> Member:
-        existing = members_store.for_user(conn, project_id, user.id)
-        if existing is not None and existing.status != "left":
-            return existing
-        if members_store.handle_reserved(conn, project_id, user.handle):
-            raise ConflictError(
-                f"@{user.handle} is taken in this project", code="handle_taken", handle=user.handle
-            )
-        member_id = members_store.insert(
-            conn,
-            project_id=project_id,
-            kind="human",
-            user_id=user.id,
-            role=role,
-            handle=user.handle,
-            display_name=user.display_name,
-            now=tx.now,
-        )
-        tx.on_commit(lambda: core.rosters.invalidate(project_id))
-        member = members_store.get(conn, member_id)
-        assert member is not None
-        return member
 
     return await core.db.write(job)

@@ -26,6 +26,7 @@ from typing import Any
 
 from room.actions.lifecycle import decision_for, load, refuse
 from room.core import Core
+from room.effects import Broadcast, RosterChanged
 from room.errors import ConflictError, RoomError
 from room.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
 from room.models import Member, Project
@@ -372,8 +373,8 @@ async def _run(
             detail={"steps": done_now, "failed": list(failure) if failure else None},
         )
         frame = encode({"type": "project", "project": {"id": project_id, "state": state}})
-        tx.on_commit(lambda: core.hub.broadcast(project_id, frame))
-        tx.on_commit(lambda: core.rosters.invalidate(project_id))
+        tx.emit(Broadcast(project_id, frame))
+        tx.emit(RosterChanged(project_id))
         return state, done_now, failure
 
     state, results, failed = await core.db.write(finish)

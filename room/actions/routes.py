@@ -131,7 +131,6 @@ async def change_route(
         runtime_actions.insert_notice(
             conn,
             tx,
-            core,
             project_id,
             f"🔀 @{actor.handle} 修改了{subject}的模型路由（{label}）：{shown}。理由：{reason}",
             {

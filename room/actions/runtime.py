@@ -31,7 +31,6 @@ FINAL_TXN = "turn-{turn_id}-final"
 def set_deliveries(
     conn: sqlite3.Connection,
     tx: Tx,
-    core: Core,
     ids: Sequence[int],
     state: str,
     *,
@@ -42,20 +41,19 @@ def set_deliveries(
     rows = rt_store.set_state(
         conn, ids, state, tx.now, mode=mode, reason=reason, allowed_from=allowed_from
     )
-    publish_deliveries(core, tx, rows, state, mode, reason)
+    publish_deliveries(tx, rows, state, mode, reason)
 
 
 # -- notices ------------------------------------------------------------------------------------
 
 
 def insert_notice(
-    conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int, body: str, meta: dict[str, Any]
+    conn: sqlite3.Connection, tx: Tx, project_id: int, body: str, meta: dict[str, Any]
 ) -> int:
     """A system message in the timeline (no author, wakes nobody)."""
     message_id, _, _ = append_message(
         conn,
         tx,
-        core,
         project_id=project_id,
         author_id=None,
         kind="system",
@@ -64,12 +62,6 @@ def insert_notice(
         meta=meta,
     )
     return message_id
-
-
-async def post_notice(core: Core, project_id: int, body: str, **meta: Any) -> int:
-    return await core.db.write(
-        lambda conn, tx: insert_notice(conn, tx, core, project_id, body, meta)
-    )
 
 
 # -- hand-off -----------------------------------------------------------------------------------
@@ -92,7 +84,7 @@ def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> str | None:
 
 
 def release(
-    conn: sqlite3.Connection, tx: Tx, core: Core, member_id: int, ids: Sequence[int], reason: str
+    conn: sqlite3.Connection, tx: Tx, member_id: int, ids: Sequence[int], reason: str
 ) -> None:
     """Deliveries a session took but no model ever answered go back, never failed: ``held``
     while the project or member is paused or closed, else ``pending`` for the next dispatch."""
@@ -102,7 +94,7 @@ def release(
     conn.executemany(
         "UPDATE deliveries SET turn_id = NULL, handoff = NULL WHERE id = ?", [(i,) for i in ids]
     )
-    set_deliveries(conn, tx, core, ids, to, reason=reason)
+    set_deliveries(conn, tx, ids, to, reason=reason)
 
 
 async def claim(core: Core, member_id: int, limit: int = 50) -> list[Inbound]:
@@ -114,14 +106,14 @@ async def claim(core: Core, member_id: int, limit: int = 50) -> list[Inbound]:
             return []
         taken = rt_store.claim_pending(conn, member_id, tx.now, limit)
         rows = [(i.delivery_id, i.project_id, i.message_id, member_id) for i in taken]
-        publish_deliveries(core, tx, rows, "delivered")
+        publish_deliveries(tx, rows, "delivered")
         return taken
 
     return await core.db.write(job)
 
 
 async def release_claimed(core: Core, member_id: int, ids: Sequence[int], reason: str) -> None:
-    await core.db.write(lambda conn, tx: release(conn, tx, core, member_id, ids, reason))
+    await core.db.write(lambda conn, tx: release(conn, tx, member_id, ids, reason))
 
 
 async def offer(core: Core, member_id: int, handoff: str) -> list[Inbound]:
@@ -166,19 +158,17 @@ async def confirm(
                     conn, delivery_id, "unknown", state, "confirmed by the external agent", tx.now
                 )
         if state == "pending":  # asked for again: waits while paused, like any delivery
-            release(conn, tx, core, member_id, own, "the external agent asked for it again")
+            release(conn, tx, member_id, own, "the external agent asked for it again")
         else:
-            set_deliveries(conn, tx, core, own, state, mode=mode)
+            set_deliveries(conn, tx, own, state, mode=mode)
         if own and state == "consumed" and mode != "steer" and turn_cap is not None:
-            _count_external_turn(conn, tx, core, member_id, turn_cap)
+            _count_external_turn(conn, tx, member_id, turn_cap)
         return own
 
     return await core.db.write(job)
 
 
-def _count_external_turn(
-    conn: sqlite3.Connection, tx: Tx, core: Core, member_id: int, cap: int
-) -> None:
+def _count_external_turn(conn: sqlite3.Connection, tx: Tx, member_id: int, cap: int) -> None:
     member = members_store.get(conn, member_id)
     if member is None:
         return
@@ -187,7 +177,7 @@ def _count_external_turn(
         return
     count = rt_store.count_agent_turn(conn, project_id, tx.counters)
     if count > cap:  # as for in-process turns: tripped by the first turn past the cap
-        _trip(conn, tx, core, project_id, "agent_turn_cap", {"agent_turns": count, "cap": cap})
+        _trip(conn, tx, project_id, "agent_turn_cap", {"agent_turns": count, "cap": cap})
 
 
 def _own_open(
@@ -228,7 +218,7 @@ async def socket_lost(core: Core, member_id: int, handoff: str) -> int:
             rt_store.reconcile_record(
                 conn, delivery_id, "pending", "unknown", "socket lost before receipt", tx.now
             )
-        set_deliveries(conn, tx, core, ids, "unknown", reason="socket lost before receipt")
+        set_deliveries(conn, tx, ids, "unknown", reason="socket lost before receipt")
         return len(ids)
 
     return await core.db.write(job)
@@ -253,7 +243,7 @@ async def start_turn(
     def job(conn: sqlite3.Connection, tx: Tx) -> TurnStart:
         blocked = dispatch_blocker(conn, member_id)
         if blocked == "held":  # paused or closed between the claim and now
-            release(conn, tx, core, member_id, ids, "dispatch stopped before the turn started")
+            release(conn, tx, member_id, ids, "dispatch stopped before the turn started")
             return TurnStart(None, None)
         brake = rt_store.brake(conn, project_id)
         tripped = brake["tripped"]
@@ -261,10 +251,10 @@ async def start_turn(
             count = rt_store.count_agent_turn(conn, project_id, tx.counters)
             if count > cap:
                 detail = {"agent_turns": count - 1, "cap": cap}
-                _trip(conn, tx, core, project_id, "agent_turn_cap", detail)
+                _trip(conn, tx, project_id, "agent_turn_cap", detail)
                 tripped = "agent_turn_cap"
         if tripped is not None:
-            release(conn, tx, core, member_id, ids, "loop brake: waiting for a human")
+            release(conn, tx, member_id, ids, "loop brake: waiting for a human")
             return TurnStart(None, tripped)
         trigger = inbound[-1].message_id if inbound else None
         turn_id = rt_store.insert_turn(
@@ -340,12 +330,12 @@ async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> 
         )
         for mode in ("queue", "steer"):
             ids = [d for d, m in call.consumed if m == mode]
-            set_deliveries(conn, tx, core, ids, "consumed", mode=mode)
+            set_deliveries(conn, tx, ids, "consumed", mode=mode)
         if budget is not None:
             used = rt_store.brake(conn, call.project_id)["tokens_used"]
             if used >= budget:
                 detail = {"tokens_used": used, "budget": budget}
-                _trip(conn, tx, core, call.project_id, "token_budget", detail)
+                _trip(conn, tx, call.project_id, "token_budget", detail)
                 return "token_budget"
         return None
 
@@ -398,7 +388,6 @@ async def record_tool_step(
         append_message(
             conn,
             tx,
-            core,
             project_id=project_id,
             author_id=member_id,
             kind="tool",
@@ -478,20 +467,20 @@ async def end_turn(
         if mode == "release_if_closed":
             mode = "release" if projects_store.state_of(conn, project_id) != "active" else "fail"
         if mode == "release":
-            release(conn, tx, core, member_id, open_ids, reason)
+            release(conn, tx, member_id, open_ids, reason)
         else:
-            set_deliveries(conn, tx, core, open_ids, "failed", reason=reason)
+            set_deliveries(conn, tx, open_ids, "failed", reason=reason)
         rt_store.update_turn(conn, turn_id, state=state, steps=steps, error=reason, ended_at=tx.now)
         if brake is not None:
-            _trip(conn, tx, core, project_id, brake[0], brake[1])
+            _trip(conn, tx, project_id, brake[0], brake[1])
         if notice:
-            insert_notice(conn, tx, core, project_id, notice, {"turn_id": turn_id, "state": state})
+            insert_notice(conn, tx, project_id, notice, {"turn_id": turn_id, "state": state})
 
     await core.db.write(job)
 
 
 async def trip_brake(core: Core, project_id: int, reason: str, detail: dict[str, Any]) -> None:
-    await core.db.write(lambda conn, tx: _trip(conn, tx, core, project_id, reason, detail))
+    await core.db.write(lambda conn, tx: _trip(conn, tx, project_id, reason, detail))
 
 
 BRAKE_NOTICES = {
@@ -508,14 +497,13 @@ BRAKE_NOTICES = {
 def _trip(
     conn: sqlite3.Connection,
     tx: Tx,
-    core: Core,
     project_id: int,
     reason: str,
     detail: dict[str, Any],
 ) -> None:
     if rt_store.trip(conn, project_id, reason, detail, tx.now):
         text = BRAKE_NOTICES[reason].format(**detail)
-        insert_notice(conn, tx, core, project_id, text, {"brake": reason, **detail})
+        insert_notice(conn, tx, project_id, text, {"brake": reason, **detail})
         audit_store.record(
             conn,
             now=tx.now,
@@ -548,7 +536,7 @@ async def clear_brake(core: Core, project_id: int, human_member_id: int) -> dict
         )
         if before["tripped"]:
             insert_notice(
-                conn, tx, core, project_id, "✅ 制动已由人类解除，恢复派发。", {"brake": "cleared"}
+                conn, tx, project_id, "✅ 制动已由人类解除，恢复派发。", {"brake": "cleared"}
             )
         return rt_store.brake(conn, project_id)
 
@@ -568,7 +556,7 @@ def tool_txn(turn_id: int, call_id: str) -> str:
 # -- restart ------------------------------------------------------------------------------------
 
 
-def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str, Any]:
+def reconcile_on_start(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
     """Resolve what a crash left mid-hand-off against each session's own record (DESIGN §5).
 
     * a turn left ``running``: if its final reply was posted (found by its idempotency key), it
@@ -602,7 +590,6 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str
         set_deliveries(
             conn,
             tx,
-            core,
             ids,
             to,
             mode=mode,
@@ -633,7 +620,7 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str
                 f"⚠️ 服务器重启打断了一轮已产生动作的工作（第 {turn_id} 轮），为避免重复不会自动重跑；"
                 "如需继续，请重新 @ 该成员。"
             )
-            insert_notice(conn, tx, core, project_id, text, {"turn_id": turn_id})
+            insert_notice(conn, tx, project_id, text, {"turn_id": turn_id})
             report["notices"].append(text)
         else:
             rt_store.supersede_turn_transcript(conn, turn_id)
@@ -671,7 +658,7 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx, core: Core) -> dict[str
             "restart: awaiting the external agent's confirmation",
             tx.now,
         )
-    set_deliveries(conn, tx, core, external, "unknown", reason="awaiting the agent's confirmation")
+    set_deliveries(conn, tx, external, "unknown", reason="awaiting the agent's confirmation")
     report["awaiting_external"] = len(external)
     report["paused_projects_with_work"] = [
         int(r[0])

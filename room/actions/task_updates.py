@@ -206,7 +206,7 @@ async def change_task(
         authorize(event, task_actions.roles_of(member, task))
         text = evidence.summary if event is _E.SUBMIT else (note.strip() if note else None)
         check_note(event, text)
-        fx = task_actions.Effects(core, project_id)
+        fx = task_actions.Effects(project_id)
         if event is _E.SUBMIT:
             revision = revision_after(event, task.revision)
             insert_evidence(conn, tx, task, revision, member, evidence, artifacts)
@@ -332,7 +332,7 @@ async def review_task(
         ids = [cid for cid, _ in criteria.values()]
         failed = [r for r in results if not r.passed]
         owner = _member_of(conn, task.owner_id)
-        fx = task_actions.Effects(core, project_id)
+        fx = task_actions.Effects(project_id)
         head = f"🔍 {task_actions.actor_of(member).label} 评审任务 `{task.key}` 第 {task.revision} 版："
         event: TaskEvent | None = None
         to: list[Member] = []

@@ -7,8 +7,8 @@ in the same transaction — dependencies settle (:func:`room.tasks.settle`), a t
 ``ready`` is dispatched to its owner, a submission is sent to its reviewer, requested changes go
 back to the owner. Messages that ask a member to act are system messages with a delivery row for
 each agent recipient (``pending``, or ``held`` while the member or project is paused), so the
-runtime wakes the agent after the commit. :class:`Effects` collects what a job changed and, after
-the commit, broadcasts the ephemeral ``tasks``/``decisions`` frames and wakes the runtime.
+runtime wakes the agent after the commit. :class:`Effects` collects what a job changed and records
+the ephemeral ``tasks``/``decisions`` frames and the wake-ups as the job's effects.
 
 Hooks the rest of the server calls inside its own write jobs: :func:`handoff_open_tasks` (a member
 leaves) and :func:`digest_rows` (trash snapshots). The events members ask for, their evidence and
@@ -23,10 +23,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-# A module import, and nothing else from room.actions: the send path (room.actions.messages)
-# calls into this package, so binding names from it here would be a circular import.
-from room.actions import messages as message_actions
+from room.actions.messages import append_message
 from room.core import Core
+from room.effects import Broadcast, Wake
 from room.errors import ConflictError, ForbiddenError, NotFoundError
 from room.lifecycle import ActorKind, ProjectState, admission_open, posting_open
 from room.models import Member, iso
@@ -91,10 +90,9 @@ def actor_of(member: Member) -> Actor:
 
 @dataclass(slots=True)
 class Effects:
-    """What one write job changed; :meth:`flush` schedules the frames and wake-ups for after the
-    commit. Hooks that run inside someone else's job make their own and flush it."""
+    """What one write job changed; :meth:`flush` records the frames and wake-ups as the job's
+    effects. Hooks that run inside someone else's job make their own and flush it."""
 
-    core: Core
     project_id: int
     tasks: set[int] = field(default_factory=set)
     decisions: set[int] = field(default_factory=set)
@@ -118,18 +116,11 @@ class Effects:
             frames.append(
                 encode({"type": "decisions", "project_id": self.project_id, "decisions": objects})
             )
-        wake = sorted(self.wake)
-        core, project_id = self.core, self.project_id
+        for frame in frames:
+            tx.emit(Broadcast(self.project_id, frame))
+        if self.wake:
+            tx.emit(Wake(self.project_id, tuple(sorted(self.wake))))
         self.tasks, self.decisions, self.wake = set(), set(), set()
-
-        def publish() -> None:
-            for frame in frames:
-                core.hub.broadcast(project_id, frame)
-            if wake:
-                core.runtime.wake(project_id, wake)
-
-        if frames or wake:
-            tx.on_commit(publish)
 
 
 def post_message(
@@ -157,8 +148,8 @@ def post_message(
             raise NotFoundError("no such message in this project", code="bad_reply_to")
         text = "" if row["deleted_at"] else str(row["body"])
         excerpt = {"author_id": row["author_id"], "seq": row["seq"], "excerpt": text[:140]}
-    message_id, _, _ = message_actions.append_message(
-        conn, tx, fx.core, project_id=project_id, author_id=author.id if author else None,
+    message_id, _, _ = append_message(
+        conn, tx, project_id=project_id, author_id=author.id if author else None,
         kind="system" if author is None else "chat", body=body, html=render(body),
         reply_to=reply_to, reply_excerpt=excerpt, mentions=list(recipients),
         client_txn_id=client_txn_id, meta=meta,
@@ -573,9 +564,7 @@ def _synced(
 # -- hooks --------------------------------------------------------------------------------------
 
 
-def handoff_open_tasks(
-    conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int, member_id: int
-) -> int:
+def handoff_open_tasks(conn: sqlite3.Connection, tx: Tx, project_id: int, member_id: int) -> int:
     """A member leaves: move their open tasks to ``handoff`` (each transition audited, authored by
     the system), drop them as reviewer, close their unanswered sync requests, post one notice and
     publish the changed tasks after the commit. Returns how many tasks were handed off.
@@ -583,7 +572,7 @@ def handoff_open_tasks(
     Call it inside the member-leave write job (before or after the status update; it reads no
     member status). Idempotent: a second call finds nothing open.
     """
-    fx = Effects(core, project_id)
+    fx = Effects(project_id)
     tasks = [
         t
         for t in tasks_store.open_tasks_of(conn, project_id, member_id)

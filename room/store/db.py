@@ -10,10 +10,11 @@ Jobs submitted with ``appends=True`` (sends: the hot path) may leave their INSER
 (:class:`Appends`): the rows of every such job are written with one multi-row statement per
 table just before the commit, or earlier, as soon as a job that may read those tables comes next.
 
-After the commit, back on the event loop, the callbacks each job registered with
-``tx.on_commit`` run in commit order, and only then are the callers' futures resolved. That is
-where events are published to the hub: nothing is pushed before it is durable, and the hub sees
-a project's events in seq order.
+After the commit, back on the event loop, the effects each job recorded with ``tx.emit``
+(:mod:`room.effects`: frames to publish, members to wake, a roster changed …) go to the one
+sink the server installed (``Database(effects=…)``, :func:`room.actions.effects.apply`), job
+by job in commit order, and only then are the callers' futures resolved. Nothing is pushed
+before it is durable, and the hub sees a project's events in seq order.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from room.effects import Effect
 from room.errors import StorageError
 from room.store.migrate import connect
 
@@ -135,17 +137,18 @@ class Appends:
 
 @dataclass(slots=True)
 class Tx:
-    """What a write job sees besides the connection: the time, its post-commit callbacks, the
-    writer's id counters, and for a job submitted with ``appends=True`` (outside a retry) the
-    batch's :class:`Appends`."""
+    """What a write job sees besides the connection: the time, the effects it records for after
+    its commit, the writer's id counters, and for a job submitted with ``appends=True`` (outside
+    a retry) the batch's :class:`Appends`."""
 
     now: float
-    callbacks: list[Callable[[], None]] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     appends: Appends | None = None
 
-    def on_commit(self, callback: Callable[[], None]) -> None:
-        self.callbacks.append(callback)
+    def emit(self, effect: Effect) -> None:
+        """Record what must happen once this job has committed (dropped if it rolls back)."""
+        self.effects.append(effect)
 
     def write_directly(self, conn: sqlite3.Connection) -> None:
         """From here on this job writes and reads the tables directly: what the batch has
@@ -173,6 +176,13 @@ Prefetch = Callable[[sqlite3.Connection, Appends, list[Any]], None]
 
 
 Done = Callable[[Any, BaseException | None], None]
+# Carries out the effects of one committed job (the server installs room.actions.effects.apply).
+EffectSink = Callable[[list[Effect]], None]
+
+
+def _no_effects(effects: list[Effect]) -> None:
+    if effects:
+        log.debug("no effect sink installed: %d effects dropped", len(effects))
 
 
 @dataclass(slots=True)
@@ -207,8 +217,10 @@ class Database:
         max_batch: int = 512,
         readers: int = 2,
         clock: Callable[[], float] = time.time,
+        effects: EffectSink = _no_effects,
     ) -> None:
         self.path = path
+        self.effects = effects
         self.synchronous = synchronous
         self.max_batch = max_batch
         self.n_readers = readers
@@ -283,7 +295,7 @@ class Database:
         prefetch: tuple[Prefetch, Any] | None = None,
     ) -> None:
         """:meth:`submit` for a caller that only needs to be told: ``on_done(result, error)``
-        runs on the event loop right after the commit's callbacks, with no future and no
+        runs on the event loop right after the commit's effects, with no future and no
         extra turn of the loop (a connection's acks: one per send)."""
         assert self._loop is not None, "Database.start() first"
         pending = _Pending(job, None, appends, prefetch if appends else None, on_done=on_done)
@@ -351,7 +363,7 @@ class Database:
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         assert self._loop is not None
         try:
-            self._loop.call_soon_threadsafe(_complete, batch)
+            self._loop.call_soon_threadsafe(_complete, batch, self.effects)
         except RuntimeError:  # the loop closed under us during shutdown
             pass
 
@@ -445,15 +457,14 @@ class Database:
             conn.close()
 
 
-def _complete(batch: list[_Pending[Any]]) -> None:
-    # Post-commit callbacks first, in commit order, then wake the callers.
+def _complete(batch: list[_Pending[Any]], sink: EffectSink) -> None:
+    # Effects first, in commit order, then wake the callers.
     for pending in batch:
-        if pending.tx is not None:
-            for callback in pending.tx.callbacks:
-                try:
-                    callback()
-                except Exception:
-                    log.exception("post-commit callback failed")
+        if pending.tx is not None and pending.tx.effects:
+            try:
+                sink(pending.tx.effects)
+            except Exception:
+                log.exception("carrying out a committed job's effects failed")
     for pending in batch:  # each caller is told, whatever another one does
         try:
             if pending.future is not None:
@@ -475,8 +486,14 @@ def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | No
         future.set_exception(error)
 
 
-def run_write(conn: sqlite3.Connection, job: WriteJob[R], now: float | None = None) -> R:
-    """Run one write job synchronously in its own transaction (CLI, start-up, tests)."""
+def run_write(
+    conn: sqlite3.Connection,
+    job: WriteJob[R],
+    now: float | None = None,
+    effects: EffectSink = _no_effects,
+) -> R:
+    """Run one write job synchronously in its own transaction (CLI, start-up, tests); its
+    effects go to ``effects`` after the commit (nobody is listening before the server runs)."""
     tx = Tx(now=time.time() if now is None else now)
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -485,6 +502,5 @@ def run_write(conn: sqlite3.Connection, job: WriteJob[R], now: float | None = No
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    for callback in tx.callbacks:
-        callback()
+    effects(tx.effects)
     return result

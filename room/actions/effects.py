@@ -1,0 +1,66 @@
+"""The one dispatcher of committed effects (:mod:`room.effects`).
+
+The database calls :func:`apply` on the event loop with the effects of each committed job, in
+commit order; nothing else publishes a stored change, wakes an agent for a delivery or drops the
+roster cache. A failure here is logged, never raised into the writer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from room.core import Core
+from room.effects import (
+    Broadcast,
+    CloseAgentSockets,
+    CutMember,
+    Effect,
+    FollowUp,
+    Publish,
+    RosterChanged,
+    Wake,
+    WakeProject,
+)
+from room.hub import CLOSE_SIGNED_OUT
+
+log = logging.getLogger(__name__)
+
+
+def apply(core: Core, effects: list[Effect]) -> None:
+    """Carry out one committed job's effects, in the order it recorded them."""
+    hub = core.hub
+    for effect in effects:
+        match effect:
+            case Publish(project_id, seq, frame):
+                hub.publish(project_id, seq, frame)
+            case Broadcast(project_id, frame):
+                hub.broadcast(project_id, frame)
+            case Wake(project_id, member_ids):
+                core.runtime.wake(project_id, member_ids)
+            case WakeProject(project_id):
+                core.runtime.wake_project(project_id)
+            case RosterChanged(project_id):
+                core.rosters.invalidate(project_id)
+            case CutMember(project_id, member_id):
+                hub.cut_member(project_id, member_id)
+            case CloseAgentSockets(member_id, reason):
+                hub.cut_session(hub.agent_session(member_id), reason, CLOSE_SIGNED_OUT)
+            case FollowUp():
+                _follow_up(core, effect)
+
+
+def _follow_up(core: Core, effect: FollowUp) -> None:
+    def done(result: object, error: BaseException | None) -> None:
+        if error is None:
+            return
+        log.info("follow-up %s failed: %s", effect.label, error)
+        report = effect.on_error(error) if effect.on_error is not None else None
+        if report is not None:
+            core.db.submit_then(report, _log_failure)
+
+    core.db.submit_then(effect.job, done)
+
+
+def _log_failure(result: object, error: BaseException | None) -> None:
+    if error is not None:
+        log.warning("reporting a failed follow-up failed too: %s", error)
