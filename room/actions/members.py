@@ -19,6 +19,7 @@ from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFound
 from room.hub import CLOSE_SIGNED_OUT
 from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
 from room.models import Member
+from room.ops import members_frame, viewer_kind
 from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
@@ -34,14 +35,13 @@ LAST_OWNER = (
 
 
 def actor_kind(actor: Member) -> ActorKind:
-    if actor.kind == "agent":
-        return ActorKind.AGENT
-    return ActorKind.OWNER if actor.is_owner else ActorKind.MEMBER
+    return viewer_kind(actor)
 
 
 def _publish_members(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: int) -> None:
     members = members_store.wire_list(conn, project_id)
-    frame = encode({"type": "members", "project_id": project_id, "members": members})
+    state = projects_store.state_of(conn, project_id) or "purged"
+    frame = encode(members_frame(project_id, members, state))
 
     def publish() -> None:
         core.rosters.invalidate(project_id)
@@ -52,11 +52,14 @@ def _publish_members(conn: sqlite3.Connection, tx: Tx, core: Core, project_id: i
 
 async def publish_members(core: Core, project_id: int) -> None:
     """After a change committed elsewhere (an invite redeemed): announce the roster."""
-    members = await core.db.read(lambda conn: members_store.wire_list(conn, project_id))
+
+    def read(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], str]:
+        members = members_store.wire_list(conn, project_id)
+        return members, projects_store.state_of(conn, project_id) or "purged"
+
+    members, state = await core.db.read(read)
     core.rosters.invalidate(project_id)
-    core.hub.broadcast(
-        project_id, encode({"type": "members", "project_id": project_id, "members": members})
-    )
+    core.hub.broadcast(project_id, encode(members_frame(project_id, members, state)))
 
 
 async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> Member:
