@@ -548,6 +548,9 @@ class Connection:
                 "req_id": frame.req_id,
                 "project_id": frame.project_id,
                 **routing.to_wire(roster),
+                # What the recipients line says when it names nobody (or everyone).
+                "everyone": routing.resolution.everyone,
+                "humans_only": routing.resolution.humans_only_group,
             }
         )
 

@@ -28,13 +28,12 @@ export function withLocalSpans(preview, text) {
 /** {recipients: [member], agents: n, defaultRouted, everyone, humansOnly} from a preview answer. */
 function reachOf(room, preview) {
   const ids = preview.default_routed ? preview.recipients : preview.mentioned;
-  const via = new Set((preview.mentions || []).map((m) => m.via));
   return {
     recipients: ids.map((id) => member(room, id)).filter(Boolean),
     agents: preview.agents_reached,
     defaultRouted: preview.default_routed,
-    everyone: via.has("all"),
-    humansOnly: via.has("humans"),
+    everyone: Boolean(preview.everyone),
+    humansOnly: Boolean(preview.humans_only),
   };
 }
 
