@@ -66,8 +66,8 @@ export class Lifecycle {
     const owner = isOwner(room);
     const ops = offered(room.project, MENU_ORDER);
     const items = ops.map((op) => ({ id: op, label: t(`lifecycle.${op}`), danger: DANGER.has(op), run: () => this.run(op) }));
-    if (!items.length) items.push({ id: "none", label: t("lifecycle.nothing"), disabled: true, run: () => {} });
-    if (!owner) items.push("-", { id: "owner-only", label: t("lifecycle.ownerOnly"), disabled: true, run: () => {} });
+    if (!items.length && owner) items.push({ id: "none", label: t("lifecycle.nothing"), disabled: true, run: () => {} });
+    if (!owner) items.push(...(items.length ? ["-"] : []), { id: "owner-only", label: t("lifecycle.ownerOnly"), disabled: true, run: () => {} });
     openMenu(this.button, items, { label: t("lifecycle.menu") });
   }
 
