@@ -112,6 +112,7 @@ def test_decision_log_from_the_server(owner: Person, room_server: RoomServer) ->
     room_server.post(
         f"/api/projects/{project}/decisions",
         {"title": "设置页使用新组件库", "context": "旧组件库不再维护", "decision": "迁移"},
+        expect_status=201,
     )
     owner.open_project(project)
     decisions = open_tab(owner.page, "决策")
