@@ -481,3 +481,72 @@ def posting_open(state: ProjectState, actor: ActorKind) -> bool:
     """True if ``actor`` may post a message at all (humans also in ``paused``, as ``held``)."""
     rule = ADMISSION[ProjectState(state)]
     return rule.agents_post if ActorKind(actor) is ActorKind.AGENT else rule.humans_post
+
+
+# -- what a viewer is offered -------------------------------------------------------------------
+
+POST = "post"  # not a lifecycle op: "this viewer may post a message in the project's state"
+
+# Member operations need the project open or a stop under way (stopping a stuck member is how a
+# person gets a stop confirmed); the store's ``MEMBER_OPEN_STATES`` is the same set (a test
+# checks it).
+MEMBER_OPS_STATES = frozenset({_PS.ACTIVE, _PS.PAUSED, _PS.STOPPING, _PS.STOP_UNCONFIRMED})
+
+
+def project_ops(state: str, actor: ActorKind) -> list[str]:
+    """The operations ``actor`` may run on a project in ``state``, in :class:`ProjectOp` order,
+    then :data:`POST` if ``actor`` may post a message. What the page offers, nothing more.
+
+    Exactly the ops :func:`decide` allows (a test checks every pair); the tables are read
+    directly because ``retry_stop``/``cancel_stop`` need no remembered stop to be *allowed*.
+    """
+    state, actor = ProjectState(state), ActorKind(actor)
+    ops: list[str] = []
+    if actor not in PROJECT_ACTOR_REFUSALS:
+        ops = [op.value for op in ProjectOp if (state, op) in PROJECT_TRANSITIONS]
+    if posting_open(state, actor):
+        ops.append(POST)
+    return ops
+
+
+def project_ops_by_kind(state: str) -> dict[str, list[str]]:
+    """:func:`project_ops` for every kind of viewer, for frames that every subscriber gets."""
+    return {kind.value: project_ops(state, kind) for kind in ActorKind}
+
+
+def member_ops(
+    project_state: str,
+    status: str,
+    target_kind: str,
+    actor: ActorKind,
+    *,
+    is_self: bool,
+) -> list[str]:
+    """The operations ``actor`` may run on one member, in :class:`MemberOp` order.
+
+    :func:`decide_member`'s answer, in a project state where member operations run at all.
+    ``stop`` is offered for agents only: a person runs no turn to stop (the action accepts it and
+    stops nothing). The last owner's ``leave`` is still offered; the action refuses it with
+    ``last_owner`` (that rule needs the roster).
+    """
+    if ProjectState(project_state) not in MEMBER_OPS_STATES:
+        return []
+    return [
+        op.value
+        for op in MemberOp
+        if decide_member(MemberStatus(status), op, actor, is_self=is_self).allowed
+        and (op is not MemberOp.STOP or target_kind == "agent")
+    ]
+
+
+def member_ops_by_viewer(
+    project_state: str, status: str, target_kind: str, target_actor: ActorKind
+) -> dict[str, list[str]]:
+    """:func:`member_ops` on one member for an ``owner`` viewer, a ``member`` viewer (another
+    person without the owner role) and ``self`` (the member themself, as ``target_actor``), for
+    frames that every subscriber gets. Agents are offered nothing, so they have no entry."""
+    return {
+        "owner": member_ops(project_state, status, target_kind, ActorKind.OWNER, is_self=False),
+        "member": member_ops(project_state, status, target_kind, ActorKind.MEMBER, is_self=False),
+        "self": member_ops(project_state, status, target_kind, target_actor, is_self=True),
+    }

@@ -32,6 +32,7 @@ from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
 from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
 from room.models import Member
+from room.ops import members_for, project_for, viewer_kind
 from room.runtime import Runtime
 from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
@@ -386,9 +387,9 @@ class Connection:
             {
                 "type": "subscribed",
                 "req_id": frame.req_id,
-                "project": project.to_wire(),
+                "project": project_for(project, viewer_kind(member)),
                 "you": member.id,
-                "members": members,
+                "members": members_for(members, project.state, member),
                 "read_cursors": {str(k): v for k, v in cursors.items()},
                 "since": frame.since,
                 "head_seq": project.last_seq,
@@ -547,6 +548,9 @@ class Connection:
                 "req_id": frame.req_id,
                 "project_id": frame.project_id,
                 **routing.to_wire(roster),
+                # What the recipients line says when it names nobody (or everyone).
+                "everyone": routing.resolution.everyone,
+                "humans_only": routing.resolution.humans_only_group,
             }
         )
 

@@ -301,3 +301,30 @@ def test_resolver_vectors_run_in_the_page(owner: Person) -> None:
     )
     assert result["failures"] == []
     assert result["passed"] == len(doc["cases"]) > 100
+
+
+def test_a_blocked_draft_shows_the_servers_diagnostic_and_is_not_sent(
+    owner: Person, room_server: RoomServer
+) -> None:
+    # `@张三` names nobody and the server's resolver says nothing of it (plain text); an
+    # ambiguous name is what it blocks.
+    project = room_server.create_project(
+        "被拦下的草稿",
+        [
+            {"role": "lead", "handle": "lead", "display_name": "负责人"},
+            {"role": "design", "handle": "ui1", "display_name": "设计"},
+            {"role": "design", "handle": "ui2", "display_name": "设计"},
+        ],
+    )
+    owner.open_project(project)
+    page = owner.page
+    box = page.locator("#draft")
+    box.fill("@设计 看一下")
+    blocking = page.locator("#diagnostics .diag.blocking")
+    expect(blocking).to_have_attribute("data-code", "ambiguous")
+    expect(blocking).to_contain_text("设计")
+    screenshot(page, "composer-blocked")
+    box.press("Enter")
+    page.locator("#send").click()
+    expect(box).to_have_value("@设计 看一下")  # kept: nothing was sent
+    assert not any("看一下" in m["body"] for m in room_server.messages(project))

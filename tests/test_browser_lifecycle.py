@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, Route, WebSocketRoute, expect
 
+from room.lifecycle import ActorKind, project_ops, project_ops_by_kind
 from tests.support.browser import (
     Person,
     RoomServer,
@@ -131,6 +132,12 @@ class Injector:
         self.page_side.send(json.dumps(frame, ensure_ascii=False))
 
 
+def project_frame(project: dict[str, Any]) -> dict[str, Any]:
+    """A `project` frame as the server builds it (the ops by viewer kind from its own rules)."""
+    bare = {k: v for k, v in project.items() if k != "allowed_ops"}
+    return {"type": "project", "project": bare, "allowed_ops": project_ops_by_kind(bare["state"])}
+
+
 def test_stop_unconfirmed_offers_retry_and_cancel(
     chromium: Browser, room_server: RoomServer
 ) -> None:
@@ -150,7 +157,11 @@ def test_stop_unconfirmed_offers_retry_and_cancel(
         fulfill_json(
             route,
             {
-                "project": {**wire, "state": "active" if op == "cancel_stop" else "archived"},
+                "project": {
+                    **wire,
+                    "state": (state := "active" if op == "cancel_stop" else "archived"),
+                    "allowed_ops": project_ops(state, ActorKind.OWNER),
+                },
                 "outcome": "ok",
             },
         )
@@ -166,7 +177,7 @@ def test_stop_unconfirmed_offers_retry_and_cancel(
             "stop_target": "archived",
             "state_from": "active",
         }
-        injector.push({"type": "project", "project": unconfirmed})
+        injector.push(project_frame(unconfirmed))
         banner = page.locator("#room-banner")
         expect(banner).to_contain_text("停止未确认")
         expect(banner).to_contain_text("目标：已归档")
@@ -176,7 +187,7 @@ def test_stop_unconfirmed_offers_retry_and_cancel(
         page.keyboard.press("Escape")
         banner.get_by_role("button", name="重试检查").click()
         expect(page.locator("#room-state")).to_have_text("已归档")
-        injector.push({"type": "project", "project": unconfirmed})
+        injector.push(project_frame(unconfirmed))
         banner.get_by_role("button", name="取消，回到原状态").click()
         expect(banner).to_be_hidden()
         expect(page.locator("#draft")).to_be_enabled()
@@ -186,26 +197,30 @@ def test_stop_unconfirmed_offers_retry_and_cancel(
         person.close()
 
 
-def test_without_the_endpoint_or_the_right_it_says_so(
+def test_the_menu_offers_what_the_server_allows(
     chromium: Browser, owner: Person, room_server: RoomServer
 ) -> None:
-    project = room_server.create_project("生命周期不可用", TEAM)
+    project = room_server.create_project("按服务器提供", TEAM)
     page = owner.page
-    owner.allow(r"Failed to load resource: .* 404")
-    page.route(re.compile(r".*/api/projects/\d+/lifecycle$"), fulfill_missing)
     owner.open_project(project)
-    lifecycle_menu(page)
-    page.get_by_role("menuitem", name="暂停项目").click()
-    expect(page.locator(".toast-error")).to_have_text("这台服务器还不支持项目生命周期操作")
-    expect(page.locator("#room-banner")).to_be_hidden()
+    assert lifecycle_menu(page) == ["暂停项目", "归档", "移到回收站"]
+    page.keyboard.press("Escape")
 
     member = join(chromium, room_server, project, "zhaolei", "赵磊")
     try:
-        expect(member.page.locator("#room-title")).to_have_text("生命周期不可用")
-        member.page.locator("#lifecycle-menu").click()
-        menu = member.page.get_by_role("menu", name="项目操作")
-        expect(menu.get_by_role("menuitem", name="暂停项目")).to_be_disabled()
-        expect(menu).to_contain_text("只有项目所有者可以操作")
+        expect(member.page.locator("#room-title")).to_have_text("按服务器提供")
+        # A person without the owner role is offered no lifecycle operation at all.
+        assert lifecycle_menu(member.page) == ["只有项目所有者可以操作"]
+        member.page.keyboard.press("Escape")
+        room_server.post(f"/api/projects/{project}/lifecycle", {"op": "pause"})
+        expect(page.locator("#room-state")).to_have_text("已暂停")
+        assert lifecycle_menu(page) == ["恢复项目", "归档", "移到回收站"]
+        expect(page.locator("#room-banner").get_by_role("button")).to_have_text(["恢复项目"])
+        # Paused: people may still post (the server's "post"), the member's menu stays empty.
+        expect(member.page.locator("#room-state")).to_have_text("已暂停")
+        expect(member.page.locator("#draft")).to_be_enabled()
+        expect(member.page.locator("#room-banner").get_by_role("button")).to_have_count(0)
+        assert lifecycle_menu(member.page) == ["只有项目所有者可以操作"]
         member.assert_clean()
     finally:
         member.close()

@@ -12,6 +12,7 @@ from room.errors import BadRequestError, ConflictError, ForbiddenError
 from room.lifecycle import (
     ADMISSION,
     MEMBER_ACTOR_REFUSALS,
+    MEMBER_OPS_STATES,
     MEMBER_REFUSALS,
     MEMBER_TRANSITIONS,
     PROJECT_ACTOR_REFUSALS,
@@ -36,7 +37,11 @@ from room.lifecycle import (
     dispatch_open,
     finish_purge,
     finish_stop,
+    member_ops,
+    member_ops_by_viewer,
     posting_open,
+    project_ops,
+    project_ops_by_kind,
     state_after_restart,
 )
 
@@ -362,3 +367,80 @@ def test_only_active_wakes_and_humans_may_still_post_when_paused() -> None:
     assert posting_open(ProjectState.PAUSED, ActorKind.MEMBER)
     assert not posting_open(ProjectState.PAUSED, ActorKind.AGENT)
     assert not posting_open(ProjectState.ARCHIVED, ActorKind.OWNER)
+
+
+# -- what a viewer is offered -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "owner", "member"),
+    [
+        ("active", ["pause", "archive", "trash", "post"], ["post"]),
+        ("paused", ["resume", "archive", "trash", "post"], ["post"]),
+        ("stopping", [], []),
+        ("stop_unconfirmed", ["retry_stop", "cancel_stop"], []),
+        ("archived", ["trash", "restore"], []),
+        ("trashed", ["restore", "purge"], []),
+        ("purge_blocked", ["purge"], []),
+        ("purged", [], []),
+    ],
+)
+def test_project_ops_per_state_and_viewer(state: str, owner: list[str], member: list[str]) -> None:
+    assert project_ops(ProjectState(state), ActorKind.OWNER) == owner
+    assert project_ops(ProjectState(state), ActorKind.MEMBER) == member
+    assert project_ops_by_kind(ProjectState(state)) == {
+        "owner": owner,
+        "member": member,
+        "agent": ["post"] if state == "active" else [],
+    }
+
+
+@pytest.mark.parametrize("state", list(ProjectState))
+@pytest.mark.parametrize("actor", list(ActorKind))
+def test_project_ops_are_exactly_what_decide_allows(state: ProjectState, actor: ActorKind) -> None:
+    pending = PendingStop(ProjectState.PAUSED, ProjectState.ACTIVE)
+    allowed = [op.value for op in ProjectOp if decide(state, op, actor, pending=pending).allowed]
+    posting = ["post"] if posting_open(state, actor) else []
+    assert project_ops(state, actor) == allowed + posting
+
+
+def test_member_ops_for_owner_member_and_self() -> None:
+    active, paused = MemberStatus.ACTIVE, MemberStatus.PAUSED
+    owner, member = ActorKind.OWNER, ActorKind.MEMBER
+    # An owner on an agent: pause/stop/leave while active, resume/stop/leave while paused.
+    assert member_ops("active", active, "agent", owner, is_self=False) == ["pause", "stop", "leave"]
+    assert member_ops("paused", paused, "agent", owner, is_self=False) == [
+        "resume",
+        "stop",
+        "leave",
+    ]
+    # A person runs no turn: nothing to stop.
+    assert member_ops("active", active, "human", owner, is_self=False) == ["pause", "leave"]
+    # Another member may do nothing to someone else, but may manage themself.
+    assert member_ops("active", active, "agent", member, is_self=False) == []
+    assert member_ops("active", active, "human", member, is_self=True) == ["pause", "leave"]
+    # Agents never, not even to themselves; nobody, once left.
+    assert member_ops("active", active, "agent", ActorKind.AGENT, is_self=True) == []
+    assert member_ops("active", MemberStatus.LEFT, "agent", owner, is_self=False) == []
+
+
+def test_member_ops_only_while_the_project_is_open_or_stopping() -> None:
+    from room.store.projects import MEMBER_OPEN_STATES
+
+    assert {str(s) for s in MEMBER_OPS_STATES} == MEMBER_OPEN_STATES
+    for state in ProjectState:
+        ops = member_ops(state, MemberStatus.ACTIVE, "agent", ActorKind.OWNER, is_self=False)
+        assert ops == (["pause", "stop", "leave"] if state in MEMBER_OPS_STATES else [])
+
+
+def test_member_ops_by_viewer() -> None:
+    assert member_ops_by_viewer("active", MemberStatus.ACTIVE, "human", ActorKind.MEMBER) == {
+        "owner": ["pause", "leave"],
+        "member": [],
+        "self": ["pause", "leave"],
+    }
+    assert member_ops_by_viewer("archived", MemberStatus.ACTIVE, "agent", ActorKind.AGENT) == {
+        "owner": [],
+        "member": [],
+        "self": [],
+    }

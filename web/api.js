@@ -1,10 +1,4 @@
 // JSON over HTTP. Cookie-authenticated mutations carry the session's CSRF token.
-//
-// Some endpoints are planned but not on every server yet (tasks, decisions, lifecycle …).
-// `optional: true` turns "this server has no such route" (a plain 404 without our JSON error
-// body) into `UNAVAILABLE`, so the page can show an honest empty state instead of an error.
-
-export const UNAVAILABLE = Symbol("unavailable");
 
 let csrfToken = null;
 
@@ -22,7 +16,7 @@ export class ApiError extends Error {
   }
 }
 
-export async function api(path, { method = "GET", body, optional = false } = {}) {
+export async function api(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (method !== "GET" && csrfToken) headers["X-CSRF-Token"] = csrfToken;
@@ -45,8 +39,6 @@ export async function api(path, { method = "GET", body, optional = false } = {})
     data = null;
   }
   if (response.ok) return data;
-  const routeMissing = (response.status === 404 || response.status === 405) && !data?.error;
-  if (optional && routeMissing) return UNAVAILABLE;
   throw new ApiError(response.status, data);
 }
 

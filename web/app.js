@@ -2,7 +2,7 @@
 // Who we are and our projects come from /api/me; the open project lives on /ws (socket.js).
 // This module wires the parts together and routes `#/p/<id>`.
 
-import { get, post, setCsrf, UNAVAILABLE } from "./api.js";
+import { get, post, setCsrf } from "./api.js";
 import { Composer } from "./composer.js";
 import { $, debounce } from "./dom.js";
 import { applyStatic, label, onLang, t } from "./i18n.js";
@@ -14,7 +14,7 @@ import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
 import { Connection } from "./socket.js";
-import { app, createRoom, member, setMembers, upsertProject } from "./store.js";
+import { app, createRoom, member, setMembers, upsertProject, upsertProjectFrame } from "./store.js";
 import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
@@ -237,11 +237,15 @@ function onFrame(frame) {
       if (frame.message.author_id !== null) typingStopped(frame.message.author_id);
       break;
     case "members":
-      membersChanged(frame.members);
+      membersChanged(frame.members, frame.allowed_ops);
       break;
     case "project":
-      if (frame.project.id === room.id) projectChanged(upsertProject(frame.project));
-      else upsertProject(frame.project);
+      if (frame.project.id === room.id) {
+        const before = room.project.state;
+        projectChanged(upsertProjectFrame(frame));
+        // What may be done to members depends on the state too; the frame says nothing of it.
+        if (frame.project.state !== before) refreshMembers();
+      } else upsertProjectFrame(frame);
       renderProjects($("#project-groups"), room.id);
       break;
     case "resync_required":
@@ -276,9 +280,9 @@ function onFrame(frame) {
   }
 }
 
-function membersChanged(list) {
+function membersChanged(list, opsById = null) {
   const room = app.room;
-  setMembers(room, list);
+  setMembers(room, list, opsById);
   renderHeader();
   timeline.render();
   composer.refresh();
@@ -365,8 +369,8 @@ async function removeMessage(message) {
 
 async function markRequirement(message) {
   try {
-    const result = await post(`/api/messages/${message.id}/requirement-change`, {}, { optional: true });
-    toast(result === UNAVAILABLE ? t("requirement.unavailable") : t("requirement.done"), { kind: result === UNAVAILABLE ? "error" : "info" });
+    await post(`/api/messages/${message.id}/requirement-change`, {});
+    toast(t("requirement.done"));
   } catch (err) {
     toastError(err);
   }

@@ -1,17 +1,18 @@
 // The composer: Enter sends, Shift+Enter adds a line, IME composition never sends; `@`/`＠`
-// opens the member picker; recipients and "将触达 N 位 AI 成员" come from the JS resolver
-// (shared/mentions/SPEC.md) before sending, with its diagnostics and their fixes; a quote bar for
+// opens the member picker; recipients, "将触达 N 位 AI 成员" and the diagnostics with their fixes
+// come from the server's `preview` answer (asked a moment after typing stops; an answer for an
+// older draft is ignored), and a draft the server would refuse is not sent; a quote bar for
 // replies; the draft is kept per project.
 
 import { $, debounce, local } from "./dom.js";
 import { t } from "./i18n.js";
 import { isComposing, isSubmitKey, trackComposition } from "./ime.js";
-import { resolve } from "./mentions.js";
 import { Picker } from "./picker.js";
-import { BLOCKING, renderDiagnostics, renderRecipients } from "./reach.js";
-import { app, humansMayPost, member, roster } from "./store.js";
+import { isBlocked, renderDiagnostics, renderRecipients, withLocalSpans } from "./reach.js";
+import { app, member, mayPost } from "./store.js";
 
 const TYPING_EVERY_MS = 3000;
+const PREVIEW_AFTER_MS = 150;
 // An at-sign may open the picker unless it continues an ASCII word, a path or an email.
 const NO_PICKER_BEFORE = /[A-Za-z0-9_.\-+/%@＠]/;
 const WHITESPACE = /[\s\u3000]/;
@@ -27,7 +28,10 @@ export class Composer {
     this.room = null;
     this.chips = []; // [{id, token}] picked from the picker or the avatar menu
     this.replyTo = null; // {id, author_id, excerpt}
-    this.resolution = null;
+    this.answer = null; // {key, preview}: the server's preview of the draft `key`
+    this.asking = null; // {key, promise}: the preview request in flight
+    this.sending = false;
+    this.askPreview = debounce(() => this.previewOf(this.draftState()), PREVIEW_AFTER_MS);
     this.ime = trackComposition(this.input);
     this.picker = new Picker($("#picker", form), this.input, (item) => this.pickItem(item));
     this.mentionStart = null;
@@ -75,14 +79,16 @@ export class Composer {
   refresh() {
     if (!this.room) return;
     const state = this.room.project.state;
-    const open = humansMayPost(state) && Boolean(this.room.you);
+    const mayPostHere = mayPost(this.room.project);
+    const open = mayPostHere && Boolean(this.room.you);
     this.input.disabled = !open;
     $("#send", this.form).disabled = !open;
     const note = $("#composer-note", this.form);
-    if (!humansMayPost(state)) note.textContent = t(`composerNote.${state}`);
+    if (!mayPostHere) note.textContent = t(`composerNote.${state}`);
     else note.textContent = state === "paused" ? t("composer.pausedNote") : "";
     note.hidden = !note.textContent;
     this.renderQuote();
+    this.answer = null; // members or state changed: ask again
     this.preview();
   }
 
@@ -210,12 +216,34 @@ export class Composer {
     return this.chips.filter((chip) => this.input.value.includes(chip.token)).map((chip) => chip.id);
   }
 
+  /** What the server previews: the text and the chips still in it. */
+  draftState() {
+    const body = this.input.value;
+    const chips = this.chipIds();
+    return { body, chips, key: JSON.stringify([this.room?.id, body, chips]) };
+  }
+
+  /** Show the server's answer for the current draft, or ask for it (the last answer stays on
+   * screen, dimmed, until the new one comes). */
   preview() {
     if (!this.room || !this.room.you) return;
-    const text = this.input.value;
-    this.resolution = text.trim() ? resolve(text, roster(this.room), String(this.room.you), this.chipIds().map(String)) : null;
-    renderRecipients($("#recipients", this.form), this.room, this.resolution, Boolean(text.trim()));
-    renderDiagnostics($("#diagnostics", this.form), this.resolution, {
+    const draft = this.draftState();
+    if (!draft.body.trim()) {
+      this.render(null, draft.body);
+      return;
+    }
+    if (this.answer?.key === draft.key) {
+      this.render(this.answer.preview, draft.body);
+      return;
+    }
+    for (const id of ["#recipients", "#diagnostics"]) $(id, this.form).classList.add("is-stale");
+    this.askPreview();
+  }
+
+  render(preview, text) {
+    for (const id of ["#recipients", "#diagnostics"]) $(id, this.form).classList.remove("is-stale");
+    renderRecipients($("#recipients", this.form), this.room, preview);
+    renderDiagnostics($("#diagnostics", this.form), preview, {
       text,
       room: this.room,
       fix: (start, end, insert) => this.replace(start, end, insert),
@@ -223,20 +251,54 @@ export class Composer {
     });
   }
 
-  submit(asPlainText) {
-    if (!this.room || this.input.disabled) return;
+  /** The server's preview of `draft` (asked once); null if it cannot be had (offline). */
+  previewOf(draft) {
+    if (!this.room || !draft.body.trim()) return Promise.resolve(null);
+    if (this.answer?.key === draft.key) return Promise.resolve(this.answer.preview);
+    if (this.asking?.key === draft.key) return this.asking.promise;
+    const frame = { type: "preview", project_id: this.room.id, body: draft.body };
+    if (draft.chips.length) frame.chips = draft.chips;
+    const promise = this.conn.request(frame).then(
+      (answer) => {
+        const preview = withLocalSpans(answer, draft.body);
+        this.answer = { key: draft.key, preview };
+        // Shown only while the draft is still the one asked about; a stale answer is ignored.
+        if (this.draftState().key === draft.key) this.render(preview, draft.body);
+        return preview;
+      },
+      () => null,
+    );
+    this.asking = { key: draft.key, promise };
+    promise.finally(() => {
+      if (this.asking?.promise === promise) this.asking = null;
+    });
+    return promise;
+  }
+
+  async submit(asPlainText) {
+    if (!this.room || this.input.disabled || this.sending) return;
     const body = this.input.value;
     if (!body.trim()) return;
     this.picker.close();
-    this.preview();
-    const blocking = (this.resolution?.diagnostics || []).filter((d) => BLOCKING.has(d.code));
-    if (blocking.length && !asPlainText) {
-      const list = $("#diagnostics", this.form);
-      list.classList.remove("shake");
-      void list.offsetWidth; // restart the animation
-      list.classList.add("shake");
-      list.querySelector("button")?.focus();
-      return;
+    if (!asPlainText) {
+      // The server's answer decides (it refuses a blocked draft with `mentions_unresolved` too).
+      const draft = this.draftState();
+      this.sending = true;
+      let preview;
+      try {
+        preview = await this.previewOf(draft);
+      } finally {
+        this.sending = false;
+      }
+      if (this.draftState().key !== draft.key) return; // edited while waiting: not this text
+      if (isBlocked(preview)) {
+        const list = $("#diagnostics", this.form);
+        list.classList.remove("shake");
+        void list.offsetWidth; // restart the animation
+        list.classList.add("shake");
+        list.querySelector("button")?.focus();
+        return;
+      }
     }
     const txn = crypto.randomUUID();
     const frame = { type: "send", project_id: this.room.id, client_txn_id: txn, body };

@@ -3,31 +3,27 @@
 // live; after a resume the open ones are asked again (delivery frames are not replayed).
 
 import { h } from "./dom.js";
-import { t } from "./i18n.js";
+import { hasString, t } from "./i18n.js";
 import { member } from "./store.js";
 
 export const OPEN_STATES = new Set(["pending", "held", "delivered", "unknown"]);
 const ORDER = ["consumed", "delivered", "pending", "held", "unknown", "failed", "cancelled"];
 
-const REASONS = {
-  "recipient left": "reason.recipientLeft",
-  "message deleted": "reason.messageDeleted",
-  "member paused": "reason.memberPaused",
-  "socket lost before receipt": "reason.socketLost",
-};
-
-export function reasonText(reason) {
-  if (!reason) return "";
-  const key = REASONS[reason];
-  return key ? t(key) : reason;
+/** Why a row is in its state: the server's `reason_code` in the interface language, or, for a
+ * code this page does not know (or a server that sends none), the server's own words. */
+export function reasonText(delivery) {
+  const key = `reason.${delivery.reason_code}`;
+  if (delivery.reason_code && hasString(key)) return t(key);
+  return delivery.reason || "";
 }
 
 /** The sentence for one ledger row. */
 export function stateLabel(delivery) {
-  const { state, mode, reason } = delivery;
+  const { state, mode } = delivery;
+  const reason = reasonText(delivery);
   if (state === "consumed") return mode === "steer" ? t("delivery.consumedSteer") : t("delivery.consumed");
-  if (state === "failed") return reason ? t("delivery.failedWhy", { reason: reasonText(reason) }) : t("delivery.failed");
-  if (state === "cancelled") return reason ? t("delivery.cancelledWhy", { reason: reasonText(reason) }) : t("delivery.cancelled");
+  if (state === "failed") return reason ? t("delivery.failedWhy", { reason }) : t("delivery.failed");
+  if (state === "cancelled") return reason ? t("delivery.cancelledWhy", { reason }) : t("delivery.cancelled");
   return t(`delivery.${state}`);
 }
 
@@ -52,6 +48,7 @@ export function applyDelivery(room, frame) {
     state: frame.state,
     mode: frame.mode ?? null,
     reason: frame.reason ?? null,
+    reason_code: frame.reason_code ?? null,
   });
 }
 

@@ -37,6 +37,11 @@ export function t(key, vars = {}) {
   return template.replace(/\{(\w+)\}/g, (whole, name) => (name in vars ? String(vars[name]) : whole));
 }
 
+/** True if `key` has a string (in the interface language or the Chinese fallback). */
+export function hasString(key) {
+  return key in DICTS[lang] || key in STRINGS_ZH;
+}
+
 /** A server error in the interface language when we know its code, else the server's words. */
 export function errorText(err) {
   const key = `error.${err?.code}`;

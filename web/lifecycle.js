@@ -1,32 +1,27 @@
 // Project lifecycle (DESIGN §7, docs/lifecycle.md): the "…" menu, the state banner, the
 // cleanup preview and purge (full name typed and a checkbox). The 停止未确认 state offers retry
-// and cancel. Owners only; the server decides, audits and answers with the new project.
+// and cancel. What is offered is what the server says this viewer may do (the project's
+// `allowed_ops`); the server decides, audits and answers with the new project.
 
-import { get, post, UNAVAILABLE } from "./api.js";
+import { get, post } from "./api.js";
 import { $, append, clear, h } from "./dom.js";
 import { label, t } from "./i18n.js";
-import { isOwner, upsertProject } from "./store.js";
+import { isOwner, opsOf, upsertProject } from "./store.js";
 import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js";
 
-/** Operations offered in each state, in menu order. */
-const MENU = {
-  active: ["pause", "archive", "trash"],
-  paused: ["resume", "archive", "trash"],
-  stopping: [],
-  stop_unconfirmed: ["retry_stop", "cancel_stop"],
-  archived: ["restore", "trash", "preview"],
-  trashed: ["restore", "preview", "purge"],
-  purge_blocked: ["preview", "purge"],
-};
-const BANNER = {
-  paused: ["resume"],
-  stopping: [],
-  stop_unconfirmed: ["retry_stop", "cancel_stop"],
-  archived: ["restore"],
-  trashed: ["restore", "purge"],
-  purge_blocked: ["purge"],
-};
+// The order operations are shown in (which ones: the server's `allowed_ops`). "preview" (the
+// cleanup preview) is not an operation: it is shown next to restore and purge, what it previews.
+const MENU_ORDER = ["pause", "resume", "retry_stop", "cancel_stop", "restore", "archive", "trash", "preview", "purge"];
+const BANNER_ORDER = ["resume", "retry_stop", "cancel_stop", "restore", "purge"];
+const BANNER_STATES = new Set(["paused", "stopping", "stop_unconfirmed", "archived", "trashed", "purge_blocked"]);
 const DANGER = new Set(["trash", "purge"]);
+
+/** The operations on offer, in `order`. */
+function offered(project, order) {
+  const ops = new Set(opsOf(project));
+  if (ops.has("restore") || ops.has("purge")) ops.add("preview");
+  return order.filter((op) => ops.has(op));
+}
 
 export class Lifecycle {
   constructor({ onChanged, onPurged }) {
@@ -48,10 +43,11 @@ export class Lifecycle {
     this.button.hidden = !room;
     if (!room) return;
     const state = room.project.state;
-    const ops = BANNER[state];
-    this.banner.hidden = !ops;
+    const shown = BANNER_STATES.has(state);
+    this.banner.hidden = !shown;
     this.banner.className = `banner banner-${state}`;
-    if (!ops) return;
+    if (!shown) return;
+    const ops = offered(room.project, BANNER_ORDER);
     const text = state === "stop_unconfirmed"
       ? t("banner.stop_unconfirmed", { target: label("projectState", room.project.stop_target || "paused") })
       : t(`banner.${state}`);
@@ -59,7 +55,7 @@ export class Lifecycle {
     clear(this.banner);
     append(this.banner, [
       h("span", { class: "banner-text", text }),
-      ...ops.map((op) => h("button", { type: "button", class: ["btn", "btn-small", DANGER.has(op) && "btn-danger"], disabled: !owner, dataset: { op }, text: t(`lifecycle.${op}`), on: { click: () => this.run(op) } })),
+      ...ops.map((op) => h("button", { type: "button", class: ["btn", "btn-small", DANGER.has(op) && "btn-danger"], dataset: { op }, text: t(`lifecycle.${op}`), on: { click: () => this.run(op) } })),
       owner ? null : h("span", { class: "muted", text: t("lifecycle.ownerOnly") }),
     ]);
   }
@@ -68,10 +64,10 @@ export class Lifecycle {
     const room = this.room;
     if (!room) return;
     const owner = isOwner(room);
-    const ops = MENU[room.project.state] || [];
-    const items = ops.map((op) => ({ id: op, label: t(`lifecycle.${op}`), danger: DANGER.has(op), disabled: !owner, run: () => this.run(op) }));
-    if (!items.length) items.push({ id: "none", label: t("lifecycle.nothing"), disabled: true, run: () => {} });
-    if (!owner) items.push("-", { id: "owner-only", label: t("lifecycle.ownerOnly"), disabled: true, run: () => {} });
+    const ops = offered(room.project, MENU_ORDER);
+    const items = ops.map((op) => ({ id: op, label: t(`lifecycle.${op}`), danger: DANGER.has(op), run: () => this.run(op) }));
+    if (!items.length && owner) items.push({ id: "none", label: t("lifecycle.nothing"), disabled: true, run: () => {} });
+    if (!owner) items.push(...(items.length ? ["-"] : []), { id: "owner-only", label: t("lifecycle.ownerOnly"), disabled: true, run: () => {} });
     openMenu(this.button, items, { label: t("lifecycle.menu") });
   }
 
@@ -90,11 +86,7 @@ export class Lifecycle {
     }
     toast(t("lifecycle.working"), { timeout: 2000 });
     try {
-      const result = await post(`/api/projects/${room.id}/lifecycle`, { op }, { optional: true });
-      if (result === UNAVAILABLE) {
-        toast(t("lifecycle.unavailable"), { kind: "error" });
-        return;
-      }
+      const result = await post(`/api/projects/${room.id}/lifecycle`, { op });
       this.apply(result.project);
       const state = result.project.state;
       toast(state === "stop_unconfirmed" ? t("lifecycle.unconfirmed") : t("lifecycle.done", { state: label("projectState", state) }));
@@ -112,13 +104,9 @@ export class Lifecycle {
     const room = this.room;
     let data;
     try {
-      data = await get(`/api/projects/${room.id}/cleanup-preview`, { optional: true });
+      data = await get(`/api/projects/${room.id}/cleanup-preview`);
     } catch (err) {
       toastError(err);
-      return;
-    }
-    if (data === UNAVAILABLE) {
-      toast(t("lifecycle.unavailable"), { kind: "error" });
       return;
     }
     await openDialog({ title: t("lifecycle.previewTitle", { name: room.project.name }), wide: true, build: (close) => [
@@ -132,7 +120,7 @@ export class Lifecycle {
     const project = room.project;
     let preview = null;
     try {
-      preview = await get(`/api/projects/${room.id}/cleanup-preview`, { optional: true });
+      preview = await get(`/api/projects/${room.id}/cleanup-preview`);
     } catch {
       preview = null;
     }
@@ -153,7 +141,7 @@ export class Lifecycle {
         check.addEventListener("change", update);
         const form = h("form", { class: "form" },
           h("p", { class: "dialog-text", text: t("purge.explain") }),
-          preview && preview !== UNAVAILABLE ? previewView(preview) : null,
+          preview ? previewView(preview) : null,
           h("label", { class: "field" },
             h("span", { class: "field-label" }, t("purge.typeName"), " ", h("strong", { class: "purge-name", text: project.name })),
             nameInput),
@@ -165,12 +153,7 @@ export class Lifecycle {
           if (submit.disabled) return;
           submit.disabled = true;
           try {
-            const answer = await post(`/api/projects/${room.id}/purge`, { confirm_name: nameInput.value, confirmed: check.checked }, { optional: true });
-            if (answer === UNAVAILABLE) {
-              error.textContent = t("lifecycle.unavailable");
-              error.hidden = false;
-              return;
-            }
+            const answer = await post(`/api/projects/${room.id}/purge`, { confirm_name: nameInput.value, confirmed: check.checked });
             close(answer || {});
           } catch (err) {
             error.textContent = err.status === 500 ? t("purge.blocked") : err.message;

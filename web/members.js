@@ -1,14 +1,23 @@
 // Members: the list (side panel), the avatar menu (right-click, long-press, keyboard), the member
 // card (route and where it comes from, the route actually observed, current work) and member
-// operations (pause, resume, stop current work, leave). People only; agents have no path here.
+// operations (pause, resume, stop current work, leave): exactly the ones the server offers this
+// viewer on that member (its `allowed_ops`). People only; agents have no path here.
 
 import { get, post } from "./api.js";
 import { h, icon } from "./dom.js";
 import { formatDateTime, label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { changeRoute, loadProviders, routeForm } from "./models.js";
-import { isOwner, member } from "./store.js";
+import { isOwner, member, opsOf } from "./store.js";
 import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js";
+
+// How each member operation looks: [icon, label, danger], given whether it is about oneself.
+const OP_LOOK = {
+  pause: () => ["pause", t("menu.pause"), false],
+  resume: () => ["play", t("menu.resume"), false],
+  stop: () => ["stop", t("menu.stop"), false],
+  leave: (you) => ["leave", you ? t("menu.leaveSelf") : t("menu.remove"), true],
+};
 
 export class Members {
   constructor(listEl, { composer, showTasksOf }) {
@@ -67,8 +76,6 @@ export class Members {
     const m = member(room, memberId);
     if (!room || !m) return;
     const you = m.id === room.you;
-    const owner = isOwner(room);
-    const mayOperate = (owner || you) && m.status !== "left";
     const items = [
       { id: "mention", icon: "at", label: you ? t("menu.mentionSelf") : t("menu.mention"), disabled: m.status === "left", run: () => this.composer.insertMention(m.id) },
       { id: "view", icon: "user", label: t("menu.view"), run: () => this.card(m.id) },
@@ -77,11 +84,12 @@ export class Members {
       items.push({ id: "model", icon: "cpu", label: t("menu.model"), run: () => this.card(m.id, { focusModel: true }) });
       items.push({ id: "tasks", icon: "flag", label: t("menu.tasks"), run: () => this.showTasksOf(m.id) });
     }
-    items.push("-");
-    if (m.status === "paused") items.push({ id: "resume", icon: "play", label: t("menu.resume"), disabled: !mayOperate, run: () => this.op(m, "resume") });
-    else items.push({ id: "pause", icon: "pause", label: t("menu.pause"), disabled: !mayOperate, run: () => this.op(m, "pause") });
-    if (m.kind === "agent") items.push({ id: "stop", icon: "stop", label: t("menu.stop"), disabled: !mayOperate, run: () => this.op(m, "stop") });
-    items.push({ id: "leave", icon: "leave", label: you ? t("menu.leaveSelf") : t("menu.remove"), danger: true, disabled: !mayOperate, run: () => this.op(m, "leave") });
+    const ops = opsOf(m).filter((op) => OP_LOOK[op]);
+    if (ops.length) items.push("-");
+    for (const op of ops) {
+      const [iconName, text, danger] = OP_LOOK[op](you);
+      items.push({ id: op, icon: iconName, label: text, danger, run: () => this.op(m, op) });
+    }
     openMenu(at, items, { label: t("member.menuFor", { name: m.display_name }) });
   }
 
@@ -162,13 +170,15 @@ export class Members {
     });
     const ops = h("div", { class: "card-ops" });
     const you = m.id === room.you;
-    const may = (owner || you) && m.status !== "left";
-    const opButton = (op, iconName, text, danger = false) => h("button", { type: "button", class: ["btn", "btn-small", danger && "btn-danger"], disabled: !may, dataset: { op }, on: { click: async () => {
-      await this.op(m, op);
-      refresh();
-    } } }, icon(iconName), text);
-    ops.append(m.status === "paused" ? opButton("resume", "play", t("menu.resume")) : opButton("pause", "pause", t("menu.pause")), opButton("stop", "stop", t("menu.stop")), opButton("leave", "leave", t("menu.remove"), true));
-    nodes.push(h("h3", { text: t("card.route") }), routeFacts, h("h3", { text: t("card.switchModel") }), owner ? form : h("p", { class: "muted", text: t("models.ownerOnly") }), h("h3", { text: t("card.operations") }), ops);
+    for (const op of opsOf(m).filter((name) => OP_LOOK[name])) {
+      const [iconName, text, danger] = OP_LOOK[op](you);
+      ops.append(h("button", { type: "button", class: ["btn", "btn-small", danger && "btn-danger"], dataset: { op }, on: { click: async () => {
+        await this.op(m, op);
+        refresh();
+      } } }, icon(iconName), text));
+    }
+    nodes.push(h("h3", { text: t("card.route") }), routeFacts, h("h3", { text: t("card.switchModel") }), owner ? form : h("p", { class: "muted", text: t("models.ownerOnly") }));
+    if (ops.childElementCount) nodes.push(h("h3", { text: t("card.operations") }), ops);
     return nodes;
   }
 

@@ -1,7 +1,7 @@
 // The side panel: tabs 成员 / 任务 / 决策 / 模型. Tasks and decisions are read from endpoints a
 // server may not have yet; then the tab says so plainly instead of showing an error.
 
-import { get, UNAVAILABLE } from "./api.js";
+import { get } from "./api.js";
 import { $, $$, h, icon } from "./dom.js";
 import { label, t } from "./i18n.js";
 import { avatar } from "./message.js";
@@ -71,16 +71,12 @@ export class Panel {
     box.replaceChildren(h("p", { class: "muted", text: t("common.loading") }));
     let data;
     try {
-      data = await get(`/api/projects/${room.id}/tasks`, { optional: true });
+      data = await get(`/api/projects/${room.id}/tasks`);
     } catch (err) {
       box.replaceChildren(h("p", { class: "error-text", text: err.message }));
       return;
     }
     if (room !== this.room) return;
-    if (data === UNAVAILABLE) {
-      box.replaceChildren(empty("tasks.unavailableTitle", "tasks.unavailable"));
-      return;
-    }
     let tasks = data.tasks || [];
     const nodes = [];
     if (this.ownerFilter !== null) {
@@ -106,16 +102,12 @@ export class Panel {
     box.replaceChildren(h("p", { class: "muted", text: t("common.loading") }));
     let data;
     try {
-      data = await get(`/api/projects/${room.id}/decisions`, { optional: true });
+      data = await get(`/api/projects/${room.id}/decisions`);
     } catch (err) {
       box.replaceChildren(h("p", { class: "error-text", text: err.message }));
       return;
     }
     if (room !== this.room) return;
-    if (data === UNAVAILABLE) {
-      box.replaceChildren(empty("decisions.unavailableTitle", "decisions.unavailable"));
-      return;
-    }
     const decisions = data.decisions || [];
     if (!decisions.length) {
       box.replaceChildren(empty("decisions.emptyTitle", "decisions.empty"));
@@ -184,9 +176,9 @@ function decisionCard(room, d) {
   const synced = receipts.filter((r) => r.synced).length;
   return h(
     "article",
-    { class: "decision-card", dataset: { number: String(d.label || d.number) } },
+    { class: "decision-card", dataset: { number: d.label } },
     h("header", { class: "task-head" },
-      h("span", { class: "task-key", text: String(d.label || d.number) }),
+      h("span", { class: "task-key", text: d.label }),
       h("span", { class: ["state-badge", `decision-${d.status}`], text: label("decisionStatus", d.status) }),
       h("span", { class: "task-rev", text: `r${d.revision}` })),
     h("h4", { class: "task-title", text: d.title }),

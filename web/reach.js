@@ -1,36 +1,47 @@
 // Before sending: who the draft reaches (recipient chips, "将触达 N 位 AI 成员") and the
-// resolver's diagnostics with one-click fixes. Default routing mirrors the server (DESIGN §4): a
-// person's message that names nobody goes to the lead agent.
+// diagnostics with one-click fixes, both from the server's `preview` answer (docs/protocol.md):
+// the server's resolver and default routing decide, the page copies neither.
 
 import { h } from "./dom.js";
 import { getLang, t } from "./i18n.js";
 import { colourClass, initials } from "./message.js";
 import { member } from "./store.js";
 
-export const BLOCKING = new Set(["needs_boundary", "ambiguous", "unknown", "departed", "all_not_allowed"]);
-
-/** {recipients: [member], agents: n, defaultRouted, everyone, humansOnly} for a resolution. */
-export function reachOf(room, resolution) {
-  const you = room.you;
-  let ids = (resolution?.mentioned || []).map(Number).filter((id) => id !== you);
-  let defaultRouted = false;
-  const everyone = Boolean(resolution?.everyone);
-  const humansOnly = Boolean(resolution?.humansOnlyGroup);
-  const lead = member(room, room.project.lead_member_id);
-  if (!ids.length && !everyone && !humansOnly && lead && lead.id !== you && lead.status !== "left") {
-    ids = [lead.id];
-    defaultRouted = true;
-  }
-  const recipients = ids.map((id) => member(room, id)).filter(Boolean);
-  const agents = recipients.filter((m) => m.kind === "agent" && m.status !== "left").length;
-  return { recipients, agents, defaultRouted, everyone, humansOnly };
+/** True if the server's preview answer blocks sending (an unresolved mention). */
+export function isBlocked(preview) {
+  return Boolean(preview?.diagnostics?.some((d) => d.blocking));
 }
 
-export function renderRecipients(box, room, resolution, hasText) {
+/** The answer with its diagnostics' spans turned from the server's code-point indices into this
+ * page's UTF-16 ones (shared/mentions/SPEC.md §1), for the fixes that edit `text`. */
+export function withLocalSpans(preview, text) {
+  const units = (cp) => {
+    if (cp < 0) return cp;
+    let i = 0;
+    for (let n = 0; n < cp && i < text.length; n += 1) i += text.codePointAt(i) > 0xffff ? 2 : 1;
+    return i;
+  };
+  const diagnostics = (preview.diagnostics || []).map((d) => ({ ...d, start: units(d.start), end: units(d.end) }));
+  return { ...preview, diagnostics };
+}
+
+/** {recipients: [member], agents: n, defaultRouted, everyone, humansOnly} from a preview answer. */
+function reachOf(room, preview) {
+  const ids = preview.default_routed ? preview.recipients : preview.mentioned;
+  return {
+    recipients: ids.map((id) => member(room, id)).filter(Boolean),
+    agents: preview.agents_reached,
+    defaultRouted: preview.default_routed,
+    everyone: Boolean(preview.everyone),
+    humansOnly: Boolean(preview.humans_only),
+  };
+}
+
+export function renderRecipients(box, room, preview) {
   box.replaceChildren();
-  box.hidden = !hasText;
-  if (!hasText) return;
-  const reach = reachOf(room, resolution);
+  box.hidden = !preview;
+  if (!preview) return;
+  const reach = reachOf(room, preview);
   box.append(h("span", { class: "recipients-label", text: t("reach.to") }));
   if (reach.everyone) {
     box.append(chip(null, t("reach.everyone", { n: reach.recipients.length }), "chip-all"));
@@ -65,14 +76,14 @@ function hintFor(d, room) {
 }
 
 /** Diagnostics with fixes: add the missing space, pick one of the candidates, or send as plain text. */
-export function renderDiagnostics(list, resolution, { text, room, fix, sendPlain }) {
+export function renderDiagnostics(list, preview, { text, room, fix, sendPlain }) {
   list.replaceChildren();
-  const diagnostics = resolution?.diagnostics || [];
+  const diagnostics = preview?.diagnostics || [];
   list.hidden = !diagnostics.length;
   if (!diagnostics.length) return;
   let blocking = false;
   for (const d of diagnostics) {
-    const isBlocking = BLOCKING.has(d.code);
+    const isBlocking = Boolean(d.blocking);
     blocking ||= isBlocking;
     const item = h("li", { class: ["diag", `diag-${d.code}`, isBlocking && "blocking"], dataset: { code: d.code } }, h("span", { class: "diag-hint", text: hintFor(d, room) }));
     const fixes = h("span", { class: "diag-fixes" });

@@ -52,8 +52,18 @@ export function createRoom(project) {
   };
 }
 
-export function setMembers(room, members) {
+/** Replace the member list. A `members` frame (the same for every subscriber) gives `opsById`:
+ * each member's operations per viewer (docs/protocol.md, "Allowed operations"), of which this
+ * viewer's entry becomes the member's `allowed_ops`; HTTP answers and `subscribed` carry it. */
+export function setMembers(room, members, opsById = null) {
   room.members = new Map(members.map((m) => [m.id, m]));
+  if (opsById) {
+    const kind = viewerKind(room);
+    for (const m of room.members.values()) {
+      const ops = opsById[String(m.id)] || {};
+      m.allowed_ops = (m.id === room.you ? ops.self : ops[kind]) || [];
+    }
+  }
   room.membersVersion += 1;
   room._roster = null;
 }
@@ -68,6 +78,16 @@ export function me(room) {
 
 export function isOwner(room) {
   return me(room)?.role === "owner";
+}
+
+/** Which entry of a broadcast `allowed_ops` map is this viewer's. */
+function viewerKind(room) {
+  return isOwner(room) ? "owner" : "member";
+}
+
+/** The operations the server offers this viewer on a project or member object. */
+export function opsOf(object) {
+  return object?.allowed_ops || [];
 }
 
 export function activeAgents(room) {
@@ -109,7 +129,14 @@ export function upsertProject(project) {
   return merged;
 }
 
-/** States in which people may post (docs/lifecycle.md, "Who may post"). */
-export function humansMayPost(state) {
-  return state === "active" || state === "paused" || state === undefined;
+/** A `project` frame: the project, with this viewer's entry of the frame's `allowed_ops`. */
+export function upsertProjectFrame(frame) {
+  const room = app.room;
+  const ours = room && room.you !== null && frame.project.id === room.id;
+  return upsertProject({ ...frame.project, allowed_ops: ours ? frame.allowed_ops?.[viewerKind(room)] : undefined });
+}
+
+/** True if the server lets this viewer post in the project now. */
+export function mayPost(project) {
+  return opsOf(project).includes("post");
 }

@@ -41,6 +41,7 @@ from room.lifecycle import (
     finish_stop,
 )
 from room.models import Member, Project
+from room.ops import project_for, project_frame
 from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
@@ -92,7 +93,7 @@ def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any
 def _publish_project(conn: sqlite3.Connection, tx: Tx, project_id: int) -> Project:
     project = projects_store.get(conn, project_id)
     assert project is not None
-    frame = encode({"type": "project", "project": project.to_wire()})
+    frame = encode(project_frame(project.to_wire()))
     tx.emit(Broadcast(project_id, frame))
     return project
 
@@ -228,7 +229,7 @@ def _direct(
         {"lifecycle": op, "state": target.value},
     )
     updated = _publish_project(conn, tx, project.id)
-    return {"project": updated.to_wire(), "outcome": "ok", **detail}
+    return {"project": project_for(updated, actor_kind(actor)), "outcome": "ok", **detail}
 
 
 async def _stop_sequence(
@@ -310,7 +311,7 @@ async def _stop_sequence(
             conn, tx, actor, project.id, op, from_state.value, outcome, to=reached.value, **detail
         )
         updated = _publish_project(conn, tx, project.id)
-        return {"project": updated.to_wire(), "outcome": outcome, **detail}
+        return {"project": project_for(updated, actor_kind(actor)), "outcome": outcome, **detail}
 
     return await core.db.write(finish)
 

@@ -19,6 +19,7 @@ from room.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged,
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
 from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
 from room.models import Member
+from room.ops import members_frame, viewer_kind
 from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
@@ -34,21 +35,16 @@ LAST_OWNER = (
 
 
 def actor_kind(actor: Member) -> ActorKind:
-    if actor.kind == "agent":
-        return ActorKind.AGENT
-    return ActorKind.OWNER if actor.is_owner else ActorKind.MEMBER
+    return viewer_kind(actor)
 
 
 def announce_members(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None:
     """The roster changed: after the commit the cached roster is dropped and every subscriber
     gets the new ``members`` frame."""
     members = members_store.wire_list(conn, project_id)
+    state = projects_store.state_of(conn, project_id) or "purged"
     tx.emit(RosterChanged(project_id))
-    tx.emit(
-        Broadcast(
-            project_id, encode({"type": "members", "project_id": project_id, "members": members})
-        )
-    )
+    tx.emit(Broadcast(project_id, encode(members_frame(project_id, members, state))))
 
 
 async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> Member:

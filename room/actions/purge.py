@@ -30,6 +30,7 @@ from room.effects import Broadcast, RosterChanged
 from room.errors import ConflictError, RoomError
 from room.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
 from room.models import Member, Project
+from room.ops import project_frame
 from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
@@ -372,7 +373,7 @@ async def _run(
             outcome=("ok" if failure is None else "purge_blocked") if ours else "state_changed",
             detail={"steps": done_now, "failed": list(failure) if failure else None},
         )
-        frame = encode({"type": "project", "project": {"id": project_id, "state": state}})
+        frame = encode(project_frame({"id": project_id, "state": state}))
         tx.emit(Broadcast(project_id, frame))
         tx.emit(RosterChanged(project_id))
         return state, done_now, failure

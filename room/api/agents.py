@@ -17,6 +17,7 @@ from room.actions import runtime as runtime_actions
 from room.actions.projects import AgentSpec
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError, NotFoundError
+from room.ops import member_for
 from room.routing import SOURCE_LABELS
 from room.runtime import Runtime
 from room.runtime.runtime import resolve_config
@@ -46,12 +47,13 @@ async def member_detail(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
     project_id = path_id(request, "project_id")
-    await member_in(core, who, project_id)
+    viewer = await member_in(core, who, project_id)
     roster = await core.rosters.get(project_id)
     member = roster.member(path_id(request, "member_id"))
     if member is None:
         raise NotFoundError("no such member in this project", code="no_member")
-    data: dict[str, Any] = {"member": member.to_wire()}
+    state = await core.db.read(lambda conn: projects_store.state_of(conn, project_id))
+    data: dict[str, Any] = {"member": member_for(member, state or "purged", viewer)}
     if member.kind == "agent":
         runtime = _runtime(request)
 
@@ -99,7 +101,8 @@ async def add_member(request: Request) -> Response:
         AgentSpec(data.role, data.handle, data.display_name, tuple(data.aliases)),
         data.driver,
     )
-    return JSONResponse({"member": member.to_wire()}, status_code=201)
+    state = await core.db.read(lambda conn: projects_store.state_of(conn, actor.project_id))
+    return JSONResponse({"member": member_for(member, state or "purged", actor)}, status_code=201)
 
 
 async def member_op(request: Request) -> Response:

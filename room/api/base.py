@@ -29,7 +29,9 @@ from room.errors import (
     ForgedAuthorError,
     NotFoundError,
 )
+from room.lifecycle import ActorKind
 from room.models import Member, Project
+from room.ops import members_for, project_for, viewer_kind
 from room.protocol import AUTHOR_FIELDS, MAX_CHIPS, MAX_HISTORY_LIMIT
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
@@ -139,24 +141,29 @@ async def me(request: Request) -> Response:
     if who.user is not None:
         user_id = who.user.id
 
-        def read(conn: sqlite3.Connection) -> tuple[list[Project], dict[int, int]]:
+        def read(conn: sqlite3.Connection) -> tuple[list[Project], dict[int, int], set[int]]:
             return (
                 projects_store.list_for_user(conn, user_id),
                 messages_store.unread_for_user(conn, user_id),
+                members_store.owned_projects(conn, user_id),
             )
 
-        projects, unread = await core.db.read(read)
+        projects, unread, owned = await core.db.read(read)
+        kinds = {p.id: ActorKind.OWNER if p.id in owned else ActorKind.MEMBER for p in projects}
     else:
         assert who.agent is not None
         agent_project = who.agent.project_id
         found = await core.db.read(lambda conn: projects_store.get(conn, agent_project))
         projects = [found] if found else []
+        kinds = {p.id: ActorKind.AGENT for p in projects}
     return JSONResponse(
         {
             "identity": who.to_wire(),
             "csrf_token": who.csrf_token,
             # ``unread``: chat messages by others after your read cursor (up to 100).
-            "projects": [p.to_wire() | {"unread": unread.get(p.id, 0)} for p in projects],
+            "projects": [
+                project_for(p, kinds[p.id]) | {"unread": unread.get(p.id, 0)} for p in projects
+            ],
             # The trash shows how long a project is kept restorable; nothing is purged by itself.
             "trash_retention_days": core.settings.trash_retention_days,
         }
@@ -200,7 +207,8 @@ async def create_project(request: Request) -> Response:
         agents=agents,
         plan_first=data.plan_first,
     )
-    return JSONResponse({"project": project.to_wire()}, status_code=201)
+    # The creator is its owner.
+    return JSONResponse({"project": project_for(project, ActorKind.OWNER)}, status_code=201)
 
 
 async def get_project(request: Request) -> Response:
@@ -217,7 +225,13 @@ async def get_project(request: Request) -> Response:
 
     project, members = await core.db.read(query)
     assert project is not None
-    return JSONResponse({"project": project.to_wire(), "you": member.id, "members": members})
+    return JSONResponse(
+        {
+            "project": project_for(project, viewer_kind(member)),
+            "you": member.id,
+            "members": members_for(members, project.state, member),
+        }
+    )
 
 
 async def list_messages(request: Request) -> Response:

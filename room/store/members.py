@@ -141,6 +141,16 @@ def wire_list(conn: sqlite3.Connection, project_id: int) -> list[dict[str, objec
     ]
 
 
+def owned_projects(conn: sqlite3.Connection, user_id: int) -> set[int]:
+    """The projects in which this person is a member with the owner role."""
+    rows = conn.execute(
+        "SELECT project_id FROM members"
+        " WHERE user_id = :u AND kind = 'human' AND role = 'owner' AND status != 'left'",
+        {"u": user_id},
+    )
+    return {int(r[0]) for r in rows}
+
+
 def set_status(conn: sqlite3.Connection, member_id: int, status: str, now: float) -> None:
     conn.execute(
         "UPDATE members SET status = :status,"
