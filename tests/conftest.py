@@ -2,16 +2,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.live_room import Room
 from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
 from tests.support.server import ServerProcess, start_with_openai
 from tests.support.wsclient import Client
-
-if TYPE_CHECKING:
-    from tests.test_runtime_live import Room
 
 
 @pytest.fixture
@@ -52,8 +49,6 @@ async def clients() -> AsyncIterator[list[Client]]:
 @pytest.fixture
 def room(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
     """A server wired to the scripted ``llm``, with the owner signed in; stopped after the test."""
-    from tests.test_runtime_live import Room
-
     server = start_with_openai(tmp_path / "data", llm)
     try:
         yield Room(server, llm)

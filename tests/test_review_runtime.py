@@ -14,10 +14,10 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from room.client import AgentClient, Batch
 from room.store import runtime as rt_store
 from room.store.migrate import connect, migrate
+from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
 from tests.support.server import start_with_openai
 from tests.support.wsclient import Client
-from tests.test_runtime_live import Room, agent_replies, eventually
 
 
 @pytest.mark.anyio

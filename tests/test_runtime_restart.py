@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from room.client import AgentClient, Batch
+from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
 from tests.support.server import start_with_openai
-from tests.test_runtime_live import Room, agent_replies, eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
