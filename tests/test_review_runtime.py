@@ -22,7 +22,7 @@ from tests.support.wsclient import Client
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("clients")
-async def test_a_member_who_leaves_stops_receiving_the_project(room: Room) -> None:
+async def test_a_member_who_leaves_is_unsubscribed_as_left_and_refused_a_post(room: Room) -> None:
     server = room.server
     bob = server.invite(room.owner, room.project, "bob", "小博")
     client = await Client.open(server.ws_url, cookie=bob.cookie, origin=server.origin)
