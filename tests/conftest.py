@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.inproc import App, owner_user, running_app
 from tests.support.live_room import Room
 from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
 from tests.support.server import ServerProcess, start_with_openai
@@ -24,6 +25,21 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    """The real app in-process on its own data folder, the owner signed in; closed after the test.
+    Modules that need other settings define their own ``app``."""
+    with running_app(tmp_path / "data") as handle:
+        yield handle
+
+
+@pytest.fixture
+def project(app: App) -> tuple[int, int]:
+    """A project of the owner with a lead agent: (project id, the lead's member id)."""
+    project_id, members, _ = app.project_with("输入", owner_user(app))
+    return project_id, members["lead"].id
 
 
 @pytest.fixture

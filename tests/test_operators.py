@@ -1,4 +1,5 @@
-"""Operator files and commands: boot trace, boot report, /healthz, room doctor, the CLI."""
+"""Operator files and commands: boot trace, boot report, /healthz, room doctor, the CLI, and the
+recovery report, kept for server admins."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from room.boot import last_start, read_trace
 from room.cli import build_parser, main
+from tests.support.inproc import App, error, owner_user
 from tests.support.server import ServerProcess
 
 
@@ -93,3 +95,11 @@ def test_help_documents_every_command() -> None:
     with pytest.raises(SystemExit), contextlib.redirect_stdout(io.StringIO()) as out:
         main(["member", "token", "--help"])
     assert "PROJECT" in out.getvalue() and "HANDLE" in out.getvalue()
+
+
+def test_recovery_is_for_server_admins_only(app: App) -> None:
+    bob, bob_cookie = app.new_user("bob", "Bob")
+    _, _, token = app.project_with("恢复", owner_user(app), bob)
+    assert app.request("GET", "/api/recovery", cookie=app.owner_cookie)[0] == 200
+    assert error(app.request("GET", "/api/recovery", cookie=bob_cookie)) == (403, "admin_only")
+    assert error(app.request("GET", "/api/recovery", token=token)) == (403, "admin_only")
