@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -11,7 +12,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.support.server import ServerProcess
-from tests.support.wsclient import Client
+from tests.support.wsclient import Client, Frame
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
@@ -539,3 +540,50 @@ async def test_a_stalled_reader_is_cut_without_slowing_others(tmp_path: Any) -> 
         assert "resume" in (stalled.ws.close_reason or "")
     finally:
         server.stop()
+
+
+def _has(ws: Client, check: Callable[[Frame], bool]) -> bool:
+    return any(check(f) for f in ws.frames)
+
+
+async def _until(ws: Client, check: Callable[[Frame], bool]) -> None:
+    with anyio.fail_after(10):
+        while not _has(ws, check):
+            await ws.recv(10)
+
+
+@pytest.mark.anyio
+async def test_a_member_who_leaves_stops_receiving_the_project(
+    server: ServerProcess, clients: list[Client]
+) -> None:
+    owner = server.login()
+    project_id = server.get_json("/api/me", cookie=owner.cookie)["projects"][0]["id"]
+    bob = server.invite(owner, project_id, "bob", "Bob")
+    ws = await Client.open(server.ws_url, cookie=bob.cookie, origin=server.origin)
+    await ws.wait_for("hello")
+    await ws.send({"type": "subscribe", "project_id": project_id})
+    bob_id = (await ws.wait_for("subscribed"))["you"]
+
+    status, _ = server.request(
+        "POST", f"/api/projects/{project_id}/members/{bob_id}/leave", {}, headers=owner.headers
+    )
+    assert status == 200
+    await _until(ws, lambda f: f.get("type") == "unsubscribed")
+    # The notice and the roster reach whoever left before the cut, so their page can say so.
+    types = [f.get("type") for f in ws.frames]
+    cut = types.index("unsubscribed")
+    assert "members" in types[:cut]
+    assert any(
+        f.get("type") == "message" and "移出了 @bob" in f["message"]["body"]
+        for f in ws.frames[:cut]
+    )
+    status, _ = server.request(
+        "POST",
+        f"/api/projects/{project_id}/messages",
+        {"body": "bob 走后的秘密"},
+        headers=owner.headers,
+    )
+    assert status == 201  # published before the response: frames pushed to bob would precede
+    await ws.send({"type": "ping"})
+    await _until(ws, lambda f: f.get("type") == "pong")
+    assert not _has(ws, lambda f: f.get("type") == "message" and "秘密" in f["message"]["body"])
