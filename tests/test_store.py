@@ -1,4 +1,5 @@
-"""Storage: migrations and backups, version refusal, the single-writer lock, group commit."""
+"""Storage: migrations and backups, version refusal, the single-writer lock, group commit, and
+the delivery ledger refusing moves out of final states."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from room.effects import Broadcast, Effect
 from room.errors import LockHeldError, SchemaTooNewError, StorageError
 from room.store import Database, DataLock, Tx
+from room.store import runtime as rt_store
 from room.store import schema as schema_mod
 from room.store.migrate import connect, migrate, user_version
 from room.store.schema import SCHEMA_VERSION, Migration
@@ -272,3 +274,23 @@ def test_replay_frames_built_by_sqlite_equal_event_frame(tmp_path: Path) -> None
         tuple(r) for r in replayed
     ]
     assert [json.loads(f)["message"]["body"] for _, f in replayed] == bodies
+
+
+def test_the_ledger_refuses_moves_out_of_final_states(tmp_path: Path) -> None:
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    conn.executescript(
+        """
+        INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0);
+        INSERT INTO members (project_id, kind, role, handle, display_name, created_at)
+            VALUES (1, 'agent', 'lead', 'a', 'a', 0);
+        INSERT INTO messages (id, project_id, seq, kind, body, frame, created_at)
+            VALUES (1, 1, 1, 'chat', 'x', '{}', 0);
+        INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,
+            updated_at) VALUES (1, 1, 1, 'cancelled', 0, 0);
+        """
+    )
+    assert rt_store.set_state(conn, [1], "consumed", 1.0) == []
+    assert rt_store.set_state(conn, [1], "pending", 1.0) == []
+    assert conn.execute("SELECT state FROM deliveries").fetchone()[0] == "cancelled"
