@@ -30,7 +30,8 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     assert phases[0] == "start" and phases[-1] == "ready"
     assert {"lock", "migrate", "seed", "reconcile", "report"} <= set(phases)
     report = json.loads((server.data / "boot-report.json").read_text())
-    assert report["pid"] == server.proc.pid  # type: ignore[union-attr]
+    assert server.proc is not None
+    assert report["pid"] == server.proc.pid
     assert report["sqlite"]["library"]
     for name in ("starlette", "uvicorn", "websockets", "pydantic", "nh3", "markdown-it-py"):
         dep = report["dependencies"][name]
@@ -38,7 +39,7 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     assert "room_send" in report["tools"]
     assert next(p["name"] for p in report["providers"]) == "builtin"
     assert report["providers"][0]["available"] is True
-    assert report["activations"][-1]["pid"] == server.proc.pid  # type: ignore[union-attr]
+    assert report["activations"][-1]["pid"] == server.proc.pid
     status, health = server.request("GET", "/healthz")
     assert status == 200 and health["ok"] is True
     code, text = run_cli("doctor", "--data", str(server.data))

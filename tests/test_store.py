@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -142,7 +143,8 @@ def test_second_server_exits_nonzero_within_two_seconds_and_changes_nothing(
         assert [p["phase"] for p in phases] == ["start", "lock"]
         assert phases[1]["ok"] is False
         assert phases[1]["ts"] - phases[0]["ts"] < 2.0
-        assert f"pid {first.proc.pid}" in result.stderr  # type: ignore[union-attr]
+        assert first.proc is not None
+        assert f"pid {first.proc.pid}" in result.stderr
         assert snapshot(db) == before
     finally:
         first.stop()
@@ -156,7 +158,7 @@ def snapshot(db: Path) -> list[str]:
         conn.close()
 
 
-def _insert_user(handle: str):  # type: ignore[no-untyped-def]
+def _insert_user(handle: str) -> Callable[[sqlite3.Connection, object], int]:
     def job(conn: sqlite3.Connection, tx: object) -> int:
         cur = conn.execute(
             "INSERT INTO users (handle, display_name, created_at) VALUES (?, ?, 0)",
@@ -256,18 +258,19 @@ def test_replay_frames_built_by_sqlite_equal_event_frame(tmp_path: Path) -> None
     conn.execute("INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0)")
     bodies = ["普通的一句话", 'quotes " and \\ and \n newlines', "</script> & <b>"]
     for body in bodies:
-        run_write(
-            conn,
-            lambda c, tx, body=body: append_message(
+
+        def job(c: sqlite3.Connection, tx: Tx, body: str = body) -> object:
+            return append_message(
                 c,
                 tx,
                 project_id=1,
                 author_id=None,
                 kind="system",
-                body=body,  # type: ignore[arg-type]
+                body=body,
                 html=f"<p>{body}</p>",
-            ),
-        )
+            )
+
+        run_write(conn, job)
     replayed = messages_store.replay(conn, 1, 0, 10)
     stored = conn.execute("SELECT seq, frame FROM messages ORDER BY seq").fetchall()
     assert [(s, messages_store.event_frame(1, s, f)) for s, f in stored] == [

@@ -637,10 +637,10 @@ async def test_an_agent_that_leaves_has_its_open_sockets_closed(room: Room) -> N
     agent_process = asyncio.ensure_future(agent.run())
     await eventually(lambda: agent.members)  # connected and subscribed
     room.post(f"/api/projects/{room.project}/members/{outside}/leave", {})
-    for agent in (by_header, by_frame):
+    for socket in (by_header, by_frame):
         with pytest.raises(ConnectionClosed) as closed:
             while True:
-                await agent.recv(timeout=5)
+                await socket.recv(timeout=5)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
         assert "left" in closed.value.rcvd.reason
     # The token is gone too: a new socket with it is refused.
