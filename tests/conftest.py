@@ -2,16 +2,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.inproc import App, owner_user, running_app
+from tests.support.live_room import Room
 from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
 from tests.support.server import ServerProcess, start_with_openai
 from tests.support.wsclient import Client
-
-if TYPE_CHECKING:
-    from tests.test_runtime_live import Room
 
 
 @pytest.fixture
@@ -27,6 +25,21 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    """The real app in-process on its own data folder, the owner signed in; closed after the test.
+    Modules that need other settings define their own ``app``."""
+    with running_app(tmp_path / "data") as handle:
+        yield handle
+
+
+@pytest.fixture
+def project(app: App) -> tuple[int, int]:
+    """A project of the owner with a lead agent: (project id, the lead's member id)."""
+    project_id, members, _ = app.project_with("输入", owner_user(app))
+    return project_id, members["lead"].id
 
 
 @pytest.fixture
@@ -52,8 +65,6 @@ async def clients() -> AsyncIterator[list[Client]]:
 @pytest.fixture
 def room(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
     """A server wired to the scripted ``llm``, with the owner signed in; stopped after the test."""
-    from tests.test_runtime_live import Room
-
     server = start_with_openai(tmp_path / "data", llm)
     try:
         yield Room(server, llm)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, FloatRect, Page, expect
 
 from tests.support.browser import (
     Person,
@@ -56,7 +56,7 @@ def busy_project(room_server: RoomServer) -> int:
     return project
 
 
-def column_boxes(page: Page) -> dict[str, dict[str, float] | None]:
+def column_boxes(page: Page) -> dict[str, FloatRect | None]:
     return {
         name: page.locator(selector).bounding_box() if page.locator(selector).is_visible() else None
         for name, selector in (

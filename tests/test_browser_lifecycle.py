@@ -152,7 +152,9 @@ def test_stop_unconfirmed_offers_retry_and_cancel(
     ops: list[str] = []
 
     def lifecycle(route: Route) -> None:
-        op = route.request.post_data_json["op"]
+        body = route.request.post_data_json
+        assert body is not None
+        op = body["op"]
         ops.append(op)
         fulfill_json(
             route,

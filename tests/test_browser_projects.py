@@ -85,7 +85,9 @@ def test_create_project_with_members_and_models(owner: Person, room_server: Room
     expect(dialog).to_be_hidden()
     expect(page.locator("#room-title")).to_have_text("设置页迁移")
     expect(page.locator("#room-goal")).to_have_text("把设置页迁移到新组件库，不改变现有行为。")
-    project = int(re.search(r"#/p/(\d+)", page.url).group(1))  # type: ignore[union-attr]
+    found = re.search(r"#/p/(\d+)", page.url)
+    assert found is not None, page.url
+    project = int(found.group(1))
     members = page.locator("#tab-members .member-list[aria-label='AI 成员'] .name")
     expect(members).to_have_text(["负责人", "前端", "测试同学"])
 

@@ -11,7 +11,7 @@ import re
 import urllib.request
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Dialog, Page, expect
 
 from tests.support.browser import (
     Person,
@@ -94,7 +94,12 @@ def test_xss_corpus_renders_inert(chromium: Browser, room_server: RoomServer) ->
     )
     try:
         page = person.page
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+        def dismiss(dialog: Dialog) -> None:
+            dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", dismiss)
         person.open_project(project)
         # Typed into the composer too, and previewed by the resolver on the way.
         page.locator("#draft").fill("<script>window.__xss='composer'</script> @lead 看看")

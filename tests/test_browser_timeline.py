@@ -64,6 +64,7 @@ def test_two_people_see_each_other_live(
         def sides(page: Page, el: Any) -> tuple[float, float]:
             box = el.locator(".msg-body").bounding_box()
             area = page.locator("#timeline").bounding_box()
+            assert box is not None and area is not None
             return box["x"] - area["x"], area["x"] + area["width"] - (box["x"] + box["width"])
 
         left_gap, right_gap = sides(bob.page, theirs)
@@ -268,6 +269,7 @@ def test_scrolling_back_loads_older_history(owner: Person, room_server: RoomServ
         # The message that was at the top stays in view: the page does not jump.
         anchor = page.locator(".msg", has_text=oldest.split("\n")[-1]).first
         box, area = anchor.bounding_box(), timeline.bounding_box()
+        assert box is not None and area is not None
         assert area["y"] - 5 <= box["y"] <= area["y"] + area["height"], (box, area)
     expect(page.locator(".history-edge")).to_have_text("这是项目的第一条消息")
     texts = page.locator(".msg .msg-body").all_inner_texts()

@@ -1,4 +1,5 @@
-"""Operator files and commands: boot trace, boot report, /healthz, room doctor, the CLI."""
+"""Operator files and commands: boot trace, boot report, /healthz, room doctor, the CLI, and the
+recovery report, kept for server admins."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from room.boot import last_start, read_trace
 from room.cli import build_parser, main
+from tests.support.inproc import App, error, owner_user
 from tests.support.server import ServerProcess
 
 
@@ -28,7 +30,8 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     assert phases[0] == "start" and phases[-1] == "ready"
     assert {"lock", "migrate", "seed", "reconcile", "report"} <= set(phases)
     report = json.loads((server.data / "boot-report.json").read_text())
-    assert report["pid"] == server.proc.pid  # type: ignore[union-attr]
+    assert server.proc is not None
+    assert report["pid"] == server.proc.pid
     assert report["sqlite"]["library"]
     for name in ("starlette", "uvicorn", "websockets", "pydantic", "nh3", "markdown-it-py"):
         dep = report["dependencies"][name]
@@ -36,7 +39,7 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     assert "room_send" in report["tools"]
     assert next(p["name"] for p in report["providers"]) == "builtin"
     assert report["providers"][0]["available"] is True
-    assert report["activations"][-1]["pid"] == server.proc.pid  # type: ignore[union-attr]
+    assert report["activations"][-1]["pid"] == server.proc.pid
     status, health = server.request("GET", "/healthz")
     assert status == 200 and health["ok"] is True
     code, text = run_cli("doctor", "--data", str(server.data))
@@ -93,3 +96,11 @@ def test_help_documents_every_command() -> None:
     with pytest.raises(SystemExit), contextlib.redirect_stdout(io.StringIO()) as out:
         main(["member", "token", "--help"])
     assert "PROJECT" in out.getvalue() and "HANDLE" in out.getvalue()
+
+
+def test_recovery_is_for_server_admins_only(app: App) -> None:
+    bob, bob_cookie = app.new_user("bob", "Bob")
+    _, _, token = app.project_with("恢复", owner_user(app), bob)
+    assert app.request("GET", "/api/recovery", cookie=app.owner_cookie)[0] == 200
+    assert error(app.request("GET", "/api/recovery", cookie=bob_cookie)) == (403, "admin_only")
+    assert error(app.request("GET", "/api/recovery", token=token)) == (403, "admin_only")

@@ -104,7 +104,7 @@ async def test_multi_step_tool_use_puts_all_results_in_one_user_turn() -> None:
                 ToolCall("toolu_b", "read_file", {"path": "setup.py"}),
             )
             assert (first.stop_reason, first.usage) == ("tool_use", Usage(50, 30))
-            transcript = (
+            transcript: tuple[ChatMessage, ...] = (
                 *OPENING,
                 ChatMessage("assistant", first.text, tool_calls=first.tool_calls),
                 ChatMessage("tool", "# Demo", tool_call_id="toolu_a", name="read_file"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import pytest
@@ -172,7 +173,7 @@ def test_anthropic_check_requires_alternation_and_results_first() -> None:
     result = {"type": "tool_result", "tool_use_id": "t1", "content": "r"}
     text = {"type": "text", "text": "more"}
 
-    def body(*messages: dict[str, object]) -> dict[str, object]:
+    def body(*messages: Mapping[str, object]) -> dict[str, object]:
         return {"model": "m", "max_tokens": 10, "messages": list(messages)}
 
     user = {"role": "user", "content": "hi"}

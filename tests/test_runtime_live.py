@@ -4,99 +4,24 @@ OpenAI wire protocol as the model (scripted), so the real provider code runs."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import uuid
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import (
-    TEST_API_KEY,
     OpenAIServer,
     Reply,
     error,
     openai_text,
     openai_tool_call,
 )
-from tests.support.server import ServerProcess, Session
+from tests.support.server import start_with_openai
+from tests.support.wsclient import Client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
-
-API_KEY = TEST_API_KEY  # imported from here by other suites
-
-
-class Room:
-    """A server wired to a scripted model, with the owner signed in."""
-
-    def __init__(self, server: ServerProcess, llm: OpenAIServer) -> None:
-        self.server = server
-        self.llm = llm
-        self.owner: Session = server.login()
-        me = server.get_json("/api/me", cookie=self.owner.cookie)
-        self.project = int(me["projects"][0]["id"])
-        detail = self.get(f"/api/projects/{self.project}")
-        self.members = {m["handle"]: m for m in detail["members"]}
-
-    def get(self, path: str) -> Any:
-        return self.server.get_json(path, cookie=self.owner.cookie)
-
-    def post(self, path: str, body: Any, expect: int = 200) -> Any:
-        status, data = self.server.request("POST", path, body, headers=self.owner.headers)
-        assert status == expect, (status, data)
-        return data
-
-    def say(self, body: str, **extra: Any) -> dict[str, Any]:
-        return self.post(
-            f"/api/projects/{self.project}/messages",
-            {"body": body, "client_txn_id": uuid.uuid4().hex, **extra},
-            expect=201,
-        )
-
-    def add_agent(self, handle: str, role: str, name: str, driver: str = "builtin") -> int:
-        data = self.post(
-            f"/api/projects/{self.project}/members",
-            {"role": role, "handle": handle, "display_name": name, "driver": driver},
-            expect=201,
-        )
-        member_id = int(data["member"]["id"])
-        self.members[handle] = data["member"]
-        return member_id
-
-    def route(self, member: str, model: str = "openai/gpt-test") -> None:
-        self.post(
-            f"/api/projects/{self.project}/routes",
-            {
-                "scope": "member",
-                "target": str(self.members[member]["id"]),
-                "value": model,
-                "reason": "测试使用本地模型",
-            },
-        )
-
-    def messages(self) -> list[dict[str, Any]]:
-        return self.get(f"/api/projects/{self.project}/messages?limit=200")["messages"]
-
-    def deliveries(self, message_id: int) -> list[dict[str, Any]]:
-        return self.get(f"/api/messages/{message_id}")["deliveries"]
-
-    def db(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.server.data / "room.sqlite")
-
-
-async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    with anyio.fail_after(timeout):
-        while True:
-            value = check()
-            if value:
-                return value
-            await anyio.sleep(0.05)
-
-
-def agent_replies(room: Room, handle: str) -> list[dict[str, Any]]:
-    author = room.members[handle]["id"]
-    return [m for m in room.messages() if m["author_id"] == author and m["kind"] != "tool"]
 
 
 async def test_echo_route_answers_without_keys(room: Room) -> None:
@@ -290,3 +215,111 @@ async def test_agents_cannot_run_member_operations(room: Room) -> None:
     assert status == 403 and body["error"]["code"] == "agent_forbidden"
     card = room.get(f"/api/projects/{room.project}/members/{lead}")
     assert card["member"]["status"] == "active"
+
+
+async def test_a_pause_while_waiting_for_a_turn_slot_holds_instead_of_failing(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    server = start_with_openai(tmp_path / "data", llm, ROOM_MAX_CONCURRENT_TURNS="1")
+    try:
+        room = Room(server, llm)
+        room.add_agent("slow", "backend", "慢")
+        room.add_agent("quick", "frontend", "快")
+        room.route("slow")
+        room.route("quick")
+
+        def answer(request: dict[str, Any]) -> Reply:
+            if "你是 @slow" in request["messages"][0]["content"]:
+                return Reply(body=openai_text("慢的回答").body, delay_secs=1.5)
+            return openai_text("快的回答")
+
+        llm.push(*[answer] * 10)
+        room.say("@slow 先做")
+        await eventually(lambda: len(llm.chat_requests) == 1)
+        waiting = room.say("@quick 等一个空位")
+        room.post(f"/api/projects/{room.project}/lifecycle", {"op": "pause"})
+        await anyio.sleep(2.0)
+        assert room.deliveries(waiting["message_id"])[0]["state"] == "held"
+        room.post(f"/api/projects/{room.project}/lifecycle", {"op": "resume"})
+        await eventually(lambda: agent_replies(room, "quick"))
+        assert room.deliveries(waiting["message_id"])[0]["state"] == "consumed"
+    finally:
+        server.stop()
+
+
+async def test_the_token_budget_stops_the_turn_at_the_next_step(
+    room: Room, llm: OpenAIServer
+) -> None:
+    room.route("lead")
+    room.post(f"/api/projects/{room.project}/limits", {"token_budget": 10})
+    llm.push(
+        openai_tool_call("room_members", {}, call_id="a"),
+        openai_tool_call("room_history", {}, call_id="b"),
+        openai_text("不该走到这里"),
+    )
+    room.say("@lead 用掉预算")
+    await eventually(lambda: room.get(f"/api/projects/{room.project}/brake")["tripped"])
+    await anyio.sleep(1.0)
+    assert len(llm.chat_requests) == 1  # no request after the budget was spent
+    assert room.get(f"/api/projects/{room.project}/brake")["tripped"] == "token_budget"
+    assert agent_replies(room, "lead") == []
+
+
+async def test_a_message_steered_at_the_last_step_waits_instead_of_failing(
+    room: Room, llm: OpenAIServer
+) -> None:
+    room.route("lead")
+    room.post(f"/api/projects/{room.project}/limits", {"max_steps": 1})
+    llm.push(Reply(body=openai_tool_call("room_members", {}).body, delay_secs=1.0))
+    room.say("@lead 第一条")
+    await eventually(lambda: len(llm.chat_requests) == 1)
+    late = room.say("@lead 第二条")
+    notice = await eventually(
+        lambda: [m for m in room.messages() if m["kind"] == "system" and "步数制动" in m["body"]]
+    )
+    assert notice
+    assert room.deliveries(late["message_id"])[0]["state"] == "pending"
+
+
+async def test_a_null_limit_falls_back_to_the_default(room: Room) -> None:
+    room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": None})
+    brake = room.get(f"/api/projects/{room.project}/brake")
+    assert brake["limits"]["agent_turn_cap"] == 12
+    sent = room.say("限额之后的消息")
+    await eventually(lambda: agent_replies(room, "lead"))
+    assert room.deliveries(sent["message_id"])[0]["state"] == "consumed"
+
+
+async def test_an_external_agents_turns_count_toward_the_loop_brake(room: Room) -> None:
+    server = room.server
+    room.add_agent("outside", "backend", "外部", driver="external")
+    room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": 2})
+    token = server.agent_token("演示项目", "outside")
+    agent = await Client.open(server.ws_url, token=token)
+    await agent.wait_for("hello")
+    for i in range(3):
+        room.say(f"@outside 第 {i} 件")
+    ids: list[int] = []
+    while len(ids) < 3:
+        frame = await agent.wait_for("inbox")
+        ids.extend(d["delivery_id"] for d in frame["deliveries"])
+    # Three turns of its own, one delivery each, with no human message in between.
+    for delivery_id in ids:
+        await agent.send({"type": "consume", "delivery_ids": [delivery_id]})
+    brake = await eventually(
+        lambda: (b := room.get(f"/api/projects/{room.project}/brake"))["tripped"] and b
+    )
+    assert brake["tripped"] == "agent_turn_cap"
+    # Braked: a new mention waits, it is not offered.
+    held = room.say("@outside 还有一件")
+    with anyio.move_on_after(1.0):
+        frame = await agent.wait_for("inbox", timeout=2)
+        pytest.fail(f"offered while braked: {frame}")
+    assert room.deliveries(held["message_id"])[0]["state"] == "pending"
+    # A steer is part of a running turn, not a new one: it never trips anything.
+    room.post(f"/api/projects/{room.project}/brake/clear", {})
+    frame = await agent.wait_for("inbox")
+    steered = [d["delivery_id"] for d in frame["deliveries"]]
+    await agent.send({"type": "consume", "delivery_ids": steered, "mode": "steer"})
+    await eventually(lambda: room.deliveries(held["message_id"])[0]["state"] == "consumed")
+    assert room.get(f"/api/projects/{room.project}/brake")["tripped"] is None

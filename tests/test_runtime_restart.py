@@ -1,4 +1,5 @@
-"""``kill -9`` mid-turn, then restart: no delivery stuck, none duplicated; external agents."""
+"""``kill -9`` or a graceful stop mid-turn, then restart: no delivery stuck, none duplicated;
+external agents."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import anyio
 import pytest
 
 from room.client import AgentClient, Batch
+from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
 from tests.support.server import start_with_openai
-from tests.test_runtime_live import Room, agent_replies, eventually
+from tests.support.wsclient import Client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
@@ -221,3 +223,51 @@ async def test_after_a_restart_only_active_projects_resume(
         assert room.deliveries(sent["message_id"])[0]["state"] == "consumed"
     finally:
         again.stop()
+
+
+async def test_a_graceful_restart_reruns_the_interrupted_turn(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    data = tmp_path / "data"
+    server = start_with_openai(data, llm)
+    room = Room(server, llm)
+    room.route("lead")
+    llm.push(Reply(body=openai_text("太慢").body, delay_secs=30))
+    sent = room.say("@lead 慢慢来")
+    await eventually(lambda: room.deliveries(sent["message_id"])[0]["state"] == "delivered")
+    await eventually(lambda: len(llm.chat_requests) == 1)
+    server.stop()  # SIGTERM: a normal stop, not a crash
+    llm.push(openai_text("重启后完成"))
+    again = start_with_openai(data, llm)
+    try:
+        room.server, room.owner = again, again.login()
+        await eventually(lambda: agent_replies(room, "lead"))
+        assert [r["body"] for r in agent_replies(room, "lead")] == ["重启后完成"]
+        assert room.deliveries(sent["message_id"])[0]["state"] == "consumed"
+    finally:
+        again.stop()
+
+
+async def test_two_sockets_of_one_external_agent_never_get_the_same_delivery(room: Room) -> None:
+    server = room.server
+    room.add_agent("outside", "backend", "外部", driver="external")
+    token = server.agent_token("演示项目", "outside")
+    a = await Client.open(server.ws_url, token=token)
+    b = await Client.open(server.ws_url, token=token)
+    await a.wait_for("hello")
+    await b.wait_for("hello")
+    for i in range(6):
+        room.say(f"@outside 第 {i} 件")
+    seen: list[int] = []
+
+    async def collect(client: Client) -> None:
+        with anyio.move_on_after(2.0):
+            while True:
+                frame = await client.recv(timeout=3)
+                if frame["type"] == "inbox":
+                    seen.extend(d["delivery_id"] for d in frame["deliveries"])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collect, a)
+        tg.start_soon(collect, b)
+    assert len(seen) == len(set(seen)) == 6

@@ -1,4 +1,5 @@
-"""Storage: migrations and backups, version refusal, the single-writer lock, group commit."""
+"""Storage: migrations and backups, version refusal, the single-writer lock, group commit, and
+the delivery ledger refusing moves out of final states."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from room.effects import Broadcast, Effect
 from room.errors import LockHeldError, SchemaTooNewError, StorageError
 from room.store import Database, DataLock, Tx
+from room.store import runtime as rt_store
 from room.store import schema as schema_mod
 from room.store.migrate import connect, migrate, user_version
 from room.store.schema import SCHEMA_VERSION, Migration
@@ -140,7 +143,8 @@ def test_second_server_exits_nonzero_within_two_seconds_and_changes_nothing(
         assert [p["phase"] for p in phases] == ["start", "lock"]
         assert phases[1]["ok"] is False
         assert phases[1]["ts"] - phases[0]["ts"] < 2.0
-        assert f"pid {first.proc.pid}" in result.stderr  # type: ignore[union-attr]
+        assert first.proc is not None
+        assert f"pid {first.proc.pid}" in result.stderr
         assert snapshot(db) == before
     finally:
         first.stop()
@@ -154,7 +158,7 @@ def snapshot(db: Path) -> list[str]:
         conn.close()
 
 
-def _insert_user(handle: str):  # type: ignore[no-untyped-def]
+def _insert_user(handle: str) -> Callable[[sqlite3.Connection, object], int]:
     def job(conn: sqlite3.Connection, tx: object) -> int:
         cur = conn.execute(
             "INSERT INTO users (handle, display_name, created_at) VALUES (?, ?, 0)",
@@ -254,21 +258,42 @@ def test_replay_frames_built_by_sqlite_equal_event_frame(tmp_path: Path) -> None
     conn.execute("INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0)")
     bodies = ["普通的一句话", 'quotes " and \\ and \n newlines', "</script> & <b>"]
     for body in bodies:
-        run_write(
-            conn,
-            lambda c, tx, body=body: append_message(
+
+        def job(c: sqlite3.Connection, tx: Tx, body: str = body) -> object:
+            return append_message(
                 c,
                 tx,
                 project_id=1,
                 author_id=None,
                 kind="system",
-                body=body,  # type: ignore[arg-type]
+                body=body,
                 html=f"<p>{body}</p>",
-            ),
-        )
+            )
+
+        run_write(conn, job)
     replayed = messages_store.replay(conn, 1, 0, 10)
     stored = conn.execute("SELECT seq, frame FROM messages ORDER BY seq").fetchall()
     assert [(s, messages_store.event_frame(1, s, f)) for s, f in stored] == [
         tuple(r) for r in replayed
     ]
     assert [json.loads(f)["message"]["body"] for _, f in replayed] == bodies
+
+
+def test_the_ledger_refuses_moves_out_of_final_states(tmp_path: Path) -> None:
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    conn.executescript(
+        """
+        INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0);
+        INSERT INTO members (project_id, kind, role, handle, display_name, created_at)
+            VALUES (1, 'agent', 'lead', 'a', 'a', 0);
+        INSERT INTO messages (id, project_id, seq, kind, body, frame, created_at)
+            VALUES (1, 1, 1, 'chat', 'x', '{}', 0);
+        INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,
+            updated_at) VALUES (1, 1, 1, 'cancelled', 0, 0);
+        """
+    )
+    assert rt_store.set_state(conn, [1], "consumed", 1.0) == []
+    assert rt_store.set_state(conn, [1], "pending", 1.0) == []
+    assert conn.execute("SELECT state FROM deliveries").fetchone()[0] == "cancelled"

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.support.server import ServerProcess
-from tests.support.wsclient import Client
+from room.client import AgentClient, Batch
+from tests.support.live_room import Room, eventually
+from tests.support.llm_servers import OpenAIServer
+from tests.support.server import ServerProcess, start_with_openai
+from tests.support.wsclient import Client, Frame
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
@@ -537,5 +543,138 @@ async def test_a_stalled_reader_is_cut_without_slowing_others(tmp_path: Any) -> 
                 await stalled.recv()
         assert stalled.ws.close_code == 1013
         assert "resume" in (stalled.ws.close_reason or "")
+    finally:
+        server.stop()
+
+
+def _has(ws: Client, check: Callable[[Frame], bool]) -> bool:
+    return any(check(f) for f in ws.frames)
+
+
+async def _until(ws: Client, check: Callable[[Frame], bool]) -> None:
+    with anyio.fail_after(10):
+        while not _has(ws, check):
+            await ws.recv(10)
+
+
+async def test_a_member_who_leaves_stops_receiving_the_project(
+    server: ServerProcess, clients: list[Client]
+) -> None:
+    owner = server.login()
+    project_id = server.get_json("/api/me", cookie=owner.cookie)["projects"][0]["id"]
+    bob = server.invite(owner, project_id, "bob", "Bob")
+    ws = await Client.open(server.ws_url, cookie=bob.cookie, origin=server.origin)
+    await ws.wait_for("hello")
+    await ws.send({"type": "subscribe", "project_id": project_id})
+    bob_id = (await ws.wait_for("subscribed"))["you"]
+
+    status, _ = server.request(
+        "POST", f"/api/projects/{project_id}/members/{bob_id}/leave", {}, headers=owner.headers
+    )
+    assert status == 200
+    await _until(ws, lambda f: f.get("type") == "unsubscribed")
+    # The notice and the roster reach whoever left before the cut, so their page can say so.
+    types = [f.get("type") for f in ws.frames]
+    cut = types.index("unsubscribed")
+    assert "members" in types[:cut]
+    assert any(
+        f.get("type") == "message" and "移出了 @bob" in f["message"]["body"]
+        for f in ws.frames[:cut]
+    )
+    status, _ = server.request(
+        "POST",
+        f"/api/projects/{project_id}/messages",
+        {"body": "bob 走后的秘密"},
+        headers=owner.headers,
+    )
+    assert status == 201  # published before the response: frames pushed to bob would precede
+    await ws.send({"type": "ping"})
+    await _until(ws, lambda f: f.get("type") == "pong")
+    assert not _has(ws, lambda f: f.get("type") == "message" and "秘密" in f["message"]["body"])
+
+
+async def test_a_member_who_leaves_is_unsubscribed_as_left_and_refused_a_post(room: Room) -> None:
+    server = room.server
+    bob = server.invite(room.owner, room.project, "bob", "小博")
+    client = await Client.open(server.ws_url, cookie=bob.cookie, origin=server.origin)
+    await client.send({"type": "subscribe", "project_id": room.project})
+    await client.wait_for("subscribed")
+    members = room.get(f"/api/projects/{room.project}")["members"]
+    bob_id = next(m["id"] for m in members if m["handle"] == "bob")
+    room.post(f"/api/projects/{room.project}/members/{bob_id}/leave", {})
+    gone = await client.wait_for("unsubscribed")
+    assert gone["reason"] == "left"
+    room.say("@lead 鲍勃走了之后的消息")
+    with pytest.raises(TimeoutError):
+        await client.wait_for("message", timeout=1.0)
+    status, body = server.request(
+        "POST",
+        f"/api/projects/{room.project}/messages",
+        {"body": "我还在吗"},
+        headers=bob.headers,
+    )
+    assert status == 403 and body["error"]["code"] == "not_member"
+
+
+async def test_an_agent_that_leaves_has_its_open_sockets_closed(room: Room) -> None:
+    server = room.server
+    outside = room.add_agent("outside", "backend", "外部", driver="external")
+    token = server.agent_token("演示项目", "outside")
+    by_header = await Client.open(server.ws_url, token=token)
+    await by_header.wait_for("hello")
+    by_frame = await Client.open(server.ws_url)  # authenticates with a first `auth` frame
+    await by_frame.send({"type": "auth", "token": token})
+    await by_frame.wait_for("hello")
+    watcher = await Client.open(server.ws_url, cookie=room.owner.cookie, origin=server.origin)
+    await watcher.wait_for("hello")
+
+    async def handler(batch: Batch) -> str:
+        return "不会收到"
+
+    # room.client, as `room agent` runs it: it reconnects after a lost socket, and stops when
+    # its token is refused.
+    agent = AgentClient(server.origin, token, handler)
+    agent_process = asyncio.ensure_future(agent.run())
+    await eventually(lambda: agent.members)  # connected and subscribed
+    room.post(f"/api/projects/{room.project}/members/{outside}/leave", {})
+    for socket in (by_header, by_frame):
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                await socket.recv(timeout=5)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+        assert "left" in closed.value.rcvd.reason
+    # The token is gone too: a new socket with it is refused.
+    with pytest.raises(InvalidStatus):
+        await Client.open(server.ws_url, token=token)
+    with pytest.raises(InvalidStatus):
+        await asyncio.wait_for(agent_process, 10)
+    await watcher.send({"type": "ping", "req_id": "still-here"})
+    await watcher.wait_for(lambda f: f.get("req_id") == "still-here")  # the owner's stays
+
+
+async def test_a_resume_that_is_never_read_is_cut_not_buffered(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    server = start_with_openai(tmp_path / "data", llm, ROOM_OUTBOX_BYTES="131072")
+    try:
+        room = Room(server, llm)
+        lead = room.members["lead"]["id"]
+        room.post(f"/api/projects/{room.project}/members/{lead}/pause", {})
+        writer = await Client.open(server.ws_url, cookie=room.owner.cookie, origin=server.origin)
+        body = "满" * 10_000
+        for i in range(300):
+            await writer.send(
+                {"type": "send", "project_id": room.project, "client_txn_id": f"r{i}", "body": body}
+            )
+            await writer.wait_for("ack")
+        lazy = await Client.open(server.ws_url, cookie=room.owner.cookie, origin=server.origin)
+        lazy.ws.transport.pause_reading()
+        await lazy.send({"type": "subscribe", "project_id": room.project, "since": 0})
+        await anyio.sleep(3.0)
+        lazy.ws.transport.resume_reading()
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await lazy.recv()
+        assert lazy.ws.close_code == 1013
     finally:
         server.stop()

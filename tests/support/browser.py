@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Route, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Route,
+    expect,
+    sync_playwright,
+)
 
 from tests.support.server import ServerProcess, Session
 
@@ -176,13 +184,12 @@ def new_person(
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-    page.on(
-        "console",
-        lambda msg: (
-            msg.type == "error"
-            and errors.append(f"console: {msg.text} @ {msg.location.get('url', '')}")
-        ),
-    )
+
+    def console_error(msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            errors.append(f"console: {msg.text} @ {msg.location.get('url', '')}")
+
+    page.on("console", console_error)
     if setup is not None:
         setup(page)  # routes and scripts that must be in place before the page loads
     return context, page, errors

@@ -159,3 +159,14 @@ def owner_user(app: App) -> User:
         return auth_actions.ensure_owner(conn, tx)
 
     return app.write(job)
+
+
+def post(app: App, path: str, body: Any = None) -> tuple[int, Any]:
+    """POST as the signed-in owner; no body sends an empty object."""
+    return app.request("POST", path, {} if body is None else body, cookie=app.owner_cookie)
+
+
+def error(result: tuple[int, Any]) -> tuple[int, str]:
+    """(status, error code) of a refused request."""
+    status, body = result
+    return status, body["error"]["code"]
