@@ -12,7 +12,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from room.client import AgentClient, Batch
-from room.store import runtime as rt_store
+from room.store import deliveries as deliveries_store
 from room.store.migrate import connect, migrate
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
 from tests.support.server import start_with_openai
@@ -260,8 +260,8 @@ def test_the_ledger_refuses_moves_out_of_final_states(tmp_path: Path) -> None:
             updated_at) VALUES (1, 1, 1, 'cancelled', 0, 0);
         """
     )
-    assert rt_store.set_state(conn, [1], "consumed", 1.0) == []
-    assert rt_store.set_state(conn, [1], "pending", 1.0) == []
+    assert deliveries_store.set_state(conn, [1], "consumed", 1.0) == []
+    assert deliveries_store.set_state(conn, [1], "pending", 1.0) == []
     assert conn.execute("SELECT state FROM deliveries").fetchone()[0] == "cancelled"
 
 
