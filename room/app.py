@@ -29,7 +29,7 @@ from room.actions import auth as auth_actions
 from room.actions import projects as project_actions
 from room.actions import wiring
 from room.actions.lifecycle import restart_stops
-from room.actions.runtime import reconcile_on_start
+from room.actions.recovery import reconcile_on_start
 from room.api import routes as api_routes
 from room.boot import BootTrace, write_report
 from room.core import Core, RateLimiter, RosterCache
@@ -38,7 +38,7 @@ from room.hub import Hub
 from room.models import User
 from room.protocol import CLIENT_FRAME_TYPES
 from room.providers import ProviderRegistry, default_configs
-from room.runtime import Runtime, RuntimeSettings
+from room.runtime import AgentSettings, Scheduler
 from room.runtime.task_tools import TASK_TOOLS
 from room.runtime.tools import BUILTIN_TOOLS, Tool
 from room.settings import Settings
@@ -170,14 +170,11 @@ def create_app(
         app.state.server = server
         trace.phase("writer")
         registry = ProviderRegistry(default_configs(provider_env), env=provider_env)
-        runtime = Runtime(
+        runtime = Scheduler(
             core,
             registry,
-            RuntimeSettings(
+            AgentSettings(
                 max_concurrent_turns=settings.max_concurrent_turns,
-                max_steps=settings.max_steps,
-                agent_turn_cap=settings.agent_turn_cap,
-                token_budget=settings.token_budget,
                 context_tokens=settings.context_tokens,
                 stop_confirm_secs=settings.stop_confirm_secs,
             ),

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from room.effects import FollowUp
 from room.hub import Hub
@@ -52,6 +52,31 @@ class NoRuntime:
 
     def running_members(self, project_id: int) -> list[int]:
         return []
+
+
+# Offers an external agent's pending deliveries to one of its open sockets (given the member id).
+InboxPush = Callable[[int], Coroutine[Any, Any, None]]
+
+
+class Inboxes:
+    """The open sockets of external agents, per member: ``/ws`` registers one when an external
+    agent connects, and the agents' external driver pushes its deliveries through them."""
+
+    def __init__(self) -> None:
+        self._pushes: dict[int, set[InboxPush]] = {}
+
+    def open(self, member_id: int, push: InboxPush) -> None:
+        self._pushes.setdefault(member_id, set()).add(push)
+
+    def close(self, member_id: int, push: InboxPush) -> None:
+        pushes = self._pushes.get(member_id)
+        if pushes is not None:
+            pushes.discard(push)
+            if not pushes:
+                del self._pushes[member_id]
+
+    def of(self, member_id: int) -> list[InboxPush]:
+        return list(self._pushes.get(member_id, ()))
 
 
 # Something another part of the server does with a stored message, registered on the core so
@@ -181,6 +206,7 @@ class Core:
         default_factory=lambda: RateLimiter(CHATTER_PER_SEC, CHATTER_BURST)
     )
     runtime: Waker = field(default_factory=NoRuntime)
+    inboxes: Inboxes = field(default_factory=Inboxes)
     clock: Callable[[], float] = time.time
     purging: set[int] = field(default_factory=set)  # projects with a purge under way
     # Read cursors waiting out the chatter rate: member id → (member, newest seq).

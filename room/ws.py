@@ -19,8 +19,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from room import __version__
 from room import protocol as p
+from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
-from room.actions import runtime as runtime_actions
+from room.actions import turns as turn_actions
 from room.auth import (
     SESSION_COOKIE,
     Identity,
@@ -31,15 +32,14 @@ from room.auth import (
 from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
 from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
+from room.ledger import DeliveryState
 from room.models import Member
 from room.ops import members_for, project_for, viewer_kind
-from room.runtime import Runtime
 from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
-from room.store import runtime as rt_store
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +170,8 @@ class Connection:
             for sub in self.subscriptions.values():
                 self.core.hub.unsubscribe(sub)
             if self.external_member is not None:
-                runtime = self.core.runtime
-                if isinstance(runtime, Runtime):
-                    runtime.detach_external(self.external_member, self._offer)
-                await runtime_actions.socket_lost(self.core, self.external_member, self.handoff)
+                self.core.inboxes.close(self.external_member, self._offer)
+                await delivery_actions.socket_lost(self.core, self.external_member, self.handoff)
             for task in list(self._tasks):
                 task.cancel()
             await self.outbox.aclose()
@@ -241,18 +239,17 @@ class Connection:
 
     async def _attach_external(self) -> None:
         agent = self.identity.agent if self.identity else None
-        runtime = self.core.runtime
-        if agent is None or agent.driver != "external" or not isinstance(runtime, Runtime):
+        if agent is None or agent.driver != "external":
             return
         self.external_member = agent.id
-        runtime.attach_external(agent.id, self._offer)
-        unsettled = await self.core.db.read(lambda conn: rt_store.unsettled(conn, agent.id))
+        self.core.inboxes.open(agent.id, self._offer)
+        unsettled = await self.core.db.read(lambda conn: deliveries_store.unsettled(conn, agent.id))
         if unsettled:
             self._push_inbox(agent.project_id, unsettled, reconcile=True)
         await self._offer(agent.id)
 
     async def _offer(self, member_id: int) -> None:
-        items = await runtime_actions.offer(self.core, member_id, self.handoff)
+        items = await delivery_actions.offer(self.core, member_id, self.handoff)
         if items:
             self._push_inbox(items[0].project_id, items, reconcile=False)
 
@@ -274,21 +271,31 @@ class Connection:
         return self.external_member
 
     async def on_received(self, frame: p.ReceivedFrame) -> None:
-        await runtime_actions.confirm(self.core, self._external(), frame.delivery_ids, "delivered")
+        await turn_actions.confirm_external(
+            self.core, self._external(), frame.delivery_ids, DeliveryState.DELIVERED
+        )
 
     async def on_consume(self, frame: p.ConsumeFrame) -> None:
         member_id = self._external()
         cap = None
-        runtime = self.core.runtime
-        if isinstance(runtime, Runtime) and self.identity and self.identity.agent:
-            cap = (await runtime.limits(self.identity.agent.project_id)).agent_turn_cap
-        await runtime_actions.confirm(
-            self.core, member_id, frame.delivery_ids, "consumed", frame.mode, turn_cap=cap
+        if self.identity and self.identity.agent:
+            cap = (
+                await turn_actions.limits(self.core, self.identity.agent.project_id)
+            ).agent_turn_cap
+        await turn_actions.confirm_external(
+            self.core,
+            member_id,
+            frame.delivery_ids,
+            DeliveryState.CONSUMED,
+            frame.mode,
+            turn_cap=cap,
         )
 
     async def on_redeliver(self, frame: p.RedeliverFrame) -> None:
         member_id = self._external()
-        await runtime_actions.confirm(self.core, member_id, frame.delivery_ids, "pending")
+        await turn_actions.confirm_external(
+            self.core, member_id, frame.delivery_ids, DeliveryState.PENDING
+        )
         await self._offer(member_id)
 
     # -- membership ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 from room.effects import Broadcast, Effect
 from room.errors import LockHeldError, SchemaTooNewError, StorageError
 from room.store import Database, DataLock, Tx
-from room.store import runtime as rt_store
+from room.store import deliveries as deliveries_store
 from room.store import schema as schema_mod
 from room.store.migrate import connect, migrate, user_version
 from room.store.schema import SCHEMA_VERSION, Migration
@@ -294,6 +294,6 @@ def test_the_ledger_refuses_moves_out_of_final_states(tmp_path: Path) -> None:
             updated_at) VALUES (1, 1, 1, 'cancelled', 0, 0);
         """
     )
-    assert rt_store.set_state(conn, [1], "consumed", 1.0) == []
-    assert rt_store.set_state(conn, [1], "pending", 1.0) == []
+    assert deliveries_store.set_state(conn, [1], "consumed", 1.0) == []
+    assert deliveries_store.set_state(conn, [1], "pending", 1.0) == []
     assert conn.execute("SELECT state FROM deliveries").fetchone()[0] == "cancelled"

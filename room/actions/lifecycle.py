@@ -25,12 +25,14 @@ import json
 import sqlite3
 from typing import Any
 
-from room.actions import runtime as runtime_actions
 from room.actions import tasks as task_actions
+from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
+from room.actions.notices import insert_notice
 from room.core import Core
 from room.effects import Broadcast, WakeProject
 from room.errors import BadRequestError, ConflictError, NotFoundError
+from room.ledger import OPEN_STATES, DeliveryState, Reason
 from room.lifecycle import (
     Decision,
     PendingStop,
@@ -45,6 +47,7 @@ from room.ops import project_for, project_frame
 from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
+from room.store import deliveries as deliveries_store
 from room.store import projects as projects_store
 
 NOTICES = {
@@ -74,6 +77,8 @@ DIGEST_QUERIES: tuple[tuple[str, str], ...] = (
         " WHERE project_id = :p ORDER BY id",
     ),
 )
+
+_D = DeliveryState
 
 
 def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
@@ -221,7 +226,7 @@ def _direct(
         text = f"↩️ 已取消停止，项目回到 {target.value}。"
     else:
         text = NOTICES[target.value]
-    runtime_actions.insert_notice(
+    insert_notice(
         conn,
         tx,
         project.id,
@@ -285,7 +290,7 @@ async def _stop_sequence(
             else:
                 detail["held"] = _hold_pending(conn, tx, project.id)
                 text = NOTICES[reached.value]
-        runtime_actions.insert_notice(
+        insert_notice(
             conn,
             tx,
             project.id,
@@ -316,40 +321,22 @@ async def _stop_sequence(
     return await core.db.write(finish)
 
 
-def _ids(conn: sqlite3.Connection, project_id: int, states: tuple[str, ...]) -> list[int]:
-    marks = ",".join("?" * len(states))
-    return [
-        int(r[0])
-        for r in conn.execute(
-            f"SELECT id FROM deliveries WHERE project_id = ? AND state IN ({marks}) ORDER BY id",
-            [project_id, *states],
-        )
-    ]
-
-
 def _hold_pending(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
-    ids = _ids(conn, project_id, ("pending",))
-    runtime_actions.set_deliveries(conn, tx, ids, "held", reason="project not active")
+    ids = deliveries_store.of_project(conn, project_id, (_D.PENDING,))
+    set_deliveries(conn, tx, ids, _D.HELD, code=Reason.PROJECT_NOT_ACTIVE)
     return len(ids)
 
 
 def _release_held(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
-    ids = [
-        int(r[0])
-        for r in conn.execute(
-            "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
-            " WHERE d.project_id = :p AND d.state = 'held' AND m.status = 'active' ORDER BY d.id",
-            {"p": project_id},
-        )
-    ]
-    conn.executemany("UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in ids])
-    runtime_actions.set_deliveries(conn, tx, ids, "pending")
+    ids = deliveries_store.held_for_active_members(conn, project_id)
+    deliveries_store.unbind(conn, ids)
+    set_deliveries(conn, tx, ids, _D.PENDING)
     return len(ids)
 
 
 def _cancel_open(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
-    ids = _ids(conn, project_id, ("pending", "held", "delivered", "unknown"))
-    runtime_actions.set_deliveries(conn, tx, ids, "cancelled", reason="project trashed")
+    ids = deliveries_store.of_project(conn, project_id, OPEN_STATES)
+    set_deliveries(conn, tx, ids, _D.CANCELLED, code=Reason.PROJECT_TRASHED)
     return len(ids)
 
 

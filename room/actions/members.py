@@ -9,14 +9,17 @@ owner can neither leave nor give up the role.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 from typing import Any
 
-from room.actions import runtime as runtime_actions
 from room.actions import tasks as task_actions
+from room.actions.deliveries import set_deliveries
+from room.actions.notices import insert_notice
 from room.actions.projects import AgentSpec, insert_agent
 from room.core import Core
 from room.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged, Wake
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
+from room.ledger import OPEN_STATES, DeliveryState, Reason
 from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
 from room.models import Member
 from room.ops import members_frame, viewer_kind
@@ -24,14 +27,16 @@ from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import auth as auth_store
+from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import projects as projects_store
 
-OPEN_FOR_LEAVE = ("pending", "held", "delivered", "unknown")
 LAST_OWNER = (
     "项目至少保留一位所有者：请先让另一位成员成为所有者"
     " (A project keeps at least one owner: make someone else an owner first.)"
 )
+
+_D = DeliveryState
 
 
 def actor_kind(actor: Member) -> ActorKind:
@@ -122,19 +127,19 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
         result: dict[str, Any] = {"member_id": target_id, "op": op, "stop_requested": stopped}
         if member_op_ is MemberOp.PAUSE:
             members_store.set_status(conn, target_id, "paused", tx.now)
-            held = _move(conn, tx, target_id, ("pending",), "held", "member paused")
+            held = _move(conn, tx, target_id, (_D.PENDING,), _D.HELD, Reason.MEMBER_PAUSED)
             result["held"] = held
         elif member_op_ is MemberOp.RESUME:
             members_store.set_status(conn, target_id, "active", tx.now)
             if projects_store.state_of(conn, project_id) == "active":
-                result["released"] = _move(conn, tx, target_id, ("held",), "pending", None)
+                result["released"] = _move(conn, tx, target_id, (_D.HELD,), _D.PENDING, None)
                 tx.emit(Wake(project_id, (target_id,)))
         elif member_op_ is MemberOp.LEAVE:
             members_store.set_status(conn, target_id, "left", tx.now)
             result["handed_off"] = task_actions.handoff_open_tasks(conn, tx, project_id, target_id)
             auth_store.revoke_member_tokens(conn, target_id, tx.now)
             result["cancelled"] = _move(
-                conn, tx, target_id, OPEN_FOR_LEAVE, "cancelled", "recipient left"
+                conn, tx, target_id, OPEN_STATES, _D.CANCELLED, Reason.RECIPIENT_LEFT
             )
         audit_store.record(
             conn,
@@ -153,7 +158,7 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
             "stop": "停止了当前工作：",
             "leave": "移出了",
         }[op]
-        runtime_actions.insert_notice(
+        insert_notice(
             conn,
             tx,
             project_id,
@@ -227,21 +232,14 @@ def _move(
     conn: sqlite3.Connection,
     tx: Tx,
     member_id: int,
-    from_states: tuple[str, ...],
-    to_state: str,
-    reason: str | None,
+    from_states: Collection[DeliveryState],
+    to_state: DeliveryState,
+    code: Reason | None,
 ) -> int:
-    marks = ",".join("?" * len(from_states))
-    ids = [
-        int(r[0])
-        for r in conn.execute(
-            f"SELECT id FROM deliveries WHERE recipient_id = ? AND state IN ({marks}) ORDER BY id",
-            [member_id, *from_states],
-        )
-    ]
-    if to_state == "pending":
-        conn.executemany("UPDATE deliveries SET handoff = NULL WHERE id = ?", [(i,) for i in ids])
-    runtime_actions.set_deliveries(conn, tx, ids, to_state, reason=reason)
+    ids = deliveries_store.of_member(conn, member_id, from_states)
+    if to_state is DeliveryState.PENDING:
+        deliveries_store.unbind(conn, ids)
+    set_deliveries(conn, tx, ids, to_state, code=code)
     return len(ids)
 
 

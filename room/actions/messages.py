@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from room import ledger
 from room import mentions as mention_rules
 from room.core import Core, ProjectRoster
 from room.effects import Broadcast, Publish, Wake
@@ -37,11 +38,11 @@ from room.models import Member
 from room.protocol import encode
 from room.render import render
 from room.store import Appends, Tx
+from room.store import brakes as brakes_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
-from room.store import runtime as rt_store
 from room.store.db import Prefetch, WriteJob
 
 log = logging.getLogger(__name__)
@@ -264,15 +265,13 @@ def _send_job(
         held_project = state not in WAKING_STATES
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
-            rt_store.reset_agent_turns(conn, project_id, tx.counters)
+            brakes_store.reset_agent_turns(conn, tx, project_id)
         if routing.recipients:
             deliveries_store.insert_many(
                 conn,
                 project_id=project_id,
                 message_id=message_id,
-                recipients=[
-                    (r, _initial_state(roster, r, held_project)) for r in routing.recipients
-                ],
+                recipients=[(r, _initial_state(roster, r, state)) for r in routing.recipients],
                 now=tx.now,
                 appends=appends,
             )
@@ -361,6 +360,7 @@ def publish_deliveries(
     state: str,
     mode: str | None = None,
     reason: str | None = None,
+    reason_code: str | None = None,
 ) -> None:
     """Announce ledger changes after the commit: one ``delivery`` frame per (delivery id,
     project id, message id, recipient id) row, for the labels under each message."""
@@ -380,17 +380,16 @@ def publish_deliveries(
                         "state": state,
                         "mode": mode,
                         "reason": reason,
+                        "reason_code": reason_code,
                     }
                 ),
             )
         )
 
 
-def _initial_state(roster: ProjectRoster, member_id: int, held_project: bool) -> str:
+def _initial_state(roster: ProjectRoster, member_id: int, project_state: str) -> str:
     member = roster.member(member_id)
-    if held_project or (member is not None and member.status == "paused"):
-        return "held"
-    return "pending"
+    return ledger.initial_state(project_state, member.status if member else "active")
 
 
 def _reply_excerpt(conn: sqlite3.Connection, project_id: int, reply_to: int) -> dict[str, Any]:
@@ -441,10 +440,7 @@ async def edit_message(
                 conn,
                 project_id=project_id,
                 message_id=message_id,
-                recipients=[
-                    (r, _initial_state(roster, r, state not in WAKING_STATES))
-                    for r in new_recipients
-                ],
+                recipients=[(r, _initial_state(roster, r, state or "")) for r in new_recipients],
                 now=tx.now,
             )
             messages_store.insert_mentions(
@@ -489,14 +485,14 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             new_body="",
             now=tx.now,
         )
-        cancelled = deliveries_store.cancel_open_for_message(
-            conn, message_id, "message deleted", tx.now
-        )
+        code = ledger.Reason.MESSAGE_DELETED
+        cancelled = deliveries_store.cancel_open_for_message(conn, message_id, code, tx.now)
         publish_deliveries(
             tx,
             [(d, project_id, message_id, r) for d, r in cancelled],
             "cancelled",
-            reason="message deleted",
+            reason=ledger.text_of(code),
+            reason_code=code,
         )
         old = json.loads(row["frame"])
         obj = messages_store.message_object(

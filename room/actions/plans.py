@@ -23,10 +23,10 @@ from room.models import Member
 from room.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
 from room.store import Tx
 from room.store import audit as audit_store
+from room.store import brakes as brakes_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
-from room.store import runtime as rt_store
 from room.store import tasks as tasks_store
 from room.tasks import TaskState
 
@@ -330,6 +330,6 @@ def deliver_goal(
         to=[lead] if lead is not None else [], author=creator, client_txn_id=txn,
     )  # fmt: skip
     if creator.kind == "human":
-        rt_store.reset_agent_turns(conn, project_id, tx.counters)
+        brakes_store.reset_agent_turns(conn, tx, project_id)
     fx.flush(conn, tx)
     return message_id

@@ -9,7 +9,7 @@ import json
 import sqlite3
 from typing import Any
 
-from room.actions import runtime as runtime_actions
+from room.actions.notices import insert_notice
 from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.models import AGENT_ROLES, Member
@@ -128,7 +128,7 @@ async def change_route(
         subject = _subject(conn, scope, checked_target)
         label = SOURCE_LABELS[_SOURCE[scope]].zh
         shown = value if value is not None else "（清除）"
-        runtime_actions.insert_notice(
+        insert_notice(
             conn,
             tx,
             project_id,

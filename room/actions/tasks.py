@@ -27,7 +27,8 @@ from room.actions.messages import append_message
 from room.core import Core
 from room.effects import Broadcast, Wake
 from room.errors import ConflictError, ForbiddenError, NotFoundError
-from room.lifecycle import ActorKind, ProjectState, admission_open, posting_open
+from room.ledger import initial_state
+from room.lifecycle import ActorKind, ProjectState, posting_open
 from room.models import Member, iso
 from room.protocol import encode
 from room.render import render
@@ -138,7 +139,7 @@ def post_message(
     """A message in the timeline that reaches ``to``: each is mentioned; each agent among them
     gets a delivery row (``held`` while it or the project is paused) and is woken after the
     commit. Without an author it is a system message; with no one to reach it is a plain notice
-    (as :func:`room.actions.runtime.insert_notice` writes them)."""
+    (as :func:`room.actions.notices.insert_notice` writes them)."""
     recipients = {m.id: m for m in to if m.status != "left"}
     project_id = fx.project_id
     excerpt = None
@@ -155,11 +156,9 @@ def post_message(
         client_txn_id=client_txn_id, meta=meta,
     )  # fmt: skip
     messages_store.insert_mentions(conn, message_id, [(m, "handle") for m in recipients])
-    state = ProjectState(projects_store.state_of(conn, project_id) or "purged")
+    state = projects_store.state_of(conn, project_id) or ProjectState.PURGED
     rows = [
-        (m.id, "pending" if admission_open(state) and m.status == "active" else "held")
-        for m in recipients.values()
-        if m.kind == "agent"
+        (m.id, initial_state(state, m.status)) for m in recipients.values() if m.kind == "agent"
     ]
     if rows:
         deliveries_store.insert_many(

@@ -11,26 +11,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from room.actions import brakes as brake_actions
 from room.actions import members as member_actions
 from room.actions import routes as route_actions
-from room.actions import runtime as runtime_actions
+from room.actions import turns as turn_actions
 from room.actions.projects import AgentSpec
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError, NotFoundError
 from room.ops import member_for
 from room.routing import SOURCE_LABELS
-from room.runtime import Runtime
-from room.runtime.runtime import resolve_config
+from room.runtime import Scheduler
 from room.runtime.tools import Toolbox
+from room.runtime.turn import resolve_config
 from room.store import Tx
+from room.store import brakes as brakes_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
-from room.store import runtime as rt_store
+from room.store import turns as turns_store
+from room.store import usage as usage_store
 
 
-def _runtime(request: Request) -> Runtime:
+def _runtime(request: Request) -> Scheduler:
     runtime = core_of(request).runtime
-    assert isinstance(runtime, Runtime)
+    assert isinstance(runtime, Scheduler)
     return runtime
 
 
@@ -60,8 +63,8 @@ async def member_detail(request: Request) -> Response:
         def read(conn: Any) -> Any:
             return (
                 routes_store.settings(conn, project_id),
-                rt_store.observed_route(conn, member.id),
-                rt_store.last_turn(conn, member.id),
+                usage_store.observed_route(conn, member.id),
+                turns_store.last_turn(conn, member.id),
             )
 
         config, observed, last_turn = await core.db.read(read)
@@ -165,7 +168,7 @@ async def usage(request: Request) -> Response:
     core = core_of(request)
     project_id = path_id(request, "project_id")
     await member_in(core, who, project_id)
-    data = await core.db.read(lambda conn: rt_store.usage(conn, project_id))
+    data = await core.db.read(lambda conn: usage_store.usage(conn, project_id))
     return JSONResponse(data)
 
 
@@ -174,9 +177,8 @@ async def get_brake(request: Request) -> Response:
     core = core_of(request)
     project_id = path_id(request, "project_id")
     await member_in(core, who, project_id)
-    runtime = _runtime(request)
-    brake = await core.db.read(lambda conn: rt_store.brake(conn, project_id))
-    limits = await runtime.limits(project_id)
+    brake = await core.db.read(lambda conn: brakes_store.brake(conn, project_id))
+    limits = await turn_actions.limits(core, project_id)
     return JSONResponse(
         {
             **brake,
@@ -196,8 +198,7 @@ async def clear_brake(request: Request) -> Response:
     actor = await member_in(core, who, project_id)
     if actor.kind != "human":
         raise ForbiddenError("only a person clears the loop brake", code="human_only")
-    brake = await runtime_actions.clear_brake(core, project_id, actor.id)
-    _runtime(request).wake_project(project_id)
+    brake = await brake_actions.clear_brake(core, project_id, actor.id)
     return JSONResponse(brake)
 
 

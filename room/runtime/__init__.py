@@ -1,5 +1,6 @@
-"""Agent sessions, the turn loop and the room tools (DESIGN §6)."""
+"""Agents: the scheduler, its drivers, the turn loop and the room tools (docs/architecture.md,
+"Agents")."""
 
-from room.runtime.runtime import Runtime, RuntimeSettings
+from room.runtime.scheduler import AgentSettings, Scheduler
 
-__all__ = ["Runtime", "RuntimeSettings"]
+__all__ = ["AgentSettings", "Scheduler"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from room.actions import messages as message_actions
 from room.actions import routes as route_actions
-from room.actions import runtime as runtime_actions
+from room.actions import turns as turn_actions
 from room.core import Core
 from room.errors import RoomError
 from room.models import Member
@@ -60,7 +60,7 @@ async def _room_send(ctx: ToolContext, args: dict[str, Any]) -> str:
         ack = await message_actions.send_message(
             ctx.core,
             ctx.member,
-            client_txn_id=runtime_actions.tool_txn(ctx.turn_id, ctx.call_id),
+            client_txn_id=turn_actions.tool_txn(ctx.turn_id, ctx.call_id),
             body=text,
             reply_to=int(reply_to) if isinstance(reply_to, int) else None,
             rate_limited=False,

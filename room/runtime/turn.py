@@ -14,103 +14,120 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from room.actions import brakes as brake_actions
 from room.actions import messages as message_actions
-from room.actions import runtime as runtime_actions
+from room.actions import turns as turn_actions
+from room.actions.turns import Limits, TurnStart
+from room.core import Core
 from room.errors import ProviderError, RoomError
+from room.ledger import Reason
 from room.models import Member
-from room.providers import ChatMessage, ChatRequest, ChatResult
+from room.providers import ChatMessage, ChatRequest, ChatResult, ProviderRegistry
+from room.routing import Pool, PoolPick, ResolvedRoute, resolve_route
 from room.runtime import context as ctx_mod
 from room.runtime.presets import ROOM_RULES, preset_for
-from room.runtime.tools import Toolbox, ToolContext
+from room.runtime.tools import Tool, Toolbox, ToolContext
+from room.store import brakes as brakes_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
-from room.store.runtime import Inbound
-
-if TYPE_CHECKING:
-    from room.runtime.runtime import Runtime, Session
+from room.store import routes as routes_store
 
 log = logging.getLogger(__name__)
 
-STOPPED = "stopped: a person stopped this work, or the project stopped"
 REPEAT_LIMIT = 3  # the same tool call this many times in one turn trips the brake
 TIMELINE_MESSAGES = 60
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class TurnEnv:
+    """What a turn runs with: the server's parts, its providers and tools, and whether the
+    server is shutting down (a turn cancelled then is left ``running`` for the next start)."""
+
+    core: Core
+    registry: ProviderRegistry
+    tools: Mapping[str, Tool]
+    context_tokens: int
+    closing: Callable[[], bool]
+
+
+@dataclass(frozen=True, slots=True)
 class TurnOutcome:
+    """How a turn ended, as a value: its state and steps, the reply it posted (id and text),
+    and whether the session should look for more work now."""
+
     state: str
     steps: int
+    reply_id: int | None = None
+    text: str | None = None
+    look_again: bool = True
 
 
 class Turn:
-    def __init__(self, runtime: Runtime, session: Session, member: Member, inbound: list[Inbound]):
-        self.rt = runtime
-        self.core = runtime.core
-        self.session = session
+    """One turn over deliveries already claimed and taken in (:func:`begin_turn`). It touches
+    no session: a session asks it to :meth:`stop` and reads :meth:`run`'s outcome."""
+
+    def __init__(self, env: TurnEnv, member: Member, start: TurnStart, limits: Limits):
+        assert start.turn_id is not None
+        self.env = env
+        self.core = env.core
         self.member = member
-        self.inbound = inbound
-        self.turn_id = 0
+        self.inbound = list(start.inbound)
+        self.limits = limits
+        self.turn_id = start.turn_id
         self.steps = 0
-        self.unconsumed: list[tuple[int, str]] = [(i.delivery_id, "queue") for i in inbound]
+        self.unconsumed: list[tuple[int, str]] = [(i.delivery_id, "queue") for i in self.inbound]
         self.seen_calls: dict[str, int] = {}
+        self.stop_requested = False
+        self._in_flight: asyncio.Future[Any] | None = None
+
+    def stop(self) -> None:
+        """Ask the turn to stop at its next step boundary; an in-flight model call is
+        abandoned."""
+        self.stop_requested = True
+        if self._in_flight is not None and not self._in_flight.done():
+            self._in_flight.cancel()
 
     async def run(self) -> TurnOutcome:
-        project_id = self.member.project_id
-        ids = [i.delivery_id for i in self.inbound]
         try:
-            limits = await self.rt.limits(project_id)
-            start = await runtime_actions.start_turn(
-                self.core, project_id, self.member.id, self.inbound, limits.agent_turn_cap
-            )
-        except Exception:
-            # Claimed but no turn opened: give them back rather than leave them 'delivered'.
-            log.exception("turn of member %s could not start", self.member.id)
-            await runtime_actions.release_claimed(
-                self.core, self.member.id, ids, "the turn could not start"
-            )
-            return TurnOutcome("failed", 0)
-        if start.turn_id is None:
-            return TurnOutcome("braked", 0)
-        self.turn_id = start.turn_id
-        self.session.turn_id = self.turn_id
-        try:
-            return await self._loop(limits)
+            return await self._loop(self.limits)
         except asyncio.CancelledError:
-            if self.rt.closing:
+            if self.env.closing():
                 # Server shutdown: leave the turn 'running'; the next start reconciles it from
                 # the session's record (re-run if it had no effect), as after a crash.
                 raise
-            if self.session.stop_requested:
-                await self._end("cancelled", STOPPED, notice=None, unanswered="release_if_closed")
+            if self.stop_requested:
+                await self._end("cancelled", Reason.TURN_STOPPED, unanswered="release_if_closed")
                 return TurnOutcome("cancelled", self.steps)
             raise
         except Exception as exc:  # a bug must not leave deliveries stuck
             log.exception("turn %s failed", self.turn_id)
             await self._end(
                 "failed",
+                Reason.TURN_FAILED,
                 f"internal error: {type(exc).__name__}",
                 notice=f"⚠️ @{self.member.handle} 的这一轮出错了，消息未处理。",
             )
             return TurnOutcome("failed", self.steps)
-        finally:
-            self.session.turn_id = None
 
-    async def _loop(self, limits: Any) -> TurnOutcome:
-        toolbox = Toolbox(self.rt.tools, self.member.role)
+    async def _loop(self, limits: Limits) -> TurnOutcome:
+        toolbox = Toolbox(self.env.tools, self.member.role)
         messages = await self._context()
         for step in range(1, limits.max_steps + 1):
             self.steps = step
-            if self.session.stop_requested:
-                await self._end("cancelled", STOPPED, notice=None, unanswered="release_if_closed")
+            if self.stop_requested:
+                await self._end("cancelled", Reason.TURN_STOPPED, unanswered="release_if_closed")
                 return TurnOutcome("cancelled", step - 1)
-            if step > 1 and await self.rt.brake_tripped(self.member.project_id):
+            if step > 1 and await brake_tripped(self.core, self.member.project_id):
                 # The brake (a token budget, another agent's loop) is a hard stop: no further
                 # model request from this turn.
-                await self._end("braked", "loop brake tripped", notice=None, unanswered="release")
-                return TurnOutcome("braked", step - 1)
+                await self._end(
+                    "braked", Reason.LOOP_BRAKE, "loop brake tripped", unanswered="release"
+                )
+                return TurnOutcome("braked", step - 1, look_again=False)
             result = await self._call(messages, toolbox, limits)
             if result is None:
                 return TurnOutcome("failed", step)
@@ -128,8 +145,8 @@ class Turn:
                 if self.seen_calls[key] >= REPEAT_LIMIT:
                     await self._end(
                         "braked",
+                        Reason.LOOP_BRAKE,
                         "repeating the same action",
-                        notice=None,
                         unanswered="release",
                         brake=(
                             "repetition",
@@ -139,7 +156,7 @@ class Turn:
                             },
                         ),
                     )
-                    return TurnOutcome("braked", step)
+                    return TurnOutcome("braked", step, look_again=False)
                 tool_ctx = ToolContext(self.core, self.member, self.turn_id, call.id, {})
                 text, acted = await toolbox.run(tool_ctx, call.name, call.arguments)
                 if call.raw_arguments and not call.arguments:
@@ -149,7 +166,7 @@ class Turn:
                 messages.append(
                     ChatMessage(role="tool", content=text, tool_call_id=call.id, name=call.name)
                 )
-            await runtime_actions.record_tool_step(
+            await turn_actions.record_tool_step(
                 self.core,
                 self.member.project_id,
                 self.member.id,
@@ -166,12 +183,12 @@ class Turn:
                     messages.append(steer)
         await self._end(
             "step_limit",
+            Reason.LOOP_BRAKE,
             "step limit reached without a final answer",
-            notice=None,
             unanswered="release",
             brake=("step_limit", {"handle": self.member.handle, "max_steps": limits.max_steps}),
         )
-        return TurnOutcome("step_limit", self.steps)
+        return TurnOutcome("step_limit", self.steps, look_again=False)
 
     async def _context(self) -> list[ChatMessage]:
         project_id = self.member.project_id
@@ -199,16 +216,16 @@ class Turn:
                 if not m["deleted"] and m["kind"] != "tool"
             ],
             inputs=[ctx_mod.Line(i.seq, i.author_id, i.body) for i in self.inbound],
-            budget_tokens=self.rt.settings.context_tokens,
+            budget_tokens=self.env.context_tokens,
         )
         return ctx_mod.build_messages(ci)
 
     async def _call(
-        self, messages: list[ChatMessage], toolbox: Toolbox, limits: Any
+        self, messages: list[ChatMessage], toolbox: Toolbox, limits: Limits
     ) -> ChatResult | None:
-        route = await self.rt.route_for(self.member)
+        route = await route_for(self.core, self.member)
         carried = list(self.unconsumed)
-        call = runtime_actions.ModelCall(
+        call = turn_actions.ModelCall(
             project_id=self.member.project_id,
             member_id=self.member.id,
             turn_id=self.turn_id,
@@ -219,26 +236,26 @@ class Turn:
             latency_ms=None,
         )
         try:
-            provider = self.rt.registry.get(route.provider)
+            provider = self.env.registry.get(route.provider)
             request = ChatRequest(
                 model=route.model, messages=tuple(messages), tools=toolbox.specs()
             )
             call_task: asyncio.Future[ChatResult] = asyncio.ensure_future(provider.chat(request))
-            self.session.call_task = call_task
+            self._in_flight = call_task
             result = await call_task
         except (ProviderError, RoomError) as exc:
             call.ok, call.error_code = False, exc.code
-            await runtime_actions.record_model_call(self.core, call, None)
-            reason = f"{exc.code}: {exc.message}"[:300]
+            await turn_actions.record_model_call(self.core, call, None)
             await self._end(
                 "failed",
-                reason,
+                Reason.PROVIDER_ERROR,
+                f"{exc.code}: {exc.message}"[:300],
                 notice=f"⚠️ @{self.member.handle} 调用模型 {route.model_id} 失败（{exc.code}），"
                 "消息未处理。",
             )
             return None
         finally:
-            self.session.call_task = None
+            self._in_flight = None
         call.model_reported = result.model
         call.latency_ms = result.latency_ms
         call.input_tokens = result.usage.input_tokens
@@ -248,14 +265,13 @@ class Turn:
         self.unconsumed = [u for u in self.unconsumed if u not in carried]
         # A budget spent by this request trips the brake; the answer already came back and is
         # used, and the next step boundary sees the brake and stops.
-        await runtime_actions.record_model_call(self.core, call, limits.token_budget)
+        await turn_actions.record_model_call(self.core, call, limits.token_budget)
         return result
 
     async def _steer(self) -> ChatMessage | None:
-        fresh = await runtime_actions.claim(self.core, self.member.id)
+        fresh = await turn_actions.steer(self.core, self.member.id, self.turn_id)
         if not fresh:
             return None
-        await runtime_actions.take_steer(self.core, self.member.id, self.turn_id, fresh)
         self.unconsumed += [(i.delivery_id, "steer") for i in fresh]
         roster = await self.core.rosters.get(self.member.project_id)
         people = [_person(m) for m in roster.members.values()]
@@ -271,7 +287,7 @@ class Turn:
             ack = await message_actions.send_message(
                 self.core,
                 self.member,
-                client_txn_id=runtime_actions.final_txn(self.turn_id),
+                client_txn_id=turn_actions.final_txn(self.turn_id),
                 body=text,
                 reply_to=trigger,
                 as_plain_text=True,  # a model cannot be asked again here; unresolved @ wake nobody
@@ -283,37 +299,39 @@ class Turn:
             # The project stopped (or the member left) while the model was answering: the
             # answer cannot be posted, so the turn did not complete.
             log.info("turn %s could not post its answer: %s", self.turn_id, exc.message)
-            await self._end("cancelled", f"answer not posted: {exc.code}", notice=None)
+            await self._end("cancelled", Reason.ANSWER_NOT_POSTED, f"answer not posted: {exc.code}")
             return TurnOutcome("cancelled", self.steps)
-        await runtime_actions.complete_turn(
+        await turn_actions.complete_turn(
             self.core, self.member.id, self.turn_id, self.steps, reply_id, text
         )
-        if await self.rt.repeats_itself(self.member, text, reply_id):
-            await runtime_actions.trip_brake(
+        if await repeats_itself(self.core, self.member, text, reply_id):
+            await brake_actions.trip_brake(
                 self.core,
                 self.member.project_id,
                 "repetition",
                 {"handle": self.member.handle, "what": "相同的回复"},
             )
-        return TurnOutcome("completed", self.steps)
+        return TurnOutcome("completed", self.steps, reply_id, text)
 
     async def _end(
         self,
         state: str,
-        reason: str,
+        code: Reason,
+        detail: str | None = None,
         *,
-        notice: str | None,
+        notice: str | None = None,
         brake: tuple[str, dict[str, Any]] | None = None,
         unanswered: str = "fail",
     ) -> None:
-        await runtime_actions.end_turn(
+        await turn_actions.end_turn(
             self.core,
             self.member.project_id,
             self.member.id,
             self.turn_id,
             state=state,
             steps=self.steps,
-            reason=reason,
+            code=code,
+            detail=detail,
             notice=notice,
             brake=brake,
             unanswered=unanswered,
@@ -323,4 +341,57 @@ class Turn:
 def _person(member: Member) -> ctx_mod.Person:
     return ctx_mod.Person(
         member.id, member.handle, member.display_name, member.role, member.kind, member.status
+    )
+
+
+async def brake_tripped(core: Core, project_id: int) -> bool:
+    brake = await core.db.read(lambda conn: brakes_store.brake(conn, project_id))
+    return brake["tripped"] is not None
+
+
+async def route_for(core: Core, member: Member) -> ResolvedRoute:
+    """Resolved at every request, so a change applies from the next one."""
+    config = await core.db.read(lambda conn: routes_store.settings(conn, member.project_id))
+    return resolve_config(config, member)
+
+
+async def repeats_itself(core: Core, member: Member, text: str, reply_id: int | None) -> bool:
+    """The same final answer as one of the member's last three messages."""
+    project_id = member.project_id
+
+    def read(conn: Any) -> list[str]:
+        return [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT body FROM messages WHERE project_id = :p AND author_id = :m"
+                " AND id != :r AND deleted_at IS NULL ORDER BY seq DESC LIMIT 3",
+                {"p": project_id, "m": member.id, "r": reply_id or 0},
+            )
+        ]
+
+    recent = await core.db.read(read)
+    normal = " ".join(text.split())
+    return bool(normal) and any(" ".join(r.split()) == normal for r in recent)
+
+
+def resolve_config(
+    config: Mapping[tuple[str, str], Mapping[str, Any]], member: Member
+) -> ResolvedRoute:
+    def value(scope: str, target: str = "") -> str | None:
+        found = config.get((scope, target))
+        return str(found["value"]) if found else None
+
+    pool_raw = value("pool")
+    pool = None
+    if pool_raw:
+        data = json.loads(pool_raw)
+        pool = Pool(tuple(data.get("models", ())), bool(data.get("enabled", True)))
+    pick_raw = config.get(("pool_pick", str(member.id)))
+    pick = PoolPick(str(pick_raw["value"]), str(pick_raw.get("reason") or "")) if pick_raw else None
+    return resolve_route(
+        project_default=value("project"),
+        role_default=value("role", member.role),
+        member_route=value("member", str(member.id)),
+        pool=pool,
+        pool_pick=pick,
     )

@@ -145,6 +145,10 @@ class Tx:
     effects: list[Effect] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     appends: Appends | None = None
+    # The loop brake's agent-turn count per project as this writer last wrote it (see
+    # room/store/brakes.py): a send that finds it zero costs no statement. Dropped with the id
+    # counters whenever a transaction or savepoint rolls back.
+    agent_turns: dict[int, int] = field(default_factory=dict)
 
     def emit(self, effect: Effect) -> None:
         """Record what must happen once this job has committed (dropped if it rolls back)."""
@@ -231,6 +235,7 @@ class Database:
         self._reads: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._counters: dict[str, int] = {}  # writer thread only
+        self._agent_turns: dict[int, int] = {}  # writer thread only
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -349,7 +354,7 @@ class Database:
                 self._attempt(conn, batch, isolate=True)
         except Exception as exc:  # sqlite3's, or anything else: the writer must live on
             log.exception("group commit failed")
-            self._counters.clear()
+            self._forget_counts()
             try:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -383,6 +388,7 @@ class Database:
             pending.tx = Tx(
                 now=self.clock(),
                 counters=self._counters,
+                agent_turns=self._agent_turns,
                 appends=appends if pending.appends else None,
             )
             pending.result, pending.error = None, None
@@ -392,7 +398,7 @@ class Database:
                 pending.result = pending.job(conn, pending.tx)
             except BaseException as exc:  # one job's failure must not sink the batch
                 pending.error, pending.tx = exc, None
-                self._counters.clear()
+                self._forget_counts()
                 if not isolate:
                     conn.execute("ROLLBACK")
                     return False
@@ -403,6 +409,10 @@ class Database:
             return False
         conn.execute("COMMIT")
         return True
+
+    def _forget_counts(self) -> None:
+        self._counters.clear()
+        self._agent_turns.clear()
 
     def _prefetch(
         self, conn: sqlite3.Connection, batch: list[_Pending[Any]], appends: Appends
@@ -428,7 +438,7 @@ class Database:
             # Whose row broke a constraint (or would not bind) is unknown here: the batch runs
             # again isolated, where each job meets its own error.
             log.warning("a batch's appended rows were refused; retrying job by job", exc_info=True)
-            self._counters.clear()
+            self._forget_counts()
             conn.execute("ROLLBACK")
             return False
         return True

@@ -1,23 +1,77 @@
-"""The delivery ledger (DESIGN §5): one row per (message, recipient)."""
+"""SQL of the delivery ledger: one row per (message, recipient). Every statement that reads or
+moves a delivery row is here; the rules the moves follow are :mod:`room.ledger`'s
+(docs/architecture.md, "The delivery ledger")."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from room.ledger import ALLOWED_FROM, DeliveryState, Reason, text_of
 from room.models import iso
 from room.store.db import Appends, BulkInsert
-
-STATES = ("pending", "held", "delivered", "consumed", "unknown", "failed", "cancelled")
-OPEN_STATES = ("pending", "held", "delivered", "unknown")
-
 
 DELIVERIES = BulkInsert(
     "deliveries",
     ("project_id", "message_id", "recipient_id", "state", "created_at", "updated_at"),
     verb="INSERT OR IGNORE",
 )
+
+# (delivery, project, message, recipient) of a row that moved: what a ``delivery`` frame names.
+Moved = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """A delivery and the message it carries, as handed to a session."""
+
+    delivery_id: int
+    message_id: int
+    project_id: int
+    seq: int
+    author_id: int | None
+    body: str
+    created_at: float
+    author_handle: str | None = None
+    author_name: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "delivery_id": self.delivery_id,
+            "message_id": self.message_id,
+            "project_id": self.project_id,
+            "seq": self.seq,
+            "author_id": self.author_id,
+            "author_handle": self.author_handle,
+            "author_name": self.author_name,
+            "body": self.body,
+            "created_at": iso(self.created_at),
+        }
+
+
+_INBOUND = (
+    "SELECT d.id, d.message_id, d.project_id, m.seq, m.author_id, m.body, m.created_at,"
+    " a.handle, a.display_name"
+    " FROM deliveries d JOIN messages m ON m.id = d.message_id"
+    " LEFT JOIN members a ON a.id = m.author_id"
+)
+
+
+def _inbound(rows: Iterable[Sequence[Any]]) -> list[Inbound]:
+    return [Inbound(*row) for row in rows]
+
+
+def _ids(rows: Iterable[Sequence[Any]]) -> list[int]:
+    return [int(r[0]) for r in rows]
+
+
+def _marks(values: Collection[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+# -- writing rows ------------------------------------------------------------------------------
 
 
 def insert_many(
@@ -29,9 +83,97 @@ def insert_many(
     now: float,
     appends: Appends | None = None,
 ) -> None:
-    """``recipients`` are (member_id, initial state) with state ``pending`` or ``held``."""
+    """``recipients`` are (member_id, initial state) — see :func:`room.ledger.initial_state`."""
     rows = [(project_id, message_id, member_id, state, now, now) for member_id, state in recipients]
     DELIVERIES.write(conn, rows, appends)
+
+
+def set_state(
+    conn: sqlite3.Connection,
+    ids: Sequence[int],
+    state: DeliveryState | str,
+    now: float,
+    *,
+    mode: str | None = None,
+    code: Reason | None = None,
+    detail: str | None = None,
+    allowed_from: Collection[str] | None = None,
+) -> list[Moved]:
+    """Move deliveries to ``state`` where the ledger allows it (rows in other states are left
+    alone); the row's reason becomes ``code`` and its text ``detail`` (else the code's text).
+    Returns the rows that moved."""
+    if not ids:
+        return []
+    target = DeliveryState(state)
+    sources = ALLOWED_FROM[target] if allowed_from is None else allowed_from
+    sql = (
+        "UPDATE deliveries SET state = :state, updated_at = :now, mode = COALESCE(:mode, mode),"
+        " reason = :reason, reason_code = :code WHERE id = :id"
+        f" AND state IN ({', '.join(repr(str(s)) for s in sorted(sources))})"
+        " RETURNING id, project_id, message_id, recipient_id"
+    )
+    params = {
+        "state": target.value,
+        "now": now,
+        "mode": mode,
+        "reason": detail if detail is not None else text_of(code),
+        "code": None if code is None else code.value,
+    }
+    rows = []
+    for delivery_id in ids:
+        row = conn.execute(sql, {**params, "id": delivery_id}).fetchone()
+        if row is not None:
+            rows.append((int(row[0]), int(row[1]), int(row[2]), int(row[3])))
+    return rows
+
+
+def unbind(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+    """Forget the turn and the socket a delivery was handed to (it goes back to wait)."""
+    conn.executemany(
+        "UPDATE deliveries SET turn_id = NULL, handoff = NULL WHERE id = ?", [(i,) for i in ids]
+    )
+
+
+def take_into_turn(conn: sqlite3.Connection, ids: Sequence[int], turn_id: int) -> None:
+    conn.executemany("UPDATE deliveries SET turn_id = ? WHERE id = ?", [(turn_id, i) for i in ids])
+
+
+def mark_offered(conn: sqlite3.Connection, ids: Sequence[int], handoff: str) -> None:
+    conn.executemany("UPDATE deliveries SET handoff = ? WHERE id = ?", [(handoff, i) for i in ids])
+
+
+def cancel_open_for_message(
+    conn: sqlite3.Connection, message_id: int, code: Reason, now: float
+) -> list[tuple[int, int]]:
+    """Retracted before delivery: pending and held rows become ``cancelled``; returns
+    (delivery id, recipient id) per row."""
+    return [
+        (int(r[0]), int(r[1]))
+        for r in conn.execute(
+            "UPDATE deliveries SET state = 'cancelled', reason = :reason, reason_code = :code,"
+            " updated_at = :now WHERE message_id = :m AND state IN ('pending', 'held')"
+            " RETURNING id, recipient_id",
+            {"m": message_id, "reason": text_of(code), "code": code.value, "now": now},
+        )
+    ]
+
+
+def reconcile_record(
+    conn: sqlite3.Connection,
+    delivery_id: int,
+    from_state: str,
+    to_state: str,
+    reason: str,
+    now: float,
+) -> None:
+    conn.execute(
+        "INSERT INTO reconciliations (delivery_id, from_state, to_state, reason, at)"
+        " VALUES (:d, :f, :t, :r, :now)",
+        {"d": delivery_id, "f": from_state, "t": to_state, "r": reason, "now": now},
+    )
+
+
+# -- reading rows ------------------------------------------------------------------------------
 
 
 def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:
@@ -42,11 +184,12 @@ def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any
             "state": r[2],
             "mode": r[3],
             "reason": r[4],
-            "updated_at": iso(r[5]),
+            "reason_code": r[5],
+            "updated_at": iso(r[6]),
         }
         for r in conn.execute(
-            "SELECT id, recipient_id, state, mode, reason, updated_at FROM deliveries"
-            " WHERE message_id = :m ORDER BY recipient_id",
+            "SELECT id, recipient_id, state, mode, reason, reason_code, updated_at"
+            " FROM deliveries WHERE message_id = :m ORDER BY recipient_id",
             {"m": message_id},
         )
     ]
@@ -61,16 +204,160 @@ def recipients(conn: sqlite3.Connection, message_id: int) -> set[int]:
     }
 
 
-def cancel_open_for_message(
-    conn: sqlite3.Connection, message_id: int, reason: str, now: float
-) -> list[tuple[int, int]]:
-    """Retracted before delivery: pending and held rows become ``cancelled``; returns
-    (delivery id, recipient id) per row."""
+def state_of(conn: sqlite3.Connection, delivery_id: int) -> str:
+    row = conn.execute("SELECT state FROM deliveries WHERE id = ?", (delivery_id,)).fetchone()
+    return str(row[0]) if row else ""
+
+
+def pending_of(
+    conn: sqlite3.Connection, member_id: int, limit: int, *, unoffered: bool
+) -> list[int]:
+    """The oldest pending deliveries of a member (``unoffered``: not yet offered to a socket)."""
+    extra = " AND handoff IS NULL" if unoffered else ""
+    return _ids(
+        conn.execute(
+            "SELECT id FROM deliveries WHERE recipient_id = :m AND state = 'pending'"
+            f"{extra} ORDER BY id LIMIT :limit",
+            {"m": member_id, "limit": limit},
+        )
+    )
+
+
+def of_member(conn: sqlite3.Connection, member_id: int, states: Collection[str]) -> list[int]:
+    return _ids(
+        conn.execute(
+            f"SELECT id FROM deliveries WHERE recipient_id = ? AND state IN ({_marks(states)})"
+            " ORDER BY id",
+            [member_id, *states],
+        )
+    )
+
+
+def of_project(conn: sqlite3.Connection, project_id: int, states: Collection[str]) -> list[int]:
+    return _ids(
+        conn.execute(
+            f"SELECT id FROM deliveries WHERE project_id = ? AND state IN ({_marks(states)})"
+            " ORDER BY id",
+            [project_id, *states],
+        )
+    )
+
+
+def held_for_active_members(conn: sqlite3.Connection, project_id: int) -> list[int]:
+    """A project's ``held`` rows whose recipient is active (released on resume)."""
+    return _ids(
+        conn.execute(
+            "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
+            " WHERE d.project_id = :p AND d.state = 'held' AND m.status = 'active' ORDER BY d.id",
+            {"p": project_id},
+        )
+    )
+
+
+def own_in_states(
+    conn: sqlite3.Connection, member_id: int, ids: Sequence[int], states: Collection[str]
+) -> list[int]:
+    """Those of ``ids`` addressed to ``member_id`` and in one of ``states``."""
+    if not ids:
+        return []
+    return _ids(
+        conn.execute(
+            f"SELECT id FROM deliveries WHERE id IN ({_marks(ids)}) AND recipient_id = ?"
+            f" AND state IN ({_marks(states)}) ORDER BY id",
+            [*ids, member_id, *states],
+        )
+    )
+
+
+def offered_to(conn: sqlite3.Connection, member_id: int, handoff: str) -> list[int]:
+    """Deliveries offered to one socket that it never confirmed."""
+    return _ids(
+        conn.execute(
+            "SELECT id FROM deliveries WHERE recipient_id = :m AND handoff = :h"
+            " AND state = 'pending'",
+            {"m": member_id, "h": handoff},
+        )
+    )
+
+
+def inbound_by_ids(conn: sqlite3.Connection, ids: Sequence[int]) -> list[Inbound]:
+    if not ids:
+        return []
+    return _inbound(conn.execute(f"{_INBOUND} WHERE d.id IN ({_marks(ids)}) ORDER BY d.id", ids))
+
+
+def unsettled(conn: sqlite3.Connection, member_id: int) -> list[Inbound]:
+    """An external agent's deliveries whose fate it must confirm: ``unknown`` or ``delivered``."""
+    return _inbound(
+        conn.execute(
+            f"{_INBOUND} WHERE d.recipient_id = :m AND d.state IN ('unknown', 'delivered')"
+            " ORDER BY d.id",
+            {"m": member_id},
+        )
+    )
+
+
+def of_turn(conn: sqlite3.Connection, turn_id: int) -> list[tuple[int, str]]:
+    """(delivery, state) of the deliveries a turn took."""
+    return [
+        (int(r[0]), str(r[1]))
+        for r in conn.execute(
+            "SELECT id, state FROM deliveries WHERE turn_id = :t ORDER BY id", {"t": turn_id}
+        )
+    ]
+
+
+def in_builtin_inboxes(conn: sqlite3.Connection) -> list[int]:
+    """Delivered to an in-process session and taken by no turn (its inbox is memory)."""
+    return _ids(
+        conn.execute(
+            "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
+            " WHERE d.state = 'delivered' AND d.turn_id IS NULL AND m.driver = 'builtin'"
+        )
+    )
+
+
+def handed_to_external(conn: sqlite3.Connection) -> list[int]:
+    """Delivered to, or offered to, an external agent and not confirmed consumed."""
+    return _ids(
+        conn.execute(
+            "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
+            " WHERE m.driver = 'external' AND (d.state = 'delivered'"
+            " OR (d.state = 'pending' AND d.handoff IS NOT NULL))"
+        )
+    )
+
+
+def paused_projects_with_work(conn: sqlite3.Connection) -> list[int]:
+    return _ids(
+        conn.execute(
+            "SELECT DISTINCT d.project_id FROM deliveries d JOIN projects p ON p.id = d.project_id"
+            " WHERE d.state IN ('pending', 'held') AND p.state != 'active'"
+        )
+    )
+
+
+def members_with_pending(conn: sqlite3.Connection) -> list[tuple[int, int]]:
+    """(project, member) pairs with pending deliveries in active projects."""
     return [
         (int(r[0]), int(r[1]))
         for r in conn.execute(
-            "UPDATE deliveries SET state = 'cancelled', reason = :reason, updated_at = :now"
-            " WHERE message_id = :m AND state IN ('pending', 'held') RETURNING id, recipient_id",
-            {"m": message_id, "reason": reason, "now": now},
+            "SELECT DISTINCT d.project_id, d.recipient_id FROM deliveries d"
+            " JOIN projects p ON p.id = d.project_id"
+            " WHERE d.state = 'pending' AND p.state = 'active'"
         )
     ]
+
+
+def dispatch_facts(conn: sqlite3.Connection, member_id: int) -> tuple[str, str, int, bool] | None:
+    """What :func:`room.ledger.dispatch_blocker` decides on, read inside the writer's
+    transaction: (project state, member status, project id, brake tripped)."""
+    row = conn.execute(
+        "SELECT p.state, m.status, p.id, b.tripped IS NOT NULL FROM members m"
+        " JOIN projects p ON p.id = m.project_id"
+        " LEFT JOIN project_brakes b ON b.project_id = p.id WHERE m.id = :m",
+        {"m": member_id},
+    ).fetchone()
+    if row is None:
+        return None
+    return str(row[0]), str(row[1]), int(row[2]), bool(row[3])

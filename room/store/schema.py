@@ -332,11 +332,44 @@ CREATE TABLE purge_steps (
 ) WITHOUT ROWID;
 """
 
+# Deliveries carry a machine reason code (room.ledger.Reason) next to the free-text reason. Rows
+# written before it get the code their text stands for; a text no code matches keeps a NULL code.
+DELIVERY_REASON_CODES = """
+ALTER TABLE deliveries ADD COLUMN reason_code TEXT;
+UPDATE deliveries SET reason_code = CASE
+    WHEN reason = 'recipient left' THEN 'recipient_left'
+    WHEN reason = 'message deleted' THEN 'message_deleted'
+    WHEN reason = 'member paused' THEN 'member_paused'
+    WHEN reason = 'project not active' THEN 'project_not_active'
+    WHEN reason = 'project trashed' THEN 'project_trashed'
+    WHEN reason = 'socket lost before receipt' THEN 'socket_lost'
+    WHEN reason = 'awaiting the agent''s confirmation' THEN 'awaiting_confirmation'
+    WHEN reason = 'the external agent asked for it again' THEN 'redelivery_requested'
+    WHEN reason = 'dispatch stopped before the turn started' THEN 'dispatch_stopped'
+    WHEN reason IN ('loop brake: waiting for a human', 'loop brake tripped',
+        'repeating the same action', 'step limit reached without a final answer')
+        THEN 'loop_brake'
+    WHEN reason = 'the turn''s reply was posted before the restart' THEN 'restart_reply_posted'
+    WHEN reason LIKE 'turn interrupted by a restart after it had acted%'
+        THEN 'restart_after_effect'
+    WHEN reason LIKE 'turn interrupted by a restart before any effect%'
+        THEN 'restart_before_effect'
+    WHEN reason LIKE 'in the session inbox at restart%' THEN 'restart_in_inbox'
+    WHEN reason LIKE 'stopped: a person stopped%' THEN 'turn_stopped'
+    WHEN reason LIKE 'internal error%' THEN 'turn_failed'
+    WHEN reason = 'the turn could not start' THEN 'turn_not_started'
+    WHEN reason LIKE 'answer not posted%' THEN 'answer_not_posted'
+    WHEN reason GLOB '[a-z]*_*: *' THEN 'provider_error'
+END
+WHERE reason IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
     Migration("0003_lifecycle", LIFECYCLE),
     Migration("0004_tasks", TASKS),
+    Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

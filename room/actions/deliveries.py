@@ -1,0 +1,136 @@
+"""Writes of the delivery ledger: moving rows, handing them to sessions and to external agents'
+sockets, and what those agents report back (docs/architecture.md, "The delivery ledger").
+
+Every move follows :mod:`room.ledger` (its transition table and its one dispatch rule) and is
+announced to the project's subscribers as an ephemeral ``delivery`` frame after the commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection, Sequence
+
+from room import ledger
+from room.actions.messages import publish_deliveries
+from room.core import Core
+from room.ledger import DeliveryState, Reason
+from room.store import Tx
+from room.store import deliveries as deliveries_store
+from room.store.deliveries import Inbound
+
+_D = DeliveryState
+CLAIM_LIMIT = 50
+
+
+def set_deliveries(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    ids: Sequence[int],
+    state: DeliveryState,
+    *,
+    mode: str | None = None,
+    code: Reason | None = None,
+    detail: str | None = None,
+    allowed_from: Collection[str] | None = None,
+) -> None:
+    """Move rows (where the ledger allows it) and announce each move after the commit."""
+    rows = deliveries_store.set_state(
+        conn, ids, state, tx.now, mode=mode, code=code, detail=detail, allowed_from=allowed_from
+    )
+    reason = detail if detail is not None else ledger.text_of(code)
+    publish_deliveries(tx, rows, state, mode, reason, code)
+
+
+def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> Reason | None:
+    """:func:`room.ledger.dispatch_blocker` on the facts as this transaction sees them (so a
+    pause committed a moment ago counts). A member that does not exist is treated as left."""
+    facts = deliveries_store.dispatch_facts(conn, member_id)
+    if facts is None:
+        return Reason.RECIPIENT_LEFT
+    project_state, member_status, _, tripped = facts
+    return ledger.dispatch_blocker(project_state, member_status, tripped)
+
+
+def release(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    member_id: int,
+    ids: Sequence[int],
+    code: Reason,
+    detail: str | None = None,
+) -> None:
+    """Deliveries a session took but no model ever answered go back, never failed: ``held``
+    while the project or member is paused or closed, else ``pending`` for the next dispatch."""
+    if not ids:
+        return
+    to = ledger.waiting_state(dispatch_blocker(conn, member_id))
+    deliveries_store.unbind(conn, ids)
+    set_deliveries(conn, tx, ids, to, code=code, detail=detail)
+
+
+def claim(conn: sqlite3.Connection, tx: Tx, member_id: int) -> list[Inbound]:
+    """pending → delivered, the oldest first: the deliveries now sit in the in-process session.
+    The caller has checked the dispatch rule in this same write."""
+    ids = deliveries_store.pending_of(conn, member_id, CLAIM_LIMIT, unoffered=False)
+    if not ids:
+        return []
+    moved = deliveries_store.set_state(conn, ids, _D.DELIVERED, tx.now)
+    publish_deliveries(tx, moved, _D.DELIVERED)
+    return deliveries_store.inbound_by_ids(conn, [row[0] for row in moved])
+
+
+async def release_claimed(core: Core, member_id: int, ids: Sequence[int], code: Reason) -> None:
+    await core.db.write(lambda conn, tx: release(conn, tx, member_id, ids, code))
+
+
+async def offer(core: Core, member_id: int, handoff: str) -> list[Inbound]:
+    """Pending deliveries handed to an external agent's socket (still pending until receipt);
+    only while dispatch is open, each to one socket."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> list[Inbound]:
+        if dispatch_blocker(conn, member_id) is not None:
+            return []
+        ids = deliveries_store.pending_of(conn, member_id, CLAIM_LIMIT, unoffered=True)
+        deliveries_store.mark_offered(conn, ids, handoff)
+        return deliveries_store.inbound_by_ids(conn, ids)
+
+    return await core.db.write(job)
+
+
+def confirm(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    member_id: int,
+    delivery_ids: Sequence[int],
+    state: DeliveryState,
+    mode: str | None = None,
+) -> list[int]:
+    """An external agent reports ``received`` (→ delivered), ``consumed`` (with its mode) or
+    asks for a delivery again (→ pending, or held while dispatch is closed). Returns the rows
+    of its own that moved."""
+    own = deliveries_store.own_in_states(conn, member_id, delivery_ids, ledger.CONFIRM_FROM[state])
+    for delivery_id in own:
+        if deliveries_store.state_of(conn, delivery_id) == _D.UNKNOWN:
+            deliveries_store.reconcile_record(
+                conn, delivery_id, _D.UNKNOWN, state, "confirmed by the external agent", tx.now
+            )
+    if state is _D.PENDING:  # asked for again: waits while paused, like any delivery
+        release(conn, tx, member_id, own, Reason.REDELIVERY_REQUESTED)
+    else:
+        set_deliveries(conn, tx, own, state, mode=mode)
+    return own
+
+
+async def socket_lost(core: Core, member_id: int, handoff: str) -> int:
+    """An external agent's socket closed: hand-offs it never confirmed become ``unknown``."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> int:
+        ids = deliveries_store.offered_to(conn, member_id, handoff)
+        for delivery_id in ids:
+            deliveries_store.reconcile_record(
+                conn, delivery_id, _D.PENDING, _D.UNKNOWN, "socket lost before receipt", tx.now
+            )
+        set_deliveries(conn, tx, ids, _D.UNKNOWN, code=Reason.SOCKET_LOST)
+        return len(ids)
+
+    return await core.db.write(job)

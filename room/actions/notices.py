@@ -1,0 +1,27 @@
+"""System notices: messages in the timeline with no author, which wake nobody."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from room.actions.messages import append_message
+from room.render import render
+from room.store import Tx
+
+
+def insert_notice(
+    conn: sqlite3.Connection, tx: Tx, project_id: int, body: str, meta: dict[str, Any]
+) -> int:
+    """A system message in the timeline (no author, wakes nobody)."""
+    message_id, _, _ = append_message(
+        conn,
+        tx,
+        project_id=project_id,
+        author_id=None,
+        kind="system",
+        body=body,
+        html=render(body),
+        meta=meta,
+    )
+    return message_id

@@ -1,0 +1,147 @@
+"""The start-up reconciliation: what a crash left mid-hand-off is resolved against each
+session's own record, never re-sent blindly (docs/architecture.md, "The delivery ledger").
+
+* a turn left ``running``: if its final reply was posted (found by its idempotency key), it
+  completed; if it had already acted (``room_send``), its deliveries fail rather than run twice;
+  otherwise nothing it did reached anyone and its deliveries go back to ``pending``.
+* deliveries in an in-process session's inbox that no turn took go back to ``pending``.
+* hand-offs to external agents become ``unknown`` until the agent confirms (it reconciles on its
+  next connection).
+
+Every row passes through ``unknown`` with a reconcile record.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from room.actions.deliveries import set_deliveries
+from room.actions.notices import insert_notice
+from room.actions.turns import final_txn
+from room.ledger import REASON_TEXTS, RECONCILE_FROM, DeliveryState, Reason
+from room.store import Tx
+from room.store import deliveries as deliveries_store
+from room.store import messages as messages_store
+from room.store import turns as turns_store
+
+_D = DeliveryState
+
+
+@dataclass(slots=True)
+class Report:
+    turns_interrupted: int = 0
+    redispatched: int = 0
+    failed: int = 0
+    completed: int = 0
+    awaiting_external: int = 0
+    notices: list[str] = field(default_factory=list)
+    paused_projects_with_work: list[int] = field(default_factory=list)
+
+
+def reconcile_on_start(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    """Run every step of the reconciliation in one write; returns its report (also audited)."""
+    report = Report()
+    settle_running_turns(conn, tx, report)
+    return_inboxes(conn, tx, report)
+    await_external_agents(conn, tx, report)
+    report.paused_projects_with_work = deliveries_store.paused_projects_with_work(conn)
+    return _audit(conn, tx, report)
+
+
+def via_unknown(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    ids: list[int],
+    to: DeliveryState,
+    code: Reason,
+    mode: str | None = None,
+) -> None:
+    """Settle rows caught by the restart, each through ``unknown`` with reconcile records."""
+    for delivery_id in ids:
+        before = deliveries_store.state_of(conn, delivery_id)
+        deliveries_store.reconcile_record(conn, delivery_id, before, _D.UNKNOWN, "restart", tx.now)
+        deliveries_store.reconcile_record(
+            conn, delivery_id, _D.UNKNOWN, to, REASON_TEXTS[code], tx.now
+        )
+    if to is _D.PENDING:
+        deliveries_store.unbind(conn, ids)
+    # The one path that may leave 'consumed': a turn the crash cut short is settled here.
+    set_deliveries(conn, tx, ids, to, mode=mode, code=code, allowed_from=RECONCILE_FROM)
+
+
+def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
+    for turn_id, project_id, member_id, side_effects in turns_store.running_turns(conn):
+        report.turns_interrupted += 1
+        ids = [
+            d
+            for d, s in deliveries_store.of_turn(conn, turn_id)
+            if s in (_D.DELIVERED, _D.CONSUMED, _D.UNKNOWN)
+        ]
+        reply = messages_store.find_txn(conn, member_id, final_txn(turn_id))
+        if reply is not None:
+            via_unknown(conn, tx, ids, _D.CONSUMED, Reason.RESTART_REPLY_POSTED, "queue")
+            turns_store.update_turn(
+                conn, turn_id, state="completed", reply_message_id=reply[0], ended_at=tx.now
+            )
+            report.completed += 1
+            continue
+        turns_store.update_turn(
+            conn, turn_id, state="interrupted", error="server restart", ended_at=tx.now
+        )
+        if side_effects:
+            via_unknown(conn, tx, ids, _D.FAILED, Reason.RESTART_AFTER_EFFECT)
+            report.failed += len(ids)
+            text = (
+                f"⚠️ 服务器重启打断了一轮已产生动作的工作（第 {turn_id} 轮），为避免重复不会自动重跑；"
+                "如需继续，请重新 @ 该成员。"
+            )
+            insert_notice(conn, tx, project_id, text, {"turn_id": turn_id})
+            report.notices.append(text)
+        else:
+            turns_store.supersede_turn_transcript(conn, turn_id)
+            via_unknown(conn, tx, ids, _D.PENDING, Reason.RESTART_BEFORE_EFFECT)
+            report.redispatched += len(ids)
+
+
+def return_inboxes(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
+    """In-process inboxes are memory: what no turn took is still unseen by the session's record."""
+    inbox = deliveries_store.in_builtin_inboxes(conn)
+    via_unknown(conn, tx, inbox, _D.PENDING, Reason.RESTART_IN_INBOX)
+    report.redispatched += len(inbox)
+
+
+def await_external_agents(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
+    external = deliveries_store.handed_to_external(conn)
+    for delivery_id in external:
+        deliveries_store.reconcile_record(
+            conn,
+            delivery_id,
+            deliveries_store.state_of(conn, delivery_id),
+            _D.UNKNOWN,
+            "restart: awaiting the external agent's confirmation",
+            tx.now,
+        )
+    set_deliveries(conn, tx, external, _D.UNKNOWN, code=Reason.AWAITING_CONFIRMATION)
+    report.awaiting_external = len(external)
+
+
+def _audit(conn: sqlite3.Connection, tx: Tx, report: Report) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "turns_interrupted": report.turns_interrupted,
+        "redispatched": report.redispatched,
+        "failed": report.failed,
+        "completed": report.completed,
+        "awaiting_external": report.awaiting_external,
+        "notices": report.notices,
+        "paused_projects_with_work": report.paused_projects_with_work,
+        "at": tx.now,
+    }
+    conn.execute(
+        "INSERT INTO audit_events (at, actor_kind, project_id, action, outcome, detail_json)"
+        " VALUES (:at, 'system', NULL, 'runtime.reconcile', 'ok', :d)",
+        {"at": tx.now, "d": json.dumps({k: v for k, v in data.items() if k != "notices"})},
+    )
+    return data

@@ -1,0 +1,362 @@
+"""Agents' turns as the database records them: opening one (the dispatch rule checked once, in
+the same write that claims its deliveries), steering, model requests and usage, tool steps, and
+ending it (docs/architecture.md, "Agents").
+
+The agents' scheduler never writes SQL itself; it calls these.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from room import ledger
+from room.actions import brakes as brake_actions
+from room.actions.deliveries import claim, confirm, dispatch_blocker, release, set_deliveries
+from room.actions.messages import append_message
+from room.actions.notices import insert_notice
+from room.core import Core
+from room.ledger import DeliveryState, Reason
+from room.render import render
+from room.store import Tx
+from room.store import brakes as brakes_store
+from room.store import deliveries as deliveries_store
+from room.store import members as members_store
+from room.store import projects as projects_store
+from room.store import turns as turns_store
+from room.store import usage as usage_store
+from room.store.deliveries import Inbound
+
+_D = DeliveryState
+FINAL_TXN = "turn-{turn_id}-final"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_steps: int
+    agent_turn_cap: int
+    token_budget: int | None
+
+
+async def limits(core: Core, project_id: int) -> Limits:
+    """The project's limits; a missing or unusable value falls back to the server's."""
+    values = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
+    defaults = core.settings
+
+    def number(key: str, default: int | None) -> int | None:
+        value = values.get(key)
+        return value if isinstance(value, int) and value > 0 else default
+
+    return Limits(
+        max_steps=number("max_steps", defaults.max_steps) or defaults.max_steps,
+        agent_turn_cap=number("agent_turn_cap", defaults.agent_turn_cap) or defaults.agent_turn_cap,
+        token_budget=number("token_budget", defaults.token_budget),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStart:
+    """A turn opened with its inputs, or why none was: ``blocked`` by the dispatch rule (or the
+    brake this very turn tripped); neither when there was nothing to take."""
+
+    turn_id: int | None
+    inbound: list[Inbound] = field(default_factory=list)
+    blocked: Reason | None = None
+
+
+async def begin_turn(core: Core, member_id: int, cap: int) -> TurnStart:
+    """Claim a member's pending deliveries and open a turn taking them in, in ONE write: the
+    dispatch rule (:func:`room.ledger.dispatch_blocker`) is checked once, here, so a pause or a
+    tripped brake committed a moment before is seen and nothing is claimed. The turn counts
+    toward the loop brake; the first one past ``cap`` trips it and takes nothing (the
+    deliveries stay ``pending``, dispatched once a person clears it)."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> TurnStart:
+        facts = deliveries_store.dispatch_facts(conn, member_id)
+        if facts is None:
+            return TurnStart(None, blocked=Reason.RECIPIENT_LEFT)
+        project_state, status, project_id, tripped = facts
+        blocked = ledger.dispatch_blocker(project_state, status, tripped)
+        if blocked is not None:
+            return TurnStart(None, blocked=blocked)
+        ids = deliveries_store.pending_of(conn, member_id, 1, unoffered=False)
+        if not ids:
+            return TurnStart(None)
+        if not brake_actions.count_turn(conn, tx, project_id, cap):
+            return TurnStart(None, blocked=Reason.LOOP_BRAKE)
+        inbound = claim(conn, tx, member_id)
+        turn_id = turns_store.insert_turn(
+            conn,
+            project_id=project_id,
+            member_id=member_id,
+            trigger=inbound[-1].message_id,
+            now=tx.now,
+        )
+        _take(conn, tx, member_id, turn_id, inbound)
+        return TurnStart(turn_id, inbound)
+
+    return await core.db.write(job)
+
+
+async def steer(core: Core, member_id: int, turn_id: int) -> list[Inbound]:
+    """Messages that arrived mid-turn, claimed and taken in at a step boundary in one write
+    (nothing while dispatch is closed)."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> list[Inbound]:
+        if dispatch_blocker(conn, member_id) is not None:
+            return []
+        fresh = claim(conn, tx, member_id)
+        _take(conn, tx, member_id, turn_id, fresh)
+        return fresh
+
+    return await core.db.write(job)
+
+
+def _take(
+    conn: sqlite3.Connection, tx: Tx, member_id: int, turn_id: int, inbound: Sequence[Inbound]
+) -> None:
+    """Bind deliveries to a turn and write them into the session's transcript (its record)."""
+    deliveries_store.take_into_turn(conn, [i.delivery_id for i in inbound], turn_id)
+    for item in inbound:
+        turns_store.append_transcript(
+            conn,
+            member_id=member_id,
+            turn_id=turn_id,
+            role="user",
+            content=item.body,
+            now=tx.now,
+            delivery_id=item.delivery_id,
+        )
+
+
+async def confirm_external(
+    core: Core,
+    member_id: int,
+    delivery_ids: Sequence[int],
+    state: DeliveryState,
+    mode: str | None = None,
+    *,
+    turn_cap: int | None = None,
+) -> list[int]:
+    """An external agent's report (see :func:`room.actions.deliveries.confirm`). A ``queue``
+    consume is the start of one of its own turns, so it counts toward the loop brake's
+    ``turn_cap`` like an in-process turn (:func:`room.actions.brakes.count_external_turn`)."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> list[int]:
+        own = confirm(conn, tx, member_id, delivery_ids, state, mode)
+        if own and state is _D.CONSUMED and mode != "steer" and turn_cap is not None:
+            member = members_store.get(conn, member_id)
+            if member is not None:
+                brake_actions.count_external_turn(conn, tx, member.project_id, turn_cap)
+        return own
+
+    return await core.db.write(job)
+
+
+@dataclass(slots=True)
+class ModelCall:
+    project_id: int
+    member_id: int
+    turn_id: int
+    model_id: str
+    route_source: str
+    provider: str
+    model_reported: str | None
+    latency_ms: float | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usage_reported: bool = True
+    ok: bool = True
+    error_code: str | None = None
+    consumed: list[tuple[int, str]] = field(default_factory=list)  # (delivery, mode)
+
+
+async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> str | None:
+    """Record one real request (route observed, usage) and mark the deliveries it carried as
+    consumed. Returns the brake reason if the token budget is now spent."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> str | None:
+        usage_store.record_request(
+            conn,
+            project_id=call.project_id,
+            member_id=call.member_id,
+            turn_id=call.turn_id,
+            model_id=call.model_id,
+            route_source=call.route_source,
+            provider=call.provider,
+            model_reported=call.model_reported,
+            latency_ms=call.latency_ms,
+            input_tokens=call.input_tokens,
+            output_tokens=call.output_tokens,
+            usage_reported=int(call.usage_reported),
+            ok=int(call.ok),
+            error_code=call.error_code,
+            now=tx.now,
+        )
+        for mode in ("queue", "steer"):
+            ids = [d for d, m in call.consumed if m == mode]
+            set_deliveries(conn, tx, ids, _D.CONSUMED, mode=mode)
+        if budget is not None:
+            used = brakes_store.brake(conn, call.project_id)["tokens_used"]
+            if used >= budget:
+                detail = {"tokens_used": used, "budget": budget}
+                brake_actions.trip(conn, tx, call.project_id, "token_budget", detail)
+                return "token_budget"
+        return None
+
+    return await core.db.write(job)
+
+
+TOOL_ARG_CHARS = 80
+
+
+def tool_activity(
+    calls: list[dict[str, Any]], results: list[tuple[str, str]]
+) -> tuple[str, dict[str, Any]]:
+    """The timeline's record of one step's tool calls: a short line each, and the details."""
+    outcome = {call_id: _tool_ok(text) for call_id, text in results}
+    entries = []
+    for call in calls:
+        args = json.dumps(call["arguments"], ensure_ascii=False)
+        if len(args) > TOOL_ARG_CHARS:
+            args = args[: TOOL_ARG_CHARS - 1] + "…"
+        entries.append({"name": call["name"], "arguments": args, "ok": outcome.get(call["id"])})
+    lines = [f"🔧 `{e['name']}` {'✓' if e['ok'] else '✗'}" for e in entries]
+    return "\n".join(lines), {"tool": {"calls": entries}}
+
+
+def _tool_ok(text: str) -> bool:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return True
+    return not (isinstance(data, dict) and data.get("ok") is False)
+
+
+async def record_tool_step(
+    core: Core,
+    project_id: int,
+    member_id: int,
+    turn_id: int,
+    step: int,
+    assistant_text: str,
+    calls: list[dict[str, Any]],
+    results: list[tuple[str, str]],
+    side_effects: int,
+) -> None:
+    """The step's transcript entries, and a ``tool`` message in the timeline (shown apart from
+    speech; it mentions and wakes nobody, and agents' contexts leave it out)."""
+    body, meta = tool_activity(calls, results)
+    meta["tool"].update(turn_id=turn_id, step=step)
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        append_message(
+            conn,
+            tx,
+            project_id=project_id,
+            author_id=member_id,
+            kind="tool",
+            body=body,
+            html=render(body),
+            meta=meta,
+        )
+        turns_store.append_transcript(
+            conn,
+            member_id=member_id,
+            turn_id=turn_id,
+            role="assistant",
+            content=assistant_text,
+            now=tx.now,
+            tool_calls=calls,
+        )
+        for call_id, content in results:
+            turns_store.append_transcript(
+                conn,
+                member_id=member_id,
+                turn_id=turn_id,
+                role="tool",
+                content=content,
+                now=tx.now,
+                tool_call_id=call_id,
+            )
+        conn.execute(
+            "UPDATE turns SET steps = :s, side_effects = side_effects + :e WHERE id = :t",
+            {"s": step, "e": side_effects, "t": turn_id},
+        )
+
+    await core.db.write(job)
+
+
+async def complete_turn(
+    core: Core, member_id: int, turn_id: int, steps: int, reply_message_id: int | None, text: str
+) -> None:
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        turns_store.append_transcript(
+            conn, member_id=member_id, turn_id=turn_id, role="assistant", content=text, now=tx.now
+        )
+        turns_store.update_turn(
+            conn,
+            turn_id,
+            state="completed",
+            steps=steps,
+            reply_message_id=reply_message_id,
+            ended_at=tx.now,
+        )
+
+    await core.db.write(job)
+
+
+async def end_turn(
+    core: Core,
+    project_id: int,
+    member_id: int,
+    turn_id: int,
+    *,
+    state: str,
+    steps: int,
+    code: Reason,
+    detail: str | None = None,
+    notice: str | None,
+    brake: tuple[str, dict[str, Any]] | None = None,
+    unanswered: str = "fail",
+) -> None:
+    """End a turn that did not complete. Deliveries it took but no model answered: with
+    ``unanswered="fail"`` they become ``failed`` with ``code`` (the work itself failed: the
+    provider refused, a person stopped it); with ``"release"`` they go back to wait
+    (``held``/``pending``, see :func:`room.actions.deliveries.release`), as when a project pause
+    or a brake stopped the turn before they were seen; ``"release_if_closed"`` releases when the
+    project is no longer active and fails otherwise. A notice, if any, says so in the room."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        open_ids = [d for d, s in deliveries_store.of_turn(conn, turn_id) if s == _D.DELIVERED]
+        mode = unanswered
+        if mode == "release_if_closed":
+            mode = "release" if projects_store.state_of(conn, project_id) != "active" else "fail"
+        if mode == "release":
+            release(conn, tx, member_id, open_ids, code, detail)
+        else:
+            set_deliveries(conn, tx, open_ids, _D.FAILED, code=code, detail=detail)
+        error = detail if detail is not None else ledger.text_of(code)
+        turns_store.update_turn(
+            conn, turn_id, state=state, steps=steps, error=error, ended_at=tx.now
+        )
+        if brake is not None:
+            brake_actions.trip(conn, tx, project_id, brake[0], brake[1])
+        if notice:
+            insert_notice(conn, tx, project_id, notice, {"turn_id": turn_id, "state": state})
+
+    await core.db.write(job)
+
+
+def final_txn(turn_id: int) -> str:
+    return FINAL_TXN.format(turn_id=turn_id)
+
+
+def tool_txn(turn_id: int, call_id: str) -> str:
+    # Stable per tool call: a retried call in the same turn cannot post twice.
+    digest = uuid.uuid5(uuid.NAMESPACE_URL, call_id).hex[:16]
+    return f"turn-{turn_id}-{digest}"

@@ -1,0 +1,142 @@
+"""The drivers the agents' scheduler hands members to.
+
+* :class:`InProcessDriver` runs an in-process agent's turns with a provider: one session per
+  member, one turn at a time, a bounded number of turns at once. A session with work opens a
+  turn (its deliveries claimed and the dispatch rule checked in that one write), runs it, and
+  repeats while there is work; then it stops (idle sessions hold no task).
+* :class:`ExternalDriver` pushes an external agent's deliveries to the sockets it has open
+  (registered by ``/ws`` in ``core.inboxes``); the agent confirms them itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from room.actions import turns as turn_actions
+from room.core import Core
+from room.runtime.turn import Turn, TurnEnv
+
+log = logging.getLogger(__name__)
+
+
+class ExternalDriver:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    def takes(self, member_id: int) -> bool:
+        return bool(self.core.inboxes.of(member_id))
+
+    def wake(self, project_id: int, member_id: int) -> None:
+        loop = asyncio.get_running_loop()
+        for push in self.core.inboxes.of(member_id):
+            task = loop.create_task(push(member_id))
+            self.core.background.add(task)
+            task.add_done_callback(self.core.background.discard)
+
+
+class Session:
+    """An in-process agent's session: whether it has work, and the turn it runs."""
+
+    def __init__(self, driver: InProcessDriver, project_id: int, member_id: int) -> None:
+        self.driver = driver
+        self.project_id = project_id
+        self.member_id = member_id
+        self.task: asyncio.Task[None] | None = None
+        self.poked = False
+        self.turn: Turn | None = None
+        self.turn_task: asyncio.Task[object] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.turn is not None
+
+    def poke(self) -> None:
+        self.poked = True
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(
+                self._work(), name=f"session {self.member_id}"
+            )
+
+    def request_stop(self) -> None:
+        if self.turn is not None:
+            self.turn.stop()
+
+    async def _work(self) -> None:
+        driver = self.driver
+        core = driver.env.core
+        try:
+            while self.poked and not driver.env.closing():
+                self.poked = False
+                member = (await core.rosters.get(self.project_id)).member(self.member_id)
+                if member is None or member.kind != "agent" or member.driver != "builtin":
+                    return
+                async with driver.slots:
+                    # Claimed only once a slot is free: what waits for a slot stays 'pending'
+                    # (a pause meanwhile holds it; it is never failed for waiting).
+                    limits = await turn_actions.limits(core, self.project_id)
+                    start = await turn_actions.begin_turn(
+                        core, self.member_id, limits.agent_turn_cap
+                    )
+                    if start.turn_id is None:
+                        if start.blocked is not None:
+                            return  # dispatch is closed: woken again when it reopens
+                        continue
+                    self.turn = Turn(driver.env, member, start, limits)
+                    self.turn_task = asyncio.ensure_future(self.turn.run())
+                    try:
+                        outcome = await self.turn_task
+                    finally:
+                        self.turn = None
+                        self.turn_task = None
+                # More may have arrived during the turn.
+                self.poked = self.poked or outcome.look_again
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("session %s worker failed", self.member_id)
+
+
+class InProcessDriver:
+    def __init__(self, env: TurnEnv, max_concurrent_turns: int) -> None:
+        self.env = env
+        self.slots = asyncio.Semaphore(max_concurrent_turns)
+        self.sessions: dict[int, Session] = {}
+
+    def wake(self, project_id: int, member_id: int) -> None:
+        session = self.sessions.get(member_id)
+        if session is None:
+            session = self.sessions[member_id] = Session(self, project_id, member_id)
+        session.poke()
+
+    def stop_member(self, member_id: int) -> bool:
+        session = self.sessions.get(member_id)
+        if session is None or not session.running:
+            return False
+        session.request_stop()
+        return True
+
+    async def stop_project(self, project_id: int, wait_secs: float) -> bool:
+        sessions = [s for s in self.sessions.values() if s.project_id == project_id]
+        for session in sessions:
+            session.request_stop()
+        pending = [s.turn_task for s in sessions if s.turn_task is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=wait_secs)
+        return not any(s.running for s in sessions)
+
+    def running_members(self, project_id: int) -> list[int]:
+        return [
+            s.member_id for s in self.sessions.values() if s.project_id == project_id and s.running
+        ]
+
+    async def close(self) -> None:
+        tasks = [s.task for s in self.sessions.values() if s.task is not None]
+        for session in self.sessions.values():
+            session.request_stop()
+            if session.turn_task is not None:
+                session.turn_task.cancel()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)

@@ -1,0 +1,87 @@
+"""The agents' scheduler: what actions wake (``core.Waker``), handing each member to the driver
+that serves it — the external driver while an external agent has a socket open, else the
+in-process driver (docs/architecture.md, "Agents")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from room.core import Core
+from room.providers import ProviderRegistry
+from room.runtime.drivers import ExternalDriver, InProcessDriver
+from room.runtime.tools import BUILTIN_TOOLS, Tool
+from room.runtime.turn import TurnEnv
+from room.store import deliveries as deliveries_store
+
+STOP_CONFIRM_SECS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    max_concurrent_turns: int = 4
+    context_tokens: int = 6_000
+    stop_confirm_secs: float = STOP_CONFIRM_SECS
+
+
+class Scheduler:
+    def __init__(
+        self,
+        core: Core,
+        registry: ProviderRegistry,
+        settings: AgentSettings,
+        tools: Mapping[str, Tool] = BUILTIN_TOOLS,
+    ) -> None:
+        self.core = core
+        self.registry = registry
+        self.settings = settings
+        self.tools = dict(tools)
+        self.closing = False
+        self.recovery: dict[str, Any] = {}
+        env = TurnEnv(core, registry, self.tools, settings.context_tokens, lambda: self.closing)
+        self.external = ExternalDriver(core)
+        self.in_process = InProcessDriver(env, settings.max_concurrent_turns)
+
+    # -- waking -------------------------------------------------------------------------------
+
+    def wake(self, project_id: int, member_ids: Iterable[int]) -> None:
+        for member_id in member_ids:
+            if self.external.takes(member_id):
+                self.external.wake(project_id, member_id)
+            else:
+                self.in_process.wake(project_id, member_id)
+
+    def wake_project(self, project_id: int) -> None:
+        """After a resume or a cleared brake: everything pending in the project."""
+        asyncio.get_running_loop().create_task(self._wake_pending(project_id))
+
+    async def _wake_pending(self, project_id: int | None) -> None:
+        pairs = await self.core.db.read(deliveries_store.members_with_pending)
+        for pid, member_id in pairs:
+            if project_id is None or pid == project_id:
+                self.wake(pid, [member_id])
+
+    async def start(self) -> None:
+        await self._wake_pending(None)
+
+    async def close(self) -> None:
+        self.closing = True
+        await self.in_process.close()
+        await self.registry.aclose()
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    def stop_member(self, member_id: int) -> bool:
+        """Request a running turn to stop; True when one was running."""
+        return self.in_process.stop_member(member_id)
+
+    async def stop_project(self, project_id: int, wait_secs: float | None = None) -> bool:
+        """Request every running turn of a project to stop; True once all are confirmed
+        stopped (re-read from the sessions themselves), False if any is still running."""
+        wait = self.settings.stop_confirm_secs if wait_secs is None else wait_secs
+        return await self.in_process.stop_project(project_id, wait)
+
+    def running_members(self, project_id: int) -> list[int]:
+        return self.in_process.running_members(project_id)

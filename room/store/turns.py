@@ -1,0 +1,116 @@
+"""SQL of agents' turns and of each agent session's transcript (its own record)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from room.models import iso
+
+
+def insert_turn(
+    conn: sqlite3.Connection, *, project_id: int, member_id: int, trigger: int | None, now: float
+) -> int:
+    cur = conn.execute(
+        "INSERT INTO turns (project_id, member_id, state, trigger_message_id, started_at)"
+        " VALUES (:p, :m, 'running', :t, :now)",
+        {"p": project_id, "m": member_id, "t": trigger, "now": now},
+    )
+    return int(cur.lastrowid or 0)
+
+
+def update_turn(conn: sqlite3.Connection, turn_id: int, **fields: Any) -> None:
+    allowed = {"state", "reply_message_id", "steps", "side_effects", "error", "ended_at"}
+    assert set(fields) <= allowed, fields
+    assignments = ", ".join(f"{key} = :{key}" for key in fields)
+    conn.execute(f"UPDATE turns SET {assignments} WHERE id = :id", {**fields, "id": turn_id})
+
+
+def running_turns(conn: sqlite3.Connection) -> list[tuple[int, int, int, int]]:
+    """(turn, project, member, side_effects) of turns left running (by a crash)."""
+    return [
+        (int(r[0]), int(r[1]), int(r[2]), int(r[3]))
+        for r in conn.execute(
+            "SELECT id, project_id, member_id, side_effects FROM turns WHERE state = 'running'"
+        )
+    ]
+
+
+def last_turn(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT id, state, steps, error, started_at, ended_at FROM turns WHERE member_id = :m"
+        " ORDER BY id DESC LIMIT 1",
+        {"m": member_id},
+    ).fetchone()
+    if row is None:
+        return None
+    return {
+        "id": row[0],
+        "state": row[1],
+        "steps": row[2],
+        "error": row[3],
+        "started_at": iso(row[4]),
+        "ended_at": iso(row[5]),
+    }
+
+
+def append_transcript(
+    conn: sqlite3.Connection,
+    *,
+    member_id: int,
+    turn_id: int | None,
+    role: str,
+    content: str,
+    now: float,
+    name: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    tool_call_id: str | None = None,
+    delivery_id: int | None = None,
+) -> int:
+    cur = conn.execute(
+        "INSERT INTO transcript_entries (member_id, turn_id, role, content, name,"
+        " tool_calls_json, tool_call_id, delivery_id, created_at) VALUES (:m, :t, :role,"
+        " :content, :name, :calls, :call_id, :d, :now)",
+        {
+            "m": member_id,
+            "t": turn_id,
+            "role": role,
+            "content": content,
+            "name": name,
+            "calls": json.dumps(tool_calls, ensure_ascii=False) if tool_calls else None,
+            "call_id": tool_call_id,
+            "d": delivery_id,
+            "now": now,
+        },
+    )
+    return int(cur.lastrowid or 0)
+
+
+def supersede_turn_transcript(conn: sqlite3.Connection, turn_id: int) -> None:
+    conn.execute("UPDATE transcript_entries SET superseded = 1 WHERE turn_id = :t", {"t": turn_id})
+
+
+def transcript(conn: sqlite3.Connection, member_id: int, limit: int = 200) -> list[dict[str, Any]]:
+    """The member's recent transcript (oldest first), without superseded entries."""
+    rows = conn.execute(
+        "SELECT id, turn_id, role, content, name, tool_calls_json, tool_call_id, delivery_id"
+        " FROM transcript_entries WHERE member_id = :m AND superseded = 0"
+        " ORDER BY id DESC LIMIT :limit",
+        {"m": member_id, "limit": limit},
+    ).fetchall()
+    out = [
+        {
+            "id": r[0],
+            "turn_id": r[1],
+            "role": r[2],
+            "content": r[3],
+            "name": r[4],
+            "tool_calls": json.loads(r[5]) if r[5] else [],
+            "tool_call_id": r[6],
+            "delivery_id": r[7],
+        }
+        for r in rows
+    ]
+    out.reverse()
+    return out

@@ -1,0 +1,76 @@
+"""SQL of model requests: the route each really observed, its latency and tokens."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from room.models import iso
+from room.store import brakes
+
+
+def record_request(conn: sqlite3.Connection, **row: Any) -> int:
+    cur = conn.execute(
+        "INSERT INTO model_requests (project_id, member_id, turn_id, model_id, route_source,"
+        " provider, model_reported, latency_ms, input_tokens, output_tokens, usage_reported, ok,"
+        " error_code, created_at) VALUES (:project_id, :member_id, :turn_id, :model_id,"
+        " :route_source, :provider, :model_reported, :latency_ms, :input_tokens,"
+        " :output_tokens, :usage_reported, :ok, :error_code, :now)",
+        row,
+    )
+    tokens = int(row.get("input_tokens", 0)) + int(row.get("output_tokens", 0))
+    if tokens:
+        brakes.add_tokens(conn, int(row["project_id"]), tokens)
+    return int(cur.lastrowid or 0)
+
+
+def observed_route(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT model_id, route_source, provider, model_reported, latency_ms, input_tokens,"
+        " output_tokens, usage_reported, ok, error_code, created_at FROM model_requests"
+        " WHERE member_id = :m ORDER BY id DESC LIMIT 1",
+        {"m": member_id},
+    ).fetchone()
+    if row is None:
+        return None
+    keys = [
+        "model_id",
+        "route_source",
+        "provider",
+        "model_reported",
+        "latency_ms",
+        "input_tokens",
+        "output_tokens",
+        "usage_reported",
+        "ok",
+        "error_code",
+        "at",
+    ]
+    data = dict(zip(keys, row, strict=True))
+    data["at"] = iso(data["at"])
+    data["ok"] = bool(data["ok"])
+    data["usage_reported"] = bool(data["usage_reported"])
+    return data
+
+
+def usage(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+    members = {
+        int(r[0]): {"requests": r[1], "input_tokens": r[2], "output_tokens": r[3]}
+        for r in conn.execute(
+            "SELECT member_id, count(*), sum(input_tokens), sum(output_tokens)"
+            " FROM model_requests WHERE project_id = :p GROUP BY member_id",
+            {"p": project_id},
+        )
+    }
+    total = conn.execute(
+        "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
+        " coalesce(sum(usage_reported = 0), 0) FROM model_requests WHERE project_id = :p",
+        {"p": project_id},
+    ).fetchone()
+    return {
+        "requests": total[0],
+        "input_tokens": total[1],
+        "output_tokens": total[2],
+        "requests_without_usage": total[3],
+        "members": {str(k): v for k, v in members.items()},
+    }
