@@ -30,6 +30,9 @@ from room.actions import projects as project_actions
 from room.actions import wiring
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
+from room.agents import AgentSettings, Scheduler
+from room.agents.task_tools import TASK_TOOLS
+from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.api import routes as api_routes
 from room.boot import BootTrace, write_report
 from room.core import Core, RateLimiter, RosterCache
@@ -38,9 +41,6 @@ from room.hub import Hub
 from room.models import User
 from room.protocol import CLIENT_FRAME_TYPES
 from room.providers import ProviderRegistry, default_configs
-from room.runtime import AgentSettings, Scheduler
-from room.runtime.task_tools import TASK_TOOLS
-from room.runtime.tools import BUILTIN_TOOLS, Tool
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, run_write
 from room.store import projects as projects_store

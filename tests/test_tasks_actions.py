@@ -25,14 +25,14 @@ from room.actions import task_updates as updates
 from room.actions import tasks as task_actions
 from room.actions import wiring
 from room.actions.task_updates import CriterionVerdict, EvidenceInput
+from room.agents.presets import PRESETS
+from room.agents.task_tools import TASK_TOOLS
+from room.agents.tools import ToolContext
 from room.core import Core, NoRuntime, RateLimiter, RosterCache
 from room.errors import ForbiddenError, RoomError
 from room.hub import Hub
 from room.models import Member
 from room.plans import PlanInvalidError
-from room.runtime.presets import PRESETS
-from room.runtime.task_tools import TASK_TOOLS
-from room.runtime.tools import ToolContext
 from room.settings import Settings
 from room.store import Database, Tx, run_write
 from room.store import members as members_store

@@ -26,9 +26,9 @@ import pytest
 import uvicorn
 
 from room.actions import plans as plan_actions
+from room.agents.task_tools import TASK_TOOLS
 from room.api import tasks as task_api
 from room.app import RoomServer, create_app
-from room.runtime.task_tools import TASK_TOOLS
 from room.settings import Settings
 from room.store import Tx
 from room.transport import RoomWebSocketProtocol

@@ -54,7 +54,7 @@ from room.tasks import (
     waiting_on,
 )
 
-# Agent roles whose preset grants room_task_review (room.runtime.presets): they may review any
+# Agent roles whose preset grants room_task_review (room.agents.presets): they may review any
 # task they do not own. A test keeps the two in step.
 REVIEW_ROLES = frozenset({"lead", "tester"})
 MAX_EVIDENCE_ITEMS = 20

@@ -16,13 +16,13 @@ from room.actions import members as member_actions
 from room.actions import routes as route_actions
 from room.actions import turns as turn_actions
 from room.actions.projects import AgentSpec
+from room.agents import Scheduler
+from room.agents.tools import Toolbox
+from room.agents.turn import resolve_config
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError, NotFoundError
 from room.ops import member_for
 from room.routing import SOURCE_LABELS
-from room.runtime import Scheduler
-from room.runtime.tools import Toolbox
-from room.runtime.turn import resolve_config
 from room.store import Tx
 from room.store import brakes as brakes_store
 from room.store import projects as projects_store

@@ -9,11 +9,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from room.agents.drivers import ExternalDriver, InProcessDriver
+from room.agents.tools import BUILTIN_TOOLS, Tool
+from room.agents.turn import TurnEnv
 from room.core import Core
 from room.providers import ProviderRegistry
-from room.runtime.drivers import ExternalDriver, InProcessDriver
-from room.runtime.tools import BUILTIN_TOOLS, Tool
-from room.runtime.turn import TurnEnv
 from room.store import deliveries as deliveries_store
 
 STOP_CONFIRM_SECS = 5.0

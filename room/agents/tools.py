@@ -13,11 +13,11 @@ from typing import Any
 from room.actions import messages as message_actions
 from room.actions import routes as route_actions
 from room.actions import turns as turn_actions
+from room.agents.presets import preset_for
 from room.core import Core
 from room.errors import RoomError
 from room.models import Member
 from room.providers import ToolSpec
-from room.runtime.presets import preset_for
 from room.store import messages as messages_store
 
 HISTORY_MAX = 50

@@ -22,15 +22,15 @@ from room.actions import brakes as brake_actions
 from room.actions import messages as message_actions
 from room.actions import turns as turn_actions
 from room.actions.turns import Limits, TurnStart
+from room.agents import context as ctx_mod
+from room.agents.presets import ROOM_RULES, preset_for
+from room.agents.tools import Tool, Toolbox, ToolContext
 from room.core import Core
 from room.errors import ProviderError, RoomError
 from room.ledger import Reason
 from room.models import Member
 from room.providers import ChatMessage, ChatRequest, ChatResult, ProviderRegistry
 from room.routing import Pool, PoolPick, ResolvedRoute, resolve_route
-from room.runtime import context as ctx_mod
-from room.runtime.presets import ROOM_RULES, preset_for
-from room.runtime.tools import Tool, Toolbox, ToolContext
 from room.store import brakes as brakes_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store

@@ -14,8 +14,8 @@ import asyncio
 import logging
 
 from room.actions import turns as turn_actions
+from room.agents.turn import Turn, TurnEnv
 from room.core import Core
-from room.runtime.turn import Turn, TurnEnv
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from room.actions import decisions as decision_actions
 from room.actions import plans as plan_actions
 from room.actions import task_updates as update_actions
 from room.actions import tasks as task_actions
+from room.agents.tools import Tool, ToolContext
 from room.errors import RoomError
 from room.providers import ToolSpec
-from room.runtime.tools import Tool, ToolContext
 
 TASK_LIST_MAX = 100
 

@@ -1,7 +1,7 @@
 """Role presets: the charter each agent role starts with and the room tools it is granted.
 
 A tool a preset does not grant is absent from the member's tool list *and* refused by the
-server if called anyway (``room.runtime.tools.run_tool``).
+server if called anyway (``room.agents.tools.run_tool``).
 """
 
 from __future__ import annotations
