@@ -30,7 +30,7 @@ from room.actions import projects as project_actions
 from room.actions import wiring
 from room.actions.lifecycle import restart_stops
 from room.actions.runtime import reconcile_on_start
-from room.api import routes as api_routes
+from room.api import endpoints as api_endpoints
 from room.boot import BootTrace, write_report
 from room.core import Core, RateLimiter, RosterCache
 from room.errors import RoomError
@@ -206,7 +206,7 @@ def create_app(
         )
         trace.phase("report")
         await runtime.start()
-        # Everything built so far (modules, validators, routes, caches) lives as long as the
+        # Everything built so far (modules, validators, endpoints, caches) lives as long as the
         # process: freeze it out of future collections, and collect the young generation less
         # often — a send allocates dozens of containers, and at the default threshold (700) a
         # collection ran every few messages (15–20 % of the loop's CPU in the bench profile).
@@ -224,7 +224,7 @@ def create_app(
             trace.phase("stopped")
 
     app = Starlette(
-        routes=[*pages.routes, *api_routes, WebSocketRoute("/ws", ws_endpoint)],
+        routes=[*pages.endpoints, *api_endpoints, WebSocketRoute("/ws", ws_endpoint)],
         lifespan=lifespan,
         exception_handlers={RoomError: _room_error},  # type: ignore[dict-item]
     )

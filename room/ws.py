@@ -540,13 +540,15 @@ class Connection:
     async def on_preview(self, frame: p.PreviewFrame) -> None:
         member = await self.member(frame.project_id)
         roster = await self.core.rosters.get(frame.project_id)
-        routing = message_actions.route(member, frame.body, list(frame.chips), roster)
+        addressing = message_actions.resolve_recipients(
+            member, frame.body, list(frame.chips), roster
+        )
         self.push(
             {
                 "type": "preview",
                 "req_id": frame.req_id,
                 "project_id": frame.project_id,
-                **routing.to_wire(roster),
+                **addressing.to_wire(roster),
             }
         )
 

@@ -2,9 +2,9 @@
 HTTP and WebSocket clients, and agents driven by a scripted model speaking the OpenAI protocol,
 so the real runtime, tools, provider and actions run.
 
-The server is built in-process so that this issue's routes and tools are present whether or not
-the app has them wired yet (they are added only when missing), and so that hooks the app calls
-itself (the goal delivery) can be run on the server's own loop.
+The server is built in-process so that this issue's endpoints and tools are present whether or
+not the app has them wired yet (they are added only when missing), and so that hooks the app
+calls itself (the goal delivery) can be run on the server's own loop.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class LiveRoom:
         self.app = create_app(self.settings, RoomServer(self.settings))
         self.loop: asyncio.AbstractEventLoop | None = None
         paths = {getattr(r, "path", None) for r in self.app.routes}
-        self.app.router.routes.extend(r for r in task_api.routes if r.path not in paths)
+        self.app.router.routes.extend(r for r in task_api.endpoints if r.path not in paths)
         inner = self.app.router.lifespan_context
 
         @asynccontextmanager

@@ -1,9 +1,10 @@
 """Sending, editing and deleting messages; read cursors and typing.
 
 Every write: validate → one transaction (message + mentions + delivery rows + event) → commit →
-publish to the hub → wake the runtime. Recipients come only from the mention resolver plus the
-routing rule of DESIGN §4 (a human message with no mention goes to the lead agent; an agent
-message with no mention goes to nobody).
+publish to the hub → wake the runtime (docs/architecture.md, "The path of one send"). Recipients
+come only from the mention resolver plus one rule for a message that mentions nobody: a person's
+goes to the lead agent, an agent's to nobody (docs/architecture.md, "Mentions and recipients";
+shared/mentions/SPEC.md).
 
 Delivery rows are written for agent recipients: the ledger tracks hand-off to agent sessions.
 Humans are reached through their mentions and read cursors.
@@ -77,21 +78,22 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class Routing:
-    """Who a draft reaches: resolver output plus the default-routing rule."""
+class Addressing:
+    """Who a draft reaches: the resolver's output plus the rule for a message that mentions
+    nobody (a person's goes to the lead agent)."""
 
     resolution: mention_rules.Resolution
     mentioned: tuple[int, ...]
     recipients: tuple[int, ...]  # agents that get a delivery row
     blocking: tuple[mention_rules.Diagnostic, ...]
-    default_routed: bool
+    to_lead_by_default: bool  # on the wire: ``default_routed``
 
     def to_wire(self, roster: ProjectRoster) -> dict[str, Any]:
         return {
             "mentioned": list(self.mentioned),
             "recipients": list(self.recipients),
             "agents_reached": len(self.recipients),
-            "default_routed": self.default_routed,
+            "default_routed": self.to_lead_by_default,
             "diagnostics": [
                 {
                     "code": d.code,
@@ -111,13 +113,16 @@ class Routing:
         }
 
 
-def route(sender: Member, body: str, chips: list[int], roster: ProjectRoster) -> Routing:
-    """Resolve mentions and apply DESIGN §4's default routing. Pure given the roster."""
+def resolve_recipients(
+    sender: Member, body: str, chips: list[int], roster: ProjectRoster
+) -> Addressing:
+    """Resolve mentions and add the lead agent to a person's message that mentions nobody
+    (docs/architecture.md, "Mentions and recipients"). Pure given the roster."""
     resolution = mention_rules.resolve(body, roster.roster, str(sender.id), [str(c) for c in chips])
     mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
     blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
     targets = list(mentioned)
-    default_routed = False
+    to_lead_by_default = False
     if (
         not targets
         and sender.kind == "human"
@@ -129,13 +134,13 @@ def route(sender: Member, body: str, chips: list[int], roster: ProjectRoster) ->
         lead = roster.member(roster.lead_id)
         if lead is not None and lead.status != "left":
             targets = [lead.id]
-            default_routed = True
+            to_lead_by_default = True
     recipients = []
     for member_id in targets:
         member = roster.member(member_id)
         if member is not None and member.kind == "agent" and member.status != "left":
             recipients.append(member_id)
-    return Routing(resolution, mentioned, tuple(recipients), blocking, default_routed)
+    return Addressing(resolution, mentioned, tuple(recipients), blocking, to_lead_by_default)
 
 
 def _digest(body: str, reply_to: int | None, chips: list[int], plain: bool) -> str:
@@ -208,11 +213,11 @@ def _send_job(
         wait_ms = core.limiter.take(sender.id)
         if wait_ms:
             raise RateLimitedError("sending too fast; slow down", retry_after_ms=wait_ms)
-    routing = route(sender, body, chips, roster)
-    if routing.blocking and not as_plain_text:
+    addressing = resolve_recipients(sender, body, chips, roster)
+    if addressing.blocking and not as_plain_text:
         raise MentionsUnresolvedError(
             "some @mentions are unresolved; fix them or send as plain text",
-            diagnostics=routing.to_wire(roster)["diagnostics"],
+            diagnostics=addressing.to_wire(roster)["diagnostics"],
         )
     html = render(body)
     digest = _digest(body, reply_to, chips, as_plain_text)
@@ -221,7 +226,7 @@ def _send_job(
     follow_ups = [make for hook in core.send_hooks if (make := hook(sender, body))]
     project_id = sender.project_id
     txn_key = ("txn", sender.id, client_txn_id)
-    mention_rows = [(int(m.member_id), m.via) for m in routing.resolution.mentions]
+    mention_rows = [(int(m.member_id), m.via) for m in addressing.resolution.mentions]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
         # Submitted with appends=True: this send's rows may wait for the end of the batch, so
@@ -254,7 +259,7 @@ def _send_job(
             html=html,
             reply_to=reply_to,
             reply_excerpt=excerpt,
-            mentions=routing.mentioned,
+            mentions=addressing.mentioned,
             client_txn_id=client_txn_id,
             txn_digest=digest,
             meta=meta,
@@ -265,19 +270,19 @@ def _send_job(
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
             rt_store.reset_agent_turns(conn, project_id, tx.counters)
-        if routing.recipients:
+        if addressing.recipients:
             deliveries_store.insert_many(
                 conn,
                 project_id=project_id,
                 message_id=message_id,
                 recipients=[
-                    (r, _initial_state(roster, r, held_project)) for r in routing.recipients
+                    (r, _initial_state(roster, r, held_project)) for r in addressing.recipients
                 ],
                 now=tx.now,
                 appends=appends,
             )
-        if routing.recipients and not held_project:
-            tx.emit(Wake(project_id, routing.recipients))
+        if addressing.recipients and not held_project:
+            tx.emit(Wake(project_id, addressing.recipients))
         for make in follow_ups:
             tx.emit(make(message_id))
         if appends is not None:
@@ -414,11 +419,11 @@ async def edit_message(
     """Edit one's own message. The old text is kept; newly mentioned agents get deliveries."""
     check_body(core, body)
     roster = await core.rosters.get(editor.project_id)
-    routing = route(editor, body, [], roster)
-    if routing.blocking and not as_plain_text:
+    addressing = resolve_recipients(editor, body, [], roster)
+    if addressing.blocking and not as_plain_text:
         raise MentionsUnresolvedError(
             "some @mentions are unresolved; fix them or send as plain text",
-            diagnostics=routing.to_wire(roster)["diagnostics"],
+            diagnostics=addressing.to_wire(roster)["diagnostics"],
         )
     html = render(body)
     project_id = editor.project_id
@@ -434,9 +439,9 @@ async def edit_message(
             now=tx.now,
         )
         already = deliveries_store.recipients(conn, message_id)
-        new_recipients = [r for r in routing.recipients if r not in already]
+        new_recipients = [r for r in addressing.recipients if r not in already]
         state = projects_store.state_of(conn, project_id)
-        if new_recipients and not routing.default_routed:
+        if new_recipients and not addressing.to_lead_by_default:
             deliveries_store.insert_many(
                 conn,
                 project_id=project_id,
@@ -450,7 +455,7 @@ async def edit_message(
             messages_store.insert_mentions(
                 conn,
                 message_id,
-                [(int(m.member_id), m.via) for m in routing.resolution.mentions],
+                [(int(m.member_id), m.via) for m in addressing.resolution.mentions],
             )
         old = json.loads(row["frame"])
         obj = messages_store.message_object(
@@ -463,7 +468,7 @@ async def edit_message(
             html=html,
             reply_to=row["reply_to"],
             reply_excerpt=old.get("reply_excerpt"),
-            mentions=set(old.get("mentions", ())) | set(routing.mentioned),
+            mentions=set(old.get("mentions", ())) | set(addressing.mentioned),
             client_txn_id=row["client_txn_id"],
             created_at=row["created_at"],
             edited_at=tx.now,
