@@ -200,25 +200,14 @@ def _send_job(
     rate_limited: bool = True,
 ) -> tuple[WriteJob[Ack], tuple[Prefetch, Any]]:
     """Validate a send and make its write job (submitted with ``appends=True``) and the
-    batch lookup of its ``client_txn_id``."""
+    batch lookup of its ``client_txn_id``.
+
+    Everything that needs no database runs here, before the job is queued; the job itself is
+    the steps of one send inside the batch's transaction (docs/architecture.md, "The path of
+    one send")."""
     chips = chips or []
-    check_body(core, body)
-    if sender.status == "left":
-        raise ForbiddenError("you have left this project", code="member_left")
-    for chip in chips:
-        member = roster.member(chip)
-        if member is None:
-            raise BadRequestError(f"chip {chip} is not a member of this project", code="bad_chip")
-    if rate_limited:
-        wait_ms = core.limiter.take(sender.id)
-        if wait_ms:
-            raise RateLimitedError("sending too fast; slow down", retry_after_ms=wait_ms)
-    addressing = resolve_recipients(sender, body, chips, roster)
-    if addressing.blocking and not as_plain_text:
-        raise MentionsUnresolvedError(
-            "some @mentions are unresolved; fix them or send as plain text",
-            diagnostics=addressing.to_wire(roster)["diagnostics"],
-        )
+    check_draft(core, sender, roster, body, chips, rate_limited)
+    addressing = address(sender, body, chips, roster, as_plain_text)
     html = render(body)
     digest = _digest(body, reply_to, chips, as_plain_text)
     # What other parts of the server do with a message once it is stored (a requirement
@@ -229,26 +218,12 @@ def _send_job(
     mention_rows = [(int(m.member_id), m.via) for m in addressing.resolution.mentions]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
-        # Submitted with appends=True: this send's rows may wait for the end of the batch, so
-        # a retransmit in the same batch finds its original in the batch's memo.
         appends = tx.appends
-        if appends is not None and txn_key in appends.memo:  # prefetched, or sent in this batch
-            existing = appends.memo[txn_key]
-        else:
-            existing = messages_store.find_txn(conn, sender.id, client_txn_id)
-        if existing is not None:
-            message_id, seq, old_digest, frame = existing
-            if old_digest != digest:
-                raise TxnConflictError(
-                    "this client_txn_id was already used for a different message",
-                    client_txn_id=client_txn_id,
-                    message_id=message_id,
-                )
-            return Ack(message_id, seq, True, frame)
+        earlier = _earlier_send(conn, appends, txn_key, sender.id, client_txn_id)
+        if earlier is not None:
+            return _retransmit_ack(earlier, digest, client_txn_id)
         state = check_posting(conn, sender, appends)
-        if reply_to and appends is not None and ("message", reply_to) in appends.memo:
-            appends.flush(conn)  # the message replied to is still waiting in the batch
-        excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
+        excerpt = _reply_excerpt(conn, appends, project_id, reply_to) if reply_to else None
         message_id, seq, obj = append_message(
             conn,
             tx,
@@ -264,25 +239,10 @@ def _send_job(
             txn_digest=digest,
             meta=meta,
         )
-        if mention_rows:
-            messages_store.insert_mentions(conn, message_id, mention_rows, appends)
-        held_project = state not in WAKING_STATES
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
             rt_store.reset_agent_turns(conn, project_id, tx.counters)
-        if addressing.recipients:
-            deliveries_store.insert_many(
-                conn,
-                project_id=project_id,
-                message_id=message_id,
-                recipients=[
-                    (r, _initial_state(roster, r, held_project)) for r in addressing.recipients
-                ],
-                now=tx.now,
-                appends=appends,
-            )
-        if addressing.recipients and not held_project:
-            tx.emit(Wake(project_id, addressing.recipients))
+        _store_recipients(conn, tx, project_id, message_id, mention_rows, addressing, roster, state)
         for make in follow_ups:
             tx.emit(make(message_id))
         if appends is not None:
@@ -290,6 +250,106 @@ def _send_job(
         return Ack(message_id, seq, False, obj)
 
     return job, (messages_store.find_txns, (sender.id, client_txn_id))
+
+
+def check_draft(
+    core: Core,
+    sender: Member,
+    roster: ProjectRoster,
+    body: str,
+    chips: list[int],
+    rate_limited: bool,
+) -> None:
+    """Refuse a draft before anything is queued: its text, a sender who left, a chip naming a
+    non-member, or (when ``rate_limited``) a sender over the send rate."""
+    check_body(core, body)
+    if sender.status == "left":
+        raise ForbiddenError("you have left this project", code="member_left")
+    for chip in chips:
+        member = roster.member(chip)
+        if member is None:
+            raise BadRequestError(f"chip {chip} is not a member of this project", code="bad_chip")
+    if rate_limited:
+        wait_ms = core.limiter.take(sender.id)
+        if wait_ms:
+            raise RateLimitedError("sending too fast; slow down", retry_after_ms=wait_ms)
+
+
+def address(
+    sender: Member, body: str, chips: list[int], roster: ProjectRoster, as_plain_text: bool
+) -> Addressing:
+    """:func:`resolve_recipients`, refusing a draft with unresolved mentions unless the sender
+    sends it as plain text."""
+    addressing = resolve_recipients(sender, body, chips, roster)
+    if addressing.blocking and not as_plain_text:
+        raise MentionsUnresolvedError(
+            "some @mentions are unresolved; fix them or send as plain text",
+            diagnostics=addressing.to_wire(roster)["diagnostics"],
+        )
+    return addressing
+
+
+TxnRecord = tuple[int, int, str | None, str]  # message id, seq, content digest, wire object
+
+
+def _earlier_send(
+    conn: sqlite3.Connection,
+    appends: Appends | None,
+    txn_key: tuple[str, int, str],
+    sender_id: int,
+    client_txn_id: str,
+) -> TxnRecord | None:
+    """The message an earlier send with this ``client_txn_id`` stored, if any. With
+    ``appends=True`` a send's rows may wait for the end of the batch, so the batch's memo is
+    looked in first (it also holds the prefetched lookups)."""
+    if appends is not None and txn_key in appends.memo:
+        earlier: TxnRecord | None = appends.memo[txn_key]
+        return earlier
+    return messages_store.find_txn(conn, sender_id, client_txn_id)
+
+
+def _retransmit_ack(earlier: TxnRecord, digest: str, client_txn_id: str) -> Ack:
+    """A retransmit is acknowledged with the original; reusing the id for other content is
+    refused."""
+    message_id, seq, old_digest, frame = earlier
+    if old_digest != digest:
+        raise TxnConflictError(
+            "this client_txn_id was already used for a different message",
+            client_txn_id=client_txn_id,
+            message_id=message_id,
+        )
+    return Ack(message_id, seq, True, frame)
+
+
+def _store_recipients(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    project_id: int,
+    message_id: int,
+    mention_rows: list[tuple[int, str]],
+    addressing: Addressing,
+    roster: ProjectRoster,
+    state: str,
+) -> None:
+    """The message's mention rows and its agents' delivery rows (``held`` while the project or
+    the agent is paused), and the wake-up of the agents it reached."""
+    appends = tx.appends
+    if mention_rows:
+        messages_store.insert_mentions(conn, message_id, mention_rows, appends)
+    recipients = addressing.recipients
+    if not recipients:
+        return
+    held_project = state not in WAKING_STATES
+    deliveries_store.insert_many(
+        conn,
+        project_id=project_id,
+        message_id=message_id,
+        recipients=[(r, _initial_state(roster, r, held_project)) for r in recipients],
+        now=tx.now,
+        appends=appends,
+    )
+    if not held_project:
+        tx.emit(Wake(project_id, recipients))
 
 
 def append_message(
@@ -398,7 +458,12 @@ def _initial_state(roster: ProjectRoster, member_id: int, held_project: bool) ->
     return "pending"
 
 
-def _reply_excerpt(conn: sqlite3.Connection, project_id: int, reply_to: int) -> dict[str, Any]:
+def _reply_excerpt(
+    conn: sqlite3.Connection, appends: Appends | None, project_id: int, reply_to: int
+) -> dict[str, Any]:
+    """Who and what a reply answers, shown above it."""
+    if appends is not None and ("message", reply_to) in appends.memo:
+        appends.flush(conn)  # the message replied to is still waiting in the batch
     row = messages_store.get_row(conn, reply_to)
     if row is None or row["project_id"] != project_id:
         raise NotFoundError("the message you reply to is not in this project", code="bad_reply_to")
@@ -419,12 +484,7 @@ async def edit_message(
     """Edit one's own message. The old text is kept; newly mentioned agents get deliveries."""
     check_body(core, body)
     roster = await core.rosters.get(editor.project_id)
-    addressing = resolve_recipients(editor, body, [], roster)
-    if addressing.blocking and not as_plain_text:
-        raise MentionsUnresolvedError(
-            "some @mentions are unresolved; fix them or send as plain text",
-            diagnostics=addressing.to_wire(roster)["diagnostics"],
-        )
+    addressing = address(editor, body, [], roster, as_plain_text)
     html = render(body)
     project_id = editor.project_id
 
