@@ -37,6 +37,7 @@ from room.store import projects as projects_store
 from room.store.schema_tasks import TASK_TABLES
 
 StepFn = Callable[[sqlite3.Connection, int, Path], dict[str, Any]]
+Failure = tuple[str, str]  # the step's name, the error
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,9 +277,6 @@ async def _run(
         "steps": results,
         "failed": {"step": failed[0], "error": failed[1]} if failed else None,
     }
-
-
-Failure = tuple[str, str]  # the step's name, the error
 
 
 async def _begin(core: Core, actor: Member, project_id: int) -> set[str]:
