@@ -106,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from room.doctor import run_doctor
 
-            return run_doctor(_settings(args), as_json=args.json)
+            healthy = run_doctor(_settings(args), as_json=args.json)
+            return EXIT_OK if healthy else EXIT_UNHEALTHY
         if args.command == "login-link":
             return login_link(_settings(args))
         if args.command == "member" and args.member_command == "token":

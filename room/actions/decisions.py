@@ -38,7 +38,6 @@ from room.tasks import AFTER_SYNC, TaskEvent, TaskState
 
 MAX_TITLE_CHARS = 200
 MAX_TEXT_CHARS = 8000
-CHANGE_PREFIX = "/change"
 _CHANGE_RE = re.compile(r"/change(?:\s*\[(?P<keys>[^\]\n]*)\]\s*|\s+|$)(?P<text>.*)", re.DOTALL)
 _SYNCABLE = frozenset(AFTER_SYNC) | {TaskState.NEEDS_SYNC}
 
