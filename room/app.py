@@ -46,6 +46,7 @@ from room.store import Database, DataLock, Tx, run_write
 from room.store import projects as projects_store
 from room.store.migrate import connect, migrate
 from room.store.schema import SCHEMA_VERSION
+from room.transport import offers_direct_write
 from room.ws import ws_endpoint
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,13 @@ class Opened:
 
 
 class RoomServer:
-    """Owns the data folder for the life of the process."""
+    """Owns the data folder for the life of the process. ``ws_protocol`` is the websocket
+    protocol the HTTP server runs (uvicorn's ``ws`` option; ``room serve`` configures uvicorn
+    from it), so the boot report can say whether fan-out writes straight to the sockets."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, ws_protocol: type[Any] | str = "auto") -> None:
         self.settings = settings
+        self.ws_protocol = ws_protocol
         self.lock = DataLock(settings.lock_path)
         self.trace: BootTrace | None = None
         self.opened: Opened | None = None
@@ -195,12 +199,7 @@ def create_app(
             settings=_public_settings(settings),
             schema_version=SCHEMA_VERSION,
             tools=sorted(runtime.tools),
-            capabilities={
-                "group_commit": True,
-                "direct_fanout": True,
-                "external_agents": True,
-                "frame_types": bool(CLIENT_FRAME_TYPES),
-            },
+            capabilities=_capabilities(app, server, db),
             providers=providers,
             recovery=recovery,
         )
@@ -233,6 +232,24 @@ def create_app(
 
 async def _room_error(request: Request, exc: RoomError) -> Response:
     return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
+
+
+def _capabilities(app: Starlette, server: RoomServer, db: Database) -> dict[str, Any]:
+    """What this process really does, read from the objects that do it."""
+    serves_ws = any(
+        isinstance(r, WebSocketRoute) and r.path == "/ws" and r.endpoint is ws_endpoint
+        for r in app.routes
+    )
+    return {
+        # The writer commits many queued writes in one transaction (one fsync).
+        "group_commit": db.max_batch > 1,
+        # Fan-out writes pre-framed text straight to each socket (room.transport).
+        "direct_fanout": offers_direct_write(server.ws_protocol),
+        # /ws takes an agent's token (``auth``); there the runtime hands an external agent its
+        # deliveries.
+        "external_agents": serves_ws and "auth" in CLIENT_FRAME_TYPES,
+        "frame_types": list(CLIENT_FRAME_TYPES),
+    }
 
 
 def _public_settings(settings: Settings) -> dict[str, Any]:

@@ -99,7 +99,7 @@ def write_report(
     settings: dict[str, Any],
     schema_version: int,
     tools: list[str],
-    capabilities: dict[str, bool],
+    capabilities: dict[str, Any],
     providers: list[dict[str, Any]],
     recovery: dict[str, Any] | None = None,
 ) -> dict[str, Any]:

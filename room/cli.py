@@ -143,7 +143,7 @@ def serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args, host=args.host, port=args.port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    server = RoomServer(settings)
+    server = RoomServer(settings, ws_protocol=RoomWebSocketProtocol)
     try:
         opened = server.open()
     except LockHeldError as exc:
@@ -159,7 +159,7 @@ def serve(args: argparse.Namespace) -> int:
         create_app(settings, server),
         host=settings.host,
         port=settings.port,
-        ws=RoomWebSocketProtocol,
+        ws=server.ws_protocol,
         ws_max_size=settings.max_frame_bytes,
         ws_per_message_deflate=False,
         log_level=args.log_level,
