@@ -33,7 +33,7 @@ from room.actions.recovery import reconcile_on_start
 from room.agents import AgentSettings, Scheduler
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool
-from room.api import routes as api_routes
+from room.api import endpoints as api_endpoints
 from room.boot import BootTrace, write_report
 from room.core import Core, RateLimiter, RosterCache
 from room.errors import RoomError
@@ -46,6 +46,7 @@ from room.store import Database, DataLock, Tx, run_write
 from room.store import projects as projects_store
 from room.store.migrate import connect, migrate
 from room.store.schema import SCHEMA_VERSION
+from room.transport import offers_direct_write
 from room.ws import ws_endpoint
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,13 @@ class Opened:
 
 
 class RoomServer:
-    """Owns the data folder for the life of the process."""
+    """Owns the data folder for the life of the process. ``ws_protocol`` is the websocket
+    protocol the HTTP server runs (uvicorn's ``ws`` option; ``room serve`` configures uvicorn
+    from it), so the boot report can say whether fan-out writes straight to the sockets."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, ws_protocol: type[Any] | str = "auto") -> None:
         self.settings = settings
+        self.ws_protocol = ws_protocol
         self.lock = DataLock(settings.lock_path)
         self.trace: BootTrace | None = None
         self.opened: Opened | None = None
@@ -192,18 +196,13 @@ def create_app(
             settings=_public_settings(settings),
             schema_version=SCHEMA_VERSION,
             tools=sorted(runtime.tools),
-            capabilities={
-                "group_commit": True,
-                "direct_fanout": True,
-                "external_agents": True,
-                "frame_types": bool(CLIENT_FRAME_TYPES),
-            },
+            capabilities=_capabilities(app, server, db),
             providers=providers,
             recovery=recovery,
         )
         trace.phase("report")
         await runtime.start()
-        # Everything built so far (modules, validators, routes, caches) lives as long as the
+        # Everything built so far (modules, validators, endpoints, caches) lives as long as the
         # process: freeze it out of future collections, and collect the young generation less
         # often — a send allocates dozens of containers, and at the default threshold (700) a
         # collection ran every few messages (15–20 % of the loop's CPU in the bench profile).
@@ -221,7 +220,7 @@ def create_app(
             trace.phase("stopped")
 
     app = Starlette(
-        routes=[*pages.routes, *api_routes, WebSocketRoute("/ws", ws_endpoint)],
+        routes=[*pages.endpoints, *api_endpoints, WebSocketRoute("/ws", ws_endpoint)],
         lifespan=lifespan,
         exception_handlers={RoomError: _room_error},  # type: ignore[dict-item]
     )
@@ -230,6 +229,24 @@ def create_app(
 
 async def _room_error(request: Request, exc: RoomError) -> Response:
     return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
+
+
+def _capabilities(app: Starlette, server: RoomServer, db: Database) -> dict[str, Any]:
+    """What this process really does, read from the objects that do it."""
+    serves_ws = any(
+        isinstance(r, WebSocketRoute) and r.path == "/ws" and r.endpoint is ws_endpoint
+        for r in app.routes
+    )
+    return {
+        # The writer commits many queued writes in one transaction (one fsync).
+        "group_commit": db.max_batch > 1,
+        # Fan-out writes pre-framed text straight to each socket (room.transport).
+        "direct_fanout": offers_direct_write(server.ws_protocol),
+        # /ws takes an agent's token (``auth``); there the runtime hands an external agent its
+        # deliveries.
+        "external_agents": serves_ws and "auth" in CLIENT_FRAME_TYPES,
+        "frame_types": list(CLIENT_FRAME_TYPES),
+    }
 
 
 def _public_settings(settings: Settings) -> dict[str, Any]:

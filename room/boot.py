@@ -1,4 +1,4 @@
-"""Operator files in the data folder (DESIGN §8).
+"""Operator files in the data folder (docs/architecture.md, "Operators").
 
 * ``boot-trace.jsonl`` — one line per start-up phase ``{ts, pid, phase, ok, detail}``; the last
   line of a good start is ``ready``, so a start that died shows how far it got.
@@ -99,7 +99,7 @@ def write_report(
     settings: dict[str, Any],
     schema_version: int,
     tools: list[str],
-    capabilities: dict[str, bool],
+    capabilities: dict[str, Any],
     providers: list[dict[str, Any]],
     recovery: dict[str, Any] | None = None,
 ) -> dict[str, Any]:

@@ -106,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from room.doctor import run_doctor
 
-            return run_doctor(_settings(args), as_json=args.json)
+            healthy = run_doctor(_settings(args), as_json=args.json)
+            return EXIT_OK if healthy else EXIT_UNHEALTHY
         if args.command == "login-link":
             return login_link(_settings(args))
         if args.command == "member" and args.member_command == "token":
@@ -142,7 +143,7 @@ def serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args, host=args.host, port=args.port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    server = RoomServer(settings)
+    server = RoomServer(settings, ws_protocol=RoomWebSocketProtocol)
     try:
         opened = server.open()
     except LockHeldError as exc:
@@ -158,7 +159,7 @@ def serve(args: argparse.Namespace) -> int:
         create_app(settings, server),
         host=settings.host,
         port=settings.port,
-        ws=RoomWebSocketProtocol,
+        ws=server.ws_protocol,
         ws_max_size=settings.max_frame_bytes,
         ws_per_message_deflate=False,
         log_level=args.log_level,

@@ -81,7 +81,8 @@ def collect(settings: Settings) -> dict[str, Any]:
     return summary
 
 
-def run_doctor(settings: Settings, *, as_json: bool = False) -> int:
+def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
+    """Print the health summary; True when healthy."""
     summary = collect(settings)
     if as_json:
         print(json.dumps(summary, ensure_ascii=False, indent=2, default=str))
@@ -106,4 +107,4 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> int:
         for problem in summary["problems"]:
             print(f"PROBLEM:  {problem}")
         print("healthy" if not summary["problems"] else "needs attention")
-    return 0 if not summary["problems"] else 4
+    return not summary["problems"]

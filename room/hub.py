@@ -375,9 +375,6 @@ class Hub:
                 sub.side.append(frame)
                 sub.hold()
 
-    def online_members(self, project_id: int) -> set[int]:
-        return {sub.member_id for sub in self._projects.get(project_id, ())}
-
     def subscriber_count(self, project_id: int | None = None) -> int:
         if project_id is not None:
             return len(self._projects.get(project_id, ()))

@@ -1,6 +1,6 @@
 """Project and member lifecycle state machines (pure: no I/O, no clock).
 
-DESIGN §7. Each machine is one table of data — :data:`PROJECT_TRANSITIONS` and
+Each machine is one table of data — :data:`PROJECT_TRANSITIONS` and
 :data:`MEMBER_TRANSITIONS` — plus the refusal reason for every pair the table does not allow
 (:data:`PROJECT_REFUSALS`, :data:`MEMBER_REFUSALS`). ``docs/lifecycle.md`` prints the same tables
 and a test parses it, so the docs cannot drift from the code.

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 MemberKind = Literal["human", "agent"]
 
-HUMAN_ROLES = ("owner", "member")
 AGENT_ROLES = ("lead", "frontend", "backend", "tester", "devops", "design", "docs")
 
 

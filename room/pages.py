@@ -192,7 +192,7 @@ class SecureStatic(StaticFiles):
         return response
 
 
-routes = [
+endpoints = [
     Route("/", index),
     Route("/favicon.ico", favicon),
     Route("/login/{secret}", login_form),

@@ -1,4 +1,4 @@
-"""Model route resolution (pure: no I/O, no clock). DESIGN §6.
+"""Model route resolution (pure: no I/O, no clock); docs/routing.md is its reference.
 
 Which model serves an agent member's next request, and why. From highest to lowest
 (:data:`ROUTE_PRECEDENCE`):

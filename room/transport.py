@@ -18,6 +18,12 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.protocol import State
 
 
+def offers_direct_write(protocol: type[Any] | str) -> bool:
+    """Whether a server running this websocket protocol (uvicorn's ``ws`` option: a class or a
+    name) gives its connections the direct write path."""
+    return isinstance(protocol, type) and issubclass(protocol, RoomWebSocketProtocol)
+
+
 class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)

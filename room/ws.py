@@ -548,16 +548,18 @@ class Connection:
     async def on_preview(self, frame: p.PreviewFrame) -> None:
         member = await self.member(frame.project_id)
         roster = await self.core.rosters.get(frame.project_id)
-        routing = message_actions.route(member, frame.body, list(frame.chips), roster)
+        addressing = message_actions.resolve_recipients(
+            member, frame.body, list(frame.chips), roster
+        )
         self.push(
             {
                 "type": "preview",
                 "req_id": frame.req_id,
                 "project_id": frame.project_id,
-                **routing.to_wire(roster),
+                **addressing.to_wire(roster),
                 # What the recipients line says when it names nobody (or everyone).
-                "everyone": routing.resolution.everyone,
-                "humans_only": routing.resolution.humans_only_group,
+                "everyone": addressing.resolution.everyone,
+                "humans_only": addressing.resolution.humans_only_group,
             }
         )
 

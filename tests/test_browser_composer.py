@@ -170,7 +170,7 @@ def test_recipients_and_reach_before_sending(owner: Person, team: int) -> None:
     expect(recipients.locator(".chip-text")).to_have_text(["所有人（4 位成员）"])
     expect(reach).to_have_text("将触达 4 位 AI 成员")
     box.fill("`@fe` 在代码里不算")
-    expect(reach).to_have_text("将触达 1 位 AI 成员")  # masked: default routing to the lead
+    expect(reach).to_have_text("将触达 1 位 AI 成员")  # masked: the lead by default
     box.fill("@用户 只通知人")
     expect(recipients).to_contain_text("仅通知人类成员")
     expect(reach).to_have_text("不会触达 AI 成员")
@@ -239,7 +239,7 @@ def test_diagnostics_before_sending(owner: Person, room_server: RoomServer) -> N
     deliveries = room_server.get(f"/api/messages/{message['id']}")["deliveries"]
     assert [d["recipient_id"] for d in deliveries] == [
         members["lead"]["id"]
-    ]  # default routing only
+    ]  # the lead by default only
 
 
 def test_quote_bar_and_drafts_per_project(owner: Person, room_server: RoomServer) -> None:

@@ -21,7 +21,7 @@ __all__ = ["world"]  # the fixture, imported for these tests
 
 
 async def say(world: World, who: str, body: str) -> int:
-    """A message appended to the timeline as the send path stores it (no routing)."""
+    """A message appended to the timeline as the send path stores it (no recipients)."""
     member = world[who]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> int:

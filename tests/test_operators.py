@@ -14,8 +14,11 @@ import pytest
 
 from room.boot import last_start, read_trace
 from room.cli import build_parser, main
-from tests.support.inproc import App, error, owner_user
+from room.protocol import CLIENT_FRAME_TYPES
+from room.transport import offers_direct_write
+from tests.support.inproc import App, error, owner_user, running_app
 from tests.support.server import ServerProcess
+from tests.support.wsclient import Client
 
 
 def run_cli(*argv: str) -> tuple[int, str]:
@@ -48,6 +51,41 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     code, text = run_cli("doctor", "--data", str(server.data), "--json")
     summary = json.loads(text)
     assert summary["problems"] == [] and summary["database"]["quick_check"] == "ok"
+
+
+@pytest.mark.anyio
+async def test_the_served_report_flags_what_room_serve_does(server: ServerProcess) -> None:
+    report = json.loads((server.data / "boot-report.json").read_text())
+    assert report["capabilities"] == {
+        "group_commit": report["settings"]["max_batch"] > 1,
+        "direct_fanout": True,  # room serve runs room.transport's protocol
+        "external_agents": True,
+        "frame_types": list(CLIENT_FRAME_TYPES),
+    }
+    assert report["settings"]["max_batch"] > 1
+    # An external agent really connects: its token authenticates on /ws.
+    agent = await Client.open(server.ws_url)
+    await agent.send({"type": "auth", "token": server.agent_token("演示项目", "lead")})
+    hello = await agent.wait_for("hello")
+    assert hello["identity"]["kind"] == "agent"
+    await agent.close()
+
+
+def test_the_report_flags_read_the_running_objects(tmp_path: Path) -> None:
+    # No group commit, and a test client's websockets without the direct write path.
+    with running_app(tmp_path / "data", max_batch=1) as app:
+        report = json.loads((app.settings.data / "boot-report.json").read_text())
+        flags = report["capabilities"]
+        server = app.client.app.state.server  # type: ignore[attr-defined]
+        assert flags["group_commit"] is (app.core.db.max_batch > 1) is False
+        assert flags["direct_fanout"] is offers_direct_write(server.ws_protocol) is False
+        assert flags["frame_types"] == list(CLIENT_FRAME_TYPES)
+        assert flags["external_agents"] is True
+        _, members, token = app.project_with("flags", owner_user(app))
+        with app.client.websocket_connect("/ws", headers={"Origin": app.settings.origin}) as ws:
+            ws.send_json({"type": "auth", "token": token})
+            hello = ws.receive_json()
+        assert hello["type"] == "hello" and hello["identity"]["member_id"] == members["lead"].id
 
 
 def test_a_start_that_died_shows_how_far_it_got(server: ServerProcess, tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 HTTP and WebSocket clients, and agents driven by a scripted model speaking the OpenAI protocol,
 so the real runtime, tools, provider and actions run.
 
-The server is built in-process so that this issue's routes and tools are present whether or not
-the app has them wired yet (they are added only when missing), and so that hooks the app calls
-itself (the goal delivery) can be run on the server's own loop.
+The server is built in-process so that this issue's endpoints and tools are present whether or
+not the app has them wired yet (they are added only when missing), and so that hooks the app
+calls itself (the goal delivery) can be run on the server's own loop.
 """
 
 from __future__ import annotations
@@ -55,10 +55,11 @@ class LiveRoom:
     def __init__(self, data: Path) -> None:
         self.http = ServerProcess(data)
         self.settings = Settings(data=data, port=self.http.port)
-        self.app = create_app(self.settings, RoomServer(self.settings))
+        room_server = RoomServer(self.settings, ws_protocol=RoomWebSocketProtocol)
+        self.app = create_app(self.settings, room_server)
         self.loop: asyncio.AbstractEventLoop | None = None
         paths = {getattr(r, "path", None) for r in self.app.routes}
-        self.app.router.routes.extend(r for r in task_api.routes if r.path not in paths)
+        self.app.router.routes.extend(r for r in task_api.endpoints if r.path not in paths)
         inner = self.app.router.lifespan_context
 
         @asynccontextmanager
@@ -72,7 +73,7 @@ class LiveRoom:
 
         self.app.router.lifespan_context = lifespan
         config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.http.port, ws=RoomWebSocketProtocol,
+            self.app, host="127.0.0.1", port=self.http.port, ws=room_server.ws_protocol,
             ws_per_message_deflate=False, log_level="warning", lifespan="on",
             timeout_graceful_shutdown=2,
         )  # fmt: skip

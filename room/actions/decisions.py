@@ -38,7 +38,6 @@ from room.tasks import AFTER_SYNC, TaskEvent, TaskState
 
 MAX_TITLE_CHARS = 200
 MAX_TEXT_CHARS = 8000
-CHANGE_PREFIX = "/change"
 _CHANGE_RE = re.compile(r"/change(?:\s*\[(?P<keys>[^\]\n]*)\]\s*|\s+|$)(?P<text>.*)", re.DOTALL)
 _SYNCABLE = frozenset(AFTER_SYNC) | {TaskState.NEEDS_SYNC}
 
@@ -224,14 +223,42 @@ def requirement_change_from_message(
     Idempotent per message: a second call returns the first result with ``duplicate: true``.
     Returns ``{decision, number, revision, affected, skipped, duplicate}``.
     """
+    row, writer = _change_message(conn, message_id, author_member)
+    earlier = _earlier_change(conn, message_id)
+    if earlier is not None:
+        return earlier
+    text, keys = _change_of(str(row["body"]), target_task_keys)
+    fx = task_actions.Effects(author_member.project_id)
+    requirement, revision = _requirement_to_revise(conn, tx, fx, author_member)
+    affected_ids = _affected_task_ids(conn, requirement, keys)
+    label = f"{requirement.label} 第 {revision} 版"
+    affected, skipped, owners = _require_sync(conn, tx, fx, requirement, revision, label,
+                                              affected_ids)  # fmt: skip
+    _record_revision(conn, tx, fx, requirement, revision, author_member, writer, message_id,
+                     row, text, affected, skipped)  # fmt: skip
+    _post_change_notice(conn, tx, fx, requirement, revision, label, author_member, message_id,
+                        text, affected, skipped, owners)  # fmt: skip
+    fx.flush(conn, tx)
+    keys_affected = [t.key for t in affected]
+    return _change_result(requirement, revision, keys_affected, skipped, duplicate=False)
+
+
+def _change_message(
+    conn: sqlite3.Connection, message_id: int, author_member: Member
+) -> tuple[dict[str, Any], Member]:
+    """The message a person marks, and its writer: a live message of the same project, written
+    by a person."""
     if author_member.kind != "human":
         raise ForbiddenError(
             "只有人类可以标记需求变更 (Only a person marks a requirement change.)",
             code="human_only",
         )
-    project_id = author_member.project_id
     row = messages_store.get_row(conn, message_id)
-    if row is None or row["project_id"] != project_id or row["deleted_at"] is not None:
+    if (
+        row is None
+        or row["project_id"] != author_member.project_id
+        or row["deleted_at"] is not None
+    ):
         raise NotFoundError("没有这条消息 (No such message in this project.)", code="no_message")
     writer = members_store.get(conn, row["author_id"]) if row["author_id"] else None
     if writer is None or writer.kind != "human":
@@ -239,16 +266,25 @@ def requirement_change_from_message(
             "需求变更必须是人类说的话 (A requirement change must be a person's own words.)",
             code="not_human_words",
         )
-    fx = task_actions.Effects(project_id)
+    return row, writer
+
+
+def _earlier_change(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
+    """The result of the change this message already made (``duplicate: true``), if any."""
     done = tasks_store.revision_from_message(conn, message_id)
-    if done is not None:
-        decision = tasks_store.get_decision(conn, done[0])
-        assert decision is not None
-        syncs = [s for s in tasks_store.sync_requests_of(conn, decision.id)
-                 if s["revision"] == done[1]]  # fmt: skip
-        affected = [s["task"] for s in syncs]
-        return _change_result(decision, done[1], affected, [], duplicate=True)
-    original = str(row["body"])
+    if done is None:
+        return None
+    decision = tasks_store.get_decision(conn, done[0])
+    assert decision is not None
+    syncs = [s for s in tasks_store.sync_requests_of(conn, decision.id)
+             if s["revision"] == done[1]]  # fmt: skip
+    affected = [s["task"] for s in syncs]
+    return _change_result(decision, done[1], affected, [], duplicate=True)
+
+
+def _change_of(original: str, target_task_keys: list[str] | None) -> tuple[str, list[str] | None]:
+    """The new requirement's text and the task keys it targets (the caller's, else those of a
+    ``/change [keys]`` prefix, else None: every bound task)."""
     command = parse_change_command(original)
     text = command.text if command is not None else original.strip()
     keys = target_task_keys if target_task_keys is not None else (
@@ -258,6 +294,14 @@ def requirement_change_from_message(
         raise BadRequestError(
             "需求变更需要写明新的要求 (Say what the new requirement is.)", code="empty_change"
         )
+    return text, keys
+
+
+def _requirement_to_revise(
+    conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, author_member: Member
+) -> tuple[tasks_store.DecisionRow, int]:
+    """The project's requirement decision and the number of the revision this change adds."""
+    project_id = author_member.project_id
     requirement = tasks_store.requirement_decision(conn, project_id)
     if requirement is None and not _project_goal(conn, project_id):
         # Nothing to revise yet: the change itself is the requirement's first revision.
@@ -266,21 +310,37 @@ def requirement_change_from_message(
             status="accepted", created_by=author_member.id, accepted_by=author_member.id,
             now=tx.now,
         )  # fmt: skip
-        revision = 1
-    else:
-        requirement = requirement or plan_actions.requirement_decision(conn, tx, fx, None)
-        revision = requirement.revision + 1
-    targets = (
-        [task_actions.find_task(conn, project_id, k) for k in dict.fromkeys(keys)] if keys else None
-    )
-    if targets is not None:
-        tasks_store.bind_tasks(conn, project_id, requirement.id, [t.id for t in targets])
-    affected_ids = [t.id for t in targets] if targets is not None else (
-        tasks_store.bound_tasks(conn, requirement.id)
-    )  # fmt: skip
-    label = f"{requirement.label} 第 {revision} 版"
+        return requirement, 1
+    requirement = requirement or plan_actions.requirement_decision(conn, tx, fx, None)
+    return requirement, requirement.revision + 1
+
+
+def _affected_task_ids(
+    conn: sqlite3.Connection, requirement: tasks_store.DecisionRow, keys: list[str] | None
+) -> list[int]:
+    """The tasks named by ``keys`` (bound to the requirement from now on), or else every task
+    already bound to it."""
+    if not keys:
+        return tasks_store.bound_tasks(conn, requirement.id)
+    project_id = requirement.project_id
+    targets = [task_actions.find_task(conn, project_id, k) for k in dict.fromkeys(keys)]
+    tasks_store.bind_tasks(conn, project_id, requirement.id, [t.id for t in targets])
+    return [t.id for t in targets]
+
+
+def _require_sync(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    fx: task_actions.Effects,
+    requirement: tasks_store.DecisionRow,
+    revision: int,
+    label: str,
+    task_ids: list[int],
+) -> tuple[list[tasks_store.TaskRow], list[dict[str, str]], dict[int, Member]]:
+    """Move each task that can be interrupted to ``needs_sync`` with an open sync request for
+    its owner. Returns the affected tasks, the skipped ones (key and state) and the owners."""
     affected, skipped, owners = [], [], {}
-    for task_id in affected_ids:
+    for task_id in task_ids:
         task = tasks_store.get_task(conn, task_id)
         assert task is not None
         if task.state not in _SYNCABLE:
@@ -288,13 +348,33 @@ def requirement_change_from_message(
             continue
         task_actions.fire(conn, tx, fx, task, TaskEvent.REQUIRE_SYNC, task_actions.SYSTEM, label)
         tasks_store.insert_sync_request(
-            conn, project_id=project_id, decision_id=requirement.id, revision=revision,
-            task_id=task.id, owner_id=task.owner_id, now=tx.now,
+            conn, project_id=requirement.project_id, decision_id=requirement.id,
+            revision=revision, task_id=task.id, owner_id=task.owner_id, now=tx.now,
         )  # fmt: skip
         affected.append(task)
         owner = members_store.get(conn, task.owner_id)
         if owner is not None:
             owners[owner.id] = owner
+    return affected, skipped, owners
+
+
+def _record_revision(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    fx: task_actions.Effects,
+    requirement: tasks_store.DecisionRow,
+    revision: int,
+    author_member: Member,
+    writer: Member,
+    message_id: int,
+    row: dict[str, Any],
+    text: str,
+    affected: list[tasks_store.TaskRow],
+    skipped: list[dict[str, str]],
+) -> None:
+    """The requirement's new revision (keeping the message's original words) and its audit
+    record."""
+    project_id = requirement.project_id
     consequences = "需要同步：" + ("、".join(t.key for t in affected) or "无")
     if skipped:
         consequences += "；未中断：" + "、".join(f"{s['task']}（{s['state']}）" for s in skipped)
@@ -302,7 +382,7 @@ def requirement_change_from_message(
         conn, project_id=project_id, decision_id=requirement.id, revision=revision,
         context=f"需求变更：{task_actions.actor_of(writer).label} 的消息 #{row['seq']}",
         decision=text, consequences=consequences, author_id=author_member.id, now=tx.now,
-        original_text=original, source_message_id=message_id,
+        original_text=str(row["body"]), source_message_id=message_id,
     )  # fmt: skip
     fx.decisions.add(requirement.id)
     audit_store.record(
@@ -311,6 +391,23 @@ def requirement_change_from_message(
         detail={"decision": requirement.label, "revision": revision, "message_id": message_id,
                 "affected": [t.key for t in affected], "skipped": skipped},
     )  # fmt: skip
+
+
+def _post_change_notice(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    fx: task_actions.Effects,
+    requirement: tasks_store.DecisionRow,
+    revision: int,
+    label: str,
+    author_member: Member,
+    message_id: int,
+    text: str,
+    affected: list[tasks_store.TaskRow],
+    skipped: list[dict[str, str]],
+    owners: dict[int, Member],
+) -> None:
+    """One notice, in reply to the message, that reaches every affected owner."""
     excerpt = text if len(text) <= 300 else text[:299] + "…"
     parts = [f"📝 需求变更 {label}（{task_actions.actor_of(author_member).label}）：\n> {excerpt}"]
     if affected:
@@ -334,9 +431,6 @@ def requirement_change_from_message(
         {"requirement_change": {"decision": requirement.label, "revision": revision}},
         to=list(owners.values()), reply_to=message_id,
     )  # fmt: skip
-    fx.flush(conn, tx)
-    keys_affected = [t.key for t in affected]
-    return _change_result(requirement, revision, keys_affected, skipped, duplicate=False)
 
 
 def _change_result(

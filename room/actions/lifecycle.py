@@ -1,4 +1,5 @@
-"""Project lifecycle (DESIGN §7): pause, resume, archive, trash, restore, purge — people only.
+"""Project lifecycle: pause, resume, archive, trash, restore, purge — people only
+(docs/lifecycle.md).
 
 The pure table in ``room.lifecycle`` decides; this module carries decisions out and audits every
 attempt, allowed or refused (a refused attempt changes nothing else). Stops are honest:

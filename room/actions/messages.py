@@ -1,9 +1,10 @@
 """Sending, editing and deleting messages; read cursors and typing.
 
 Every write: validate → one transaction (message + mentions + delivery rows + event) → commit →
-publish to the hub → wake the runtime. Recipients come only from the mention resolver plus the
-routing rule of DESIGN §4 (a human message with no mention goes to the lead agent; an agent
-message with no mention goes to nobody).
+publish to the hub → wake the runtime (docs/architecture.md, "The path of one send"). Recipients
+come only from the mention resolver plus one rule for a message that mentions nobody: a person's
+goes to the lead agent, an agent's to nobody (docs/architecture.md, "Mentions and recipients";
+shared/mentions/SPEC.md).
 
 Delivery rows are written for agent recipients: the ledger tracks hand-off to agent sessions.
 Humans are reached through their mentions and read cursors.
@@ -78,21 +79,22 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class Routing:
-    """Who a draft reaches: resolver output plus the default-routing rule."""
+class Addressing:
+    """Who a draft reaches: the resolver's output plus the rule for a message that mentions
+    nobody (a person's goes to the lead agent)."""
 
     resolution: mention_rules.Resolution
     mentioned: tuple[int, ...]
     recipients: tuple[int, ...]  # agents that get a delivery row
     blocking: tuple[mention_rules.Diagnostic, ...]
-    default_routed: bool
+    to_lead_by_default: bool  # on the wire: ``default_routed``
 
     def to_wire(self, roster: ProjectRoster) -> dict[str, Any]:
         return {
             "mentioned": list(self.mentioned),
             "recipients": list(self.recipients),
             "agents_reached": len(self.recipients),
-            "default_routed": self.default_routed,
+            "default_routed": self.to_lead_by_default,
             "diagnostics": [
                 {
                     "code": d.code,
@@ -112,13 +114,16 @@ class Routing:
         }
 
 
-def route(sender: Member, body: str, chips: list[int], roster: ProjectRoster) -> Routing:
-    """Resolve mentions and apply DESIGN §4's default routing. Pure given the roster."""
+def resolve_recipients(
+    sender: Member, body: str, chips: list[int], roster: ProjectRoster
+) -> Addressing:
+    """Resolve mentions and add the lead agent to a person's message that mentions nobody
+    (docs/architecture.md, "Mentions and recipients"). Pure given the roster."""
     resolution = mention_rules.resolve(body, roster.roster, str(sender.id), [str(c) for c in chips])
     mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
     blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
     targets = list(mentioned)
-    default_routed = False
+    to_lead_by_default = False
     if (
         not targets
         and sender.kind == "human"
@@ -130,13 +135,13 @@ def route(sender: Member, body: str, chips: list[int], roster: ProjectRoster) ->
         lead = roster.member(roster.lead_id)
         if lead is not None and lead.status != "left":
             targets = [lead.id]
-            default_routed = True
+            to_lead_by_default = True
     recipients = []
     for member_id in targets:
         member = roster.member(member_id)
         if member is not None and member.kind == "agent" and member.status != "left":
             recipients.append(member_id)
-    return Routing(resolution, mentioned, tuple(recipients), blocking, default_routed)
+    return Addressing(resolution, mentioned, tuple(recipients), blocking, to_lead_by_default)
 
 
 def _digest(body: str, reply_to: int | None, chips: list[int], plain: bool) -> str:
@@ -196,8 +201,68 @@ def _send_job(
     rate_limited: bool = True,
 ) -> tuple[WriteJob[Ack], tuple[Prefetch, Any]]:
     """Validate a send and make its write job (submitted with ``appends=True``) and the
-    batch lookup of its ``client_txn_id``."""
+    batch lookup of its ``client_txn_id``.
+
+    Everything that needs no database runs here, before the job is queued; the job itself is
+    the steps of one send inside the batch's transaction (docs/architecture.md, "The path of
+    one send")."""
     chips = chips or []
+    check_draft(core, sender, roster, body, chips, rate_limited)
+    addressing = address(sender, body, chips, roster, as_plain_text)
+    html = render(body)
+    digest = _digest(body, reply_to, chips, as_plain_text)
+    # What other parts of the server do with a message once it is stored (a requirement
+    # change): registered on the core, each runs as its own write after this one commits.
+    follow_ups = [make for hook in core.send_hooks if (make := hook(sender, body))]
+    project_id = sender.project_id
+    txn_key = ("txn", sender.id, client_txn_id)
+    mention_rows = [(int(m.member_id), m.via) for m in addressing.resolution.mentions]
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
+        appends = tx.appends
+        earlier = _earlier_send(conn, appends, txn_key, sender.id, client_txn_id)
+        if earlier is not None:
+            return _retransmit_ack(earlier, digest, client_txn_id)
+        state = check_posting(conn, sender, appends)
+        excerpt = _reply_excerpt(conn, appends, project_id, reply_to) if reply_to else None
+        message_id, seq, obj = append_message(
+            conn,
+            tx,
+            project_id=project_id,
+            author_id=sender.id,
+            kind=kind,
+            body=body,
+            html=html,
+            reply_to=reply_to,
+            reply_excerpt=excerpt,
+            mentions=addressing.mentioned,
+            client_txn_id=client_txn_id,
+            txn_digest=digest,
+            meta=meta,
+        )
+        if sender.kind == "human":
+            # The loop brake counts agent turns since the last human message.
+            brakes_store.reset_agent_turns(conn, tx, project_id)
+        _store_recipients(conn, tx, project_id, message_id, mention_rows, addressing, roster, state)
+        for make in follow_ups:
+            tx.emit(make(message_id))
+        if appends is not None:
+            appends.memo[txn_key] = (message_id, seq, digest, obj)
+        return Ack(message_id, seq, False, obj)
+
+    return job, (messages_store.find_txns, (sender.id, client_txn_id))
+
+
+def check_draft(
+    core: Core,
+    sender: Member,
+    roster: ProjectRoster,
+    body: str,
+    chips: list[int],
+    rate_limited: bool,
+) -> None:
+    """Refuse a draft before anything is queued: its text, a sender who left, a chip naming a
+    non-member, or (when ``rate_limited``) a sender over the send rate."""
     check_body(core, body)
     if sender.status == "left":
         raise ForbiddenError("you have left this project", code="member_left")
@@ -209,81 +274,83 @@ def _send_job(
         wait_ms = core.limiter.take(sender.id)
         if wait_ms:
             raise RateLimitedError("sending too fast; slow down", retry_after_ms=wait_ms)
-    routing = route(sender, body, chips, roster)
-    if routing.blocking and not as_plain_text:
+
+
+def address(
+    sender: Member, body: str, chips: list[int], roster: ProjectRoster, as_plain_text: bool
+) -> Addressing:
+    """:func:`resolve_recipients`, refusing a draft with unresolved mentions unless the sender
+    sends it as plain text."""
+    addressing = resolve_recipients(sender, body, chips, roster)
+    if addressing.blocking and not as_plain_text:
         raise MentionsUnresolvedError(
             "some @mentions are unresolved; fix them or send as plain text",
-            diagnostics=routing.to_wire(roster)["diagnostics"],
+            diagnostics=addressing.to_wire(roster)["diagnostics"],
         )
-    html = render(body)
-    digest = _digest(body, reply_to, chips, as_plain_text)
-    # What other parts of the server do with a message once it is stored (a requirement
-    # change): registered on the core, each runs as its own write after this one commits.
-    follow_ups = [make for hook in core.send_hooks if (make := hook(sender, body))]
-    project_id = sender.project_id
-    txn_key = ("txn", sender.id, client_txn_id)
-    mention_rows = [(int(m.member_id), m.via) for m in routing.resolution.mentions]
+    return addressing
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
-        # Submitted with appends=True: this send's rows may wait for the end of the batch, so
-        # a retransmit in the same batch finds its original in the batch's memo.
-        appends = tx.appends
-        if appends is not None and txn_key in appends.memo:  # prefetched, or sent in this batch
-            existing = appends.memo[txn_key]
-        else:
-            existing = messages_store.find_txn(conn, sender.id, client_txn_id)
-        if existing is not None:
-            message_id, seq, old_digest, frame = existing
-            if old_digest != digest:
-                raise TxnConflictError(
-                    "this client_txn_id was already used for a different message",
-                    client_txn_id=client_txn_id,
-                    message_id=message_id,
-                )
-            return Ack(message_id, seq, True, frame)
-        state = check_posting(conn, sender, appends)
-        if reply_to and appends is not None and ("message", reply_to) in appends.memo:
-            appends.flush(conn)  # the message replied to is still waiting in the batch
-        excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
-        message_id, seq, obj = append_message(
-            conn,
-            tx,
-            project_id=project_id,
-            author_id=sender.id,
-            kind=kind,
-            body=body,
-            html=html,
-            reply_to=reply_to,
-            reply_excerpt=excerpt,
-            mentions=routing.mentioned,
+
+TxnRecord = tuple[int, int, str | None, str]  # message id, seq, content digest, wire object
+
+
+def _earlier_send(
+    conn: sqlite3.Connection,
+    appends: Appends | None,
+    txn_key: tuple[str, int, str],
+    sender_id: int,
+    client_txn_id: str,
+) -> TxnRecord | None:
+    """The message an earlier send with this ``client_txn_id`` stored, if any. With
+    ``appends=True`` a send's rows may wait for the end of the batch, so the batch's memo is
+    looked in first (it also holds the prefetched lookups)."""
+    if appends is not None and txn_key in appends.memo:
+        earlier: TxnRecord | None = appends.memo[txn_key]
+        return earlier
+    return messages_store.find_txn(conn, sender_id, client_txn_id)
+
+
+def _retransmit_ack(earlier: TxnRecord, digest: str, client_txn_id: str) -> Ack:
+    """A retransmit is acknowledged with the original; reusing the id for other content is
+    refused."""
+    message_id, seq, old_digest, frame = earlier
+    if old_digest != digest:
+        raise TxnConflictError(
+            "this client_txn_id was already used for a different message",
             client_txn_id=client_txn_id,
-            txn_digest=digest,
-            meta=meta,
+            message_id=message_id,
         )
-        if mention_rows:
-            messages_store.insert_mentions(conn, message_id, mention_rows, appends)
-        held_project = state not in WAKING_STATES
-        if sender.kind == "human":
-            # The loop brake counts agent turns since the last human message.
-            brakes_store.reset_agent_turns(conn, tx, project_id)
-        if routing.recipients:
-            deliveries_store.insert_many(
-                conn,
-                project_id=project_id,
-                message_id=message_id,
-                recipients=[(r, _initial_state(roster, r, state)) for r in routing.recipients],
-                now=tx.now,
-                appends=appends,
-            )
-        if routing.recipients and not held_project:
-            tx.emit(Wake(project_id, routing.recipients))
-        for make in follow_ups:
-            tx.emit(make(message_id))
-        if appends is not None:
-            appends.memo[txn_key] = (message_id, seq, digest, obj)
-        return Ack(message_id, seq, False, obj)
+    return Ack(message_id, seq, True, frame)
 
-    return job, (messages_store.find_txns, (sender.id, client_txn_id))
+
+def _store_recipients(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    project_id: int,
+    message_id: int,
+    mention_rows: list[tuple[int, str]],
+    addressing: Addressing,
+    roster: ProjectRoster,
+    state: str,
+) -> None:
+    """The message's mention rows and its agents' delivery rows (``held`` while the project or
+    the agent is paused), and the wake-up of the agents it reached."""
+    appends = tx.appends
+    if mention_rows:
+        messages_store.insert_mentions(conn, message_id, mention_rows, appends)
+    recipients = addressing.recipients
+    if not recipients:
+        return
+    held_project = state not in WAKING_STATES
+    deliveries_store.insert_many(
+        conn,
+        project_id=project_id,
+        message_id=message_id,
+        recipients=[(r, _initial_state(roster, r, state)) for r in recipients],
+        now=tx.now,
+        appends=appends,
+    )
+    if not held_project:
+        tx.emit(Wake(project_id, recipients))
 
 
 def append_message(
@@ -392,7 +459,12 @@ def _initial_state(roster: ProjectRoster, member_id: int, project_state: str) ->
     return ledger.initial_state(project_state, member.status if member else "active")
 
 
-def _reply_excerpt(conn: sqlite3.Connection, project_id: int, reply_to: int) -> dict[str, Any]:
+def _reply_excerpt(
+    conn: sqlite3.Connection, appends: Appends | None, project_id: int, reply_to: int
+) -> dict[str, Any]:
+    """Who and what a reply answers, shown above it."""
+    if appends is not None and ("message", reply_to) in appends.memo:
+        appends.flush(conn)  # the message replied to is still waiting in the batch
     row = messages_store.get_row(conn, reply_to)
     if row is None or row["project_id"] != project_id:
         raise NotFoundError("the message you reply to is not in this project", code="bad_reply_to")
@@ -413,12 +485,7 @@ async def edit_message(
     """Edit one's own message. The old text is kept; newly mentioned agents get deliveries."""
     check_body(core, body)
     roster = await core.rosters.get(editor.project_id)
-    routing = route(editor, body, [], roster)
-    if routing.blocking and not as_plain_text:
-        raise MentionsUnresolvedError(
-            "some @mentions are unresolved; fix them or send as plain text",
-            diagnostics=routing.to_wire(roster)["diagnostics"],
-        )
+    addressing = address(editor, body, [], roster, as_plain_text)
     html = render(body)
     project_id = editor.project_id
 
@@ -433,9 +500,9 @@ async def edit_message(
             now=tx.now,
         )
         already = deliveries_store.recipients(conn, message_id)
-        new_recipients = [r for r in routing.recipients if r not in already]
+        new_recipients = [r for r in addressing.recipients if r not in already]
         state = projects_store.state_of(conn, project_id)
-        if new_recipients and not routing.default_routed:
+        if new_recipients and not addressing.to_lead_by_default:
             deliveries_store.insert_many(
                 conn,
                 project_id=project_id,
@@ -446,7 +513,7 @@ async def edit_message(
             messages_store.insert_mentions(
                 conn,
                 message_id,
-                [(int(m.member_id), m.via) for m in routing.resolution.mentions],
+                [(int(m.member_id), m.via) for m in addressing.resolution.mentions],
             )
         old = json.loads(row["frame"])
         obj = messages_store.message_object(
@@ -459,7 +526,7 @@ async def edit_message(
             html=html,
             reply_to=row["reply_to"],
             reply_excerpt=old.get("reply_excerpt"),
-            mentions=set(old.get("mentions", ())) | set(routing.mentioned),
+            mentions=set(old.get("mentions", ())) | set(addressing.mentioned),
             client_txn_id=row["client_txn_id"],
             created_at=row["created_at"],
             edited_at=tx.now,

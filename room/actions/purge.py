@@ -38,6 +38,7 @@ from room.store import projects as projects_store
 from room.store.schema_tasks import TASK_TABLES
 
 StepFn = Callable[[sqlite3.Connection, int, Path], dict[str, Any]]
+Failure = tuple[str, str]  # the step's name, the error
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,129 +260,180 @@ async def _run(
 ) -> dict[str, Any]:
     project_id = project.id
     data = core.settings.data
-
-    def start(conn: sqlite3.Connection, tx: Tx) -> list[str] | str:
-        state = projects_store.state_of(conn, project_id) or ProjectState.PURGED.value
-        allowed = state in PURGEABLE
-        audit_store.record(
-            conn,
-            now=tx.now,
-            actor_kind="human",
-            actor_id=actor.id,
-            project_id=project_id,
-            action="project.purge",
-            from_state=state,
-            outcome="started" if allowed else "refused",
-            detail=None if allowed else {"reason": "state_changed"},
-        )
-        if not allowed:
-            return state
-        # At once: restore is allowed only from trashed, so it cannot win from here on, and a
-        # run cut off by a crash is left for a retry.
-        projects_store.set_state(
-            conn,
-            project_id,
-            state=ProjectState.PURGE_BLOCKED.value,
-            state_from=None,
-            stop_target=None,
-            now=tx.now,
-        )
-        return [
-            str(r[0])
-            for r in conn.execute(
-                "SELECT step FROM purge_steps WHERE project_id = :p", {"p": project_id}
-            )
-        ]
-
-    started = await core.db.write(start)
-    if isinstance(started, str):
-        raise ConflictError(
-            f"项目已变为 {started}，未清除 (The project is now {started}; nothing was purged.)",
-            code="state_changed",
-            state=started,
-        )
-    done = set(started)
+    done = await _begin(core, actor, project_id)
     core.hub.cut_project(project_id, "project purged")
-    results: dict[str, Any] = {}
-    failed: tuple[str, str] | None = None
-
-    def run_step(conn: sqlite3.Connection, tx: Tx, step: PurgeStep) -> dict[str, Any]:
-        counts = step.run(conn, project_id, data)
-        conn.execute(
-            "INSERT OR IGNORE INTO purge_steps (project_id, step, done_at, detail)"
-            " VALUES (:p, :s, :now, :d)",
-            {"p": project_id, "s": step.name, "now": tx.now, "d": str(counts)},
-        )
-        return counts
-
     # The last step (the members) runs in the transaction that ends the purge: until it
     # commits the owner can still reach the project, and once it has, the purge is finished —
     # a crash in between never leaves a blocked purge nobody can retry.
     last = steps[-1] if steps and steps[-1].name not in done else None
-    for step in steps:
-        if step.name in done or step is last:
-            continue
-        try:
-            results[step.name] = await core.db.write(partial(run_step, step=step))
-        except Exception as exc:
-            failed = (step.name, f"{type(exc).__name__}: {exc}")
-            break
-
-    earlier = failed
-
-    def finish(
-        conn: sqlite3.Connection, tx: Tx
-    ) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
-        # Pure in what it returns (the writer may run a job twice): nothing outside is changed.
-        state = projects_store.state_of(conn, project_id) or ProjectState.PURGED.value
-        # Only over the state this run wrote: never turn a finished purge back into blocked.
-        ours = state == ProjectState.PURGE_BLOCKED.value
-        done_now, failure = dict(results), earlier
-        if ours and failure is None and last is not None:
-            conn.execute("SAVEPOINT last_step")
-            try:
-                done_now[last.name] = run_step(conn, tx, last)
-            except Exception as exc:
-                conn.execute("ROLLBACK TO last_step")
-                failure = (last.name, f"{type(exc).__name__}: {exc}")
-            conn.execute("RELEASE last_step")
-        reached = finish_purge(failure is None)
-        if ours:
-            projects_store.set_state(
-                conn,
-                project_id,
-                state=reached.value,
-                state_from=None,
-                stop_target=None,
-                now=tx.now,
-            )
-            state = reached.value
-        if ours and reached is ProjectState.PURGED:
-            conn.execute(
-                "INSERT OR REPLACE INTO project_tombstones (project_id, name, purged_at, purged_by)"
-                " VALUES (:p, :name, :now, :by)",
-                {"p": project_id, "name": project.name, "now": tx.now, "by": actor.user_id},
-            )
-        audit_store.record(
-            conn,
-            now=tx.now,
-            actor_kind="human",
-            actor_id=actor.id,
-            project_id=project_id,
-            action="project.purge",
-            from_state=project.state,
-            outcome=("ok" if failure is None else "purge_blocked") if ours else "state_changed",
-            detail={"steps": done_now, "failed": list(failure) if failure else None},
-        )
-        frame = encode(project_frame({"id": project_id, "state": state}))
-        tx.emit(Broadcast(project_id, frame))
-        tx.emit(RosterChanged(project_id))
-        return state, done_now, failure
-
-    state, results, failed = await core.db.write(finish)
+    before_last = [s for s in steps if s.name not in done and s is not last]
+    results, failed = await _run_steps(core, project_id, data, before_last)
+    state, results, failed = await core.db.write(
+        partial(_finish, actor=actor, project=project, data=data, last=last, results=results,
+                earlier=failed)
+    )  # fmt: skip
     return {
         "project_id": project_id,
         "state": state,
         "steps": results,
         "failed": {"step": failed[0], "error": failed[1]} if failed else None,
     }
+
+
+async def _begin(core: Core, actor: Member, project_id: int) -> set[str]:
+    """Start (or resume) a run: the names of the steps an earlier run already finished.
+    Refused when the project left the purgeable states meanwhile."""
+    started = await core.db.write(partial(_start, actor=actor, project_id=project_id))
+    if isinstance(started, str):
+        raise ConflictError(
+            f"项目已变为 {started}，未清除 (The project is now {started}; nothing was purged.)",
+            code="state_changed",
+            state=started,
+        )
+    return set(started)
+
+
+def _start(conn: sqlite3.Connection, tx: Tx, *, actor: Member, project_id: int) -> list[str] | str:
+    """Audit the start and enter ``purge_blocked``; the finished steps, or the state that
+    refuses the purge."""
+    state = projects_store.state_of(conn, project_id) or ProjectState.PURGED.value
+    allowed = state in PURGEABLE
+    audit_store.record(
+        conn,
+        now=tx.now,
+        actor_kind="human",
+        actor_id=actor.id,
+        project_id=project_id,
+        action="project.purge",
+        from_state=state,
+        outcome="started" if allowed else "refused",
+        detail=None if allowed else {"reason": "state_changed"},
+    )
+    if not allowed:
+        return state
+    # At once: restore is allowed only from trashed, so it cannot win from here on, and a
+    # run cut off by a crash is left for a retry.
+    projects_store.set_state(
+        conn,
+        project_id,
+        state=ProjectState.PURGE_BLOCKED.value,
+        state_from=None,
+        stop_target=None,
+        now=tx.now,
+    )
+    return [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT step FROM purge_steps WHERE project_id = :p", {"p": project_id}
+        )
+    ]
+
+
+async def _run_steps(
+    core: Core, project_id: int, data: Path, steps: Sequence[PurgeStep]
+) -> tuple[dict[str, Any], Failure | None]:
+    """Each step in its own write, in order, until one fails: the counts of those that ran and
+    the failure."""
+    results: dict[str, Any] = {}
+    for step in steps:
+        try:
+            results[step.name] = await core.db.write(
+                partial(_run_step, project_id=project_id, data=data, step=step)
+            )
+        except Exception as exc:
+            return results, (step.name, f"{type(exc).__name__}: {exc}")
+    return results, None
+
+
+def _run_step(
+    conn: sqlite3.Connection, tx: Tx, *, project_id: int, data: Path, step: PurgeStep
+) -> dict[str, Any]:
+    """One step, recorded in ``purge_steps`` so a retry continues after it."""
+    counts = step.run(conn, project_id, data)
+    conn.execute(
+        "INSERT OR IGNORE INTO purge_steps (project_id, step, done_at, detail)"
+        " VALUES (:p, :s, :now, :d)",
+        {"p": project_id, "s": step.name, "now": tx.now, "d": str(counts)},
+    )
+    return counts
+
+
+def _finish(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    *,
+    actor: Member,
+    project: Project,
+    data: Path,
+    last: PurgeStep | None,
+    results: dict[str, Any],
+    earlier: Failure | None,
+) -> tuple[str, dict[str, Any], Failure | None]:
+    """End the run: the last step (when all before it succeeded), the state it reached
+    (``purged`` with a tombstone, or ``purge_blocked``), the audit record and the
+    announcement. Returns the state, every step's counts and the failure."""
+    # Pure in what it returns (the writer may run a job twice): nothing outside is changed.
+    project_id = project.id
+    state = projects_store.state_of(conn, project_id) or ProjectState.PURGED.value
+    # Only over the state this run wrote: never turn a finished purge back into blocked.
+    ours = state == ProjectState.PURGE_BLOCKED.value
+    done_now, failure = dict(results), earlier
+    if ours and failure is None and last is not None:
+        failure = _run_last_step(conn, tx, project_id, data, last, done_now)
+    reached = finish_purge(failure is None)
+    if ours:
+        projects_store.set_state(
+            conn,
+            project_id,
+            state=reached.value,
+            state_from=None,
+            stop_target=None,
+            now=tx.now,
+        )
+        state = reached.value
+    if ours and reached is ProjectState.PURGED:
+        _write_tombstone(conn, tx, project, actor)
+    audit_store.record(
+        conn,
+        now=tx.now,
+        actor_kind="human",
+        actor_id=actor.id,
+        project_id=project_id,
+        action="project.purge",
+        from_state=project.state,
+        outcome=("ok" if failure is None else "purge_blocked") if ours else "state_changed",
+        detail={"steps": done_now, "failed": list(failure) if failure else None},
+    )
+    frame = encode(project_frame({"id": project_id, "state": state}))
+    tx.emit(Broadcast(project_id, frame))
+    tx.emit(RosterChanged(project_id))
+    return state, done_now, failure
+
+
+def _run_last_step(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    project_id: int,
+    data: Path,
+    last: PurgeStep,
+    done_now: dict[str, Any],
+) -> Failure | None:
+    """The last step inside the finishing transaction, in a savepoint: a failure undoes only
+    the step, and the run ends ``purge_blocked``."""
+    conn.execute("SAVEPOINT last_step")
+    failure = None
+    try:
+        done_now[last.name] = _run_step(conn, tx, project_id=project_id, data=data, step=last)
+    except Exception as exc:
+        conn.execute("ROLLBACK TO last_step")
+        failure = (last.name, f"{type(exc).__name__}: {exc}")
+    conn.execute("RELEASE last_step")
+    return failure
+
+
+def _write_tombstone(conn: sqlite3.Connection, tx: Tx, project: Project, actor: Member) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO project_tombstones (project_id, name, purged_at, purged_by)"
+        " VALUES (:p, :name, :now, :by)",
+        {"p": project.id, "name": project.name, "now": tx.now, "by": actor.user_id},
+    )

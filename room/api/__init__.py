@@ -6,7 +6,7 @@ don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error'
 
 from room.api import agents, base, lifecycle, tasks
 
-__all__ = ["agents", "base", "lifecycle", "routes", "tasks"]
+__all__ = ["agents", "base", "endpoints", "lifecycle", "tasks"]
 
-# The member role route must come before the generic member operation route.
-routes = [*base.routes, *lifecycle.routes, *agents.routes, *tasks.routes]
+# The member role endpoint must come before the generic member operation endpoint.
+endpoints = [*base.endpoints, *lifecycle.endpoints, *agents.endpoints, *tasks.endpoints]

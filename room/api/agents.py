@@ -240,7 +240,7 @@ async def recovery(request: Request) -> Response:
     return JSONResponse(_runtime(request).recovery)
 
 
-routes = [
+endpoints = [
     Route("/api/providers", providers),
     Route("/api/recovery", recovery),
     Route("/api/projects/{project_id:int}/members", add_member, methods=["POST"]),

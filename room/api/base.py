@@ -337,7 +337,7 @@ async def audit_log(request: Request) -> Response:
     return JSONResponse({"events": events})
 
 
-routes = [
+endpoints = [
     Route("/healthz", healthz),
     Route("/api/me", me),
     Route("/api/projects", create_project, methods=["POST"]),

@@ -75,7 +75,7 @@ async def set_role(request: Request) -> Response:
     return JSONResponse(result)
 
 
-routes = [
+endpoints = [
     Route("/api/projects/{project_id:int}/lifecycle", lifecycle, methods=["POST"]),
     Route("/api/projects/{project_id:int}/cleanup-preview", cleanup_preview),
     Route("/api/projects/{project_id:int}/purge", purge, methods=["POST"]),

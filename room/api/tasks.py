@@ -358,7 +358,7 @@ def _open_questions(
     return lines
 
 
-routes = [
+endpoints = [
     Route("/api/projects/{project_id:int}/tasks", get_board, methods=["GET"]),
     Route("/api/projects/{project_id:int}/tasks/{task}", get_task, methods=["GET"]),
     Route(

@@ -2,7 +2,7 @@
 
 It calls no model and no network. It answers, deterministically, with a short acknowledgement
 naming the sender and quoting the last user message (truncated), labelled as the offline echo.
-The quote is a Markdown ``>`` line: quote lines wake nobody (DESIGN §4), so echoing
+The quote is a Markdown ``>`` line: quote lines wake nobody (shared/mentions/SPEC.md), so echoing
 ``@someone`` never wakes them. It reports 0/0 tokens (it used none) and never calls tools.
 """
 

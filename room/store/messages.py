@@ -198,16 +198,6 @@ def get_row(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
     return dict(zip(keys, row, strict=True))
 
 
-def mentioned_ids(conn: sqlite3.Connection, message_id: int) -> list[int]:
-    return [
-        int(r[0])
-        for r in conn.execute(
-            "SELECT member_id FROM mentions WHERE message_id = :m ORDER BY member_id",
-            {"m": message_id},
-        )
-    ]
-
-
 def record_edit(
     conn: sqlite3.Connection,
     *,

@@ -136,7 +136,8 @@ CREATE TABLE mentions (
     PRIMARY KEY (message_id, member_id)
 ) WITHOUT ROWID;
 
--- The delivery ledger (DESIGN §5): one row per (message, recipient).
+-- The delivery ledger (docs/architecture.md, "The delivery ledger"): one row per
+-- (message, recipient).
 CREATE TABLE deliveries (
     id            INTEGER PRIMARY KEY,
     project_id    INTEGER NOT NULL REFERENCES projects(id),

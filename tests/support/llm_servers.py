@@ -455,7 +455,7 @@ class LLMServer:
             if problem is not None:
                 return error(400, f"llm test server: {problem}")
             return self._next_reply(request.json)
-        return error(404, f"llm test server: no route for {request.method} {path}")
+        return error(404, f"llm test server: no endpoint for {request.method} {path}")
 
     def _next_reply(self, body: Any) -> Reply:
         with self._lock:
