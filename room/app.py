@@ -174,7 +174,7 @@ def create_app(
         app.state.server = server
         trace.phase("writer")
         registry = ProviderRegistry(default_configs(provider_env), env=provider_env)
-        runtime = Scheduler(
+        scheduler = Scheduler(
             core,
             registry,
             AgentSettings(
@@ -184,24 +184,24 @@ def create_app(
             ),
             tools={**BUILTIN_TOOLS, **TASK_TOOLS} if tools is None else tools,
         )
-        core.runtime = runtime
+        core.agents = scheduler
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
         recovery = await db.write(reconcile_on_start)
         recovery["stops_unconfirmed"] = unconfirmed
-        runtime.recovery = recovery
+        scheduler.recovery = recovery
         trace.phase("reconcile", **{k: v for k, v in recovery.items() if k != "notices"})
         providers = await _provider_status(registry)
         write_report(
             settings.data,
             settings=_public_settings(settings),
             schema_version=SCHEMA_VERSION,
-            tools=sorted(runtime.tools),
+            tools=sorted(scheduler.tools),
             capabilities=_capabilities(app, server, db),
             providers=providers,
             recovery=recovery,
         )
         trace.phase("report")
-        await runtime.start()
+        await scheduler.start()
         # Everything built so far (modules, validators, endpoints, caches) lives as long as the
         # process: freeze it out of future collections, and collect the young generation less
         # often — a send allocates dozens of containers, and at the default threshold (700) a
@@ -214,7 +214,7 @@ def create_app(
             yield {"core": core}
         finally:
             trace.phase("stopping")
-            await runtime.close()
+            await scheduler.close()
             await db.close()
             server.close()
             trace.phase("stopped")

@@ -22,7 +22,7 @@ from room.store import projects as projects_store
 
 
 class Waker(Protocol):
-    """What actions tell the agent runtime (it reads the ledger itself)."""
+    """What actions tell the agents' scheduler (it reads the ledger itself)."""
 
     def wake(self, project_id: int, member_ids: Iterable[int]) -> None: ...
 
@@ -35,8 +35,8 @@ class Waker(Protocol):
     def running_members(self, project_id: int) -> list[int]: ...
 
 
-class NoRuntime:
-    """Before the runtime starts (and in tests of the store alone): nothing runs."""
+class NoAgents:
+    """Before the scheduler starts (and in tests of the store alone): nothing runs."""
 
     def wake(self, project_id: int, member_ids: Iterable[int]) -> None:
         return None
@@ -205,7 +205,7 @@ class Core:
     chatter: RateLimiter = field(
         default_factory=lambda: RateLimiter(CHATTER_PER_SEC, CHATTER_BURST)
     )
-    runtime: Waker = field(default_factory=NoRuntime)
+    agents: Waker = field(default_factory=NoAgents)
     inboxes: Inboxes = field(default_factory=Inboxes)
     clock: Callable[[], float] = time.time
     purging: set[int] = field(default_factory=set)  # projects with a purge under way

@@ -28,7 +28,7 @@ from room.actions.task_updates import CriterionVerdict, EvidenceInput
 from room.agents.presets import PRESETS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import ToolContext
-from room.core import Core, NoRuntime, RateLimiter, RosterCache
+from room.core import Core, NoAgents, RateLimiter, RosterCache
 from room.errors import ForbiddenError, RoomError
 from room.hub import Hub
 from room.models import Member
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.anyio
 R = TypeVar("R")
 
 
-class WakeRecorder(NoRuntime):
+class WakeRecorder(NoAgents):
     def __init__(self) -> None:
         self.woken: list[int] = []
 
@@ -150,7 +150,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         hub=Hub(),
         rosters=RosterCache(db),
         limiter=RateLimiter(1000.0, 1000),
-        runtime=runtime,
+        agents=runtime,
     )
     wiring.install(core)
     workspace = tmp_path / "ws"

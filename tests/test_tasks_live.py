@@ -66,7 +66,7 @@ class LiveRoom:
         async def lifespan(app: Any) -> AsyncIterator[Any]:
             async with inner(app) as state:
                 self.loop = asyncio.get_running_loop()
-                tools = app.state.core.runtime.tools
+                tools = app.state.core.agents.tools
                 for name, tool in TASK_TOOLS.items():
                     tools.setdefault(name, tool)
                 yield state

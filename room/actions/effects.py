@@ -36,9 +36,9 @@ def apply(core: Core, effects: list[Effect]) -> None:
             case Broadcast(project_id, frame):
                 hub.broadcast(project_id, frame)
             case Wake(project_id, member_ids):
-                core.runtime.wake(project_id, member_ids)
+                core.agents.wake(project_id, member_ids)
             case WakeProject(project_id):
-                core.runtime.wake_project(project_id)
+                core.agents.wake_project(project_id)
             case RosterChanged(project_id):
                 core.rosters.invalidate(project_id)
             case CutMember(project_id, member_id):

@@ -264,8 +264,8 @@ async def _stop_sequence(
         _publish_project(conn, tx, project.id)
 
     await core.db.write(begin)
-    all_stopped = await core.runtime.stop_project(project.id)
-    running = core.runtime.running_members(project.id)
+    all_stopped = await core.agents.stop_project(project.id)
+    running = core.agents.running_members(project.id)
     reached = finish_stop(target, all_stopped and not running)
 
     def finish(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:

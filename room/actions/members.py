@@ -117,7 +117,7 @@ async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[
                 lambda conn, tx: _audit_refused(conn, tx, actor, target, op, early.code)
             )
             raise early
-        stopped = core.runtime.stop_member(target_id)
+        stopped = core.agents.stop_member(target_id)
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any] | RoomError:
         refusal = _refusal(conn, actor, target_id, member_op_)

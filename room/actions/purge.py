@@ -230,7 +230,7 @@ async def purge(
     except RoomError as exc:
         await refuse(core, actor, project, "purge", exc.code)
         raise
-    running = core.runtime.running_members(project_id)
+    running = core.agents.running_members(project_id)
     if running:
         await refuse(core, actor, project, "purge", "members_running")
         raise ConflictError(

@@ -32,7 +32,7 @@ from room.store import usage as usage_store
 
 
 def _runtime(request: Request) -> Scheduler:
-    runtime = core_of(request).runtime
+    runtime = core_of(request).agents
     assert isinstance(runtime, Scheduler)
     return runtime
 
