@@ -214,11 +214,21 @@ async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> 
 TOOL_ARG_CHARS = 80
 
 
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """One tool call's result as the step records it: the text the model read, and whether the
+    call succeeded (the agents' toolbox decides; the timeline shows ✓ or ✗)."""
+
+    call_id: str
+    text: str
+    ok: bool
+
+
 def tool_activity(
-    calls: list[dict[str, Any]], results: list[tuple[str, str]]
+    calls: list[dict[str, Any]], results: list[ToolResult]
 ) -> tuple[str, dict[str, Any]]:
     """The timeline's record of one step's tool calls: a short line each, and the details."""
-    outcome = {call_id: _tool_ok(text) for call_id, text in results}
+    outcome = {r.call_id: r.ok for r in results}
     entries = []
     for call in calls:
         args = json.dumps(call["arguments"], ensure_ascii=False)
@@ -229,14 +239,6 @@ def tool_activity(
     return "\n".join(lines), {"tool": {"calls": entries}}
 
 
-def _tool_ok(text: str) -> bool:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return True
-    return not (isinstance(data, dict) and data.get("ok") is False)
-
-
 async def record_tool_step(
     core: Core,
     project_id: int,
@@ -245,7 +247,7 @@ async def record_tool_step(
     step: int,
     assistant_text: str,
     calls: list[dict[str, Any]],
-    results: list[tuple[str, str]],
+    results: list[ToolResult],
     side_effects: int,
 ) -> None:
     """The step's transcript entries, and a ``tool`` message in the timeline (shown apart from
@@ -273,15 +275,15 @@ async def record_tool_step(
             now=tx.now,
             tool_calls=calls,
         )
-        for call_id, content in results:
+        for r in results:
             turns_store.append_transcript(
                 conn,
                 member_id=member_id,
                 turn_id=turn_id,
                 role="tool",
-                content=content,
+                content=r.text,
                 now=tx.now,
-                tool_call_id=call_id,
+                tool_call_id=r.call_id,
             )
         conn.execute(
             "UPDATE turns SET steps = :s, side_effects = side_effects + :e WHERE id = :t",

@@ -43,8 +43,29 @@ class Tool:
 
 
 class ToolRefusedError(RoomError):
+    """A tool the member's preset does not grant: refused even when a model calls it."""
+
     code = "tool_refused"
     http_status = 403
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """One tool call's result: the text the model reads, whether the call succeeded, and
+    whether it acted on the room (a side effect a re-run would repeat)."""
+
+    text: str
+    ok: bool
+    acted: bool
+
+
+def _reports_failure(text: str) -> bool:
+    """Tools report a refusal they handle themselves as ``{"ok": false, …}``."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("ok") is False
 
 
 def _result(data: Any) -> str:
@@ -208,24 +229,27 @@ class Toolbox:
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(tool.spec for tool in self.tools.values())
 
-    async def run(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> tuple[str, bool]:
-        """(result text for the model, whether it acted on the room)."""
+    async def run(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutcome:
         tool = self.tools.get(name)
-        if tool is None:
-            # Refused server-side even when the model asks: not granted means not run.
-            return _result(
-                {
-                    "ok": False,
-                    "error": "tool_refused",
-                    "message": f"{name} is not granted to your role",
-                }
-            ), False
         try:
-            return await tool.run(ctx, args), tool.side_effect
+            if tool is None:
+                # Refused server-side even when the model asks: not granted means not run.
+                raise ToolRefusedError(f"{name} is not granted to your role")
+            text = await tool.run(ctx, args)
         except RoomError as exc:
-            return _result({"ok": False, "error": exc.code, "message": exc.message}), False
+            return _failure(exc.code, exc.message)
         except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
             # Arguments of the wrong shape from a model: tell it, do not end its turn.
-            return _result(
-                {"ok": False, "error": "bad_arguments", "message": str(exc)[:200]}
-            ), False
+            return _failure("bad_arguments", str(exc)[:200])
+        # A tool that ran may have acted even if it then reported a failure: counted as acting
+        # (a turn that acted is never re-run after a restart).
+        return ToolOutcome(text, not _reports_failure(text), acted=tool.side_effect)
+
+
+def bad_arguments(message: str) -> ToolOutcome:
+    """The outcome of a call whose arguments could not be read at all."""
+    return _failure("bad_arguments", message)
+
+
+def _failure(code: str, message: str) -> ToolOutcome:
+    return ToolOutcome(_result({"ok": False, "error": code, "message": message}), False, False)

@@ -24,7 +24,7 @@ from room.actions import turns as turn_actions
 from room.actions.turns import Limits, TurnStart
 from room.agents import context as ctx_mod
 from room.agents.presets import ROOM_RULES, preset_for
-from room.agents.tools import Tool, Toolbox, ToolContext
+from room.agents.tools import Tool, Toolbox, ToolContext, bad_arguments
 from room.core import Core
 from room.errors import ProviderError, RoomError
 from room.ledger import Reason
@@ -158,13 +158,16 @@ class Turn:
                     )
                     return TurnOutcome("braked", step, look_again=False)
                 tool_ctx = ToolContext(self.core, self.member, self.turn_id, call.id, {})
-                text, acted = await toolbox.run(tool_ctx, call.name, call.arguments)
                 if call.raw_arguments and not call.arguments:
-                    text = json.dumps({"ok": False, "error": "arguments were not valid JSON"})
-                results.append((call.id, text))
-                effects += int(acted)
+                    outcome = bad_arguments("arguments were not valid JSON")
+                else:
+                    outcome = await toolbox.run(tool_ctx, call.name, call.arguments)
+                results.append(turn_actions.ToolResult(call.id, outcome.text, outcome.ok))
+                effects += int(outcome.acted)
                 messages.append(
-                    ChatMessage(role="tool", content=text, tool_call_id=call.id, name=call.name)
+                    ChatMessage(
+                        role="tool", content=outcome.text, tool_call_id=call.id, name=call.name
+                    )
                 )
             await turn_actions.record_tool_step(
                 self.core,
