@@ -32,6 +32,19 @@ def git(cwd: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def porcelain(cwd: Path) -> list[str]:
+    """``git status --porcelain`` lines, sorted, with their leading spaces kept."""
+    done = subprocess.run(
+        ["git", "status", "--porcelain"],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    return sorted(done.stdout.splitlines())
+
+
 def commit(cwd: Path, message: str, **files: str) -> str:
     for name, text in files.items():
         (cwd / name).write_text(text)
@@ -164,7 +177,7 @@ def test_attempts_of_two_tasks_are_isolated(repo: Path, root: Path) -> None:
     assert (login.path / "app.py").read_text() == "a = 1\nb = 2\nc = 3\n"
     assert (repo / "app.py").read_text() == "a = 1\nb = 2\nc = 3\n"
     assert git(repo, "status", "--porcelain") == ""  # the workspace is not polluted
-    assert git(search.path, "status", "--porcelain") == "M app.py"
+    assert porcelain(search.path) == [" M app.py"]
 
 
 def test_create_attempt_is_idempotent(repo: Path, root: Path) -> None:
@@ -275,3 +288,274 @@ def test_create_attempt_leaves_a_foreign_folder_alone(repo: Path, root: Path) ->
     assert caught.value.code == "worktree_failed"
     assert "left alone" in caught.value.message
     assert (squatter / "mine.txt").read_text() == "keep me\n"
+
+
+# ---------------------------------------------------------------- diff_stat, diff
+
+
+def test_diff_stat_and_diff_cover_commits_edits_and_new_files(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    commit(work.path, "first step", **{"login.py": "def login():\n    return True\n"})
+    (work.path / "app.py").write_text("a = 1\nb = 20\nc = 3\n")  # unstaged edit
+    (work.path / "notes.md").write_text("one\ntwo\nthree\n")  # untracked
+    (work.path / "logo.bin").write_bytes(b"\0\1\2binary")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "base moved on")  # not part of the attempt
+
+    stat = wt.diff_stat(work)
+    assert stat.base == "main"
+    assert stat.merge_base == work.fork_point
+    by_path = {f.path: (f.added, f.deleted, f.binary) for f in stat.files}
+    assert by_path == {
+        "app.py": (1, 1, False),
+        "login.py": (2, 0, False),
+        "notes.md": (3, 0, False),
+        "logo.bin": (None, None, True),
+    }
+    assert (stat.added, stat.deleted) == (6, 1)
+
+    full = wt.diff(work)
+    assert full.truncated is False
+    assert "-b = 2\n+b = 20\n" in full.text
+    assert "+++ b/notes.md\n" in full.text
+    assert "Binary files /dev/null and b/logo.bin differ" in full.text
+
+    # the agent's own index is untouched: the new files are still untracked there
+    assert porcelain(work.path) == [" M app.py", "?? logo.bin", "?? notes.md"]
+
+
+def test_diff_is_capped_with_a_marker(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "big")
+    (work.path / "big.txt").write_text("".join(f"line {i}\n" for i in range(5000)))
+    capped = wt.diff(work, max_bytes=400)
+    assert capped.truncated is True
+    body, marker = capped.text.rsplit("[…", 1)
+    assert len(body.encode()) <= 400
+    assert body.endswith("\n")
+    assert "diff truncated" in marker
+    assert body.startswith("diff --git a/big.txt b/big.txt\n")
+
+
+def test_diff_of_an_untouched_attempt_is_empty(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "idle")
+    stat = wt.diff_stat(work)
+    assert (stat.files, stat.added, stat.deleted) == ((), 0, 0)
+    assert wt.diff(work).text == ""
+
+
+# ---------------------------------------------------------------- commit_all, merge
+
+
+def test_commit_all_then_fast_forward(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    (work.path / "login.py").write_text("def login(): ...\n")
+    (work.path / "app.py").write_text("a = 1\n")
+
+    done = wt.commit_all(work, "# Login\n\nadds login", "Agent Smith", "smith@agents.example")
+    assert done.committed is True
+    assert done.head == git(work.path, "rev-parse", "HEAD")
+    assert done.head_oneline == git(work.path, "log", "--oneline", "-1")
+    assert git(work.path, "log", "-1", "--format=%an <%ae>|%cn|%s") == (
+        "Agent Smith <smith@agents.example>|Agent Smith|# Login"
+    )
+    assert git(work.path, "status", "--porcelain") == ""
+
+    again = wt.commit_all(work, "nothing new", "Agent Smith", "smith@agents.example")
+    assert (again.committed, again.head) == (False, done.head)
+
+    before = git(repo, "rev-parse", "HEAD")
+    merged = wt.merge(repo, work.branch, "ff", "unused for ff")
+    assert merged.outcome == "fast_forward"
+    assert (merged.before, merged.after) == (before, done.head)
+    assert merged.head_oneline == git(repo, "log", "--oneline", "-1")
+    assert git(repo, "rev-parse", "HEAD") == done.head
+    assert (repo / "login.py").read_text() == "def login(): ...\n"
+    assert git(repo, "status", "--porcelain") == ""
+
+    assert wt.merge(repo, work.branch, "ff", "again").outcome == "up_to_date"
+
+
+def test_commit_all_refuses_a_worktree_moved_off_its_branch(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    git(work.path, "checkout", "-q", "--detach")
+    (work.path / "x.txt").write_text("x\n")
+    with pytest.raises(WorktreeError) as caught:
+        wt.commit_all(work, "work", "Agent", "agent@example.com")
+    assert caught.value.code == "branch_mismatch"
+    assert git(work.path, "status", "--porcelain") == "?? x.txt"
+
+
+def test_merge_commit_when_the_base_moved(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    (work.path / "login.py").write_text("def login(): ...\n")
+    wt.commit_all(work, "login", "Agent", "agent@example.com")
+    moved = commit(repo, "docs", **{"README.md": "hello, world\n"})
+
+    refused = wt.merge(repo, work.branch, "ff", "unused")
+    assert refused.outcome == "not_fast_forward"
+    assert (refused.before, refused.after) == (moved, moved)
+    assert_untouched(repo, moved)
+
+    merged = wt.merge(
+        repo,
+        work.branch,
+        "merge",
+        "Merge task login (attempt 1)",
+        author_name="Project Room",
+        author_email="room@example.com",
+    )
+    assert merged.outcome == "merged"
+    assert merged.before == moved and merged.after == git(repo, "rev-parse", "HEAD")
+    parents = git(repo, "log", "-1", "--format=%P").split()
+    assert parents == [moved, git(repo, "rev-parse", work.branch)]
+    assert git(repo, "log", "-1", "--format=%s|%an") == "Merge task login (attempt 1)|Project Room"
+    assert (repo / "login.py").exists() and (repo / "README.md").read_text() == "hello, world\n"
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_merge_commit_mode_makes_a_commit_even_when_ff_is_possible(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    (work.path / "login.py").write_text("x\n")
+    wt.commit_all(work, "login", "Agent", "agent@example.com")
+    merged = wt.merge(repo, work.branch, "merge", "Merge login")
+    assert merged.outcome == "merged"
+    assert len(git(repo, "log", "-1", "--format=%P").split()) == 2
+    assert git(repo, "log", "-1", "--format=%an") == "Owner"  # the workspace's own identity
+
+
+def test_conflicting_merge_is_aborted_and_reports_paths(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    (work.path / "app.py").write_text("a = 1\nb = 'theirs'\nc = 3\n")
+    (work.path / "README.md").write_text("theirs\n")
+    (work.path / "fine.txt").write_text("no conflict here\n")
+    wt.commit_all(work, "login", "Agent", "agent@example.com")
+    ours = commit(repo, "ours", **{"app.py": "a = 1\nb = 'ours'\nc = 3\n", "README.md": "ours\n"})
+    (repo / "scratch.txt").write_text("an untracked file of the owner\n")
+
+    result = wt.merge(repo, work.branch, "merge", "Merge login")
+    assert result.outcome == "conflict"
+    assert result.conflicts == ("README.md", "app.py")
+    assert (result.before, result.after) == (ours, ours)
+
+    assert git(repo, "rev-parse", "HEAD") == ours
+    assert git(repo, "symbolic-ref", "--short", "HEAD") == "main"
+    assert not (repo / ".git" / "MERGE_HEAD").exists()
+    assert git(repo, "status", "--porcelain") == "?? scratch.txt"
+    assert (repo / "app.py").read_text() == "a = 1\nb = 'ours'\nc = 3\n"
+    assert not (repo / "fine.txt").exists()
+    assert (repo / "scratch.txt").read_text() == "an untracked file of the owner\n"
+    # the attempt's branch is untouched too
+    assert git(repo, "rev-parse", work.branch) == git(work.path, "rev-parse", "HEAD")
+
+
+def test_dirty_workspace_refuses_merge(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    (work.path / "login.py").write_text("x\n")
+    wt.commit_all(work, "login", "Agent", "agent@example.com")
+    head = git(repo, "rev-parse", "HEAD")
+    (repo / "README.md").write_text("the owner is editing this\n")
+
+    for mode in ("ff", "merge"):
+        with pytest.raises(WorktreeError) as caught:
+            wt.merge(repo, work.branch, mode, "Merge login")  # type: ignore[arg-type]
+        assert caught.value.code == "workspace_dirty"
+        assert caught.value.details["paths"] == ["README.md"]
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert (repo / "README.md").read_text() == "the owner is editing this\n"
+    assert not (repo / "login.py").exists()
+
+
+def test_an_untracked_file_in_the_way_refuses_merge(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    (work.path / "login.py").write_text("theirs\n")
+    wt.commit_all(work, "login", "Agent", "agent@example.com")
+    head = git(repo, "rev-parse", "HEAD")
+    (repo / "login.py").write_text("the owner's own file\n")
+    with pytest.raises(WorktreeError) as caught:
+        wt.merge(repo, work.branch, "ff", "unused")
+    assert caught.value.code == "workspace_dirty"
+    assert "login.py" in caught.value.message
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert (repo / "login.py").read_text() == "the owner's own file\n"
+
+
+def test_merge_needs_the_base_checked_out_and_a_real_branch(repo: Path, root: Path) -> None:
+    work = attempt(repo, root, "login")
+    with pytest.raises(WorktreeError) as caught:
+        wt.merge(repo, "room/shop/nothing-1", "ff", "x")
+    assert caught.value.code == "no_branch"
+    git(repo, "checkout", "-q", "-b", "feature")
+    with pytest.raises(WorktreeError) as caught:
+        wt.merge(repo, work.branch, "ff", "x", base="main")
+    assert caught.value.code == "base_not_checked_out"
+
+
+# ---------------------------------------------------------------- list_attempts
+
+
+def test_list_attempts_shows_what_is_kept(repo: Path, root: Path) -> None:
+    done = attempt(repo, root, "login")
+    (done.path / "login.py").write_text("x\n")
+    wt.commit_all(done, "login", "Agent", "agent@example.com")
+    wt.merge(repo, done.branch, "ff", "unused")
+
+    busy = attempt(repo, root, "search")
+    (busy.path / "search.py").write_text("y\n")
+    wt.commit_all(busy, "search", "Agent", "agent@example.com")
+    (busy.path / "draft.txt").write_text("unsaved\n")
+
+    idle = attempt(repo, root, "idle")
+    git(repo, "branch", "room/shop/old-1")  # a branch whose worktree is long gone
+    other = wt.create_attempt(repo, root, 8, "other", "login", 1)  # another project
+    git(repo, "commit", "-q", "--allow-empty", "-m", "base moved on")
+
+    # the member "leaves": nothing is cleaned up, everything is listed
+    rows = {row.branch: row for row in wt.list_attempts(repo, root, PROJECT_ID, SLUG)}
+    assert set(rows) == {
+        "room/shop/login-1",
+        "room/shop/search-1",
+        "room/shop/idle-1",
+        "room/shop/old-1",
+    }
+    login, search = rows["room/shop/login-1"], rows["room/shop/search-1"]
+    assert (login.path, login.ahead, login.behind, login.merged, login.dirty) == (
+        done.path,
+        0,
+        1,
+        True,
+        False,
+    )
+    assert (search.path, search.ahead, search.behind, search.merged, search.dirty) == (
+        busy.path,
+        1,
+        1,
+        False,
+        True,
+    )
+    assert search.head == git(busy.path, "rev-parse", "HEAD")
+    assert (rows["room/shop/idle-1"].path, rows["room/shop/idle-1"].dirty) == (idle.path, False)
+    old = rows["room/shop/old-1"]
+    assert (old.path, old.name, old.dirty, old.missing, old.merged) == (
+        None,
+        "old-1",
+        None,
+        False,
+        True,
+    )
+    for kept in (done, busy, idle, other):
+        assert kept.path.is_dir()
+
+    # without the slug only the worktrees under the project's folder are found
+    by_folder = wt.list_attempts(repo, root, PROJECT_ID)
+    assert {row.name for row in by_folder} == {"login-1", "search-1", "idle-1"}
+    assert [row.branch for row in wt.list_attempts(repo, root, 8)] == ["room/other/login-1"]
+
+
+def test_list_attempts_reports_a_vanished_folder(repo: Path, root: Path, tmp_path: Path) -> None:
+    work = attempt(repo, root, "login")
+    work.path.rename(tmp_path / "moved-away")
+    (row,) = wt.list_attempts(repo, root, PROJECT_ID)
+    assert (row.branch, row.missing, row.dirty) == ("room/shop/login-1", True, None)
+    with pytest.raises(WorktreeError) as caught:
+        attempt(repo, root, "login")
+    assert caught.value.code == "worktree_failed"
+    assert "git worktree prune" in caught.value.message
