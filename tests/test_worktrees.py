@@ -559,3 +559,10 @@ def test_list_attempts_reports_a_vanished_folder(repo: Path, root: Path, tmp_pat
         attempt(repo, root, "login")
     assert caught.value.code == "worktree_failed"
     assert "git worktree prune" in caught.value.message
+
+
+def test_every_reason_is_chinese_first_then_english() -> None:
+    import re
+
+    for code, text in wt.WORKTREE_CODES.items():
+        assert re.fullmatch(r"[^()]*[\u4e00-\u9fff][^()]* \([A-Za-z][^()]+\.\)", text), code

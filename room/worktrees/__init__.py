@@ -19,7 +19,7 @@ Decisions, so callers need not guess them:
   SHA-256 of the original, so ``../x`` and ``x`` can never share a branch. Empty names, control
   characters (NUL …), names over :data:`MAX_NAME_CHARS`, and task keys with nothing left after
   sanitizing (``~``, ``..``) are refused with :class:`BadRefNameError`. The branch is then checked
-  with ``git check-ref-format``.
+  with ``git check-ref-format``. Renaming a project changes the branch of *new* attempts only.
 * **Idempotence.** A worktree registered at the attempt's folder is returned as it is
   (``created=False``); a branch that exists without a worktree is checked out again, never reset.
 * **Diffs** compare the merge base of the attempt's branch and the base with a snapshot of the
@@ -33,6 +33,16 @@ Decisions, so callers need not guess them:
 * **Nothing is ever deleted or forced**: no ``--force``, no ``reset``, no ``worktree remove`` or
   ``prune``, no ``branch -D``. Cleaning up is a person's decision (:func:`list_attempts` shows what
   is kept).
+
+Errors, in the tree of :mod:`room.errors` (a merge conflict is a result, not an error)::
+
+    BadRequestError      400
+    └── BadRefNameError       bad_ref_name: a slug, task key or attempt unusable in a name
+        (also raised as BadRequestError: bad_identity, bad_commit_message, bad_mode)
+    ConflictError        409
+    └── WorktreeError         code from WORKTREE_CODES; details["reason"] says what exactly
+    RoomError            500
+    └── GitFailedError        git_failed: git failed unexpectedly or timed out; stderr tail
 
 Functions are synchronous and may take seconds on a big repository; call them through
 ``asyncio.to_thread``. Calls for the same workspace should be serialised by the caller.
