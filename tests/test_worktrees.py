@@ -269,6 +269,12 @@ def test_create_attempt_without_a_repository_says_why(tmp_path: Path, root: Path
     assert caught.value.code == "not_a_repository"
     assert caught.value.http_status == 409
     assert "(The workspace is not a git repository.)" in caught.value.message
+    assert wt.list_attempts(plain, root, PROJECT_ID, SLUG) == ()
+
+    with pytest.raises(WorktreeError) as caught:
+        wt.create_attempt(tmp_path / "nowhere", root, PROJECT_ID, SLUG, "login", 1)
+    assert caught.value.code == "no_workspace"
+    assert not root.exists()
 
 
 def test_create_attempt_refuses_a_root_inside_the_workspace(repo: Path) -> None:

@@ -231,13 +231,16 @@ def create_attempt(
     """
     branch, name = attempt_names(project_id, project_slug, task_key, attempt)
     ws = Path(workspace)
-    if run_git(ws, "check-ref-format", f"refs/heads/{branch}", check=False).returncode != 0:
-        raise BadRefNameError("branch", branch, "git check-ref-format 拒绝 (refused by git)")
-    info = inspect(ws, base)
+    try:
+        info = inspect(ws, base)
+    except GitFailedError as exc:
+        raise WorktreeError("worktree_failed", exc.message, stderr=exc.stderr) from exc
     if info.mode == "serial":
         assert info.reason_code is not None
         raise WorktreeError(info.reason_code, info.reason)
     assert info.root is not None and info.base is not None and info.head is not None
+    if run_git(ws, "check-ref-format", f"refs/heads/{branch}", check=False).returncode != 0:
+        raise BadRefNameError("branch", branch, "git check-ref-format 拒绝 (refused by git)")
     path = Path(worktrees_root).resolve() / str(project_id) / name
     if _within(path, info.root) or _within(info.root, path):
         raise WorktreeError(
@@ -286,9 +289,12 @@ def list_attempts(
     """Every kept worktree of the project (registered under ``worktrees_root/<project_id>``)
     and, when ``project_slug`` is given, every ``room/<slug>/…`` branch, worktree or not.
 
-    Nothing is removed. ``base`` defaults to the workspace's checked-out branch.
+    Nothing is removed; a folder that is no repository has none. ``base`` defaults to the
+    workspace's checked-out branch.
     """
     ws = Path(workspace)
+    if not ws.is_dir() or git(ws, "rev-parse", "--show-toplevel", check=False).returncode != 0:
+        return ()  # no repository, so no worktrees or branches
     folder = Path(worktrees_root).resolve() / str(project_id)
     base_name = base if base is not None else current_branch(ws)
     base_ref = f"refs/heads/{base_name}" if base_name is not None else None
