@@ -14,7 +14,8 @@ keeps (there is no module-level state). :meth:`Sandbox.run` runs ``/bin/sh -c CO
   ``/dev/null`` for a file). The sandbox root is then remounted read-only.
 * **bounded** by ``prlimit`` (CPU seconds, address space, file size, no core dumps) and, where the
   server may create one, a pids cgroup of its own (``pids.max``): ``RLIMIT_NPROC`` does not
-  apply to root and counts every process of the user, so it is used only as a fallback. A
+  apply to root and counts every process of the user, so it is used only as a fallback (joining
+  a cgroup-v1 group waits for an RCU grace period: 15-70 ms of latency per command). A
   wall-clock timeout and a ``cancel`` event stop the command: SIGTERM to every process of the
   command, SIGKILL after :data:`KILL_GRACE_SECS`. When the command ends its background processes
   end with it (the pid namespace, the cgroup or the process group is emptied).
