@@ -20,6 +20,10 @@ or as the JSON body of an HTTP error) and a human ``message``.
     ├── StorageError               500  the database refused (integrity, disk)
     │   ├── LockHeldError               another server holds the data folder (names its pid)
     │   └── SchemaTooNewError           the database was written by a newer Project Room
+    ├── SandboxError               500  the command runner could not run a command as asked
+    │   ├── SandboxUnavailableError 503 no isolation here (no bubblewrap, namespaces refused)
+    │   ├── SandboxPathError       400  a working or writable folder is missing or not a folder
+    │   └── SandboxSpawnError           the runner itself failed to start (not the command)
     └── ProviderError              502  a model provider failed; ``kind`` says how
         ├── ProviderAuthError           credentials missing or refused
         ├── ProviderRateLimitError      429 after retries
@@ -121,6 +125,35 @@ class LockHeldError(StorageError):
 
 class SchemaTooNewError(StorageError):
     code = "schema_too_new"
+
+
+class SandboxError(RoomError):
+    """The command runner (``room.sandbox``) could not run a command as asked.
+
+    A command that runs and fails is not an error: its exit code is in the result."""
+
+    code = "sandbox_error"
+    http_status = 500
+
+
+class SandboxUnavailableError(SandboxError):
+    """No isolation is available and running without it was not allowed; ``reason`` says why."""
+
+    code = "sandbox_unavailable"
+    http_status = 503
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message, reason=reason)
+        self.reason = reason
+
+
+class SandboxPathError(SandboxError):
+    code = "sandbox_bad_path"
+    http_status = 400
+
+
+class SandboxSpawnError(SandboxError):
+    code = "sandbox_spawn_failed"
 
 
 class ProviderError(RoomError):

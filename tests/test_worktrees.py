@@ -462,7 +462,7 @@ def test_dirty_workspace_refuses_merge(repo: Path, root: Path) -> None:
 
     for mode in ("ff", "merge"):
         with pytest.raises(WorktreeError) as caught:
-            wt.merge(repo, work.branch, mode, "Merge login")  # type: ignore[arg-type]
+            wt.merge(repo, work.branch, mode, "Merge login")
         assert caught.value.code == "workspace_dirty"
         assert caught.value.details["paths"] == ["README.md"]
     assert git(repo, "rev-parse", "HEAD") == head
