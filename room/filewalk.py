@@ -1,0 +1,162 @@
+"""Walking a workspace the way the file tools see it: ``.git`` hidden, symlinks never followed,
+``.gitignore`` respected, and the glob patterns the tools accept.
+
+* The walk is depth first in name order, so a listing cut at a limit is the same every time.
+* A symlink is reported (by :func:`walk`) but never entered or read through: a walk cannot leave
+  the workspace, and a link's target is found under its own path when it lies inside.
+* Ignore rules: every ``.gitignore`` from the workspace root down to a folder applies to what is
+  in it, with git's precedence (a deeper file's last matching pattern wins, ``!`` re-includes);
+  an ignored folder is not entered, as in git. ``.git/info/exclude`` and global excludes are not
+  read: what the project commits is what every member sees. Matching is ``pathspec``'s
+  ``GitIgnoreSpec``, which follows git's own tests.
+* Glob patterns are relative to the workspace root: ``*`` and ``?`` stay within one folder name,
+  ``[abc]`` / ``[!abc]`` are classes, ``**`` as a whole component is any number of folders
+  (``**/*.py`` is every Python file, ``src/**`` everything under ``src``). Case-sensitive;
+  ``*`` matches names that start with a dot.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pathspec import GitIgnoreSpec
+
+HIDDEN_NAMES = frozenset({".git"})
+MAX_GITIGNORE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Ignores:
+    """The ``.gitignore`` files that apply in one folder: ``(folder relative to root, spec)``,
+    shallowest first."""
+
+    specs: tuple[tuple[str, GitIgnoreSpec], ...] = ()
+
+    def ignored(self, relative: str, is_dir: bool) -> bool:
+        for base, spec in reversed(self.specs):  # the deepest file that has an opinion decides
+            sub = relative if base == "." else relative[len(base) + 1 :]
+            include = spec.check_file(sub + "/" if is_dir else sub).include
+            if include is not None:
+                return include
+        return False
+
+    def entering(self, folder: Path, relative: str) -> Ignores:
+        """These rules plus the ``.gitignore`` of ``folder`` (when it has a readable one)."""
+        spec = _load(folder / ".gitignore")
+        return self if spec is None else Ignores((*self.specs, (relative, spec)))
+
+
+def _load(path: Path) -> GitIgnoreSpec | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not _regular(fd):
+            return None
+        data = os.read(fd, MAX_GITIGNORE_BYTES)
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return GitIgnoreSpec.from_lines(lines) if any(line.strip() for line in lines) else None
+
+
+def _regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def hidden(relative: str) -> bool:
+    """Is ``relative`` inside a folder that walks never enter (``.git``)?"""
+    return any(part in HIDDEN_NAMES for part in relative.split("/"))
+
+
+def ignores_for(root: Path, relative: str) -> Ignores:
+    """The rules that apply inside the folder ``relative`` (``.`` for the root): every
+    ``.gitignore`` on the way down from the root, the folder's own included."""
+    ignores = Ignores().entering(root, ".")
+    if relative == ".":
+        return ignores
+    done: list[str] = []
+    for part in relative.split("/"):
+        done.append(part)
+        ignores = ignores.entering(root.joinpath(*done), "/".join(done))
+    return ignores
+
+
+def walk(
+    folder: Path, relative: str, *, ignores: Ignores | None, max_depth: int | None = None
+) -> Iterator[tuple[str, os.DirEntry[str], int]]:
+    """``(path relative to the root, entry, depth)`` for everything under ``folder``, which is
+    ``relative`` from the root; depth 1 is ``folder``'s own entries. Folders are entered up to
+    ``max_depth``; with ``ignores``, ignored entries are left out and ignored folders not
+    entered (without, nothing is left out but ``.git``)."""
+    stack: list[tuple[Iterator[os.DirEntry[str]], str, int, Ignores | None]] = []
+
+    def push(path: Path, rel: str, depth: int, rules: Ignores | None) -> None:
+        try:
+            with os.scandir(path) as scan:
+                entries = sorted(scan, key=lambda e: e.name)
+        except OSError:  # unreadable, or removed meanwhile: there is nothing to list
+            return
+        if rules is not None and depth > 1 and any(e.name == ".gitignore" for e in entries):
+            rules = rules.entering(path, rel)
+        stack.append((iter(entries), rel, depth, rules))
+
+    push(folder, relative, 1, ignores)
+    while stack:
+        entries, rel, depth, rules = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        if entry.name in HIDDEN_NAMES:
+            continue
+        path = entry.name if rel == "." else f"{rel}/{entry.name}"
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if rules is not None and rules.ignored(path, is_dir):
+            continue
+        yield path, entry, depth
+        if is_dir and (max_depth is None or depth < max_depth):
+            push(Path(entry.path), path, depth + 1, rules)
+
+
+def compile_glob(pattern: str) -> re.Pattern[str]:
+    """A regular expression that matches a whole relative path when ``pattern`` does.
+    ``pattern`` is already a clean relative path (no ``..``, no leading ``/``)."""
+    parts = pattern.split("/")
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if part == "**":
+            out.append(".*" if last else "(?:[^/]+/)*")
+        else:
+            out.append(_segment(part) + ("" if last else "/"))
+    return re.compile("".join(out) + r"\Z", re.DOTALL)
+
+
+def _segment(part: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(part):
+        char = part[i]
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and (close := part.find("]", i + 1)) > i + 1:
+            body = part[i + 1 : close]
+            negate = body[:1] in ("!", "^")
+            body = re.sub(r"([\\\[\]^&~|-])", r"\\\1", body[1:] if negate else body)
+            # a range a-z keeps its dash; every other special character is literal
+            body = re.sub(r"(?<=[^\\])\\-(?=[^\\])", "-", body)
+            out.append("[" + ("^/" if negate else "") + body + "]")
+            i = close
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
