@@ -14,6 +14,7 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``resume``    50 clients each 10,000 messages behind, stream running    (benchlib/resume.py)
 * ``echo``      end-to-end deliveries/s through builtin/echo, per-turn overhead (benchlib/echo.py)
 * ``mentions``  ``benchlib.mentions.run`` when that module imports and runs
+* ``files``     ``room.files.search`` over 10,000 files vs ``grep -rnE``     (benchlib/files.py)
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
 server the bench starts with py-spy (``$PY_SPY`` or ``py-spy`` on PATH) and prints the hot spots.
@@ -39,7 +40,7 @@ SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
 CACHE = ROOT / ".bench-cache"
 RESULTS = ROOT / "bench-results.json"
-WORKLOADS = ("machine", "durable", "fanout", "history", "resume", "echo", "mentions")
+WORKLOADS = ("machine", "durable", "fanout", "history", "resume", "echo", "mentions", "files")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -125,7 +126,7 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], list[Any]]]:
-    from benchlib import durable, echo, fanout, history, machine, resume
+    from benchlib import durable, echo, fanout, files, history, machine, resume
     from benchlib.stats import from_dict
 
     def mentions() -> list[Any]:
@@ -144,6 +145,7 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
         "resume": lambda: resume.run(workdir, quick=quick),
         "echo": lambda: echo.run(workdir, quick=quick),
         "mentions": mentions,
+        "files": lambda: files.run(workdir, quick=quick),
     }
 
 
