@@ -57,6 +57,7 @@ GLOB_LIMIT = 1000
 SEARCH_LIMIT = 200
 SEARCH_TIMEOUT_SECS = 10.0  # for the whole search: the regex engine stops a runaway pattern
 BINARY_SNIFF_BYTES = 8192
+_FIRST_READ_BYTES = 64 * 1024  # most source files are read whole by the first read
 
 FILE_CODES = {
     **PATH_CODES,
@@ -373,38 +374,44 @@ def search(
     return SearchResult(pattern, hits, truncated, timed_out, searched, skipped)
 
 
-def _files(root: str | os.PathLike[str], relative: str, real: Path) -> Iterator[tuple[str, Path]]:
+def _files(root: str | os.PathLike[str], relative: str, real: Path) -> Iterator[tuple[str, str]]:
     if hidden(relative):
         return
     if not real.is_dir():
-        yield relative, real  # named by itself: searched even where .gitignore would skip it
+        if real.is_file():  # named by itself: searched even where .gitignore would skip it
+            yield relative, str(real)
         return
     for rel, entry, _ in walk(real, relative, ignores=ignores_for(_root(root), relative)):
-        if entry.is_file(follow_symlinks=False):
-            yield rel, Path(entry.path)
+        if entry.is_file(follow_symlinks=False):  # from the folder listing: no extra stat
+            yield rel, entry.path
 
 
-def _text_or_none(path: Path, max_bytes: int) -> str | None:
-    """The file's text, or None when it is binary, not UTF-8, too large or unreadable."""
+def _text_or_none(path: str, max_bytes: int) -> str | None:
+    """The file's text, or None when it is binary, not UTF-8, too large or unreadable.
+
+    The walk already knows the entry is a regular file (the folder listing's type), so there is
+    no ``fstat``: it costs as much as the read of a small file. ``O_NOFOLLOW`` refuses a symlink
+    planted since, and ``O_NONBLOCK`` keeps a FIFO planted since from blocking the read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, max_bytes + 1)
-        if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+        data = os.read(fd, min(_FIRST_READ_BYTES, max_bytes + 1))
+        if data.find(b"\x00", 0, BINARY_SNIFF_BYTES) >= 0:
             return None  # the common binary case, known from the first chunk
-        more = os.read(fd, max_bytes + 1 - len(data)) if len(data) <= max_bytes else b""
-        while more and len(data) <= max_bytes:  # a short read from a slow file system
-            data += more
-            more = os.read(fd, max_bytes + 1 - len(data))
+        if len(data) == _FIRST_READ_BYTES:
+            chunks = [data]
+            size = len(data)
+            while size <= max_bytes and (more := os.read(fd, min(1 << 20, max_bytes + 1 - size))):
+                chunks.append(more)
+                size += len(more)
+            data = b"".join(chunks)
     except OSError:
         return None
     finally:
         os.close(fd)
-    if len(data) > max_bytes or b"\x00" in data:
+    if len(data) > max_bytes or (len(data) > BINARY_SNIFF_BYTES and b"\x00" in data):
         return None
     try:
         return data.decode("utf-8")

@@ -422,3 +422,28 @@ def test_a_patch_is_all_or_nothing(ws: Path) -> None:
 )  # fmt: skip
 def test_a_malformed_patch_is_refused(ws: Path, patch: Any) -> None:
     assert refused(lambda: files.edit_patch(ws, "src/app.py", patch)).code == "bad_patch"
+
+
+GITIGNORE = ["*.log", "!keep.log", "build/", "/top.txt", "a/**/b", "doc?/*.md", "[Tt]mp*", "\\#x"]
+name = st.sampled_from(
+    ["a", "b", "build", "top.txt", "x.log", "keep.log", "docs", "r.md", "Tmp1", "#x"]
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(parts=st.lists(name, min_size=1, max_size=4), is_dir=st.booleans())
+def test_the_fast_ignore_check_agrees_with_pathspec(
+    tmp_path: Path, parts: list[str], is_dir: bool
+) -> None:
+    from dataclasses import replace
+
+    from room.filewalk import Ignores, ignores_for
+
+    (tmp_path / ".gitignore").write_text("\n".join(GITIGNORE) + "\n")
+    fast = ignores_for(tmp_path, ".")
+    assert fast.rules[0].anything is not None
+    slow = Ignores(tuple(replace(r, anything=None) for r in fast.rules))
+    path = "/".join(parts)
+    assert fast.ignored(path, is_dir) == slow.ignored(path, is_dir)
