@@ -42,7 +42,15 @@ import regex
 
 from room.errors import FileToolError
 from room.evidence import PATH_CODES, clean_relative, resolve_inside
-from room.filewalk import compile_glob, hidden, ignores_for, walk
+from room.filewalk import (
+    BINARY_SNIFF_BYTES,
+    compile_glob,
+    hidden,
+    ignores_for,
+    matching_lines,
+    read_text,
+    walk,
+)
 
 MAX_READ_BYTES = 256 * 1024  # text returned by one read; the model asks for the next lines
 MAX_READ_FILE_BYTES = 16 * 1024 * 1024  # a bigger file is not read at all
@@ -56,8 +64,6 @@ LIST_LIMIT = 500
 GLOB_LIMIT = 1000
 SEARCH_LIMIT = 200
 SEARCH_TIMEOUT_SECS = 10.0  # for the whole search: the regex engine stops a runaway pattern
-BINARY_SNIFF_BYTES = 8192
-_FIRST_READ_BYTES = 64 * 1024  # most source files are read whole by the first read
 
 FILE_CODES = {
     **PATH_CODES,
@@ -360,13 +366,19 @@ def search(
     for rel, file in _files(root, relative, real):
         if matcher is not None and not matcher.match(rel.rpartition("/")[2] if name_only else rel):
             continue
-        text = _text_or_none(file, max_file_bytes)
+        text = read_text(file, max_file_bytes)
         if text is None:
             skipped += 1
             continue
         searched += 1
         try:
-            truncated = _search_text(compiled, text, rel, hits, limit, deadline)
+            for line, content in matching_lines(compiled, text, deadline):
+                if len(hits) >= limit:
+                    truncated = True
+                    break
+                if len(content) > MAX_HIT_LINE_CHARS:
+                    content = content[:MAX_HIT_LINE_CHARS] + "…"
+                hits.append(Hit(rel, line, content))
         except TimeoutError:
             timed_out = truncated = True
         if truncated:
@@ -384,71 +396,6 @@ def _files(root: str | os.PathLike[str], relative: str, real: Path) -> Iterator[
     for rel, entry, _ in walk(real, relative, ignores=ignores_for(_root(root), relative)):
         if entry.is_file(follow_symlinks=False):  # from the folder listing: no extra stat
             yield rel, entry.path
-
-
-def _text_or_none(path: str, max_bytes: int) -> str | None:
-    """The file's text, or None when it is binary, not UTF-8, too large or unreadable.
-
-    The walk already knows the entry is a regular file (the folder listing's type), so there is
-    no ``fstat``: it costs as much as the read of a small file. ``O_NOFOLLOW`` refuses a symlink
-    planted since, and ``O_NONBLOCK`` keeps a FIFO planted since from blocking the read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, min(_FIRST_READ_BYTES, max_bytes + 1))
-        if data.find(b"\x00", 0, BINARY_SNIFF_BYTES) >= 0:
-            return None  # the common binary case, known from the first chunk
-        if len(data) == _FIRST_READ_BYTES:
-            chunks = [data]
-            size = len(data)
-            while size <= max_bytes and (more := os.read(fd, min(1 << 20, max_bytes + 1 - size))):
-                chunks.append(more)
-                size += len(more)
-            data = b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes or (len(data) > BINARY_SNIFF_BYTES and b"\x00" in data):
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def _search_text(
-    compiled: regex.Pattern[str],
-    text: str,
-    rel: str,
-    hits: list[Hit],
-    limit: int,
-    deadline: float,
-) -> bool:
-    """Append the lines of ``text`` that match; True when ``limit`` was reached."""
-    pos = 0
-    line = 1
-    counted = 0  # ``line`` is the number of the line that holds ``counted``
-    while pos <= len(text):
-        found = compiled.search(text, pos, timeout=max(deadline - time.monotonic(), 0.001))
-        if found is None:
-            return False
-        start = found.start()
-        line += text.count("\n", counted, start)
-        counted = start
-        line_start = text.rfind("\n", 0, start) + 1
-        line_end = text.find("\n", start)
-        line_end = len(text) if line_end < 0 else line_end
-        content = text[line_start:line_end].rstrip("\r")
-        if len(content) > MAX_HIT_LINE_CHARS:
-            content = content[:MAX_HIT_LINE_CHARS] + "…"
-        if len(hits) >= limit:
-            return True
-        hits.append(Hit(rel, line, content))
-        pos = line_end + 1
-    return False
 
 
 # -- writing --------------------------------------------------------------------------------------

@@ -13,6 +13,9 @@
   ``[abc]`` / ``[!abc]`` are classes, ``**`` as a whole component is any number of folders
   (``**/*.py`` is every Python file, ``src/**`` everything under ``src``). Case-sensitive;
   ``*`` matches names that start with a dot.
+* Searching reads each file once (:func:`read_text`: binary files are known from the first
+  chunk) and runs the expression over the whole text, splitting lines only around a hit
+  (:func:`matching_lines`), which is what keeps ``room.files.search`` near ``grep``.
 """
 
 from __future__ import annotations
@@ -20,14 +23,18 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import regex
 from pathspec import GitIgnoreSpec, RegexPattern
 
 HIDDEN_NAMES = frozenset({".git"})
 MAX_GITIGNORE_BYTES = 1024 * 1024
+BINARY_SNIFF_BYTES = 8192  # a NUL in the first this many bytes marks a binary file
+_FIRST_READ_BYTES = 64 * 1024  # most source files are read whole by the first read
 _NAMED_GROUP = re.compile(r"(?<!\\)\(\?P<\w+>")
 
 
@@ -191,3 +198,59 @@ def _segment(part: str) -> str:
             out.append(re.escape(char))
         i += 1
     return "".join(out)
+
+
+def read_text(path: str, max_bytes: int) -> str | None:
+    """The text of a file the walk found, or None when it is binary, not UTF-8, over
+    ``max_bytes`` or unreadable.
+
+    The walk already knows the entry is a regular file (the folder listing's type), so there is
+    no ``fstat``: it costs as much as the read of a small file. ``O_NOFOLLOW`` refuses a symlink
+    planted since, and ``O_NONBLOCK`` keeps a FIFO planted since from blocking the read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, min(_FIRST_READ_BYTES, max_bytes + 1))
+        if data.find(b"\x00", 0, BINARY_SNIFF_BYTES) >= 0:
+            return None  # the common binary case, known from the first chunk
+        if len(data) == _FIRST_READ_BYTES:
+            chunks = [data]
+            size = len(data)
+            while size <= max_bytes and (more := os.read(fd, min(1 << 20, max_bytes + 1 - size))):
+                chunks.append(more)
+                size += len(more)
+            data = b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes or (len(data) > BINARY_SNIFF_BYTES and b"\x00" in data):
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def matching_lines(
+    compiled: regex.Pattern[str], text: str, deadline: float
+) -> Iterator[tuple[int, str]]:
+    """``(line number, line without its end)`` of each line where a match starts, in order.
+    Raises ``TimeoutError`` once ``deadline`` (``time.monotonic``) passes inside the engine."""
+    pos = 0
+    line = 1
+    counted = 0  # ``line`` is the number of the line that holds offset ``counted``
+    while pos <= len(text):
+        found = compiled.search(text, pos, timeout=max(deadline - time.monotonic(), 0.001))
+        if found is None:
+            return
+        start = found.start()
+        line += text.count("\n", counted, start)
+        counted = start
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", start)
+        line_end = len(text) if line_end < 0 else line_end
+        yield line, text[line_start:line_end].rstrip("\r")
+        pos = line_end + 1
