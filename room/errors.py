@@ -11,7 +11,10 @@ or as the JSON body of an HTTP error) and a human ``message``.
     │   ├── FrameError                  a WebSocket frame that failed validation
     │   ├── ForgedAuthorError           a frame or body that tries to name its own author
     │   ├── TxnConflictError            same client_txn_id, different content
-    │   └── MentionsUnresolvedError     draft has unresolved mention diagnostics
+    │   ├── MentionsUnresolvedError     draft has unresolved mention diagnostics
+    │   └── WorkspacePathError          a workspace path broke a rule (room.evidence); has a hint
+    │       ├── EvidenceError               … cited as artifact evidence (room.evidence)
+    │       └── FileToolError               … or given to a file tool, which may refuse (room.files)
     ├── AuthError                  401  no valid session, token or login link
     ├── ForbiddenError             403  authenticated, but not allowed (role, CSRF, origin)
     ├── NotFoundError              404  no such project, member, message …
@@ -79,6 +82,26 @@ class TxnConflictError(BadRequestError):
 
 class MentionsUnresolvedError(BadRequestError):
     code = "mentions_unresolved"
+
+
+class WorkspacePathError(BadRequestError):
+    """A path inside a project's workspace was refused. ``code`` names the rule that refused it;
+    ``details`` carry the ``path`` (cut to 200 characters) and a ``hint`` saying what to do, which
+    is what a model reads to try again. The resolver (:func:`room.evidence.resolve_inside`) raises
+    whichever subclass its caller names, so one set of path rules serves every caller."""
+
+    code = "bad_workspace_path"
+
+    def __init__(self, code: str, path: str, hint: str, message: str, **details: Any) -> None:
+        super().__init__(
+            f"{message}：{path[:200]}", code=code, path=path[:200], hint=hint, **details
+        )
+
+
+class FileToolError(WorkspacePathError):
+    """A file tool (:mod:`room.files`) refused; ``code`` is one of ``room.files.FILE_CODES``."""
+
+    code = "file_tool_error"
 
 
 class AuthError(RoomError):

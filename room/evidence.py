@@ -13,8 +13,10 @@ never the model — decides what that path means and records what the file reall
   opened with ``O_NOFOLLOW`` and checked with ``fstat`` to be the very file that was resolved,
   then read once to take its size and SHA-256.
 
-Only this module reads the workspace. It does no other I/O and reads no clock. Every refusal is
-an :class:`EvidenceError` (400) whose ``code`` says which rule, with a hint of what to do.
+The same rules resolve the paths of the file tools (:mod:`room.files`) through
+:func:`resolve_inside`, which raises the error its caller names (:class:`EvidenceError` here,
+``FileToolError`` there). This module does no other I/O and reads no clock. Every refusal is an
+:class:`EvidenceError` (400) whose ``code`` says which rule, with a hint of what to do.
 """
 
 from __future__ import annotations
@@ -22,38 +24,50 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Literal
 
-from room.errors import BadRequestError
+from room.errors import WorkspacePathError
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # hashing is streamed; this bounds the time it takes
 MAX_PATH_CHARS = 1024
 _CHUNK_BYTES = 1024 * 1024
 
-EVIDENCE_CODES = {
+# The rules every workspace path obeys, whoever gives it (artifact evidence, the file tools).
+PATH_CODES = {
     "no_workspace": "项目没有设置工作区 (The project has no workspace.)",
     "workspace_missing": "工作区目录不存在 (The workspace folder does not exist.)",
     "bad_path": "路径为空、过长或含有不允许的字符 (The path is empty, too long or has a bad character.)",
     "absolute_path": "不接受绝对路径 (Absolute paths are refused.)",
     "path_escapes": "路径含有 .. (The path contains '..'.)",
     "outside_workspace": "路径解析后位于工作区之外 (The path resolves outside the workspace.)",
-    "artifact_missing": "文件不存在 (The file does not exist.)",
+    "path_missing": "路径不存在 (Nothing exists at this path.)",
     "not_a_file": "不是普通文件 (Not a regular file.)",
+    "not_a_directory": "不是目录 (Not a folder.)",
+}
+
+EVIDENCE_CODES = {
+    **{code: text for code, text in PATH_CODES.items() if code != "path_missing"},
+    "artifact_missing": "文件不存在 (The file does not exist.)",
     "artifact_too_large": "文件太大，无法计算摘要 (The file is too large to fingerprint.)",
 }
 
+PathKind = Literal["file", "dir", "any"]
+Refusal = Callable[[str, str, str], WorkspacePathError]
+"""Builds the error a caller wants from ``(code, path, hint)``; ``code`` is one of PATH_CODES."""
 
-class EvidenceError(BadRequestError):
+
+class EvidenceError(WorkspacePathError):
     """An artifact path was refused; ``code`` is one of :data:`EVIDENCE_CODES`."""
 
     code = "bad_evidence"
 
     def __init__(self, code: str, path: str, hint: str) -> None:
-        super().__init__(
-            f"{EVIDENCE_CODES[code]}：{path[:200]}", code=code, path=path[:200], hint=hint
-        )
+        # Artifacts said "artifact_missing" before the rules were shared; clients know that code.
+        code = "artifact_missing" if code == "path_missing" else code
+        super().__init__(code, path, hint, EVIDENCE_CODES[code])
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,42 +84,53 @@ class Artifact:
 Verification = Literal["ok", "changed", "missing", "refused", "unchecked"]
 
 _HINT_RELATIVE = "写相对于工作区根目录的路径，如 src/app.py (Give a path relative to the workspace, e.g. src/app.py.)"
+_HINT_MISSING = "先创建它，或列出上级目录看看有什么 (Create it first, or list the folder above to see what is there.)"
+_HINT_OUTSIDE = (
+    "只能使用工作区内的文件；不要用指向外部的符号链接 "
+    "(Only files inside the workspace; no symlinks pointing outside.)"
+)
 
 
-def clean_relative(raw: str) -> str:
-    """The normalised relative form of ``raw`` (``./a//b`` → ``a/b``) or :class:`EvidenceError`."""
+def clean_relative(raw: str, *, allow_root: bool = False, error: Refusal = EvidenceError) -> str:
+    """The normalised relative form of ``raw`` (``./a//b`` → ``a/b``) or ``error``.
+
+    With ``allow_root``, ``.`` (or ``./``) names the workspace itself and comes back as ``.``."""
     if not raw or not raw.strip() or len(raw) > MAX_PATH_CHARS or "\x00" in raw:
-        raise EvidenceError("bad_path", raw, _HINT_RELATIVE)
+        raise error("bad_path", raw, _HINT_RELATIVE)
     if "\\" in raw:
-        raise EvidenceError("bad_path", raw, "用 / 分隔目录 (Separate folders with '/'.)")
+        raise error("bad_path", raw, "用 / 分隔目录 (Separate folders with '/'.)")
     if raw.startswith("/") or PureWindowsPath(raw).is_absolute() or PureWindowsPath(raw).drive:
-        raise EvidenceError("absolute_path", raw, _HINT_RELATIVE)
+        raise error("absolute_path", raw, _HINT_RELATIVE)
     parts = [p for p in PurePosixPath(raw).parts if p != "."]
     if ".." in parts:
-        raise EvidenceError(
+        raise error(
             "path_escapes",
             raw,
             "去掉 ..，从工作区根目录写起 (Drop '..'; start at the workspace root.)",
         )
     if not parts:
-        raise EvidenceError("bad_path", raw, _HINT_RELATIVE)
+        if allow_root:
+            return "."
+        raise error("bad_path", raw, _HINT_RELATIVE)
     return "/".join(parts)
 
 
-def workspace_root(workspace: str | os.PathLike[str] | None) -> Path:
-    """The workspace's own resolved path (symlinks followed), or :class:`EvidenceError`."""
+def workspace_root(
+    workspace: str | os.PathLike[str] | None, *, error: Refusal = EvidenceError
+) -> Path:
+    """The workspace's own resolved path (symlinks followed), or ``error``."""
     if workspace is None or not str(workspace).strip():
-        raise EvidenceError(
+        raise error(
             "no_workspace", "", "创建项目时设置 workspace (Set a workspace for the project.)"
         )
     try:
         root = Path(workspace).resolve(strict=True)
     except (OSError, RuntimeError):
-        raise EvidenceError(
+        raise error(
             "workspace_missing", str(workspace), "请先创建工作区目录 (Create the workspace folder.)"
         ) from None
     if not root.is_dir():
-        raise EvidenceError(
+        raise error(
             "workspace_missing",
             str(workspace),
             "工作区必须是目录 (The workspace must be a folder.)",
@@ -113,28 +138,94 @@ def workspace_root(workspace: str | os.PathLike[str] | None) -> Path:
     return root
 
 
+def resolve_inside(
+    workspace: str | os.PathLike[str] | None,
+    raw: str,
+    *,
+    must_exist: bool = True,
+    kind: PathKind = "any",
+    error: Refusal = EvidenceError,
+) -> tuple[str, Path]:
+    """(normalised relative path, real absolute path) of ``raw`` inside the workspace, or
+    ``error(code, raw, hint)`` with ``code`` from :data:`PATH_CODES`.
+
+    ``kind`` is what an existing path must be (``file``: a regular file, ``dir``: a folder);
+    the workspace itself (``.``) is accepted unless ``kind`` is ``file``. With ``must_exist``
+    false, a path whose tail does not exist yet is accepted: its deepest existing ancestor is
+    resolved (symlinks followed) and must be a folder inside the workspace; the missing names
+    are appended to it, so creating them creates nothing outside. The caller still decides what
+    to do about a symlink in the *last* component (a writer refuses it)."""
+    relative = clean_relative(raw, allow_root=kind != "file", error=error)
+    root = workspace_root(workspace, error=error)
+    parts = [] if relative == "." else relative.split("/")
+    try:
+        real = root.joinpath(*parts).resolve(strict=True)
+    except FileNotFoundError:
+        if must_exist:
+            raise error("path_missing", raw, _HINT_MISSING) from None
+        real = _resolve_missing(root, parts, raw, error)
+        return relative, real
+    except NotADirectoryError:
+        raise error(
+            "not_a_directory",
+            raw,
+            "路径中间有一段是文件 (A part of the path is a file, not a folder.)",
+        ) from None
+    except (OSError, RuntimeError):  # a symlink loop, a name too long …
+        raise error("path_missing", raw, _HINT_RELATIVE) from None
+    if not real.is_relative_to(root):
+        raise error("outside_workspace", raw, _HINT_OUTSIDE)
+    _check_kind(real, kind, raw, error)
+    return relative, real
+
+
+def _resolve_missing(root: Path, parts: list[str], raw: str, error: Refusal) -> Path:
+    """Walk ``parts`` down from ``root`` until a name is missing; see :func:`resolve_inside`."""
+    real = root
+    for index, part in enumerate(parts):
+        here = real / part
+        try:
+            info = os.lstat(here)
+        except FileNotFoundError:
+            return real.joinpath(*parts[index:])
+        except OSError:
+            raise error("path_missing", raw, _HINT_RELATIVE) from None
+        if stat.S_ISLNK(info.st_mode):
+            try:  # a dangling link leads where its target would be: it must be inside as well
+                here = here.resolve(strict=False)
+            except (OSError, RuntimeError):
+                raise error("path_missing", raw, _HINT_RELATIVE) from None
+            if not here.is_relative_to(root):
+                raise error("outside_workspace", raw, _HINT_OUTSIDE)
+            if not here.exists():
+                return here.joinpath(*parts[index + 1 :])
+        if not here.is_dir():
+            raise error(
+                "not_a_directory",
+                raw,
+                f"{'/'.join(parts[: index + 1])} 是文件，不是目录 "
+                f"({'/'.join(parts[: index + 1])} is a file, not a folder.)",
+            )
+        real = here
+    return real  # pragma: no cover - the whole path existed, so strict resolution did not fail
+
+
+def _check_kind(real: Path, kind: PathKind, raw: str, error: Refusal) -> None:
+    if kind == "any":
+        return
+    try:
+        mode = real.stat().st_mode
+    except OSError:
+        raise error("path_missing", raw, _HINT_RELATIVE) from None
+    if kind == "file" and not stat.S_ISREG(mode):
+        raise error("not_a_file", raw, "给出文件，不要给目录 (Name a file, not a folder.)")
+    if kind == "dir" and not stat.S_ISDIR(mode):
+        raise error("not_a_directory", raw, "给出目录，不要给文件 (Name a folder, not a file.)")
+
+
 def resolve_artifact(workspace: str | os.PathLike[str] | None, raw: str) -> tuple[str, Path]:
     """(normalised relative path, real absolute path) of an artifact inside the workspace."""
-    relative = clean_relative(raw)
-    root = workspace_root(workspace)
-    try:
-        real = (root / relative).resolve(strict=True)
-    except FileNotFoundError:
-        raise EvidenceError(
-            "artifact_missing",
-            raw,
-            "先把文件写进工作区，再提交 (Write the file first, then submit.)",
-        ) from None
-    except (OSError, RuntimeError):  # a symlink loop, a path component that is a file …
-        raise EvidenceError("artifact_missing", raw, _HINT_RELATIVE) from None
-    if not real.is_relative_to(root):
-        raise EvidenceError(
-            "outside_workspace",
-            raw,
-            "只能提交工作区内的文件；不要用指向外部的符号链接 "
-            "(Only files inside the workspace; no symlinks pointing outside.)",
-        )
-    return relative, real
+    return resolve_inside(workspace, raw, must_exist=True, kind="file")
 
 
 def fingerprint(real: Path, display: str) -> tuple[int, str]:

@@ -15,6 +15,7 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``echo``      end-to-end deliveries/s through builtin/echo, per-turn overhead (benchlib/echo.py)
 * ``mentions``  ``benchlib.mentions.run`` when that module imports and runs
 * ``sandbox``   a sandboxed ``true`` vs a plain ``subprocess`` ``true``, and its parts (benchlib/sandbox.py)
+* ``files``     ``room.files.search`` over 10,000 files vs ``grep -rnE``     (benchlib/files.py)
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
 server the bench starts with py-spy (``$PY_SPY`` or ``py-spy`` on PATH) and prints the hot spots.
@@ -40,7 +41,17 @@ SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
 CACHE = ROOT / ".bench-cache"
 RESULTS = ROOT / "bench-results.json"
-WORKLOADS = ("machine", "durable", "fanout", "history", "resume", "echo", "mentions", "sandbox")
+WORKLOADS = (
+    "machine",
+    "durable",
+    "fanout",
+    "history",
+    "resume",
+    "echo",
+    "mentions",
+    "sandbox",
+    "files",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -126,7 +137,7 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], list[Any]]]:
-    from benchlib import durable, echo, fanout, history, machine, resume, sandbox
+    from benchlib import durable, echo, fanout, files, history, machine, resume, sandbox
     from benchlib.stats import from_dict
 
     def mentions() -> list[Any]:
@@ -146,6 +157,7 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
         "echo": lambda: echo.run(workdir, quick=quick),
         "mentions": mentions,
         "sandbox": lambda: sandbox.run(workdir, quick=quick),
+        "files": lambda: files.run(workdir, quick=quick),
     }
 
 
