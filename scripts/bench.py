@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import platform
@@ -137,7 +138,8 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], list[Any]]]:
-    from benchlib import durable, echo, fanout, files, history, machine, resume, sandbox
+    """Each workload's module is imported only when it runs, so ``--room-src`` can point at an
+    older tree that lacks a module another workload needs (``room.files``, ``room.sandbox``)."""
     from benchlib.stats import from_dict
 
     def mentions() -> list[Any]:
@@ -148,16 +150,19 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
             return []
         return [from_dict(row) for row in mention_bench.run(quick)]
 
+    def module(name: str) -> Any:
+        return importlib.import_module(f"benchlib.{name}")
+
     return {
-        "machine": lambda: machine.run(workdir, quick=quick),
-        "durable": lambda: durable.run(workdir, quick=quick),
-        "fanout": lambda: fanout.run(workdir, quick=quick),
-        "history": lambda: history.run(workdir, CACHE, quick=quick),
-        "resume": lambda: resume.run(workdir, quick=quick),
-        "echo": lambda: echo.run(workdir, quick=quick),
+        "machine": lambda: module("machine").run(workdir, quick=quick),
+        "durable": lambda: module("durable").run(workdir, quick=quick),
+        "fanout": lambda: module("fanout").run(workdir, quick=quick),
+        "history": lambda: module("history").run(workdir, CACHE, quick=quick),
+        "resume": lambda: module("resume").run(workdir, quick=quick),
+        "echo": lambda: module("echo").run(workdir, quick=quick),
         "mentions": mentions,
-        "sandbox": lambda: sandbox.run(workdir, quick=quick),
-        "files": lambda: files.run(workdir, quick=quick),
+        "sandbox": lambda: module("sandbox").run(workdir, quick=quick),
+        "files": lambda: module("files").run(workdir, quick=quick),
     }
 
 
