@@ -272,7 +272,7 @@ def test_delivery_labels_follow_the_ledger(owner: Person, room_server: RoomServe
         },
     )
     say("@fe 第四件事")
-    expect(label(page, "第四件事")).to_have_text(re.compile(r"^未能送达：.*openai"))
+    expect(label(page, "第四件事")).to_have_text("未能送达：模型服务出错")  # provider_error
 
     # Two recipients: one line each; the details list every row.
     say("@lead @fe 第五件事")
@@ -291,9 +291,34 @@ def test_delivery_labels_follow_the_ledger(owner: Person, room_server: RoomServe
     third.hover()
     third.get_by_role("button", name="删除").click()
     page.get_by_role("dialog").get_by_role("button", name="删除").click()
-    # The server sends no reason_code yet: the page shows the server's own words (the code,
-    # once sent, is translated: web/delivery.js reasonText).
+    # The row's reason_code (message_deleted) in the interface language, not the server's words.
     expect(page.locator(".msg.deleted .delivery-summary .delivery-state")).to_have_text(
-        "已取消：message deleted"
+        "已取消：消息已删除"
     )
     screenshot(page, "members-delivery-labels")
+
+
+def test_a_cancelled_delivery_says_why_in_the_interface_language(
+    owner: Person, room_server: RoomServer
+) -> None:
+    """A real cancellation: a message to a paused agent is held, the agent is removed, and the
+    row is cancelled with reason_code ``recipient_left``. The label is the page's translation of
+    the code (web/strings-zh.js, web/strings-en.js); without it the page would show the server's
+    free text ("recipient left") instead."""
+    project = room_server.create_project("取消原因", TEAM)
+    fe = room_server.members(project)["fe"]["id"]
+    room_server.post(f"/api/projects/{project}/members/{fe}/pause", {})
+    sent = room_server.say(project, "@fe 这件事先放着")
+    owner.open_project(project)
+    page = owner.page
+    state = page.locator(".msg", has_text="这件事先放着").locator(
+        ".delivery-summary .delivery-state"
+    )
+    expect(state).to_have_text("暂停中，恢复后送达")
+    room_server.post(f"/api/projects/{project}/members/{fe}/leave", {})
+    [row] = room_server.get(f"/api/messages/{sent['message_id']}")["deliveries"]
+    assert (row["state"], row["reason_code"]) == ("cancelled", "recipient_left"), row
+    expect(state).to_have_text("已取消：对方已离开项目")
+    screenshot(page, "members-delivery-cancelled")
+    page.locator("#lang-toggle").click()
+    expect(state).to_have_text("Cancelled: the recipient left")
