@@ -9,11 +9,13 @@ per project, and the resolver's shared vectors run in the page."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, WebSocketRoute, expect
 
 from tests.support.browser import (
     ROOT,
@@ -23,6 +25,7 @@ from tests.support.browser import (
     owner,
     room_server,
     screenshot,
+    sign_in_owner,
 )
 
 pytestmark = pytest.mark.browser
@@ -328,3 +331,110 @@ def test_a_blocked_draft_shows_the_servers_diagnostic_and_is_not_sent(
     page.locator("#send").click()
     expect(box).to_have_value("@设计 看一下")  # kept: nothing was sent
     assert not any("看一下" in m["body"] for m in room_server.messages(project))
+
+
+class HeldPreviews:
+    """Routes /ws through Playwright and holds the server's `preview` answers until the test lets
+    each one through, so a test decides the order in which answers reach the page."""
+
+    def __init__(self) -> None:
+        self.page_side: WebSocketRoute | None = None
+        self.asked: dict[str, str] = {}  # req_id → the draft's body
+        self.held: dict[str, str | bytes] = {}  # req_id → the raw answer
+        self.holding = True
+
+    def __call__(self, ws: WebSocketRoute) -> None:
+        server = ws.connect_to_server()
+        self.page_side = ws
+
+        def to_server(raw: str | bytes) -> None:
+            frame = json.loads(raw)
+            if frame.get("type") == "preview":
+                self.asked[frame["req_id"]] = frame["body"]
+            server.send(raw)
+
+        def to_page(raw: str | bytes) -> None:
+            frame = json.loads(raw)
+            if (
+                self.holding
+                and frame.get("type") == "preview"
+                and frame.get("req_id") in self.asked
+            ):
+                self.held[frame["req_id"]] = raw
+            else:
+                ws.send(raw)
+
+        ws.on_message(to_server)
+        server.on_message(to_page)
+
+    def answer_for(self, page: Page, body: str) -> str:
+        """The req_id of the held answer to `body` (waits for the server's answer to arrive)."""
+        deadline = time.monotonic() + 8
+        while True:
+            found = [r for r, b in self.asked.items() if b == body and r in self.held]
+            if found:
+                return found[-1]
+            assert time.monotonic() < deadline, f"no preview answer for {body!r}: {self.asked}"
+            page.wait_for_timeout(20)  # lets Playwright dispatch the socket's messages
+
+    def release(self, req_id: str) -> None:
+        assert self.page_side is not None
+        self.page_side.send(self.held.pop(req_id))
+
+    def push(self, frame: dict[str, Any]) -> None:
+        assert self.page_side is not None
+        self.page_side.send(json.dumps(frame, ensure_ascii=False))
+
+
+def test_a_stale_preview_answer_is_ignored(chromium: Browser, room_server: RoomServer) -> None:
+    """The answer for an earlier draft arrives after the answer for the current one: the page
+    keeps showing what the server said of the current draft, and sends it."""
+    project = room_server.create_project(
+        "过期的预览",
+        [
+            {"role": "lead", "handle": "lead", "display_name": "负责人"},
+            {"role": "design", "handle": "ui1", "display_name": "设计"},
+            {"role": "design", "handle": "ui2", "display_name": "设计"},
+        ],
+    )
+    lead = room_server.members(project)["lead"]["id"]
+    socket = HeldPreviews()
+    person = sign_in_owner(
+        chromium,
+        room_server,
+        setup=lambda page: page.route_web_socket(re.compile(r".*/ws$"), socket),
+    )
+    try:
+        person.open_project(project)
+        page = person.page
+        box = page.locator("#draft")
+        recipients = page.locator("#recipients")
+        diagnostics = page.locator("#diagnostics")
+
+        box.fill("@设计 看一下")  # the server blocks this one: the name is ambiguous
+        stale = socket.answer_for(page, "@设计 看一下")
+        box.fill("@lead 看一下")
+        fresh = socket.answer_for(page, "@lead 看一下")
+
+        socket.release(fresh)
+        expect(recipients.locator(".chip-text")).to_have_text(["负责人"])
+        expect(diagnostics).to_be_hidden()
+        socket.release(stale)
+        # A frame sent after the stale answer: once the page shows it, the page has handled the
+        # stale answer too (frames of one socket are handled in order).
+        socket.push({"type": "typing", "project_id": project, "member_id": lead, "active": True})
+        expect(page.locator("#typing")).to_have_text("负责人 正在输入…")
+        expect(diagnostics).to_be_hidden()
+        expect(diagnostics.locator(".diag")).to_have_count(0)
+        expect(recipients.locator(".chip-text")).to_have_text(["负责人"])
+        expect(recipients).not_to_have_class(re.compile("is-stale"))
+
+        socket.holding = False
+        box.press("Enter")
+        expect(page.locator(".msg.mine", has_text="看一下")).to_have_count(1)
+        expect(box).to_have_value("")
+        # Sent on the answer already shown: the stale one did not displace it.
+        assert list(socket.asked.values()) == ["@设计 看一下", "@lead 看一下"], socket.asked
+        person.assert_clean()
+    finally:
+        person.close()

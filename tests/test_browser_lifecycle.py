@@ -20,7 +20,6 @@ from tests.support.browser import (
     RoomServer,
     chromium,
     fulfill_json,
-    fulfill_missing,
     join,
     owner,
     room_server,
@@ -151,6 +150,10 @@ def test_stop_unconfirmed_offers_retry_and_cancel(
     )
     ops: list[str] = []
 
+    # Stubbed on purpose: `stop_unconfirmed` needs a running turn that does not confirm its stop
+    # within the server's wait, which a test cannot produce without racing a real turn; so the
+    # state is pushed as the server's own `project` frame and retry/cancel are answered here, with
+    # the ops the server's rules (room.lifecycle.project_ops) give for the resulting state.
     def lifecycle(route: Route) -> None:
         body = route.request.post_data_json
         assert body is not None

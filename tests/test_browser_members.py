@@ -18,10 +18,12 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from websockets.sync.client import ClientConnection, connect
 
+from room.lifecycle import ActorKind, member_ops
 from tests.support.browser import (
     Person,
     RoomServer,
     chromium,
+    join,
     owner,
     room_server,
     screenshot,
@@ -34,6 +36,9 @@ TEAM = [
     {"role": "lead", "handle": "lead", "display_name": "负责人"},
     {"role": "frontend", "handle": "fe", "display_name": "前端"},
 ]
+
+
+SELF_LABELS = {"pause": "暂停", "resume": "恢复", "stop": "停止当前工作", "leave": "离开项目"}
 
 
 def menu_items(page: Page) -> list[str]:
@@ -201,6 +206,47 @@ def test_pause_resume_stop_leave_and_status_dots(owner: Person, room_server: Roo
     expect(page.get_by_role("menuitem", name="移出项目")).to_have_count(0)
 
 
+def test_a_person_may_leave_but_not_act_on_others(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    """A person without the owner role is offered `leave` on themself (with whatever else the
+    server's allowed_ops give a person on themself) and nothing on anyone else: an agent's
+    pause/resume/stop and removing others are an owner's."""
+    project = room_server.create_project("自己的操作", TEAM)
+    person = join(chromium, room_server, project, "sunli", "孙立")
+    try:
+        page = person.page
+        expect(page.locator("#room-title")).to_have_text("自己的操作")
+        members = room_server.members(project)
+
+        def menu_of(handle: str) -> list[str]:
+            page.locator(f'#tab-members .avatar[data-member-id="{members[handle]["id"]}"]').click()
+            items = menu_items(page)
+            page.keyboard.press("Escape")
+            return items
+
+        # Their own row: exactly the server's ops for a person on themself, ending in leave.
+        own = member_ops("active", "active", "human", ActorKind.MEMBER, is_self=True)
+        assert own[-1] == "leave" and "stop" not in own, own
+        assert menu_of("sunli") == ["@ 自己", "查看成员", *(SELF_LABELS[op] for op in own)]
+        assert menu_of("fe") == ["@ 他", "查看成员", "查看 / 切换模型", "当前任务"]
+        assert menu_of("owner") == ["@ 他", "查看成员"]
+        room_server.post(f"/api/projects/{project}/members/{members['fe']['id']}/pause", {})
+        row = page.locator(f'#tab-members .member-row[data-member-id="{members["fe"]["id"]}"]')
+        expect(row.locator(".status-text")).to_have_text("已暂停")
+        assert "恢复" not in menu_of("fe")  # nor resume: pausing is not theirs either
+
+        page.locator(f'#tab-members .avatar[data-member-id="{members["sunli"]["id"]}"]').click()
+        page.get_by_role("menuitem", name="离开项目").click()
+        page.get_by_role("dialog").get_by_role("button", name="离开项目").click()
+        expect(page.locator(".toast", has_text="你已离开项目「自己的操作」")).to_be_visible()
+        expect(page.locator(f'.project-link[data-project-id="{project}"]')).to_have_count(0)
+        assert room_server.members(project)["sunli"]["status"] == "left"
+        person.assert_clean()
+    finally:
+        person.close()
+
+
 # -- delivery labels -----------------------------------------------------------------------------
 
 
@@ -272,7 +318,7 @@ def test_delivery_labels_follow_the_ledger(owner: Person, room_server: RoomServe
         },
     )
     say("@fe 第四件事")
-    expect(label(page, "第四件事")).to_have_text(re.compile(r"^未能送达：.*openai"))
+    expect(label(page, "第四件事")).to_have_text("未能送达：模型服务出错")  # provider_error
 
     # Two recipients: one line each; the details list every row.
     say("@lead @fe 第五件事")
@@ -291,9 +337,34 @@ def test_delivery_labels_follow_the_ledger(owner: Person, room_server: RoomServe
     third.hover()
     third.get_by_role("button", name="删除").click()
     page.get_by_role("dialog").get_by_role("button", name="删除").click()
-    # The server sends no reason_code yet: the page shows the server's own words (the code,
-    # once sent, is translated: web/delivery.js reasonText).
+    # The row's reason_code (message_deleted) in the interface language, not the server's words.
     expect(page.locator(".msg.deleted .delivery-summary .delivery-state")).to_have_text(
-        "已取消：message deleted"
+        "已取消：消息已删除"
     )
     screenshot(page, "members-delivery-labels")
+
+
+def test_a_cancelled_delivery_says_why_in_the_interface_language(
+    owner: Person, room_server: RoomServer
+) -> None:
+    """A real cancellation: a message to a paused agent is held, the agent is removed, and the
+    row is cancelled with reason_code ``recipient_left``. The label is the page's translation of
+    the code (web/strings-zh.js, web/strings-en.js); without it the page would show the server's
+    free text ("recipient left") instead."""
+    project = room_server.create_project("取消原因", TEAM)
+    fe = room_server.members(project)["fe"]["id"]
+    room_server.post(f"/api/projects/{project}/members/{fe}/pause", {})
+    sent = room_server.say(project, "@fe 这件事先放着")
+    owner.open_project(project)
+    page = owner.page
+    state = page.locator(".msg", has_text="这件事先放着").locator(
+        ".delivery-summary .delivery-state"
+    )
+    expect(state).to_have_text("暂停中，恢复后送达")
+    room_server.post(f"/api/projects/{project}/members/{fe}/leave", {})
+    [row] = room_server.get(f"/api/messages/{sent['message_id']}")["deliveries"]
+    assert (row["state"], row["reason_code"]) == ("cancelled", "recipient_left"), row
+    expect(state).to_have_text("已取消：对方已离开项目")
+    screenshot(page, "members-delivery-cancelled")
+    page.locator("#lang-toggle").click()
+    expect(state).to_have_text("Cancelled: the recipient left")

@@ -1,4 +1,4 @@
-"""The tasks & models panel: task cards, the decision log (from the real route), requirement-change
+"""The tasks & models panel: task cards from a real plan, the decision log, requirement-change
 marking on a message, project and role defaults and pool mode."""
 
 # The fixtures chromium, room_server and owner are imported from tests/support/browser.py and
@@ -7,19 +7,19 @@ marking on a message, project and role defaults and pool mode."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Page, expect
 
 from tests.support.browser import (
     Person,
     RoomServer,
     chromium,
-    fulfill_json,
-    fulfill_missing,
     owner,
     room_server,
     screenshot,
@@ -34,67 +34,97 @@ TEAM = [
 ]
 
 
-def tasks_shape(members: dict[str, Any]) -> dict[str, Any]:
-    """GET /api/projects/{id}/tasks as planned for issue 5."""
-    return {
-        "tasks": [
-            {
-                "id": 1, "key": "T-1", "title": "把设置页迁移到新组件库", "owner_id": members["fe"]["id"],
-                "state": "in_review", "revision": 3, "waiting_on": [],
-                "criteria": [
-                    {"id": 1, "text": "所有设置项保存后刷新仍在", "passed": True, "revision": 3},
-                    {"id": 2, "text": "键盘可以完成全部操作", "passed": False, "revision": 3},
-                    {"id": 3, "text": "中文输入法下回车不误提交", "passed": None, "revision": 3},
-                ],
-                "evidence": [
-                    {"kind": "test", "path": "tests/settings.spec.ts", "sha256": "ab" * 32, "size": 2048,
-                     "verified": True, "summary": "12 个用例全部通过"},
-                    {"kind": "screenshot", "path": "artifacts/settings.png", "verified": False, "summary": "截图"},
-                ],
-            },
-            {
-                "id": 2, "key": "T-2", "title": "补齐端到端测试", "owner_id": members["qa"]["id"],
-                "state": "waiting", "revision": 1, "waiting_on": ["T-1"], "criteria": [], "evidence": [],
-            },
-        ]
-    }  # fmt: skip
-
-
 def open_tab(page: Page, name: str) -> Any:
     page.get_by_role("tab", name=name).click()
     return page.get_by_role("tabpanel", name=name)
 
 
-def test_task_cards_and_decision_receipts(owner: Person, room_server: RoomServer) -> None:
-    project = room_server.create_project("任务卡片", TEAM)
+CRITERIA = ["所有设置项保存后刷新仍在", "键盘可以完成全部操作", "中文输入法下回车不误提交"]
+
+
+def plan_and_review(room_server: RoomServer, project: int, workspace: Path) -> dict[str, Any]:
+    """A real plan through the HTTP API: the owner's own task submitted with two files, a message
+    and a summary, reviewed (1 passed, 2 failed, 3 not checked: changes requested), and a task of
+    the tester's waiting on it. One file changes after the submission. Returns the message cited."""
+    base = f"/api/projects/{project}"
+    plan = {"goal": "设置页迁移", "items": [
+        {"key": "settings", "title": "把设置页迁移到新组件库", "owner": "owner",
+         "acceptance": CRITERIA},
+        {"key": "e2e", "title": "补齐端到端测试", "owner": "qa", "depends_on": ["settings"],
+         "acceptance": ["覆盖设置页的全部保存路径"]},
+    ]}  # fmt: skip
+    room_server.post(f"{base}/plan", plan, 201)
+    room_server.post(f"{base}/tasks/settings/start", {})
+    cited = room_server.say(project, "录屏：设置页保存流程")
+    submission = {
+        "summary": "12 个用例全部通过",
+        "artifacts": ["tests/settings.spec.ts", "artifacts/settings.png"],
+        "messages": [cited["message_id"]],
+    }
+    room_server.post(f"{base}/tasks/settings/submit", submission)
+    verdicts = [
+        {"criterion": 1, "passed": True, "evidence": "刷新后设置仍在"},
+        {"criterion": 2, "passed": False, "evidence": "Tab 键跳过了保存按钮"},
+    ]
+    reviewed = room_server.post(f"{base}/tasks/settings/review", {"results": verdicts})
+    assert reviewed["state"] == "changes_requested", reviewed
+    (workspace / "artifacts" / "settings.png").write_bytes(b"a newer screenshot")
+    return cited
+
+
+def test_task_cards_from_the_real_board(
+    owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    (workspace / "tests").mkdir(parents=True)
+    (workspace / "artifacts").mkdir()
+    spec = workspace / "tests" / "settings.spec.ts"
+    spec.write_text("test('设置保存后刷新仍在', () => {});\n", encoding="utf-8")
+    (workspace / "artifacts" / "settings.png").write_bytes(b"\x89PNG screenshot")
+    project = room_server.create_project("任务卡片", TEAM, workspace=workspace)
+    cited = plan_and_review(room_server, project, workspace)
     members = room_server.members(project)
     page = owner.page
-    page.route(
-        re.compile(rf".*/api/projects/{project}/tasks$"),
-        lambda route: fulfill_json(route, tasks_shape(members)),
-    )
     owner.open_project(project)
 
     tasks = open_tab(page, "任务")
-    card = tasks.locator('.task-card[data-key="T-1"]')
-    expect(card.locator(".state-badge")).to_have_text("审核中")
-    expect(card.locator(".task-rev")).to_have_text("r3")
-    expect(card.locator(".task-owner")).to_contain_text("前端")
+    card = tasks.locator('.task-card[data-key="settings"]')
+    expect(card.locator(".state-badge")).to_have_text("需修改")
+    expect(card.locator(".task-rev")).to_have_text("r1")
+    expect(card.locator(".task-owner")).to_contain_text(members["owner"]["display_name"])
+    expect(card.locator(".task-note")).to_have_text("原因：2. Tab 键跳过了保存按钮")
     criteria = card.locator(".task-criteria")
     expect(criteria.locator("summary")).to_have_text("验收标准 1/3")
-    expect(criteria).to_have_attribute("open", "")  # in review: the criteria are what matters
-    expect(criteria.locator(".criterion.passed")).to_contain_text("所有设置项保存后刷新仍在")
-    expect(criteria.locator(".criterion.failed")).to_contain_text("键盘可以完成全部操作")
-    expect(criteria.locator(".criterion.open")).to_contain_text("未检查")
+    expect(criteria).to_have_attribute("open", "")  # sent back: what failed is what matters
+    first, second, third = (criteria.locator(f'.criterion[data-n="{n}"]') for n in (1, 2, 3))
+    expect(first).to_have_class(re.compile(r"\bpassed\b"))
+    expect(first).to_contain_text(f"1.已通过{CRITERIA[0]} r1刷新后设置仍在")
+    expect(second).to_have_class(re.compile(r"\bfailed\b"))
+    expect(second).to_contain_text(f"2.未通过{CRITERIA[1]} r1Tab 键跳过了保存按钮")
+    expect(third).to_have_class(re.compile(r"\bopen\b"))
+    expect(third).to_have_text(f"3.未检查{CRITERIA[2]}")  # no verdict: no revision, no note
+
     card.locator(".task-evidence summary").click()
-    evidence = card.locator(".evidence")
-    expect(evidence.first).to_contain_text("tests/settings.spec.ts")
-    expect(evidence.first).to_contain_text("已核验")
-    expect(evidence.first).to_contain_text("abababababab")
-    expect(evidence.nth(1)).to_contain_text("未核验")
-    waiting = tasks.locator('.task-card[data-key="T-2"]')
+    expect(card.locator(".task-evidence summary")).to_have_text("证据 4")
+    files = card.locator(".evidence-artifact")
+    sha = hashlib.sha256(spec.read_bytes()).hexdigest()
+    expect(files.nth(0)).to_contain_text("tests/settings.spec.ts")
+    expect(files.nth(0).locator(".badge")).to_have_text("文件")
+    expect(files.nth(0).locator(".verify")).to_have_text("已核验")
+    expect(files.nth(0)).to_contain_text(sha[:12])
+    expect(files.nth(1)).to_contain_text("artifacts/settings.png")
+    expect(files.nth(1).locator(".verify")).to_have_text("未通过核验（文件已改动）")
+    message = card.locator(".evidence-message")
+    expect(message.get_by_role("button")).to_have_text(f"消息 #{cited['seq']}")
+    expect(card.locator(".evidence-note")).to_contain_text("说明")
+    expect(card.locator(".evidence-note .evidence-summary")).to_have_text("12 个用例全部通过")
+    for text in card.all_inner_texts():
+        assert "null" not in text and "undefined" not in text, text
+
+    waiting = tasks.locator('.task-card[data-key="e2e"]')
     expect(waiting.locator(".state-badge")).to_have_text("等待依赖")
-    expect(waiting.locator(".task-waiting")).to_have_text("等待 T-1")
+    expect(waiting.locator(".task-waiting")).to_have_text("等待 settings")
+    expect(waiting.locator(".task-criteria")).not_to_have_attribute("open", "")
     screenshot(page, "panel-tasks")
 
     # 当前任务 from a member's menu filters by owner.

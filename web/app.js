@@ -1,6 +1,6 @@
 // Project Room — the browser room. Plain ES modules, no build step, no remote assets.
 // Who we are and our projects come from /api/me; the open project lives on /ws (socket.js).
-// This module wires the parts together and routes `#/p/<id>`.
+// This module wires the parts together and follows the address (`#/p/<id>`): navigate().
 
 import { get, post, setCsrf } from "./api.js";
 import { Composer } from "./composer.js";
@@ -52,7 +52,7 @@ const lifecycle = new Lifecycle({
     app.projects.delete(projectId);
     if (app.room?.id === projectId) app.room = null;
     location.hash = "";
-    route();
+    navigate();
   },
 });
 const refreshMembers = debounce(async () => {
@@ -94,7 +94,7 @@ async function boot() {
     const target = event.target.closest("[data-member-menu]");
     if (target) members.menu(Number(target.dataset.memberId), target);
   });
-  // The skip link focuses the composer without touching the #/p/<id> route in the hash.
+  // The skip link focuses the composer without touching the #/p/<id> address in the hash.
   $(".skip-link").addEventListener("click", (event) => {
     event.preventDefault();
     $("#draft").focus();
@@ -122,12 +122,12 @@ async function boot() {
     lifecycle.render();
     onStatus(conn.status, conn.attempt);
   });
-  window.addEventListener("hashchange", route);
+  window.addEventListener("hashchange", navigate);
   window.addEventListener("focus", refreshProjects);
   // Other projects' unread counts: the socket watches only the open project.
   projectsTimer = setInterval(() => document.visibilityState === "visible" && refreshProjects(), PROJECTS_EVERY_MS);
   loadProviders().catch(() => {});
-  route();
+  navigate();
 }
 
 function signedOut() {
@@ -148,7 +148,7 @@ async function refreshProjects() {
   }
 }
 
-async function route() {
+async function navigate() {
   const match = location.hash.match(/^#\/p\/(\d+)/);
   let id = match ? Number(match[1]) : null;
   if (id !== null && !app.projects.has(id)) await refreshProjects();
@@ -258,7 +258,7 @@ function onFrame(frame) {
         app.projects.delete(room.id);
         toast(t("room.youLeft", { name: room.project.name }), { timeout: 8000 });
         if (location.hash) location.hash = "";
-        else route();
+        else navigate();
       }
       break;
     case "delivery":

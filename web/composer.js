@@ -261,9 +261,12 @@ export class Composer {
     const promise = this.conn.request(frame).then(
       (answer) => {
         const preview = withLocalSpans(answer, draft.body);
-        this.answer = { key: draft.key, preview };
-        // Shown only while the draft is still the one asked about; a stale answer is ignored.
-        if (this.draftState().key === draft.key) this.render(preview, draft.body);
+        // Kept and shown only while the draft is still the one asked about: a stale answer
+        // neither shows nor displaces the answer for the current draft.
+        if (this.draftState().key === draft.key) {
+          this.answer = { key: draft.key, preview };
+          this.render(preview, draft.body);
+        }
         return preview;
       },
       () => null,

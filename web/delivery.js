@@ -1,4 +1,5 @@
-// Delivery labels: the ledger's state per (message, recipient), in honest words (DESIGN §5).
+// Delivery labels: the ledger's state per (message, recipient), in honest words
+// (docs/architecture.md "The delivery ledger", docs/protocol.md "Delivery reason codes").
 // Receipts are asked once per message when it scrolls into view; `delivery` frames keep them
 // live; after a resume the open ones are asked again (delivery frames are not replayed).
 

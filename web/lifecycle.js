@@ -1,4 +1,4 @@
-// Project lifecycle (DESIGN §7, docs/lifecycle.md): the "…" menu, the state banner, the
+// Project lifecycle (docs/lifecycle.md, docs/architecture.md "Lifecycle"): the "…" menu, the state banner, the
 // cleanup preview and purge (full name typed and a checkbox). The 停止未确认 state offers retry
 // and cancel. What is offered is what the server says this viewer may do (the project's
 // `allowed_ops`); the server decides, audits and answers with the new project.

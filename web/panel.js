@@ -1,5 +1,5 @@
-// The side panel: tabs 成员 / 任务 / 决策 / 模型. Tasks and decisions are read from endpoints a
-// server may not have yet; then the tab says so plainly instead of showing an error.
+// The side panel: tabs 成员 / 任务 / 决策 / 模型. Tasks and decisions are read from the board
+// (`GET /api/projects/{id}/tasks`, `…/decisions`; the shapes are in docs/tasks.md "Shapes").
 
 import { get } from "./api.js";
 import { $, $$, h, icon } from "./dom.js";
@@ -121,6 +121,9 @@ function empty(titleKey, textKey) {
   return h("div", { class: "empty-state" }, h("p", { class: "empty-title", text: t(titleKey) }), h("p", { class: "muted", text: t(textKey) }));
 }
 
+/** Criteria are reviewed (and shown) while a verdict on them can count. */
+const JUDGED = new Set(["in_review", "changes_requested", "accepted"]);
+
 function taskCard(room, task) {
   const owner = member(room, task.owner_id);
   const criteria = task.criteria || [];
@@ -132,20 +135,18 @@ function taskCard(room, task) {
     h("header", { class: "task-head" },
       h("span", { class: "task-key", text: task.key }),
       h("span", { class: ["state-badge", `state-${task.state}`], text: label("taskState", task.state) }),
+      task.held ? h("span", { class: "badge task-held", text: t("tasks.held") }) : null,
       h("span", { class: "task-rev", title: t("tasks.revision"), text: `r${task.revision}` })),
     h("h4", { class: "task-title", text: task.title }),
     h("div", { class: "task-owner" },
       owner ? avatar(room, owner.id, "xs") : null,
       h("span", { text: owner ? owner.display_name : task.owner?.display_name || t("tasks.noOwner") })),
     task.waiting_on?.length ? h("p", { class: "task-waiting" }, icon("pause"), h("span", { text: t("tasks.waitingOn", { keys: task.waiting_on.join("、") }) })) : null,
+    task.note ? h("p", { class: "task-note", text: t("tasks.note", { note: task.note }) }) : null,
     criteria.length
-      ? h("details", { class: "task-criteria", open: task.state === "in_review" },
+      ? h("details", { class: "task-criteria", open: JUDGED.has(task.state) && task.state !== "accepted" },
         h("summary", { text: t("tasks.criteria", { passed, total: criteria.length }) }),
-        h("ul", {}, criteria.map((c) => h("li", { class: ["criterion", c.passed === true ? "passed" : c.passed === false ? "failed" : "open"] },
-          icon(c.passed === true ? "check" : c.passed === false ? "close" : "dot"),
-          h("span", { class: "visually-hidden", text: c.passed === true ? t("tasks.passed") : c.passed === false ? t("tasks.notPassed") : t("tasks.unchecked") }),
-          h("span", { text: c.text }),
-          c.revision !== undefined ? h("span", { class: "muted", text: ` r${c.revision}` }) : null))))
+        h("ol", {}, criteria.map((c) => criterionItem(c))))
       : null,
     evidence.length
       ? h("details", { class: "task-evidence" },
@@ -155,20 +156,36 @@ function taskCard(room, task) {
   );
 }
 
-/** One piece of evidence: a file (with its hash, checked against the workspace), a command and
- * its exit code, a message, or a free note. Only what can be verified says whether it was. */
+/** One criterion, numbered as reviews name it (`n`): passed or not on this revision, or not
+ * checked on it; the reviewer's note when the verdict counts. */
+function criterionItem(c) {
+  const state = c.passed === true ? "passed" : c.passed === false ? "failed" : "open";
+  const counted = c.verdict?.counts ? c.verdict : null;
+  return h("li", { class: ["criterion", state], dataset: { n: String(c.n) } },
+    icon(state === "passed" ? "check" : state === "failed" ? "close" : "dot"),
+    h("span", { class: "criterion-n", text: `${c.n}.` }),
+    h("span", { class: "visually-hidden", text: t(state === "passed" ? "tasks.passed" : state === "failed" ? "tasks.notPassed" : "tasks.unchecked") }),
+    h("span", { text: c.text }),
+    counted ? h("span", { class: "muted", text: ` r${counted.revision}` }) : null,
+    counted?.note ? h("p", { class: "criterion-note", text: counted.note }) : null);
+}
+
+/** One piece of evidence: a file (with its hash, checked against the workspace on every read of
+ * the board), a command and its exit code, a message, or the submission's summary. Only a file
+ * can be verified, so only a file says whether it was. */
 function evidenceItem(e) {
-  const summary = e.summary || e.note;
   const checked = e.verified === true || e.verified === false;
-  return h("li", { class: ["evidence", e.verified ? "verified" : checked ? "unverified" : null] },
-    h("span", { class: "badge", text: e.kind }),
+  return h("li", { class: ["evidence", `evidence-${e.kind}`, e.verified ? "verified" : checked ? "unverified" : null], dataset: { kind: e.kind } },
+    h("span", { class: "badge", text: label("evidenceKind", e.kind) }),
+    h("span", { class: "muted", title: t("tasks.revision"), text: `r${e.revision}` }),
+    e.review_id !== null && e.review_id !== undefined ? h("span", { class: "muted", text: t("tasks.fromReview") }) : null,
     e.path ? h("code", { text: e.path }) : null,
     e.sha256 ? h("code", { class: "muted", title: e.sha256, text: e.sha256.slice(0, 12) }) : null,
     e.size !== undefined && e.size !== null ? h("span", { class: "muted", text: formatBytes(e.size) }) : null,
     e.command ? h("code", { text: `$ ${e.command.command} → ${e.command.exit_code}` }) : null,
-    e.seq !== undefined && e.message_id ? h("button", { type: "button", class: "btn btn-small btn-ghost", dataset: { jump: String(e.message_id) }, text: t("tasks.evidenceMessage", { seq: e.seq }) }) : null,
-    checked ? h("span", { class: ["verify", e.verified ? "ok" : "warn"], text: e.verified ? t("tasks.verified") : e.verification && e.verification !== "ok" ? t("tasks.unverifiedWhy", { why: e.verification }) : t("tasks.unverified") }) : null,
-    summary ? h("p", { class: "evidence-summary", text: summary }) : null);
+    e.kind === "message" && e.message_id ? h("button", { type: "button", class: "btn btn-small btn-ghost", dataset: { jump: String(e.message_id) }, text: t("tasks.evidenceMessage", { seq: e.seq }) }) : null,
+    checked ? h("span", { class: ["verify", e.verified ? "ok" : "warn"], text: e.verified ? t("tasks.verified") : e.verification ? t("tasks.unverifiedWhy", { why: label("verification", e.verification) }) : t("tasks.unverified") }) : null,
+    e.note ? h("p", { class: "evidence-summary", text: e.note }) : null);
 }
 
 function decisionCard(room, d) {

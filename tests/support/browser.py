@@ -43,7 +43,6 @@ LAUNCH_ARGS = [
     "--disable-dev-shm-usage",
 ]
 EXPECT_TIMEOUT_MS = 8000
-PLANNED_404 = re.compile(r"status of 404 .* @ \S*/api/projects/\d+/(tasks|decisions)$")
 EXTERNAL_ROUTE_REASON = "browser test"
 
 expect.set_options(timeout=EXPECT_TIMEOUT_MS)
@@ -73,9 +72,8 @@ class Person:
     page: Page
     handle: str
     errors: list[str] = field(default_factory=list)
-    # Console errors a test provokes on purpose (a stubbed 404 logs "Failed to load resource").
-    # Planned endpoints a server may not have yet answer 404 and the page shows an empty state.
-    allowed: list[re.Pattern[str]] = field(default_factory=lambda: [PLANNED_404])
+    # Console errors a test provokes on purpose (a refused request logs "Failed to load resource").
+    allowed: list[re.Pattern[str]] = field(default_factory=list)
 
     def allow(self, pattern: str) -> None:
         self.allowed.append(re.compile(pattern))
@@ -123,10 +121,17 @@ class RoomServer:
         return data
 
     def create_project(
-        self, name: str, agents: list[dict[str, str]] | None = None, goal: str = ""
+        self,
+        name: str,
+        agents: list[dict[str, str]] | None = None,
+        goal: str = "",
+        workspace: Path | None = None,
     ) -> int:
         """A project of its own per test, so tests sharing a server never see each other."""
-        data = self.post("/api/projects", {"name": name, "goal": goal, "agents": agents or []}, 201)
+        body: dict[str, Any] = {"name": name, "goal": goal, "agents": agents or []}
+        if workspace is not None:
+            body["workspace"] = str(workspace)
+        data = self.post("/api/projects", body, 201)
         return int(data["project"]["id"])
 
     def members(self, project_id: int) -> dict[str, dict[str, Any]]:
@@ -236,11 +241,6 @@ def fulfill_json(route: Route, data: Any, status: int = 200) -> None:
     route.fulfill(
         status=status, content_type="application/json", body=json.dumps(data, ensure_ascii=False)
     )
-
-
-def fulfill_missing(route: Route) -> None:
-    """What a server without the endpoint answers: Starlette's plain 404."""
-    route.fulfill(status=404, content_type="text/plain", body="Not Found")
 
 
 @pytest.fixture
