@@ -138,6 +138,14 @@ def text_of(reason: Reason | str | None) -> str | None:
     return None if reason is None else REASON_TEXTS[Reason(reason)]
 
 
+def detail_of(code: Reason | str | None, reason: str | None) -> str | None:
+    """What a row's stored ``reason`` says beyond its code (a provider's error message), or
+    None when it is only the code's own text (or there is no code to translate)."""
+    if reason is None or code is None or code not in REASON_TEXTS:
+        return None
+    return None if reason == REASON_TEXTS[Reason(code)] else reason
+
+
 _WAKING = frozenset(s.value for s in ProjectState if admission_open(s))
 
 

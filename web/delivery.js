@@ -18,10 +18,13 @@ export function reasonText(delivery) {
   return delivery.reason || "";
 }
 
-/** The sentence for one ledger row. */
+/** The sentence for one ledger row; what the server said beyond the code (a provider's error)
+ * follows the translation. */
 export function stateLabel(delivery) {
   const { state, mode } = delivery;
-  const reason = reasonText(delivery);
+  const known = delivery.reason_code && hasString(`reason.${delivery.reason_code}`);
+  const detail = known && delivery.reason_detail ? delivery.reason_detail : "";
+  const reason = reasonText(delivery) + (detail ? t("delivery.detail", { detail }) : "");
   if (state === "consumed") return mode === "steer" ? t("delivery.consumedSteer") : t("delivery.consumed");
   if (state === "failed") return reason ? t("delivery.failedWhy", { reason }) : t("delivery.failed");
   if (state === "cancelled") return reason ? t("delivery.cancelledWhy", { reason }) : t("delivery.cancelled");
@@ -50,6 +53,7 @@ export function applyDelivery(room, frame) {
     mode: frame.mode ?? null,
     reason: frame.reason ?? null,
     reason_code: frame.reason_code ?? null,
+    reason_detail: frame.reason_detail ?? null,
   });
 }
 

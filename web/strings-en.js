@@ -147,6 +147,7 @@ export const STRINGS_EN = {
   "delivery.unknown": "Can't confirm delivery; checking",
   "delivery.failed": "Not delivered",
   "delivery.failedWhy": "Not delivered: {reason}",
+  "delivery.detail": " ({detail})",
   "delivery.cancelled": "Cancelled, will not be delivered",
   "delivery.cancelledWhy": "Cancelled: {reason}",
   "delivery.toN": "→ {n} AI members:",
@@ -174,6 +175,9 @@ export const STRINGS_EN = {
   "reason.provider_error": "the model provider failed",
   "reason.turn_stopped": "the turn was stopped",
   "reason.turn_failed": "the turn failed",
+  "reason.restart_in_inbox": "waiting in the inbox at a restart, taken by no turn; dispatched again",
+  "reason.turn_not_started": "the turn could not start",
+  "reason.answer_not_posted": "the answer was not posted (the project stopped)",
 
   "composer.label": "Message",
   "composer.placeholder": "Write a message, @ to mention",

@@ -148,6 +148,7 @@ export const STRINGS_ZH = {
   "delivery.unknown": "无法确认是否送达，正在核对",
   "delivery.failed": "未能送达",
   "delivery.failedWhy": "未能送达：{reason}",
+  "delivery.detail": "（{detail}）",
   "delivery.cancelled": "已取消，不会送达",
   "delivery.cancelledWhy": "已取消：{reason}",
   "delivery.toN": "→ {n} 位 AI 成员：",
@@ -175,6 +176,9 @@ export const STRINGS_ZH = {
   "reason.provider_error": "模型服务出错",
   "reason.turn_stopped": "回合已被停止",
   "reason.turn_failed": "回合失败",
+  "reason.restart_in_inbox": "重启时仍在待处理队列、未被任何回合取用，已重新投递",
+  "reason.turn_not_started": "回合未能开始",
+  "reason.answer_not_posted": "回复未能发出（项目已停止）",
 
   "composer.label": "消息",
   "composer.placeholder": "输入消息，@ 提及成员",

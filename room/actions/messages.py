@@ -448,6 +448,7 @@ def publish_deliveries(
                         "mode": mode,
                         "reason": reason,
                         "reason_code": reason_code,
+                        "reason_detail": ledger.detail_of(reason_code, reason),
                     }
                 ),
             )

@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from room.ledger import ALLOWED_FROM, DeliveryState, Reason, text_of
+from room.ledger import ALLOWED_FROM, DeliveryState, Reason, detail_of, text_of
 from room.models import iso
 from room.store.db import Appends, BulkInsert
 
@@ -185,6 +185,7 @@ def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any
             "mode": r[3],
             "reason": r[4],
             "reason_code": r[5],
+            "reason_detail": detail_of(r[5], r[4]),
             "updated_at": iso(r[6]),
         }
         for r in conn.execute(
