@@ -213,3 +213,7 @@ class Core:
     deferred_reads: dict[int, tuple[Member, int]] = field(default_factory=dict)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # fire-and-forget tasks
     send_hooks: list[SendHook] = field(default_factory=list)
+    # The wire ``workspace`` of each project (git inspected off the loop), dropped on change,
+    # and one lock per project serialising its git operations (worktrees, merges).
+    workspaces: dict[int, dict[str, Any]] = field(default_factory=dict)
+    git_locks: dict[int, asyncio.Lock] = field(default_factory=dict)

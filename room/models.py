@@ -73,7 +73,6 @@ class Project:
             "id": self.id,
             "name": self.name,
             "goal": self.goal,
-            "workspace": self.workspace,
             "state": self.state,
             "epoch": self.epoch,
             "head_seq": self.last_seq,

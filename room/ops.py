@@ -36,9 +36,13 @@ def _kind_of(wire: Mapping[str, Any]) -> ActorKind:
     return ActorKind.OWNER if wire["role"] == "owner" else ActorKind.MEMBER
 
 
-def project_for(project: Project, viewer: ActorKind) -> dict[str, Any]:
-    """The project as one viewer gets it, with the operations that viewer may run."""
-    return project.to_wire() | {"allowed_ops": project_ops(ProjectState(project.state), viewer)}
+def project_for(
+    project: Project, viewer: ActorKind, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The project as one viewer gets it, with the operations that viewer may run; ``extra``
+    (the ``workspace`` object, computed off the loop) replaces fields of the stored row."""
+    wire = project.to_wire() | {"allowed_ops": project_ops(ProjectState(project.state), viewer)}
+    return wire | dict(extra or {})
 
 
 def project_frame(project: Mapping[str, Any]) -> dict[str, Any]:

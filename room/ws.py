@@ -394,7 +394,15 @@ class Connection:
             {
                 "type": "subscribed",
                 "req_id": frame.req_id,
-                "project": project_for(project, viewer_kind(member)),
+                # The workspace object as last inspected (no git on this path; HTTP answers
+                # inspect it, see room.actions.workspaces).
+                "project": project_for(
+                    project,
+                    viewer_kind(member),
+                    {"workspace": self.core.workspaces[project.id]}
+                    if project.id in self.core.workspaces
+                    else None,
+                ),
                 "you": member.id,
                 "members": members_for(members, project.state, member),
                 "read_cursors": {str(k): v for k, v in cursors.items()},

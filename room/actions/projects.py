@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import regex
 
 from room.actions import plans as plan_actions
+from room.actions import workspaces as ws_actions
 from room.core import Core
 from room.errors import BadRequestError, ConflictError
 from room.mentions import EVERYONE_NAMES, HUMANS_NAMES
@@ -198,6 +199,7 @@ async def create_project(
     with ``plan_first`` the lead's plan is stored and nothing is dispatched until a person
     starts it."""
     name = check_project_name(name)
+    workspace = await ws_actions.checked_workspace(core.settings, workspace)
     specs = agents if agents is not None else [AgentSpec("lead", "lead", "负责人")]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Project:

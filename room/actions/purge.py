@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from room.actions import attempts as attempt_actions
 from room.actions.lifecycle import decision_for, load, refuse
 from room.core import Core
 from room.effects import Broadcast, RosterChanged
@@ -33,6 +34,7 @@ from room.models import Member, Project
 from room.ops import project_frame
 from room.protocol import encode
 from room.store import Tx
+from room.store import attempts as attempts_store
 from room.store import audit as audit_store
 from room.store import projects as projects_store
 from room.store.schema_tasks import TASK_TABLES
@@ -88,7 +90,9 @@ def _deliveries(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[s
 
 
 def _tasks(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
-    return {
+    # The attempt rows only: their worktrees and branches stay on disk (listed in the preview).
+    counts = {"task_attempts": attempts_store.delete_project(conn, project_id)}
+    return counts | {
         table: _delete(conn, f"DELETE FROM {table} WHERE project_id = :p", project_id)
         for table in TASK_TABLES
     }
@@ -174,6 +178,7 @@ KEPT = (
     {"what": "audit", "detail": "every audit record of the project"},
     {"what": "workspace", "detail": "the workspace folder and source code are never deleted"},
     {"what": "accounts", "detail": "people's accounts (they may be in other projects)"},
+    {"what": "worktrees", "detail": "task worktrees and their branches are never deleted"},
 )
 
 
@@ -199,7 +204,7 @@ def preview(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, 
         conn.execute("ROLLBACK TO preview")
         conn.execute("RELEASE preview")
     project = projects_store.get(conn, project_id)
-    kept = [*KEPT]
+    kept = [dict(item) for item in KEPT]
     if project is not None and project.workspace:
         kept[2] = {**kept[2], "path": project.workspace}
     return {"delete": delete, "keep": kept}
@@ -208,7 +213,13 @@ def preview(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, 
 async def cleanup_preview(core: Core, project_id: int) -> dict[str, Any]:
     data = core.settings.data
     # A read connection is query-only; the preview counts inside a rolled-back savepoint.
-    return await core.db.write(lambda conn, tx: preview(conn, project_id, data))
+    result = await core.db.write(lambda conn, tx: preview(conn, project_id, data))
+    # What git keeps for the project (read off the loop, outside the write).
+    kept = await attempt_actions.kept_worktrees(core, project_id)
+    for item in result["keep"]:
+        if item["what"] == "worktrees":
+            item["worktrees"] = kept
+    return result
 
 
 async def purge(

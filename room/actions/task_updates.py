@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from room.actions import attempts as attempt_actions
 from room.actions import tasks as task_actions
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError
@@ -79,8 +80,11 @@ class EvidenceInput:
         return len(self.artifacts) + len(self.messages) + len(self.commands)
 
 
-async def inspect_artifacts(core: Core, project_id: int, paths: Sequence[str]) -> list[Artifact]:
-    """Resolve and fingerprint artifacts in a worker thread (never in the writer)."""
+async def inspect_artifacts(
+    core: Core, project_id: int, paths: Sequence[str], task_ref: str | int | None = None
+) -> list[Artifact]:
+    """Resolve and fingerprint artifacts in a worker thread (never in the writer): inside the
+    task's attempt worktree while it has one, else the project's workspace."""
     if not paths:
         return []
     limit = task_actions.MAX_EVIDENCE_ITEMS
@@ -89,8 +93,11 @@ async def inspect_artifacts(core: Core, project_id: int, paths: Sequence[str]) -
             f"最多 {limit} 个文件 (At most {limit} artifacts.)",
             code="too_much_evidence",
         )
-    project = await core.db.read(lambda conn: projects_store.get(conn, project_id))
-    workspace = project.workspace if project else None
+    if task_ref is not None:
+        workspace = await attempt_actions.evidence_root(core, project_id, task_ref)
+    else:
+        project = await core.db.read(lambda conn: projects_store.get(conn, project_id))
+        workspace = project.workspace if project else None
     return await asyncio.to_thread(lambda: [inspect_artifact(workspace, p) for p in paths])
 
 
@@ -197,7 +204,15 @@ async def change_task(
             )
         if evidence.artifacts:
             await _precheck(core, member, task_ref, event)
-            artifacts = await inspect_artifacts(core, member.project_id, evidence.artifacts)
+            artifacts = await inspect_artifacts(
+                core, member.project_id, evidence.artifacts, task_ref
+            )
+    prepared = None
+    if event is _E.START:
+        prepared = await attempt_actions.prepare(core, member, task_ref)
+    elif event is _E.ACCEPT:
+        await _precheck(core, member, task_ref, event)
+        await attempt_actions.check_artifacts_unchanged(core, member.project_id, task_ref)
     project_id = member.project_id
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
@@ -212,7 +227,9 @@ async def change_task(
             insert_evidence(conn, tx, task, revision, member, evidence, artifacts)
         if event is _E.REASSIGN:
             task = _reassign(conn, tx, task, owner)
-        task_actions.fire(conn, tx, fx, task, event, task_actions.actor_of(member), text)
+        task = task_actions.fire(conn, tx, fx, task, event, task_actions.actor_of(member), text)
+        if prepared is not None:
+            attempt_actions.record(conn, tx, fx, task, prepared)
         fx.flush(conn, tx)
         return task_actions.current_object(conn, project_id, task.id)
 
@@ -286,10 +303,14 @@ async def review_task(
                 criterion=verdict.criterion,
             )
     project_id = member.project_id
-    if any(r.artifacts for r in results):
+    if any(r.artifacts for r in results) or any(r.passed for r in results):
         await _precheck(core, member, task_ref, _E.ACCEPT)
+    if any(r.passed for r in results):
+        # A criterion passes only on the files as they were submitted.
+        await attempt_actions.check_artifacts_unchanged(core, project_id, task_ref)
     artifacts = {
-        r.criterion: await inspect_artifacts(core, project_id, r.artifacts) for r in results
+        r.criterion: await inspect_artifacts(core, project_id, r.artifacts, task_ref)
+        for r in results
     }
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from room.models import Member, iso
 from room.protocol import encode
 from room.render import render
 from room.store import Tx
+from room.store import attempts as attempts_store
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
@@ -220,6 +221,7 @@ def task_object(
         )
     passes = {cid: (v.revision, v.passed) for cid, v in verdicts.items()}
     ids: list[int] = [c["id"] for c in criteria]
+    attempt = attempts_store.latest(conn, task.id)
     return {
         "id": task.id,
         "key": task.key,
@@ -246,6 +248,7 @@ def task_object(
         "decisions": tasks_store.decisions_of_task(conn, task.id),
         "allowed_events": [str(e) for e in allowed_events(task.state)],
         "assumptions": list(task.assumptions),
+        "attempt": attempt.to_wire() if attempt is not None else None,
         "created_at": iso(task.created_at),
         "updated_at": iso(task.updated_at),
     }
@@ -380,6 +383,8 @@ def fire(
         _synced(conn, tx, fx, new, actor, note)
     if event in (_E.HANDOFF, _E.CANCEL):
         tasks_store.close_sync_requests(conn, task.id, str(event))
+        # Its worktree and branch stay on disk, listed as kept; nothing is deleted.
+        attempts_store.keep_open(conn, task_id=task.id, now=tx.now)
     if new.state is not task.state and new.state in (_S.WAITING, _S.READY):
         new = settle_task(conn, tx, fx, new)
     if (task.state is _S.ACCEPTED) != (new.state is _S.ACCEPTED):

@@ -4,22 +4,42 @@ A project's workspace is the folder its members' file tools and commands work in
 for the project, or by default ``<data>/workspaces/<project id>``, made on first use. Where a
 member works inside it is a :class:`WorkDir`: its own git worktree while it works on a task
 attempt, or the workspace itself, one writer at a time ("serial", with the reason).
+
+Rules for a workspace a person sets (:func:`check_workspace`): an absolute path to an existing
+folder, resolved (symlinks followed); never the data folder, a folder inside it (other than the
+project's own default) or a folder containing it — so no file tool or command working in the
+workspace can reach the database files.
+
+Git runs in worker threads, never in a write job and never on the send path: the wire
+``workspace`` object (:func:`workspace_info`) is computed when a project is answered over HTTP
+(or subscribed to) and cached on the core until the workspace, a merge or an attempt changes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from room import worktrees
 from room.core import Core
-from room.errors import NotFoundError
+from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.models import Member, Project
 from room.settings import Settings
+from room.store import Tx
+from room.store import attempts as attempts_store
+from room.store import audit as audit_store
 from room.store import projects as projects_store
 
 WORKSPACES_DIR = "workspaces"  # under the data folder: the default workspaces
+WORKTREES_DIR = "worktrees"  # under the data folder: one folder per attempt
+MAX_PATH_CHARS = 4096
+NO_ATTEMPT_REASON = (
+    "没有进行中的任务尝试：在工作区里一次只允许一个成员写入 "
+    "(No task attempt in progress: one writer at a time in the workspace.)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,24 +54,178 @@ class WorkDir:
     branch: str | None = None
 
 
+def default_workspace(settings: Settings, project_id: int) -> Path:
+    return settings.data.resolve() / WORKSPACES_DIR / str(project_id)
+
+
+def worktrees_root(settings: Settings) -> Path:
+    return settings.data.resolve() / WORKTREES_DIR
+
+
 def workspace_of(settings: Settings, project: Project) -> Path:
     """The project's workspace folder (the default one under the data folder when none is set)."""
     if project.workspace:
         return Path(project.workspace)
-    return settings.data.resolve() / WORKSPACES_DIR / str(project.id)
+    return default_workspace(settings, project.id)
+
+
+def _refuse(code: str, message: str, path: str, hint: str) -> BadRequestError:
+    return BadRequestError(message, code=code, path=path[:300], hint=hint)
+
+
+def check_workspace(settings: Settings, raw: str, project_id: int | None = None) -> str:
+    """The resolved absolute path of a workspace a person gave, or a structured 400.
+
+    Blocking (stats the path): call it in a worker thread."""
+    text = raw.strip()
+    if not text or len(text) > MAX_PATH_CHARS or "\0" in text:
+        raise _refuse("bad_workspace", "工作区路径无效 (The workspace path is not usable.)",
+                      text, "给出一个已有目录的绝对路径 (Give the absolute path of a folder.)")  # fmt: skip
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise _refuse("workspace_not_absolute", "工作区须是绝对路径 (The workspace must be an "
+                      "absolute path.)", text, "例如 /srv/work/app (e.g. /srv/work/app)")  # fmt: skip
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise _refuse("workspace_missing", "工作区目录不存在 (The workspace folder does not "
+                      "exist.)", text, "先创建这个目录 (Create the folder first.)") from None  # fmt: skip
+    if not real.is_dir():
+        raise _refuse("workspace_not_a_folder", "工作区必须是目录 (The workspace must be a "
+                      "folder.)", text, "给出目录，不要给文件 (Name a folder, not a file.)")  # fmt: skip
+    data = settings.data.resolve()
+    if real == data:
+        raise _refuse("workspace_is_data", "工作区不能是数据目录 (The workspace cannot be the "
+                      "data folder.)", text, "选一个数据目录之外的目录 (Pick a folder outside "
+                      f"{data}.)")  # fmt: skip
+    own_default = project_id is not None and real == default_workspace(settings, project_id)
+    if data in real.parents and not own_default:
+        raise _refuse("workspace_in_data", "工作区不能在数据目录之内 (The workspace cannot be "
+                      "inside the data folder.)", text, f"选一个 {data} 之外的目录，或不设置以使用"
+                      "默认工作区 (Pick a folder outside it, or none for the default.)")  # fmt: skip
+    if real in data.parents:
+        raise _refuse("workspace_contains_data", "工作区不能包含数据目录 (The workspace cannot "
+                      "contain the data folder: the database would be reachable.)", text,
+                      f"选一个不包含 {data} 的目录 (Pick a folder that does not contain it.)")  # fmt: skip
+    return str(real)
+
+
+async def checked_workspace(
+    settings: Settings, raw: str | None, project_id: int | None = None
+) -> str | None:
+    """``raw`` checked off the event loop; None (the default workspace) stays None."""
+    if raw is None or not raw.strip():
+        return None
+    return await asyncio.to_thread(check_workspace, settings, raw, project_id)
+
+
+# -- the wire object ----------------------------------------------------------------------------
+
+
+def _inspect(settings: Settings, project: Project) -> dict[str, Any]:
+    path = workspace_of(settings, project)
+    if not project.workspace:
+        path.mkdir(parents=True, exist_ok=True)  # the default is made on first use
+    try:
+        info = worktrees.inspect(path)
+    except worktrees.GitFailedError as exc:
+        return {"path": str(path), "default": not project.workspace, "git": False,
+                "mode": "serial", "reason": exc.message, "reason_code": "git_failed",
+                "head": None}  # fmt: skip
+    return {
+        "path": str(path),
+        "default": not project.workspace,
+        "git": info.root is not None,
+        "mode": info.mode,
+        "reason": info.reason,
+        "reason_code": info.reason_code,
+        "head": info.head_oneline,
+        "base": info.base,
+    }
+
+
+async def workspace_info(core: Core, project: Project) -> dict[str, Any]:
+    """The project's ``workspace`` object on the wire (cached; git runs in a worker thread)."""
+    cached = core.workspaces.get(project.id)
+    if cached is not None and cached["path"] == str(workspace_of(core.settings, project)):
+        return cached
+    info = await asyncio.to_thread(_inspect, core.settings, project)
+    core.workspaces[project.id] = info
+    return info
+
+
+def forget_info(core: Core, project_id: int) -> None:
+    core.workspaces.pop(project_id, None)
+
+
+def git_lock(core: Core, project_id: int) -> asyncio.Lock:
+    lock = core.git_locks.get(project_id)
+    if lock is None:
+        lock = core.git_locks[project_id] = asyncio.Lock()
+    return lock
+
+
+async def project_wire(core: Core, project: Project) -> dict[str, Any]:
+    """``{"workspace": …}`` to merge into a project answered over HTTP or a subscription."""
+    return {"workspace": await workspace_info(core, project)}
+
+
+async def set_workspace(core: Core, member: Member, raw: str | None) -> dict[str, Any]:
+    """An owner sets the project's workspace (None: back to the default); audited."""
+    if member.kind != "human":
+        raise ForbiddenError("只有人类成员可以设置工作区 (Only people set the workspace.)",
+                             code="human_only")  # fmt: skip
+    if not member.is_owner:
+        raise ForbiddenError("只有项目所有者可以设置工作区 (Only an owner sets the workspace.)",
+                             code="not_owner")  # fmt: skip
+    project_id = member.project_id
+    path = await checked_workspace(core.settings, raw, project_id)
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> Project:
+        before = projects_store.get(conn, project_id)
+        if before is None:
+            raise NotFoundError("no such project", code="no_project")
+        projects_store.set_workspace(conn, project_id, path, tx.now)
+        audit_store.record(
+            conn, now=tx.now, actor_kind="human", actor_id=member.id, project_id=project_id,
+            action="project.workspace", outcome="ok",
+            detail={"from": before.workspace, "to": path},
+        )  # fmt: skip
+        after = projects_store.get(conn, project_id)
+        assert after is not None
+        return after
+
+    project = await core.db.write(job)
+    forget_info(core, project_id)
+    return {"workspace": await workspace_info(core, project)}
+
+
+# -- where a member works -----------------------------------------------------------------------
 
 
 async def work_dir(core: Core, member: Member) -> WorkDir:
-    """Where ``member`` works now; the default workspace is made on first use."""
-    project = await core.db.read(lambda conn: projects_store.get(conn, member.project_id))
+    """Where ``member`` works now: the worktree of its in-progress task's latest open attempt,
+    else the workspace in serial mode with the reason. The default workspace is made on first
+    use."""
+
+    def read(conn: sqlite3.Connection) -> tuple[Project | None, Any]:
+        return (
+            projects_store.get(conn, member.project_id),
+            attempts_store.current_for_member(conn, member.id),
+        )
+
+    project, current = await core.db.read(read)
     if project is None:
         raise NotFoundError("no such project", code="no_project")
     workspace = workspace_of(core.settings, project)
     if not project.workspace:
         await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
-    return WorkDir(
-        path=workspace,
-        workspace=workspace,
-        mode="serial",
-        reason="尚未按任务尝试分配工作树 (No worktree per task attempt yet.)",
-    )
+    if current is not None:
+        attempt, key = current
+        path = Path(attempt.path)
+        if await asyncio.to_thread(path.is_dir):
+            return WorkDir(path=path, workspace=workspace, mode="worktree", task_key=key,
+                           branch=attempt.branch)  # fmt: skip
+    info = await workspace_info(core, project)
+    reason = info["reason"] if info["mode"] == "serial" else NO_ATTEMPT_REASON
+    return WorkDir(path=workspace, workspace=workspace, mode="serial", reason=reason)

@@ -4,9 +4,16 @@ Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``);
 don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
 """
 
-from room.api import agents, base, lifecycle, tasks
+from room.api import agents, base, lifecycle, tasks, workspaces
 
-__all__ = ["agents", "base", "endpoints", "lifecycle", "tasks"]
+__all__ = ["agents", "base", "endpoints", "lifecycle", "tasks", "workspaces"]
 
-# The member role endpoint must come before the generic member operation endpoint.
-endpoints = [*base.endpoints, *lifecycle.endpoints, *agents.endpoints, *tasks.endpoints]
+# The member role endpoint must come before the generic member operation endpoint, the task
+# diff and merge endpoints before the generic task event endpoint.
+endpoints = [
+    *base.endpoints,
+    *lifecycle.endpoints,
+    *agents.endpoints,
+    *workspaces.endpoints,
+    *tasks.endpoints,
+]

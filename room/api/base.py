@@ -20,6 +20,7 @@ from room import __version__
 from room.actions import auth as auth_actions
 from room.actions import messages as message_actions
 from room.actions import projects as project_actions
+from room.actions import workspaces as ws_actions
 from room.auth import Identity, check_csrf, identity_from_headers
 from room.core import Core
 from room.errors import (
@@ -156,13 +157,15 @@ async def me(request: Request) -> Response:
         found = await core.db.read(lambda conn: projects_store.get(conn, agent_project))
         projects = [found] if found else []
         kinds = {p.id: ActorKind.AGENT for p in projects}
+    extras = {p.id: await ws_actions.project_wire(core, p) for p in projects}
     return JSONResponse(
         {
             "identity": who.to_wire(),
             "csrf_token": who.csrf_token,
             # ``unread``: chat messages by others after your read cursor (up to 100).
             "projects": [
-                project_for(p, kinds[p.id]) | {"unread": unread.get(p.id, 0)} for p in projects
+                project_for(p, kinds[p.id], extras[p.id]) | {"unread": unread.get(p.id, 0)}
+                for p in projects
             ],
             # The trash shows how long a project is kept restorable; nothing is purged by itself.
             "trash_retention_days": core.settings.trash_retention_days,
@@ -198,8 +201,9 @@ async def create_project(request: Request) -> Response:
             project_actions.AgentSpec(a.role, a.handle, a.display_name, tuple(a.aliases))
             for a in data.agents
         ]
+    core = core_of(request)
     project = await project_actions.create_project(
-        core_of(request),
+        core,
         who.user,
         name=data.name,
         goal=data.goal,
@@ -208,7 +212,8 @@ async def create_project(request: Request) -> Response:
         plan_first=data.plan_first,
     )
     # The creator is its owner.
-    return JSONResponse({"project": project_for(project, ActorKind.OWNER)}, status_code=201)
+    extra = await ws_actions.project_wire(core, project)
+    return JSONResponse({"project": project_for(project, ActorKind.OWNER, extra)}, status_code=201)
 
 
 async def get_project(request: Request) -> Response:
@@ -225,9 +230,10 @@ async def get_project(request: Request) -> Response:
 
     project, members = await core.db.read(query)
     assert project is not None
+    extra = await ws_actions.project_wire(core, project)
     return JSONResponse(
         {
-            "project": project_for(project, viewer_kind(member)),
+            "project": project_for(project, viewer_kind(member), extra),
             "you": member.id,
             "members": members_for(members, project.state, member),
         }

@@ -17,10 +17,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from room.actions import attempts as attempt_actions
 from room.actions import decisions as decision_actions
 from room.actions import plans as plan_actions
 from room.actions import task_updates as update_actions
 from room.actions import tasks as task_actions
+from room.actions import workspaces as ws_actions
 from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import NotFoundError
 from room.evidence import verify_artifact
@@ -89,12 +91,15 @@ async def _member(request: Request, *, mutation: bool = False) -> Member:
 
 
 def _verify(workspace: str | None, board: dict[str, Any]) -> None:
-    """Check every recorded artifact against the file now on disk (runs in a worker thread)."""
+    """Check every recorded artifact against the file now on disk (runs in a worker thread):
+    in the task's attempt worktree while it is not merged, else in the workspace."""
     for task in board["tasks"]:
+        attempt = task.get("attempt")
+        root = attempt["path"] if attempt and attempt["state"] != "merged" else workspace
         for item in task["evidence"]:
             if item["kind"] == "artifact":
                 item["verification"] = verify_artifact(
-                    workspace, item["real_path"], item["size"], item["sha256"]
+                    root, item["real_path"], item["size"], item["sha256"]
                 )
                 item["verified"] = item["verification"] == "ok"
 
@@ -109,7 +114,9 @@ async def get_board(request: Request) -> Response:
         )
 
     project, board = await core.db.read(read)
-    await asyncio.to_thread(_verify, project.workspace if project else None, board)
+    workspace = str(ws_actions.workspace_of(core.settings, project)) if project else None
+    await asyncio.to_thread(_verify, workspace, board)
+    await attempt_actions.add_diff_stats(core, board["tasks"])
     return JSONResponse(board)
 
 
@@ -125,7 +132,9 @@ async def get_task(request: Request) -> Response:
         data["history"] = tasks_store.task_events(conn, task.id)
         return data
 
-    return JSONResponse(await core.db.read(read))
+    data = await core.db.read(read)
+    await attempt_actions.add_diff_stats(core, [data])
+    return JSONResponse(data)
 
 
 async def post_plan(request: Request) -> Response:

@@ -250,3 +250,12 @@ def state_at(conn: sqlite3.Connection, project_id: int) -> float | None:
         "SELECT state_at FROM projects WHERE id = :id", {"id": project_id}
     ).fetchone()
     return float(row[0]) if row and row[0] is not None else None
+
+
+def set_workspace(
+    conn: sqlite3.Connection, project_id: int, workspace: str | None, now: float
+) -> None:
+    conn.execute(
+        "UPDATE projects SET workspace = :w, updated_at = :now WHERE id = :id",
+        {"id": project_id, "w": workspace, "now": now},
+    )

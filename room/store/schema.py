@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_tasks import TASKS
 
 
@@ -371,6 +372,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0003_lifecycle", LIFECYCLE),
     Migration("0004_tasks", TASKS),
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
+    Migration("0006_task_attempts", TASK_ATTEMPTS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

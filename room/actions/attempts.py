@@ -1,0 +1,437 @@
+"""Task attempts in git worktrees: made when a member starts a task, kept when it leaves or the
+task is handed off or cancelled, merged into the base branch by a person (docs/tasks.md,
+"Attempts and worktrees").
+
+How an attempt is made — the worktree first, then the row. Before the ``start`` write job,
+:func:`prepare` checks that the start would be allowed, then (in a worker thread, under the
+project's git lock) asks :func:`room.worktrees.create_attempt` for the worktree; the write job
+then records it with :func:`record`. So a row never claims a worktree that does not exist. If
+the write is refused after the worktree was made (a concurrent change of the task), the worktree
+stays on disk as a kept branch, listed by ``GET /api/projects/{id}/worktrees``, and making the
+same attempt again finds it (``create_attempt`` is idempotent).
+
+Where the workspace is not a git repository, or the worktree cannot be made, the member works
+in the workspace, one writer at a time ("serial"), and one notice per project and reason says
+so and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from room import worktrees
+from room.actions import tasks as task_actions
+from room.actions import workspaces as ws_actions
+from room.core import Core
+from room.errors import ConflictError, ForbiddenError, NotFoundError
+from room.evidence import verify_artifact
+from room.models import Member, Project
+from room.store import Tx
+from room.store import attempts as attempts_store
+from room.store import audit as audit_store
+from room.store import members as members_store
+from room.store import projects as projects_store
+from room.store import tasks as tasks_store
+from room.store.attempts import AttemptRow
+from room.store.tasks import TaskRow
+from room.tasks import TaskEvent, TaskState, allowed_events, authorize
+
+NOREPLY_DOMAIN = "users.noreply.room.invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What :func:`prepare` found for a start: a new worktree to record, an open attempt to
+    continue, or serial mode with the reason."""
+
+    worktree: worktrees.Worktree | None = None
+    owner_id: int | None = None
+    reuse: bool = False
+    reason_code: str | None = None
+    reason: str | None = None
+
+
+def _worktree_of(row: AttemptRow, task_key: str, created: bool = False) -> worktrees.Worktree:
+    return worktrees.Worktree(
+        project_id=row.project_id, task_key=task_key, attempt=row.attempt,
+        name=Path(row.path).name, branch=row.branch, path=Path(row.path), base=row.base,
+        fork_point=row.fork_point, created=created,
+    )  # fmt: skip
+
+
+async def prepare(core: Core, member: Member, task_ref: str | int) -> Prepared:
+    """Before a ``start``: the attempt's worktree, made now if the start would be allowed."""
+
+    def read(conn: sqlite3.Connection) -> tuple[Project | None, TaskRow, AttemptRow | None, int]:
+        task = task_actions.find_task(conn, member.project_id, task_ref)
+        authorize(TaskEvent.START, task_actions.roles_of(member, task))
+        return (
+            projects_store.get(conn, member.project_id),
+            task,
+            attempts_store.latest(conn, task.id),
+            attempts_store.next_number(conn, task.id),
+        )
+
+    project, task, latest, number = await core.db.read(read)
+    if project is None or TaskEvent.START not in allowed_events(task.state) or task.held:
+        return Prepared()  # the write job refuses it with the usual error
+    owner_id = task.owner_id
+    if latest is not None and latest.state == "open" and latest.member_id == owner_id:
+        return Prepared(owner_id=owner_id, reuse=True)
+    info = await ws_actions.workspace_info(core, project)
+    if info["mode"] != "worktrees":
+        return Prepared(owner_id=owner_id, reason_code=info["reason_code"], reason=info["reason"])
+    workspace = ws_actions.workspace_of(core.settings, project)
+    root = ws_actions.worktrees_root(core.settings)
+    slug = project.name
+    try:
+        async with ws_actions.git_lock(core, project.id):
+            made = await asyncio.to_thread(
+                worktrees.create_attempt, workspace, root, project.id, slug, task.key, number
+            )
+    except (worktrees.WorktreeError, worktrees.BadRefNameError) as exc:
+        return Prepared(owner_id=owner_id, reason_code=exc.code, reason=exc.message)
+    return Prepared(worktree=made, owner_id=owner_id)
+
+
+def record(
+    conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, task: TaskRow, prepared: Prepared
+) -> None:
+    """Inside the ``start`` write job, after the event fired: record the attempt, or say once
+    per project and reason that work is serial."""
+    if prepared.worktree is not None:
+        made = prepared.worktree
+        attempts_store.insert(
+            conn, project_id=task.project_id, task_id=task.id, attempt=made.attempt,
+            member_id=prepared.owner_id, branch=made.branch, path=str(made.path),
+            base=made.base, fork_point=made.fork_point, now=tx.now,
+        )  # fmt: skip
+        fx.tasks.add(task.id)
+    elif prepared.reason_code is not None:
+        serial_notice(conn, tx, fx, task.project_id, prepared.reason_code, prepared.reason)
+
+
+def serial_notice(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    fx: task_actions.Effects,
+    project_id: int,
+    code: str,
+    reason: str | None,
+) -> None:
+    """One notice per project and reason: members write one at a time, and why."""
+    seen = conn.execute(
+        "SELECT 1 FROM audit_events WHERE project_id = :p AND action = 'workspace.serial'"
+        " AND json_extract(detail_json, '$.reason_code') = :c LIMIT 1",
+        {"p": project_id, "c": code},
+    ).fetchone()
+    if seen:
+        return
+    audit_store.record(
+        conn, now=tx.now, actor_kind="system", actor_id=None, project_id=project_id,
+        action="workspace.serial", outcome="ok", detail={"reason_code": code, "reason": reason},
+    )  # fmt: skip
+    body = (
+        "⚠️ 本项目的任务尝试没有独立的工作树：成员在工作区里一次只允许一个写入者 "
+        "(No worktree per attempt in this project: members write in the workspace one at a "
+        f"time.)\n\n原因 (why)：{reason or code}"
+    )
+    meta = {"workspace": {"mode": "serial", "reason_code": code, "reason": reason}}
+    task_actions.post_message(conn, tx, fx, body, meta)
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def _stat_wire(stat: worktrees.DiffStat) -> dict[str, Any]:
+    return {
+        "added": stat.added,
+        "deleted": stat.deleted,
+        "files": [
+            {"path": f.path, "added": f.added, "deleted": f.deleted, "binary": f.binary}
+            for f in stat.files
+        ],
+    }
+
+
+def _diff_stats(items: list[tuple[dict[str, Any], str]]) -> None:
+    for attempt, key in items:
+        row = attempt["_row"]
+        try:
+            attempt["diff_stat"] = _stat_wire(worktrees.diff_stat(_worktree_of(row, key)))
+        except (worktrees.WorktreeError, worktrees.GitFailedError) as exc:
+            attempt["diff_stat"] = None
+            attempt["diff_error"] = exc.code
+
+
+async def add_diff_stats(core: Core, tasks: list[dict[str, Any]]) -> None:
+    """Fill ``attempt.diff_stat`` of tasks whose attempt is not merged (in a worker thread)."""
+    rows = await core.db.read(
+        lambda conn: {
+            t["id"]: attempts_store.latest(conn, t["id"]) for t in tasks if t.get("attempt")
+        }
+    )
+    items = []
+    for task in tasks:
+        row = rows.get(task["id"])
+        if row is not None and row.state != "merged" and task["attempt"]:
+            task["attempt"]["_row"] = row
+            items.append((task["attempt"], task["key"]))
+    if items:
+        await asyncio.to_thread(_diff_stats, items)
+    for attempt, _ in items:
+        attempt.pop("_row", None)
+
+
+async def task_diff(core: Core, member: Member, task_ref: str) -> dict[str, Any]:
+    def read(conn: sqlite3.Connection) -> tuple[TaskRow, AttemptRow | None]:
+        task = task_actions.find_task(conn, member.project_id, task_ref)
+        return task, attempts_store.latest(conn, task.id)
+
+    task, row = await core.db.read(read)
+    if row is None:
+        raise NotFoundError("这个任务没有工作树 (This task has no worktree attempt.)",
+                            code="no_attempt", task=task.key)  # fmt: skip
+    found = await asyncio.to_thread(worktrees.diff, _worktree_of(row, task.key))
+    return {"task": task.key, "attempt": row.attempt, "branch": row.branch,
+            "text": found.text, "truncated": found.truncated}  # fmt: skip
+
+
+async def list_worktrees(core: Core, member: Member) -> dict[str, Any]:
+    """The project's attempts (rows) joined with what git keeps on disk."""
+    project_id = member.project_id
+
+    def read(conn: sqlite3.Connection) -> tuple[Project | None, list[AttemptRow], dict[int, str]]:
+        rows = attempts_store.of_project(conn, project_id)
+        keys = {t.id: t.key for t in tasks_store.tasks_of(conn, project_id)}
+        return projects_store.get(conn, project_id), rows, keys
+
+    project, rows, keys = await core.db.read(read)
+    if project is None:
+        raise NotFoundError("no such project", code="no_project")
+    info = await ws_actions.workspace_info(core, project)
+    on_disk = await asyncio.to_thread(_on_disk, core, project)
+    return {
+        "mode": info["mode"],
+        "reason": info["reason"],
+        "attempts": join_attempts(rows, keys, on_disk),
+    }
+
+
+async def kept_worktrees(core: Core, project_id: int) -> list[dict[str, Any]]:
+    """Every worktree and branch of the project on disk (the purge's preview lists them)."""
+
+    def read(conn: sqlite3.Connection) -> tuple[Project | None, list[AttemptRow], dict[int, str]]:
+        keys = {t.id: t.key for t in tasks_store.tasks_of(conn, project_id)}
+        return (
+            projects_store.get(conn, project_id),
+            attempts_store.of_project(conn, project_id),
+            keys,
+        )
+
+    project, rows, keys = await core.db.read(read)
+    if project is None:
+        return []
+    on_disk = await asyncio.to_thread(_on_disk, core, project)
+    return [a for a in join_attempts(rows, keys, on_disk) if a["on_disk"]]
+
+
+def _on_disk(core: Core, project: Project) -> tuple[worktrees.Attempt, ...]:
+    try:
+        return worktrees.list_attempts(
+            ws_actions.workspace_of(core.settings, project),
+            ws_actions.worktrees_root(core.settings),
+            project.id,
+            project.name,
+        )
+    except worktrees.GitFailedError:
+        return ()
+
+
+def join_attempts(
+    rows: list[AttemptRow], keys: dict[int, str], on_disk: tuple[worktrees.Attempt, ...]
+) -> list[dict[str, Any]]:
+    by_branch = {a.branch: a for a in on_disk if a.branch}
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        disk = by_branch.pop(row.branch, None)
+        out.append({"task": keys.get(row.task_id), **row.to_wire(), **_disk_wire(disk)})
+    for disk in by_branch.values():  # branches with no row: kept by git, not by the server
+        out.append({"task": None, "attempt": None, "branch": disk.branch,
+                    "path": str(disk.path) if disk.path else None, "state": "kept",
+                    "member_id": None, **_disk_wire(disk)})  # fmt: skip
+    for item in out:
+        item.pop("diff_stat", None)
+    return out
+
+
+def _disk_wire(disk: worktrees.Attempt | None) -> dict[str, Any]:
+    if disk is None:
+        return {"on_disk": False}
+    return {"on_disk": True, "head": disk.head, "ahead": disk.ahead, "behind": disk.behind,
+            "merged": disk.merged, "dirty": disk.dirty, "missing": disk.missing}  # fmt: skip
+
+
+# -- merging ------------------------------------------------------------------------------------
+
+
+async def merge_task(core: Core, member: Member, task_ref: str, mode: str) -> dict[str, Any]:
+    """An owner merges an accepted task's attempt branch into the base (``ff`` or ``merge``):
+    the attempt's work is committed first (authored by its member), conflicts are reported and
+    nothing is forced. Audited; a notice in the room says what happened."""
+    if member.kind != "human" or not member.is_owner:
+        raise ForbiddenError("只有项目所有者可以合并 (Only a project owner merges.)",
+                             code="not_owner")  # fmt: skip
+    if mode not in ("ff", "merge"):
+        raise worktrees.BadRefNameError("mode", mode, "ff 或 merge (ff or merge)")
+    project_id = member.project_id
+
+    def read(conn: sqlite3.Connection) -> tuple[Project, TaskRow, AttemptRow, Member | None]:
+        task = task_actions.find_task(conn, project_id, task_ref)
+        if task.state is not TaskState.ACCEPTED:
+            raise ConflictError(
+                f"任务 {task.key} 处于 {task.state}，验收后才能合并 (Only an accepted task is "
+                "merged.)",
+                code="not_accepted",
+                state=str(task.state),
+            )
+        row = attempts_store.latest(conn, task.id)
+        if row is None:
+            raise NotFoundError("这个任务没有工作树 (This task has no worktree attempt.)",
+                                code="no_attempt", task=task.key)  # fmt: skip
+        if row.state == "merged":
+            raise ConflictError("已合并 (Already merged.)", code="already_merged", task=task.key)
+        project = projects_store.get(conn, project_id)
+        assert project is not None
+        author = members_store.get(conn, row.member_id) if row.member_id else None
+        return project, task, row, author
+
+    project, task, row, author = await core.db.read(read)
+    workspace = ws_actions.workspace_of(core.settings, project)
+    name = f"{author.display_name} ({author.handle})" if author else "Project Room"
+    email = f"{author.handle if author else 'room'}@{NOREPLY_DOMAIN}"
+    title = f"{task.key}: {task.title}"[:200]
+
+    def run() -> tuple[worktrees.CommitResult, worktrees.MergeResult]:
+        committed = worktrees.commit_all(_worktree_of(row, task.key), title, name, email)
+        merged = worktrees.merge(
+            workspace, row.branch, mode,  # type: ignore[arg-type]
+            f"Merge {row.branch}: {title}", base=row.base,
+        )  # fmt: skip
+        return committed, merged
+
+    async with ws_actions.git_lock(core, project_id):
+        committed, result = await asyncio.to_thread(run)
+    ws_actions.forget_info(core, project_id)
+    done = result.outcome in ("fast_forward", "merged", "up_to_date")
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        fx = task_actions.Effects(project_id)
+        if done:
+            attempts_store.end(conn, row.id, "merged", tx.now)
+            fx.tasks.add(task.id)
+        audit_store.record(
+            conn, now=tx.now, actor_kind="human", actor_id=member.id, project_id=project_id,
+            action="task.merge", outcome="ok" if done else result.outcome,
+            detail={"task": task.key, "branch": row.branch, "base": result.base, "mode": mode,
+                    "outcome": result.outcome, "conflicts": list(result.conflicts),
+                    "before": result.before, "after": result.after},
+        )  # fmt: skip
+        task_actions.post_message(
+            conn, tx, fx, _merge_notice(member, task.key, row.branch, result),
+            {**task_actions.task_meta(task, "merge"),
+             "merge": {"outcome": result.outcome, "branch": row.branch,
+                       "conflicts": list(result.conflicts)}},
+        )  # fmt: skip
+        fx.flush(conn, tx)
+
+    await core.db.write(job)
+    return {
+        "outcome": result.outcome,
+        "conflicts": list(result.conflicts),
+        "head_oneline": result.head_oneline,
+        "branch": row.branch,
+        "base": result.base,
+        "committed": committed.committed,
+    }
+
+
+def _merge_notice(member: Member, key: str, branch: str, result: worktrees.MergeResult) -> str:
+    who = f"@{member.handle}"
+    if result.outcome == "conflict":
+        paths = "、".join(f"`{p}`" for p in result.conflicts[:20])
+        return (f"⚠️ {who} 合并任务 `{key}` 的分支 `{branch}` 到 `{result.base}` 时有冲突，"
+                f"未做任何改动 (merge conflict; nothing changed)：{paths}")  # fmt: skip
+    if result.outcome == "not_fast_forward":
+        return (f"⚠️ 任务 `{key}` 的分支 `{branch}` 不能快进合并到 `{result.base}`（基础分支已前进），"
+                "可改用合并提交 (cannot fast-forward; use a merge commit)。")  # fmt: skip
+    if result.outcome == "up_to_date":
+        return f"ℹ️ 任务 `{key}` 的分支 `{branch}` 已在 `{result.base}` 中 (already merged)。"
+    how = "快进 (fast-forward)" if result.outcome == "fast_forward" else "合并提交 (merge commit)"
+    return (f"🔀 {who} 把任务 `{key}` 的分支 `{branch}` 合并到 `{result.base}`（{how}）："
+            f"{result.head_oneline}")  # fmt: skip
+
+
+# -- evidence against the attempt -----------------------------------------------------------------
+
+
+async def evidence_root(core: Core, project_id: int, task_ref: str | int) -> str | None:
+    """Where a task's cited files live: its attempt's worktree while it is not merged, else
+    the project's workspace."""
+
+    def read(conn: sqlite3.Connection) -> tuple[Project | None, AttemptRow | None]:
+        project = projects_store.get(conn, project_id)
+        try:
+            task = task_actions.find_task(conn, project_id, task_ref)
+        except NotFoundError:
+            return project, None
+        return project, attempts_store.latest(conn, task.id)
+
+    project, row = await core.db.read(read)
+    if row is not None and row.state != "merged":
+        return row.path
+    if project is None:
+        return None
+    return str(ws_actions.workspace_of(core.settings, project))
+
+
+async def check_artifacts_unchanged(core: Core, project_id: int, task_ref: str | int) -> None:
+    """Re-hash every artifact cited for the task's current revision; a changed or missing file
+    refuses with ``artifact_changed`` naming it (review and acceptance call this)."""
+
+    def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        task = task_actions.find_task(conn, project_id, task_ref)
+        return [
+            e
+            for e in tasks_store.evidence_of(conn, task.id)
+            if e["kind"] == "artifact" and e["revision"] == task.revision
+        ]
+
+    items = await core.db.read(read)
+    if not items:
+        return
+    root = await evidence_root(core, project_id, task_ref)
+
+    def check() -> list[tuple[str, str]]:
+        bad: list[tuple[str, str]] = []
+        for item in items:
+            found = verify_artifact(root, item["real_path"], item["size"], item["sha256"])
+            if found != "ok":
+                bad.append((item["path"], found))
+        return bad
+
+    bad = await asyncio.to_thread(check)
+    if bad:
+        path, how = bad[0]
+        raise ConflictError(
+            f"证据文件 {path} 在提交后{'已改变' if how == 'changed' else '不见了'}，不能验收；请负责人"
+            f"重新提交 (The cited file {path} is {how} since it was submitted: acceptance is "
+            "refused until the work is resubmitted.)",
+            code="artifact_changed",
+            path=path,
+            files=[{"path": p, "verification": v} for p, v in bad],
+        )

@@ -1,0 +1,357 @@
+"""A project's workspace and task attempts in git worktrees, through the real app in-process
+(HTTP answers, actions, writer, migrations) against real git repositories in tmp_path."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from room.actions import auth as auth_actions
+from room.actions.workspaces import work_dir
+from room.store import Tx
+from room.store import members as members_store
+from room.store.migrate import connect, migrate
+from room.store.schema import MIGRATIONS
+from tests.support.inproc import App, running_app
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def git(cwd: Path, *args: str) -> str:
+    run = subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=20
+    )
+    return run.stdout.strip()
+
+
+def make_repo(path: Path, **files: str) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.name", "Owner")
+    git(path, "config", "user.email", "owner@example.com")
+    for name, text in {"README.md": "# app\n", **files}.items():
+        (path / name).write_text(text)
+    git(path, "add", "--all")
+    git(path, "commit", "-q", "-m", "start")
+    return path
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    with running_app(tmp_path / "data") as found:
+        yield found
+
+
+class Project:
+    """A project made over HTTP with two agents (``be``, ``fe``) that act with their tokens."""
+
+    def __init__(self, app: App, workspace: Path | None) -> None:
+        self.app = app
+        body: dict[str, Any] = {
+            "name": f"项目{time.monotonic_ns()}",
+            "agents": [
+                {"role": "lead", "handle": "lead", "display_name": "负责人"},
+                {"role": "backend", "handle": "be", "display_name": "后端"},
+                {"role": "frontend", "handle": "fe", "display_name": "前端"},
+            ],
+        }
+        if workspace is not None:
+            body["workspace"] = str(workspace)
+        status, data = self.owner("POST", "/api/projects", body)
+        assert status == 201, data
+        self.wire = data["project"]
+        self.id = int(data["project"]["id"])
+        self.tokens = {h: self._token(h) for h in ("lead", "be", "fe")}
+
+    def _token(self, handle: str) -> str:
+        def job(conn: sqlite3.Connection, tx: Tx) -> str:
+            return auth_actions.issue_agent_token(conn, tx, str(self.id), handle)
+
+        return self.app.write(job)
+
+    def owner(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.app.owner_cookie)
+
+    def agent(self, handle: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, token=self.tokens[handle])
+
+    def plan(self, *items: tuple[str, str]) -> None:
+        plan = {
+            "goal": "做完",
+            "items": [
+                {"key": key, "title": f"做 {key}", "owner": owner, "depends_on": [],
+                 "acceptance": [f"{key} 能用"]}
+                for key, owner in items
+            ],
+        }  # fmt: skip
+        status, data = self.owner("POST", f"/api/projects/{self.id}/plan", plan)
+        assert status == 201, data
+
+    def start(self, handle: str, key: str) -> dict[str, Any]:
+        status, data = self.agent(handle, "POST", f"/api/projects/{self.id}/tasks/{key}/start", {})
+        assert status == 200, data
+        return dict(data)
+
+    def submit(self, handle: str, key: str, *files: str) -> dict[str, Any]:
+        body = {"summary": "完成", "artifacts": list(files)}
+        status, data = self.agent(
+            handle, "POST", f"/api/projects/{self.id}/tasks/{key}/submit", body
+        )
+        assert status == 200, data
+        return dict(data)
+
+    def review(self, key: str) -> tuple[int, Any]:
+        body = {"results": [{"criterion": 1, "passed": True, "evidence": "看过了"}]}
+        return self.owner("POST", f"/api/projects/{self.id}/tasks/{key}/review", body)
+
+    def member(self, handle: str) -> Any:
+        def read(conn: sqlite3.Connection, tx: Tx) -> Any:
+            return members_store.by_handle(conn, self.id, handle)
+
+        return self.app.write(read)
+
+    def work_dir(self, handle: str) -> Any:
+        return self.app.call(work_dir, self.app.core, self.member(handle))
+
+    def notices(self) -> list[str]:
+        status, data = self.owner("GET", f"/api/projects/{self.id}/messages?limit=200")
+        assert status == 200
+        return [m["body"] for m in data["messages"] if m["kind"] == "system"]
+
+
+# -- the workspace ------------------------------------------------------------------------------
+
+
+def _refusal(app: App, workspace: str) -> tuple[int, str]:
+    status, data = app.request(
+        "POST", "/api/projects", {"name": f"p{time.monotonic_ns()}", "workspace": workspace},
+        cookie=app.owner_cookie,
+    )  # fmt: skip
+    return status, data["error"]["code"] if status != 201 else ""
+
+
+def test_a_workspace_that_could_reach_the_database_or_does_not_exist_is_refused(
+    app: App, tmp_path: Path
+) -> None:
+    data = app.settings.data.resolve()
+    (data / "inside").mkdir()
+    assert _refusal(app, str(data)) == (400, "workspace_is_data")
+    assert _refusal(app, str(data / "inside")) == (400, "workspace_in_data")
+    assert _refusal(app, str(data / "workspaces" / "1")) == (400, "workspace_in_data")
+    assert _refusal(app, str(tmp_path)) == (400, "workspace_contains_data")
+    assert _refusal(app, str(tmp_path / "nowhere")) == (400, "workspace_missing")
+    assert _refusal(app, "relative/path") == (400, "workspace_not_absolute")
+    (tmp_path / "file.txt").write_text("x")
+    assert _refusal(app, str(tmp_path / "file.txt")) == (400, "workspace_not_a_folder")
+    _status, projects = app.request("GET", "/api/me", cookie=app.owner_cookie)
+    assert [p["name"] for p in projects["projects"]] == ["演示项目"]  # nothing was created
+
+
+def test_the_default_workspace_is_made_on_first_use_and_git_is_detected(
+    app: App, tmp_path: Path
+) -> None:
+    plain = Project(app, None)
+    default = app.settings.data.resolve() / "workspaces" / str(plain.id)
+    assert plain.wire["workspace"] == {
+        "path": str(default), "default": True, "git": False, "mode": "serial",
+        "reason": plain.wire["workspace"]["reason"], "reason_code": "not_a_repository",
+        "head": None, "base": None,
+    }  # fmt: skip
+    assert default.is_dir()
+    repo = make_repo(tmp_path / "repo")
+    gitted = Project(app, repo)
+    _status, data = gitted.owner("GET", f"/api/projects/{gitted.id}")
+    workspace = data["project"]["workspace"]
+    assert (workspace["path"], workspace["default"], workspace["git"], workspace["mode"]) == (
+        str(repo), False, True, "worktrees",
+    )  # fmt: skip
+    assert workspace["head"].endswith(" start")
+
+
+def test_an_owner_changes_the_workspace_and_nobody_else_can(app: App, tmp_path: Path) -> None:
+    project = Project(app, None)
+    repo = make_repo(tmp_path / "repo")
+    status, data = project.agent("lead", "PUT", f"/api/projects/{project.id}/workspace",
+                                 {"path": str(repo)})  # fmt: skip
+    assert (status, data["error"]["code"]) == (403, "human_only")
+    status, data = project.owner("PUT", f"/api/projects/{project.id}/workspace",
+                                 {"path": str(app.settings.data)})  # fmt: skip
+    assert (status, data["error"]["code"]) == (400, "workspace_is_data")
+    status, data = project.owner("PUT", f"/api/projects/{project.id}/workspace",
+                                 {"path": str(repo)})  # fmt: skip
+    assert status == 200 and data["workspace"]["mode"] == "worktrees"
+    status, audit = project.owner("GET", f"/api/projects/{project.id}/audit")
+    changed = [e for e in audit["events"] if e["action"] == "project.workspace"]
+    assert len(changed) == 1 and changed[0]["detail"]["to"] == str(repo)
+
+
+# -- attempts -----------------------------------------------------------------------------------
+
+
+def test_each_started_task_gets_its_own_worktree_and_members_never_see_each_others_work(
+    app: App, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"), ("ui", "fe"))
+    api = project.start("be", "api")
+    project.start("fe", "ui")
+    assert api["attempt"]["state"] == "open" and api["attempt"]["attempt"] == 1
+    assert api["attempt"]["branch"].endswith("/api-1") and api["attempt"]["base"] == "main"
+    be, fe = project.work_dir("be"), project.work_dir("fe")
+    assert (be.mode, be.task_key, be.branch) == ("worktree", "api", api["attempt"]["branch"])
+    assert str(be.path) == api["attempt"]["path"] and fe.path != be.path
+    assert git(be.path, "rev-parse", "--abbrev-ref", "HEAD") == api["attempt"]["branch"]
+    assert app.settings.data.resolve() / "worktrees" in be.path.parents
+
+    (be.path / "api.py").write_text("def api(): ...\n")
+    (fe.path / "ui.js").write_text("export {}\n")
+    assert not (fe.path / "api.py").exists() and not (be.path / "ui.js").exists()
+    assert not (repo / "api.py").exists() and not (repo / "ui.js").exists()
+    assert git(repo, "status", "--porcelain") == ""
+
+    status, board = project.owner("GET", f"/api/projects/{project.id}/tasks")
+    stats = {t["key"]: t["attempt"]["diff_stat"] for t in board["tasks"]}
+    assert stats["api"]["files"] == [{"path": "api.py", "added": 1, "deleted": 0, "binary": False}]
+    assert [f["path"] for f in stats["ui"]["files"]] == ["ui.js"]
+    status, diff = project.owner("GET", f"/api/projects/{project.id}/tasks/api/diff")
+    assert status == 200 and "+def api(): ..." in diff["text"] and not diff["truncated"]
+
+
+def test_a_non_git_workspace_works_serially_and_says_so_once(app: App, tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    project = Project(app, folder)
+    project.plan(("api", "be"), ("ui", "fe"))
+    assert project.start("be", "api")["attempt"] is None
+    assert project.start("fe", "ui")["attempt"] is None
+    where = project.work_dir("be")
+    assert (where.mode, where.path) == ("serial", folder)
+    assert where.reason is not None and "not a git repository" in where.reason
+    serial = [n for n in project.notices() if "一次只允许一个写入者" in n]
+    assert len(serial) == 1 and "not a git repository" in serial[0]
+    _status, listed = project.owner("GET", f"/api/projects/{project.id}/worktrees")
+    assert (listed["mode"], listed["attempts"]) == ("serial", [])
+
+
+def _accepted(project: Project, repo: Path, key: str, owner: str, name: str, text: str) -> Path:
+    project.start(owner, key)
+    path = project.work_dir(owner).path
+    (path / name).write_text(text)
+    project.submit(owner, key, name)
+    status, data = project.review(key)
+    assert status == 200 and data["state"] == "accepted", data
+    return Path(path)
+
+
+def test_merging_an_accepted_task_fast_forwards_the_base_branch(app: App, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    _accepted(project, repo, "api", "be", "api.py", "def api(): ...\n")
+    status, data = project.agent("lead", "POST", f"/api/projects/{project.id}/tasks/api/merge",
+                                 {"mode": "ff"})  # fmt: skip
+    assert status == 403
+    status, data = project.owner("POST", f"/api/projects/{project.id}/tasks/api/merge",
+                                 {"mode": "ff"})  # fmt: skip
+    assert status == 200, data
+    assert (data["outcome"], data["conflicts"]) == ("fast_forward", [])
+    assert (repo / "api.py").read_text() == "def api(): ...\n"
+    assert git(repo, "log", "-1", "--format=%an <%ae>") == (
+        "后端 (be) <be@users.noreply.room.invalid>"
+    )
+    assert git(repo, "status", "--porcelain") == ""
+    status, task = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    assert task["attempt"]["state"] == "merged"
+    assert any("合并到 `main`" in n for n in project.notices())
+
+
+def test_a_conflicting_merge_reports_the_paths_and_leaves_the_base_clean(
+    app: App, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo", **{"app.py": "v = 0\n"})
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    _accepted(project, repo, "api", "be", "app.py", "v = 1\n")
+    (repo / "app.py").write_text("v = 2\n")
+    git(repo, "commit", "-qam", "owner edits app.py")
+    before = git(repo, "rev-parse", "HEAD")
+    status, data = project.owner("POST", f"/api/projects/{project.id}/tasks/api/merge",
+                                 {"mode": "merge"})  # fmt: skip
+    assert status == 200, data
+    assert (data["outcome"], data["conflicts"]) == ("conflict", ["app.py"])
+    assert git(repo, "rev-parse", "HEAD") == before and git(repo, "status", "--porcelain") == ""
+    assert (repo / "app.py").read_text() == "v = 2\n"
+    assert any("有冲突" in n and "`app.py`" in n for n in project.notices())
+    status, task = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    assert task["attempt"]["state"] == "open"
+
+
+def test_a_file_changed_after_submission_refuses_acceptance_naming_it(
+    app: App, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    project.start("be", "api")
+    path = project.work_dir("be").path
+    (path / "api.py").write_text("def api(): ...\n")
+    project.submit("be", "api", "api.py")
+    (path / "api.py").write_text("def api(): broken\n")
+    status, data = project.review("api")
+    assert (status, data["error"]["code"]) == (409, "artifact_changed")
+    assert data["error"]["details"]["path"] == "api.py" and "api.py" in data["error"]["message"]
+    status, task = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    assert task["state"] == "in_review"
+    (path / "api.py").unlink()
+    status, data = project.owner("POST", f"/api/projects/{project.id}/tasks/api/accept", {})
+    assert (status, data["error"]["code"]) == (409, "artifact_changed")
+
+
+def test_a_departed_members_worktree_is_kept_and_purge_lists_it(app: App, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    project.start("be", "api")
+    path = project.work_dir("be").path
+    (path / "draft.py").write_text("wip\n")
+    be = project.member("be")
+    status, data = project.owner("POST", f"/api/projects/{project.id}/members/{be.id}/leave", {})
+    assert status == 200, data
+    status, listed = project.owner("GET", f"/api/projects/{project.id}/worktrees")
+    [kept] = listed["attempts"]
+    assert (kept["task"], kept["state"], kept["dirty"], kept["path"]) == (
+        "api", "kept", True, str(path),
+    )  # fmt: skip
+    status, preview = project.owner("GET", f"/api/projects/{project.id}/cleanup-preview")
+    assert status == 200, preview
+    [keep] = [k for k in preview["keep"] if k["what"] == "worktrees"]
+    assert [w["branch"] for w in keep["worktrees"]] == [kept["branch"]]
+    assert (path / "draft.py").read_text() == "wip\n"
+
+
+def test_the_migration_adds_task_attempts_after_a_backup(tmp_path: Path) -> None:
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    before = [m for m in MIGRATIONS if m.name != "0006_task_attempts"]
+    for migration in before:
+        conn.executescript(migration.sql)
+    conn.execute(f"PRAGMA user_version = {len(before)}")
+    conn.close()
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(task_attempts)")}
+    assert {"task_id", "attempt", "member_id", "branch", "path", "base", "state"} <= columns
+    assert list((tmp_path / "backups").glob(f"room-v{len(before)}-*.sqlite"))
