@@ -181,7 +181,8 @@ def test_the_migration_gives_old_reasons_their_codes(tmp_path: Path) -> None:
             (i, reason),
         )
     conn.commit()
-    assert migrate(conn, path, now=time.time()) == ["0005_delivery_reason_codes"]
+    applied = migrate(conn, path, now=time.time())
+    assert applied[0] == "0005_delivery_reason_codes"  # later migrations may follow it
     assert list((tmp_path / "backups").glob("room-v4-*.sqlite"))  # the backup came first
     found: dict[str | None, str | None] = dict(
         conn.execute("SELECT reason, reason_code FROM deliveries").fetchall()
