@@ -340,3 +340,26 @@ def test_only_owners_change_work_settings_and_bad_values_are_refused(app: App) -
     _, audit = app.request("GET", f"/api/projects/{project_id}/audit", cookie=app.owner_cookie)
     outcomes = [e["outcome"] for e in audit["events"] if e["action"] == "project.settings"]
     assert sorted(outcomes) == ["ok", "ok", "refused", "refused"]
+
+
+async def test_a_turn_past_its_tool_call_limit_is_braked_with_a_notice(room: Room) -> None:
+    backend(room)
+    assert patch_settings(room, {"limits": {"tool_calls_per_turn": 2}})["limits"] == {
+        "tool_calls_per_turn": 2,
+        "command_timeout_secs": 120.0,
+        "command_output_bytes": 16 * 1024,
+        "command_secs_per_turn": 600.0,
+    }
+    room.llm.push(
+        calls(("a", "fs_list", {}), ("b", "fs_glob", {"pattern": "*"})),
+        calls(("c", "shell", {"command": "touch late.txt"})),
+        openai_text("不会走到这里"),
+    )
+    room.say("@be 多做几步")
+    notice = await eventually(
+        lambda: [m for m in room.messages() if m["kind"] == "system" and "工具制动" in m["body"]]
+    )
+    assert "调用了 3 次工具（上限 2）" in notice[0]["body"]
+    assert room.get(f"/api/projects/{room.project}/brake")["tripped"] == "tool_calls"
+    assert not (workspace(room) / "late.txt").exists()  # the call past the limit never ran
+    assert len(room.llm.chat_requests) == 2 and agent_replies(room, "be") == []
