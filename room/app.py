@@ -33,6 +33,7 @@ from room.actions.recovery import reconcile_on_start
 from room.agents import AgentSettings, Scheduler
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool
+from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
 from room.boot import BootTrace, write_report
 from room.core import Core, RateLimiter, RosterCache
@@ -41,6 +42,8 @@ from room.hub import Hub
 from room.models import User
 from room.protocol import CLIENT_FRAME_TYPES
 from room.providers import ProviderRegistry, default_configs
+from room.sandbox import Sandbox
+from room.sandbox import probe as sandbox_probe
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, run_write
 from room.store import projects as projects_store
@@ -174,6 +177,12 @@ def create_app(
         app.state.server = server
         trace.phase("writer")
         registry = ProviderRegistry(default_configs(provider_env), env=provider_env)
+        # Probed once: what isolation this machine offers. The data folder (database, tokens'
+        # hashes, other projects' default workspaces) is hidden from every command; a workspace
+        # inside it is bound again, writable, by the sandbox itself.
+        found = await asyncio.to_thread(sandbox_probe)
+        sandbox = found.configured(hidden=[settings.data.resolve()])
+        trace.phase("sandbox", isolated=sandbox.info.isolated, reason=sandbox.info.reason)
         scheduler = Scheduler(
             core,
             registry,
@@ -182,7 +191,8 @@ def create_app(
                 context_tokens=settings.context_tokens,
                 stop_confirm_secs=settings.stop_confirm_secs,
             ),
-            tools={**BUILTIN_TOOLS, **TASK_TOOLS} if tools is None else tools,
+            tools={**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS} if tools is None else tools,
+            sandbox=sandbox,
         )
         core.agents = scheduler
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
@@ -196,7 +206,7 @@ def create_app(
             settings=_public_settings(settings),
             schema_version=SCHEMA_VERSION,
             tools=sorted(scheduler.tools),
-            capabilities=_capabilities(app, server, db),
+            capabilities=_capabilities(app, server, db, sandbox),
             providers=providers,
             recovery=recovery,
         )
@@ -231,7 +241,9 @@ async def _room_error(request: Request, exc: RoomError) -> Response:
     return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
 
 
-def _capabilities(app: Starlette, server: RoomServer, db: Database) -> dict[str, Any]:
+def _capabilities(
+    app: Starlette, server: RoomServer, db: Database, sandbox: Sandbox
+) -> dict[str, Any]:
     """What this process really does, read from the objects that do it."""
     serves_ws = any(
         isinstance(r, WebSocketRoute) and r.path == "/ws" and r.endpoint is ws_endpoint
@@ -246,6 +258,13 @@ def _capabilities(app: Starlette, server: RoomServer, db: Database) -> dict[str,
         # deliveries.
         "external_agents": serves_ws and "auth" in CLIENT_FRAME_TYPES,
         "frame_types": list(CLIENT_FRAME_TYPES),
+        # What the agents' shell tool runs in, as the start-up probe found it; without isolation
+        # commands run only in projects whose owner turned on unsandboxed execution.
+        "sandbox": {
+            "isolated": sandbox.info.isolated,
+            "reason": sandbox.info.reason or None,
+            "process_limit": sandbox.info.process_limit,
+        },
     }
 
 

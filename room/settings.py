@@ -86,6 +86,33 @@ class Settings(BaseModel):
     token_budget: int | None = Field(
         default=None, ge=1, description="Default per-project token budget (none: unlimited)."
     )
+    tool_calls_per_turn: int = Field(
+        default=40,
+        ge=1,
+        le=1000,
+        description="Default limit on an agent's tool calls in one turn; past it the loop brake "
+        "stops the turn (per project).",
+    )
+    command_timeout_secs: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="Default wall-clock limit of one shell command of an agent (per project).",
+    )
+    command_output_bytes: int = Field(
+        default=16 * 1024,
+        ge=256,
+        le=1024 * 1024,
+        description="Default bytes of a command's output returned to the model: head and tail "
+        "with a truncation marker (per project).",
+    )
+    command_secs_per_turn: float = Field(
+        default=600.0,
+        gt=0,
+        le=86_400,
+        description="Default total seconds an agent's commands may run in one turn; past it the "
+        "loop brake stops the turn (per project).",
+    )
     context_tokens: int = Field(
         default=6000, ge=500, description="Token budget of the timeline in an agent's context."
     )

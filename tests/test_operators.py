@@ -15,6 +15,7 @@ import pytest
 from room.boot import last_start, read_trace
 from room.cli import build_parser, main
 from room.protocol import CLIENT_FRAME_TYPES
+from room.sandbox import probe
 from room.transport import offers_direct_write
 from tests.support.inproc import App, error, owner_user, running_app
 from tests.support.server import ServerProcess
@@ -61,6 +62,15 @@ async def test_the_served_report_flags_what_room_serve_does(server: ServerProces
         "direct_fanout": True,  # room serve runs room.transport's protocol
         "external_agents": True,
         "frame_types": list(CLIENT_FRAME_TYPES),
+        "sandbox": report["capabilities"]["sandbox"],
+    }
+    # What `room serve` found on this machine: the same answer as a probe here (the tests'
+    # machine has bubblewrap), so the shell tool's isolation is not claimed without checking.
+    found = probe().info
+    assert report["capabilities"]["sandbox"] == {
+        "isolated": found.isolated,
+        "reason": found.reason or None,
+        "process_limit": found.process_limit,
     }
     assert report["settings"]["max_batch"] > 1
     # An external agent really connects: its token authenticates on /ws.

@@ -70,6 +70,10 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
         "room_plan_submit",
         "room_decision_propose",
         "room_pick_model",
+        "fs_list",
+        "fs_glob",
+        "fs_read",
+        "fs_search",
     ]
     history_result = requests[1]["messages"][-1]
     assert history_result["role"] == "tool" and history_result["tool_call_id"] == "c1"

@@ -615,7 +615,9 @@ async def test_reopening_accepted_work_sends_dependents_back_to_waiting(world: W
 
 async def run_tool(world: World, who: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
     context = ToolContext(world.core, world[who], 0, f"call-{name}", {})
-    return dict(json.loads(await TASK_TOOLS[name].run(context, args)))
+    reply = await TASK_TOOLS[name].run(context, args)
+    assert isinstance(reply, str)  # task tools answer plain JSON text
+    return dict(json.loads(reply))
 
 
 async def test_tools_answer_json_and_refusals_say_what_to_fix(world: World) -> None:

@@ -22,6 +22,10 @@ BRAKE_NOTICES = {
     "step_limit": "⛔ 步数制动：@{handle} 的一轮达到 {max_steps} 步上限仍未给出答复。已暂停派发，"
     "请人类查看后解除。",
     "repetition": "⛔ 重复制动：@{handle} 在重复同样的动作（{what}）。已暂停派发，请人类查看后解除。",
+    "tool_calls": "⛔ 工具制动：@{handle} 的一轮调用了 {calls} 次工具（上限 {cap}）。已暂停派发，"
+    "请人类查看后解除。",
+    "command_time": "⛔ 命令时间制动：@{handle} 的一轮命令已运行 {secs} 秒（上限 {cap:g} 秒）。"
+    "已暂停派发，请人类查看后解除。",
 }
 
 

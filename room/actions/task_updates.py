@@ -20,6 +20,7 @@ from typing import Any
 
 from room.actions import attempts as attempt_actions
 from room.actions import tasks as task_actions
+from room.actions.workspaces import workspace_of
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError
 from room.evidence import Artifact, inspect_artifact
@@ -97,7 +98,7 @@ async def inspect_artifacts(
         workspace = await attempt_actions.evidence_root(core, project_id, task_ref)
     else:
         project = await core.db.read(lambda conn: projects_store.get(conn, project_id))
-        workspace = project.workspace if project else None
+        workspace = str(workspace_of(core.settings, project)) if project else None
     return await asyncio.to_thread(lambda: [inspect_artifact(workspace, p) for p in paths])
 
 
@@ -395,15 +396,18 @@ def insert_command_result(
     exit_code: int,
     duration_ms: int,
     output: bytes | str,
+    whole: tuple[int, str] | None = None,
 ) -> int:
-    """Record what a command really did: its full output's size and SHA-256, and a tail."""
+    """Record what a command really did: its full output's size and SHA-256, and a tail.
+    ``whole`` is (size, SHA-256) of the full output when ``output`` is only its capped text
+    (the runner hashed everything the command wrote)."""
     data = output.encode() if isinstance(output, str) else output
     tail = data[-COMMAND_TAIL_CHARS * 4 :].decode(errors="replace")[-COMMAND_TAIL_CHARS:]
+    size, digest = whole if whole is not None else (len(data), hashlib.sha256(data).hexdigest())
     return tasks_store.insert_command_result(
         conn, project_id=project_id, member_id=member_id, turn_id=turn_id,
         command=command[:2000], exit_code=exit_code, duration_ms=max(0, duration_ms),
-        output_bytes=len(data), output_sha256=hashlib.sha256(data).hexdigest(),
-        output_tail=tail, now=tx.now,
+        output_bytes=size, output_sha256=digest, output_tail=tail, now=tx.now,
     )  # fmt: skip
 
 
@@ -416,16 +420,19 @@ async def record_command_result(
     exit_code: int,
     duration_ms: int,
     output: bytes | str,
+    whole: tuple[int, str] | None = None,
 ) -> int:
     """For the runtime only, after it ran a command itself: the id a submission may cite.
 
-    No command tool exists yet; when one does, its runner calls this with what the process
-    really returned. Nothing a model writes can become command evidence any other way.
+    The ``shell`` tool (:mod:`room.agents.work_tools`) calls this with what the process really
+    returned (a killed command is recorded with exit code -1). Nothing a model writes can
+    become command evidence any other way.
     """
     return await core.db.write(
         lambda conn, tx: insert_command_result(
             conn, tx, project_id=member.project_id, member_id=member.id, turn_id=turn_id,
             command=command, exit_code=exit_code, duration_ms=duration_ms, output=output,
+            whole=whole,
         )
     )  # fmt: skip
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from room.actions.notices import insert_notice
 from room.core import Core
 from room.ledger import DeliveryState, Reason
 from room.render import render
+from room.settings import Settings
 from room.store import Tx
 from room.store import brakes as brakes_store
 from room.store import deliveries as deliveries_store
@@ -40,21 +41,50 @@ class Limits:
     max_steps: int
     agent_turn_cap: int
     token_budget: int | None
+    tool_calls_per_turn: int = 40
+    command_timeout_secs: float = 120.0
+    command_output_bytes: int = 16 * 1024
+    command_secs_per_turn: float = 600.0
+
+
+#: The keys of a project's ``limits`` setting (``PATCH /api/projects/{id}/settings``).
+WORK_LIMITS = (
+    "tool_calls_per_turn",
+    "command_timeout_secs",
+    "command_output_bytes",
+    "command_secs_per_turn",
+)
 
 
 async def limits(core: Core, project_id: int) -> Limits:
     """The project's limits; a missing or unusable value falls back to the server's."""
     values = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
-    defaults = core.settings
+    return limits_of(core.settings, values)
+
+
+def limits_of(defaults: Settings, values: Mapping[str, Any]) -> Limits:
+    """:class:`Limits` from a project's stored settings over the server's ``defaults``."""
 
     def number(key: str, default: int | None) -> int | None:
         value = values.get(key)
         return value if isinstance(value, int) and value > 0 else default
 
+    work = values.get("limits")
+    work = work if isinstance(work, dict) else {}
+
+    def work_limit(key: str) -> Any:
+        value = work.get(key)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        return value if ok else getattr(defaults, key)
+
     return Limits(
         max_steps=number("max_steps", defaults.max_steps) or defaults.max_steps,
         agent_turn_cap=number("agent_turn_cap", defaults.agent_turn_cap) or defaults.agent_turn_cap,
         token_budget=number("token_budget", defaults.token_budget),
+        tool_calls_per_turn=int(work_limit("tool_calls_per_turn")),
+        command_timeout_secs=float(work_limit("command_timeout_secs")),
+        command_output_bytes=int(work_limit("command_output_bytes")),
+        command_secs_per_turn=float(work_limit("command_secs_per_turn")),
     )
 
 
@@ -222,21 +252,41 @@ class ToolResult:
     call_id: str
     text: str
     ok: bool
+    detail: Mapping[str, Any] | None = None  # for the timeline: ``command`` or ``file``
 
 
 def tool_activity(
     calls: list[dict[str, Any]], results: list[ToolResult]
 ) -> tuple[str, dict[str, Any]]:
     """The timeline's record of one step's tool calls: a short line each, and the details."""
-    outcome = {r.call_id: r.ok for r in results}
+    outcome = {r.call_id: r for r in results}
     entries = []
     for call in calls:
         args = json.dumps(call["arguments"], ensure_ascii=False)
         if len(args) > TOOL_ARG_CHARS:
             args = args[: TOOL_ARG_CHARS - 1] + "…"
-        entries.append({"name": call["name"], "arguments": args, "ok": outcome.get(call["id"])})
-    lines = [f"🔧 `{e['name']}` {'✓' if e['ok'] else '✗'}" for e in entries]
+        result = outcome.get(call["id"])
+        entry = {"name": call["name"], "arguments": args, "ok": result.ok if result else None}
+        if result is not None and result.detail:
+            entry.update(result.detail)  # ``command: {...}`` for shell, ``file: {...}`` for writes
+        entries.append(entry)
+    lines = [_activity_line(e) for e in entries]
     return "\n".join(lines), {"tool": {"calls": entries}}
+
+
+def _activity_line(entry: Mapping[str, Any]) -> str:
+    line = f"🔧 `{entry['name']}` {'✓' if entry['ok'] else '✗'}"
+    command = entry.get("command")
+    if isinstance(command, Mapping):
+        code = command.get("exit_code")
+        said = f"exit {code}" if code is not None else f"killed: {command.get('killed')}"
+        text = str(command.get("command", ""))[:TOOL_ARG_CHARS].replace("`", "'")
+        line += f" `{text}` → {said}"
+    file = entry.get("file")
+    if isinstance(file, Mapping):
+        path = str(file.get("path", "")).replace("`", "'")
+        line += f" `{path}` ({file.get('bytes')} B)"
+    return line
 
 
 async def record_tool_step(

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from room.agents.drivers import ExternalDriver, InProcessDriver
-from room.agents.tools import BUILTIN_TOOLS, Tool
-from room.agents.turn import TurnEnv
+from room.agents.tools import BUILTIN_TOOLS, Tool, Toolbox, WorkEnv
+from room.agents.turn import TurnEnv, read_only_roles
 from room.core import Core
+from room.models import Member
 from room.providers import ProviderRegistry
+from room.sandbox import Sandbox
 from room.store import deliveries as deliveries_store
 
 STOP_CONFIRM_SECS = 5.0
@@ -33,6 +35,7 @@ class Scheduler:
         registry: ProviderRegistry,
         settings: AgentSettings,
         tools: Mapping[str, Tool] = BUILTIN_TOOLS,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.core = core
         self.registry = registry
@@ -40,7 +43,12 @@ class Scheduler:
         self.tools = dict(tools)
         self.closing = False
         self.recovery: dict[str, Any] = {}
-        env = TurnEnv(core, registry, self.tools, settings.context_tokens, lambda: self.closing)
+        # The command runner as the start-up probe found it, and the serial-mode writer locks:
+        # one per server, owned here (no module-level state).
+        self.work = WorkEnv(sandbox) if sandbox is not None else None
+        env = TurnEnv(
+            core, registry, self.tools, settings.context_tokens, lambda: self.closing, self.work
+        )
         self.external = ExternalDriver(core)
         self.in_process = InProcessDriver(env, settings.max_concurrent_turns)
 
@@ -85,3 +93,18 @@ class Scheduler:
 
     def running_members(self, project_id: int) -> list[int]:
         return self.in_process.running_members(project_id)
+
+    # -- what members may do --------------------------------------------------------------------
+
+    def member_tools(self, member: Member, stored: Mapping[str, Any]) -> dict[str, Any]:
+        """An agent's ``tools``, ``read_only`` and ``sandboxed`` for its wire object, from the
+        project's stored settings (``read_only_roles``) and the start-up probe: ``sandboxed``
+        says whether its commands run isolated on this server."""
+        read_only = member.role in read_only_roles(stored)
+        toolbox = Toolbox(self.tools, member.role, read_only=read_only)
+        sandbox = self.work.sandbox if self.work is not None else None
+        return {
+            "tools": [spec.name for spec in toolbox.specs()],
+            "read_only": toolbox.read_only,
+            "sandboxed": bool(sandbox is not None and sandbox.info.isolated),
+        }

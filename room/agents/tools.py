@@ -4,23 +4,56 @@ arguments; a tool the member's preset does not grant is refused here even if a m
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from room.actions import messages as message_actions
 from room.actions import routes as route_actions
 from room.actions import turns as turn_actions
-from room.agents.presets import preset_for
+from room.actions.turns import Limits
+from room.agents.presets import WRITE_TOOLS, preset_for
 from room.core import Core
 from room.errors import RoomError
 from room.models import Member
 from room.providers import ToolSpec
+from room.sandbox import Sandbox
 from room.store import messages as messages_store
 
 HISTORY_MAX = 50
+
+
+class WriterLocks:
+    """One writer at a time per project, where members share the workspace itself (``serial``
+    mode, :class:`room.actions.workspaces.WorkDir`): taken by the write tools and ``shell``."""
+
+    def __init__(self) -> None:
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def of(self, project_id: int) -> asyncio.Lock:
+        return self._locks.setdefault(project_id, asyncio.Lock())
+
+
+@dataclass(frozen=True, slots=True)
+class WorkEnv:
+    """What the work tools (:mod:`room.agents.work_tools`) run with, built once per server: the
+    command runner as the start-up probe found it, and the serial-mode writer locks."""
+
+    sandbox: Sandbox
+    writers: WriterLocks = field(default_factory=WriterLocks)
+
+
+@dataclass(slots=True)
+class TurnWork:
+    """One turn's share of the work limits, and the event that stops its running command when a
+    person stops the member or the project (:meth:`room.agents.turn.Turn.stop`)."""
+
+    limits: Limits
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    command_secs: float = 0.0  # spent by this turn's commands so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +63,20 @@ class ToolContext:
     turn_id: int
     call_id: str
     extra: Mapping[str, Any]
+    work: WorkEnv | None = None
+    turn: TurnWork | None = None
 
 
-ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    """A tool's answer when the timeline should show more than ✓/✗: ``detail`` is merged into
+    the call's entry in the ``tool`` message's meta (``command: {...}``, ``file: {...}``)."""
+
+    text: str
+    detail: Mapping[str, Any]
+
+
+ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[str | ToolReply]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +101,7 @@ class ToolOutcome:
     text: str
     ok: bool
     acted: bool
+    detail: Mapping[str, Any] | None = None
 
 
 def _reports_failure(text: str) -> bool:
@@ -220,11 +265,21 @@ BUILTIN_TOOLS: Mapping[str, Tool] = MappingProxyType(
 
 
 class Toolbox:
-    """The tools of one member: exactly its preset's grants that exist on this server."""
+    """The tools of one member: exactly its preset's grants that exist on this server, less the
+    write tools when its role is read-only in the project (``read_only_roles``)."""
 
-    def __init__(self, tools: Mapping[str, Tool], role: str) -> None:
+    def __init__(self, tools: Mapping[str, Tool], role: str, *, read_only: bool = False) -> None:
         granted = preset_for(role).tools
-        self.tools = {name: tools[name] for name in granted if name in tools}
+        self.tools = {
+            name: tools[name]
+            for name in granted
+            if name in tools and not (read_only and name in WRITE_TOOLS)
+        }
+
+    @property
+    def read_only(self) -> bool:
+        """Nothing here changes the workspace."""
+        return not (WRITE_TOOLS & self.tools.keys())
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(tool.spec for tool in self.tools.values())
@@ -235,15 +290,16 @@ class Toolbox:
             if tool is None:
                 # Refused server-side even when the model asks: not granted means not run.
                 raise ToolRefusedError(f"{name} is not granted to your role")
-            text = await tool.run(ctx, args)
+            reply = await tool.run(ctx, args)
         except RoomError as exc:
-            return _failure(exc.code, exc.message)
+            return _failure(exc.code, exc.message, exc.details)
         except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
             # Arguments of the wrong shape from a model: tell it, do not end its turn.
             return _failure("bad_arguments", str(exc)[:200])
         # A tool that ran may have acted even if it then reported a failure: counted as acting
         # (a turn that acted is never re-run after a restart).
-        return ToolOutcome(text, not _reports_failure(text), acted=tool.side_effect)
+        text, detail = (reply.text, reply.detail) if isinstance(reply, ToolReply) else (reply, None)
+        return ToolOutcome(text, not _reports_failure(text), tool.side_effect, detail)
 
 
 def bad_arguments(message: str) -> ToolOutcome:
@@ -251,5 +307,8 @@ def bad_arguments(message: str) -> ToolOutcome:
     return _failure("bad_arguments", message)
 
 
-def _failure(code: str, message: str) -> ToolOutcome:
-    return ToolOutcome(_result({"ok": False, "error": code, "message": message}), False, False)
+def _failure(code: str, message: str, details: Mapping[str, Any] | None = None) -> ToolOutcome:
+    data: dict[str, Any] = {"ok": False, "error": code, "message": message}
+    if details:
+        data["details"] = dict(details)  # a file tool's ``path`` and ``hint`` the model can act on
+    return ToolOutcome(_result(data), False, False)

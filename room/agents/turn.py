@@ -24,7 +24,7 @@ from room.actions import turns as turn_actions
 from room.actions.turns import Limits, TurnStart
 from room.agents import context as ctx_mod
 from room.agents.presets import ROOM_RULES, preset_for
-from room.agents.tools import Tool, Toolbox, ToolContext, bad_arguments
+from room.agents.tools import Tool, Toolbox, ToolContext, TurnWork, WorkEnv, bad_arguments
 from room.core import Core
 from room.errors import ProviderError, RoomError
 from room.ledger import Reason
@@ -52,6 +52,7 @@ class TurnEnv:
     tools: Mapping[str, Tool]
     context_tokens: int
     closing: Callable[[], bool]
+    work: WorkEnv | None = None  # the command runner and writer locks of the work tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +84,14 @@ class Turn:
         self.seen_calls: dict[str, int] = {}
         self.stop_requested = False
         self._in_flight: asyncio.Future[Any] | None = None
+        self.work = TurnWork(limits)
+        self.tool_calls = 0
 
     def stop(self) -> None:
         """Ask the turn to stop at its next step boundary; an in-flight model call is
-        abandoned."""
+        abandoned and a running command killed (its whole process group, within a second)."""
         self.stop_requested = True
+        self.work.cancel.set()
         if self._in_flight is not None and not self._in_flight.done():
             self._in_flight.cancel()
 
@@ -114,7 +118,7 @@ class Turn:
             return TurnOutcome("failed", self.steps)
 
     async def _loop(self, limits: Limits) -> TurnOutcome:
-        toolbox = Toolbox(self.env.tools, self.member.role)
+        toolbox = await toolbox_for(self.core, self.env.tools, self.member)
         messages = await self._context()
         for step in range(1, limits.max_steps + 1):
             self.steps = step
@@ -133,6 +137,13 @@ class Turn:
                 return TurnOutcome("failed", step)
             if not result.tool_calls:
                 return await self._finish(result.text)
+            self.tool_calls += len(result.tool_calls)
+            if self.tool_calls > limits.tool_calls_per_turn:
+                return await self._brake_work(
+                    step,
+                    "tool_calls",
+                    {"calls": self.tool_calls, "cap": limits.tool_calls_per_turn},
+                )
             messages.append(
                 ChatMessage(role="assistant", content=result.text, tool_calls=result.tool_calls)
             )
@@ -157,12 +168,16 @@ class Turn:
                         ),
                     )
                     return TurnOutcome("braked", step, look_again=False)
-                tool_ctx = ToolContext(self.core, self.member, self.turn_id, call.id, {})
+                tool_ctx = ToolContext(
+                    self.core, self.member, self.turn_id, call.id, {}, self.env.work, self.work
+                )
                 if call.raw_arguments and not call.arguments:
                     outcome = bad_arguments("arguments were not valid JSON")
                 else:
                     outcome = await toolbox.run(tool_ctx, call.name, call.arguments)
-                results.append(turn_actions.ToolResult(call.id, outcome.text, outcome.ok))
+                results.append(
+                    turn_actions.ToolResult(call.id, outcome.text, outcome.ok, outcome.detail)
+                )
                 effects += int(outcome.acted)
                 messages.append(
                     ChatMessage(
@@ -180,6 +195,12 @@ class Turn:
                 results,
                 effects,
             )
+            if self.work.command_secs >= limits.command_secs_per_turn and not self.stop_requested:
+                return await self._brake_work(
+                    step,
+                    "command_time",
+                    {"secs": round(self.work.command_secs), "cap": limits.command_secs_per_turn},
+                )
             if step < limits.max_steps:  # nothing new is taken in that no request would carry
                 steer = await self._steer()
                 if steer is not None:
@@ -192,6 +213,17 @@ class Turn:
             brake=("step_limit", {"handle": self.member.handle, "max_steps": limits.max_steps}),
         )
         return TurnOutcome("step_limit", self.steps, look_again=False)
+
+    async def _brake_work(self, step: int, reason: str, detail: dict[str, Any]) -> TurnOutcome:
+        """A work limit of the turn (tool calls, command seconds) stops it like the step limit."""
+        await self._end(
+            "braked",
+            Reason.LOOP_BRAKE,
+            f"work limit reached: {reason}",
+            unanswered="release",
+            brake=(reason, {"handle": self.member.handle, **detail}),
+        )
+        return TurnOutcome("braked", step, look_again=False)
 
     async def _context(self) -> list[ChatMessage]:
         project_id = self.member.project_id
@@ -339,6 +371,23 @@ class Turn:
             brake=brake,
             unanswered=unanswered,
         )
+
+
+async def toolbox_for(core: Core, tools: Mapping[str, Tool], member: Member) -> Toolbox:
+    """The member's tools now: its preset's, less the write tools when the project's owner
+    marked its role read-only."""
+    project_id = member.project_id
+    stored = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
+    return Toolbox(tools, member.role, read_only=member.role in read_only_roles(stored))
+
+
+def read_only_roles(stored: Mapping[str, Any]) -> frozenset[str]:
+    roles = stored.get("read_only_roles")
+    return (
+        frozenset(r for r in roles if isinstance(r, str))
+        if isinstance(roles, list)
+        else frozenset()
+    )
 
 
 def _person(member: Member) -> ctx_mod.Person:

@@ -6,21 +6,30 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room.actions import brakes as brake_actions
 from room.actions import members as member_actions
+from room.actions import project_settings as settings_actions
 from room.actions import routes as route_actions
 from room.actions import turns as turn_actions
 from room.actions.projects import AgentSpec
 from room.agents import Scheduler
-from room.agents.tools import Toolbox
+from room.agents.presets import PRESETS
 from room.agents.turn import resolve_config
 from room.api.base import body_of, core_of, identity, member_in, path_id
-from room.errors import ForbiddenError, NotFoundError
+from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.ops import member_for
 from room.routing import SOURCE_LABELS
 from room.store import Tx
@@ -80,7 +89,10 @@ async def member_detail(request: Request) -> Response:
         data["observed"] = observed
         data["last_turn"] = last_turn
         data["running"] = member.id in runtime.running_members(project_id)
-        data["tools"] = [s.name for s in Toolbox(runtime.tools, member.role).specs()]
+        stored = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
+        work = runtime.member_tools(member, stored)
+        data["member"] |= work
+        data["tools"] = work["tools"]
     return JSONResponse(data)
 
 
@@ -232,6 +244,56 @@ async def set_limits(request: Request) -> Response:
     return JSONResponse({"limits": result})
 
 
+class WorkLimitsIn(BaseModel):
+    """Per-project overrides of the work limits; ``null`` goes back to the server's default."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_calls_per_turn: StrictInt | None = Field(default=None, ge=1, le=1000)
+    command_timeout_secs: StrictInt | StrictFloat | None = Field(default=None, gt=0, le=3600)
+    command_output_bytes: StrictInt | None = Field(default=None, ge=256, le=1024 * 1024)
+    command_secs_per_turn: StrictInt | StrictFloat | None = Field(default=None, gt=0, le=86_400)
+
+
+class ProjectSettingsIn(BaseModel):
+    """``PATCH /api/projects/{id}/settings``: each field given is changed, the rest kept."""
+
+    model_config = ConfigDict(extra="forbid")
+    network: StrictBool | None = None
+    unsandboxed: StrictBool | None = None
+    read_only_roles: list[str] | None = Field(default=None, max_length=len(PRESETS))
+    limits: WorkLimitsIn | None = None
+
+    @field_validator("read_only_roles")
+    @classmethod
+    def _known_roles(cls, roles: list[str] | None) -> list[str] | None:
+        unknown = sorted(set(roles or ()) - PRESETS.keys())
+        if unknown:
+            raise ValueError(f"unknown roles {unknown}; roles are {sorted(PRESETS)}")
+        return roles
+
+
+async def patch_settings(request: Request) -> Response:
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    actor = await member_in(core, who, path_id(request, "project_id"))
+    data: ProjectSettingsIn = await body_of(request, ProjectSettingsIn)
+    changes: dict[str, Any] = {}
+    for key in data.model_fields_set:
+        value = getattr(data, key)
+        if key == "limits":
+            if value is None:
+                raise BadRequestError("limits: give an object of limits", code="bad_body")
+            changes["limits"] = {k: getattr(value, k) for k in value.model_fields_set}
+        elif value is None:
+            raise BadRequestError(f"{key}: null is not a value here", code="bad_body")
+        else:
+            changes[key] = value
+    if not changes:
+        raise BadRequestError("nothing to change", code="bad_body")
+    settings = await settings_actions.change_settings(core, actor, changes)
+    return JSONResponse({"settings": settings})
+
+
 async def recovery(request: Request) -> Response:
     """What the last start-up reconciled, across every project: for server admins only."""
     who = await identity(request)
@@ -256,4 +318,5 @@ endpoints = [
     Route("/api/projects/{project_id:int}/brake", get_brake, methods=["GET"]),
     Route("/api/projects/{project_id:int}/brake/clear", clear_brake, methods=["POST"]),
     Route("/api/projects/{project_id:int}/limits", set_limits, methods=["POST"]),
+    Route("/api/projects/{project_id:int}/settings", patch_settings, methods=["PATCH"]),
 ]

@@ -21,6 +21,8 @@ from room.actions import auth as auth_actions
 from room.actions import messages as message_actions
 from room.actions import projects as project_actions
 from room.actions import workspaces as ws_actions
+from room.actions.project_settings import settings_wire
+from room.agents import Scheduler
 from room.auth import Identity, check_csrf, identity_from_headers
 from room.core import Core
 from room.errors import (
@@ -231,11 +233,21 @@ async def get_project(request: Request) -> Response:
     project, members = await core.db.read(query)
     assert project is not None
     extra = await ws_actions.project_wire(core, project)
+    stored = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
+    wire = members_for(members, project.state, member)
+    runtime = core.agents
+    if isinstance(runtime, Scheduler):  # what each agent may do: its tools, and isolation
+        roster = await core.rosters.get(project_id)
+        for m in wire:
+            found = roster.member(int(m["id"]))
+            if found is not None and found.kind == "agent":
+                m |= runtime.member_tools(found, stored)
     return JSONResponse(
         {
-            "project": project_for(project, viewer_kind(member), extra),
+            "project": project_for(project, viewer_kind(member), extra)
+            | {"settings": settings_wire(core.settings, stored)},
             "you": member.id,
-            "members": members_for(members, project.state, member),
+            "members": wire,
         }
     )
 

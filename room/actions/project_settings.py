@@ -1,0 +1,88 @@
+"""What an owner may change about how a project's agents work: whether commands may use the
+network (``network``), run without a sandbox where none is available (``unsandboxed``), which
+roles are read-only (``read_only_roles``) and the work limits (``limits``). Stored in the
+project's settings; every change, and every refused attempt, is in the audit log.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+from room.actions.turns import WORK_LIMITS, limits_of
+from room.core import Core
+from room.errors import ForbiddenError
+from room.models import Member
+from room.settings import Settings
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import projects as projects_store
+
+SETTING_KEYS = ("network", "unsandboxed", "read_only_roles", "limits")
+
+
+def settings_wire(defaults: Settings, stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The project object's ``settings``: what applies now (the server's defaults where the
+    project sets nothing)."""
+    limits = limits_of(defaults, stored)
+    roles = stored.get("read_only_roles")
+    return {
+        "network": stored.get("network") is True,
+        "unsandboxed": stored.get("unsandboxed") is True,
+        "read_only_roles": sorted(r for r in roles if isinstance(r, str))
+        if isinstance(roles, list)
+        else [],
+        "limits": {key: getattr(limits, key) for key in WORK_LIMITS},
+    }
+
+
+async def read_settings(core: Core, project_id: int) -> dict[str, Any]:
+    stored = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
+    return settings_wire(core.settings, stored)
+
+
+async def change_settings(core: Core, actor: Member, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply an owner's ``changes`` (already validated: keys of :data:`SETTING_KEYS`; in
+    ``limits`` a ``None`` goes back to the server's default). People only, owners only."""
+    project_id = actor.project_id
+    if actor.kind != "human" or not actor.is_owner:
+        await core.db.write(lambda conn, tx: _audit(conn, tx, actor, "refused", dict(changes)))
+        if actor.kind != "human":
+            raise ForbiddenError("only a person changes project settings", code="human_only")
+        raise ForbiddenError("only a project owner changes project settings", code="not_owner")
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        projects_store.require_open(conn, project_id)
+        before = projects_store.settings(conn, project_id)
+        values = {k: v for k, v in changes.items() if k != "limits"}
+        if "read_only_roles" in values:
+            values["read_only_roles"] = sorted(set(values["read_only_roles"]))
+        if "limits" in changes:
+            merged = dict(before.get("limits") or {})
+            for key, value in changes["limits"].items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            values["limits"] = merged
+        after = projects_store.update_settings(conn, project_id, values, tx.now)
+        _audit(conn, tx, actor, "ok", dict(changes))
+        return settings_wire(core.settings, after)
+
+    return await core.db.write(job)
+
+
+def _audit(
+    conn: sqlite3.Connection, tx: Tx, actor: Member, outcome: str, changes: dict[str, Any]
+) -> None:
+    audit_store.record(
+        conn,
+        now=tx.now,
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        project_id=actor.project_id,
+        action="project.settings",
+        outcome=outcome,
+        detail={"changes": changes},
+    )
