@@ -4,6 +4,7 @@ OpenAI-compatible server scripting the model's tool calls, and the workspace on 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -240,11 +241,17 @@ async def test_commands_cannot_read_secrets_or_reach_the_network_unless_allowed(
     await eventually(lambda: accepted == [1])
 
 
+# A duration no other test or process on the machine uses: ``sleep`` takes decimals, so the
+# process this test starts is told apart from any other ``sleep 100``.
+SLEEP = f"100.{os.getpid()}"
+
+
 def sleeping() -> bool:
-    """A ``sleep 100`` process exists on this machine (read from /proc)."""
+    """This test's ``sleep`` process exists on this machine (read from /proc)."""
+    wanted = f"sleep\x00{SLEEP}\x00".encode()
     for entry in Path("/proc").iterdir():
         try:
-            if (entry / "cmdline").read_bytes() == b"sleep\x00100\x00":
+            if (entry / "cmdline").read_bytes() == wanted:
                 return True
         except OSError:
             continue
@@ -253,7 +260,7 @@ def sleeping() -> bool:
 
 async def test_stopping_the_member_kills_its_command_within_two_seconds(room: Room) -> None:
     be = backend(room)
-    room.llm.push(calls(("s", "shell", {"command": "sleep 100"})))
+    room.llm.push(calls(("s", "shell", {"command": f"sleep {SLEEP}"})))
     room.say("@be 睡一会")
     card = f"/api/projects/{room.project}/members/{be}"
     await eventually(lambda: room.get(card)["running"] and len(room.llm.chat_requests) == 1)
