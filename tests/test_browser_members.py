@@ -172,6 +172,37 @@ def test_member_card_shows_where_the_route_comes_from(
     screenshot(page, "members-card")
 
 
+def test_member_card_shows_tools_access_and_sandbox_when_the_server_says(
+    owner: Person, room_server: RoomServer
+) -> None:
+    project = room_server.create_project("工具与沙箱", TEAM)
+    fe = room_server.members(project)["fe"]
+    owner.open_project(project)
+    page = owner.page
+    row = page.locator(f'#tab-members .member-row[data-member-id="{fe["id"]}"] .member-name')
+    row.click()
+    dialog = page.get_by_role("dialog", name="前端")
+    expect(dialog.locator(".route-model")).to_be_visible()
+    expect(dialog.locator(".card-tools code").first).to_be_visible()  # the server's tool list
+    expect(dialog.locator(".card-access")).to_have_count(0)  # not reported: not shown
+    expect(dialog.locator(".card-sandbox")).to_have_count(0)
+    dialog.get_by_role("button", name="关闭").click()
+
+    # The member object with the fields the agents' tools add (real answer, fields added).
+    def with_fields(route: Any) -> None:
+        answer = route.fetch().json()
+        answer["member"].update(tools=["fs_read", "fs_list"], read_only=True, sandboxed=False)
+        route.fulfill(json=answer)
+
+    page.route(re.compile(rf".*/api/projects/{project}/members/{fe['id']}$"), with_fields)
+    row.click()
+    dialog = page.get_by_role("dialog", name="前端")
+    expect(dialog.locator(".card-tools code")).to_have_text(["fs_read", "fs_list"])
+    expect(dialog.locator(".card-access")).to_have_text("只读：没有写文件和运行命令的工具")
+    expect(dialog.locator(".card-sandbox")).to_have_text("未隔离")
+    screenshot(page, "members-card-tools")
+
+
 def test_pause_resume_stop_leave_and_status_dots(owner: Person, room_server: RoomServer) -> None:
     project = room_server.create_project("成员操作", TEAM)
     fe = room_server.members(project)["fe"]

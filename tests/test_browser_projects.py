@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
@@ -59,13 +60,17 @@ def test_projects_are_grouped_by_state(owner: Person, room_server: RoomServer) -
     expect(archive).to_have_attribute("open", "")
 
 
-def test_create_project_with_members_and_models(owner: Person, room_server: RoomServer) -> None:
+def test_create_project_with_members_and_models(
+    owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "settings"  # outside the server's data folder
+    workspace.mkdir()
     page = owner.page
     page.get_by_role("button", name="新建项目").click()
     dialog = page.get_by_role("dialog", name="新建项目")
     expect(dialog.get_by_label("项目名称")).to_be_focused()
     dialog.get_by_label("项目名称").fill("设置页迁移")
-    dialog.get_by_label("工作区文件夹").fill("/srv/work/settings")
+    dialog.get_by_label("工作区文件夹").fill(str(workspace))
     dialog.get_by_label("总体目标").fill("把设置页迁移到新组件库，不改变现有行为。")
     project_model = dialog.get_by_label("项目默认模型")
     expect(project_model.locator("option", has_text="builtin/echo")).to_have_count(1)
@@ -92,8 +97,9 @@ def test_create_project_with_members_and_models(owner: Person, room_server: Room
     expect(members).to_have_text(["负责人", "前端", "测试同学"])
 
     wire = next(p for p in room_server.get("/api/me")["projects"] if p["id"] == project)
-    assert (wire["workspace"], wire["goal"]) == (
-        "/srv/work/settings",
+    assert (wire["workspace"]["path"], wire["workspace"]["default"], wire["goal"]) == (
+        str(workspace.resolve()),
+        False,
         "把设置页迁移到新组件库，不改变现有行为。",
     )
     by_handle = room_server.members(project)
@@ -126,6 +132,18 @@ def test_create_project_errors_stay_in_the_dialog(
         dialog.get_by_label("项目名称").fill("已经存在的名字")
         dialog.get_by_role("button", name="创建项目").click()
         expect(dialog.get_by_role("alert")).to_have_text("已经有一个名为「已经存在的名字」的项目")
+        # A refused workspace: the server's code, in the interface language.
+        person.allow(r"Failed to load resource: .* 400")
+        dialog.get_by_label("项目名称").fill("工作区被拒绝")
+        dialog.get_by_label("工作区文件夹").fill("work/app")
+        dialog.get_by_role("button", name="创建项目").click()
+        expect(dialog.get_by_role("alert")).to_have_text("工作区须是绝对路径，例如 /srv/work/app")
+        dialog.get_by_label("工作区文件夹").fill("/no/such/folder")
+        dialog.get_by_role("button", name="创建项目").click()
+        expect(dialog.get_by_role("alert")).to_have_text("工作区目录不存在：/no/such/folder")
+        assert "工作区被拒绝" not in [p["name"] for p in room_server.get("/api/me")["projects"]]
+        dialog.get_by_label("工作区文件夹").fill("")
+        dialog.get_by_label("项目名称").fill("已经存在的名字")
         assert layout_problems(page) == []
         screenshot(page, "projects-create-dialog-600")
         page.keyboard.press("Escape")

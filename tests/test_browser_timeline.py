@@ -198,6 +198,106 @@ def _inject_tool_message(ws: WebSocketRoute) -> None:
     server.on_message(to_page)
 
 
+def _inject_tool_calls(author_id: int, calls: list[dict[str, Any]]) -> Any:
+    """Like :func:`_inject_tool_message`, with the shape the server gives a step's tool calls
+    (``meta.tool.calls``, each shell call with its ``command``, each file write with ``file``)."""
+
+    def handler(ws: WebSocketRoute) -> None:
+        server = ws.connect_to_server()
+
+        def to_page(raw: str | bytes) -> None:
+            frame = json.loads(raw)
+            if frame.get("type") == "history" and frame["messages"]:
+                first = frame["messages"][0]
+                lines = "\n".join(f"🔧 `{c['name']}`" for c in calls)
+                tool = {
+                    **first, "id": 10_000_001, "seq": first["seq"] + 0.5, "kind": "tool", "author_id": author_id,
+                    "body": lines, "html": f"<p>{lines}</p>", "reply_to": None, "reply_excerpt": None,
+                    "mentions": [], "meta": {"tool": {"calls": calls, "turn_id": 1, "step": 1}},
+                }  # fmt: skip
+                frame["messages"].insert(1, tool)
+                raw = json.dumps(frame, ensure_ascii=False)
+            ws.send(raw)
+
+        server.on_message(to_page)
+
+    return handler
+
+
+SHELL_CALLS = [
+    {"name": "shell", "arguments": '{"command": "python -m pytest -q"}', "ok": True, "command": {
+        "command": "python -m pytest -q", "exit_code": 1, "duration_secs": 2.25,
+        "output": "FAILED test_x.py::test_a\n<script>alert(1)</script>\n1 failed", "truncated": True,
+        "sandboxed": False, "killed": False, "command_result_id": 7}},
+    {"name": "shell", "arguments": '{"command": "node --version"}', "ok": True, "command": {
+        "command": "node --version", "exit_code": 0, "duration_secs": 0.031, "output": "v20.11.0\n",
+        "truncated": False, "sandboxed": True, "killed": False, "command_result_id": 8}},
+    {"name": "shell", "arguments": '{"command": "sleep 100"}', "ok": False, "command": {
+        "command": "sleep 100", "exit_code": None, "duration_secs": 30.0, "output": "",
+        "truncated": False, "sandboxed": True, "killed": True, "command_result_id": 9}},
+    {"name": "fs_write", "arguments": '{"path": "src/设置.ts"}', "ok": True,
+     "file": {"path": "src/设置.ts", "bytes": 2048}},
+]  # fmt: skip
+
+
+def test_shell_commands_and_file_writes_in_tool_activity(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    project = room_server.create_project(
+        "命令记录", [{"role": "backend", "handle": "be", "display_name": "后端"}]
+    )
+    room_server.say(project, "开始干活")
+    room_server.say(project, "第二条")
+    agent = room_server.members(project)["be"]["id"]
+    person = sign_in_owner(
+        chromium,
+        room_server,
+        setup=lambda page: page.route_web_socket(WS_URL, _inject_tool_calls(agent, SHELL_CALLS)),
+    )
+    try:
+        person.open_project(project)
+        page = person.page
+        tool = page.locator("details.tool")
+        expect(tool).to_have_count(1)
+        head = tool.locator(":scope > summary")
+        expect(head).to_contain_text("后端使用了 shell、fs_write")
+        expect(head.locator(".badge-warn")).to_have_text("有失败")
+        head.click()
+        runs = tool.locator(".tool-command")
+        expect(runs).to_have_count(3)
+        failed, ok, killed = runs.nth(0), runs.nth(1), runs.nth(2)
+        expect(failed.locator(".command-line")).to_have_text("$ python -m pytest -q")
+        assert failed.locator(".command-line").evaluate("el => getComputedStyle(el).fontFamily")
+        expect(failed.locator(".command-exit")).to_have_text("✗ 1")
+        expect(failed.locator(".command-duration")).to_have_text("2.3 s")
+        expect(failed.locator(".command-unsandboxed")).to_have_text("未隔离")
+        expect(ok.locator(".command-exit")).to_have_text("✓ 0")
+        expect(ok.locator(".command-duration")).to_have_text("31 ms")
+        expect(ok.locator(".command-unsandboxed")).to_have_count(0)
+        expect(killed.locator(".command-exit")).to_have_text("已终止")
+        expect(killed.locator(".command-output")).to_have_text("没有输出")
+
+        # Output is collapsed, then shown as text: the markup in it is not markup.
+        output = failed.locator(".command-output")
+        expect(output.locator("summary")).to_have_text("输出（已截断）")
+        expect(output.locator("pre")).to_be_hidden()
+        output.locator("summary").click()
+        expect(output.locator("pre")).to_have_text(
+            "FAILED test_x.py::test_a\n<script>alert(1)</script>\n1 failed"
+        )
+        expect(tool.locator("script")).to_have_count(0)
+        expect(ok.locator(".command-output pre")).to_be_hidden()
+
+        write = tool.locator('.tool-call[data-name="fs_write"]')
+        expect(write.locator(".file-path")).to_have_text("src/设置.ts")
+        expect(write.locator(".file-size")).to_have_text("2.0 KB")
+        tool.scroll_into_view_if_needed()
+        screenshot(page, "timeline-tool-commands")
+        person.assert_clean()
+    finally:
+        person.close()
+
+
 def test_tool_activity_and_system_notices(chromium: Browser, room_server: RoomServer) -> None:
     project = room_server.create_project(
         "通知与工具",

@@ -99,6 +99,8 @@ const ICONS = {
   leave: { paths: ["M15 4h4v16h-4", "M10 8l-4 4 4 4", "M6 12h10"] },
   arrowDown: { paths: ["M12 5v14", "M6 13l6 6 6-6"] },
   send: { paths: ["M4 12l16-8-6 16-3-7-7-1z"] },
+  branch: { paths: ["M6 3v12", "M18 9a9 9 0 0 1-9 9"], dots: [[18, 6, 2.5], [6, 18, 2.5]] },
+  folder: { paths: ["M3 6h6l2 2h10v11H3z"] },
   dot: { dots: [[12, 12, 3]] },
 };
 

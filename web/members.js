@@ -156,7 +156,9 @@ export class Members {
         : t("card.noObserved")),
       h("dt", { text: t("card.now") }), h("dd", { dataset: { running: String(detail.running) }, text: detail.running ? t("card.running") : t("card.idle") }),
       detail.last_turn ? [h("dt", { text: t("card.lastTurn") }), h("dd", { text: t("card.turn", { state: label("turnState", detail.last_turn.state), steps: detail.last_turn.steps, at: formatDateTime(detail.last_turn.ended_at || detail.last_turn.started_at) }) })] : null,
-      h("dt", { text: t("card.tools") }), h("dd", {}, (detail.tools || []).map((tool) => h("code", { class: "tool-chip", text: tool }))));
+      h("dt", { text: t("card.tools") }), h("dd", { class: "card-tools" }, (m.tools || detail.tools || []).map((tool) => h("code", { class: "tool-chip", text: tool }))),
+      typeof m.read_only === "boolean" ? [h("dt", { text: t("card.access") }), h("dd", { class: "card-access", dataset: { readOnly: String(m.read_only) }, text: m.read_only ? t("card.readOnly") : t("card.writes") })] : null,
+      typeof m.sandboxed === "boolean" ? [h("dt", { text: t("card.commands") }), h("dd", {}, h("span", { class: ["card-sandbox", m.sandboxed ? null : "badge badge-warn"], dataset: { sandboxed: String(m.sandboxed) }, text: m.sandboxed ? t("card.sandboxed") : t("card.unsandboxed") }))] : null);
     const owner = isOwner(room);
     const memberLock = route.source === "member" ? route.model_id : "";
     const form = routeForm(room, {

@@ -234,12 +234,18 @@ function renderNotice(room, message, actions) {
   return el;
 }
 
-/** Tool activity: apart from speech, collapsed; one line says who used which tool. */
+/** Tool activity: apart from speech, collapsed; one line says who used which tools. Calls the
+ * server describes (`meta.tool.calls`) are listed one by one: a shell command with its exit code,
+ * duration, isolation and output (collapsed, as text), a file write with its path and size. */
 function renderTool(room, message) {
   const meta = message.meta || {};
-  const tool = meta.tool || meta.name || t("tool.unknown");
+  const calls = Array.isArray(meta.tool?.calls) ? meta.tool.calls : null;
+  const tool = calls
+    ? [...new Set(calls.map((c) => c.name))].join("、") || t("tool.unknown")
+    : (typeof meta.tool === "string" && meta.tool) || meta.name || t("tool.unknown");
   const body = h("div", { class: "tool-body" });
-  body.innerHTML = message.html; // sanitised by the server
+  if (calls) body.append(h("ol", { class: "tool-calls" }, calls.map((call) => toolCall(call))));
+  else body.innerHTML = message.html; // sanitised by the server
   return h(
     "details",
     { class: "tool", dataset: { id: String(message.id), seq: String(message.seq) } },
@@ -249,8 +255,56 @@ function renderTool(room, message) {
       icon("tool"),
       h("span", { class: "tool-who", text: authorName(room, message.author_id) }),
       h("span", { class: "tool-name", text: t("tool.used", { tool }) }),
+      calls?.some((c) => c.ok === false) ? h("span", { class: "badge badge-warn", text: t("tool.failed") }) : null,
       h("time", { dateTime: message.created_at, text: formatTime(message.created_at) }),
     ),
     body,
   );
+}
+
+function toolCall(call) {
+  const ok = call.ok === true ? "ok" : call.ok === false ? "failed" : null;
+  return h("li", { class: ["tool-call", ok && `call-${ok}`], dataset: { name: String(call.name ?? "") } },
+    h("div", { class: "call-head" },
+      h("code", { class: "call-name", text: String(call.name ?? "") }),
+      call.command ? null : h("code", { class: "call-args muted", text: String(call.arguments ?? "") }),
+      ok ? h("span", { class: ["call-ok", ok], text: ok === "ok" ? "✓" : "✗", attrs: { title: t(`tool.${ok}`) } }) : null),
+    call.command ? commandView(call.command) : null,
+    call.file ? fileView(call.file) : null);
+}
+
+/** One shell run: the command, ✓ 0 / ✗ n / killed, how long, whether it was isolated, and the
+ * capped output the model saw (text, collapsed). */
+function commandView(run) {
+  const killed = run.killed === true;
+  const code = run.exit_code;
+  const state = killed ? "killed" : code === 0 ? "ok" : "failed";
+  const exit = killed ? t("tool.killed") : code === 0 ? "✓ 0" : `✗ ${code ?? "?"}`;
+  const output = typeof run.output === "string" ? run.output : "";
+  return h("div", { class: "tool-command", dataset: { exit: String(code ?? ""), state } },
+    h("code", { class: "command-line", text: `$ ${run.command ?? ""}` }),
+    h("div", { class: "command-facts" },
+      h("span", { class: ["command-exit", state], attrs: { title: t("tool.exitCode") }, text: exit }),
+      typeof run.duration_secs === "number" ? h("span", { class: "command-duration muted", text: formatSecs(run.duration_secs) }) : null,
+      run.sandboxed === false ? h("span", { class: "badge badge-warn command-unsandboxed", text: t("tool.unsandboxed") }) : null,
+      run.command_result_id ? h("span", { class: "muted command-id", text: t("tool.commandId", { id: run.command_result_id }) }) : null),
+    output
+      ? h("details", { class: "command-output" }, h("summary", { text: run.truncated ? t("tool.outputTruncated") : t("tool.output") }), h("pre", { text: output }))
+      : h("span", { class: "muted command-output", text: t("tool.noOutput") }));
+}
+
+function fileView(file) {
+  return h("div", { class: "tool-file" },
+    h("code", { class: "file-path", text: String(file.path ?? "") }),
+    typeof file.bytes === "number" ? h("span", { class: "muted file-size", text: formatSize(file.bytes) }) : null);
+}
+
+function formatSecs(secs) {
+  return secs < 1 ? `${Math.round(secs * 1000)} ms` : `${secs.toFixed(secs < 10 ? 1 : 0)} s`;
+}
+
+export function formatSize(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
 }

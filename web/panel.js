@@ -2,10 +2,12 @@
 // (`GET /api/projects/{id}/tasks`, `…/decisions`; the shapes are in docs/tasks.md "Shapes").
 
 import { get } from "./api.js";
+import { attemptSection } from "./attempts.js";
 import { $, $$, h, icon } from "./dom.js";
 import { label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { member } from "./store.js";
+import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
   constructor(root, { members, models }) {
@@ -78,7 +80,7 @@ export class Panel {
     }
     if (room !== this.room) return;
     let tasks = data.tasks || [];
-    const nodes = [];
+    const nodes = [workspaceBar(room.project.workspace, () => openWorkspace(room).then(() => this.room === room && this.loadTasks()))];
     if (this.ownerFilter !== null) {
       const m = member(room, this.ownerFilter);
       tasks = tasks.filter((task) => task.owner_id === this.ownerFilter);
@@ -90,7 +92,7 @@ export class Panel {
         } } })));
     }
     if (!tasks.length) nodes.push(empty("tasks.emptyTitle", this.ownerFilter !== null ? "tasks.emptyOwner" : "tasks.empty"));
-    for (const task of tasks) nodes.push(taskCard(room, task));
+    for (const task of tasks) nodes.push(taskCard(room, task, () => this.loadTasks()));
     box.replaceChildren(...nodes);
   }
 
@@ -124,7 +126,7 @@ function empty(titleKey, textKey) {
 /** Criteria are reviewed (and shown) while a verdict on them can count. */
 const JUDGED = new Set(["in_review", "changes_requested", "accepted"]);
 
-function taskCard(room, task) {
+function taskCard(room, task, reload) {
   const owner = member(room, task.owner_id);
   const criteria = task.criteria || [];
   const passed = criteria.filter((c) => c.passed === true).length;
@@ -141,6 +143,7 @@ function taskCard(room, task) {
     h("div", { class: "task-owner" },
       owner ? avatar(room, owner.id, "xs") : null,
       h("span", { text: owner ? owner.display_name : task.owner?.display_name || t("tasks.noOwner") })),
+    attemptSection(room, task, reload),
     task.waiting_on?.length ? h("p", { class: "task-waiting" }, icon("pause"), h("span", { text: t("tasks.waitingOn", { keys: task.waiting_on.join("、") }) })) : null,
     task.note ? h("p", { class: "task-note", text: t("tasks.note", { note: task.note }) }) : null,
     criteria.length

@@ -1,0 +1,206 @@
+"""The page shows the work: a task's attempt worktree on its card (branch, diff stat, the diff as
+escaped text), an owner's merge of an accepted task (fast-forward; a conflict listed by path),
+and the project's workspace (where, git or not, worktrees or serial, changed by an owner with the
+server's refusals translated). A real server, a real git repository in tmp_path, tasks driven over
+HTTP as tests/test_browser_panel.py does."""
+
+# The fixtures chromium, room_server and owner are imported from tests/support/browser.py and
+# used as test arguments, which linters read as unused imports redefined.
+# ruff: noqa: F401, F811
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.support.browser import Person, RoomServer, chromium, owner, room_server, screenshot
+
+pytestmark = pytest.mark.browser
+
+TEAM = [{"role": "lead", "handle": "lead", "display_name": "负责人"}]
+SCRIPT = "<script>document.title = 'pwned'</script>"
+
+
+def git(cwd: Path, *args: str) -> str:
+    run = subprocess.run(
+        ["git", "-c", "user.name=Owner", "-c", "user.email=owner@example.com", *args],
+        cwd=cwd, check=True, capture_output=True, text=True, timeout=20,
+    )  # fmt: skip
+    return run.stdout.strip()
+
+
+def make_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# app\n")
+    (path / "app.py").write_text("v = 0\n")
+    git(path, "add", "--all")
+    git(path, "commit", "-q", "-m", "start")
+    return path
+
+
+def open_tasks(page: Page) -> Any:
+    page.get_by_role("tab", name="任务").click()
+    return page.get_by_role("tabpanel", name="任务")
+
+
+class Board:
+    """A project on a git workspace whose tasks the owner works on over HTTP."""
+
+    def __init__(self, room_server: RoomServer, repo: Path, name: str, *keys: str) -> None:
+        self.server = room_server
+        self.id = room_server.create_project(name, TEAM, workspace=repo)
+        self.base = f"/api/projects/{self.id}"
+        items = [
+            {"key": key, "title": f"做 {key}", "owner": "owner", "acceptance": [f"{key} 能用"]}
+            for key in keys
+        ]
+        room_server.post(f"{self.base}/plan", {"goal": "做完", "items": items}, 201)
+
+    def start(self, key: str) -> Path:
+        """Start the task (as its owner): its attempt gets a worktree; returns the folder."""
+        self.server.post(f"{self.base}/tasks/{key}/start", {})
+        attempt = self.server.get(f"{self.base}/tasks/{key}")["attempt"]
+        assert attempt is not None and attempt["state"] == "open", attempt
+        return Path(attempt["path"])
+
+    def accept(self, key: str, *files: str) -> None:
+        self.server.post(
+            f"{self.base}/tasks/{key}/submit", {"summary": "完成", "artifacts": list(files)}
+        )
+        verdict = {"results": [{"criterion": 1, "passed": True, "evidence": "看过了"}]}
+        assert self.server.post(f"{self.base}/tasks/{key}/review", verdict)["state"] == "accepted"
+
+
+def test_a_task_card_shows_its_worktree_diff_and_merges_fast_forward(
+    owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    board = Board(room_server, repo, "工作树卡片", "notes")
+    worktree = board.start("notes")
+    (worktree / "notes.md").write_text(f"# 笔记\n{SCRIPT}\n", encoding="utf-8")
+    branch = f"room/{board.id}/notes-1"
+
+    page = owner.page
+    owner.open_project(board.id)
+    tasks = open_tasks(page)
+    bar = tasks.locator(".workspace-bar")
+    expect(bar.locator(".workspace-path")).to_have_text(str(repo.resolve()))
+    expect(bar.locator(".badge")).to_have_text("工作树")
+    card = tasks.locator('.task-card[data-key="notes"]')
+    attempt = card.locator(".task-attempt")
+    expect(attempt.locator(".branch-name")).to_have_text(branch)
+    expect(attempt.locator(".badge")).to_have_text("进行中")
+    stat = attempt.locator(".diff-stat summary")
+    expect(stat).to_have_text("1 个文件有改动+2−0")
+    expect(attempt.get_by_role("button", name="合并到 main")).to_have_count(0)  # not accepted yet
+
+    # The diff: the file's lines as text, added lines coloured by class.
+    attempt.get_by_role("button", name="查看改动").click()
+    dialog = page.get_by_role("dialog", name=f"notes 的改动 · {branch}")
+    added = dialog.locator(".diff-add")
+    expect(added).to_have_text(["+# 笔记\n", f"+{SCRIPT}\n"])
+    expect(dialog.locator(".diff-file").first).to_contain_text("notes.md")
+    expect(dialog.locator("script")).to_have_count(0)
+    assert page.title() != "pwned"
+    colours = added.first.evaluate("el => getComputedStyle(el).backgroundColor")
+    assert colours not in ("", "rgba(0, 0, 0, 0)"), colours
+    screenshot(page, "work-diff")
+    dialog.get_by_role("button", name="完成").click()
+    attempt.locator(".diff-stat summary").click()
+    expect(attempt.locator(".diff-files li")).to_have_text(["notes.md+2−0"])
+    card.scroll_into_view_if_needed()
+    screenshot(page, "work-task-card")
+
+    # Accepted: the owner merges it (fast-forward) and the base branch really moves.
+    board.accept("notes", "notes.md")
+    tasks = open_tasks(page)
+    attempt = tasks.locator('.task-card[data-key="notes"] .task-attempt')
+    before = git(repo, "rev-parse", "main")
+    attempt.get_by_role("button", name="合并到 main").click()
+    merge = page.get_by_role("dialog", name=f"把 {branch} 合并到 main")
+    expect(merge.get_by_label("快进（main 没有新提交时才可以）")).to_be_checked()
+    merge.get_by_role("button", name="合并", exact=True).click()
+    outcome = merge.locator(".merge-outcome")
+    expect(outcome).to_have_text("已快进合并到 main")
+    expect(merge.locator(".merge-head code")).to_contain_text("notes: 做 notes")
+    expect(merge.locator(".merge-result")).not_to_contain_text("null")
+    expect(merge.locator(".merge-conflicts")).to_have_count(0)
+    screenshot(page, "work-merged")
+    after = git(repo, "rev-parse", "main")
+    assert after != before and after == git(repo, "rev-parse", branch)
+    assert (repo / "notes.md").read_text(encoding="utf-8") == f"# 笔记\n{SCRIPT}\n"
+    merge.get_by_role("button", name="关闭").first.click()
+    expect(tasks.locator('.task-card[data-key="notes"] .task-attempt .badge')).to_have_text(
+        "已合并"
+    )
+
+
+def test_a_conflicting_merge_lists_the_paths_and_changes_nothing(
+    owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    board = Board(room_server, repo, "合并冲突", "clash")
+    worktree = board.start("clash")
+    (worktree / "app.py").write_text("v = 1\n")
+    board.accept("clash", "app.py")
+    (repo / "app.py").write_text("v = 2\n")
+    git(repo, "commit", "-qam", "owner edits app.py")
+    before = git(repo, "rev-parse", "HEAD")
+
+    page = owner.page
+    owner.open_project(board.id)
+    attempt = open_tasks(page).locator('.task-card[data-key="clash"] .task-attempt')
+    attempt.get_by_role("button", name="合并到 main").click()
+    merge = page.get_by_role("dialog", name=f"把 room/{board.id}/clash-1 合并到 main")
+    merge.get_by_label("合并提交").check()
+    merge.get_by_role("button", name="合并", exact=True).click()
+    expect(merge.locator(".merge-outcome")).to_have_text(
+        "有冲突，合并已取消，main 保持原样。冲突的文件："
+    )
+    expect(merge.locator(".merge-conflicts li")).to_have_text(["app.py"])
+    assert git(repo, "rev-parse", "HEAD") == before and git(repo, "status", "--porcelain") == ""
+    assert (repo / "app.py").read_text() == "v = 2\n"
+
+
+def test_an_owner_changes_the_workspace_and_sees_refusals_translated(
+    owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    project = room_server.create_project("工作区设置", TEAM, workspace=repo)
+    page = owner.page
+    owner.allow(r"Failed to load resource: .* 400")
+    owner.open_project(project)
+    open_tasks(page).get_by_role("button", name="工作区…").click()
+    dialog = page.get_by_role("dialog", name="工作区设置 的工作区")
+    facts = dialog.locator(".workspace-facts")
+    expect(facts.locator(".workspace-path")).to_have_text(str(repo.resolve()))
+    expect(facts.locator(".workspace-git")).to_have_text("是")
+    expect(facts.locator("[data-mode]")).to_have_text("工作树")
+
+    field = dialog.get_by_label("新的工作区路径")
+    field.fill("relative/app")
+    dialog.get_by_role("button", name="保存").click()
+    expect(dialog.get_by_role("alert")).to_have_text("工作区须是绝对路径，例如 /srv/work/app")
+    field.fill(str(repo / "README.md"))
+    dialog.get_by_role("button", name="保存").click()
+    expect(dialog.get_by_role("alert")).to_have_text(
+        f"工作区必须是目录，不能是文件：{repo / 'README.md'}"
+    )
+
+    field.fill(str(plain))
+    dialog.get_by_role("button", name="保存").click()
+    expect(dialog.get_by_role("alert")).to_be_hidden()
+    expect(facts.locator(".workspace-path")).to_have_text(str(plain.resolve()))
+    expect(facts.locator(".workspace-git")).to_have_text("否")
+    expect(facts.locator("[data-mode]")).to_have_text("串行")
+    expect(facts.locator(".workspace-reason")).to_have_text("工作区不是 git 仓库，成员一次一人写入")
+    screenshot(page, "work-workspace-dialog")
+    wire = room_server.get(f"/api/projects/{project}")["project"]["workspace"]
+    assert (wire["path"], wire["mode"]) == (str(plain.resolve()), "serial")
