@@ -402,6 +402,8 @@ export const STRINGS_EN = {
   "brakeReason.token_budget": "token budget spent",
   "brakeReason.step_limit": "step limit reached",
   "brakeReason.repetition": "repetition detected",
+  "brakeReason.tool_calls": "tool calls per turn reached",
+  "brakeReason.command_time": "command time per turn reached",
 
   "lifecycle.menu": "Project actions",
   "lifecycle.pause": "Pause project",

@@ -403,6 +403,8 @@ export const STRINGS_ZH = {
   "brakeReason.token_budget": "token 预算用尽",
   "brakeReason.step_limit": "单轮步数达到上限",
   "brakeReason.repetition": "检测到重复动作",
+  "brakeReason.tool_calls": "单轮工具调用次数达到上限",
+  "brakeReason.command_time": "单轮命令运行时间达到上限",
 
   "lifecycle.menu": "项目操作",
   "lifecycle.pause": "暂停项目",
