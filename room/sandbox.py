@@ -244,6 +244,27 @@ def bwrap_argv(
     """The bubblewrap command line that runs ``command`` in the layout described above.
 
     Paths must be absolute and resolved. Order matters: later mounts cover earlier ones."""
+    return _layout(
+        bwrap, command, cwd=cwd, writable=writable, network=network, readable=readable,
+        hidden=hidden, etc_copies=None,
+    )  # fmt: skip
+
+
+def _layout(
+    bwrap: str,
+    command: Sequence[str],
+    *,
+    cwd: Path | None,
+    writable: Sequence[Path],
+    network: bool,
+    readable: Sequence[Path],
+    hidden: Sequence[Path],
+    etc_copies: _EtcCopies | None,
+) -> list[str]:
+    """:func:`bwrap_argv`; with ``etc_copies`` the regular files of :data:`ETC_ENTRIES` are
+    copied into the sandbox's (read-only) root from open descriptors instead of bind-mounted one
+    by one: each mount costs bwrap a few hundred microseconds, a copy of a small file almost
+    nothing. The sandbox sees the same entries, as they were when the command started."""
     argv = [bwrap, "--unshare-all", *(["--share-net"] if network else [])]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
     for name in _USR_LINKS:
@@ -254,8 +275,14 @@ def bwrap_argv(
             argv += ["--ro-bind", str(link), str(link)]
     for name in ETC_ENTRIES:
         entry = Path("/etc") / name
-        if entry.exists():  # follows the link: /etc/localtime → /usr/share/zoneinfo/…
-            argv += ["--ro-bind", str(entry.resolve()), str(entry)]
+        if not entry.exists():  # follows the link: /etc/localtime → /usr/share/zoneinfo/…
+            continue
+        source = entry.resolve()
+        fd = etc_copies.open(source) if etc_copies is not None else None
+        if fd is None:
+            argv += ["--ro-bind", str(source), str(entry)]
+        else:
+            argv += ["--perms", "0644", "--file", str(fd), str(entry)]
     ro_roots = [p for p in (_python_prefix(), *readable) if p is not None]
     for root in ro_roots:
         argv += ["--ro-bind", str(root), str(root)]
@@ -275,6 +302,28 @@ def bwrap_argv(
             argv += ["--bind", str(path), str(path)]
     argv += ["--remount-ro", "/", "--chdir", str(cwd or "/tmp"), "--", *command]
     return argv
+
+
+class _EtcCopies:
+    """Open descriptors of the ``/etc`` files a sandbox gets as copies (see :func:`_layout`)."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+
+    def open(self, source: Path) -> int | None:
+        """A descriptor bwrap reads ``source`` from; None for a folder or an unreadable file."""
+        if not source.is_file():
+            return None
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+        except OSError:
+            return None  # bound instead: the sandbox sees it as unreadable as the server does
+        self.fds.append(fd)
+        return fd
+
+    def close(self) -> None:
+        while self.fds:
+            os.close(self.fds.pop())
 
 
 def _limits_argv(prlimit: str, limits: CommandLimits, *, nproc: bool) -> list[str]:
@@ -391,6 +440,7 @@ class Sandbox:
         group = _make_group(info.pids_cgroup, limits.processes)
         scratch: str | None = None
         gate: _Gate | None = None
+        copies: _EtcCopies | None = None
         try:
             inner = [
                 *_limits_argv(info.prlimit, limits, nproc=group is None),
@@ -398,7 +448,8 @@ class Sandbox:
             ]
             if info.isolated and info.bwrap:
                 full_env = command_env("/tmp", path) | dict(env or {})
-                argv = bwrap_argv(
+                copies = _EtcCopies()
+                argv = _layout(
                     info.bwrap,
                     inner,
                     cwd=cwd,
@@ -406,6 +457,7 @@ class Sandbox:
                     network=network,
                     readable=self.readable,
                     hidden=self.hidden,
+                    etc_copies=copies,
                 )
             else:
                 scratch = tempfile.mkdtemp(prefix="room-command-")
@@ -419,9 +471,11 @@ class Sandbox:
                         *argv]  # fmt: skip
             return await _supervise(
                 argv, cwd=cwd, env=full_env, limits=limits, cancel=cancel, group=group,
-                sandboxed=info.isolated, gate=gate,
+                sandboxed=info.isolated, gate=gate, pass_fds=copies.fds if copies else (),
             )  # fmt: skip
         finally:
+            if copies is not None:
+                copies.close()
             if gate is not None:
                 gate.close()
             if group is not None:
@@ -632,6 +686,7 @@ async def _supervise(
     group: Path | None,
     sandboxed: bool,
     gate: _Gate | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> CommandResult:
     started = time.monotonic()
     try:
@@ -643,7 +698,7 @@ async def _supervise(
             cwd=cwd,
             env=dict(env),
             start_new_session=True,
-            pass_fds=gate.pass_fds if gate is not None else (),
+            pass_fds=(*pass_fds, *(gate.pass_fds if gate is not None else ())),
         )
     except OSError as exc:
         raise SandboxSpawnError(f"could not start the command: {exc}", argv0=argv[0]) from exc
