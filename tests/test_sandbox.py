@@ -190,7 +190,9 @@ async def test_fork_bomb_is_contained(sandbox: Sandbox, ws: Path) -> None:
     name = f"bomb{secrets.token_hex(4)}"  # forked shells keep this in their command line
     limits = CommandLimits(timeout_secs=5, cpu_secs=5, processes=32)
     bomb = asyncio.ensure_future(
-        sandbox.run(f"{name}() {{ {name} | {name} & }}; {name}; wait", cwd=ws, limits=limits)
+        # The main shell stays a second: `wait` could return once its own job ended, before
+        # the bomb (still forking in the background) had reached the limit.
+        sandbox.run(f"{name}() {{ {name} | {name} & }}; {name}; sleep 1", cwd=ws, limits=limits)
     )
     most = 0
     while not bomb.done():
