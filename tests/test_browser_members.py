@@ -183,12 +183,15 @@ def test_member_card_shows_tools_access_and_sandbox_when_the_server_says(
     row.click()
     dialog = page.get_by_role("dialog", name="前端")
     expect(dialog.locator(".route-model")).to_be_visible()
-    expect(dialog.locator(".card-tools code").first).to_be_visible()  # the server's tool list
-    expect(dialog.locator(".card-access")).to_have_count(0)  # not reported: not shown
-    expect(dialog.locator(".card-sandbox")).to_have_count(0)
+    # What the server says of a frontend agent on this machine: it may write and run commands,
+    # and its commands run in the sandbox (scripts/test installs bubblewrap).
+    expect(dialog.locator(".card-tools code", has_text="shell")).to_be_visible()
+    expect(dialog.locator(".card-tools code", has_text="fs_write")).to_be_visible()
+    expect(dialog.locator(".card-access")).to_have_attribute("data-read-only", "false")
+    expect(dialog.locator(".card-sandbox")).to_have_attribute("data-sandboxed", "true")
     dialog.get_by_role("button", name="关闭").click()
 
-    # The member object with the fields the agents' tools add (real answer, fields added).
+    # A read-only member whose commands would not be isolated (real answer, fields changed).
     def with_fields(route: Any) -> None:
         answer = route.fetch().json()
         answer["member"].update(tools=["fs_read", "fs_list"], read_only=True, sandboxed=False)
