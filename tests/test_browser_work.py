@@ -1,7 +1,8 @@
 """The page shows the work: a task's attempt worktree on its card (branch, diff stat, the diff as
 escaped text), an owner's merge of an accepted task (fast-forward; a conflict listed by path),
-and the project's workspace (where, git or not, worktrees or serial, changed by an owner with the
-server's refusals translated). A real server, a real git repository in tmp_path, tasks driven over
+the project's workspace (where, git or not, worktrees or serial, changed by an owner with the
+server's refusals translated), what agents may do there (the project's work settings, changed by
+an owner) and the worktrees the project keeps. A real server, a real git repository in tmp_path, tasks driven over
 HTTP as tests/test_browser_panel.py does."""
 
 # The fixtures chromium, room_server and owner are imported from tests/support/browser.py and
@@ -15,9 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
-from tests.support.browser import Person, RoomServer, chromium, owner, room_server, screenshot
+from tests.support.browser import (
+    Person,
+    RoomServer,
+    chromium,
+    join,
+    owner,
+    room_server,
+    screenshot,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -90,7 +99,7 @@ def test_a_task_card_shows_its_worktree_diff_and_merges_fast_forward(
     tasks = open_tasks(page)
     bar = tasks.locator(".workspace-bar")
     expect(bar.locator(".workspace-path")).to_have_text(str(repo.resolve()))
-    expect(bar.locator(".badge")).to_have_text("工作树")
+    expect(bar.locator(".badge[data-mode]")).to_have_text("工作树")
     card = tasks.locator('.task-card[data-key="notes"]')
     attempt = card.locator(".task-attempt")
     expect(attempt.locator(".branch-name")).to_have_text(branch)
@@ -186,16 +195,16 @@ def test_an_owner_changes_the_workspace_and_sees_refusals_translated(
 
     field = dialog.get_by_label("新的工作区路径")
     field.fill("relative/app")
-    dialog.get_by_role("button", name="保存").click()
+    dialog.get_by_role("button", name="保存", exact=True).click()
     expect(dialog.get_by_role("alert")).to_have_text("工作区须是绝对路径，例如 /srv/work/app")
     field.fill(str(repo / "README.md"))
-    dialog.get_by_role("button", name="保存").click()
+    dialog.get_by_role("button", name="保存", exact=True).click()
     expect(dialog.get_by_role("alert")).to_have_text(
         f"工作区必须是目录，不能是文件：{repo / 'README.md'}"
     )
 
     field.fill(str(plain))
-    dialog.get_by_role("button", name="保存").click()
+    dialog.get_by_role("button", name="保存", exact=True).click()
     expect(dialog.get_by_role("alert")).to_be_hidden()
     expect(facts.locator(".workspace-path")).to_have_text(str(plain.resolve()))
     expect(facts.locator(".workspace-git")).to_have_text("否")
@@ -204,3 +213,141 @@ def test_an_owner_changes_the_workspace_and_sees_refusals_translated(
     screenshot(page, "work-workspace-dialog")
     wire = room_server.get(f"/api/projects/{project}")["project"]["workspace"]
     assert (wire["path"], wire["mode"]) == (str(plain.resolve()), "serial")
+
+
+def open_workspace(page: Page, name: str) -> Any:
+    open_tasks(page).get_by_role("button", name="工作区…").click()
+    dialog = page.get_by_role("dialog", name=f"{name} 的工作区")
+    expect(dialog.locator(".work-settings-facts")).to_be_visible()
+    return dialog
+
+
+def test_an_owner_changes_what_agents_may_do_and_the_server_keeps_it(
+    owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = room_server.create_project("权限设置", TEAM, workspace=repo)
+    base = f"/api/projects/{project}"
+    page = owner.page
+    owner.allow(r"Failed to load resource: .* 400")
+    owner.open_project(project)
+    dialog = open_workspace(page, "权限设置")
+    facts = dialog.locator(".work-settings-facts")
+    expect(facts.locator(".settings-network")).to_have_text("不允许（默认）")
+    expect(facts.locator(".settings-unsandboxed")).to_have_text("不允许（默认）")
+    expect(facts.locator(".settings-roles")).to_have_text("无（按各角色的默认权限）")
+    timeout = facts.locator('[data-limit="command_timeout_secs"]')
+    expect(timeout).to_have_text("120 秒 默认")
+    expect(facts.locator('[data-limit="tool_calls_per_turn"]')).to_have_text("40 次 默认")
+
+    # Network on, backend read-only, a timeout of its own.
+    dialog.get_by_label("允许命令联网").check()
+    dialog.get_by_role("group", name="只读角色").get_by_label("后端", exact=True).check()
+    field = dialog.get_by_label("单条命令超时", exact=True)
+    expect(field).to_have_attribute("placeholder", "默认 120")
+    field.fill("30")
+    dialog.get_by_role("button", name="保存设置").click()
+    expect(facts.locator(".settings-network")).to_have_text("允许：命令可以访问网络")
+    expect(facts.locator(".settings-roles .badge")).to_have_text(["后端"])
+    expect(timeout).to_have_text("30 秒 （本项目设定；默认 120 秒）")
+    expect(timeout).to_have_attribute("data-set", "true")
+    server = room_server.get(base)["project"]["settings"]
+    assert server["network"] is True and server["read_only_roles"] == ["backend"]
+    assert server["limits"]["command_timeout_secs"] == 30
+    assert server["limits_set"] == ["command_timeout_secs"]
+
+    # A negative timeout: the server refuses it, the page says which field in Chinese.
+    field.fill("-5")
+    dialog.get_by_role("button", name="保存设置").click()
+    alert = dialog.get_by_role("alert")
+    expect(alert).to_have_text("「单条命令超时」的值不被接受：超出允许的范围，或不是有效的数")
+    expect(alert).to_have_attribute("data-code", "bad_body")
+    expect(timeout).to_have_text("30 秒 （本项目设定；默认 120 秒）")
+    screenshot(page, "work-settings-owner")
+    assert room_server.get(base)["project"]["settings"]["limits"]["command_timeout_secs"] == 30
+
+    # After a reload: the bar says network is on, the dialog shows what the server kept.
+    page.reload()
+    expect(page.locator("#app")).to_be_visible()
+    owner.open_project(project)
+    bar = open_tasks(page).locator(".workspace-bar")
+    expect(bar.locator(".bar-network")).to_have_text("可联网")
+    expect(bar.locator(".bar-unsandboxed")).to_have_count(0)
+    dialog = open_workspace(page, "权限设置")
+    facts = dialog.locator(".work-settings-facts")
+    expect(facts.locator(".settings-network")).to_have_text("允许：命令可以访问网络")
+    expect(facts.locator(".settings-roles .badge")).to_have_text(["后端"])
+    expect(dialog.get_by_label("允许命令联网")).to_be_checked()
+    expect(
+        dialog.get_by_role("group", name="只读角色").get_by_label("后端", exact=True)
+    ).to_be_checked()
+    field = dialog.get_by_label("单条命令超时", exact=True)
+    expect(field).to_have_value("30")
+
+    # Back to the default; unsandboxed commands allowed, with the warning.
+    dialog.get_by_role("button", name="单条命令超时恢复默认").click()
+    expect(field).to_have_value("")
+    dialog.get_by_label("允许未隔离运行命令").check()
+    dialog.get_by_role("button", name="保存设置").click()
+    timeout = facts.locator('[data-limit="command_timeout_secs"]')
+    expect(timeout).to_have_text("120 秒 默认")
+    expect(facts.locator(".settings-unsandboxed .badge-warn")).to_have_text("未隔离")
+    expect(dialog.get_by_role("alert")).to_be_hidden()
+    server = room_server.get(base)["project"]["settings"]
+    assert server["limits"]["command_timeout_secs"] == 120 and server["limits_set"] == []
+    assert server["unsandboxed"] is True and server["network"] is True
+    dialog.locator(".work-settings").scroll_into_view_if_needed()
+    screenshot(page, "work-settings-unsandboxed")
+
+
+def test_a_member_sees_the_settings_and_the_kept_worktrees_but_no_controls(
+    chromium: Browser, owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    board = Board(room_server, repo, "保留工作树", "notes")
+    worktree = board.start("notes")
+    (worktree / "draft.md").write_text("还没提交\n", encoding="utf-8")
+    status, _ = room_server.server.request(
+        "PATCH",
+        f"{board.base}/settings",
+        {"read_only_roles": ["tester"], "limits": {"tool_calls_per_turn": 7}},
+        headers=room_server.owner.headers,
+    )
+    assert status == 200
+    branch = f"room/{board.id}/notes-1"
+
+    # The owner sees the attempt started for the task, with its uncommitted file.
+    page = owner.page
+    owner.open_project(board.id)
+    dialog = open_workspace(page, "保留工作树")
+    row = dialog.locator(f'.worktree-row[data-branch="{branch}"]')
+    expect(row.locator(".branch-name")).to_have_text(branch)
+    expect(row.locator(".worktree-task")).to_contain_text("notes")
+    expect(row.locator(".badge").first).to_have_text("进行中")
+    expect(row.locator(".worktree-ahead")).to_have_text("领先 0 · 落后 0")
+    expect(row.locator(".worktree-dirty")).to_have_text("有未提交的改动")
+    dialog.locator(".worktrees").scroll_into_view_if_needed()
+    screenshot(page, "work-worktrees")
+
+    # Another member: the same facts and worktrees, no form.
+    mia = join(chromium, room_server, board.id, "mia", "米娅")
+    try:
+        mia.open_project(board.id)
+        other = open_workspace(mia.page, "保留工作树")
+        facts = other.locator(".work-settings-facts")
+        expect(facts.locator(".settings-roles .badge")).to_have_text(["测试"])
+        expect(facts.locator('[data-limit="tool_calls_per_turn"]')).to_have_text(
+            "7 次 （本项目设定；默认 40 次）"
+        )
+        expect(other.locator(".settings-owner-only")).to_have_text(
+            "只有项目所有者可以更改这些设置。"
+        )
+        expect(other.locator(".work-settings-form")).to_have_count(0)
+        expect(other.get_by_role("checkbox")).to_have_count(0)
+        expect(other.get_by_role("spinbutton")).to_have_count(0)
+        expect(other.get_by_role("button", name="保存设置")).to_have_count(0)
+        expect(other.locator(f'.worktree-row[data-branch="{branch}"]')).to_be_visible()
+        screenshot(mia.page, "work-settings-member")
+        mia.assert_clean()
+    finally:
+        mia.close()

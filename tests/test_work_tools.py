@@ -334,16 +334,22 @@ def test_only_owners_change_work_settings_and_bad_values_are_refused(app: App) -
         {},
     ):
         assert error(patch(bad)) == (400, "bad_body"), bad
+    # A refused value names its field, so the page can say which one in its language.
+    _, refused = patch({"limits": {"command_timeout_secs": -5}})
+    assert refused["error"]["details"]["field"] == "limits.command_timeout_secs"
     status, data = patch({"unsandboxed": True, "limits": {"command_timeout_secs": 5}})
     assert status == 200
     assert data["settings"]["unsandboxed"] is True
     assert data["settings"]["limits"]["command_timeout_secs"] == 5
     assert data["settings"]["limits"]["tool_calls_per_turn"] == app.settings.tool_calls_per_turn
+    assert data["settings"]["limits_set"] == ["command_timeout_secs"]
+    assert data["settings"]["limit_defaults"]["command_timeout_secs"] == 120.0
     status, detail = app.request("GET", f"/api/projects/{project_id}", cookie=app.owner_cookie)
     assert detail["project"]["settings"] == data["settings"]
     status, _ = patch({"limits": {"command_timeout_secs": None}})
     _, detail = app.request("GET", f"/api/projects/{project_id}", cookie=app.owner_cookie)
     assert detail["project"]["settings"]["limits"]["command_timeout_secs"] == 120.0
+    assert detail["project"]["settings"]["limits_set"] == []
     _, audit = app.request("GET", f"/api/projects/{project_id}/audit", cookie=app.owner_cookie)
     outcomes = [e["outcome"] for e in audit["events"] if e["action"] == "project.settings"]
     assert sorted(outcomes) == ["ok", "ok", "refused", "refused"]

@@ -45,3 +45,4 @@ export async function api(path, { method = "GET", body } = {}) {
 export const get = (path, options = {}) => api(path, options);
 export const post = (path, body = {}, options = {}) => api(path, { ...options, method: "POST", body });
 export const put = (path, body = {}, options = {}) => api(path, { ...options, method: "PUT", body });
+export const patch = (path, body = {}, options = {}) => api(path, { ...options, method: "PATCH", body });

@@ -6,7 +6,7 @@ import { attemptSection } from "./attempts.js";
 import { $, $$, h, icon } from "./dom.js";
 import { label, t } from "./i18n.js";
 import { avatar } from "./message.js";
-import { member } from "./store.js";
+import { member, upsertProject } from "./store.js";
 import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
@@ -73,14 +73,21 @@ export class Panel {
     box.replaceChildren(h("p", { class: "muted", text: t("common.loading") }));
     let data;
     try {
-      data = await get(`/api/projects/${room.id}/tasks`);
+      // The work settings (for the workspace bar) come with the project object over HTTP only:
+      // fetched once per visit, then kept up to date by the workspace dialog.
+      const [tasks, detail] = await Promise.all([
+        get(`/api/projects/${room.id}/tasks`),
+        room.project.settings ? null : get(`/api/projects/${room.id}`).catch(() => null),
+      ]);
+      data = tasks;
+      if (detail?.project?.settings) upsertProject({ id: room.id, settings: detail.project.settings });
     } catch (err) {
       box.replaceChildren(h("p", { class: "error-text", text: err.message }));
       return;
     }
     if (room !== this.room) return;
     let tasks = data.tasks || [];
-    const nodes = [workspaceBar(room.project.workspace, () => openWorkspace(room).then(() => this.room === room && this.loadTasks()))];
+    const nodes = [workspaceBar(room.project.workspace, () => openWorkspace(room).then(() => this.room === room && this.loadTasks()), room.project.settings)];
     if (this.ownerFilter !== null) {
       const m = member(room, this.ownerFilter);
       tasks = tasks.filter((task) => task.owner_id === this.ownerFilter);

@@ -1,6 +1,7 @@
 // The project's workspace (docs/architecture.md "Workspaces"): where it is, whether it is a git
 // repository, how members write there (a worktree per task, or one writer at a time and why),
-// and for owners a form to change it (`PUT /api/projects/{id}/workspace`; refusals by code).
+// and for owners a form to change it (`PUT /api/projects/{id}/workspace`; refusals by code). The
+// dialog also shows what the agents may do here and the kept worktrees (worksettings.js).
 
 import { get, put } from "./api.js";
 import { h, icon } from "./dom.js";
@@ -8,6 +9,7 @@ import { errorText, hasString, label, t } from "./i18n.js";
 import { field } from "./members.js";
 import { isOwner, upsertProject } from "./store.js";
 import { openDialog, toast } from "./ui.js";
+import { serverSandbox, settingsSection, worktreesSection } from "./worksettings.js";
 
 /** Why a workspace works serially, in the interface language when the code is known. */
 function reasonText(ws) {
@@ -27,33 +29,42 @@ export function workspaceFacts(ws) {
     ws.base ? [h("dt", { text: t("workspace.base") }), h("dd", {}, h("code", { text: ws.base }), ws.head ? h("span", { class: "muted", text: ` ${ws.head}` }) : null)] : null);
 }
 
-/** One line at the top of the task list: the workspace folder and mode, and a button to the
- * workspace dialog. Nothing when the server has not described the workspace. */
-export function workspaceBar(ws, open) {
+/** One line at the top of the task list: the workspace folder and mode, network and unsandboxed
+ * commands when the project's settings are known and allow them, and a button to the workspace
+ * dialog. Nothing when the server has not described the workspace. */
+export function workspaceBar(ws, open, settings = null) {
   if (!ws || typeof ws !== "object") return null;
   return h("div", { class: "workspace-bar", dataset: { mode: ws.mode } },
     icon("folder"),
     h("code", { class: "workspace-path", title: ws.path, text: ws.path }),
-    h("span", { class: ["badge", ws.mode === "serial" ? "badge-warn" : "attempt-open"], title: ws.mode === "serial" ? reasonText(ws) : "", text: label("workspaceMode", ws.mode) }),
+    h("span", { class: ["badge", ws.mode === "serial" ? "badge-warn" : "attempt-open"], dataset: { mode: ws.mode }, title: ws.mode === "serial" ? reasonText(ws) : "", text: label("workspaceMode", ws.mode) }),
+    settings?.network ? h("span", { class: "badge bar-network", title: t("settings.networkOn"), text: t("settings.networkBadge") }) : null,
+    settings?.unsandboxed ? h("span", { class: "badge badge-warn bar-unsandboxed", title: t("settings.unsandboxedOn"), text: t("settings.unsandboxedBadge") }) : null,
     h("button", { type: "button", class: "btn btn-small", text: t("workspace.open"), on: { click: open } }));
 }
 
-/** The workspace dialog: facts for everyone, the change form for owners. */
+/** The workspace dialog: facts, what agents may do (the project's work settings) and the kept
+ * worktrees for everyone; owners change the settings and the workspace. */
 export async function openWorkspace(room) {
   let ws = room.project.workspace;
+  let settings = room.project.settings;
+  let sandbox = null;
+  const worktrees = worktreesSection(room);
   try {
     const detail = await get(`/api/projects/${room.id}`);
-    if (detail.project) ws = upsertProject(detail.project).workspace;
+    if (detail.project) ({ workspace: ws, settings } = upsertProject(detail.project));
+    sandbox = serverSandbox(detail.members);
   } catch {
     /* show what the page already has */
   }
+  const kept = await worktrees;
   await openDialog({
     title: t("workspace.title", { name: room.project.name }),
     wide: true,
     className: "workspace-dialog",
     build: (close) => {
       const facts = h("div", {}, workspaceFacts(ws));
-      const nodes = [facts];
+      const nodes = [facts, settingsSection(room, settings, sandbox), kept];
       if (!isOwner(room)) {
         nodes.push(h("p", { class: "muted", text: t("workspace.ownerOnly") }),
           h("div", { class: "dialog-actions" }, h("button", { type: "button", class: "btn btn-primary", text: t("common.done"), on: { click: () => close() } })));

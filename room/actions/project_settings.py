@@ -24,9 +24,13 @@ SETTING_KEYS = ("network", "unsandboxed", "read_only_roles", "limits")
 
 def settings_wire(defaults: Settings, stored: Mapping[str, Any]) -> dict[str, Any]:
     """The project object's ``settings``: what applies now (the server's defaults where the
-    project sets nothing)."""
+    project sets nothing), the server's defaults of the limits (``limit_defaults``) and which
+    limits the project overrides (``limits_set``)."""
     limits = limits_of(defaults, stored)
+    server = limits_of(defaults, {})
     roles = stored.get("read_only_roles")
+    given = stored.get("limits")
+    given = given if isinstance(given, dict) else {}
     return {
         "network": stored.get("network") is True,
         "unsandboxed": stored.get("unsandboxed") is True,
@@ -34,7 +38,14 @@ def settings_wire(defaults: Settings, stored: Mapping[str, Any]) -> dict[str, An
         if isinstance(roles, list)
         else [],
         "limits": {key: getattr(limits, key) for key in WORK_LIMITS},
+        "limit_defaults": {key: getattr(server, key) for key in WORK_LIMITS},
+        "limits_set": [key for key in WORK_LIMITS if _usable(given.get(key))],
     }
+
+
+def _usable(value: Any) -> bool:
+    """A stored limit that applies (as :func:`room.actions.turns.limits_of` reads it)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 async def read_settings(core: Core, project_id: int) -> dict[str, Any]:

@@ -94,7 +94,7 @@ async def body_of(request: Request, model: type[BaseModel]) -> Any:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "body"
-        raise BadRequestError(f"{where}: {first['msg']}", code="bad_body") from None
+        raise BadRequestError(f"{where}: {first['msg']}", code="bad_body", field=where) from None
 
 
 async def member_in(core: Core, who: Identity, project_id: int) -> Member:
