@@ -1,0 +1,261 @@
+"""Agents doing real work through the real server and runtime: a server subprocess (its sandbox
+probed at start), a local OpenAI-compatible server scripting each agent's tool calls, real git
+repositories in tmp_path, and bubblewrap. Nothing of ours is mocked.
+
+Each agent has its own script (:class:`Scripts`): a request is answered from the queue of the
+agent it is for, read from its system prompt, so agents working at the same time cannot take
+each other's steps. When bubblewrap is missing the sandboxed tests fail (``sandboxed`` is false
+and commands are refused), they are not skipped: ``scripts/test`` installs it.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import re
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.live_room import Room, agent_replies, eventually
+from tests.support.llm_servers import (
+    TEST_API_KEY,
+    OpenAIServer,
+    Reply,
+    openai_text,
+    openai_tool_calls,
+)
+
+pytestmark = [pytest.mark.anyio]
+
+Step = Reply | Callable[[dict[str, Any]], Reply]
+
+
+class Scripts:
+    """Per-agent scripts behind one model server, and what each agent was shown."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: dict[str, collections.deque[Step]] = collections.defaultdict(collections.deque)
+        self.seen: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+
+    def push(self, handle: str, *steps: Step) -> None:
+        with self._lock:
+            self._steps[handle].extend(steps)
+
+    def answer(self, body: dict[str, Any]) -> Reply:
+        found = re.search(r"你是 @([\w.-]+)", str(body["messages"][0]["content"]))
+        handle = found.group(1) if found else "?"
+        with self._lock:
+            self.seen[handle].append(body)
+            step = self._steps[handle].popleft() if self._steps[handle] else None
+        if step is None:
+            return openai_text("好的。")  # an unscripted turn (a notice, say) ends quietly
+        return step if isinstance(step, Reply) else step(body)
+
+    def told(self, handle: str) -> dict[str, dict[str, Any]]:
+        """Every tool result ``handle``'s model was told in its latest turn, by call id."""
+        return results_in(self.seen[handle][-1])
+
+
+def results_in(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        m["tool_call_id"]: json.loads(m["content"])
+        for m in request["messages"]
+        if m["role"] == "tool"
+    }
+
+
+def calls(*items: tuple[str, str, dict[str, Any]]) -> Reply:
+    return openai_tool_calls(list(items))
+
+
+@pytest.fixture
+def scripts() -> Scripts:
+    return Scripts()
+
+
+@pytest.fixture
+def llm(scripts: Scripts) -> Iterator[OpenAIServer]:
+    """The ``room`` fixture's model server, answering from :class:`Scripts`."""
+    with OpenAIServer(scripts.answer, api_key=TEST_API_KEY) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Neither our git nor the server's reads the machine's git configuration (autouse fixtures
+    run before ``room`` starts the server, which inherits this environment)."""
+    config = tmp_path / "gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def git(cwd: Path, *args: str) -> str:
+    run = subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=20
+    )
+    return run.stdout.strip()
+
+
+def git_workspace(room: Room, tmp_path: Path) -> Path:
+    """A repository with one commit on ``main``, made the project's workspace by its owner."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("# app\n")
+    git(repo, "add", "README.md")
+    git(repo, "-c", "user.name=Owner", "-c", "user.email=owner@example.com",
+        "commit", "-q", "-m", "start")  # fmt: skip
+    status, data = room.server.request(
+        "PUT", f"/api/projects/{room.project}/workspace", {"path": str(repo)},
+        headers=room.owner.headers,
+    )  # fmt: skip
+    assert status == 200, data
+    assert (data["workspace"]["git"], data["workspace"]["mode"]) == (True, "worktrees")
+    return repo
+
+
+def agent(room: Room, handle: str, role: str = "backend") -> int:
+    member_id = room.add_agent(handle, role, handle.upper())
+    room.route(handle)
+    return member_id
+
+
+def plan(room: Room, *items: tuple[str, str]) -> None:
+    """Tasks (key, owner), each with one criterion, started at once: owners get a delivery."""
+    body = {
+        "goal": "做完",
+        "items": [
+            {"key": key, "title": f"做 {key}", "owner": owner, "acceptance": [f"{key} 能用"]}
+            for key, owner in items
+        ],
+        "start": True,
+    }
+    room.post(f"/api/projects/{room.project}/plan", body, expect=201)
+
+
+def task(room: Room, key: str) -> dict[str, Any]:
+    return dict(room.get(f"/api/projects/{room.project}/tasks/{key}"))
+
+
+def start(key: str) -> Reply:
+    return calls(("start", "room_task_update", {"task": key, "action": "start"}))
+
+
+def request(room: Room, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    return room.server.request(method, path, body, headers=room.owner.headers)
+
+
+def patch_settings(room: Room, body: dict[str, Any]) -> None:
+    status, data = request(room, "PATCH", f"/api/projects/{room.project}/settings", body)
+    assert status == 200, data
+
+
+def review(room: Room, key: str) -> tuple[int, Any]:
+    body = {"results": [{"criterion": 1, "passed": True, "evidence": "看过文件和命令输出"}]}
+    return request(room, "POST", f"/api/projects/{room.project}/tasks/{key}/review", body)
+
+
+def server_answers(room: Room) -> None:
+    """The server is up and serves a person's request."""
+    assert room.get(f"/api/projects/{room.project}")["project"]["id"] == room.project
+
+
+# -- 1. an agent's whole task in its worktree ---------------------------------------------------
+
+PYTHON = "python3 -c \"import sys; sys.path.insert(0, 'src'); import calc; print(calc.add(1, 1))\""
+CALC = "def add(a, b):\n    return a + b\n"
+
+
+async def test_an_agent_works_in_its_worktree_and_acceptance_follows_the_file(
+    room: Room, scripts: Scripts, tmp_path: Path
+) -> None:
+    repo = git_workspace(room, tmp_path)
+    agent(room, "be")
+
+    cited: list[int] = []
+
+    def submit(body: dict[str, Any]) -> Reply:
+        if not cited:  # the command this turn ran; a later submission cites the same one
+            cited.append(results_in(body)["py"]["command_result_id"])
+        return calls(("submit", "room_task_update", {
+            "task": "api", "action": "submit", "summary": "add 能算 1+1",
+            "artifacts": ["src/calc.py"], "commands": cited,
+        }))  # fmt: skip
+
+    scripts.push(
+        "be",
+        start("api"),
+        calls(
+            ("w", "fs_write", {"path": "src/calc.py", "content": CALC}),
+            ("py", "shell", {"command": PYTHON}),
+            ("gs", "shell", {"command": "git status --short --branch"}),
+        ),
+        submit,
+        openai_text("做完了，请验收"),
+    )
+    plan(room, ("api", "be"))
+    await eventually(lambda: agent_replies(room, "be"), timeout=30)
+    told = scripts.told("be")
+    assert told["start"]["ok"] is True, told["start"]
+    attempt = task(room, "api")["attempt"]
+    worktree, branch = Path(attempt["path"]), attempt["branch"]
+    assert branch == f"room/{room.project}/api-1" and attempt["state"] == "open"
+
+    # The file is in the attempt's worktree, and only there.
+    assert told["w"]["ok"] is True and (worktree / "src/calc.py").read_text() == CALC
+    assert not (repo / "src").exists() and git(repo, "status", "--porcelain") == ""
+    # Both commands really ran, sandboxed, in the worktree: python imported the written file,
+    # git saw the worktree's branch and its untracked file.
+    py, gs = told["py"], told["gs"]
+    assert (py["exit_code"], py["output"], py["sandboxed"], py["cwd_mode"]) == (
+        0, "2\n", True, "worktree",
+    )  # fmt: skip
+    assert gs["exit_code"] == 0, gs["output"]
+    assert gs["output"].splitlines() == [f"## {branch}", "?? src/"]
+
+    # The submission carries the file and the recorded command.
+    assert told["submit"]["ok"] is True, told["submit"]
+    submitted = task(room, "api")
+    assert submitted["state"] == "in_review"
+    [artifact] = [e for e in submitted["evidence"] if e["kind"] == "artifact"]
+    [command] = [e["command"] for e in submitted["evidence"] if e["kind"] == "command"]
+    assert (artifact["path"], artifact["sha256"]) == ("src/calc.py", sha256(CALC))
+    assert (command["id"], command["exit_code"], command["output_tail"]) == (cited[0], 0, "2\n")
+    status, data = review(room, "api")
+    assert (status, data["state"]) == (200, "accepted"), data
+
+    # Reopened, resubmitted with the same evidence, then the file changes: no acceptance.
+    status, data = request(room, "POST", f"/api/projects/{room.project}/tasks/api/reopen",
+                           {"reason": "再确认一次"})  # fmt: skip
+    assert (status, data["state"]) == (200, "changes_requested"), data
+    scripts.push("be", submit, openai_text("重新提交了"))
+    room.say("@be 请按原样重新提交")
+    await eventually(lambda: task(room, "api")["state"] == "in_review", timeout=20)
+    (worktree / "src/calc.py").write_text("def add(a, b):\n    return a - b\n")
+    status, data = review(room, "api")
+    assert (status, data["error"]["code"]) == (409, "artifact_changed"), data
+    assert data["error"]["details"]["path"] == "src/calc.py"
+    assert "src/calc.py" in data["error"]["message"]
+    status, data = request(room, "POST", f"/api/projects/{room.project}/tasks/api/accept", {})
+    assert (status, data["error"]["code"]) == (409, "artifact_changed"), data
+    assert task(room, "api")["state"] == "in_review"
+    board = room.get(f"/api/projects/{room.project}/tasks")
+    [shown] = [t for t in board["tasks"] if t["key"] == "api"]
+    latest = [e for e in shown["evidence"] if e["kind"] == "artifact" and e["revision"] == 2]
+    assert [(e["path"], e["verification"]) for e in latest] == [("src/calc.py", "changed")]
+    # Put back what was submitted: the same review now accepts it.
+    (worktree / "src/calc.py").write_text(CALC)
+    status, data = review(room, "api")
+    assert (status, data["state"]) == (200, "accepted"), data
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
