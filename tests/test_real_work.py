@@ -259,3 +259,52 @@ async def test_an_agent_works_in_its_worktree_and_acceptance_follows_the_file(
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- 2. two members, two tasks, one repository ------------------------------------------------
+
+
+async def test_two_members_on_two_tasks_never_see_each_others_uncommitted_files(
+    room: Room, scripts: Scripts, tmp_path: Path
+) -> None:
+    repo = git_workspace(room, tmp_path)
+    both_wrote = threading.Barrier(2, timeout=20)
+
+    def look(body: dict[str, Any]) -> Reply:
+        # Asked only once this agent's write is done; answered once the other's is done too, so
+        # each one looks while the other's file is on disk.
+        assert results_in(body)["w"]["ok"] is True
+        both_wrote.wait()
+        return calls(
+            ("list", "fs_list", {}),
+            ("glob", "fs_glob", {"pattern": "**/*"}),
+            ("ls", "shell", {"command": "ls -A"}),
+        )
+
+    for handle, name in (("be", "api.py"), ("fe", "ui.js")):
+        agent(room, handle)
+        scripts.push(
+            handle,
+            start("api" if handle == "be" else "ui"),
+            calls(("w", "fs_write", {"path": name, "content": f"# {handle} 的草稿\n"})),
+            look,
+            openai_text("看完了"),
+        )
+    plan(room, ("api", "be"), ("ui", "fe"))
+    await eventually(lambda: agent_replies(room, "be") and agent_replies(room, "fe"), timeout=40)
+
+    trees = {key: Path(task(room, key)["attempt"]["path"]) for key in ("api", "ui")}
+    assert trees["api"] != trees["ui"]
+    for handle, key, mine, theirs in (("be", "api", "api.py", "ui.js"),
+                                      ("fe", "ui", "ui.js", "api.py")):  # fmt: skip
+        told = scripts.told(handle)
+        listed = [e["name"] for e in told["list"]["entries"]]
+        assert listed == ["README.md", mine], (handle, told["list"])
+        assert sorted(told["glob"]["paths"]) == ["README.md", mine], (handle, told["glob"])
+        ls = told["ls"]
+        assert (ls["exit_code"], ls["sandboxed"]) == (0, True), ls
+        assert ls["output"].split() == [".git", "README.md", mine], (handle, ls["output"])
+        assert (trees[key] / mine).is_file() and not (trees[key] / theirs).exists()
+    # The project's workspace shows neither: nothing reaches it until a person merges.
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md"]
+    assert git(repo, "status", "--porcelain") == ""
