@@ -16,6 +16,7 @@ import json
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ class Scripts:
         self._lock = threading.Lock()
         self._steps: dict[str, collections.deque[Step]] = collections.defaultdict(collections.deque)
         self.seen: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        self.errors: list[str] = []  # a step that raised: checked when the test ends
 
     def push(self, handle: str, *steps: Step) -> None:
         with self._lock:
@@ -56,7 +58,13 @@ class Scripts:
             step = self._steps[handle].popleft() if self._steps[handle] else None
         if step is None:
             return openai_text("好的。")  # an unscripted turn (a notice, say) ends quietly
-        return step if isinstance(step, Reply) else step(body)
+        if isinstance(step, Reply):
+            return step
+        try:
+            return step(body)
+        except Exception as exc:  # the client would retry and take the next step: say so
+            self.errors.append(f"{handle}: {exc!r}")
+            raise
 
     def told(self, handle: str) -> dict[str, dict[str, Any]]:
         """Every tool result ``handle``'s model was told in its latest turn, by call id."""
@@ -76,8 +84,10 @@ def calls(*items: tuple[str, str, dict[str, Any]]) -> Reply:
 
 
 @pytest.fixture
-def scripts() -> Scripts:
-    return Scripts()
+def scripts() -> Iterator[Scripts]:
+    found = Scripts()
+    yield found
+    assert not found.errors, found.errors
 
 
 @pytest.fixture
@@ -308,3 +318,50 @@ async def test_two_members_on_two_tasks_never_see_each_others_uncommitted_files(
     # The project's workspace shows neither: nothing reaches it until a person merges.
     assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md"]
     assert git(repo, "status", "--porcelain") == ""
+
+
+# -- 3. a workspace that is not a git repository ----------------------------------------------
+
+HOLD = "date +%s.%N > a.start && sleep 2 && date +%s.%N > a.end"
+
+
+async def test_a_non_git_workspace_says_serial_and_its_writers_take_turns(
+    room: Room, scripts: Scripts
+) -> None:
+    detail = room.get(f"/api/projects/{room.project}")["project"]["workspace"]
+    assert (detail["git"], detail["mode"], detail["reason_code"]) == (
+        False, "serial", "not_a_repository",
+    )  # fmt: skip
+    assert "not a git repository" in detail["reason"]
+    folder = Path(detail["path"])
+    asked: dict[str, float | bool] = {}
+
+    def write_while_held(body: dict[str, Any]) -> Reply:
+        # Asked while be's command holds the writer lock (it has begun and not ended).
+        deadline = time.monotonic() + 15
+        while not (folder / "a.start").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        asked.update(at=time.time(), held=not (folder / "a.end").exists())
+        return calls(("w", "fs_write", {"path": "b.txt", "content": "fe 写的\n"}))
+
+    for handle, key, steps in (
+        ("be", "api", [calls(("hold", "shell", {"command": HOLD}))]),
+        ("fe", "ui", [write_while_held]),
+    ):
+        agent(room, handle)
+        scripts.push(handle, start(key), *steps, openai_text("写好了"))
+    plan(room, ("api", "be"), ("ui", "fe"))
+    await eventually(lambda: agent_replies(room, "be") and agent_replies(room, "fe"), timeout=30)
+
+    assert scripts.told("be")["hold"]["exit_code"] == 0
+    assert scripts.told("be")["hold"]["cwd_mode"] == "serial"
+    assert scripts.told("fe")["w"]["ok"] is True
+    assert asked["held"] is True, "fe asked to write after be's command had ended"
+    written = (folder / "b.txt").stat().st_mtime
+    # fe's write waited for be's command to end: after a.end, well after it was asked for.
+    assert written >= (folder / "a.end").stat().st_mtime
+    assert written - float(asked["at"]) > 1.0
+    notices = [m["body"] for m in room.messages() if m["kind"] == "system"]
+    serial = [n for n in notices if "一次只允许一个写入者" in n]
+    assert len(serial) == 1 and "not a git repository" in serial[0]
+    assert [t["attempt"] for t in map(lambda k: task(room, k), ("api", "ui"))] == [None, None]
