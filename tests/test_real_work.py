@@ -14,6 +14,7 @@ import collections
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -365,3 +366,108 @@ async def test_a_non_git_workspace_says_serial_and_its_writers_take_turns(
     serial = [n for n in notices if "一次只允许一个写入者" in n]
     assert len(serial) == 1 and "not a git repository" in serial[0]
     assert [t["attempt"] for t in map(lambda k: task(room, k), ("api", "ui"))] == [None, None]
+
+
+# -- 4. commands that try to get out ----------------------------------------------------------
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[int]]]:
+    """A TCP listener on the host's loopback: (port, connections accepted)."""
+    accepted: list[int] = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], accepted
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+BOMB = "bomb() { bomb | bomb & }; bomb; sleep 30"  # the forks go on while it sleeps
+LOOP = "while :; do :; done"
+
+
+def running(marker: str) -> list[int]:
+    """Processes on this machine whose command line holds ``marker`` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_commands_that_try_to_escape_fail_or_are_killed_and_the_server_stays_up(
+    room: Room, scripts: Scripts, tmp_path: Path, listener: tuple[int, list[int]]
+) -> None:
+    git_workspace(room, tmp_path)
+    patch_settings(room, {"limits": {"command_timeout_secs": 3}})
+    # Secrets next to the worktrees (inside the data folder) and elsewhere on the host.
+    beside = room.server.data / "worktrees" / str(room.project)
+    beside.mkdir(parents=True)
+    (beside / "x").write_text("SECRET-BESIDE\n")
+    (tmp_path / "host.txt").write_text("SECRET-HOST\n")
+    port, accepted = listener
+    connect = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\""
+    tries = {
+        "up": "cat ../x",
+        "link": "ln -s ../x up && cat up",
+        "shadowlink": "ln -s /etc/shadow s && cat s",
+        "shadow": "cat /etc/shadow",
+        "host": f"cat {tmp_path / 'host.txt'}",
+        "data": "ls -A ../../..",
+        "net": connect,
+        "bomb": BOMB,
+        "loop": LOOP,
+    }
+    agent(room, "be")
+    scripts.push(
+        "be",
+        start("api"),
+        calls(*((key, "shell", {"command": command}) for key, command in tries.items())),
+        openai_text("都试过了"),
+    )
+    plan(room, ("api", "be"))
+    await eventually(lambda: agent_replies(room, "be"), timeout=60)
+    told = scripts.told("be")
+    assert all(told[key]["sandboxed"] is True for key in tries), told
+    for key in ("up", "link", "shadowlink", "shadow", "host"):
+        result = told[key]
+        assert result["exit_code"] not in (0, None), (key, result)
+        assert "No such file" in result["output"] and "SECRET" not in result["output"], key
+    assert "room.sqlite" not in told["data"]["output"]  # the data folder is hidden
+    assert told["net"]["exit_code"] == 1 and accepted == []
+    for key in ("bomb", "loop"):
+        result = told[key]
+        assert (result["killed"], result["exit_code"]) == ("timeout", None), (key, result)
+        assert result["duration_secs"] < 3 + 2.5, (key, result)
+    assert "Cannot fork" in told["bomb"]["output"]  # the process limit stopped the forks
+    assert not running("bomb()") and not running(LOOP)  # nothing of them is left behind
+
+    # The server stays up: it answers people, and the agent works again.
+    server_answers(room)
+    scripts.push("be", calls(("echo", "shell", {"command": "echo 还在"})), openai_text("还在"))
+    room.say("@be 还在吗")
+    await eventually(lambda: len(agent_replies(room, "be")) == 2, timeout=20)
+    assert scripts.told("be")["echo"]["output"] == "还在\n"
