@@ -471,3 +471,41 @@ async def test_commands_that_try_to_escape_fail_or_are_killed_and_the_server_sta
     room.say("@be 还在吗")
     await eventually(lambda: len(agent_replies(room, "be")) == 2, timeout=20)
     assert scripts.told("be")["echo"]["output"] == "还在\n"
+
+
+# -- 5. purge --------------------------------------------------------------------------------
+
+
+async def test_a_purge_keeps_the_worktrees_and_their_branches(
+    room: Room, scripts: Scripts, tmp_path: Path
+) -> None:
+    repo = git_workspace(room, tmp_path)
+    agent(room, "be")
+    scripts.push(
+        "be",
+        start("api"),
+        calls(("w", "fs_write", {"path": "draft.py", "content": "未提交的草稿\n"})),
+        openai_text("先写到这里"),
+    )
+    plan(room, ("api", "be"))
+    await eventually(lambda: agent_replies(room, "be"), timeout=30)
+    attempt = task(room, "api")["attempt"]
+    worktree, branch = Path(attempt["path"]), attempt["branch"]
+    assert scripts.told("be")["w"]["ok"] is True
+    base = f"/api/projects/{room.project}"
+    await eventually(lambda: not room.get(f"{base}/members/{room.members['be']['id']}")["running"])
+
+    room.post(f"{base}/lifecycle", {"op": "trash"})
+    preview = room.get(f"{base}/cleanup-preview")
+    [keep] = [k for k in preview["keep"] if k["what"] == "worktrees"]
+    assert [w["branch"] for w in keep["worktrees"]] == [branch]
+    result = room.post(f"{base}/purge", {"confirm_name": "演示项目", "confirmed": True})
+    assert result["state"] == "purged", result
+
+    # The project is gone; the member's unmerged work is not.
+    assert room.server.request("GET", base, headers=room.owner.headers)[0] == 404
+    assert (worktree / "draft.py").read_text() == "未提交的草稿\n"
+    assert git(worktree, "rev-parse", "--abbrev-ref", "HEAD") == branch
+    assert git(repo, "branch", "--list", branch, "--format=%(refname:short)") == branch
+    assert str(worktree) in git(repo, "worktree", "list", "--porcelain")
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md"]
