@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import os
 import re
 import socket
 import subprocess
@@ -509,3 +510,65 @@ async def test_a_purge_keeps_the_worktrees_and_their_branches(
     assert git(repo, "branch", "--list", branch, "--format=%(refname:short)") == branch
     assert str(worktree) in git(repo, "worktree", "list", "--porcelain")
     assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md"]
+
+
+# -- 6. bad input through the tools -----------------------------------------------------------
+
+
+async def test_bad_input_gets_structured_errors_and_nothing_is_lost(
+    room: Room, scripts: Scripts, tmp_path: Path
+) -> None:
+    repo = git_workspace(room, tmp_path)
+    (repo / "keep.txt").write_text("原样保留\n")
+    gbk = "中文说明".encode("gbk")
+    (repo / "gbk.txt").write_bytes(gbk)
+    (repo / os.fsdecode(b"name-\xff.txt")).write_bytes(b"odd\n")  # a name that is not UTF-8
+    git(repo, "add", "--all")
+    git(repo, "-c", "user.name=Owner", "-c", "user.email=owner@example.com",
+        "commit", "-q", "-m", "files")  # fmt: skip
+    agent(room, "be")
+    scripts.push(
+        "be",
+        start("api"),
+        calls(
+            ("nul", "fs_write", {"path": "keep\u0000.txt", "content": "x"}),
+            ("nulread", "fs_read", {"path": "keep.txt\u0000../../x"}),
+            ("big", "fs_write", {"path": "keep.txt", "content": "x" * (10 * 1024 * 1024)}),
+            ("gbk", "fs_read", {"path": "gbk.txt"}),
+            ("gbkedit", "fs_edit", {"path": "gbk.txt", "old": "中文", "new": "英文"}),
+            ("nulcmd", "shell", {"command": "cat keep.txt\u0000; rm keep.txt"}),
+            ("read", "fs_read", {"path": "keep.txt"}),
+            ("list", "fs_list", {}),
+            ("glob", "fs_glob", {"pattern": "*"}),
+            ("search", "fs_search", {"pattern": "odd|保留"}),
+            ("ls", "shell", {"command": "ls"}),
+        ),
+        openai_text("这些输入都被拒绝了"),
+    )
+    plan(room, ("api", "be"))
+    await eventually(lambda: agent_replies(room, "be"), timeout=40)
+    told = scripts.told("be")
+    nul, nulread, big = told["nul"], told["nulread"], told["big"]
+    assert (nul["error"], nul["details"]["path"]) == ("bad_path", "keep\u0000.txt")
+    assert nul["details"]["hint"] and nulread["error"] == "bad_path"
+    assert (big["error"], big["details"]["size_bytes"], big["details"]["limit_bytes"]) == (
+        "content_too_large", 10 * 1024 * 1024, 1024 * 1024,
+    )  # fmt: skip
+    for key in ("gbk", "gbkedit"):
+        assert (told[key]["error"], told[key]["details"]["offset"]) == ("not_utf8", 0), key
+        assert "iconv" in told[key]["details"]["hint"]
+    assert told["nulcmd"]["error"] == "bad_arguments"
+    # Nothing was lost: the model read the file as it was, and so does the disk.
+    assert told["read"]["text"] == "原样保留\n"
+    worktree = Path(task(room, "api")["attempt"]["path"])
+    assert (worktree / "keep.txt").read_text() == "原样保留\n"
+    assert (worktree / "gbk.txt").read_bytes() == gbk
+    assert git(worktree, "status", "--porcelain") == ""  # no half-written or temporary file
+    # A file name that is not UTF-8 is listed, found and searched with its odd byte escaped.
+    odd = "name-\\xff.txt"
+    assert [e["name"] for e in told["list"]["entries"]] == ["README.md", "gbk.txt", "keep.txt", odd]
+    assert told["glob"]["paths"] == ["README.md", "gbk.txt", "keep.txt", odd]
+    assert sorted((h["path"], h["text"]) for h in told["search"]["hits"]) == [
+        ("keep.txt", "原样保留"), (odd, "odd"),
+    ]  # fmt: skip
+    assert told["ls"]["exit_code"] == 0 and "keep.txt" in told["ls"]["output"]
