@@ -175,6 +175,10 @@ def review(room: Room, key: str) -> tuple[int, Any]:
     return request(room, "POST", f"/api/projects/{room.project}/tasks/{key}/review", body)
 
 
+def worktree_of(room: Room, key: str = "api") -> Path:
+    return Path(task(room, key)["attempt"]["path"])
+
+
 def server_answers(room: Room) -> None:
     """The server is up and serves a person's request."""
     assert room.get(f"/api/projects/{room.project}")["project"]["id"] == room.project
@@ -536,6 +540,7 @@ async def test_bad_input_gets_structured_errors_and_nothing_is_lost(
             ("big", "fs_write", {"path": "keep.txt", "content": "x" * (10 * 1024 * 1024)}),
             ("gbk", "fs_read", {"path": "gbk.txt"}),
             ("gbkedit", "fs_edit", {"path": "gbk.txt", "old": "中文", "new": "英文"}),
+            ("sur", "fs_write", {"path": "\udcff.txt", "content": "半个代理对 \ud800"}),
             ("nulcmd", "shell", {"command": "cat keep.txt\u0000; rm keep.txt"}),
             ("read", "fs_read", {"path": "keep.txt"}),
             ("list", "fs_list", {}),
@@ -558,16 +563,22 @@ async def test_bad_input_gets_structured_errors_and_nothing_is_lost(
         assert (told[key]["error"], told[key]["details"]["offset"]) == ("not_utf8", 0), key
         assert "iconv" in told[key]["details"]["hint"]
     assert told["nulcmd"]["error"] == "bad_arguments"
+    # Lone surrogates in the model's arguments (no text can hold them) arrive as U+FFFD: the
+    # model is told what was written, and the turn goes on.
+    assert (told["sur"]["ok"], told["sur"]["path"]) == (True, "\ufffd.txt"), told["sur"]
+    assert (worktree_of(room) / "\ufffd.txt").read_text() == "半个代理对 \ufffd"
     # Nothing was lost: the model read the file as it was, and so does the disk.
     assert told["read"]["text"] == "原样保留\n"
-    worktree = Path(task(room, "api")["attempt"]["path"])
+    worktree = worktree_of(room)
     assert (worktree / "keep.txt").read_text() == "原样保留\n"
     assert (worktree / "gbk.txt").read_bytes() == gbk
-    assert git(worktree, "status", "--porcelain") == ""  # no half-written or temporary file
+    # No half-written or temporary file: only the one the model was told about.
+    assert git(worktree, "status", "--porcelain") == '?? "\\357\\277\\275.txt"'
     # A file name that is not UTF-8 is listed, found and searched with its odd byte escaped.
     odd = "name-\\xff.txt"
-    assert [e["name"] for e in told["list"]["entries"]] == ["README.md", "gbk.txt", "keep.txt", odd]
-    assert told["glob"]["paths"] == ["README.md", "gbk.txt", "keep.txt", odd]
+    names = ["README.md", "gbk.txt", "keep.txt", odd, "\ufffd.txt"]
+    assert [e["name"] for e in told["list"]["entries"]] == names
+    assert told["glob"]["paths"] == names
     assert sorted((h["path"], h["text"]) for h in told["search"]["hits"]) == [
         ("keep.txt", "原样保留"), (odd, "odd"),
     ]  # fmt: skip
