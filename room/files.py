@@ -174,8 +174,20 @@ def list_dir(
         if len(entries) >= limit:
             truncated = True
             break
-        entries.append(_entry(rel, entry))
+        entries.append(_entry(shown(rel), entry))
     return Listing(relative, entries, truncated)
+
+
+def shown(relative: str) -> str:
+    """A path found on disk as a tool result gives it. A name that is not UTF-8 comes from the
+    file system with lone surrogates (``os.fsdecode``), which no JSON text, message or database
+    row can hold: its odd bytes are written ``\\xNN``. Such a path cannot be given back to a
+    file tool (backslashes are refused); a command can rename the file."""
+    try:
+        relative.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(relative).decode("utf-8", "backslashreplace")
+    return relative
 
 
 def _entry(name: str, entry: os.DirEntry[str]) -> Entry:
@@ -209,7 +221,7 @@ def glob(root: str | os.PathLike[str], pattern: str, limit: int = GLOB_LIMIT) ->
     paths: list[str] = []
     for rel, entry, _ in walk(real, base, ignores=ignores_for(_root(root), base)):
         if matcher.match(rel) and entry.is_file(follow_symlinks=False):
-            paths.append(rel)
+            paths.append(shown(rel))
     paths.sort()
     return GlobResult(pattern, paths[:limit], len(paths) > limit)
 
@@ -378,7 +390,7 @@ def search(
                     break
                 if len(content) > MAX_HIT_LINE_CHARS:
                     content = content[:MAX_HIT_LINE_CHARS] + "…"
-                hits.append(Hit(rel, line, content))
+                hits.append(Hit(shown(rel), line, content))
         except TimeoutError:
             timed_out = truncated = True
         if truncated:

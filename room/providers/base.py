@@ -32,6 +32,7 @@ import email.utils
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -173,6 +174,25 @@ class Outcome(Generic[T]):
     latency_ms: float
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_only(value: Any) -> Any:
+    """JSON as a model sent it, with every lone surrogate (a ``"\\ud800"`` escape: no text, so
+    no message, database row, file name or tool result can hold it) replaced by U+FFFD."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return _SURROGATE.sub("\ufffd", value)
+        return value
+    if isinstance(value, dict):
+        return {text_only(k): text_only(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [text_only(v) for v in value]
+    return value
+
+
 def parse_arguments(raw: Any) -> tuple[dict[str, Any], str]:
     """Tool-call arguments as ``(object, raw)``; ``raw`` is kept only when they are unusable."""
     if isinstance(raw, dict):
@@ -181,7 +201,7 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any], str]:
         return {}, ""
     text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
     try:
-        value = json.loads(text)
+        value = text_only(json.loads(text))
     except ValueError:
         return {}, text
     if isinstance(value, dict):
@@ -344,7 +364,7 @@ class JsonCaller:
         status = response.status_code
         if 200 <= status < 300:
             try:
-                return (decode(response.json()),)
+                return (decode(text_only(response.json())),)
             except (ValueError, UnreadableAnswerError) as exc:
                 reason = str(exc) if isinstance(exc, UnreadableAnswerError) else "invalid JSON"
                 return _Failure(ProviderServerError, status, f"unreadable answer: {reason}", True)

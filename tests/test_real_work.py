@@ -1,0 +1,585 @@
+"""Agents doing real work through the real server and runtime: a server subprocess (its sandbox
+probed at start), a local OpenAI-compatible server scripting each agent's tool calls, real git
+repositories in tmp_path, and bubblewrap. Nothing of ours is mocked.
+
+Each agent has its own script (:class:`Scripts`): a request is answered from the queue of the
+agent it is for, read from its system prompt, so agents working at the same time cannot take
+each other's steps. When bubblewrap is missing the sandboxed tests fail (``sandboxed`` is false
+and commands are refused), they are not skipped: ``scripts/test`` installs it.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.live_room import Room, agent_replies, eventually
+from tests.support.llm_servers import (
+    TEST_API_KEY,
+    OpenAIServer,
+    Reply,
+    openai_text,
+    openai_tool_calls,
+)
+
+pytestmark = [pytest.mark.anyio]
+
+Step = Reply | Callable[[dict[str, Any]], Reply]
+
+
+class Scripts:
+    """Per-agent scripts behind one model server, and what each agent was shown."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: dict[str, collections.deque[Step]] = collections.defaultdict(collections.deque)
+        self.seen: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        self.errors: list[str] = []  # a step that raised: checked when the test ends
+
+    def push(self, handle: str, *steps: Step) -> None:
+        with self._lock:
+            self._steps[handle].extend(steps)
+
+    def answer(self, body: dict[str, Any]) -> Reply:
+        found = re.search(r"你是 @([\w.-]+)", str(body["messages"][0]["content"]))
+        handle = found.group(1) if found else "?"
+        with self._lock:
+            self.seen[handle].append(body)
+            step = self._steps[handle].popleft() if self._steps[handle] else None
+        if step is None:
+            return openai_text("好的。")  # an unscripted turn (a notice, say) ends quietly
+        if isinstance(step, Reply):
+            return step
+        try:
+            return step(body)
+        except Exception as exc:  # the client would retry and take the next step: say so
+            self.errors.append(f"{handle}: {exc!r}")
+            raise
+
+    def told(self, handle: str) -> dict[str, dict[str, Any]]:
+        """Every tool result ``handle``'s model was told in its latest turn, by call id."""
+        return results_in(self.seen[handle][-1])
+
+
+def results_in(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        m["tool_call_id"]: json.loads(m["content"])
+        for m in request["messages"]
+        if m["role"] == "tool"
+    }
+
+
+def calls(*items: tuple[str, str, dict[str, Any]]) -> Reply:
+    return openai_tool_calls(list(items))
+
+
+@pytest.fixture
+def scripts() -> Iterator[Scripts]:
+    found = Scripts()
+    yield found
+    assert not found.errors, found.errors
+
+
+@pytest.fixture
+def llm(scripts: Scripts) -> Iterator[OpenAIServer]:
+    """The ``room`` fixture's model server, answering from :class:`Scripts`."""
+    with OpenAIServer(scripts.answer, api_key=TEST_API_KEY) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Neither our git nor the server's reads the machine's git configuration (autouse fixtures
+    run before ``room`` starts the server, which inherits this environment)."""
+    config = tmp_path / "gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def git(cwd: Path, *args: str) -> str:
+    run = subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=20
+    )
+    return run.stdout.strip()
+
+
+def git_workspace(room: Room, tmp_path: Path) -> Path:
+    """A repository with one commit on ``main``, made the project's workspace by its owner."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("# app\n")
+    git(repo, "add", "README.md")
+    git(repo, "-c", "user.name=Owner", "-c", "user.email=owner@example.com",
+        "commit", "-q", "-m", "start")  # fmt: skip
+    status, data = room.server.request(
+        "PUT", f"/api/projects/{room.project}/workspace", {"path": str(repo)},
+        headers=room.owner.headers,
+    )  # fmt: skip
+    assert status == 200, data
+    assert (data["workspace"]["git"], data["workspace"]["mode"]) == (True, "worktrees")
+    return repo
+
+
+def agent(room: Room, handle: str, role: str = "backend") -> int:
+    member_id = room.add_agent(handle, role, handle.upper())
+    room.route(handle)
+    return member_id
+
+
+def plan(room: Room, *items: tuple[str, str]) -> None:
+    """Tasks (key, owner), each with one criterion, started at once: owners get a delivery."""
+    body = {
+        "goal": "做完",
+        "items": [
+            {"key": key, "title": f"做 {key}", "owner": owner, "acceptance": [f"{key} 能用"]}
+            for key, owner in items
+        ],
+        "start": True,
+    }
+    room.post(f"/api/projects/{room.project}/plan", body, expect=201)
+
+
+def task(room: Room, key: str) -> dict[str, Any]:
+    return dict(room.get(f"/api/projects/{room.project}/tasks/{key}"))
+
+
+def start(key: str) -> Reply:
+    return calls(("start", "room_task_update", {"task": key, "action": "start"}))
+
+
+def request(room: Room, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    return room.server.request(method, path, body, headers=room.owner.headers)
+
+
+def patch_settings(room: Room, body: dict[str, Any]) -> None:
+    status, data = request(room, "PATCH", f"/api/projects/{room.project}/settings", body)
+    assert status == 200, data
+
+
+def review(room: Room, key: str) -> tuple[int, Any]:
+    body = {"results": [{"criterion": 1, "passed": True, "evidence": "看过文件和命令输出"}]}
+    return request(room, "POST", f"/api/projects/{room.project}/tasks/{key}/review", body)
+
+
+def worktree_of(room: Room, key: str = "api") -> Path:
+    return Path(task(room, key)["attempt"]["path"])
+
+
+def server_answers(room: Room) -> None:
+    """The server is up and serves a person's request."""
+    assert room.get(f"/api/projects/{room.project}")["project"]["id"] == room.project
+
+
+# -- 1. an agent's whole task in its worktree ---------------------------------------------------
+
+PYTHON = "python3 -c \"import sys; sys.path.insert(0, 'src'); import calc; print(calc.add(1, 1))\""
+CALC = "def add(a, b):\n    return a + b\n"
+
+
+async def test_an_agent_works_in_its_worktree_and_acceptance_follows_the_file(
+    room: Room, scripts: Scripts, tmp_path: Path
+) -> None:
+    repo = git_workspace(room, tmp_path)
+    agent(room, "be")
+
+    cited: list[int] = []
+
+    def submit(body: dict[str, Any]) -> Reply:
+        if not cited:  # the command this turn ran; a later submission cites the same one
+            cited.append(results_in(body)["py"]["command_result_id"])
+        return calls(("submit", "room_task_update", {
+            "task": "api", "action": "submit", "summary": "add 能算 1+1",
+            "artifacts": ["src/calc.py"], "commands": cited,
+        }))  # fmt: skip
+
+    scripts.push(
+        "be",
+        start("api"),
+        calls(
+            ("w", "fs_write", {"path": "src/calc.py", "content": CALC}),
+            ("py", "shell", {"command": PYTHON}),
+            ("gs", "shell", {"command": "git status --short --branch"}),
+        ),
+        submit,
+        openai_text("做完了，请验收"),
+    )
+    plan(room, ("api", "be"))
+    await eventually(lambda: agent_replies(room, "be"), timeout=30)
+    told = scripts.told("be")
+    assert told["start"]["ok"] is True, told["start"]
+    attempt = task(room, "api")["attempt"]
+    worktree, branch = Path(attempt["path"]), attempt["branch"]
+    assert branch == f"room/{room.project}/api-1" and attempt["state"] == "open"
+
+    # The file is in the attempt's worktree, and only there.
+    assert told["w"]["ok"] is True and (worktree / "src/calc.py").read_text() == CALC
+    assert not (repo / "src").exists() and git(repo, "status", "--porcelain") == ""
+    # Both commands really ran, sandboxed, in the worktree: python imported the written file,
+    # git saw the worktree's branch and its untracked file.
+    py, gs = told["py"], told["gs"]
+    assert (py["exit_code"], py["output"], py["sandboxed"], py["cwd_mode"]) == (
+        0, "2\n", True, "worktree",
+    )  # fmt: skip
+    assert gs["exit_code"] == 0, gs["output"]
+    assert gs["output"].splitlines() == [f"## {branch}", "?? src/"]
+
+    # The submission carries the file and the recorded command.
+    assert told["submit"]["ok"] is True, told["submit"]
+    submitted = task(room, "api")
+    assert submitted["state"] == "in_review"
+    [artifact] = [e for e in submitted["evidence"] if e["kind"] == "artifact"]
+    [command] = [e["command"] for e in submitted["evidence"] if e["kind"] == "command"]
+    assert (artifact["path"], artifact["sha256"]) == ("src/calc.py", sha256(CALC))
+    assert (command["id"], command["exit_code"], command["output_tail"]) == (cited[0], 0, "2\n")
+    status, data = review(room, "api")
+    assert (status, data["state"]) == (200, "accepted"), data
+
+    # Reopened, resubmitted with the same evidence, then the file changes: no acceptance.
+    status, data = request(room, "POST", f"/api/projects/{room.project}/tasks/api/reopen",
+                           {"reason": "再确认一次"})  # fmt: skip
+    assert (status, data["state"]) == (200, "changes_requested"), data
+    scripts.push("be", submit, openai_text("重新提交了"))
+    room.say("@be 请按原样重新提交")
+    await eventually(lambda: task(room, "api")["state"] == "in_review", timeout=20)
+    (worktree / "src/calc.py").write_text("def add(a, b):\n    return a - b\n")
+    status, data = review(room, "api")
+    assert (status, data["error"]["code"]) == (409, "artifact_changed"), data
+    assert data["error"]["details"]["path"] == "src/calc.py"
+    assert "src/calc.py" in data["error"]["message"]
+    status, data = request(room, "POST", f"/api/projects/{room.project}/tasks/api/accept", {})
+    assert (status, data["error"]["code"]) == (409, "artifact_changed"), data
+    assert task(room, "api")["state"] == "in_review"
+    board = room.get(f"/api/projects/{room.project}/tasks")
+    [shown] = [t for t in board["tasks"] if t["key"] == "api"]
+    latest = [e for e in shown["evidence"] if e["kind"] == "artifact" and e["revision"] == 2]
+    assert [(e["path"], e["verification"]) for e in latest] == [("src/calc.py", "changed")]
+    # Put back what was submitted: the same review now accepts it.
+    (worktree / "src/calc.py").write_text(CALC)
+    status, data = review(room, "api")
+    assert (status, data["state"]) == (200, "accepted"), data
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- 2. two members, two tasks, one repository ------------------------------------------------
+
+
+async def test_two_members_on_two_tasks_never_see_each_others_uncommitted_files(
+    room: Room, scripts: Scripts, tmp_path: Path
+) -> None:
+    repo = git_workspace(room, tmp_path)
+    both_wrote = threading.Barrier(2, timeout=20)
+
+    def look(body: dict[str, Any]) -> Reply:
+        # Asked only once this agent's write is done; answered once the other's is done too, so
+        # each one looks while the other's file is on disk.
+        assert results_in(body)["w"]["ok"] is True
+        both_wrote.wait()
+        return calls(
+            ("list", "fs_list", {}),
+            ("glob", "fs_glob", {"pattern": "**/*"}),
+            ("ls", "shell", {"command": "ls -A"}),
+        )
+
+    for handle, name in (("be", "api.py"), ("fe", "ui.js")):
+        agent(room, handle)
+        scripts.push(
+            handle,
+            start("api" if handle == "be" else "ui"),
+            calls(("w", "fs_write", {"path": name, "content": f"# {handle} 的草稿\n"})),
+            look,
+            openai_text("看完了"),
+        )
+    plan(room, ("api", "be"), ("ui", "fe"))
+    await eventually(lambda: agent_replies(room, "be") and agent_replies(room, "fe"), timeout=40)
+
+    trees = {key: Path(task(room, key)["attempt"]["path"]) for key in ("api", "ui")}
+    assert trees["api"] != trees["ui"]
+    for handle, key, mine, theirs in (("be", "api", "api.py", "ui.js"),
+                                      ("fe", "ui", "ui.js", "api.py")):  # fmt: skip
+        told = scripts.told(handle)
+        listed = [e["name"] for e in told["list"]["entries"]]
+        assert listed == ["README.md", mine], (handle, told["list"])
+        assert sorted(told["glob"]["paths"]) == ["README.md", mine], (handle, told["glob"])
+        ls = told["ls"]
+        assert (ls["exit_code"], ls["sandboxed"]) == (0, True), ls
+        assert ls["output"].split() == [".git", "README.md", mine], (handle, ls["output"])
+        assert (trees[key] / mine).is_file() and not (trees[key] / theirs).exists()
+    # The project's workspace shows neither: nothing reaches it until a person merges.
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md"]
+    assert git(repo, "status", "--porcelain") == ""
+
+
+# -- 3. a workspace that is not a git repository ----------------------------------------------
+
+HOLD = "date +%s.%N > a.start && sleep 2 && date +%s.%N > a.end"
+
+
+async def test_a_non_git_workspace_says_serial_and_its_writers_take_turns(
+    room: Room, scripts: Scripts
+) -> None:
+    detail = room.get(f"/api/projects/{room.project}")["project"]["workspace"]
+    assert (detail["git"], detail["mode"], detail["reason_code"]) == (
+        False, "serial", "not_a_repository",
+    )  # fmt: skip
+    assert "not a git repository" in detail["reason"]
+    folder = Path(detail["path"])
+    asked: dict[str, float | bool] = {}
+
+    def write_while_held(body: dict[str, Any]) -> Reply:
+        # Asked while be's command holds the writer lock (it has begun and not ended).
+        deadline = time.monotonic() + 15
+        while not (folder / "a.start").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        asked.update(at=time.time(), held=not (folder / "a.end").exists())
+        return calls(("w", "fs_write", {"path": "b.txt", "content": "fe 写的\n"}))
+
+    for handle, key, steps in (
+        ("be", "api", [calls(("hold", "shell", {"command": HOLD}))]),
+        ("fe", "ui", [write_while_held]),
+    ):
+        agent(room, handle)
+        scripts.push(handle, start(key), *steps, openai_text("写好了"))
+    plan(room, ("api", "be"), ("ui", "fe"))
+    await eventually(lambda: agent_replies(room, "be") and agent_replies(room, "fe"), timeout=30)
+
+    assert scripts.told("be")["hold"]["exit_code"] == 0
+    assert scripts.told("be")["hold"]["cwd_mode"] == "serial"
+    assert scripts.told("fe")["w"]["ok"] is True
+    assert asked["held"] is True, "fe asked to write after be's command had ended"
+    written = (folder / "b.txt").stat().st_mtime
+    # fe's write waited for be's command to end: after a.end, well after it was asked for.
+    assert written >= (folder / "a.end").stat().st_mtime
+    assert written - float(asked["at"]) > 1.0
+    notices = [m["body"] for m in room.messages() if m["kind"] == "system"]
+    serial = [n for n in notices if "一次只允许一个写入者" in n]
+    assert len(serial) == 1 and "not a git repository" in serial[0]
+    assert [t["attempt"] for t in map(lambda k: task(room, k), ("api", "ui"))] == [None, None]
+
+
+# -- 4. commands that try to get out ----------------------------------------------------------
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[int]]]:
+    """A TCP listener on the host's loopback: (port, connections accepted)."""
+    accepted: list[int] = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], accepted
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+BOMB = "bomb() { bomb | bomb & }; bomb; sleep 30"  # the forks go on while it sleeps
+LOOP = "while :; do :; done"
+
+
+def running(marker: str) -> list[int]:
+    """Processes on this machine whose command line holds ``marker`` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_commands_that_try_to_escape_fail_or_are_killed_and_the_server_stays_up(
+    room: Room, scripts: Scripts, tmp_path: Path, listener: tuple[int, list[int]]
+) -> None:
+    git_workspace(room, tmp_path)
+    patch_settings(room, {"limits": {"command_timeout_secs": 3}})
+    # Secrets next to the worktrees (inside the data folder) and elsewhere on the host.
+    beside = room.server.data / "worktrees" / str(room.project)
+    beside.mkdir(parents=True)
+    (beside / "x").write_text("SECRET-BESIDE\n")
+    (tmp_path / "host.txt").write_text("SECRET-HOST\n")
+    port, accepted = listener
+    connect = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\""
+    tries = {
+        "up": "cat ../x",
+        "link": "ln -s ../x up && cat up",
+        "shadowlink": "ln -s /etc/shadow s && cat s",
+        "shadow": "cat /etc/shadow",
+        "host": f"cat {tmp_path / 'host.txt'}",
+        "data": "ls -A ../../..",
+        "net": connect,
+        "bomb": BOMB,
+        "loop": LOOP,
+    }
+    agent(room, "be")
+    scripts.push(
+        "be",
+        start("api"),
+        calls(*((key, "shell", {"command": command}) for key, command in tries.items())),
+        openai_text("都试过了"),
+    )
+    plan(room, ("api", "be"))
+    await eventually(lambda: agent_replies(room, "be"), timeout=60)
+    told = scripts.told("be")
+    assert all(told[key]["sandboxed"] is True for key in tries), told
+    for key in ("up", "link", "shadowlink", "shadow", "host"):
+        result = told[key]
+        assert result["exit_code"] not in (0, None), (key, result)
+        assert "No such file" in result["output"] and "SECRET" not in result["output"], key
+    assert "room.sqlite" not in told["data"]["output"]  # the data folder is hidden
+    assert told["net"]["exit_code"] == 1 and accepted == []
+    for key in ("bomb", "loop"):
+        result = told[key]
+        assert (result["killed"], result["exit_code"]) == ("timeout", None), (key, result)
+        assert result["duration_secs"] < 3 + 2.5, (key, result)
+    assert "Cannot fork" in told["bomb"]["output"]  # the process limit stopped the forks
+    assert not running("bomb()") and not running(LOOP)  # nothing of them is left behind
+
+    # The server stays up: it answers people, and the agent works again.
+    server_answers(room)
+    scripts.push("be", calls(("echo", "shell", {"command": "echo 还在"})), openai_text("还在"))
+    room.say("@be 还在吗")
+    await eventually(lambda: len(agent_replies(room, "be")) == 2, timeout=20)
+    assert scripts.told("be")["echo"]["output"] == "还在\n"
+
+
+# -- 5. purge --------------------------------------------------------------------------------
+
+
+async def test_a_purge_keeps_the_worktrees_and_their_branches(
+    room: Room, scripts: Scripts, tmp_path: Path
+) -> None:
+    repo = git_workspace(room, tmp_path)
+    agent(room, "be")
+    scripts.push(
+        "be",
+        start("api"),
+        calls(("w", "fs_write", {"path": "draft.py", "content": "未提交的草稿\n"})),
+        openai_text("先写到这里"),
+    )
+    plan(room, ("api", "be"))
+    await eventually(lambda: agent_replies(room, "be"), timeout=30)
+    attempt = task(room, "api")["attempt"]
+    worktree, branch = Path(attempt["path"]), attempt["branch"]
+    assert scripts.told("be")["w"]["ok"] is True
+    base = f"/api/projects/{room.project}"
+    await eventually(lambda: not room.get(f"{base}/members/{room.members['be']['id']}")["running"])
+
+    room.post(f"{base}/lifecycle", {"op": "trash"})
+    preview = room.get(f"{base}/cleanup-preview")
+    [keep] = [k for k in preview["keep"] if k["what"] == "worktrees"]
+    assert [w["branch"] for w in keep["worktrees"]] == [branch]
+    result = room.post(f"{base}/purge", {"confirm_name": "演示项目", "confirmed": True})
+    assert result["state"] == "purged", result
+
+    # The project is gone; the member's unmerged work is not.
+    assert room.server.request("GET", base, headers=room.owner.headers)[0] == 404
+    assert (worktree / "draft.py").read_text() == "未提交的草稿\n"
+    assert git(worktree, "rev-parse", "--abbrev-ref", "HEAD") == branch
+    assert git(repo, "branch", "--list", branch, "--format=%(refname:short)") == branch
+    assert str(worktree) in git(repo, "worktree", "list", "--porcelain")
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md"]
+
+
+# -- 6. bad input through the tools -----------------------------------------------------------
+
+
+async def test_bad_input_gets_structured_errors_and_nothing_is_lost(
+    room: Room, scripts: Scripts, tmp_path: Path
+) -> None:
+    repo = git_workspace(room, tmp_path)
+    (repo / "keep.txt").write_text("原样保留\n")
+    gbk = "中文说明".encode("gbk")
+    (repo / "gbk.txt").write_bytes(gbk)
+    (repo / os.fsdecode(b"name-\xff.txt")).write_bytes(b"odd\n")  # a name that is not UTF-8
+    git(repo, "add", "--all")
+    git(repo, "-c", "user.name=Owner", "-c", "user.email=owner@example.com",
+        "commit", "-q", "-m", "files")  # fmt: skip
+    agent(room, "be")
+    scripts.push(
+        "be",
+        start("api"),
+        calls(
+            ("nul", "fs_write", {"path": "keep\u0000.txt", "content": "x"}),
+            ("nulread", "fs_read", {"path": "keep.txt\u0000../../x"}),
+            ("big", "fs_write", {"path": "keep.txt", "content": "x" * (10 * 1024 * 1024)}),
+            ("gbk", "fs_read", {"path": "gbk.txt"}),
+            ("gbkedit", "fs_edit", {"path": "gbk.txt", "old": "中文", "new": "英文"}),
+            ("sur", "fs_write", {"path": "\udcff.txt", "content": "半个代理对 \ud800"}),
+            ("nulcmd", "shell", {"command": "cat keep.txt\u0000; rm keep.txt"}),
+            ("read", "fs_read", {"path": "keep.txt"}),
+            ("list", "fs_list", {}),
+            ("glob", "fs_glob", {"pattern": "*"}),
+            ("search", "fs_search", {"pattern": "odd|保留"}),
+            ("ls", "shell", {"command": "ls"}),
+        ),
+        openai_text("这些输入都被拒绝了"),
+    )
+    plan(room, ("api", "be"))
+    await eventually(lambda: agent_replies(room, "be"), timeout=40)
+    told = scripts.told("be")
+    nul, nulread, big = told["nul"], told["nulread"], told["big"]
+    assert (nul["error"], nul["details"]["path"]) == ("bad_path", "keep\u0000.txt")
+    assert nul["details"]["hint"] and nulread["error"] == "bad_path"
+    assert (big["error"], big["details"]["size_bytes"], big["details"]["limit_bytes"]) == (
+        "content_too_large", 10 * 1024 * 1024, 1024 * 1024,
+    )  # fmt: skip
+    for key in ("gbk", "gbkedit"):
+        assert (told[key]["error"], told[key]["details"]["offset"]) == ("not_utf8", 0), key
+        assert "iconv" in told[key]["details"]["hint"]
+    assert told["nulcmd"]["error"] == "bad_arguments"
+    # Lone surrogates in the model's arguments (no text can hold them) arrive as U+FFFD: the
+    # model is told what was written, and the turn goes on.
+    assert (told["sur"]["ok"], told["sur"]["path"]) == (True, "\ufffd.txt"), told["sur"]
+    assert (worktree_of(room) / "\ufffd.txt").read_text() == "半个代理对 \ufffd"
+    # Nothing was lost: the model read the file as it was, and so does the disk.
+    assert told["read"]["text"] == "原样保留\n"
+    worktree = worktree_of(room)
+    assert (worktree / "keep.txt").read_text() == "原样保留\n"
+    assert (worktree / "gbk.txt").read_bytes() == gbk
+    # No half-written or temporary file: only the one the model was told about.
+    assert git(worktree, "status", "--porcelain") == '?? "\\357\\277\\275.txt"'
+    # A file name that is not UTF-8 is listed, found and searched with its odd byte escaped.
+    odd = "name-\\xff.txt"
+    names = ["README.md", "gbk.txt", "keep.txt", odd, "\ufffd.txt"]
+    assert [e["name"] for e in told["list"]["entries"]] == names
+    assert told["glob"]["paths"] == names
+    assert sorted((h["path"], h["text"]) for h in told["search"]["hits"]) == [
+        ("keep.txt", "原样保留"), (odd, "odd"),
+    ]  # fmt: skip
+    assert told["ls"]["exit_code"] == 0 and "keep.txt" in told["ls"]["output"]
