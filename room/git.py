@@ -29,6 +29,18 @@ from pathlib import Path
 
 from room.errors import RoomError
 
+
+def printable(path: str) -> str:
+    """A path read from git's output as people and JSON can hold it: a name that is not UTF-8
+    arrives with lone surrogates (``surrogateescape``), which no JSON text or database row can
+    hold; its odd bytes are written ``\\xNN`` (as :func:`room.files.shown` shows them)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
 GIT_TIMEOUT_SECS = 30.0
 STDERR_TAIL_CHARS = 2000
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -572,3 +574,16 @@ def test_every_reason_is_chinese_first_then_english() -> None:
 
     for code, text in wt.WORKTREE_CODES.items():
         assert re.fullmatch(r"[^()]*[\u4e00-\u9fff][^()]* \([A-Za-z][^()]+\.\)", text), code
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_not_fatal(repo: Path, root: Path) -> None:
+    """git reports such a name with lone surrogates; the stat and the dirty list say its odd
+    bytes as ``\\xNN`` so the answer can be sent as JSON (a 500 on the board otherwise)."""
+    work = attempt(repo, root, "bytes")
+    (work.path / os.fsdecode(b"caf\xe9.txt")).write_text("gbk name\n")
+    stat = wt.diff_stat(work)
+    assert [f.path for f in stat.files] == ["caf\\xe9.txt"]
+    json.dumps([f.path for f in stat.files], ensure_ascii=False).encode("utf-8")  # sendable
+    (repo / os.fsdecode(b"r\xe9sum\xe9.md")).write_text("x\n")
+    info = wt.inspect(repo)
+    assert "r\\xe9sum\\xe9.md" in info.dirty_paths

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from room.errors import BadRequestError
-from room.git import GitFailedError, run_git_capped
+from room.git import GitFailedError, printable, run_git_capped
 from room.worktrees._model import (
     DEFAULT_DIFF_BYTES,
     GIT_DIFF_TIMEOUT_SECS,
@@ -94,7 +94,7 @@ def diff_stat(attempt: Worktree) -> DiffStat:
         binary = added == "-"
         files.append(
             FileStat(
-                path=file_path,
+                path=printable(file_path),
                 added=None if binary else int(added),
                 deleted=None if binary else int(deleted),
                 binary=binary,
@@ -191,7 +191,7 @@ def commit_all(
 
 def _conflicted(workspace: Path) -> tuple[str, ...]:
     out = git(workspace, "diff", "--name-only", "--diff-filter=U", "-z").stdout
-    return tuple(sorted(p for p in out.split("\0") if p))
+    return tuple(sorted(printable(p) for p in out.split("\0") if p))
 
 
 def merge(

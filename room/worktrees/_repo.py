@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from room.git import GitFailedError, GitRun, run_git
+from room.git import GitFailedError, GitRun, printable, run_git
 from room.worktrees._model import (
     GIT_CHECKOUT_TIMEOUT_SECS,
     MAX_LISTED_PATHS,
@@ -61,7 +61,7 @@ def status_paths(cwd: Path, untracked: str) -> list[str]:
     for field in fields:
         if not field:
             continue
-        paths.append(field[3:])
+        paths.append(printable(field[3:]))
         if field[0] in "RC":  # a rename's second field is its old path
             next(fields, None)
     return paths
