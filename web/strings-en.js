@@ -23,6 +23,7 @@ export const STRINGS_EN = {
   "error.not_owner": "Only a project owner can do this",
   "error.network": "The network request failed; try again",
   "error.generic": "Something went wrong; please try again",
+  "error.artifact_changed": "The cited file {path} changed or disappeared since it was submitted: acceptance is refused until the work is resubmitted.",
 
   "conn.idle": "",
   "conn.connecting": "Connecting…",

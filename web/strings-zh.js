@@ -24,6 +24,7 @@ export const STRINGS_ZH = {
   "error.not_owner": "只有项目所有者可以执行此操作",
   "error.network": "网络连接失败，请检查后重试",
   "error.generic": "出了点问题，请重试",
+  "error.artifact_changed": "证据文件 {path} 在提交后已改动或不见了，不能验收；请负责人重新提交后再评审。",
 
   "conn.idle": "",
   "conn.connecting": "连接中…",
