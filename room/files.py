@@ -73,6 +73,7 @@ FILE_CODES = {
     "content_too_large": "内容太大 (The content is too large.)",
     "is_directory": "这是一个目录 (This is a folder.)",
     "symlink_refused": "不通过符号链接写入 (Writing through a symlink is refused.)",
+    "git_metadata": "不能改写 .git 里的内容 (Files inside .git are not written by tools.)",
     "edit_no_match": "要替换的文本没有出现 (The text to replace does not occur.)",
     "edit_ambiguous": "要替换的文本出现了不止一次 (The text to replace occurs more than once.)",
     "bad_patch": "补丁格式不对 (The patch is malformed.)",
@@ -545,6 +546,11 @@ def _target(root: str | os.PathLike[str], path: str, *, create: bool) -> tuple[s
     workspace (created when ``create``); the name itself is not resolved, so a symlink there is
     seen, and refused, rather than followed."""
     relative = clean_relative(path, error=_refuse)
+    if ".git" in relative.split("/"):
+        # A repository's configuration and hooks decide what the server's own git runs.
+        raise _refuse(
+            "git_metadata", path, "用 shell 里的 git 命令管理仓库 (Use git commands in shell.)"
+        )
     parent, _, name = relative.rpartition("/")
 
     def refuse(code: str, _raw: str, hint: str) -> FileToolError:

@@ -20,6 +20,7 @@ This module knows nothing of worktrees or tasks; :mod:`room.worktrees` builds on
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -68,6 +69,7 @@ _LOCATION_VARS = frozenset(
     }
 )
 _FIXED_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_EDITOR": "true",
     "GIT_SEQUENCE_EDITOR": "true",
@@ -104,12 +106,69 @@ class GitRun:
     stderr: str
 
 
+# What git gets of the server's environment: nothing else (the provider keys and tokens a
+# server holds never reach a git process, nor anything a repository's configuration runs).
+_PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "TZ", "TMPDIR")
+
+# Repository configuration that makes git run a program. Whoever can write a repository (an
+# agent's command in its worktree or in a serial workspace) could set one; the server's own git
+# refuses to run in such a repository (:class:`UnsafeRepositoryError`) instead of running it.
+_RUNS_PROGRAMS = re.compile(
+    r"(?:filter\..*\.(?:clean|smudge|process)|merge\..*\.driver|diff\..*\.(?:textconv|command)"
+    r"|diff\.external|gpg(?:\..*)?\.program|include(?:if\..*)?\.path"
+    r"|core\.(?:editor|pager|sshcommand|askpass|gitproxy|alternaterefscommand|fsmonitor"
+    r"|hookspath|worktree)|sequence\.editor|credential\..*|uploadpack\..*|pager\..*|alias\..*"
+    r"|remote\..*\.(?:uploadpack|receivepack|vcs)|(?:merge|diff)tool\..*)",
+    re.IGNORECASE,
+)
+
+
+class UnsafeRepositoryError(GitFailedError):
+    """The repository's own configuration would make git run a program: refused."""
+
+    code = "unsafe_repository"
+    http_status = 409
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.returncode, self.stderr = None, ""
+        RoomError.__init__(
+            self,
+            "仓库配置会让 git 运行外部程序，服务器不在其中运行 git (The repository's configuration "
+            f"would make git run a program: {', '.join(keys[:5])}.)",
+            keys=list(keys[:20]),
+        )
+
+
 def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _LOCATION_VARS}
+    env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
     env.update(_FIXED_ENV)
     if extra:
         env.update(extra)
     return env
+
+
+def check_repository(cwd: Path) -> None:
+    """Raise :class:`UnsafeRepositoryError` if the repository at ``cwd`` (its own config, and a
+    worktree's) sets a key that runs a program. Outside a repository: nothing to check."""
+    keys: list[str] = []
+    for scope in ("--local", "--worktree"):
+        try:
+            proc = subprocess.run(
+                ["git", *_SAFE_CONFIG, "config", scope, "--name-only", "--list"],
+                cwd=cwd,
+                env=git_env(),
+                capture_output=True,
+                timeout=GIT_TIMEOUT_SECS,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return  # the command itself will meet the same problem and say so
+        if proc.returncode != 0:
+            continue  # not a repository, or no worktree config
+        names = proc.stdout.decode("utf-8", "replace").split()
+        keys += [k for k in names if _RUNS_PROGRAMS.fullmatch(k) and k not in keys]
+    if keys:
+        raise UnsafeRepositoryError(keys)
 
 
 def run_git(
@@ -121,7 +180,9 @@ def run_git(
     stdin: str | None = None,
 ) -> GitRun:
     """Run ``git <args>`` in ``cwd``. With ``check``, a non-zero exit raises GitFailedError;
-    a timeout or a missing git/cwd always does."""
+    a timeout or a missing git/cwd always does; a repository configured to run programs raises
+    :class:`UnsafeRepositoryError` before git runs in it."""
+    check_repository(cwd)
     argv = ["git", *_SAFE_CONFIG, *args]
     try:
         proc = subprocess.run(
@@ -159,6 +220,7 @@ def run_git_capped(
 
     git is killed as soon as the cap is passed, so a huge output costs neither memory nor time.
     """
+    check_repository(cwd)
     argv = ["git", *_SAFE_CONFIG, *args]
     timed_out = threading.Event()
     with tempfile.TemporaryFile() as errfile:

@@ -260,6 +260,7 @@ def _layout(
     readable: Sequence[Path],
     hidden: Sequence[Path],
     etc_copies: _EtcCopies | None,
+    protected: Sequence[Path] = (),
 ) -> list[str]:
     """:func:`bwrap_argv`; with ``etc_copies`` the regular files of :data:`ETC_ENTRIES` are
     copied into the sandbox's (read-only) root from open descriptors instead of bind-mounted one
@@ -300,6 +301,8 @@ def _layout(
     for path in rw:  # a writable folder inside a hidden one stays writable: it was asked for
         if any(path.is_relative_to(h) and path != h for h in masked):
             argv += ["--bind", str(path), str(path)]
+    for path in protected:  # read-only inside a writable folder (a repository's .git)
+        argv += ["--ro-bind", str(path), str(path)]
     argv += ["--remount-ro", "/", "--chdir", str(cwd or "/tmp"), "--", *command]
     return argv
 
@@ -416,8 +419,11 @@ class Sandbox:
         cancel: asyncio.Event | None = None,
         allow_unsandboxed: bool = False,
         env: Mapping[str, str] | None = None,
+        protected: Sequence[Path] = (),
     ) -> CommandResult:
         """Run ``/bin/sh -c command`` in ``cwd``; see the module docstring for what that means.
+        ``protected`` paths are bound read-only last: inside a writable folder they stay
+        read-only (a mount point can be neither renamed nor removed), elsewhere they are readable.
 
         Without isolation this raises :class:`SandboxUnavailableError` unless
         ``allow_unsandboxed``; then ``network`` cannot be withheld and the result says
@@ -435,6 +441,7 @@ class Sandbox:
             )
         cwd = _resolved_dir(cwd, "the working folder")
         writable = [_resolved_dir(p, "a writable folder") for p in writable]
+        protected = [p for p in protected if p.exists() and not p.is_symlink()]
         prefix = _python_prefix()
         path = _SYSTEM_PATH + (f":{prefix / 'bin'}" if prefix else "")
         group = _make_group(info.pids_cgroup, limits.processes)
@@ -458,6 +465,7 @@ class Sandbox:
                     readable=self.readable,
                     hidden=self.hidden,
                     etc_copies=copies,
+                    protected=protected,
                 )
             else:
                 scratch = tempfile.mkdtemp(prefix="room-command-")

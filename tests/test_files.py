@@ -447,3 +447,18 @@ def test_the_fast_ignore_check_agrees_with_pathspec(
     slow = Ignores(tuple(replace(r, anything=None) for r in fast.rules))
     path = "/".join(parts)
     assert fast.ignored(path, is_dir) == slow.ignored(path, is_dir)
+
+
+def test_writes_into_git_metadata_are_refused(ws: Path) -> None:
+    (ws / ".git").mkdir(exist_ok=True)
+    (ws / ".git" / "config").write_text("[core]\n")
+    for call in (
+        lambda: files.write(ws, ".git/config", "[filter]\n"),
+        lambda: files.write(ws, "sub/.git/hooks/pre-commit", "#!/bin/sh\n"),
+        lambda: files.edit(ws, ".git/config", "[core]", "[filter]"),
+    ):
+        with pytest.raises(FileToolError) as caught:
+            call()
+        assert caught.value.code == "git_metadata"
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert not (ws / "sub").exists()

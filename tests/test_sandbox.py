@@ -333,3 +333,21 @@ def no_leftover_cgroups() -> Iterator[None]:
     if parent is not None:
         mine = list(parent.glob(f"room-sandbox-{os.getpid()}-*"))
         assert mine == [], "a command's cgroup was left behind"
+
+
+@needs_bwrap
+async def test_a_protected_git_folder_stays_read_only_inside_the_working_folder(
+    sandbox: Sandbox, ws: Path
+) -> None:
+    """Whoever writes a repository's .git decides what the server's own git runs (a filter, a
+    merge driver): a command may write its working folder but not its .git."""
+    (ws / ".git").mkdir()
+    (ws / ".git" / "config").write_text("[core]\n")
+    done = await sandbox.run(
+        "echo ok > note.txt; echo '[filter \"x\"]' >> .git/config; mv .git .g; ls -a",
+        cwd=ws,
+        protected=[ws / ".git"],
+    )
+    assert (ws / "note.txt").read_text() == "ok\n"  # the folder itself is writable
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert not (ws / ".g").exists() and ".git" in done.output

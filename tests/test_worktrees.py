@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from room import worktrees as wt
+from room.git import UnsafeRepositoryError, git_env, run_git
 from room.worktrees import BadRefNameError, WorktreeError
 
 pytestmark = pytest.mark.timeout(60)
@@ -587,3 +588,27 @@ def test_a_file_name_that_is_not_utf8_is_shown_not_fatal(repo: Path, root: Path)
     (repo / os.fsdecode(b"r\xe9sum\xe9.md")).write_text("x\n")
     info = wt.inspect(repo)
     assert "r\\xe9sum\\xe9.md" in info.dirty_paths
+
+
+def test_a_repository_configured_to_run_programs_is_refused_not_run(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A filter in the repository's own config (an agent could write one) never runs as the
+    server: its git refuses the repository, and the workspace is serial with the reason."""
+    marker = tmp_path / "ran"
+    git(repo, "config", "filter.x.clean", f"sh -c 'touch {marker}; cat'")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "attributes").write_text("* filter=x\n")
+    (repo / "app.py").write_text("a = 9\nb = 2\nc = 3\n")  # same size: git must re-read it
+    info = wt.inspect(repo)
+    assert (info.mode, info.reason_code) == ("serial", "unsafe_repository")
+    assert "filter.x.clean" in (info.reason or "")
+    with pytest.raises(UnsafeRepositoryError):
+        run_git(repo, "status", "--porcelain")
+    assert not marker.exists()
+
+
+def test_git_gets_none_of_the_servers_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    env = git_env()
+    assert "OPENAI_API_KEY" not in env and env["GIT_CONFIG_NOSYSTEM"] == "1"

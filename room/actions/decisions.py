@@ -456,7 +456,7 @@ def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
     ``/change`` (after any leading whitespace) revises the requirement once it is stored, as a
     write of its own. An empty change is refused before the send; a change that fails later
     (a task key that does not exist) is answered with a notice under the message."""
-    if sender.kind != "human":
+    if sender.kind != "human" or "/change" not in body:  # the common case costs one search
         return None
     command = parse_change_command(body)
     if command is None:
@@ -468,16 +468,24 @@ def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
 
     def follow_up(message_id: int) -> FollowUp:
         def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+            # The project may have closed since the send committed: a closed project changes
+            # no tasks (as the UI's mark does).
+            task_actions.check_open(conn, sender)
             return requirement_change_from_message(conn, tx, message_id, sender, None)
 
         def on_error(error: BaseException) -> WriteJob[int] | None:
             if not isinstance(error, RoomError):
                 return None
             text = f"⚠️ 需求变更没有记录：{error.message}"
-            return lambda conn, tx: task_actions.post_message(
-                conn, tx, task_actions.Effects(sender.project_id), text,
-                {"requirement_change_failed": error.code}, reply_to=message_id,
-            )  # fmt: skip
+
+            def report(conn: sqlite3.Connection, tx: Tx) -> int:
+                task_actions.check_open(conn, sender)  # nothing is said in a closed project
+                return task_actions.post_message(
+                    conn, tx, task_actions.Effects(sender.project_id), text,
+                    {"requirement_change_failed": error.code}, reply_to=message_id,
+                )  # fmt: skip
+
+            return report
 
         return FollowUp("requirement change", job, on_error)
 

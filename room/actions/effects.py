@@ -27,26 +27,34 @@ log = logging.getLogger(__name__)
 
 
 def apply(core: Core, effects: list[Effect]) -> None:
-    """Carry out one committed job's effects, in the order it recorded them."""
-    hub = core.hub
+    """Carry out one committed job's effects, in the order it recorded them. One that fails is
+    logged and the rest still run (a failed publish must not cost the wake after it)."""
     for effect in effects:
-        match effect:
-            case Publish(project_id, seq, frame):
-                hub.publish(project_id, seq, frame)
-            case Broadcast(project_id, frame):
-                hub.broadcast(project_id, frame)
-            case Wake(project_id, member_ids):
-                core.agents.wake(project_id, member_ids)
-            case WakeProject(project_id):
-                core.agents.wake_project(project_id)
-            case RosterChanged(project_id):
-                core.rosters.invalidate(project_id)
-            case CutMember(project_id, member_id):
-                hub.cut_member(project_id, member_id)
-            case CloseAgentSockets(member_id, reason):
-                hub.cut_session(hub.agent_session(member_id), reason, CLOSE_SIGNED_OUT)
-            case FollowUp():
-                _follow_up(core, effect)
+        try:
+            _apply_one(core, effect)
+        except Exception:
+            log.exception("carrying out %s failed", type(effect).__name__)
+
+
+def _apply_one(core: Core, effect: Effect) -> None:
+    hub = core.hub
+    match effect:
+        case Publish(project_id, seq, frame):
+            hub.publish(project_id, seq, frame)
+        case Broadcast(project_id, frame):
+            hub.broadcast(project_id, frame)
+        case Wake(project_id, member_ids):
+            core.agents.wake(project_id, member_ids)
+        case WakeProject(project_id):
+            core.agents.wake_project(project_id)
+        case RosterChanged(project_id):
+            core.rosters.invalidate(project_id)
+        case CutMember(project_id, member_id):
+            hub.cut_member(project_id, member_id)
+        case CloseAgentSockets(member_id, reason):
+            hub.cut_session(hub.agent_session(member_id), reason, CLOSE_SIGNED_OUT)
+        case FollowUp():
+            _follow_up(core, effect)
 
 
 def _follow_up(core: Core, effect: FollowUp) -> None:

@@ -79,8 +79,8 @@ class Session:
                         core, self.member_id, limits.agent_turn_cap
                     )
                     if start.turn_id is None:
-                        if start.blocked is not None:
-                            return  # dispatch is closed: woken again when it reopens
+                        # Dispatch is closed (woken again when it reopens) or nothing is pending;
+                        # a wake that came meanwhile (a resume) is looked at, not lost.
                         continue
                     self.turn = Turn(driver.env, member, start, limits)
                     self.turn_task = asyncio.ensure_future(self.turn.run())

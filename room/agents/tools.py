@@ -302,6 +302,11 @@ class Toolbox:
         return ToolOutcome(text, not _reports_failure(text), tool.side_effect, detail)
 
 
+def not_run_after_stop() -> ToolOutcome:
+    """The outcome of a call left unrun because a person stopped the member's work."""
+    return _failure("stopped", "a person stopped this work; this call was not run")
+
+
 def bad_arguments(message: str) -> ToolOutcome:
     """The outcome of a call whose arguments could not be read at all."""
     return _failure("bad_arguments", message)

@@ -24,7 +24,15 @@ from room.actions import turns as turn_actions
 from room.actions.turns import Limits, TurnStart
 from room.agents import context as ctx_mod
 from room.agents.presets import ROOM_RULES, preset_for
-from room.agents.tools import Tool, Toolbox, ToolContext, TurnWork, WorkEnv, bad_arguments
+from room.agents.tools import (
+    Tool,
+    Toolbox,
+    ToolContext,
+    TurnWork,
+    WorkEnv,
+    bad_arguments,
+    not_run_after_stop,
+)
 from room.core import Core
 from room.errors import ProviderError, RoomError
 from room.ledger import Reason
@@ -86,6 +94,10 @@ class Turn:
         self._in_flight: asyncio.Future[Any] | None = None
         self.work = TurnWork(limits)
         self.tool_calls = 0
+
+    def stopped(self) -> bool:
+        """Whether a person asked this turn to stop (read anew: it changes across awaits)."""
+        return self.stop_requested
 
     def stop(self) -> None:
         """Ask the turn to stop at its next step boundary; an in-flight model call is
@@ -171,7 +183,11 @@ class Turn:
                 tool_ctx = ToolContext(
                     self.core, self.member, self.turn_id, call.id, {}, self.env.work, self.work
                 )
-                if call.raw_arguments and not call.arguments:
+                if self.stopped():
+                    # A person stopped the work: the rest of the model's calls are not run (each
+                    # still gets its result, as the protocol wants one per call).
+                    outcome = not_run_after_stop()
+                elif call.raw_arguments and not call.arguments:
                     outcome = bad_arguments("arguments were not valid JSON")
                 else:
                     outcome = await toolbox.run(tool_ctx, call.name, call.arguments)
@@ -201,7 +217,9 @@ class Turn:
                     "command_time",
                     {"secs": round(self.work.command_secs), "cap": limits.command_secs_per_turn},
                 )
-            if step < limits.max_steps:  # nothing new is taken in that no request would carry
+            # Nothing new is taken in that no request would carry (or after a stop: what arrives
+            # then waits for the next turn instead of being failed with this one).
+            if step < limits.max_steps and not self.stopped():
                 steer = await self._steer()
                 if steer is not None:
                     messages.append(steer)

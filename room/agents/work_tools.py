@@ -210,14 +210,20 @@ async def _shell(ctx: ToolContext, args: dict[str, Any]) -> ToolReply:
             limit_secs=limits.command_secs_per_turn,
         )
     where = await work_dir(ctx.core, ctx.member)
-    writable = []
-    if where.mode == "worktree" and (where.workspace / ".git").is_dir():
-        writable.append(where.workspace / ".git")  # a worktree's commits go to the common repo
+    # A repository's .git stays read-only to commands: whoever can write it can make the
+    # server's own git run a program (a filter, a merge driver). In a worktree the common
+    # repository is readable (so `git status`, `git log` and `git diff` work) and the worktree's
+    # .git file cannot be pointed elsewhere; the server commits an attempt's work when a person
+    # merges it.
+    protected = [where.path / ".git"]
+    common = where.workspace / ".git"
+    if where.mode == "worktree" and common.is_dir() and not common.is_symlink():
+        protected.append(common)
     async with _writing(ctx, where):
         result = await sandbox.run(
             command,
             cwd=where.path,
-            writable=writable,
+            protected=protected,
             network=stored.get("network") is True,
             limits=CommandLimits(
                 timeout_secs=min(limits.command_timeout_secs, remaining),

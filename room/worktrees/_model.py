@@ -24,6 +24,7 @@ WORKTREE_CODES: Mapping[str, str] = MappingProxyType(
         "no_workspace": "工作区目录不存在 (The workspace folder does not exist.)",
         "git_missing": "找不到 git 命令 (The git command is not installed.)",
         "not_a_repository": "工作区不是 git 仓库 (The workspace is not a git repository.)",
+        "unsafe_repository": "仓库配置会让 git 运行外部程序（过滤器、合并驱动、包含文件等），服务器不在其中运行 git (The repository's configuration would make git run a program; the server runs no git in it.)",
         "nested_repository": "工作区位于另一个 git 仓库之内，而不是它的根目录 (The workspace is inside a git repository but is not its top folder.)",
         "repository_unreadable": "git 无法使用这个仓库 (git cannot use this repository.)",
         "no_commits": "仓库还没有任何提交 (The repository has no commits yet.)",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from room.git import GitFailedError, GitRun, printable, run_git
+from room.git import GitFailedError, GitRun, UnsafeRepositoryError, printable, run_git
 from room.worktrees._model import (
     GIT_CHECKOUT_TIMEOUT_SECS,
     MAX_LISTED_PATHS,
@@ -100,7 +100,10 @@ def inspect(workspace: Path, base: str | None = None) -> RepoInfo:
         return _serial(ws, "no_workspace")
     if shutil.which("git") is None:
         return _serial(ws, "git_missing")
-    top = git(ws, "rev-parse", "--show-toplevel", check=False)
+    try:
+        top = git(ws, "rev-parse", "--show-toplevel", check=False)
+    except UnsafeRepositoryError as exc:
+        return _serial(ws, "unsafe_repository", ", ".join(exc.details["keys"][:5]))
     if top.returncode != 0:
         if "not a git repository" in top.stderr:
             return _serial(ws, "not_a_repository")
