@@ -155,6 +155,12 @@ def test_a_workspace_that_could_reach_the_database_or_does_not_exist_is_refused(
     assert _refusal(app, "relative/path") == (400, "workspace_not_absolute")
     (tmp_path / "file.txt").write_text("x")
     assert _refusal(app, str(tmp_path / "file.txt")) == (400, "workspace_not_a_folder")
+    # System folders and a home folder's own keys and settings: agents would read and change them.
+    for system in ("/", "/etc", "/usr/lib", "/proc/self", str(Path.home())):
+        assert _refusal(app, system) == (400, "workspace_system"), system
+    dot = Path.home() / ".ssh"
+    if dot.is_dir():
+        assert _refusal(app, str(dot)) == (400, "workspace_system")
     _status, projects = app.request("GET", "/api/me", cookie=app.owner_cookie)
     assert [p["name"] for p in projects["projects"]] == ["演示项目"]  # nothing was created
 

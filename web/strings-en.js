@@ -548,6 +548,7 @@ export const STRINGS_EN = {
   "error.workspace_in_data": "The workspace cannot be inside the data folder (leave it empty for the default)",
   "error.workspace_contains_data": "The workspace cannot contain the data folder: the database files would be reachable",
   "error.workspace_missing": "The workspace folder does not exist: {path}",
+  "error.workspace_system": "The workspace cannot be a system folder, a home folder itself or a dot-folder in it: {path}",
   "error.workspace_not_absolute": "The workspace must be an absolute path, e.g. /srv/work/app",
   "error.workspace_not_a_folder": "The workspace must be a folder, not a file: {path}",
   "error.bad_workspace": "The workspace path is not usable",

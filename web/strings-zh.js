@@ -549,6 +549,7 @@ export const STRINGS_ZH = {
   "error.workspace_in_data": "工作区不能在数据目录之内（不填则使用默认工作区）",
   "error.workspace_contains_data": "工作区不能包含数据目录，否则数据库文件会被访问到",
   "error.workspace_missing": "工作区目录不存在：{path}",
+  "error.workspace_system": "工作区不能是系统目录、主目录本身或其中的隐藏目录：{path}",
   "error.workspace_not_absolute": "工作区须是绝对路径，例如 /srv/work/app",
   "error.workspace_not_a_folder": "工作区必须是目录，不能是文件：{path}",
   "error.bad_workspace": "工作区路径无效",

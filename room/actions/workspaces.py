@@ -73,6 +73,28 @@ def _refuse(code: str, message: str, path: str, hint: str) -> BadRequestError:
     return BadRequestError(message, code=code, path=path[:300], hint=hint)
 
 
+# Folders no project works in: the system's own, and a home folder itself or its dot-folders
+# (keys, shell and tool configuration). The file tools run in the server's process, so a
+# workspace there would show them to every agent of the project.
+SYSTEM_FOLDERS = tuple(
+    Path(p)
+    for p in ("/etc", "/proc", "/sys", "/dev", "/boot", "/usr", "/bin", "/sbin", "/lib",
+              "/lib32", "/lib64", "/run", "/var/lib", "/var/run", "/var/log", "/var/spool")
+)  # fmt: skip
+
+
+def _system_folder(real: Path) -> bool:
+    if real == Path("/") or any(real == s or s in real.parents for s in SYSTEM_FOLDERS):
+        return True
+    homes = {Path.home().resolve(), Path("/root"), *Path("/home").glob("*")}
+    for home in homes:
+        if real == home:
+            return True
+        if home in real.parents and real.relative_to(home).parts[0].startswith("."):
+            return True
+    return False
+
+
 def check_workspace(settings: Settings, raw: str, project_id: int | None = None) -> str:
     """The resolved absolute path of a workspace a person gave, or a structured 400.
 
@@ -93,12 +115,17 @@ def check_workspace(settings: Settings, raw: str, project_id: int | None = None)
     if not real.is_dir():
         raise _refuse("workspace_not_a_folder", "工作区必须是目录 (The workspace must be a "
                       "folder.)", text, "给出目录，不要给文件 (Name a folder, not a file.)")  # fmt: skip
+    own_default = project_id is not None and real == default_workspace(settings, project_id)
+    if _system_folder(real) and not own_default:
+        raise _refuse("workspace_system", "工作区不能是系统目录或主目录本身 (The workspace cannot be a "
+                      "system folder, a home folder itself or a dot-folder in it: agents would read "
+                      "and change it.)", text, "选一个项目自己的目录 (Pick the project's own folder, "
+                      "e.g. /srv/work/app.)")  # fmt: skip
     data = settings.data.resolve()
     if real == data:
         raise _refuse("workspace_is_data", "工作区不能是数据目录 (The workspace cannot be the "
                       "data folder.)", text, "选一个数据目录之外的目录 (Pick a folder outside "
                       f"{data}.)")  # fmt: skip
-    own_default = project_id is not None and real == default_workspace(settings, project_id)
     if data in real.parents and not own_default:
         raise _refuse("workspace_in_data", "工作区不能在数据目录之内 (The workspace cannot be "
                       "inside the data folder.)", text, f"选一个 {data} 之外的目录，或不设置以使用"
