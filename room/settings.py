@@ -113,6 +113,11 @@ class Settings(BaseModel):
         description="Default total seconds an agent's commands may run in one turn; past it the "
         "loop brake stops the turn (per project).",
     )
+    allow_unsandboxed_commands: bool = Field(
+        default=False,
+        description="Let a project's owner run agents' commands without a sandbox where this "
+        "server has none (the project's `unsandboxed` setting does nothing unless this is on).",
+    )
     context_tokens: int = Field(
         default=6000, ge=500, description="Token budget of the timeline in an agent's context."
     )

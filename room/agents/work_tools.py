@@ -192,12 +192,14 @@ async def _shell(ctx: ToolContext, args: dict[str, Any]) -> ToolReply:
     sandbox = ctx.work.sandbox
     project_id = ctx.member.project_id
     stored = await ctx.core.db.read(lambda conn: projects_store.settings(conn, project_id))
-    unsandboxed = stored.get("unsandboxed") is True
+    # Both must agree: the operator lets owners decide (a command without a sandbox sees what
+    # the server sees), and the project's owner turns it on.
+    unsandboxed = stored.get("unsandboxed") is True and ctx.core.settings.allow_unsandboxed_commands
     if not sandbox.info.isolated and not unsandboxed:
         raise NotIsolatedError(
-            "命令无法隔离运行，项目负责人未允许不隔离执行 (Not isolated: commands cannot be "
-            f"sandboxed on this server ({sandbox.info.reason}), and the project's owner has not "
-            "turned on unsandboxed execution.)",
+            "命令无法隔离运行，未允许不隔离执行 (Not isolated: commands cannot be sandboxed on "
+            f"this server ({sandbox.info.reason}), and unsandboxed execution needs both the "
+            "server's allow_unsandboxed_commands and the project owner's setting.)",
             reason=sandbox.info.reason,
         )
     limits = ctx.turn.limits if ctx.turn else turn_actions.limits_of(ctx.core.settings, stored)
