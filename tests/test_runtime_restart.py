@@ -98,6 +98,42 @@ async def test_kill_after_an_effect_is_not_rerun(tmp_path: Path, llm: OpenAIServ
         again.stop()
 
 
+async def test_kill_while_a_command_runs_is_not_rerun(tmp_path: Path, llm: OpenAIServer) -> None:
+    """The turn's row says it acted before the command runs: a crash during the command never
+    lets the restart run the turn (and its command) again."""
+    data = tmp_path / "data"
+    server = start_with_openai(data, llm)
+    room = Room(server, llm)
+    room.add_agent("be", "backend", "后端")
+    room.route("be")
+    mark = f"100.{uuid.uuid4().int % 10_000}"
+    llm.push(openai_tool_call("shell", {"command": f"echo start > started.txt; sleep {mark}"}))
+    sent = room.say("@be 跑一个很慢的命令")
+
+    def running() -> bool:
+        with room.db() as conn:
+            row = conn.execute("SELECT side_effects FROM turns WHERE state = 'running'").fetchone()
+        return row is not None and row[0] > 0 and len(llm.chat_requests) == 1
+
+    await eventually(running)
+    server.kill9()
+
+    again = start_with_openai(data, llm)
+    try:
+        room.server = again
+        room.owner = again.login()
+        notice = await eventually(
+            lambda: [m for m in room.messages() if m["kind"] == "system" and "重启" in m["body"]]
+        )
+        assert "不会自动重跑" in notice[0]["body"]
+        await anyio.sleep(0.5)
+        [delivery] = room.deliveries(sent["message_id"])
+        assert delivery["state"] == "failed" and delivery["reason_code"] == "restart_after_effect"
+        assert len(llm.chat_requests) == 1  # no second request: the turn was not run again
+    finally:
+        again.stop()
+
+
 async def test_external_agent_receives_confirms_and_replies(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:

@@ -289,6 +289,18 @@ def _activity_line(entry: Mapping[str, Any]) -> str:
     return line
 
 
+async def mark_acting(core: Core, turn_id: int) -> None:
+    """The turn is about to run a tool that acts (a command, a write, a message): recorded
+    before it runs, so a crash while it runs never lets a restart run the turn again."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        conn.execute(
+            "UPDATE turns SET side_effects = 1 WHERE id = :t AND side_effects = 0", {"t": turn_id}
+        )
+
+    await core.db.write(job)
+
+
 async def record_tool_step(
     core: Core,
     project_id: int,

@@ -91,6 +91,7 @@ class Turn:
         self.unconsumed: list[tuple[int, str]] = [(i.delivery_id, "queue") for i in self.inbound]
         self.seen_calls: dict[str, int] = {}
         self.stop_requested = False
+        self.acting_recorded = False  # the turn's row says it acted (see mark_acting)
         self._in_flight: asyncio.Future[Any] | None = None
         self.work = TurnWork(limits)
         self.tool_calls = 0
@@ -190,6 +191,10 @@ class Turn:
                 elif call.raw_arguments and not call.arguments:
                     outcome = bad_arguments("arguments were not valid JSON")
                 else:
+                    tool = toolbox.tools.get(call.name)
+                    if tool is not None and tool.side_effect and not self.acting_recorded:
+                        await turn_actions.mark_acting(self.core, self.turn_id)
+                        self.acting_recorded = True
                     outcome = await toolbox.run(tool_ctx, call.name, call.arguments)
                 results.append(
                     turn_actions.ToolResult(call.id, outcome.text, outcome.ok, outcome.detail)
