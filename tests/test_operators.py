@@ -109,10 +109,12 @@ def test_a_start_that_died_shows_how_far_it_got(server: ServerProcess, tmp_path:
     phases = last_start(read_trace(server.data))
     assert [p["phase"] for p in phases] == ["start", "lock"]
     assert phases[-1]["ok"] is False and "in use by pid" in phases[-1]["detail"]["error"]
-    # doctor reads the trace and says what is wrong (the running server is fine, the last
-    # start attempt is the one that died).
+    # doctor judges the running server by its own start (it is healthy) and shows the refused
+    # second instance without counting it as a problem (issue 14, item 23).
     code, text = run_cli("doctor", "--data", str(server.data))
-    assert code == 4 and "stopped at phase 'lock'" in text
+    assert code == 0 and "healthy" in text and "PROBLEM" not in text, text
+    assert "last start: start →" in text and "→ ready" in text
+    assert f"refused:  a later start (pid {phases[0]['pid']}) stopped at 'lock'" in text
 
 
 def test_doctor_on_an_empty_folder_needs_attention(tmp_path: Path) -> None:
