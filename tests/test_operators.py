@@ -6,16 +6,21 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from starlette.websockets import WebSocketDisconnect
 
 from room.boot import last_start, read_trace
 from room.cli import build_parser, main
+from room.hub import CLOSE_SIGNED_OUT
 from room.protocol import CLIENT_FRAME_TYPES
 from room.sandbox import probe
+from room.store import auth as auth_store
 from room.transport import offers_direct_write
 from tests.support.inproc import App, error, owner_user, running_app
 from tests.support.server import ServerProcess
@@ -154,3 +159,72 @@ def test_recovery_is_for_server_admins_only(app: App) -> None:
     assert app.request("GET", "/api/recovery", cookie=app.owner_cookie)[0] == 200
     assert error(app.request("GET", "/api/recovery", cookie=bob_cookie)) == (403, "admin_only")
     assert error(app.request("GET", "/api/recovery", token=token)) == (403, "admin_only")
+
+
+# -- agent tokens: rotate and revoke without retiring the handle (issue 14, item 25) --------------
+
+
+REVOKED = "this token is unknown or revoked"
+
+
+def _auth(app: App, token: str) -> dict[str, Any]:
+    """The hello frame, or how the server closed the socket."""
+    try:
+        with app.client.websocket_connect("/ws", headers={"Origin": app.settings.origin}) as ws:
+            ws.send_json({"type": "auth", "token": token})
+            frame: dict[str, Any] = ws.receive_json()
+            return frame
+    except WebSocketDisconnect as closed:
+        return {"closed": closed.code, "reason": closed.reason}
+
+
+def test_an_owner_rotates_and_revokes_an_agents_tokens_and_its_open_socket_closes(
+    tmp_path: Path,
+) -> None:
+    with running_app(tmp_path / "data") as app:
+        owner = owner_user(app)
+        plain, plain_cookie = app.new_user("bo", "小博")
+        pid, members, old = app.project_with("令牌", owner, plain)
+        lead = members["lead"]
+        path = f"/api/projects/{pid}/members/{lead.id}/token"
+        with app.client.websocket_connect("/ws", headers={"Origin": app.settings.origin}) as ws:
+            ws.send_json({"type": "auth", "token": old})
+            assert ws.receive_json()["type"] == "hello"
+            status, body = app.request("POST", path, cookie=app.owner_cookie)
+            assert status == 200
+            new = body["token"]
+            with pytest.raises(WebSocketDisconnect) as closed:
+                while True:
+                    ws.receive_json()
+            assert closed.value.code == CLOSE_SIGNED_OUT
+        assert _auth(app, old) == {"closed": CLOSE_SIGNED_OUT, "reason": REVOKED}
+        assert _auth(app, new)["identity"]["member_id"] == lead.id
+        # Only an owner, and only for an agent.
+        assert error(app.request("POST", path, cookie=plain_cookie)) == (403, "not_owner")
+        human = f"/api/projects/{pid}/members/{members['bo'].id}/token"
+        assert error(app.request("POST", human, cookie=app.owner_cookie)) == (409, "not_agent")
+        status, body = app.request("DELETE", path, cookie=app.owner_cookie)
+        assert (status, body) == (200, {"revoked": 1})
+        assert _auth(app, new) == {"closed": CLOSE_SIGNED_OUT, "reason": REVOKED}
+        status, detail = app.request("GET", f"/api/projects/{pid}/members/{lead.id}",
+                                     cookie=app.owner_cookie)  # fmt: skip
+        assert status == 200 and detail["member"]["handle"] == "lead"
+        _, log = app.request("GET", f"/api/projects/{pid}/audit", cookie=app.owner_cookie)
+        actions = [entry["action"] for entry in log["events"]]
+        assert "member.token" in actions and "member.revoke_tokens" in actions
+
+
+def test_the_cli_rotates_and_revokes_while_the_server_runs(server: ServerProcess) -> None:
+    def live(token: str) -> bool:
+        conn = sqlite3.connect(f"file:{server.data / 'room.sqlite'}?mode=ro", uri=True)
+        try:
+            return auth_store.token_member(conn, token) is not None
+        finally:
+            conn.close()
+
+    _, first = run_cli("member", "token", "--data", str(server.data), "演示项目", "lead")
+    _, second = run_cli("member", "token", "--data", str(server.data), "演示项目", "lead")
+    assert not live(first.strip()) and live(second.strip())
+    code, text = run_cli("member", "revoke", "--data", str(server.data), "演示项目", "@lead")
+    assert code == 0 and text.strip() == "revoked 1 token(s) of @lead"
+    assert not live(second.strip())

@@ -351,7 +351,7 @@ def test_a_departed_members_worktree_is_kept_and_purge_lists_it(app: App, tmp_pa
 def test_the_migration_adds_task_attempts_after_a_backup(tmp_path: Path) -> None:
     path = tmp_path / "room.sqlite"
     conn = connect(path)
-    before = [m for m in MIGRATIONS if m.name != "0006_task_attempts"]
+    before = MIGRATIONS[: [m.name for m in MIGRATIONS].index("0006_task_attempts")]
     for migration in before:
         conn.executescript(migration.sql)
     conn.execute(f"PRAGMA user_version = {len(before)}")
