@@ -24,6 +24,7 @@ from room.actions import workspaces as ws_actions
 from room.actions.project_settings import settings_wire
 from room.agents import Scheduler
 from room.auth import Identity, check_csrf, identity_from_headers
+from room.bodies import check_text, read_body
 from room.core import Core
 from room.errors import (
     AuthError,
@@ -73,15 +74,14 @@ def path_id(request: Request, name: str) -> int:
 
 
 async def body_of(request: Request, model: type[BaseModel]) -> Any:
-    raw = await request.body()
-    if len(raw) > MAX_JSON_BYTES:
-        raise BadRequestError("request body too large", code="too_large", limit=MAX_JSON_BYTES)
+    raw = await read_body(request, MAX_JSON_BYTES)
     try:
         data = json.loads(raw or b"{}")
     except ValueError as exc:
         raise BadRequestError(f"body is not JSON: {exc}", code="bad_json") from None
     except RecursionError:  # nesting deeper than the interpreter's stack
         raise BadRequestError("body is nested too deeply", code="bad_json") from None
+    check_text(data)
     if isinstance(data, dict):
         forged = AUTHOR_FIELDS.intersection(data)
         if forged:
