@@ -210,9 +210,9 @@ def test_a_non_ascii_csrf_token_is_refused_not_a_500(app: App) -> None:
         "/api/projects",
         json={"name": "p"},
         headers={
-            "Origin": app.settings.origin,
-            "Cookie": f"room_session={app.owner_cookie}",
-            "X-CSRF-Token": "tökén".encode(),  # type: ignore[dict-item]
+            b"Origin": app.settings.origin.encode(),
+            b"Cookie": f"room_session={app.owner_cookie}".encode(),
+            b"X-CSRF-Token": "tökén".encode(),
         },
     )
     assert response.status_code == 403 and response.json()["error"]["code"] == "csrf"
