@@ -32,6 +32,12 @@ class Settings(BaseModel):
     extra_origins: tuple[str, ...] = Field(
         default=(), description="More origins allowed to open WebSockets (comma-separated in env)."
     )
+    workspace_roots: tuple[str, ...] = Field(
+        default=(),
+        description="Folders inside which a project's workspace may be set (comma-separated in "
+        "env); empty means the server user's home folder and the system's temporary folder. "
+        "A project's default workspace in the data folder is always allowed.",
+    )
     synchronous: str = Field(
         default="FULL",
         pattern="^(FULL|NORMAL|EXTRA)$",
