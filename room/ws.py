@@ -30,7 +30,7 @@ from room.auth import (
     identity_from_headers,
 )
 from room.core import Core, ProjectRoster
-from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
+from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
 from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
 from room.ledger import DeliveryState
 from room.models import Member
@@ -555,6 +555,10 @@ class Connection:
 
     async def on_preview(self, frame: p.PreviewFrame) -> None:
         member = await self.member(frame.project_id)
+        # Resolving a draft costs the event loop; a page asks once typing pauses, a flood waits.
+        wait_ms = self.core.chatter.take((member.id, "preview"))
+        if wait_ms:
+            raise RateLimitedError("previewing too fast; slow down", retry_after_ms=wait_ms)
         roster = await self.core.rosters.get(frame.project_id)
         addressing = message_actions.resolve_recipients(
             member, frame.body, list(frame.chips), roster
