@@ -277,6 +277,8 @@ class Hub:
         # ``agent_session`` key), so signing out (or leaving) closes them too.
         self._sessions: dict[str, set[Outbox]] = {}
         self.flusher = Flusher()
+        self.connections = 0  # open WebSocket connections (``/metrics``)
+        self.messages = 0  # new messages published since the start (``/metrics``)
 
     @staticmethod
     def agent_session(member_id: int) -> str:

@@ -68,6 +68,14 @@ async def ws_endpoint(websocket: WebSocket) -> None:
         await websocket.close(code=CLOSE_POLICY)
         return
     await websocket.accept()
+    core.hub.connections += 1
+    try:
+        await _serve(core, websocket, identity)
+    finally:
+        core.hub.connections -= 1
+
+
+async def _serve(core: Core, websocket: WebSocket, identity: Identity | None) -> None:
     connection = Connection(core, websocket, identity)
     secret = websocket.cookies.get(SESSION_COOKIE) if identity and identity.user else None
     if secret is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.websockets import WebSocketDisconnect
 
 from room.boot import last_start, read_trace
@@ -228,3 +229,48 @@ def test_the_cli_rotates_and_revokes_while_the_server_runs(server: ServerProcess
     code, text = run_cli("member", "revoke", "--data", str(server.data), "演示项目", "@lead")
     assert code == 0 and text.strip() == "revoked 1 token(s) of @lead"
     assert not live(second.strip())
+
+
+# -- Prometheus metrics (issue 14, item 27) -------------------------------------------------------
+
+
+def _scrape(app: App, cookie: str | None = None, token: str | None = None) -> tuple[int, str]:
+    headers = {"Origin": app.settings.origin}
+    if cookie is not None:
+        headers["Cookie"] = f"room_session={cookie}"
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    response = app.client.get("/metrics", headers=headers)
+    return response.status_code, response.text
+
+
+def test_metrics_are_for_server_admins_and_count_what_the_server_did(tmp_path: Path) -> None:
+    with running_app(tmp_path / "data") as app:
+        _plain, plain_cookie = app.new_user("bo", "小博")
+        pid, _members, token = app.project_with("指标", owner_user(app))
+        assert _scrape(app, cookie=plain_cookie)[0] == 403
+        assert _scrape(app, token=token)[0] == 403
+        assert _scrape(app)[0] == 401
+        for n in range(3):
+            status, _ = app.request("POST", f"/api/projects/{pid}/messages",
+                                    {"body": f"第 {n} 条", "client_txn_id": f"m{n}"},
+                                    cookie=app.owner_cookie)  # fmt: skip
+            assert status in (200, 201)
+        with app.client.websocket_connect("/ws", headers={"Origin": app.settings.origin}) as ws:
+            ws.send_json({"type": "auth", "token": token})
+            assert ws.receive_json()["type"] == "hello"
+            status, text = _scrape(app, cookie=app.owner_cookie)
+        assert status == 200
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        value = {f: [(s.name, s.labels, s.value) for s in families[f].samples] for f in families}
+        assert value["room_connections"] == [("room_connections", {}, 1.0)]
+        assert value["room_messages"][0][2] >= 3
+        states = {labels["state"]: v for _, labels, v in value["room_deliveries"]}
+        assert sum(states.values()) >= 3  # each message reached the lead
+        buckets = [s for s in value["room_writer_batch_size"] if s[0].endswith("_bucket")]
+        assert buckets[-1][1]["le"] == "+Inf" and buckets[-1][2] >= 3
+        commits = dict((s[0], s[2]) for s in value["room_writer_commit_seconds"])
+        assert commits["room_writer_commit_seconds_count"] == buckets[-1][2]
+        assert commits["room_writer_commit_seconds_sum"] > 0
+        for family in ("room_subscribers", "room_turns", "room_model_calls", "room_model_tokens"):
+            assert family in families, family

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room import __version__
+from room import metrics as room_metrics
 from room.actions import auth as auth_actions
 from room.actions import messages as message_actions
 from room.actions import projects as project_actions
@@ -135,6 +136,15 @@ async def healthz(request: Request) -> Response:
             },
         }
     )
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics (room.metrics), for server admins only."""
+    who = await identity(request)
+    if who.user is None or not who.user.is_admin:
+        raise ForbiddenError("only a server admin reads the metrics", code="admin_only")
+    return Response(await room_metrics.render(core_of(request)),
+                    media_type=room_metrics.CONTENT_TYPE)  # fmt: skip
 
 
 async def me(request: Request) -> Response:
@@ -357,6 +367,7 @@ async def audit_log(request: Request) -> Response:
 
 endpoints = [
     Route("/healthz", healthz),
+    Route("/metrics", metrics),
     Route("/api/me", me),
     Route("/api/projects", create_project, methods=["POST"]),
     Route("/api/projects/{project_id:int}", get_project),
