@@ -152,7 +152,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from room.app import RoomServer, create_app
     from room.errors import LockHeldError
-    from room.transport import RoomWebSocketProtocol
+    from room.transport import RoomWebSocketProtocol, http_protocol
 
     settings = _settings(args, host=args.host, port=args.port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -173,6 +173,7 @@ def serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         ws=server.ws_protocol,
+        http=http_protocol(settings.header_timeout_secs),
         ws_max_size=settings.max_frame_bytes,
         ws_per_message_deflate=False,
         log_level=args.log_level,

@@ -63,6 +63,21 @@ class Settings(BaseModel):
         ge=64 * 1024,
         description="Bytes queued for one connection before it is cut as a slow consumer.",
     )
+    ws_stall_secs: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="A connection whose frames have not left for this long is cut as a slow "
+        "consumer (1013); the close frame waits behind what the peer has not read, and a peer "
+        "that reads nothing more is dropped this long after.",
+    )
+    header_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Time an HTTP client has to send a request's headers (first byte to last, "
+        "on a new or kept-alive connection) before the connection is closed.",
+    )
     send_rate_per_sec: float = Field(
         default=10.0, gt=0, description="Sustained sends per member per second."
     )

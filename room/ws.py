@@ -110,6 +110,7 @@ class Connection:
             direct=extensions.get("room.direct_write"),
             flusher=core.hub.flusher,
             name=f"{websocket.client}",
+            stall_secs=core.settings.ws_stall_secs,
         )
         self.subscriptions: dict[int, Subscription] = {}
         self.member_ids: dict[int, int] = {}
@@ -141,6 +142,10 @@ class Connection:
         await self.websocket.send({"type": "websocket.send", "text": text})
 
     async def _close(self, code: int, reason: str) -> None:
+        cut = (self.websocket.scope.get("extensions") or {}).get("room.cut")
+        if cut is not None:  # never waits on a peer that stopped reading (room.transport)
+            cut(code, reason, self.core.settings.ws_stall_secs)
+            return
         await self.websocket.close(code=code, reason=reason)
 
     def push(self, frame: dict[str, Any]) -> None:

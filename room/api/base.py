@@ -127,6 +127,7 @@ async def healthz(request: Request) -> Response:
         {
             "ok": bool(ok),
             "version": __version__,
+            "connections": core.hub.connections,
             "subscribers": core.hub.subscriber_count(),
             "writer": {
                 "batches": core.db.stats.batches,
