@@ -128,11 +128,16 @@ async def test_every_sender_is_named_in_single_steered_and_merged_messages(
             assert status == 201, data
             return int(data["seq"])
 
+        def quoting(body: Any) -> Reply:
+            # The answer quotes its senders as the context names them: that wakes nobody.
+            label = wire.last_user_text(body).split("：")[0].removeprefix("【需要你回答】")
+            return wire.text(f"{label} 和大家的事都收到")
+
         first_gate, second_gate = threading.Event(), threading.Event()
         wire.server.push(
             gated(wire.tool("room_history", {"limit": 3}, "call_1"), first_gate),
             gated(wire.text("第一轮好了"), second_gate),
-            wire.text("两件事都收到"),
+            quoting,
         )
         one = room.say("@lead 第一件事")["seq"]
         await eventually(lambda: len(wire.server.chat_requests) == 1)
@@ -164,7 +169,16 @@ async def test_every_sender_is_named_in_single_steered_and_merged_messages(
             for message in body["messages"]:
                 assert "name" not in message  # the sender is in the content, nowhere else
         final = agent_replies(room, "lead")[-1]
-        assert final["body"] == "两件事都收到" and final["mentions"] == []
+        assert final["body"] == f"#{four} 李四（li，人类） 和大家的事都收到"
+        assert final["mentions"] == []
+        # The steer recorded a checkpoint whose pending prompt holds both messages.
+        with sqlite3.connect(tmp_path / "data" / "room.sqlite") as conn:
+            rows = conn.execute(
+                "SELECT phase, prompt_json FROM checkpoints WHERE turn_id = 1 ORDER BY id"
+            ).fetchall()
+        assert [r[0] for r in rows] == ["start", "step", "step", "steer", "end"]
+        assert [p["seq"] for p in json.loads(rows[3][1])] == [one, two]
+        assert json.loads(rows[4][1]) == []  # answered
     finally:
         server.stop()
 
