@@ -269,3 +269,27 @@ class OpenAIWire:
     @staticmethod
     def contents(body: Any) -> list[str]:
         return [m["content"] for m in body["messages"] if isinstance(m.get("content"), str)]
+
+
+async def test_timeline_messages_not_read_are_announced_with_their_count(room: Room) -> None:
+    """Only the last 60 timeline messages are read; the request says how many earlier ones it
+    leaves out and how to read them, instead of dropping them without a word."""
+    room.route("lead")
+    room.server.invite(room.owner, room.project, "li", "李四")
+    for n in range(70):
+        room.say(f"@li 背景消息 {n}")  # for a person: no agent turn
+    sent = room.say("@lead 总结一下")
+    room.llm.push(openai_text("总结好了"))
+    await eventually(lambda: agent_replies(room, "lead"))
+    texts = OpenAIWire.contents(room.llm.chat_requests[-1])
+    [timeline] = [t for t in texts if t.startswith("（最近的时间线")]
+    lines = timeline.splitlines()
+    shown = [line for line in lines if line.startswith("#")]
+    assert len(shown) == 60 and shown[-1].endswith("：@li 背景消息 69")
+    first = int(shown[0].split()[0][1:])
+    # 70 chat lines and the route notice before the question, 60 of them read.
+    assert first == 12
+    assert (
+        lines[1] == f"（更早的 11 条消息未放入上下文；需要时用 room_history（before={first}）读取）"
+    )
+    assert first == sent["seq"] - 60

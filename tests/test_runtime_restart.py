@@ -4,6 +4,7 @@ external agents."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import subprocess
 import sys
@@ -136,6 +137,13 @@ async def test_kill_while_a_command_runs_is_not_rerun(tmp_path: Path, llm: OpenA
         [delivery] = room.deliveries(sent["message_id"])
         assert delivery["state"] == "failed" and delivery["reason_code"] == "restart_after_effect"
         assert len(llm.chat_requests) == 1  # no second request: the turn was not run again
+        with room.db() as conn:
+            phase, pending = conn.execute(
+                "SELECT phase, pending_tools_json FROM checkpoints ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+        assert phase == "interrupted"  # and its checkpoint names the command that never finished
+        assert [p.split()[0] for p in json.loads(pending)] == ["shell"]
+        assert mark in pending
     finally:
         again.stop()
 
