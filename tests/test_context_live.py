@@ -240,6 +240,11 @@ async def test_a_restarted_agent_continues_from_its_checkpoint_and_the_interrupt
             lambda: [m for m in room.messages() if m["kind"] == "system" and "重启" in m["body"]]
         )
         assert checkpoint_rows(data)[-1] == (1, "interrupted", "interrupted")
+        card = room.get(f"/api/projects/{room.project}/members/{room.members['lead']['id']}")
+        assert card["checkpoint"]["state"] == "interrupted"
+        assert card["checkpoint"]["pending_prompt"] == [
+            {"message_id": sent["message_id"], "seq": sent["seq"]}
+        ]
         room.say("@lead 继续")
         replies = await eventually(
             lambda: len(agent_replies(room, "lead")) == 2 and agent_replies(room, "lead")
