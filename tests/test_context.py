@@ -259,3 +259,13 @@ def test_the_order_of_sections() -> None:
         "（你自己之前几轮",
         "（最近的时间线，",
     ]
+
+
+def test_a_timeline_with_no_room_at_all_is_still_announced() -> None:
+    timeline = tuple(Line(n, LI.member_id, "长消息" * 50) for n in range(1, 6))
+    records = "记录" * 3_000
+    messages = ctx.build_messages(context(timeline=timeline, records=records, budget_tokens=3_000))
+    [section] = [t for t in texts(messages) if t.startswith("（最近的时间线")]
+    assert section.splitlines()[1:] == [
+        "（更早的 5 条消息未放入上下文；需要时用 room_history（before=10）读取）"
+    ]
