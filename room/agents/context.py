@@ -314,6 +314,8 @@ def render_checkpoint(
         f"（你的任务检查点：第 {cp.turn_id} 轮，第 {cp.step} 步，{state}）",
         f"任务：{cp.summary or '（无）'}",
     ]
+    if cp.state == "completed":
+        return "\n".join(lines)  # what it did is in its own earlier turns, just below
     if cp.did:
         lines.append("已做：")
         lines += [f"  - {d}" for d in cp.did[-CHECKPOINT_DID_LINES:]]
