@@ -228,7 +228,8 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     before.executescript(MIGRATIONS[names.index("0004_tasks")].sql)
     with_tasks = {r[0] for r in before.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert with_tasks - earlier == set(TASK_TABLES)
-    assert tables - with_tasks == {"task_attempts"}  # 0006: the worktree of each attempt
+    # 0006: the worktree of each attempt; 0009: agents' task checkpoints
+    assert tables - with_tasks == {"task_attempts", "checkpoints"}
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         assert "project_id" in columns, table
@@ -681,7 +682,7 @@ def test_the_link_tables_move_their_keys_first_and_old_snapshots_still_verify(
     path = tmp_path / "room.sqlite"
     conn = connect(path)
     names = [m.name for m in MIGRATIONS]
-    before = names.index("0010_link_tables_key_first")
+    before = names.index("0007_link_tables_key_first")
     conn.execute("PRAGMA foreign_keys = OFF")  # rows without their parents: only the copy matters
     for migration in MIGRATIONS[:before]:
         conn.executescript(migration.sql)

@@ -48,7 +48,7 @@ def integrity_problems(conn: sqlite3.Connection, pragma: str = "integrity_check"
     """What ``PRAGMA integrity_check`` (or ``quick_check``) finds, minus claims the data refutes.
 
     SQLite 3.40 reports ``NULL value in T.C`` for a WITHOUT ROWID table whose NOT NULL non-key
-    column stands before a key column, on rows that hold no NULL (migration 0010 moved our link
+    column stands before a key column, on rows that hold no NULL (migration 0007 moved our link
     tables' keys first; a database not yet migrated still has the old layout). Such a line is
     kept only when ``SELECT ... WHERE C IS NULL`` really finds a row.
     """

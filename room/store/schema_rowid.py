@@ -1,4 +1,4 @@
-"""Migration 0010: the two link tables rebuilt with their key columns first.
+"""Migration 0007: the two link tables rebuilt with their key columns first.
 
 SQLite 3.40's ``PRAGMA quick_check`` and ``integrity_check`` misread a WITHOUT ROWID table whose
 NOT NULL non-key column stands before a key column: on a healthy row they report

@@ -759,7 +759,7 @@ def sync_requests_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[st
 # -- snapshots ----------------------------------------------------------------------------------
 
 _DIGEST_ORDER = {"task_deps": "task_id, depends_on_id", "decision_tasks": "decision_id, task_id"}
-# The link tables' columns in the order a snapshot has always hashed them (migration 0010 moved
+# The link tables' columns in the order a snapshot has always hashed them (migration 0007 moved
 # their key columns first; an older trash snapshot must still verify).
 _DIGEST_COLUMNS = {
     "task_deps": "project_id, task_id, depends_on_id",
