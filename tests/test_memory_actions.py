@@ -49,7 +49,7 @@ async def test_bad_input_is_refused_and_nothing_is_lost(world: World) -> None:
     owner = world["owner"]
     kept = await memory_actions.add_entry(world.core, owner, "fact", {"text": "留着"})
     before = await version(world)
-    cases = [
+    cases: list[tuple[str, dict[str, Any], str, str | None]] = [
         ("progress", {"text": "登录页", "stage": "", "next": "测"}, "empty_field", "stage"),
         ("progress", {"text": "登录页", "stage": "做", "next": " "}, "empty_field", "next"),
         ("fact", {"text": "x" * 1_000_000}, "record_too_large", "text"),
@@ -106,10 +106,9 @@ async def test_past_a_cap_the_oldest_move_to_the_archive_whole(world: World) -> 
     owner = world["owner"]
 
     def add_facts(conn: sqlite3.Connection, tx: Tx) -> list[int]:
-        return [
+        for n in range(26):  # 1,001 bytes each: 24 fit in 24 KiB
             memory_actions.add_entry_in(conn, tx, owner, "fact", {"text": f"{n:02d}" + "汉" * 333})
-            for n in range(26)  # 1,001 bytes each: 24 fit in 24 KiB
-        ] and [e["id"] for e in memory_store.entries(conn, world.project_id, "fact")]
+        return [e["id"] for e in memory_store.entries(conn, world.project_id, "fact")]
 
     live = await world.write(add_facts)
     assert len(live) == 24
