@@ -111,6 +111,14 @@ def test_bad_input_gets_a_clear_error_and_nothing_is_lost(people: People) -> Non
     ]
     for kind, body, expected in cases:
         assert code(people.owner("POST", f"{people.base}/{kind}", body)) == expected, body
+    app = people.app
+    surrogate = app.client.post(
+        f"{people.base}/fact",
+        content=b'{"text": "\\ud800"}',
+        headers={"Origin": app.settings.origin, "Cookie": f"room_session={app.owner_cookie}",
+                 "X-CSRF-Token": app.csrf[app.owner_cookie], "Content-Type": "application/json"},
+    )  # fmt: skip
+    assert code((surrogate.status_code, surrogate.json())) == (400, "bad_text", "text")
     assert people.count() == before
     assert code(people.owner("GET", f"{people.base}/memo")) == (400, "unknown_kind", None)
     assert code(people.owner("PATCH", "/api/memory/99999", {"rev": 1, "text": "x"}))[:2] == (

@@ -57,6 +57,7 @@ def test_bad_records_are_refused_with_the_field() -> None:
     assert _code("fact", {"text": "汉" * 400_000}) == ("record_too_large", "text")
     assert _code("fact", {"text": "x", "author_id": 3}) == ("unknown_field", "author_id")
     assert _code("reference", {"ref_kind": "disk", "target": "/"}) == ("bad_field", "ref_kind")
+    assert _code("fact", {"text": "坏\ud800"}) == ("bad_text", "text")
     assert _code("summary", {"sections": {"how": "x"}}) == ("unknown_field", "sections.how")
     assert _code("summary", {"sections": {"what": "长" * 5000}}) == (
         "record_too_large", "sections.what",
