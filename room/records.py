@@ -106,7 +106,7 @@ def check_kind(kind: str) -> str:
 
 
 def _bytes(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))  # counted before the text is checked
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _text(raw: Mapping[str, Any], field: str, *, required: bool, limit: int) -> str:
