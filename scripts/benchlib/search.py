@@ -1,6 +1,6 @@
 """Search: a one-word query over 1,000,000 messages and 10,000 memory records, vs ``LIKE``.
 
-The data folder is built once into ``.bench-cache/search-v<schema>-<count>/`` (as the history
+The data folder is built once into ``.bench-cache/search-v<schema>-<index>-<count>-<records>/`` (as the history
 corpus is: the server's own migrations and seeding, then raw ``executemany``) and reused while
 its row counts are right. Bodies are ~300 bytes drawn from a Zipf-distributed vocabulary of
 20,000 made-up English words and 3,000 Chinese words, a third of the messages in Chinese, so a
@@ -23,6 +23,7 @@ import random
 import shutil
 import sqlite3
 import time
+import zlib
 from itertools import accumulate
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from benchlib.corpus import PROJECT_ID, make_data_folder
 from benchlib.stats import Row, quantiles
 from room.store import search as search_store
 from room.store.migrate import connect
-from room.store.schema import SCHEMA_VERSION
+from room.store.schema import SCHEMA_VERSION, SEARCH
 
 WORKLOAD = "search"
 LIMIT = 20
@@ -151,7 +152,8 @@ def _counts(db: Path) -> tuple[int, int]:
 
 def ensure_corpus(cache: Path, count: int, records: int) -> Path:
     """The cached data folder with ``count`` indexed messages and ``records`` records."""
-    data = cache / f"search-v{SCHEMA_VERSION}-{count}-{records}"
+    # Named after the index's schema too: a changed index is built afresh.
+    data = cache / f"search-v{SCHEMA_VERSION}-{zlib.crc32(SEARCH.encode()):08x}-{count}-{records}"
     db = data / "room.sqlite"
     if db.exists() and _counts(db) == (count, records):
         return data
