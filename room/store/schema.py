@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from room.store.schema_attempts import TASK_ATTEMPTS
+from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 
 
@@ -404,6 +405,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0004_tasks", TASKS),
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
     Migration("0006_task_attempts", TASK_ATTEMPTS),
+    Migration("0010_link_tables_key_first", LINK_TABLES_KEY_FIRST),
     Migration("0008_search", SEARCH),
 )
 

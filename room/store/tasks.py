@@ -759,6 +759,12 @@ def sync_requests_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[st
 # -- snapshots ----------------------------------------------------------------------------------
 
 _DIGEST_ORDER = {"task_deps": "task_id, depends_on_id", "decision_tasks": "decision_id, task_id"}
+# The link tables' columns in the order a snapshot has always hashed them (migration 0010 moved
+# their key columns first; an older trash snapshot must still verify).
+_DIGEST_COLUMNS = {
+    "task_deps": "project_id, task_id, depends_on_id",
+    "decision_tasks": "project_id, decision_id, task_id",
+}
 
 
 def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
@@ -766,10 +772,12 @@ def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str
     out: dict[str, dict[str, Any]] = {}
     for table in TASK_TABLES:
         order = _DIGEST_ORDER.get(table, "id")
+        columns = _DIGEST_COLUMNS.get(table, "*")
         digest = hashlib.sha256()
         count = 0
         for row in conn.execute(
-            f"SELECT * FROM {table} WHERE project_id = :p ORDER BY {order}", {"p": project_id}
+            f"SELECT {columns} FROM {table} WHERE project_id = :p ORDER BY {order}",
+            {"p": project_id},
         ):
             digest.update(json.dumps(list(row), ensure_ascii=False).encode())
             digest.update(b"\n")
