@@ -336,13 +336,25 @@ def build(
     total = max(records.sessions_total, len(records.sessions))
     entries = [_session(e) for e in records.sessions[:wanted]]
 
+    sizes: dict[str, int] = {}
+
+    def measure(parts: list[str]) -> int:
+        """The joined size, each part encoded once (a string's hash is kept on it)."""
+        total_size = 2 * (len(parts) - 1)
+        for part in parts:
+            size = sizes.get(part)
+            if size is None:
+                size = sizes[part] = _size(part)
+            total_size += size
+        return total_size
+
     def compose(
         shown: int,
         decision_parts: list[str],
         heads: int | None,
         cut: tuple[int, int] | None,
         s: str,
-    ) -> str:
+    ) -> list[str]:
         parts = [header, s, _decisions_heading(len(decisions), heads is not None)]
         parts += decision_parts
         parts.append(_sessions_heading(shown, total))
@@ -355,11 +367,13 @@ def build(
             decisions=len(decisions),
             summary_cut=cut,
         )
-        return "\n\n".join(parts) + ("\n\n" + "\n".join(notes) if notes else "")
+        if notes:
+            parts.append("\n".join(notes))
+        return parts
 
-    def done(text: str, step: int, shown: int, heads: int | None, cut: bool) -> Injection:
+    def done(parts: list[str], step: int, shown: int, heads: int | None, cut: bool) -> Injection:
         return Injection(
-            text=text,
+            text="\n\n".join(parts),
             step=step,
             version=records.version,
             sessions_shown=shown,
@@ -372,19 +386,18 @@ def build(
     for step, shown in [(1 if n == wanted else 2, n) for n in halvings(wanted)] + [(3, 0)]:
         if step == 3 and wanted == 0:
             step = 1
-        text = compose(shown, full, None, None, summary)
-        if _size(text) <= budget_bytes:
-            return done(text, step, shown, None, False)
+        parts = compose(shown, full, None, None, summary)
+        if measure(parts) <= budget_bytes:
+            return done(parts, step, shown, None, False)
     # Step 4: the decisions' heads, the whole summary.
     heads = [_decision_head(d) for d in decisions]
-    text = compose(0, ["\n".join(heads)] if heads else [], len(heads), None, summary)
-    if _size(text) <= budget_bytes:
-        return done(text, 4, 0, len(heads), False)
+    parts = compose(0, ["\n".join(heads)] if heads else [], len(heads), None, summary)
+    if measure(parts) <= budget_bytes:
+        return done(parts, 4, 0, len(heads), False)
     # Step 5: the summary hard-cut. What the rest takes is measured with the widest numbers the
     # lines about omissions can hold, so the final text stays within the budget.
-    full_size = _size(summary)
-    fixed = _size(compose(0, [], len(heads), (full_size, full_size), ""))
-    room = budget_bytes - fixed
+    full_size = measure([summary])
+    room = budget_bytes - measure(compose(0, [], len(heads), (full_size, full_size), ""))
     mark = "\n" + TRUNCATED_MARK
     head_sizes = [_size(h) + 2 for h in heads]  # an upper bound with the newlines between
     # The heads keep what the whole summary leaves, and at least half of the room.
@@ -396,12 +409,11 @@ def build(
     left = room - used
     kept = ["\n".join(heads[:kept_heads])] if kept_heads else []
     if full_size <= left:
-        text = compose(0, kept, kept_heads, None, summary)
-        return done(text, 4, 0, kept_heads, False)
+        return done(compose(0, kept, kept_heads, None, summary), 4, 0, kept_heads, False)
     cut = cut_utf8(summary, left - _size(mark)) + mark
-    text = compose(0, kept, kept_heads, (_size(cut) - _size(mark), full_size), cut)
-    assert _size(text) <= budget_bytes, (_size(text), budget_bytes)
-    return done(text, 5, 0, kept_heads, True)
+    parts = compose(0, kept, kept_heads, (_size(cut) - _size(mark), full_size), cut)
+    assert measure(parts) <= budget_bytes, (measure(parts), budget_bytes)
+    return done(parts, 5, 0, kept_heads, True)
 
 
 # -- staleness --------------------------------------------------------------------------------------
