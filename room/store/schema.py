@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from room.store.schema_attempts import TASK_ATTEMPTS
+from room.store.schema_memory import MEMORY
 from room.store.schema_tasks import TASKS
 
 
@@ -373,6 +374,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0004_tasks", TASKS),
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
     Migration("0006_task_attempts", TASK_ATTEMPTS),
+    Migration("0007_memory", MEMORY),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
