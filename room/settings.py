@@ -119,7 +119,11 @@ class Settings(BaseModel):
         "server has none (the project's `unsandboxed` setting does nothing unless this is on).",
     )
     context_tokens: int = Field(
-        default=6000, ge=500, description="Token budget of the timeline in an agent's context."
+        default=32_000,
+        ge=500,
+        description="Token budget of an agent's whole context: the system message, the project "
+        "records, its checkpoint and own earlier turns, and the timeline (the new messages are "
+        "always kept; timeline lines that do not fit are announced by one line).",
     )
     memory_budget_bytes: int = Field(
         default=64_000,

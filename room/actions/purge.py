@@ -60,6 +60,7 @@ def _sessions(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str
         "transcript_entries": _delete(
             conn, f"DELETE FROM transcript_entries WHERE member_id IN {members}", project_id
         ),
+        "checkpoints": _delete(conn, "DELETE FROM checkpoints WHERE project_id = :p", project_id),
         "model_requests": _delete(
             conn, "DELETE FROM model_requests WHERE project_id = :p", project_id
         ),

@@ -15,6 +15,7 @@ from room.actions import messages as message_actions
 from room.actions import routes as route_actions
 from room.actions import turns as turn_actions
 from room.actions.turns import Limits
+from room.agents.context import person_of, sender_label
 from room.agents.presets import WRITE_TOOLS, preset_for
 from room.core import Core
 from room.errors import RoomError
@@ -159,7 +160,9 @@ async def _room_history(ctx: ToolContext, args: dict[str, Any]) -> str:
             {
                 "seq": message["seq"],
                 "message_id": message["id"],
-                "author": f"@{author.handle}" if author else "system",
+                # Named without the at-sign: an answer quoting it must not wake them.
+                "author": sender_label(person_of(author) if author else None, message["author_id"]),
+                "author_handle": author.handle if author else None,
                 "text": message["body"][:2000],
                 "deleted": message["deleted"],
             }

@@ -250,6 +250,20 @@ def history(
     return frames, has_more
 
 
+COUNT_CAP = 10_000
+
+
+def count_before(conn: sqlite3.Connection, project_id: int, seq: int) -> int:
+    """Chat and system messages (not deleted, no tool activity) before ``seq``, counted up to
+    :data:`COUNT_CAP` (a bounded read however long the project's history)."""
+    row = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM messages WHERE project_id = :p AND seq < :s"
+        " AND kind != 'tool' AND deleted_at IS NULL LIMIT :cap)",
+        {"p": project_id, "s": seq, "cap": COUNT_CAP},
+    ).fetchone()
+    return int(row[0])
+
+
 def replay(
     conn: sqlite3.Connection, project_id: int, after_seq: int, limit: int
 ) -> list[tuple[int, str]]:

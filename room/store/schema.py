@@ -367,6 +367,32 @@ END
 WHERE reason IS NOT NULL;
 """
 
+CHECKPOINTS = """
+-- The task checkpoints of agent sessions: at each turn's start, steps, steers and end (and when a
+-- restart cut a turn off), the member's current task and the prompt still waiting for an answer.
+CREATE TABLE checkpoints (
+    id                  INTEGER PRIMARY KEY,
+    project_id          INTEGER NOT NULL REFERENCES projects(id),
+    member_id           INTEGER NOT NULL REFERENCES members(id),
+    turn_id             INTEGER NOT NULL REFERENCES turns(id),
+    phase               TEXT NOT NULL CHECK (phase IN
+        ('start', 'step', 'steer', 'end', 'interrupted')),
+    state               TEXT NOT NULL,
+    step                INTEGER NOT NULL DEFAULT 0,
+    summary             TEXT NOT NULL DEFAULT '',
+    did_json            TEXT NOT NULL DEFAULT '[]',
+    next                TEXT NOT NULL DEFAULT '',
+    blocked             TEXT NOT NULL DEFAULT '',
+    last_tool           TEXT NOT NULL DEFAULT '',
+    pending_tools_json  TEXT NOT NULL DEFAULT '[]',
+    prompt_json         TEXT NOT NULL DEFAULT '[]',
+    created_at          REAL NOT NULL
+);
+CREATE INDEX checkpoints_member ON checkpoints(member_id, id);
+CREATE INDEX checkpoints_turn ON checkpoints(turn_id, id);
+CREATE INDEX transcript_turn ON transcript_entries(turn_id, id);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -375,6 +401,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
     Migration("0006_task_attempts", TASK_ATTEMPTS),
     Migration("0007_memory", MEMORY),
+    Migration("0009_checkpoints", CHECKPOINTS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
