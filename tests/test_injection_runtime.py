@@ -1,0 +1,166 @@
+"""The project records section through the real runtime: the in-process app, its scheduler and
+sessions, and a local OpenAI-compatible server as the model (the real provider code runs).
+
+What the model receives is read from the requests that server recorded."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from room import injection as inj
+from room.actions import memory as memory_actions
+from room.models import Member
+from room.store import members as members_store
+from tests.support.inproc import App, running_app
+from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
+
+API_KEY = "sk-injection"
+HEADER = f"# {inj.LABEL}\n"
+
+
+@pytest.fixture
+def llm() -> Iterator[OpenAIServer]:
+    with OpenAIServer(api_key=API_KEY) as server:
+        yield server
+
+
+@pytest.fixture
+def app(tmp_path: Path, llm: OpenAIServer) -> Iterator[App]:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env) as handle:
+        yield handle
+
+
+def owner_post(app: App, path: str, body: Any) -> tuple[int, Any]:
+    return app.request("POST", path, body, cookie=app.owner_cookie)
+
+
+def wait_until(check: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def member(app: App, handle: str) -> Member:
+    found = app.call(app.core.db.read, lambda conn: members_store.list_for_project(conn, 1))
+    return next(m for m in found if m.handle == handle)
+
+
+def route(app: App, member_id: int) -> None:
+    status, _ = owner_post(
+        app,
+        "/api/projects/1/routes",
+        {"scope": "member", "target": str(member_id), "value": "openai/gpt-test", "reason": "测试"},
+    )
+    assert status == 200
+
+
+def turn(app: App, llm: OpenAIServer, text: str, *replies: Any) -> list[Any]:
+    """Send ``text``, let the member answer with ``replies``; the requests of that turn."""
+    before = len(llm.chat_requests)
+    llm.push(*replies)
+    status, _ = owner_post(app, "/api/projects/1/messages", {"body": text})
+    assert status == 201
+    wait_until(lambda: llm.remaining == 0 and len(llm.chat_requests) == before + len(replies))
+    wait_until(lambda: not app.core.agents.running_members(1))
+    return llm.chat_requests[before:]
+
+
+def records_of(request: Any) -> str:
+    found = [m["content"] for m in request["messages"] if str(m["content"]).startswith(HEADER)]
+    assert len(found) == 1, "one records section per request"
+    return str(found[0])
+
+
+def set_summary(app: App, what: str) -> None:
+    owner = member(app, "owner")
+    app.call(memory_actions.set_summary, app.core, owner, None, {"what": what})
+
+
+def test_the_section_is_built_once_and_a_person_edit_arrives_as_one_line(
+    app: App, llm: OpenAIServer
+) -> None:
+    lead = member(app, "lead")
+    route(app, lead.id)
+    set_summary(app, "一个自托管的群聊服务器（第一版概要）")
+    [first] = turn(app, llm, "@lead 你好", openai_text("好的"))
+    section = records_of(first)
+    assert "### 这是什么\n一个自托管的群聊服务器（第一版概要）" in section
+    assert "### 坑\n暂无" in section
+    assert inj.UPDATED_NOTICE not in section
+    # Nothing changed: the next turn starts from the very same bytes.
+    [second] = turn(app, llm, "@lead 还在吗", openai_text("在"))
+    assert records_of(second) == section
+    # A person edits the summary: the next turn gets the same section and one line more.
+    set_summary(app, "改过的概要：现在支持项目记忆")
+    [third] = turn(app, llm, "@lead 概要改了", openai_text("知道了"))
+    assert records_of(third) == section + "\n\n" + inj.UPDATED_NOTICE
+    assert "改过的概要" not in str(third["messages"])
+    # The section sits right after the system message.
+    assert third["messages"][0]["role"] == "system"
+    assert str(third["messages"][1]["content"]).startswith(HEADER)
+
+
+def test_a_session_restarted_after_an_idle_hour_builds_the_section_again(
+    app: App, llm: OpenAIServer
+) -> None:
+    lead = member(app, "lead")
+    route(app, lead.id)
+    set_summary(app, "旧概要")
+    turn(app, llm, "@lead 一", openai_text("一"))
+    set_summary(app, "新概要")
+    session = app.core.agents.in_process.sessions[lead.id]  # type: ignore[attr-defined]
+    session.memory.last_turn_at -= 3_600  # as if the member had been idle for an hour
+    [request] = turn(app, llm, "@lead 二", openai_text("二"))
+    section = records_of(request)
+    assert "### 这是什么\n新概要" in section and inj.UPDATED_NOTICE not in section
+
+
+def test_a_turn_that_wrote_files_and_recorded_nothing_is_reminded_on_the_next_request(
+    app: App, llm: OpenAIServer
+) -> None:
+    status, data = owner_post(
+        app,
+        "/api/projects/1/members",
+        {"role": "backend", "handle": "coder", "display_name": "小码", "driver": "builtin"},
+    )
+    assert status == 201, data
+    coder = int(data["member"]["id"])
+    route(app, coder)
+    worked = turn(
+        app,
+        llm,
+        "@coder 写个文件",
+        openai_tool_call("fs_write", {"path": "notes.txt", "content": "你好"}, call_id="w1"),
+        openai_text("写好了"),
+    )
+    assert len(worked) == 2
+    assert "提醒" not in records_of(worked[0])
+    # The reminder rides on the next request of the session: no extra model call.
+    [next_turn] = turn(
+        app,
+        llm,
+        "@coder 再写一个",
+        openai_tool_call("fs_write", {"path": "more.txt", "content": "再见"}, call_id="w2"),
+        openai_text("又写好了"),
+    )[:1]
+    reminded = records_of(next_turn)
+    assert reminded.endswith(
+        "\n\n提醒：你上一轮写了文件，但没有在项目记忆里留下记录。"
+        "如果有值得留下的（做了什么、怎么验证的、下一步），用 memory_checkpoint 记一条会话记录。"
+    )
+    assert len(llm.chat_requests) == 4  # two turns of two requests each, nothing more
+    # Work again within ten minutes: no second reminder yet.
+    [third] = turn(app, llm, "@coder 看看", openai_text("看过了"))
+    assert "提醒" not in records_of(third)
+    # Chatting is not work: a read-only turn earns nothing.
+    assert records_of(third) == reminded.split("\n\n提醒：")[0]
