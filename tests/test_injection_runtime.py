@@ -14,6 +14,7 @@ import pytest
 
 from room import injection as inj
 from room.actions import memory as memory_actions
+from room.agents import memory as memory_mod
 from room.models import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
@@ -164,3 +165,15 @@ def test_a_turn_that_wrote_files_and_recorded_nothing_is_reminded_on_the_next_re
     assert "提醒" not in records_of(third)
     # Chatting is not work: a read-only turn earns nothing.
     assert records_of(third) == reminded.split("\n\n提醒：")[0]
+
+
+def test_memory_that_cannot_be_read_is_said_and_the_agent_still_answers(
+    app: App, llm: OpenAIServer
+) -> None:
+    lead = member(app, "lead")
+    route(app, lead.id)
+    with app.db() as conn:
+        conn.execute("DROP TABLE memory_versions")  # a fault in the memory store
+    [request] = turn(app, llm, "@lead 你好", openai_text("好的"))
+    assert records_of(request) == memory_mod.UNREADABLE
+    assert "项目记录这次没有读出来" in memory_mod.UNREADABLE

@@ -1,5 +1,5 @@
-"""The project records an agent session is given, and its end-of-turn reminder (docs/memory.md,
-"What every agent turn is given").
+"""The project records an agent session is given, and its end-of-turn reminder (docs/agents.md,
+"Project records in every turn").
 
 An in-process agent's session (:class:`room.agents.drivers.Session`) keeps one
 :class:`MemorySession`. Its first turn reads the project's memory and builds the labelled
@@ -37,6 +37,8 @@ from room.store import memory as memory_store
 from room.store import tasks as tasks_store
 
 SESSION_IDLE_SECS = 3_600.0
+#: Given instead of the section when memory could not be read (a fault, logged).
+UNREADABLE = f"# {inj.LABEL}\n（项目记录这次没有读出来；需要时用 memory_read 读取。）"
 
 
 @dataclass(slots=True)

@@ -323,7 +323,11 @@ class Turn:
     async def _records(self) -> str:
         """The project records of this turn's context: the session's section, kept as built,
         and the notices it earned since (room.agents.memory)."""
-        return await memory_mod.records_text(self.core, self.member, self.memory, time.time())
+        try:
+            return await memory_mod.records_text(self.core, self.member, self.memory, time.time())
+        except Exception:  # a fault in reading memory must not silence the agent; it is said
+            log.exception("turn %s: project records could not be read", self.turn_id)
+            return memory_mod.UNREADABLE
 
     async def _call(
         self, messages: list[ChatMessage], toolbox: Toolbox, limits: Limits
