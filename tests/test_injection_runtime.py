@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from room import injection as inj
+from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.agents import memory as memory_mod
 from room.models import Member
@@ -177,3 +178,48 @@ def test_memory_that_cannot_be_read_is_said_and_the_agent_still_answers(
     [request] = turn(app, llm, "@lead 你好", openai_text("好的"))
     assert records_of(request) == memory_mod.UNREADABLE
     assert "项目记录这次没有读出来" in memory_mod.UNREADABLE
+
+
+def test_the_section_is_read_from_stored_records(app: App, llm: OpenAIServer) -> None:
+    """Real records through the real store: the latest session entries by their authors, a
+    decision with its rejected alternatives, and a stale summary with the entries since."""
+    owner, lead = member(app, "owner"), member(app, "lead")
+    set_summary(app, "概要")
+    for n in range(1, 21):
+        app.call(
+            memory_actions.add_entry,
+            app.core,
+            lead,
+            "session",
+            {"summary": f"第 {n} 次会话", "did": "改了代码", "next": "写测试"},
+        )
+    app.call(
+        decision_actions.propose_decision,
+        app.core,
+        owner,
+        title="用 SQLite",
+        context="单机部署",
+        decision="数据放在 SQLite 里",
+        alternatives=[{"option": "PostgreSQL", "why_rejected": "太重"}],
+        constraints="单写者",
+    )
+    now = time.time() + 20 * 86_400
+    names = {lead.id: "@lead（负责人）", owner.id: "@owner（主人）"}
+    records = app.call(
+        app.core.db.read,
+        lambda conn: memory_mod.read_records(conn, 1, now, names, app.core.settings),
+    )
+    assert [e.summary for e in records.sessions[:2]] == ["第 20 次会话", "第 19 次会话"]
+    assert len(records.sessions) == 15 and records.sessions_total == 20
+    assert records.sessions[0].author == "@lead（负责人）" and records.sessions[0].did == "改了代码"
+    assert records.summary is not None and records.summary.sections["what"] == "概要"
+    assert records.stale == inj.Stale(days=20, entries_since=20)
+    [decision] = [d for d in records.decisions if d.title == "用 SQLite"]
+    assert decision.alternatives == (inj.Alternative("PostgreSQL", "太重"),)
+    assert (decision.constraints, decision.context) == ("单写者", "单机部署")
+    text = inj.build(records).text
+    assert (
+        "- PostgreSQL：太重" in text
+        and "⚠️ 这份概要已 20 天没有更新，此后又新增了 20 条会话记录" in text
+    )
+    assert "### #" in text and "第 6 次会话" in text and "第 5 次会话" not in text
