@@ -66,6 +66,8 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
         "room_members",
         "room_task_list",
         "room_task_update",
+        "memory_checkpoint",
+        "memory_read",
         "room_task_review",
         "room_plan_submit",
         "room_decision_propose",
