@@ -5,6 +5,7 @@ What the model receives is read from the requests that server recorded."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,10 @@ from room import injection as inj
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.agents import memory as memory_mod
+from room.agents.memory_tools import MEMORY_TOOLS, READ_KINDS
+from room.agents.task_tools import TASK_TOOLS
+from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext
+from room.agents.work_tools import WORK_TOOLS
 from room.models import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
@@ -223,3 +228,86 @@ def test_the_section_is_read_from_stored_records(app: App, llm: OpenAIServer) ->
         and "⚠️ 这份概要已 20 天没有更新，此后又新增了 20 条会话记录" in text
     )
     assert "### #" in text and "第 6 次会话" in text and "第 5 次会话" not in text
+
+
+def add_agent(app: App, handle: str, role: str) -> int:
+    status, data = owner_post(
+        app,
+        "/api/projects/1/members",
+        {"role": role, "handle": handle, "display_name": handle, "driver": "builtin"},
+    )
+    assert status == 201, data
+    member_id = int(data["member"]["id"])
+    route(app, member_id)
+    return member_id
+
+
+def test_a_turn_that_worked_and_wrote_a_session_entry_is_not_reminded(
+    app: App, llm: OpenAIServer
+) -> None:
+    add_agent(app, "coder", "backend")
+    turn(
+        app,
+        llm,
+        "@coder 写个文件并记下来",
+        openai_tool_call("fs_write", {"path": "a.txt", "content": "一"}, call_id="w1"),
+        openai_tool_call(
+            "memory_checkpoint",
+            {"kind": "session", "summary": "写了 a.txt", "did": "fs_write", "next": "无"},
+            call_id="m1",
+        ),
+        openai_text("好了"),
+    )
+    [request] = turn(app, llm, "@coder 下一件", openai_text("好"))
+    text = records_of(request)
+    assert "提醒" not in text
+    assert text.endswith("\n\n" + inj.UPDATED_NOTICE)  # its own entry moved the version
+
+
+async def _task_changed(ctx: ToolContext, args: dict[str, Any]) -> str:
+    return '{"ok": true, "task": "T-1", "state": "in_progress"}'
+
+
+def test_a_member_that_cannot_write_memory_is_not_reminded(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    """Both change a task (``room_task_update`` answers ok here); the owner made the lead's role
+    read-only, so it has no memory_checkpoint and a reminder to use it would be noise."""
+    tools = {
+        **BUILTIN_TOOLS,
+        **TASK_TOOLS,
+        **WORK_TOOLS,
+        **MEMORY_TOOLS,
+        "room_task_update": Tool(
+            TASK_TOOLS["room_task_update"].spec, _task_changed, side_effect=True
+        ),
+    }
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env, tools=tools) as app:
+        status, _ = app.request(
+            "PATCH", "/api/projects/1/settings", {"read_only_roles": ["lead"]},
+            cookie=app.owner_cookie,
+        )  # fmt: skip
+        assert status == 200
+        route(app, member(app, "lead").id)
+        add_agent(app, "coder", "backend")
+        for handle in ("lead", "coder"):
+            turn(
+                app,
+                llm,
+                f"@{handle} 开始做 T-1",
+                openai_tool_call("room_task_update", {"task": "T-1", "action": "start"}),
+                openai_text("开始了"),
+            )
+        [lead_next] = turn(app, llm, "@lead 然后呢", openai_text("好"))
+        [coder_next] = turn(app, llm, "@coder 然后呢", openai_text("好"))
+        assert "提醒" not in records_of(lead_next)
+        assert "提醒：你上一轮改了任务" in records_of(coder_next)
+
+
+def test_every_memory_read_the_section_names_is_a_kind_the_tool_reads() -> None:
+    named = set()
+    for path in (Path(__file__).parent / "golden" / "injection").glob("*.txt"):
+        named |= set(re.findall(r'memory_read（kind="(\w+)"）', path.read_text(encoding="utf-8")))
+    assert named == {"session", "decision", "summary"}
+    assert named <= set(READ_KINDS)

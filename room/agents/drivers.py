@@ -96,7 +96,7 @@ class Session:
                         self.turn_task = None
                         self.memory.after_turn(
                             now=time.time(),
-                            work=turn.tools_ok,
+                            work=turn.tools_ok if turn.can_record else (),
                             recorded=bool(MEMORY_WRITE_TOOLS & set(turn.tools_ok)),
                         )
                 # More may have arrived during the turn.

@@ -25,7 +25,7 @@ from room.actions import turns as turn_actions
 from room.actions.turns import Limits, TurnStart
 from room.agents import context as ctx_mod
 from room.agents import memory as memory_mod
-from room.agents.presets import ROOM_RULES, preset_for
+from room.agents.presets import MEMORY_WRITE_TOOLS, ROOM_RULES, preset_for
 from room.agents.tools import (
     Tool,
     Toolbox,
@@ -111,6 +111,7 @@ class Turn:
         # The session's records section and reminders (a turn on its own gets a fresh one).
         self.memory = memory if memory is not None else memory_mod.MemorySession()
         self.tools_ok: list[str] = []  # the tools this turn called successfully, by name
+        self.can_record = False  # its member may write to memory (so a reminder makes sense)
 
     def stopped(self) -> bool:
         """Whether a person asked this turn to stop (read anew: it changes across awaits)."""
@@ -148,6 +149,7 @@ class Turn:
 
     async def _loop(self, limits: Limits) -> TurnOutcome:
         toolbox = await toolbox_for(self.core, self.env.tools, self.member)
+        self.can_record = bool(MEMORY_WRITE_TOOLS & toolbox.tools.keys())
         messages = await self._context()
         for step in range(1, limits.max_steps + 1):
             self.steps = step
