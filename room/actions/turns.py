@@ -422,7 +422,7 @@ async def end_turn(
         turns_store.update_turn(
             conn, turn_id, state=state, steps=steps, error=error, ended_at=tx.now
         )
-        checkpoints.record(conn, tx, turn_id, "end", state=state, blocked=error or "")
+        checkpoints.record(conn, tx, turn_id, "end", state=state, blocked=detail or "")
         if brake is not None:
             brake_actions.trip(conn, tx, project_id, brake[0], brake[1])
         if notice:

@@ -89,7 +89,7 @@ class ContextInput:
     timeline: Sequence[Line]  # before the new messages, oldest first
     inputs: Sequence[Line]  # the delivered messages this turn takes in, oldest first
     budget_tokens: int = 32_000
-    records: str = ""  # the project-memory section, rendered by its owner (room.agents.memory)
+    records: str = ""  # the project-memory section, already rendered and labelled
     transcript: Sequence[TurnRecord] = field(default_factory=tuple)  # oldest first
     checkpoint: Checkpoint | None = None
     earlier_omitted: int = 0  # timeline messages before ``timeline`` that were not even read
@@ -197,8 +197,11 @@ def render_timeline(ci: ContextInput, people: Mapping[int, Person], room: int) -
         return ""
     lines = [header]
     if left_out:
-        first = ci.timeline[len(ci.timeline) - len(kept)].seq if kept else None
-        where = f"before={first}" if first is not None else "before=本轮第一条新消息的序号"
+        if kept:
+            first: int | None = ci.timeline[len(ci.timeline) - len(kept)].seq
+        else:
+            first = ci.inputs[0].seq if ci.inputs else None
+        where = f"before={first}" if first is not None else "before=消息序号"
         lines.append(
             f"（更早的 {left_out} 条消息未放入上下文；需要时用 room_history（{where}）读取）"
         )

@@ -279,7 +279,6 @@ class Turn:
     async def _context(self) -> list[ChatMessage]:
         project_id = self.member.project_id
         first_seq = self.inbound[0].seq if self.inbound else None
-
         member_id, turn_id = self.member.id, self.turn_id
 
         def read(conn: Any) -> Any:

@@ -30,10 +30,12 @@ from room.agents.presets import PRESETS
 from room.agents.turn import resolve_config
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
+from room.models import iso
 from room.ops import member_for
 from room.routing import SOURCE_LABELS
 from room.store import Tx
 from room.store import brakes as brakes_store
+from room.store import checkpoints as checkpoints_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
 from room.store import turns as turns_store
@@ -51,6 +53,19 @@ async def providers(request: Request) -> Response:
     refresh = request.query_params.get("refresh") == "1"
     statuses = await _runtime(request).registry.status(refresh=refresh)
     return JSONResponse({"providers": [s.to_dict() for s in statuses]})
+
+
+def checkpoint_for(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The member's last task checkpoint as the card shows it (the prompt by message id)."""
+    if row is None:
+        return None
+    keys = ("turn_id", "phase", "state", "step", "summary", "did", "next", "blocked")
+    return {k: row[k] for k in keys} | {
+        "last_tool": row["last_tool"],
+        "pending_tools": row["pending_tools"],
+        "pending_prompt": [{"message_id": p["message_id"], "seq": p["seq"]} for p in row["prompt"]],
+        "at": iso(row["created_at"]),
+    }
 
 
 async def member_detail(request: Request) -> Response:
@@ -74,9 +89,10 @@ async def member_detail(request: Request) -> Response:
                 routes_store.settings(conn, project_id),
                 usage_store.observed_route(conn, member.id),
                 turns_store.last_turn(conn, member.id),
+                checkpoints_store.latest(conn, member.id),
             )
 
-        config, observed, last_turn = await core.db.read(read)
+        config, observed, last_turn, checkpoint = await core.db.read(read)
         route = resolve_config(config, member)
         data["route"] = {
             "model_id": route.model_id,
@@ -88,6 +104,7 @@ async def member_detail(request: Request) -> Response:
         }
         data["observed"] = observed
         data["last_turn"] = last_turn
+        data["checkpoint"] = checkpoint_for(checkpoint)
         data["running"] = member.id in runtime.running_members(project_id)
         stored = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
         work = runtime.member_tools(member, stored)
