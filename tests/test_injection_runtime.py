@@ -5,6 +5,7 @@ What the model receives is read from the requests that server recorded."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -24,9 +25,10 @@ from room.agents.work_tools import WORK_TOOLS
 from room.models import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
-from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
+from tests.support.live_room import Room
+from tests.support.llm_servers import TEST_API_KEY, OpenAIServer, openai_text, openai_tool_call
 
-API_KEY = "sk-injection"
+API_KEY = TEST_API_KEY  # the key the server processes of tests.support.server use
 HEADER = f"# {inj.LABEL}\n"
 
 
@@ -311,3 +313,37 @@ def test_every_memory_read_the_section_names_is_a_kind_the_tool_reads() -> None:
         named |= set(re.findall(r'memory_read（kind="(\w+)"）', path.read_text(encoding="utf-8")))
     assert named == {"session", "decision", "summary"}
     assert named <= set(READ_KINDS)
+
+
+def test_over_http_a_person_edit_of_the_summary_reaches_the_next_turn_as_one_line(
+    room: Room,
+) -> None:
+    """A real server process: the summary written and edited with PUT …/memory/summary by the
+    owner, the lead's requests read at the local model server."""
+
+    def put_summary(rev: int, what: str) -> None:
+        status, data = room.server.request(
+            "PUT",
+            f"/api/projects/{room.project}/memory/summary",
+            {"rev": rev, "sections": {"what": what}},
+            headers=room.owner.headers,
+        )
+        assert status == 200, data
+
+    def ask(text: str) -> Any:
+        before = len(room.llm.chat_requests)
+        room.llm.push(openai_text(f"收到：{text}"))
+        room.say(f"@lead {text}")
+        wait_until(lambda: len(room.llm.chat_requests) == before + 1)
+        # The turn answered (its request was not refused).
+        wait_until(lambda: [m for m in room.messages() if m["body"] == f"收到：{text}"])
+        return room.llm.chat_requests[before]
+
+    room.route("lead")
+    put_summary(0, "第一版：群聊服务器")
+    section = records_of(ask("你好"))
+    assert "### 这是什么\n第一版：群聊服务器" in section
+    put_summary(1, "第二版：加上了项目记忆")
+    second = ask("概要改了")
+    assert records_of(second) == section + "\n\n" + inj.UPDATED_NOTICE
+    assert "第二版" not in json.dumps(second, ensure_ascii=False)
