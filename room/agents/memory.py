@@ -24,6 +24,7 @@ member's next turn — as a line after the section.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from room.models import Member
 from room.settings import Settings
 from room.store import memory as memory_store
 from room.store import tasks as tasks_store
+
+log = logging.getLogger(__name__)
 
 SESSION_IDLE_SECS = 3_600.0
 #: Given instead of the section when memory could not be read (a fault, logged).
@@ -87,6 +90,10 @@ async def records_text(core: Core, member: Member, session: MemorySession, now: 
         )
         session.section, session.built_version, session.built_at = built.text, built.version, now
         session.injection = built
+        log.info(
+            "member %s: project records built, %d bytes of %d, step %d, memory v%d",
+            member.id, built.size, settings.memory_budget_bytes, built.step, built.version,
+        )  # fmt: skip
         version = built.version
     else:
         version = await core.db.read(lambda conn: memory_store.memory_version(conn, project_id))
