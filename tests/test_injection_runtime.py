@@ -347,3 +347,31 @@ def test_over_http_a_person_edit_of_the_summary_reaches_the_next_turn_as_one_lin
     second = ask("概要改了")
     assert records_of(second) == section + "\n\n" + inj.UPDATED_NOTICE
     assert "第二版" not in json.dumps(second, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("stale_days", [3, 0])
+def test_a_stale_summary_is_said_in_the_section_and_in_the_memory_payload(
+    tmp_path: Path, llm: OpenAIServer, stale_days: int
+) -> None:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env, memory_stale_days=stale_days) as app:
+        lead = member(app, "lead")
+        route(app, lead.id)
+        set_summary(app, "老概要")
+        with app.db() as conn:  # the summary was last written five days ago
+            conn.execute(
+                "UPDATE memory_entries SET updated_at = updated_at - 5 * 86400"
+                " WHERE kind = 'summary'"
+            )
+        for n in (1, 2):
+            app.call(memory_actions.add_entry, app.core, lead, "session", {"summary": f"第{n}次"})
+        status, view = app.request("GET", "/api/projects/1/memory", cookie=app.owner_cookie)
+        assert status == 200
+        [request] = turn(app, llm, "@lead 你好", openai_text("好"))
+        section = records_of(request)
+        if stale_days:
+            assert view["stale"] == {"days": 5, "entries_since": 2}
+            assert "⚠️ 这份概要已 5 天没有更新，此后又新增了 2 条会话记录" in section
+        else:
+            assert view["stale"] is None
+            assert "没有更新" not in section
