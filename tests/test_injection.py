@@ -177,6 +177,13 @@ def test_a_budget_under_the_minimum_is_refused() -> None:
     assert Settings.model_fields["memory_budget_bytes"].metadata[0].ge == inj.MIN_BUDGET_BYTES
 
 
+def test_the_settings_defaults_are_the_builders() -> None:
+    defaults = Settings()
+    assert defaults.memory_budget_bytes == inj.DEFAULT_BUDGET_BYTES == 64_000
+    assert defaults.memory_session_entries == inj.DEFAULT_SESSION_ENTRIES == 15
+    assert defaults.memory_stale_days == inj.DEFAULT_STALE_DAYS == 14
+
+
 def test_halvings() -> None:
     assert inj.halvings(15) == [15, 7, 3, 1]
     assert inj.halvings(4) == [4, 2, 1]
