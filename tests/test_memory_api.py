@@ -79,6 +79,7 @@ def test_the_summary_sessions_and_progress(people: People) -> None:
         "PUT", f"{people.base}/summary", {"rev": 0, "sections": {"what": "聊天室"}}
     )
     assert status == 200 and summary["body"]["labels"]["what"] == "这是什么"
+    assert list(summary["body"]["sections"]) == ["what", "run", "where", "status", "pitfalls"]
     status, summary = people.member(
         "PUT", f"{people.base}/summary", {"rev": 1, "sections": {"pitfalls": "别用 lockf"}}
     )
