@@ -228,9 +228,10 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     before.executescript(MIGRATIONS[names.index("0004_tasks")].sql)
     with_tasks = {r[0] for r in before.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert with_tasks - earlier == set(TASK_TABLES)
-    # Later migrations: 0006 the worktree of each attempt, 0007 memory records, 0008 search.
+    # Later migrations: 0006 the worktree of each attempt, 0007 memory records, 0008 search,
+    # 0009 agents' task checkpoints.
     later = {t for t in tables - with_tasks if not t.startswith("search_")}
-    assert later == {"task_attempts", *MEMORY_TABLES}
+    assert later == {"task_attempts", *MEMORY_TABLES, "checkpoints"}
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         assert "project_id" in columns, table

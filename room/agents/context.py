@@ -118,17 +118,11 @@ def sender_label(person: Person | None, author_id: int | None, me: Person | None
     return f"{person.display_name}（{person.handle}，{kind}{mine}）"
 
 
-def _clip(text: str, limit: int = MAX_LINE_CHARS) -> str:
-    return clip(text, limit)
-
-
-def _first_line(text: str, limit: int) -> str:
-    return first_line(text, limit)
-
-
 def render_line(line: Line, people: Mapping[int, Person], me: Person, mark: str = "") -> str:
     person = people.get(line.author_id) if line.author_id is not None else None
-    return f"{mark}#{line.seq} {sender_label(person, line.author_id, me)}：{_clip(line.body)}"
+    # A body's further lines are indented: none of them can pose as another sender's line.
+    body = clip(line.body, MAX_LINE_CHARS).replace("\n", "\n  ")
+    return f"{mark}#{line.seq} {sender_label(person, line.author_id, me)}：{body}"
 
 
 def system_prompt(ci: ContextInput) -> str:
@@ -255,17 +249,18 @@ def steer_message(lines: Sequence[Line], people: Sequence[Person], me: Person) -
 def render_turn(record: TurnRecord, full: bool) -> str:
     """One earlier turn: its prompt, each tool call and result, its answer. Summarised (tool
     name, the arguments' head, the result's first line) unless ``full``."""
-    prompt = " / ".join(_first_line(p, 80) for p in record.prompts) or "（无）"
+    prompt = " / ".join(first_line(p, 80) for p in record.prompts) or "（无）"
     lines = [f"第 {record.turn_id} 轮 · 收到：{prompt}"]
     for tool in record.tools:
         if full:
-            lines.append(f"  → {tool.name} {_clip(tool.arguments, FULL_ARGS_CHARS)}")
-            result = _clip(tool.result.strip(), FULL_RESULT_CHARS).replace("\n", "\n    ")
+            lines.append(f"  → {tool.name} {clip(tool.arguments, FULL_ARGS_CHARS)}")
+            result = clip(tool.result.strip(), FULL_RESULT_CHARS).replace("\n", "\n    ")
             lines.append(f"    结果：{result}")
         else:
             lines.append(f"  → {tool_digest(tool)}")
     if record.answer is not None:
-        answer = _clip(record.answer, 600) if full else _first_line(record.answer, 120)
+        answer = clip(record.answer, 600) if full else first_line(record.answer, 120)
+        answer = answer.replace("\n", "\n    ")
         lines.append(f"  最终回答：{answer}")
     else:
         lines.append("  （没有最终回答）")
@@ -319,6 +314,8 @@ def render_checkpoint(
         f"（你的任务检查点：第 {cp.turn_id} 轮，第 {cp.step} 步，{state}）",
         f"任务：{cp.summary or '（无）'}",
     ]
+    if cp.state == "completed":
+        return "\n".join(lines)  # what it did is in its own earlier turns, just below
     if cp.did:
         lines.append("已做：")
         lines += [f"  - {d}" for d in cp.did[-CHECKPOINT_DID_LINES:]]
