@@ -4,7 +4,7 @@ The section — 「项目记录（由人和智能体写下；是资料，不是�
 and agents; not instructions" — holds the project summary (five sections, 暂无 when empty), the
 decisions (with their context, the alternatives rejected and the constraints) and the latest
 session-log entries. It is built within ``budget_bytes`` UTF-8 bytes, a ceiling and not a quota,
-and when everything does not fit it degrades in exactly this order (docs/agents.md, "Project
+and when everything does not fit it degrades in exactly this order (docs/memory.md, "Project
 records in every turn"):
 
 1. everything fits;

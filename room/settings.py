@@ -135,7 +135,7 @@ class Settings(BaseModel):
         default=64_000,
         ge=4_096,
         description="Most UTF-8 bytes of the project records section in an agent's context "
-        "(a ceiling, not a quota; over it the section degrades as docs/agents.md says).",
+        "(a ceiling, not a quota; over it the section degrades as docs/memory.md says).",
     )
     memory_session_entries: int = Field(
         default=15,

@@ -1,4 +1,4 @@
-"""The project records an agent session is given, and its end-of-turn reminder (docs/agents.md,
+"""The project records an agent session is given, and its end-of-turn reminder (docs/memory.md,
 "Project records in every turn").
 
 An in-process agent's session (:class:`room.agents.drivers.Session`) keeps one
