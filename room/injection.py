@@ -167,6 +167,19 @@ def _binds(ch: str) -> bool:
     )
 
 
+INDENT = "  "
+
+
+def _value(text: str) -> str:
+    """A record's text after its label: its further lines indented, so no line of what people
+    and agents wrote can pose as a heading, an entry or a line of this section's own."""
+    return ("\n" + INDENT).join(text.strip().splitlines())
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _clip_chars(text: str, chars: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= chars else text[: chars - 1] + "…"
@@ -195,7 +208,7 @@ def _summary_block(summary: Summary | None, stale: Stale | None) -> str:
     if summary is None:
         lines = ["## 项目概要（还没有人写过）"]
     else:
-        by = f"，{summary.author}" if summary.author else ""
+        by = f"，{_one_line(summary.author)}" if summary.author else ""
         lines = [f"## 项目概要（第 {summary.rev} 版，{_date(summary.updated_at)}{by}）"]
     if stale is not None:
         lines.append(
@@ -204,8 +217,8 @@ def _summary_block(summary: Summary | None, stale: Stale | None) -> str:
         )
     sections = summary.sections if summary is not None else {}
     for key, label in SUMMARY_SECTIONS:
-        body = str(sections.get(key) or "").strip()
-        lines.append(f"### {label}\n{body or EMPTY}")
+        body = _value(str(sections.get(key) or ""))
+        lines.append(f"### {label}\n{INDENT + body if body else EMPTY}")
     return "\n".join(lines)
 
 
@@ -215,22 +228,25 @@ def _status(decision: Decision) -> str:
 
 
 def _decision_full(d: Decision) -> str:
-    lines = [f"### {d.label} {d.title}［{_status(d)}］", f"决策：{d.decision.strip() or EMPTY}"]
+    lines = [
+        f"### {d.label} {_one_line(d.title)}［{_status(d)}］",
+        f"决策：{_value(d.decision) or EMPTY}",
+    ]
     if d.context.strip():
-        lines.append(f"背景：{d.context.strip()}")
+        lines.append(f"背景：{_value(d.context)}")
     if d.alternatives:
         lines.append("否决的方案：")
-        lines += [f"- {a.option.strip()}：{a.why_rejected.strip()}" for a in d.alternatives]
+        lines += [f"- {_one_line(a.option)}：{_value(a.why_rejected)}" for a in d.alternatives]
     if d.constraints.strip():
-        lines.append(f"约束：{d.constraints.strip()}")
+        lines.append(f"约束：{_value(d.constraints)}")
     if d.consequences.strip():
-        lines.append(f"后果：{d.consequences.strip()}")
+        lines.append(f"后果：{_value(d.consequences)}")
     return "\n".join(lines)
 
 
 def _decision_head(d: Decision) -> str:
     text = _clip_chars(d.decision, HEAD_DECISION_CHARS) or EMPTY
-    return f"- {d.label} {d.title}［{_status(d)}］：{text}"
+    return f"- {d.label} {_one_line(d.title)}［{_status(d)}］：{text}"
 
 
 def _decisions_heading(total: int, heads: bool) -> str:
@@ -240,7 +256,10 @@ def _decisions_heading(total: int, heads: bool) -> str:
 
 
 def _session(entry: SessionEntry) -> str:
-    lines = [f"### #{entry.id} {_date(entry.at)} {entry.author}", f"概要：{entry.summary.strip()}"]
+    lines = [
+        f"### #{entry.id} {_date(entry.at)} {_one_line(entry.author)}",
+        f"概要：{_value(entry.summary)}",
+    ]
     for label, value in (
         ("做了", entry.did),
         ("验证", entry.verified),
@@ -248,7 +267,7 @@ def _session(entry: SessionEntry) -> str:
         ("受阻", entry.blocked),
     ):
         if value.strip():
-            lines.append(f"{label}：{value.strip()}")
+            lines.append(f"{label}：{_value(value)}")
     return "\n".join(lines)
 
 

@@ -103,7 +103,7 @@ def test_the_section_is_built_once_and_a_person_edit_arrives_as_one_line(
     set_summary(app, "一个自托管的群聊服务器（第一版概要）")
     [first] = turn(app, llm, "@lead 你好", openai_text("好的"))
     section = records_of(first)
-    assert "### 这是什么\n一个自托管的群聊服务器（第一版概要）" in section
+    assert "### 这是什么\n  一个自托管的群聊服务器（第一版概要）" in section
     assert "### 坑\n暂无" in section
     assert inj.UPDATED_NOTICE not in section
     # Nothing changed: the next turn starts from the very same bytes.
@@ -131,7 +131,7 @@ def test_a_session_restarted_after_an_idle_hour_builds_the_section_again(
     session.memory.last_turn_at -= 3_600  # as if the member had been idle for an hour
     [request] = turn(app, llm, "@lead 二", openai_text("二"))
     section = records_of(request)
-    assert "### 这是什么\n新概要" in section and inj.UPDATED_NOTICE not in section
+    assert "### 这是什么\n  新概要" in section and inj.UPDATED_NOTICE not in section
 
 
 def test_a_turn_that_wrote_files_and_recorded_nothing_is_reminded_on_the_next_request(
@@ -342,7 +342,7 @@ def test_over_http_a_person_edit_of_the_summary_reaches_the_next_turn_as_one_lin
     room.route("lead")
     put_summary(0, "第一版：群聊服务器")
     section = records_of(ask("你好"))
-    assert "### 这是什么\n第一版：群聊服务器" in section
+    assert "### 这是什么\n  第一版：群聊服务器" in section
     put_summary(1, "第二版：加上了项目记忆")
     second = ask("概要改了")
     assert records_of(second) == section + "\n\n" + inj.UPDATED_NOTICE
