@@ -173,7 +173,8 @@ INDENT = "  "
 def _value(text: str) -> str:
     """A record's text after its label: its further lines indented, so no line of what people
     and agents wrote can pose as a heading, an entry or a line of this section's own."""
-    return ("\n" + INDENT).join(text.strip().splitlines())
+    lines = text.strip().splitlines()  # every line break: \r, \n, U+2028 …
+    return lines[0] if len(lines) == 1 else ("\n" + INDENT).join(lines)
 
 
 def _one_line(text: str) -> str:
@@ -347,7 +348,7 @@ def build(
     full = [_decision_full(d) for d in decisions]
     wanted = min(max(session_entries, 0), len(records.sessions))
     total = max(records.sessions_total, len(records.sessions))
-    entries = [_session(e) for e in records.sessions[:wanted]]
+    entries: list[str] = []  # built only when steps 1–3 can fit at all
 
     sizes: dict[str, int] = {}
 
@@ -395,13 +396,16 @@ def build(
             summary_cut=cut,
         )
 
-    # Steps 1–3: full decisions, fewer and fewer session entries.
-    for step, shown in [(1 if n == wanted else 2, n) for n in halvings(wanted)] + [(3, 0)]:
-        if step == 3 and wanted == 0:
-            step = 1
-        parts = compose(shown, full, None, None, summary)
-        if measure(parts) <= budget_bytes:
-            return done(parts, step, shown, None, False)
+    # Steps 1–3: full decisions, fewer and fewer session entries — when the parts every one of
+    # them holds leave room at all (else the session entries are not even rendered).
+    if measure([header, summary, *full]) <= budget_bytes:
+        entries = [_session(e) for e in records.sessions[:wanted]]
+        for step, shown in [(1 if n == wanted else 2, n) for n in halvings(wanted)] + [(3, 0)]:
+            if step == 3 and wanted == 0:
+                step = 1
+            parts = compose(shown, full, None, None, summary)
+            if measure(parts) <= budget_bytes:
+                return done(parts, step, shown, None, False)
     # Step 4: the decisions' heads, the whole summary.
     heads = [_decision_head(d) for d in decisions]
     parts = compose(0, ["\n".join(heads)] if heads else [], len(heads), None, summary)
