@@ -26,7 +26,16 @@ from room.models import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
 from tests.support.live_room import Room
-from tests.support.llm_servers import TEST_API_KEY, OpenAIServer, openai_text, openai_tool_call
+from tests.support.llm_servers import (
+    TEST_API_KEY,
+    AnthropicServer,
+    LLMServer,
+    OpenAIServer,
+    anthropic_text,
+    openai_text,
+    openai_tool_call,
+)
+from tests.support.server import ServerProcess
 
 API_KEY = TEST_API_KEY  # the key the server processes of tests.support.server use
 HEADER = f"# {inj.LABEL}\n"
@@ -315,38 +324,67 @@ def test_every_memory_read_the_section_names_is_a_kind_the_tool_reads() -> None:
     assert named <= set(READ_KINDS)
 
 
+def texts_of(body: Any) -> list[str]:
+    """Every text a request carries, for either wire protocol (string or content blocks)."""
+    out: list[str] = []
+    for message in body["messages"]:
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out += [b["text"] for b in content if b.get("type") == "text"]
+    return out
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_over_http_a_person_edit_of_the_summary_reaches_the_next_turn_as_one_line(
-    room: Room,
+    tmp_path: Path, provider: str
 ) -> None:
-    """A real server process: the summary written and edited with PUT …/memory/summary by the
-    owner, the lead's requests read at the local model server."""
+    """A real server process and either provider's wire protocol: the summary written and edited
+    with PUT …/memory/summary by the owner, the lead's requests read at the local model server."""
+    llm: LLMServer = (
+        OpenAIServer(api_key=TEST_API_KEY)
+        if provider == "openai"
+        else AnthropicServer(api_key=TEST_API_KEY)
+    )
+    text_reply = openai_text if provider == "openai" else anthropic_text
+    prefix = provider.upper()
+    with llm:
+        env = {f"{prefix}_BASE_URL": llm.base_url, f"{prefix}_API_KEY": TEST_API_KEY}
+        server = ServerProcess(tmp_path / "data", env=env).start()
+        try:
+            room = Room(server, llm)  # type: ignore[arg-type]
+            room.route(
+                "lead", "openai/gpt-test" if provider == "openai" else "anthropic/claude-test"
+            )
 
-    def put_summary(rev: int, what: str) -> None:
-        status, data = room.server.request(
-            "PUT",
-            f"/api/projects/{room.project}/memory/summary",
-            {"rev": rev, "sections": {"what": what}},
-            headers=room.owner.headers,
-        )
-        assert status == 200, data
+            def put_summary(rev: int, what: str) -> None:
+                status, data = server.request(
+                    "PUT",
+                    f"/api/projects/{room.project}/memory/summary",
+                    {"rev": rev, "sections": {"what": what}},
+                    headers=room.owner.headers,
+                )
+                assert status == 200, data
 
-    def ask(text: str) -> Any:
-        before = len(room.llm.chat_requests)
-        room.llm.push(openai_text(f"收到：{text}"))
-        room.say(f"@lead {text}")
-        wait_until(lambda: len(room.llm.chat_requests) == before + 1)
-        # The turn answered (its request was not refused).
-        wait_until(lambda: [m for m in room.messages() if m["body"] == f"收到：{text}"])
-        return room.llm.chat_requests[before]
+            def ask(text: str) -> str:
+                before = len(llm.chat_requests)
+                llm.push(text_reply(f"收到：{text}"))
+                room.say(f"@lead {text}")
+                wait_until(lambda: len(llm.chat_requests) == before + 1)
+                # The turn answered (its request was not refused).
+                wait_until(lambda: [m for m in room.messages() if m["body"] == f"收到：{text}"])
+                [section] = [t for t in texts_of(llm.chat_requests[before]) if t.startswith(HEADER)]
+                return section
 
-    room.route("lead")
-    put_summary(0, "第一版：群聊服务器")
-    section = records_of(ask("你好"))
-    assert "### 这是什么\n  第一版：群聊服务器" in section
-    put_summary(1, "第二版：加上了项目记忆")
-    second = ask("概要改了")
-    assert records_of(second) == section + "\n\n" + inj.UPDATED_NOTICE
-    assert "第二版" not in json.dumps(second, ensure_ascii=False)
+            put_summary(0, "第一版：群聊服务器")
+            section = ask("你好")
+            assert "### 这是什么\n  第一版：群聊服务器" in section
+            put_summary(1, "第二版：加上了项目记忆")
+            assert ask("概要改了") == section + "\n\n" + inj.UPDATED_NOTICE
+            assert "第二版" not in json.dumps(llm.chat_requests[-1], ensure_ascii=False)
+        finally:
+            server.stop()
 
 
 @pytest.mark.parametrize("stale_days", [3, 0])
