@@ -77,9 +77,9 @@ async def records_text(core: Core, member: Member, session: MemorySession, now: 
         session.restart()
     project_id = member.project_id
     settings = core.settings
-    roster = await core.rosters.get(project_id)
-    names = {m.id: f"@{m.handle}（{m.display_name}）" for m in roster.members.values()}
     if session.section is None:
+        roster = await core.rosters.get(project_id)
+        names = {m.id: f"@{m.handle}（{m.display_name}）" for m in roster.members.values()}
         records = await core.db.read(
             lambda conn: read_records(conn, project_id, now, names, settings)
         )
