@@ -202,3 +202,21 @@ def test_a_purge_removes_the_projects_memory_and_its_index(people: People) -> No
             assert rows == 0, table
         kept = conn.execute("SELECT body FROM search_records").fetchall()
     assert kept == [("留下",)]
+
+
+def test_trash_snapshots_memory_and_a_restore_checks_it(people: People) -> None:
+    app = people.app
+    path = f"/api/projects/{people.project_id}"
+    people.owner("POST", f"{people.base}/fact", {"text": "快照里的事实"})
+    assert people.owner("POST", f"{path}/lifecycle", {"op": "trash"})[0] == 200
+    assert code(people.owner("POST", f"{people.base}/fact", {"text": "x"}))[:2] == (
+        409, "project_not_accepting",
+    )  # fmt: skip
+    with app.db() as conn:
+        conn.execute('UPDATE memory_entries SET body_json = \'{"text": "被改了"}\'')
+    status, body = people.owner("POST", f"{path}/lifecycle", {"op": "restore"})
+    assert (status, body["error"]["code"]) == (409, "snapshot_mismatch")
+    with app.db() as conn:
+        conn.execute('UPDATE memory_entries SET body_json = \'{"text": "快照里的事实"}\'')
+    status, body = people.owner("POST", f"{path}/lifecycle", {"op": "restore"})
+    assert status == 200 and body["project"]["state"] == "paused"

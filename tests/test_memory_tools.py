@@ -129,6 +129,41 @@ async def test_another_projects_record_is_not_found(world: World) -> None:
 def test_every_role_reads_memory_and_read_only_roles_cannot_write_it() -> None:
     for role in PRESETS:
         box = Toolbox(MEMORY_TOOLS, role)
-        assert {"memory_checkpoint", "memory_read"} <= box.tools.keys(), role
+        assert set(MEMORY_TOOLS) == box.tools.keys(), role
         read_only = Toolbox(MEMORY_TOOLS, role, read_only=True)
-        assert "memory_checkpoint" not in read_only.tools and "memory_read" in read_only.tools
+        assert read_only.tools.keys() == {"memory_read", "memory_search"}, role
+
+
+async def test_memory_search_finds_an_archived_entry_and_nothing_of_another_project(
+    world: World,
+) -> None:
+    be = world["be"]
+
+    def fill(conn: sqlite3.Connection, tx: Tx) -> None:
+        memory_actions.add_entry_in(conn, tx, be, "fact", {"text": "部署脚本在 ops/deploy.sh"})
+        for n in range(25):  # the first fact is the oldest: the cap archives it
+            memory_actions.add_entry_in(conn, tx, be, "fact", {"text": f"{n:02d}" + "汉" * 333})
+        conn.execute(
+            "INSERT INTO projects (id, name, created_at, updated_at) VALUES (99, '别处', 0, 0)"
+        )
+        memory_store.insert_entry(
+            conn, project_id=99, kind="fact", body={"text": "别处的部署脚本"}, size=21,
+            author_id=None, now=tx.now,
+        )  # fmt: skip
+
+    await world.write(fill)
+    oldest = await world.read(
+        lambda c: memory_store.entries(c, world.project_id, "fact", archived=True)
+    )
+    assert [e["body"]["text"] for e in oldest][-1] == "部署脚本在 ops/deploy.sh"
+    found = await tool(world, "be", "memory_search", {"q": "部署"})  # two characters, in a word
+    assert found["ok"] is True
+    [hit] = found["results"]
+    assert (hit["kind"], hit["record_id"]) == ("fact", oldest[-1]["id"])
+    assert "【部署】" in hit["snippet"] and "别处" not in json.dumps(found, ensure_ascii=False)
+    only_messages = await tool(world, "be", "memory_search", {"q": "部署", "kinds": ["message"]})
+    assert only_messages["results"] == []
+    bad = await tool(world, "be", "memory_search", {"q": '"*" OR'})
+    assert bad["ok"] is False and bad["error"] == "bad_query"
+    unknown = await tool(world, "be", "memory_search", {"q": "部署", "kinds": ["memo"]})
+    assert unknown["error"] == "unknown_kind"

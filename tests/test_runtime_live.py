@@ -68,6 +68,7 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
         "room_task_update",
         "memory_checkpoint",
         "memory_read",
+        "memory_search",
         "room_task_review",
         "room_plan_submit",
         "room_decision_propose",

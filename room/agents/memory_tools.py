@@ -8,6 +8,7 @@ either. Every tool answers JSON: ``{"ok": true, …}`` or ``{"ok": false, "error
 
 from __future__ import annotations
 
+import html
 import json
 import sqlite3
 from collections.abc import Mapping
@@ -23,12 +24,15 @@ from room.errors import RoomError
 from room.models import iso
 from room.providers import ToolSpec
 from room.store import memory as memory_store
+from room.store import search as search_store
 from room.store import tasks as tasks_store
 
 READ_DEFAULT = 20
 READ_MAX = 50
 CHECKPOINT_KINDS = ("session", "decision", "summary", "fact", "convention", "progress", "reference")
 READ_KINDS = (*records.KINDS, "decision")
+SEARCH_DEFAULT = 10
+SEARCH_MAX = 30
 
 
 def _result(data: Any) -> str:
@@ -182,6 +186,44 @@ async def _read(ctx: ToolContext, args: dict[str, Any]) -> str:
         return _refusal(exc)
 
 
+async def _search(ctx: ToolContext, args: dict[str, Any]) -> str:
+    q = args.get("q")
+    kinds = args.get("kinds")
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    limit = max(1, min(SEARCH_MAX, _int(args.get("limit")) or SEARCH_DEFAULT))
+    project_id = ctx.member.project_id
+
+    def read(conn: sqlite3.Connection) -> dict[str, Any]:
+        return search_store.search(
+            conn, project_id, str(q or ""),
+            kinds=[str(k) for k in kinds] if isinstance(kinds, list) else None, limit=limit,
+        )  # fmt: skip
+
+    try:
+        found = await ctx.core.db.read(read)
+    except RoomError as exc:
+        return _refusal(exc)
+    results = []
+    for hit in found["results"]:
+        author = hit.get("author") or {}
+        item = {"kind": hit["kind"], "id": hit["id"],
+                "author": f"@{author['handle']}" if author.get("handle") else None,
+                "at": hit["at"], "snippet": _plain(hit["snippet_html"])}  # fmt: skip
+        for key in ("seq", "message_id", "record_id"):
+            if hit.get(key) is not None:
+                item[key] = hit[key]
+        results.append(item)
+    return _result({"ok": True, "query": found["query"], "results": results,
+                    "next": "记录用 memory_read(id=…) 读全文，消息用 room_history"})  # fmt: skip
+
+
+def _plain(snippet_html: str) -> str:
+    """A snippet for a model: the matches marked 【like this】, the text unescaped."""
+    marked = snippet_html.replace("<mark>", "【").replace("</mark>", "】")
+    return html.unescape(marked)
+
+
 def _outline(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
     """No kind and no id: the summary, and how many entries of each kind there are."""
     summary = memory_store.summary(conn, project_id)
@@ -277,6 +319,22 @@ MEMORY_TOOLS: Mapping[str, Tool] = MappingProxyType(
                 [],
             ),
             _read,
+            side_effect=False,
+        ),
+        "memory_search": Tool(
+            _spec(
+                "memory_search",
+                "全文搜索本项目的消息和记忆记录（含已归档的），按相关度排序。中文两个字以上即可"
+                "命中词中的片段。kinds 只搜某几类：message、summary、fact、convention、"
+                "decision、progress、session、reference。",
+                {
+                    "q": {"type": "string", "description": "要找的词；多个词都要出现"},
+                    "kinds": {"type": "array", "items": {"type": "string"}},
+                    "limit": {"type": "integer", "description": f"1–{SEARCH_MAX}"},
+                },
+                ["q"],
+            ),
+            _search,
             side_effect=False,
         ),
     }
