@@ -274,7 +274,8 @@ def render_transcript(records: Sequence[TurnRecord], room: int) -> str:
     used = estimate_tokens(header) + 30
     kept: list[str] = []
     for n, record in enumerate(reversed(records)):
-        text = render_turn(record, full=n < FULL_TURNS)
+        # A turn without tool calls is all in the timeline already: one short entry is enough.
+        text = render_turn(record, full=n < FULL_TURNS and bool(record.tools))
         cost = estimate_tokens(text) + 2
         if used + cost > room and n < FULL_TURNS:
             text = render_turn(record, full=False)
