@@ -192,6 +192,7 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "project",
     "tasks",
     "decisions",
+    "memory",
     "resync_required",
     "pong",
     "error",

@@ -39,6 +39,7 @@ from room.store import members as members_store
 from room.store import tasks as tasks_store
 from room.store.migrate import connect, migrate
 from room.store.schema import MIGRATIONS
+from room.store.schema_memory import MEMORY_TABLES
 from room.store.schema_tasks import TASK_TABLES
 from room.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
 
@@ -227,7 +228,9 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     before.executescript(MIGRATIONS[names.index("0004_tasks")].sql)
     with_tasks = {r[0] for r in before.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert with_tasks - earlier == set(TASK_TABLES)
-    assert tables - with_tasks == {"task_attempts"}  # 0006: the worktree of each attempt
+    # Later migrations: 0006 the worktree of each attempt, 0007 memory records, 0008 search.
+    later = {t for t in tables - with_tasks if not t.startswith("search_")}
+    assert later == {"task_attempts", *MEMORY_TABLES}
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         assert "project_id" in columns, table

@@ -44,6 +44,7 @@ from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import search as search_store
 from room.store.db import Prefetch, WriteJob
 
 log = logging.getLogger(__name__)
@@ -415,6 +416,8 @@ def append_message(
         now=tx.now,
         appends=appends,
     )
+    if tx.search_index:
+        search_store.index_message(conn, message_id, body, appends)
     if appends is not None:
         appends.memo[("message", message_id)] = True  # not in the table until the flush
     tx.emit(Publish(project_id, seq, messages_store.event_frame(project_id, seq, obj)))
@@ -500,6 +503,9 @@ async def edit_message(
             new_body=body,
             now=tx.now,
         )
+        search_store.unindex_message(conn, message_id)
+        if tx.search_index:
+            search_store.index_message(conn, message_id, body)
         already = deliveries_store.recipients(conn, message_id)
         new_recipients = [r for r in addressing.recipients if r not in already]
         state = projects_store.state_of(conn, project_id)
@@ -553,6 +559,7 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             new_body="",
             now=tx.now,
         )
+        search_store.unindex_message(conn, message_id)
         code = ledger.Reason.MESSAGE_DELETED
         cancelled = deliveries_store.cancel_open_for_message(conn, message_id, code, tx.now)
         publish_deliveries(

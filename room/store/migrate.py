@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from room.errors import SchemaTooNewError, StorageError
+from room.searchtext import index_text
 from room.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) ->
         )
     else:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # The search index's text (room.store.search), callable from SQL: migrations and rebuilds.
+    conn.create_function("room_index_text", 1, index_text, deterministic=True)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from room.store.schema_attempts import TASK_ATTEMPTS
+from room.store.schema_memory import MEMORY
 from room.store.schema_tasks import TASKS
 
 
@@ -366,6 +367,28 @@ END
 WHERE reason IS NOT NULL;
 """
 
+# Full-text search (room.store.search, docs/search.md): the normalised text of every live message
+# (rowid = message id) and memory record (rowid = -search_records.id). Existing messages are
+# indexed here through room_index_text, the SQL name of room.searchtext.index_text.
+SEARCH = """
+CREATE VIRTUAL TABLE search_fts USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+
+CREATE TABLE search_records (
+    id          INTEGER PRIMARY KEY,
+    project_id  INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    record_id   INTEGER NOT NULL,
+    author_id   INTEGER,
+    at          REAL NOT NULL,
+    body        TEXT NOT NULL,
+    UNIQUE (kind, record_id)
+);
+CREATE INDEX search_records_project ON search_records(project_id, kind);
+
+INSERT INTO search_fts (rowid, body)
+    SELECT id, room_index_text(body) FROM messages WHERE deleted_at IS NULL ORDER BY id;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -373,6 +396,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0004_tasks", TASKS),
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
     Migration("0006_task_attempts", TASK_ATTEMPTS),
+    Migration("0007_memory", MEMORY),
+    Migration("0008_search", SEARCH),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
