@@ -56,6 +56,8 @@ const KINDS = [
   },
 ];
 const KIND_OF = new Map(KINDS.map((k) => [k.kind, k]));
+const OVERVIEW_SESSIONS = 50; // the newest session-log entries the overview carries
+const ARCHIVE_PAGE = 100;
 const REFRESH_MS = 250; // memory frames come in bursts (an agent's checkpoint writes several)
 
 export class MemoryTab {
@@ -64,7 +66,8 @@ export class MemoryTab {
     this.room = null;
     this.data = null;
     this.decisions = [];
-    this.archived = new Map(); // kind -> entries shown from the archive
+    this.archived = new Map(); // kind -> {entries, hasMore}: the archive's pages being shown
+    this.older = null; // {entries, hasMore}: session-log entries older than the overview's
     this.timer = null;
     this.pendingReveal = null;
   }
@@ -73,6 +76,7 @@ export class MemoryTab {
     if (this.room !== room) {
       this.data = null;
       this.archived.clear();
+      this.older = null;
     }
     this.room = room;
     this.load();
@@ -81,6 +85,7 @@ export class MemoryTab {
   /** A `memory` frame: reload (coalesced) when the tab is showing, else on the next open. */
   onFrame(frame, showing) {
     if (!this.room || frame.project_id !== this.room.id) return;
+    if (this.data && typeof frame.version === "number" && frame.version <= this.data.version) return;
     if (!showing) {
       this.data = null;
       return;
@@ -109,6 +114,7 @@ export class MemoryTab {
     this.decisions = decisions.decisions || [];
     // Archive lists that are open stay open (and current) across a refresh.
     await Promise.all([...this.archived.keys()].filter((k) => k !== "decision").map((kind) => this.loadArchived(kind, false)));
+    this.older = null;
     this.render();
     if (this.pendingReveal) {
       const { kind, id, terms } = this.pendingReveal;
@@ -193,11 +199,17 @@ export class MemoryTab {
     const entries = this.data[spec.key] || [];
     const archivedCount = this.data.archived?.[spec.kind] || 0;
     const shown = this.archived.get(spec.kind);
+    // The overview carries the newest session-log entries; older ones page in on request.
+    const older = spec.kind === "session" ? this.older : null;
+    const mayHaveOlder = spec.kind === "session" && (older ? older.hasMore : entries.length >= OVERVIEW_SESSIONS);
     return h("section", { class: "memory-section", dataset: { kind: spec.kind } },
       sectionHead(`memory.kind.${spec.kind}`, entries.length, [
         h("button", { type: "button", class: "btn btn-small", dataset: { add: spec.kind }, on: { click: () => this.editEntry(spec, null) } }, icon("plus"), h("span", { text: t("memory.add") })),
       ]),
-      entries.length ? h("ol", { class: "memory-list" }, entries.map((e) => this.entryItem(spec, e))) : h("p", { class: "muted memory-empty", text: t(`memory.empty.${spec.kind}`) }),
+      entries.length || older?.entries.length
+        ? h("ol", { class: "memory-list" }, [...entries, ...(older?.entries || [])].map((e) => this.entryItem(spec, e)))
+        : h("p", { class: "muted memory-empty", text: t(`memory.empty.${spec.kind}`) }),
+      mayHaveOlder ? moreButton(() => this.loadOlder()) : null,
       archivedCount
         ? h("button", {
           type: "button",
@@ -207,7 +219,8 @@ export class MemoryTab {
           on: { click: () => this.toggleArchived(spec.kind) },
         })
         : null,
-      shown ? h("ol", { class: "memory-list is-archived", attrs: { "aria-label": t("memory.archivedList") } }, shown.map((e) => this.entryItem(spec, e, true))) : null,
+      shown ? h("ol", { class: "memory-list is-archived", attrs: { "aria-label": t("memory.archivedList") } }, shown.entries.map((e) => this.entryItem(spec, e, true))) : null,
+      shown?.hasMore ? moreButton(() => this.loadArchived(spec.kind, true, true).then(() => this.render())) : null,
     );
   }
 
@@ -274,17 +287,33 @@ export class MemoryTab {
 
   async toggleArchived(kind) {
     if (this.archived.has(kind)) this.archived.delete(kind);
-    else if (kind === "decision") this.archived.set(kind, []); // the decision log has them all
+    else if (kind === "decision") this.archived.set(kind, { entries: [], hasMore: false }); // the decision log has them all
     else await this.loadArchived(kind);
     this.render();
   }
 
-  async loadArchived(kind, report = true) {
+  /** A page of `kind`'s archive (the next page with `more`). */
+  async loadArchived(kind, report = true, more = false) {
+    const shown = this.archived.get(kind);
+    const before = more && shown?.entries.length ? `&before=${shown.entries.at(-1).id}` : "";
     try {
-      const data = await get(`/api/projects/${this.room.id}/memory/${kind}?archived=1&limit=200`);
-      this.archived.set(kind, data.entries || data.items || []);
+      const data = await get(`/api/projects/${this.room.id}/memory/${kind}?archived=1&limit=${ARCHIVE_PAGE}${before}`);
+      const entries = data.entries || [];
+      this.archived.set(kind, { entries: more && shown ? [...shown.entries, ...entries] : entries, hasMore: Boolean(data.has_more) });
     } catch (err) {
       if (report) toastError(err);
+    }
+  }
+
+  async loadOlder() {
+    const seen = [...(this.data?.sessions || []), ...(this.older?.entries || [])];
+    if (!seen.length) return;
+    try {
+      const data = await get(`/api/projects/${this.room.id}/memory/session?limit=${OVERVIEW_SESSIONS}&before=${seen.at(-1).id}`);
+      this.older = { entries: [...(this.older?.entries || []), ...(data.entries || [])], hasMore: Boolean(data.has_more) };
+      this.render();
+    } catch (err) {
+      toastError(err);
     }
   }
 
@@ -344,7 +373,7 @@ export class MemoryTab {
     const selector = kind === "decision" ? `[data-decision-id="${id}"]` : kind === "summary" ? '[data-kind="summary"]' : `[data-record-id="${id}"]`;
     let el = $(selector, this.root);
     if (!el && (KIND_OF.has(kind) || kind === "decision") && !this.archived.has(kind)) {
-      if (kind === "decision") this.archived.set(kind, []);
+      if (kind === "decision") this.archived.set(kind, { entries: [], hasMore: false });
       else await this.loadArchived(kind);
       this.render();
       el = $(selector, this.root);
@@ -367,6 +396,10 @@ function sectionHead(titleKey, count, actions) {
   return h("header", { class: "memory-head" },
     h("h3", {}, t(titleKey), count !== null && count !== undefined ? h("span", { class: "memory-count", text: ` ${count}` }) : null),
     h("span", { class: "memory-head-actions" }, actions));
+}
+
+function moreButton(run) {
+  return h("button", { type: "button", class: "btn btn-small btn-ghost memory-more", text: t("memory.more"), on: { click: run } });
 }
 
 function staleNotice(stale) {

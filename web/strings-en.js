@@ -675,6 +675,7 @@ export const STRINGS_EN = {
   "memory.field.constraints": "Constraints",
   "memory.tagsHint": "Separate with commas",
   "memory.editedBy": "edited by {name}",
+  "memory.more": "Load older",
   "memory.nextLabel": "Next: ",
   "memory.gone": "This record is no longer there",
   "memory.stale": "The project summary has not been updated for {days} days; {n} session log entries were added since. Check it and bring it up to date.",

@@ -676,6 +676,7 @@ export const STRINGS_ZH = {
   "memory.field.constraints": "约束",
   "memory.tagsHint": "用逗号或顿号分隔",
   "memory.editedBy": "{name} 修改过",
+  "memory.more": "加载更早的",
   "memory.nextLabel": "下一步：",
   "memory.gone": "找不到这条记录，可能已被删除",
   "memory.stale": "项目概要已有 {days} 天没有更新，此后新增了 {n} 条会话日志。请核对后更新概要。",
