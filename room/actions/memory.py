@@ -28,6 +28,8 @@ from room.store import audit as audit_store
 from room.store import members as members_store
 from room.store import memory as memory_store
 from room.store import projects as projects_store
+from room.store import search as search_store
+from room.store import tasks as tasks_store
 
 #: Session-log entries the overview carries (newest first); the rest are a page away.
 OVERVIEW_SESSIONS = 50
@@ -63,6 +65,38 @@ def record_written(
              "id": record_id}  # fmt: skip
     tx.emit(Broadcast(project_id, encode(frame)))
     return version
+
+
+def index_entry(conn: sqlite3.Connection, entry_id: int) -> dict[str, Any]:
+    """(Re)index an entry's current text for search, in the write's transaction; returns it.
+    Archived entries stay indexed: the archive is searchable."""
+    found = memory_store.entry(conn, entry_id)
+    assert found is not None
+    search_store.index_record(
+        conn, project_id=found["project_id"], record_id=entry_id, kind=found["kind"],
+        author_id=found["author_id"], at=found["updated_at"],
+        text=records.text_of(found["kind"], found["body"]),
+    )  # fmt: skip
+    return found
+
+
+def index_decisions(conn: sqlite3.Connection, decision_ids: set[int]) -> None:
+    """(Re)index decisions' current revisions (title, context, decision, consequences, the
+    alternatives rejected, constraints) under kind ``decision``."""
+    for decision_id in sorted(decision_ids):
+        row = tasks_store.get_decision(conn, decision_id)
+        if row is None:
+            continue
+        current = tasks_store.revisions_of(conn, decision_id)[-1:]
+        parts = [f"{row.label} {row.title}"]
+        for rev in current:
+            parts += [rev["context"], rev["decision"], rev["consequences"], rev["constraints"]]
+            parts += [f"否决：{a['option']}（{a['why_rejected']}）" for a in rev["alternatives"]]
+        search_store.index_record(
+            conn, project_id=row.project_id, record_id=row.id, kind="decision",
+            author_id=row.created_by, at=row.updated_at,
+            text="\n".join(p for p in parts if p),
+        )  # fmt: skip
 
 
 def enforce_cap(conn: sqlite3.Connection, tx: Tx, project_id: int, kind: str) -> list[int]:
@@ -129,11 +163,10 @@ def add_entry_in(
         author_id=actor.id, now=tx.now, turn_id=turn_id if kind == "session" else None,
         ref_key=ref_key,
     )  # fmt: skip
+    created = index_entry(conn, entry_id)
     enforce_cap(conn, tx, project_id, kind)
     record_written(conn, tx, project_id, kind, entry_id)
-    created = memory_store.entry(conn, entry_id)
-    assert created is not None
-    return created
+    return memory_store.entry(conn, entry_id) or created
 
 
 def _update(
@@ -150,6 +183,7 @@ def _update(
         body=body, size=records.size_of(kind, body), author_id=actor.id, now=tx.now,
         ref_key=ref_key,
     )  # fmt: skip
+    index_entry(conn, current["id"])
     audit_store.record(
         conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id,
         project_id=current["project_id"], action="memory.edit", outcome="ok",
@@ -230,9 +264,8 @@ def set_summary_in(
             conn, project_id=actor.project_id, kind="summary", body=body,
             size=records.size_of("summary", body), author_id=actor.id, now=tx.now,
         )  # fmt: skip
+        created = index_entry(conn, entry_id)
         record_written(conn, tx, actor.project_id, "summary", entry_id)
-        created = memory_store.entry(conn, entry_id)
-        assert created is not None
         return created
     body = records.validate(
         "summary", records.merge_sections(current["body"]["sections"], sections)
@@ -382,7 +415,10 @@ def page(
     before: int | None,
     limit: int,
 ) -> dict[str, Any]:
-    """A page of one kind, newest first (``GET /api/projects/{id}/memory/{kind}``)."""
+    """A page of one kind, newest first (``GET /api/projects/{id}/memory/{kind}``); for
+    ``decision`` the decisions (full objects), archived or live."""
+    if kind == "decision":
+        return _decision_page(conn, project_id, archived=archived, before=before, limit=limit)
     records.check_kind(kind)
     rows = memory_store.entries(
         conn, project_id, kind, archived=archived, before=before, limit=limit + 1
@@ -397,6 +433,22 @@ def page(
     if count and not archived:
         body["pointer"] = records.archive_pointer(kind, count)
     return body
+
+
+def _decision_page(
+    conn: sqlite3.Connection, project_id: int, *, archived: bool, before: int | None, limit: int
+) -> dict[str, Any]:
+    rows = [
+        d
+        for d in reversed(tasks_store.decisions_of(conn, project_id))
+        if bool(d.archived) == archived and (before is None or d.id < before)
+    ]
+    return {
+        "kind": "decision",
+        "archived": archived,
+        "entries": [tasks_store.decision_object(conn, d) for d in rows[:limit]],
+        "has_more": len(rows) > limit,
+    }
 
 
 def history(conn: sqlite3.Connection, member: Member, entry_id: int) -> dict[str, Any]:

@@ -115,6 +115,7 @@ class Effects:
             )
         if self.decisions:
             # Decisions are project memory too: a new memory version, and its frame.
+            memory_actions.index_decisions(conn, self.decisions)
             memory_actions.record_written(conn, tx, self.project_id, "decision",
                                           max(self.decisions))  # fmt: skip
             found = [tasks_store.get_decision(conn, d) for d in sorted(self.decisions)]

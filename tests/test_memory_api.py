@@ -1,0 +1,177 @@
+"""Project memory over HTTP on the real app: people read and edit with history, agents only
+read, nobody reaches another project, bad input is refused with nothing lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.inproc import App, owner_user, running_app
+
+
+@pytest.fixture
+def app(tmp_path: Any) -> Any:
+    with running_app(tmp_path / "data") as handle:
+        yield handle
+
+
+class People:
+    def __init__(self, app: App) -> None:
+        self.app = app
+        member, self.member_cookie = app.new_user("zhang", "小张")
+        self.stranger, self.stranger_cookie = app.new_user("wang", "小王")
+        self.project_id, self.members, self.token = app.project_with(
+            "记忆项目", owner_user(app), member
+        )
+        self.other_id, _, self.other_token = app.project_with("别的项目", self.stranger)
+
+    def owner(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.app.owner_cookie)
+
+    def member(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.member_cookie)
+
+    @property
+    def base(self) -> str:
+        return f"/api/projects/{self.project_id}/memory"
+
+    def count(self) -> int:
+        with self.app.db() as conn:
+            return int(conn.execute("SELECT count(*) FROM memory_entries").fetchone()[0])
+
+
+@pytest.fixture
+def people(app: App) -> People:
+    return People(app)
+
+
+def code(result: tuple[int, Any]) -> tuple[int, str, Any]:
+    status, body = result
+    error = body["error"]
+    return status, error["code"], (error.get("details") or {}).get("field")
+
+
+def test_people_add_edit_and_read_the_history(people: People) -> None:
+    status, fact = people.owner("POST", f"{people.base}/fact", {"text": "端口是 8470"})
+    assert status == 201 and fact["author"]["handle"] == "owner" and fact["rev"] == 1
+    status, edited = people.member(
+        "PATCH", f"/api/memory/{fact['id']}", {"rev": 1, "text": "端口 9000"}
+    )
+    assert status == 200 and edited["rev"] == 2 and edited["body"]["text"] == "端口 9000"
+    assert code(people.owner("PATCH", f"/api/memory/{fact['id']}", {"rev": 1, "text": "x"})) == (
+        409, "stale_revision", None,
+    )  # fmt: skip
+    status, history = people.owner("GET", f"/api/memory/{fact['id']}/history")
+    assert [(r["rev"], r["body"]["text"], r["author"]["handle"]) for r in history["revisions"]] == [
+        (1, "端口是 8470", "owner"),
+        (2, "端口 9000", "zhang"),
+    ]
+    status, view = people.member("GET", people.base)
+    assert status == 200 and view["version"] == 2
+    assert [f["body"]["text"] for f in view["facts"]] == ["端口 9000"]
+    assert view["summary"] is None and view["stale"] is None
+    assert view["caps"]["session"] == {"max_bytes": None, "max_entries": 200}
+
+
+def test_the_summary_sessions_and_progress(people: People) -> None:
+    status, summary = people.owner(
+        "PUT", f"{people.base}/summary", {"rev": 0, "sections": {"what": "聊天室"}}
+    )
+    assert status == 200 and summary["body"]["labels"]["what"] == "这是什么"
+    status, summary = people.member(
+        "PUT", f"{people.base}/summary", {"rev": 1, "sections": {"pitfalls": "别用 lockf"}}
+    )
+    assert status == 200 and summary["body"]["sections"]["what"] == "聊天室"
+    assert code(people.owner("PUT", f"{people.base}/summary", {"rev": 1, "sections": {}}))[1] == (
+        "stale_revision"
+    )
+    status, session = people.owner("POST", f"{people.base}/session", {"summary": "评审了 API"})
+    assert status == 201
+    assert code(people.owner("PATCH", f"/api/memory/{session['id']}", {"rev": 1, "summary": "x"})) == (
+        409, "append_only", None,
+    )  # fmt: skip
+    body = {"text": "登录页", "stage": "实现中", "next": "写测试", "tags": ["ui"]}
+    status, progress = people.member("POST", f"{people.base}/progress", body)
+    assert status == 201 and progress["body"]["tags"] == ["ui"]
+
+
+def test_bad_input_gets_a_clear_error_and_nothing_is_lost(people: People) -> None:
+    people.owner("POST", f"{people.base}/fact", {"text": "留着"})
+    before = people.count()
+    cases = [
+        ("fact", {"text": "汉" * 350_000}, (400, "record_too_large", None)),
+        ("fact", {"text": "x" * 3000}, (400, "record_too_large", "text")),
+        ("progress", {"text": "a", "stage": "", "next": "b"}, (400, "empty_field", "stage")),
+        ("progress", {"text": "a", "stage": "s", "next": "  "}, (400, "empty_field", "next")),
+        ("memo", {"text": "a"}, (400, "unknown_kind", None)),
+        ("fact", {"text": "a", "author_id": 1}, (400, "forged_author", None)),
+        ("fact", {"text": "a", "colour": "red"}, (400, "unknown_field", "colour")),
+    ]
+    for kind, body, expected in cases:
+        assert code(people.owner("POST", f"{people.base}/{kind}", body)) == expected, body
+    assert people.count() == before
+    assert code(people.owner("GET", f"{people.base}/memo")) == (400, "unknown_kind", None)
+    assert code(people.owner("PATCH", "/api/memory/99999", {"rev": 1, "text": "x"}))[:2] == (
+        404, "not_found",
+    )  # fmt: skip
+
+
+def test_agents_read_but_write_only_through_tools(people: People) -> None:
+    app = people.app
+    status, _ = app.request("GET", people.base, token=people.token)
+    assert status == 200
+    result = app.request("POST", f"{people.base}/fact", {"text": "x"}, token=people.token)
+    assert code(result) == (403, "agents_use_tools", None)
+    assert people.count() == 0
+
+
+def test_nobody_reaches_another_projects_memory(people: People) -> None:
+    app = people.app
+    status, fact = people.owner("POST", f"{people.base}/fact", {"text": "秘密"})
+    entry = f"/api/memory/{fact['id']}"
+    stranger = people.stranger_cookie
+    for method, path, body in [
+        ("GET", people.base, None),
+        ("GET", f"{people.base}/fact", None),
+        ("POST", f"{people.base}/fact", {"text": "x"}),
+        ("GET", entry, None),
+        ("GET", f"{entry}/history", None),
+        ("PATCH", entry, {"rev": 1, "text": "改"}),
+        ("POST", f"{entry}/archive", {}),
+    ]:
+        status, answer = app.request(method, path, body, cookie=stranger)
+        assert status in (403, 404), (method, path)
+        assert "秘密" not in str(answer)
+    status, answer = app.request("GET", entry, token=people.other_token)
+    assert status == 404 and "秘密" not in str(answer)
+    assert people.owner("GET", entry)[1]["body"]["text"] == "秘密"
+
+
+def test_archived_entries_are_listed_with_archived_1(people: People) -> None:
+    status, fact = people.owner("POST", f"{people.base}/fact", {"text": "旧事实"})
+    status, archived = people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
+    assert status == 200 and archived["archived"] is True
+    status, page = people.owner("GET", f"{people.base}/fact")
+    assert page["entries"] == [] and "memory_read" in page["pointer"]
+    status, page = people.owner("GET", f"{people.base}/fact?archived=1")
+    assert [e["body"]["text"] for e in page["entries"]] == ["旧事实"]
+    status, view = people.owner("GET", people.base)
+    assert view["archived"] == {"fact": 1}
+
+
+def test_decision_endpoints_take_alternatives_and_constraints(people: People) -> None:
+    body = {
+        "title": "存储", "context": "单机部署", "decision": "SQLite", "constraints": "一台机器",
+        "alternatives": [{"option": "PostgreSQL", "why_rejected": "多一个服务"}],
+    }  # fmt: skip
+    status, made = people.owner("POST", f"/api/projects/{people.project_id}/decisions", body)
+    assert status == 201
+    assert made["revisions"][0]["alternatives"] == body["alternatives"]
+    status, log = people.owner("GET", f"/api/projects/{people.project_id}/decisions")
+    assert log["decisions"][0]["revisions"][0]["constraints"] == "一台机器"
+    bad = {**body, "alternatives": [{"option": "", "why_rejected": "x"}]}
+    result = people.owner("POST", f"/api/projects/{people.project_id}/decisions", bad)
+    assert code(result) == (400, "empty_field", "alternatives[0].option")
+    status, view = people.owner("GET", people.base)
+    assert view["version"] == 1
