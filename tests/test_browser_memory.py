@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, expect
+from playwright.sync_api import Browser, Locator, Page, Request, expect
 
 from tests.support.browser import (
     Person,
@@ -45,21 +45,36 @@ def call(room_server: RoomServer, method: str, path: str, body: Any, status: int
 def arrange_memory(room_server: RoomServer, project: int) -> dict[str, Any]:
     """Chinese records of every kind, written over HTTP by the owner."""
     base = f"/api/projects/{project}/memory"
-    sections = {"what": "团队的设置页迁移项目", "run": "scripts/test 跑全部测试", "status": "迁移过半"}
+    sections = {
+        "what": "团队的设置页迁移项目",
+        "run": "scripts/test 跑全部测试",
+        "status": "迁移过半",
+    }
     call(room_server, "PUT", f"{base}/summary", {"rev": 0, "sections": sections}, 200)
     fact = room_server.post(f"{base}/fact", {"text": "生产环境部署在杭州机房"}, 201)
     room_server.post(f"{base}/convention", {"text": "提交信息写清楚为什么改"}, 201)
-    progress = {"text": "设置页表单已迁移", "stage": "评审中", "next": "补键盘测试", "tags": ["前端", "表单"]}
+    progress = {
+        "text": "设置页表单已迁移",
+        "stage": "评审中",
+        "next": "补键盘测试",
+        "tags": ["前端", "表单"],
+    }
     room_server.post(f"{base}/progress", progress, 201)
     session = {"summary": "迁移了设置页表单", "did": "改了 SettingsForm", "verified": "跑了 12 个用例",
                "next": "处理暗色模式", "blocked": ""}  # fmt: skip
     room_server.post(f"{base}/session", session, 201)
-    room_server.post(f"{base}/reference", {"ref_kind": "dir", "target": "web/settings/", "note": "设置页代码"}, 201)
+    room_server.post(
+        f"{base}/reference",
+        {"ref_kind": "dir", "target": "web/settings/", "note": "设置页代码"},
+        201,
+    )
     decision = {
         "title": "设置页使用新组件库",
         "context": "旧组件库不再维护",
         "decision": "迁移到新组件库",
-        "alternatives": [{"option": "继续修补旧组件库", "why_rejected": "没有人维护，安全补丁跟不上"}],
+        "alternatives": [
+            {"option": "继续修补旧组件库", "why_rejected": "没有人维护，安全补丁跟不上"}
+        ],
         "constraints": "不能改变现有的保存接口",
     }
     room_server.post(f"/api/projects/{project}/decisions", decision, 201)
@@ -77,9 +92,7 @@ def record(panel: Locator, entry_id: int) -> Locator:
     return panel.locator(f'.memory-entry[data-record-id="{entry_id}"]')
 
 
-def test_the_memory_tab_shows_chinese_records(
-    chromium: Browser, room_server: RoomServer
-) -> None:
+def test_the_memory_tab_shows_chinese_records(chromium: Browser, room_server: RoomServer) -> None:
     project = room_server.create_project("记忆页", TEAM)
     arrange_memory(room_server, project)
     for width, scheme in ((1280, "light"), (1280, "dark"), (600, "light"), (600, "dark")):
@@ -102,7 +115,9 @@ def test_the_memory_tab_shows_chinese_records(
             expect(panel.locator('[data-kind="fact"] .memory-entry')).to_have_text(
                 re.compile("生产环境部署在杭州机房")
             )
-            expect(panel.locator('[data-kind="convention"]')).to_contain_text("提交信息写清楚为什么改")
+            expect(panel.locator('[data-kind="convention"]')).to_contain_text(
+                "提交信息写清楚为什么改"
+            )
             progress = panel.locator('[data-kind="progress"] .memory-entry')
             expect(progress.locator(".memory-stage")).to_have_text("评审中")
             expect(progress).to_contain_text("下一步：补键盘测试")
@@ -117,7 +132,9 @@ def test_the_memory_tab_shows_chinese_records(
             adr = panel.locator('.memory-decision[data-number="ADR-0001"]')
             expect(adr).to_contain_text("旧组件库不再维护")
             expect(adr.locator(".memory-rejected")).to_have_text("继续修补旧组件库")
-            expect(adr.locator(".memory-alternatives")).to_contain_text("没有人维护，安全补丁跟不上")
+            expect(adr.locator(".memory-alternatives")).to_contain_text(
+                "没有人维护，安全补丁跟不上"
+            )
             expect(adr).to_contain_text("不能改变现有的保存接口")
             for text in panel.all_inner_texts():
                 assert "undefined" not in text and "null" not in text, text
@@ -142,7 +159,13 @@ def test_an_edit_keeps_history_and_a_stale_revision_keeps_the_text(
     dialog = page.get_by_role("dialog", name="编辑事实")
     dialog.get_by_label("内容").fill("生产环境部署在杭州和上海两个机房")
     # Someone else saves first, from the revision this dialog started from.
-    call(room_server, "PATCH", f"/api/memory/{fact_id}", {"rev": 1, "text": "生产环境部署在上海机房"}, 200)
+    call(
+        room_server,
+        "PATCH",
+        f"/api/memory/{fact_id}",
+        {"rev": 1, "text": "生产环境部署在上海机房"},
+        200,
+    )
     owner.allow("409")
     dialog.get_by_role("button", name="保存").click()
     problem = dialog.get_by_role("alert")
@@ -199,12 +222,12 @@ def test_a_new_entry_an_empty_field_and_live_refresh(
 
     # Written elsewhere: the memory frame brings it in without a reload.
     room_server.post(f"/api/projects/{project}/memory/fact", {"text": "另一个标签页写的事实"}, 201)
-    expect(panel.locator('[data-kind="fact"] .memory-entry')).to_contain_text("另一个标签页写的事实")
+    expect(panel.locator('[data-kind="fact"] .memory-entry')).to_contain_text(
+        "另一个标签页写的事实"
+    )
 
 
-def test_archived_entries_and_the_staleness_warning(
-    owner: Person, room_server: RoomServer
-) -> None:
+def test_archived_entries_and_the_staleness_warning(owner: Person, room_server: RoomServer) -> None:
     project = room_server.create_project("记忆归档", TEAM)
     made = arrange_memory(room_server, project)
     fact_id = made["fact"]["id"]
@@ -243,7 +266,11 @@ def history_project(room_server: RoomServer) -> Iterator[dict[str, Any]]:
     old = room_server.say(project, "下周三把新版本部署到预发布环境，<b>不是</b>生产")
     for i in range(130):
         room_server.say(project, f"日常同步第 {i} 条")
-    fact = room_server.post(f"/api/projects/{project}/memory/fact", {"text": "回滚脚本在 ops/rollback.sh，部署失败时先跑它"}, 201)
+    fact = room_server.post(
+        f"/api/projects/{project}/memory/fact",
+        {"text": "回滚脚本在 ops/rollback.sh，部署失败时先跑它"},
+        201,
+    )
     yield {"project": project, "old": old, "fact": fact}
 
 
@@ -348,12 +375,19 @@ def test_ime_composition_does_not_search_or_submit(
     page = owner.page
     owner.open_project(project)
     asked: list[str] = []
-    page.on("request", lambda r: "/search?" in r.url and asked.append(r.url))
+
+    def seen(request: Request) -> None:
+        if "/search?" in request.url:
+            asked.append(request.url)
+
+    page.on("request", seen)
     box = search_box(page)
     box.focus()
     # Typing 部署 with a pinyin IME: composition events around the candidates, Enter confirms.
     box.dispatch_event("compositionstart", {"data": ""})
-    box.evaluate("el => { el.value = 'bu shu'; el.dispatchEvent(new InputEvent('input', {isComposing: true})); }")
+    box.evaluate(
+        "el => { el.value = 'bu shu'; el.dispatchEvent(new InputEvent('input', {isComposing: true})); }"
+    )
     box.evaluate(
         "el => el.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', isComposing: true,"
         " keyCode: 229, bubbles: true, cancelable: true}))"
