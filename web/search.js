@@ -11,6 +11,7 @@ import { isComposing, trackComposition } from "./ime.js";
 import { snippetNodes, termsOf } from "./highlight.js";
 import { member } from "./store.js";
 
+const RECORD_KINDS = ["summary", "fact", "convention", "decision", "progress", "session", "reference"];
 const SETTLE_MS = 250;
 const LIMIT = 20;
 
@@ -122,7 +123,7 @@ export class SearchBox {
   params(q) {
     const params = new URLSearchParams({ q, limit: String(LIMIT) });
     if (this.filter === "message") params.set("kind", "message");
-    if (this.filter === "memory") params.set("kind", "memory");
+    if (this.filter === "memory") params.set("kind", RECORD_KINDS.join(","));
     return params;
   }
 
