@@ -399,3 +399,26 @@ def test_ime_composition_does_not_search_or_submit(
     box.dispatch_event("compositionend", {"data": "部署"})
     expect(page.get_by_role("option").first).to_contain_text("部署")
     assert len(asked) == 1 and "q=%E9%83%A8%E7%BD%B2" in asked[0]
+
+
+def test_snippets_are_built_from_text_and_marks_only(owner: Person) -> None:
+    """Whatever a snippet string holds, only <mark> becomes an element; the rest is text."""
+    built = owner.page.evaluate(
+        """async () => {
+          const { snippetNodes, termsOf } = await import("/static/highlight.js");
+          const box = document.createElement("p");
+          box.append(...snippetNodes('<img src=x onerror="window.hit=1">&lt;b&gt;先<mark>部署</mark>&amp;&#x4e0a;线<MARK>测试</MARK>'));
+          return {
+            html: box.innerHTML,
+            text: box.textContent,
+            elements: [...box.querySelectorAll("*")].map((el) => el.tagName),
+            terms: termsOf('<mark>部署</mark>和<mark>部署</mark>', ""),
+            fromQuery: termsOf("", '"部署" OR 测试*'),
+          };
+        }"""
+    )
+    assert built["elements"] == ["MARK", "MARK"]
+    assert built["text"] == '<img src=x onerror="window.hit=1"><b>先部署&上线测试'
+    assert built["terms"] == ["部署"]
+    assert built["fromQuery"] == ["部署", "测试"]
+    assert owner.page.evaluate("window.hit") is None

@@ -47,6 +47,10 @@ export class SearchBox {
       form.classList.add("is-open");
       if (this.input.value.trim() && this.results.length) this.show(true);
     });
+    // On a narrow screen the box covers the header while it is in use; leaving it closes it.
+    this.input.addEventListener("blur", () => setTimeout(() => {
+      if (!form.contains(document.activeElement) && this.panel.hidden) form.classList.remove("is-open");
+    }, 0));
     $("#search-open", form).addEventListener("click", () => this.focus());
     for (const button of form.querySelectorAll("[data-filter]")) {
       button.addEventListener("click", () => {
@@ -81,7 +85,7 @@ export class SearchBox {
   /** Ctrl+K / ⌘K anywhere; `/` only when no field has the keyboard and no dialog is open. */
   onGlobalKey(event) {
     if (event.defaultPrevented || event.isComposing || event.keyCode === 229) return;
-    if (!this.room()) return;
+    if (!this.room() || document.querySelector("dialog[open]")) return; // a modal keeps the keyboard
     const k = event.key.toLowerCase();
     if (k === "k" && (event.ctrlKey || event.metaKey) && !event.altKey && !event.shiftKey) {
       event.preventDefault();
@@ -89,7 +93,7 @@ export class SearchBox {
       return;
     }
     if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) return;
-    if (document.querySelector("dialog[open], .menu")) return;
+    if (document.querySelector(".menu")) return;
     const target = event.target;
     if (target instanceof Element && target.closest("input, textarea, select, [contenteditable=''], [contenteditable=true]")) return;
     event.preventDefault();
