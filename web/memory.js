@@ -69,7 +69,7 @@ export class MemoryTab {
     this.archived = new Map(); // kind -> {entries, hasMore}: the archive's pages being shown
     this.older = null; // {entries, hasMore}: session-log entries older than the overview's
     this.timer = null;
-    this.pendingReveal = null;
+    this.loading = null; // the read under way, if any
   }
 
   open(room) {
@@ -94,7 +94,17 @@ export class MemoryTab {
     this.timer = setTimeout(() => this.load({ background: true }), REFRESH_MS);
   }
 
-  async load({ background = false } = {}) {
+  /** Read the overview (and the decision log) and render; `reveal()` waits for a read under way. */
+  load(options = {}) {
+    const run = this.read(options);
+    this.loading = run;
+    run.finally(() => {
+      if (this.loading === run) this.loading = null;
+    });
+    return run;
+  }
+
+  async read({ background = false } = {}) {
     const room = this.room;
     if (!room) return;
     if (!background && !this.data) this.root.replaceChildren(h("p", { class: "muted", text: t("common.loading") }));
@@ -116,11 +126,6 @@ export class MemoryTab {
     await Promise.all([...this.archived.keys()].filter((k) => k !== "decision").map((kind) => this.loadArchived(kind, false)));
     this.older = null;
     this.render();
-    if (this.pendingReveal) {
-      const { kind, id, terms } = this.pendingReveal;
-      this.pendingReveal = null;
-      this.reveal(kind, id, terms);
-    }
   }
 
   render() {
@@ -366,17 +371,24 @@ export class MemoryTab {
 
   /** Scroll to a record (opening its kind's archive when it is archived) and mark `terms` in it. */
   async reveal(kind, id, terms = []) {
-    if (!this.data) {
-      this.pendingReveal = { kind, id, terms };
-      return;
-    }
+    if (this.loading) await this.loading;
+    if (!this.data) return;
     const selector = kind === "decision" ? `[data-decision-id="${id}"]` : kind === "summary" ? '[data-kind="summary"]' : `[data-record-id="${id}"]`;
     let el = $(selector, this.root);
+    if (!el) {
+      await this.load({ background: true }); // written since the tab was read
+      el = $(selector, this.root);
+    }
     if (!el && (KIND_OF.has(kind) || kind === "decision") && !this.archived.has(kind)) {
       if (kind === "decision") this.archived.set(kind, { entries: [], hasMore: false });
       else await this.loadArchived(kind);
       this.render();
       el = $(selector, this.root);
+    }
+    if (!el && KIND_OF.has(kind)) {
+      // An entry beyond the pages shown (an old session-log entry): its history shows it.
+      this.showHistory({ id }, kind);
+      return;
     }
     if (!el) {
       toast(t("memory.gone"));
