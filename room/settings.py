@@ -41,6 +41,12 @@ class Settings(BaseModel):
         default=512, ge=1, description="Most writes committed together in one group commit."
     )
     reader_threads: int = Field(default=2, ge=1, le=16, description="SQLite reader threads.")
+    search_index_messages: bool = Field(
+        default=True,
+        description="Add new and edited messages to the search index as they are written. Off "
+        "only to measure what indexing costs: messages written meanwhile are indexed when the "
+        "server next starts with it on (deletions leave the index either way).",
+    )
     max_frame_bytes: int = Field(
         default=64 * 1024, ge=1024, description="Largest inbound WebSocket frame (bytes)."
     )

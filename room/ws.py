@@ -21,6 +21,7 @@ from room import __version__
 from room import protocol as p
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
+from room.actions import search as search_actions
 from room.actions import turns as turn_actions
 from room.auth import (
     SESSION_COOKIE,
@@ -121,6 +122,7 @@ class Connection:
             "received": self.on_received,
             "consume": self.on_consume,
             "redeliver": self.on_redeliver,
+            "search": self.on_search,
             "ping": self.on_ping,
         }
         self.handoff = uuid.uuid4().hex
@@ -570,6 +572,32 @@ class Connection:
                 "humans_only": addressing.resolution.humans_only_group,
             }
         )
+
+    async def on_search(self, frame: p.SearchFrame) -> None:
+        member = await self.member(frame.project_id)
+        kinds = frame.kind.split(",") if isinstance(frame.kind, str) else frame.kind
+
+        async def answer() -> None:
+            body = await search_actions.search(
+                self.core,
+                member,
+                frame.q,
+                kinds=[k.strip() for k in kinds if k.strip()] if kinds else None,
+                by=frame.by,
+                since=frame.since,
+                until=frame.until,
+                limit=frame.limit,
+            )
+            self.push(
+                {
+                    "type": "search_results",
+                    "req_id": frame.req_id,
+                    "project_id": frame.project_id,
+                    **body,
+                }
+            )
+
+        self._spawn(answer(), frame.req_id)
 
     async def on_receipts(self, frame: p.ReceiptsFrame) -> None:
         await self.member(frame.project_id)

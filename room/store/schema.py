@@ -385,6 +385,14 @@ CREATE TABLE search_records (
 );
 CREATE INDEX search_records_project ON search_records(project_id, kind);
 
+-- Set while messages may be missing from the index (a start with search_index_messages off);
+-- the next start with it on rebuilds the messages' rows and clears it.
+CREATE TABLE search_state (
+    id              INTEGER PRIMARY KEY CHECK (id = 1),
+    messages_stale  INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO search_state (id) VALUES (1);
+
 INSERT INTO search_fts (rowid, body)
     SELECT id, room_index_text(body) FROM messages WHERE deleted_at IS NULL ORDER BY id;
 """
