@@ -263,6 +263,8 @@ def test_archived_entries_and_the_staleness_warning(owner: Person, room_server: 
 def history_project(room_server: RoomServer) -> Iterator[dict[str, Any]]:
     """A project whose one message about 部署 is far older than the latest page."""
     project = room_server.create_project("搜索历史", [])
+    for i in range(10):
+        room_server.say(project, f"更早的闲聊 {i}")
     old = room_server.say(project, "下周三把新版本部署到预发布环境，<b>不是</b>生产")
     for i in range(130):
         room_server.say(project, f"日常同步第 {i} 条")
@@ -298,8 +300,14 @@ def test_search_from_the_header_opens_an_old_message(
     expect(search_box(page)).to_be_focused()
     search_box(page).fill("部署")
     results = page.get_by_role("listbox", name="搜索结果")
+    # Both the message and the fact say 部署; the 消息 filter keeps the messages.
+    expect(results.get_by_role("option")).to_have_count(2)
+    expect(results.locator('[data-kind="fact"]')).to_contain_text("ops/rollback.sh")
+    page.get_by_role("button", name="消息", exact=True).click()
+    expect(results.get_by_role("option")).to_have_count(1)
     first = results.get_by_role("option").first
     expect(first).to_contain_text("下周三把新版本部署到预发布环境")
+    expect(search_box(page)).to_be_focused()
     # The snippet's markup is text, apart from the marks around the match.
     expect(first.locator(".search-snippet mark").first).to_have_text("部署")
     expect(first.locator(".search-snippet")).to_contain_text("<b>不是</b>")
@@ -422,3 +430,41 @@ def test_snippets_are_built_from_text_and_marks_only(owner: Person) -> None:
     assert built["terms"] == ["部署"]
     assert built["fromQuery"] == ["部署", "测试"]
     assert owner.page.evaluate("window.hit") is None
+
+
+@pytest.mark.parametrize(
+    ("width", "scheme"), [(1280, "light"), (1280, "dark"), (600, "light"), (600, "dark")]
+)
+def test_search_at_every_width_and_theme(
+    chromium: Browser,
+    room_server: RoomServer,
+    history_project: dict[str, Any],
+    width: int,
+    scheme: str,
+) -> None:
+    project, old = history_project["project"], history_project["old"]
+    person = sign_in_owner(chromium, room_server, width=width, height=860, color_scheme=scheme)
+    try:
+        page = person.page
+        person.open_project(project)
+        if width < 700:  # an icon opens the box over the header
+            expect(search_box(page)).to_be_hidden()
+            page.get_by_role("button", name="搜索（Ctrl+K）").click()
+        else:
+            expect(page.locator("#search-keys")).to_have_text("Ctrl K")
+            page.keyboard.press("Control+k")
+        expect(search_box(page)).to_be_focused()
+        page.keyboard.type("部署")
+        options = page.get_by_role("listbox", name="搜索结果").get_by_role("option")
+        expect(options).to_have_count(2)
+        assert layout_problems(page) == []
+        screenshot(page, f"search-{width}-{scheme}")
+        options.filter(has_text="预发布环境").click()
+        message = page.locator(f'.msg[data-id="{old["message_id"]}"]')
+        expect(message.locator("mark.hit")).to_have_text("部署")
+        expect(message).to_be_in_viewport()
+        expect(page.locator("#search-input")).not_to_be_focused()  # the message has focus
+        screenshot(page, f"search-opened-{width}-{scheme}")
+        person.assert_clean()
+    finally:
+        person.close()
