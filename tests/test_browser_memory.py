@@ -227,6 +227,41 @@ def test_a_new_entry_an_empty_field_and_live_refresh(
     )
 
 
+def test_a_decision_with_the_alternatives_rejected(owner: Person, room_server: RoomServer) -> None:
+    project = room_server.create_project("记忆决策", TEAM)
+    page = owner.page
+    owner.open_project(project)
+    panel = open_memory(page)
+    panel.locator('[data-add="decision"]').click()
+    dialog = page.get_by_role("dialog", name="记录一项决策")
+    dialog.get_by_label("标题 *").fill("搜索用 FTS5 的 trigram 分词")
+    dialog.get_by_label("背景 *").fill("两个汉字的查询要能找到更长的词")
+    dialog.get_by_label("决定 *").fill("消息和记录都进 FTS5 索引")
+    dialog.get_by_label("放弃的方案").fill("引入 jieba 分词")
+    dialog.get_by_label("为什么放弃").fill("多一个依赖，还要维护词典")
+    dialog.get_by_role("button", name="再加一个放弃的方案").click()
+    dialog.get_by_label("放弃的方案").nth(1).fill("LIKE 全表扫描")
+    dialog.get_by_label("为什么放弃").nth(1).fill("一百万条消息时太慢")
+    dialog.get_by_label("约束").fill("不能引入外部服务")
+    dialog.get_by_role("button", name="保存").click()
+    expect(dialog).to_have_count(0)
+    adr = panel.locator('.memory-decision[data-number="ADR-0001"]')
+    expect(adr.locator(".memory-rejected")).to_have_text(["引入 jieba 分词", "LIKE 全表扫描"])
+    expect(adr).to_contain_text("一百万条消息时太慢")
+    expect(adr).to_contain_text("不能引入外部服务")
+    [decision] = room_server.get(f"/api/projects/{project}/decisions")["decisions"]
+    assert decision["status"] == "accepted"
+    assert decision["revisions"][-1]["alternatives"] == [
+        {"option": "引入 jieba 分词", "why_rejected": "多一个依赖，还要维护词典"},
+        {"option": "LIKE 全表扫描", "why_rejected": "一百万条消息时太慢"},
+    ]
+    adr.get_by_role("button", name="历史").click()
+    history = page.get_by_role("dialog", name="ADR-0001的修订历史")
+    expect(history.locator(".memory-history > li")).to_have_count(1)
+    expect(history).to_contain_text("两个汉字的查询要能找到更长的词")
+    screenshot(page, "memory-decision-history")
+
+
 def test_archived_entries_and_the_staleness_warning(owner: Person, room_server: RoomServer) -> None:
     project = room_server.create_project("记忆归档", TEAM)
     made = arrange_memory(room_server, project)
@@ -340,6 +375,8 @@ def test_a_permalink_opens_the_message_from_a_fresh_page(
         expect(message).to_be_in_viewport()
         expect(message.locator("mark.hit")).to_have_text("部署")
         expect(page.locator("#jump-latest")).to_be_visible()
+        # A window around it: the latest messages are not loaded yet.
+        expect(page.locator(".msg", has_text="日常同步第 129 条")).to_have_count(0)
         screenshot(page, "search-permalink-fresh")
         # Scrolling down pages forward until the window meets the latest message.
         for _ in range(10):

@@ -352,9 +352,12 @@ export class MemoryTab {
     const live = this.decisions.filter((d) => !d.archived);
     const archived = this.decisions.filter((d) => d.archived);
     const shown = this.archived.has("decision");
+    const item = (d, archived = false) => decisionItem(this.room, d, archived, () => this.showDecisionHistory(d));
     return h("section", { class: "memory-section", dataset: { kind: "decision" } },
-      sectionHead("memory.kind.decision", live.length, []),
-      live.length ? h("ol", { class: "memory-list" }, live.map((d) => decisionItem(d))) : h("p", { class: "muted memory-empty", text: t("decisions.empty") }),
+      sectionHead("memory.kind.decision", live.length, [
+        h("button", { type: "button", class: "btn btn-small", dataset: { add: "decision" }, on: { click: () => this.addDecision() } }, icon("plus"), h("span", { text: t("memory.add") })),
+      ]),
+      live.length ? h("ol", { class: "memory-list" }, live.map((d) => item(d))) : h("p", { class: "muted memory-empty", text: t("decisions.empty") }),
       archived.length
         ? h("button", {
           type: "button",
@@ -364,7 +367,74 @@ export class MemoryTab {
           on: { click: () => this.toggleArchived("decision") },
         })
         : null,
-      shown ? h("ol", { class: "memory-list is-archived", attrs: { "aria-label": t("memory.archivedList") } }, archived.map((d) => decisionItem(d, true))) : null);
+      shown ? h("ol", { class: "memory-list is-archived", attrs: { "aria-label": t("memory.archivedList") } }, archived.map((d) => item(d, true))) : null);
+  }
+
+  /** A person's decision (accepted at once), with the alternatives rejected and why. */
+  addDecision() {
+    const room = this.room;
+    return openDialog({
+      title: t("memory.addDecision"),
+      wide: true,
+      build: (close) => {
+        const field = (name, input) => h("label", { class: "field" }, h("span", { class: "field-label", text: t(`memory.field.${name}`) + (["title", "context", "decision"].includes(name) ? " *" : "") }), input);
+        const inputs = {
+          title: h("input", { type: "text", name: "title" }),
+          context: h("textarea", { name: "context", rows: 3 }),
+          decision: h("textarea", { name: "decision", rows: 3 }),
+          constraints: h("textarea", { name: "constraints", rows: 2 }),
+        };
+        const rows = h("div", { class: "memory-alt-rows" });
+        const addRow = () => {
+          const row = h("div", { class: "memory-alt-row" },
+            h("input", { type: "text", name: "option", attrs: { "aria-label": t("memory.field.option") }, placeholder: t("memory.field.option") }),
+            h("input", { type: "text", name: "why_rejected", attrs: { "aria-label": t("memory.field.why_rejected") }, placeholder: t("memory.field.why_rejected") }));
+          rows.append(row);
+          return row;
+        };
+        addRow();
+        const problem = h("div", { class: "memory-conflict", attrs: { role: "alert" }, hidden: true });
+        return h("form", { class: "form memory-form", on: { submit: async (event) => {
+          event.preventDefault();
+          const alternatives = [...rows.children]
+            .map((row) => ({ option: row.querySelector("[name=option]").value.trim(), why_rejected: row.querySelector("[name=why_rejected]").value.trim() }))
+            .filter((a) => a.option || a.why_rejected);
+          const body = Object.fromEntries(Object.entries(inputs).map(([k, input]) => [k, input.value]));
+          try {
+            await post(`/api/projects/${room.id}/decisions`, { ...body, alternatives });
+            close(true);
+            toast(t("memory.saved"));
+            this.load({ background: true });
+          } catch (err) {
+            showProblem(problem, err);
+          }
+        } } },
+        field("title", inputs.title),
+        field("context", inputs.context),
+        field("decision", inputs.decision),
+        h("fieldset", { class: "memory-alts" },
+          h("legend", { text: t("memory.field.alternatives") }),
+          rows,
+          h("button", { type: "button", class: "btn btn-small btn-ghost", on: { click: () => addRow().querySelector("input").focus() } }, icon("plus"), h("span", { text: t("memory.addAlternative") }))),
+        field("constraints", inputs.constraints),
+        problem,
+        formActions(close));
+      },
+    });
+  }
+
+  showDecisionHistory(d) {
+    const room = this.room;
+    openDialog({
+      title: t("memory.historyTitle", { kind: d.label }),
+      wide: true,
+      build: () => h("ol", { class: "memory-history" }, [...(d.revisions || [])].sort((a, b) => b.revision - a.revision).map((r) => h("li", { dataset: { rev: String(r.revision) } },
+        h("div", { class: "memory-meta" },
+          h("span", { class: "badge", text: `r${r.revision}` }),
+          h("span", { text: authorOf(room, r.author_id) }),
+          h("time", { text: formatDateTime(r.created_at) })),
+        decisionFields(r)))),
+    });
   }
 
   // -- search results -----------------------------------------------------------------------------
@@ -465,27 +535,38 @@ function entryContent(spec, body) {
   }
 }
 
-function decisionItem(d, archived = false) {
+function decisionItem(room, d, archived, showHistory) {
   const latest = (d.revisions || []).reduce((a, b) => (!a || b.revision > a.revision ? b : a), null) || {};
-  const pick = (name) => d[name] ?? latest[name];
-  const alternatives = pick("alternatives") || [];
-  const constraints = pick("constraints");
   return h("li", { class: ["memory-entry", "memory-decision", archived && "archived"], dataset: { decisionId: String(d.id), number: d.label } },
     h("div", { class: "memory-line" },
       h("span", { class: "task-key", text: d.label }),
       h("span", { class: ["state-badge", `decision-${d.status}`], text: label("decisionStatus", d.status) }),
       archived ? h("span", { class: "badge", text: t("memory.archivedBadge") }) : null,
       h("strong", { class: "memory-title", text: d.title })),
-    h("dl", { class: "memory-fields" },
-      pick("context") ? [h("dt", { text: t("memory.field.context") }), h("dd", { class: "memory-text", text: pick("context") })] : null,
-      pick("decision") ? [h("dt", { text: t("memory.field.decision") }), h("dd", { class: "memory-text", text: pick("decision") })] : null,
-      alternatives.length
-        ? [h("dt", { text: t("memory.field.alternatives") }), h("dd", {}, h("ul", { class: "memory-alternatives" }, alternatives.map((a) => h("li", {},
-          h("span", { class: "memory-rejected", text: a.option }), a.why_rejected ? h("span", { class: "muted", text: ` — ${a.why_rejected}` }) : null))))]
-        : null,
-      constraints && (Array.isArray(constraints) ? constraints.length : true)
-        ? [h("dt", { text: t("memory.field.constraints") }), h("dd", { class: "memory-text", text: Array.isArray(constraints) ? constraints.join("\n") : constraints })]
-        : null));
+    decisionFields({ ...latest, alternatives: d.alternatives ?? latest.alternatives, constraints: d.constraints ?? latest.constraints }),
+    h("div", { class: "memory-meta" },
+      h("span", { class: "memory-byline muted" },
+        h("span", { text: authorOf(room, d.created_by) }),
+        h("time", { text: formatDateTime(d.updated_at) }),
+        d.revision > 1 ? h("span", { text: `r${d.revision}` }) : null),
+      h("span", { class: "memory-actions" }, h("button", { type: "button", class: "btn btn-small btn-ghost", text: t("memory.history"), on: { click: showHistory } }))));
+}
+
+/** A decision revision's context, decision, the alternatives rejected (struck through, with
+ * why) and constraints. */
+function decisionFields(r) {
+  const alternatives = r.alternatives || [];
+  const constraints = Array.isArray(r.constraints) ? r.constraints.join("\n") : r.constraints;
+  const row = (key, value) => (value ? [h("dt", { text: t(`memory.field.${key}`) }), h("dd", { class: "memory-text", text: value })] : null);
+  return h("dl", { class: "memory-fields" },
+    row("context", r.context),
+    row("decision", r.decision),
+    row("consequences", r.consequences),
+    alternatives.length
+      ? [h("dt", { text: t("memory.field.alternatives") }), h("dd", {}, h("ul", { class: "memory-alternatives" }, alternatives.map((a) => h("li", {},
+        h("span", { class: "memory-rejected", text: a.option }), a.why_rejected ? h("span", { class: "muted", text: ` — ${a.why_rejected}` }) : null))))]
+      : null,
+    row("constraints", constraints));
 }
 
 function fieldInput(f, value) {
