@@ -31,6 +31,7 @@ from room.actions import wiring
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
 from room.agents import AgentSettings, Scheduler
+from room.agents.memory_tools import MEMORY_TOOLS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
@@ -203,7 +204,9 @@ def create_app(
                 context_tokens=settings.context_tokens,
                 stop_confirm_secs=settings.stop_confirm_secs,
             ),
-            tools={**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS} if tools is None else tools,
+            tools={**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS, **MEMORY_TOOLS}
+            if tools is None
+            else tools,
             sandbox=sandbox,
         )
         core.agents = scheduler

@@ -236,3 +236,42 @@ async def test_a_closed_project_refuses_memory_writes(world: World) -> None:
     )
     error = await refused(memory_actions.add_entry(world.core, world["be"], "fact", {"text": "x"}))
     assert error.code == "project_not_accepting"
+
+
+async def test_every_record_write_is_indexed_for_search_in_its_transaction(world: World) -> None:
+
+    async def body_of(kind: str, record_id: int) -> list[str]:
+        return await world.read(
+            lambda c: [
+                str(r[0])
+                for r in c.execute(
+                    "SELECT body FROM search_records WHERE kind = ? AND record_id = ?"
+                    " AND project_id = ?",
+                    (kind, record_id, world.project_id),
+                )
+            ]
+        )
+
+    owner = world["owner"]
+    fact = await memory_actions.add_entry(world.core, owner, "fact", {"text": "部署用 systemd"})
+    assert await body_of("fact", fact["id"]) == ["部署用 systemd"]
+    await memory_actions.edit_entry(world.core, owner, fact["id"], 1, {"text": "部署用 docker"})
+    assert await body_of("fact", fact["id"]) == ["部署用 docker"]
+    await memory_actions.archive_entry(world.core, owner, fact["id"])
+    assert await body_of("fact", fact["id"]) == ["部署用 docker"]  # the archive stays findable
+    summary = await memory_actions.set_summary(world.core, owner, 0, {"pitfalls": "别用 lockf"})
+    assert "坑：别用 lockf" in (await body_of("summary", summary["id"]))[0]
+    made = await decision_actions.propose_decision(
+        world.core,
+        owner,
+        title="存储",
+        context="单机",
+        decision="SQLite",
+        alternatives=[{"option": "PostgreSQL", "why_rejected": "多一个服务"}],
+    )
+    [text] = await body_of("decision", made["id"])
+    assert "SQLite" in text and "PostgreSQL" in text and "多一个服务" in text
+    # A refused write indexes nothing.
+    with pytest.raises(RoomError):
+        await memory_actions.add_entry(world.core, owner, "fact", {"text": ""})
+    assert await world.count("search_records") == 3

@@ -79,6 +79,7 @@ def test_the_summary_sessions_and_progress(people: People) -> None:
         "PUT", f"{people.base}/summary", {"rev": 0, "sections": {"what": "聊天室"}}
     )
     assert status == 200 and summary["body"]["labels"]["what"] == "这是什么"
+    assert list(summary["body"]["sections"]) == ["what", "run", "where", "status", "pitfalls"]
     status, summary = people.member(
         "PUT", f"{people.base}/summary", {"rev": 1, "sections": {"pitfalls": "别用 lockf"}}
     )
@@ -175,3 +176,29 @@ def test_decision_endpoints_take_alternatives_and_constraints(people: People) ->
     assert code(result) == (400, "empty_field", "alternatives[0].option")
     status, view = people.owner("GET", people.base)
     assert view["version"] == 1
+
+
+def test_a_purge_removes_the_projects_memory_and_its_index(people: People) -> None:
+    app = people.app
+    people.owner("POST", f"{people.base}/fact", {"text": "要被清除的事实"})
+    people.owner("PUT", f"{people.base}/summary", {"rev": 0, "sections": {"what": "清除"}})
+    other = app.request("POST", f"/api/projects/{people.other_id}/memory/fact", {"text": "留下"},
+                        cookie=people.stranger_cookie)  # fmt: skip
+    assert other[0] == 201
+    path = f"/api/projects/{people.project_id}"
+    assert people.owner("POST", f"{path}/lifecycle", {"op": "trash"})[0] == 200
+    status, body = people.owner(
+        "POST", f"{path}/purge", {"confirm_name": "记忆项目", "confirmed": True}
+    )
+    assert (status, body["state"]) == (200, "purged"), body
+    assert body["steps"]["memory"] == {
+        "memory_revisions": 2, "memory_entries": 2, "memory_versions": 1,
+    }  # fmt: skip
+    with app.db() as conn:
+        for table in ("memory_entries", "memory_revisions", "memory_versions", "search_records"):
+            rows = conn.execute(
+                f"SELECT count(*) FROM {table} WHERE project_id = ?", (people.project_id,)
+            ).fetchone()[0]
+            assert rows == 0, table
+        kept = conn.execute("SELECT body FROM search_records").fetchall()
+    assert kept == [("留下",)]

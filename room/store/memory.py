@@ -39,7 +39,7 @@ def _entry(row: sqlite3.Row | tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _json(body: dict[str, Any]) -> str:
-    return json.dumps(body, ensure_ascii=False, sort_keys=True)
+    return json.dumps(body, ensure_ascii=False)
 
 
 # -- reads the other parts call ------------------------------------------------------------------
