@@ -60,7 +60,11 @@ def _expand_run(match: re.Match[str]) -> str:
 
 def index_text(text: str) -> str:
     """The text the index tokenizes for ``text``: NFKC, CJK runs as bigrams + last character."""
-    return _INDEX_PIECES.sub(_expand_run, unicodedata.normalize("NFKC", text))
+    if text.isascii():  # most messages: nothing to normalise, no CJK, no pictographs
+        return text
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return _INDEX_PIECES.sub(_expand_run, text)
 
 
 def _is_token_char(char: str) -> bool:
