@@ -168,6 +168,7 @@ export class SearchBox {
     if (asked !== this.asked) return;
     this.query = q;
     this.results = answer.results || [];
+    this.capped = Boolean(answer.capped);
     this.shown = this.results;
     this.render(room);
   }
@@ -175,7 +176,9 @@ export class SearchBox {
   render(room) {
     this.active = -1;
     this.input.removeAttribute("aria-activedescendant");
-    this.setStatus(this.results.length ? t("search.count", { n: this.results.length }) : t("search.none"));
+    const count = this.results.length ? t("search.count", { n: this.results.length }) : t("search.none");
+    // Only the newest matches were ranked: say so, a narrower query finds older ones.
+    this.setStatus(this.capped ? `${count} · ${t("search.capped")}` : count);
     this.list.replaceChildren(...this.results.map((r, i) => resultItem(room, r, i)));
     this.show(true);
   }

@@ -707,5 +707,6 @@ export const STRINGS_EN = {
   "search.badQuery": "The query has only operators; type the words to find",
   "search.count": "{n} results",
   "search.none": "Nothing found",
+  "search.capped": "many matches: only the newest were ranked; add words to find older ones",
   "search.kind.message": "Message",
 };

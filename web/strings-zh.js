@@ -708,5 +708,6 @@ export const STRINGS_ZH = {
   "search.badQuery": "搜索词里只有运算符，请输入要找的文字",
   "search.count": "{n} 条结果",
   "search.none": "没有找到",
+  "search.capped": "匹配太多，只在最新的匹配中排序；加几个字可以找到更早的",
   "search.kind.message": "消息",
 };
