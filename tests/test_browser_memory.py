@@ -360,6 +360,7 @@ def test_search_from_the_header_opens_an_old_message(
     page.locator("#jump-latest").click()
     expect(page.locator(".msg", has_text="日常同步第 129 条")).to_be_in_viewport()
     expect(message).to_have_count(0)
+    assert page.evaluate("location.hash") == f"#/p/{project}"  # a reload stays at the latest
 
 
 def test_a_permalink_opens_the_message_from_a_fresh_page(

@@ -114,6 +114,10 @@ async function boot() {
     const jump = event.target.closest("[data-jump]");
     if (jump) timeline.jumpTo(Number(jump.dataset.jump));
   });
+  // Back to the latest: the address stops pointing at the message opened from search.
+  $("#jump-latest").addEventListener("click", () => {
+    if (app.room && /^#\/p\/\d+\/m\//.test(location.hash)) history.replaceState(null, "", `#/p/${app.room.id}`);
+  });
   $("#members-button").addEventListener("click", () => {
     panel.select("members");
     openDrawerOf($("#panel-col"), $("#open-panel"));
