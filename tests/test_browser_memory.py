@@ -506,3 +506,28 @@ def test_search_at_every_width_and_theme(
         person.assert_clean()
     finally:
         person.close()
+
+
+def test_a_message_link_is_copied_and_opens_it(
+    chromium: Browser, room_server: RoomServer, history_project: dict[str, Any]
+) -> None:
+    project, old = history_project["project"], history_project["old"]
+    person = sign_in_owner(chromium, room_server)
+    try:
+        page = person.page
+        person.context.grant_permissions(["clipboard-read", "clipboard-write"])
+        person.open_project(project)
+        latest = page.locator(".msg", has_text="日常同步第 129 条")
+        latest.hover()
+        latest.get_by_role("button", name="复制链接").click()
+        expect(page.locator(".toast").last).to_have_text("已复制消息链接")
+        link = page.evaluate("navigator.clipboard.readText()")
+        assert link == f"{room_server.origin}/#/p/{project}/m/{latest.get_attribute('data-id')}"
+        # The old message's link, opened in a fresh page, shows it.
+        fresh = person.context.new_page()
+        fresh.goto(f"{room_server.origin}/#/p/{project}/m/{old['message_id']}")
+        expect(fresh.locator(f'.msg[data-id="{old["message_id"]}"]')).to_be_in_viewport()
+        fresh.close()
+        person.assert_clean()
+    finally:
+        person.close()

@@ -123,6 +123,8 @@ export const STRINGS_EN = {
   "action.mentionAuthor": "@ the author",
   "action.edit": "Edit",
   "action.delete": "Delete",
+  "action.copyLink": "Copy link",
+  "action.linkCopied": "Link to the message copied",
   "action.requirementChange": "Mark as requirement change",
   "edit.label": "Edit message",
   "edit.hint": "Enter to save · Esc to cancel",

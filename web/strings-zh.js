@@ -124,6 +124,8 @@ export const STRINGS_ZH = {
   "action.mentionAuthor": "@ 作者",
   "action.edit": "编辑",
   "action.delete": "删除",
+  "action.copyLink": "复制链接",
+  "action.linkCopied": "已复制消息链接",
   "action.requirementChange": "标记为需求变更",
   "edit.label": "编辑消息",
   "edit.hint": "Enter 保存 · Esc 取消",

@@ -248,6 +248,7 @@ export class Timeline {
       list.push({ id: "delete", icon: "trash", label: t("action.delete"), danger: true, run: () => this.actions.remove(message) });
     }
     if (isOwner(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
+    list.push({ id: "link", icon: "link", label: t("action.copyLink"), run: () => copyLink(room, message) });
     return list;
   }
 
@@ -527,6 +528,18 @@ export class Timeline {
     room.later.clear();
     room.detached = false;
     this.newCount = 0;
+  }
+}
+
+/** The message's permalink (it opens the message from a fresh page too) to the clipboard; where
+ * the browser keeps the clipboard from the page (plain http off localhost) it is shown to copy. */
+async function copyLink(room, message) {
+  const url = `${location.origin}${location.pathname}#/p/${room.id}/m/${message.id}`;
+  try {
+    await navigator.clipboard.writeText(url);
+    toast(t("action.linkCopied"));
+  } catch {
+    toast(url, { timeout: 15000 });
   }
 }
 
