@@ -140,6 +140,8 @@ def test_the_memory_tab_shows_chinese_records(chromium: Browser, room_server: Ro
                 assert "undefined" not in text and "null" not in text, text
             assert layout_problems(page) == []
             screenshot(page, f"memory-tab-{width}-{scheme}")
+            panel.evaluate("el => { el.scrollTop = el.scrollHeight; }")
+            screenshot(page, f"memory-tab-{width}-{scheme}-end")
             person.assert_clean()
         finally:
             person.close()
