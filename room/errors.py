@@ -8,6 +8,7 @@ or as the JSON body of an HTTP error) and a human ``message``.
 
     RoomError
     ├── BadRequestError            400  invalid input (frame, body, parameter)
+    │   ├── PayloadTooLargeError   413  a body past its route's limit (declared or streamed)
     │   ├── FrameError                  a WebSocket frame that failed validation
     │   ├── ForgedAuthorError           a frame or body that tries to name its own author
     │   ├── TxnConflictError            same client_txn_id, different content
@@ -67,6 +68,11 @@ class RoomError(Exception):
 class BadRequestError(RoomError):
     code = "bad_request"
     http_status = 400
+
+
+class PayloadTooLargeError(BadRequestError):
+    code = "too_large"
+    http_status = 413
 
 
 class FrameError(BadRequestError):

@@ -117,6 +117,14 @@ def _text(raw: Mapping[str, Any], field: str, *, required: bool, limit: int) -> 
         raise RecordError(f"{field} 必须是文本 ({field} must be text.)", code="bad_field",
                           field=field)  # fmt: skip
     value = value.strip()
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError(
+            f"{field} 含有无效字符（孤立代理项） ({field} holds a lone surrogate.)",
+            code="bad_text",
+            field=field,
+        ) from None
     if required and not value:
         raise RecordError(
             f"{field} 不能为空 ({field} is required and may not be empty.)",

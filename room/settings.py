@@ -32,6 +32,12 @@ class Settings(BaseModel):
     extra_origins: tuple[str, ...] = Field(
         default=(), description="More origins allowed to open WebSockets (comma-separated in env)."
     )
+    workspace_roots: tuple[str, ...] = Field(
+        default=(),
+        description="Folders inside which a project's workspace may be set (comma-separated in "
+        "env); empty means the server user's home folder and the system's temporary folder. "
+        "A project's default workspace in the data folder is always allowed.",
+    )
     synchronous: str = Field(
         default="FULL",
         pattern="^(FULL|NORMAL|EXTRA)$",
@@ -62,6 +68,21 @@ class Settings(BaseModel):
         default=16 * 1024 * 1024,
         ge=64 * 1024,
         description="Bytes queued for one connection before it is cut as a slow consumer.",
+    )
+    ws_stall_secs: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="A connection whose frames have not left for this long is cut as a slow "
+        "consumer (1013); the close frame waits behind what the peer has not read, and a peer "
+        "that reads nothing more is dropped this long after.",
+    )
+    header_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Time an HTTP client has to send a request's headers (first byte to last, "
+        "on a new or kept-alive connection) before the connection is closed.",
     )
     send_rate_per_sec: float = Field(
         default=10.0, gt=0, description="Sustained sends per member per second."

@@ -31,7 +31,7 @@ from room.auth import (
     identity_from_headers,
 )
 from room.core import Core, ProjectRoster
-from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
+from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
 from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
 from room.ledger import DeliveryState
 from room.models import Member
@@ -69,6 +69,14 @@ async def ws_endpoint(websocket: WebSocket) -> None:
         await websocket.close(code=CLOSE_POLICY)
         return
     await websocket.accept()
+    core.hub.connections += 1
+    try:
+        await _serve(core, websocket, identity)
+    finally:
+        core.hub.connections -= 1
+
+
+async def _serve(core: Core, websocket: WebSocket, identity: Identity | None) -> None:
     connection = Connection(core, websocket, identity)
     secret = websocket.cookies.get(SESSION_COOKIE) if identity and identity.user else None
     if secret is None:
@@ -103,6 +111,7 @@ class Connection:
             direct=extensions.get("room.direct_write"),
             flusher=core.hub.flusher,
             name=f"{websocket.client}",
+            stall_secs=core.settings.ws_stall_secs,
         )
         self.subscriptions: dict[int, Subscription] = {}
         self.member_ids: dict[int, int] = {}
@@ -135,6 +144,10 @@ class Connection:
         await self.websocket.send({"type": "websocket.send", "text": text})
 
     async def _close(self, code: int, reason: str) -> None:
+        cut = (self.websocket.scope.get("extensions") or {}).get("room.cut")
+        if cut is not None:  # never waits on a peer that stopped reading (room.transport)
+            cut(code, reason, self.core.settings.ws_stall_secs)
+            return
         await self.websocket.close(code=code, reason=reason)
 
     def push(self, frame: dict[str, Any]) -> None:
@@ -557,6 +570,10 @@ class Connection:
 
     async def on_preview(self, frame: p.PreviewFrame) -> None:
         member = await self.member(frame.project_id)
+        # Resolving a draft costs the event loop; a page asks once typing pauses, a flood waits.
+        wait_ms = self.core.chatter.take((member.id, "preview"))
+        if wait_ms:
+            raise RateLimitedError("previewing too fast; slow down", retry_after_ms=wait_ms)
         roster = await self.core.rosters.get(frame.project_id)
         addressing = message_actions.resolve_recipients(
             member, frame.body, list(frame.chips), roster

@@ -226,6 +226,12 @@ async def test_past_the_decisions_cap_the_oldest_decisions_are_archived(world: W
     log = await world.read(lambda c: decision_actions.decision_log(c, world.project_id))
     assert [(d["title"], d["archived"]) for d in log][:2] == [("决定 0", True), ("决定 1", False)]
     assert (await overview(world))["archived"] == {"decision": 1}
+    page = await world.read(
+        lambda c: memory_actions.page(
+            c, world.project_id, "decision", archived=True, before=None, limit=10
+        )
+    )
+    assert [d["title"] for d in page["entries"]] == ["决定 0"]
 
 
 async def test_a_closed_project_refuses_memory_writes(world: World) -> None:

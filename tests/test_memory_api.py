@@ -111,6 +111,14 @@ def test_bad_input_gets_a_clear_error_and_nothing_is_lost(people: People) -> Non
     ]
     for kind, body, expected in cases:
         assert code(people.owner("POST", f"{people.base}/{kind}", body)) == expected, body
+    app = people.app
+    surrogate = app.client.post(
+        f"{people.base}/fact",
+        content=b'{"text": "\\ud800"}',
+        headers={"Origin": app.settings.origin, "Cookie": f"room_session={app.owner_cookie}",
+                 "X-CSRF-Token": app.csrf[app.owner_cookie], "Content-Type": "application/json"},
+    )  # fmt: skip
+    assert code((surrogate.status_code, surrogate.json())) == (400, "bad_text", "text")
     assert people.count() == before
     assert code(people.owner("GET", f"{people.base}/memo")) == (400, "unknown_kind", None)
     assert code(people.owner("PATCH", "/api/memory/99999", {"rev": 1, "text": "x"}))[:2] == (
@@ -202,3 +210,21 @@ def test_a_purge_removes_the_projects_memory_and_its_index(people: People) -> No
             assert rows == 0, table
         kept = conn.execute("SELECT body FROM search_records").fetchall()
     assert kept == [("留下",)]
+
+
+def test_trash_snapshots_memory_and_a_restore_checks_it(people: People) -> None:
+    app = people.app
+    path = f"/api/projects/{people.project_id}"
+    people.owner("POST", f"{people.base}/fact", {"text": "快照里的事实"})
+    assert people.owner("POST", f"{path}/lifecycle", {"op": "trash"})[0] == 200
+    assert code(people.owner("POST", f"{people.base}/fact", {"text": "x"}))[:2] == (
+        409, "project_not_accepting",
+    )  # fmt: skip
+    with app.db() as conn:
+        conn.execute('UPDATE memory_entries SET body_json = \'{"text": "被改了"}\'')
+    status, body = people.owner("POST", f"{path}/lifecycle", {"op": "restore"})
+    assert (status, body["error"]["code"]) == (409, "snapshot_mismatch")
+    with app.db() as conn:
+        conn.execute('UPDATE memory_entries SET body_json = \'{"text": "快照里的事实"}\'')
+    status, body = people.owner("POST", f"{path}/lifecycle", {"op": "restore"})
+    assert status == 200 and body["project"]["state"] == "paused"

@@ -57,6 +57,7 @@ def test_bad_records_are_refused_with_the_field() -> None:
     assert _code("fact", {"text": "汉" * 400_000}) == ("record_too_large", "text")
     assert _code("fact", {"text": "x", "author_id": 3}) == ("unknown_field", "author_id")
     assert _code("reference", {"ref_kind": "disk", "target": "/"}) == ("bad_field", "ref_kind")
+    assert _code("fact", {"text": "坏\ud800"}) == ("bad_text", "text")
     assert _code("summary", {"sections": {"how": "x"}}) == ("unknown_field", "sections.how")
     assert _code("summary", {"sections": {"what": "长" * 5000}}) == (
         "record_too_large", "sections.what",
@@ -147,3 +148,32 @@ def test_delete_project_removes_only_that_project(conn: sqlite3.Connection) -> N
     counts = memory_store.delete_project(conn, 1)
     assert counts == {"memory_revisions": 1, "memory_entries": 1, "memory_versions": 1}
     assert memory_store.entries(conn, 2, "fact")[0]["body"] == {"text": "二"}
+
+
+def test_a_project_trashed_before_0007_still_matches_its_snapshot(tmp_path: Path) -> None:
+    """0007 adds columns to decisions; a digest written before it must still match after it."""
+    from room.store import tasks as tasks_store
+    from room.store.migrate import _split_sql
+    from room.store.schema import MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    conn = connect(path)
+    names = [m.name for m in MIGRATIONS]
+    for migration in MIGRATIONS[: names.index("0007_memory")]:
+        for statement in _split_sql(migration.sql):
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {names.index('0007_memory')}")
+    conn.execute("INSERT INTO projects (id, name, created_at, updated_at) VALUES (1, '旧', 0, 0)")
+    conn.execute(
+        "INSERT INTO decisions (id, project_id, number, kind, title, status, created_at,"
+        " updated_at) VALUES (1, 1, 1, 'decision', '存储', 'accepted', 0, 0)"
+    )
+    conn.execute(
+        "INSERT INTO decision_revisions (project_id, decision_id, revision, context, decision,"
+        " consequences, created_at) VALUES (1, 1, 1, '单机', 'SQLite', '', 0)"
+    )
+    before = tasks_store.digest_rows(conn, 1)
+    assert "0007_memory" in migrate(conn, path, now=time.time())
+    assert tasks_store.digest_rows(conn, 1) == before
+    conn.execute("UPDATE decision_revisions SET constraints = '一台机器'")
+    assert tasks_store.digest_rows(conn, 1)["decision_revisions"] != before["decision_revisions"]

@@ -486,8 +486,13 @@ async def send_message(
 async def edit_message(
     core: Core, editor: Member, message_id: int, body: str, *, as_plain_text: bool = False
 ) -> dict[str, Any]:
-    """Edit one's own message. The old text is kept; newly mentioned agents get deliveries."""
+    """Edit one's own message. The old text is kept (the original and the latest
+    earlier versions, :data:`room.store.messages.MAX_EDIT_VERSIONS` in all); newly mentioned
+    agents get deliveries. Edits share the sender's rate limit with sends."""
     check_body(core, body)
+    wait_ms = core.limiter.take(editor.id)
+    if wait_ms:
+        raise RateLimitedError("editing too fast; slow down", retry_after_ms=wait_ms)
     roster = await core.rosters.get(editor.project_id)
     addressing = address(editor, body, [], roster, as_plain_text)
     html = render(body)

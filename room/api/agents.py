@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from room.actions import auth as auth_actions
 from room.actions import brakes as brake_actions
 from room.actions import members as member_actions
 from room.actions import project_settings as settings_actions
@@ -34,6 +35,7 @@ from room.ops import member_for
 from room.routing import SOURCE_LABELS
 from room.store import Tx
 from room.store import brakes as brakes_store
+from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
 from room.store import turns as turns_store
@@ -128,6 +130,37 @@ async def member_op(request: Request) -> Response:
         core, actor, path_id(request, "member_id"), request.path_params["op"]
     )
     return JSONResponse(result)
+
+
+async def member_token(request: Request) -> Response:
+    """An owner rotates (POST: older tokens revoked, one new token returned once) or revokes
+    (DELETE) an agent member's bearer tokens; the handle, session and tasks stay. Sockets opened
+    with a revoked token close at once."""
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    project_id = path_id(request, "project_id")
+    actor = await member_in(core, who, project_id)
+    if not actor.is_owner:
+        raise ForbiddenError("only a project owner manages agent tokens", code="not_owner")
+    target_id = path_id(request, "member_id")
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        projects_store.require_open(conn, project_id)
+        member = members_store.get(conn, target_id)
+        if member is None or member.project_id != project_id:
+            raise NotFoundError("no such member in this project", code="no_member")
+        kind, actor_id = actor.kind, actor.id
+        if request.method == "DELETE":
+            revoked = auth_actions.revoke_agent_tokens(
+                conn, tx, member, actor_kind=kind, actor_id=actor_id
+            )
+            return {"revoked": revoked}
+        token = auth_actions.rotate_agent_token(
+            conn, tx, member, actor_kind=kind, actor_id=actor_id
+        )
+        return {"token": token}
+
+    return JSONResponse(await core.db.write(job))
 
 
 async def get_routes(request: Request) -> Response:
@@ -307,6 +340,11 @@ endpoints = [
     Route("/api/recovery", recovery),
     Route("/api/projects/{project_id:int}/members", add_member, methods=["POST"]),
     Route("/api/projects/{project_id:int}/members/{member_id:int}", member_detail),
+    Route(
+        "/api/projects/{project_id:int}/members/{member_id:int}/token",
+        member_token,
+        methods=["POST", "DELETE"],
+    ),
     Route(
         "/api/projects/{project_id:int}/members/{member_id:int}/{op:str}",
         member_op,

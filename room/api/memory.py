@@ -22,8 +22,15 @@ from room import records
 from room.actions import memory as memory_actions
 from room.api.base import MAX_JSON_BYTES, core_of, identity, member_in, path_id
 from room.auth import Identity
+from room.bodies import check_text, read_body
 from room.core import Core
-from room.errors import BadRequestError, ForbiddenError, ForgedAuthorError, NotFoundError
+from room.errors import (
+    BadRequestError,
+    ForbiddenError,
+    ForgedAuthorError,
+    NotFoundError,
+    PayloadTooLargeError,
+)
 from room.models import Member
 from room.protocol import AUTHOR_FIELDS
 from room.records import RecordError
@@ -71,23 +78,25 @@ async def _member_of_entry(request: Request, *, mutation: bool) -> tuple[Member,
 
 
 async def _json(request: Request) -> dict[str, Any]:
-    """The body as an object. A body past the request limit is a record too large (nothing
-    is read or stored); an author field is refused (the author is the session)."""
-    raw = await request.body()
-    if len(raw) > MAX_JSON_BYTES:
+    """The body as an object, read with the request limit (nothing past it is held). A body past
+    it is a record too large (nothing is stored); an author field is refused (the author is the
+    session); a lone surrogate is ``bad_text``."""
+    try:
+        raw = await read_body(request, MAX_JSON_BYTES)
+    except PayloadTooLargeError:
         raise RecordError(
-            f"请求太大：{len(raw)} 字节，上限 {MAX_JSON_BYTES} (The request is {len(raw)} bytes;"
-            f" the limit is {MAX_JSON_BYTES}. Nothing was saved.)",
+            f"请求超过 {MAX_JSON_BYTES} 字节 (The request is larger than {MAX_JSON_BYTES} bytes;"
+            " nothing was saved.)",
             code="record_too_large",
-            size=len(raw),
             limit=MAX_JSON_BYTES,
-        )
+        ) from None
     try:
         data = json.loads(raw or b"{}")
     except (ValueError, RecursionError):
         raise BadRequestError("body is not JSON", code="bad_json") from None
     if not isinstance(data, dict):
         raise BadRequestError("body is a JSON object", code="bad_body")
+    check_text(data)
     forged = AUTHOR_FIELDS.intersection(data)
     if forged:
         raise ForgedAuthorError(

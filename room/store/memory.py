@@ -9,6 +9,7 @@ object. Decisions are read through :mod:`room.store.tasks`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from typing import Any
@@ -261,6 +262,27 @@ def archive_decisions(conn: sqlite3.Connection, decision_ids: list[int]) -> None
         "UPDATE decisions SET archived = 1 WHERE id = ? AND archived = 0",
         [(i,) for i in decision_ids],
     )
+
+
+def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
+    """Row count and SHA-256 of the project's memory rows, for the trash snapshot. A table with
+    no rows is left out, so a snapshot written before memory existed still matches."""
+    out: dict[str, dict[str, Any]] = {}
+    for table, sql in (
+        ("memory_entries", "SELECT id, kind, rev, body_json, archived FROM memory_entries"
+                           " WHERE project_id = :p ORDER BY id"),
+        ("memory_revisions", "SELECT entry_id, rev, body_json, author_id FROM memory_revisions"
+                             " WHERE project_id = :p ORDER BY id"),
+    ):  # fmt: skip
+        digest = hashlib.sha256()
+        count = 0
+        for row in conn.execute(sql, {"p": project_id}):
+            digest.update(json.dumps(list(row), ensure_ascii=False).encode())
+            digest.update(b"\n")
+            count += 1
+        if count:
+            out[table] = {"count": count, "sha256": digest.hexdigest()}
+    return out
 
 
 def delete_project(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:

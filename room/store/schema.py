@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
+from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 
 
@@ -404,6 +405,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0004_tasks", TASKS),
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
     Migration("0006_task_attempts", TASK_ATTEMPTS),
+    Migration("0010_link_tables_key_first", LINK_TABLES_KEY_FIRST),
+    # After the ones main already shipped: user_version counts migrations, so a database that
+    # has 0010 must get these next (the lead orders them at merge).
     Migration("0007_memory", MEMORY),
     Migration("0008_search", SEARCH),
 )

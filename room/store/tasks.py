@@ -767,6 +767,18 @@ def sync_requests_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[st
 # -- snapshots ----------------------------------------------------------------------------------
 
 _DIGEST_ORDER = {"task_deps": "task_id, depends_on_id", "decision_tasks": "decision_id, task_id"}
+# The link tables' columns in the order a snapshot has always hashed them (migration 0010 moved
+# their key columns first; an older trash snapshot must still verify).
+_DIGEST_COLUMNS = {
+    "task_deps": "project_id, task_id, depends_on_id",
+    "decision_tasks": "project_id, decision_id, task_id",
+}
+# Columns added by later migrations, with their defaults: a value still at its default is left
+# out of the digest, so a project trashed before the column existed still restores.
+_ADDED_LATER: dict[str, dict[str, Any]] = {
+    "decisions": {"archived": 0},
+    "decision_revisions": {"alternatives_json": "[]", "constraints": ""},
+}
 
 
 def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
@@ -774,12 +786,21 @@ def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str
     out: dict[str, dict[str, Any]] = {}
     for table in TASK_TABLES:
         order = _DIGEST_ORDER.get(table, "id")
+        columns = _DIGEST_COLUMNS.get(table, "*")
+        later = _ADDED_LATER.get(table, {})
         digest = hashlib.sha256()
         count = 0
-        for row in conn.execute(
-            f"SELECT * FROM {table} WHERE project_id = :p ORDER BY {order}", {"p": project_id}
-        ):
-            digest.update(json.dumps(list(row), ensure_ascii=False).encode())
+        cursor = conn.execute(
+            f"SELECT {columns} FROM {table} WHERE project_id = :p ORDER BY {order}",
+            {"p": project_id},
+        )
+        names = [d[0] for d in cursor.description]
+        for row in cursor:
+            values = [
+                v for name, v in zip(names, row, strict=True)
+                if name not in later or v != later[name]
+            ]  # fmt: skip
+            digest.update(json.dumps(values, ensure_ascii=False).encode())
             digest.update(b"\n")
             count += 1
         out[table] = {"count": count, "sha256": digest.hexdigest()}
