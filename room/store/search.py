@@ -1,6 +1,6 @@
 """The full-text index (FTS5, BM25) over messages and memory records; docs/search.md.
 
-One FTS5 table, ``search_fts``, holds the normalised text (:func:`room.searchtext.index_text`)
+One FTS5 table, ``search_fts``, holds the normalised text (:func:`room.searchtext.index_texts`)
 of every live message under the message's id as its rowid, and of every memory record under
 the negated id of its ``search_records`` row (which keeps the record's project, kind, author,
 time and original text for filters and snippets). Everything is written inside the caller's
@@ -16,10 +16,10 @@ from typing import Any
 
 from room.errors import BadRequestError
 from room.models import iso
-from room.searchtext import index_text, parse_query, snippet_html
+from room.searchtext import index_texts, parse_query, snippet_html
 from room.store.db import Appends, BulkInsert
 
-FTS_ROWS = BulkInsert("search_fts", ("rowid", "body"))
+FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"))
 
 # What a result's ``kind`` may be: a message, or a memory record of one of these kinds.
 RECORD_KINDS = ("summary", "fact", "convention", "decision", "progress", "session", "reference")
@@ -38,7 +38,7 @@ def index_message(
     conn: sqlite3.Connection, message_id: int, body: str, appends: Appends | None = None
 ) -> None:
     """Index a new message (its id is the rowid); left to the batch when ``appends`` is given."""
-    FTS_ROWS.write(conn, [(message_id, index_text(body))], appends)
+    FTS_ROWS.write(conn, [(message_id, *index_texts(body))], appends)
 
 
 def unindex_message(conn: sqlite3.Connection, message_id: int) -> None:
@@ -74,10 +74,7 @@ def index_record(
     ).fetchone()
     rowid = -int(row[0])
     conn.execute("DELETE FROM search_fts WHERE rowid = :id", {"id": rowid})
-    conn.execute(
-        "INSERT INTO search_fts (rowid, body) VALUES (:id, :body)",
-        {"id": rowid, "body": index_text(text)},
-    )
+    FTS_ROWS.write(conn, [(rowid, *index_texts(text))], None)
 
 
 def unindex_record(conn: sqlite3.Connection, record_id: int, *, kind: str | None = None) -> None:
@@ -108,8 +105,8 @@ def rebuild_messages(conn: sqlite3.Connection) -> int:
     """Index every live message afresh (what the migration did); returns how many."""
     conn.execute("DELETE FROM search_fts WHERE rowid > 0")
     count = conn.execute(
-        "INSERT INTO search_fts (rowid, body) SELECT id, room_index_text(body) FROM messages"
-        " WHERE deleted_at IS NULL ORDER BY id"
+        "INSERT INTO search_fts (rowid, body, uni) SELECT id, room_index_text(body),"
+        " room_index_unigrams(body) FROM messages WHERE deleted_at IS NULL ORDER BY id"
     ).rowcount
     conn.execute("UPDATE search_state SET messages_stale = 0")
     return count
