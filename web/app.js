@@ -231,6 +231,7 @@ function onFrame(frame) {
     case "message_updated":
       if (frame.message.author_id !== null && !member(room, frame.message.author_id)) refreshMembers();
       timeline.apply(frame);
+      if (composer.replyTo?.id === frame.message.id) composer.renderQuote(); // edited or deleted
       upsertProject({ id: room.id, head_seq: frame.seq });
       if (frame.message.meta?.route_change && panel.current === "models") models.load(room, { background: true });
       if (noticeKind(frame.message) === "task" && ["tasks", "decisions"].includes(panel.current)) panel.refresh();

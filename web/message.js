@@ -98,6 +98,29 @@ export function renderMessage(room, message, { actions = [], pending = null } = 
   return el;
 }
 
+const EXCERPT_CHARS = 140;
+const BLOCKS = "p, li, pre, blockquote, h1, h2, h3, h4, h5, h6, br, td, th";
+
+/**
+ * A message's words as one line of plain text (no markdown marks), for a quote bar or a reply
+ * chip, from the server's sanitised `html`. The HTML is parsed into a detached document (inert:
+ * nothing runs or loads) and only its text is read; callers show the result with textContent.
+ * The server makes the same kind of excerpt for `reply_excerpt` (room.render.plain_text).
+ */
+export function plainText(html, limit = EXCERPT_CHARS) {
+  const doc = new DOMParser().parseFromString(html || "", "text/html");
+  for (const block of doc.body.querySelectorAll(BLOCKS)) block.after(" ");
+  const flat = doc.body.textContent.split(/\s+/).filter(Boolean).join(" ");
+  const chars = [...flat];
+  return chars.length <= limit ? flat : `${chars.slice(0, limit - 1).join("")}…`;
+}
+
+/** What a reply's quote says of `quoted` now (mirrors the server's `reply_excerpt`). */
+export function excerptOf(quoted) {
+  if (quoted.deleted) return { author_id: quoted.author_id, seq: quoted.seq, excerpt: "", deleted: true };
+  return { author_id: quoted.author_id, seq: quoted.seq, excerpt: plainText(quoted.html) };
+}
+
 function quoteOf(room, message) {
   const ex = message.reply_excerpt;
   return h(
@@ -110,7 +133,9 @@ function quoteOf(room, message) {
     },
     icon("reply"),
     h("span", { class: "quote-author", text: authorName(room, ex.author_id) }),
-    h("span", { class: "quote-text", text: ex.excerpt }),
+    ex.deleted
+      ? h("span", { class: "quote-text quote-deleted", text: t("msg.quoteDeleted") })
+      : h("span", { class: "quote-text", text: ex.excerpt }),
   );
 }
 

@@ -7,7 +7,7 @@
 import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./delivery.js";
 import { $, h } from "./dom.js";
 import { dayKey, formatDay, t } from "./i18n.js";
-import { renderMessage } from "./message.js";
+import { excerptOf, renderMessage } from "./message.js";
 import { bus, isOwner, sortedMessages } from "./store.js";
 import { toast, toastError } from "./ui.js";
 import { startEdit } from "./editor.js";
@@ -123,6 +123,12 @@ export class Timeline {
     const message = frame.message;
     const isNew = !room.messages.has(message.id);
     room.messages.set(message.id, message);
+    // Replies quote what a message says now: an edit or a delete changes their quotes too.
+    if (!isNew) {
+      for (const reply of room.messages.values()) {
+        if (reply.reply_to === message.id && reply.reply_excerpt) reply.reply_excerpt = excerptOf(message);
+      }
+    }
     if (message.client_txn_id && message.author_id === room.you) room.pending.delete(message.client_txn_id);
     if (!room.historyLoaded) return;
     const wasAtBottom = this.atBottom();
@@ -184,7 +190,8 @@ export class Timeline {
 
   entryFor(message) {
     const room = this.room;
-    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}`;
+    const quote = message.reply_excerpt ? `${message.reply_excerpt.deleted ? "-" : ""}${message.reply_excerpt.excerpt}` : "";
+    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${quote}`;
     const cached = this.cache.get(message.id);
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
     const el = renderMessage(room, message, { actions: this.actionsFor(message) });

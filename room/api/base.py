@@ -304,19 +304,22 @@ async def post_message(request: Request) -> Response:
 
 
 async def message_detail(request: Request) -> Response:
-    """Deliveries (the ledger's labels) and edit history of one message."""
+    """Deliveries (the ledger's labels) and edit history of one message (earlier bodies for its
+    author and the project's owners only)."""
     who = await identity(request)
     core = core_of(request)
     message_id = path_id(request, "message_id")
     row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
     if row is None:
         raise NotFoundError("no such message", code="no_message")
-    await member_in(core, who, int(row["project_id"]))
+    member = await member_in(core, who, int(row["project_id"]))
+    # Earlier versions (and a deleted message's text) are its author's and the owners' only.
+    with_bodies = member.id == row["author_id"] or member.is_owner
 
     def query(conn: Any) -> Any:
         return (
             deliveries_store.for_message(conn, message_id),
-            messages_store.edit_history(conn, message_id),
+            messages_store.edit_history(conn, message_id, with_bodies=with_bodies),
         )
 
     deliveries, edits = await core.db.read(query)

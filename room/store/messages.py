@@ -223,9 +223,25 @@ def record_edit(
         )
 
 
-def edit_history(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:
+def replies_to(conn: sqlite3.Connection, message_id: int) -> list[tuple[int, str]]:
+    """(id, stored object) of the messages replying to ``message_id``."""
+    return [
+        (int(r[0]), str(r[1]))
+        for r in conn.execute(
+            "SELECT id, frame FROM messages WHERE reply_to = :m", {"m": message_id}
+        )
+    ]
+
+
+def edit_history(
+    conn: sqlite3.Connection, message_id: int, *, with_bodies: bool
+) -> list[dict[str, Any]]:
+    """When the message was edited or deleted; the earlier bodies only ``with_bodies`` (its
+    author and the project's owners may read them, docs/protocol.md)."""
     return [
         {"body": r[0], "edited_at": iso(r[1]), "action": r[2]}
+        if with_bodies
+        else {"edited_at": iso(r[1]), "action": r[2]}
         for r in conn.execute(
             "SELECT body, edited_at, action FROM message_edits WHERE message_id = :m ORDER BY id",
             {"m": message_id},
@@ -255,14 +271,17 @@ def replay(
 ) -> list[tuple[int, str]]:
     """Events with seq > after_seq in order, as ready wire frames.
 
-    SQLite builds each message event's frame (the same text as :func:`event_frame`; a test
-    checks it) in the reader thread with the GIL released, so a long replay does not stall the
-    event loop.
+    SQLite builds each message event's frame (the same text as :func:`event_frame` or
+    :func:`update_frame`; a test checks it) in the reader thread with the GIL released, so a long
+    replay does not stall the event loop. A ``message_updated`` event, like a ``message`` event,
+    carries the message's current object: an edit or a delete leaves no earlier text in the
+    stream.
     """
     return conn.execute(
-        'SELECT e.seq, coalesce(e.frame, \'{"type":"message","project_id":\' || e.project_id'
-        " || ',\"seq\":' || e.seq || ',\"message\":' || m.frame || '}') FROM events e"
-        " LEFT JOIN messages m ON e.kind = 'message' AND m.id = e.message_id"
+        'SELECT e.seq, coalesce(e.frame, \'{"type":"\' || e.kind || \'","project_id":\''
+        " || e.project_id || ',\"seq\":' || e.seq || ',\"message\":' || m.frame || '}')"
+        " FROM events e LEFT JOIN messages m"
+        " ON e.kind IN ('message', 'message_updated') AND m.id = e.message_id"
         " WHERE e.project_id = :p AND e.seq > :after ORDER BY e.seq LIMIT :limit",
         {"p": project_id, "after": after_seq, "limit": limit},
     ).fetchall()

@@ -366,6 +366,18 @@ END
 WHERE reason IS NOT NULL;
 """
 
+# What was deleted or edited stays private (issue 14): message_updated events keep no frame of
+# their own (replays join the message's current object, as for message events), and replies to a
+# deleted message no longer quote its text. Replies are found by reply_to.
+MESSAGE_PRIVACY = """
+UPDATE events SET frame = NULL WHERE kind = 'message_updated' AND message_id IS NOT NULL;
+CREATE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL;
+UPDATE messages SET frame = json_set(frame, '$.reply_excerpt.excerpt', '',
+        '$.reply_excerpt.deleted', json('true'))
+    WHERE reply_to IN (SELECT id FROM messages WHERE deleted_at IS NOT NULL)
+    AND json_type(frame, '$.reply_excerpt') = 'object';
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -373,6 +385,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0004_tasks", TASKS),
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
     Migration("0006_task_attempts", TASK_ATTEMPTS),
+    Migration("0007_message_privacy", MESSAGE_PRIVACY),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

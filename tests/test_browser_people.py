@@ -1,0 +1,77 @@
+"""People in the page (issue 14): quotes read as plain words and forget deleted text, closed
+projects offer nothing the server would refuse, errors are translated, presence is real, and
+other projects' unread counts and mentions of you arrive by themselves."""
+
+# The fixtures chromium, room_server and owner are imported from tests/support/browser.py and
+# used as test arguments, which linters read as unused imports redefined.
+# ruff: noqa: F401, F811
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.support.browser import (
+    Person,
+    RoomServer,
+    chromium,
+    join,
+    owner,
+    room_server,
+    screenshot,
+)
+
+pytestmark = pytest.mark.browser
+
+
+def message(page: Page, text: str) -> Any:
+    return page.locator(".msg", has_text=text)
+
+
+def send(page: Page, text: str) -> None:
+    page.locator("#draft").fill(text)
+    page.locator("#draft").press("Enter")
+
+
+def test_quotes_are_plain_words_and_a_delete_empties_them(
+    chromium: Browser, room_server: RoomServer, owner: Person
+) -> None:
+    project = room_server.create_project("引用")
+    owner.open_project(project)
+    bob = join(chromium, room_server, project, "bob", "王小明")
+    try:
+        bob.open_project(project)
+        send(bob.page, "**加粗的话** 和 `代码`\n\n> 引用的一行")
+        theirs = message(owner.page, "加粗的话")
+        expect(theirs).to_be_visible()
+        theirs.hover()
+        theirs.get_by_role("button", name="回复").click()
+        chip = owner.page.locator("#quote-bar .quote-text")
+        expect(chip).to_have_text("加粗的话 和 代码 引用的一行")
+        send(owner.page, "好的，收到")
+        quote = message(owner.page, "好的，收到").locator(".msg-quote .quote-text")
+        expect(quote).to_have_text("加粗的话 和 代码 引用的一行")
+        bobs_quote = message(bob.page, "好的，收到").locator(".msg-quote .quote-text")
+        expect(bobs_quote).to_have_text("加粗的话 和 代码 引用的一行")
+        screenshot(owner.page, "people-quote-plain")
+
+        # Bob deletes his message: the quote forgets its text, live and after a reload.
+        mine = bob.page.locator(".msg.mine", has_text="加粗的话")
+        mine.hover()
+        mine.get_by_role("button", name="删除").click()
+        bob.page.locator("dialog").get_by_role("button", name="删除").click()
+        expect(quote).to_have_text("原消息已删除")
+        expect(bobs_quote).to_have_text("原消息已删除")
+        expect(owner.page.locator("#timeline")).not_to_contain_text("加粗的话")
+        screenshot(owner.page, "people-quote-deleted")
+        owner.page.reload()
+        expect(owner.page.locator("#conn-state")).to_have_attribute("data-status", "open")
+        expect(message(owner.page, "好的，收到").locator(".msg-quote .quote-text")).to_have_text(
+            "原消息已删除"
+        )
+        expect(owner.page.locator("#timeline")).not_to_contain_text("加粗的话")
+        bob.assert_clean()
+    finally:
+        bob.close()
