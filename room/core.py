@@ -217,3 +217,7 @@ class Core:
     # and one lock per project serialising its git operations (worktrees, merges).
     workspaces: dict[int, dict[str, Any]] = field(default_factory=dict)
     git_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    # Presence (room.actions.presence): the map each project's subscribers were last told, and
+    # the projects with an announcement on its way.
+    presence_told: dict[int, dict[str, str]] = field(default_factory=dict)
+    presence_due: set[int] = field(default_factory=set)

@@ -190,6 +190,7 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "inbox",
     "members",
     "project",
+    "presence",
     "tasks",
     "decisions",
     "resync_required",

@@ -75,3 +75,30 @@ def test_quotes_are_plain_words_and_a_delete_empties_them(
         bob.assert_clean()
     finally:
         bob.close()
+
+
+def test_online_means_a_page_is_open(
+    chromium: Browser, room_server: RoomServer, owner: Person
+) -> None:
+    project = room_server.create_project(
+        "在场", agents=[{"handle": "dev", "role": "backend", "display_name": "开发"}]
+    )
+    room_server.invite_session(project, "carol", "李小红")  # a member who never opens the page
+    owner.open_project(project)
+    rows = owner.page.locator("#tab-members .member-row")
+    carol = rows.filter(has_text="李小红")
+    expect(carol.locator(".status-text")).to_have_text("离线")
+    expect(rows.filter(has_text="开发").locator(".status-text")).to_have_text("空闲")
+    bob = join(chromium, room_server, project, "bob", "王小明")
+    bob_row = rows.filter(has_text="王小明")
+    try:
+        expect(bob_row.locator(".status-text")).to_have_text("在线")
+        expect(bob_row.locator(".status-dot")).to_have_class("status-dot presence-online")
+        screenshot(owner.page, "people-presence-online")
+        bob.assert_clean()
+    finally:
+        bob.close()  # the browser closes: no goodbye but the socket's end
+    expect(bob_row.locator(".status-text")).to_have_text("离线")
+    expect(bob_row.locator(".status-dot")).to_have_class("status-dot presence-offline")
+    expect(carol.locator(".status-text")).to_have_text("离线")
+    screenshot(owner.page, "people-presence-offline")

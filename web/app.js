@@ -9,12 +9,12 @@ import { applyStatic, label, onLang, t } from "./i18n.js";
 import { closeDrawer, initLayout, openDrawerOf } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
 import { Members } from "./members.js";
-import { avatar, noticeKind } from "./message.js";
+import { avatar, noticeKind, paintPresence } from "./message.js";
 import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
 import { Connection } from "./socket.js";
-import { app, createRoom, member, setMembers, upsertProject, upsertProjectFrame } from "./store.js";
+import { app, createRoom, member, setMembers, setPresence, upsertProject, upsertProjectFrame } from "./store.js";
 import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
@@ -216,6 +216,7 @@ function onFrame(frame) {
   switch (frame.type) {
     case "subscribed":
       room.you = frame.you;
+      setPresence(room, frame.presence);
       setMembers(room, frame.members);
       room.readCursors = new Map(Object.entries(frame.read_cursors || {}).map(([k, v]) => [Number(k), v]));
       projectChanged(upsertProject(frame.project), false);
@@ -226,6 +227,7 @@ function onFrame(frame) {
       }
       composer.refresh();
       members.render();
+      paintPresence(room);
       break;
     case "message":
     case "message_updated":
@@ -239,6 +241,12 @@ function onFrame(frame) {
       break;
     case "members":
       membersChanged(frame.members, frame.allowed_ops);
+      break;
+    case "presence":
+      if (frame.project_id !== room.id) break;
+      setPresence(room, frame.presence);
+      paintPresence(room);
+      members.render();
       break;
     case "project":
       if (frame.project.id === room.id) {

@@ -6,9 +6,9 @@
 import { get, post } from "./api.js";
 import { h, icon } from "./dom.js";
 import { formatDateTime, label, t } from "./i18n.js";
-import { avatar } from "./message.js";
+import { avatar, presenceLabel } from "./message.js";
 import { changeRoute, loadProviders, routeForm } from "./models.js";
-import { isOwner, member, opsOf } from "./store.js";
+import { isOwner, member, opsOf, presenceOf } from "./store.js";
 import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js";
 
 // How each member operation looks: [icon, label, danger], given whether it is about oneself.
@@ -66,7 +66,7 @@ export class Members {
         h("span", { class: "name", text: you ? t("members.youSuffix", { name: m.display_name }) : m.display_name }),
         h("span", { class: "handle", text: `@${m.handle}` })),
       h("span", { class: ["role-tag", m.kind === "agent" && "is-agent"], text: label("role", m.role) }),
-      h("span", { class: ["status-text", `status-${m.status}`], text: label("memberStatus", m.status) }),
+      h("span", { class: ["status-text", `presence-${presenceOf(this.room, m.id)}`], text: presenceLabel(this.room, m) }),
     );
   }
 
@@ -139,7 +139,7 @@ export class Members {
       h("dt", { text: t("card.handle") }), h("dd", { text: `@${m.handle}` }),
       h("dt", { text: t("card.kind") }), h("dd", { text: m.kind === "agent" ? t("card.agent", { driver: label("driver", m.driver) }) : t("card.human") }),
       h("dt", { text: t("card.role") }), h("dd", { text: label("role", m.role) }),
-      h("dt", { text: t("card.status") }), h("dd", {}, h("span", { class: ["status-text", `status-${m.status}`], text: label("memberStatus", m.status) })));
+      h("dt", { text: t("card.status") }), h("dd", {}, h("span", { class: ["status-text", `presence-${presenceOf(room, m.id)}`], text: presenceLabel(room, m) })));
     const nodes = [h("div", { class: "card-head" }, avatar(room, m.id, "lg", { still: true }), h("div", {}, h("p", { class: "card-name", text: m.display_name }), h("p", { class: "muted", text: `@${m.handle}` }))), facts];
     if (m.kind !== "agent") return nodes;
     const route = detail.route;

@@ -7,7 +7,7 @@
 import { h, icon } from "./dom.js";
 import { formatDateTime, formatTime, label, t } from "./i18n.js";
 import { resolve } from "./mentions.js";
-import { member, roster } from "./store.js";
+import { member, presenceOf, roster } from "./store.js";
 
 const AVATAR_COLOURS = 8;
 
@@ -36,9 +36,24 @@ export function avatar(room, memberId, size = "md", { still = false } = {}) {
         : { "aria-label": t("member.menuFor", { name }), "aria-haspopup": "menu", title: name },
     },
     h("span", { class: "avatar-initial", attrs: { "aria-hidden": "true" }, text: initials(name) }),
-    h("span", { class: ["status-dot", `status-${m?.status || "unknown"}`], attrs: { "aria-hidden": "true" } }),
+    h("span", { class: ["status-dot", `presence-${presenceOf(room, memberId)}`], attrs: { "aria-hidden": "true" } }),
   );
   return button;
+}
+
+/** Presence changed: repaint every avatar's dot in place (nothing else is rebuilt). */
+export function paintPresence(room, root = document) {
+  for (const dot of root.querySelectorAll("[data-member-id] > .status-dot")) {
+    const id = Number(dot.parentElement.dataset.memberId);
+    dot.className = `status-dot presence-${presenceOf(room, id)}`;
+  }
+}
+
+/** What the presence of a member reads as ("在线", "工作中" …); a paused person says so. */
+export function presenceLabel(room, m) {
+  if (m.kind !== "agent" && m.status === "paused") return label("memberStatus", "paused");
+  const state = presenceOf(room, m.id);
+  return state === "left" ? label("memberStatus", "left") : label("presence", state);
 }
 
 export function authorName(room, authorId) {

@@ -48,6 +48,7 @@ export function createRoom(project) {
     receiptsAsked: new Set(),
     pending: new Map(), // client_txn_id -> {body, replyTo, chips, plain, createdAt, failed}
     typing: new Map(), // member id -> timer
+    presence: new Map(), // member id -> online/offline (people), running/idle/paused/offline (agents)
     headSeq: project.head_seq ?? 0,
   };
 }
@@ -74,6 +75,18 @@ export function member(room, id) {
 
 export function me(room) {
   return member(room, room?.you);
+}
+
+/** Whether a member is here now (docs/protocol.md, "Presence"); "left" for one who left. */
+export function presenceOf(room, id) {
+  const m = member(room, id);
+  if (m?.status === "left") return "left";
+  return room?.presence.get(id) || "offline";
+}
+
+/** Replace (`subscribed`) or update (`presence` frame) who is here. */
+export function setPresence(room, map) {
+  room.presence = new Map(Object.entries(map || {}).map(([id, state]) => [Number(id), state]));
 }
 
 export function isOwner(room) {

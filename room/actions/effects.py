@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from room.actions import presence
 from room.core import Core
 from room.effects import (
     Broadcast,
@@ -16,6 +17,7 @@ from room.effects import (
     CutMember,
     Effect,
     FollowUp,
+    PresenceChanged,
     Publish,
     RosterChanged,
     Wake,
@@ -49,6 +51,9 @@ def _apply_one(core: Core, effect: Effect) -> None:
             core.agents.wake_project(project_id)
         case RosterChanged(project_id):
             core.rosters.invalidate(project_id)
+            presence.schedule(core, project_id)
+        case PresenceChanged(project_id):
+            presence.schedule(core, project_id)
         case CutMember(project_id, member_id):
             hub.cut_member(project_id, member_id)
         case CloseAgentSockets(member_id, reason):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from room.actions import presence
 from room.actions import turns as turn_actions
 from room.agents.turn import Turn, TurnEnv
 from room.core import Core
@@ -84,11 +85,13 @@ class Session:
                         continue
                     self.turn = Turn(driver.env, member, start, limits)
                     self.turn_task = asyncio.ensure_future(self.turn.run())
+                    presence.schedule(core, self.project_id)  # running
                     try:
                         outcome = await self.turn_task
                     finally:
                         self.turn = None
                         self.turn_task = None
+                        presence.schedule(core, self.project_id)  # idle again
                 # More may have arrived during the turn.
                 self.poked = self.poked or outcome.look_again
         except asyncio.CancelledError:
