@@ -191,6 +191,7 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "members",
     "project",
     "presence",
+    "unread",
     "tasks",
     "decisions",
     "resync_required",

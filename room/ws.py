@@ -21,7 +21,7 @@ from room import __version__
 from room import protocol as p
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
-from room.actions import presence
+from room.actions import presence, unread
 from room.actions import turns as turn_actions
 from room.auth import (
     SESSION_COOKIE,
@@ -172,6 +172,7 @@ class Connection:
             pass
         finally:
             if person is not None and self.core.hub.detach_person(person, self.outbox):
+                unread.forget(self.core, person)
                 await presence.person_changed(self.core, person)
             if agent_session is not None:
                 self.core.hub.detach_session(agent_session, self.outbox)

@@ -21,6 +21,7 @@ from tests.support.browser import (
     owner,
     room_server,
     screenshot,
+    sign_in_owner,
 )
 
 pytestmark = pytest.mark.browser
@@ -89,7 +90,7 @@ def test_online_means_a_page_is_open(
     carol = rows.filter(has_text="李小红")
     expect(carol.locator(".status-text")).to_have_text("离线")
     expect(rows.filter(has_text="开发").locator(".status-text")).to_have_text("空闲")
-    bob = join(chromium, room_server, project, "bob", "王小明")
+    bob = join(chromium, room_server, project, "ming", "王小明")
     bob_row = rows.filter(has_text="王小明")
     try:
         expect(bob_row.locator(".status-text")).to_have_text("在线")
@@ -102,3 +103,72 @@ def test_online_means_a_page_is_open(
     expect(bob_row.locator(".status-dot")).to_have_class("status-dot presence-offline")
     expect(carol.locator(".status-text")).to_have_text("离线")
     screenshot(owner.page, "people-presence-offline")
+
+
+# A stand-in for the browser's Notification API: records what the page asks and shows.
+FAKE_NOTIFICATION = """
+(() => {
+  window.__notes = [];
+  window.__asked = 0;
+  class FakeNotification {
+    static permission = "default";
+    static async requestPermission() {
+      window.__asked += 1;
+      FakeNotification.permission = "granted";
+      return "granted";
+    }
+    constructor(title, options) {
+      window.__notes.push({ title, body: options?.body || "" });
+    }
+    addEventListener() {}
+    close() {}
+  }
+  window.Notification = FakeNotification;
+})();
+"""
+
+
+def test_other_projects_counts_and_mentions_arrive_by_themselves(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    watched = room_server.create_project("正在看的项目")
+    elsewhere = room_server.create_project("别处的项目")
+    bob = room_server.invite_session(elsewhere, "lei", "赵磊")
+    person = sign_in_owner(
+        chromium, room_server, setup=lambda page: page.add_init_script(FAKE_NOTIFICATION)
+    )
+    try:
+        page = person.page
+        person.open_project(watched)
+        link = page.locator(f'.project-link[data-project-id="{elsewhere}"]')
+        expect(link.locator(".unread-badge")).to_have_count(0)
+        toggle = page.locator("#notify-toggle")
+        expect(toggle).to_have_text("开启提醒")
+        assert page.evaluate("window.__asked") == 0  # never asked without a click
+
+        # No reload, no focus change, no timer: the server pushes the counts.
+        room_server.say(elsewhere, "大家好", session=bob)
+        expect(link.locator(".unread-badge")).to_have_text("1")
+        expect(link.locator(".mention-badge")).to_have_count(0)
+        expect(page).to_have_title("(1) 正在看的项目 · Project Room")
+        assert page.evaluate("window.__notes.length") == 0
+
+        toggle.click()
+        expect(toggle).to_have_text("提醒已开启")
+        assert page.evaluate("window.__asked") == 1
+        room_server.say(elsewhere, "@owner 请看一下这个", session=bob)
+        expect(link.locator(".unread-badge")).to_have_text("2")
+        expect(link.locator(".mention-badge")).to_have_text("@1")
+        expect(page).to_have_title("(2 · @1) 正在看的项目 · Project Room")
+        page.wait_for_function("window.__notes.length === 1")
+        note = page.evaluate("window.__notes[0]")
+        assert note == {"title": "「别处的项目」中有人提到了你", "body": "1 条提到你的消息未读"}
+        screenshot(page, "people-unread-pushed")
+
+        # Read it: the counts go away, the title too.
+        link.click()
+        expect(link.locator(".unread-badge")).to_have_count(0)
+        expect(page).to_have_title("别处的项目 · Project Room")
+        person.assert_clean()
+    finally:
+        person.close()

@@ -3,6 +3,7 @@
 // This module wires the parts together and follows the address (`#/p/<id>`): navigate().
 
 import { get, post, setCsrf } from "./api.js";
+import { applyUnread, bindNotifyToggle, renderNotifyToggle, renderTitle, setTitle } from "./attention.js";
 import { Composer } from "./composer.js";
 import { $, debounce } from "./dom.js";
 import { applyStatic, label, onLang, t } from "./i18n.js";
@@ -19,8 +20,6 @@ import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
 const TYPING_SHOWN_MS = 6000;
-const PROJECTS_EVERY_MS = 30_000; // how often the projects column refreshes (unread counts)
-let projectsTimer = null;
 
 const conn = new Connection({ onFrame, onStatus });
 const timeline = new Timeline($("#timeline"), conn, {
@@ -121,17 +120,18 @@ async function boot() {
     panel.refresh();
     lifecycle.render();
     onStatus(conn.status, conn.attempt);
+    renderNotifyToggle();
   });
   window.addEventListener("hashchange", navigate);
+  // Projects made elsewhere (another tab, an invite) appear when you come back; unread counts
+  // are pushed over the socket (`unread` frames).
   window.addEventListener("focus", refreshProjects);
-  // Other projects' unread counts: the socket watches only the open project.
-  projectsTimer = setInterval(() => document.visibilityState === "visible" && refreshProjects(), PROJECTS_EVERY_MS);
+  bindNotifyToggle();
   loadProviders().catch(() => {});
   navigate();
 }
 
 function signedOut() {
-  clearInterval(projectsTimer);
   $("#app").hidden = true;
   $("#signed-out").hidden = false;
 }
@@ -143,6 +143,7 @@ async function refreshProjects() {
     for (const project of me.projects) upsertProject(project);
     for (const id of [...app.projects.keys()]) if (!me.projects.some((p) => p.id === id)) app.projects.delete(id);
     renderProjects($("#project-groups"), app.room?.id);
+    renderTitle();
   } catch (err) {
     if (err.status === 401) signedOut();
   }
@@ -172,8 +173,9 @@ function showNoProject() {
 function openProject(id) {
   const project = app.projects.get(id);
   project.unread = 0; // read from here on; the badge stays off while it is open
+  project.mentions = 0;
   const previous = app.room && app.projects.get(app.room.id);
-  if (previous) previous.unread = 0; // seen while open (a count read meanwhile is stale)
+  if (previous) Object.assign(previous, { unread: 0, mentions: 0 }); // seen while open
   renderProjects($("#project-groups"), id);
   const room = createRoom(project);
   app.room = room;
@@ -205,12 +207,17 @@ function renderHeader() {
   const present = [...room.members.values()].filter((m) => m.status !== "left");
   stack.replaceChildren(...present.slice(0, 4).map((m) => avatar(room, m.id, "sm")));
   $("#members-count").textContent = String(present.length);
-  document.title = `${project.name} · Project Room`;
+  setTitle(`${project.name} · Project Room`);
 }
 
 // -- frames -------------------------------------------------------------------------------------
 
 function onFrame(frame) {
+  if (frame.type === "unread") {
+    // Any project of yours, whichever the socket watches.
+    if (applyUnread(frame)) renderProjects($("#project-groups"), app.room?.id);
+    return;
+  }
   const room = app.room;
   if (!room) return;
   switch (frame.type) {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from room.actions import presence
+from room.actions import presence, unread
 from room.core import Core
 from room.effects import (
     Broadcast,
@@ -43,6 +43,7 @@ def _apply_one(core: Core, effect: Effect) -> None:
     match effect:
         case Publish(project_id, seq, frame):
             hub.publish(project_id, seq, frame)
+            unread.schedule(core, project_id)  # a message, an edit or a delete
         case Broadcast(project_id, frame):
             hub.broadcast(project_id, frame)
         case Wake(project_id, member_ids):

@@ -23,6 +23,7 @@ from typing import Any
 
 from room import ledger
 from room import mentions as mention_rules
+from room.actions import unread
 from room.core import Core, ProjectRoster
 from room.effects import Broadcast, Publish, Wake
 from room.errors import (
@@ -720,7 +721,9 @@ async def _write_read(core: Core, member: Member, seq: int) -> int:
         tx.emit(Broadcast(project_id, read))
         return cursor
 
-    return await core.db.write(job)
+    cursor = await core.db.write(job)
+    unread.schedule(core, project_id, member.id)  # the person's other pages hear of it
+    return cursor
 
 
 def typing(core: Core, member: Member, active: bool, exclude: Any = None) -> None:

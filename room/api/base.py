@@ -140,11 +140,13 @@ async def healthz(request: Request) -> Response:
 async def me(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    unread: dict[int, int] = {}
+    unread: dict[int, tuple[int, int]] = {}
     if who.user is not None:
         user_id = who.user.id
 
-        def read(conn: sqlite3.Connection) -> tuple[list[Project], dict[int, int], set[int]]:
+        def read(
+            conn: sqlite3.Connection,
+        ) -> tuple[list[Project], dict[int, tuple[int, int]], set[int]]:
             return (
                 projects_store.list_for_user(conn, user_id),
                 messages_store.unread_for_user(conn, user_id),
@@ -164,9 +166,11 @@ async def me(request: Request) -> Response:
         {
             "identity": who.to_wire(),
             "csrf_token": who.csrf_token,
-            # ``unread``: chat messages by others after your read cursor (up to 100).
+            # ``unread``: chat messages by others after your read cursor (up to 100);
+            # ``mentions``: how many of them mention you. Kept current by ``unread`` frames.
             "projects": [
-                project_for(p, kinds[p.id], extras[p.id]) | {"unread": unread.get(p.id, 0)}
+                project_for(p, kinds[p.id], extras[p.id])
+                | dict(zip(("unread", "mentions"), unread.get(p.id, (0, 0)), strict=True))
                 for p in projects
             ],
             # The trash shows how long a project is kept restorable; nothing is purged by itself.

@@ -304,23 +304,48 @@ UNREAD_CAP = 100  # counted up to here: past it the badge says "99+"
 UNREAD_SCAN = 2_000  # messages looked at after the cursor, at most, per project
 
 
-def unread_for_user(conn: sqlite3.Connection, user_id: int) -> dict[int, int]:
-    """Per project of ``user_id``: chat messages by others after their read cursor, not deleted,
-    up to ``UNREAD_CAP``. Bounded work: a keyset range on ``messages_seq`` over at most the
-    ``UNREAD_SCAN`` messages after the cursor (tool and system messages and one's own take
-    room there too, so a long run of those can make the count low, never high)."""
+# Per member: (chat messages by others after the read cursor, not deleted; how many of those
+# mention the member), over at most UNREAD_SCAN messages after the cursor, each capped.
+_UNREAD = (
+    "SELECT m.id, m.project_id, (SELECT count(*) FROM (SELECT kind, author_id, deleted_at"
+    " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
+    " ORDER BY x.seq LIMIT :scan) WHERE kind = 'chat' AND deleted_at IS NULL"
+    " AND (author_id IS NULL OR author_id != m.id)),"
+    " (SELECT count(*) FROM (SELECT id, kind, author_id, deleted_at"
+    " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
+    " ORDER BY x.seq LIMIT :scan) y WHERE kind = 'chat' AND deleted_at IS NULL"
+    " AND (author_id IS NULL OR author_id != m.id)"
+    " AND EXISTS (SELECT 1 FROM mentions WHERE message_id = y.id AND member_id = m.id))"
+    " FROM members m LEFT JOIN read_cursors rc ON rc.member_id = m.id"
+)
+
+
+def unread_for_user(conn: sqlite3.Connection, user_id: int) -> dict[int, tuple[int, int]]:
+    """Per project of ``user_id``: (unread, mentions) — chat messages by others after their read
+    cursor, not deleted, up to ``UNREAD_CAP``, and how many of them mention this person. Bounded
+    work: a keyset range on ``messages_seq`` over at most the ``UNREAD_SCAN`` messages after the
+    cursor (tool and system messages and one's own take room there too, so a long run of those
+    can make the counts low, never high)."""
     return {
-        int(r[0]): min(int(r[1]), UNREAD_CAP)
+        int(r[1]): (min(int(r[2]), UNREAD_CAP), min(int(r[3]), UNREAD_CAP))
         for r in conn.execute(
-            "SELECT m.project_id, (SELECT count(*) FROM (SELECT kind, author_id, deleted_at"
-            " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
-            " ORDER BY x.seq LIMIT :scan) WHERE kind = 'chat' AND deleted_at IS NULL"
-            " AND (author_id IS NULL OR author_id != m.id))"
-            " FROM members m LEFT JOIN read_cursors rc ON rc.member_id = m.id"
-            " WHERE m.user_id = :u AND m.status != 'left'",
+            _UNREAD + " WHERE m.user_id = :u AND m.status != 'left'",
             {"u": user_id, "scan": UNREAD_SCAN},
         )
     }
+
+
+def unread_for_members(
+    conn: sqlite3.Connection, member_ids: Iterable[int]
+) -> dict[int, tuple[int, int]]:
+    """:func:`unread_for_user`'s counts for these members (people of one project), by member."""
+    out: dict[int, tuple[int, int]] = {}
+    for chunk in chunks(list(member_ids)):
+        marks = ", ".join("?" * len(chunk))
+        sql = _UNREAD.replace(":scan", "?") + f" WHERE m.id IN ({marks})"
+        for r in conn.execute(sql, (UNREAD_SCAN, UNREAD_SCAN, *chunk)):
+            out[int(r[0])] = (min(int(r[2]), UNREAD_CAP), min(int(r[3]), UNREAD_CAP))
+    return out
 
 
 def read_cursors(conn: sqlite3.Connection, project_id: int) -> dict[int, int]:
