@@ -17,6 +17,7 @@ from tests.support.browser import (
     Person,
     RoomServer,
     chromium,
+    fulfill_json,
     join,
     owner,
     room_server,
@@ -172,3 +173,75 @@ def test_other_projects_counts_and_mentions_arrive_by_themselves(
         person.assert_clean()
     finally:
         person.close()
+
+
+def test_a_closed_project_offers_nothing_the_server_refuses_and_errors_are_translated(
+    chromium: Browser, room_server: RoomServer, owner: Person
+) -> None:
+    project = room_server.create_project(
+        "要归档的项目", agents=[{"handle": "ops", "role": "devops", "display_name": "运维"}]
+    )
+    room_server.say(project, "@owner 归档前写的话")  # to no agent: nobody answers
+    owner.open_project(project)
+    page = owner.page
+    found = page.locator(".msg.mine", has_text="归档前写的话")
+    expect(found).to_be_visible()
+    mine = page.locator(f'.msg[data-id="{found.get_attribute("data-id")}"]')  # also while edited
+    mine.hover()
+    for name in ("回复", "编辑", "删除", "标记为需求变更"):
+        expect(mine.get_by_role("button", name=name)).to_be_visible()
+    page.locator("#panel-col").get_by_role("tab", name="模型").click()
+    expect(page.locator("#route-project")).to_be_enabled()
+
+    # An edit started while the project was open, saved after it was archived: the server's
+    # refusal is shown from its code, in Chinese, not in the server's English words.
+    mine.hover()
+    mine.get_by_role("button", name="编辑").click()
+    expect(mine.locator(".edit-input")).to_be_visible()
+    room_server.post(f"/api/projects/{project}/lifecycle", {"op": "archive"})
+    expect(page.locator("#room-state")).to_have_text("已归档")
+    editor = mine.locator(".edit-input")
+    editor.fill("归档后改的话")
+    editor.press("Enter")
+    refusal = mine.locator(".edit-error")
+    expect(refusal).to_have_text("项目当前状态（已归档）不接受这个操作")
+    screenshot(page, "people-archived-edit-refused")
+    editor.press("Escape")
+
+    # Now nothing that would be refused is offered: no message actions, read-only models.
+    mine.hover()
+    expect(mine.locator(".msg-actions button")).to_have_count(0)
+    expect(page.locator("#route-project")).to_be_disabled()
+    expect(page.locator("#tab-models .note")).to_contain_text("模型设置只读")
+    page.locator("#panel-col").get_by_role("tab", name="成员").click()
+    expect(page.get_by_role("button", name="添加 AI 成员")).to_have_count(0)
+    screenshot(page, "people-archived-readonly")
+
+    # Any other refusal the page shows is words from its code too, in either language (here
+    # the models tab's answer, refused as the server would for a purged project).
+    refused = {
+        "error": {
+            "code": "project_closed",
+            "message": "the project is trashed; restore it first",
+            "details": {"state": "trashed"},
+        }
+    }
+    page.route(
+        f"**/api/projects/{project}/routes",
+        lambda route: fulfill_json(route, refused, status=409),
+    )
+    owner.allow("409")
+    models_tab = page.locator("#panel-col").get_by_role("tab", name="模型")
+    models_tab.click()
+    expect(page.locator("#tab-models .error-text")).to_have_text(
+        "项目已关闭（回收站），不能执行此操作"
+    )
+    page.locator("#lang-toggle").click()
+    page.locator("#panel-col").get_by_role("tab", name="Members").click()
+    page.locator("#panel-col").get_by_role("tab", name="Models").click()
+    expect(page.locator("#tab-models .error-text")).to_have_text(
+        "The project is closed (in the trash); this cannot be done now"
+    )
+    mine.hover()
+    expect(mine.locator(".msg-actions button")).to_have_count(0)
+    page.locator("#lang-toggle").click()  # back to Chinese for the next test's page

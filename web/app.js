@@ -6,7 +6,7 @@ import { get, post, setCsrf } from "./api.js";
 import { applyUnread, bindNotifyToggle, renderNotifyToggle, renderTitle, setTitle } from "./attention.js";
 import { Composer } from "./composer.js";
 import { $, debounce } from "./dom.js";
-import { applyStatic, label, onLang, t } from "./i18n.js";
+import { applyStatic, errorText, label, onLang, t } from "./i18n.js";
 import { closeDrawer, initLayout, openDrawerOf } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
 import { Members } from "./members.js";
@@ -73,7 +73,7 @@ async function boot() {
   } catch (err) {
     if (err.status === 401) return signedOut();
     $("#boot-error").hidden = false;
-    $("#boot-error").textContent = err.message;
+    $("#boot-error").textContent = errorText(err);
     return;
   }
   app.identity = me.identity;
@@ -261,6 +261,8 @@ function onFrame(frame) {
         projectChanged(upsertProjectFrame(frame));
         // What may be done to members depends on the state too; the frame says nothing of it.
         if (frame.project.state !== before) refreshMembers();
+        // The model forms are offered only while the project takes changes.
+        if (frame.project.state !== before && panel.current === "models") models.load(room, { background: true });
       } else upsertProjectFrame(frame);
       renderProjects($("#project-groups"), room.id);
       break;
@@ -331,10 +333,10 @@ function onError(frame) {
   if (txn) {
     composer.restore(txn);
     timeline.render();
-    toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : frame.message, { kind: "error", timeout: 8000 });
+    toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : errorText(frame), { kind: "error", timeout: 8000 });
     return;
   }
-  toast(frame.message, { kind: "error" });
+  toast(errorText(frame), { kind: "error" });
 }
 
 function onStatus(status, attempt) {

@@ -5,10 +5,10 @@
 
 import { get, post } from "./api.js";
 import { h, icon } from "./dom.js";
-import { formatDateTime, label, t } from "./i18n.js";
+import { errorText, formatDateTime, label, t } from "./i18n.js";
 import { avatar, presenceLabel } from "./message.js";
 import { changeRoute, loadProviders, routeForm } from "./models.js";
-import { isOwner, member, opsOf, presenceOf } from "./store.js";
+import { mayChange, member, opsOf, presenceOf } from "./store.js";
 import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js";
 
 // How each member operation looks: [icon, label, danger], given whether it is about oneself.
@@ -41,7 +41,7 @@ export class Members {
       ["members.departed", (m) => m.status === "left"],
     ];
     const nodes = [];
-    if (isOwner(room)) {
+    if (mayChange(room)) {
       nodes.push(h("div", { class: "panel-actions" },
         h("button", { type: "button", class: "btn btn-small", on: { click: () => this.addAgent() } }, icon("plus"), t("members.addAgent")),
         h("button", { type: "button", class: "btn btn-small", on: { click: () => this.invite() } }, icon("user"), t("members.invite"))));
@@ -125,7 +125,7 @@ export class Members {
         body.replaceChildren(...this.cardContent(detail, fill));
         if (focusModel) body.querySelector("select")?.focus();
       } catch (err) {
-        body.replaceChildren(h("p", { class: "error-text", text: err.message }));
+        body.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
       }
     };
     fill();
@@ -159,7 +159,7 @@ export class Members {
       h("dt", { text: t("card.tools") }), h("dd", { class: "card-tools" }, (m.tools || detail.tools || []).map((tool) => h("code", { class: "tool-chip", text: tool }))),
       typeof m.read_only === "boolean" ? [h("dt", { text: t("card.access") }), h("dd", { class: "card-access", dataset: { readOnly: String(m.read_only) }, text: m.read_only ? t("card.readOnly") : t("card.writes") })] : null,
       typeof m.sandboxed === "boolean" ? [h("dt", { text: t("card.commands") }), h("dd", {}, h("span", { class: ["card-sandbox", m.sandboxed ? null : "badge badge-warn"], dataset: { sandboxed: String(m.sandboxed) }, text: m.sandboxed ? t("card.sandboxed") : t("card.unsandboxed") }))] : null);
-    const owner = isOwner(room);
+    const owner = mayChange(room);
     const memberLock = route.source === "member" ? route.model_id : "";
     const form = routeForm(room, {
       id: `route-member-${m.id}`,

@@ -153,3 +153,11 @@ export function upsertProjectFrame(frame) {
 export function mayPost(project) {
   return opsOf(project).includes("post");
 }
+
+/** Whether this viewer may change the open project: its routes, settings, members, invites and
+ * brake. An owner's; and only where the server offers a person `post` — active and paused, the
+ * states its `require_open` accepts for those changes — so an archived or trashed project
+ * offers no form the server would refuse. */
+export function mayChange(room) {
+  return isOwner(room) && mayPost(room?.project);
+}

@@ -8,7 +8,7 @@ import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./deliv
 import { $, h } from "./dom.js";
 import { dayKey, formatDay, t } from "./i18n.js";
 import { excerptOf, renderMessage } from "./message.js";
-import { bus, isOwner, sortedMessages } from "./store.js";
+import { bus, mayChange, mayPost, sortedMessages } from "./store.js";
 import { toast, toastError } from "./ui.js";
 import { startEdit } from "./editor.js";
 
@@ -224,9 +224,11 @@ export class Timeline {
     const room = this.room;
     if (message.kind === "system") {
       const tripped = message.meta?.brake && message.meta.brake !== "cleared";
-      return tripped && room.project.state !== "archived" ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
+      return tripped && mayPost(room.project) ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
     }
-    if (message.kind !== "chat" || !room.you) return [];
+    // Replying, editing, deleting and marking all post into the project: where the server does
+    // not offer this viewer `post` (archived, trashed, stopping …), none of them is offered.
+    if (message.kind !== "chat" || !room.you || !mayPost(room.project)) return [];
     const mine = message.author_id === room.you;
     const list = [{ id: "reply", icon: "reply", label: t("action.reply"), run: () => this.actions.reply(message) }];
     if (!mine && message.author_id !== null) list.push({ id: "mention", icon: "at", label: t("action.mentionAuthor"), run: () => this.actions.mention(message.author_id) });
@@ -234,14 +236,14 @@ export class Timeline {
       list.push({ id: "edit", icon: "edit", label: t("action.edit"), run: () => this.edit(message.id) });
       list.push({ id: "delete", icon: "trash", label: t("action.delete"), danger: true, run: () => this.actions.remove(message) });
     }
-    if (isOwner(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
+    if (mayChange(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
     return list;
   }
 
   editLast() {
     const room = this.room;
     const last = sortedMessages(room).reverse().find((m) => m.author_id === room.you && m.kind === "chat" && !m.deleted);
-    if (last && room.project.state !== "archived") {
+    if (last && mayPost(room.project)) {
       this.cache.get(last.id)?.el.scrollIntoView({ block: "nearest" });
       this.edit(last.id);
     }
