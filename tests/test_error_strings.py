@@ -20,7 +20,8 @@ TABLES = {"zh": ROOT / "web" / "strings-zh.js", "en": ROOT / "web" / "strings-en
 
 def literal_codes() -> set[str]:
     """``code="…"`` in any call, ``code = "…"`` in an error class, and the first argument of the
-    workspace rule's ``_refuse("…", …)``, anywhere in room/."""
+    workspace rule's ``_refuse("…", …)`` and of ``/ws``'s ``error_frame("…", …)``, anywhere in
+    room/."""
     codes: set[str] = set()
     for path in (ROOT / "room").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -30,7 +31,8 @@ def literal_codes() -> set[str]:
                     if kw.arg == "code" and isinstance(value, ast.Constant):
                         codes.update([value.value] if isinstance(value.value, str) else [])
                 func = node.func
-                if isinstance(func, ast.Name) and func.id == "_refuse" and node.args:
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                if name in ("_refuse", "error_frame") and node.args:
                     first = node.args[0]
                     if isinstance(first, ast.Constant) and isinstance(first.value, str):
                         codes.add(first.value)
@@ -68,6 +70,7 @@ def test_the_scan_finds_the_codes_it_should() -> None:
     codes = server_codes()
     # A few from each source, so a broken scan cannot pass by finding nothing.
     assert {"not_author", "project_not_accepting", "rate_limited", "forged_author"} <= codes
+    assert {"internal", "workspace_missing"} <= codes
     assert {"workspace_system", "restore_first", "outside_pool", "detached_head"} <= codes
     assert len(codes) > 150
 

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 import uuid
 from typing import Any
 
 import pytest
 
+from room.store.migrate import migrate
+from room.store.schema import MIGRATIONS
 from tests.support.server import ServerProcess
 from tests.support.wsclient import Client
 
@@ -146,3 +150,54 @@ async def test_a_quote_is_plain_words(server: ServerProcess) -> None:
     reply = await send(c, project, "回复", reply_to=first)
     live = next(m for m in c.messages() if m["message"]["id"] == reply)
     assert live["message"]["reply_excerpt"]["excerpt"] == "引用的话 加粗 和 代码 <b>x</b>"
+
+
+async def test_the_migration_forgets_what_earlier_versions_kept(server: ServerProcess) -> None:
+    """A database written before 0007_message_privacy kept each edit's text in its
+    message_updated event and a deleted message's text in its replies' quotes: migrating
+    clears both."""
+    owner = server.login()
+    project = quiet_project(server, owner.cookie)
+    c = await subscribed(server, owner.cookie, project)
+    first = await send(c, project, "旧的机密")
+    reply = await send(c, project, "回复", reply_to=first)
+    await change(
+        c, {"type": "edit", "project_id": project, "message_id": first, "body": "新的机密"}
+    )
+    await change(c, {"type": "delete", "project_id": project, "message_id": first})
+    await c.close()
+    server.stop()
+
+    path = server.data / "room.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    # As the code before it wrote them: the text in the update events and in the reply's quote.
+    conn.execute(
+        "UPDATE events SET frame = :f WHERE kind = 'message_updated' AND message_id = :m",
+        {"f": '{"type":"message_updated","message":{"body":"新的机密"}}', "m": first},
+    )
+    frame = json.loads(
+        conn.execute("SELECT frame FROM messages WHERE id = ?", (reply,)).fetchone()[0]
+    )
+    frame["reply_excerpt"] = {"author_id": frame["author_id"], "seq": 1, "excerpt": "旧的机密"}
+    conn.execute(
+        "UPDATE messages SET frame = ? WHERE id = ?",
+        (json.dumps(frame, ensure_ascii=False, separators=(",", ":")), reply),
+    )
+    conn.execute("DROP INDEX messages_reply_to")
+    index = [m.name for m in MIGRATIONS].index("0007_message_privacy")
+    conn.execute(f"PRAGMA user_version = {index}")
+
+    assert "0007_message_privacy" in migrate(conn, path, now=time.time())
+    rows = conn.execute("SELECT frame FROM events WHERE frame IS NOT NULL").fetchall()
+    assert not any("机密" in str(r[0]) for r in rows)
+    migrated = json.loads(
+        conn.execute("SELECT frame FROM messages WHERE id = ?", (reply,)).fetchone()[0]
+    )
+    assert migrated["reply_excerpt"] == {
+        "author_id": frame["author_id"],
+        "seq": 1,
+        "excerpt": "",
+        "deleted": True,
+    }
+    assert list(migrated) == list(frame)  # the key order of the wire object is kept
+    conn.close()

@@ -1,5 +1,6 @@
 // Interface strings. Chinese (zh-CN) is the default; English is a local choice (localStorage).
-// Server-written text (system notices, error messages) is shown as the server wrote it.
+// Server-written notices are shown as the server wrote them; server errors are worded from their
+// code (errorText).
 //
 // Static markup marks its strings with data-i18n (textContent), data-i18n-label (aria-label and
 // title), data-i18n-placeholder; applyStatic() fills them. Dynamic parts call t() when they render

@@ -26,6 +26,7 @@ export const STRINGS_EN = {
   "error.untranslated": "{message}",
   "error.artifact_changed": "The cited file {path} changed or disappeared since it was submitted: acceptance is refused until the work is resubmitted.",
   // Every error code the server sends (tests/test_error_strings.py lists them).
+  "error.internal": "The server failed on this; try again",
   "error.bad_argument": "An argument is out of range",
   "error.bad_patch": "The patch is malformed",
   "error.bad_range": "The line range is wrong",

@@ -27,6 +27,7 @@ export const STRINGS_ZH = {
   "error.untranslated": "操作未成功（服务器说：{message}）",
   "error.artifact_changed": "证据文件 {path} 在提交后已改动或不见了，不能验收；请负责人重新提交后再评审。",
   // Every error code the server sends (tests/test_error_strings.py lists them).
+  "error.internal": "服务器处理时出错，请重试",
   "error.bad_argument": "参数超出范围",
   "error.bad_patch": "补丁格式不对",
   "error.bad_range": "行号范围不对",
