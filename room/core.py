@@ -221,7 +221,8 @@ class Core:
     # the projects with an announcement on its way.
     presence_told: dict[int, dict[str, str]] = field(default_factory=dict)
     presence_due: set[int] = field(default_factory=set)
-    # Unread counts (room.actions.unread): the projects with a recount on its way (None: for
-    # everyone in it, else these members) and the counts each person was last told.
+    # Unread counts (room.actions.unread): the projects with a recount due (None: for everyone
+    # in it, else these members), those whose recounter runs, and what each person was told.
     unread_due: dict[int, set[int] | None] = field(default_factory=dict)
+    unread_running: set[int] = field(default_factory=set)
     unread_told: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)

@@ -3,9 +3,9 @@
 A page watches one project on its socket; the counts of the others (and of that one while the
 page is hidden) come as ``unread`` frames on every socket the person has open: after anything
 is published in a project (a message, an edit, a delete) its people with a socket open are
-recounted, and after a read cursor moves so is its member. One recount per project runs soon
-after however many changes came meanwhile, and a frame goes out only when a person's counts
-changed. Counts are read from the store (``room.store.messages.unread_for_members``); what each
+recounted, and after a read cursor moves so is its member. A project is recounted at once and
+then at most every ``UNREAD_EVERY_SECS`` however many changes come, and a frame goes out only
+when a person's counts changed. Counts are read from the store (``room.store.messages.unread_for_members``); what each
 person was last told is memory.
 """
 
@@ -21,27 +21,40 @@ from room.store import messages as messages_store
 log = logging.getLogger(__name__)
 
 
+UNREAD_EVERY_SECS = 0.5  # a busy project is recounted at most this often (the last change too)
+
+
 def schedule(core: Core, project_id: int, member_id: int | None = None) -> None:
     """The counts in ``project_id`` may have changed — for everyone in it (``member_id`` None),
     or for one member (their read cursor moved)."""
-    on_its_way = project_id in core.unread_due
     wanted = core.unread_due.get(project_id, set())
     if member_id is None or wanted is None:
         core.unread_due[project_id] = None  # everyone
     else:
         core.unread_due[project_id] = wanted | {member_id}
-    if on_its_way:
-        return
+    if project_id in core.unread_running:
+        return  # the running recounter takes it in its next round
+    core.unread_running.add(project_id)
     task = asyncio.get_running_loop().create_task(
-        _recount(core, project_id), name=f"unread {project_id}"
+        _recounter(core, project_id), name=f"unread {project_id}"
     )
     core.background.add(task)
     task.add_done_callback(core.background.discard)
 
 
-async def _recount(core: Core, project_id: int) -> None:
-    await asyncio.sleep(0)  # let the commits of this loop turn land first
-    only = core.unread_due.pop(project_id, None)
+async def _recounter(core: Core, project_id: int) -> None:
+    """Recount at once, then at most every ``UNREAD_EVERY_SECS`` while changes keep coming: a
+    busy project costs a few reads a second, not one per message."""
+    try:
+        await asyncio.sleep(0)  # let the commits of this loop turn land first
+        while project_id in core.unread_due:
+            await _recount(core, project_id, core.unread_due.pop(project_id))
+            await asyncio.sleep(UNREAD_EVERY_SECS)
+    finally:
+        core.unread_running.discard(project_id)
+
+
+async def _recount(core: Core, project_id: int, only: set[int] | None) -> None:
     try:
         roster = await core.rosters.get(project_id)
     except Exception:
