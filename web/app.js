@@ -15,7 +15,7 @@ import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
 import { Connection } from "./socket.js";
-import { app, createRoom, member, setMembers, setPresence, upsertProject, upsertProjectFrame } from "./store.js";
+import { app, createRoom, member, mergePresence, setMembers, setPresence, upsertProject, upsertProjectFrame } from "./store.js";
 import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
@@ -251,7 +251,7 @@ function onFrame(frame) {
       break;
     case "presence":
       if (frame.project_id !== room.id) break;
-      setPresence(room, frame.presence);
+      mergePresence(room, frame.presence);
       paintPresence(room);
       members.render();
       break;

@@ -84,9 +84,14 @@ export function presenceOf(room, id) {
   return room?.presence.get(id) || "offline";
 }
 
-/** Replace (`subscribed`) or update (`presence` frame) who is here. */
+/** Who is here: the whole map (`subscribed`), or the members whose presence changed (`presence`). */
 export function setPresence(room, map) {
-  room.presence = new Map(Object.entries(map || {}).map(([id, state]) => [Number(id), state]));
+  room.presence = new Map();
+  mergePresence(room, map);
+}
+
+export function mergePresence(room, changes) {
+  for (const [id, state] of Object.entries(changes || {})) room.presence.set(Number(id), state);
 }
 
 export function isOwner(room) {
