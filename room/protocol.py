@@ -212,6 +212,8 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "inbox",
     "members",
     "project",
+    "presence",
+    "unread",
     "tasks",
     "decisions",
     "memory",

@@ -497,7 +497,12 @@ async def test_permessage_deflate_is_off(server: ServerProcess) -> None:
 
 
 async def test_a_stalled_reader_is_cut_without_slowing_others(tmp_path: Any) -> None:
-    server = ServerProcess(tmp_path / "d", env={"ROOM_OUTBOX_FRAMES": "64"}).start()
+    # The outbox's frame limit cuts the stalled reader; it resumes reading only after the others
+    # are done, so the drop of a reader that reads nothing more (ws_stall_secs after the cut,
+    # tests/test_transport_limits.py) is set past this test's length.
+    server = ServerProcess(
+        tmp_path / "d", env={"ROOM_OUTBOX_FRAMES": "64", "ROOM_WS_STALL_SECS": "300"}
+    ).start()
     try:
         s = server.login()
         project = demo_project(server, s.cookie)

@@ -7,6 +7,7 @@
 import { $, debounce, local } from "./dom.js";
 import { t } from "./i18n.js";
 import { isComposing, isSubmitKey, trackComposition } from "./ime.js";
+import { excerptOf, plainText } from "./message.js";
 import { Picker } from "./picker.js";
 import { isBlocked, renderDiagnostics, renderRecipients, withLocalSpans } from "./reach.js";
 import { app, member, mayPost } from "./store.js";
@@ -195,7 +196,7 @@ export class Composer {
   }
 
   setReply(message) {
-    this.replyTo = message ? { id: message.id, author_id: message.author_id, excerpt: message.body.slice(0, 140) } : null;
+    this.replyTo = message ? { id: message.id, author_id: message.author_id, excerpt: plainText(message.html) } : null;
     this.renderQuote();
     this.storeDraft();
     this.input.focus();
@@ -207,7 +208,9 @@ export class Composer {
     if (!this.replyTo) return;
     const who = member(this.room, this.replyTo.author_id);
     $(".quote-label", bar).textContent = t("composer.replyingTo", { name: who ? who.display_name : `#${this.replyTo.author_id}` });
-    $(".quote-text", bar).textContent = this.replyTo.excerpt;
+    const quoted = this.room?.messages.get(this.replyTo.id);
+    if (quoted) this.replyTo.excerpt = excerptOf(quoted).excerpt; // edited meanwhile, or deleted
+    $(".quote-text", bar).textContent = quoted?.deleted ? t("msg.quoteDeleted") : this.replyTo.excerpt;
   }
 
   // -- preview and sending ----------------------------------------------------------------------

@@ -4,7 +4,7 @@
 import { get } from "./api.js";
 import { attemptSection } from "./attempts.js";
 import { $, $$, h, icon } from "./dom.js";
-import { label, t } from "./i18n.js";
+import { errorText, label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { member, upsertProject } from "./store.js";
 import { openWorkspace, workspaceBar } from "./workspace.js";
@@ -84,7 +84,7 @@ export class Panel {
       data = tasks;
       if (detail?.project?.settings) upsertProject({ id: room.id, settings: detail.project.settings });
     } catch (err) {
-      box.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      box.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
       return;
     }
     if (room !== this.room) return;
@@ -115,7 +115,7 @@ export class Panel {
     try {
       data = await get(`/api/projects/${room.id}/decisions`);
     } catch (err) {
-      box.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      box.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
       return;
     }
     if (room !== this.room) return;

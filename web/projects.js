@@ -55,11 +55,17 @@ export function renderProjects(nav, currentId) {
   nav.replaceChildren(...nodes);
 }
 
-/** Chat messages by others after my read cursor (the server counts up to 100). */
+/** Chat messages by others after my read cursor (the server counts up to 100), and how many of
+ * them mention me, apart (pushed by the server: `unread` frames). */
 function unreadBadge(project, current) {
   const n = project.unread || 0;
+  const m = project.mentions || 0;
   if (current || n <= 0) return null;
-  return h("span", { class: "unread-badge", text: n > 99 ? "99+" : String(n), attrs: { "aria-label": t("projects.unread", { n: n > 99 ? "99+" : n }) } });
+  const count = n > 99 ? "99+" : String(n);
+  const label = m ? t("projects.unreadMentions", { n: count, m }) : t("projects.unread", { n: count });
+  return h("span", { class: "unread-badges", attrs: { title: label } },
+    m ? h("span", { class: "mention-badge", text: `@${m}`, attrs: { "aria-hidden": "true" } }) : null,
+    h("span", { class: "unread-badge", text: count, attrs: { "aria-label": label } }));
 }
 
 const DEFAULT_NAMES = { lead: "负责人", frontend: "前端", backend: "后端", tester: "测试", devops: "运维", design: "设计", docs: "文档" };

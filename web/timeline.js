@@ -13,8 +13,8 @@ import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./deliv
 import { $, h } from "./dom.js";
 import { clearHighlights, highlightIn } from "./highlight.js";
 import { dayKey, formatDay, t } from "./i18n.js";
-import { renderMessage } from "./message.js";
-import { bus, isOwner, sortedMessages } from "./store.js";
+import { excerptOf, renderMessage } from "./message.js";
+import { bus, mayChange, mayPost, sortedMessages } from "./store.js";
 import { toast, toastError } from "./ui.js";
 import { startEdit } from "./editor.js";
 
@@ -143,6 +143,12 @@ export class Timeline {
       return;
     }
     room.messages.set(message.id, message);
+    // Replies quote what a message says now: an edit or a delete changes their quotes too.
+    if (!isNew) {
+      for (const reply of room.messages.values()) {
+        if (reply.reply_to === message.id && reply.reply_excerpt) reply.reply_excerpt = excerptOf(message);
+      }
+    }
     if (message.client_txn_id && message.author_id === room.you) room.pending.delete(message.client_txn_id);
     if (!room.historyLoaded) return;
     const wasAtBottom = this.atBottom();
@@ -204,7 +210,8 @@ export class Timeline {
 
   entryFor(message) {
     const room = this.room;
-    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}`;
+    const quote = message.reply_excerpt ? `${message.reply_excerpt.deleted ? "-" : ""}${message.reply_excerpt.excerpt}` : "";
+    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${quote}`;
     const cached = this.cache.get(message.id);
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
     const el = renderMessage(room, message, { actions: this.actionsFor(message) });
@@ -237,9 +244,11 @@ export class Timeline {
     const room = this.room;
     if (message.kind === "system") {
       const tripped = message.meta?.brake && message.meta.brake !== "cleared";
-      return tripped && room.project.state !== "archived" ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
+      return tripped && mayPost(room.project) ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
     }
-    if (message.kind !== "chat" || !room.you) return [];
+    // Replying, editing, deleting and marking all post into the project: where the server does
+    // not offer this viewer `post` (archived, trashed, stopping …), none of them is offered.
+    if (message.kind !== "chat" || !room.you || !mayPost(room.project)) return [];
     const mine = message.author_id === room.you;
     const list = [{ id: "reply", icon: "reply", label: t("action.reply"), run: () => this.actions.reply(message) }];
     if (!mine && message.author_id !== null) list.push({ id: "mention", icon: "at", label: t("action.mentionAuthor"), run: () => this.actions.mention(message.author_id) });
@@ -247,7 +256,7 @@ export class Timeline {
       list.push({ id: "edit", icon: "edit", label: t("action.edit"), run: () => this.edit(message.id) });
       list.push({ id: "delete", icon: "trash", label: t("action.delete"), danger: true, run: () => this.actions.remove(message) });
     }
-    if (isOwner(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
+    if (mayChange(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
     list.push({ id: "link", icon: "link", label: t("action.copyLink"), run: () => copyLink(room, message) });
     return list;
   }
@@ -255,7 +264,7 @@ export class Timeline {
   editLast() {
     const room = this.room;
     const last = sortedMessages(room).reverse().find((m) => m.author_id === room.you && m.kind === "chat" && !m.deleted);
-    if (last && room.project.state !== "archived") {
+    if (last && mayPost(room.project)) {
       this.cache.get(last.id)?.el.scrollIntoView({ block: "nearest" });
       this.edit(last.id);
     }

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from room.actions import memory as memory_actions
-from room.actions.messages import append_message
+from room.actions.messages import append_message, excerpt_of
 from room.core import Core
 from room.effects import Broadcast, Wake
 from room.errors import ConflictError, ForbiddenError, NotFoundError
@@ -153,8 +153,7 @@ def post_message(
         row = messages_store.get_row(conn, reply_to)
         if row is None or row["project_id"] != project_id:
             raise NotFoundError("no such message in this project", code="bad_reply_to")
-        text = "" if row["deleted_at"] else str(row["body"])
-        excerpt = {"author_id": row["author_id"], "seq": row["seq"], "excerpt": text[:140]}
+        excerpt = excerpt_of(row)
     message_id, _, _ = append_message(
         conn, tx, project_id=project_id, author_id=author.id if author else None,
         kind="system" if author is None else "chat", body=body, html=render(body),
