@@ -118,14 +118,19 @@ def resolve_recipients(
     sender: Member, body: str, chips: list[int], roster: ProjectRoster
 ) -> Addressing:
     """Resolve mentions and add the lead agent to a person's message that mentions nobody
-    (docs/architecture.md, "Mentions and recipients"). Pure given the roster."""
+    (docs/architecture.md, "Mentions and recipients"). Pure given the roster.
+
+    A message that names only its sender (`@me 记一下`) is a note to self: it named someone,
+    so it is not routed to the lead (shared/mentions/SPEC.md §7)."""
     resolution = mention_rules.resolve(body, roster.roster, str(sender.id), [str(c) for c in chips])
     mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
     blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
     targets = list(mentioned)
     to_lead_by_default = False
+    note_to_self = any(d.code == "self" for d in resolution.diagnostics)
     if (
         not targets
+        and not note_to_self
         and sender.kind == "human"
         and not resolution.humans_only_group
         and not resolution.everyone
