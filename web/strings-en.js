@@ -221,6 +221,13 @@ export const STRINGS_EN = {
   "diag.removeAt": "Remove @",
   "diag.plainExplain": "Or keep the text: these names notify nobody.",
   "diag.sendPlain": "Send as plain text",
+  "diag.sendPlainTo": "Send as plain text to {name}",
+  "diag.plainExplainLead": "Or keep the text: these names notify nobody, and the message goes to the lead, {name}.",
+  "diag.unmatched": "@{name} is no member and notifies nobody. {where}Press Enter again to send, or change the name.",
+  "diag.unmatchedLead": "The message goes to the lead, {name}, by default. ",
+  "diag.unmatchedNobody": "The message notifies nobody. ",
+  "create.duplicateName": "Two members cannot share the name “{name}”: mentions would be ambiguous",
+  "error.name_taken": "“{name}” is already a member's name in this project; mentions would be ambiguous. Choose another display name",
 
   "member.menuFor": "Menu of {name}",
   "member.left": "left",

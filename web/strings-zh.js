@@ -222,6 +222,13 @@ export const STRINGS_ZH = {
   "diag.removeAt": "去掉 @",
   "diag.plainExplain": "或者保留原文：这些名字不会通知任何人。",
   "diag.sendPlain": "按纯文本发送",
+  "diag.sendPlainTo": "按纯文本发送给 {name}",
+  "diag.plainExplainLead": "或者保留原文：这些名字不会通知任何人，消息将默认发给负责人 {name}。",
+  "diag.unmatched": "@{name} 不是任何成员，不会通知谁。{where}再按 Enter 发送，或修改名字。",
+  "diag.unmatchedLead": "这条消息将默认发给负责人 {name}。",
+  "diag.unmatchedNobody": "这条消息不会通知任何人。",
+  "create.duplicateName": "两位成员不能用同一个名字「{name}」：提及会有歧义",
+  "error.name_taken": "「{name}」已是本项目一位成员的名字，提及会有歧义；请换一个显示名称",
 
   "member.menuFor": "{name} 的菜单",
   "member.left": "已离开",
