@@ -416,8 +416,8 @@ def _post_change_notice(
         )
         parts.append(f"需同步的任务：{listed}")
         parts.append(
-            '负责人请阅读新需求后确认同步：AI 成员用 room_task_update(task, action="sync")，'
-            "人类在任务看板上点「已同步」。确认前任务保持 needs_sync。"
+            "负责人请阅读新需求后确认同步（人类在任务看板上点「已同步」）。"
+            "确认前任务保持 needs_sync。"
         )
     else:
         parts.append("没有需要同步的任务。")
@@ -430,6 +430,8 @@ def _post_change_notice(
         conn, tx, fx, "\n\n".join(parts),
         {"requirement_change": {"decision": requirement.label, "revision": revision}},
         to=list(owners.values()), reply_to=message_id,
+        for_agents='工具调用：读完新需求后用 room_task_update(task="<任务 key>", action="sync", '
+        'reason="同步了什么") 确认同步。' if affected else "",
     )  # fmt: skip
 
 

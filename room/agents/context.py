@@ -36,6 +36,12 @@ class Line:
     author_id: int | None
     body: str
     kind: str = "chat"
+    for_agents: str = ""  # the message's words for agents only (a tool call), after the body
+
+    @property
+    def text(self) -> str:
+        """What an agent reads: the body people see, then what is meant for agents."""
+        return f"{self.body}\n\n{self.for_agents}" if self.for_agents else self.body
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +102,13 @@ def build_messages(ci: ContextInput) -> list[ChatMessage]:
     system = system_prompt(ci)
     inputs = [
         # The display name, not "@handle": a reply quoting its sender must not wake them back.
-        ChatMessage(role="user", content=_clip(line.body), name=_plain_name(people, line.author_id))
+        ChatMessage(role="user", content=_clip(line.text), name=_plain_name(people, line.author_id))
         for line in ci.inputs
     ]
     used = estimate_tokens(system) + sum(estimate_tokens(m.content) + 8 for m in inputs)
     kept: list[str] = []
     for line in reversed(ci.timeline):
-        text = f"#{line.seq} {_name(people, line.author_id, ci.me)}：{_clip(line.body)}"
+        text = f"#{line.seq} {_name(people, line.author_id, ci.me)}：{_clip(line.text)}"
         cost = estimate_tokens(text) + 2
         if used + cost > ci.budget_tokens:
             break
@@ -139,5 +145,5 @@ def _merge_inputs(inputs: list[ChatMessage]) -> list[ChatMessage]:
 def steer_message(lines: Sequence[Line], people: Sequence[Person], me: Person) -> ChatMessage:
     """New messages that arrived while a turn runs, inserted at the next step boundary."""
     index = {p.member_id: p for p in people}
-    text = "\n".join(f"{_name(index, line.author_id, me)}：{_clip(line.body)}" for line in lines)
+    text = "\n".join(f"{_name(index, line.author_id, me)}：{_clip(line.text)}" for line in lines)
     return ChatMessage(role="user", content=f"（你工作时收到的新消息）\n{text}", name="room")
