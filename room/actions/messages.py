@@ -613,6 +613,21 @@ def check_posting(conn: sqlite3.Connection, member: Member, appends: Appends | N
     return state
 
 
+def annotate_message(
+    conn: sqlite3.Connection, tx: Tx, message_id: int, meta: dict[str, Any]
+) -> dict[str, Any]:
+    """Add ``meta`` to a stored message's ``meta`` (its text untouched) and publish the change
+    as ``message_updated``; call inside a write job. Used to mark a person's message as a
+    requirement change, so every page shows its badge."""
+    row = messages_store.get_row(conn, message_id)
+    if row is None:
+        raise NotFoundError("没有这条消息 (No such message.)", code="no_message")
+    obj = json.loads(row["frame"])
+    obj["meta"] = {**(obj.get("meta") or {}), **meta}
+    frame = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _publish_update(conn, tx, int(row["project_id"]), message_id, frame, [])
+
+
 def _publish_update(
     conn: sqlite3.Connection,
     tx: Tx,
