@@ -303,6 +303,12 @@ async def test_a_plan_dispatches_ready_tasks_and_waiting_ones_say_what_they_wait
     states = {t["key"]: (t["state"], t["waiting_on"]) for t in board["tasks"]}
     assert states == {"api": ("ready", []), "ui": ("waiting", ["api"]), "db": ("ready", [])}
     assert board["counts"]["ready"] == 2 and board["counts"]["waiting"] == 1
+    # What a member may ask for, and who: the page offers people these buttons.
+    api = next(t for t in board["tasks"] if t["key"] == "api")
+    assert api["event_rules"] == {
+        "start": {"who": ["owner"], "note": None},
+        "cancel": {"who": ["human"], "note": "reason"},
+    }
     be = await world.deliveries("be")
     assert [("`api`" in b, "`db`" in b, s) for b, s in be] == [
         (True, False, "pending"),

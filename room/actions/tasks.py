@@ -43,6 +43,7 @@ from room.store import tasks as tasks_store
 from room.store.tasks import TaskRow
 from room.tasks import (
     NOTE_REQUIRED,
+    TASK_EVENT_ACTORS,
     TaskActor,
     TaskEvent,
     TaskSnapshot,
@@ -254,6 +255,7 @@ def task_object(
         "sync": tasks_store.open_sync_requests(conn, task.id),
         "decisions": tasks_store.decisions_of_task(conn, task.id),
         "allowed_events": [str(e) for e in allowed_events(task.state)],
+        "event_rules": event_rules(task.state),
         "assumptions": list(task.assumptions),
         "attempt": attempt.to_wire() if attempt is not None else None,
         "created_at": iso(task.created_at),
@@ -419,6 +421,20 @@ def current_object(conn: sqlite3.Connection, project_id: int, task_id: int) -> d
 
 def _member(conn: sqlite3.Connection, member_id: int | None) -> Member | None:
     return members_store.get(conn, member_id) if member_id is not None else None
+
+
+def event_rules(state: TaskState) -> dict[str, dict[str, Any]]:
+    """For each event allowed from ``state`` that a member may ask for: who may (``owner``,
+    ``reviewer``, ``human``) and the note it needs (``reason``, ``evidence`` or null). The page
+    offers a person the events whose ``who`` they hold; the server still decides."""
+    return {
+        str(e): {
+            "who": sorted(str(a) for a in TASK_EVENT_ACTORS[e] if a is not TaskActor.SYSTEM),
+            "note": NOTE_REQUIRED.get(e),
+        }
+        for e in allowed_events(state)
+        if TASK_EVENT_ACTORS[e] != {TaskActor.SYSTEM}
+    }
 
 
 def task_meta(task: TaskRow, event: str) -> dict[str, Any]:
