@@ -169,3 +169,26 @@ def test_synced_receipt_badge_reassign_and_cancel(owner: Person, room_server: Ro
     expect(ops.locator(".state-badge")).to_have_text("已取消")
     expect(ops.locator(".task-action-buttons button")).to_have_text(["重新打开"])
     screenshot(page, "task-cards-actions")
+
+
+def test_a_plan_first_plan_is_started_from_the_board(
+    owner: Person, room_server: RoomServer
+) -> None:
+    project = room_server.create_project("计划优先", TEAM)
+    base = f"/api/projects/{project}"
+    items = [{"key": "api", "title": "写接口", "owner": "owner", "acceptance": ["能用"]}]
+    room_server.post(f"{base}/plan", {"goal": "做完", "items": items, "start": False}, 201)
+    page = owner.page
+    owner.open_project(project)
+    expect(page.locator(".notice", has_text="计划优先模式")).to_contain_text("任务看板上开始")
+    tasks = open_tasks(page)
+    card = tasks.locator('.task-card[data-key="api"]')
+    expect(card.locator(".task-held")).to_have_text("计划未开始")
+    expect(card.locator(".task-action-buttons button")).to_have_text(["取消任务"])  # no 开始 yet
+    bar = tasks.locator(".plan-start-bar")
+    expect(bar).to_contain_text("计划优先")
+    bar.get_by_role("button", name="开始计划").click()  # the button the notice points at
+    expect(bar).to_have_count(0)
+    expect(card.locator(".task-held")).to_have_count(0)
+    expect(card.locator(".task-action-buttons button")).to_have_text(["开始", "取消任务"])
+    assert task(room_server, project, "api")["held"] is False

@@ -587,6 +587,7 @@ async def test_the_goal_reaches_the_lead_and_plan_first_holds_dispatch(world: Wo
     assert result["plan"]["started"] is False
     api = await world.task("api")
     assert (api["state"], api["held"]) == ("ready", True)
+    assert "start" not in api["event_rules"]  # the page offers no 开始 until the plan starts
     assert await world.deliveries("be") == []
     with pytest.raises(RoomError) as caught:
         await updates.change_task(world.core, world["be"], "api", "start")

@@ -7,7 +7,7 @@ import { $, $$, h, icon } from "./dom.js";
 import { label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { member, upsertProject } from "./store.js";
-import { acceptanceProgress, taskActions } from "./taskactions.js";
+import { acceptanceProgress, planStartBar, taskActions } from "./taskactions.js";
 import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
@@ -99,6 +99,8 @@ export class Panel {
           this.loadTasks();
         } } })));
     }
+    const planBar = planStartBar(room, tasks, () => this.loadTasks());
+    if (planBar) nodes.push(planBar);
     if (!tasks.length) nodes.push(empty("tasks.emptyTitle", this.ownerFilter !== null ? "tasks.emptyOwner" : "tasks.empty"));
     for (const task of tasks) nodes.push(taskCard(room, task, () => this.loadTasks()));
     box.replaceChildren(...nodes);

@@ -335,6 +335,8 @@ export const STRINGS_EN = {
   "tasks.note": "Reason: {note}",
   "tasks.fromReview": "attached in review",
   "tasks.progress": "Acceptance {passed}/{total}",
+  "tasks.planWaiting": "Plan first: the plan is saved; tasks are dispatched once it is started.",
+  "tasks.startPlan": "Start the plan",
   "taskAction.start": "Start",
   "taskAction.sync_receipt": "Synced",
   "taskAction.unblock": "Unblock",

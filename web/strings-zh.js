@@ -336,6 +336,8 @@ export const STRINGS_ZH = {
   "tasks.note": "原因：{note}",
   "tasks.fromReview": "评审时附上",
   "tasks.progress": "验收进度 {passed}/{total}",
+  "tasks.planWaiting": "计划优先：计划已保存，开始后才派发任务。",
+  "tasks.startPlan": "开始计划",
   "taskAction.start": "开始",
   "taskAction.sync_receipt": "已同步",
   "taskAction.unblock": "解除受阻",

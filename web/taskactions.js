@@ -49,6 +49,27 @@ export function offeredEvents(room, task) {
   });
 }
 
+/** "计划优先": a plan is saved and waits for a person to start it (the notice says so and
+ * points here): a bar with the button, or null. */
+export function planStartBar(room, tasks, reload) {
+  if (!room.you || !mayPost(room.project) || !tasks.some((task) => task.held)) return null;
+  const error = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
+  const button = h("button", { type: "button", class: "btn btn-small btn-primary", dataset: { action: "plan-start" }, text: t("tasks.startPlan"), on: { click: async () => {
+    button.disabled = true;
+    error.hidden = true;
+    try {
+      await post(`/api/projects/${room.id}/plan/start`, {});
+      reload();
+    } catch (err) {
+      error.textContent = errorText(err);
+      error.hidden = false;
+    } finally {
+      button.disabled = false;
+    }
+  } } });
+  return h("div", { class: "plan-start-bar" }, h("span", { text: t("tasks.planWaiting") }), button, error);
+}
+
 /** The progress of acceptance on this revision: a bar and "验收进度 n/m", or null. */
 export function acceptanceProgress(task) {
   const criteria = task.criteria || [];

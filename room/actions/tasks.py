@@ -255,7 +255,7 @@ def task_object(
         "sync": tasks_store.open_sync_requests(conn, task.id),
         "decisions": tasks_store.decisions_of_task(conn, task.id),
         "allowed_events": [str(e) for e in allowed_events(task.state)],
-        "event_rules": event_rules(task.state),
+        "event_rules": event_rules(task.state, held=task.held),
         "assumptions": list(task.assumptions),
         "attempt": attempt.to_wire() if attempt is not None else None,
         "created_at": iso(task.created_at),
@@ -423,17 +423,18 @@ def _member(conn: sqlite3.Connection, member_id: int | None) -> Member | None:
     return members_store.get(conn, member_id) if member_id is not None else None
 
 
-def event_rules(state: TaskState) -> dict[str, dict[str, Any]]:
+def event_rules(state: TaskState, *, held: bool = False) -> dict[str, dict[str, Any]]:
     """For each event allowed from ``state`` that a member may ask for: who may (``owner``,
     ``reviewer``, ``human``) and the note it needs (``reason``, ``evidence`` or null). The page
-    offers a person the events whose ``who`` they hold; the server still decides."""
+    offers a person the events whose ``who`` they hold; the server still decides. A ``held``
+    task (its plan not started) cannot be started (:func:`fire`)."""
     return {
         str(e): {
             "who": sorted(str(a) for a in TASK_EVENT_ACTORS[e] if a is not TaskActor.SYSTEM),
             "note": NOTE_REQUIRED.get(e),
         }
         for e in allowed_events(state)
-        if TASK_EVENT_ACTORS[e] != {TaskActor.SYSTEM}
+        if TASK_EVENT_ACTORS[e] != {TaskActor.SYSTEM} and not (held and e is _E.START)
     }
 
 
