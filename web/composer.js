@@ -16,6 +16,8 @@ const PREVIEW_AFTER_MS = 150;
 // An at-sign may open the picker unless it continues an ASCII word, a path or an email.
 const NO_PICKER_BEFORE = /[A-Za-z0-9_.\-+/%@＠]/;
 const WHITESPACE = /[\s\u3000]/;
+// What ends a name after an at-sign (shared/mentions/SPEC.md §4, less `.:!?`): the picker closes.
+const NAME_END = /[,;)\]}>"'*~([{<（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
 const BOUNDARY_BEFORE = /[\s\u3000([{<"'*~,;（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
 
 export class Composer {
@@ -383,7 +385,7 @@ export function tokenFor(m) {
  * or null. The query holds at least one space and no line break. */
 export function spacedMentionQuery(text, caret) {
   let i = caret - 1;
-  while (i >= 0 && text[i] !== "@" && text[i] !== "＠" && text[i] !== "\n" && caret - i <= 33) i -= 1;
+  while (i >= 0 && text[i] !== "@" && text[i] !== "＠" && text[i] !== "\n" && !NAME_END.test(text[i]) && caret - i <= 33) i -= 1;
   if (i < 0 || (text[i] !== "@" && text[i] !== "＠")) return null;
   if (i > 0 && NO_PICKER_BEFORE.test(text[i - 1])) return null;
   const query = text.slice(i + 1, caret);
@@ -394,7 +396,7 @@ export function spacedMentionQuery(text, caret) {
 /** The mention being typed before `caret`: {start, query} or null. */
 export function mentionQuery(text, caret) {
   let i = caret - 1;
-  while (i >= 0 && text[i] !== "@" && text[i] !== "＠" && !WHITESPACE.test(text[i]) && caret - i <= 33) i -= 1;
+  while (i >= 0 && text[i] !== "@" && text[i] !== "＠" && !WHITESPACE.test(text[i]) && !NAME_END.test(text[i]) && caret - i <= 33) i -= 1;
   if (i < 0 || (text[i] !== "@" && text[i] !== "＠")) return null;
   if (i > 0 && NO_PICKER_BEFORE.test(text[i - 1])) return null;
   const query = text.slice(i + 1, caret);
