@@ -62,6 +62,7 @@ export class Composer {
     this.input.value = draft?.text || "";
     this.chips = draft?.chips || [];
     this.replyTo = draft?.replyTo || null;
+    this.unmatched = null;
     this.picker.close();
     this.refresh();
     this.autosize();
