@@ -86,6 +86,8 @@ def check_csrf(identity: Identity, headers: Mapping[str, str]) -> None:
     (a bearer token is never sent ambiently by a browser)."""
     if identity.user is None:
         return
-    sent = headers.get(CSRF_HEADER, "")
-    if not identity.csrf_token or not hmac.compare_digest(sent, identity.csrf_token):
+    # Header values arrive decoded as latin-1: compared as bytes, a non-ASCII token is simply
+    # wrong (``compare_digest`` refuses non-ASCII ``str`` with a TypeError).
+    sent = headers.get(CSRF_HEADER, "").encode("latin-1", "replace")
+    if not identity.csrf_token or not hmac.compare_digest(sent, identity.csrf_token.encode()):
         raise ForbiddenError("missing or wrong CSRF token", code="csrf")

@@ -73,12 +73,15 @@ def read_trace(data: Path) -> list[dict[str, Any]]:
     return out
 
 
-def last_start(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The phases of the most recent start (from its last ``start`` line)."""
+def last_start(trace: list[dict[str, Any]], pid: int | None = None) -> list[dict[str, Any]]:
+    """The phases of the most recent start (from its last ``start`` line), or of the start of
+    process ``pid``: while a server runs, a second instance refused at the lock writes its own
+    lines after the running server's, and those say nothing about the running server."""
     for index in range(len(trace) - 1, -1, -1):
-        if trace[index].get("phase") == "start":
-            return trace[index:]
-    return trace
+        line = trace[index]
+        if line.get("phase") == "start" and pid in (None, line.get("pid")):
+            return [p for p in trace[index:] if p.get("pid") == line.get("pid")]
+    return trace if pid is None else []
 
 
 def dependency_versions() -> dict[str, dict[str, str | None]]:

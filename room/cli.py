@@ -73,13 +73,24 @@ def build_parser() -> argparse.ArgumentParser:
     member_sub = member.add_subparsers(dest="member_command", metavar="SUBCOMMAND")
     token = member_sub.add_parser(
         "token",
-        help="print a fresh bearer token for an agent member (only the token)",
-        description="Issue a fresh bearer token for agent member HANDLE of PROJECT (name or id). "
-        "Prints only the token. Works while the server runs.",
+        help="rotate an agent member's bearer token: print a fresh one, revoke the older ones",
+        description="Issue a fresh bearer token for agent member HANDLE of PROJECT (name or id) "
+        "and revoke its older tokens (the handle, session and tasks stay). Prints only the token. "
+        "Works while the server runs; a socket already open with an old token stays open until "
+        "it reconnects (the owner's API call cuts it at once).",
     )
     data_arg(token)
     token.add_argument("project", metavar="PROJECT", help="project name or id")
     token.add_argument("handle", metavar="HANDLE", help="the agent's handle")
+    revoke = member_sub.add_parser(
+        "revoke",
+        help="revoke every bearer token of an agent member (it keeps its handle)",
+        description="Revoke all bearer tokens of agent member HANDLE of PROJECT; prints how many "
+        "were live. Issue a new one with 'room member token'.",
+    )
+    data_arg(revoke)
+    revoke.add_argument("project", metavar="PROJECT", help="project name or id")
+    revoke.add_argument("handle", metavar="HANDLE", help="the agent's handle")
 
     agent = sub.add_parser(
         "agent",
@@ -112,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return login_link(_settings(args))
         if args.command == "member" and args.member_command == "token":
             return member_token(_settings(args), args.project, args.handle)
+        if args.command == "member" and args.member_command == "revoke":
+            return member_revoke(_settings(args), args.project, args.handle)
         if args.command == "agent":
             from room.client import run_agent_command
 
@@ -139,7 +152,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from room.app import RoomServer, create_app
     from room.errors import LockHeldError
-    from room.transport import RoomWebSocketProtocol
+    from room.transport import RoomWebSocketProtocol, http_protocol
 
     settings = _settings(args, host=args.host, port=args.port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -160,6 +173,7 @@ def serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         ws=server.ws_protocol,
+        http=http_protocol(settings.header_timeout_secs),
         ws_max_size=settings.max_frame_bytes,
         ws_per_message_deflate=False,
         log_level=args.log_level,
@@ -231,4 +245,19 @@ def member_token(settings: Settings, project: str, handle: str) -> int:
     finally:
         conn.close()
     print(token)
+    return EXIT_OK
+
+
+def member_revoke(settings: Settings, project: str, handle: str) -> int:
+    from room.actions import auth as auth_actions
+    from room.store import run_write
+
+    conn = _open_current(settings)
+    try:
+        revoked = run_write(
+            conn, lambda c, tx: auth_actions.revoke_agent_tokens_by_handle(c, tx, project, handle)
+        )
+    finally:
+        conn.close()
+    print(f"revoked {revoked} token(s) of @{handle.lstrip('@')}")
     return EXIT_OK

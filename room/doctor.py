@@ -13,6 +13,7 @@ from typing import Any
 from room.boot import last_start, read_trace
 from room.settings import Settings
 from room.store.lock import is_locked, read_holder_pid
+from room.store.migrate import integrity_problems
 from room.store.schema import SCHEMA_VERSION
 
 
@@ -37,8 +38,20 @@ def collect(settings: Settings) -> dict[str, Any]:
         }
     except (OSError, ValueError):
         problems.append("no boot-report.json: the server has not started here yet")
-    phases = last_start(read_trace(data))
+    trace = read_trace(data)
+    holder = summary["server"]["pid"]
+    # A running server is judged by its own start; a later start that died (a second instance
+    # refused at the lock) is shown, not counted against it.
+    phases = last_start(trace, holder) if holder is not None else []
+    phases = phases or last_start(trace)
     summary["last_start"] = [p.get("phase") for p in phases]
+    latest = last_start(trace)
+    if latest and latest is not phases and latest[0].get("pid") != holder:
+        summary["refused_start"] = {
+            "pid": latest[0].get("pid"),
+            "phases": [p.get("phase") for p in latest],
+            "detail": latest[-1].get("detail"),
+        }
     if phases and phases[-1].get("phase") not in ("ready", "stopping", "stopped"):
         failed = [p for p in phases if not p.get("ok", True)]
         detail = failed[-1].get("detail") if failed else {}
@@ -50,7 +63,7 @@ def collect(settings: Settings) -> dict[str, Any]:
         conn = sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            check = conn.execute("PRAGMA quick_check").fetchone()[0]
+            check = "; ".join(integrity_problems(conn, "quick_check")) or "ok"
             counts = {
                 table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
                 for table in ("projects", "members", "messages", "deliveries")
@@ -97,6 +110,11 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
             print(f"version:  room {r['room_version']}, Python {r['python']}, SQLite {r['sqlite']}")
         if summary.get("last_start"):
             print(f"last start: {' → '.join(summary['last_start'])}")
+        if refused := summary.get("refused_start"):
+            print(
+                f"refused:  a later start (pid {refused['pid']}) stopped at "
+                f"{refused['phases'][-1]!r}: {refused['detail']}"
+            )
         if "database" in summary:
             d = summary["database"]
             print(

@@ -96,7 +96,7 @@ class Outbox:
     __slots__ = (
         "_batch", "_close", "_direct", "_flusher", "_idle_waiters", "_queue", "_send_text",
         "_task", "_waiting_bytes", "_wake", "close_reason", "closed", "limit", "limit_bytes",
-        "name",
+        "name", "stall_secs",
     )  # fmt: skip
 
     def __init__(
@@ -109,6 +109,7 @@ class Outbox:
         direct: DirectWrite | None = None,
         flusher: Flusher | None = None,
         name: str = "",
+        stall_secs: float | None = None,
     ) -> None:
         self._send_text = send_text
         self._close = close
@@ -116,6 +117,7 @@ class Outbox:
         self._flusher = flusher or Flusher()
         self.limit = limit
         self.limit_bytes = limit_bytes
+        self.stall_secs = stall_secs  # a frame that cannot leave for this long cuts (1013)
         self._waiting_bytes = 0  # in _batch and _queue
         self._idle_waiters: list[asyncio.Future[None]] = []  # wait_sent callers
         self.name = name
@@ -230,7 +232,15 @@ class Outbox:
                 self._wake.clear()
                 while self._queue and not self.closed:
                     frame = self._queue[0]
-                    await self._send_text(frame.text)
+                    try:
+                        async with asyncio.timeout(self.stall_secs):
+                            await self._send_text(frame.text)
+                    except TimeoutError:
+                        self.cut(
+                            f"slow consumer: nothing read for {self.stall_secs:g} s; "
+                            "reconnect and resume with since"
+                        )
+                        return
                     if self._queue and self._queue[0] is frame:
                         self._queue.popleft()
                         self._waiting_bytes -= len(frame.text)
@@ -277,6 +287,8 @@ class Hub:
         # ``agent_session`` key), so signing out (or leaving) closes them too.
         self._sessions: dict[str, set[Outbox]] = {}
         self.flusher = Flusher()
+        self.connections = 0  # open WebSocket connections (``/metrics``)
+        self.messages = 0  # new messages published since the start (``/metrics``)
 
     @staticmethod
     def agent_session(member_id: int) -> str:

@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 
 from room.actions import auth as auth_actions
 from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
+from room.bodies import read_body
 from room.core import Core
 from room.errors import RoomError
 from room.hub import CLOSE_SIGNED_OUT
@@ -47,9 +48,7 @@ MAX_FORM_BYTES = 8192
 
 async def form_fields(request: Request) -> dict[str, str]:
     """A small urlencoded form (our pages post nothing else; no multipart parser needed)."""
-    raw = await request.body()
-    if len(raw) > MAX_FORM_BYTES:
-        return {}
+    raw = await read_body(request, MAX_FORM_BYTES)
     parsed = urllib.parse.parse_qs(raw.decode("utf-8", "replace"), max_num_fields=10)
     return {key: values[0] for key, values in parsed.items()}
 

@@ -16,6 +16,10 @@ from room.errors import ForgedAuthorError, FrameError
 
 MAX_HISTORY_LIMIT = 200
 MAX_CHIPS = 50
+# A search frame's query may be long enough to be refused as too long (``bad_query``) rather
+# than as a bad frame; room.searchtext.MAX_QUERY_CHARS is the real limit.
+MAX_SEARCH_QUERY_CHARS = 4000
+MAX_SEARCH_LIMIT = 100
 
 # Field names that would let a client claim to be someone; refused wherever they appear.
 AUTHOR_FIELDS = frozenset(
@@ -130,6 +134,22 @@ class RedeliverFrame(_Frame):
     delivery_ids: list[Id] = Field(min_length=1, max_length=500)
 
 
+class SearchFrame(_Frame):
+    """Full-text search of a project (docs/search.md). ``by`` filters by author (a member id or
+    handle; an ``author`` field would be refused as ``forged_author``)."""
+
+    type: Literal["search"]
+    project_id: Id
+    q: str = Field(max_length=MAX_SEARCH_QUERY_CHARS)
+    kind: (
+        list[Annotated[str, Field(max_length=32)]] | Annotated[str, Field(max_length=200)] | None
+    ) = Field(default=None, max_length=16)
+    by: Id | Annotated[str, Field(max_length=64)] | None = None
+    since: Annotated[str, Field(max_length=40)] | float | None = None
+    until: Annotated[str, Field(max_length=40)] | float | None = None
+    limit: int = Field(default=20, ge=1, le=MAX_SEARCH_LIMIT)
+
+
 class PingFrame(_Frame):
     type: Literal["ping"]
 
@@ -149,6 +169,7 @@ ClientFrame = Annotated[
     | ReceivedFrame
     | ConsumeFrame
     | RedeliverFrame
+    | SearchFrame
     | PingFrame,
     Field(discriminator="type"),
 ]
@@ -170,6 +191,7 @@ CLIENT_FRAME_TYPES: tuple[str, ...] = (
     "received",
     "consume",
     "redeliver",
+    "search",
     "ping",
 )
 
@@ -192,7 +214,9 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "project",
     "tasks",
     "decisions",
+    "memory",
     "resync_required",
+    "search_results",
     "pong",
     "error",
 )

@@ -32,6 +32,12 @@ class Settings(BaseModel):
     extra_origins: tuple[str, ...] = Field(
         default=(), description="More origins allowed to open WebSockets (comma-separated in env)."
     )
+    workspace_roots: tuple[str, ...] = Field(
+        default=(),
+        description="Folders inside which a project's workspace may be set (comma-separated in "
+        "env); empty means the server user's home folder and the system's temporary folder. "
+        "A project's default workspace in the data folder is always allowed.",
+    )
     synchronous: str = Field(
         default="FULL",
         pattern="^(FULL|NORMAL|EXTRA)$",
@@ -41,6 +47,12 @@ class Settings(BaseModel):
         default=512, ge=1, description="Most writes committed together in one group commit."
     )
     reader_threads: int = Field(default=2, ge=1, le=16, description="SQLite reader threads.")
+    search_index_messages: bool = Field(
+        default=True,
+        description="Add new and edited messages to the search index as they are written. Off "
+        "only to measure what indexing costs: messages written meanwhile are indexed when the "
+        "server next starts with it on (deletions leave the index either way).",
+    )
     max_frame_bytes: int = Field(
         default=64 * 1024, ge=1024, description="Largest inbound WebSocket frame (bytes)."
     )
@@ -56,6 +68,21 @@ class Settings(BaseModel):
         default=16 * 1024 * 1024,
         ge=64 * 1024,
         description="Bytes queued for one connection before it is cut as a slow consumer.",
+    )
+    ws_stall_secs: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="A connection whose frames have not left for this long is cut as a slow "
+        "consumer (1013); the close frame waits behind what the peer has not read, and a peer "
+        "that reads nothing more is dropped this long after.",
+    )
+    header_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Time an HTTP client has to send a request's headers (first byte to last, "
+        "on a new or kept-alive connection) before the connection is closed.",
     )
     send_rate_per_sec: float = Field(
         default=10.0, gt=0, description="Sustained sends per member per second."
@@ -119,7 +146,11 @@ class Settings(BaseModel):
         "server has none (the project's `unsandboxed` setting does nothing unless this is on).",
     )
     context_tokens: int = Field(
-        default=6000, ge=500, description="Token budget of the timeline in an agent's context."
+        default=32_000,
+        ge=500,
+        description="Token budget of an agent's whole context: the system message, the project "
+        "records, its checkpoint and own earlier turns, and the timeline (the new messages are "
+        "always kept; timeline lines that do not fit are announced by one line).",
     )
     stop_confirm_secs: float = Field(
         default=5.0,

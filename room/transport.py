@@ -7,15 +7,30 @@ frame straight to the transport when the connection is open and writable, and re
 otherwise (the caller then queues it and sends it the ordinary ASGI way). Everything else —
 handshake, pings, close, inbound frames and their limits — is uvicorn's and websockets' own.
 
-If uvicorn changes shape, the extension is simply absent and the hub falls back to ASGI sends.
+A second extension, ``scope["extensions"]["room.cut"]``, closes a connection whose peer has
+stopped reading: uvicorn's own close waits until the socket is writable again, which for a
+stalled reader is never, so the TCP connection was never released. ``cut`` writes the close frame
+behind whatever is still buffered, closes (flushing), and drops the connection if the peer has
+not read it all within the grace. uvicorn's keepalive timeout (1011) gets the same drop.
+
+:func:`http_protocol` gives uvicorn's h11 protocol a deadline for a request's headers: without
+one, a client sending a header line every few seconds (slowloris) held its connection forever.
+
+If uvicorn changes shape, the extensions are simply absent and the hub falls back to ASGI sends.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
+
+log = logging.getLogger(__name__)
 
 
 def offers_direct_write(protocol: type[Any] | str) -> bool:
@@ -29,6 +44,63 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
         super().handle_connect(event)
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions["room.direct_write"] = self.direct_write
+        extensions["room.cut"] = self.cut
+
+    _drop_timer: asyncio.TimerHandle | None = None
+
+    def cut(self, code: int, reason: str, grace_secs: float) -> None:
+        """Close now, without waiting for the socket to be writable: the close frame goes behind
+        what is buffered, the transport flushes and closes, and after ``grace_secs`` whatever the
+        peer has not read is dropped with the connection."""
+        if self.disconnected:
+            return
+        if not self.close_sent and self.conn.state is State.OPEN:
+            self.conn.send_close(code, reason)
+            self.transport.write(b"".join(self.conn.data_to_send()))
+            self.close_sent = True
+            self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+        self.stop_keepalive()
+        self.transport.close()
+        self._drop_later(grace_secs)
+
+    def send_receive_event_to_app(self) -> None:
+        # uvicorn's own logs a traceback for each text frame that is not UTF-8 — before sign-in,
+        # anyone could fill the log. The same close (1007), one quiet line.
+        if self.curr_msg_data_type != "text" or self.close_sent:
+            super().send_receive_event_to_app()
+            return
+        data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+        self.frames = []
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
+            log.info("closing %s: a text frame is not UTF-8 (%s)", self.client, exc.reason)
+            self.conn.send_close(1007, "invalid UTF-8")
+            self.handle_parser_exception()
+            return
+        self.queue.put_nowait({"type": "websocket.receive", "text": text})
+        if not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def keepalive_timeout(self) -> None:
+        super().keepalive_timeout()  # fails the connection (1011) and closes the transport
+        self._drop_later(self.ping_timeout or 20.0)
+
+    def _drop_later(self, grace_secs: float) -> None:
+        if self._drop_timer is None:
+            self._drop_timer = self.loop.call_later(grace_secs, self._drop)
+
+    def _drop(self) -> None:
+        if not self.disconnected:
+            log.info("dropping a connection that read nothing more: %s", self.client)
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._drop_timer is not None:
+            self._drop_timer.cancel()
+            self._drop_timer = None
+        super().connection_lost(exc)
 
     _direct_open = False  # handshake done and accepted: checked once
 
@@ -45,3 +117,46 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
             return False
         transport.write(wire)
         return True
+
+
+def http_protocol(header_timeout_secs: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a deadline for each request's headers."""
+
+    class RoomHttpProtocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:  # the headers are in (or an upgrade)
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request on this kept-alive connection gets its own
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout_secs, self._expired)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _expired(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                log.info("closing %s: no complete request headers in %ss", self.client,
+                         header_timeout_secs)  # fmt: skip
+                self.transport.close()
+
+    return RoomHttpProtocol

@@ -21,6 +21,7 @@ from room import __version__
 from room import protocol as p
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
+from room.actions import search as search_actions
 from room.actions import turns as turn_actions
 from room.auth import (
     SESSION_COOKIE,
@@ -30,7 +31,7 @@ from room.auth import (
     identity_from_headers,
 )
 from room.core import Core, ProjectRoster
-from room.errors import AuthError, ForbiddenError, NotFoundError, RoomError
+from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
 from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
 from room.ledger import DeliveryState
 from room.models import Member
@@ -68,6 +69,14 @@ async def ws_endpoint(websocket: WebSocket) -> None:
         await websocket.close(code=CLOSE_POLICY)
         return
     await websocket.accept()
+    core.hub.connections += 1
+    try:
+        await _serve(core, websocket, identity)
+    finally:
+        core.hub.connections -= 1
+
+
+async def _serve(core: Core, websocket: WebSocket, identity: Identity | None) -> None:
     connection = Connection(core, websocket, identity)
     secret = websocket.cookies.get(SESSION_COOKIE) if identity and identity.user else None
     if secret is None:
@@ -102,6 +111,7 @@ class Connection:
             direct=extensions.get("room.direct_write"),
             flusher=core.hub.flusher,
             name=f"{websocket.client}",
+            stall_secs=core.settings.ws_stall_secs,
         )
         self.subscriptions: dict[int, Subscription] = {}
         self.member_ids: dict[int, int] = {}
@@ -121,6 +131,7 @@ class Connection:
             "received": self.on_received,
             "consume": self.on_consume,
             "redeliver": self.on_redeliver,
+            "search": self.on_search,
             "ping": self.on_ping,
         }
         self.handoff = uuid.uuid4().hex
@@ -133,6 +144,10 @@ class Connection:
         await self.websocket.send({"type": "websocket.send", "text": text})
 
     async def _close(self, code: int, reason: str) -> None:
+        cut = (self.websocket.scope.get("extensions") or {}).get("room.cut")
+        if cut is not None:  # never waits on a peer that stopped reading (room.transport)
+            cut(code, reason, self.core.settings.ws_stall_secs)
+            return
         await self.websocket.close(code=code, reason=reason)
 
     def push(self, frame: dict[str, Any]) -> None:
@@ -555,6 +570,10 @@ class Connection:
 
     async def on_preview(self, frame: p.PreviewFrame) -> None:
         member = await self.member(frame.project_id)
+        # Resolving a draft costs the event loop; a page asks once typing pauses, a flood waits.
+        wait_ms = self.core.chatter.take((member.id, "preview"))
+        if wait_ms:
+            raise RateLimitedError("previewing too fast; slow down", retry_after_ms=wait_ms)
         roster = await self.core.rosters.get(frame.project_id)
         addressing = message_actions.resolve_recipients(
             member, frame.body, list(frame.chips), roster
@@ -570,6 +589,32 @@ class Connection:
                 "humans_only": addressing.resolution.humans_only_group,
             }
         )
+
+    async def on_search(self, frame: p.SearchFrame) -> None:
+        member = await self.member(frame.project_id)
+        kinds = frame.kind.split(",") if isinstance(frame.kind, str) else frame.kind
+
+        async def answer() -> None:
+            body = await search_actions.search(
+                self.core,
+                member,
+                frame.q,
+                kinds=[k.strip() for k in kinds if k.strip()] if kinds else None,
+                by=frame.by,
+                since=frame.since,
+                until=frame.until,
+                limit=frame.limit,
+            )
+            self.push(
+                {
+                    "type": "search_results",
+                    "req_id": frame.req_id,
+                    "project_id": frame.project_id,
+                    **body,
+                }
+            )
+
+        self._spawn(answer(), frame.req_id)
 
     async def on_receipts(self, frame: p.ReceiptsFrame) -> None:
         await self.member(frame.project_id)

@@ -3,12 +3,15 @@ beyond SQLite's range; project limits that are strict integers and can be cleare
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from typing import Any
 
 import pytest
 
 from room.store.projects import MAX_ROW_ID, row_id
 from tests.support.inproc import App, error, post
+from tests.support.server import ServerProcess
 
 HUGE = "9" * 25  # digits beyond SQLite's 64-bit INTEGER
 
@@ -140,3 +143,76 @@ def test_limits_are_strict_integers_in_range(
     project_id, _ = project
     result = post(app, f"/api/projects/{project_id}/limits", {"agent_turn_cap": value})
     assert error(result) == (400, "bad_body")
+
+
+# -- bodies are refused as they pass the limit; text that cannot be stored (issue 14, 18 and 21) --
+
+
+def _raw_post(server: ServerProcess, path: str, headers: str, chunks: list[bytes]) -> str:
+    """POST over a raw socket; returns the status line. The server may answer before taking the
+    whole body (that is the point), so a reset while sending is expected."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {server.origin}\r\n"
+            f"Content-Type: application/x-www-form-urlencoded\r\n{headers}\r\n".encode()
+        )
+        with contextlib.suppress(OSError):
+            for chunk in chunks:
+                sock.sendall(chunk)
+        return sock.recv(4096).decode("latin-1").split("\r\n", 1)[0]
+
+
+def test_a_declared_oversized_body_is_refused_before_it_is_sent(server: ServerProcess) -> None:
+    # 200 MiB declared, nothing sent: the answer comes at once (before: the server waited to read
+    # it all into memory, on /login before sign-in).
+    status = _raw_post(server, "/login", f"Content-Length: {200 << 20}\r\n", [])
+    assert status == "HTTP/1.1 413 Request Entity Too Large"
+
+
+def test_a_streamed_body_is_cut_as_it_passes_the_limit(server: ServerProcess) -> None:
+    chunk = b"a" * 65536
+    framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    status = _raw_post(server, "/login", "Transfer-Encoding: chunked\r\n", [framed] * 64)
+    assert status == "HTTP/1.1 413 Request Entity Too Large"
+
+
+def test_an_oversized_json_body_is_a_structured_413(app: App) -> None:
+    status, body = post(app, "/api/projects", {"name": "x" * (300 * 1024)})
+    assert status == 413 and body["error"]["code"] == "too_large"
+    assert body["error"]["details"]["limit"] == 256 * 1024
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"name": "\\ud800项目"}',
+        '{"name": "项目", "agents": [{"role": "lead", "handle": "a\\udfff", "display_name": "x"}]}',
+        '{"\\ud83d": 1}',
+    ],
+)
+def test_lone_surrogates_are_a_structured_400(app: App, body: str) -> None:
+    response = app.client.post(
+        "/api/projects",
+        content=body.encode(),
+        headers={
+            "Origin": app.settings.origin,
+            "Content-Type": "application/json",
+            "Cookie": f"room_session={app.owner_cookie}",
+            "X-CSRF-Token": app.csrf[app.owner_cookie],
+        },
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "bad_text"
+
+
+def test_a_non_ascii_csrf_token_is_refused_not_a_500(app: App) -> None:
+    response = app.client.post(
+        "/api/projects",
+        json={"name": "p"},
+        headers={
+            b"Origin": app.settings.origin.encode(),
+            b"Cookie": f"room_session={app.owner_cookie}".encode(),
+            b"X-CSRF-Token": "tökén".encode(),
+        },
+    )
+    assert response.status_code == 403 and response.json()["error"]["code"] == "csrf"

@@ -6,16 +6,22 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.websockets import WebSocketDisconnect
 
 from room.boot import last_start, read_trace
 from room.cli import build_parser, main
+from room.hub import CLOSE_SIGNED_OUT
 from room.protocol import CLIENT_FRAME_TYPES
 from room.sandbox import probe
+from room.store import auth as auth_store
 from room.transport import offers_direct_write
 from tests.support.inproc import App, error, owner_user, running_app
 from tests.support.server import ServerProcess
@@ -109,10 +115,12 @@ def test_a_start_that_died_shows_how_far_it_got(server: ServerProcess, tmp_path:
     phases = last_start(read_trace(server.data))
     assert [p["phase"] for p in phases] == ["start", "lock"]
     assert phases[-1]["ok"] is False and "in use by pid" in phases[-1]["detail"]["error"]
-    # doctor reads the trace and says what is wrong (the running server is fine, the last
-    # start attempt is the one that died).
+    # doctor judges the running server by its own start (it is healthy) and shows the refused
+    # second instance without counting it as a problem (issue 14, item 23).
     code, text = run_cli("doctor", "--data", str(server.data))
-    assert code == 4 and "stopped at phase 'lock'" in text
+    assert code == 0 and "healthy" in text and "PROBLEM" not in text, text
+    assert "last start: start →" in text and "→ ready" in text
+    assert f"refused:  a later start (pid {phases[0]['pid']}) stopped at 'lock'" in text
 
 
 def test_doctor_on_an_empty_folder_needs_attention(tmp_path: Path) -> None:
@@ -152,3 +160,117 @@ def test_recovery_is_for_server_admins_only(app: App) -> None:
     assert app.request("GET", "/api/recovery", cookie=app.owner_cookie)[0] == 200
     assert error(app.request("GET", "/api/recovery", cookie=bob_cookie)) == (403, "admin_only")
     assert error(app.request("GET", "/api/recovery", token=token)) == (403, "admin_only")
+
+
+# -- agent tokens: rotate and revoke without retiring the handle (issue 14, item 25) --------------
+
+
+REVOKED = "this token is unknown or revoked"
+
+
+def _auth(app: App, token: str) -> dict[str, Any]:
+    """The hello frame, or how the server closed the socket."""
+    try:
+        with app.client.websocket_connect("/ws", headers={"Origin": app.settings.origin}) as ws:
+            ws.send_json({"type": "auth", "token": token})
+            frame: dict[str, Any] = ws.receive_json()
+            return frame
+    except WebSocketDisconnect as closed:
+        return {"closed": closed.code, "reason": closed.reason}
+
+
+def test_an_owner_rotates_and_revokes_an_agents_tokens_and_its_open_socket_closes(
+    tmp_path: Path,
+) -> None:
+    with running_app(tmp_path / "data") as app:
+        owner = owner_user(app)
+        plain, plain_cookie = app.new_user("bo", "小博")
+        pid, members, old = app.project_with("令牌", owner, plain)
+        lead = members["lead"]
+        path = f"/api/projects/{pid}/members/{lead.id}/token"
+        with app.client.websocket_connect("/ws", headers={"Origin": app.settings.origin}) as ws:
+            ws.send_json({"type": "auth", "token": old})
+            assert ws.receive_json()["type"] == "hello"
+            status, body = app.request("POST", path, cookie=app.owner_cookie)
+            assert status == 200
+            new = body["token"]
+            with pytest.raises(WebSocketDisconnect) as closed:
+                while True:
+                    ws.receive_json()
+            assert closed.value.code == CLOSE_SIGNED_OUT
+        assert _auth(app, old) == {"closed": CLOSE_SIGNED_OUT, "reason": REVOKED}
+        assert _auth(app, new)["identity"]["member_id"] == lead.id
+        # Only an owner, and only for an agent.
+        assert error(app.request("POST", path, cookie=plain_cookie)) == (403, "not_owner")
+        human = f"/api/projects/{pid}/members/{members['bo'].id}/token"
+        assert error(app.request("POST", human, cookie=app.owner_cookie)) == (409, "not_agent")
+        status, body = app.request("DELETE", path, cookie=app.owner_cookie)
+        assert (status, body) == (200, {"revoked": 1})
+        assert _auth(app, new) == {"closed": CLOSE_SIGNED_OUT, "reason": REVOKED}
+        status, detail = app.request("GET", f"/api/projects/{pid}/members/{lead.id}",
+                                     cookie=app.owner_cookie)  # fmt: skip
+        assert status == 200 and detail["member"]["handle"] == "lead"
+        _, log = app.request("GET", f"/api/projects/{pid}/audit", cookie=app.owner_cookie)
+        actions = [entry["action"] for entry in log["events"]]
+        assert "member.token" in actions and "member.revoke_tokens" in actions
+
+
+def test_the_cli_rotates_and_revokes_while_the_server_runs(server: ServerProcess) -> None:
+    def live(token: str) -> bool:
+        conn = sqlite3.connect(f"file:{server.data / 'room.sqlite'}?mode=ro", uri=True)
+        try:
+            return auth_store.token_member(conn, token) is not None
+        finally:
+            conn.close()
+
+    _, first = run_cli("member", "token", "--data", str(server.data), "演示项目", "lead")
+    _, second = run_cli("member", "token", "--data", str(server.data), "演示项目", "lead")
+    assert not live(first.strip()) and live(second.strip())
+    code, text = run_cli("member", "revoke", "--data", str(server.data), "演示项目", "@lead")
+    assert code == 0 and text.strip() == "revoked 1 token(s) of @lead"
+    assert not live(second.strip())
+
+
+# -- Prometheus metrics (issue 14, item 27) -------------------------------------------------------
+
+
+def _scrape(app: App, cookie: str | None = None, token: str | None = None) -> tuple[int, str]:
+    headers = {"Origin": app.settings.origin}
+    if cookie is not None:
+        headers["Cookie"] = f"room_session={cookie}"
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    response = app.client.get("/metrics", headers=headers)
+    return response.status_code, response.text
+
+
+def test_metrics_are_for_server_admins_and_count_what_the_server_did(tmp_path: Path) -> None:
+    with running_app(tmp_path / "data") as app:
+        _plain, plain_cookie = app.new_user("bo", "小博")
+        pid, _members, token = app.project_with("指标", owner_user(app))
+        assert _scrape(app, cookie=plain_cookie)[0] == 403
+        assert _scrape(app, token=token)[0] == 403
+        assert _scrape(app)[0] == 401
+        for n in range(3):
+            status, _ = app.request("POST", f"/api/projects/{pid}/messages",
+                                    {"body": f"第 {n} 条", "client_txn_id": f"m{n}"},
+                                    cookie=app.owner_cookie)  # fmt: skip
+            assert status in (200, 201)
+        with app.client.websocket_connect("/ws", headers={"Origin": app.settings.origin}) as ws:
+            ws.send_json({"type": "auth", "token": token})
+            assert ws.receive_json()["type"] == "hello"
+            status, text = _scrape(app, cookie=app.owner_cookie)
+        assert status == 200
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        value = {f: [(s.name, s.labels, s.value) for s in families[f].samples] for f in families}
+        assert value["room_connections"] == [("room_connections", {}, 1.0)]
+        assert value["room_messages"][0][2] >= 3
+        states = {labels["state"]: v for _, labels, v in value["room_deliveries"]}
+        assert sum(states.values()) >= 3  # each message reached the lead
+        buckets = [s for s in value["room_writer_batch_size"] if s[0].endswith("_bucket")]
+        assert buckets[-1][1]["le"] == "+Inf" and buckets[-1][2] >= 3
+        commits = dict((s[0], s[2]) for s in value["room_writer_commit_seconds"])
+        assert commits["room_writer_commit_seconds_count"] == buckets[-1][2]
+        assert commits["room_writer_commit_seconds_sum"] > 0
+        for family in ("room_subscribers", "room_turns", "room_model_calls", "room_model_tokens"):
+            assert family in families, family

@@ -4,6 +4,7 @@ external agents."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import subprocess
 import sys
@@ -51,6 +52,12 @@ async def test_kill_mid_turn_before_any_effect_redispatches_once(
         [delivery] = room.deliveries(sent["message_id"])
         assert (delivery["state"], delivery["mode"]) == ("consumed", "queue")
         assert turn_states(data) == ["interrupted", "completed"]
+        # The rerun sees its checkpoint (the prompt is the turn's own input) and not the
+        # superseded transcript of the turn that had no effect.
+        request = "\n".join(m["content"] for m in llm.chat_requests[-1]["messages"])
+        assert "（你的任务检查点：第 1 轮，第 0 步，被服务器重启打断）" in request
+        assert "被打断时待回答的消息就是这一轮的新消息。" in request
+        assert "你自己之前几轮" not in request
         recovery = room.get("/api/recovery")
         assert recovery["turns_interrupted"] == 1 and recovery["redispatched"] == 1
         with room.db() as conn:
@@ -130,6 +137,13 @@ async def test_kill_while_a_command_runs_is_not_rerun(tmp_path: Path, llm: OpenA
         [delivery] = room.deliveries(sent["message_id"])
         assert delivery["state"] == "failed" and delivery["reason_code"] == "restart_after_effect"
         assert len(llm.chat_requests) == 1  # no second request: the turn was not run again
+        with room.db() as conn:
+            phase, pending = conn.execute(
+                "SELECT phase, pending_tools_json FROM checkpoints ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+        assert phase == "interrupted"  # and its checkpoint names the command that never finished
+        assert [p.split()[0] for p in json.loads(pending)] == ["shell"]
+        assert mark in pending
     finally:
         again.stop()
 

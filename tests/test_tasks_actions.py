@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from room.actions import auth as auth_actions
+from room.actions import decisions as decision_actions
 from room.actions import plans as plan_actions
 from room.actions import projects as project_actions
 from room.actions import task_updates as updates
@@ -41,6 +42,7 @@ from room.store import members as members_store
 from room.store import tasks as tasks_store
 from room.store.migrate import connect, migrate
 from room.store.schema import MIGRATIONS
+from room.store.schema_memory import MEMORY_TABLES
 from room.store.schema_tasks import TASK_TABLES
 from room.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
 
@@ -248,7 +250,10 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     before.executescript(MIGRATIONS[names.index("0004_tasks")].sql)
     with_tasks = {r[0] for r in before.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert with_tasks - earlier == set(TASK_TABLES)
-    assert tables - with_tasks == {"task_attempts"}  # 0006: the worktree of each attempt
+    # Later migrations: 0006 the worktree of each attempt, 0008 agents' task checkpoints,
+    # 0009 memory records, 0010 search.
+    later = {t for t in tables - with_tasks if not t.startswith("search_")}
+    assert later == {"task_attempts", "checkpoints", *MEMORY_TABLES}
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         assert "project_id" in columns, table
@@ -690,3 +695,56 @@ async def test_tools_answer_json_and_refusals_say_what_to_fix(world: World) -> N
         "title": "接口风格", "context": "统一", "decision": "REST", "tasks": ["api"],
     })  # fmt: skip
     assert proposed == {"ok": True, "decision": "ADR-0002", "status": "proposed"}
+
+
+# -- the link tables on SQLite 3.40 (issue 14, item 24) -------------------------------------------
+
+
+def _checks(conn: sqlite3.Connection) -> list[str]:
+    return [conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("quick_check", "integrity_check")]
+
+
+async def test_a_plan_with_dependencies_and_a_bound_decision_checks_clean(world: World) -> None:
+    """SQLite 3.40 misreads a WITHOUT ROWID table whose non-key column stands before a key column
+    (``NULL value in task_deps.project_id``); the link tables keep their key columns first."""
+    await plan(world, item("api", "be"), item("ui", "fe", "api"), item("docs", "qa", "api", "ui"))
+    await decision_actions.propose_decision(
+        world.core, world["owner"], title="接口", context="c", decision="d", task_keys=["api", "ui"]
+    )
+    counts = await world.read(
+        lambda c: [c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                   for t in ("task_deps", "decision_tasks")]
+    )  # fmt: skip
+    assert counts[0] == 3 and counts[1] >= 2
+    assert await world.read(_checks) == ["ok", "ok"]
+
+
+def test_the_link_tables_move_their_keys_first_and_old_snapshots_still_verify(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    names = [m.name for m in MIGRATIONS]
+    before = names.index("0007_link_tables_key_first")
+    conn.execute("PRAGMA foreign_keys = OFF")  # rows without their parents: only the copy matters
+    for migration in MIGRATIONS[:before]:
+        conn.executescript(migration.sql)
+    conn.execute(f"PRAGMA user_version = {before}")
+    conn.executemany(
+        "INSERT INTO task_deps (project_id, task_id, depends_on_id) VALUES (?, ?, ?)",
+        [(7, 2, 1), (7, 3, 1), (7, 3, 2)],
+    )
+    conn.execute("INSERT INTO decision_tasks (project_id, decision_id, task_id) VALUES (7, 1, 3)")
+    conn.commit()
+    if sqlite3.sqlite_version_info[:2] == (3, 40):  # Debian 12's SQLite, as CI runs it
+        assert _checks(conn)[0] == "NULL value in task_deps.project_id"
+    old = tasks_store.digest_rows(conn, 7)
+    # The snapshot digest as it was computed before: ``SELECT *`` in the old column order.
+    legacy = hashlib.sha256()
+    for row in [(7, 2, 1), (7, 3, 1), (7, 3, 2)]:
+        legacy.update(json.dumps(list(row)).encode() + b"\n")
+    assert old["task_deps"] == {"count": 3, "sha256": legacy.hexdigest()}
+    migrate(conn, path, now=time.time())
+    assert tasks_store.digest_rows(conn, 7) == old
+    assert _checks(conn) == ["ok", "ok"]
+    conn.close()

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from room.actions import auth as auth_actions
+from room.actions import workspaces as ws_actions
 from room.actions.workspaces import work_dir
+from room.errors import BadRequestError
 from room.store import Tx
 from room.store import members as members_store
 from room.store.migrate import connect, migrate
@@ -161,8 +163,47 @@ def test_a_workspace_that_could_reach_the_database_or_does_not_exist_is_refused(
     dot = Path.home() / ".ssh"
     if dot.is_dir():
         assert _refusal(app, str(dot)) == (400, "workspace_system")
+    # Outside the operator's roots (by default the home and temporary folders): refused.
+    assert _refusal(app, "/srv") == (400, "workspace_outside_roots")
     _status, projects = app.request("GET", "/api/me", cookie=app.owner_cookie)
     assert [p["name"] for p in projects["projects"]] == ["演示项目"]  # nothing was created
+
+
+def test_workspaces_stay_inside_the_operators_roots(tmp_path: Path) -> None:
+    allowed, elsewhere = tmp_path / "allowed", tmp_path / "elsewhere"
+    (allowed / "app").mkdir(parents=True)
+    elsewhere.mkdir()
+    (allowed / "escape").symlink_to(elsewhere)
+    with running_app(tmp_path / "data", workspace_roots=(str(allowed),)) as app:
+        assert _refusal(app, str(elsewhere)) == (400, "workspace_outside_roots")
+        assert _refusal(app, str(allowed / "escape")) == (400, "workspace_outside_roots")
+        assert _refusal(app, str(allowed / "app")) == (201, "")
+        assert _refusal(app, str(allowed)) == (201, "")
+        # The default workspace in the data folder needs no root.
+        status, _ = app.request("POST", "/api/projects", {"name": "默认"}, cookie=app.owner_cookie)
+        assert status == 201
+
+
+def test_a_stored_workspace_the_rules_now_refuse_reads_nothing(app: App, tmp_path: Path) -> None:
+    """A workspace stored before today's rules (``/``) must not let evidence fingerprint the
+    server's own files (room.sqlite) or anything else (issue 14, item 20)."""
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    project = Project(app, folder)
+    project.plan(("api", "be"))
+    project.start("be", "api")
+    app.write(lambda c, tx: c.execute("UPDATE projects SET workspace = '/' WHERE id = ?",
+                                      (project.id,)))  # fmt: skip
+    ws_actions.forget_info(app.core, project.id)
+    database = str(app.settings.db_path.resolve()).lstrip("/")
+    body = {"summary": "完成", "artifacts": [database]}
+    status, data = project.agent("be", "POST", f"/api/projects/{project.id}/tasks/api/submit", body)
+    assert (status, data["error"]["code"]) == (400, "workspace_refused"), data
+    with pytest.raises(BadRequestError) as refused:
+        project.work_dir("be")
+    assert refused.value.code == "workspace_refused"
+    _status, shown = project.owner("GET", f"/api/projects/{project.id}")
+    assert shown["project"]["workspace"]["mode"] == "refused"
 
 
 def test_the_default_workspace_is_made_on_first_use_and_git_is_detected(
@@ -351,7 +392,7 @@ def test_a_departed_members_worktree_is_kept_and_purge_lists_it(app: App, tmp_pa
 def test_the_migration_adds_task_attempts_after_a_backup(tmp_path: Path) -> None:
     path = tmp_path / "room.sqlite"
     conn = connect(path)
-    before = [m for m in MIGRATIONS if m.name != "0006_task_attempts"]
+    before = MIGRATIONS[: [m.name for m in MIGRATIONS].index("0006_task_attempts")]
     for migration in before:
         conn.executescript(migration.sql)
     conn.execute(f"PRAGMA user_version = {len(before)}")

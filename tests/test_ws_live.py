@@ -678,3 +678,46 @@ async def test_a_resume_that_is_never_read_is_cut_not_buffered(
         assert lazy.ws.close_code == 1013
     finally:
         server.stop()
+
+
+async def test_previews_and_edits_are_rate_limited_and_edit_history_is_bounded(
+    tmp_path: Path,
+) -> None:
+    """A member flooding previews (resolved on the event loop) or edits (each kept a version)
+    is slowed like a sender; a message keeps its original and the newest earlier versions."""
+    server = ServerProcess(
+        tmp_path / "data", env={"ROOM_SEND_RATE_PER_SEC": "1", "ROOM_SEND_BURST": "40"}
+    ).start()
+    try:
+        s = server.login()
+        project = demo_project(server, s.cookie)
+        c = await subscribed(server, s.cookie, project)
+        await c.send({"type": "send", "project_id": project, "client_txn_id": txn(), "body": "v0"})
+        target = (await c.wait_for("ack"))["message_id"]
+        for i in range(1, 46):
+            await c.send({"type": "edit", "project_id": project, "message_id": target,
+                          "body": f"v{i}", "req_id": f"e{i}"})  # fmt: skip
+        answers = [
+            await c.wait_for(lambda f: f.get("req_id", "").startswith("e")) for _ in range(45)
+        ]
+        refused = [a for a in answers if a["type"] == "error"]
+        assert refused and all(a["code"] == "rate_limited" for a in refused)
+        assert refused[0]["details"]["retry_after_ms"] > 0
+        done = len(answers) - len(refused)
+        assert 30 <= done < 45
+        detail = server.get_json(f"/api/messages/{target}", cookie=s.cookie)
+        kept = [e["body"] for e in detail["edits"]]
+        # The original, then the newest 19 earlier versions (the current text is the message).
+        assert kept == ["v0", *[f"v{i}" for i in range(done - 19, done)]]
+        for i in range(30):
+            await c.send({"type": "preview", "project_id": project, "body": f"@lead {i}",
+                          "req_id": f"p{i}"})  # fmt: skip
+        previews = [
+            await c.wait_for(lambda f: f.get("req_id", "").startswith("p")) for _ in range(30)
+        ]
+        slowed = [f for f in previews if f["type"] == "error"]
+        assert slowed and all(f["code"] == "rate_limited" for f in slowed)
+        assert sum(f["type"] == "preview" for f in previews) >= 20
+        await c.close()
+    finally:
+        server.stop()

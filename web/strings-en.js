@@ -496,6 +496,7 @@ export const STRINGS_EN = {
   "purgeCount.files": "files",
   "purgeCount.tasks": "tasks",
   "purgeCount.transcript_entries": "transcript entries",
+  "purgeCount.checkpoints": "task checkpoints",
   "purgeCount.model_requests": "model requests",
   "purgeCount.turns": "turns",
   "purgeCount.agent_tokens": "agent tokens",

@@ -497,6 +497,7 @@ export const STRINGS_ZH = {
   "purgeCount.files": "文件",
   "purgeCount.tasks": "任务",
   "purgeCount.transcript_entries": "转录条目",
+  "purgeCount.checkpoints": "任务检查点",
   "purgeCount.model_requests": "模型请求",
   "purgeCount.turns": "轮次",
   "purgeCount.agent_tokens": "AI 令牌",

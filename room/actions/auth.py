@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from room.actions.members import announce_members
 from room.actions.projects import check_display_name, check_handle
+from room.effects import CloseAgentSockets
 from room.errors import AuthError, ConflictError, NotFoundError
 from room.models import Member, User
 from room.store import Tx
@@ -221,27 +222,79 @@ def _insert_person(
 
 
 def issue_agent_token(conn: sqlite3.Connection, tx: Tx, project: str, handle: str) -> str:
-    """A fresh bearer token for an agent member, by project name or id and handle."""
+    """``room member token``: a fresh bearer token for an agent member, by project name or id
+    and handle. Its older tokens are revoked (a rotation), so a leaked token ends here."""
+    member = _agent_by_handle(conn, project, handle)
+    return rotate_agent_token(conn, tx, member, actor_kind="operator", actor_id=None)
+
+
+def revoke_agent_tokens_by_handle(
+    conn: sqlite3.Connection, tx: Tx, project: str, handle: str
+) -> int:
+    """``room member revoke``: every token of the agent stops working; its handle stays."""
+    member = _agent_by_handle(conn, project, handle)
+    return revoke_agent_tokens(conn, tx, member, actor_kind="operator", actor_id=None)
+
+
+def rotate_agent_token(
+    conn: sqlite3.Connection, tx: Tx, member: Member, *, actor_kind: str, actor_id: int | None
+) -> str:
+    """Revoke the agent's tokens and issue one new one, in one transaction. Sockets opened with an
+    old token are closed once this commits (when the writer is the server itself)."""
+    _require_agent(member)
+    revoked = auth_store.revoke_member_tokens(conn, member.id, tx.now)
+    secret = new_secret()
+    auth_store.insert_agent_token(conn, member_id=member.id, secret=secret, now=tx.now)
+    tx.emit(CloseAgentSockets(member.id, "token rotated"))
+    _audit_token(conn, tx, member, "member.token", actor_kind, actor_id, revoked)
+    return secret
+
+
+def revoke_agent_tokens(
+    conn: sqlite3.Connection, tx: Tx, member: Member, *, actor_kind: str, actor_id: int | None
+) -> int:
+    _require_agent(member)
+    revoked = auth_store.revoke_member_tokens(conn, member.id, tx.now)
+    tx.emit(CloseAgentSockets(member.id, "token revoked"))
+    _audit_token(conn, tx, member, "member.revoke_tokens", actor_kind, actor_id, revoked)
+    return revoked
+
+
+def _agent_by_handle(conn: sqlite3.Connection, project: str, handle: str) -> Member:
     found = projects_store.find(conn, project)
     if found is None:
         raise NotFoundError(f"no project {project!r}", code="no_project")
     member = members_store.by_handle(conn, found.id, handle.lstrip("@"))
     if member is None or member.status == "left":
         raise NotFoundError(f"no member @{handle} in {found.name}", code="no_member")
+    return member
+
+
+def _require_agent(member: Member) -> None:
+    if member.status == "left":
+        raise NotFoundError(f"@{member.handle} has left the project", code="no_member")
     if member.kind != "agent":
         raise ConflictError(
             f"@{member.handle} is a human; humans sign in with a login link", code="not_agent"
         )
-    secret = new_secret()
-    auth_store.insert_agent_token(conn, member_id=member.id, secret=secret, now=tx.now)
+
+
+def _audit_token(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    member: Member,
+    action: str,
+    actor_kind: str,
+    actor_id: int | None,
+    revoked: int,
+) -> None:
     audit_store.record(
         conn,
         now=tx.now,
-        actor_kind="operator",
-        actor_id=None,
-        project_id=found.id,
-        action="member.token",
+        actor_kind=actor_kind,
+        actor_id=actor_id,
+        project_id=member.project_id,
+        action=action,
         outcome="ok",
-        detail={"member_id": member.id},
+        detail={"member_id": member.id, "revoked": revoked},
     )
-    return secret

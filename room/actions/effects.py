@@ -25,6 +25,8 @@ from room.hub import CLOSE_SIGNED_OUT
 
 log = logging.getLogger(__name__)
 
+NEW_MESSAGE = '{"type":"message",'  # a new message's event (room.store.messages.event_frame)
+
 
 def apply(core: Core, effects: list[Effect]) -> None:
     """Carry out one committed job's effects, in the order it recorded them. One that fails is
@@ -41,6 +43,8 @@ def _apply_one(core: Core, effect: Effect) -> None:
     match effect:
         case Publish(project_id, seq, frame):
             hub.publish(project_id, seq, frame)
+            if frame.startswith(NEW_MESSAGE):
+                hub.messages += 1
         case Broadcast(project_id, frame):
             hub.broadcast(project_id, frame)
         case Wake(project_id, member_ids):

@@ -9,7 +9,7 @@ attempt, allowed or refused (a refused attempt changes nothing else). Stops are 
 3. re-read the sessions' real state, and enter the target only when all are confirmed stopped;
    otherwise ``stop_unconfirmed``, from which a person retries the check or cancels back.
 
-Trash writes a snapshot digest (counts and hashes of members, messages, ledger, tasks,
+Trash writes a snapshot digest (counts and hashes of members, messages, ledger, tasks, memory,
 decisions); restore recomputes it and refuses on mismatch with a per-table report, and lands in
 ``paused`` with a new epoch. Deliveries still open at trash time are cancelled and open invite
 links revoked: restore never brings old pending requests or invites back.
@@ -49,6 +49,7 @@ from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
+from room.store import memory as memory_store
 from room.store import projects as projects_store
 
 NOTICES = {
@@ -93,6 +94,7 @@ def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any
             count += 1
         out[name] = {"count": count, "sha256": hasher.hexdigest()}
     out |= task_actions.digest_rows(conn, project_id)
+    out |= memory_store.digest_rows(conn, project_id)
     return out
 
 

@@ -44,6 +44,7 @@ from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import search as search_store
 from room.store.db import Prefetch, WriteJob
 
 log = logging.getLogger(__name__)
@@ -420,6 +421,8 @@ def append_message(
         now=tx.now,
         appends=appends,
     )
+    if tx.search_index:
+        search_store.index_message(conn, message_id, body, appends)
     if appends is not None:
         appends.memo[("message", message_id)] = True  # not in the table until the flush
     tx.emit(Publish(project_id, seq, messages_store.event_frame(project_id, seq, obj)))
@@ -488,8 +491,13 @@ async def send_message(
 async def edit_message(
     core: Core, editor: Member, message_id: int, body: str, *, as_plain_text: bool = False
 ) -> dict[str, Any]:
-    """Edit one's own message. The old text is kept; newly mentioned agents get deliveries."""
+    """Edit one's own message. The old text is kept (the original and the latest
+    earlier versions, :data:`room.store.messages.MAX_EDIT_VERSIONS` in all); newly mentioned
+    agents get deliveries. Edits share the sender's rate limit with sends."""
     check_body(core, body)
+    wait_ms = core.limiter.take(editor.id)
+    if wait_ms:
+        raise RateLimitedError("editing too fast; slow down", retry_after_ms=wait_ms)
     roster = await core.rosters.get(editor.project_id)
     addressing = address(editor, body, [], roster, as_plain_text)
     html = render(body)
@@ -505,6 +513,9 @@ async def edit_message(
             new_body=body,
             now=tx.now,
         )
+        search_store.unindex_message(conn, message_id)
+        if tx.search_index:
+            search_store.index_message(conn, message_id, body)
         already = deliveries_store.recipients(conn, message_id)
         new_recipients = [r for r in addressing.recipients if r not in already]
         state = projects_store.state_of(conn, project_id)
@@ -558,6 +569,7 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             new_body="",
             now=tx.now,
         )
+        search_store.unindex_message(conn, message_id)
         code = ledger.Reason.MESSAGE_DELETED
         cancelled = deliveries_store.cancel_open_for_message(conn, message_id, code, tx.now)
         publish_deliveries(

@@ -18,11 +18,13 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
+from room.actions import checkpoints
 from room.actions.deliveries import set_deliveries
 from room.actions.notices import insert_notice
 from room.actions.turns import final_txn
 from room.ledger import REASON_TEXTS, RECONCILE_FROM, DeliveryState, Reason
 from room.store import Tx
+from room.store import checkpoints as checkpoints_store
 from room.store import deliveries as deliveries_store
 from room.store import messages as messages_store
 from room.store import turns as turns_store
@@ -86,10 +88,17 @@ def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> No
             turns_store.update_turn(
                 conn, turn_id, state="completed", reply_message_id=reply[0], ended_at=tx.now
             )
+            checkpoints.record(conn, tx, turn_id, "end", state="completed")
             report.completed += 1
             continue
         turns_store.update_turn(
             conn, turn_id, state="interrupted", error="server restart", ended_at=tx.now
+        )
+        # The prompt it left pending and the calls that never finished, for the next turn.
+        last = checkpoints_store.latest_of_turn(conn, turn_id)
+        pending = last["pending_tools"] if last else []
+        checkpoints.record(
+            conn, tx, turn_id, "interrupted", state="interrupted", pending_tools=pending
         )
         if side_effects:
             via_unknown(conn, tx, ids, _D.FAILED, Reason.RESTART_AFTER_EFFECT)

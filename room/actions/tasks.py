@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from room.actions import memory as memory_actions
 from room.actions.messages import append_message
 from room.core import Core
 from room.effects import Broadcast, Wake
@@ -114,6 +115,10 @@ class Effects:
                 encode({"type": "tasks", "project_id": self.project_id, "tasks": objects})
             )
         if self.decisions:
+            # Decisions are project memory too: a new memory version, and its frame.
+            memory_actions.index_decisions(conn, self.decisions)
+            memory_actions.record_written(conn, tx, self.project_id, "decision",
+                                          max(self.decisions))  # fmt: skip
             found = [tasks_store.get_decision(conn, d) for d in sorted(self.decisions)]
             objects = [tasks_store.decision_object(conn, d) for d in found if d is not None]
             frames.append(

@@ -16,6 +16,7 @@ from typing import Any
 
 from room import ledger
 from room.actions import brakes as brake_actions
+from room.actions import checkpoints
 from room.actions.deliveries import claim, confirm, dispatch_blocker, release, set_deliveries
 from room.actions.messages import append_message
 from room.actions.notices import insert_notice
@@ -127,6 +128,7 @@ async def begin_turn(core: Core, member_id: int, cap: int) -> TurnStart:
             now=tx.now,
         )
         _take(conn, tx, member_id, turn_id, inbound)
+        checkpoints.record(conn, tx, turn_id, "start")
         return TurnStart(turn_id, inbound)
 
     return await core.db.write(job)
@@ -141,6 +143,8 @@ async def steer(core: Core, member_id: int, turn_id: int) -> list[Inbound]:
             return []
         fresh = claim(conn, tx, member_id)
         _take(conn, tx, member_id, turn_id, fresh)
+        if fresh:
+            checkpoints.record(conn, tx, turn_id, "steer")
         return fresh
 
     return await core.db.write(job)
@@ -351,8 +355,17 @@ async def record_tool_step(
             "UPDATE turns SET steps = :s, side_effects = side_effects + :e WHERE id = :t",
             {"s": step, "e": side_effects, "t": turn_id},
         )
+        checkpoints.record(conn, tx, turn_id, "step")
 
     await core.db.write(job)
+
+
+async def checkpoint_tools(core: Core, turn_id: int, pending: Sequence[str]) -> None:
+    """The step's tool calls are about to run: a checkpoint names them, so a turn a restart cuts
+    off mid-command says which call never finished."""
+    await core.db.write(
+        lambda conn, tx: checkpoints.record(conn, tx, turn_id, "step", pending_tools=pending)
+    )
 
 
 async def complete_turn(
@@ -370,6 +383,7 @@ async def complete_turn(
             reply_message_id=reply_message_id,
             ended_at=tx.now,
         )
+        checkpoints.record(conn, tx, turn_id, "end", state="completed")
 
     await core.db.write(job)
 
@@ -408,6 +422,7 @@ async def end_turn(
         turns_store.update_turn(
             conn, turn_id, state=state, steps=steps, error=error, ended_at=tx.now
         )
+        checkpoints.record(conn, tx, turn_id, "end", state=state, blocked=detail or "")
         if brake is not None:
             brake_actions.trip(conn, tx, project_id, brake[0], brake[1])
         if notice:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -63,10 +64,28 @@ def worktrees_root(settings: Settings) -> Path:
 
 
 def workspace_of(settings: Settings, project: Project) -> Path:
-    """The project's workspace folder (the default one under the data folder when none is set)."""
-    if project.workspace:
-        return Path(project.workspace)
-    return default_workspace(settings, project.id)
+    """The project's workspace folder (the default one under the data folder when none is set).
+
+    A stored workspace is checked again on every use (without touching the disk): one set
+    before today's rules, or outside roots the operator has since narrowed, is refused with
+    ``workspace_refused`` instead of letting the file tools, commands or evidence read there."""
+    if not project.workspace:
+        return default_workspace(settings, project.id)
+    path = Path(project.workspace)
+    data = settings.data.resolve()
+    roots = workspace_roots(settings)
+    if (
+        path == Path("/")
+        or any(path == s or s in path.parents for s in SYSTEM_FOLDERS)
+        or path == data
+        or data in path.parents
+        or path in data.parents
+        or not any(path == root or root in path.parents for root in roots)
+    ):
+        raise _refuse("workspace_refused", "这个项目的工作区不再被允许 (This project's workspace is "
+                      "no longer allowed here.)", str(path), "请项目所有者重新设置工作区 (The "
+                      "project's owner sets a new workspace.)")  # fmt: skip
+    return path
 
 
 def _refuse(code: str, message: str, path: str, hint: str) -> BadRequestError:
@@ -95,6 +114,13 @@ def _system_folder(real: Path) -> bool:
     return False
 
 
+def workspace_roots(settings: Settings) -> tuple[Path, ...]:
+    """Where workspaces may be: the operator's ``workspace_roots``, or by default the server
+    user's home folder and the system's temporary folder (resolved)."""
+    given = settings.workspace_roots or (str(Path.home()), tempfile.gettempdir())
+    return tuple(Path(root).expanduser().resolve() for root in given)
+
+
 def check_workspace(settings: Settings, raw: str, project_id: int | None = None) -> str:
     """The resolved absolute path of a workspace a person gave, or a structured 400.
 
@@ -121,6 +147,13 @@ def check_workspace(settings: Settings, raw: str, project_id: int | None = None)
                       "system folder, a home folder itself or a dot-folder in it: agents would read "
                       "and change it.)", text, "选一个项目自己的目录 (Pick the project's own folder, "
                       "e.g. /srv/work/app.)")  # fmt: skip
+    roots = workspace_roots(settings)
+    if not own_default and not any(real == root or root in real.parents for root in roots):
+        listed = "、".join(str(root) for root in roots)
+        raise _refuse("workspace_outside_roots", "工作区须在服务器允许的目录之内 (The workspace must "
+                      "be inside a folder this server allows.)", text, f"选 {listed} 之内的目录；"
+                      "服务器管理员用 ROOM_WORKSPACE_ROOTS 设置 (Pick a folder inside one of them; "
+                      "the operator sets ROOM_WORKSPACE_ROOTS.)")  # fmt: skip
     data = settings.data.resolve()
     if real == data:
         raise _refuse("workspace_is_data", "工作区不能是数据目录 (The workspace cannot be the "
@@ -150,7 +183,11 @@ async def checked_workspace(
 
 
 def _inspect(settings: Settings, project: Project) -> dict[str, Any]:
-    path = workspace_of(settings, project)
+    try:
+        path = workspace_of(settings, project)
+    except BadRequestError as exc:
+        return {"path": project.workspace, "default": False, "git": False, "mode": "refused",
+                "reason": exc.message, "reason_code": exc.code, "head": None}  # fmt: skip
     if not project.workspace:
         path.mkdir(parents=True, exist_ok=True)  # the default is made on first use
     try:
@@ -174,7 +211,9 @@ def _inspect(settings: Settings, project: Project) -> dict[str, Any]:
 async def workspace_info(core: Core, project: Project) -> dict[str, Any]:
     """The project's ``workspace`` object on the wire (cached; git runs in a worker thread)."""
     cached = core.workspaces.get(project.id)
-    if cached is not None and cached["path"] == str(workspace_of(core.settings, project)):
+    if cached is not None and cached["path"] == str(
+        project.workspace or default_workspace(core.settings, project.id)
+    ):
         return cached
     info = await asyncio.to_thread(_inspect, core.settings, project)
     core.workspaces[project.id] = info

@@ -24,7 +24,7 @@ STOP_CONFIRM_SECS = 5.0
 @dataclass(frozen=True, slots=True)
 class AgentSettings:
     max_concurrent_turns: int = 4
-    context_tokens: int = 6_000
+    context_tokens: int = 32_000
     stop_confirm_secs: float = STOP_CONFIRM_SECS
 
 

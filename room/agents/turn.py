@@ -40,14 +40,18 @@ from room.models import Member
 from room.providers import ChatMessage, ChatRequest, ChatResult, ProviderRegistry
 from room.routing import Pool, PoolPick, ResolvedRoute, resolve_route
 from room.store import brakes as brakes_store
+from room.store import checkpoints as checkpoints_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
+from room.store import turns as turns_store
+from room.transcripts import ToolStep, arguments_text, tool_digest, turn_records
 
 log = logging.getLogger(__name__)
 
 REPEAT_LIMIT = 3  # the same tool call this many times in one turn trips the brake
 TIMELINE_MESSAGES = 60
+TRANSCRIPT_ENTRIES = 200  # the member's own newest transcript rows read for its next turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +164,14 @@ class Turn:
             messages.append(
                 ChatMessage(role="assistant", content=result.text, tool_calls=result.tool_calls)
             )
+            await turn_actions.checkpoint_tools(
+                self.core,
+                self.turn_id,
+                [
+                    tool_digest(ToolStep(c.name, arguments_text(c.arguments), "（未完成）"))
+                    for c in result.tool_calls
+                ],
+            )
             results, effects = [], 0
             for call in result.tool_calls:
                 key = hashlib.sha256(
@@ -251,16 +263,27 @@ class Turn:
     async def _context(self) -> list[ChatMessage]:
         project_id = self.member.project_id
         first_seq = self.inbound[0].seq if self.inbound else None
+        member_id, turn_id = self.member.id, self.turn_id
 
         def read(conn: Any) -> Any:
             project = projects_store.get(conn, project_id)
-            frames, _ = messages_store.history(conn, project_id, first_seq, TIMELINE_MESSAGES)
-            return project, [json.loads(f) for f in frames]
+            frames, more = messages_store.history(conn, project_id, first_seq, TIMELINE_MESSAGES)
+            history = [json.loads(f) for f in frames]
+            earlier = (
+                messages_store.count_before(conn, project_id, history[0]["seq"])
+                if more and history
+                else 0
+            )
+            own = turns_store.transcript(conn, member_id, TRANSCRIPT_ENTRIES)
+            checkpoint = checkpoints_store.latest(conn, member_id)
+            if checkpoint is not None and checkpoint["turn_id"] == turn_id:
+                checkpoint = checkpoints_store.latest_before_turn(conn, member_id, turn_id)
+            return project, history, earlier, own, checkpoint
 
-        project, history = await self.core.db.read(read)
+        project, history, earlier, own, checkpoint = await self.core.db.read(read)
         roster = await self.core.rosters.get(project_id)
-        people = [_person(m) for m in roster.members.values()]
-        me = _person(self.member)
+        people = [ctx_mod.person_of(m) for m in roster.members.values()]
+        me = ctx_mod.person_of(self.member)
         ci = ctx_mod.ContextInput(
             project_name=project.name if project else "",
             goal=project.goal if project else "",
@@ -284,8 +307,16 @@ class Turn:
                 for i in self.inbound
             ],
             budget_tokens=self.env.context_tokens,
+            records=await self._records(),
+            transcript=turn_records(own, skip_turn=self.turn_id),
+            checkpoint=ctx_mod.checkpoint_from_row(checkpoint) if checkpoint else None,
+            earlier_omitted=earlier,
         )
         return ctx_mod.build_messages(ci)
+
+    async def _records(self) -> str:
+        """The project-memory section of this turn's context (rendered by its owner); none yet."""
+        return ""
 
     async def _call(
         self, messages: list[ChatMessage], toolbox: Toolbox, limits: Limits
@@ -341,10 +372,10 @@ class Turn:
             return None
         self.unconsumed += [(i.delivery_id, "steer") for i in fresh]
         roster = await self.core.rosters.get(self.member.project_id)
-        people = [_person(m) for m in roster.members.values()]
+        people = [ctx_mod.person_of(m) for m in roster.members.values()]
         lines = [ctx_mod.Line(i.seq, i.author_id, i.body, for_agents=i.for_agents) for i in fresh]
         self.inbound += fresh
-        return ctx_mod.steer_message(lines, people, _person(self.member))
+        return ctx_mod.steer_message(lines, people, ctx_mod.person_of(self.member))
 
     async def _finish(self, text: str) -> TurnOutcome:
         text = text.strip() or "（无内容）"
@@ -419,12 +450,6 @@ def read_only_roles(stored: Mapping[str, Any]) -> frozenset[str]:
         frozenset(r for r in roles if isinstance(r, str))
         if isinstance(roles, list)
         else frozenset()
-    )
-
-
-def _person(member: Member) -> ctx_mod.Person:
-    return ctx_mod.Person(
-        member.id, member.handle, member.display_name, member.role, member.kind, member.status
     )
 
 

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from room.actions import auth as auth_actions
 from room.actions import brakes as brake_actions
 from room.actions import members as member_actions
 from room.actions import project_settings as settings_actions
@@ -30,10 +31,13 @@ from room.agents.presets import PRESETS
 from room.agents.turn import resolve_config
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
+from room.models import iso
 from room.ops import member_for
 from room.routing import SOURCE_LABELS
 from room.store import Tx
 from room.store import brakes as brakes_store
+from room.store import checkpoints as checkpoints_store
+from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
 from room.store import turns as turns_store
@@ -51,6 +55,19 @@ async def providers(request: Request) -> Response:
     refresh = request.query_params.get("refresh") == "1"
     statuses = await _runtime(request).registry.status(refresh=refresh)
     return JSONResponse({"providers": [s.to_dict() for s in statuses]})
+
+
+def checkpoint_for(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The member's last task checkpoint as the card shows it (the prompt by message id)."""
+    if row is None:
+        return None
+    keys = ("turn_id", "phase", "state", "step", "summary", "did", "next", "blocked")
+    return {k: row[k] for k in keys} | {
+        "last_tool": row["last_tool"],
+        "pending_tools": row["pending_tools"],
+        "pending_prompt": [{"message_id": p["message_id"], "seq": p["seq"]} for p in row["prompt"]],
+        "at": iso(row["created_at"]),
+    }
 
 
 async def member_detail(request: Request) -> Response:
@@ -74,9 +91,10 @@ async def member_detail(request: Request) -> Response:
                 routes_store.settings(conn, project_id),
                 usage_store.observed_route(conn, member.id),
                 turns_store.last_turn(conn, member.id),
+                checkpoints_store.latest(conn, member.id),
             )
 
-        config, observed, last_turn = await core.db.read(read)
+        config, observed, last_turn, checkpoint = await core.db.read(read)
         route = resolve_config(config, member)
         data["route"] = {
             "model_id": route.model_id,
@@ -88,6 +106,7 @@ async def member_detail(request: Request) -> Response:
         }
         data["observed"] = observed
         data["last_turn"] = last_turn
+        data["checkpoint"] = checkpoint_for(checkpoint)
         data["running"] = member.id in runtime.running_members(project_id)
         stored = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
         work = runtime.member_tools(member, stored)
@@ -128,6 +147,37 @@ async def member_op(request: Request) -> Response:
         core, actor, path_id(request, "member_id"), request.path_params["op"]
     )
     return JSONResponse(result)
+
+
+async def member_token(request: Request) -> Response:
+    """An owner rotates (POST: older tokens revoked, one new token returned once) or revokes
+    (DELETE) an agent member's bearer tokens; the handle, session and tasks stay. Sockets opened
+    with a revoked token close at once."""
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    project_id = path_id(request, "project_id")
+    actor = await member_in(core, who, project_id)
+    if not actor.is_owner:
+        raise ForbiddenError("only a project owner manages agent tokens", code="not_owner")
+    target_id = path_id(request, "member_id")
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        projects_store.require_open(conn, project_id)
+        member = members_store.get(conn, target_id)
+        if member is None or member.project_id != project_id:
+            raise NotFoundError("no such member in this project", code="no_member")
+        kind, actor_id = actor.kind, actor.id
+        if request.method == "DELETE":
+            revoked = auth_actions.revoke_agent_tokens(
+                conn, tx, member, actor_kind=kind, actor_id=actor_id
+            )
+            return {"revoked": revoked}
+        token = auth_actions.rotate_agent_token(
+            conn, tx, member, actor_kind=kind, actor_id=actor_id
+        )
+        return {"token": token}
+
+    return JSONResponse(await core.db.write(job))
 
 
 async def get_routes(request: Request) -> Response:
@@ -307,6 +357,11 @@ endpoints = [
     Route("/api/recovery", recovery),
     Route("/api/projects/{project_id:int}/members", add_member, methods=["POST"]),
     Route("/api/projects/{project_id:int}/members/{member_id:int}", member_detail),
+    Route(
+        "/api/projects/{project_id:int}/members/{member_id:int}/token",
+        member_token,
+        methods=["POST", "DELETE"],
+    ),
     Route(
         "/api/projects/{project_id:int}/members/{member_id:int}/{op:str}",
         member_op,

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room import __version__
+from room import metrics as room_metrics
 from room.actions import auth as auth_actions
 from room.actions import messages as message_actions
 from room.actions import projects as project_actions
@@ -24,6 +25,7 @@ from room.actions import workspaces as ws_actions
 from room.actions.project_settings import settings_wire
 from room.agents import Scheduler
 from room.auth import Identity, check_csrf, identity_from_headers
+from room.bodies import check_text, read_body
 from room.core import Core
 from room.errors import (
     AuthError,
@@ -73,15 +75,14 @@ def path_id(request: Request, name: str) -> int:
 
 
 async def body_of(request: Request, model: type[BaseModel]) -> Any:
-    raw = await request.body()
-    if len(raw) > MAX_JSON_BYTES:
-        raise BadRequestError("request body too large", code="too_large", limit=MAX_JSON_BYTES)
+    raw = await read_body(request, MAX_JSON_BYTES)
     try:
         data = json.loads(raw or b"{}")
     except ValueError as exc:
         raise BadRequestError(f"body is not JSON: {exc}", code="bad_json") from None
     except RecursionError:  # nesting deeper than the interpreter's stack
         raise BadRequestError("body is nested too deeply", code="bad_json") from None
+    check_text(data)
     if isinstance(data, dict):
         forged = AUTHOR_FIELDS.intersection(data)
         if forged:
@@ -126,6 +127,7 @@ async def healthz(request: Request) -> Response:
         {
             "ok": bool(ok),
             "version": __version__,
+            "connections": core.hub.connections,
             "subscribers": core.hub.subscriber_count(),
             "writer": {
                 "batches": core.db.stats.batches,
@@ -135,6 +137,15 @@ async def healthz(request: Request) -> Response:
             },
         }
     )
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics (room.metrics), for server admins only."""
+    who = await identity(request)
+    if who.user is None or not who.user.is_admin:
+        raise ForbiddenError("only a server admin reads the metrics", code="admin_only")
+    return Response(await room_metrics.render(core_of(request)),
+                    media_type=room_metrics.CONTENT_TYPE)  # fmt: skip
 
 
 async def me(request: Request) -> Response:
@@ -357,6 +368,7 @@ async def audit_log(request: Request) -> Response:
 
 endpoints = [
     Route("/healthz", healthz),
+    Route("/metrics", metrics),
     Route("/api/me", me),
     Route("/api/projects", create_project, methods=["POST"]),
     Route("/api/projects/{project_id:int}", get_project),

@@ -98,7 +98,7 @@ class ChatMessage:
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None  # required for role "tool"
-    name: str | None = None  # the sender (user) or tool name (tool); not sent on the wire
+    name: str | None = None  # sender (user) or tool name (tool); not sent: senders go in content
 
     def __post_init__(self) -> None:
         if self.role == "tool" and not self.tool_call_id:

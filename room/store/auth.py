@@ -158,8 +158,9 @@ def token_member(conn: sqlite3.Connection, secret: str) -> Member | None:
     return Member.from_row(row) if row else None
 
 
-def revoke_member_tokens(conn: sqlite3.Connection, member_id: int, now: float) -> None:
-    conn.execute(
+def revoke_member_tokens(conn: sqlite3.Connection, member_id: int, now: float) -> int:
+    """Revoke every live token of the member; how many were live."""
+    return conn.execute(
         "UPDATE agent_tokens SET revoked_at = :now WHERE member_id = :m AND revoked_at IS NULL",
         {"m": member_id, "now": now},
-    )
+    ).rowcount

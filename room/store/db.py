@@ -20,6 +20,7 @@ before it is durable, and the hub sees a project's events in seq order.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import queue
 import sqlite3
@@ -149,6 +150,9 @@ class Tx:
     # room/store/brakes.py): a send that finds it zero costs no statement. Dropped with the id
     # counters whenever a transaction or savepoint rolls back.
     agent_turns: dict[int, int] = field(default_factory=dict)
+    # Whether new and edited messages are added to the search index (room.store.search); off
+    # only by the operator's ``search_index_messages`` setting. Removals happen either way.
+    search_index: bool = True
 
     def emit(self, effect: Effect) -> None:
         """Record what must happen once this job has committed (dropped if it rolls back)."""
@@ -204,12 +208,30 @@ class _Pending(Generic[R]):
 _STOP = object()
 
 
+BATCH_BOUNDS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+COMMIT_BOUNDS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+
+
 @dataclass(slots=True)
 class WriterStats:
     batches: int = 0
     jobs: int = 0
     largest_batch: int = 0
     retries: int = 0  # batches run again job by job after a job failed or rows were refused
+    # Histograms (``/metrics``): counts per upper bound, the last slot past every bound.
+    batch_counts: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BOUNDS) + 1))
+    commit_counts: list[int] = field(default_factory=lambda: [0] * (len(COMMIT_BOUNDS) + 1))
+    commit_seconds: float = 0.0
+
+    def observe(self, size: int, seconds: float) -> None:
+        self.batches += 1
+        self.jobs += size
+        self.largest_batch = max(self.largest_batch, size)
+        self.batch_counts[bisect.bisect_left(BATCH_BOUNDS, size)] += 1
+        self.commit_counts[bisect.bisect_left(COMMIT_BOUNDS, seconds)] += 1
+        self.commit_seconds += seconds
 
 
 class Database:
@@ -222,8 +244,10 @@ class Database:
         readers: int = 2,
         clock: Callable[[], float] = time.time,
         effects: EffectSink = _no_effects,
+        search_index: bool = True,
     ) -> None:
         self.path = path
+        self.search_index = search_index
         self.effects = effects
         self.synchronous = synchronous
         self.max_batch = max_batch
@@ -341,6 +365,7 @@ class Database:
             conn.close()
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Pending[Any]]) -> None:
+        started = time.perf_counter()
         try:
             # Optimistic first: no savepoints, which cost two statements per job. Jobs rarely
             # fail; when one does, the whole attempt is rolled back and the batch runs again
@@ -363,9 +388,7 @@ class Database:
             error = StorageError(f"the database refused the write: {exc}")
             for pending in batch:
                 pending.result, pending.error, pending.tx = None, error, None
-        self.stats.batches += 1
-        self.stats.jobs += len(batch)
-        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        self.stats.observe(len(batch), time.perf_counter() - started)
         assert self._loop is not None
         try:
             self._loop.call_soon_threadsafe(_complete, batch, self.effects)
@@ -390,6 +413,7 @@ class Database:
                 counters=self._counters,
                 agent_turns=self._agent_turns,
                 appends=appends if pending.appends else None,
+                search_index=self.search_index,
             )
             pending.result, pending.error = None, None
             if isolate:

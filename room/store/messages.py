@@ -221,6 +221,14 @@ def record_edit(
             "UPDATE messages SET body = :body, edited_at = :now WHERE id = :m",
             {"m": message_id, "body": new_body, "now": now},
         )
+        # Bounded history: the original text and the newest earlier versions.
+        conn.execute(
+            "DELETE FROM message_edits WHERE message_id = :m AND action = 'edit'"
+            " AND id != (SELECT min(id) FROM message_edits WHERE message_id = :m)"
+            " AND id NOT IN (SELECT id FROM message_edits WHERE message_id = :m"
+            "  ORDER BY id DESC LIMIT :keep)",
+            {"m": message_id, "keep": MAX_EDIT_VERSIONS - 1},
+        )
 
 
 def edit_history(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:
@@ -248,6 +256,20 @@ def history(
     frames = [str(r[0]) for r in rows[:limit]]
     frames.reverse()
     return frames, has_more
+
+
+COUNT_CAP = 10_000
+
+
+def count_before(conn: sqlite3.Connection, project_id: int, seq: int) -> int:
+    """Chat and system messages (not deleted, no tool activity) before ``seq``, counted up to
+    :data:`COUNT_CAP` (a bounded read however long the project's history)."""
+    row = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM messages WHERE project_id = :p AND seq < :s"
+        " AND kind != 'tool' AND deleted_at IS NULL LIMIT :cap)",
+        {"p": project_id, "s": seq, "cap": COUNT_CAP},
+    ).fetchone()
+    return int(row[0])
 
 
 def replay(
@@ -281,6 +303,7 @@ def set_read_cursor(
     return int(row[0])
 
 
+MAX_EDIT_VERSIONS = 20  # earlier versions kept per message: the original and the newest 19
 UNREAD_CAP = 100  # counted up to here: past it the badge says "99+"
 UNREAD_SCAN = 2_000  # messages looked at after the cursor, at most, per project
 

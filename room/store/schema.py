@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from room.store.schema_attempts import TASK_ATTEMPTS
+from room.store.schema_memory import MEMORY
+from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 
 
@@ -366,6 +368,62 @@ END
 WHERE reason IS NOT NULL;
 """
 
+CHECKPOINTS = """
+-- The task checkpoints of agent sessions: at each turn's start, steps, steers and end (and when a
+-- restart cut a turn off), the member's current task and the prompt still waiting for an answer.
+CREATE TABLE checkpoints (
+    id                  INTEGER PRIMARY KEY,
+    project_id          INTEGER NOT NULL REFERENCES projects(id),
+    member_id           INTEGER NOT NULL REFERENCES members(id),
+    turn_id             INTEGER NOT NULL REFERENCES turns(id),
+    phase               TEXT NOT NULL CHECK (phase IN
+        ('start', 'step', 'steer', 'end', 'interrupted')),
+    state               TEXT NOT NULL,
+    step                INTEGER NOT NULL DEFAULT 0,
+    summary             TEXT NOT NULL DEFAULT '',
+    did_json            TEXT NOT NULL DEFAULT '[]',
+    next                TEXT NOT NULL DEFAULT '',
+    blocked             TEXT NOT NULL DEFAULT '',
+    last_tool           TEXT NOT NULL DEFAULT '',
+    pending_tools_json  TEXT NOT NULL DEFAULT '[]',
+    prompt_json         TEXT NOT NULL DEFAULT '[]',
+    created_at          REAL NOT NULL
+);
+CREATE INDEX checkpoints_member ON checkpoints(member_id, id);
+CREATE INDEX checkpoints_turn ON checkpoints(turn_id, id);
+CREATE INDEX transcript_turn ON transcript_entries(turn_id, id);
+"""
+
+# Full-text search (room.store.search, docs/search.md): the normalised text of every live message
+# (rowid = message id) and memory record (rowid = -search_records.id). Existing messages are
+# indexed here through room_index_text, the SQL name of room.searchtext.index_text.
+SEARCH = """
+CREATE VIRTUAL TABLE search_fts USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+
+CREATE TABLE search_records (
+    id          INTEGER PRIMARY KEY,
+    project_id  INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    record_id   INTEGER NOT NULL,
+    author_id   INTEGER,
+    at          REAL NOT NULL,
+    body        TEXT NOT NULL,
+    UNIQUE (kind, record_id)
+);
+CREATE INDEX search_records_project ON search_records(project_id, kind);
+
+-- Set while messages may be missing from the index (a start with search_index_messages off);
+-- the next start with it on rebuilds the messages' rows and clears it.
+CREATE TABLE search_state (
+    id              INTEGER PRIMARY KEY CHECK (id = 1),
+    messages_stale  INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO search_state (id) VALUES (1);
+
+INSERT INTO search_fts (rowid, body)
+    SELECT id, room_index_text(body) FROM messages WHERE deleted_at IS NULL ORDER BY id;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -373,6 +431,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0004_tasks", TASKS),
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
     Migration("0006_task_attempts", TASK_ATTEMPTS),
+    Migration("0007_link_tables_key_first", LINK_TABLES_KEY_FIRST),
+    Migration("0008_checkpoints", CHECKPOINTS),
+    Migration("0009_memory", MEMORY),
+    Migration("0010_search", SEARCH),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -91,26 +91,40 @@ def supersede_turn_transcript(conn: sqlite3.Connection, turn_id: int) -> None:
     conn.execute("UPDATE transcript_entries SET superseded = 1 WHERE turn_id = :t", {"t": turn_id})
 
 
+_TRANSCRIPT_COLUMNS = "id, turn_id, role, content, name, tool_calls_json, tool_call_id, delivery_id"
+
+
+def _entry(r: Any) -> dict[str, Any]:
+    return {
+        "id": r[0],
+        "turn_id": r[1],
+        "role": r[2],
+        "content": r[3],
+        "name": r[4],
+        "tool_calls": json.loads(r[5]) if r[5] else [],
+        "tool_call_id": r[6],
+        "delivery_id": r[7],
+    }
+
+
 def transcript(conn: sqlite3.Connection, member_id: int, limit: int = 200) -> list[dict[str, Any]]:
     """The member's recent transcript (oldest first), without superseded entries."""
     rows = conn.execute(
-        "SELECT id, turn_id, role, content, name, tool_calls_json, tool_call_id, delivery_id"
-        " FROM transcript_entries WHERE member_id = :m AND superseded = 0"
-        " ORDER BY id DESC LIMIT :limit",
+        f"SELECT {_TRANSCRIPT_COLUMNS} FROM transcript_entries"
+        " WHERE member_id = :m AND superseded = 0 ORDER BY id DESC LIMIT :limit",
         {"m": member_id, "limit": limit},
     ).fetchall()
-    out = [
-        {
-            "id": r[0],
-            "turn_id": r[1],
-            "role": r[2],
-            "content": r[3],
-            "name": r[4],
-            "tool_calls": json.loads(r[5]) if r[5] else [],
-            "tool_call_id": r[6],
-            "delivery_id": r[7],
-        }
-        for r in rows
-    ]
+    out = [_entry(r) for r in rows]
     out.reverse()
     return out
+
+
+def transcript_of_turn(conn: sqlite3.Connection, turn_id: int) -> list[dict[str, Any]]:
+    """One turn's transcript entries, oldest first."""
+    return [
+        _entry(r)
+        for r in conn.execute(
+            f"SELECT {_TRANSCRIPT_COLUMNS} FROM transcript_entries WHERE turn_id = :t ORDER BY id",
+            {"t": turn_id},
+        )
+    ]

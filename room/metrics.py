@@ -1,0 +1,135 @@
+"""Prometheus metrics at ``/metrics``, for server admins only (a signed-in admin, or an admin's
+bearer token is not a thing: agents' tokens are refused).
+
+Read at scrape time, never kept twice: live numbers from the objects that own them (the hub's
+connections and subscribers, the writer's batch and commit-latency histograms, messages
+published since the start) and ledger, turn and model-call totals from the database (one read
+job; those survive restarts, so they count since the database began, and a purge lowers them).
+Rendered with ``prometheus_client``'s exposition format from a registry built per scrape: no
+module-level registry for tests to reset.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from room.core import Core
+from room.store.db import BATCH_BOUNDS, COMMIT_BOUNDS, WriterStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    deliveries: list[tuple[str, int]]
+    turns: list[tuple[str, int]]
+    calls: list[tuple[str, bool, int, int, int]]  # provider, ok, calls, tokens in, tokens out
+
+
+def read_totals(conn: sqlite3.Connection) -> Totals:
+    return Totals(
+        deliveries=conn.execute("SELECT state, count(*) FROM deliveries GROUP BY state").fetchall(),
+        turns=conn.execute("SELECT state, count(*) FROM turns GROUP BY state").fetchall(),
+        calls=[
+            (provider, bool(ok), calls, tokens_in or 0, tokens_out or 0)
+            for provider, ok, calls, tokens_in, tokens_out in conn.execute(
+                "SELECT provider, ok, count(*), sum(input_tokens), sum(output_tokens)"
+                " FROM model_requests GROUP BY provider, ok"
+            )
+        ],
+    )
+
+
+def _histogram(
+    name: str, doc: str, bounds: tuple[float, ...], counts: list[int], total: float
+) -> HistogramMetricFamily:
+    buckets: list[tuple[str, float]] = []
+    running = 0
+    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
+        running += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
+
+
+class _Scrape(Collector):
+    def __init__(self, core: Core, totals: Totals, stats: WriterStats) -> None:
+        self.core, self.totals, self.stats = core, totals, stats
+
+    def collect(self) -> Iterator[Metric]:
+        hub, stats, totals = self.core.hub, self.stats, self.totals
+        yield GaugeMetricFamily(
+            "room_connections", "Open WebSocket connections.", value=hub.connections
+        )
+        yield GaugeMetricFamily(
+            "room_subscribers", "Live project subscriptions.", value=hub.subscriber_count()
+        )
+        yield CounterMetricFamily(
+            "room_messages",
+            "New messages published since the start (sends, agent replies, notices).",
+            value=hub.messages,
+        )
+        deliveries = GaugeMetricFamily(
+            "room_deliveries", "Delivery ledger rows by state.", labels=["state"]
+        )
+        for state, count in totals.deliveries:
+            deliveries.add_metric([state], count)
+        yield deliveries
+        yield _histogram(
+            "room_writer_batch_size",
+            "Write jobs committed together in one transaction.",
+            BATCH_BOUNDS,
+            stats.batch_counts,
+            float(stats.jobs),
+        )
+        yield _histogram(
+            "room_writer_commit_seconds",
+            "Time to run and commit one group of writes.",
+            COMMIT_BOUNDS,
+            stats.commit_counts,
+            stats.commit_seconds,
+        )
+        yield CounterMetricFamily(
+            "room_writer_retries", "Batches run again job by job.", value=stats.retries
+        )
+        turns = CounterMetricFamily("room_turns", "Agent turns by state.", labels=["state"])
+        for state, count in totals.turns:
+            turns.add_metric([state], count)
+        yield turns
+        calls = CounterMetricFamily(
+            "room_model_calls", "Model requests by provider and outcome.",
+            labels=["provider", "outcome"],
+        )  # fmt: skip
+        tokens = CounterMetricFamily(
+            "room_model_tokens", "Tokens the providers reported, by provider and direction.",
+            labels=["provider", "direction"],
+        )  # fmt: skip
+        token_sums: dict[tuple[str, str], int] = {}
+        for provider, ok, count, tokens_in, tokens_out in totals.calls:
+            calls.add_metric([provider, "ok" if ok else "failed"], count)
+            for direction, value in (("input", tokens_in), ("output", tokens_out)):
+                key = (provider, direction)
+                token_sums[key] = token_sums.get(key, 0) + value
+        for (provider, direction), value in sorted(token_sums.items()):
+            tokens.add_metric([provider, direction], value)
+        yield calls
+        yield tokens
+
+
+async def render(core: Core) -> bytes:
+    totals = await core.db.read(read_totals)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Scrape(core, totals, core.db.stats))
+    data: Any = generate_latest(registry)
+    return bytes(data)
