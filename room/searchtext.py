@@ -7,13 +7,13 @@ The index is SQLite FTS5 with the ``unicode61`` tokenizer over a *normalised* te
 * NFKC first (full-width ``ＡＢＣ１`` is ``ABC1``), so the index and the query agree.
 * Every run of CJK characters (Han, kana, Hangul) becomes its overlapping bigrams followed by the
   run's last character alone: ``数据库`` is indexed as ``数据 据库 库``. A two-character query is
-  one token, found inside any longer word; one character is a prefix query (``据*`` finds the
-  bigram ``据库``, ``库*`` the trailing unigram); three or more are a phrase of bigrams.
+  one token, found inside any longer word; three or more are a phrase of bigrams. A second
+  column, ``uni``, holds every CJK character alone: a one-character query looks there.
 * Everything else is left to ``unicode61`` (case folding, diacritics removed, words split on
   punctuation and spaces).
 
 A query (:func:`parse_query`) is words (all must match), ``"quoted phrases"``, ``word*``
-prefixes, ``OR`` between two terms and ``-word`` to exclude. The person's text never reaches
+prefixes (of at least ``MIN_PREFIX_CHARS``), ``OR`` between two terms and ``-word`` to exclude. The person's text never reaches
 FTS5 as syntax: every term is re-emitted as a quoted FTS5 string; whatever carries no searchable
 character (``*``, ``"``, a lone ``OR``) is dropped, and a query left with no term to look for
 raises :class:`~room.errors.BadQueryError` (``bad_query``).
@@ -32,6 +32,9 @@ from room.errors import BadQueryError, BadRequestError
 
 MAX_QUERY_CHARS = 500
 MAX_QUERY_TERMS = 24
+# ``ab*`` would merge the doclists of every word starting with ``ab`` (seconds on a large
+# project): shorter prefixes are searched as whole words.
+MIN_PREFIX_CHARS = 3
 SNIPPET_CHARS = 160  # characters of context in a snippet, around the first match
 
 # CJK runs: Han (with extensions and compatibility ideographs), kana, Hangul syllables.
@@ -46,6 +49,7 @@ _IS_CJK = re.compile(f"[{_CJK}]")
 # which would glue them to the word beside them (``ok🥺`` one token); they index as spaces.
 _PICTOGRAPHS = "\u2600-\u27bf\ufe0f\u200d\U0001f000-\U0001faff"
 _INDEX_PIECES = re.compile(f"([{_CJK}]+)|[{_PICTOGRAPHS}]+")
+_CJK_CHAR = re.compile(f"[{_CJK}]")
 
 
 def _expand_run(match: re.Match[str]) -> str:
@@ -58,9 +62,25 @@ def _expand_run(match: re.Match[str]) -> str:
     return " " + " ".join(grams) + " " + run[-1] + " "
 
 
+def index_texts(text: str) -> tuple[str, str]:
+    """What the index tokenizes for ``text``: its ``body`` column (NFKC, CJK runs as bigrams
+    plus each run's last character) and its ``uni`` column (every CJK character alone, for
+    one-character queries)."""
+    if text.isascii():  # most messages: nothing to normalise, no CJK, no pictographs
+        return text, ""
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return _INDEX_PIECES.sub(_expand_run, text), " ".join(_CJK_CHAR.findall(text))
+
+
 def index_text(text: str) -> str:
-    """The text the index tokenizes for ``text``: NFKC, CJK runs as bigrams + last character."""
-    return _INDEX_PIECES.sub(_expand_run, unicodedata.normalize("NFKC", text))
+    """The ``body`` column of :func:`index_texts` (SQL: ``room_index_text``)."""
+    return index_texts(text)[0]
+
+
+def index_unigrams(text: str) -> str:
+    """The ``uni`` column of :func:`index_texts` (SQL: ``room_index_unigrams``)."""
+    return index_texts(text)[1]
 
 
 def _is_token_char(char: str) -> bool:
@@ -117,25 +137,31 @@ class Term:
     prefix: bool = False
 
     def fts(self) -> str:
-        """The term as one quoted FTS5 string (a phrase of its tokens), ``*`` when a prefix."""
+        """The term as a quoted FTS5 string (a phrase of its tokens; ``*`` after a word prefix
+        of at least ``MIN_PREFIX_CHARS``), and a lone trailing CJK character as a token of the
+        ``uni`` column (ANDed: a phrase cannot span two columns)."""
         tokens: list[str] = []
-        prefix = self.prefix
+        single = ""
         last = len(self.units) - 1
         for i, (kind, text) in enumerate(self.units):
             if kind == "w":
                 tokens.append(text)
                 continue
             followed = i < last
-            if len(text) == 1:
-                tokens.append(text)
-                prefix = prefix or not followed  # the start of a bigram, or a run's last char
+            if len(text) == 1 and not followed:
+                single = text  # anywhere in a run: the unigram column has every character
+            elif len(text) == 1:
+                tokens.append(text)  # followed by more: the run's last character
             else:
                 tokens += [text[j : j + 2] for j in range(len(text) - 1)]
                 if followed:
                     tokens.append(text[-1])
-        if self.prefix and self.units[-1][0] == "c" and len(self.units[-1][1]) > 1:
-            prefix = False  # bigrams are whole tokens: a prefix of one is the bigram itself
-        return '"' + " ".join(tokens) + '"' + (" *" if prefix else "")
+        kind, text = self.units[-1]
+        prefix = self.prefix and kind == "w" and len(text) >= MIN_PREFIX_CHARS
+        parts = ['"' + " ".join(tokens) + '"' + (" *" if prefix else "")] if tokens else []
+        if single:
+            parts.append(f'uni : "{single}"')
+        return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,6 +152,25 @@ class Settings(BaseModel):
         "records, its checkpoint and own earlier turns, and the timeline (the new messages are "
         "always kept; timeline lines that do not fit are announced by one line).",
     )
+    memory_budget_bytes: int = Field(
+        default=64_000,
+        ge=4_096,
+        description="Most UTF-8 bytes of the project records section in an agent's context "
+        "(a ceiling, not a quota; over it the section degrades as docs/memory.md says).",
+    )
+    memory_session_entries: int = Field(
+        default=15,
+        ge=1,
+        le=200,
+        description="Latest session-log entries in the project records section (halved while "
+        "over the budget).",
+    )
+    memory_stale_days: int = Field(
+        default=14,
+        ge=0,
+        description="Days after which the project summary is called stale when newer session "
+        "entries exist (0: never).",
+    )
     stop_confirm_secs: float = Field(
         default=5.0,
         ge=0,

@@ -315,3 +315,14 @@ async def test_ws_search_round_trip(server: ServerProcess, clients: list[Client]
     )
     error = await client.wait_for("error")
     assert error["code"] == "forged_author"
+
+
+def test_a_very_common_word_ranks_the_newest_matches(
+    app: App, project: tuple[int, int], owner: Member, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project_id, _ = project
+    ids = [write_message(app, project_id, owner, f"常见词 第{i}条") for i in range(5)]
+    assert search(app, project_id, q="常见")["capped"] is False
+    monkeypatch.setattr(search_store, "RANK_WINDOW", 3)
+    body = search(app, project_id, q="常见")
+    assert body["capped"] is True and sorted(found_ids(body)) == ids[-3:]

@@ -22,6 +22,7 @@ from room.searchtext import (
     MAX_QUERY_CHARS,
     MAX_QUERY_TERMS,
     index_text,
+    index_texts,
     parse_query,
     parse_time,
     snippet_html,
@@ -32,7 +33,7 @@ from room.searchtext import (
 def fts() -> Iterator[sqlite3.Connection]:
     conn = sqlite3.connect(":memory:")
     conn.execute(
-        "CREATE VIRTUAL TABLE t USING fts5(body, tokenize = 'unicode61 remove_diacritics 2')"
+        "CREATE VIRTUAL TABLE t USING fts5(body, uni, tokenize = 'unicode61 remove_diacritics 2')"
     )
     yield conn
     conn.close()
@@ -40,7 +41,7 @@ def fts() -> Iterator[sqlite3.Connection]:
 
 def matches(conn: sqlite3.Connection, text: str, query: str) -> bool:
     conn.execute("DELETE FROM t")
-    conn.execute("INSERT INTO t (rowid, body) VALUES (1, ?)", (index_text(text),))
+    conn.execute("INSERT INTO t (rowid, body, uni) VALUES (1, ?, ?)", index_texts(text))
     found = conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (parse_query(query).fts(),))
     return found.fetchall() == [(1,)]
 
@@ -50,6 +51,7 @@ def test_index_text_turns_cjk_runs_into_bigrams_and_the_last_character() -> None
     assert index_text("用Python写代码").split() == ["用", "Python", "写代", "代码", "码"]
     assert index_text("ＡＢＣ１２").split() == ["ABC12"]  # NFKC: full width is plain
     assert index_text("hello world") == "hello world"
+    assert index_texts("我们用Python") == (" 我们 们用 用 Python", "我 们 用")
 
 
 @pytest.mark.parametrize(
@@ -60,6 +62,7 @@ def test_index_text_turns_cjk_runs_into_bigrams_and_the_last_character() -> None
         ("我们需要迁移数据库到新的服务器", "迁移数据库"),
         ("我们需要迁移数据库到新的服务器", "库"),  # one character: the run's last
         ("我们需要迁移数据库到新的服务器", "移"),  # one character: a bigram's first
+        ("部署用Python写的脚本", "python写"),
         ("我们需要迁移数据库到新的服务器", "服务器 数据"),
         ("部署用Python写的脚本", "用Python写"),
         ("部署用Python写的脚本", "python"),
@@ -88,6 +91,8 @@ def test_queries_find_the_text(fts: sqlite3.Connection, text: str, query: str) -
         ("The deployment pipeline failed", "pipeline -failed"),
         ("数据 库", "数据库"),  # separated by a space: not the word
         ("migration", "rollback OR nothing"),
+        ("我们需要迁移数据库", "鱼"),
+        ("deploy the demo", "de*"),  # a two-letter prefix is the word "de"
     ],
 )
 def test_queries_do_not_find_what_is_not_there(
@@ -130,7 +135,10 @@ def test_or_and_exclusion_shape() -> None:
     assert parse_query("a OR b c").fts() == '("a" OR "b") AND "c"'
     assert parse_query("OR a OR").fts() == '"a"'  # dangling ORs are dropped
     assert parse_query("a -b -c").fts() == '("a") NOT ("b" OR "c")'
-    assert parse_query("数").fts() == '"数" *'
+    assert parse_query("数").fts() == 'uni : "数"'
+    assert parse_query("python数").fts() == '("python" AND uni : "数")'
+    assert parse_query("de*").fts() == '"de"'  # too short a prefix: the word itself
+    assert parse_query("dep*").fts() == '"dep" *'
 
 
 # Characters whose class Python and unicode61's Unicode 6.1 tables agree on.
@@ -156,7 +164,7 @@ def parsed_or_refused(q: str) -> str | None:
 @given(common_text | any_text)
 def test_any_query_is_valid_fts_or_refused(q: str) -> None:
     conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE VIRTUAL TABLE t USING fts5(body)")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(body, uni)")
     expression = parsed_or_refused(q)
     if expression is not None:  # FTS5 accepts it: no syntax error, whatever it matches
         conn.execute("SELECT count(*) FROM t WHERE t MATCH ?", (expression,)).fetchall()
@@ -170,7 +178,7 @@ def test_a_query_finds_the_text_it_came_from(q: str) -> None:
         return
     conn = sqlite3.connect(":memory:")
     conn.execute(
-        "CREATE VIRTUAL TABLE t USING fts5(body, tokenize = 'unicode61 remove_diacritics 2')"
+        "CREATE VIRTUAL TABLE t USING fts5(body, uni, tokenize = 'unicode61 remove_diacritics 2')"
     )
     assert matches(conn, q, q), expression
 

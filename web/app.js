@@ -1,6 +1,7 @@
 // Project Room — the browser room. Plain ES modules, no build step, no remote assets.
 // Who we are and our projects come from /api/me; the open project lives on /ws (socket.js).
-// This module wires the parts together and follows the address (`#/p/<id>`): navigate().
+// This module wires the parts together and follows the address (`#/p/<id>`, and a permalink
+// `#/p/<id>/m/<message id>?q=<words>` opening that message with the words marked): navigate().
 
 import { get, post, setCsrf } from "./api.js";
 import { Composer } from "./composer.js";
@@ -8,11 +9,14 @@ import { $, debounce } from "./dom.js";
 import { applyStatic, label, onLang, t } from "./i18n.js";
 import { closeDrawer, initLayout, openDrawerOf } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
+import { MemoryTab } from "./memory.js";
+import { termsOf } from "./highlight.js";
 import { Members } from "./members.js";
 import { avatar, noticeKind } from "./message.js";
 import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
+import { SearchBox } from "./search.js";
 import { Connection } from "./socket.js";
 import { app, createRoom, member, setMembers, upsertProject, upsertProjectFrame } from "./store.js";
 import { Timeline } from "./timeline.js";
@@ -45,7 +49,10 @@ const members = new Members($("#tab-members"), {
   },
 });
 const models = new ModelsTab($("#tab-models"));
-const panel = new Panel($("#panel-col"), { members, models });
+const memory = new MemoryTab($("#tab-memory"));
+const panel = new Panel($("#panel-col"), { members, models, memory });
+const search = new SearchBox($("#search"), { room: () => app.room, open: openResult });
+let pendingJump = null; // a permalink's message, opened once the timeline has loaded
 const lifecycle = new Lifecycle({
   onChanged: (project) => projectChanged(project),
   onPurged: (projectId) => {
@@ -107,6 +114,10 @@ async function boot() {
     const jump = event.target.closest("[data-jump]");
     if (jump) timeline.jumpTo(Number(jump.dataset.jump));
   });
+  // Back to the latest: the address stops pointing at the message opened from search.
+  $("#jump-latest").addEventListener("click", () => {
+    if (app.room && /^#\/p\/\d+\/m\//.test(location.hash)) history.replaceState(null, "", `#/p/${app.room.id}`);
+  });
   $("#members-button").addEventListener("click", () => {
     panel.select("members");
     openDrawerOf($("#panel-col"), $("#open-panel"));
@@ -149,8 +160,12 @@ async function refreshProjects() {
 }
 
 async function navigate() {
-  const match = location.hash.match(/^#\/p\/(\d+)/);
+  const match = location.hash.match(/^#\/p\/(\d+)(?:\/m\/(\d+))?(?:\?(.*))?$/) || location.hash.match(/^#\/p\/(\d+)/);
   let id = match ? Number(match[1]) : null;
+  if (match?.[2]) {
+    const q = new URLSearchParams(match[3] || "").get("q") || "";
+    pendingJump = { projectId: id, messageId: Number(match[2]), terms: termsOf("", q) };
+  }
   if (id !== null && !app.projects.has(id)) await refreshProjects();
   if (id === null || !app.projects.has(id)) {
     const first = [...app.projects.values()].find((p) => p.state === "active") || [...app.projects.values()][0];
@@ -159,7 +174,34 @@ async function navigate() {
   renderProjects($("#project-groups"), id);
   if (id === null) return showNoProject();
   if (app.room?.id !== id) openProject(id);
+  else runPendingJump();
   closeDrawer(false);
+}
+
+/** Open a permalink's message once the project's timeline is there. */
+function runPendingJump() {
+  const room = app.room;
+  const jump = pendingJump;
+  if (!jump || !room || jump.projectId !== room.id || !room.historyLoaded) return;
+  pendingJump = null;
+  timeline.jumpTo(jump.messageId, { terms: jump.terms });
+}
+
+/** A search result: the message in the timeline (and its permalink in the address), or the
+ * record in the 记忆 tab. */
+function openResult(result, terms, query) {
+  const room = app.room;
+  if (!room) return;
+  if (result.kind === "message") {
+    const messageId = result.message_id ?? result.id;
+    const q = query ? `?${new URLSearchParams({ q: query })}` : "";
+    history.replaceState(null, "", `#/p/${room.id}/m/${messageId}${q}`);
+    timeline.jumpTo(messageId, { seq: result.seq ?? null, terms });
+    return;
+  }
+  panel.select("memory");
+  openDrawerOf($("#panel-col"), $("#open-panel"));
+  memory.reveal(result.kind, result.record_id ?? result.id, terms);
 }
 
 function showNoProject() {
@@ -184,6 +226,7 @@ function openProject(id) {
   composer.open(room);
   lifecycle.open(room);
   panel.open(room);
+  search.reset();
   $("#typing").textContent = "";
   conn.watch(id);
 }
@@ -219,7 +262,7 @@ function onFrame(frame) {
       setMembers(room, frame.members);
       room.readCursors = new Map(Object.entries(frame.read_cursors || {}).map(([k, v]) => [Number(k), v]));
       projectChanged(upsertProject(frame.project), false);
-      if (frame.since === null || frame.since === undefined) timeline.loadLatest();
+      if (frame.since === null || frame.since === undefined) timeline.loadLatest().then(runPendingJump);
       else {
         timeline.refreshOpenReceipts();
         timeline.markRead(); // a cursor lost with the old socket goes out again
@@ -260,6 +303,9 @@ function onFrame(frame) {
         if (location.hash) location.hash = "";
         else navigate();
       }
+      break;
+    case "memory":
+      memory.onFrame(frame, panel.current === "memory");
       break;
     case "delivery":
       if (frame.project_id === room.id) timeline.onDelivery(frame);

@@ -73,7 +73,8 @@ export function formatTime(iso) {
 
 export function formatDateTime(iso) {
   if (!iso) return "—";
-  return new Date(iso).toLocaleString(lang, {
+  // Records carry ISO strings; a few answers give Unix seconds.
+  return new Date(typeof iso === "number" ? iso * 1000 : iso).toLocaleString(lang, {
     month: "short",
     day: "numeric",
     hour: "2-digit",

@@ -1,4 +1,4 @@
-// The side panel: tabs 成员 / 任务 / 决策 / 模型. Tasks and decisions are read from the board
+// The side panel: tabs 成员 / 任务 / 决策 / 记忆 / 模型 (the 记忆 tab is memory.js). Tasks and decisions are read from the board
 // (`GET /api/projects/{id}/tasks`, `…/decisions`; the shapes are in docs/tasks.md "Shapes").
 
 import { get } from "./api.js";
@@ -11,10 +11,11 @@ import { acceptanceProgress, planStartBar, taskActions } from "./taskactions.js"
 import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
-  constructor(root, { members, models }) {
+  constructor(root, { members, models, memory }) {
     this.root = root;
     this.members = members;
     this.models = models;
+    this.memory = memory;
     this.room = null;
     this.ownerFilter = null;
     this.tabs = $$("[role=tab]", root);
@@ -44,6 +45,7 @@ export class Panel {
     if (name === "members") this.members.open(this.room);
     if (name === "tasks") this.loadTasks();
     if (name === "decisions") this.loadDecisions();
+    if (name === "memory") this.memory.open(this.room);
     if (name === "models") this.models.load(this.room);
   }
 

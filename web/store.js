@@ -40,6 +40,10 @@ export function createRoom(project) {
     messages: new Map(), // id -> message object
     oldestSeq: null,
     hasMore: true,
+    // A window opened around an old message (a search result, a permalink) does not reach the
+    // latest: new messages wait in `later` until the window pages forward to them.
+    detached: false,
+    later: new Map(), // id -> message, while detached
     loadingHistory: false,
     historyLoaded: false,
     readCursors: new Map(), // member id -> seq

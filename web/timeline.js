@@ -1,11 +1,17 @@
 // The timeline: day separators, grouping, the unread marker, scroll-back history, hover actions,
 // inline edit, receipts as messages come into view, and the read cursor.
 //
+// A search result or a permalink to an old message opens a window around it (`around`), which
+// pages forward (`after`) as the reader scrolls down until it meets the live timeline; the jump
+// button returns to the latest at once.
+//
 // Entries are cached per message (rebuilt only when the message or the roster changes) and
 // reconciled into the list in seq order, so live updates never disturb focus or an open editor.
 
+import { get } from "./api.js";
 import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./delivery.js";
 import { $, h } from "./dom.js";
+import { clearHighlights, highlightIn } from "./highlight.js";
 import { dayKey, formatDay, t } from "./i18n.js";
 import { renderMessage } from "./message.js";
 import { bus, isOwner, sortedMessages } from "./store.js";
@@ -53,6 +59,8 @@ export class Timeline {
 
   open(room) {
     this.room = room;
+    room.detached = false;
+    room.later = new Map();
     this.cache.clear();
     this.days.clear();
     this.active = null;
@@ -64,6 +72,8 @@ export class Timeline {
   /** Called after `subscribed`: a fresh subscription loads the latest page. */
   async loadLatest() {
     const room = this.room;
+    room.detached = false;
+    room.later.clear();
     room.messages.clear();
     room.oldestSeq = null;
     room.hasMore = true;
@@ -122,6 +132,16 @@ export class Timeline {
     const room = this.room;
     const message = frame.message;
     const isNew = !room.messages.has(message.id);
+    if (room.detached && isNew) {
+      // Past the end of an open window: kept for when the window reaches the latest.
+      if (!room.later.has(message.id) && message.kind === "chat" && message.author_id !== room.you) {
+        this.newCount += 1;
+        this.updateJump();
+      }
+      room.later.set(message.id, message);
+      if (message.client_txn_id && message.author_id === room.you) room.pending.delete(message.client_txn_id);
+      return;
+    }
     room.messages.set(message.id, message);
     if (message.client_txn_id && message.author_id === room.you) room.pending.delete(message.client_txn_id);
     if (!room.historyLoaded) return;
@@ -228,6 +248,7 @@ export class Timeline {
       list.push({ id: "delete", icon: "trash", label: t("action.delete"), danger: true, run: () => this.actions.remove(message) });
     }
     if (isOwner(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
+    list.push({ id: "link", icon: "link", label: t("action.copyLink"), run: () => copyLink(room, message) });
     return list;
   }
 
@@ -306,6 +327,10 @@ export class Timeline {
   }
 
   scrollToBottom(focusLast) {
+    if (this.room?.detached) {
+      this.loadLatest().then(() => this.scrollToBottom(focusLast));
+      return;
+    }
     this.el.scrollTop = this.el.scrollHeight;
     this.newCount = 0;
     this.updateJump();
@@ -317,6 +342,7 @@ export class Timeline {
 
   onScroll() {
     if (this.el.scrollTop < LOAD_OLDER_PX) this.loadOlder();
+    if (this.room?.detached && this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < LOAD_OLDER_PX) this.loadNewer();
     if (this.atBottom()) {
       this.newCount = 0;
       this.markRead();
@@ -325,14 +351,14 @@ export class Timeline {
   }
 
   updateJump() {
-    const show = Boolean(this.room?.historyLoaded) && !this.atBottom();
+    const show = Boolean(this.room?.historyLoaded) && (Boolean(this.room.detached) || !this.atBottom());
     this.jump.hidden = !show;
     this.jump.lastChild.textContent = this.newCount ? t("timeline.newMessages", { n: this.newCount }) : t("timeline.latest");
   }
 
   markRead() {
     const room = this.room;
-    if (!room || !room.historyLoaded || document.hidden || !document.hasFocus() || !this.atBottom()) return;
+    if (!room || !room.historyLoaded || room.detached || document.hidden || !document.hasFocus() || !this.atBottom()) return;
     const seq = this.conn.lastSeq ?? 0;
     if (seq > (room.readCursors.get(room.you) ?? 0)) {
       room.readCursors.set(room.you, seq);
@@ -405,17 +431,115 @@ export class Timeline {
     if (go < 0) this.loadOlder();
   }
 
-  async jumpTo(messageId) {
-    for (let i = 0; i < 5 && !this.room.messages.has(messageId) && this.room.hasMore; i++) await this.loadOlder();
+  /**
+   * Show a message: scrolled to the middle, flashed and focused, with `terms` marked in it. A
+   * message not loaded is found by its seq (given, or read from the server) and opened in a
+   * window around it.
+   */
+  async jumpTo(messageId, { seq = null, terms = [] } = {}) {
+    const room = this.room;
+    if (!room) return false;
+    if (!room.messages.has(messageId)) {
+      if (seq === null) {
+        try {
+          const detail = await get(`/api/messages/${messageId}`);
+          if (detail.project_id !== room.id) throw new Error("another project");
+          seq = detail.seq;
+        } catch {
+          toast(t("timeline.quotedGone"));
+          return false;
+        }
+      }
+      if (room !== this.room) return false;
+      await this.openAround(seq);
+      if (room !== this.room) return false;
+    }
     const el = this.cache.get(messageId)?.el;
     if (!el) {
       toast(t("timeline.quotedGone"));
-      return;
+      return false;
     }
+    clearHighlights(this.el);
+    const body = el.querySelector(".msg-body") || el;
+    const mark = highlightIn(body, terms);
     el.scrollIntoView({ block: "center" });
+    mark?.scrollIntoView({ block: "nearest" });
     el.classList.add("flash");
     setTimeout(() => el.classList.remove("flash"), 1600);
     el.focus({ preventScroll: true });
+    return true;
+  }
+
+  /** Replace what is loaded with a window around `seq`; new messages wait until it meets them. */
+  async openAround(seq) {
+    const room = this.room;
+    room.detached = true;
+    room.loadingHistory = true;
+    let answer;
+    try {
+      answer = await get(`/api/projects/${room.id}/messages?around=${seq}&limit=${PAGE}`);
+    } catch (err) {
+      toastError(err);
+      if (room === this.room) this.loadLatest();
+      return;
+    } finally {
+      room.loadingHistory = false;
+    }
+    if (room !== this.room) return;
+    room.messages.clear();
+    for (const message of answer.messages) room.messages.set(message.id, message);
+    room.oldestSeq = answer.messages.length ? answer.messages[0].seq : null;
+    room.hasMore = answer.has_more;
+    room.unreadFromSeq = null;
+    room.historyLoaded = true;
+    if (!answer.has_newer) this.attach();
+    this.render();
+    this.updateJump();
+    // A short window cannot be scrolled down to ask for more: ask now.
+    if (room.detached && this.el.scrollHeight <= this.el.clientHeight + NEAR_BOTTOM_PX) this.loadNewer();
+  }
+
+  /** The page after the window; when it reaches the latest, the window becomes the timeline. */
+  async loadNewer() {
+    const room = this.room;
+    if (!room?.detached || room.loadingHistory) return;
+    const newest = sortedMessages(room).at(-1);
+    if (!newest) return;
+    room.loadingHistory = true;
+    let answer;
+    try {
+      answer = await get(`/api/projects/${room.id}/messages?after=${newest.seq}&limit=${PAGE}`);
+    } catch (err) {
+      toastError(err);
+      return;
+    } finally {
+      room.loadingHistory = false;
+    }
+    if (room !== this.room || !room.detached) return;
+    for (const message of answer.messages) if (!room.messages.has(message.id)) room.messages.set(message.id, message);
+    if (!answer.has_newer) this.attach();
+    this.render();
+    this.updateJump();
+  }
+
+  attach() {
+    const room = this.room;
+    for (const [id, message] of room.later) room.messages.set(id, message);
+    room.later.clear();
+    room.detached = false;
+    this.newCount = 0;
+  }
+}
+
+/** The message's permalink (it opens the message from a fresh page too) to the clipboard; where
+ * the browser keeps the clipboard from the page (plain http off localhost) it is shown to copy. */
+async function copyLink(room, message) {
+  const url = `${location.origin}${location.pathname}#/p/${room.id}/m/${message.id}`;
+  try {
+    await navigator.clipboard.writeText(url);
+    toast(t("action.linkCopied"));
+  } catch {
+    toast(url, { timeout: 15000 });
   }
 }
 

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,8 @@ from room.actions import messages as message_actions
 from room.actions import turns as turn_actions
 from room.actions.turns import Limits, TurnStart
 from room.agents import context as ctx_mod
-from room.agents.presets import ROOM_RULES, preset_for
+from room.agents import memory as memory_mod
+from room.agents.presets import MEMORY_WRITE_TOOLS, ROOM_RULES, preset_for
 from room.agents.tools import (
     Tool,
     Toolbox,
@@ -83,7 +85,14 @@ class Turn:
     """One turn over deliveries already claimed and taken in (:func:`begin_turn`). It touches
     no session: a session asks it to :meth:`stop` and reads :meth:`run`'s outcome."""
 
-    def __init__(self, env: TurnEnv, member: Member, start: TurnStart, limits: Limits):
+    def __init__(
+        self,
+        env: TurnEnv,
+        member: Member,
+        start: TurnStart,
+        limits: Limits,
+        memory: memory_mod.MemorySession | None = None,
+    ):
         assert start.turn_id is not None
         self.env = env
         self.core = env.core
@@ -99,6 +108,10 @@ class Turn:
         self._in_flight: asyncio.Future[Any] | None = None
         self.work = TurnWork(limits)
         self.tool_calls = 0
+        # The session's records section and reminders (a turn on its own gets a fresh one).
+        self.memory = memory if memory is not None else memory_mod.MemorySession()
+        self.tools_ok: list[str] = []  # the tools this turn called successfully, by name
+        self.can_record = False  # its member may write to memory (so a reminder makes sense)
 
     def stopped(self) -> bool:
         """Whether a person asked this turn to stop (read anew: it changes across awaits)."""
@@ -136,6 +149,7 @@ class Turn:
 
     async def _loop(self, limits: Limits) -> TurnOutcome:
         toolbox = await toolbox_for(self.core, self.env.tools, self.member)
+        self.can_record = bool(MEMORY_WRITE_TOOLS & toolbox.tools.keys())
         messages = await self._context()
         for step in range(1, limits.max_steps + 1):
             self.steps = step
@@ -212,6 +226,8 @@ class Turn:
                     turn_actions.ToolResult(call.id, outcome.text, outcome.ok, outcome.detail)
                 )
                 effects += int(outcome.acted)
+                if outcome.ok:  # ran, and did not report a failure
+                    self.tools_ok.append(call.name)
                 messages.append(
                     ChatMessage(
                         role="tool", content=outcome.text, tool_call_id=call.id, name=call.name
@@ -315,8 +331,13 @@ class Turn:
         return ctx_mod.build_messages(ci)
 
     async def _records(self) -> str:
-        """The project-memory section of this turn's context (rendered by its owner); none yet."""
-        return ""
+        """The project records of this turn's context: the session's section, kept as built,
+        and the notices it earned since (room.agents.memory)."""
+        try:
+            return await memory_mod.records_text(self.core, self.member, self.memory, time.time())
+        except Exception:  # a fault in reading memory must not silence the agent; it is said
+            log.exception("turn %s: project records could not be read", self.turn_id)
+            return memory_mod.UNREADABLE
 
     async def _call(
         self, messages: list[ChatMessage], toolbox: Toolbox, limits: Limits

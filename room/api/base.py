@@ -264,21 +264,49 @@ async def get_project(request: Request) -> Response:
 
 
 async def list_messages(request: Request) -> Response:
+    """A page of the timeline, oldest first: before a seq (``before``, or the latest), after one
+    (``after``: the page that follows a window), or a window around one (``around``: a
+    permalink opening an old message). ``has_newer`` comes with ``after`` and ``around``."""
     who = await identity(request)
     core = core_of(request)
     project_id = path_id(request, "project_id")
     await member_in(core, who, project_id)
+    params = request.query_params
+    cursors = [name for name in ("before", "after", "around") if name in params]
+    if len(cursors) > 1:
+        raise BadRequestError("give one of before, after and around", code="bad_query")
     try:
-        before = int(request.query_params["before"]) if "before" in request.query_params else None
-        limit = int(request.query_params.get("limit", "50"))
+        cursor = int(params[cursors[0]]) if cursors else None
+        limit = int(params.get("limit", "50"))
     except ValueError:
-        raise BadRequestError("before and limit are integers", code="bad_query") from None
+        raise BadRequestError("cursors and limit are integers", code="bad_query") from None
     if not 1 <= limit <= MAX_HISTORY_LIMIT:
         raise BadRequestError(f"limit is 1–{MAX_HISTORY_LIMIT}", code="bad_query")
-    frames, has_more = await core.db.read(
-        lambda conn: messages_store.history(conn, project_id, before, limit)
+    newer = ""
+    if cursors and cursors[0] == "after":
+        assert cursor is not None
+        at = cursor
+        frames, more_newer = await core.db.read(
+            lambda conn: messages_store.newer(conn, project_id, at, limit)
+        )
+        # Everything before the cursor was already read: "has_more" (older) is not asked here.
+        has_more = False
+        newer = f',"has_newer":{"true" if more_newer else "false"}'
+    elif cursors and cursors[0] == "around":
+        assert cursor is not None
+        at = cursor
+        frames, has_more, more_newer = await core.db.read(
+            lambda conn: messages_store.around(conn, project_id, at, limit)
+        )
+        newer = f',"has_newer":{"true" if more_newer else "false"}'
+    else:
+        before = cursor
+        frames, has_more = await core.db.read(
+            lambda conn: messages_store.history(conn, project_id, before, limit)
+        )
+    body = (
+        f'{{"messages":[{",".join(frames)}],"has_more":{"true" if has_more else "false"}{newer}}}'
     )
-    body = f'{{"messages":[{",".join(frames)}],"has_more":{"true" if has_more else "false"}}}'
     return Response(body, media_type="application/json")
 
 
@@ -331,7 +359,15 @@ async def message_detail(request: Request) -> Response:
         )
 
     deliveries, edits = await core.db.read(query)
-    return JSONResponse({"message_id": message_id, "deliveries": deliveries, "edits": edits})
+    return JSONResponse(
+        {
+            "message_id": message_id,
+            "project_id": int(row["project_id"]),
+            "seq": int(row["seq"]),
+            "deliveries": deliveries,
+            "edits": edits,
+        }
+    )
 
 
 class InviteIn(BaseModel):

@@ -272,6 +272,32 @@ def count_before(conn: sqlite3.Connection, project_id: int, seq: int) -> int:
     return int(row[0])
 
 
+def newer(
+    conn: sqlite3.Connection, project_id: int, after: int, limit: int
+) -> tuple[list[str], bool]:
+    """Up to ``limit`` message objects with seq > after, oldest first, and whether more follow:
+    the page after a window opened around an old message (:func:`around`)."""
+    start = max(-1, min(after, 1 << 62))
+    rows = conn.execute(
+        "SELECT frame FROM messages WHERE project_id = :p AND seq > :after"
+        " ORDER BY seq LIMIT :limit",
+        {"p": project_id, "after": start, "limit": limit + 1},
+    ).fetchall()
+    return [str(r[0]) for r in rows[:limit]], len(rows) > limit
+
+
+def around(
+    conn: sqlite3.Connection, project_id: int, seq: int, limit: int
+) -> tuple[list[str], bool, bool]:
+    """A window of up to ``limit`` messages around ``seq``, oldest first: the message at ``seq``
+    (when there is one) and about half the page before it, the rest after. Returns the frames,
+    whether older ones exist and whether newer ones exist. A permalink opens here."""
+    before_count = limit // 2
+    older, has_more = history(conn, project_id, seq, before_count)
+    rest, has_newer = newer(conn, project_id, seq - 1, limit - len(older))
+    return older + rest, has_more, has_newer
+
+
 def replay(
     conn: sqlite3.Connection, project_id: int, after_seq: int, limit: int
 ) -> list[tuple[int, str]]:

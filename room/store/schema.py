@@ -396,9 +396,9 @@ CREATE INDEX transcript_turn ON transcript_entries(turn_id, id);
 
 # Full-text search (room.store.search, docs/search.md): the normalised text of every live message
 # (rowid = message id) and memory record (rowid = -search_records.id). Existing messages are
-# indexed here through room_index_text, the SQL name of room.searchtext.index_text.
+# indexed here through room_index_text and room_index_unigrams (room.searchtext's functions).
 SEARCH = """
-CREATE VIRTUAL TABLE search_fts USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE search_fts USING fts5(body, uni, tokenize = 'unicode61 remove_diacritics 2');
 
 CREATE TABLE search_records (
     id          INTEGER PRIMARY KEY,
@@ -420,8 +420,9 @@ CREATE TABLE search_state (
 );
 INSERT INTO search_state (id) VALUES (1);
 
-INSERT INTO search_fts (rowid, body)
-    SELECT id, room_index_text(body) FROM messages WHERE deleted_at IS NULL ORDER BY id;
+INSERT INTO search_fts (rowid, body, uni)
+    SELECT id, room_index_text(body), room_index_unigrams(body) FROM messages
+    WHERE deleted_at IS NULL ORDER BY id;
 """
 
 MIGRATIONS: tuple[Migration, ...] = (

@@ -1,6 +1,6 @@
 """The full-text index (FTS5, BM25) over messages and memory records; docs/search.md.
 
-One FTS5 table, ``search_fts``, holds the normalised text (:func:`room.searchtext.index_text`)
+One FTS5 table, ``search_fts``, holds the normalised text (:func:`room.searchtext.index_texts`)
 of every live message under the message's id as its rowid, and of every memory record under
 the negated id of its ``search_records`` row (which keeps the record's project, kind, author,
 time and original text for filters and snippets). Everything is written inside the caller's
@@ -16,16 +16,19 @@ from typing import Any
 
 from room.errors import BadRequestError
 from room.models import iso
-from room.searchtext import index_text, parse_query, snippet_html
+from room.searchtext import index_texts, parse_query, snippet_html
 from room.store.db import Appends, BulkInsert
 
-FTS_ROWS = BulkInsert("search_fts", ("rowid", "body"))
+FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"))
 
 # What a result's ``kind`` may be: a message, or a memory record of one of these kinds.
 RECORD_KINDS = ("summary", "fact", "convention", "decision", "progress", "session", "reference")
 KINDS = ("message", *RECORD_KINDS)
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
+# Matches ranked per query, newest first: a word in a large share of a big project costs this
+# many BM25 scores, not one per match (``capped`` says when more matched; docs/search.md).
+RANK_WINDOW = 2_000
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -35,7 +38,7 @@ def index_message(
     conn: sqlite3.Connection, message_id: int, body: str, appends: Appends | None = None
 ) -> None:
     """Index a new message (its id is the rowid); left to the batch when ``appends`` is given."""
-    FTS_ROWS.write(conn, [(message_id, index_text(body))], appends)
+    FTS_ROWS.write(conn, [(message_id, *index_texts(body))], appends)
 
 
 def unindex_message(conn: sqlite3.Connection, message_id: int) -> None:
@@ -71,10 +74,7 @@ def index_record(
     ).fetchone()
     rowid = -int(row[0])
     conn.execute("DELETE FROM search_fts WHERE rowid = :id", {"id": rowid})
-    conn.execute(
-        "INSERT INTO search_fts (rowid, body) VALUES (:id, :body)",
-        {"id": rowid, "body": index_text(text)},
-    )
+    FTS_ROWS.write(conn, [(rowid, *index_texts(text))], None)
 
 
 def unindex_record(conn: sqlite3.Connection, record_id: int, *, kind: str | None = None) -> None:
@@ -105,8 +105,8 @@ def rebuild_messages(conn: sqlite3.Connection) -> int:
     """Index every live message afresh (what the migration did); returns how many."""
     conn.execute("DELETE FROM search_fts WHERE rowid > 0")
     count = conn.execute(
-        "INSERT INTO search_fts (rowid, body) SELECT id, room_index_text(body) FROM messages"
-        " WHERE deleted_at IS NULL ORDER BY id"
+        "INSERT INTO search_fts (rowid, body, uni) SELECT id, room_index_text(body),"
+        " room_index_unigrams(body) FROM messages WHERE deleted_at IS NULL ORDER BY id"
     ).rowcount
     conn.execute("UPDATE search_state SET messages_stale = 0")
     return count
@@ -148,7 +148,9 @@ def search(
 ) -> dict[str, Any]:
     """Search one project's live messages and memory records (archived ones included).
 
-    Returns ``{"query", "results"}``, best first by BM25 (``rank``: higher is better), each
+    Returns ``{"query", "results", "capped"}``, best first by BM25 (``rank``: higher is
+    better) among the newest ``RANK_WINDOW`` matches of each of messages and records (``capped``
+    when more matched), each
     result ``{"kind", "id", "seq"/"message_id" or "record_id", "snippet_html", "author", "at",
     "rank"}`` (docs/search.md). ``q`` is a person's query (:func:`room.searchtext.parse_query`:
     :class:`~room.errors.BadQueryError` when there is nothing to look for); ``kinds`` limits the
@@ -165,13 +167,18 @@ def search(
         "since": since,
         "until": until,
         "limit": limit,
+        "window": RANK_WINDOW,
     }
     found: list[dict[str, Any]] = []
+    capped = False
     if "message" in wanted:
-        found += _messages(conn, params)
+        rows, capped = _messages(conn, params)
+        found += rows
     records = [k for k in wanted if k != "message"]
     if records:
-        found += _records(conn, params, records)
+        rows, more = _records(conn, params, records)
+        found += rows
+        capped = capped or more
     found.sort(key=lambda r: (-r["rank"], -r["_at"]))
     found = found[:limit]
     authors = _authors(conn, {r["_author"] for r in found if r["_author"] is not None})
@@ -181,7 +188,7 @@ def search(
         r["at"] = iso(r.pop("_at"))
         r["snippet_html"] = snippet_html(r.pop("_body"), query)
         results.append(r)
-    return {"query": q, "results": results}
+    return {"query": q, "results": results, "capped": capped}
 
 
 def _kinds(kinds: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -203,17 +210,24 @@ _FILTERS = (
 )
 
 
-def _messages(conn: sqlite3.Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+def _messages(
+    conn: sqlite3.Connection, params: dict[str, Any]
+) -> tuple[list[dict[str, Any]], bool]:
+    # The newest RANK_WINDOW matches are ranked (FTS5 walks the doclist backwards by rowid,
+    # which is the message id), then the best of them are read in full.
     rows = conn.execute(
-        "SELECT m.id, m.seq, m.kind, m.author_id, m.created_at, m.body, search_fts.rank"
+        "WITH w AS (SELECT m.id AS id, search_fts.rank AS score"
         " FROM search_fts JOIN messages m ON m.id = search_fts.rowid"
         " WHERE search_fts MATCH :q AND search_fts.rowid > 0"
         " AND m.project_id = :p AND m.deleted_at IS NULL"
         + _FILTERS.format(author="m.author_id", at="m.created_at")
-        + " ORDER BY search_fts.rank, m.id DESC LIMIT :limit",
+        + " ORDER BY search_fts.rowid DESC LIMIT :window)"
+        " SELECT m.id, m.seq, m.kind, m.author_id, m.created_at, m.body, w.score,"
+        " (SELECT count(*) FROM w) FROM w JOIN messages m ON m.id = w.id"
+        " ORDER BY w.score, m.id DESC LIMIT :limit",
         params,
     ).fetchall()
-    return [
+    found = [
         {
             "kind": "message",
             "id": int(r[0]),
@@ -227,22 +241,27 @@ def _messages(conn: sqlite3.Connection, params: dict[str, Any]) -> list[dict[str
         }
         for r in rows
     ]
+    return found, bool(rows) and int(rows[0][7]) >= params["window"]
 
 
 def _records(
     conn: sqlite3.Connection, params: dict[str, Any], kinds: list[str]
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], bool]:
     marks = ", ".join(f":k{i}" for i in range(len(kinds)))
+    # A record's rowid is minus its search_records id: ascending rowid is newest first.
     rows = conn.execute(
-        "SELECT r.kind, r.record_id, r.author_id, r.at, r.body, search_fts.rank"
+        "WITH w AS (SELECT r.id AS id, search_fts.rank AS score"
         " FROM search_fts JOIN search_records r ON r.id = -search_fts.rowid"
         " WHERE search_fts MATCH :q AND search_fts.rowid < 0"
         f" AND r.project_id = :p AND r.kind IN ({marks})"
         + _FILTERS.format(author="r.author_id", at="r.at")
-        + " ORDER BY search_fts.rank, r.at DESC LIMIT :limit",
+        + " ORDER BY search_fts.rowid LIMIT :window)"
+        " SELECT r.kind, r.record_id, r.author_id, r.at, r.body, w.score,"
+        " (SELECT count(*) FROM w) FROM w JOIN search_records r ON r.id = w.id"
+        " ORDER BY w.score, r.at DESC LIMIT :limit",
         params | {f"k{i}": k for i, k in enumerate(kinds)},
     ).fetchall()
-    return [
+    found = [
         {
             "kind": r[0],
             "id": int(r[1]),
@@ -254,6 +273,7 @@ def _records(
         }
         for r in rows
     ]
+    return found, bool(rows) and int(rows[0][6]) >= params["window"]
 
 
 def _authors(conn: sqlite3.Connection, ids: set[int]) -> dict[int, dict[str, Any]]:
