@@ -7,6 +7,7 @@ import { $, $$, h, icon } from "./dom.js";
 import { errorText, label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { member, upsertProject } from "./store.js";
+import { acceptanceProgress, planStartBar, taskActions } from "./taskactions.js";
 import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
@@ -100,6 +101,8 @@ export class Panel {
           this.loadTasks();
         } } })));
     }
+    const planBar = planStartBar(room, tasks, () => this.loadTasks());
+    if (planBar) nodes.push(planBar);
     if (!tasks.length) nodes.push(empty("tasks.emptyTitle", this.ownerFilter !== null ? "tasks.emptyOwner" : "tasks.empty"));
     for (const task of tasks) nodes.push(taskCard(room, task, () => this.loadTasks()));
     box.replaceChildren(...nodes);
@@ -152,6 +155,8 @@ function taskCard(room, task, reload) {
     h("div", { class: "task-owner" },
       owner ? avatar(room, owner.id, "xs") : null,
       h("span", { text: owner ? owner.display_name : task.owner?.display_name || t("tasks.noOwner") })),
+    acceptanceProgress(task),
+    taskActions(room, task, reload),
     attemptSection(room, task, reload),
     task.waiting_on?.length ? h("p", { class: "task-waiting" }, icon("pause"), h("span", { text: t("tasks.waitingOn", { keys: task.waiting_on.join("、") }) })) : null,
     task.note ? h("p", { class: "task-note", text: t("tasks.note", { note: task.note }) }) : null,

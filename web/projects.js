@@ -103,7 +103,8 @@ export async function createProjectDialog() {
         event.preventDefault();
         error.hidden = true;
         const chosen = rows.filter((r) => r.include.checked);
-        const problem = !name.value.trim() ? t("create.needName") : chosen.some((r) => !r.handle.value.trim() || !r.name.value.trim()) ? t("create.needMemberNames") : null;
+        const clash = duplicateName(chosen.map((r) => [r.handle.value, r.name.value]));
+        const problem = !name.value.trim() ? t("create.needName") : chosen.some((r) => !r.handle.value.trim() || !r.name.value.trim()) ? t("create.needMemberNames") : clash ? t("create.duplicateName", { name: clash }) : null;
         if (problem) {
           error.textContent = problem;
           error.hidden = false;
@@ -129,6 +130,22 @@ export async function createProjectDialog() {
       return form;
     },
   });
+}
+
+/** A name two of the new members (or a member and you, the owner) would both answer to, or
+ * null: the server refuses such a project (`name_taken`, `handle_taken`); say so before asking. */
+export function duplicateName(members) {
+  const key = (s) => s.trim().normalize("NFC").replace(/[A-Z]+/g, (m) => m.toLowerCase());
+  const seen = new Map();
+  const people = [[app.identity?.handle || "", app.identity?.display_name || ""], ...members];
+  for (const [index, names] of people.entries()) {
+    for (const name of new Set(names.map((n) => n.trim()).filter(Boolean))) {
+      const k = key(name);
+      if (seen.has(k) && seen.get(k) !== index) return name;
+      seen.set(k, index);
+    }
+  }
+  return null;
 }
 
 function memberRow(role) {

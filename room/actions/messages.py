@@ -120,14 +120,19 @@ def resolve_recipients(
     sender: Member, body: str, chips: list[int], roster: ProjectRoster
 ) -> Addressing:
     """Resolve mentions and add the lead agent to a person's message that mentions nobody
-    (docs/architecture.md, "Mentions and recipients"). Pure given the roster."""
+    (docs/architecture.md, "Mentions and recipients"). Pure given the roster.
+
+    A message that names only its sender (`@me 记一下`) is a note to self: it named someone,
+    so it is not routed to the lead (shared/mentions/SPEC.md §7)."""
     resolution = mention_rules.resolve(body, roster.roster, str(sender.id), [str(c) for c in chips])
     mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
     blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
     targets = list(mentioned)
     to_lead_by_default = False
+    note_to_self = any(d.code == "self" for d in resolution.diagnostics)
     if (
         not targets
+        and not note_to_self
         and sender.kind == "human"
         and not resolution.humans_only_group
         and not resolution.everyone
@@ -645,6 +650,21 @@ def check_posting(conn: sqlite3.Connection, member: Member, appends: Appends | N
             state=state,
         )
     return state
+
+
+def annotate_message(
+    conn: sqlite3.Connection, tx: Tx, message_id: int, meta: dict[str, Any]
+) -> dict[str, Any]:
+    """Add ``meta`` to a stored message's ``meta`` (its text untouched) and publish the change
+    as ``message_updated``; call inside a write job. Used to mark a person's message as a
+    requirement change, so every page shows its badge."""
+    row = messages_store.get_row(conn, message_id)
+    if row is None:
+        raise NotFoundError("没有这条消息 (No such message.)", code="no_message")
+    obj = json.loads(row["frame"])
+    obj["meta"] = {**(obj.get("meta") or {}), **meta}
+    frame = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _publish_update(conn, tx, int(row["project_id"]), message_id, frame, [])
 
 
 def _publish_update(

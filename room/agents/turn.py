@@ -308,11 +308,20 @@ class Turn:
             rules=ROOM_RULES,
             people=people,
             timeline=[
-                ctx_mod.Line(m["seq"], m["author_id"], m["body"], m["kind"])
+                ctx_mod.Line(
+                    m["seq"],
+                    m["author_id"],
+                    m["body"],
+                    m["kind"],
+                    (m.get("meta") or {}).get("for_agents", ""),
+                )
                 for m in history
                 if not m["deleted"] and m["kind"] != "tool"
             ],
-            inputs=[ctx_mod.Line(i.seq, i.author_id, i.body) for i in self.inbound],
+            inputs=[
+                ctx_mod.Line(i.seq, i.author_id, i.body, for_agents=i.for_agents)
+                for i in self.inbound
+            ],
             budget_tokens=self.env.context_tokens,
             records=await self._records(),
             transcript=turn_records(own, skip_turn=self.turn_id),
@@ -385,7 +394,7 @@ class Turn:
         self.unconsumed += [(i.delivery_id, "steer") for i in fresh]
         roster = await self.core.rosters.get(self.member.project_id)
         people = [ctx_mod.person_of(m) for m in roster.members.values()]
-        lines = [ctx_mod.Line(i.seq, i.author_id, i.body) for i in fresh]
+        lines = [ctx_mod.Line(i.seq, i.author_id, i.body, for_agents=i.for_agents) for i in fresh]
         self.inbound += fresh
         return ctx_mod.steer_message(lines, people, ctx_mod.person_of(self.member))
 
