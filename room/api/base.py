@@ -262,6 +262,8 @@ async def list_messages(request: Request) -> Response:
         limit = int(request.query_params.get("limit", "50"))
     except ValueError:
         raise BadRequestError("before and limit are integers", code="bad_query") from None
+    if before is not None and before < 1:  # as the ``history`` frame: seqs start at 1
+        raise BadRequestError("before is a seq, 1 or more", code="bad_query")
     if not 1 <= limit <= MAX_HISTORY_LIMIT:
         raise BadRequestError(f"limit is 1–{MAX_HISTORY_LIMIT}", code="bad_query")
     frames, has_more = await core.db.read(
