@@ -188,6 +188,8 @@ def test_anthropic_check_requires_alternation_and_results_first() -> None:
     )
     assert "no tool_result" in (anthropic_problem(body(user, assistant, user)) or "")
     assert "system" in (anthropic_problem(body({"role": "system", "content": "x"})) or "")
-    assert "non-empty" in (
-        anthropic_problem(body({"role": "user", "content": [{"type": "text", "text": ""}]})) or ""
-    )
+    for blank in ("", " \n\t"):
+        assert "non-whitespace" in (
+            anthropic_problem(body({"role": "user", "content": [{"type": "text", "text": blank}]}))
+            or ""
+        )
