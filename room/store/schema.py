@@ -366,6 +366,11 @@ END
 WHERE reason IS NOT NULL;
 """
 
+# Model calls record the HTTP requests they really sent (retries included; 0 when none was).
+MODEL_REQUEST_ATTEMPTS = """
+ALTER TABLE model_requests ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -373,6 +378,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0004_tasks", TASKS),
     Migration("0005_delivery_reason_codes", DELIVERY_REASON_CODES),
     Migration("0006_task_attempts", TASK_ATTEMPTS),
+    Migration("0007_model_request_attempts", MODEL_REQUEST_ATTEMPTS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
