@@ -118,6 +118,7 @@ async def test_a_stopped_calls_reported_usage_is_not_lost(
         try:
             room = Room(server, llm)
             room.route("lead", "anthropic/claude-test")
+            room.post(f"/api/projects/{room.project}/limits", {"token_budget": 10})
             # The answer starts (message_start reports 13 input tokens), then stalls.
             claude.push(Reply(body=anthropic_text("一个很长的回答").body, stall_after=4))
             room.say("@lead 开始一件长任务")
@@ -130,7 +131,10 @@ async def test_a_stopped_calls_reported_usage_is_not_lost(
             totals = usage(room)
             assert (totals["requests"], totals["stopped_requests"]) == (1, 1)
             assert (totals["input_tokens"], totals["output_tokens"]) == (13, 1)
-            brake = room.get(f"/api/projects/{room.project}/brake")
-            assert brake["tokens_used"] == 14  # the budget sees what the stopped call cost
+            brake = await eventually(
+                lambda: (b := room.get(f"/api/projects/{room.project}/brake"))["tripped"] and b
+            )
+            # The budget sees what the stopped call cost, and is spent by it.
+            assert (brake["tokens_used"], brake["tripped"]) == (14, "token_budget")
         finally:
             server.stop()

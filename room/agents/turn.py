@@ -328,12 +328,12 @@ class Turn:
                 # and may have cost tokens; it is recorded with what the provider reported.
                 call.ok, call.error_code = False, STOPPED_CALL
                 _metered(call, meter)
-                await turn_actions.record_model_call(self.core, call, None)
+                await turn_actions.record_model_call(self.core, call, limits.token_budget)
             raise
         except (ProviderError, RoomError) as exc:
             call.ok, call.error_code = False, exc.code
             _metered(call, meter)
-            await turn_actions.record_model_call(self.core, call, None)
+            await turn_actions.record_model_call(self.core, call, limits.token_budget)
             await self._end(
                 "failed",
                 Reason.PROVIDER_ERROR,

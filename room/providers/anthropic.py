@@ -34,6 +34,7 @@ from room.providers.base import (
     IDLE_TIMEOUT_SECS,
     MAX_RETRIES,
     STOP_END_TURN,
+    STOP_MAX_TOKENS,
     STOP_TOOL_USE,
     Answer,
     CallMeter,
@@ -156,6 +157,8 @@ def decode_response(data: Any, *, requested_model: str = "") -> Answer:
         # thinking and other block types are not part of the answer shown to the room
     stop = data.get("stop_reason")
     stop_reason = stop if isinstance(stop, str) else (STOP_TOOL_USE if calls else STOP_END_TURN)
+    if stop_reason == "model_context_window_exceeded":  # cut off as by max_tokens
+        stop_reason = STOP_MAX_TOKENS
     model = data.get("model")
     return Answer(
         text="".join(texts),
