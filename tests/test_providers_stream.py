@@ -233,3 +233,25 @@ async def test_a_server_that_ignores_stream_is_read_from_its_json_body(kind: str
         finally:
             await provider.aclose()
     assert (result.text, result.attempts) == ("整段回答", 1)
+
+
+@pytest.mark.anyio
+async def test_streamed_text_holds_no_lone_surrogates() -> None:
+    # A pair of escapes split over two chunks is one character; a lone one is no text (no
+    # message or database row can hold it) and arrives as U+FFFD.
+    def piece(text: str) -> tuple[None, str]:
+        return None, '{"choices": [{"index": 0, "delta": {"content": "' + text + '"}}]}'
+
+    events = [
+        piece("笑\\ud83d"),
+        piece("\\ude00 半个\\ud800"),
+        (None, '{"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}'),
+        (None, "[DONE]"),
+    ]
+    with serve("openai", [Reply(body={}, events=events)]) as srv:
+        provider = make("openai", srv, RecordedSleeps())
+        try:
+            result = await provider.chat(hello())
+        finally:
+            await provider.aclose()
+    assert result.text == "笑😀 半个\ufffd"

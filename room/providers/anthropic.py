@@ -50,6 +50,7 @@ from room.providers.base import (
     log_route,
     missing_key_error,
     parse_arguments,
+    text_only,
 )
 
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -247,7 +248,7 @@ class StreamingAnswer:
             whole["usage"] = self._usage
         if self._model:
             whole["model"] = self._model
-        return decode_response(whole, requested_model=self._requested_model)
+        return decode_response(text_only(whole), requested_model=self._requested_model)
 
     def whole(self, data: Any) -> Answer:
         return decode_response(data, requested_model=self._requested_model)

@@ -277,7 +277,10 @@ def text_only(value: Any) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return _SURROGATE.sub("\ufffd", value)
+            # A pair of escapes (``"\ud83d\ude00"``, or its halves in two streamed chunks) is
+            # one character; only what is left alone becomes U+FFFD.
+            joined = value.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+            return _SURROGATE.sub("\ufffd", joined)
         return value
     if isinstance(value, dict):
         return {text_only(k): text_only(v) for k, v in value.items()}

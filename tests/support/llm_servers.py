@@ -368,7 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 if sent and reply.chunk_delay_secs and owner._stopping.wait(reply.chunk_delay_secs):
                     return
-                text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+                text = data if isinstance(data, str) else json.dumps(data)  # \u escapes: any text
                 frame = (f"event: {event_name}\n" if event_name else "") + f"data: {text}\n\n"
                 self.wfile.write(frame.encode())
                 self.wfile.flush()
@@ -376,7 +376,10 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
 
-def _pieces(text: str, size: int = 4) -> list[str]:
+def _pieces(text: str, size: int = 4, most: int = 32) -> list[str]:
+    """``text`` in pieces of ``size`` characters, or longer ones when that would make more than
+    ``most`` (a 10 MB argument is streamed in a few large chunks, not a million small ones)."""
+    size = max(size, -(-len(text) // most))
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
