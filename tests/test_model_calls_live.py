@@ -3,6 +3,7 @@ local servers streaming the OpenAI and Anthropic wire protocols (issue 14, items
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tests.support.llm_servers import (
     anthropic_text,
     error,
     openai_text,
+    openai_tool_calls,
 )
 from tests.support.server import start_with_openai
 
@@ -53,6 +55,20 @@ async def test_a_cut_off_answer_is_posted_marked_truncated(room: Room) -> None:
     await eventually(lambda: len(agent_replies(room, "lead")) == 2)
     whole = agent_replies(room, "lead")[1]
     assert whole["body"] == "完整的回答。" and "truncated" not in whole["meta"]
+
+
+async def test_a_tool_call_cut_at_the_token_limit_is_not_run_and_the_model_is_told_why(
+    room: Room,
+) -> None:
+    room.route("lead")
+    cut = openai_tool_calls([("c1", "room_send", '{"text": "一段很长的')], finish_reason="length")
+    room.llm.push(cut, openai_text("我分几次发。"))
+    room.say("@lead 发一段长消息")
+    await eventually(lambda: agent_replies(room, "lead"))
+    result = json.loads(room.llm.chat_requests[1]["messages"][-1]["content"])
+    assert (result["ok"], result["error"]) == (False, "bad_arguments")
+    assert "max_tokens" in result["message"]
+    assert [r["body"] for r in agent_replies(room, "lead")] == ["我分几次发。"]
 
 
 async def test_a_slow_answer_that_keeps_streaming_is_paid_for_once(

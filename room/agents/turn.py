@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 REPEAT_LIMIT = 3  # the same tool call this many times in one turn trips the brake
 TIMELINE_MESSAGES = 60
 TRUNCATED_NOTE = "⚠️ 回答达到模型的长度上限（max_tokens），在此处被截断，并不完整。"
+CUT_ARGUMENTS = (
+    "arguments were not valid JSON: your answer was cut at the token limit (max_tokens) before "
+    "they were complete; nothing was run. Make the call smaller (less content per call)."
+)
 STOPPED_CALL = usage_store.STOPPED  # the error code of a call abandoned by a person's stop
 
 
@@ -207,7 +211,11 @@ class Turn:
                     # still gets its result, as the protocol wants one per call).
                     outcome = not_run_after_stop()
                 elif call.raw_arguments and not call.arguments:
-                    outcome = bad_arguments("arguments were not valid JSON")
+                    outcome = bad_arguments(
+                        CUT_ARGUMENTS
+                        if result.stop_reason == STOP_MAX_TOKENS
+                        else "arguments were not valid JSON"
+                    )
                 else:
                     tool = toolbox.tools.get(call.name)
                     if tool is not None and tool.side_effect and not self.acting_recorded:

@@ -164,8 +164,8 @@ def decode_response(data: Any, *, requested_model: str = "") -> Answer:
     tool_calls = _decode_tool_calls(message.get("tool_calls"))
     finish = choices[0].get("finish_reason")
     stop_reason = _STOP_REASONS.get(finish, finish) if isinstance(finish, str) else STOP_END_TURN
-    if tool_calls:  # some servers say "stop" even when they ask for tools
-        stop_reason = STOP_TOOL_USE
+    if tool_calls and stop_reason == STOP_END_TURN:  # some servers say "stop" asking for tools
+        stop_reason = STOP_TOOL_USE  # ("length" stays: the calls may have been cut)
     model = data.get("model")
     return Answer(
         text=_text_of(message.get("content")),
