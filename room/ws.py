@@ -218,7 +218,8 @@ class Connection:
                 raise AuthError("send an auth frame first")
             self.identity = await authenticate_token(self.core, frame.token)
         except RoomError as exc:
-            self.push(p.error_frame(exc.code, exc.message))
+            req_id = p.req_id_of(text) if text is not None else None
+            self.push(p.error_frame(exc.code, exc.message, req_id))
             await asyncio.sleep(0)  # let the outbox write the error before the close
             await self._close(CLOSE_UNAUTHENTICATED, exc.message[:100])
             return False
@@ -242,6 +243,8 @@ class Connection:
             req_id = frame.req_id
             await self._handlers[frame.type](frame)
         except RoomError as exc:
+            if req_id is None:  # the frame did not parse: echo what can be read of it
+                req_id = p.req_id_of(text)
             self.push(p.error_frame(exc.code, exc.message, req_id, **exc.details))
         except Exception:
             log.exception("frame handler failed")

@@ -313,6 +313,40 @@ async def test_every_bad_frame_gets_a_structured_error_and_the_socket_stays(
     assert status == 200 and health["ok"]
 
 
+async def test_errors_to_frames_that_failed_to_parse_echo_their_req_id(
+    server: ServerProcess,
+) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project)
+    bad: dict[str, tuple[dict[str, Any], str]] = {
+        "unknown-type": ({"type": "nope"}, "bad_frame"),
+        "bad-field": ({"type": "send", "project_id": "x", "client_txn_id": "a"}, "bad_frame"),
+        "forged": (
+            {
+                "type": "send",
+                "project_id": project,
+                "client_txn_id": txn(),
+                "body": "hi",
+                "from": 1,
+            },
+            "forged_author",
+        ),
+        "zero-cursor": ({"type": "history", "project_id": project, "before": 0}, "bad_frame"),
+        "中文-请求": ({"type": "ping", "extra": True}, "bad_frame"),
+    }
+    for req_id, (frame, _) in bad.items():
+        await c.send({**frame, "req_id": req_id})
+    for req_id, (_, code) in bad.items():
+        err = await c.wait_for("error")
+        assert (err["req_id"], err["code"]) == (req_id, code)
+    # What cannot be read is not invented: no req_id when it is not a string of ≤ 64 chars.
+    for unreadable in ({"type": "nope", "req_id": 5}, {"type": "nope", "req_id": "x" * 65}):
+        await c.send(unreadable)
+        err = await c.wait_for("error")
+        assert "req_id" not in err
+
+
 async def test_forged_author_is_refused(server: ServerProcess) -> None:
     s = server.login()
     project = demo_project(server, s.cookie)

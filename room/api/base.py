@@ -284,6 +284,9 @@ async def list_messages(request: Request) -> Response:
         limit = int(params.get("limit", "50"))
     except ValueError:
         raise BadRequestError("cursors and limit are integers", code="bad_query") from None
+    if cursors and cursors[0] == "before" and cursor is not None and cursor < 1:
+        # as the ``history`` frame: seqs start at 1
+        raise BadRequestError("before is a seq, 1 or more", code="bad_query")
     if not 1 <= limit <= MAX_HISTORY_LIMIT:
         raise BadRequestError(f"limit is 1–{MAX_HISTORY_LIMIT}", code="bad_query")
     newer = ""

@@ -437,6 +437,11 @@ UPDATE messages SET frame = json_set(frame, '$.reply_excerpt.excerpt', '',
     AND json_type(frame, '$.reply_excerpt') = 'object';
 """
 
+# Model calls record the HTTP requests they really sent (retries included; 0 when none was).
+MODEL_REQUEST_ATTEMPTS = """
+ALTER TABLE model_requests ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -449,6 +454,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0009_memory", MEMORY),
     Migration("0010_search", SEARCH),
     Migration("0011_message_privacy", MESSAGE_PRIVACY),
+    Migration("0012_model_request_attempts", MODEL_REQUEST_ATTEMPTS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
