@@ -60,14 +60,7 @@ async def test_two_clients_see_each_other_live(server: ServerProcess) -> None:
 async def test_resume_after_disconnect_has_no_gap_and_no_duplicate(server: ServerProcess) -> None:
     s = server.login()
     project = demo_project(server, s.cookie)
-    # The demo's echo lead would answer every message in between: pause it, so the stream holds
-    # exactly what this test sends.
-    members = server.get_json(f"/api/projects/{project}", cookie=s.cookie)["members"]
-    lead = next(m["id"] for m in members if m["handle"] == "lead")
-    status, _ = server.request(
-        "POST", f"/api/projects/{project}/members/{lead}/pause", {}, headers=s.headers
-    )
-    assert status == 200
+    pause_demo_lead(server, s, project)
     writer = await subscribed(server, s.cookie, project)
     reader = await subscribed(server, s.cookie, project, since=0)
     for i in range(5):
@@ -136,9 +129,21 @@ async def test_idempotent_send_under_concurrent_retransmits(server: ServerProces
     assert err["details"]["client_txn_id"] == txn_id
 
 
+def pause_demo_lead(server: ServerProcess, s: Any, project: int) -> None:
+    """The demo's echo lead would answer every message in between: pause it, so the timeline
+    holds exactly what a test sends."""
+    members = server.get_json(f"/api/projects/{project}", cookie=s.cookie)["members"]
+    lead = next(m["id"] for m in members if m["handle"] == "lead")
+    status, _ = server.request(
+        "POST", f"/api/projects/{project}/members/{lead}/pause", {}, headers=s.headers
+    )
+    assert status == 200
+
+
 async def test_history_pages_edit_and_delete(server: ServerProcess) -> None:
     s = server.login()
     project = demo_project(server, s.cookie)
+    pause_demo_lead(server, s, project)
     c = await subscribed(server, s.cookie, project)
     for i in range(30):
         await c.send(
