@@ -425,6 +425,13 @@ INSERT INTO search_fts (rowid, body, uni)
     WHERE deleted_at IS NULL ORDER BY id;
 """
 
+# Where a project came from (docs/packs.md): the project a fork was made from, and the projects
+# merged into it (a JSON array of ids, oldest first).
+PACKS = """
+ALTER TABLE projects ADD COLUMN forked_from INTEGER REFERENCES projects(id);
+ALTER TABLE projects ADD COLUMN merged_from TEXT NOT NULL DEFAULT '[]'
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -436,6 +443,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0008_checkpoints", CHECKPOINTS),
     Migration("0009_memory", MEMORY),
     Migration("0010_search", SEARCH),
+    Migration("0014_packs", PACKS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
