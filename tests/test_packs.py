@@ -6,10 +6,12 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from room import cli
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.actions import messages as message_actions
@@ -23,6 +25,7 @@ from room.store import Tx
 from room.store import auth as auth_store
 from room.store import members as members_store
 from room.store import search as search_store
+from tests.support.inproc import App, error, owner_user
 from tests.test_tasks_actions import World, item, plan, review, submit, world, write_file
 
 pytestmark = pytest.mark.anyio
@@ -373,3 +376,94 @@ async def test_a_fork_copies_records_and_a_merge_back_deduplicates(world: World)
         ).fetchall()
     )
     assert sorted(r[0] for r in trail) == sorted([world.project_id, fork_id])
+
+
+# -- HTTP and the CLI, on the real app ----------------------------------------------------------
+
+
+def test_http_export_import_fork_merge_are_for_owners(app: App, tmp_path: Path) -> None:
+    owner = owner_user(app)
+    person, cookie = app.new_user("mei", "梅")
+    project_id, members, token = app.project_with("外发", owner, person)
+    app.call(
+        message_actions.send_message, app.core, members["owner"], client_txn_id="x", body="第一条"
+    )
+    path = f"/api/projects/{project_id}"
+    assert error(app.request("GET", f"{path}/export", cookie=cookie)) == (403, "not_owner")
+    assert error(app.request("GET", f"{path}/export", token=token)) == (403, "not_owner")
+    assert error(app.request("POST", f"{path}/fork", {}, cookie=cookie)) == (403, "not_owner")
+    other, _, _ = app.project_with("别的", owner)
+    merge = {"source_project_id": other}
+    assert error(app.request("POST", f"{path}/merge", merge, cookie=cookie)) == (403, "not_owner")
+
+    response = app.client.get(
+        f"{path}/export", headers={"Cookie": f"room_session={app.owner_cookie}"}
+    )
+    assert response.status_code == 200
+    pack = response.content
+    assert json.loads(pack.splitlines()[0])["kind"] == "room.project-pack"
+    assert b"token_hash" not in pack and b"csrf" not in pack
+
+    def upload(body: bytes, who: str | None = None, bearer: str | None = None) -> Any:
+        headers = {"Origin": app.settings.origin}
+        if who is not None:
+            headers |= {"Cookie": f"room_session={who}", "X-CSRF-Token": app.csrf[who]}
+        if bearer is not None:
+            headers["Authorization"] = f"Bearer {bearer}"
+        return app.client.post("/api/projects/import?name=导入", content=body, headers=headers)
+
+    assert upload(pack, bearer=token).status_code == 403
+    forged = upload(pack.replace(b"room.project-pack", b"room.other-pack", 1), app.owner_cookie)
+    assert forged.status_code == 400 and forged.json()["error"]["details"]["reason"] == "bad_kind"
+    made = upload(pack, app.owner_cookie)
+    assert made.status_code == 201 and made.json()["name"] == "导入"
+    assert not list((app.settings.data / "tmp").iterdir())  # the upload's temp file is gone
+    status, forked = app.request("POST", f"{path}/fork", {"name": "分支"}, cookie=app.owner_cookie)
+    assert status == 201 and forked["name"] == "分支"
+    status, merged = app.request(
+        "POST", f"{path}/merge", {"source_project_id": forked["project_id"], "trash_source": True},
+        cookie=app.owner_cookie,
+    )  # fmt: skip
+    assert status == 200, merged
+    with app.db() as conn:
+        state = conn.execute("SELECT state FROM projects WHERE id = ?", (forked["project_id"],))
+        assert state.fetchone()[0] == "trashed"
+    with app.db() as conn:
+        trail = conn.execute(
+            "SELECT action FROM audit_events WHERE project_id = ? ORDER BY id", (project_id,)
+        ).fetchall()
+    assert [a for (a,) in trail if a.startswith("project.")][-3:] == [
+        "project.export", "project.fork", "project.merge",
+    ]  # fmt: skip
+
+
+def test_the_cli_exports_and_imports_while_the_server_runs(app: App, tmp_path: Path) -> None:
+    owner = owner_user(app)
+    _, members, _ = app.project_with("命令行", owner)
+    for n in range(3):
+        app.call(
+            message_actions.send_message, app.core, members["owner"], client_txn_id=f"c{n}",
+            body=f"消息 {n}",
+        )  # fmt: skip
+    file = tmp_path / "p.roompack"
+    data = ["--data", str(app.settings.data)]
+    assert cli.main(["export", "命令行", str(file), *data]) == 0
+    assert cli.main(["import", str(file), "--name", "命令行副本", *data]) == 0
+
+    def bodies(name: str) -> list[tuple[int, str]]:
+        with app.db() as conn:
+            return conn.execute(
+                "SELECT m.seq, m.body FROM messages m JOIN projects p ON p.id = m.project_id"
+                " WHERE p.name = ? ORDER BY m.seq", (name,),
+            ).fetchall()  # fmt: skip
+
+    copied = bodies("命令行副本")
+    assert [b for _, b in copied[:3]] == ["消息 0", "消息 1", "消息 2"]
+    assert copied == bodies("命令行")[: len(copied)]
+    # The server's writer goes on taking ids after the imported ones.
+    app.call(
+        message_actions.send_message, app.core, members["owner"], client_txn_id="after",
+        body="之后",
+    )  # fmt: skip
+    file.write_bytes(file.read_bytes().replace(b'"version":1', b'"version":99', 1))
+    assert cli.main(["import", str(file), *data]) == 1
