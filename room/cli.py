@@ -298,6 +298,7 @@ def export_project(settings: Settings, project: str, file: Path) -> int:
     from room.store import run_write
 
     conn = _open_current(settings)
+    conn.execute("PRAGMA mmap_size = 0")  # a whole-database read: keep its pages out of RSS
     partial = file.with_name(file.name + ".partial")
     try:
         found = projects_store.find(conn, project)
@@ -328,6 +329,7 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
     if not file.is_file():
         raise BadRequestError(f"no pack at {file}", code="no_file")
     conn = _open_current(settings)
+    conn.execute("PRAGMA mmap_size = 0")  # a large write: keep the database's pages out of RSS
     try:
 
         def job(c: sqlite3.Connection, tx: Any) -> dict[str, Any]:

@@ -56,6 +56,11 @@ async def build(world: World) -> None:
         world.core, world["lin"], client_txn_id="t2", body="收到", reply_to=first.message_id
     )
     await message_actions.edit_message(world.core, owner, first.message_id, "你好 @lead，先做 API")
+    # A plain message (no reply, no mention: its stored object is remapped by its head only),
+    # with a line separator that JSON keeps raw.
+    await message_actions.send_message(
+        world.core, world["lin"], client_txn_id="t3", body="好的\u2028明天见"
+    )
     await plan(world, item("api", "be", criteria=2), item("ui", "fe", "api"))
     await updates.change_task(world.core, world["be"], "api", "start")
     await submit(world, "be", "api", write_file(world, "api.py", "def api(): ...\n"))
@@ -467,3 +472,37 @@ def test_the_cli_exports_and_imports_while_the_server_runs(app: App, tmp_path: P
     )  # fmt: skip
     file.write_bytes(file.read_bytes().replace(b'"version":1', b'"version":99', 1))
     assert cli.main(["import", str(file), *data]) == 1
+
+
+def test_a_plain_message_object_is_remapped_by_its_head_exactly_as_in_full() -> None:
+    from room.actions.packs import _HEAD, _message, _Part
+    from room.packs import TABLES_BY_NAME
+    from room.store.messages import message_object
+
+    class Stub:
+        project_id = 900
+
+        def _map(self, table: str, value: Any) -> Any:
+            shift = {"messages": 1000, "members": 50}.get(table)
+            return None if value is None or shift is None else value + shift
+
+    part = _Part(TABLES_BY_NAME["messages"], ["id", "frame"], 1)
+    common: dict[str, Any] = {
+        "message_id": 7, "project_id": 3, "seq": 12, "kind": "chat", "body": '引号 " 和 "meta":',
+        "html": "<p>x</p>", "client_txn_id": "c", "created_at": 1.5, "reply_excerpt": None,
+    }  # fmt: skip
+    cases: list[dict[str, Any]] = [
+        {"author_id": 4, "reply_to": None, "mentions": ()},
+        {"author_id": None, "reply_to": None, "mentions": ()},
+        {"author_id": 4, "reply_to": 5, "mentions": (2,)},
+        {"author_id": 4, "reply_to": None, "mentions": (), "meta": {"turn_id": 9}},
+    ]
+    for case in cases:
+        frame = message_object(**common, **case)
+        values: list[Any] = [7, frame]
+        _message(Stub(), part, values)  # type: ignore[arg-type]
+        full = remap_message(json.loads(frame), 900, Stub()._map)
+        assert json.loads(values[1]) == full
+        assert values[1] == json.dumps(full, ensure_ascii=False, separators=(",", ":"))
+    plain = message_object(**common, **cases[0])
+    assert _HEAD.match(plain) is not None  # the fast path is taken for the plain one

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import regex
+
 from room import __version__
 from room.actions import memory as memory_actions
 from room.errors import NotFoundError, PackError
@@ -132,12 +134,31 @@ class _Ids:
 
 @dataclass(slots=True)
 class _Part:
+    """A part being read, with its columns' roles worked out once (rows are plain lists)."""
+
     table: PackTable
     columns: list[str]
     start_line: int
+    index: dict[str, int] = field(default_factory=dict)
+    key: int | None = None
+    project: int | None = None
+    refs: list[tuple[int, str]] = field(default_factory=list)
+    late: list[tuple[int, str, str]] = field(default_factory=list)
     rows: int = 0
-    buffer: list[tuple[Any, ...]] = field(default_factory=list)
+    buffer: list[list[Any]] = field(default_factory=list)
     buffer_line: int = 0
+
+    def __post_init__(self) -> None:
+        table = self.table
+        self.index = {c: i for i, c in enumerate(self.columns)}
+        self.key = self.index.get(table.key) if table.key is not None else None
+        self.project = self.index.get("project_id")
+        for column, target in table.refs.items():
+            if column in self.index:
+                if column in table.late:
+                    self.late.append((self.index[column], column, target))
+                else:
+                    self.refs.append((self.index[column], target))
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,29 +306,29 @@ class Importer:
                 "bad_row", f"a row of {table.name} has {len(values)} values, not "
                 f"{len(part.columns)}", part=table.name, line=lineno,
             )  # fmt: skip
-        row = dict(zip(part.columns, values, strict=True))
         try:
             if table.name == "projects":
-                self._project(row, lineno)
+                self._project(dict(zip(part.columns, values, strict=True)), lineno)
                 part.rows += 1
                 return
-            self._remap(table, row)
+            self._remap(part, values)
         except PackError as exc:
             exc.details.setdefault("part", table.name)
             exc.details.setdefault("line", lineno)
             raise
         if not part.buffer:
             part.buffer_line = lineno
-        part.buffer.append(tuple(row[c] for c in part.columns))
+        part.buffer.append(values)
         part.rows += 1
         if len(part.buffer) >= INSERT_CHUNK:
             self._flush(part)
 
-    def _remap(self, table: PackTable, row: dict[str, Any]) -> None:
-        if table.key is not None:
-            old = row[table.key]
+    def _remap(self, part: _Part, values: list[Any]) -> None:
+        table = part.table
+        if part.key is not None:
+            old = values[part.key]
             ids = self.ids[table.name]
-            if not isinstance(old, int) or isinstance(old, bool) or old < 1:
+            if type(old) is not int or old < 1:
                 raise PackError("bad_row", f"{table.name}.{table.key} is not an id: {old!r}")
             if ids.first is None:
                 ids.first = old
@@ -316,22 +337,20 @@ class Importer:
             elif old <= (ids.last or 0):
                 raise PackError("bad_row", f"{table.name} ids are not increasing at {old}")
             ids.last = old
-            row[table.key] = old + ids.offset
-        if "project_id" in row:
-            row["project_id"] = self.project_id
-        for column, target in table.refs.items():
-            if column not in row:
-                continue
-            if column in table.late:
-                value = row[column]
-                row[column] = None
-                if value is not None and target in self.ids:
-                    self.late.append((table.name, column, row[table.key or "id"], value))
-            else:
-                row[column] = self.ref(target, row[column])
+            values[part.key] = old + ids.offset
+        if part.project is not None:
+            values[part.project] = self.project_id
+        for at, target in part.refs:
+            if values[at] is not None:
+                values[at] = self.ref(target, values[at])
+        for at, column, target in part.late:
+            value = values[at]
+            values[at] = None
+            if value is not None and target in self.ids and part.key is not None:
+                self.late.append((table.name, column, values[part.key], value))
         special = _SPECIAL.get(table.name)
         if special is not None:
-            special(self, row)
+            special(self, part, values)
 
     def _flush(self, part: _Part) -> None:
         if not part.buffer:
@@ -452,25 +471,30 @@ def _free_name(conn: sqlite3.Connection, name: str) -> str:
 # -- per-table rules ------------------------------------------------------------------------------
 
 
-def _members(imp: Importer, row: dict[str, Any]) -> None:
-    imp.member_ids.add(int(row["id"]) - imp.ids["members"].offset)
-    if row.get("kind") != "human":
-        row["user_id"] = None
+def _members(imp: Importer, part: _Part, values: list[Any]) -> None:
+    ix = part.index
+    new_id = int(values[ix["id"]])
+    imp.member_ids.add(new_id - imp.ids["members"].offset)
+    if "user_id" not in ix:
+        raise PackError("bad_columns", "members without user_id")
+    if values[ix["kind"]] != "human":
+        values[ix["user_id"]] = None
         return
     importer = imp.options.importer
     if importer is None:  # the same server: the same people
         return
-    if imp.owner_member is None and row.get("role") == "owner" and row.get("status") != "left":
-        imp.owner_member = int(row["id"])
-        row["user_id"] = importer.id
+    role, status = values[ix["role"]], values[ix["status"]] if "status" in ix else "active"
+    if imp.owner_member is None and role == "owner" and status != "left":
+        imp.owner_member = new_id
+        values[ix["user_id"]] = importer.id
         return
     # Another person: a placeholder account nobody can sign in to (no session, no link).
     handle = f"imported-{secrets.token_hex(6)}"
     cur = imp.conn.execute(
         "INSERT INTO users (handle, display_name, is_admin, created_at) VALUES (?, ?, 0, ?)",
-        (handle, str(row.get("display_name") or handle)[:64], imp.tx.now),
+        (handle, str(values[ix["display_name"]] or handle)[:64], imp.tx.now),
     )
-    row["user_id"] = int(cur.lastrowid or 0)
+    values[ix["user_id"]] = int(cur.lastrowid or 0)
 
 
 def _member_actor(imp: Importer, kind: Any, value: Any) -> Any:
@@ -479,40 +503,74 @@ def _member_actor(imp: Importer, kind: Any, value: Any) -> Any:
     return None
 
 
-def _audit(imp: Importer, row: dict[str, Any]) -> None:
-    row["actor_id"] = _member_actor(imp, row.get("actor_kind"), row.get("actor_id"))
+def _actor(imp: Importer, part: _Part, kind_column: str, id_column: str, values: list[Any]) -> None:
+    ix = part.index
+    if id_column in ix:
+        kind = values[ix[kind_column]] if kind_column in ix else None
+        values[ix[id_column]] = _member_actor(imp, kind, values[ix[id_column]])
 
 
-def _route_target(imp: Importer, row: dict[str, Any]) -> None:
-    if row.get("scope") == "member":
-        target = row.get("target")
+def _audit(imp: Importer, part: _Part, values: list[Any]) -> None:
+    _actor(imp, part, "actor_kind", "actor_id", values)
+
+
+def _route_target(imp: Importer, part: _Part, values: list[Any]) -> None:
+    ix = part.index
+    if "scope" in ix and "target" in ix and values[ix["scope"]] == "member":
+        target = values[ix["target"]]
         old = int(target) if isinstance(target, str) and target.isdigit() else None
-        row["target"] = str(imp.ref("members", old)) if old is not None else target
-    if "author_kind" in row:
-        row["author_id"] = _member_actor(imp, row.get("author_kind"), row.get("author_id"))
+        values[ix["target"]] = str(imp.ref("members", old)) if old is not None else target
+    _actor(imp, part, "author_kind", "author_id", values)
 
 
-def _message(imp: Importer, row: dict[str, Any]) -> None:
+# The start of a stored message object (room.store.messages.message_object): its own ids.
+_HEAD = regex.compile(r'\{"id":(\d+),"project_id":\d+,"seq":(-?\d+),"author_id":(\d+|null),')
+
+
+def _message(imp: Importer, part: _Part, values: list[Any]) -> None:
+    at = part.index.get("frame")
+    if at is None:
+        raise PackError("bad_columns", "messages without their frame")
+    frame = values[at]
+    if not isinstance(frame, str):
+        raise PackError("bad_row", "a message's frame is not text")
+    # Most messages name no other message and no member besides their author: only the
+    # object's head holds ids then (a raw `"key":` never occurs inside a JSON string).
+    head = _HEAD.match(frame)
+    if (
+        head is not None
+        and '"reply_to":null,"reply_excerpt":null,"mentions":[]' in frame
+        and '"meta":' not in frame
+    ):
+        author = head.group(3)
+        new_author = "null" if author == "null" else imp._map("members", int(author))
+        new_id = imp._map("messages", int(head.group(1)))
+        values[at] = (
+            f'{{"id":{new_id},"project_id":{imp.project_id},"seq":{head.group(2)},'
+            f'"author_id":{"null" if new_author is None else new_author},'
+        ) + frame[head.end() :]
+        return
     try:
-        obj = json.loads(row["frame"])
-    except (TypeError, ValueError):
+        obj = json.loads(frame)
+    except ValueError:
         raise PackError("bad_row", "a message's frame is not JSON") from None
     if not isinstance(obj, dict):
         raise PackError("bad_row", "a message's frame is not an object")
-    row["frame"] = _encode(remap_message(obj, imp.project_id, imp._map))
+    values[at] = _encode(remap_message(obj, imp.project_id, imp._map))
 
 
-def _event(imp: Importer, row: dict[str, Any]) -> None:
-    if row.get("frame") is None:
+def _event(imp: Importer, part: _Part, values: list[Any]) -> None:
+    at = part.index.get("frame")
+    if at is None or values[at] is None:
         return
     try:
-        frame = json.loads(row["frame"])
+        frame = json.loads(values[at])
         message = frame["message"]
     except (TypeError, ValueError, KeyError):
         raise PackError("bad_row", "an event's frame is not a message update") from None
     frame["project_id"] = imp.project_id
     frame["message"] = remap_message(message, imp.project_id, imp._map)
-    row["frame"] = _encode(frame)
+    values[at] = _encode(frame)
 
 
 _SPECIAL = {

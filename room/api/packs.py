@@ -47,6 +47,7 @@ async def export_project(request: Request) -> Response:
         lambda conn, tx: pack_actions.record_export(conn, tx, project_id, ("human", member.id))
     )
     conn = connect(core.settings.db_path, readonly=True)
+    conn.execute("PRAGMA mmap_size = 0")  # a whole-project read: keep its pages out of RSS
     conn.execute("BEGIN")  # one snapshot for the whole download
     lines = pack_actions.export_lines(conn, project_id, time.time())
     first = next(lines)  # a missing project fails here, before the response starts
