@@ -46,6 +46,7 @@ from room.store.schema import SCHEMA_VERSION
 EXPORT_FETCH = 2_000
 INSERT_CHUNK = 500
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_decode = json.JSONDecoder().decode
 
 
 def _line(obj: Any) -> str:
@@ -227,8 +228,8 @@ class Importer:
                     raise PackError("bad_line", "text after the end of the pack", line=lineno)
                 continue
             try:
-                item = json.loads(raw)
-            except (ValueError, RecursionError):
+                item = _decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
                 raise PackError("bad_json", "a line is not JSON", line=lineno) from None
             if lineno == 1:
                 expected = check_header(item, self.options.parts)
