@@ -328,6 +328,7 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
 
     if not file.is_file():
         raise BadRequestError(f"no pack at {file}", code="no_file")
+    _warn_if_serving(settings, file)
     conn = _open_current(settings)
     conn.execute("PRAGMA mmap_size = 0")  # a large write: keep the database's pages out of RSS
     try:
@@ -346,3 +347,29 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
         + ", ".join(f"{n} {t}" for t, n in result["rows"].items() if n)
     )
     return EXIT_OK
+
+
+LARGE_PACK_BYTES = 16 * 1024 * 1024
+
+
+def _warn_if_serving(settings: Settings, file: Path) -> None:
+    """A large import holds the write lock for its one transaction: say so when a server (the
+    pid in the data folder's lock file, alive) would wait on it."""
+    import os
+
+    from room.store.lock import read_holder_pid
+
+    pid = read_holder_pid(settings.lock_path)
+    if pid is None or file.stat().st_size < LARGE_PACK_BYTES:
+        return
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return
+    print(
+        f"room: note: a server (pid {pid}) uses this data folder; the import holds the "
+        "database's write lock for its one transaction, and the server's writes wait for it "
+        "(failing after 5 s). For a pack this large, import over HTTP (POST "
+        "/api/projects/import) or stop the server first.",
+        file=sys.stderr,
+    )

@@ -506,3 +506,24 @@ def test_a_plain_message_object_is_remapped_by_its_head_exactly_as_in_full() -> 
         assert values[1] == json.dumps(full, ensure_ascii=False, separators=(",", ":"))
     plain = message_object(**common, **cases[0])
     assert _HEAD.match(plain) is not None  # the fast path is taken for the plain one
+
+
+async def test_a_merge_needs_another_project_that_is_open(world: World) -> None:
+    owner = world["owner"]
+    fork = await world.write(
+        lambda c, tx: pack_actions.fork_project(c, tx, world.project_id, owner.id, "分支")
+    )
+    with pytest.raises(RoomError) as caught:
+        await world.write(
+            lambda c, tx: merge_records(c, tx, world.project_id, world.project_id, owner.id)
+        )
+    assert caught.value.code == "merge_self"
+    await world.write(
+        lambda c, tx: c.execute("UPDATE projects SET state = 'archived' WHERE id = ?",
+                                (world.project_id,))
+    )  # fmt: skip
+    with pytest.raises(RoomError) as caught:
+        await world.write(
+            lambda c, tx: merge_records(c, tx, world.project_id, fork["project_id"], owner.id)
+        )
+    assert caught.value.code == "project_not_open"

@@ -19,7 +19,7 @@ from typing import Any
 
 from room import records
 from room.actions import memory as memory_actions
-from room.errors import BadRequestError, NotFoundError
+from room.errors import BadRequestError, ConflictError, NotFoundError
 from room.packs import normalized, progress_key
 from room.store import Tx
 from room.store import audit as audit_store
@@ -57,7 +57,12 @@ def _entry_key(kind: str, body: dict[str, Any], created_at: float, author: str |
 
 
 def merge_records(
-    conn: sqlite3.Connection, tx: Tx, target_id: int, source_id: int, actor_id: int
+    conn: sqlite3.Connection,
+    tx: Tx,
+    target_id: int,
+    source_id: int,
+    actor_id: int,
+    source_actor_id: int | None = None,
 ) -> dict[str, Any]:
     """Copy the source's records into the target with the dedupe rules above; returns what
     was added, what was a duplicate and which decisions were renumbered."""
@@ -67,6 +72,13 @@ def merge_records(
     source = projects_store.get(conn, source_id)
     if target is None or source is None or source.state == "purged":
         raise NotFoundError("no such project", code="no_project")
+    if target.state not in projects_store.OPEN_STATES:
+        raise ConflictError(
+            f"项目处于 {target.state}，不能合并进来 (The project is {target.state}; nothing can be "
+            "merged into it.)",
+            code="project_not_open",
+            state=target.state,
+        )
     tx.write_directly(conn)
     source_handles = _handles(conn, source_id)
     by_handle = {h.casefold(): i for i, h in _handles(conn, target_id).items()}
@@ -134,8 +146,9 @@ def merge_records(
     detail = {"source": source_id, "target": target_id, **report}
     for project_id in (target_id, source_id):
         audit_store.record(
-            conn, now=tx.now, actor_kind="human", actor_id=actor_id if project_id == target_id
-            else None, project_id=project_id, action="project.merge", outcome="ok",
+            conn, now=tx.now, actor_kind="human",
+            actor_id=actor_id if project_id == target_id else source_actor_id,
+            project_id=project_id, action="project.merge", outcome="ok",
             detail=detail,
         )  # fmt: skip
     return detail

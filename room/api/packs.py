@@ -24,7 +24,7 @@ from room.actions import lifecycle as lifecycle_actions
 from room.actions import merge as merge_actions
 from room.actions import packs as pack_actions
 from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
-from room.errors import BadRequestError, ForbiddenError, PayloadTooLargeError
+from room.errors import BadRequestError, ForbiddenError, PayloadTooLargeError, RoomError
 from room.models import Member
 from room.store.migrate import connect
 
@@ -142,15 +142,19 @@ async def merge_project(request: Request) -> Response:
     _owner(source_member, "merge it away")
     result = await core.db.write(
         lambda conn, tx: merge_actions.merge_records(
-            conn, tx, project_id, data.source_project_id, member.id
+            conn, tx, project_id, data.source_project_id, member.id, source_member.id
         )
     )
     if data.trash_source:
         # The source goes to the trash like any trash request (stopped first, audited, its
-        # snapshot written): restorable, and never purged by a merge.
-        result["source_lifecycle"] = await lifecycle_actions.run(
-            core, source_member, data.source_project_id, "trash"
-        )
+        # snapshot written): restorable, and never purged by a merge. The merge has committed
+        # already: a refused trash is reported next to it, not instead of it.
+        try:
+            result["source_lifecycle"] = await lifecycle_actions.run(
+                core, source_member, data.source_project_id, "trash"
+            )
+        except RoomError as exc:
+            result["source_lifecycle"] = {"error": exc.to_dict()}
     return JSONResponse(result)
 
 
