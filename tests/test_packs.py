@@ -349,6 +349,11 @@ async def test_a_fork_copies_records_and_a_merge_back_deduplicates(world: World)
     )
     await memory_actions.add_entry(world.core, fork_owner, "fact", {"text": "端口  ８４７０。"})
     await memory_actions.add_entry(world.core, fork_owner, "fact", {"text": "日志写到 stderr"})
+    # The same progress text at another stage is another record.
+    await memory_actions.add_entry(
+        world.core, fork_owner, "progress",
+        {"text": "API 完成", "stage": "测试", "next": "发布", "tags": []},
+    )  # fmt: skip
     await decision_actions.propose_decision(
         world.core, fork_owner, title="前端", context="c", decision="用原生 ES 模块"
     )
@@ -363,7 +368,7 @@ async def test_a_fork_copies_records_and_a_merge_back_deduplicates(world: World)
         lambda c, tx: merge_records(c, tx, world.project_id, fork_id, owner.id)
     )
     after = await world.read(lambda c: shape(c, world.project_id))
-    assert report["memory_added"] == 1 and report["memory_duplicates"] == 7
+    assert report["memory_added"] == 2 and report["memory_duplicates"] == 7
     assert report["decisions_added"] == 1
     front = [n for n, title in after["decisions"] if title == "前端"]
     assert len(front) == 1 and report["renumbered"] == [
