@@ -532,3 +532,21 @@ async def test_a_merge_needs_another_project_that_is_open(world: World) -> None:
             lambda c, tx: merge_records(c, tx, world.project_id, fork["project_id"], owner.id)
         )
     assert caught.value.code == "project_not_open"
+
+
+def test_merge_keys_fold_width_case_spaces_and_trailing_slashes() -> None:
+    from room.actions.merge import _entry_key
+    from room.packs import normalized
+
+    assert normalized("  用 ＵＶ   管理依赖。") == normalized("用 uv 管理依赖") == "用 uv 管理依赖"
+    assert normalized("端口 8470!") != normalized("端口 8471")
+    doc = {"ref_kind": "url", "target": "https://example.com/doc", "note": "a"}
+    assert _entry_key("reference", doc, 1.0, "a") == _entry_key(
+        "reference", {**doc, "target": "https://example.com/doc/", "note": "b"}, 9.0, "b"
+    )
+    body = {"text": "API 完成", "stage": "开发"}
+    same = _entry_key("progress", body, 100.2, "Lead")
+    assert same == _entry_key("progress", {**body, "text": "api  完成。"}, 99.9, "lead")
+    assert same != _entry_key("progress", body, 102.0, "lead")  # another time
+    assert same != _entry_key("progress", body, 100.2, "be")  # another session
+    assert same != _entry_key("progress", {**body, "stage": "测试"}, 100.2, "lead")
