@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -47,24 +46,28 @@ async def export_project(request: Request) -> Response:
         lambda conn, tx: pack_actions.record_export(conn, tx, project_id, ("human", member.id))
     )
     conn = connect(core.settings.db_path, readonly=True)
-    conn.execute("PRAGMA mmap_size = 0")  # a whole-project read: keep its pages out of RSS
-    conn.execute("BEGIN")  # one snapshot for the whole download
-    lines = pack_actions.export_lines(conn, project_id, time.time())
-    first = next(lines)  # a missing project fails here, before the response starts
+    try:
+        conn.execute("PRAGMA mmap_size = 0")  # a whole-project read: keep its pages out of RSS
+        conn.execute("BEGIN")  # one snapshot for the whole download
+        lines = pack_actions.export_lines(conn, project_id, time.time())
+        first = next(lines)  # a missing project fails here, before the response starts
+    except BaseException:
+        conn.close()
+        raise
 
     def body() -> Iterator[bytes]:
-        yield first.encode("utf-8")
-        for text in lines:
-            yield text.encode("utf-8")
-
-    def close() -> None:
-        conn.close()
+        # Closed when the download ends or is abandoned (the generator is closed then).
+        try:
+            yield first.encode("utf-8")
+            for text in lines:
+                yield text.encode("utf-8")
+        finally:
+            conn.close()
 
     return StreamingResponse(
         body(),
         media_type="application/x-ndjson",
         headers={"Content-Disposition": f'attachment; filename="project-{project_id}.roompack"'},
-        background=BackgroundTask(close),
     )
 
 
