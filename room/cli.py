@@ -337,7 +337,7 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
             owner = auth_actions.ensure_owner(c, tx)
             with file.open("rb") as pack:
                 options = pack_actions.ImportOptions(importer=owner, name=name)
-                return pack_actions.import_pack(c, tx, pack, options)
+                return pack_actions.import_pack(c, tx, pack_actions.read_lines(pack), options)
 
         result = run_write(conn, job)
     finally:

@@ -99,7 +99,11 @@ async def export(world: World, project_id: int | None = None) -> bytes:
 async def import_(world: World, data: bytes, **options: Any) -> dict[str, Any]:
     owner = await world.read(lambda c: auth_store.admin_user(c))
     opts = pack_actions.ImportOptions(importer=owner, **options)
-    return await world.write(lambda c, tx: pack_actions.import_pack(c, tx, io.BytesIO(data), opts))
+    return await world.write(
+        lambda c, tx: pack_actions.import_pack(
+            c, tx, pack_actions.read_lines(io.BytesIO(data)), opts
+        )
+    )
 
 
 # Columns an import sets afresh (docs/packs.md, "Import"): compared on their own.
@@ -284,6 +288,7 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
         (_row(data, "tasks", lambda r: r.update(id="x")), "bad_row"),
         (data.replace(b'"columns":["id"', b'"columns":["token_hash"', 1), "bad_columns"),
         (b"not json\n", "bad_json"),
+        (b"[" * (pack_actions.MAX_LINE_BYTES + 2), "line_too_long"),
         (b"", "empty"),
     ]  # fmt: skip
     for pack, reason in cases:

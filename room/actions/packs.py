@@ -45,6 +45,9 @@ from room.store.schema import SCHEMA_VERSION
 
 EXPORT_FETCH = 2_000
 INSERT_CHUNK = 500
+# The longest line an import reads: far past any row (a message's body, its rendered HTML and
+# its stored object), so that a pack of one endless line cannot fill the memory.
+MAX_LINE_BYTES = 16 * 1024 * 1024
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _decode = json.JSONDecoder().decode
 
@@ -584,10 +587,23 @@ _SPECIAL = {
 }
 
 
+def read_lines(pack: IO[bytes]) -> Iterator[bytes]:
+    """The lines of a pack file, each at most :data:`MAX_LINE_BYTES`."""
+    lineno = 0
+    while line := pack.readline(MAX_LINE_BYTES + 1):
+        lineno += 1
+        if len(line) > MAX_LINE_BYTES:
+            raise PackError(
+                "line_too_long", f"a line is longer than {MAX_LINE_BYTES} bytes", line=lineno
+            )
+        yield line
+
+
 def import_pack(
     conn: sqlite3.Connection, tx: Tx, lines: Iterable[bytes | str], options: ImportOptions
 ) -> dict[str, Any]:
-    """Write the pack in ``lines`` as a new project inside the caller's transaction."""
+    """Write the pack in ``lines`` (:func:`read_lines` of a file) as a new project inside the
+    caller's transaction."""
     tx.write_directly(conn)
     return Importer(conn, tx, options).run(lines)
 

@@ -99,7 +99,7 @@ async def import_project(request: Request) -> Response:
 
         def job(conn, tx):  # type: ignore[no-untyped-def]
             with path.open("rb") as pack:
-                return pack_actions.import_pack(conn, tx, pack, options)
+                return pack_actions.import_pack(conn, tx, pack_actions.read_lines(pack), options)
 
         result = await core.db.write(job)
     finally:
