@@ -71,7 +71,7 @@ async def build(world: World) -> None:
     )  # fmt: skip
     await decision_actions.propose_decision(
         world.core, owner, title="存储 2", context="单机", decision="用 SQLite 的 WAL",
-        supersedes=made["number"],
+        supersedes=made["number"], task_keys=["api", "ui"],
     )  # fmt: skip
     for kind, body in (
         ("fact", {"text": "端口 8470"}),
@@ -181,7 +181,8 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
     # Something in every part that matters (a round trip of empty tables proves nothing).
     for part in ("messages", "message_edits", "mentions", "events", "deliveries", "tasks",
                  "task_deps", "evidence", "task_reviews", "decisions", "decision_revisions",
-                 "route_settings", "route_changes", "memory_entries", "memory_revisions"):  # fmt: skip
+                 "route_settings", "route_changes", "memory_entries", "memory_revisions",
+                 "decision_tasks", "audit_events", "plans", "task_criteria"):  # fmt: skip
         assert old[part], part
     seqs = [r["seq"] for r in old["messages"]]
     assert [r["seq"] for r in new["messages"]] == seqs and seqs == sorted(seqs)
