@@ -292,7 +292,7 @@ def member_revoke(settings: Settings, project: str, handle: str) -> int:
 def export_project(settings: Settings, project: str, file: Path) -> int:
     import os
 
-    from room.actions import packs as pack_actions
+    from room.actions import pack_export
     from room.errors import NotFoundError
     from room.store import projects as projects_store
     from room.store import run_write
@@ -305,13 +305,13 @@ def export_project(settings: Settings, project: str, file: Path) -> int:
         if found is None or found.state == "purged":
             raise NotFoundError(f"no project {project!r}", code="no_project")
         with partial.open("wb") as out:
-            size = pack_actions.write_pack(conn, found.id, out, time.time())
+            size = pack_export.write_pack(conn, found.id, out, time.time())
             out.flush()
             os.fsync(out.fileno())
         partial.replace(file)
         run_write(
             conn,
-            lambda c, tx: pack_actions.record_export(c, tx, found.id, ("operator", None)),
+            lambda c, tx: pack_export.record_export(c, tx, found.id, ("operator", None)),
         )
     finally:
         partial.unlink(missing_ok=True)

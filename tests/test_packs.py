@@ -15,6 +15,7 @@ from room import cli
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.actions import messages as message_actions
+from room.actions import pack_export
 from room.actions import packs as pack_actions
 from room.actions import routes as route_actions
 from room.actions import task_updates as updates
@@ -91,7 +92,7 @@ async def build(world: World) -> None:
 async def export(world: World, project_id: int | None = None) -> bytes:
     out = io.BytesIO()
     await world.read(
-        lambda c: pack_actions.write_pack(c, project_id or world.project_id, out, 1000.0)
+        lambda c: pack_export.write_pack(c, project_id or world.project_id, out, 1000.0)
     )
     return out.getvalue()
 
@@ -117,7 +118,7 @@ _FRESH = {
 def canonical(conn: sqlite3.Connection, project_id: int) -> dict[str, list[Any]]:
     """Every part of a project with each id replaced by its position among its table's rows
     of the project (what "equal modulo ids" means)."""
-    lines = list(pack_actions.export_lines(conn, project_id, 0.0))
+    lines = list(pack_export.export_lines(conn, project_id, 0.0))
     ordinals: dict[str, dict[int, int]] = {}
     parts: dict[str, list[dict[str, Any]]] = {}
     columns: list[str] = []

@@ -1,9 +1,8 @@
-"""Exporting a project to a pack and importing a pack as a new project; forking (docs/packs.md).
+"""Importing a pack as a new project, and forking (docs/packs.md).
 
-The format and its table list are :mod:`room.packs`. An export streams one project's rows out
-of one read transaction (a consistent snapshot), part by part, ``EXPORT_FETCH`` rows at a time:
-memory stays flat however large the project. An import is one write job: every row in one
-transaction, so a pack refused anywhere (a bad row, a missing part, a cut file) leaves nothing.
+The format and its table list are :mod:`room.packs`, the export :mod:`room.actions.pack_export`.
+An import is one write job: every row in one transaction, so a pack refused anywhere (a bad
+row, a missing part, a cut file) leaves nothing.
 
 Fresh ids without a map: each table's rows come in id order, and an import moves them all by
 one offset (past the table's largest id), so a reference is remapped by adding its table's
@@ -23,16 +22,13 @@ from typing import IO, Any
 
 import regex
 
-from room import __version__
 from room.actions import memory as memory_actions
-from room.errors import NotFoundError, PackError
+from room.actions.pack_export import encode_json, export_lines, table_columns
+from room.errors import PackError
 from room.models import User
 from room.packs import (
     FORK_TABLES,
     MEMBER_ACTOR_KINDS,
-    PACK_KIND,
-    PACK_TABLES,
-    PACK_VERSION,
     TABLES_BY_NAME,
     PackTable,
     check_header,
@@ -41,87 +37,12 @@ from room.packs import (
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import projects as projects_store
-from room.store.schema import SCHEMA_VERSION
 
-EXPORT_FETCH = 2_000
 INSERT_CHUNK = 500
 # The longest line an import reads: far past any row (a message's body, its rendered HTML and
 # its stored object), so that a pack of one endless line cannot fill the memory.
 MAX_LINE_BYTES = 16 * 1024 * 1024
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _decode = json.JSONDecoder().decode
-
-
-def _line(obj: Any) -> str:
-    return _encode(obj) + "\n"
-
-
-def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
-
-
-def export_lines(
-    conn: sqlite3.Connection, project_id: int, now: float, parts: Iterable[str] | None = None
-) -> Iterator[str]:
-    """The pack of ``project_id`` as text lines. The caller holds a read transaction on
-    ``conn`` for the whole iteration (so the parts agree with each other)."""
-    project = projects_store.get(conn, project_id)
-    if project is None or project.state == "purged":
-        raise NotFoundError(f"no project {project_id}", code="no_project")
-    wanted = set(parts) if parts is not None else None
-    tables = [t for t in PACK_TABLES if wanted is None or t.name in wanted]
-    header = {
-        "kind": PACK_KIND,
-        "version": PACK_VERSION,
-        "schema": SCHEMA_VERSION,
-        "room": __version__,
-        "exported_at": now,
-        "project": {"id": project.id, "name": project.name},
-        "parts": [t.name for t in tables],
-    }
-    yield _line(header)
-    total = 0
-    for table in tables:
-        columns = [c for c in table_columns(conn, table.name) if c not in table.drop]
-        yield _line({"part": table.name, "columns": columns})
-        cursor = conn.execute(
-            f"SELECT {', '.join('t.' + c for c in columns)} FROM {table.name} t"
-            f" WHERE {table.where} ORDER BY {table.order}",
-            {"p": project_id},
-        )
-        count = 0
-        while rows := cursor.fetchmany(EXPORT_FETCH):
-            count += len(rows)
-            yield "".join([_encode(row) + "\n" for row in rows])
-        total += count
-        yield _line({"end": table.name, "rows": count})
-    yield _line({"end_pack": True, "rows": total})
-
-
-def write_pack(conn: sqlite3.Connection, project_id: int, out: IO[bytes], now: float) -> int:
-    """Write the pack of ``project_id`` to ``out`` from one read transaction; returns bytes."""
-    written = 0
-    own = not conn.in_transaction  # a reader of the server's pool is in one already
-    if own:
-        conn.execute("BEGIN")
-    try:
-        for text in export_lines(conn, project_id, now):
-            data = text.encode("utf-8")
-            out.write(data)
-            written += len(data)
-    finally:
-        if own:
-            conn.execute("ROLLBACK")
-    return written
-
-
-def record_export(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, actor: tuple[str, int | None]
-) -> None:
-    audit_store.record(
-        conn, now=tx.now, actor_kind=actor[0], actor_id=actor[1], project_id=project_id,
-        action="project.export", outcome="ok",
-    )  # fmt: skip
 
 
 # -- import ---------------------------------------------------------------------------------------
@@ -560,7 +481,7 @@ def _message(imp: Importer, part: _Part, values: list[Any]) -> None:
         raise PackError("bad_row", "a message's frame is not JSON") from None
     if not isinstance(obj, dict):
         raise PackError("bad_row", "a message's frame is not an object")
-    values[at] = _encode(remap_message(obj, imp.project_id, imp._map))
+    values[at] = encode_json(remap_message(obj, imp.project_id, imp._map))
 
 
 def _event(imp: Importer, part: _Part, values: list[Any]) -> None:
@@ -574,7 +495,7 @@ def _event(imp: Importer, part: _Part, values: list[Any]) -> None:
         raise PackError("bad_row", "an event's frame is not a message update") from None
     frame["project_id"] = imp.project_id
     frame["message"] = remap_message(message, imp.project_id, imp._map)
-    values[at] = _encode(frame)
+    values[at] = encode_json(frame)
 
 
 _SPECIAL = {

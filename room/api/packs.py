@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from room.actions import lifecycle as lifecycle_actions
 from room.actions import merge as merge_actions
+from room.actions import pack_export
 from room.actions import packs as pack_actions
 from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, PayloadTooLargeError, RoomError
@@ -43,13 +44,13 @@ async def export_project(request: Request) -> Response:
     member = await member_in(core, who, project_id)
     _owner(member, "export it")
     await core.db.write(
-        lambda conn, tx: pack_actions.record_export(conn, tx, project_id, ("human", member.id))
+        lambda conn, tx: pack_export.record_export(conn, tx, project_id, ("human", member.id))
     )
     conn = connect(core.settings.db_path, readonly=True)
     try:
         conn.execute("PRAGMA mmap_size = 0")  # a whole-project read: keep its pages out of RSS
         conn.execute("BEGIN")  # one snapshot for the whole download
-        lines = pack_actions.export_lines(conn, project_id, time.time())
+        lines = pack_export.export_lines(conn, project_id, time.time())
         first = next(lines)  # a missing project fails here, before the response starts
     except BaseException:
         conn.close()
