@@ -1,8 +1,9 @@
 """The ``room`` command. ``main(argv)`` returns an exit code, so tests run it in-process.
 
-``login-link``, ``member token`` and ``doctor`` work while a server runs: they never take the
-data-folder lock; the first two write one small row each in their own short SQLite transaction
-(WAL lets them interleave with the server's writer), ``doctor`` only reads.
+``login-link``, ``member token``, ``export``, ``import`` and ``doctor`` work while a server runs:
+they never take the data-folder lock; the first two write one small row each in their own short
+SQLite transaction (WAL lets them interleave with the server's writer), ``export`` reads one
+snapshot, ``import`` writes its project in one transaction, ``doctor`` only reads.
 """
 
 from __future__ import annotations
@@ -92,6 +93,27 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("project", metavar="PROJECT", help="project name or id")
     revoke.add_argument("handle", metavar="HANDLE", help="the agent's handle")
 
+    export = sub.add_parser(
+        "export",
+        help="write a project to a pack file (docs/packs.md)",
+        description="Write PROJECT (name or id) with its members (no tokens), routes, messages, "
+        "deliveries, tasks, decisions, memory and audit trail to FILE, a versioned JSON Lines "
+        "pack. Works while the server runs (it reads one snapshot).",
+    )
+    data_arg(export)
+    export.add_argument("project", metavar="PROJECT", help="project name or id")
+    export.add_argument("file", metavar="FILE", type=Path, help="the pack to write")
+    import_ = sub.add_parser(
+        "import",
+        help="import a pack file as a new project (docs/packs.md)",
+        description="Import FILE as a new project with fresh ids, owned by the server's owner; "
+        "the project lands paused. Nothing is kept of a pack that is refused. Works while the "
+        "server runs.",
+    )
+    data_arg(import_)
+    import_.add_argument("file", metavar="FILE", type=Path, help="the pack to read")
+    import_.add_argument("--name", default=None, help="name of the new project")
+
     agent = sub.add_parser(
         "agent",
         help="drive an external agent member: run COMMAND for each batch of deliveries",
@@ -125,6 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return member_token(_settings(args), args.project, args.handle)
         if args.command == "member" and args.member_command == "revoke":
             return member_revoke(_settings(args), args.project, args.handle)
+        if args.command == "export":
+            return export_project(_settings(args), args.project, args.file)
+        if args.command == "import":
+            return import_project(_settings(args), args.file, args.name)
         if args.command == "agent":
             from room.client import run_agent_command
 
@@ -261,3 +287,89 @@ def member_revoke(settings: Settings, project: str, handle: str) -> int:
         conn.close()
     print(f"revoked {revoked} token(s) of @{handle.lstrip('@')}")
     return EXIT_OK
+
+
+def export_project(settings: Settings, project: str, file: Path) -> int:
+    import os
+
+    from room.actions import pack_export
+    from room.errors import NotFoundError
+    from room.store import projects as projects_store
+    from room.store import run_write
+
+    conn = _open_current(settings)
+    conn.execute("PRAGMA mmap_size = 0")  # a whole-database read: keep its pages out of RSS
+    partial = file.with_name(file.name + ".partial")
+    try:
+        found = projects_store.find(conn, project)
+        if found is None or found.state == "purged":
+            raise NotFoundError(f"no project {project!r}", code="no_project")
+        with partial.open("wb") as out:
+            size = pack_export.write_pack(conn, found.id, out, time.time())
+            out.flush()
+            os.fsync(out.fileno())
+        partial.replace(file)
+        run_write(
+            conn,
+            lambda c, tx: pack_export.record_export(c, tx, found.id, ("operator", None)),
+        )
+    finally:
+        partial.unlink(missing_ok=True)
+        conn.close()
+    print(f"exported project {found.id} ({found.name}) to {file}: {size} bytes")
+    return EXIT_OK
+
+
+def import_project(settings: Settings, file: Path, name: str | None) -> int:
+    from room.actions import auth as auth_actions
+    from room.actions import packs as pack_actions
+    from room.errors import BadRequestError
+    from room.store import run_write
+
+    if not file.is_file():
+        raise BadRequestError(f"no pack at {file}", code="no_file")
+    _warn_if_serving(settings, file)
+    conn = _open_current(settings)
+    conn.execute("PRAGMA mmap_size = 0")  # a large write: keep the database's pages out of RSS
+    try:
+
+        def job(c: sqlite3.Connection, tx: Any) -> dict[str, Any]:
+            owner = auth_actions.ensure_owner(c, tx)
+            with file.open("rb") as pack:
+                options = pack_actions.ImportOptions(importer=owner, name=name)
+                return pack_actions.import_pack(c, tx, pack_actions.read_lines(pack), options)
+
+        result = run_write(conn, job)
+    finally:
+        conn.close()
+    print(
+        f"imported project {result['project_id']} ({result['name']}), {result['state']}: "
+        + ", ".join(f"{n} {t}" for t, n in result["rows"].items() if n)
+    )
+    return EXIT_OK
+
+
+LARGE_PACK_BYTES = 16 * 1024 * 1024
+
+
+def _warn_if_serving(settings: Settings, file: Path) -> None:
+    """A large import holds the write lock for its one transaction: say so when a server (the
+    pid in the data folder's lock file, alive) would wait on it."""
+    import os
+
+    from room.store.lock import read_holder_pid
+
+    pid = read_holder_pid(settings.lock_path)
+    if pid is None or file.stat().st_size < LARGE_PACK_BYTES:
+        return
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return
+    print(
+        f"room: note: a server (pid {pid}) uses this data folder; the import holds the "
+        "database's write lock for its one transaction, and the server's writes wait for it "
+        "(failing after 5 s). For a pack this large, import over HTTP (POST "
+        "/api/projects/import) or stop the server first.",
+        file=sys.stderr,
+    )

@@ -14,6 +14,7 @@ or as the JSON body of an HTTP error) and a human ``message``.
     │   ├── TxnConflictError            same client_txn_id, different content
     │   ├── MentionsUnresolvedError     draft has unresolved mention diagnostics
     │   ├── BadQueryError               a search query with nothing to look for (room.searchtext)
+    │   ├── PackError                   a project pack that cannot be imported (room.packs)
     │   └── WorkspacePathError          a workspace path broke a rule (room.evidence); has a hint
     │       ├── EvidenceError               … cited as artifact evidence (room.evidence)
     │       └── FileToolError               … or given to a file tool, which may refuse (room.files)
@@ -99,6 +100,18 @@ class BadQueryError(BadRequestError):
 
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message, reason=reason)
+        self.reason = reason
+
+
+class PackError(BadRequestError):
+    """A project pack was refused; ``reason`` says why (``bad_kind``, ``pack_too_new``,
+    ``missing_part``, ``bad_row`` …, docs/packs.md), ``part`` and ``line`` where, when known.
+    Nothing of a refused pack is kept."""
+
+    code = "bad_pack"
+
+    def __init__(self, reason: str, message: str, **details: Any) -> None:
+        super().__init__(message, reason=reason, **details)
         self.reason = reason
 
 

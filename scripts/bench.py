@@ -19,6 +19,7 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``injection`` building the project records section, p50/p90/p99 vs join + encode (benchlib/injection.py)
 * ``search``    a one-word query over 1,000,000 messages + 10,000 records vs ``LIKE`` (benchlib/search.py)
 * ``indexing``  durable sends with message indexing on vs off          (benchlib/search.py)
+* ``packs``     room export / import of 1,000,000 messages vs sqlite3 .dump / .read (benchlib/packs.py)
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
 server the bench starts with py-spy (``$PY_SPY`` or ``py-spy`` on PATH) and prints the hot spots.
@@ -58,6 +59,7 @@ WORKLOADS = (
     "injection",
     "search",
     "indexing",
+    "packs",
 )
 
 
@@ -172,6 +174,7 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
         "injection": lambda: [from_dict(row) for row in module("injection").run(quick)],
         "search": lambda: module("search").run(workdir, CACHE, quick=quick),
         "indexing": lambda: module("search").run_indexing(workdir, quick=quick),
+        "packs": lambda: module("packs").run(workdir, CACHE, quick=quick),
     }
 
 

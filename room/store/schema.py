@@ -442,6 +442,14 @@ MODEL_REQUEST_ATTEMPTS = """
 ALTER TABLE model_requests ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
 """
 
+# Where a project came from (docs/packs.md): the project a fork was made from, and the projects
+# merged into it (a JSON array of ids, oldest first).
+PACKS = """
+ALTER TABLE projects ADD COLUMN forked_from INTEGER REFERENCES projects(id);
+ALTER TABLE projects ADD COLUMN merged_from TEXT NOT NULL DEFAULT '[]'
+"""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -455,6 +463,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0010_search", SEARCH),
     Migration("0011_message_privacy", MESSAGE_PRIVACY),
     Migration("0012_model_request_attempts", MODEL_REQUEST_ATTEMPTS),
+    Migration("0013_packs", PACKS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

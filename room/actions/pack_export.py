@@ -1,0 +1,97 @@
+"""Exporting a project as a pack (docs/packs.md; the format is :mod:`room.packs`).
+
+One project's rows are streamed out of one read transaction (a consistent snapshot), part by
+part, ``EXPORT_FETCH`` rows at a time: memory stays flat however large the project. The import
+is :mod:`room.actions.packs`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from room import __version__
+from room.errors import NotFoundError
+from room.packs import PACK_KIND, PACK_TABLES, PACK_VERSION
+from room.store import Tx
+from room.store import audit as audit_store
+from room.store import projects as projects_store
+from room.store.schema import SCHEMA_VERSION
+
+EXPORT_FETCH = 2_000
+encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""Compact JSON with text as it is (no \\u escapes): one pack line."""
+
+
+def _line(obj: Any) -> str:
+    return encode_json(obj) + "\n"
+
+
+def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def export_lines(
+    conn: sqlite3.Connection, project_id: int, now: float, parts: Iterable[str] | None = None
+) -> Iterator[str]:
+    """The pack of ``project_id`` as text lines. The caller holds a read transaction on
+    ``conn`` for the whole iteration (so the parts agree with each other)."""
+    project = projects_store.get(conn, project_id)
+    if project is None or project.state == "purged":
+        raise NotFoundError(f"no project {project_id}", code="no_project")
+    wanted = set(parts) if parts is not None else None
+    tables = [t for t in PACK_TABLES if wanted is None or t.name in wanted]
+    header = {
+        "kind": PACK_KIND,
+        "version": PACK_VERSION,
+        "schema": SCHEMA_VERSION,
+        "room": __version__,
+        "exported_at": now,
+        "project": {"id": project.id, "name": project.name},
+        "parts": [t.name for t in tables],
+    }
+    yield _line(header)
+    total = 0
+    for table in tables:
+        columns = [c for c in table_columns(conn, table.name) if c not in table.drop]
+        yield _line({"part": table.name, "columns": columns})
+        cursor = conn.execute(
+            f"SELECT {', '.join('t.' + c for c in columns)} FROM {table.name} t"
+            f" WHERE {table.where} ORDER BY {table.order}",
+            {"p": project_id},
+        )
+        count = 0
+        while rows := cursor.fetchmany(EXPORT_FETCH):
+            count += len(rows)
+            yield "".join([encode_json(row) + "\n" for row in rows])
+        total += count
+        yield _line({"end": table.name, "rows": count})
+    yield _line({"end_pack": True, "rows": total})
+
+
+def write_pack(conn: sqlite3.Connection, project_id: int, out: IO[bytes], now: float) -> int:
+    """Write the pack of ``project_id`` to ``out`` from one read transaction; returns bytes."""
+    written = 0
+    own = not conn.in_transaction  # a reader of the server's pool is in one already
+    if own:
+        conn.execute("BEGIN")
+    try:
+        for text in export_lines(conn, project_id, now):
+            data = text.encode("utf-8")
+            out.write(data)
+            written += len(data)
+    finally:
+        if own:
+            conn.execute("ROLLBACK")
+    return written
+
+
+def record_export(
+    conn: sqlite3.Connection, tx: Tx, project_id: int, actor: tuple[str, int | None]
+) -> None:
+    audit_store.record(
+        conn, now=tx.now, actor_kind=actor[0], actor_id=actor[1], project_id=project_id,
+        action="project.export", outcome="ok",
+    )  # fmt: skip
