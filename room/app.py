@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import WebSocketRoute
 
-from room import pages
+from room import blobs, pages
 from room.actions import auth as auth_actions
 from room.actions import projects as project_actions
 from room.actions import wiring
@@ -158,6 +158,7 @@ def create_app(
         server.open()
         trace = server.trace
         assert trace is not None
+        await asyncio.to_thread(blobs.sweep_tmp, settings.data)
         db = Database(
             settings.db_path,
             synchronous=settings.synchronous,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
@@ -402,6 +403,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0006_task_attempts", TASK_ATTEMPTS),
     Migration("0007_link_tables_key_first", LINK_TABLES_KEY_FIRST),
     Migration("0008_checkpoints", CHECKPOINTS),
+    Migration("0012_attachments", ATTACHMENTS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
