@@ -73,6 +73,10 @@ class Upload:
             view = view[written or 0 :]
         self.size += len(chunk)
 
+    def write_all(self, chunks: list[bytes]) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
     def finish(self) -> str:
         """Flush to disk; the content's SHA-256."""
         os.fsync(self.file.fileno())

@@ -16,6 +16,7 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``mentions``  ``benchlib.mentions.run`` when that module imports and runs
 * ``sandbox``   a sandboxed ``true`` vs a plain ``subprocess`` ``true``, and its parts (benchlib/sandbox.py)
 * ``files``     ``room.files.search`` over 10,000 files vs ``grep -rnE``     (benchlib/files.py)
+* ``uploads``   a 100 MB attachment upload vs ``cp``, server RSS growth     (benchlib/uploads.py)
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
 server the bench starts with py-spy (``$PY_SPY`` or ``py-spy`` on PATH) and prints the hot spots.
@@ -52,6 +53,7 @@ WORKLOADS = (
     "mentions",
     "sandbox",
     "files",
+    "uploads",
 )
 
 
@@ -163,6 +165,7 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
         "mentions": mentions,
         "sandbox": lambda: module("sandbox").run(workdir, quick=quick),
         "files": lambda: module("files").run(workdir, quick=quick),
+        "uploads": lambda: module("uploads").run(workdir, quick=quick),
     }
 
 

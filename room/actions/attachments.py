@@ -119,9 +119,10 @@ async def _stream(
     limit: int,
     over_quota: Any,
 ) -> None:
-    """Receive into a buffer while the previous buffer is hashed and written in a thread."""
+    """Receive chunks while the previous batch of them is hashed and written in a thread."""
     received = 0
-    buffer = bytearray()
+    batch: list[bytes] = []  # the chunks themselves: no copy into a buffer of our own
+    batched = 0
     writing: asyncio.Future[None] | None = None
     loop = asyncio.get_running_loop()
     try:
@@ -129,17 +130,18 @@ async def _stream(
             received += len(chunk)
             if received > cap:
                 raise _too_large(limit) if cap == limit else over_quota()
-            buffer += chunk
-            if len(buffer) >= WRITE_CHUNK_BYTES:
+            batch.append(chunk)
+            batched += len(chunk)
+            if batched >= WRITE_CHUNK_BYTES:
                 if writing is not None:
                     await writing
-                writing = loop.run_in_executor(None, part.write, buffer)
-                buffer = bytearray()
+                writing = loop.run_in_executor(None, part.write_all, batch)
+                batch, batched = [], 0
         if writing is not None:
             await writing
             writing = None
-        if buffer:
-            await asyncio.to_thread(part.write, buffer)
+        if batch:
+            await asyncio.to_thread(part.write_all, batch)
     finally:
         if writing is not None:  # a refusal while a write ran: let it end before discarding
             await asyncio.gather(writing, return_exceptions=True)
