@@ -322,7 +322,8 @@ def test_a_message_carries_its_senders_uploads_to_other_members(
     assert status == 400 and again["error"]["code"] == "attachment_sent"
     assert fetch(server, None, pdf["url"])[0] == 401
     history = server.get_json(f"/api/projects/{pid}/messages", cookie=guest.cookie)
-    assert history["messages"][-1]["meta"]["attachments"][0]["id"] == pdf["id"]
+    [stored] = [m for m in history["messages"] if m["id"] == sent["message_id"]]
+    assert stored["meta"]["attachments"][0]["id"] == pdf["id"]
 
 
 def test_purge_keeps_content_another_project_still_uses(
