@@ -36,6 +36,7 @@ THUMB_MAX_PX = 480
 THUMB_JPEG_QUALITY = 82
 STALE_TMP_SECS = 24 * 3600
 # Formats Pillow may open for a thumbnail: raster formats only, never a vector or a container.
+EXIF_ORIENTATION = 0x0112
 THUMB_FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF")
 DEFAULT_MAX_PIXELS = 50_000_000
 
@@ -216,9 +217,14 @@ def thumbnail(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> Thumbnail | N
                     limit=max_pixels,
                 )
             im.seek(0)
+            # Shown upright: orientations 5–8 turn the picture a quarter.
+            turned = im.getexif().get(EXIF_ORIENTATION, 1) in (5, 6, 7, 8)
+            size = (height, width) if turned else (width, height)
+            # Shrunk before it is turned (the box is square), and a JPEG decoded at a reduced
+            # scale: a 24-megapixel photo never becomes a 72 MB bitmap here.
+            im.draft("RGB", (THUMB_MAX_PX, THUMB_MAX_PX))
+            im.thumbnail((THUMB_MAX_PX, THUMB_MAX_PX))
             shown = ImageOps.exif_transpose(im)
-            size = shown.size
-            shown.thumbnail((THUMB_MAX_PX, THUMB_MAX_PX))
             has_alpha = shown.mode in ("RGBA", "LA", "PA") or (
                 shown.mode == "P" and "transparency" in shown.info
             )

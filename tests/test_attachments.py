@@ -357,3 +357,21 @@ def test_purge_keeps_content_another_project_still_uses(
     status, body = upload(server, owner, "c2.png", shared, second)
     assert status == 201
     assert fetch(server, owner, body["attachment"]["url"])[2] == shared
+
+
+def test_the_project_quota_counts_each_content_once(tmp_path: Path) -> None:
+    small = ServerProcess(tmp_path / "data", env={"ROOM_ATTACHMENT_PROJECT_BYTES": "5000"}).start()
+    try:
+        who = small.login()
+        first = b"a" * 2000
+        assert upload(small, who, "a.txt", first)[0] == 201
+        # The same content again is stored once and counted once: 2000 bytes used, not 4000 …
+        assert upload(small, who, "a-again.txt", first)[0] == 201
+        # … so another 2000 still fit, and only the next one does not.
+        assert upload(small, who, "b.txt", b"b" * 2000)[0] == 201
+        status, body = upload(small, who, "c.txt", b"c" * 2000)
+        assert status == 413 and body["error"]["code"] == "project_quota"
+        assert body["error"]["details"] == {"limit": 5000, "used": 4000}
+        assert part_files(small) == []
+    finally:
+        small.stop()

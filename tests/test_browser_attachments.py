@@ -21,6 +21,7 @@ from tests.support.browser import (
     RoomServer,
     chromium,
     join,
+    layout_problems,
     owner,
     room_server,
     screenshot,
@@ -82,7 +83,10 @@ def test_pasted_image_and_dropped_pdf_reach_another_tab_and_survive_a_restart(
     chromium: object, owner: Person, room_server: RoomServer
 ) -> None:
     project = room_server.create_project("附件")
-    guest = join(chromium, room_server, project, "guest", "访客")  # type: ignore[arg-type]
+    # The second person reads on a narrow screen in the dark theme.
+    guest = join(
+        chromium, room_server, project, "guest", "访客", width=600, height=900, color_scheme="dark"
+    )  # type: ignore[arg-type]
     try:
         owner.open_project(project)
         guest.open_project(project)
@@ -113,7 +117,8 @@ def test_pasted_image_and_dropped_pdf_reach_another_tab_and_survive_a_restart(
             " return i && i.complete && i.naturalWidth > 0; }"
         )
         assert "草稿.txt" not in message.inner_text()
-        screenshot(guest.page, "attachments-guest-1440")
+        screenshot(guest.page, "attachments-guest-600-dark")
+        assert layout_problems(guest.page) == []
         # Full size on click.
         message.locator(".attach-image").click()
         expect(guest.page.locator("dialog.image-dialog img.image-full")).to_be_visible()
