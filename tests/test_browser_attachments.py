@@ -14,7 +14,7 @@ import io
 
 import pytest
 from PIL import Image
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.support.browser import (
     Person,
@@ -80,13 +80,13 @@ def loaded(page: Page, selector: str) -> bool:
 
 
 def test_pasted_image_and_dropped_pdf_reach_another_tab_and_survive_a_restart(
-    chromium: object, owner: Person, room_server: RoomServer
+    chromium: Browser, owner: Person, room_server: RoomServer
 ) -> None:
     project = room_server.create_project("附件")
     # The second person reads on a narrow screen in the dark theme.
     guest = join(
         chromium, room_server, project, "guest", "访客", width=600, height=900, color_scheme="dark"
-    )  # type: ignore[arg-type]
+    )
     try:
         owner.open_project(project)
         guest.open_project(project)
