@@ -5,12 +5,15 @@ in its ``inbox`` frame and reads them with its token."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from room.client import AgentClient, Batch
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import openai_text, openai_tool_call
 from tests.support.wsclient import Client
@@ -78,3 +81,36 @@ def read_as_agent(url: str, token: str) -> tuple[bytes, str]:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=10) as r:
         return r.read(), str(r.headers["Content-Disposition"])
+
+
+async def test_room_agent_downloads_a_deliverys_files_for_its_command(
+    room: Room, tmp_path: Path
+) -> None:
+    room.add_agent("outside", "backend", "外部", driver="external")
+    token = room.server.agent_token("演示项目", "outside")
+    seen: list[Batch] = []
+
+    async def handler(batch: Batch) -> str:
+        seen.append(batch)
+        return "收到"
+
+    folder = tmp_path / "ws" / ".room" / "attachments"
+    agent = AgentClient(room.server.origin, token, handler, attachments_dir=folder)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(agent.run(stop))
+    try:
+        await eventually(lambda: agent.members)
+        item = upload(room, "cities.csv", CSV)
+        room.say("@outside 看附件", attachments=[item["id"]])
+        await eventually(lambda: seen)
+        [delivery] = seen[0].deliveries
+        [carried] = delivery["attachments"]
+        assert carried["path"] == str(folder / f"{item['id']}-cities.csv")
+        assert files_in(folder) == {f"{item['id']}-cities.csv": CSV}  # and no partial file
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+
+
+def files_in(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
