@@ -95,13 +95,20 @@ def test_pasted_image_and_dropped_pdf_reach_another_tab_and_survive_a_restart(
         assert page.evaluate(PASTE_JS, [b64(picture()), "image.png", "image/png"]) is True
         tray = page.locator(".attach-tray")
         expect(tray.locator(".attach-item:not(.is-uploading) img.attach-thumb")).to_have_count(1)
+        # Picked with the attach button.
+        with page.expect_file_chooser() as chooser:
+            page.get_by_role("button", name="添加附件（也可粘贴或拖入）").click()
+        chooser.value.set_files(
+            files=[{"name": "清单.txt", "mimeType": "text/plain", "buffer": "一、二、三".encode()}]
+        )
+        expect(tray.locator(".attach-item")).to_have_count(2)
         # Dropped, then removed before sending: it leaves the tray and the message.
         page.evaluate(DROP_JS, [b64(b"scratch notes"), "草稿.txt", "text/plain"])
-        expect(tray.locator(".attach-item")).to_have_count(2)
+        expect(tray.locator(".attach-item")).to_have_count(3)
         tray.get_by_role("button", name="移除 草稿.txt").click()
-        expect(tray.locator(".attach-item")).to_have_count(1)
+        expect(tray.locator(".attach-item")).to_have_count(2)
         page.evaluate(DROP_JS, [b64(PDF), "季度报告.pdf", "application/pdf"])
-        expect(tray.locator(".attach-item:not(.is-uploading)")).to_have_count(2)
+        expect(tray.locator(".attach-item:not(.is-uploading)")).to_have_count(3)
         expect(page.locator("#draft")).to_have_value("")
         page.locator("#draft").fill("截图和报告")
         screenshot(page, "attachments-tray-1440")
@@ -110,8 +117,10 @@ def test_pasted_image_and_dropped_pdf_reach_another_tab_and_survive_a_restart(
 
         message = guest.page.locator(".msg", has_text="截图和报告")
         expect(message.locator(".attach-image img")).to_have_count(1)
-        expect(message.locator(".attach-card")).to_contain_text("季度报告.pdf")
-        expect(message.locator(".attach-card")).to_contain_text("PDF")
+        expect(message.locator(".attach-card")).to_have_count(2)
+        expect(message.locator(".attach-card").first).to_contain_text("清单.txt")
+        expect(message.locator(".attach-card").last).to_contain_text("季度报告.pdf")
+        expect(message.locator(".attach-card").last).to_contain_text("PDF")
         guest.page.wait_for_function(
             "() => { const i = document.querySelector('.msg .attach-image img');"
             " return i && i.complete && i.naturalWidth > 0; }"
@@ -142,7 +151,7 @@ def test_pasted_image_and_dropped_pdf_reach_another_tab_and_survive_a_restart(
             "() => { const i = document.querySelector('.msg .attach-image img');"
             " return i && i.complete && i.naturalWidth > 0; }"
         )
-        href = message.locator(".attach-card").get_attribute("href")
+        href = message.locator(".attach-card").last.get_attribute("href")
         status = guest.page.evaluate(
             "async url => { const r = await fetch(url); return [r.status, (await r.text()).slice(0, 8)]; }",
             href,

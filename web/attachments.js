@@ -46,6 +46,7 @@ export function formatSize(bytes) {
 function typeLabel(mime, name) {
   const ext = name.includes(".") ? name.split(".").pop().toUpperCase() : "";
   if (mime === "application/pdf") return "PDF";
+  if (mime === "text/plain") return ext || "TXT";
   if (mime === "application/octet-stream") return ext || t("attach.binary");
   const sub = mime.split("/")[1] || mime;
   return sub.length <= 8 ? sub.toUpperCase() : ext || sub;
@@ -59,7 +60,8 @@ export class AttachTray {
     this.onChange = onChange;
     this.items = []; // {key, file, name, size, progress, xhr, attachment, error}
     this.list = h("ul", { class: "attach-tray", attrs: { "aria-live": "polite", "aria-label": t("attach.tray") }, hidden: true });
-    this.picker = h("input", { type: "file", multiple: true, class: "visually-hidden", tabIndex: -1, attrs: { "aria-hidden": "true" } });
+    // Never shown (the button opens it); labelled all the same.
+    this.picker = h("input", { type: "file", multiple: true, hidden: true, tabIndex: -1, attrs: { "aria-label": t("attach.button") } });
     this.button = h(
       "button",
       { type: "button", class: "icon-btn attach-btn", attrs: { "aria-label": t("attach.button"), title: t("attach.button") } },
