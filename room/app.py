@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import WebSocketRoute
 
 from room import blobs, pages
+from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
 from room.actions import projects as project_actions
 from room.actions import wiring
@@ -196,6 +197,8 @@ def create_app(
             sandbox=sandbox,
         )
         core.agents = scheduler
+        unsent = await attachment_actions.sweep_unsent(core)
+        trace.phase("attachments", unsent_removed=unsent)
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
         recovery = await db.write(reconcile_on_start)
         recovery["stops_unconfirmed"] = unconfirmed

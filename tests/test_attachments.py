@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import sqlite3
 import urllib.parse
 import urllib.request
 import zlib
@@ -375,3 +376,28 @@ def test_the_project_quota_counts_each_content_once(tmp_path: Path) -> None:
         assert part_files(small) == []
     finally:
         small.stop()
+
+
+def test_uploads_never_sent_are_forgotten_at_a_restart_after_a_day(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        who = server.login()
+        status, kept = upload(server, who, "kept.png", png(colour="white"))
+        status, left = upload(server, who, "left.png", png(colour="black"))
+        status, draft = upload(server, who, "draft.txt", b"never sent")
+        status, _ = server.request(
+            "POST", "/api/projects/1/messages", {"attachments": [kept["attachment"]["id"]]},
+            headers=who.headers,
+        )  # fmt: skip
+        assert status == 201
+        server.stop()
+        with sqlite3.connect(server.data / "room.sqlite") as db:  # two days pass
+            db.execute("UPDATE attachments SET created_at = created_at - 2 * 86400")
+        files_before = len(blob_files(server))
+        server.start()
+        assert fetch(server, who, kept["attachment"]["url"])[0] == 200
+        assert fetch(server, who, left["attachment"]["url"])[0] == 404
+        assert fetch(server, who, draft["attachment"]["url"])[0] == 404
+        assert len(blob_files(server)) == files_before - 3  # left.png, its thumbnail, draft.txt
+    finally:
+        server.stop()

@@ -14,7 +14,7 @@ import io
 
 import pytest
 from PIL import Image
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, FilePayload, Page, expect
 
 from tests.support.browser import (
     Person,
@@ -98,9 +98,12 @@ def test_pasted_image_and_dropped_pdf_reach_another_tab_and_survive_a_restart(
         # Picked with the attach button.
         with page.expect_file_chooser() as chooser:
             page.get_by_role("button", name="添加附件（也可粘贴或拖入）").click()
-        chooser.value.set_files(
-            files=[{"name": "清单.txt", "mimeType": "text/plain", "buffer": "一、二、三".encode()}]
-        )
+        listing: FilePayload = {
+            "name": "清单.txt",
+            "mimeType": "text/plain",
+            "buffer": "一、二、三".encode(),
+        }
+        chooser.value.set_files(files=[listing])
         expect(tray.locator(".attach-item")).to_have_count(2)
         # Dropped, then removed before sending: it leaves the tray and the message.
         page.evaluate(DROP_JS, [b64(b"scratch notes"), "草稿.txt", "text/plain"])

@@ -246,6 +246,22 @@ def purge_project(conn: sqlite3.Connection, project_id: int, data: Path) -> dict
     return {"attachments": count, "attachment_files": removed}
 
 
+UNSENT_KEEP_SECS = 24 * 3600
+
+
+async def sweep_unsent(core: Core) -> int:
+    """At start-up: forget uploads no message took within a day (a draft left behind), so they
+    hold neither disk nor the project's quota; their files go unless another upload uses them."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> tuple[int, list[str]]:
+        return store.delete_unsent_before(conn, tx.now - UNSENT_KEEP_SECS)
+
+    count, orphans = await core.db.write(job)
+    for sha256 in orphans:
+        await asyncio.to_thread(blobs.remove, core.settings.data, sha256)
+    return count
+
+
 def purge_preview(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
     """What :func:`purge_project` would delete, without deleting (the caller's savepoint)."""
     count, orphans = store.delete_project(conn, project_id)

@@ -137,6 +137,23 @@ def delete_project(conn: sqlite3.Connection, project_id: int) -> tuple[int, list
     return count, sorted(s for s in shas if not referenced(conn, s))
 
 
+def delete_unsent_before(conn: sqlite3.Connection, cutoff: float) -> tuple[int, list[str]]:
+    """Delete uploads no send took that are older than ``cutoff``; the blobs no row uses now."""
+    shas = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT sha256 FROM attachments WHERE message_id IS NULL AND created_at < :c UNION"
+            " SELECT thumb_sha256 FROM attachments WHERE message_id IS NULL AND created_at < :c"
+            " AND thumb_sha256 IS NOT NULL",
+            {"c": cutoff},
+        )
+    }
+    count = conn.execute(
+        "DELETE FROM attachments WHERE message_id IS NULL AND created_at < :c", {"c": cutoff}
+    ).rowcount
+    return count, sorted(s for s in shas if not referenced(conn, s))
+
+
 def referenced(conn: sqlite3.Connection, sha256: str) -> bool:
     row = conn.execute(
         "SELECT 1 FROM attachments WHERE sha256 = :s OR thumb_sha256 = :s LIMIT 1", {"s": sha256}
