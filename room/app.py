@@ -32,6 +32,7 @@ from room.actions import wiring
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
 from room.agents import AgentSettings, Scheduler
+from room.agents.memory_tools import MEMORY_TOOLS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
@@ -48,6 +49,7 @@ from room.sandbox import probe as sandbox_probe
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, run_write
 from room.store import projects as projects_store
+from room.store import search as search_store
 from room.store.migrate import connect, migrate
 from room.store.schema import SCHEMA_VERSION
 from room.transport import offers_direct_write
@@ -107,6 +109,9 @@ class RoomServer:
             trace.phase("database", path=str(self.settings.db_path))
             applied = migrate(conn, self.settings.db_path, now=_now())
             trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
+            reindexed = run_write(conn, self._search_index)
+            if reindexed is not None:
+                trace.phase("search_index", messages=reindexed)
             owner, demo_id = run_write(conn, self._seed)
             secret = run_write(
                 conn,
@@ -118,6 +123,13 @@ class RoomServer:
         finally:
             conn.close()
         return Opened(owner, secret, demo_id, applied)
+
+    def _search_index(self, conn: sqlite3.Connection, tx: Tx) -> int | None:
+        """Messages written while indexing was off are indexed now (docs/search.md)."""
+        if not self.settings.search_index_messages:
+            search_store.mark_messages_stale(conn)
+            return None
+        return search_store.rebuild_messages(conn) if search_store.messages_stale(conn) else None
 
     def _seed(self, conn: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
         owner = auth_actions.ensure_owner(conn, tx)
@@ -165,6 +177,7 @@ def create_app(
             synchronous=settings.synchronous,
             max_batch=settings.max_batch,
             readers=settings.reader_threads,
+            search_index=settings.search_index_messages,
         )
         db.start(asyncio.get_running_loop())
         core = Core(
@@ -178,7 +191,13 @@ def create_app(
         app.state.core = core
         app.state.server = server
         trace.phase("writer")
-        registry = ProviderRegistry(default_configs(provider_env), env=provider_env)
+        configs = default_configs(
+            provider_env,
+            idle_timeout_secs=settings.provider_idle_timeout_secs,
+            connect_timeout_secs=settings.provider_connect_timeout_secs,
+            max_retries=settings.provider_max_retries,
+        )
+        registry = ProviderRegistry(configs, env=provider_env)
         # Probed once: what isolation this machine offers. The data folder (database, tokens'
         # hashes, other projects' default workspaces) is hidden from every command; a workspace
         # inside it is bound again, writable, by the sandbox itself.
@@ -193,7 +212,9 @@ def create_app(
                 context_tokens=settings.context_tokens,
                 stop_confirm_secs=settings.stop_confirm_secs,
             ),
-            tools={**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS} if tools is None else tools,
+            tools={**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS, **MEMORY_TOOLS}
+            if tools is None
+            else tools,
             sandbox=sandbox,
         )
         core.agents = scheduler

@@ -13,6 +13,7 @@ or as the JSON body of an HTTP error) and a human ``message``.
     │   ├── ForgedAuthorError           a frame or body that tries to name its own author
     │   ├── TxnConflictError            same client_txn_id, different content
     │   ├── MentionsUnresolvedError     draft has unresolved mention diagnostics
+    │   ├── BadQueryError               a search query with nothing to look for (room.searchtext)
     │   └── WorkspacePathError          a workspace path broke a rule (room.evidence); has a hint
     │       ├── EvidenceError               … cited as artifact evidence (room.evidence)
     │       └── FileToolError               … or given to a file tool, which may refuse (room.files)
@@ -88,6 +89,17 @@ class TxnConflictError(BadRequestError):
 
 class MentionsUnresolvedError(BadRequestError):
     code = "mentions_unresolved"
+
+
+class BadQueryError(BadRequestError):
+    """A search query that cannot be searched for; ``reason`` says why (``empty``, ``too_long``,
+    ``too_many_terms``, ``only_exclusions``)."""
+
+    code = "bad_query"
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message, reason=reason)
+        self.reason = reason
 
 
 class WorkspacePathError(BadRequestError):

@@ -16,6 +16,10 @@ from room.errors import ForgedAuthorError, FrameError
 
 MAX_HISTORY_LIMIT = 200
 MAX_CHIPS = 50
+# A search frame's query may be long enough to be refused as too long (``bad_query``) rather
+# than as a bad frame; room.searchtext.MAX_QUERY_CHARS is the real limit.
+MAX_SEARCH_QUERY_CHARS = 4000
+MAX_SEARCH_LIMIT = 100
 MAX_ATTACHMENTS = 10  # room.attachments.MAX_PER_MESSAGE
 
 # Field names that would let a client claim to be someone; refused wherever they appear.
@@ -33,7 +37,8 @@ AUTHOR_FIELDS = frozenset(
     }
 )
 
-ReqId = Annotated[str | None, Field(default=None, max_length=64)]
+MAX_REQ_ID_CHARS = 64
+ReqId = Annotated[str | None, Field(default=None, max_length=MAX_REQ_ID_CHARS)]
 Id = Annotated[int, Field(ge=1, le=2**62)]
 
 
@@ -139,6 +144,22 @@ class RedeliverFrame(_Frame):
     delivery_ids: list[Id] = Field(min_length=1, max_length=500)
 
 
+class SearchFrame(_Frame):
+    """Full-text search of a project (docs/search.md). ``by`` filters by author (a member id or
+    handle; an ``author`` field would be refused as ``forged_author``)."""
+
+    type: Literal["search"]
+    project_id: Id
+    q: str = Field(max_length=MAX_SEARCH_QUERY_CHARS)
+    kind: (
+        list[Annotated[str, Field(max_length=32)]] | Annotated[str, Field(max_length=200)] | None
+    ) = Field(default=None, max_length=16)
+    by: Id | Annotated[str, Field(max_length=64)] | None = None
+    since: Annotated[str, Field(max_length=40)] | float | None = None
+    until: Annotated[str, Field(max_length=40)] | float | None = None
+    limit: int = Field(default=20, ge=1, le=MAX_SEARCH_LIMIT)
+
+
 class PingFrame(_Frame):
     type: Literal["ping"]
 
@@ -158,6 +179,7 @@ ClientFrame = Annotated[
     | ReceivedFrame
     | ConsumeFrame
     | RedeliverFrame
+    | SearchFrame
     | PingFrame,
     Field(discriminator="type"),
 ]
@@ -179,6 +201,7 @@ CLIENT_FRAME_TYPES: tuple[str, ...] = (
     "received",
     "consume",
     "redeliver",
+    "search",
     "ping",
 )
 
@@ -199,9 +222,13 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "inbox",
     "members",
     "project",
+    "presence",
+    "unread",
     "tasks",
     "decisions",
+    "memory",
     "resync_required",
+    "search_results",
     "pong",
     "error",
 )
@@ -209,6 +236,19 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
 
 # Cheap pre-check: only a frame whose text contains one of these can name an author field.
 _AUTHOR_HINTS = ('"author', '"sender', '"from', '"user', '"as_member')
+
+
+def req_id_of(text: str) -> str | None:
+    """The ``req_id`` of a raw frame that failed to parse, when one can be read from it (a JSON
+    object whose ``req_id`` is a string of at most 64 characters), so its error can echo it."""
+    if '"req_id"' not in text:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    req_id = data.get("req_id") if isinstance(data, dict) else None
+    return req_id if isinstance(req_id, str) and len(req_id) <= MAX_REQ_ID_CHARS else None
 
 
 def parse_client_frame(text: str) -> ClientFrame:

@@ -47,6 +47,12 @@ class Settings(BaseModel):
         default=512, ge=1, description="Most writes committed together in one group commit."
     )
     reader_threads: int = Field(default=2, ge=1, le=16, description="SQLite reader threads.")
+    search_index_messages: bool = Field(
+        default=True,
+        description="Add new and edited messages to the search index as they are written. Off "
+        "only to measure what indexing costs: messages written meanwhile are indexed when the "
+        "server next starts with it on (deletions leave the index either way).",
+    )
     max_frame_bytes: int = Field(
         default=64 * 1024, ge=1024, description="Largest inbound WebSocket frame (bytes)."
     )
@@ -156,12 +162,48 @@ class Settings(BaseModel):
         description="Let a project's owner run agents' commands without a sandbox where this "
         "server has none (the project's `unsandboxed` setting does nothing unless this is on).",
     )
+    provider_idle_timeout_secs: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="Seconds a model provider's streamed answer may stay silent between two "
+        "chunks (there is no total timeout: an answer that keeps arriving is received).",
+    )
+    provider_connect_timeout_secs: float = Field(
+        default=10.0, gt=0, le=600, description="Seconds to connect to a model provider."
+    )
+    provider_max_retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="Retries of a model request that failed before its answer started to "
+        "arrive (429, 5xx, no connection); a request whose answer was arriving is never retried.",
+    )
     context_tokens: int = Field(
         default=32_000,
         ge=500,
         description="Token budget of an agent's whole context: the system message, the project "
         "records, its checkpoint and own earlier turns, and the timeline (the new messages are "
         "always kept; timeline lines that do not fit are announced by one line).",
+    )
+    memory_budget_bytes: int = Field(
+        default=64_000,
+        ge=4_096,
+        description="Most UTF-8 bytes of the project records section in an agent's context "
+        "(a ceiling, not a quota; over it the section degrades as docs/memory.md says).",
+    )
+    memory_session_entries: int = Field(
+        default=15,
+        ge=1,
+        le=200,
+        description="Latest session-log entries in the project records section (halved while "
+        "over the budget).",
+    )
+    memory_stale_days: int = Field(
+        default=14,
+        ge=0,
+        description="Days after which the project summary is called stale when newer session "
+        "entries exist (0: never).",
     )
     stop_confirm_secs: float = Field(
         default=5.0,

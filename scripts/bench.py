@@ -16,6 +16,9 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``mentions``  ``benchlib.mentions.run`` when that module imports and runs
 * ``sandbox``   a sandboxed ``true`` vs a plain ``subprocess`` ``true``, and its parts (benchlib/sandbox.py)
 * ``files``     ``room.files.search`` over 10,000 files vs ``grep -rnE``     (benchlib/files.py)
+* ``injection`` building the project records section, p50/p90/p99 vs join + encode (benchlib/injection.py)
+* ``search``    a one-word query over 1,000,000 messages + 10,000 records vs ``LIKE`` (benchlib/search.py)
+* ``indexing``  durable sends with message indexing on vs off          (benchlib/search.py)
 * ``uploads``   a 100 MB attachment upload vs ``cp``, server RSS growth     (benchlib/uploads.py)
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
@@ -53,6 +56,9 @@ WORKLOADS = (
     "mentions",
     "sandbox",
     "files",
+    "injection",
+    "search",
+    "indexing",
     "uploads",
 )
 
@@ -165,6 +171,9 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
         "mentions": mentions,
         "sandbox": lambda: module("sandbox").run(workdir, quick=quick),
         "files": lambda: module("files").run(workdir, quick=quick),
+        "injection": lambda: [from_dict(row) for row in module("injection").run(quick)],
+        "search": lambda: module("search").run(workdir, CACHE, quick=quick),
+        "indexing": lambda: module("search").run_indexing(workdir, quick=quick),
         "uploads": lambda: module("uploads").run(workdir, quick=quick),
     }
 

@@ -1,26 +1,29 @@
 // Project Room — the browser room. Plain ES modules, no build step, no remote assets.
 // Who we are and our projects come from /api/me; the open project lives on /ws (socket.js).
-// This module wires the parts together and follows the address (`#/p/<id>`): navigate().
+// This module wires the parts together and follows the address (`#/p/<id>`, and a permalink
+// `#/p/<id>/m/<message id>?q=<words>` opening that message with the words marked): navigate().
 
 import { get, post, setCsrf } from "./api.js";
+import { applyUnread, bindNotifyToggle, renderNotifyToggle, renderTitle, setTitle } from "./attention.js";
 import { Composer } from "./composer.js";
 import { $, debounce } from "./dom.js";
-import { applyStatic, label, onLang, t } from "./i18n.js";
+import { applyStatic, errorText, label, onLang, t } from "./i18n.js";
 import { closeDrawer, initLayout, openDrawerOf } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
+import { MemoryTab } from "./memory.js";
+import { termsOf } from "./highlight.js";
 import { Members } from "./members.js";
-import { avatar, noticeKind } from "./message.js";
+import { avatar, noticeKind, paintPresence } from "./message.js";
 import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
+import { SearchBox } from "./search.js";
 import { Connection } from "./socket.js";
-import { app, createRoom, member, setMembers, upsertProject, upsertProjectFrame } from "./store.js";
+import { app, createRoom, member, mergePresence, setMembers, setPresence, upsertProject, upsertProjectFrame } from "./store.js";
 import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
 const TYPING_SHOWN_MS = 6000;
-const PROJECTS_EVERY_MS = 30_000; // how often the projects column refreshes (unread counts)
-let projectsTimer = null;
 
 const conn = new Connection({ onFrame, onStatus });
 const timeline = new Timeline($("#timeline"), conn, {
@@ -45,7 +48,10 @@ const members = new Members($("#tab-members"), {
   },
 });
 const models = new ModelsTab($("#tab-models"));
-const panel = new Panel($("#panel-col"), { members, models });
+const memory = new MemoryTab($("#tab-memory"));
+const panel = new Panel($("#panel-col"), { members, models, memory });
+const search = new SearchBox($("#search"), { room: () => app.room, open: openResult });
+let pendingJump = null; // a permalink's message, opened once the timeline has loaded
 const lifecycle = new Lifecycle({
   onChanged: (project) => projectChanged(project),
   onPurged: (projectId) => {
@@ -74,7 +80,7 @@ async function boot() {
   } catch (err) {
     if (err.status === 401) return signedOut();
     $("#boot-error").hidden = false;
-    $("#boot-error").textContent = err.message;
+    $("#boot-error").textContent = errorText(err);
     return;
   }
   app.identity = me.identity;
@@ -107,6 +113,10 @@ async function boot() {
     const jump = event.target.closest("[data-jump]");
     if (jump) timeline.jumpTo(Number(jump.dataset.jump));
   });
+  // Back to the latest: the address stops pointing at the message opened from search.
+  $("#jump-latest").addEventListener("click", () => {
+    if (app.room && /^#\/p\/\d+\/m\//.test(location.hash)) history.replaceState(null, "", `#/p/${app.room.id}`);
+  });
   $("#members-button").addEventListener("click", () => {
     panel.select("members");
     openDrawerOf($("#panel-col"), $("#open-panel"));
@@ -121,17 +131,18 @@ async function boot() {
     panel.refresh();
     lifecycle.render();
     onStatus(conn.status, conn.attempt);
+    renderNotifyToggle();
   });
   window.addEventListener("hashchange", navigate);
+  // Projects made elsewhere (another tab, an invite) appear when you come back; unread counts
+  // are pushed over the socket (`unread` frames).
   window.addEventListener("focus", refreshProjects);
-  // Other projects' unread counts: the socket watches only the open project.
-  projectsTimer = setInterval(() => document.visibilityState === "visible" && refreshProjects(), PROJECTS_EVERY_MS);
+  bindNotifyToggle();
   loadProviders().catch(() => {});
   navigate();
 }
 
 function signedOut() {
-  clearInterval(projectsTimer);
   $("#app").hidden = true;
   $("#signed-out").hidden = false;
 }
@@ -143,14 +154,19 @@ async function refreshProjects() {
     for (const project of me.projects) upsertProject(project);
     for (const id of [...app.projects.keys()]) if (!me.projects.some((p) => p.id === id)) app.projects.delete(id);
     renderProjects($("#project-groups"), app.room?.id);
+    renderTitle();
   } catch (err) {
     if (err.status === 401) signedOut();
   }
 }
 
 async function navigate() {
-  const match = location.hash.match(/^#\/p\/(\d+)/);
+  const match = location.hash.match(/^#\/p\/(\d+)(?:\/m\/(\d+))?(?:\?(.*))?$/) || location.hash.match(/^#\/p\/(\d+)/);
   let id = match ? Number(match[1]) : null;
+  if (match?.[2]) {
+    const q = new URLSearchParams(match[3] || "").get("q") || "";
+    pendingJump = { projectId: id, messageId: Number(match[2]), terms: termsOf("", q) };
+  }
   if (id !== null && !app.projects.has(id)) await refreshProjects();
   if (id === null || !app.projects.has(id)) {
     const first = [...app.projects.values()].find((p) => p.state === "active") || [...app.projects.values()][0];
@@ -159,7 +175,34 @@ async function navigate() {
   renderProjects($("#project-groups"), id);
   if (id === null) return showNoProject();
   if (app.room?.id !== id) openProject(id);
+  else runPendingJump();
   closeDrawer(false);
+}
+
+/** Open a permalink's message once the project's timeline is there. */
+function runPendingJump() {
+  const room = app.room;
+  const jump = pendingJump;
+  if (!jump || !room || jump.projectId !== room.id || !room.historyLoaded) return;
+  pendingJump = null;
+  timeline.jumpTo(jump.messageId, { terms: jump.terms });
+}
+
+/** A search result: the message in the timeline (and its permalink in the address), or the
+ * record in the 记忆 tab. */
+function openResult(result, terms, query) {
+  const room = app.room;
+  if (!room) return;
+  if (result.kind === "message") {
+    const messageId = result.message_id ?? result.id;
+    const q = query ? `?${new URLSearchParams({ q: query })}` : "";
+    history.replaceState(null, "", `#/p/${room.id}/m/${messageId}${q}`);
+    timeline.jumpTo(messageId, { seq: result.seq ?? null, terms });
+    return;
+  }
+  panel.select("memory");
+  openDrawerOf($("#panel-col"), $("#open-panel"));
+  memory.reveal(result.kind, result.record_id ?? result.id, terms);
 }
 
 function showNoProject() {
@@ -172,8 +215,9 @@ function showNoProject() {
 function openProject(id) {
   const project = app.projects.get(id);
   project.unread = 0; // read from here on; the badge stays off while it is open
+  project.mentions = 0;
   const previous = app.room && app.projects.get(app.room.id);
-  if (previous) previous.unread = 0; // seen while open (a count read meanwhile is stale)
+  if (previous) Object.assign(previous, { unread: 0, mentions: 0 }); // seen while open
   renderProjects($("#project-groups"), id);
   const room = createRoom(project);
   app.room = room;
@@ -184,6 +228,7 @@ function openProject(id) {
   composer.open(room);
   lifecycle.open(room);
   panel.open(room);
+  search.reset();
   $("#typing").textContent = "";
   conn.watch(id);
 }
@@ -205,32 +250,40 @@ function renderHeader() {
   const present = [...room.members.values()].filter((m) => m.status !== "left");
   stack.replaceChildren(...present.slice(0, 4).map((m) => avatar(room, m.id, "sm")));
   $("#members-count").textContent = String(present.length);
-  document.title = `${project.name} · Project Room`;
+  setTitle(`${project.name} · Project Room`);
 }
 
 // -- frames -------------------------------------------------------------------------------------
 
 function onFrame(frame) {
+  if (frame.type === "unread") {
+    // Any project of yours, whichever the socket watches.
+    if (applyUnread(frame)) renderProjects($("#project-groups"), app.room?.id);
+    return;
+  }
   const room = app.room;
   if (!room) return;
   switch (frame.type) {
     case "subscribed":
       room.you = frame.you;
+      setPresence(room, frame.presence);
       setMembers(room, frame.members);
       room.readCursors = new Map(Object.entries(frame.read_cursors || {}).map(([k, v]) => [Number(k), v]));
       projectChanged(upsertProject(frame.project), false);
-      if (frame.since === null || frame.since === undefined) timeline.loadLatest();
+      if (frame.since === null || frame.since === undefined) timeline.loadLatest().then(runPendingJump);
       else {
         timeline.refreshOpenReceipts();
         timeline.markRead(); // a cursor lost with the old socket goes out again
       }
       composer.refresh();
       members.render();
+      paintPresence(room);
       break;
     case "message":
     case "message_updated":
       if (frame.message.author_id !== null && !member(room, frame.message.author_id)) refreshMembers();
       timeline.apply(frame);
+      if (composer.replyTo?.id === frame.message.id) composer.renderQuote(); // edited or deleted
       upsertProject({ id: room.id, head_seq: frame.seq });
       if (frame.message.meta?.route_change && panel.current === "models") models.load(room, { background: true });
       if (noticeKind(frame.message) === "task" && ["tasks", "decisions"].includes(panel.current)) panel.refresh();
@@ -239,12 +292,20 @@ function onFrame(frame) {
     case "members":
       membersChanged(frame.members, frame.allowed_ops);
       break;
+    case "presence":
+      if (frame.project_id !== room.id) break;
+      mergePresence(room, frame.presence);
+      paintPresence(room);
+      members.render();
+      break;
     case "project":
       if (frame.project.id === room.id) {
         const before = room.project.state;
         projectChanged(upsertProjectFrame(frame));
         // What may be done to members depends on the state too; the frame says nothing of it.
         if (frame.project.state !== before) refreshMembers();
+        // The model forms are offered only while the project takes changes.
+        if (frame.project.state !== before && panel.current === "models") models.load(room, { background: true });
       } else upsertProjectFrame(frame);
       renderProjects($("#project-groups"), room.id);
       break;
@@ -260,6 +321,9 @@ function onFrame(frame) {
         if (location.hash) location.hash = "";
         else navigate();
       }
+      break;
+    case "memory":
+      memory.onFrame(frame, panel.current === "memory");
       break;
     case "delivery":
       if (frame.project_id === room.id) timeline.onDelivery(frame);
@@ -315,10 +379,10 @@ function onError(frame) {
   if (txn) {
     composer.restore(txn);
     timeline.render();
-    toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : frame.message, { kind: "error", timeout: 8000 });
+    toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : errorText(frame), { kind: "error", timeout: 8000 });
     return;
   }
-  toast(frame.message, { kind: "error" });
+  toast(errorText(frame), { kind: "error" });
 }
 
 function onStatus(status, attempt) {

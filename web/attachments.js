@@ -146,8 +146,11 @@ export class AttachTray {
       } catch {
         data = null;
       }
+      const error = data?.error;
       if (xhr.status === 201 && data?.attachment) item.attachment = data.attachment;
-      else item.error = errorText({ code: data?.error?.code, message: data?.error?.message, details: data?.error?.details });
+      else if (error?.code === "too_large") item.error = t("attach.tooLarge", { size: formatSize(error.details?.limit || 0) });
+      else if (error?.code === "project_quota") item.error = t("attach.projectFull", { size: formatSize(error.details?.limit || 0) });
+      else item.error = errorText({ code: error?.code, message: error?.message, details: error?.details });
       item.xhr = null;
       this.render();
     });

@@ -102,6 +102,10 @@ const ICONS = {
   branch: { paths: ["M6 3v12", "M18 9a9 9 0 0 1-9 9"], dots: [[18, 6, 2.5], [6, 18, 2.5]] },
   folder: { paths: ["M3 6h6l2 2h10v11H3z"] },
   dot: { dots: [[12, 12, 3]] },
+  link: { paths: ["M10 14a4 4 0 0 0 5.7 0l3-3a4 4 0 0 0-5.7-5.7l-1 1", "M14 10a4 4 0 0 0-5.7 0l-3 3a4 4 0 0 0 5.7 5.7l1-1"] },
+  search: { paths: ["M11 18a7 7 0 1 0 0-14 7 7 0 0 0 0 14z", "M20 20l-4-4"] },
+  history: { paths: ["M4 12a8 8 0 1 0 2.3-5.7", "M4 4v4h4", "M12 8v4l3 2"] },
+  archive: { paths: ["M4 5h16v4H4z", "M6 9v10h12V9", "M10 13h4"] },
 };
 
 /** Keep focus inside `root` while it is open (drawers; dialogs use <dialog>). */

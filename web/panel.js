@@ -1,19 +1,21 @@
-// The side panel: tabs 成员 / 任务 / 决策 / 模型. Tasks and decisions are read from the board
+// The side panel: tabs 成员 / 任务 / 决策 / 记忆 / 模型 (the 记忆 tab is memory.js). Tasks and decisions are read from the board
 // (`GET /api/projects/{id}/tasks`, `…/decisions`; the shapes are in docs/tasks.md "Shapes").
 
 import { get } from "./api.js";
 import { attemptSection } from "./attempts.js";
 import { $, $$, h, icon } from "./dom.js";
-import { label, t } from "./i18n.js";
+import { errorText, label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { member, upsertProject } from "./store.js";
+import { acceptanceProgress, planStartBar, taskActions } from "./taskactions.js";
 import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
-  constructor(root, { members, models }) {
+  constructor(root, { members, models, memory }) {
     this.root = root;
     this.members = members;
     this.models = models;
+    this.memory = memory;
     this.room = null;
     this.ownerFilter = null;
     this.tabs = $$("[role=tab]", root);
@@ -43,6 +45,7 @@ export class Panel {
     if (name === "members") this.members.open(this.room);
     if (name === "tasks") this.loadTasks();
     if (name === "decisions") this.loadDecisions();
+    if (name === "memory") this.memory.open(this.room);
     if (name === "models") this.models.load(this.room);
   }
 
@@ -82,7 +85,7 @@ export class Panel {
       data = tasks;
       if (detail?.project?.settings) upsertProject({ id: room.id, settings: detail.project.settings });
     } catch (err) {
-      box.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      box.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
       return;
     }
     if (room !== this.room) return;
@@ -98,6 +101,8 @@ export class Panel {
           this.loadTasks();
         } } })));
     }
+    const planBar = planStartBar(room, tasks, () => this.loadTasks());
+    if (planBar) nodes.push(planBar);
     if (!tasks.length) nodes.push(empty("tasks.emptyTitle", this.ownerFilter !== null ? "tasks.emptyOwner" : "tasks.empty"));
     for (const task of tasks) nodes.push(taskCard(room, task, () => this.loadTasks()));
     box.replaceChildren(...nodes);
@@ -113,7 +118,7 @@ export class Panel {
     try {
       data = await get(`/api/projects/${room.id}/decisions`);
     } catch (err) {
-      box.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      box.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
       return;
     }
     if (room !== this.room) return;
@@ -150,6 +155,8 @@ function taskCard(room, task, reload) {
     h("div", { class: "task-owner" },
       owner ? avatar(room, owner.id, "xs") : null,
       h("span", { text: owner ? owner.display_name : task.owner?.display_name || t("tasks.noOwner") })),
+    acceptanceProgress(task),
+    taskActions(room, task, reload),
     attemptSection(room, task, reload),
     task.waiting_on?.length ? h("p", { class: "task-waiting" }, icon("pause"), h("span", { text: t("tasks.waitingOn", { keys: task.waiting_on.join("、") }) })) : null,
     task.note ? h("p", { class: "task-note", text: t("tasks.note", { note: task.note }) }) : null,

@@ -1,14 +1,20 @@
 // The timeline: day separators, grouping, the unread marker, scroll-back history, hover actions,
 // inline edit, receipts as messages come into view, and the read cursor.
 //
+// A search result or a permalink to an old message opens a window around it (`around`), which
+// pages forward (`after`) as the reader scrolls down until it meets the live timeline; the jump
+// button returns to the latest at once.
+//
 // Entries are cached per message (rebuilt only when the message or the roster changes) and
 // reconciled into the list in seq order, so live updates never disturb focus or an open editor.
 
+import { get } from "./api.js";
 import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./delivery.js";
 import { $, h } from "./dom.js";
+import { clearHighlights, highlightIn } from "./highlight.js";
 import { dayKey, formatDay, t } from "./i18n.js";
-import { renderMessage } from "./message.js";
-import { bus, isOwner, sortedMessages } from "./store.js";
+import { excerptOf, renderMessage } from "./message.js";
+import { bus, mayChange, mayPost, sortedMessages } from "./store.js";
 import { toast, toastError } from "./ui.js";
 import { startEdit } from "./editor.js";
 
@@ -53,6 +59,8 @@ export class Timeline {
 
   open(room) {
     this.room = room;
+    room.detached = false;
+    room.later = new Map();
     this.cache.clear();
     this.days.clear();
     this.active = null;
@@ -64,6 +72,8 @@ export class Timeline {
   /** Called after `subscribed`: a fresh subscription loads the latest page. */
   async loadLatest() {
     const room = this.room;
+    room.detached = false;
+    room.later.clear();
     room.messages.clear();
     room.oldestSeq = null;
     room.hasMore = true;
@@ -122,7 +132,23 @@ export class Timeline {
     const room = this.room;
     const message = frame.message;
     const isNew = !room.messages.has(message.id);
+    if (room.detached && isNew) {
+      // Past the end of an open window: kept for when the window reaches the latest.
+      if (!room.later.has(message.id) && message.kind === "chat" && message.author_id !== room.you) {
+        this.newCount += 1;
+        this.updateJump();
+      }
+      room.later.set(message.id, message);
+      if (message.client_txn_id && message.author_id === room.you) room.pending.delete(message.client_txn_id);
+      return;
+    }
     room.messages.set(message.id, message);
+    // Replies quote what a message says now: an edit or a delete changes their quotes too.
+    if (!isNew) {
+      for (const reply of room.messages.values()) {
+        if (reply.reply_to === message.id && reply.reply_excerpt) reply.reply_excerpt = excerptOf(message);
+      }
+    }
     if (message.client_txn_id && message.author_id === room.you) room.pending.delete(message.client_txn_id);
     if (!room.historyLoaded) return;
     const wasAtBottom = this.atBottom();
@@ -184,7 +210,8 @@ export class Timeline {
 
   entryFor(message) {
     const room = this.room;
-    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}`;
+    const quote = message.reply_excerpt ? `${message.reply_excerpt.deleted ? "-" : ""}${message.reply_excerpt.excerpt}` : "";
+    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${quote}`;
     const cached = this.cache.get(message.id);
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
     const el = renderMessage(room, message, { actions: this.actionsFor(message) });
@@ -217,9 +244,11 @@ export class Timeline {
     const room = this.room;
     if (message.kind === "system") {
       const tripped = message.meta?.brake && message.meta.brake !== "cleared";
-      return tripped && room.project.state !== "archived" ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
+      return tripped && mayPost(room.project) ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
     }
-    if (message.kind !== "chat" || !room.you) return [];
+    // Replying, editing, deleting and marking all post into the project: where the server does
+    // not offer this viewer `post` (archived, trashed, stopping …), none of them is offered.
+    if (message.kind !== "chat" || !room.you || !mayPost(room.project)) return [];
     const mine = message.author_id === room.you;
     const list = [{ id: "reply", icon: "reply", label: t("action.reply"), run: () => this.actions.reply(message) }];
     if (!mine && message.author_id !== null) list.push({ id: "mention", icon: "at", label: t("action.mentionAuthor"), run: () => this.actions.mention(message.author_id) });
@@ -227,14 +256,15 @@ export class Timeline {
       list.push({ id: "edit", icon: "edit", label: t("action.edit"), run: () => this.edit(message.id) });
       list.push({ id: "delete", icon: "trash", label: t("action.delete"), danger: true, run: () => this.actions.remove(message) });
     }
-    if (isOwner(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
+    if (mayChange(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
+    list.push({ id: "link", icon: "link", label: t("action.copyLink"), run: () => copyLink(room, message) });
     return list;
   }
 
   editLast() {
     const room = this.room;
     const last = sortedMessages(room).reverse().find((m) => m.author_id === room.you && m.kind === "chat" && !m.deleted);
-    if (last && room.project.state !== "archived") {
+    if (last && mayPost(room.project)) {
       this.cache.get(last.id)?.el.scrollIntoView({ block: "nearest" });
       this.edit(last.id);
     }
@@ -306,6 +336,10 @@ export class Timeline {
   }
 
   scrollToBottom(focusLast) {
+    if (this.room?.detached) {
+      this.loadLatest().then(() => this.scrollToBottom(focusLast));
+      return;
+    }
     this.el.scrollTop = this.el.scrollHeight;
     this.newCount = 0;
     this.updateJump();
@@ -317,6 +351,7 @@ export class Timeline {
 
   onScroll() {
     if (this.el.scrollTop < LOAD_OLDER_PX) this.loadOlder();
+    if (this.room?.detached && this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < LOAD_OLDER_PX) this.loadNewer();
     if (this.atBottom()) {
       this.newCount = 0;
       this.markRead();
@@ -325,14 +360,14 @@ export class Timeline {
   }
 
   updateJump() {
-    const show = Boolean(this.room?.historyLoaded) && !this.atBottom();
+    const show = Boolean(this.room?.historyLoaded) && (Boolean(this.room.detached) || !this.atBottom());
     this.jump.hidden = !show;
     this.jump.lastChild.textContent = this.newCount ? t("timeline.newMessages", { n: this.newCount }) : t("timeline.latest");
   }
 
   markRead() {
     const room = this.room;
-    if (!room || !room.historyLoaded || document.hidden || !document.hasFocus() || !this.atBottom()) return;
+    if (!room || !room.historyLoaded || room.detached || document.hidden || !document.hasFocus() || !this.atBottom()) return;
     const seq = this.conn.lastSeq ?? 0;
     if (seq > (room.readCursors.get(room.you) ?? 0)) {
       room.readCursors.set(room.you, seq);
@@ -405,17 +440,115 @@ export class Timeline {
     if (go < 0) this.loadOlder();
   }
 
-  async jumpTo(messageId) {
-    for (let i = 0; i < 5 && !this.room.messages.has(messageId) && this.room.hasMore; i++) await this.loadOlder();
+  /**
+   * Show a message: scrolled to the middle, flashed and focused, with `terms` marked in it. A
+   * message not loaded is found by its seq (given, or read from the server) and opened in a
+   * window around it.
+   */
+  async jumpTo(messageId, { seq = null, terms = [] } = {}) {
+    const room = this.room;
+    if (!room) return false;
+    if (!room.messages.has(messageId)) {
+      if (seq === null) {
+        try {
+          const detail = await get(`/api/messages/${messageId}`);
+          if (detail.project_id !== room.id) throw new Error("another project");
+          seq = detail.seq;
+        } catch {
+          toast(t("timeline.quotedGone"));
+          return false;
+        }
+      }
+      if (room !== this.room) return false;
+      await this.openAround(seq);
+      if (room !== this.room) return false;
+    }
     const el = this.cache.get(messageId)?.el;
     if (!el) {
       toast(t("timeline.quotedGone"));
-      return;
+      return false;
     }
+    clearHighlights(this.el);
+    const body = el.querySelector(".msg-body") || el;
+    const mark = highlightIn(body, terms);
     el.scrollIntoView({ block: "center" });
+    mark?.scrollIntoView({ block: "nearest" });
     el.classList.add("flash");
     setTimeout(() => el.classList.remove("flash"), 1600);
     el.focus({ preventScroll: true });
+    return true;
+  }
+
+  /** Replace what is loaded with a window around `seq`; new messages wait until it meets them. */
+  async openAround(seq) {
+    const room = this.room;
+    room.detached = true;
+    room.loadingHistory = true;
+    let answer;
+    try {
+      answer = await get(`/api/projects/${room.id}/messages?around=${seq}&limit=${PAGE}`);
+    } catch (err) {
+      toastError(err);
+      if (room === this.room) this.loadLatest();
+      return;
+    } finally {
+      room.loadingHistory = false;
+    }
+    if (room !== this.room) return;
+    room.messages.clear();
+    for (const message of answer.messages) room.messages.set(message.id, message);
+    room.oldestSeq = answer.messages.length ? answer.messages[0].seq : null;
+    room.hasMore = answer.has_more;
+    room.unreadFromSeq = null;
+    room.historyLoaded = true;
+    if (!answer.has_newer) this.attach();
+    this.render();
+    this.updateJump();
+    // A short window cannot be scrolled down to ask for more: ask now.
+    if (room.detached && this.el.scrollHeight <= this.el.clientHeight + NEAR_BOTTOM_PX) this.loadNewer();
+  }
+
+  /** The page after the window; when it reaches the latest, the window becomes the timeline. */
+  async loadNewer() {
+    const room = this.room;
+    if (!room?.detached || room.loadingHistory) return;
+    const newest = sortedMessages(room).at(-1);
+    if (!newest) return;
+    room.loadingHistory = true;
+    let answer;
+    try {
+      answer = await get(`/api/projects/${room.id}/messages?after=${newest.seq}&limit=${PAGE}`);
+    } catch (err) {
+      toastError(err);
+      return;
+    } finally {
+      room.loadingHistory = false;
+    }
+    if (room !== this.room || !room.detached) return;
+    for (const message of answer.messages) if (!room.messages.has(message.id)) room.messages.set(message.id, message);
+    if (!answer.has_newer) this.attach();
+    this.render();
+    this.updateJump();
+  }
+
+  attach() {
+    const room = this.room;
+    for (const [id, message] of room.later) room.messages.set(id, message);
+    room.later.clear();
+    room.detached = false;
+    this.newCount = 0;
+  }
+}
+
+/** The message's permalink (it opens the message from a fresh page too) to the clipboard; where
+ * the browser keeps the clipboard from the page (plain http off localhost) it is shown to copy. */
+async function copyLink(room, message) {
+  const url = `${location.origin}${location.pathname}#/p/${room.id}/m/${message.id}`;
+  try {
+    await navigator.clipboard.writeText(url);
+    toast(t("action.linkCopied"));
+  } catch {
+    toast(url, { timeout: 15000 });
   }
 }
 

@@ -21,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from room.actions import memory as memory_actions
 from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
+from room.actions.messages import annotate_message
 from room.core import Core
 from room.effects import FollowUp
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
@@ -38,6 +40,8 @@ from room.tasks import AFTER_SYNC, TaskEvent, TaskState
 
 MAX_TITLE_CHARS = 200
 MAX_TEXT_CHARS = 8000
+MAX_ALTERNATIVES = 12
+MAX_ALTERNATIVE_CHARS = 2000
 _CHANGE_RE = re.compile(r"/change(?:\s*\[(?P<keys>[^\]\n]*)\]\s*|\s+|$)(?P<text>.*)", re.DOTALL)
 _SYNCABLE = frozenset(AFTER_SYNC) | {TaskState.NEEDS_SYNC}
 
@@ -78,6 +82,48 @@ def _text(name: str, value: str, limit: int, *, required: bool = True) -> str:
     return value
 
 
+def alternatives_of(raw: Any) -> list[dict[str, str]]:
+    """The options a decision rejected: a list of ``{option, why_rejected}``, both required
+    (``empty_field`` names the one missing, ``bad_field`` a wrong shape)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > MAX_ALTERNATIVES:
+        raise BadRequestError(
+            f"alternatives 是最多 {MAX_ALTERNATIVES} 项的列表，每项 {{option, why_rejected}} "
+            f"(alternatives is a list of up to {MAX_ALTERNATIVES} {{option, why_rejected}}.)",
+            code="bad_field",
+            field="alternatives",
+        )
+    out = []
+    for n, item in enumerate(raw):
+        if not isinstance(item, dict) or set(item) - {"option", "why_rejected"}:
+            raise BadRequestError(
+                "每个备选项是 {option, why_rejected} (Each alternative is {option, why_rejected}.)",
+                code="bad_field",
+                field=f"alternatives[{n}]",
+            )
+        pair = {}
+        for key in ("option", "why_rejected"):
+            value = item.get(key)
+            text = value.strip() if isinstance(value, str) else ""
+            if not text:
+                raise BadRequestError(
+                    f"alternatives[{n}].{key} 不能为空 ({key} is required.)",
+                    code="empty_field",
+                    field=f"alternatives[{n}].{key}",
+                )
+            if len(text) > MAX_ALTERNATIVE_CHARS:
+                raise BadRequestError(
+                    f"alternatives[{n}].{key} 超过 {MAX_ALTERNATIVE_CHARS} 字 (too long.)",
+                    code="record_too_large",
+                    field=f"alternatives[{n}].{key}",
+                    limit=MAX_ALTERNATIVE_CHARS,
+                )
+            pair[key] = text
+        out.append(pair)
+    return out
+
+
 async def propose_decision(
     core: Core,
     actor: Member,
@@ -88,14 +134,20 @@ async def propose_decision(
     consequences: str = "",
     task_keys: list[str] | None = None,
     supersedes: int | None = None,
+    alternatives: Any = None,
+    constraints: str = "",
 ) -> dict[str, Any]:
     """Record a decision: ``accepted`` at once when a person writes it, ``proposed`` when an agent
     does. ``task_keys`` binds it to tasks; ``supersedes`` names the number it replaces (applied
-    on acceptance)."""
+    on acceptance); ``alternatives`` are the options rejected (``{option, why_rejected}``) and
+    ``constraints`` what bounded the choice. Past the decisions cap (32 KiB) the oldest
+    decisions move to the archive (docs/memory.md)."""
     title = _text("title", title, MAX_TITLE_CHARS)
     context = _text("context", context, MAX_TEXT_CHARS)
     decision = _text("decision", decision, MAX_TEXT_CHARS)
     consequences = _text("consequences", consequences, MAX_TEXT_CHARS, required=False)
+    constraints = _text("constraints", constraints, MAX_TEXT_CHARS, required=False)
+    rejected = alternatives_of(alternatives)
     project_id = actor.project_id
     human = actor.kind == "human"
 
@@ -122,9 +174,11 @@ async def propose_decision(
         tasks_store.insert_decision_revision(
             conn, project_id=project_id, decision_id=row.id, revision=1, context=context,
             decision=decision, consequences=consequences, author_id=actor.id, now=tx.now,
+            alternatives=rejected, constraints=constraints,
         )  # fmt: skip
         tasks_store.bind_tasks(conn, project_id, row.id, [t.id for t in tasks])
         fx.decisions.add(row.id)
+        fx.decisions.update(memory_actions.enforce_cap(conn, tx, project_id, "decision"))
         fx.tasks |= {t.id for t in tasks}
         if human and old is not None:
             _supersede(conn, tx, fx, old.id, row.id)
@@ -238,6 +292,9 @@ def requirement_change_from_message(
                      row, text, affected, skipped)  # fmt: skip
     _post_change_notice(conn, tx, fx, requirement, revision, label, author_member, message_id,
                         text, affected, skipped, owners)  # fmt: skip
+    # The message itself now says it changed the requirement (the page shows a badge on it).
+    marked = {"decision": requirement.label, "revision": revision}
+    annotate_message(conn, tx, message_id, {"requirement_change": marked})
     fx.flush(conn, tx)
     keys_affected = [t.key for t in affected]
     return _change_result(requirement, revision, keys_affected, skipped, duplicate=False)
@@ -416,8 +473,8 @@ def _post_change_notice(
         )
         parts.append(f"需同步的任务：{listed}")
         parts.append(
-            '负责人请阅读新需求后确认同步：AI 成员用 room_task_update(task, action="sync")，'
-            "人类在任务看板上点「已同步」。确认前任务保持 needs_sync。"
+            "负责人请阅读新需求后确认同步（人类在任务看板上点「已同步」）。"
+            "确认前任务保持「需同步需求」，不会继续推进。"
         )
     else:
         parts.append("没有需要同步的任务。")
@@ -430,6 +487,8 @@ def _post_change_notice(
         conn, tx, fx, "\n\n".join(parts),
         {"requirement_change": {"decision": requirement.label, "revision": revision}},
         to=list(owners.values()), reply_to=message_id,
+        for_agents='工具调用：读完新需求后用 room_task_update(task="<任务 key>", action="sync", '
+        'reason="同步了什么") 确认同步。' if affected else "",
     )  # fmt: skip
 
 

@@ -9,7 +9,7 @@ attempt, allowed or refused (a refused attempt changes nothing else). Stops are 
 3. re-read the sessions' real state, and enter the target only when all are confirmed stopped;
    otherwise ``stop_unconfirmed``, from which a person retries the check or cancels back.
 
-Trash writes a snapshot digest (counts and hashes of members, messages, ledger, tasks,
+Trash writes a snapshot digest (counts and hashes of members, messages, ledger, tasks, memory,
 decisions); restore recomputes it and refuses on mismatch with a per-table report, and lands in
 ``paused`` with a new epoch. Deliveries still open at trash time are cancelled and open invite
 links revoked: restore never brings old pending requests or invites back.
@@ -31,7 +31,7 @@ from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
 from room.actions.notices import insert_notice
 from room.core import Core
-from room.effects import Broadcast, WakeProject
+from room.effects import Broadcast, PresenceChanged, WakeProject
 from room.errors import BadRequestError, ConflictError, NotFoundError
 from room.ledger import OPEN_STATES, DeliveryState, Reason
 from room.lifecycle import (
@@ -49,6 +49,7 @@ from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
+from room.store import memory as memory_store
 from room.store import projects as projects_store
 
 NOTICES = {
@@ -93,6 +94,7 @@ def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any
             count += 1
         out[name] = {"count": count, "sha256": hasher.hexdigest()}
     out |= task_actions.digest_rows(conn, project_id)
+    out |= memory_store.digest_rows(conn, project_id)
     return out
 
 
@@ -101,6 +103,7 @@ def _publish_project(conn: sqlite3.Connection, tx: Tx, project_id: int) -> Proje
     assert project is not None
     frame = encode(project_frame(project.to_wire()))
     tx.emit(Broadcast(project_id, frame))
+    tx.emit(PresenceChanged(project_id))  # agents of a closed project are not here
     return project
 
 

@@ -37,7 +37,9 @@ from room.protocol import encode
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
+from room.store import memory as memory_store
 from room.store import projects as projects_store
+from room.store import search as search_store
 from room.store.schema_tasks import TASK_TABLES
 
 StepFn = Callable[[sqlite3.Connection, int, Path], dict[str, Any]]
@@ -98,6 +100,14 @@ def _tasks(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, A
         table: _delete(conn, f"DELETE FROM {table} WHERE project_id = :p", project_id)
         for table in TASK_TABLES
     }
+
+
+def _memory(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    return memory_store.delete_project(conn, project_id)
+
+
+def _search(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    return search_store.purge_project(conn, project_id)
 
 
 def _messages(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
@@ -170,9 +180,12 @@ def _files(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, A
 
 
 PURGE_STEPS: tuple[PurgeStep, ...] = (
+    # First: the project's text is no longer findable, whatever a later step meets.
+    PurgeStep("search", "the search index: messages and memory records", _search),
     PurgeStep("sessions", "agent sessions, transcripts, model requests", _sessions),
     PurgeStep("tokens", "agent tokens and invites", _tokens),
     PurgeStep("deliveries", "the delivery ledger", _deliveries),
+    PurgeStep("memory", "memory records, their revisions and version", _memory),
     PurgeStep("tasks", "plans, tasks, evidence and decisions", _tasks),
     PurgeStep("attachments", "attachments and the files no other project uses", _attachments),
     PurgeStep("messages", "messages, edits, mentions, events, read cursors", _messages),

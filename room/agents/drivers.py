@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
+from room.actions import presence
 from room.actions import turns as turn_actions
+from room.agents.memory import MemorySession
 from room.agents.turn import Turn, TurnEnv
 from room.core import Core
+from room.injection import MEMORY_WRITE_TOOLS
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,8 @@ class Session:
         self.poked = False
         self.turn: Turn | None = None
         self.turn_task: asyncio.Task[object] | None = None
+        # The project records section this session's turns start from, and its reminders.
+        self.memory = MemorySession()
 
     @property
     def running(self) -> bool:
@@ -82,13 +88,20 @@ class Session:
                         # Dispatch is closed (woken again when it reopens) or nothing is pending;
                         # a wake that came meanwhile (a resume) is looked at, not lost.
                         continue
-                    self.turn = Turn(driver.env, member, start, limits)
-                    self.turn_task = asyncio.ensure_future(self.turn.run())
+                    turn = self.turn = Turn(driver.env, member, start, limits, self.memory)
+                    self.turn_task = asyncio.ensure_future(turn.run())
+                    presence.schedule(core, self.project_id)  # running
                     try:
                         outcome = await self.turn_task
                     finally:
                         self.turn = None
                         self.turn_task = None
+                        self.memory.after_turn(
+                            now=time.time(),
+                            work=turn.tools_ok if turn.can_record else (),
+                            recorded=bool(MEMORY_WRITE_TOOLS & set(turn.tools_ok)),
+                        )
+                        presence.schedule(core, self.project_id)  # idle again
                 # More may have arrived during the turn.
                 self.poked = self.poked or outcome.look_again
         except asyncio.CancelledError:

@@ -22,6 +22,10 @@ FILE_READ_TOOLS = ("fs_list", "fs_glob", "fs_read", "fs_search")
 FILE_WRITE_TOOLS = ("fs_write", "fs_edit")
 SHELL_TOOLS = ("shell",)
 WORK_TOOLS = (*FILE_READ_TOOLS, *FILE_WRITE_TOOLS, *SHELL_TOOLS)
+#: Project memory (docs/memory.md): every role reads, searches and writes it; a read-only role
+#: keeps only the reading tools (it loses :data:`MEMORY_WRITE_TOOLS`).
+MEMORY_TOOLS = ("memory_checkpoint", "memory_read", "memory_search")
+MEMORY_WRITE_TOOLS = frozenset(("memory_checkpoint",))
 #: What a read-only role loses (its preset's, or one an owner marks in ``read_only_roles``):
 #: the tools that change the workspace. ``shell`` is one: a command may write anywhere in it.
 WRITE_TOOLS = frozenset((*FILE_WRITE_TOOLS, *SHELL_TOOLS))
@@ -45,6 +49,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             (
                 *BASE_TOOLS,
                 *TASK_TOOLS,
+                *MEMORY_TOOLS,
                 "room_task_review",
                 "room_plan_submit",
                 "room_decision_propose",
@@ -56,37 +61,37 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             "frontend",
             "前端",
             "你是前端工程师。你负责界面、交互与可访问性，交付前说明如何验证。",
-            (*BASE_TOOLS, *TASK_TOOLS, *WORK_TOOLS),
+            (*BASE_TOOLS, *TASK_TOOLS, *MEMORY_TOOLS, *WORK_TOOLS),
         ),
         "backend": Preset(
             "backend",
             "后端",
             "你是后端工程师。你负责服务、数据与接口，交付前说明如何验证。",
-            (*BASE_TOOLS, *TASK_TOOLS, *WORK_TOOLS),
+            (*BASE_TOOLS, *TASK_TOOLS, *MEMORY_TOOLS, *WORK_TOOLS),
         ),
         "tester": Preset(
             "tester",
             "测试",
             "你是测试工程师。你按验收标准逐条检查，给出证据，不凭印象判断通过。",
-            (*BASE_TOOLS, *TASK_TOOLS, "room_task_review", *WORK_TOOLS),
+            (*BASE_TOOLS, *TASK_TOOLS, *MEMORY_TOOLS, "room_task_review", *WORK_TOOLS),
         ),
         "devops": Preset(
             "devops",
             "运维",
             "你是运维工程师。你负责构建、部署与运行环境，操作前说明影响范围。",
-            (*BASE_TOOLS, *TASK_TOOLS, *WORK_TOOLS),
+            (*BASE_TOOLS, *TASK_TOOLS, *MEMORY_TOOLS, *WORK_TOOLS),
         ),
         "design": Preset(
             "design",
             "设计",
             "你是设计师。你负责信息结构与视觉，给出可落地的具体建议。",
-            (*BASE_TOOLS, *TASK_TOOLS, *FILE_READ_TOOLS),
+            (*BASE_TOOLS, *TASK_TOOLS, *MEMORY_TOOLS, *FILE_READ_TOOLS),
         ),
         "docs": Preset(
             "docs",
             "文档",
             "你是文档工程师。你把决定和用法写清楚，不指派任务。",
-            (*BASE_TOOLS, *TASK_TOOLS, *FILE_READ_TOOLS),
+            (*BASE_TOOLS, *TASK_TOOLS, *MEMORY_TOOLS, *FILE_READ_TOOLS),
         ),
     }
 )

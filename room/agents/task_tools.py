@@ -183,11 +183,23 @@ async def _decision_propose(ctx: ToolContext, args: dict[str, Any]) -> str:
             decision=str(args.get("decision") or ""),
             consequences=str(args.get("consequences") or ""),
             task_keys=list(_strings(args.get("tasks"))),
+            alternatives=args.get("alternatives"),
+            constraints=str(args.get("constraints") or ""),
         )  # fmt: skip
     except RoomError as exc:
         return _refusal(exc)
     return _result({"ok": True, "decision": decision["label"], "status": decision["status"]})
 
+
+ALTERNATIVES_SPEC = {
+    "type": "array",
+    "description": "否决的备选方案及原因",
+    "items": {
+        "type": "object",
+        "properties": {"option": {"type": "string"}, "why_rejected": {"type": "string"}},
+        "required": ["option", "why_rejected"],
+    },
+}
 
 _EVIDENCE = {
     "summary": {"type": "string", "description": "做了什么、如何验证（submit 必填）"},
@@ -307,12 +319,14 @@ TASK_TOOLS: Mapping[str, Tool] = MappingProxyType(
         "room_decision_propose": Tool(
             _spec(
                 "room_decision_propose",
-                "提议一条决定记录（ADR）：背景、决定、后果。人类接受后生效。",
+                "提议一条决定记录（ADR）：背景、决定、后果、否决的备选、约束。人类接受后生效。",
                 {
                     "title": {"type": "string"},
                     "context": {"type": "string", "description": "背景：为什么需要做决定"},
                     "decision": {"type": "string", "description": "决定了什么"},
                     "consequences": {"type": "string", "description": "后果与代价"},
+                    "alternatives": ALTERNATIVES_SPEC,
+                    "constraints": {"type": "string", "description": "约束：限制了选择的条件"},
                     "tasks": {
                         "type": "array",
                         "items": {"type": "string"},

@@ -16,7 +16,7 @@ from room.actions import routes as route_actions
 from room.actions import turns as turn_actions
 from room.actions.turns import Limits
 from room.agents.context import person_of, sender_label
-from room.agents.presets import WRITE_TOOLS, preset_for
+from room.agents.presets import MEMORY_WRITE_TOOLS, WRITE_TOOLS, preset_for
 from room.core import Core
 from room.errors import RoomError
 from room.models import Member
@@ -269,14 +269,14 @@ BUILTIN_TOOLS: Mapping[str, Tool] = MappingProxyType(
 
 class Toolbox:
     """The tools of one member: exactly its preset's grants that exist on this server, less the
-    write tools when its role is read-only in the project (``read_only_roles``)."""
+    write tools and the memory-writing tool when its role is read-only in the project
+    (``read_only_roles``)."""
 
     def __init__(self, tools: Mapping[str, Tool], role: str, *, read_only: bool = False) -> None:
         granted = preset_for(role).tools
+        withheld = WRITE_TOOLS | MEMORY_WRITE_TOOLS if read_only else frozenset()
         self.tools = {
-            name: tools[name]
-            for name in granted
-            if name in tools and not (read_only and name in WRITE_TOOLS)
+            name: tools[name] for name in granted if name in tools and name not in withheld
         }
 
     @property

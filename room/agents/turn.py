@@ -6,6 +6,12 @@ message, replying to what triggered it. Deliveries become ``consumed`` when a mo
 request that carried them comes back (mode ``queue`` for the turn's inputs, ``steer`` for
 messages inserted at a step boundary). Stops are cooperative: checked at every step boundary, and
 an in-flight model call is abandoned.
+
+Every model call is recorded as it really went (``model_requests``): answered, failed or
+abandoned by a stop, with the HTTP attempts it made and whatever usage the provider reported
+(a :class:`~room.providers.CallMeter` follows the call, so a cancelled one still knows). An
+answer the provider cut at its token limit (``max_tokens``) is posted marked as truncated, never
+as if it were complete.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +32,8 @@ from room.actions import turns as turn_actions
 from room.actions.turns import Limits, TurnStart
 from room.actions.workspaces import work_dir
 from room.agents import context as ctx_mod
-from room.agents.presets import ROOM_RULES, preset_for
+from room.agents import memory as memory_mod
+from room.agents.presets import MEMORY_WRITE_TOOLS, ROOM_RULES, preset_for
 from room.agents.tools import (
     Tool,
     Toolbox,
@@ -40,7 +48,14 @@ from room.core import Core
 from room.errors import ProviderError, RoomError
 from room.ledger import Reason
 from room.models import Member
-from room.providers import ChatMessage, ChatRequest, ChatResult, ProviderRegistry
+from room.providers import (
+    STOP_MAX_TOKENS,
+    CallMeter,
+    ChatMessage,
+    ChatRequest,
+    ChatResult,
+    ProviderRegistry,
+)
 from room.routing import Pool, PoolPick, ResolvedRoute, resolve_route
 from room.store import brakes as brakes_store
 from room.store import checkpoints as checkpoints_store
@@ -48,6 +63,7 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
 from room.store import turns as turns_store
+from room.store import usage as usage_store
 from room.transcripts import ToolStep, arguments_text, tool_digest, turn_records
 
 log = logging.getLogger(__name__)
@@ -55,6 +71,12 @@ log = logging.getLogger(__name__)
 REPEAT_LIMIT = 3  # the same tool call this many times in one turn trips the brake
 TIMELINE_MESSAGES = 60
 TRANSCRIPT_ENTRIES = 200  # the member's own newest transcript rows read for its next turn
+TRUNCATED_NOTE = "⚠️ 回答达到模型的长度上限（max_tokens），在此处被截断，并不完整。"
+CUT_ARGUMENTS = (
+    "arguments were not valid JSON: your answer was cut at the token limit (max_tokens) before "
+    "they were complete; nothing was run. Make the call smaller (less content per call)."
+)
+STOPPED_CALL = usage_store.STOPPED  # the error code of a call abandoned by a person's stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +108,14 @@ class Turn:
     """One turn over deliveries already claimed and taken in (:func:`begin_turn`). It touches
     no session: a session asks it to :meth:`stop` and reads :meth:`run`'s outcome."""
 
-    def __init__(self, env: TurnEnv, member: Member, start: TurnStart, limits: Limits):
+    def __init__(
+        self,
+        env: TurnEnv,
+        member: Member,
+        start: TurnStart,
+        limits: Limits,
+        memory: memory_mod.MemorySession | None = None,
+    ):
         assert start.turn_id is not None
         self.env = env
         self.core = env.core
@@ -102,6 +131,10 @@ class Turn:
         self._in_flight: asyncio.Future[Any] | None = None
         self.work = TurnWork(limits)
         self.tool_calls = 0
+        # The session's records section and reminders (a turn on its own gets a fresh one).
+        self.memory = memory if memory is not None else memory_mod.MemorySession()
+        self.tools_ok: list[str] = []  # the tools this turn called successfully, by name
+        self.can_record = False  # its member may write to memory (so a reminder makes sense)
 
     def stopped(self) -> bool:
         """Whether a person asked this turn to stop (read anew: it changes across awaits)."""
@@ -139,6 +172,7 @@ class Turn:
 
     async def _loop(self, limits: Limits) -> TurnOutcome:
         toolbox = await toolbox_for(self.core, self.env.tools, self.member)
+        self.can_record = bool(MEMORY_WRITE_TOOLS & toolbox.tools.keys())
         messages = await self._context()
         for step in range(1, limits.max_steps + 1):
             self.steps = step
@@ -156,7 +190,9 @@ class Turn:
             if result is None:
                 return TurnOutcome("failed", step)
             if not result.tool_calls:
-                return await self._finish(result.text)
+                return await self._finish(
+                    result.text, truncated=result.stop_reason == STOP_MAX_TOKENS
+                )
             self.tool_calls += len(result.tool_calls)
             if self.tool_calls > limits.tool_calls_per_turn:
                 return await self._brake_work(
@@ -204,7 +240,11 @@ class Turn:
                     # still gets its result, as the protocol wants one per call).
                     outcome = not_run_after_stop()
                 elif call.raw_arguments and not call.arguments:
-                    outcome = bad_arguments("arguments were not valid JSON")
+                    outcome = bad_arguments(
+                        CUT_ARGUMENTS
+                        if result.stop_reason == STOP_MAX_TOKENS
+                        else "arguments were not valid JSON"
+                    )
                 else:
                     tool = toolbox.tools.get(call.name)
                     if tool is not None and tool.side_effect and not self.acting_recorded:
@@ -215,6 +255,8 @@ class Turn:
                     turn_actions.ToolResult(call.id, outcome.text, outcome.ok, outcome.detail)
                 )
                 effects += int(outcome.acted)
+                if outcome.ok:  # ran, and did not report a failure
+                    self.tools_ok.append(call.name)
                 messages.append(
                     ChatMessage(
                         role="tool", content=outcome.text, tool_call_id=call.id, name=call.name
@@ -303,12 +345,18 @@ class Turn:
                     m["author_id"],
                     with_attachments(m["body"], _files_of(m), paths),
                     m["kind"],
+                    (m.get("meta") or {}).get("for_agents", ""),
                 )
                 for m in history
                 if not m["deleted"] and m["kind"] != "tool"
             ],
             inputs=[
-                ctx_mod.Line(i.seq, i.author_id, with_attachments(i.body, i.attachments, paths))
+                ctx_mod.Line(
+                    i.seq,
+                    i.author_id,
+                    with_attachments(i.body, i.attachments, paths),
+                    for_agents=i.for_agents,
+                )
                 for i in self.inbound
             ],
             budget_tokens=self.env.context_tokens,
@@ -332,8 +380,13 @@ class Turn:
         return await attachment_actions.copy_for_agent(self.core, where.path, list(items.values()))
 
     async def _records(self) -> str:
-        """The project-memory section of this turn's context (rendered by its owner); none yet."""
-        return ""
+        """The project records of this turn's context: the session's section, kept as built,
+        and the notices it earned since (room.agents.memory)."""
+        try:
+            return await memory_mod.records_text(self.core, self.member, self.memory, time.time())
+        except Exception:  # a fault in reading memory must not silence the agent; it is said
+            log.exception("turn %s: project records could not be read", self.turn_id)
+            return memory_mod.UNREADABLE
 
     async def _call(
         self, messages: list[ChatMessage], toolbox: Toolbox, limits: Limits
@@ -350,17 +403,29 @@ class Turn:
             model_reported=None,
             latency_ms=None,
         )
+        meter = CallMeter()
         try:
             provider = self.env.registry.get(route.provider)
             request = ChatRequest(
                 model=route.model, messages=tuple(messages), tools=toolbox.specs()
             )
-            call_task: asyncio.Future[ChatResult] = asyncio.ensure_future(provider.chat(request))
+            call_task: asyncio.Future[ChatResult] = asyncio.ensure_future(
+                provider.chat(request, meter)
+            )
             self._in_flight = call_task
             result = await call_task
+        except asyncio.CancelledError:
+            if self.stop_requested and not self.env.closing() and meter.attempts:
+                # A person stopped the turn while the model answered: the request was sent
+                # and may have cost tokens; it is recorded with what the provider reported.
+                call.ok, call.error_code = False, STOPPED_CALL
+                _metered(call, meter)
+                await turn_actions.record_model_call(self.core, call, limits.token_budget)
+            raise
         except (ProviderError, RoomError) as exc:
             call.ok, call.error_code = False, exc.code
-            await turn_actions.record_model_call(self.core, call, None)
+            _metered(call, meter)
+            await turn_actions.record_model_call(self.core, call, limits.token_budget)
             await self._end(
                 "failed",
                 Reason.PROVIDER_ERROR,
@@ -375,7 +440,8 @@ class Turn:
         call.latency_ms = result.latency_ms
         call.input_tokens = result.usage.input_tokens
         call.output_tokens = result.usage.output_tokens
-        call.usage_reported = getattr(result.usage, "reported", True)
+        call.usage_reported = result.usage.reported
+        call.attempts = result.attempts
         call.consumed = carried
         self.unconsumed = [u for u in self.unconsumed if u not in carried]
         # A budget spent by this request trips the brake; the answer already came back and is
@@ -392,26 +458,38 @@ class Turn:
         people = [ctx_mod.person_of(m) for m in roster.members.values()]
         paths = await self._attachment_paths([list(i.attachments) for i in fresh])
         lines = [
-            ctx_mod.Line(i.seq, i.author_id, with_attachments(i.body, i.attachments, paths))
+            ctx_mod.Line(
+                i.seq,
+                i.author_id,
+                with_attachments(i.body, i.attachments, paths),
+                for_agents=i.for_agents,
+            )
             for i in fresh
         ]
         self.inbound += fresh
         return ctx_mod.steer_message(lines, people, ctx_mod.person_of(self.member))
 
-    async def _finish(self, text: str) -> TurnOutcome:
+    async def _finish(self, text: str, *, truncated: bool = False) -> TurnOutcome:
         text = text.strip() or "（无内容）"
         trigger = self.inbound[-1].message_id if self.inbound else None
         reply_id = None
+        meta: dict[str, Any] = {"turn_id": self.turn_id}
+        body = text
+        if truncated:
+            # Cut by the provider's token limit: said in the message itself and in its meta,
+            # so neither people nor the agents reading it later take it for a whole answer.
+            body = f"{text}\n\n{TRUNCATED_NOTE}"
+            meta["truncated"] = STOP_MAX_TOKENS
         try:
             ack = await message_actions.send_message(
                 self.core,
                 self.member,
                 client_txn_id=turn_actions.final_txn(self.turn_id),
-                body=text,
+                body=body,
                 reply_to=trigger,
                 as_plain_text=True,  # a model cannot be asked again here; unresolved @ wake nobody
                 rate_limited=False,
-                meta={"turn_id": self.turn_id},
+                meta=meta,
             )
             reply_id = ack.message_id
         except RoomError as exc:
@@ -430,7 +508,7 @@ class Turn:
                 "repetition",
                 {"handle": self.member.handle, "what": "相同的回复"},
             )
-        return TurnOutcome("completed", self.steps, reply_id, text)
+        return TurnOutcome("completed", self.steps, reply_id, body)
 
     async def _end(
         self,
@@ -472,6 +550,15 @@ def read_only_roles(stored: Mapping[str, Any]) -> frozenset[str]:
         if isinstance(roles, list)
         else frozenset()
     )
+
+
+def _metered(call: turn_actions.ModelCall, meter: CallMeter) -> None:
+    """What a call that gave no answer had done: its attempts and the usage reported so far."""
+    call.attempts = meter.attempts
+    if meter.usage is not None:
+        call.input_tokens = meter.usage.input_tokens
+        call.output_tokens = meter.usage.output_tokens
+    call.usage_reported = meter.usage is not None
 
 
 async def brake_tripped(core: Core, project_id: int) -> bool:

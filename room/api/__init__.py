@@ -4,9 +4,19 @@ Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``);
 don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
 """
 
-from room.api import agents, attachments, base, lifecycle, tasks, workspaces
+from room.api import agents, attachments, base, lifecycle, memory, search, tasks, workspaces
 
-__all__ = ["agents", "attachments", "base", "endpoints", "lifecycle", "tasks", "workspaces"]
+__all__ = [
+    "agents",
+    "attachments",
+    "base",
+    "endpoints",
+    "lifecycle",
+    "memory",
+    "search",
+    "tasks",
+    "workspaces",
+]
 
 # The member role endpoint must come before the generic member operation endpoint, the task
 # diff and merge endpoints before the generic task event endpoint.
@@ -15,6 +25,8 @@ endpoints = [
     *lifecycle.endpoints,
     *agents.endpoints,
     *workspaces.endpoints,
+    *search.endpoints,
     *tasks.endpoints,
+    *memory.endpoints,
     *attachments.endpoints,
 ]

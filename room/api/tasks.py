@@ -79,6 +79,8 @@ class DecisionIn(_In):
     consequences: str = ""
     tasks: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
     supersedes: RowId | None = None
+    alternatives: Any = None  # checked by the action: [{option, why_rejected}]
+    constraints: str = ""
 
 
 class ChangeIn(_In):
@@ -199,7 +201,7 @@ async def post_decision(request: Request) -> Response:
     result = await decision_actions.propose_decision(
         core_of(request), member, title=data.title, context=data.context,
         decision=data.decision, consequences=data.consequences, task_keys=data.tasks,
-        supersedes=data.supersedes,
+        supersedes=data.supersedes, alternatives=data.alternatives, constraints=data.constraints,
     )  # fmt: skip
     return JSONResponse(result, status_code=201)
 

@@ -150,6 +150,9 @@ class Tx:
     # room/store/brakes.py): a send that finds it zero costs no statement. Dropped with the id
     # counters whenever a transaction or savepoint rolls back.
     agent_turns: dict[int, int] = field(default_factory=dict)
+    # Whether new and edited messages are added to the search index (room.store.search); off
+    # only by the operator's ``search_index_messages`` setting. Removals happen either way.
+    search_index: bool = True
 
     def emit(self, effect: Effect) -> None:
         """Record what must happen once this job has committed (dropped if it rolls back)."""
@@ -241,8 +244,10 @@ class Database:
         readers: int = 2,
         clock: Callable[[], float] = time.time,
         effects: EffectSink = _no_effects,
+        search_index: bool = True,
     ) -> None:
         self.path = path
+        self.search_index = search_index
         self.effects = effects
         self.synchronous = synchronous
         self.max_batch = max_batch
@@ -408,6 +413,7 @@ class Database:
                 counters=self._counters,
                 agent_turns=self._agent_turns,
                 appends=appends if pending.appends else None,
+                search_index=self.search_index,
             )
             pending.result, pending.error = None, None
             if isolate:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from room.errors import SchemaTooNewError, StorageError
+from room.searchtext import index_text, index_unigrams
 from room.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,9 @@ def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) ->
         )
     else:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # The search index's text (room.store.search), callable from SQL: migrations and rebuilds.
+    conn.create_function("room_index_text", 1, index_text, deterministic=True)
+    conn.create_function("room_index_unigrams", 1, index_unigrams, deterministic=True)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
+from room.store.schema_memory import MEMORY
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 
@@ -394,6 +395,54 @@ CREATE INDEX checkpoints_turn ON checkpoints(turn_id, id);
 CREATE INDEX transcript_turn ON transcript_entries(turn_id, id);
 """
 
+# Full-text search (room.store.search, docs/search.md): the normalised text of every live message
+# (rowid = message id) and memory record (rowid = -search_records.id). Existing messages are
+# indexed here through room_index_text and room_index_unigrams (room.searchtext's functions).
+SEARCH = """
+CREATE VIRTUAL TABLE search_fts USING fts5(body, uni, tokenize = 'unicode61 remove_diacritics 2');
+
+CREATE TABLE search_records (
+    id          INTEGER PRIMARY KEY,
+    project_id  INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    record_id   INTEGER NOT NULL,
+    author_id   INTEGER,
+    at          REAL NOT NULL,
+    body        TEXT NOT NULL,
+    UNIQUE (kind, record_id)
+);
+CREATE INDEX search_records_project ON search_records(project_id, kind);
+
+-- Set while messages may be missing from the index (a start with search_index_messages off);
+-- the next start with it on rebuilds the messages' rows and clears it.
+CREATE TABLE search_state (
+    id              INTEGER PRIMARY KEY CHECK (id = 1),
+    messages_stale  INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO search_state (id) VALUES (1);
+
+INSERT INTO search_fts (rowid, body, uni)
+    SELECT id, room_index_text(body), room_index_unigrams(body) FROM messages
+    WHERE deleted_at IS NULL ORDER BY id;
+"""
+
+# What was deleted or edited stays private (issue 14): message_updated events keep no frame of
+# their own (replays join the message's current object, as for message events), and replies to a
+# deleted message no longer quote its text. Replies are found by reply_to.
+MESSAGE_PRIVACY = """
+UPDATE events SET frame = NULL WHERE kind = 'message_updated' AND message_id IS NOT NULL;
+CREATE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL;
+UPDATE messages SET frame = json_set(frame, '$.reply_excerpt.excerpt', '',
+        '$.reply_excerpt.deleted', json('true'))
+    WHERE reply_to IN (SELECT id FROM messages WHERE deleted_at IS NOT NULL)
+    AND json_type(frame, '$.reply_excerpt') = 'object';
+"""
+
+# Model calls record the HTTP requests they really sent (retries included; 0 when none was).
+MODEL_REQUEST_ATTEMPTS = """
+ALTER TABLE model_requests ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -403,7 +452,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0006_task_attempts", TASK_ATTEMPTS),
     Migration("0007_link_tables_key_first", LINK_TABLES_KEY_FIRST),
     Migration("0008_checkpoints", CHECKPOINTS),
-    Migration("0012_attachments", ATTACHMENTS),
+    Migration("0009_memory", MEMORY),
+    Migration("0010_search", SEARCH),
+    Migration("0011_message_privacy", MESSAGE_PRIVACY),
+    Migration("0012_model_request_attempts", MODEL_REQUEST_ATTEMPTS),
+    Migration("0013_attachments", ATTACHMENTS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,4 +1,4 @@
-"""Migration ``0012_attachments``: files people and agents attach to messages.
+"""Migration ``0013_attachments`` (named 0012 on its branch; renumbered in merge order): files people and agents attach to messages.
 
 A row is one upload by one member in one project; its bytes live once on disk under
 ``<data>/attachments/<sha256[:2]>/<sha256[2:]>`` (content-addressed, shared by every upload of the

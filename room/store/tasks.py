@@ -460,6 +460,7 @@ class DecisionRow:
     accepted_by: int | None
     created_at: float
     updated_at: float
+    archived: bool = False
 
     @property
     def label(self) -> str:
@@ -469,7 +470,7 @@ class DecisionRow:
 _DECISION_COLUMNS = (
     "id, project_id, number, kind, title, status, revision, supersedes, superseded_by,"
     " created_by,"
-    " accepted_by, created_at, updated_at"
+    " accepted_by, created_at, updated_at, archived"
 )
 
 
@@ -509,13 +510,18 @@ def insert_decision_revision(
     now: float,
     original_text: str | None = None,
     source_message_id: int | None = None,
+    alternatives: Sequence[dict[str, str]] = (),
+    constraints: str = "",
 ) -> None:
-    """Add a revision and make it the decision's current one."""
+    """Add a revision and make it the decision's current one. ``alternatives`` are the options
+    rejected, each ``{option, why_rejected}``."""
     _insert(conn, "decision_revisions", {
         "project_id": project_id, "decision_id": decision_id, "revision": revision,
         "context": context, "decision": decision, "consequences": consequences,
         "original_text": original_text, "source_message_id": source_message_id,
         "author_id": author_id, "created_at": now,
+        "alternatives_json": json.dumps(list(alternatives), ensure_ascii=False),
+        "constraints": constraints,
     })  # fmt: skip
     conn.execute(
         "UPDATE decisions SET revision = :r, updated_at = :now WHERE id = :d",
@@ -580,10 +586,11 @@ def revisions_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[str, A
     return [
         {"revision": r[0], "context": r[1], "decision": r[2], "consequences": r[3],
          "original_text": r[4], "source_message_id": r[5], "author_id": r[6],
-         "created_at": iso(r[7])}
+         "created_at": iso(r[7]), "alternatives": json.loads(r[8]), "constraints": r[9]}
         for r in conn.execute(
             "SELECT revision, context, decision, consequences, original_text, source_message_id,"
-            " author_id, created_at FROM decision_revisions WHERE decision_id = :d"
+            " author_id, created_at, alternatives_json, constraints FROM decision_revisions"
+            " WHERE decision_id = :d"
             " ORDER BY revision",
             {"d": decision_id},
         )
@@ -667,6 +674,7 @@ def decision_object(conn: sqlite3.Connection, row: DecisionRow) -> dict[str, Any
         "accepted_by": row.accepted_by,
         "created_at": iso(row.created_at),
         "updated_at": iso(row.updated_at),
+        "archived": bool(row.archived),
         "tasks": tasks,
         "revisions": revisions,
         # The receipts the current revision asked for (the log's summary line).
@@ -765,6 +773,12 @@ _DIGEST_COLUMNS = {
     "task_deps": "project_id, task_id, depends_on_id",
     "decision_tasks": "project_id, decision_id, task_id",
 }
+# Columns added by later migrations, with their defaults: a value still at its default is left
+# out of the digest, so a project trashed before the column existed still restores.
+_ADDED_LATER: dict[str, dict[str, Any]] = {
+    "decisions": {"archived": 0},
+    "decision_revisions": {"alternatives_json": "[]", "constraints": ""},
+}
 
 
 def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
@@ -773,13 +787,20 @@ def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str
     for table in TASK_TABLES:
         order = _DIGEST_ORDER.get(table, "id")
         columns = _DIGEST_COLUMNS.get(table, "*")
+        later = _ADDED_LATER.get(table, {})
         digest = hashlib.sha256()
         count = 0
-        for row in conn.execute(
+        cursor = conn.execute(
             f"SELECT {columns} FROM {table} WHERE project_id = :p ORDER BY {order}",
             {"p": project_id},
-        ):
-            digest.update(json.dumps(list(row), ensure_ascii=False).encode())
+        )
+        names = [d[0] for d in cursor.description]
+        for row in cursor:
+            values = [
+                v for name, v in zip(names, row, strict=True)
+                if name not in later or v != later[name]
+            ]  # fmt: skip
+            digest.update(json.dumps(values, ensure_ascii=False).encode())
             digest.update(b"\n")
             count += 1
         out[table] = {"count": count, "sha256": digest.hexdigest()}

@@ -1,0 +1,43 @@
+"""``GET /api/projects/{id}/search``: full-text search of one project (docs/search.md)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from room.actions import search as search_actions
+from room.api.base import core_of, identity, member_in, path_id
+from room.errors import BadRequestError
+from room.store.search import DEFAULT_LIMIT, MAX_LIMIT
+
+
+async def search(request: Request) -> Response:
+    """``?q=&kind=&author=&since=&until=&limit=``: ``kind`` may repeat or be comma-separated,
+    ``author`` is a member id or handle, times are epoch seconds or ISO 8601."""
+    who = await identity(request)
+    core = core_of(request)
+    project_id = path_id(request, "project_id")
+    member = await member_in(core, who, project_id)
+    params = request.query_params
+    kinds = [k.strip() for value in params.getlist("kind") for k in value.split(",") if k.strip()]
+    try:
+        limit = int(params.get("limit", str(DEFAULT_LIMIT)))
+    except ValueError:
+        raise BadRequestError("limit is an integer", code="bad_limit") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadRequestError(f"limit is 1–{MAX_LIMIT}", code="bad_limit", max=MAX_LIMIT)
+    body = await search_actions.search(
+        core,
+        member,
+        params.get("q", ""),
+        kinds=kinds or None,
+        by=params.get("author"),
+        since=params.get("since"),
+        until=params.get("until"),
+        limit=limit,
+    )
+    return JSONResponse(body)
+
+
+endpoints = [Route("/api/projects/{project_id:int}/search", search, methods=["GET"])]

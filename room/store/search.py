@@ -1,0 +1,289 @@
+"""The full-text index (FTS5, BM25) over messages and memory records; docs/search.md.
+
+One FTS5 table, ``search_fts``, holds the normalised text (:func:`room.searchtext.index_texts`)
+of every live message under the message's id as its rowid, and of every memory record under
+the negated id of its ``search_records`` row (which keeps the record's project, kind, author,
+time and original text for filters and snippets). Everything is written inside the caller's
+transaction: a message with its append, edit or delete (:mod:`room.store.messages` callers in
+``room.actions.messages``), a record with its write (:func:`index_record`, called by the memory
+store), and a project's rows are removed by its purge (:func:`purge_project`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from room.errors import BadRequestError
+from room.models import iso
+from room.searchtext import index_texts, parse_query, snippet_html
+from room.store.db import Appends, BulkInsert
+
+FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"))
+
+# What a result's ``kind`` may be: a message, or a memory record of one of these kinds.
+RECORD_KINDS = ("summary", "fact", "convention", "decision", "progress", "session", "reference")
+KINDS = ("message", *RECORD_KINDS)
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+# Matches ranked per query, newest first: a word in a large share of a big project costs this
+# many BM25 scores, not one per match (``capped`` says when more matched; docs/search.md).
+RANK_WINDOW = 2_000
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+def index_message(
+    conn: sqlite3.Connection, message_id: int, body: str, appends: Appends | None = None
+) -> None:
+    """Index a new message (its id is the rowid); left to the batch when ``appends`` is given."""
+    FTS_ROWS.write(conn, [(message_id, *index_texts(body))], appends)
+
+
+def unindex_message(conn: sqlite3.Connection, message_id: int) -> None:
+    """A deleted message leaves the index, an edited one before its new text is indexed: the
+    earlier versions (kept in the edit history) are never findable."""
+    conn.execute("DELETE FROM search_fts WHERE rowid = :id", {"id": message_id})
+
+
+# -- memory records ----------------------------------------------------------------------------
+
+
+def index_record(
+    conn: sqlite3.Connection,
+    *,
+    project_id: int,
+    record_id: int,
+    kind: str,
+    author_id: int | None,
+    at: float,
+    text: str,
+) -> None:
+    """Index a memory record's current text (insert, or replace what (kind, record_id) had).
+
+    Called by the memory store inside the transaction of the record's write; archived records
+    stay indexed (they remain searchable). ``text`` is what a search should find and show."""
+    row = conn.execute(
+        "INSERT INTO search_records (project_id, kind, record_id, author_id, at, body)"
+        " VALUES (:p, :kind, :r, :a, :at, :body)"
+        " ON CONFLICT (kind, record_id) DO UPDATE SET project_id = excluded.project_id,"
+        " author_id = excluded.author_id, at = excluded.at, body = excluded.body"
+        " RETURNING id",
+        {"p": project_id, "kind": kind, "r": record_id, "a": author_id, "at": at, "body": text},
+    ).fetchone()
+    rowid = -int(row[0])
+    conn.execute("DELETE FROM search_fts WHERE rowid = :id", {"id": rowid})
+    FTS_ROWS.write(conn, [(rowid, *index_texts(text))], None)
+
+
+def unindex_record(conn: sqlite3.Connection, record_id: int, *, kind: str | None = None) -> None:
+    """Remove a record from the index. Without ``kind``, every kind's record of that id (ids
+    of one records table are unique; pass ``kind`` when another table's ids may collide)."""
+    where = "record_id = :r" + ("" if kind is None else " AND kind = :kind")
+    params = {"r": record_id, "kind": kind}
+    conn.execute(
+        f"DELETE FROM search_fts WHERE rowid IN (SELECT -id FROM search_records WHERE {where})",
+        params,
+    )
+    conn.execute(f"DELETE FROM search_records WHERE {where}", params)
+
+
+# -- the whole index ---------------------------------------------------------------------------
+
+
+def mark_messages_stale(conn: sqlite3.Connection) -> None:
+    """Messages are about to be written without being indexed (``search_index_messages`` off)."""
+    conn.execute("UPDATE search_state SET messages_stale = 1")
+
+
+def messages_stale(conn: sqlite3.Connection) -> bool:
+    return bool(conn.execute("SELECT messages_stale FROM search_state").fetchone()[0])
+
+
+def rebuild_messages(conn: sqlite3.Connection) -> int:
+    """Index every live message afresh (what the migration did); returns how many."""
+    conn.execute("DELETE FROM search_fts WHERE rowid > 0")
+    count = conn.execute(
+        "INSERT INTO search_fts (rowid, body, uni) SELECT id, room_index_text(body),"
+        " room_index_unigrams(body) FROM messages WHERE deleted_at IS NULL ORDER BY id"
+    ).rowcount
+    conn.execute("UPDATE search_state SET messages_stale = 0")
+    return count
+
+
+# -- projects ----------------------------------------------------------------------------------
+
+
+def purge_project(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+    """Remove everything a project has in the index (its messages' rows and its records)."""
+    messages = conn.execute(
+        "DELETE FROM search_fts WHERE rowid IN (SELECT id FROM messages WHERE project_id = :p)",
+        {"p": project_id},
+    ).rowcount
+    conn.execute(
+        "DELETE FROM search_fts WHERE rowid IN"
+        " (SELECT -id FROM search_records WHERE project_id = :p)",
+        {"p": project_id},
+    )
+    records = conn.execute(
+        "DELETE FROM search_records WHERE project_id = :p", {"p": project_id}
+    ).rowcount
+    return {"search_messages": messages, "search_records": records}
+
+
+# -- queries -----------------------------------------------------------------------------------
+
+
+def search(
+    conn: sqlite3.Connection,
+    project_id: int,
+    q: str,
+    *,
+    kinds: list[str] | tuple[str, ...] | None = None,
+    author_id: int | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    """Search one project's live messages and memory records (archived ones included).
+
+    Returns ``{"query", "results", "capped"}``, best first by BM25 (``rank``: higher is
+    better) among the newest ``RANK_WINDOW`` matches of each of messages and records (``capped``
+    when more matched), each
+    result ``{"kind", "id", "seq"/"message_id" or "record_id", "snippet_html", "author", "at",
+    "rank"}`` (docs/search.md). ``q`` is a person's query (:func:`room.searchtext.parse_query`:
+    :class:`~room.errors.BadQueryError` when there is nothing to look for); ``kinds`` limits the
+    kinds (unknown ones are ``unknown_kind``), ``author_id`` the author, ``since``/``until`` the
+    time (epoch seconds, inclusive), ``limit`` is clamped to 1–``MAX_LIMIT``.
+    """
+    query = parse_query(q)
+    wanted = _kinds(kinds)
+    limit = max(1, min(int(limit), MAX_LIMIT))
+    params: dict[str, Any] = {
+        "q": query.fts(),
+        "p": project_id,
+        "a": author_id,
+        "since": since,
+        "until": until,
+        "limit": limit,
+        "window": RANK_WINDOW,
+    }
+    found: list[dict[str, Any]] = []
+    capped = False
+    if "message" in wanted:
+        rows, capped = _messages(conn, params)
+        found += rows
+    records = [k for k in wanted if k != "message"]
+    if records:
+        rows, more = _records(conn, params, records)
+        found += rows
+        capped = capped or more
+    found.sort(key=lambda r: (-r["rank"], -r["_at"]))
+    found = found[:limit]
+    authors = _authors(conn, {r["_author"] for r in found if r["_author"] is not None})
+    results = []
+    for r in found:
+        r["author"] = authors.get(r.pop("_author"))
+        r["at"] = iso(r.pop("_at"))
+        r["snippet_html"] = snippet_html(r.pop("_body"), query)
+        results.append(r)
+    return {"query": q, "results": results, "capped": capped}
+
+
+def _kinds(kinds: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    if not kinds:
+        return KINDS
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise BadRequestError(
+            f"unknown kind: {', '.join(unknown)} (known: {', '.join(KINDS)})",
+            code="unknown_kind",
+            kinds=unknown,
+        )
+    return tuple(k for k in KINDS if k in kinds)
+
+
+_FILTERS = (
+    " AND (:a IS NULL OR {author} = :a)"
+    " AND (:since IS NULL OR {at} >= :since) AND (:until IS NULL OR {at} <= :until)"
+)
+
+
+def _messages(
+    conn: sqlite3.Connection, params: dict[str, Any]
+) -> tuple[list[dict[str, Any]], bool]:
+    # The newest RANK_WINDOW matches are ranked (FTS5 walks the doclist backwards by rowid,
+    # which is the message id), then the best of them are read in full.
+    rows = conn.execute(
+        "WITH w AS (SELECT m.id AS id, search_fts.rank AS score"
+        " FROM search_fts JOIN messages m ON m.id = search_fts.rowid"
+        " WHERE search_fts MATCH :q AND search_fts.rowid > 0"
+        " AND m.project_id = :p AND m.deleted_at IS NULL"
+        + _FILTERS.format(author="m.author_id", at="m.created_at")
+        + " ORDER BY search_fts.rowid DESC LIMIT :window)"
+        " SELECT m.id, m.seq, m.kind, m.author_id, m.created_at, m.body, w.score,"
+        " (SELECT count(*) FROM w) FROM w JOIN messages m ON m.id = w.id"
+        " ORDER BY w.score, m.id DESC LIMIT :limit",
+        params,
+    ).fetchall()
+    found = [
+        {
+            "kind": "message",
+            "id": int(r[0]),
+            "message_id": int(r[0]),
+            "seq": int(r[1]),
+            "message_kind": r[2],
+            "_body": str(r[5]),
+            "rank": -float(r[6]),
+            "_author": r[3],
+            "_at": float(r[4]),
+        }
+        for r in rows
+    ]
+    return found, bool(rows) and int(rows[0][7]) >= params["window"]
+
+
+def _records(
+    conn: sqlite3.Connection, params: dict[str, Any], kinds: list[str]
+) -> tuple[list[dict[str, Any]], bool]:
+    marks = ", ".join(f":k{i}" for i in range(len(kinds)))
+    # A record's rowid is minus its search_records id: ascending rowid is newest first.
+    rows = conn.execute(
+        "WITH w AS (SELECT r.id AS id, search_fts.rank AS score"
+        " FROM search_fts JOIN search_records r ON r.id = -search_fts.rowid"
+        " WHERE search_fts MATCH :q AND search_fts.rowid < 0"
+        f" AND r.project_id = :p AND r.kind IN ({marks})"
+        + _FILTERS.format(author="r.author_id", at="r.at")
+        + " ORDER BY search_fts.rowid LIMIT :window)"
+        " SELECT r.kind, r.record_id, r.author_id, r.at, r.body, w.score,"
+        " (SELECT count(*) FROM w) FROM w JOIN search_records r ON r.id = w.id"
+        " ORDER BY w.score, r.at DESC LIMIT :limit",
+        params | {f"k{i}": k for i, k in enumerate(kinds)},
+    ).fetchall()
+    found = [
+        {
+            "kind": r[0],
+            "id": int(r[1]),
+            "record_id": int(r[1]),
+            "_body": str(r[4]),
+            "rank": -float(r[5]),
+            "_author": r[2],
+            "_at": float(r[3]),
+        }
+        for r in rows
+    ]
+    return found, bool(rows) and int(rows[0][6]) >= params["window"]
+
+
+def _authors(conn: sqlite3.Connection, ids: set[int]) -> dict[int, dict[str, Any]]:
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    return {
+        int(r[0]): {"id": int(r[0]), "handle": r[1], "display_name": r[2], "kind": r[3]}
+        for r in conn.execute(
+            f"SELECT id, handle, display_name, kind FROM members WHERE id IN ({marks})",
+            tuple(ids),
+        )
+    }

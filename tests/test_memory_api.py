@@ -1,0 +1,230 @@
+"""Project memory over HTTP on the real app: people read and edit with history, agents only
+read, nobody reaches another project, bad input is refused with nothing lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.inproc import App, owner_user, running_app
+
+
+@pytest.fixture
+def app(tmp_path: Any) -> Any:
+    with running_app(tmp_path / "data") as handle:
+        yield handle
+
+
+class People:
+    def __init__(self, app: App) -> None:
+        self.app = app
+        member, self.member_cookie = app.new_user("zhang", "小张")
+        self.stranger, self.stranger_cookie = app.new_user("wang", "小王")
+        self.project_id, self.members, self.token = app.project_with(
+            "记忆项目", owner_user(app), member
+        )
+        self.other_id, _, self.other_token = app.project_with("别的项目", self.stranger)
+
+    def owner(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.app.owner_cookie)
+
+    def member(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.member_cookie)
+
+    @property
+    def base(self) -> str:
+        return f"/api/projects/{self.project_id}/memory"
+
+    def count(self) -> int:
+        with self.app.db() as conn:
+            return int(conn.execute("SELECT count(*) FROM memory_entries").fetchone()[0])
+
+
+@pytest.fixture
+def people(app: App) -> People:
+    return People(app)
+
+
+def code(result: tuple[int, Any]) -> tuple[int, str, Any]:
+    status, body = result
+    error = body["error"]
+    return status, error["code"], (error.get("details") or {}).get("field")
+
+
+def test_people_add_edit_and_read_the_history(people: People) -> None:
+    status, fact = people.owner("POST", f"{people.base}/fact", {"text": "端口是 8470"})
+    assert status == 201 and fact["author"]["handle"] == "owner" and fact["rev"] == 1
+    status, edited = people.member(
+        "PATCH", f"/api/memory/{fact['id']}", {"rev": 1, "text": "端口 9000"}
+    )
+    assert status == 200 and edited["rev"] == 2 and edited["body"]["text"] == "端口 9000"
+    assert code(people.owner("PATCH", f"/api/memory/{fact['id']}", {"rev": 1, "text": "x"})) == (
+        409, "stale_revision", None,
+    )  # fmt: skip
+    status, history = people.owner("GET", f"/api/memory/{fact['id']}/history")
+    assert [(r["rev"], r["body"]["text"], r["author"]["handle"]) for r in history["revisions"]] == [
+        (1, "端口是 8470", "owner"),
+        (2, "端口 9000", "zhang"),
+    ]
+    status, view = people.member("GET", people.base)
+    assert status == 200 and view["version"] == 2
+    assert [f["body"]["text"] for f in view["facts"]] == ["端口 9000"]
+    assert view["summary"] is None and view["stale"] is None
+    assert view["caps"]["session"] == {"max_bytes": None, "max_entries": 200}
+
+
+def test_the_summary_sessions_and_progress(people: People) -> None:
+    status, summary = people.owner(
+        "PUT", f"{people.base}/summary", {"rev": 0, "sections": {"what": "聊天室"}}
+    )
+    assert status == 200 and summary["body"]["labels"]["what"] == "这是什么"
+    assert list(summary["body"]["sections"]) == ["what", "run", "where", "status", "pitfalls"]
+    status, summary = people.member(
+        "PUT", f"{people.base}/summary", {"rev": 1, "sections": {"pitfalls": "别用 lockf"}}
+    )
+    assert status == 200 and summary["body"]["sections"]["what"] == "聊天室"
+    assert code(people.owner("PUT", f"{people.base}/summary", {"rev": 1, "sections": {}}))[1] == (
+        "stale_revision"
+    )
+    status, session = people.owner("POST", f"{people.base}/session", {"summary": "评审了 API"})
+    assert status == 201
+    assert code(people.owner("PATCH", f"/api/memory/{session['id']}", {"rev": 1, "summary": "x"})) == (
+        409, "append_only", None,
+    )  # fmt: skip
+    body = {"text": "登录页", "stage": "实现中", "next": "写测试", "tags": ["ui"]}
+    status, progress = people.member("POST", f"{people.base}/progress", body)
+    assert status == 201 and progress["body"]["tags"] == ["ui"]
+
+
+def test_bad_input_gets_a_clear_error_and_nothing_is_lost(people: People) -> None:
+    people.owner("POST", f"{people.base}/fact", {"text": "留着"})
+    before = people.count()
+    cases = [
+        ("fact", {"text": "汉" * 350_000}, (400, "record_too_large", None)),
+        ("fact", {"text": "x" * 3000}, (400, "record_too_large", "text")),
+        ("progress", {"text": "a", "stage": "", "next": "b"}, (400, "empty_field", "stage")),
+        ("progress", {"text": "a", "stage": "s", "next": "  "}, (400, "empty_field", "next")),
+        ("memo", {"text": "a"}, (400, "unknown_kind", None)),
+        ("fact", {"text": "a", "author_id": 1}, (400, "forged_author", None)),
+        ("fact", {"text": "a", "colour": "red"}, (400, "unknown_field", "colour")),
+    ]
+    for kind, body, expected in cases:
+        assert code(people.owner("POST", f"{people.base}/{kind}", body)) == expected, body
+    app = people.app
+    surrogate = app.client.post(
+        f"{people.base}/fact",
+        content=b'{"text": "\\ud800"}',
+        headers={"Origin": app.settings.origin, "Cookie": f"room_session={app.owner_cookie}",
+                 "X-CSRF-Token": app.csrf[app.owner_cookie], "Content-Type": "application/json"},
+    )  # fmt: skip
+    assert code((surrogate.status_code, surrogate.json())) == (400, "bad_text", "text")
+    assert people.count() == before
+    assert code(people.owner("GET", f"{people.base}/memo")) == (400, "unknown_kind", None)
+    assert code(people.owner("PATCH", "/api/memory/99999", {"rev": 1, "text": "x"}))[:2] == (
+        404, "not_found",
+    )  # fmt: skip
+
+
+def test_agents_read_but_write_only_through_tools(people: People) -> None:
+    app = people.app
+    status, _ = app.request("GET", people.base, token=people.token)
+    assert status == 200
+    result = app.request("POST", f"{people.base}/fact", {"text": "x"}, token=people.token)
+    assert code(result) == (403, "agents_use_tools", None)
+    assert people.count() == 0
+
+
+def test_nobody_reaches_another_projects_memory(people: People) -> None:
+    app = people.app
+    status, fact = people.owner("POST", f"{people.base}/fact", {"text": "秘密"})
+    entry = f"/api/memory/{fact['id']}"
+    stranger = people.stranger_cookie
+    for method, path, body in [
+        ("GET", people.base, None),
+        ("GET", f"{people.base}/fact", None),
+        ("POST", f"{people.base}/fact", {"text": "x"}),
+        ("GET", entry, None),
+        ("GET", f"{entry}/history", None),
+        ("PATCH", entry, {"rev": 1, "text": "改"}),
+        ("POST", f"{entry}/archive", {}),
+    ]:
+        status, answer = app.request(method, path, body, cookie=stranger)
+        assert status in (403, 404), (method, path)
+        assert "秘密" not in str(answer)
+    status, answer = app.request("GET", entry, token=people.other_token)
+    assert status == 404 and "秘密" not in str(answer)
+    assert people.owner("GET", entry)[1]["body"]["text"] == "秘密"
+
+
+def test_archived_entries_are_listed_with_archived_1(people: People) -> None:
+    status, fact = people.owner("POST", f"{people.base}/fact", {"text": "旧事实"})
+    status, archived = people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
+    assert status == 200 and archived["archived"] is True
+    status, page = people.owner("GET", f"{people.base}/fact")
+    assert page["entries"] == [] and "memory_read" in page["pointer"]
+    status, page = people.owner("GET", f"{people.base}/fact?archived=1")
+    assert [e["body"]["text"] for e in page["entries"]] == ["旧事实"]
+    status, view = people.owner("GET", people.base)
+    assert view["archived"] == {"fact": 1}
+
+
+def test_decision_endpoints_take_alternatives_and_constraints(people: People) -> None:
+    body = {
+        "title": "存储", "context": "单机部署", "decision": "SQLite", "constraints": "一台机器",
+        "alternatives": [{"option": "PostgreSQL", "why_rejected": "多一个服务"}],
+    }  # fmt: skip
+    status, made = people.owner("POST", f"/api/projects/{people.project_id}/decisions", body)
+    assert status == 201
+    assert made["revisions"][0]["alternatives"] == body["alternatives"]
+    status, log = people.owner("GET", f"/api/projects/{people.project_id}/decisions")
+    assert log["decisions"][0]["revisions"][0]["constraints"] == "一台机器"
+    bad = {**body, "alternatives": [{"option": "", "why_rejected": "x"}]}
+    result = people.owner("POST", f"/api/projects/{people.project_id}/decisions", bad)
+    assert code(result) == (400, "empty_field", "alternatives[0].option")
+    status, view = people.owner("GET", people.base)
+    assert view["version"] == 1
+
+
+def test_a_purge_removes_the_projects_memory_and_its_index(people: People) -> None:
+    app = people.app
+    people.owner("POST", f"{people.base}/fact", {"text": "要被清除的事实"})
+    people.owner("PUT", f"{people.base}/summary", {"rev": 0, "sections": {"what": "清除"}})
+    other = app.request("POST", f"/api/projects/{people.other_id}/memory/fact", {"text": "留下"},
+                        cookie=people.stranger_cookie)  # fmt: skip
+    assert other[0] == 201
+    path = f"/api/projects/{people.project_id}"
+    assert people.owner("POST", f"{path}/lifecycle", {"op": "trash"})[0] == 200
+    status, body = people.owner(
+        "POST", f"{path}/purge", {"confirm_name": "记忆项目", "confirmed": True}
+    )
+    assert (status, body["state"]) == (200, "purged"), body
+    assert body["steps"]["memory"] == {
+        "memory_revisions": 2, "memory_entries": 2, "memory_versions": 1,
+    }  # fmt: skip
+    with app.db() as conn:
+        for table in ("memory_entries", "memory_revisions", "memory_versions", "search_records"):
+            rows = conn.execute(
+                f"SELECT count(*) FROM {table} WHERE project_id = ?", (people.project_id,)
+            ).fetchone()[0]
+            assert rows == 0, table
+        kept = conn.execute("SELECT body FROM search_records").fetchall()
+    assert kept == [("留下",)]
+
+
+def test_trash_snapshots_memory_and_a_restore_checks_it(people: People) -> None:
+    app = people.app
+    path = f"/api/projects/{people.project_id}"
+    people.owner("POST", f"{people.base}/fact", {"text": "快照里的事实"})
+    assert people.owner("POST", f"{path}/lifecycle", {"op": "trash"})[0] == 200
+    assert code(people.owner("POST", f"{people.base}/fact", {"text": "x"}))[:2] == (
+        409, "project_not_accepting",
+    )  # fmt: skip
+    with app.db() as conn:
+        conn.execute('UPDATE memory_entries SET body_json = \'{"text": "被改了"}\'')
+    status, body = people.owner("POST", f"{path}/lifecycle", {"op": "restore"})
+    assert (status, body["error"]["code"]) == (409, "snapshot_mismatch")
+    with app.db() as conn:
+        conn.execute('UPDATE memory_entries SET body_json = \'{"text": "快照里的事实"}\'')
+    status, body = people.owner("POST", f"{path}/lifecycle", {"op": "restore"})
+    assert status == 200 and body["project"]["state"] == "paused"
