@@ -24,7 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import WebSocketRoute
 
-from room import pages
+from room import blobs, pages
+from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
 from room.actions import projects as project_actions
 from room.actions import wiring
@@ -170,6 +171,7 @@ def create_app(
         server.open()
         trace = server.trace
         assert trace is not None
+        await asyncio.to_thread(blobs.sweep_tmp, settings.data)
         db = Database(
             settings.db_path,
             synchronous=settings.synchronous,
@@ -216,6 +218,8 @@ def create_app(
             sandbox=sandbox,
         )
         core.agents = scheduler
+        unsent = await attachment_actions.sweep_unsent(core)
+        trace.phase("attachments", unsent_removed=unsent)
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
         recovery = await db.write(reconcile_on_start)
         recovery["stops_unconfirmed"] = unconfirmed

@@ -32,6 +32,8 @@ DEPENDENCIES = (
     ("httpx", "httpx"),
     ("markdown-it-py", "markdown_it"),
     ("nh3", "nh3"),
+    ("pillow", "PIL"),
+    ("puremagic", "puremagic"),
 )
 MAX_ACTIVATIONS = 20
 MAX_TRACE_LINES = 2000

@@ -8,6 +8,10 @@ bearer token and receives ``inbox`` frames. For each batch this client:
 3. runs the handler, and posts its answer with a ``client_txn_id`` derived from the batch, so a
    retransmit after a reconnect is applied once, replying to the last message of the batch.
 
+A delivery's files (``attachments``) are downloaded with the token into ``attachments_dir`` (for
+``room agent``: ``.room/attachments/`` of the folder it runs in) before the handler runs, and each
+gains a ``path`` the handler can open.
+
 On every connection the server first lists the deliveries whose hand-off was interrupted
 (``reconcile: true``): those this client already handled (it remembers them, optionally in a
 state file) are confirmed with ``consume``; the others are asked for again with ``redeliver``.
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -86,6 +91,7 @@ class AgentClient:
     handled: set[int] = field(default_factory=set)
     members: dict[int, dict[str, Any]] = field(default_factory=dict)
     project_id: int | None = None
+    attachments_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.state_file is not None and self.state_file.exists():
@@ -171,6 +177,8 @@ class AgentClient:
             await ws.send(json.dumps({"type": "consume", "delivery_ids": ids}))
             return
         await ws.send(json.dumps({"type": "consume", "delivery_ids": ids, "mode": "queue"}))
+        if self.attachments_dir is not None:
+            await fetch_attachments(self.url, self.token, fresh, self.attachments_dir)
         batch = Batch.build(frame["project_id"], fresh, self.members)
         try:
             reply = await self.handler(batch)
@@ -192,6 +200,38 @@ class AgentClient:
                 )
             )
         self._remember(ids)
+
+
+async def fetch_attachments(
+    url: str, token: str, deliveries: list[dict[str, Any]], folder: Path
+) -> None:
+    """Download the deliveries' files into ``folder`` (streamed, in a thread; one already there
+    with the right size is kept) and give each attachment its local ``path``. A file that cannot
+    be had keeps no ``path`` (the handler still sees its ``url``)."""
+    wanted = [a for d in deliveries for a in d.get("attachments") or ()]
+    if wanted:
+        await asyncio.to_thread(_download, url.rstrip("/"), token, wanted, folder)
+
+
+def _download(base: str, token: str, wanted: list[dict[str, Any]], folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}) as http:
+        for item in wanted:
+            name = Path(str(item.get("name") or "file")).name or "file"
+            target = folder / f"{int(item['id'])}-{name}"
+            try:
+                if not target.is_file() or target.stat().st_size != item.get("size"):
+                    part = target.with_name(target.name + ".part")
+                    with http.stream("GET", f"{base}{item['url']}") as response:
+                        response.raise_for_status()
+                        with part.open("wb") as out:
+                            for chunk in response.iter_bytes():
+                                out.write(chunk)
+                    part.replace(target)
+            except (httpx.HTTPError, OSError) as exc:
+                log.warning("attachment %s not downloaded: %s", item.get("id"), exc)
+                continue
+            item["path"] = str(target)
 
 
 def command_handler(argv: Sequence[str], timeout_secs: float = COMMAND_TIMEOUT_SECS) -> Handler:
@@ -226,7 +266,13 @@ def run_agent_command(
     url: str, token: str, argv: Sequence[str], state_file: Path | None = None
 ) -> int:
     logging.basicConfig(level="INFO", format="%(asctime)s room agent: %(message)s")
-    client = AgentClient(url, token, command_handler(argv), state_file=state_file)
+    client = AgentClient(
+        url,
+        token,
+        command_handler(argv),
+        state_file=state_file,
+        attachments_dir=Path.cwd() / ".room" / "attachments",
+    )
     try:
         asyncio.run(client.run())
     except KeyboardInterrupt:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from room.errors import ForgedAuthorError, FrameError
 
@@ -20,6 +20,7 @@ MAX_CHIPS = 50
 # than as a bad frame; room.searchtext.MAX_QUERY_CHARS is the real limit.
 MAX_SEARCH_QUERY_CHARS = 4000
 MAX_SEARCH_LIMIT = 100
+MAX_ATTACHMENTS = 10  # room.attachments.MAX_PER_MESSAGE
 
 # Field names that would let a client claim to be someone; refused wherever they appear.
 AUTHOR_FIELDS = frozenset(
@@ -67,10 +68,18 @@ class SendFrame(_Frame):
     type: Literal["send"]
     project_id: Id
     client_txn_id: str = Field(min_length=1, max_length=64)
-    body: str = Field(min_length=1)
+    body: str = ""
     reply_to: Id | None = None
     chips: list[Id] = Field(default_factory=list, max_length=MAX_CHIPS)
     as_plain_text: bool = False
+    # Upload ids (POST /api/projects/{id}/attachments): the sender's own, not yet sent.
+    attachments: list[Id] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
+
+    @model_validator(mode="after")
+    def _something(self) -> SendFrame:
+        if not self.body and not self.attachments:
+            raise ValueError("a message needs some text or an attachment")
+        return self
 
 
 class EditFrame(_Frame):

@@ -84,6 +84,23 @@ class Settings(BaseModel):
         description="Time an HTTP client has to send a request's headers (first byte to last, "
         "on a new or kept-alive connection) before the connection is closed.",
     )
+    attachment_max_bytes: int = Field(
+        default=100 * 1024 * 1024,
+        ge=1024,
+        description="Largest attachment one upload may hold (bytes); a larger upload is refused "
+        "(413) as soon as its declared length or its streamed bytes pass it.",
+    )
+    attachment_project_bytes: int = Field(
+        default=2 * 1024 * 1024 * 1024,
+        ge=1024,
+        description="Attachment bytes one project may hold (distinct contents counted once).",
+    )
+    attachment_max_pixels: int = Field(
+        default=50_000_000,
+        ge=10_000,
+        description="Most pixels an uploaded image may declare; a larger one (a decompression "
+        "bomb) is refused before it is decoded.",
+    )
     send_rate_per_sec: float = Field(
         default=10.0, gt=0, description="Sustained sends per member per second."
     )

@@ -493,6 +493,7 @@ class Connection:
             reply_to=frame.reply_to,
             chips=frame.chips,
             as_plain_text=frame.as_plain_text,
+            attachments=frame.attachments,
         )
         self._inflight += 1
 

@@ -20,6 +20,7 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``search``    a one-word query over 1,000,000 messages + 10,000 records vs ``LIKE`` (benchlib/search.py)
 * ``indexing``  durable sends with message indexing on vs off          (benchlib/search.py)
 * ``packs``     room export / import of 1,000,000 messages vs sqlite3 .dump / .read (benchlib/packs.py)
+* ``uploads``   a 100 MB attachment upload vs ``cp``, server RSS growth     (benchlib/uploads.py)
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
 server the bench starts with py-spy (``$PY_SPY`` or ``py-spy`` on PATH) and prints the hot spots.
@@ -60,6 +61,7 @@ WORKLOADS = (
     "search",
     "indexing",
     "packs",
+    "uploads",
 )
 
 
@@ -175,6 +177,7 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
         "search": lambda: module("search").run(workdir, CACHE, quick=quick),
         "indexing": lambda: module("search").run_indexing(workdir, quick=quick),
         "packs": lambda: module("packs").run(workdir, CACHE, quick=quick),
+        "uploads": lambda: module("uploads").run(workdir, quick=quick),
     }
 
 

@@ -38,12 +38,21 @@ def run_cli(*argv: str) -> tuple[int, str]:
 def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: ServerProcess) -> None:
     phases = [line["phase"] for line in last_start(read_trace(server.data))]
     assert phases[0] == "start" and phases[-1] == "ready"
-    assert {"lock", "migrate", "seed", "reconcile", "report"} <= set(phases)
+    assert {"lock", "migrate", "seed", "attachments", "reconcile", "report"} <= set(phases)
     report = json.loads((server.data / "boot-report.json").read_text())
     assert server.proc is not None
     assert report["pid"] == server.proc.pid
     assert report["sqlite"]["library"]
-    for name in ("starlette", "uvicorn", "websockets", "pydantic", "nh3", "markdown-it-py"):
+    for name in (
+        "starlette",
+        "uvicorn",
+        "websockets",
+        "pydantic",
+        "nh3",
+        "markdown-it-py",
+        "pillow",
+        "puremagic",
+    ):
         dep = report["dependencies"][name]
         assert dep["version"] and Path(dep["file"]).exists()
     assert "room_send" in report["tools"]

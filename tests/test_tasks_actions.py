@@ -253,7 +253,7 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     # Later migrations: 0006 the worktree of each attempt, 0008 agents' task checkpoints,
     # 0009 memory records, 0010 search.
     later = {t for t in tables - with_tasks if not t.startswith("search_")}
-    assert later == {"task_attempts", "checkpoints", *MEMORY_TABLES}
+    assert later == {"task_attempts", "checkpoints", *MEMORY_TABLES, "attachments"}
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         assert "project_id" in columns, table

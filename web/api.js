@@ -6,6 +6,11 @@ export function setCsrf(token) {
   csrfToken = token;
 }
 
+/** The session's CSRF token, for requests made without `api()` (uploads with progress). */
+export function csrf() {
+  return csrfToken;
+}
+
 export class ApiError extends Error {
   constructor(status, body) {
     const error = body && typeof body === "object" ? body.error : null;

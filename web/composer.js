@@ -4,6 +4,7 @@
 // older draft is ignored), and a draft the server would refuse is not sent; a quote bar for
 // replies; the draft is kept per project.
 
+import { AttachTray } from "./attachments.js";
 import { $, debounce, local } from "./dom.js";
 import { t } from "./i18n.js";
 import { isComposing, isSubmitKey, trackComposition } from "./ime.js";
@@ -54,10 +55,24 @@ export class Composer {
       this.submit(false);
     });
     $("#quote-cancel", form).addEventListener("click", () => this.setReply(null));
+    this.tray = new AttachTray(form, this.input, { roomId: () => this.room?.id, onChange: () => this.onFiles() });
+  }
+
+  /** The tray's files changed: a note while uploads run, and the send button follows. */
+  onFiles() {
+    const note = $("#composer-note", this.form);
+    if (this.tray.busy()) {
+      note.textContent = t("attach.waitUploads");
+      note.hidden = false;
+    } else if (note.textContent === t("attach.waitUploads")) {
+      note.textContent = "";
+      note.hidden = true;
+    }
   }
 
   open(room) {
     if (this.room) this.saveDraft.flush();
+    if (this.room && this.room.id !== room?.id) this.tray.clear(); // uploads belong to a project
     this.room = room;
     const draft = local.get(this.draftKey(), null);
     this.input.value = draft?.text || "";
@@ -87,6 +102,7 @@ export class Composer {
     const mayPostHere = mayPost(this.room.project);
     const open = mayPostHere && Boolean(this.room.you);
     this.input.disabled = !open;
+    this.tray.disabled = !open;
     $("#send", this.form).disabled = !open;
     const note = $("#composer-note", this.form);
     if (!mayPostHere) note.textContent = t(`composerNote.${state}`);
@@ -313,9 +329,14 @@ export class Composer {
   async submit(asPlainText) {
     if (!this.room || this.input.disabled || this.sending) return;
     const body = this.input.value;
-    if (!body.trim()) return;
+    if (this.tray.busy()) {
+      this.onFiles(); // the files are not all uploaded yet: say so, send nothing
+      return;
+    }
+    const files = this.tray.ready();
+    if (!body.trim() && !files.length) return;
     this.picker.close();
-    if (!asPlainText) {
+    if (!asPlainText && body.trim()) {
       // The server's answer decides (it refuses a blocked draft with `mentions_unresolved` too).
       const draft = this.draftState();
       this.sending = true;
@@ -341,7 +362,9 @@ export class Composer {
     const chips = this.chipIds();
     if (chips.length) frame.chips = chips;
     if (asPlainText) frame.as_plain_text = true;
-    this.room.pending.set(txn, { body, frame, replyTo: this.replyTo, chips: this.chips, createdAt: new Date().toISOString() });
+    if (files.length) frame.attachments = files.map((file) => file.id);
+    this.tray.take();
+    this.room.pending.set(txn, { body, frame, replyTo: this.replyTo, chips: this.chips, attachments: files, createdAt: new Date().toISOString() });
     this.conn.sendMessage(frame);
     this.unmatched = null;
     this.input.value = "";
@@ -359,6 +382,7 @@ export class Composer {
     const pending = this.room?.pending.get(txn);
     if (!pending) return;
     this.room.pending.delete(txn);
+    if (pending.attachments?.length) this.tray.restore(pending.attachments);
     if (!this.input.value.trim()) {
       this.input.value = pending.body;
       this.chips = pending.chips || [];

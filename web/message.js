@@ -4,6 +4,7 @@
 // allow-list); the page runs under a CSP without inline script, so the HTML is inert even if a
 // sanitiser bug let something through. Everything around the body is built with textContent.
 
+import { renderAttachments } from "./attachments.js";
 import { h, icon } from "./dom.js";
 import { formatDateTime, formatTime, label, t } from "./i18n.js";
 import { resolve } from "./mentions.js";
@@ -103,6 +104,8 @@ export function renderMessage(room, message, { actions = [], pending = null } = 
     finishBody(body, room, message);
   }
   main.append(body);
+  const files = renderAttachments(pending ? { meta: { attachments: pending.attachments } } : message);
+  if (files) main.append(files);
   if (pending) {
     main.append(h("div", { class: "msg-state", text: pending.failed ? pending.failed : t("msg.sending") }));
   }

@@ -23,7 +23,9 @@ from typing import Any
 
 from room import ledger
 from room import mentions as mention_rules
+from room.actions import attachments as attachment_actions
 from room.actions import unread
+from room.attachments import wire as attachment_wire
 from room.core import Core, ProjectRoster
 from room.effects import Broadcast, Publish, Wake
 from room.errors import (
@@ -40,6 +42,7 @@ from room.models import Member
 from room.protocol import encode
 from room.render import plain_text, render
 from room.store import Appends, Tx
+from room.store import attachments as attachments_store
 from room.store import brakes as brakes_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
@@ -151,14 +154,18 @@ def resolve_recipients(
     return Addressing(resolution, mentioned, tuple(recipients), blocking, to_lead_by_default)
 
 
-def _digest(body: str, reply_to: int | None, chips: list[int], plain: bool) -> str:
+def _digest(
+    body: str, reply_to: int | None, chips: list[int], plain: bool, files: list[int]
+) -> str:
     """What a retransmit must repeat exactly (same client_txn_id, same content)."""
     head = f"{reply_to}|{sorted(set(chips))}|{int(plain)}|".encode()
+    if files:
+        head += f"{files}|".encode()
     return hashlib.blake2b(head + body.encode(), digest_size=16).hexdigest()
 
 
-def check_body(core: Core, body: str) -> str:
-    if not body.strip():
+def check_body(core: Core, body: str, has_attachments: bool = False) -> str:
+    if not body.strip() and not has_attachments:
         raise BadRequestError("a message needs some text", code="empty_body")
     if len(body) > core.settings.max_body_chars:
         raise BadRequestError(
@@ -206,6 +213,7 @@ def _send_job(
     kind: str = "chat",
     meta: dict[str, Any] | None = None,
     rate_limited: bool = True,
+    attachments: list[int] | None = None,
 ) -> tuple[WriteJob[Ack], tuple[Prefetch, Any]]:
     """Validate a send and make its write job (submitted with ``appends=True``) and the
     batch lookup of its ``client_txn_id``.
@@ -214,10 +222,11 @@ def _send_job(
     the steps of one send inside the batch's transaction (docs/architecture.md, "The path of
     one send")."""
     chips = chips or []
-    check_draft(core, sender, roster, body, chips, rate_limited)
+    files = attachments or []
+    check_draft(core, sender, roster, body, chips, rate_limited, bool(files))
     addressing = address(sender, body, chips, roster, as_plain_text)
     html = render(body)
-    digest = _digest(body, reply_to, chips, as_plain_text)
+    digest = _digest(body, reply_to, chips, as_plain_text, files)
     # What other parts of the server do with a message once it is stored (a requirement
     # change): registered on the core, each runs as its own write after this one commits.
     follow_ups = [make for hook in core.send_hooks if (make := hook(sender, body))]
@@ -232,6 +241,10 @@ def _send_job(
             return _retransmit_ack(earlier, digest, client_txn_id)
         state = check_posting(conn, sender, appends)
         excerpt = _reply_excerpt(conn, appends, project_id, reply_to) if reply_to else None
+        full_meta = meta
+        if files:  # the sender's own unsent uploads in this project, or the send is refused
+            rows = attachment_actions.check_owned(conn, sender, files)
+            full_meta = {**(meta or {}), "attachments": [attachment_wire(r) for r in rows]}
         message_id, seq, obj = append_message(
             conn,
             tx,
@@ -245,8 +258,10 @@ def _send_job(
             mentions=addressing.mentioned,
             client_txn_id=client_txn_id,
             txn_digest=digest,
-            meta=meta,
+            meta=full_meta,
         )
+        if files:
+            attachments_store.set_message(conn, files, message_id)
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
             brakes_store.reset_agent_turns(conn, tx, project_id)
@@ -267,10 +282,12 @@ def check_draft(
     body: str,
     chips: list[int],
     rate_limited: bool,
+    has_attachments: bool = False,
 ) -> None:
-    """Refuse a draft before anything is queued: its text, a sender who left, a chip naming a
-    non-member, or (when ``rate_limited``) a sender over the send rate."""
-    check_body(core, body)
+    """Refuse a draft before anything is queued: its text (which may be empty when files are
+    attached), a sender who left, a chip naming a non-member, or (when ``rate_limited``) a
+    sender over the send rate."""
+    check_body(core, body, has_attachments)
     if sender.status == "left":
         raise ForbiddenError("you have left this project", code="member_left")
     for chip in chips:

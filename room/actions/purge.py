@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from room.actions import attachments as attachment_actions
 from room.actions import attempts as attempt_actions
 from room.actions.lifecycle import decision_for, load, refuse
 from room.core import Core
@@ -126,6 +127,12 @@ def _messages(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str
     return counts
 
 
+def _attachments(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    """The project's uploads; their files unless another project still has the same content
+    (files are content-addressed and shared)."""
+    return attachment_actions.purge_project(conn, project_id, data)
+
+
 def _settings(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
     return {
         "route_settings": _delete(
@@ -180,6 +187,7 @@ PURGE_STEPS: tuple[PurgeStep, ...] = (
     PurgeStep("deliveries", "the delivery ledger", _deliveries),
     PurgeStep("memory", "memory records, their revisions and version", _memory),
     PurgeStep("tasks", "plans, tasks, evidence and decisions", _tasks),
+    PurgeStep("attachments", "attachments and the files no other project uses", _attachments),
     PurgeStep("messages", "messages, edits, mentions, events, read cursors", _messages),
     PurgeStep("settings", "routes, brake, snapshots", _settings),
     PurgeStep("files", "files under the data folder", _files),
@@ -202,7 +210,10 @@ def preview(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, 
     try:
         delete = []
         for step in PURGE_STEPS:
-            if step.name == "files":
+            if step.name == "attachments":  # counted, no file touched
+                counts = attachment_actions.purge_preview(conn, project_id)
+                delete.append({"step": step.name, "what": step.label, "counts": counts})
+            elif step.name == "files":
                 folder = project_files(data, project_id)
                 files = sum(1 for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
                 delete.append({"step": step.name, "what": step.label, "counts": {"files": files}})

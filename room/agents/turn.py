@@ -25,10 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from room.actions import attachments as attachment_actions
 from room.actions import brakes as brake_actions
 from room.actions import messages as message_actions
 from room.actions import turns as turn_actions
 from room.actions.turns import Limits, TurnStart
+from room.actions.workspaces import work_dir
 from room.agents import context as ctx_mod
 from room.agents import memory as memory_mod
 from room.agents.presets import MEMORY_WRITE_TOOLS, ROOM_RULES, preset_for
@@ -41,6 +43,7 @@ from room.agents.tools import (
     bad_arguments,
     not_run_after_stop,
 )
+from room.attachments import with_attachments
 from room.core import Core
 from room.errors import ProviderError, RoomError
 from room.ledger import Reason
@@ -323,6 +326,9 @@ class Turn:
             return project, history, earlier, own, checkpoint
 
         project, history, earlier, own, checkpoint = await self.core.db.read(read)
+        paths = await self._attachment_paths(
+            [_files_of(m) for m in history] + [list(i.attachments) for i in self.inbound]
+        )
         roster = await self.core.rosters.get(project_id)
         people = [ctx_mod.person_of(m) for m in roster.members.values()]
         me = ctx_mod.person_of(self.member)
@@ -337,7 +343,7 @@ class Turn:
                 ctx_mod.Line(
                     m["seq"],
                     m["author_id"],
-                    m["body"],
+                    with_attachments(m["body"], _files_of(m), paths),
                     m["kind"],
                     (m.get("meta") or {}).get("for_agents", ""),
                 )
@@ -345,7 +351,12 @@ class Turn:
                 if not m["deleted"] and m["kind"] != "tool"
             ],
             inputs=[
-                ctx_mod.Line(i.seq, i.author_id, i.body, for_agents=i.for_agents)
+                ctx_mod.Line(
+                    i.seq,
+                    i.author_id,
+                    with_attachments(i.body, i.attachments, paths),
+                    for_agents=i.for_agents,
+                )
                 for i in self.inbound
             ],
             budget_tokens=self.env.context_tokens,
@@ -355,6 +366,18 @@ class Turn:
             earlier_omitted=earlier,
         )
         return ctx_mod.build_messages(ci)
+
+    async def _attachment_paths(self, lists: list[list[dict[str, Any]]]) -> dict[int, str]:
+        """Copy the files of the messages this turn reads into the member's working folder
+        (``.room/attachments/``); attachment id → the path its file tools open."""
+        items = {int(a["id"]): a for files in lists for a in files}
+        if not items:
+            return {}
+        try:
+            where = await work_dir(self.core, self.member)
+        except RoomError:
+            return {}
+        return await attachment_actions.copy_for_agent(self.core, where.path, list(items.values()))
 
     async def _records(self) -> str:
         """The project records of this turn's context: the session's section, kept as built,
@@ -433,7 +456,16 @@ class Turn:
         self.unconsumed += [(i.delivery_id, "steer") for i in fresh]
         roster = await self.core.rosters.get(self.member.project_id)
         people = [ctx_mod.person_of(m) for m in roster.members.values()]
-        lines = [ctx_mod.Line(i.seq, i.author_id, i.body, for_agents=i.for_agents) for i in fresh]
+        paths = await self._attachment_paths([list(i.attachments) for i in fresh])
+        lines = [
+            ctx_mod.Line(
+                i.seq,
+                i.author_id,
+                with_attachments(i.body, i.attachments, paths),
+                for_agents=i.for_agents,
+            )
+            for i in fresh
+        ]
         self.inbound += fresh
         return ctx_mod.steer_message(lines, people, ctx_mod.person_of(self.member))
 
@@ -580,3 +612,8 @@ def resolve_config(
         pool=pool,
         pool_pick=pick,
     )
+
+
+def _files_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    files: list[dict[str, Any]] = (message.get("meta") or {}).get("attachments") or []
+    return files

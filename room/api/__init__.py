@@ -4,10 +4,11 @@ Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``);
 don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
 """
 
-from room.api import agents, base, lifecycle, memory, packs, search, tasks, workspaces
+from room.api import agents, attachments, base, lifecycle, memory, packs, search, tasks, workspaces
 
 __all__ = [
     "agents",
+    "attachments",
     "base",
     "endpoints",
     "lifecycle",
@@ -29,4 +30,5 @@ endpoints = [
     *tasks.endpoints,
     *memory.endpoints,
     *packs.endpoints,
+    *attachments.endpoints,
 ]

@@ -37,7 +37,7 @@ from room.errors import (
 from room.lifecycle import ActorKind
 from room.models import Member, Project
 from room.ops import members_for, project_for, viewer_kind
-from room.protocol import AUTHOR_FIELDS, MAX_CHIPS, MAX_HISTORY_LIMIT
+from room.protocol import AUTHOR_FIELDS, MAX_ATTACHMENTS, MAX_CHIPS, MAX_HISTORY_LIMIT
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
@@ -319,7 +319,8 @@ async def list_messages(request: Request) -> Response:
 
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    body: str = Field(min_length=1)
+    body: str = ""
+    attachments: list[RowId] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
     client_txn_id: str | None = Field(default=None, min_length=1, max_length=64)
     reply_to: RowId | None = None
     chips: list[RowId] = Field(default_factory=list, max_length=MAX_CHIPS)
@@ -340,6 +341,7 @@ async def post_message(request: Request) -> Response:
         reply_to=data.reply_to,
         chips=data.chips,
         as_plain_text=data.as_plain_text,
+        attachments=data.attachments,
     )
     return Response(
         f'{{"message_id":{ack.message_id},"seq":{ack.seq},'

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from room.attachments import wire as attachment_wire
 from room.ledger import ALLOWED_FROM, DeliveryState, Reason, detail_of, text_of
 from room.models import iso
+from room.store import attachments as attachments_store
 from room.store.db import Appends, BulkInsert
 
 DELIVERIES = BulkInsert(
@@ -39,6 +41,8 @@ class Inbound:
     # What only agents read after the body: the tool call a notice asks for (the message's
     # ``meta.for_agents``; people see the body alone). See docs/agents.md.
     for_agents: str = ""
+    # The message's files (``room.attachments.wire``): read at their ``url`` with the token.
+    attachments: tuple[dict[str, Any], ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -52,6 +56,7 @@ class Inbound:
             "body": self.body,
             "for_agents": self.for_agents,
             "created_at": iso(self.created_at),
+            "attachments": list(self.attachments),
         }
 
 
@@ -63,8 +68,17 @@ _INBOUND = (
 )
 
 
-def _inbound(rows: Iterable[Sequence[Any]]) -> list[Inbound]:
-    return [Inbound(*row) for row in rows]
+def _inbound(conn: sqlite3.Connection, rows: Iterable[Sequence[Any]]) -> list[Inbound]:
+    found = [Inbound(*row) for row in rows]
+    files = attachments_store.for_messages(conn, sorted({i.message_id for i in found}))
+    if not files:
+        return found
+    return [
+        replace(i, attachments=tuple(attachment_wire(r) for r in files[i.message_id]))
+        if i.message_id in files
+        else i
+        for i in found
+    ]
 
 
 def _ids(rows: Iterable[Sequence[Any]]) -> list[int]:
@@ -288,17 +302,20 @@ def offered_to(conn: sqlite3.Connection, member_id: int, handoff: str) -> list[i
 def inbound_by_ids(conn: sqlite3.Connection, ids: Sequence[int]) -> list[Inbound]:
     if not ids:
         return []
-    return _inbound(conn.execute(f"{_INBOUND} WHERE d.id IN ({_marks(ids)}) ORDER BY d.id", ids))
+    return _inbound(
+        conn, conn.execute(f"{_INBOUND} WHERE d.id IN ({_marks(ids)}) ORDER BY d.id", ids)
+    )
 
 
 def unsettled(conn: sqlite3.Connection, member_id: int) -> list[Inbound]:
     """An external agent's deliveries whose fate it must confirm: ``unknown`` or ``delivered``."""
     return _inbound(
+        conn,
         conn.execute(
             f"{_INBOUND} WHERE d.recipient_id = :m AND d.state IN ('unknown', 'delivered')"
             " ORDER BY d.id",
             {"m": member_id},
-        )
+        ),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
@@ -464,6 +465,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0011_message_privacy", MESSAGE_PRIVACY),
     Migration("0012_model_request_attempts", MODEL_REQUEST_ATTEMPTS),
     Migration("0013_packs", PACKS),
+    Migration("0014_attachments", ATTACHMENTS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,307 @@
+"""Uploading attachments, taking them into a send, copying them to an agent, purging them.
+
+An upload (:func:`upload`) streams the request body to disk through ``room.blobs`` — a worker
+thread hashes and writes one chunk while the event loop receives the next, so at most two
+:data:`WRITE_CHUNK_BYTES` buffers are held whatever the file's size — and is refused (413) as
+soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what is left
+of the project's ``attachment_project_bytes``. The row it writes belongs to its uploader until a
+send takes it (:func:`take`, inside the send's transaction): only the uploader's own, unsent
+uploads in the same project may be attached, each to one message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import sqlite3
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from room import blobs
+from room.attachments import MAX_PER_MESSAGE, clean_name, wire
+from room.core import Core
+from room.errors import (
+    BadRequestError,
+    ConflictError,
+    NotFoundError,
+    PayloadTooLargeError,
+)
+from room.lifecycle import ActorKind, ProjectState, posting_open
+from room.models import Member
+from room.store import Tx
+from room.store import attachments as store
+from room.store import projects as projects_store
+
+log = logging.getLogger(__name__)
+
+WRITE_CHUNK_BYTES = 1024 * 1024
+AGENT_DIR = Path(".room") / "attachments"
+# The states a member of each kind may upload in: those it may post in.
+POSTING_STATES = {
+    "human": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.MEMBER)),
+    "agent": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.AGENT)),
+}
+
+
+def _too_large(limit: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"附件超过单个文件上限 (the file is larger than {limit} bytes)", limit=limit
+    )
+
+
+def _over_quota(limit: int, used: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"项目的附件空间已满 (the project's attachments would pass {limit} bytes)",
+        code="project_quota",
+        limit=limit,
+        used=used,
+    )
+
+
+async def upload(
+    core: Core,
+    member: Member,
+    *,
+    name: str | None,
+    declared: int | None,
+    chunks: AsyncIterator[bytes],
+) -> dict[str, Any]:
+    """Store one upload by ``member``; its wire object (``room.attachments.wire``)."""
+    settings = core.settings
+    limit = settings.attachment_max_bytes
+    if declared is not None and declared > limit:
+        raise _too_large(limit)
+    project_id = member.project_id
+
+    def check(conn: sqlite3.Connection) -> tuple[str | None, int]:
+        return projects_store.state_of(conn, project_id), store.project_bytes(conn, project_id)
+
+    state, used = await core.db.read(check)
+    if state not in POSTING_STATES[member.kind]:
+        raise ConflictError(
+            f"the project is {state}; it does not accept attachments now",
+            code="project_not_accepting",
+            state=state,
+        )
+    room_left = settings.attachment_project_bytes - used
+    if declared is not None and declared > room_left:
+        raise _over_quota(settings.attachment_project_bytes, used)
+    cap = min(limit, room_left)
+    file_name = clean_name(name)
+    data = settings.data
+    part = await asyncio.to_thread(blobs.Upload, data)
+    try:
+        await _stream(
+            part, chunks, cap, limit, lambda: _over_quota(settings.attachment_project_bytes, used)
+        )
+        if part.size == 0:
+            raise BadRequestError("空文件 (the file is empty)", code="empty_file")
+        row = await asyncio.to_thread(
+            _finish, part, data, file_name, settings.attachment_max_pixels
+        )
+    except BaseException:
+        await asyncio.to_thread(part.discard)
+        raise
+
+    def record(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        return store.insert(conn, project_id=project_id, uploader_id=member.id, now=tx.now, **row)
+
+    stored = await core.db.write(record)
+    return wire(stored)
+
+
+async def _stream(
+    part: blobs.Upload,
+    chunks: AsyncIterator[bytes],
+    cap: int,
+    limit: int,
+    over_quota: Any,
+) -> None:
+    """Receive chunks while the previous batch of them is hashed and written in a thread."""
+    received = 0
+    batch: list[bytes] = []  # the chunks themselves: no copy into a buffer of our own
+    batched = 0
+    writing: asyncio.Future[None] | None = None
+    loop = asyncio.get_running_loop()
+    try:
+        async for chunk in chunks:
+            received += len(chunk)
+            if received > cap:
+                raise _too_large(limit) if cap == limit else over_quota()
+            batch.append(chunk)
+            batched += len(chunk)
+            if batched >= WRITE_CHUNK_BYTES:
+                if writing is not None:
+                    await writing
+                writing = loop.run_in_executor(None, part.write_all, batch)
+                batch, batched = [], 0
+        if writing is not None:
+            await writing
+            writing = None
+        if batch:
+            await asyncio.to_thread(part.write_all, batch)
+    finally:
+        if writing is not None:  # a refusal while a write ran: let it end before discarding
+            await asyncio.gather(writing, return_exceptions=True)
+
+
+def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[str, Any]:
+    """Flush, type and thumbnail the upload, then move it to its content address (in a thread)."""
+    sha256 = part.finish()
+    mime = blobs.detect(part.path, name)
+    thumb = None
+    if mime.startswith("image/") and mime != "image/svg+xml":
+        thumb = blobs.thumbnail(part.path, max_pixels)
+    part.commit(sha256)
+    thumb_sha = blobs.put_bytes(data, thumb.content) if thumb else None
+    return {
+        "sha256": sha256,
+        "size": part.size,
+        "name": name,
+        "mime": mime,
+        "kind": "image" if thumb else "file",
+        "width": thumb.width if thumb else None,
+        "height": thumb.height if thumb else None,
+        "thumb_sha256": thumb_sha,
+        "thumb_mime": thumb.mime if thumb else None,
+    }
+
+
+def take(
+    conn: sqlite3.Connection, sender: Member, ids: Sequence[int], message_id: int
+) -> list[dict[str, Any]]:
+    """Inside a send's transaction: attach ``ids`` (the sender's own unsent uploads in this
+    project) to ``message_id``; their wire objects, in the order given."""
+    rows = check_owned(conn, sender, ids)
+    store.set_message(conn, ids, message_id)
+    return [wire(r) for r in rows]
+
+
+def check_owned(
+    conn: sqlite3.Connection, sender: Member, ids: Sequence[int]
+) -> list[dict[str, Any]]:
+    if len(ids) > MAX_PER_MESSAGE:
+        raise BadRequestError(
+            f"a message may carry at most {MAX_PER_MESSAGE} attachments",
+            code="too_many_attachments",
+            limit=MAX_PER_MESSAGE,
+        )
+    if len(set(ids)) != len(ids):
+        raise BadRequestError("an attachment is listed twice", code="bad_attachment")
+    found = {int(r["id"]): r for r in store.many(conn, ids)}
+    rows = []
+    for attachment_id in ids:
+        row = found.get(attachment_id)
+        if row is None or row["project_id"] != sender.project_id or row["uploader_id"] != sender.id:
+            raise BadRequestError(
+                f"attachment {attachment_id} is not one of your uploads in this project",
+                code="bad_attachment",
+                attachment_id=attachment_id,
+            )
+        if row["message_id"] is not None:
+            raise BadRequestError(
+                f"attachment {attachment_id} was already sent",
+                code="attachment_sent",
+                attachment_id=attachment_id,
+            )
+        rows.append(row)
+    return rows
+
+
+async def discard(core: Core, member: Member, attachment_id: int) -> None:
+    """Remove one's own upload before it is sent (its content stays if anything else uses it)."""
+    data = core.settings.data
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> list[str]:
+        row = store.get(conn, attachment_id)
+        if row is None or row["project_id"] != member.project_id:
+            raise NotFoundError("no such attachment", code="no_attachment")
+        if not store.delete_unsent(conn, attachment_id, member.id):
+            raise ConflictError(
+                "only your own upload, before it is sent, can be removed", code="attachment_sent"
+            )
+        shas = {row["sha256"], row["thumb_sha256"]} - {None}
+        return [s for s in shas if not store.referenced(conn, s)]
+
+    for sha256 in await core.db.write(job):
+        await asyncio.to_thread(blobs.remove, data, sha256)
+
+
+async def readable(core: Core, member: Member, attachment_id: int) -> dict[str, Any]:
+    """The row of an attachment ``member`` may read: one sent in its project, or its own."""
+    row = await core.db.read(lambda conn: store.get(conn, attachment_id))
+    if row is None or row["project_id"] != member.project_id:
+        raise NotFoundError("no such attachment", code="no_attachment")
+    if row["message_id"] is None and row["uploader_id"] != member.id:
+        raise NotFoundError("no such attachment", code="no_attachment")
+    return row
+
+
+def purge_project(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    """Purge step: the project's rows, and the files no other project's row still uses."""
+    count, orphans = store.delete_project(conn, project_id)
+    removed = sum(1 for sha256 in orphans if blobs.remove(data, sha256))
+    return {"attachments": count, "attachment_files": removed}
+
+
+UNSENT_KEEP_SECS = 24 * 3600
+
+
+async def sweep_unsent(core: Core) -> int:
+    """At start-up: forget uploads no message took within a day (a draft left behind), so they
+    hold neither disk nor the project's quota; their files go unless another upload uses them."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> tuple[int, list[str]]:
+        return store.delete_unsent_before(conn, tx.now - UNSENT_KEEP_SECS)
+
+    count, orphans = await core.db.write(job)
+    for sha256 in orphans:
+        await asyncio.to_thread(blobs.remove, core.settings.data, sha256)
+    return count
+
+
+def purge_preview(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+    """What :func:`purge_project` would delete, without deleting (the caller's savepoint)."""
+    count, orphans = store.delete_project(conn, project_id)
+    return {"attachments": count, "attachment_files": len(orphans)}
+
+
+async def copy_for_agent(
+    core: Core, workspace: Path, items: Sequence[Mapping[str, Any]]
+) -> dict[int, str]:
+    """Copy attachments into ``<workspace>/.room/attachments/`` (which git is told to ignore);
+    attachment id → the path relative to the workspace, for the agent's file tools."""
+    if not items:
+        return {}
+
+    def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        return store.many(conn, [int(i["id"]) for i in items])
+
+    rows = await core.db.read(read)
+    return await asyncio.to_thread(_copy, core.settings.data, workspace, rows)
+
+
+def _copy(data: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    folder = workspace / AGENT_DIR
+    paths: dict[int, str] = {}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        ignore = folder.parent / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("*\n")
+    except OSError:
+        log.warning("attachments folder not made in %s", workspace, exc_info=True)
+        return paths
+    for row in rows:
+        relative = AGENT_DIR / f"{row['id']}-{row['name']}"
+        target = workspace / relative
+        try:
+            if not target.is_file() or target.stat().st_size != row["size"]:
+                shutil.copyfile(blobs.path_of(data, str(row["sha256"])), target)
+        except OSError:
+            log.warning("attachment %s not copied for an agent", row["id"], exc_info=True)
+            continue
+        paths[int(row["id"])] = str(relative)
+    return paths

@@ -1,0 +1,246 @@
+"""Content-addressed files under ``<data>/attachments``: streamed in, typed, thumbnailed.
+
+An upload is written to ``attachments/tmp/`` while it is hashed (SHA-256), never held whole in
+memory; when it is complete it is flushed to disk and renamed atomically to
+``attachments/<sha[:2]>/<sha[2:]>``. The same content uploaded again (in any project) is stored
+once: the second copy's temporary file is dropped. Nothing here knows about projects or rows.
+
+The type comes from the content (``puremagic``'s signatures; the name only chooses between
+types the content is equally consistent with, say ``.docx`` and ``.zip``). Images are decoded by
+Pillow only after their declared size is checked against a pixel bound, so a decompression bomb
+is refused before it costs any memory; the thumbnail is re-encoded from pixels (EXIF orientation
+applied, no metadata kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import puremagic
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from room.attachments import extension_of
+from room.errors import BadRequestError
+
+BLOBS_DIR = "attachments"
+TMP_DIR = "tmp"
+DETECT_HEAD_BYTES = 64 * 1024
+THUMB_MAX_PX = 480
+THUMB_JPEG_QUALITY = 82
+STALE_TMP_SECS = 24 * 3600
+# Formats Pillow may open for a thumbnail: raster formats only, never a vector or a container.
+EXIF_ORIENTATION = 0x0112
+THUMB_FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF")
+DEFAULT_MAX_PIXELS = 50_000_000
+
+
+class ImageTooLargeError(BadRequestError):
+    code = "image_too_large"
+
+
+def root_of(data: Path) -> Path:
+    return data / BLOBS_DIR
+
+
+def path_of(data: Path, sha256: str) -> Path:
+    return root_of(data) / sha256[:2] / sha256[2:]
+
+
+class Upload:
+    """One upload being streamed to a temporary file. ``write`` hashes and writes a chunk
+    (called from a worker thread, one at a time); ``finish`` flushes it to disk."""
+
+    def __init__(self, data: Path) -> None:
+        tmp = root_of(data) / TMP_DIR
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.data = data
+        self.path = tmp / f"{uuid.uuid4().hex}.part"
+        self.file = self.path.open("xb", buffering=0)
+        self.hasher = hashlib.sha256()
+        self.size = 0
+
+    def write(self, chunk: bytes | bytearray) -> None:
+        self.hasher.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            written = self.file.write(view)
+            view = view[written or 0 :]
+        self.size += len(chunk)
+
+    def write_all(self, chunks: list[bytes]) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def finish(self) -> str:
+        """Flush to disk; the content's SHA-256."""
+        os.fsync(self.file.fileno())
+        self.file.close()
+        return self.hasher.hexdigest()
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+        self.path.unlink(missing_ok=True)
+
+    def commit(self, sha256: str) -> Path:
+        """Move the finished file to its content address (or drop it: already stored)."""
+        target = path_of(self.data, sha256)
+        if target.is_file() and target.stat().st_size == self.size:
+            self.path.unlink(missing_ok=True)
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self.path, target)
+        _fsync_dir(target.parent)
+        return target
+
+
+def put_bytes(data: Path, content: bytes) -> str:
+    """Store a small blob (a thumbnail) by its SHA-256."""
+    upload = Upload(data)
+    try:
+        upload.write(content)
+        sha256 = upload.finish()
+        upload.commit(sha256)
+    except BaseException:
+        upload.discard()
+        raise
+    return sha256
+
+
+def remove(data: Path, sha256: str) -> bool:
+    target = path_of(data, sha256)
+    try:
+        target.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def sweep_tmp(data: Path, now: float | None = None) -> int:
+    """Drop temporary files an interrupted upload left (older than a day)."""
+    tmp = root_of(data) / TMP_DIR
+    if not tmp.is_dir():
+        return 0
+    cutoff = (time.time() if now is None else now) - STALE_TMP_SECS
+    removed = 0
+    for part in tmp.glob("*.part"):
+        with contextlib.suppress(OSError):
+            if part.stat().st_mtime < cutoff:
+                part.unlink()
+                removed += 1
+    return removed
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- type ----------------------------------------------------------------------------------------
+
+
+def detect(path: Path, name: str) -> str:
+    """The MIME type of the file at ``path`` from its content. Text that decodes as UTF-8 is
+    ``text/plain``; content nothing recognises is ``application/octet-stream``."""
+    with path.open("rb") as f:
+        head = f.read(DETECT_HEAD_BYTES)
+    return detect_bytes(head, name, whole=path.stat().st_size <= len(head))
+
+
+def detect_bytes(head: bytes, name: str, *, whole: bool = True) -> str:
+    if not head:
+        return "application/octet-stream"
+    try:
+        found = puremagic.magic_string(head)
+    except puremagic.PureError:
+        found = []
+    found = [m for m in found if m.mime_type]
+    if found:
+        best = max(m.confidence for m in found)
+        ext = extension_of(name)
+        # The name only chooses among what the content says (a zip that is a .docx).
+        for match in found:
+            if ext and match.extension.lower() == ext:
+                return str(match.mime_type)
+        return str(next(m for m in found if m.confidence == best).mime_type)
+    return "text/plain" if _is_text(head, whole) else "application/octet-stream"
+
+
+def _is_text(head: bytes, whole: bool) -> bool:
+    if b"\x00" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A multi-byte character cut by the end of the head is still text.
+        return not whole and exc.start >= len(head) - 3
+    return True
+
+
+# -- images --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Thumbnail:
+    content: bytes
+    mime: str
+    width: int  # of the original, as it is shown (EXIF orientation applied)
+    height: int
+
+
+def thumbnail(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> Thumbnail | None:
+    """A small re-encoded copy of the image at ``path``, or None when it is not an image Pillow
+    decodes. Raises :class:`ImageTooLargeError` for an image that declares more than
+    ``max_pixels`` pixels (checked from its header, before any decoding; Pillow's own
+    ``Image.MAX_IMAGE_PIXELS`` bound, set to the same value, refuses past twice it at open)."""
+    Image.MAX_IMAGE_PIXELS = max_pixels  # one value per server: the setting
+    try:
+        with Image.open(path, formats=THUMB_FORMATS) as im:
+            width, height = im.size
+            if width * height > max_pixels:
+                raise ImageTooLargeError(
+                    f"图片过大，已拒绝：{width}×{height} 像素超过上限 {max_pixels} "
+                    f"(the image declares {width}×{height} pixels, more than {max_pixels}; "
+                    "refused as a possible decompression bomb)",
+                    width=width,
+                    height=height,
+                    limit=max_pixels,
+                )
+            im.seek(0)
+            # Shown upright: orientations 5–8 turn the picture a quarter.
+            turned = im.getexif().get(EXIF_ORIENTATION, 1) in (5, 6, 7, 8)
+            size = (height, width) if turned else (width, height)
+            # Shrunk before it is turned (the box is square), and a JPEG decoded at a reduced
+            # scale: a 24-megapixel photo never becomes a 72 MB bitmap here.
+            im.draft("RGB", (THUMB_MAX_PX, THUMB_MAX_PX))
+            im.thumbnail((THUMB_MAX_PX, THUMB_MAX_PX))
+            shown = ImageOps.exif_transpose(im)
+            has_alpha = shown.mode in ("RGBA", "LA", "PA") or (
+                shown.mode == "P" and "transparency" in shown.info
+            )
+            out = io.BytesIO()
+            if has_alpha:
+                shown.convert("RGBA").save(out, "PNG", optimize=True)
+                mime = "image/png"
+            else:
+                shown.convert("RGB").save(out, "JPEG", quality=THUMB_JPEG_QUALITY)
+                mime = "image/jpeg"
+            return Thumbnail(out.getvalue(), mime, size[0], size[1])
+    except Image.DecompressionBombError:  # Pillow's own bound, past twice the limit
+        raise ImageTooLargeError(
+            f"图片过大，已拒绝：像素数超过上限 {max_pixels} 的两倍 (the image declares more than "
+            f"twice {max_pixels} pixels; refused as a possible decompression bomb)",
+            limit=max_pixels,
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError, EOFError, SyntaxError):
+        return None  # not an image after all, or a damaged one: kept as a plain file
