@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
+from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 
@@ -436,6 +437,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0008_checkpoints", CHECKPOINTS),
     Migration("0009_memory", MEMORY),
     Migration("0010_search", SEARCH),
+    Migration("0013_portfolio", PORTFOLIO),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
