@@ -1,6 +1,6 @@
 """The ``room`` command. ``main(argv)`` returns an exit code, so tests run it in-process.
 
-``login-link``, ``member token`` and ``doctor`` work while a server runs: they never take the
+``login-link``, ``member token``, ``risk`` and ``doctor`` work while a server runs: they never take the
 data-folder lock; the first two write one small row each in their own short SQLite transaction
 (WAL lets them interleave with the server's writer), ``doctor`` only reads.
 """
@@ -92,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("project", metavar="PROJECT", help="project name or id")
     revoke.add_argument("handle", metavar="HANDLE", help="the agent's handle")
 
+    risk = sub.add_parser(
+        "risk",
+        help="run the risk scan over every project and print it grouped 🔴 / 🟡 / 🟢",
+        description="Run the eight risk rules (docs/portfolio.md) over every project, write each "
+        "finding to its project's risk log and post one notice per new 🔴 finding. Works while "
+        "the server runs (one short write); open pages see the notices when they next load. "
+        "Exit 0 with no 🔴 finding, 4 with one or more.",
+    )
+    data_arg(risk)
+    risk.add_argument("--json", action="store_true", help="print the findings as JSON")
+
     agent = sub.add_parser(
         "agent",
         help="drive an external agent member: run COMMAND for each batch of deliveries",
@@ -125,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return member_token(_settings(args), args.project, args.handle)
         if args.command == "member" and args.member_command == "revoke":
             return member_revoke(_settings(args), args.project, args.handle)
+        if args.command == "risk":
+            return risk_scan(_settings(args), as_json=args.json)
         if args.command == "agent":
             from room.client import run_agent_command
 
@@ -261,3 +274,20 @@ def member_revoke(settings: Settings, project: str, handle: str) -> int:
         conn.close()
     print(f"revoked {revoked} token(s) of @{handle.lstrip('@')}")
     return EXIT_OK
+
+
+def risk_scan(settings: Settings, *, as_json: bool = False) -> int:
+    from room.actions.portfolio import scan_job, scan_wire
+    from room.store import run_write
+
+    conn = _open_current(settings)
+    try:
+        result = run_write(conn, scan_job)
+    finally:
+        conn.close()
+    wire = scan_wire(result, None)
+    if as_json:
+        print(json.dumps({k: v for k, v in wire.items() if k != "text"}, ensure_ascii=False))
+    else:
+        print(wire["text"])
+    return EXIT_UNHEALTHY if wire["red"] else EXIT_OK

@@ -605,3 +605,71 @@ def render_gantt(
         )
     out.append("")
     return "\n".join(out)
+
+
+# -- the project index --------------------------------------------------------------------------
+
+STATE_LABELS: Mapping[str, str] = MappingProxyType(
+    {
+        "active": "进行中",
+        "paused": "已暂停",
+        "stopping": "停止中",
+        "stop_unconfirmed": "停止未确认",
+        "archived": "已归档",
+        "complete": "已完成",
+        "abandoned": "已放弃",
+        "trashed": "回收站",
+        "purge_blocked": "清除未完成",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    project: PortfolioProject
+    folder: str
+    summary: str = ""
+    reason: str | None = None
+    red: bool = False  # an open 🔴 finding in the risk log
+
+    def inactive(self, now: float) -> bool:
+        """Flagged 可能归档: still live, and no activity for more than :data:`INACTIVE_DAYS`."""
+        return self.project.live and now - self.project.last_activity > INACTIVE_DAYS * DAY_SECS
+
+
+def sort_index(rows: Iterable[IndexRow]) -> list[IndexRow]:
+    """Newest activity first; archived, complete, abandoned and trashed projects at the bottom."""
+    return sorted(
+        rows,
+        key=lambda r: (r.project.state in CLOSED_STATES, -r.project.last_activity, r.project.id),
+    )
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def render_index(rows: Sequence[IndexRow], *, today: date, now: float) -> str:
+    """``index.md``: the Gantt summary at the top, then | 项目 | 目录 | 最后更新 | 状态 | 备注 |."""
+    ordered = sort_index(rows)
+    out = [
+        "# 项目索引 (project index)",
+        "",
+        f"_由数据库生成 (generated from the database) · {today}_",
+    ]
+    out += ["", "## 甘特概览 (Gantt summary)", ""]
+    out += gantt_summary([r.project for r in ordered], today)
+    out += ["", "| 项目 | 目录 | 最后更新 | 状态 | 备注 |", "|---|---|---|---|---|"]
+    for row in ordered:
+        p = row.project
+        name = ("🔴 " if row.red else "") + _cell(p.name)
+        updated = today_of(p.last_activity).isoformat()
+        notes = [_cell(row.summary)] if row.summary else []
+        if row.reason:
+            notes.append(f"原因：{_cell(row.reason)}")
+        if row.inactive(now):
+            notes.append("可能归档")
+        state = STATE_LABELS.get(p.state, p.state)
+        out.append(f"| {name} | `{_cell(row.folder)}` | {updated} | {state} | {'；'.join(notes)} |")
+    out.append("")
+    return "\n".join(out)

@@ -267,3 +267,27 @@ def test_gantt_text_lists_milestones_with_marks() -> None:
     assert "🔴 逾期" in text
     assert "✅ 2026-11-24 设计" in text
     assert "🔄 2026-12-03 实现 ⚠️ 资源冲突：3 个项目同日" in text
+
+
+def test_index_sorts_flags_and_puts_closed_projects_last() -> None:
+    rows = [
+        pf.IndexRow(project(1, idle_days=2), "/w/1", "做 A 以便 B"),
+        pf.IndexRow(project(2, idle_days=31), "/w/2", red=True),
+        pf.IndexRow(project(3, idle_days=30), "/w/3"),
+        pf.IndexRow(project(4, state="archived", idle_days=0), "/w/4", reason="不做了"),
+        pf.IndexRow(project(5, state="paused", idle_days=1), "/w/5", reason="等设计稿"),
+    ]
+    text = pf.render_index(rows, today=TODAY, now=NOW)
+    lines = [line for line in text.splitlines() if line.startswith("| ") and "/w/" in line]
+    assert [line.split(" | ")[1] for line in lines] == [
+        "`/w/5`",
+        "`/w/1`",
+        "`/w/3`",
+        "`/w/2`",
+        "`/w/4`",
+    ]
+    assert lines[0].startswith("| p5 |") and "已暂停" in lines[0] and "原因：等设计稿" in lines[0]
+    assert lines[3].startswith("| 🔴 p2 |") and lines[3].endswith("可能归档 |")
+    assert "可能归档" not in lines[2]  # exactly 30 days: not yet
+    assert "已归档" in lines[4] and "可能归档" not in lines[4]
+    assert text.index("## 甘特概览") < text.index("| 项目 | 目录 | 最后更新 | 状态 | 备注 |")
