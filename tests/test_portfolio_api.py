@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from room.cli import main as cli_main
-from room.lifecycle import dispatch_open
+from room.lifecycle import ProjectState, dispatch_open
 from tests.support.inproc import App, owner_user, running_app
 
 TODAY = datetime.now(UTC).date()
@@ -134,7 +134,7 @@ def test_complete_records_actual_hours_is_owner_only_audited_and_closes_dispatch
         "POST", path, {"op": "complete", "reason": "上线了", "actual_hours": 61.5}
     )
     assert status == 200 and result["project"]["state"] == "complete"
-    assert not dispatch_open("complete") and not dispatch_open("abandoned")
+    assert not dispatch_open(ProjectState.COMPLETE) and not dispatch_open(ProjectState.ABANDONED)
     status, tl = world.owner("GET", f"/api/projects/{world.pid}/timeline")
     assert tl["hours_actual"] == 61.5
     # read-only: no more timeline edits, no posting
