@@ -24,6 +24,7 @@ from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.core import Core
 from room.errors import ForbiddenError
 from room.models import Member, iso
+from room.store import members as members_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 
@@ -215,6 +216,10 @@ async def get_portfolio(request: Request) -> Response:
     resource conflicts."""
     ids = await _person_projects(request)
     core = core_of(request)
+    who = await identity(request)
+    assert who.user is not None
+    user_id = who.user.id
+    owned = await core.db.read(lambda conn: members_store.owned_projects(conn, user_id))
     rows = pf.sort_index(await _rows(core, ids))
     now = time.time()
     today = pf.today_of(now)
@@ -228,6 +233,7 @@ async def get_portfolio(request: Request) -> Response:
             {
                 "id": p.id,
                 "name": p.name,
+                "owner": p.id in owned,
                 "state": p.state,
                 "state_reason": row.reason,
                 "folder": row.folder,
