@@ -3,6 +3,7 @@ the real app (in-process, real SQLite, real migrations)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -246,3 +247,52 @@ def test_task_dates(world: World) -> None:
     assert [(t["key"], t["est_start"], t["est_end"]) for t in tl["tasks"]] == [
         ("api", day(1), day(4))
     ]
+
+
+def test_purge_deletes_the_portfolio_rows(world: World) -> None:
+    other = world.new_project("依赖方")
+    world.owner("PUT", f"/api/projects/{world.pid}/timeline", TIMELINE)
+    world.owner("PUT", f"/api/projects/{world.pid}/summary", {"summary": "要清除的"})
+    world.owner("PUT", f"/api/projects/{other}/dependencies",
+                {"dependencies": [{"kind": "project", "project_id": world.pid}]})  # fmt: skip
+    world.owner("POST", "/api/risk-scan")
+    path = f"/api/projects/{world.pid}/lifecycle"
+    assert world.owner("POST", path, {"op": "trash"})[0] == 200
+    status, result = world.owner(
+        "POST", f"/api/projects/{world.pid}/purge", {"confirm_name": "甲项目", "confirmed": True}
+    )
+    assert status == 200, result
+    with world.app.db() as conn:
+        left = {
+            table: conn.execute(
+                f"SELECT count(*) FROM {table} WHERE project_id = ?", (world.pid,)
+            ).fetchone()[0]
+            for table in ("project_timelines", "milestones", "milestone_counts", "risk_log")
+        }
+        refs = conn.execute(
+            "SELECT count(*) FROM project_dependencies WHERE target_project_id = ?", (world.pid,)
+        ).fetchone()[0]
+    assert left == dict.fromkeys(left, 0) and refs == 0
+
+
+def risk_rules(app: App) -> list[str]:
+    with app.db() as conn:
+        return [r[0] for r in conn.execute("SELECT rule FROM risk_log")]
+
+
+def test_the_daily_scan_runs_at_start_only_when_set(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with running_app(data, demo=False) as app:
+        pid, _, _ = app.project_with("每日扫描", owner_user(app))
+        app.request("PUT", f"/api/projects/{pid}/timeline",
+                    {"end": day(-1), "milestones": [{"name": "m", "date": day(-3)}]},
+                    cookie=app.owner_cookie)  # fmt: skip
+    with running_app(data, demo=False) as app:  # the setting is off by default
+        app.call(asyncio.sleep, 0.3)
+        assert risk_rules(app) == []
+    with running_app(data, demo=False, risk_scan_daily=True) as app:
+        for _ in range(200):
+            if risk_rules(app):
+                break
+            app.call(asyncio.sleep, 0.05)
+        assert risk_rules(app) == ["overdue"]
