@@ -128,8 +128,14 @@ def test_overview_gantt_scan_and_index(owner: Person, room_server: RoomServer) -
     dialog.get_by_role("button", name="保存").click()
     expect(dialog.locator("#tl-error")).to_contain_text("milestones[2].date")
     dialog.locator(".ms-row").last.locator(".ms-date").fill(day(40))
+    dialog.locator("#tl-deps").fill(f"{ids['按计划的接口项目']}, skill:Rust")
     dialog.get_by_role("button", name="保存").click()
     expect(dialog).to_be_hidden()
+    deps = room_server.get(f"/api/projects/{ids['快到期的数据迁移']}/timeline")["dependencies"]
+    assert sorted((d["kind"], d["name"]) for d in deps) == [
+        ("project", "按计划的接口项目"),
+        ("skill", "rust"),
+    ]
     expect(soon.locator("polygon.gantt-milestone")).to_have_count(3)
 
     row = table.locator(f'tr[data-project-id="{ids["按计划的接口项目"]}"]')
@@ -170,6 +176,13 @@ def test_overview_gantt_scan_and_index(owner: Person, room_server: RoomServer) -
     expect(rows.nth(1)).to_have_class(re.compile("is-overdue"))  # ended yesterday, not accepted
     page.evaluate("() => window.scrollTo(0, 0)")
     screenshot(page, "overview-tasks-1024")
+    page.locator('#ov-task-dates li[data-task="schema"]').get_by_role(
+        "button", name="编辑日期"
+    ).click()
+    page.locator("#task-end").fill(day(2))
+    page.get_by_role("dialog").get_by_role("button", name="保存").click()
+    expect(rows.nth(1)).not_to_have_class(re.compile("is-overdue"))
+    expect(page.locator('#ov-task-dates li[data-task="schema"]')).to_contain_text(day(2))
     page.get_by_role("button", name="← 全部项目").click()
     expect(page.locator("#ov-gantt-back")).to_be_hidden()
 

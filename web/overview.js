@@ -69,6 +69,10 @@ function drawGantt() {
   $("#ov-gantt-title").textContent = project ? t("overview.ganttOf", { name: project.name }) : t("overview.gantt");
   box.replaceChildren(rows.length ? ganttSvg({ rows, today: data.today, width, labels: labels() }) : h("p", { class: "muted", text: t("overview.noProjects") }));
   const names = new Map(data.projects.map((p) => [p.id, p.name]));
+  $("#ov-task-dates").replaceChildren(...(focus && project?.owner ? state.timeline.tasks.map((task) =>
+    h("li", { dataset: { task: task.key } },
+      h("span", { text: `${task.key} ${task.title} · ${task.est_start || "?"} → ${task.est_end || "?"}` }), " ",
+      h("button", { type: "button", class: "btn btn-small btn-ghost", text: t("overview.editDates"), on: { click: () => editTaskDates(project, task) } }))) : []));
   $("#ov-conflicts").replaceChildren(...(focus ? [] : data.conflicts.map((c) =>
     h("li", { class: "ov-conflict", text: t("overview.conflict", { date: c.date, names: c.project_ids.map((id) => names.get(id) || `#${id}`).join("、") }) }))));
 }
@@ -202,6 +206,52 @@ async function editSummary(p) {
   if (saved) await load();
 }
 
+async function editTaskDates(project, task) {
+  const saved = await openDialog({
+    title: t("overview.editDatesTitle", { key: task.key }),
+    build: (close) => {
+      const start = h("input", { id: "task-start", value: task.est_start || "", attrs: { placeholder: "YYYY-MM-DD", autocomplete: "off" } });
+      const end = h("input", { id: "task-end", value: task.est_end || "", attrs: { placeholder: "YYYY-MM-DD", autocomplete: "off" } });
+      const error = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
+      const form = h("form", { class: "form" },
+        h("div", { class: "tl-grid" },
+          h("label", { class: "field" }, h("span", { class: "field-label", text: t("overview.start") }), start),
+          h("label", { class: "field" }, h("span", { class: "field-label", text: t("overview.end") }), end)),
+        error,
+        h("div", { class: "dialog-actions" },
+          h("button", { type: "button", class: "btn", text: t("common.cancel"), on: { click: () => close() } }),
+          h("button", { type: "submit", class: "btn btn-primary", text: t("overview.save") })));
+      form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        try {
+          close(await put(`/api/projects/${project.id}/tasks/${encodeURIComponent(task.key)}/dates`, {
+            est_start: start.value.trim() || null, est_end: end.value.trim() || null,
+          }));
+        } catch (err) {
+          error.textContent = `${errorText(err)}${err.details?.field ? ` (${err.details.field})` : ""}`;
+          error.hidden = false;
+        }
+      });
+      return form;
+    },
+  });
+  if (saved) await focusProject(project.id);
+}
+
+/** "12, skill:rust, external:支付网关" → the dependencies body; unknown parts are sent as they are
+ * so the server names the bad one. */
+function parseDependencies(text) {
+  return text.split(/[,，]/).map((part) => part.trim()).filter(Boolean).map((part) => {
+    if (/^#?\d+$/.test(part)) return { kind: "project", project_id: Number(part.replace("#", "")) };
+    const [kind, ...rest] = part.split(/[:：]/);
+    return rest.length ? { kind: kind.trim(), name: rest.join(":").trim() } : { kind: "skill", name: part };
+  });
+}
+
+function formatDependencies(deps) {
+  return deps.map((d) => (d.kind === "project" ? String(d.project_id) : `${d.kind}:${d.name}`)).join(", ");
+}
+
 function milestoneRow(m = { name: "", date: "", status: "pending" }) {
   const status = h("select", { class: "ms-status", attrs: { "aria-label": t("overview.msStatus") } },
     ["pending", "in_progress", "done"].map((s) => h("option", { value: s, text: t(`overview.ms.${s}`), selected: s === m.status })));
@@ -236,6 +286,7 @@ async function editTimeline(p) {
           field("tl-start", "overview.start", current.start, { placeholder: "YYYY-MM-DD" }),
           field("tl-end", "overview.end", current.end, { placeholder: "YYYY-MM-DD" }),
           field("tl-hours", "overview.hoursEstimated", current.hours_estimated, { inputmode: "decimal" })),
+        field("tl-deps", "overview.dependencies", formatDependencies(current.dependencies), { placeholder: "12, skill:rust, external:支付网关" }),
         h("h3", { text: t("overview.milestones") }),
         list,
         h("button", { type: "button", class: "btn btn-small", text: t("overview.msAdd"), on: { click: () => list.append(milestoneRow()) } }),
@@ -259,6 +310,10 @@ async function editTimeline(p) {
           })),
         };
         try {
+          const deps = parseDependencies(value("tl-deps"));
+          if (formatDependencies(deps) !== formatDependencies(current.dependencies)) {
+            await put(`/api/projects/${p.id}/dependencies`, { dependencies: deps });
+          }
           close(await put(`/api/projects/${p.id}/timeline`, body));
         } catch (err) {
           const where = err.details?.field ? ` (${err.details.field})` : "";

@@ -40,6 +40,9 @@ export const STRINGS_EN = {
 
   "projects.nav": "Projects",
   "projects.new": "New project",
+  "overview.editDates": "Edit dates",
+  "overview.editDatesTitle": "Estimated dates of task {key}",
+  "overview.dependencies": "Depends on (project ids, skill:name, external:name, comma-separated)",
   "projects.overview": "Overview and Gantt",
   "overview.back": "← Back to projects",
   "overview.title": "Project overview",

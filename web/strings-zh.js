@@ -41,6 +41,9 @@ export const STRINGS_ZH = {
 
   "projects.nav": "项目",
   "projects.new": "新建项目",
+  "overview.editDates": "编辑日期",
+  "overview.editDatesTitle": "任务 {key} 的预计日期",
+  "overview.dependencies": "依赖（项目编号、skill:技能、external:外部项目，用逗号分隔）",
   "projects.overview": "项目总览与甘特图",
   "overview.back": "← 返回项目",
   "overview.title": "项目总览",

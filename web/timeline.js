@@ -237,7 +237,7 @@ export class Timeline {
     const room = this.room;
     if (message.kind === "system") {
       const tripped = message.meta?.brake && message.meta.brake !== "cleared";
-      return tripped && room.project.state !== "archived" ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
+      return tripped && !["archived", "complete", "abandoned"].includes(room.project.state) ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
     }
     if (message.kind !== "chat" || !room.you) return [];
     const mine = message.author_id === room.you;
@@ -255,7 +255,7 @@ export class Timeline {
   editLast() {
     const room = this.room;
     const last = sortedMessages(room).reverse().find((m) => m.author_id === room.you && m.kind === "chat" && !m.deleted);
-    if (last && room.project.state !== "archived") {
+    if (last && !["archived", "complete", "abandoned"].includes(room.project.state)) {
       this.cache.get(last.id)?.el.scrollIntoView({ block: "nearest" });
       this.edit(last.id);
     }
