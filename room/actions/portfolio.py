@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-import time
 import unicodedata
 from typing import Any
 
@@ -272,6 +271,3 @@ async def daily_scans(core: Core, period: float = RISK_SCAN_PERIOD_SECS) -> None
             log.exception("risk scan failed")
         await asyncio.sleep(period)
 
-
-def now() -> float:
-    return time.time()
