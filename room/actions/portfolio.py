@@ -270,4 +270,3 @@ async def daily_scans(core: Core, period: float = RISK_SCAN_PERIOD_SECS) -> None
         except Exception:  # pragma: no cover - a failed scan must not end the loop
             log.exception("risk scan failed")
         await asyncio.sleep(period)
-
