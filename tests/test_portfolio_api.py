@@ -296,3 +296,18 @@ def test_the_daily_scan_runs_at_start_only_when_set(tmp_path: Path) -> None:
                 break
             app.call(asyncio.sleep, 0.05)
         assert risk_rules(app) == ["overdue"]
+
+
+def test_the_portfolio_is_per_person_and_says_who_may_edit(world: World) -> None:
+    world.new_project("只有所有者的项目")
+    status, mine = world.owner("GET", "/api/portfolio")
+    assert status == 200 and {p["name"]: p["owner"] for p in mine["projects"]} == {
+        "甲项目": True,
+        "只有所有者的项目": True,
+    }
+    status, theirs = world.member("GET", "/api/portfolio")
+    assert {p["name"]: p["owner"] for p in theirs["projects"]} == {"甲项目": False}
+    status, text = world.member("GET", "/api/index.md")
+    assert "甲项目" in text and "只有所有者的项目" not in text
+    assert err(world.agent("GET", "/api/index.md"))[:2] == (403, "human_only")
+    assert err(world.agent("GET", "/api/portfolio"))[:2] == (403, "human_only")
