@@ -311,3 +311,15 @@ def test_the_portfolio_is_per_person_and_says_who_may_edit(world: World) -> None
     assert "甲项目" in text and "只有所有者的项目" not in text
     assert err(world.agent("GET", "/api/index.md"))[:2] == (403, "human_only")
     assert err(world.agent("GET", "/api/portfolio"))[:2] == (403, "human_only")
+
+
+def test_a_timeline_field_left_out_keeps_its_value(world: World) -> None:
+    base = f"/api/projects/{world.pid}/timeline"
+    world.owner("PUT", base, {**TIMELINE, "hours_actual": 12})
+    status, tl = world.owner("PUT", base, {"end": day(30)})
+    assert status == 200 and tl["end"] == day(30) and tl["start"] == day(-10)
+    assert tl["hours_actual"] == 12 and len(tl["milestones"]) == 2
+    # merged values are checked together: an end before the kept start is refused
+    assert err(world.owner("PUT", base, {"end": day(-20)}))[:2] == (400, "end_before_start")
+    status, tl = world.owner("PUT", base, {"hours_actual": None, "milestones": []})
+    assert tl["hours_actual"] is None and tl["milestones"] == [] and tl["end"] == day(30)

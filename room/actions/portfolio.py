@@ -70,22 +70,22 @@ def timeline_wire(conn: sqlite3.Connection, project_id: int, today: Any) -> dict
 async def update_timeline(
     core: Core, actor: Member, project_id: int, data: dict[str, Any]
 ) -> dict[str, Any]:
-    """Replace the timeline (start, estimated end, hours, milestones) as an owner sent it."""
+    """Change the timeline (start, estimated end, hours, milestones) as an owner sent it: a field
+    left out keeps its value, ``milestones`` when given replaces the whole list."""
     _require_owner(actor)
-    value = pf.parse_timeline(data)
+    pf.parse_timeline(data)  # refuse bad input before taking the writer
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         projects_store.require_open(conn, project_id)
+        current = portfolio_store.timeline(conn, project_id).to_wire()
+        current["milestones"] = [
+            {"name": m["name"], "date": m["date"], "status": m["status"]}
+            for m in current["milestones"]
+        ]
+        value = pf.parse_timeline(current | data)
         portfolio_store.save_timeline(conn, project_id, value, by=actor.id, now=tx.now)
-        _audit(
-            conn,
-            tx,
-            actor,
-            "project.timeline",
-            milestones=len(value.milestones),
-            start=data.get("start"),
-            end=data.get("end"),
-        )
+        _audit(conn, tx, actor, "project.timeline", milestones=len(value.milestones),
+               fields=sorted(data))  # fmt: skip
         return timeline_wire(conn, project_id, pf.today_of(tx.now))
 
     return await core.db.write(job)

@@ -116,7 +116,7 @@ async def put_timeline(request: Request) -> Response:
     member = await _member(request, mutation=True)
     data: TimelineIn = await body_of(request, TimelineIn)
     result = await portfolio_actions.update_timeline(
-        core_of(request), member, member.project_id, data.model_dump()
+        core_of(request), member, member.project_id, data.model_dump(exclude_unset=True)
     )
     return JSONResponse(result)
 
