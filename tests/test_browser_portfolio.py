@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Browser, expect
 
 from tests.support.browser import (
     Person,
@@ -24,6 +24,7 @@ from tests.support.browser import (
     owner,
     room_server,
     screenshot,
+    sign_in_owner,
 )
 
 pytestmark = pytest.mark.browser
@@ -185,6 +186,29 @@ def test_overview_gantt_scan_and_index(owner: Person, room_server: RoomServer) -
     expect(page.locator('#ov-task-dates li[data-task="schema"]')).to_contain_text(day(2))
     page.get_by_role("button", name="← 全部项目").click()
     expect(page.locator("#ov-gantt-back")).to_be_hidden()
+
+
+def test_overview_in_the_dark_at_600_px(chromium: Browser, room_server: RoomServer) -> None:
+    project = room_server.create_project("夜间模式的项目")
+    put(room_server, f"/api/projects/{project}/timeline", {
+        "start": day(-3), "end": day(9),
+        "milestones": [{"name": "原型", "date": day(-1), "status": "done"},
+                       {"name": "测试", "date": day(6), "status": "pending"}],
+    })  # fmt: skip
+    person = sign_in_owner(chromium, room_server, width=600, color_scheme="dark")
+    try:
+        page = person.page
+        page.goto(f"{room_server.origin}/overview")
+        expect(page.locator("body")).to_have_attribute("data-ready", "true")
+        row = page.locator(f'#ov-gantt g.gantt-row[data-row-id="p{project}"]')
+        expect(row.locator("polygon.gantt-milestone")).to_have_count(2)
+        label = row.locator("text.gantt-label").evaluate("el => getComputedStyle(el).fill")
+        assert label == "rgb(231, 233, 236)"  # --text of the dark scheme: light on dark
+        screenshot(page, "overview-600-dark")
+        assert layout_problems(page) == []
+        person.assert_clean()
+    finally:
+        person.close()
 
 
 def test_complete_and_abandon_with_a_reason_from_the_room(
