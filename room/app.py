@@ -9,6 +9,7 @@ is bound, so a second server on the same folder exits at once, naming the holder
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -27,6 +28,7 @@ from starlette.routing import WebSocketRoute
 from room import blobs, pages
 from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
+from room.actions import portfolio as portfolio_actions
 from room.actions import projects as project_actions
 from room.actions import wiring
 from room.actions.lifecycle import restart_stops
@@ -244,11 +246,20 @@ def create_app(
         gc.collect()
         gc.freeze()
         gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
+        daily = (
+            asyncio.create_task(portfolio_actions.daily_scans(core), name="risk-scan")
+            if settings.risk_scan_daily
+            else None
+        )
         trace.phase("ready", origin=settings.origin)
         try:
             yield {"core": core}
         finally:
             trace.phase("stopping")
+            if daily is not None:
+                daily.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await daily
             await scheduler.close()
             await db.close()
             server.close()

@@ -1,9 +1,10 @@
 """The ``room`` command. ``main(argv)`` returns an exit code, so tests run it in-process.
 
-``login-link``, ``member token``, ``export``, ``import`` and ``doctor`` work while a server runs:
-they never take the data-folder lock; the first two write one small row each in their own short
-SQLite transaction (WAL lets them interleave with the server's writer), ``export`` reads one
-snapshot, ``import`` writes its project in one transaction, ``doctor`` only reads.
+``login-link``, ``member token``, ``export``, ``import``, ``risk`` and ``doctor`` work while a
+server runs: they never take the data-folder lock; the first two write one small row each in
+their own short SQLite transaction (WAL lets them interleave with the server's writer),
+``export`` reads one snapshot, ``import`` writes its project in one transaction, ``risk`` makes
+one short write, ``doctor`` only reads.
 """
 
 from __future__ import annotations
@@ -113,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     data_arg(import_)
     import_.add_argument("file", metavar="FILE", type=Path, help="the pack to read")
     import_.add_argument("--name", default=None, help="name of the new project")
+    risk = sub.add_parser(
+        "risk",
+        help="run the risk scan over every project and print it grouped 🔴 / 🟡 / 🟢",
+        description="Run the eight risk rules (docs/portfolio.md) over every project, write each "
+        "finding to its project's risk log and post one notice per new 🔴 finding. Works while "
+        "the server runs (one short write); open pages see the notices when they next load. "
+        "Exit 0 with no 🔴 finding, 4 with one or more.",
+    )
+    data_arg(risk)
+    risk.add_argument("--json", action="store_true", help="print the findings as JSON")
 
     agent = sub.add_parser(
         "agent",
@@ -151,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return export_project(_settings(args), args.project, args.file)
         if args.command == "import":
             return import_project(_settings(args), args.file, args.name)
+        if args.command == "risk":
+            return risk_scan(_settings(args), as_json=args.json)
         if args.command == "agent":
             from room.client import run_agent_command
 
@@ -373,3 +386,20 @@ def _warn_if_serving(settings: Settings, file: Path) -> None:
         "/api/projects/import) or stop the server first.",
         file=sys.stderr,
     )
+
+
+def risk_scan(settings: Settings, *, as_json: bool = False) -> int:
+    from room.actions.portfolio import scan_job, scan_wire
+    from room.store import run_write
+
+    conn = _open_current(settings)
+    try:
+        result = run_write(conn, scan_job)
+    finally:
+        conn.close()
+    wire = scan_wire(result, None)
+    if as_json:
+        print(json.dumps({k: v for k, v in wire.items() if k != "text"}, ensure_ascii=False))
+    else:
+        print(wire["text"])
+    return EXIT_UNHEALTHY if wire["red"] else EXIT_OK

@@ -36,6 +36,8 @@ class ProjectState(StrEnum):
     STOP_UNCONFIRMED = "stop_unconfirmed"
     PAUSED = "paused"
     ARCHIVED = "archived"
+    COMPLETE = "complete"  # the work is done (actual hours recorded); read-only like archived
+    ABANDONED = "abandoned"  # the work was given up; read-only like archived
     TRASHED = "trashed"
     PURGE_BLOCKED = "purge_blocked"
     PURGED = "purged"  # the tombstone
@@ -45,6 +47,8 @@ class ProjectOp(StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     ARCHIVE = "archive"
+    COMPLETE = "complete"
+    ABANDON = "abandon"
     TRASH = "trash"
     RESTORE = "restore"
     PURGE = "purge"
@@ -170,7 +174,10 @@ REASON_MESSAGES: Mapping[str, str] = MappingProxyType(
         ),
         "already_in_state": "已经处于该状态 (Already in that state.)",
         "restore_first": "请先恢复项目 (Restore the project first.)",
-        "not_restorable": "只有已归档或回收站中的项目可以恢复 (Only archived or trashed projects can be restored.)",
+        "not_restorable": (
+            "只有已归档、已完成、已放弃或回收站中的项目可以恢复 "
+            "(Only archived, complete, abandoned or trashed projects can be restored.)"
+        ),
         "not_trashed": "只有回收站中的项目可以彻底清除 (Only a trashed project can be purged; move it to the trash first.)",
         "no_pending_stop": "没有待确认的停止 (There is no unconfirmed stop to retry or cancel.)",
         "stop_in_progress": "正在停止运行中的回合，请稍候 (Running turns are being stopped; wait for the result.)",
@@ -216,6 +223,15 @@ PROJECT_TRANSITIONS: Mapping[
         (_PS.PAUSED, _PO.ARCHIVE): Transition(_PS.ARCHIVED, _STOP),
         (_PS.PAUSED, _PO.TRASH): Transition(_PS.TRASHED, _STOP),
         (_PS.ARCHIVED, _PO.TRASH): Transition(_PS.TRASHED, _STOP),
+        # Complete and abandoned end the work like an archive does: nothing runs, read-only.
+        (_PS.ACTIVE, _PO.COMPLETE): Transition(_PS.COMPLETE, _STOP),
+        (_PS.ACTIVE, _PO.ABANDON): Transition(_PS.ABANDONED, _STOP),
+        (_PS.PAUSED, _PO.COMPLETE): Transition(_PS.COMPLETE, _STOP),
+        (_PS.PAUSED, _PO.ABANDON): Transition(_PS.ABANDONED, _STOP),
+        (_PS.COMPLETE, _PO.TRASH): Transition(_PS.TRASHED, _STOP),
+        (_PS.ABANDONED, _PO.TRASH): Transition(_PS.TRASHED, _STOP),
+        (_PS.COMPLETE, _PO.RESTORE): Transition(_PS.PAUSED),
+        (_PS.ABANDONED, _PO.RESTORE): Transition(_PS.PAUSED),
         # Restoring starts nothing: the owner resumes explicitly.
         (_PS.ARCHIVED, _PO.RESTORE): Transition(_PS.PAUSED),
         (_PS.TRASHED, _PO.RESTORE): Transition(_PS.PAUSED),
@@ -232,6 +248,8 @@ _OP_GOAL = {
     _PO.RESUME: _PS.ACTIVE,
     _PO.ARCHIVE: _PS.ARCHIVED,
     _PO.TRASH: _PS.TRASHED,
+    _PO.COMPLETE: _PS.COMPLETE,
+    _PO.ABANDON: _PS.ABANDONED,
 }
 
 
@@ -253,7 +271,7 @@ def _project_refusal(state: ProjectState, op: ProjectOp) -> str:
         return "not_restorable"
     if _OP_GOAL.get(op) is state:
         return "already_in_state"
-    if state in (_PS.ARCHIVED, _PS.TRASHED):
+    if state in (_PS.ARCHIVED, _PS.TRASHED, _PS.COMPLETE, _PS.ABANDONED):
         return "restore_first"
     raise AssertionError(f"no refusal rule for {state}/{op}")  # pragma: no cover
 
@@ -365,7 +383,7 @@ def decide(
     )
 
 
-_STOP_TARGETS = frozenset({_PS.PAUSED, _PS.ARCHIVED, _PS.TRASHED})
+_STOP_TARGETS = frozenset({_PS.PAUSED, _PS.ARCHIVED, _PS.TRASHED, _PS.COMPLETE, _PS.ABANDONED})
 
 
 def finish_stop(target: ProjectState, all_stopped: bool) -> ProjectState:

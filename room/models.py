@@ -63,6 +63,7 @@ class Project:
     lead_member_id: int | None
     created_at: float
     state_at: float | None = None
+    state_reason: str | None = None  # given with pause, archive, complete or abandon
 
     @classmethod
     def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Project:
@@ -81,12 +82,13 @@ class Project:
             "state_at": iso(self.state_at),
             "stop_target": self.stop_target,
             "state_from": self.state_from,
+            "state_reason": self.state_reason,
         }
 
 
 PROJECT_COLUMNS = (
     "id, name, goal, workspace, state, state_from, stop_target, epoch, last_seq, "
-    "lead_member_id, created_at, state_at"
+    "lead_member_id, created_at, state_at, state_reason"
 )
 
 

@@ -68,6 +68,11 @@ async def index(request: Request) -> Response:
     return FileResponse(WEB_DIR / "index.html", headers=SECURITY_HEADERS)
 
 
+async def overview(request: Request) -> Response:
+    """The overview page (index table, Gantt chart, risk scan); it asks /api/portfolio."""
+    return FileResponse(WEB_DIR / "overview.html", headers=SECURITY_HEADERS)
+
+
 async def favicon(request: Request) -> Response:
     # Browsers ask for /favicon.ico on every page; answer with the app's icon, not a 404.
     return FileResponse(
@@ -193,6 +198,7 @@ class SecureStatic(StaticFiles):
 
 endpoints = [
     Route("/", index),
+    Route("/overview", overview),
     Route("/favicon.ico", favicon),
     Route("/login/{secret}", login_form),
     Route("/join/{secret}", join_form),

@@ -116,6 +116,11 @@ class Settings(BaseModel):
         default=30, ge=1, description="Shown as the retention hint in the trash; never auto-purges."
     )
     demo: bool = Field(default=True, description="Create the demo project on first start.")
+    risk_scan_daily: bool = Field(
+        default=False,
+        description="Run the risk scan over every project once at start and then every 24 "
+        "hours (besides on demand: the overview page, POST /api/risk-scan, `room risk`).",
+    )
     max_concurrent_turns: int = Field(
         default=4, ge=1, description="Agent turns running at once on this server."
     )

@@ -52,9 +52,12 @@ def test_pause_archive_trash_restore_and_purge(owner: Person, room_server: RoomS
     banner = page.locator("#room-banner")
     box = page.locator("#draft")
 
-    assert lifecycle_menu(page) == ["暂停项目", "归档", "移到回收站"]
+    assert lifecycle_menu(page) == ["暂停项目", "归档", "标记完成…", "放弃项目…", "移到回收站"]
     page.get_by_role("menuitem", name="暂停项目").click()
+    page.get_by_role("dialog").locator("#lifecycle-reason").fill("等设计稿")
+    page.get_by_role("dialog").get_by_role("button", name="暂停项目").click()
     expect(banner).to_contain_text("项目已暂停")
+    expect(banner.locator(".banner-reason")).to_have_text("原因：等设计稿")
     expect(page.locator("#room-state")).to_have_text("已暂停")
     expect(page.locator(f'.project-link[data-project-id="{project}"] .state-badge')).to_have_text(
         "已暂停"
@@ -208,7 +211,7 @@ def test_the_menu_offers_what_the_server_allows(
     project = room_server.create_project("按服务器提供", TEAM)
     page = owner.page
     owner.open_project(project)
-    assert lifecycle_menu(page) == ["暂停项目", "归档", "移到回收站"]
+    assert lifecycle_menu(page) == ["暂停项目", "归档", "标记完成…", "放弃项目…", "移到回收站"]
     page.keyboard.press("Escape")
 
     member = join(chromium, room_server, project, "zhaolei", "赵磊")
@@ -219,7 +222,7 @@ def test_the_menu_offers_what_the_server_allows(
         member.page.keyboard.press("Escape")
         room_server.post(f"/api/projects/{project}/lifecycle", {"op": "pause"})
         expect(page.locator("#room-state")).to_have_text("已暂停")
-        assert lifecycle_menu(page) == ["恢复项目", "归档", "移到回收站"]
+        assert lifecycle_menu(page) == ["恢复项目", "归档", "标记完成…", "放弃项目…", "移到回收站"]
         expect(page.locator("#room-banner").get_by_role("button")).to_have_text(["恢复项目"])
         # Paused: people may still post (the server's "post"), the member's menu stays empty.
         expect(member.page.locator("#room-state")).to_have_text("已暂停")

@@ -284,7 +284,14 @@ def test_retry_or_cancel_without_remembered_stop_is_a_programming_error(op: Proj
 
 
 @pytest.mark.parametrize(
-    "target", [ProjectState.PAUSED, ProjectState.ARCHIVED, ProjectState.TRASHED]
+    "target",
+    [
+        ProjectState.PAUSED,
+        ProjectState.ARCHIVED,
+        ProjectState.TRASHED,
+        ProjectState.COMPLETE,
+        ProjectState.ABANDONED,
+    ],
 )
 def test_finish_stop(target: ProjectState) -> None:
     assert finish_stop(target, all_stopped=True) is target
@@ -292,7 +299,12 @@ def test_finish_stop(target: ProjectState) -> None:
 
 
 @pytest.mark.parametrize(
-    "target", [s for s in ProjectState if s not in {"paused", "archived", "trashed"}]
+    "target",
+    [
+        s
+        for s in ProjectState
+        if s not in {"paused", "archived", "trashed", "complete", "abandoned"}
+    ],
 )
 def test_finish_stop_rejects_targets_no_stop_leads_to(target: ProjectState) -> None:
     with pytest.raises(ValueError):
@@ -375,11 +387,13 @@ def test_only_active_wakes_and_humans_may_still_post_when_paused() -> None:
 @pytest.mark.parametrize(
     ("state", "owner", "member"),
     [
-        ("active", ["pause", "archive", "trash", "post"], ["post"]),
-        ("paused", ["resume", "archive", "trash", "post"], ["post"]),
+        ("active", ["pause", "archive", "complete", "abandon", "trash", "post"], ["post"]),
+        ("paused", ["resume", "archive", "complete", "abandon", "trash", "post"], ["post"]),
         ("stopping", [], []),
         ("stop_unconfirmed", ["retry_stop", "cancel_stop"], []),
         ("archived", ["trash", "restore"], []),
+        ("complete", ["trash", "restore"], []),
+        ("abandoned", ["trash", "restore"], []),
         ("trashed", ["restore", "purge"], []),
         ("purge_blocked", ["purge"], []),
         ("purged", [], []),

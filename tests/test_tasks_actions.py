@@ -41,6 +41,7 @@ from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import tasks as tasks_store
 from room.store.migrate import connect, migrate
+from room.store.portfolio import PRIVATE_TABLES as PORTFOLIO_TABLES
 from room.store.schema import MIGRATIONS
 from room.store.schema_memory import MEMORY_TABLES
 from room.store.schema_tasks import TASK_TABLES
@@ -251,9 +252,15 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     with_tasks = {r[0] for r in before.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert with_tasks - earlier == set(TASK_TABLES)
     # Later migrations: 0006 the worktree of each attempt, 0008 agents' task checkpoints,
-    # 0009 memory records, 0010 search.
+    # 0009 memory records, 0010 search, 0013 timelines, dependencies and the risk log.
     later = {t for t in tables - with_tasks if not t.startswith("search_")}
-    assert later == {"task_attempts", "checkpoints", *MEMORY_TABLES, "attachments"}
+    assert later == {
+        "task_attempts",
+        "checkpoints",
+        *MEMORY_TABLES,
+        "attachments",
+        *PORTFOLIO_TABLES,
+    }
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         assert "project_id" in columns, table

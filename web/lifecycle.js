@@ -11,9 +11,12 @@ import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js"
 
 // The order operations are shown in (which ones: the server's `allowed_ops`). "preview" (the
 // cleanup preview) is not an operation: it is shown next to restore and purge, what it previews.
-const MENU_ORDER = ["pause", "resume", "retry_stop", "cancel_stop", "restore", "archive", "trash", "preview", "purge"];
+const MENU_ORDER = ["pause", "resume", "retry_stop", "cancel_stop", "restore", "archive", "complete", "abandon", "trash", "preview", "purge"];
 const BANNER_ORDER = ["resume", "retry_stop", "cancel_stop", "restore", "purge"];
-const BANNER_STATES = new Set(["paused", "stopping", "stop_unconfirmed", "archived", "trashed", "purge_blocked"]);
+const BANNER_STATES = new Set(["paused", "stopping", "stop_unconfirmed", "archived", "complete", "abandoned", "trashed", "purge_blocked"]);
+// Operations that take a reason (stored, shown in the banner, STATUS.md and the index); complete
+// also takes the actual hours.
+const REASON_OPS = new Set(["pause", "archive", "complete", "abandon"]);
 const DANGER = new Set(["trash", "purge"]);
 
 /** The operations on offer, in `order`. */
@@ -52,9 +55,11 @@ export class Lifecycle {
       ? t("banner.stop_unconfirmed", { target: label("projectState", room.project.stop_target || "paused") })
       : t(`banner.${state}`);
     const owner = isOwner(room);
+    const reason = room.project.state_reason;
     clear(this.banner);
     append(this.banner, [
       h("span", { class: "banner-text", text }),
+      reason ? h("span", { class: "banner-reason", text: t("banner.reason", { reason }) }) : null,
       ...ops.map((op) => h("button", { type: "button", class: ["btn", "btn-small", DANGER.has(op) && "btn-danger"], dataset: { op }, text: t(`lifecycle.${op}`), on: { click: () => this.run(op) } })),
       owner ? null : h("span", { class: "muted", text: t("lifecycle.ownerOnly") }),
     ]);
@@ -75,7 +80,11 @@ export class Lifecycle {
     if (op === "preview") return this.preview();
     if (op === "purge") return this.purge();
     const room = this.room;
-    if (op === "archive" || op === "trash") {
+    let extras = {};
+    if (REASON_OPS.has(op)) {
+      extras = await reasonDialog(room.project, op);
+      if (!extras) return;
+    } else if (op === "trash") {
       const ok = await confirmDialog({
         title: t(`lifecycle.confirm.${op}.title`, { name: room.project.name }),
         text: t(`lifecycle.confirm.${op}.text`),
@@ -86,7 +95,7 @@ export class Lifecycle {
     }
     toast(t("lifecycle.working"), { timeout: 2000 });
     try {
-      const result = await post(`/api/projects/${room.id}/lifecycle`, { op });
+      const result = await post(`/api/projects/${room.id}/lifecycle`, { op, ...extras });
       this.apply(result.project);
       const state = result.project.state;
       toast(state === "stop_unconfirmed" ? t("lifecycle.unconfirmed") : t("lifecycle.done", { state: label("projectState", state) }));
@@ -169,6 +178,43 @@ export class Lifecycle {
       this.onPurged(project.id);
     }
   }
+}
+
+/** Ask for the reason (and, for complete, the actual hours); undefined when cancelled. */
+function reasonDialog(project, op) {
+  return openDialog({
+    title: t(`lifecycle.confirm.${op}.title`, { name: project.name }),
+    className: "reason-dialog",
+    build: (close) => {
+      const reason = h("textarea", { id: "lifecycle-reason", rows: 2, maxLength: 500 });
+      const hours = op === "complete" ? h("input", { id: "lifecycle-hours", type: "number", min: "0", step: "0.5", attrs: { inputmode: "decimal" } }) : null;
+      const error = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
+      const form = h("form", { class: "form" },
+        h("p", { class: "dialog-text", text: t(`lifecycle.confirm.${op}.text`) }),
+        h("label", { class: "field" }, h("span", { class: "field-label", text: t("lifecycle.reason") }), reason),
+        hours ? h("label", { class: "field" }, h("span", { class: "field-label", text: t("lifecycle.actualHours") }), hours) : null,
+        error,
+        h("div", { class: "dialog-actions" },
+          h("button", { type: "button", class: "btn", text: t("common.cancel"), on: { click: () => close() } }),
+          h("button", { type: "submit", class: ["btn", op === "abandon" ? "btn-danger" : "btn-primary"], text: t(`lifecycle.${op}`).replace(/…$/, "") })));
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        const extras = {};
+        if (reason.value.trim()) extras.reason = reason.value.trim();
+        if (hours && hours.value !== "") {
+          const value = Number(hours.value);
+          if (!Number.isFinite(value) || value < 0) {
+            error.textContent = t("lifecycle.actualHours");
+            error.hidden = false;
+            return;
+          }
+          extras.actual_hours = value;
+        }
+        close(extras);
+      });
+      return form;
+    },
+  });
 }
 
 function previewView(data) {

@@ -12,7 +12,7 @@ import { openDialog } from "./ui.js";
 
 const GROUPS = [
   ["active", ["active", "stopping", "stop_unconfirmed", "paused"]],
-  ["archived", ["archived"]],
+  ["archived", ["archived", "complete", "abandoned"]],
   ["trash", ["trashed", "purge_blocked"]],
 ];
 const ROUTE_REASON = "创建项目时选择 (chosen when the project was created)";

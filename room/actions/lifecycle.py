@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 from room.actions import tasks as task_actions
@@ -45,17 +47,21 @@ from room.lifecycle import (
 )
 from room.models import Member, Project
 from room.ops import project_for, project_frame
+from room.portfolio import parse_hours
 from room.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
 from room.store import memory as memory_store
+from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 
 NOTICES = {
     "paused": "⏸ 项目已暂停：不再派发给 AI 成员，人类消息会保留到恢复后再送达。",
     "active": "▶️ 项目已恢复，暂存的消息按顺序派发。",
     "archived": "🗄 项目已归档。",
+    "complete": "✅ 项目已完成。",
+    "abandoned": "⛔ 项目已放弃。",
     "trashed": "🗑 项目已移入回收站（保留 {days} 天内可恢复；不会自动清除）。",
     "stop_unconfirmed": "⚠️ 停止未确认：仍有成员的工作没有确认停止。可重试检查，或取消回到原状态。",
     "restored": "♻️ 项目已从{where}恢复为暂停状态；旧的待处理请求不会恢复。",
@@ -152,14 +158,66 @@ async def refuse(core: Core, actor: Member, project: Project, op: str, reason: s
     )
 
 
-async def run(core: Core, actor: Member, project_id: int, op: str) -> dict[str, Any]:
-    """Carry out a lifecycle operation other than purge (see ``room.actions.purge``)."""
+# The operations that take a reason (stored in ``projects.state_reason``, shown and audited).
+REASON_OPS = frozenset({ProjectOp.PAUSE, ProjectOp.ARCHIVE, ProjectOp.COMPLETE, ProjectOp.ABANDON})
+MAX_REASON_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Extras:
+    """What an operation may carry besides its name: the reason (pause, archive, complete,
+    abandon) and the actual hours (complete)."""
+
+    reason: str | None = None
+    actual_hours: float | None = None
+
+
+def check_extras(op: str, reason: str | None, actual_hours: Any) -> Extras:
+    if reason is not None:
+        reason = " ".join(unicodedata.normalize("NFC", reason).split()) or None
+    if reason is not None and op not in REASON_OPS:
+        raise BadRequestError(
+            f"{op} 不接受原因 (this operation takes no reason)",
+            code="reason_not_accepted",
+            field="reason",
+            allowed=sorted(REASON_OPS),
+        )
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        raise BadRequestError(
+            f"原因最多 {MAX_REASON_CHARS} 个字符 (the reason is at most {MAX_REASON_CHARS} "
+            "characters)",
+            code="reason_too_long",
+            field="reason",
+        )
+    if actual_hours is not None and op != ProjectOp.COMPLETE:
+        raise BadRequestError(
+            "只有标记完成时填写实际工时 (actual hours are given when marking complete)",
+            code="hours_not_accepted",
+            field="actual_hours",
+        )
+    return Extras(reason, parse_hours(actual_hours, "actual_hours"))
+
+
+async def run(
+    core: Core,
+    actor: Member,
+    project_id: int,
+    op: str,
+    *,
+    reason: str | None = None,
+    actual_hours: Any = None,
+) -> dict[str, Any]:
+    """Carry out a lifecycle operation other than purge (see ``room.actions.purge``).
+
+    ``reason`` goes with pause, archive, complete and abandon; ``actual_hours`` with complete
+    (docs/portfolio.md: the estimates rule compares it with the estimate)."""
     if op not in {o.value for o in ProjectOp} or op == ProjectOp.PURGE:
         raise BadRequestError(
             f"unknown lifecycle operation {op!r}",
             code="bad_op",
             allowed=[o.value for o in ProjectOp if o is not ProjectOp.PURGE],
         )
+    extras = check_extras(op, reason, actual_hours)
     project = await load(core, project_id)
     decision = decision_for(project, op, actor)
     if not decision.allowed:
@@ -167,7 +225,7 @@ async def run(core: Core, actor: Member, project_id: int, op: str) -> dict[str, 
         decision.raise_if_refused()
     assert decision.target is not None
     try:
-        return await _carry_out(core, actor, project, op, decision)
+        return await _carry_out(core, actor, project, op, decision, extras)
     except ConflictError as exc:
         # Refusals found only on the way (mostly inside a write, which rolls back with them).
         if exc.code in ("state_changed", "snapshot_mismatch"):
@@ -176,10 +234,15 @@ async def run(core: Core, actor: Member, project_id: int, op: str) -> dict[str, 
 
 
 async def _carry_out(
-    core: Core, actor: Member, project: Project, op: str, decision: Decision[ProjectState]
+    core: Core,
+    actor: Member,
+    project: Project,
+    op: str,
+    decision: Decision[ProjectState],
+    extras: Extras,
 ) -> dict[str, Any]:
     if decision.procedure is Procedure.STOP:
-        return await _stop_sequence(core, actor, project, op, decision)
+        return await _stop_sequence(core, actor, project, op, decision, extras)
     if op == ProjectOp.RESTORE and project.state == ProjectState.TRASHED:
         report = await core.db.read(lambda conn: _verify_snapshot(conn, project.id))
         if not report["ok"]:
@@ -218,13 +281,21 @@ def _direct(
     projects_store.set_state(
         conn, project.id, state=target.value, state_from=None, stop_target=None, now=tx.now
     )
+    if op != ProjectOp.CANCEL_STOP:
+        # Resume and restore leave the paused/archived/complete/abandoned state and its reason.
+        projects_store.set_state_reason(conn, project.id, None)
     if target is ProjectState.ACTIVE:
         released = _release_held(conn, tx, project.id)
         detail["released"] = released
         tx.emit(WakeProject(project.id))
     _audit(conn, tx, actor, project.id, op, project.state, "ok", to=target.value, **detail)
     if op == ProjectOp.RESTORE:
-        where = {"trashed": "回收站", "archived": "归档"}[project.state]
+        where = {
+            "trashed": "回收站",
+            "archived": "归档",
+            "complete": "已完成",
+            "abandoned": "已放弃",
+        }[project.state]
         text = NOTICES["restored"].format(where=where)
     elif op == ProjectOp.CANCEL_STOP:
         text = f"↩️ 已取消停止，项目回到 {target.value}。"
@@ -242,7 +313,12 @@ def _direct(
 
 
 async def _stop_sequence(
-    core: Core, actor: Member, project: Project, op: str, decision: Decision[ProjectState]
+    core: Core,
+    actor: Member,
+    project: Project,
+    op: str,
+    decision: Decision[ProjectState],
+    extras: Extras,
 ) -> dict[str, Any]:
     target = decision.target
     assert target is not None and decision.from_state is not None
@@ -294,6 +370,15 @@ async def _stop_sequence(
             else:
                 detail["held"] = _hold_pending(conn, tx, project.id)
                 text = NOTICES[reached.value]
+            projects_store.set_state_reason(conn, project.id, extras.reason)
+            if extras.reason:
+                detail["reason"] = extras.reason
+                text += f"原因：{extras.reason}"
+            if reached is ProjectState.COMPLETE and extras.actual_hours is not None:
+                portfolio_store.set_actual_hours(
+                    conn, project.id, extras.actual_hours, by=actor.id, now=tx.now
+                )
+                detail["actual_hours"] = extras.actual_hours
         insert_notice(
             conn,
             tx,

@@ -38,6 +38,7 @@ from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
 from room.store import memory as memory_store
+from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import search as search_store
 from room.store.schema_tasks import TASK_TABLES
@@ -147,6 +148,8 @@ def _settings(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str
         "project_snapshots": _delete(
             conn, "DELETE FROM project_snapshots WHERE project_id = :p", project_id
         ),
+        # Timeline, milestones, dependencies (both ways) and the risk log (docs/portfolio.md).
+        "portfolio": portfolio_store.purge_project(conn, project_id),
     }
 
 

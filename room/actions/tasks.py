@@ -39,6 +39,7 @@ from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
+from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.tasks import TaskRow
@@ -270,6 +271,9 @@ def task_object(
 def board(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
     members = members_by_id(conn, project_id)
     tasks = [task_object(conn, t, members) for t in tasks_store.tasks_of(conn, project_id)]
+    dates = portfolio_store.task_dates(conn, project_id)
+    for task in tasks:
+        task["est_start"], task["est_end"] = dates.get(task["id"], (None, None))
     counts = {str(s): 0 for s in TaskState}
     for task in tasks:
         counts[task["state"]] += 1

@@ -4,7 +4,18 @@ Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``);
 don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
 """
 
-from room.api import agents, attachments, base, lifecycle, memory, packs, search, tasks, workspaces
+from room.api import (
+    agents,
+    attachments,
+    base,
+    lifecycle,
+    memory,
+    packs,
+    portfolio,
+    search,
+    tasks,
+    workspaces,
+)
 
 __all__ = [
     "agents",
@@ -14,6 +25,7 @@ __all__ = [
     "lifecycle",
     "memory",
     "packs",
+    "portfolio",
     "search",
     "tasks",
     "workspaces",
@@ -27,6 +39,7 @@ endpoints = [
     *agents.endpoints,
     *workspaces.endpoints,
     *search.endpoints,
+    *portfolio.endpoints,
     *tasks.endpoints,
     *memory.endpoints,
     *packs.endpoints,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -19,6 +19,8 @@ from room.errors import ForbiddenError
 class LifecycleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     op: str
+    reason: str | None = Field(default=None, max_length=2000)
+    actual_hours: float | None = None
 
 
 async def lifecycle(request: Request) -> Response:
@@ -27,7 +29,9 @@ async def lifecycle(request: Request) -> Response:
     project_id = path_id(request, "project_id")
     actor = await member_in(core, who, project_id)
     data: LifecycleIn = await body_of(request, LifecycleIn)
-    result = await lifecycle_actions.run(core, actor, project_id, data.op)
+    result = await lifecycle_actions.run(
+        core, actor, project_id, data.op, reason=data.reason, actual_hours=data.actual_hours
+    )
     return JSONResponse(result)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +21,7 @@ from starlette.routing import Route
 from room.actions import attempts as attempt_actions
 from room.actions import decisions as decision_actions
 from room.actions import plans as plan_actions
+from room.actions import portfolio as portfolio_actions
 from room.actions import task_updates as update_actions
 from room.actions import tasks as task_actions
 from room.actions import workspaces as ws_actions
@@ -27,8 +29,11 @@ from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import NotFoundError
 from room.evidence import verify_artifact
 from room.models import Member, Project, iso
+from room.portfolio import today_of
 from room.store import members as members_store
+from room.store import memory as memory_store
 from room.store import messages as messages_store
+from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.tasks import TaskState
@@ -231,17 +236,34 @@ async def status_md(request: Request) -> Response:
     member = await _member(request)
     core = core_of(request)
     project_id = member.project_id
+    project = await core.db.read(lambda conn: projects_store.get(conn, project_id))
+    if project is None:
+        raise NotFoundError("no such project", code="no_project")
+    # The workspace's commit (`git log --oneline -1`), read off the loop and cached.
+    head = (await ws_actions.workspace_info(core, project)).get("head")
+    now = time.time()
 
     def read(conn: Any) -> str:
-        project = projects_store.get(conn, project_id)
-        assert project is not None
+        current = projects_store.get(conn, project_id)
+        assert current is not None
         members = {m.id: m for m in members_store.list_for_project(conn, project_id)}
+        extra = StatusExtra(
+            head=head,
+            timeline=portfolio_actions.timeline_wire(conn, project_id, today_of(now)),
+            risks=portfolio_store.risk_log(conn, project_id, limit=20),
+            context=[
+                f"{'约定' if e['kind'] == 'convention' else '事实'}：{e['body'].get('text', '')}"
+                for kind in ("convention", "fact")
+                for e in memory_store.entries(conn, project_id, kind, limit=8)
+            ],
+        )
         return render_status(
-            project,
+            current,
             task_actions.board(conn, project_id),
             decision_actions.decision_log(conn, project_id),
             members,
-            now=time.time(),
+            now=now,
+            extra=extra,
         )
 
     text = await core.db.read(read)
@@ -276,6 +298,31 @@ def _handle(members: dict[int, Member], person: dict[str, Any] | None) -> str:
     return f"@{member.handle}" if member else f"#{person['id']}"
 
 
+@dataclass(frozen=True, slots=True)
+class StatusExtra:
+    """What STATUS.md shows beyond the board and the decisions (issue 16 item 1)."""
+
+    head: str | None = None  # the workspace's `git log --oneline -1`, when it is a repository
+    timeline: dict[str, Any] = field(default_factory=dict)  # portfolio_actions.timeline_wire
+    risks: list[dict[str, Any]] = field(default_factory=list)  # the risk log, newest first
+    context: list[str] = field(default_factory=list)  # conventions and facts from memory
+
+
+_PROJECT_STATES = {
+    "active": "进行中 (active)",
+    "paused": "已暂停 (paused)",
+    "stopping": "停止中 (stopping)",
+    "stop_unconfirmed": "停止未确认 (stop unconfirmed)",
+    "archived": "已归档 (archived)",
+    "complete": "已完成 (complete)",
+    "abandoned": "已放弃 (abandoned)",
+    "trashed": "回收站 (trashed)",
+    "purge_blocked": "清除未完成 (purge blocked)",
+    "purged": "已清除 (purged)",
+}
+_LEVELS = {"red": "🔴", "yellow": "🟡"}
+
+
 def render_status(
     project: Project,
     board: dict[str, Any],
@@ -283,17 +330,28 @@ def render_status(
     members: dict[int, Member],
     *,
     now: float,
+    extra: StatusExtra | None = None,
 ) -> str:
-    """A STATUS-style summary generated from the database: goal, current state, tasks by state,
-    open questions, decisions. No I/O; ``now`` is passed in."""
+    """STATUS.md, generated from the database (never edited by hand): last updated, the
+    workspace's commit, the owners as PM, 🎯 goal, 📍 current state, 📋 the to-do list as
+    checkboxes, 🔑 key context and decisions, 🛑 the pause reason or leftovers, 📅 the timeline,
+    ⚠️ the risk log, and the open questions. No I/O; ``now`` is passed in."""
+    extra = extra or StatusExtra()
     tasks = board["tasks"]
     out = [f"# STATUS — {_one_line(project.name)}", ""]
     out.append(f"_由数据库生成 (generated from the database) · {iso(now)}_")
-    out += ["", "## 目标 (Goal)", "", project.goal.strip() or "（尚未设定 / not set）", ""]
+    out.append("")
+    out.append(f"- 最后更新 (last updated)：{iso(now)}")
+    out.append(f"- 提交 (git commit)：`{extra.head}`" if extra.head else "- 提交 (git commit)：—")
+    owners = [f"@{m.handle}" for m in members.values() if m.is_owner and m.status != "left"]
+    out.append(f"- 负责人 (PM)：{'、'.join(owners) or '—'}")
+    if extra.timeline.get("summary"):
+        out.append(f"- 概要 (summary)：{_one_line(extra.timeline['summary'])}")
+    out += ["", "## 🎯 目标 (Goal)", "", project.goal.strip() or "（尚未设定 / not set）", ""]
     accepted = board["counts"][str(TaskState.ACCEPTED)]
     live = len([t for t in tasks if t["state"] != TaskState.CANCELLED])
-    out += ["## 当前状态 (Current state)", ""]
-    out.append(f"- 项目 (project)：{project.state}")
+    out += ["## 📍 当前状态 (Current state)", ""]
+    out.append(f"- 项目 (project)：{_PROJECT_STATES.get(project.state, project.state)}")
     plans = board["plans"]
     if plans:
         latest = plans[-1]
@@ -304,7 +362,7 @@ def render_status(
     out.append(f"- 任务 (tasks)：{accepted}/{live} 已验收 (accepted)")
     if board["plan_first"]:
         out.append("- 计划优先 (plan-first)：计划需人类开始后才派发")
-    out += ["", "## 任务 (Tasks by state)", ""]
+    out += ["", "## 📋 待办 (To-do)", ""]
     if not tasks:
         out += ["（暂无任务 / no tasks yet）", ""]
     for state, label in _STATE_LABELS.items():
@@ -312,24 +370,27 @@ def render_status(
         if not group:
             continue
         out += [f"### {label} · {len(group)}", ""]
+        box = "[x]" if state == TaskState.ACCEPTED else "[ ]"
         for task in group:
             passed = sum(1 for c in task["criteria"] if c["passed"])
             line = (
-                f"- `{task['key']}` {_one_line(task['title'], 120)} — "
+                f"- {box} `{task['key']}` {_one_line(task['title'], 120)} — "
                 f"{_handle(members, task['owner'])} · r{task['revision']} · "
                 f"{passed}/{len(task['criteria'])} 标准通过"
             )
+            if state == TaskState.CANCELLED:
+                line = f"- {box} ~~`{task['key']}` {_one_line(task['title'], 120)}~~"
+            if task.get("est_start") or task.get("est_end"):
+                line += f" · 📅 {task.get('est_start') or '?'} → {task.get('est_end') or '?'}"
             if task["waiting_on"]:
                 line += f" · 等待 (waiting on) {', '.join(task['waiting_on'])}"
             if task["held"]:
                 line += " · 计划未开始 (plan not started)"
             out.append(line)
         out.append("")
-    out += ["## 待解决的问题 (Open questions)", ""]
-    questions = _open_questions(tasks, decisions, members)
-    out += questions or ["（没有 / none）"]
-    out += ["", "## 决定 (Decisions)", ""]
-    if not decisions:
+    out += ["## 🔑 关键上下文与决定 (Key context and decisions)", ""]
+    out += [f"- {_one_line(text)}" for text in extra.context]
+    if not decisions and not extra.context:
         out.append("（暂无 / none）")
     for decision in decisions:
         latest_rev = decision["revisions"][-1] if decision["revisions"] else {}
@@ -338,8 +399,56 @@ def render_status(
             f" · 第 {decision['revision']} 版 (r{decision['revision']})"
             + (f"：{_one_line(latest_rev.get('decision'))}" if latest_rev else "")
         )
+    out += ["", "## 🛑 暂停原因与遗留 (Pause reason and leftovers)", ""]
+    if project.state_reason:
+        label = _PROJECT_STATES.get(project.state, project.state)
+        out.append(f"- {label}，原因 (reason)：{_one_line(project.state_reason, 500)}")
+    leftovers = [t for t in tasks if t["state"] not in (TaskState.ACCEPTED, TaskState.CANCELLED)]
+    if project.state != "active" and leftovers:
+        out.append(f"- 遗留任务 (leftovers)：{'、'.join(t['key'] for t in leftovers)}")
+    if not project.state_reason and not (project.state != "active" and leftovers):
+        out.append("（无 / none）")
+    out += ["", "## 📅 时间线 (Timeline)", ""]
+    out += _timeline_lines(extra.timeline)
+    out += ["", "## ⚠️ 风险日志 (Risk log)", ""]
+    if not extra.risks:
+        out.append("（暂无 / none — 运行风险扫描：room risk）")
+    for risk in extra.risks:
+        mark = "✔️ 已解除" if risk["resolved_at"] else _LEVELS.get(risk["level"], "")
+        out.append(
+            f"- {mark} {risk['rule']}：{_one_line(risk['detail'])} · 首次 {iso(risk['first_at'])}"
+            f" · 扫描 {risk['scans']} 次 · 建议：{risk['suggestion']}"
+        )
+    out += ["", "## 待解决的问题 (Open questions)", ""]
+    questions = _open_questions(tasks, decisions, members)
+    out += questions or ["（没有 / none）"]
     out.append("")
     return "\n".join(out)
+
+
+_MARKS = {"done": "✅", "in_progress": "🔄", "pending": "⏳"}
+
+
+def _timeline_lines(tl: dict[str, Any]) -> list[str]:
+    if not tl:
+        return ["（尚未设定 / not set）"]
+    out = [
+        f"- 开始 (start)：{tl.get('start') or '—'} · 预计结束 (estimated end)：{tl.get('end') or '—'}",
+        f"- 进度 (progress)：`{tl['bar']}` {tl['progress']}%"
+        + (" 🔴 逾期 (overdue)" if tl.get("overdue") else "")
+        + (" 🟡 有风险 (at risk)" if tl.get("at_risk") else ""),
+        f"- 工时 (hours)：预计 {_hours(tl.get('hours_estimated'))} · 实际 "
+        f"{_hours(tl.get('hours_actual'))}",
+    ]
+    for m in tl.get("milestones", []):
+        out.append(f"- {_MARKS[m['status']]} {m['date']} {_one_line(m['name'], 120)}")
+    for dep in tl.get("dependencies", []):
+        out.append(f"- 依赖 (depends on) {dep['kind']}：{dep['name']}")
+    return out
+
+
+def _hours(value: float | None) -> str:
+    return "—" if value is None else f"{value:g} h"
 
 
 def _open_questions(

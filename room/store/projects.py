@@ -161,6 +161,13 @@ def set_state(
     )
 
 
+def set_state_reason(conn: sqlite3.Connection, project_id: int, reason: str | None) -> None:
+    """The reason shown with the current state (pause, archive, complete, abandon), or None."""
+    conn.execute(
+        "UPDATE projects SET state_reason = :r WHERE id = :id", {"id": project_id, "r": reason}
+    )
+
+
 def settings(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
     row = conn.execute(
         "SELECT settings_json FROM projects WHERE id = :id", {"id": project_id}

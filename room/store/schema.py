@@ -10,6 +10,7 @@ from typing import NamedTuple
 from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
+from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 
@@ -466,6 +467,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0012_model_request_attempts", MODEL_REQUEST_ATTEMPTS),
     Migration("0013_packs", PACKS),
     Migration("0014_attachments", ATTACHMENTS),
+    Migration("0015_portfolio", PORTFOLIO),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
