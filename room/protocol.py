@@ -240,7 +240,8 @@ _AUTHOR_HINTS = ('"author', '"sender', '"from', '"user', '"as_member')
 
 def req_id_of(text: str) -> str | None:
     """The ``req_id`` of a raw frame that failed to parse, when one can be read from it (a JSON
-    object whose ``req_id`` is a string of at most 64 characters), so its error can echo it."""
+    object whose ``req_id`` is a string of at most 64 characters that is valid Unicode), so its
+    error can echo it."""
     if '"req_id"' not in text:
         return None
     try:
@@ -248,7 +249,13 @@ def req_id_of(text: str) -> str | None:
     except (ValueError, RecursionError):
         return None
     req_id = data.get("req_id") if isinstance(data, dict) else None
-    return req_id if isinstance(req_id, str) and len(req_id) <= MAX_REQ_ID_CHARS else None
+    if not isinstance(req_id, str) or len(req_id) > MAX_REQ_ID_CHARS:
+        return None
+    try:  # json.loads reads "\ud800" as a lone surrogate, which no frame can carry back
+        req_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return req_id
 
 
 def parse_client_frame(text: str) -> ClientFrame:

@@ -244,6 +244,21 @@ def test_an_owner_changes_the_workspace_and_nobody_else_can(app: App, tmp_path: 
     assert len(changed) == 1 and changed[0]["detail"]["to"] == str(repo)
 
 
+def test_an_owner_naming_the_default_workspace_gets_the_default_back(app: App) -> None:
+    """The page shows the default workspace's path; an owner who types it back (or any spelling
+    that resolves to it) gets the default, not a stored path inside the data folder that every
+    later use refuses (workspace_refused)."""
+    project = Project(app, None)
+    default = app.settings.data.resolve() / "workspaces" / str(project.id)
+    for spelling in (str(default), f"{default}/", str(default / ".." / str(project.id))):
+        status, data = project.owner("PUT", f"/api/projects/{project.id}/workspace",
+                                     {"path": spelling})  # fmt: skip
+        assert status == 200, data
+        assert (data["workspace"]["path"], data["workspace"]["default"]) == (str(default), True)
+        assert data["workspace"]["mode"] == "serial"
+        assert project.work_dir("lead").path == default
+
+
 # -- attempts -----------------------------------------------------------------------------------
 
 

@@ -351,6 +351,14 @@ async def test_errors_to_frames_that_failed_to_parse_echo_their_req_id(
         await c.send(unreadable)
         err = await c.wait_for("error")
         assert "req_id" not in err
+    # A req_id that spells a lone surrogate cannot be sent back as UTF-8: it is not echoed, and
+    # the socket keeps answering (the error once wedged the connection's outbox).
+    for raw in ('{"type": "nope", "req_id": "a\\ud800"}', '{"type": "ping", "req_id": "\\udc00"}'):
+        await c.send(raw)
+        err = await c.wait_for("error")
+        assert err["code"] == "bad_frame" and "req_id" not in err
+    await c.send({"type": "ping", "req_id": "after-surrogates"})
+    assert (await c.wait_for("pong"))["req_id"] == "after-surrogates"
 
 
 async def test_forged_author_is_refused(server: ServerProcess) -> None:

@@ -176,7 +176,12 @@ async def checked_workspace(
     """``raw`` checked off the event loop; None (the default workspace) stays None."""
     if raw is None or not raw.strip():
         return None
-    return await asyncio.to_thread(check_workspace, settings, raw, project_id)
+    path = await asyncio.to_thread(check_workspace, settings, raw, project_id)
+    # The project's own default, named by its path, is the default: stored as a path inside the
+    # data folder, every later use would refuse it (workspace_of).
+    if project_id is not None and path == str(default_workspace(settings, project_id)):
+        return None
+    return path
 
 
 # -- the wire object ----------------------------------------------------------------------------
