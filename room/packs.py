@@ -143,13 +143,25 @@ PACK_TABLES: tuple[PackTable, ...] = (
     PackTable("memory_revisions", refs={"entry_id": "memory_entries", "author_id": "members"}),
     PackTable("memory_versions", key=None, order="t.project_id"),
     PackTable("audit_events"),  # actor_id: a member only when actor_kind says so
+    # The portfolio (docs/portfolio.md). A dependency on another project does not travel: that
+    # project is not in the pack; skills and external dependencies do.
+    PackTable("project_timelines", key=None, order="t.project_id", refs={"updated_by": "members"}),
+    PackTable("milestones"),
+    PackTable("milestone_counts"),
+    PackTable("project_dependencies", where="t.project_id = :p AND t.kind != 'project'"),
+    PackTable("risk_log"),
 )
 
 TABLES_BY_NAME: dict[str, PackTable] = {t.name: t for t in PACK_TABLES}
 
-# Every version-1 pack has these parts; a table added later is optional in a version-1 pack
-# (an older server's pack simply has none of its rows).
-V1_TABLES: tuple[str, ...] = tuple(t.name for t in PACK_TABLES)
+# Optional in a version-1 pack: tables added after the first packs were written (a pack from
+# before them simply has none of their rows).
+LATER_TABLES = frozenset(
+    {"project_timelines", "milestones", "milestone_counts", "project_dependencies", "risk_log"}
+)
+
+# Every version-1 pack has these parts.
+V1_TABLES: tuple[str, ...] = tuple(t.name for t in PACK_TABLES if t.name not in LATER_TABLES)
 
 # What a fork copies: the project's records, members and routes; no conversation, no deliveries,
 # no task execution state, no agent sessions (those were never in a pack).

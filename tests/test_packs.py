@@ -413,6 +413,17 @@ def test_http_export_import_fork_merge_are_for_owners(app: App, tmp_path: Path) 
     merge = {"source_project_id": other}
     assert error(app.request("POST", f"{path}/merge", merge, cookie=cookie)) == (403, "not_owner")
 
+    # The portfolio travels: timeline, milestones, a skill dependency (one on another project
+    # does not: that project is not in the pack).
+    timeline = {
+        "start": "2026-12-01", "end": "2026-12-31", "hours_estimated": 40,
+        "milestones": [{"name": "设计", "date": "2026-12-10", "status": "done"}],
+    }  # fmt: skip
+    assert app.request("PUT", f"{path}/timeline", timeline, cookie=app.owner_cookie)[0] == 200
+    other_id, _, _ = app.project_with("被依赖", owner)
+    deps = {"dependencies": [{"kind": "skill", "name": "Rust"},
+                             {"kind": "project", "project_id": other_id}]}  # fmt: skip
+    assert app.request("PUT", f"{path}/dependencies", deps, cookie=app.owner_cookie)[0] == 200
     response = app.client.get(
         f"{path}/export", headers={"Cookie": f"room_session={app.owner_cookie}"}
     )
@@ -434,6 +445,14 @@ def test_http_export_import_fork_merge_are_for_owners(app: App, tmp_path: Path) 
     assert forged.status_code == 400 and forged.json()["error"]["details"]["reason"] == "bad_kind"
     made = upload(pack, app.owner_cookie)
     assert made.status_code == 201 and made.json()["name"] == "导入"
+    new_id = made.json()["project_id"]
+    _, copied = app.request("GET", f"/api/projects/{new_id}/timeline", cookie=app.owner_cookie)
+    assert [m["name"] for m in copied["milestones"]] == ["设计"]
+    with app.db() as conn:
+        kinds = conn.execute(
+            "SELECT kind, name FROM project_dependencies WHERE project_id = ?", (new_id,)
+        ).fetchall()
+    assert [tuple(k) for k in kinds] == [("skill", "rust")]
     assert not list((app.settings.data / "tmp").iterdir())  # the upload's temp file is gone
     status, forked = app.request("POST", f"{path}/fork", {"name": "分支"}, cookie=app.owner_cookie)
     assert status == 201 and forked["name"] == "分支"
