@@ -152,7 +152,9 @@ async def test_a_quote_is_plain_words(server: ServerProcess) -> None:
     assert live["message"]["reply_excerpt"]["excerpt"] == "引用的话 加粗 和 代码 <b>x</b>"
 
 
-async def test_the_migration_forgets_what_earlier_versions_kept(server: ServerProcess) -> None:
+async def test_the_migration_forgets_what_earlier_versions_kept(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A database written before 0011_message_privacy kept each edit's text in its
     message_updated event and a deleted message's text in its replies' quotes: migrating
     clears both."""
@@ -186,6 +188,9 @@ async def test_the_migration_forgets_what_earlier_versions_kept(server: ServerPr
     conn.execute("DROP INDEX messages_reply_to")
     index = [m.name for m in MIGRATIONS].index("0011_message_privacy")
     conn.execute(f"PRAGMA user_version = {index}")
+    # Only this migration runs again (the later ones are in the schema already).
+    monkeypatch.setattr("room.store.migrate.MIGRATIONS", MIGRATIONS[: index + 1])
+    monkeypatch.setattr("room.store.migrate.SCHEMA_VERSION", index + 1)
 
     assert "0011_message_privacy" in migrate(conn, path, now=time.time())
     rows = conn.execute("SELECT frame FROM events WHERE frame IS NOT NULL").fetchall()
