@@ -62,6 +62,7 @@ def _expand_run(match: re.Match[str]) -> str:
     return " " + " ".join(grams) + " " + run[-1] + " "
 
 
+@lru_cache(maxsize=4)  # SQL asks for the two columns of one text one after the other
 def index_texts(text: str) -> tuple[str, str]:
     """What the index tokenizes for ``text``: its ``body`` column (NFKC, CJK runs as bigrams
     plus each run's last character) and its ``uni`` column (every CJK character alone, for

@@ -28,7 +28,7 @@ DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
 # Matches ranked per query, newest first: a word in a large share of a big project costs this
 # many BM25 scores, not one per match (``capped`` says when more matched; docs/search.md).
-RANK_WINDOW = 2_000
+RANK_WINDOW = 1_000
 
 
 # -- messages ----------------------------------------------------------------------------------
