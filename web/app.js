@@ -185,7 +185,7 @@ function runPendingJump() {
   const jump = pendingJump;
   if (!jump || !room || jump.projectId !== room.id || !room.historyLoaded) return;
   pendingJump = null;
-  timeline.jumpTo(jump.messageId, { terms: jump.terms });
+  timeline.jumpTo(jump.messageId, { terms: jump.terms, gone: "timeline.messageGone" });
 }
 
 /** A search result: the message in the timeline (and its permalink in the address), or the
@@ -197,7 +197,7 @@ function openResult(result, terms, query) {
     const messageId = result.message_id ?? result.id;
     const q = query ? `?${new URLSearchParams({ q: query })}` : "";
     history.replaceState(null, "", `#/p/${room.id}/m/${messageId}${q}`);
-    timeline.jumpTo(messageId, { seq: result.seq ?? null, terms });
+    timeline.jumpTo(messageId, { seq: result.seq ?? null, terms, gone: "timeline.messageGone" });
     return;
   }
   panel.select("memory");

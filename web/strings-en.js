@@ -303,6 +303,7 @@ export const STRINGS_EN = {
   "timeline.latest": "Jump to latest",
   "timeline.newMessages": "{n} new messages",
   "timeline.quotedGone": "The original message is not in the loaded history",
+  "timeline.messageGone": "This message does not exist, was deleted, or is not in this project",
   "msg.quoteDeleted": "The original message was deleted",
   "day.today": "Today",
   "day.yesterday": "Yesterday",

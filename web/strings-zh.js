@@ -304,6 +304,7 @@ export const STRINGS_ZH = {
   "timeline.latest": "回到最新",
   "timeline.newMessages": "{n} 条新消息",
   "timeline.quotedGone": "原消息不在已加载的历史中",
+  "timeline.messageGone": "这条消息不存在、已删除，或不在这个项目里",
   "msg.quoteDeleted": "原消息已删除",
   "day.today": "今天",
   "day.yesterday": "昨天",
