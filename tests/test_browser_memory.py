@@ -551,3 +551,20 @@ def test_a_permalink_to_a_message_that_is_not_there_says_so(
         expect(page.locator(".toast", has_text="原消息不在已加载的历史中")).to_have_count(0)
     finally:
         person.close()
+
+
+def test_a_link_into_a_project_that_is_not_yours_says_so(
+    chromium: Browser, room_server: RoomServer, history_project: dict[str, Any]
+) -> None:
+    """A permalink into a project the person is not in (or that is gone) says so instead of
+    silently showing another project under that address."""
+    person = sign_in_owner(chromium, room_server)
+    try:
+        page = person.page
+        page.goto(f"{room_server.origin}/#/p/999999/m/1?q={urllib.parse.quote('部署')}")
+        expect(
+            page.locator(".toast", has_text="链接里的项目不存在，或你不是它的成员")
+        ).to_be_visible()
+        expect(page.locator("#timeline")).to_be_visible()  # a project of theirs is open instead
+    finally:
+        person.close()

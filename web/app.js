@@ -168,7 +168,13 @@ async function navigate() {
     pendingJump = { projectId: id, messageId: Number(match[2]), terms: termsOf("", q) };
   }
   if (id !== null && !app.projects.has(id)) await refreshProjects();
-  if (id === null || !app.projects.has(id)) {
+  if (id !== null && !app.projects.has(id)) {
+    // A link to a project that is gone or not yours: said, not silently another project.
+    toast(t("room.notYours"), { timeout: 8000 });
+    pendingJump = null;
+    id = null;
+  }
+  if (id === null) {
     const first = [...app.projects.values()].find((p) => p.state === "active") || [...app.projects.values()][0];
     id = first ? first.id : null;
   }

@@ -226,6 +226,7 @@ export const STRINGS_EN = {
   "projects.empty.archived": "No archived projects",
   "projects.empty.trash": "The trash is empty",
   "room.youLeft": "You left the project “{name}”",
+  "room.notYours": "The project in the link does not exist, or you are not one of its members",
   "projects.unread": "{n} unread messages",
   "projects.unreadMentions": "{n} unread messages, {m} mentioning you",
   "notify.off": "Turn on alerts",

@@ -227,6 +227,7 @@ export const STRINGS_ZH = {
   "projects.empty.archived": "没有已归档的项目",
   "projects.empty.trash": "回收站是空的",
   "room.youLeft": "你已离开项目「{name}」",
+  "room.notYours": "链接里的项目不存在，或你不是它的成员",
   "projects.unread": "{n} 条未读消息",
   "projects.unreadMentions": "{n} 条未读消息，其中 {m} 条提到你",
   "notify.off": "开启提醒",
