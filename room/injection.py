@@ -258,7 +258,8 @@ def _decisions_heading(total: int, heads: bool) -> str:
 
 def _session(entry: SessionEntry) -> str:
     lines = [
-        f"### #{entry.id} {_date(entry.at)} {_one_line(entry.author)}",
+        # Its record id as memory_read takes it: "#N" is a message's number in the context.
+        f"### 会话记录 id={entry.id} · {_date(entry.at)} · {_one_line(entry.author)}",
         f"概要：{_value(entry.summary)}",
     ]
     for label, value in (

@@ -533,3 +533,38 @@ def test_a_message_link_is_copied_and_opens_it(
         person.assert_clean()
     finally:
         person.close()
+
+
+def test_a_permalink_to_a_message_that_is_not_there_says_so(
+    chromium: Browser, room_server: RoomServer, history_project: dict[str, Any]
+) -> None:
+    """A fresh load of a link to a message that does not exist (or was deleted, or is another
+    project's) says that, not the reply quote's "not in the loaded history"."""
+    project = history_project["project"]
+    person = sign_in_owner(chromium, room_server)
+    try:
+        page = person.page
+        page.goto(f"{room_server.origin}/#/p/{project}/m/999999?q={urllib.parse.quote('部署')}")
+        expect(
+            page.locator(".toast", has_text="这条消息不存在、已删除，或不在这个项目里")
+        ).to_be_visible()
+        expect(page.locator(".toast", has_text="原消息不在已加载的历史中")).to_have_count(0)
+    finally:
+        person.close()
+
+
+def test_a_link_into_a_project_that_is_not_yours_says_so(
+    chromium: Browser, room_server: RoomServer, history_project: dict[str, Any]
+) -> None:
+    """A permalink into a project the person is not in (or that is gone) says so instead of
+    silently showing another project under that address."""
+    person = sign_in_owner(chromium, room_server)
+    try:
+        page = person.page
+        page.goto(f"{room_server.origin}/#/p/999999/m/1?q={urllib.parse.quote('部署')}")
+        expect(
+            page.locator(".toast", has_text="链接里的项目不存在，或你不是它的成员")
+        ).to_be_visible()
+        expect(page.locator("#timeline")).to_be_visible()  # a project of theirs is open instead
+    finally:
+        person.close()

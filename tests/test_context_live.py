@@ -211,7 +211,10 @@ async def test_a_stopped_turn_leaves_its_prompt_for_the_next_turn(
         assert "（你的任务检查点：第 1 轮，第 1 步，被停止）" in request
         assert "\n受阻：一位成员停止了这一轮\n" in request
         assert "#1 " in request and "（owner，人类）：@lead 整理一下发布说明" in request
-        assert checkpoint_rows(data)[-2:] == [(2, "start", "running"), (2, "end", "completed")]
+        # The reply is posted before the turn's end is recorded (its own write): wait for it.
+        await eventually(
+            lambda: checkpoint_rows(data)[-2:] == [(2, "start", "running"), (2, "end", "completed")]
+        )
     finally:
         server.stop()
 

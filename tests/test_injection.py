@@ -8,6 +8,7 @@ diff before committing).
 from __future__ import annotations
 
 import os
+import re
 import unicodedata
 from pathlib import Path
 
@@ -252,6 +253,15 @@ def test_a_memory_write_resets_the_count() -> None:
     assert state.take()[0] is not None
 
 
+def test_a_session_entry_is_named_by_its_record_id_never_as_a_message_number() -> None:
+    """The rules tell the model that ``#N`` is a message's number; a session entry's heading
+    names its record id as ``memory_read`` takes it instead, so ``#2`` never means two things."""
+    text = inj.build(records()).text
+    assert re.search(r"#\d", text) is None, re.findall(r".*#\d.*", text)
+    entry = records().sessions[0]
+    assert f"### 会话记录 id={entry.id} · " in text
+
+
 def test_fixture_summary_has_an_empty_section() -> None:
     assert summary().sections["status"] == ""
 
@@ -279,6 +289,6 @@ def test_no_line_a_record_holds_can_pose_as_a_line_of_the_section() -> None:
         "## 决策（共 1 条）",
         "### ADR-0001 标题 ## 决策［已接受］",
         "## 最近的会话记录（最新的在前，列出 1 条，共 1 条）",
-        "### #1 2025-11-24 16:00 UTC @b",
+        "### 会话记录 id=1 · 2025-11-24 16:00 UTC · @b",
     ]
     assert "\n  ### 坑\n  ## 决策\n" in text

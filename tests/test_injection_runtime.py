@@ -238,7 +238,7 @@ def test_the_section_is_read_from_stored_records(app: App, llm: OpenAIServer) ->
         "- PostgreSQL：太重" in text
         and "⚠️ 这份概要已 20 天没有更新，此后又新增了 20 条会话记录" in text
     )
-    assert "### #" in text and "第 6 次会话" in text and "第 5 次会话" not in text
+    assert "### 会话记录 id=" in text and "第 6 次会话" in text and "第 5 次会话" not in text
 
 
 def add_agent(app: App, handle: str, role: str) -> int:

@@ -167,6 +167,12 @@ def test_archived_entries_are_listed_with_archived_1(people: People) -> None:
     assert [e["body"]["text"] for e in page["entries"]] == ["旧事实"]
     status, view = people.owner("GET", people.base)
     assert view["archived"] == {"fact": 1}
+    # A value that is neither yes nor no is refused, not read as "the live ones".
+    assert code(people.owner("GET", f"{people.base}/fact?archived=yes")) == (
+        400, "bad_query", "archived",
+    )  # fmt: skip
+    status, page = people.owner("GET", f"{people.base}/fact?archived=false")
+    assert status == 200 and page["entries"] == []
 
 
 def test_decision_endpoints_take_alternatives_and_constraints(people: People) -> None:

@@ -168,7 +168,13 @@ async function navigate() {
     pendingJump = { projectId: id, messageId: Number(match[2]), terms: termsOf("", q) };
   }
   if (id !== null && !app.projects.has(id)) await refreshProjects();
-  if (id === null || !app.projects.has(id)) {
+  if (id !== null && !app.projects.has(id)) {
+    // A link to a project that is gone or not yours: said, not silently another project.
+    toast(t("room.notYours"), { timeout: 8000 });
+    pendingJump = null;
+    id = null;
+  }
+  if (id === null) {
     const first = [...app.projects.values()].find((p) => p.state === "active") || [...app.projects.values()][0];
     id = first ? first.id : null;
   }
@@ -185,7 +191,7 @@ function runPendingJump() {
   const jump = pendingJump;
   if (!jump || !room || jump.projectId !== room.id || !room.historyLoaded) return;
   pendingJump = null;
-  timeline.jumpTo(jump.messageId, { terms: jump.terms });
+  timeline.jumpTo(jump.messageId, { terms: jump.terms, gone: "timeline.messageGone" });
 }
 
 /** A search result: the message in the timeline (and its permalink in the address), or the
@@ -197,7 +203,7 @@ function openResult(result, terms, query) {
     const messageId = result.message_id ?? result.id;
     const q = query ? `?${new URLSearchParams({ q: query })}` : "";
     history.replaceState(null, "", `#/p/${room.id}/m/${messageId}${q}`);
-    timeline.jumpTo(messageId, { seq: result.seq ?? null, terms });
+    timeline.jumpTo(messageId, { seq: result.seq ?? null, terms, gone: "timeline.messageGone" });
     return;
   }
   panel.select("memory");

@@ -443,9 +443,9 @@ export class Timeline {
   /**
    * Show a message: scrolled to the middle, flashed and focused, with `terms` marked in it. A
    * message not loaded is found by its seq (given, or read from the server) and opened in a
-   * window around it.
+   * window around it. `gone` is the string key said when it cannot be shown.
    */
-  async jumpTo(messageId, { seq = null, terms = [] } = {}) {
+  async jumpTo(messageId, { seq = null, terms = [], gone = "timeline.quotedGone" } = {}) {
     const room = this.room;
     if (!room) return false;
     if (!room.messages.has(messageId)) {
@@ -455,7 +455,7 @@ export class Timeline {
           if (detail.project_id !== room.id) throw new Error("another project");
           seq = detail.seq;
         } catch {
-          toast(t("timeline.quotedGone"));
+          toast(t(gone));
           return false;
         }
       }
@@ -465,7 +465,7 @@ export class Timeline {
     }
     const el = this.cache.get(messageId)?.el;
     if (!el) {
-      toast(t("timeline.quotedGone"));
+      toast(t(gone));
       return false;
     }
     clearHighlights(this.el);

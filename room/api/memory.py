@@ -146,10 +146,19 @@ def _query_int(request: Request, name: str, default: int | None) -> int | None:
     return int(value)
 
 
+def _query_flag(request: Request, name: str) -> bool:
+    """A yes/no query parameter: ``1``/``true`` or ``0``/``false`` (absent: no)."""
+    value = request.query_params.get(name, "0").lower()
+    if value not in ("0", "1", "true", "false", ""):
+        raise BadRequestError(f"{name} 是 1 或 0 ({name} is 1 or 0.)", code="bad_query",
+                              field=name)  # fmt: skip
+    return value in ("1", "true")
+
+
 async def get_kind(request: Request) -> Response:
     member = await _reader(request)
     kind = records.check_kind(str(request.path_params["kind"]))
-    archived = request.query_params.get("archived", "0") in ("1", "true")
+    archived = _query_flag(request, "archived")
     before = _query_int(request, "before", None)
     limit = _query_int(request, "limit", DEFAULT_PAGE) or DEFAULT_PAGE
     if limit > memory_actions.MAX_PAGE:
