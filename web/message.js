@@ -135,13 +135,40 @@ function actionBar(actions) {
   return bar;
 }
 
-/** Links open in a new tab without a referrer; delivered mentions are highlighted. */
+/** Links open in a new tab without a referrer; delivered mentions are highlighted; each code
+ * block gets a copy button (its text, as written: the server's highlighting is only spans). */
 function finishBody(body, room, message) {
   for (const a of body.querySelectorAll("a[href]")) {
     a.target = "_blank";
     a.rel = "noopener noreferrer nofollow";
   }
+  for (const pre of body.querySelectorAll("pre")) addCopyButton(pre);
   highlightMentions(body, room, message);
+}
+
+function addCopyButton(pre) {
+  const code = pre.querySelector("code") || pre;
+  const button = h("button", {
+    type: "button",
+    class: "code-copy btn btn-small btn-ghost",
+    text: t("code.copy"),
+    attrs: { "aria-label": t("code.copyLabel") },
+    on: {
+      click: async () => {
+        try {
+          await navigator.clipboard.writeText(code.textContent);
+          button.textContent = t("code.copied");
+        } catch {
+          button.textContent = t("code.copyFailed");
+        }
+        setTimeout(() => (button.textContent = t("code.copy")), 1500);
+      },
+    },
+  });
+  const wrap = h("div", { class: "code-block" });
+  if (pre.dataset.lang) wrap.append(h("span", { class: "code-lang", text: pre.dataset.lang }));
+  pre.replaceWith(wrap);
+  wrap.append(pre, button);
 }
 
 const SKIP = new Set(["CODE", "PRE", "BLOCKQUOTE"]);
