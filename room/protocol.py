@@ -86,6 +86,16 @@ class DeleteFrame(_Frame):
     message_id: Id
 
 
+class ReactFrame(_Frame):
+    """Add (or, with ``remove``, take back) one's emoji reaction on a message."""
+
+    type: Literal["react"]
+    project_id: Id
+    message_id: Id
+    emoji: str = Field(min_length=1, max_length=64)
+    remove: bool = False
+
+
 class HistoryFrame(_Frame):
     type: Literal["history"]
     project_id: Id
@@ -100,9 +110,13 @@ class TypingFrame(_Frame):
 
 
 class ReadFrame(_Frame):
+    """Move my read cursor forward to ``seq``; with ``unread``, back to exactly ``seq`` ("mark
+    as unread": the messages after it count as unread again)."""
+
     type: Literal["read"]
     project_id: Id
     seq: int = Field(ge=0)
+    unread: bool = False
 
 
 class PreviewFrame(_Frame):
@@ -161,6 +175,7 @@ ClientFrame = Annotated[
     | SendFrame
     | EditFrame
     | DeleteFrame
+    | ReactFrame
     | HistoryFrame
     | TypingFrame
     | ReadFrame
@@ -183,6 +198,7 @@ CLIENT_FRAME_TYPES: tuple[str, ...] = (
     "send",
     "edit",
     "delete",
+    "react",
     "history",
     "typing",
     "read",

@@ -425,6 +425,17 @@ INSERT INTO search_fts (rowid, body, uni)
     WHERE deleted_at IS NULL ORDER BY id;
 """
 
+# Emoji reactions (room.store.reactions): one row per (message, emoji, member).
+REACTIONS = """
+CREATE TABLE reactions (
+    message_id  INTEGER NOT NULL REFERENCES messages(id),
+    emoji       TEXT NOT NULL,
+    member_id   INTEGER NOT NULL REFERENCES members(id),
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (message_id, emoji, member_id)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -436,6 +447,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0008_checkpoints", CHECKPOINTS),
     Migration("0009_memory", MEMORY),
     Migration("0010_search", SEARCH),
+    Migration("0015_reactions", REACTIONS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
