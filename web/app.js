@@ -17,6 +17,7 @@ import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
 import { SearchBox } from "./search.js";
+import { initShortcuts, openHelp } from "./shortcuts.js";
 import { Connection } from "./socket.js";
 import { app, createRoom, member, setMembers, upsertProject, upsertProjectFrame } from "./store.js";
 import { Timeline } from "./timeline.js";
@@ -134,6 +135,8 @@ async function boot() {
     onStatus(conn.status, conn.attempt);
   });
   window.addEventListener("hashchange", navigate);
+  initShortcuts({ go: (id) => (location.hash = `#/p/${id}`) });
+  $("#shortcuts-button")?.addEventListener("click", () => openHelp());
   window.addEventListener("focus", refreshProjects);
   // Other projects' unread counts: the socket watches only the open project.
   projectsTimer = setInterval(() => document.visibilityState === "visible" && refreshProjects(), PROJECTS_EVERY_MS);
@@ -215,7 +218,9 @@ function openProject(id) {
   const project = app.projects.get(id);
   project.unread = 0; // read from here on; the badge stays off while it is open
   const previous = app.room && app.projects.get(app.room.id);
-  if (previous) previous.unread = 0; // seen while open (a count read meanwhile is stale)
+  // Seen while open (a count read meanwhile is stale) — unless marked unread: ask the server.
+  if (previous && app.room.heldUnread) setTimeout(refreshProjects, 0);
+  else if (previous) previous.unread = 0;
   renderProjects($("#project-groups"), id);
   const room = createRoom(project);
   app.room = room;

@@ -7,6 +7,7 @@
 import { h, icon } from "./dom.js";
 import { formatDateTime, formatTime, label, t } from "./i18n.js";
 import { resolve } from "./mentions.js";
+import { reactionsRow } from "./reactions.js";
 import { member, roster } from "./store.js";
 
 const AVATAR_COLOURS = 8;
@@ -58,8 +59,8 @@ function roleTag(room, authorId) {
  * Build the entry for `message`. `actions` is the list of hover actions that apply
  * ({id, icon, label, run}); `continued` collapses the header under the previous one.
  */
-export function renderMessage(room, message, { actions = [], pending = null } = {}) {
-  if (message.kind === "system") return renderNotice(room, message, actions);
+export function renderMessage(room, message, { actions = [], pending = null, reactions = null } = {}) {
+  if (message.kind === "system") return renderNotice(room, message, actions, reactions);
   if (message.kind === "tool") return renderTool(room, message);
   const mine = message.author_id === room.you;
   const el = h("article", {
@@ -88,6 +89,10 @@ export function renderMessage(room, message, { actions = [], pending = null } = 
     finishBody(body, room, message);
   }
   main.append(body);
+  if (!message.deleted && reactions) {
+    const row = reactionsRow(room, message, reactions);
+    if (row) main.append(row);
+  }
   if (pending) {
     main.append(h("div", { class: "msg-state", text: pending.failed ? pending.failed : t("msg.sending") }));
   }
@@ -235,7 +240,7 @@ export function noticeKind(message) {
 
 const LEADING_EMOJI = /^\p{Extended_Pictographic}\uFE0F?\s*/u;
 
-function renderNotice(room, message, actions) {
+function renderNotice(room, message, actions, reactions) {
   const kind = noticeKind(message);
   const body = h("div", { class: "notice-body" });
   body.innerHTML = message.html; // sanitised by the server
@@ -258,6 +263,8 @@ function renderNotice(room, message, actions) {
   for (const action of actions) {
     el.append(h("button", { type: "button", class: "btn btn-small", text: action.label, on: { click: action.run } }));
   }
+  const row = reactions && reactionsRow(room, message, reactions);
+  if (row) el.append(row);
   return el;
 }
 
