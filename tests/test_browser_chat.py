@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from tests.support.browser import (
     Person,
@@ -38,7 +38,7 @@ RICH = (
 )
 
 
-def message(page: Page, text: str) -> object:
+def message(page: Page, text: str) -> Locator:
     return page.locator(".msg", has_text=text)
 
 
