@@ -193,8 +193,11 @@ def render_full(body: str) -> str:
 
 def render(body: str) -> str:
     """Message body (markdown) → sanitised HTML."""
+    # Every link linkify makes has a scheme (``https:``, ``mailto:``): no ASCII colon, no link.
     if (
-        _PLAIN.fullmatch(body) and not body[-1].isspace() and not _markdown().linkify.pretest(body)  # type: ignore[union-attr]
+        _PLAIN.fullmatch(body)
+        and not body[-1].isspace()
+        and (":" not in body or not _markdown().linkify.pretest(body))  # type: ignore[union-attr]
     ):
         return f"<p>{body}</p>\n"
     return render_full(body)

@@ -212,8 +212,8 @@ def test_mark_as_unread_moves_the_cursor_back(owner: Person, room_server: RoomSe
         room_server.say(project, f"进度第 {i} 条", session=wang)
     page = owner.page
     owner.open_project(project)
-    link = page.locator(f'.project-link[data-project-id="{project}"]')
-    expect(link.locator(".unread-badge")).to_have_count(0)
+    entry = page.locator(f'.project-link[data-project-id="{project}"]')
+    expect(entry.locator(".unread-badge")).to_have_count(0)
     second = message(page, "进度第 1 条")
     second.hover()
     second.get_by_role("button", name="更多").click()
@@ -226,11 +226,26 @@ def test_mark_as_unread_moves_the_cursor_back(owner: Person, room_server: RoomSe
         "els => { const i = els.findIndex((e) => e.classList.contains('unread-marker'));"
         " return els[i + 1].textContent.includes('进度第 1 条'); }"
     )
-    page.wait_for_timeout(400)
     owner.open_project(other)
-    expect(link.locator(".unread-badge")).to_have_text("3")
+    expect(entry.locator(".unread-badge")).to_have_text("3")
     me = room_server.get("/api/me")
     assert next(p for p in me["projects"] if p["id"] == project)["unread"] == 3
+    # The message's link (its menu's 复制链接), opened on a fresh page, scrolls to it and
+    # highlights it.
+    owner.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    owner.open_project(project)
+    second.hover()
+    second.get_by_role("button", name="更多").click()
+    page.get_by_role("menuitem", name="复制链接").click()
+    link = page.evaluate("navigator.clipboard.readText()")
+    assert link.endswith(f"#/p/{project}/m/{second.get_attribute('data-id')}")
+    fresh = owner.context.new_page()
+    fresh.goto(link)
+    opened = fresh.locator(f'.msg[data-id="{second.get_attribute("data-id")}"]')
+    expect(opened).to_be_in_viewport()
+    expect(opened).to_have_class(re.compile("flash"))
+    expect(opened).to_be_focused()
+    fresh.close()
     owner.assert_clean()
 
 

@@ -29,7 +29,29 @@ def test_render_fast_path_equals_the_full_pipeline(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["hello", "世界", "a-b", "x.y", "100%", "@lead"]), min_size=1))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "hello",
+                "世界",
+                "a-b",
+                "x.y",
+                "100%",
+                "@lead",
+                "https://example.com/路径",
+                "备注:",
+                "mailto:a@b.co",
+                "www.example.com",
+                "a.com",
+                "x:y",
+                "http:",
+                "ftp://f.example",
+            ]
+        ),
+        min_size=1,
+    )
+)
 def test_render_fast_path_on_prose(words: list[str]) -> None:
     text = " ".join(words)
     assert render(text) == render_full(text)
