@@ -7,6 +7,7 @@ mailto and open in a new tab with ``rel="noopener noreferrer nofollow"``.
   through ``linkify-it-py``); bare domains (``example.com``) and protocol-relative ``//host``
   stay text. A link's visible text is shortened to its host and the start of its path, and a
   named link (``[text](url)``) is followed by its host, so where a link leads is always shown.
+  A bare URL ends at full-width punctuation (``https://例子.中国/路径，好的`` links up to 路径).
 * Fenced code with a language Pygments knows is highlighted server-side into ``<span class>``
   tokens: classes only, never inline styles, so the page's CSP keeps ``style-src 'self'``
   (``web/code.css`` colours them, light and dark).
@@ -105,6 +106,71 @@ def _shorten(text: str) -> str:
     return text if len(text) <= LINK_TEXT_CHARS else text[: LINK_TEXT_CHARS - 1] + "…"
 
 
+# Full-width punctuation ends a bare URL: "见 https://例子.中国/路径，谢谢" links the URL, not "，谢谢".
+_CJK_PUNCTUATION = re.compile(
+    r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]"
+)
+
+
+def _text(content: str) -> Token:
+    token = Token("text", "", 0)
+    token.content = content
+    return token
+
+
+def _bare_links(md: MarkdownIt, text: str) -> list[Token]:
+    """``text`` as text and link tokens, each bare URL ending at its first full-width
+    punctuation mark (linkify-it reads "https://a.com/x，谢谢" as one URL)."""
+    assert md.linkify is not None
+    out: list[Token] = []
+    rest = text
+    while rest:
+        matches = md.linkify.match(rest) if ":" in rest else None
+        if not matches:
+            out.append(_text(rest))
+            break
+        found = matches[0]
+        url = rest[found.index : found.last_index]
+        cut = _CJK_PUNCTUATION.search(url)
+        if cut is not None and cut.start() > 0:
+            url = url[: cut.start()]
+        if found.index:
+            out.append(_text(rest[: found.index]))
+        href = md.normalizeLink(url)
+        if md.validateLink(href):
+            link = Token("link_open", "a", 1)
+            link.attrSet("href", href)
+            link.markup, link.info = "linkify", "auto"
+            close = Token("link_close", "a", -1)
+            close.markup, close.info = "linkify", "auto"
+            out += [link, _text(url), close]
+        else:
+            out.append(_text(url))
+        rest = rest[found.index + len(url) :]
+    return out
+
+
+def _split_at_cjk_punctuation(md: MarkdownIt, tokens: list[Token]) -> list[Token]:
+    out: list[Token] = []
+    i = 0
+    while i < len(tokens):
+        group = tokens[i : i + 3]
+        if (
+            len(group) == 3
+            and group[0].type == "link_open"
+            and group[0].markup == "linkify"
+            and group[1].type == "text"
+            and group[2].type == "link_close"
+            and _CJK_PUNCTUATION.search(group[1].content)
+        ):
+            out += _bare_links(md, group[1].content)
+            i += 3
+            continue
+        out.append(tokens[i])
+        i += 1
+    return out
+
+
 def _links_and_alignment(state: StateCore) -> None:
     """Core rule after linkify: shorten linkified URLs, name the host after a named link, and
     turn the table's ``style="text-align:…"`` into an alignment class."""
@@ -117,7 +183,7 @@ def _links_and_alignment(state: StateCore) -> None:
         if block.type != "inline" or not block.children:
             continue
         children: list[Token] = []
-        source = block.children
+        source = _split_at_cjk_punctuation(state.md, block.children)
         i = 0
         while i < len(source):
             token = source[i]

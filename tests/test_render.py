@@ -175,6 +175,15 @@ def test_bare_urls_become_links_that_show_their_host() -> None:
     assert ">example.com/" in long and "…</a>" in long and 'title="https://example.com/' in long
 
 
+def test_full_width_punctuation_ends_a_bare_url() -> None:
+    html = render("看 https://例子.中国/路径，好的。再看 https://b.example/y）")
+    assert 'href="https://xn--fsqu00a.xn--fiqs8s/%E8%B7%AF%E5%BE%84"' in html
+    assert ">例子.中国/路径</a>，好的。" in html
+    assert 'href="https://b.example/y"' in html and "b.example/y</a>）" in html
+    two = render("https://a.example/x，https://b.example/y。")
+    assert two.count("<a ") == 2 and "</a>，<a " in two and "</a>。</p>" in two
+
+
 def test_only_urls_with_a_scheme_are_linkified() -> None:
     for text in ("example.com", "mail me at a@b.com", "//evil.example/x", "ftp://files.example"):
         assert "<a " not in render(text), text
