@@ -189,7 +189,13 @@ def create_app(
         app.state.core = core
         app.state.server = server
         trace.phase("writer")
-        registry = ProviderRegistry(default_configs(provider_env), env=provider_env)
+        configs = default_configs(
+            provider_env,
+            idle_timeout_secs=settings.provider_idle_timeout_secs,
+            connect_timeout_secs=settings.provider_connect_timeout_secs,
+            max_retries=settings.provider_max_retries,
+        )
+        registry = ProviderRegistry(configs, env=provider_env)
         # Probed once: what isolation this machine offers. The data folder (database, tokens'
         # hashes, other projects' default workspaces) is hidden from every command; a workspace
         # inside it is bound again, writable, by the sandbox itself.

@@ -217,3 +217,13 @@ class Core:
     # and one lock per project serialising its git operations (worktrees, merges).
     workspaces: dict[int, dict[str, Any]] = field(default_factory=dict)
     git_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    # Presence (room.actions.presence): the map each project's subscribers were last told, the
+    # projects with an announcement due, and those whose announcer runs.
+    presence_told: dict[int, dict[str, str]] = field(default_factory=dict)
+    presence_due: set[int] = field(default_factory=set)
+    presence_running: set[int] = field(default_factory=set)
+    # Unread counts (room.actions.unread): the projects with a recount due (None: for everyone
+    # in it, else these members), those whose recounter runs, and what each person was told.
+    unread_due: dict[int, set[int] | None] = field(default_factory=dict)
+    unread_running: set[int] = field(default_factory=set)
+    unread_told: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)

@@ -57,6 +57,13 @@ class RosterChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class PresenceChanged:
+    """Who is here may have changed (the project's state did): subscribers are told."""
+
+    project_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class CutMember:
     """A member left: their live subscriptions to the project end (after the frames above)."""
 
@@ -89,6 +96,7 @@ Effect = (
     | Wake
     | WakeProject
     | RosterChanged
+    | PresenceChanged
     | CutMember
     | CloseAgentSockets
     | FollowUp

@@ -286,9 +286,42 @@ class Hub:
         # Connections by the digest of the browser session that opened them (or an agent's
         # ``agent_session`` key), so signing out (or leaving) closes them too.
         self._sessions: dict[str, set[Outbox]] = {}
+        # Each person's open connections by user id: presence (a person with one is online)
+        # and the frames addressed to a person wherever they look (unread counts).
+        self._people: dict[int, set[Outbox]] = {}
         self.flusher = Flusher()
         self.connections = 0  # open WebSocket connections (``/metrics``)
         self.messages = 0  # new messages published since the start (``/metrics``)
+
+    def attach_person(self, user_id: int, outbox: Outbox) -> bool:
+        """A person's connection opened; True if it is their first (they came online)."""
+        outboxes = self._people.setdefault(user_id, set())
+        outboxes.add(outbox)
+        return len(outboxes) == 1
+
+    def detach_person(self, user_id: int, outbox: Outbox) -> bool:
+        """A person's connection closed; True if it was their last (they went offline)."""
+        outboxes = self._people.get(user_id)
+        if outboxes is None or outbox not in outboxes:
+            return False
+        outboxes.discard(outbox)
+        if outboxes:
+            return False
+        del self._people[user_id]
+        return True
+
+    def person_online(self, user_id: int | None) -> bool:
+        return user_id is not None and user_id in self._people
+
+    def to_person(self, user_id: int, frame: Frame | str) -> None:
+        """A frame for one person, on every connection they have open (not replayed)."""
+        outboxes = self._people.get(user_id)
+        if not outboxes:
+            return
+        if isinstance(frame, str):
+            frame = Frame(frame)
+        for outbox in outboxes:
+            outbox.push(frame)
 
     @staticmethod
     def agent_session(member_id: int) -> str:

@@ -62,8 +62,11 @@ _NFC_EXPANSION = 4
 EVERYONE_NAMES = ("all", "everyone", "所有人")
 HUMANS_NAMES = ("humans", "用户")
 
-# Ranks of §5: lower wins when entries share a folded name.
-_RANK_GROUP, _RANK_TOMBSTONE, _RANK_HANDLE, _RANK_ALIAS, _RANK_DISPLAY = range(5)
+# Ranks of §5: lower wins when entries share a folded name; a tombstone counts only when no live
+# member has the name (a departed name never hides a live member).
+_RANK_GROUP, _RANK_HANDLE, _RANK_ALIAS, _RANK_DISPLAY, _RANK_TOMBSTONE = range(5)
+# §5: an unmatched plain word with a letter outside ASCII (`@张三`) is `unknown` up to this length.
+UNKNOWN_WORD_MAX = 32
 _VIA_BY_RANK = {_RANK_HANDLE: "handle", _RANK_ALIAS: "alias", _RANK_DISPLAY: "display_name"}
 
 
@@ -155,6 +158,8 @@ class Roster:
         "_max_len",
         "_near",
         "_plain",
+        "_prefixes",
+        "_spaced_heads",
         "_tombstoned",
     )
 
@@ -168,6 +173,8 @@ class Roster:
 
         entries: dict[str, list[tuple[int, str]]] = {}  # key -> [(rank, member id or group)]
         near: dict[str, set[str]] = {}
+        prefixes: dict[str, set[str]] = {}
+        spaced_heads: set[str] = set()
 
         def add(name: str, rank: int, ref: str) -> None:
             key = _key(name)
@@ -185,9 +192,15 @@ class Roster:
             names += [(alias, _RANK_ALIAS) for alias in member.aliases]
             for name, rank in names:
                 add(name, rank, member.id)
-                if member.status != "left" and _key(name):
-                    for variant in _deletions(_key(name)):
+                key = _key(name)
+                if member.status != "left" and key:
+                    for variant in _deletions(key):
                         near.setdefault(variant, set()).add(member.id)
+                    for end in range(1, len(key) + 1):
+                        prefixes.setdefault(key[:end], set()).add(member.id)
+                    space = _WS_RE.search(key)
+                    if space is not None and space.start() > 0:
+                        spaced_heads.add(key[: space.start()])
 
         bracket = {key: _target(found, by_id) for key, found in entries.items()}
         plain = {key: t for key, t in bracket.items() if not any(c in _WS_SET for c in key)}
@@ -206,6 +219,8 @@ class Roster:
         self._lengths = {c: tuple(sorted(ns, reverse=True)) for c, ns in lengths.items()}
         self._max_len = max((len(key) for key in bracket), default=0)
         self._near = {variant: frozenset(ids) for variant, ids in near.items()}
+        self._prefixes = {prefix: frozenset(ids) for prefix, ids in prefixes.items()}
+        self._spaced_heads = frozenset(spaced_heads)
 
     @classmethod
     def build(cls, members: Iterable[RosterMember], tombstones: Iterable[Tombstone] = ()) -> Roster:
@@ -251,18 +266,31 @@ def _literal(value: Any, allowed: tuple[str, ...]) -> Any:
 
 
 def _target(found: list[tuple[int, str]], members: Mapping[str, RosterMember]) -> _Target:
-    """Resolve the entries sharing one folded name: best rank only (SPEC §5, §6)."""
-    best = min(rank for rank, _ in found)
-    ids = tuple(sorted({ref for rank, ref in found if rank == best}))
-    if best == _RANK_GROUP:
-        return _Target("all" if ids == ("all",) else "humans", (), ids[0])
-    if best == _RANK_TOMBSTONE:
-        return _Target("departed", ids, "")
+    """Resolve the entries sharing one folded name (SPEC §5, §6): a group name first, then the
+    best rank among live members; only a name no live member has is departed."""
+    groups = sorted(ref for rank, ref in found if rank == _RANK_GROUP)
+    if groups:
+        return _Target("all" if groups[0] == "all" else "humans", (), groups[0])
+    live = [
+        (rank, ref)
+        for rank, ref in found
+        if rank != _RANK_TOMBSTONE and members[ref].status != "left"
+    ]
+    if not live:
+        return _Target("departed", tuple(sorted({ref for _, ref in found})), "")
+    best = min(rank for rank, _ in live)
+    ids = tuple(sorted({ref for rank, ref in live if rank == best}))
     if len(ids) > 1:
         return _Target("ambiguous", ids, "")
-    if members[ids[0]].status == "left":
-        return _Target("departed", ids, "")
     return _Target("member", ids, _VIA_BY_RANK[best])
+
+
+def _has_foreign_letter(word: str) -> bool:
+    """True if ``word`` holds a letter outside ASCII (Unicode category L*): a person's name
+    (`张三`, `José`), not a code word (`@param`, `@types/node`)."""
+    return not word.isascii() and any(
+        not c.isascii() and unicodedata.category(c)[0] == "L" for c in word
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,11 +718,14 @@ class _Resolver:
                 return
         if starts:
             # Longer words cannot be near a name, even once NFC has shortened them.
-            end = _word_end(text, s, limit, _NFC_EXPANSION * (roster._max_len + 1))
-            if end - s >= 2 and _key(text[s:end]) not in roster._plain:
-                ids = self.near(text[s:end])
-                if ids:
-                    self.diagnose("unknown", text[s:end], (p, end), ids)
+            longest = max(_NFC_EXPANSION * (roster._max_len + 1), UNKNOWN_WORD_MAX)
+            end = _word_end(text, s, limit, longest)
+            word = text[s:end]
+            if end > s and _key(word) not in roster._plain:
+                near = self.near(word) if end - s >= 2 else ()
+                foreign = end - s <= UNKNOWN_WORD_MAX and _has_foreign_letter(word)
+                if near or foreign or _key(word) in roster._spaced_heads:
+                    self.diagnose("unknown", word, (p, end), self.candidates(word, near))
 
     def bracket(self, p: int, close: int, starts: bool) -> None:
         """The bracket form ``@「name」``, whose closing bracket is at ``close``."""
@@ -707,7 +738,7 @@ class _Resolver:
         elif target is not None:
             self.apply(target, name, span, "bracket")
         else:
-            self.diagnose("unknown", name, span, self.near(name), bracket=True)
+            self.diagnose("unknown", name, span, self.candidates(name), bracket=True)
 
     def near(self, word: str) -> tuple[str, ...]:
         """Live members with a name near ``word``: one deletion on each side at most (§5)."""
@@ -719,6 +750,13 @@ class _Resolver:
         for variant in _deletions(key):
             ids.update(near.get(variant, ()))
         return tuple(sorted(ids))
+
+    def candidates(self, word: str, near: Sequence[str] | None = None) -> tuple[str, ...]:
+        """Who an unknown ``word`` may have meant (§5): live members with a name starting with it
+        (`@前端` suggests 「前端 小林」), then those with a name near it; each group sorted."""
+        first = sorted(self.roster._prefixes.get(_key(word), ()))
+        then = sorted(set(self.near(word) if near is None else near).difference(first))
+        return tuple(first + then)
 
     def apply(self, target: _Target, name: str, span: tuple[int, int], via: str) -> None:
         """What one matched name does (§6)."""
@@ -802,14 +840,19 @@ def check_vectors(data: Mapping[str, Any]) -> tuple[int, list[str]]:
         roster_ref = case["roster"]
         roster = named[roster_ref] if isinstance(roster_ref, str) else Roster.from_json(roster_ref)
         result = resolve(case["text"], roster, case["sender"], case.get("chips", ()))
+        expected = case["expect"]["diagnostics"]
+        wants = [*expected, *([{}] * len(result.diagnostics))]
         got = {
             "mentioned": list(result.mentioned),
-            "diagnostics": [{"code": d.code, "name": d.name} for d in result.diagnostics],
+            "diagnostics": [
+                _checked(d.code, d.name, d.candidates, wants[i])
+                for i, d in enumerate(result.diagnostics)
+            ],
         }
         want = {
             "mentioned": list(case["expect"]["mentioned"]),
             "diagnostics": [
-                {"code": d["code"], "name": d["name"]} for d in case["expect"]["diagnostics"]
+                _checked(d["code"], d["name"], d.get("candidates"), d) for d in expected
             ],
         }
         if got == want:
@@ -820,6 +863,17 @@ def check_vectors(data: Mapping[str, Any]) -> tuple[int, list[str]]:
                 f"got {json.dumps(got, ensure_ascii=False)}"
             )
     return passed, failures
+
+
+def _checked(
+    code: str, name: str, candidates: Sequence[str] | None, want: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A diagnostic as a vector compares it: code and name, and the candidates in order when
+    the expected diagnostic lists them (SPEC §8)."""
+    out: dict[str, Any] = {"code": code, "name": name}
+    if "candidates" in want and candidates is not None:
+        out["candidates"] = list(candidates)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,3 +90,36 @@ def members_frame(
             for m in members
         },
     }
+
+
+# -- presence (docs/protocol.md, "Presence") ------------------------------------------------------
+
+ONLINE, OFFLINE = "online", "offline"  # people
+RUNNING, IDLE, PAUSED = "running", "idle", "paused"  # agents (or OFFLINE)
+_AGENTS_PAUSED = frozenset(
+    {ProjectState.PAUSED, ProjectState.STOPPING, ProjectState.STOP_UNCONFIRMED}
+)
+
+
+def presence_of(member: Member, project_state: str, *, connected: bool, running: bool) -> str:
+    """Whether a member is here now (not whether they belong).
+
+    A person is ``online`` while they have a socket open to the server, else ``offline``. An
+    agent is ``running`` a turn, ``idle`` (ready), ``paused`` (it or its project is paused) or
+    ``offline``: it left, its project is closed (archived, trashed …), or it is an external agent
+    with no socket open. ``connected`` is "has a socket open" (people, external agents);
+    ``running`` is "a turn of it runs now"."""
+    if member.status == MemberStatus.LEFT:
+        return OFFLINE
+    if member.kind != "agent":
+        return ONLINE if connected else OFFLINE
+    state = ProjectState(project_state)
+    if state is not ProjectState.ACTIVE and state not in _AGENTS_PAUSED:
+        return OFFLINE
+    if member.driver == "external" and not connected:
+        return OFFLINE
+    if running:
+        return RUNNING
+    if member.status == MemberStatus.PAUSED or state in _AGENTS_PAUSED:
+        return PAUSED
+    return IDLE

@@ -36,7 +36,8 @@ AUTHOR_FIELDS = frozenset(
     }
 )
 
-ReqId = Annotated[str | None, Field(default=None, max_length=64)]
+MAX_REQ_ID_CHARS = 64
+ReqId = Annotated[str | None, Field(default=None, max_length=MAX_REQ_ID_CHARS)]
 Id = Annotated[int, Field(ge=1, le=2**62)]
 
 
@@ -228,6 +229,8 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "inbox",
     "members",
     "project",
+    "presence",
+    "unread",
     "tasks",
     "decisions",
     "memory",
@@ -240,6 +243,19 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
 
 # Cheap pre-check: only a frame whose text contains one of these can name an author field.
 _AUTHOR_HINTS = ('"author', '"sender', '"from', '"user', '"as_member')
+
+
+def req_id_of(text: str) -> str | None:
+    """The ``req_id`` of a raw frame that failed to parse, when one can be read from it (a JSON
+    object whose ``req_id`` is a string of at most 64 characters), so its error can echo it."""
+    if '"req_id"' not in text:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    req_id = data.get("req_id") if isinstance(data, dict) else None
+    return req_id if isinstance(req_id, str) and len(req_id) <= MAX_REQ_ID_CHARS else None
 
 
 def parse_client_frame(text: str) -> ClientFrame:

@@ -267,3 +267,27 @@ def render(body: str) -> str:
     ):
         return f"<p>{body}</p>\n"
     return render_full(body)
+
+
+EXCERPT_CHARS = 140
+
+
+def plain_text(body: str, limit: int = EXCERPT_CHARS) -> str:
+    """Markdown → the readable words of it on one line, for a quote bar or a reply chip: no
+    ``**``, backticks or ``>`` (the text of emphasis, code and quotes is kept), whitespace
+    collapsed, cut to ``limit`` characters with "…". Plain text, never markup: callers show it
+    as text."""
+    words: list[str] = []
+    for token in _markdown().parse(body):
+        if token.type in ("fence", "code_block"):
+            words.append(token.content)
+        elif token.type == "inline":
+            for child in token.children or ():
+                if child.type in ("text", "code_inline", "image"):  # an image: its alt text
+                    words.append(child.content)
+                elif child.type in ("softbreak", "hardbreak"):
+                    words.append(" ")
+        elif token.type.endswith("_close") and token.block:
+            words.append(" ")
+    flat = " ".join("".join(words).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

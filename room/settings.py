@@ -145,6 +145,23 @@ class Settings(BaseModel):
         description="Let a project's owner run agents' commands without a sandbox where this "
         "server has none (the project's `unsandboxed` setting does nothing unless this is on).",
     )
+    provider_idle_timeout_secs: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="Seconds a model provider's streamed answer may stay silent between two "
+        "chunks (there is no total timeout: an answer that keeps arriving is received).",
+    )
+    provider_connect_timeout_secs: float = Field(
+        default=10.0, gt=0, le=600, description="Seconds to connect to a model provider."
+    )
+    provider_max_retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="Retries of a model request that failed before its answer started to "
+        "arrive (429, 5xx, no connection); a request whose answer was arriving is never retried.",
+    )
     context_tokens: int = Field(
         default=32_000,
         ge=500,

@@ -21,6 +21,7 @@ from room import __version__
 from room import protocol as p
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
+from room.actions import presence, unread
 from room.actions import reactions as reaction_actions
 from room.actions import search as search_actions
 from room.actions import turns as turn_actions
@@ -160,10 +161,15 @@ class Connection:
     async def run(self) -> None:
         self.outbox.start()
         agent_session: str | None = None
+        person: int | None = None
         try:
             if self.identity is None and not await self._await_auth():
                 return
             assert self.identity is not None
+            if self.identity.user is not None:
+                person = self.identity.user.id
+                if self.core.hub.attach_person(person, self.outbox):
+                    await presence.person_changed(self.core, person)
             if self.identity.agent is not None:
                 # Leaving revokes the agent's tokens and closes what they opened.
                 agent_session = self.core.hub.agent_session(self.identity.agent.id)
@@ -182,12 +188,17 @@ class Connection:
         except WebSocketDisconnect:
             pass
         finally:
+            if person is not None and self.core.hub.detach_person(person, self.outbox):
+                unread.forget(self.core, person)
+                await presence.person_changed(self.core, person)
             if agent_session is not None:
                 self.core.hub.detach_session(agent_session, self.outbox)
             for sub in self.subscriptions.values():
                 self.core.hub.unsubscribe(sub)
             if self.external_member is not None:
                 self.core.inboxes.close(self.external_member, self._offer)
+                assert self.identity is not None and self.identity.agent is not None
+                presence.schedule(self.core, self.identity.agent.project_id)
                 await delivery_actions.socket_lost(self.core, self.external_member, self.handoff)
             for task in list(self._tasks):
                 task.cancel()
@@ -209,7 +220,8 @@ class Connection:
                 raise AuthError("send an auth frame first")
             self.identity = await authenticate_token(self.core, frame.token)
         except RoomError as exc:
-            self.push(p.error_frame(exc.code, exc.message))
+            req_id = p.req_id_of(text) if text is not None else None
+            self.push(p.error_frame(exc.code, exc.message, req_id))
             await asyncio.sleep(0)  # let the outbox write the error before the close
             await self._close(CLOSE_UNAUTHENTICATED, exc.message[:100])
             return False
@@ -233,6 +245,8 @@ class Connection:
             req_id = frame.req_id
             await self._handlers[frame.type](frame)
         except RoomError as exc:
+            if req_id is None:  # the frame did not parse: echo what can be read of it
+                req_id = p.req_id_of(text)
             self.push(p.error_frame(exc.code, exc.message, req_id, **exc.details))
         except Exception:
             log.exception("frame handler failed")
@@ -260,6 +274,7 @@ class Connection:
             return
         self.external_member = agent.id
         self.core.inboxes.open(agent.id, self._offer)
+        presence.schedule(self.core, agent.project_id)
         unsettled = await self.core.db.read(lambda conn: deliveries_store.unsettled(conn, agent.id))
         if unsettled:
             self._push_inbox(agent.project_id, unsettled, reconcile=True)
@@ -386,6 +401,7 @@ class Connection:
 
         project, members, cursors = await self.core.db.read(snapshot)
         assert project is not None
+        roster = await self.core.rosters.get(project_id)
         reason = None
         if frame.epoch is not None and frame.epoch != project.epoch:
             reason = "epoch_changed"
@@ -423,6 +439,7 @@ class Connection:
                 "you": member.id,
                 "members": members_for(members, project.state, member),
                 "read_cursors": {str(k): v for k, v in cursors.items()},
+                "presence": presence.snapshot(self.core, project_id, roster, project.state),
                 "since": frame.since,
                 "head_seq": project.last_seq,
             }

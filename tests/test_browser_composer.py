@@ -187,8 +187,8 @@ def test_diagnostics_before_sending(owner: Person, room_server: RoomServer) -> N
         [
             {"role": "lead", "handle": "lead", "display_name": "负责人"},
             {"role": "frontend", "handle": "fe", "display_name": "前端"},
-            {"role": "design", "handle": "ui1", "display_name": "设计"},
-            {"role": "design", "handle": "ui2", "display_name": "设计"},
+            {"role": "design", "handle": "ui1", "display_name": "设计一", "aliases": ["设计"]},
+            {"role": "design", "handle": "ui2", "display_name": "设计二", "aliases": ["设计"]},
             {"role": "docs", "handle": "old", "display_name": "老文档"},
         ],
     )
@@ -315,8 +315,8 @@ def test_a_blocked_draft_shows_the_servers_diagnostic_and_is_not_sent(
         "被拦下的草稿",
         [
             {"role": "lead", "handle": "lead", "display_name": "负责人"},
-            {"role": "design", "handle": "ui1", "display_name": "设计"},
-            {"role": "design", "handle": "ui2", "display_name": "设计"},
+            {"role": "design", "handle": "ui1", "display_name": "设计一", "aliases": ["设计"]},
+            {"role": "design", "handle": "ui2", "display_name": "设计二", "aliases": ["设计"]},
         ],
     )
     owner.open_project(project)
@@ -393,8 +393,8 @@ def test_a_stale_preview_answer_is_ignored(chromium: Browser, room_server: RoomS
         "过期的预览",
         [
             {"role": "lead", "handle": "lead", "display_name": "负责人"},
-            {"role": "design", "handle": "ui1", "display_name": "设计"},
-            {"role": "design", "handle": "ui2", "display_name": "设计"},
+            {"role": "design", "handle": "ui1", "display_name": "设计一", "aliases": ["设计"]},
+            {"role": "design", "handle": "ui2", "display_name": "设计二", "aliases": ["设计"]},
         ],
     )
     lead = room_server.members(project)["lead"]["id"]

@@ -213,18 +213,18 @@ def test_pause_resume_stop_leave_and_status_dots(owner: Person, room_server: Roo
     page = owner.page
     row = page.locator(f'#tab-members .member-row[data-member-id="{fe["id"]}"]')
     dot = row.locator(".status-dot")
-    expect(dot).to_have_class(re.compile("status-active"))
+    expect(dot).to_have_class(re.compile("presence-idle"))  # here and ready (issue 14)
 
     def menu(name: str) -> None:
         row.locator(".avatar").click()
         page.get_by_role("menuitem", name=name).click()
 
     menu("暂停")
-    expect(dot).to_have_class(re.compile("status-paused"))
+    expect(dot).to_have_class(re.compile("presence-paused"))
     expect(row.locator(".status-text")).to_have_text("已暂停")
     expect(page.locator(".notice-member").last).to_contain_text("暂停了 @fe")
     menu("恢复")
-    expect(dot).to_have_class(re.compile("status-active"))
+    expect(dot).to_have_class(re.compile("presence-idle"))
     menu("停止当前工作")
     page.get_by_role("dialog").get_by_role("button", name="停止当前工作").click()
     expect(page.locator(".notice-member").last).to_contain_text("停止了当前工作")
@@ -232,7 +232,7 @@ def test_pause_resume_stop_leave_and_status_dots(owner: Person, room_server: Roo
     page.get_by_role("dialog").get_by_role("button", name="移出项目").click()
     departed = page.locator("#tab-members .member-list[aria-label=已离开]")
     expect(departed.locator(f'[data-member-id="{fe["id"]}"] .status-text')).to_have_text("已离开")
-    expect(departed.locator(".status-dot")).to_have_class(re.compile("status-left"))
+    expect(departed.locator(".status-dot")).to_have_class(re.compile("presence-left"))
     row.locator(".avatar").click()
     # Nothing is offered on a member who left: the server's allowed_ops are empty.
     expect(page.get_by_role("menuitem", name="@ 他")).to_be_disabled()

@@ -295,3 +295,26 @@ def test_a_completed_checkpoint_is_one_short_note() -> None:
         "（你的任务检查点：第 3 轮，第 2 步，已完成）",
         "任务：回答 #2：看看历史",
     ]
+
+
+NOTICE = Line(
+    7,
+    None,
+    "📋 任务 `api` 已就绪 — @be 请开始\n\n下一步：开始任务，完成后附证据提交评审。",
+    "system",
+    for_agents='工具调用：room_task_update(task="api", action="start") 开始。',
+)
+TOOL_CALL = 'room_task_update(task="api", action="start")'
+
+
+def test_an_agent_reads_the_body_then_its_words_for_agents() -> None:
+    """People read the notice's body; the agent gets the tool call after it (issue 14)."""
+    assert NOTICE.text == NOTICE.body + "\n\n" + NOTICE.for_agents
+    assert Line(1, 1, "你好").text == "你好"  # most messages have nothing for agents
+    [*_, last] = ctx.build_messages(context(me=BE, inputs=(NOTICE,)))
+    assert "下一步：开始任务" in last.content and TOOL_CALL in last.content
+    # In the timeline and when steering in, too.
+    later = Line(8, OWNER.member_id, "好的")
+    messages = ctx.build_messages(context(me=BE, timeline=(NOTICE,), inputs=(later,)))
+    assert any(TOOL_CALL in m.content for m in messages[1:-1])
+    assert TOOL_CALL in ctx.steer_message([NOTICE], PEOPLE, BE).content

@@ -157,7 +157,15 @@ async def test_a_requirement_change_invalidates_a_pass_and_requires_receipts(wor
     notice = (await world.deliveries("be"))[before:]
     assert len(notice) == 1 and "需求变更 ADR-0001 第 2 版" in notice[0][0]
     assert "`api` @be" in notice[0][0] and "`doc` @owner" in notice[0][0]
-    assert "sync" in notice[0][0]
+    # People read where to click; the owner agent alone gets the tool call (issue 14).
+    assert "「已同步」" in notice[0][0] and "room_task_update" not in notice[0][0]
+    assert "needs_sync" not in notice[0][0]
+    [agent_text] = (await world.agent_texts("be"))[before:]
+    assert 'action="sync"' in agent_text
+    # The marked message itself carries the mark: the page shows a badge on it.
+    [marked] = [m for m in await world.messages() if m["id"] == message_id]
+    assert marked["meta"]["requirement_change"] == {"decision": "ADR-0001", "revision": 2}
+    assert marked["body"] == words and marked["edited_at"] is None
     [reply] = [m for m in await world.messages() if m.get("reply_to") == message_id]
     assert reply["kind"] == "system" and set(reply["mentions"]) == {
         world["be"].id, world["owner"].id, world["fe"].id,

@@ -4,11 +4,14 @@ beyond SQLite's range; project limits that are strict integers and can be cleare
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 from typing import Any
 
 import pytest
 
+from room.errors import FrameError
+from room.protocol import parse_client_frame
 from room.store.projects import MAX_ROW_ID, row_id
 from tests.support.inproc import App, error, post
 from tests.support.server import ServerProcess
@@ -115,11 +118,17 @@ def test_ids_beyond_sqlite_are_refused_not_overflowed(app: App, project: tuple[i
     assert status == 200 and page["messages"], page
 
 
-def test_a_negative_history_cursor_is_an_empty_page(app: App, project: tuple[int, int]) -> None:
+@pytest.mark.parametrize("before", ["0", "-5", f"-{HUGE}"])
+def test_a_history_cursor_below_one_is_refused_as_over_ws(
+    app: App, project: tuple[int, int], before: str
+) -> None:
     project_id, _ = project
-    path = f"/api/projects/{project_id}/messages?before=-{HUGE}"
-    status, page = app.request("GET", path, cookie=app.owner_cookie)
-    assert (status, page["messages"]) == (200, [])
+    path = f"/api/projects/{project_id}/messages?before={before}"
+    status, body = app.request("GET", path, cookie=app.owner_cookie)
+    assert (status, body["error"]["code"]) == (400, "bad_query")
+    frame = {"type": "history", "project_id": project_id, "before": int(before)}
+    with pytest.raises(FrameError):  # the same rule as the ``history`` frame
+        parse_client_frame(json.dumps(frame))
 
 
 def test_a_null_limit_goes_back_to_the_server_default(app: App, project: tuple[int, int]) -> None:

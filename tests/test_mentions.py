@@ -49,6 +49,9 @@ def test_vector(case: dict[str, Any]) -> None:
         expect["mentioned"],
         [(d["code"], d["name"]) for d in expect["diagnostics"]],
     )
+    for got, want in zip(result.diagnostics, expect["diagnostics"], strict=True):
+        if "candidates" in want:
+            assert list(got.candidates) == want["candidates"]
 
 
 def test_vectors_are_well_formed() -> None:
@@ -61,7 +64,8 @@ def test_vectors_are_well_formed() -> None:
         mentioned = case["expect"]["mentioned"]
         assert mentioned == sorted(set(mentioned)), case["name"]
         for diag in case["expect"]["diagnostics"]:
-            assert set(diag) == {"code", "name"} and diag["code"] in CODES, case["name"]
+            assert {"code", "name"} <= set(diag) <= {"code", "name", "candidates"}, case["name"]
+            assert diag["code"] in CODES, case["name"]
 
 
 def test_vectors_cover_every_rule() -> None:
@@ -228,7 +232,7 @@ def test_roster_construction() -> None:
         Roster.from_json({"members": [{"id": "x", "kind": "robot"}]})
     roster = Roster.build([amy], [Tombstone("amy", "old")])
     assert roster.member("h_amy") == amy and roster.member("nobody") is None
-    assert summary(resolve("@amy", roster, "x")) == ([], [("departed", "amy")])
+    assert summary(resolve("@amy", roster, "x")) == (["h_amy"], [])  # a live name beats a tombstone
 
 
 HOSTILE = {

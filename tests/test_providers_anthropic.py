@@ -36,7 +36,7 @@ def anyio_backend() -> str:
 
 
 def make(base_url: str, sleeps: RecordedSleeps, **kwargs: Any) -> AnthropicProvider:
-    options: dict[str, Any] = {"api_key": KEY, "max_retries": 3, "timeout_secs": 5.0}
+    options: dict[str, Any] = {"api_key": KEY, "max_retries": 3, "idle_timeout_secs": 5.0}
     options.update(kwargs)
     return AnthropicProvider(
         name="anthropic", base_url=base_url, sleep=sleeps, rng=random.Random(3), **options
@@ -75,6 +75,7 @@ async def test_text_round_trip_with_separate_system_prompt_and_usage() -> None:
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "看一下 README 和 setup.py"}]}
         ],
+        "stream": True,
     }
 
 
@@ -182,6 +183,57 @@ async def test_multi_step_tool_use_puts_all_results_in_one_user_turn() -> None:
             "role": "user",
             "content": [{"type": "tool_result", "tool_use_id": "toolu_c", "content": "MIT"}],
         },
+    ]
+
+
+@pytest.mark.anyio
+async def test_whitespace_only_text_is_not_sent_back_in_the_assistant_turn() -> None:
+    # Models often put a bare newline before their tool calls; the API refuses a text block
+    # that holds only whitespace, so the next request would fail if it went back as it came.
+    script = [
+        anthropic_tool_use("read_file", {"path": "README.md"}, tool_id="toolu_w", text="\n\n"),
+        anthropic_text("读完了。"),
+    ]
+    with AnthropicServer(script, api_key=KEY) as srv:
+        provider = make(srv.base_url, RecordedSleeps())
+        try:
+            first = await provider.chat(
+                ChatRequest(model="claude-test", messages=OPENING, tools=(READ_TOOL,))
+            )
+            assert first.text == "\n\n"
+            second = await provider.chat(
+                ChatRequest(
+                    model="claude-test",
+                    messages=(
+                        *OPENING,
+                        ChatMessage("assistant", first.text, tool_calls=first.tool_calls),
+                        ChatMessage("tool", " ", tool_call_id="toolu_w", name="read_file"),
+                        ChatMessage("user", "  \t"),
+                        ChatMessage("assistant", " 有内容的回答 "),
+                        ChatMessage("user", "好"),
+                    ),
+                    tools=(READ_TOOL,),
+                )
+            )
+        finally:
+            await provider.aclose()
+        step2 = srv.chat_requests[1]
+    assert second.text == "读完了。"
+    assert step2["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_w",
+                    "name": "read_file",
+                    "input": {"path": "README.md"},
+                }
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_w"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": " 有内容的回答 "}]},
+        {"role": "user", "content": [{"type": "text", "text": "好"}]},
     ]
 
 

@@ -45,7 +45,7 @@ def anyio_backend() -> str:
 
 
 def make(srv_url: str, sleeps: RecordedSleeps, **kwargs: Any) -> OpenAIProvider:
-    options: dict[str, Any] = {"api_key": KEY, "max_retries": 3, "timeout_secs": 5.0}
+    options: dict[str, Any] = {"api_key": KEY, "max_retries": 3, "idle_timeout_secs": 5.0}
     options.update(kwargs)
     return OpenAIProvider(
         name="openai", base_url=srv_url, sleep=sleeps, rng=random.Random(7), **options
@@ -89,6 +89,8 @@ async def test_text_round_trip_sends_the_wire_shape_and_reads_usage() -> None:
         ],
         "max_tokens": 300,
         "temperature": 0.2,
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
     assert sleeps.delays == []
 
@@ -327,7 +329,7 @@ async def test_a_slow_server_times_out_after_retries() -> None:
     sleeps = RecordedSleeps()
     slow = openai_text("late", delay_secs=2.0)
     with OpenAIServer([slow, slow]) as srv:
-        provider = make(srv.base_url, sleeps, timeout_secs=0.2, max_retries=1)
+        provider = make(srv.base_url, sleeps, idle_timeout_secs=0.2, max_retries=1)
         try:
             with pytest.raises(ProviderTimeoutError) as caught:
                 await provider.chat(hello())

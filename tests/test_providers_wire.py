@@ -127,6 +127,14 @@ def test_anthropic_drops_empty_text_and_sends_invalid_arguments_as_empty_input()
     ]
 
 
+def test_anthropic_answers_cut_by_a_limit_are_max_tokens() -> None:
+    for stop in ("max_tokens", "model_context_window_exceeded"):
+        answer = anthropic_wire.decode_response(
+            {"content": [{"type": "text", "text": "写到一"}], "stop_reason": stop}
+        )
+        assert (answer.text, answer.stop_reason) == ("写到一", "max_tokens")
+
+
 def test_anthropic_usage_counts_cached_input() -> None:
     answer = anthropic_wire.decode_response(
         {
@@ -188,6 +196,8 @@ def test_anthropic_check_requires_alternation_and_results_first() -> None:
     )
     assert "no tool_result" in (anthropic_problem(body(user, assistant, user)) or "")
     assert "system" in (anthropic_problem(body({"role": "system", "content": "x"})) or "")
-    assert "non-empty" in (
-        anthropic_problem(body({"role": "user", "content": [{"type": "text", "text": ""}]})) or ""
-    )
+    for blank in ("", " \n\t"):
+        assert "non-whitespace" in (
+            anthropic_problem(body({"role": "user", "content": [{"type": "text", "text": blank}]}))
+            or ""
+        )

@@ -26,6 +26,7 @@ from room.actions import task_updates as updates
 from room.actions import tasks as task_actions
 from room.actions import wiring
 from room.actions.task_updates import CriterionVerdict, EvidenceInput
+from room.agents.context import Line
 from room.agents.presets import PRESETS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import ToolContext
@@ -36,6 +37,7 @@ from room.models import Member
 from room.plans import PlanInvalidError
 from room.settings import Settings
 from room.store import Database, Tx, run_write
+from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import tasks as tasks_store
 from room.store.migrate import connect, migrate
@@ -117,6 +119,25 @@ class World:
             ).fetchall()
         )
         return [(str(r[0]), str(r[1])) for r in rows]
+
+    async def agent_texts(self, handle: str) -> list[str]:
+        """What the agent ``handle`` reads of each of its deliveries, oldest first: the
+        messages as its session takes them in (the store's inbound rows, the context's lines)."""
+        member_id = self[handle].id
+
+        def read(c: sqlite3.Connection) -> list[deliveries_store.Inbound]:
+            ids = [
+                int(r[0])
+                for r in c.execute(
+                    "SELECT id FROM deliveries WHERE recipient_id = ? ORDER BY id", (member_id,)
+                )
+            ]
+            return deliveries_store.inbound_by_ids(c, ids)
+
+        return [
+            Line(i.seq, i.author_id, i.body, for_agents=i.for_agents).text
+            for i in await self.read(read)
+        ]
 
     async def count(self, table: str) -> int:
         return int(
@@ -287,12 +308,23 @@ async def test_a_plan_dispatches_ready_tasks_and_waiting_ones_say_what_they_wait
     states = {t["key"]: (t["state"], t["waiting_on"]) for t in board["tasks"]}
     assert states == {"api": ("ready", []), "ui": ("waiting", ["api"]), "db": ("ready", [])}
     assert board["counts"]["ready"] == 2 and board["counts"]["waiting"] == 1
+    # What a member may ask for, and who: the page offers people these buttons.
+    api = next(t for t in board["tasks"] if t["key"] == "api")
+    assert api["event_rules"] == {
+        "start": {"who": ["owner"], "note": None},
+        "cancel": {"who": ["human"], "note": "reason"},
+    }
     be = await world.deliveries("be")
     assert [("`api`" in b, "`db`" in b, s) for b, s in be] == [
         (True, False, "pending"),
         (False, True, "pending"),
     ]
-    assert "api 标准 1" in be[0][0] and 'room_task_update(task="api", action="start")' in be[0][0]
+    # People read plain words; the tool call is the agent's alone (issue 14).
+    assert "api 标准 1" in be[0][0] and "room_task_update" not in be[0][0]
+    assert "下一步：开始任务" in be[0][0]
+    agent_text = (await world.agent_texts("be"))[0]
+    assert agent_text.startswith(be[0][0])
+    assert 'room_task_update(task="api", action="start")' in agent_text
     assert await world.deliveries("fe") == []
     assert world.runtime.woken == [world["be"].id]  # once, after the commit
     # the plan notice first, then the dispatches
@@ -353,6 +385,10 @@ async def test_the_full_cycle_dispatches_dependents_in_order(world: World) -> No
     accepted_at = next(i for i, b in enumerate(notices) if "全部标准通过" in b)
     ready_at = next(i for i, b in enumerate(notices) if "`ui` 已就绪" in b)
     assert accepted_at < ready_at
+    # Every message people read in this cycle is free of tool syntax; the agents got theirs.
+    for message in await world.messages():
+        assert "room_task" not in message["body"], message["body"]
+    assert "room_task_review(" in (await world.agent_texts("lead"))[-1]
     audit = await world.read(
         lambda c: [r[0] for r in c.execute("SELECT action FROM audit_events ORDER BY id")]
     )
@@ -546,13 +582,17 @@ async def test_the_goal_reaches_the_lead_and_plan_first_holds_dispatch(world: Wo
     assert goal["author_id"] == owner.id and goal["kind"] == "chat"
     assert goal["mentions"] == [world["lead"].id] and "做一个待办应用" in goal["body"]
     [(body, state)] = await world.deliveries("lead")
-    assert state == "pending" and "room_plan_submit" in body and "计划优先" in body
+    # The goal is posted in the person's name: no tool syntax in it; the lead gets the tool.
+    assert state == "pending" and "room_plan_submit" not in body and "计划优先" in body
+    [text] = await world.agent_texts("lead")
+    assert text.startswith(body) and "room_plan_submit" in text
     assert world.runtime.woken == [world["lead"].id]
 
     result = await plan(world, item("api", "be"), item("ui", "fe", "api"))
     assert result["plan"]["started"] is False
     api = await world.task("api")
     assert (api["state"], api["held"]) == ("ready", True)
+    assert "start" not in api["event_rules"]  # the page offers no 开始 until the plan starts
     assert await world.deliveries("be") == []
     with pytest.raises(RoomError) as caught:
         await updates.change_task(world.core, world["be"], "api", "start")

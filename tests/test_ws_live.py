@@ -60,14 +60,7 @@ async def test_two_clients_see_each_other_live(server: ServerProcess) -> None:
 async def test_resume_after_disconnect_has_no_gap_and_no_duplicate(server: ServerProcess) -> None:
     s = server.login()
     project = demo_project(server, s.cookie)
-    # The demo's echo lead would answer every message in between: pause it, so the stream holds
-    # exactly what this test sends.
-    members = server.get_json(f"/api/projects/{project}", cookie=s.cookie)["members"]
-    lead = next(m["id"] for m in members if m["handle"] == "lead")
-    status, _ = server.request(
-        "POST", f"/api/projects/{project}/members/{lead}/pause", {}, headers=s.headers
-    )
-    assert status == 200
+    pause_demo_lead(server, s, project)
     writer = await subscribed(server, s.cookie, project)
     reader = await subscribed(server, s.cookie, project, since=0)
     for i in range(5):
@@ -136,9 +129,21 @@ async def test_idempotent_send_under_concurrent_retransmits(server: ServerProces
     assert err["details"]["client_txn_id"] == txn_id
 
 
+def pause_demo_lead(server: ServerProcess, s: Any, project: int) -> None:
+    """The demo's echo lead would answer every message in between: pause it, so the timeline
+    holds exactly what a test sends."""
+    members = server.get_json(f"/api/projects/{project}", cookie=s.cookie)["members"]
+    lead = next(m["id"] for m in members if m["handle"] == "lead")
+    status, _ = server.request(
+        "POST", f"/api/projects/{project}/members/{lead}/pause", {}, headers=s.headers
+    )
+    assert status == 200
+
+
 async def test_history_pages_edit_and_delete(server: ServerProcess) -> None:
     s = server.login()
     project = demo_project(server, s.cookie)
+    pause_demo_lead(server, s, project)
     c = await subscribed(server, s.cookie, project)
     for i in range(30):
         await c.send(
@@ -153,7 +158,8 @@ async def test_history_pages_edit_and_delete(server: ServerProcess) -> None:
     await c.send({"type": "history", "project_id": project, "before": before, "limit": 200})
     second = await c.wait_for("history")
     assert second["has_more"] is False
-    assert [m["body"] for m in second["messages"]] == [f"h{i}" for i in range(10)]
+    chat = [m["body"] for m in second["messages"] if m["kind"] == "chat"]  # after the pause notice
+    assert chat == [f"h{i}" for i in range(10)]
 
     target = acks[3]["message_id"]
     await c.send({"type": "edit", "project_id": project, "message_id": target, "body": "**改过**"})
@@ -311,6 +317,40 @@ async def test_every_bad_frame_gets_a_structured_error_and_the_socket_stays(
     assert pong["req_id"] == "still-here"
     status, health = server.request("GET", "/healthz")
     assert status == 200 and health["ok"]
+
+
+async def test_errors_to_frames_that_failed_to_parse_echo_their_req_id(
+    server: ServerProcess,
+) -> None:
+    s = server.login()
+    project = demo_project(server, s.cookie)
+    c = await subscribed(server, s.cookie, project)
+    bad: dict[str, tuple[dict[str, Any], str]] = {
+        "unknown-type": ({"type": "nope"}, "bad_frame"),
+        "bad-field": ({"type": "send", "project_id": "x", "client_txn_id": "a"}, "bad_frame"),
+        "forged": (
+            {
+                "type": "send",
+                "project_id": project,
+                "client_txn_id": txn(),
+                "body": "hi",
+                "from": 1,
+            },
+            "forged_author",
+        ),
+        "zero-cursor": ({"type": "history", "project_id": project, "before": 0}, "bad_frame"),
+        "中文-请求": ({"type": "ping", "extra": True}, "bad_frame"),
+    }
+    for req_id, (frame, _) in bad.items():
+        await c.send({**frame, "req_id": req_id})
+    for req_id, (_, code) in bad.items():
+        err = await c.wait_for("error")
+        assert (err["req_id"], err["code"]) == (req_id, code)
+    # What cannot be read is not invented: no req_id when it is not a string of ≤ 64 chars.
+    for unreadable in ({"type": "nope", "req_id": 5}, {"type": "nope", "req_id": "x" * 65}):
+        await c.send(unreadable)
+        err = await c.wait_for("error")
+        assert "req_id" not in err
 
 
 async def test_forged_author_is_refused(server: ServerProcess) -> None:
@@ -497,7 +537,12 @@ async def test_permessage_deflate_is_off(server: ServerProcess) -> None:
 
 
 async def test_a_stalled_reader_is_cut_without_slowing_others(tmp_path: Any) -> None:
-    server = ServerProcess(tmp_path / "d", env={"ROOM_OUTBOX_FRAMES": "64"}).start()
+    # The outbox's frame limit cuts the stalled reader; it resumes reading only after the others
+    # are done, so the drop of a reader that reads nothing more (ws_stall_secs after the cut,
+    # tests/test_transport_limits.py) is set past this test's length.
+    server = ServerProcess(
+        tmp_path / "d", env={"ROOM_OUTBOX_FRAMES": "64", "ROOM_WS_STALL_SECS": "300"}
+    ).start()
     try:
         s = server.login()
         project = demo_project(server, s.cookie)

@@ -4,28 +4,27 @@
 // `#/p/<id>/m/<message id>?q=<words>` opening that message with the words marked): navigate().
 
 import { get, post, setCsrf } from "./api.js";
+import { applyUnread, bindNotifyToggle, renderNotifyToggle, renderTitle, setTitle } from "./attention.js";
 import { Composer } from "./composer.js";
 import { $, debounce } from "./dom.js";
-import { applyStatic, label, onLang, t } from "./i18n.js";
+import { applyStatic, errorText, label, onLang, t } from "./i18n.js";
 import { closeDrawer, initLayout, openDrawerOf } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
 import { MemoryTab } from "./memory.js";
 import { termsOf } from "./highlight.js";
 import { Members } from "./members.js";
-import { avatar, noticeKind } from "./message.js";
+import { avatar, noticeKind, paintPresence } from "./message.js";
 import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
 import { SearchBox } from "./search.js";
 import { initShortcuts, openHelp } from "./shortcuts.js";
 import { Connection } from "./socket.js";
-import { app, createRoom, member, setMembers, upsertProject, upsertProjectFrame } from "./store.js";
+import { app, createRoom, member, mergePresence, setMembers, setPresence, upsertProject, upsertProjectFrame } from "./store.js";
 import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
 const TYPING_SHOWN_MS = 6000;
-const PROJECTS_EVERY_MS = 30_000; // how often the projects column refreshes (unread counts)
-let projectsTimer = null;
 
 const conn = new Connection({ onFrame, onStatus });
 const timeline = new Timeline($("#timeline"), conn, {
@@ -82,7 +81,7 @@ async function boot() {
   } catch (err) {
     if (err.status === 401) return signedOut();
     $("#boot-error").hidden = false;
-    $("#boot-error").textContent = err.message;
+    $("#boot-error").textContent = errorText(err);
     return;
   }
   app.identity = me.identity;
@@ -133,19 +132,20 @@ async function boot() {
     panel.refresh();
     lifecycle.render();
     onStatus(conn.status, conn.attempt);
+    renderNotifyToggle();
   });
   window.addEventListener("hashchange", navigate);
+  // Projects made elsewhere (another tab, an invite) appear when you come back; unread counts
+  // are pushed over the socket (`unread` frames).
   initShortcuts({ go: (id) => (location.hash = `#/p/${id}`) });
   $("#shortcuts-button")?.addEventListener("click", () => openHelp());
   window.addEventListener("focus", refreshProjects);
-  // Other projects' unread counts: the socket watches only the open project.
-  projectsTimer = setInterval(() => document.visibilityState === "visible" && refreshProjects(), PROJECTS_EVERY_MS);
+  bindNotifyToggle();
   loadProviders().catch(() => {});
   navigate();
 }
 
 function signedOut() {
-  clearInterval(projectsTimer);
   $("#app").hidden = true;
   $("#signed-out").hidden = false;
 }
@@ -157,6 +157,7 @@ async function refreshProjects() {
     for (const project of me.projects) upsertProject(project);
     for (const id of [...app.projects.keys()]) if (!me.projects.some((p) => p.id === id)) app.projects.delete(id);
     renderProjects($("#project-groups"), app.room?.id);
+    renderTitle();
   } catch (err) {
     if (err.status === 401) signedOut();
   }
@@ -217,10 +218,11 @@ function showNoProject() {
 function openProject(id) {
   const project = app.projects.get(id);
   project.unread = 0; // read from here on; the badge stays off while it is open
+  project.mentions = 0;
   const previous = app.room && app.projects.get(app.room.id);
   // Seen while open (a count read meanwhile is stale) — unless marked unread: ask the server.
   if (previous && app.room.heldUnread) setTimeout(refreshProjects, 0);
-  else if (previous) previous.unread = 0;
+  else if (previous) Object.assign(previous, { unread: 0, mentions: 0 });
   renderProjects($("#project-groups"), id);
   const room = createRoom(project);
   app.room = room;
@@ -253,17 +255,23 @@ function renderHeader() {
   const present = [...room.members.values()].filter((m) => m.status !== "left");
   stack.replaceChildren(...present.slice(0, 4).map((m) => avatar(room, m.id, "sm")));
   $("#members-count").textContent = String(present.length);
-  document.title = `${project.name} · Project Room`;
+  setTitle(`${project.name} · Project Room`);
 }
 
 // -- frames -------------------------------------------------------------------------------------
 
 function onFrame(frame) {
+  if (frame.type === "unread") {
+    // Any project of yours, whichever the socket watches.
+    if (applyUnread(frame)) renderProjects($("#project-groups"), app.room?.id);
+    return;
+  }
   const room = app.room;
   if (!room) return;
   switch (frame.type) {
     case "subscribed":
       room.you = frame.you;
+      setPresence(room, frame.presence);
       setMembers(room, frame.members);
       room.readCursors = new Map(Object.entries(frame.read_cursors || {}).map(([k, v]) => [Number(k), v]));
       projectChanged(upsertProject(frame.project), false);
@@ -274,11 +282,13 @@ function onFrame(frame) {
       }
       composer.refresh();
       members.render();
+      paintPresence(room);
       break;
     case "message":
     case "message_updated":
       if (frame.message.author_id !== null && !member(room, frame.message.author_id)) refreshMembers();
       timeline.apply(frame);
+      if (composer.replyTo?.id === frame.message.id) composer.renderQuote(); // edited or deleted
       upsertProject({ id: room.id, head_seq: frame.seq });
       if (frame.message.meta?.route_change && panel.current === "models") models.load(room, { background: true });
       if (noticeKind(frame.message) === "task" && ["tasks", "decisions"].includes(panel.current)) panel.refresh();
@@ -287,12 +297,20 @@ function onFrame(frame) {
     case "members":
       membersChanged(frame.members, frame.allowed_ops);
       break;
+    case "presence":
+      if (frame.project_id !== room.id) break;
+      mergePresence(room, frame.presence);
+      paintPresence(room);
+      members.render();
+      break;
     case "project":
       if (frame.project.id === room.id) {
         const before = room.project.state;
         projectChanged(upsertProjectFrame(frame));
         // What may be done to members depends on the state too; the frame says nothing of it.
         if (frame.project.state !== before) refreshMembers();
+        // The model forms are offered only while the project takes changes.
+        if (frame.project.state !== before && panel.current === "models") models.load(room, { background: true });
       } else upsertProjectFrame(frame);
       renderProjects($("#project-groups"), room.id);
       break;
@@ -366,10 +384,10 @@ function onError(frame) {
   if (txn) {
     composer.restore(txn);
     timeline.render();
-    toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : frame.message, { kind: "error", timeout: 8000 });
+    toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : errorText(frame), { kind: "error", timeout: 8000 });
     return;
   }
-  toast(frame.message, { kind: "error" });
+  toast(errorText(frame), { kind: "error" });
 }
 
 function onStatus(status, attempt) {

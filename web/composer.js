@@ -7,7 +7,8 @@
 import { $, debounce, local } from "./dom.js";
 import { t } from "./i18n.js";
 import { isComposing, isSubmitKey, trackComposition } from "./ime.js";
-import { Picker } from "./picker.js";
+import { excerptOf, plainText } from "./message.js";
+import { Picker, pickerItems } from "./picker.js";
 import { isBlocked, renderDiagnostics, renderRecipients, withLocalSpans } from "./reach.js";
 import { app, member, mayPost } from "./store.js";
 
@@ -16,6 +17,8 @@ const PREVIEW_AFTER_MS = 150;
 // An at-sign may open the picker unless it continues an ASCII word, a path or an email.
 const NO_PICKER_BEFORE = /[A-Za-z0-9_.\-+/%@＠]/;
 const WHITESPACE = /[\s\u3000]/;
+// What ends a name after an at-sign (shared/mentions/SPEC.md §4, less `.:!?`): the picker closes.
+const NAME_END = /[,;)\]}>"'*~([{<（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
 const BOUNDARY_BEFORE = /[\s\u3000([{<"'*~,;（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
 
 export class Composer {
@@ -35,6 +38,7 @@ export class Composer {
     this.ime = trackComposition(this.input);
     this.picker = new Picker($("#picker", form), this.input, (item) => this.pickItem(item));
     this.mentionStart = null;
+    this.unmatched = null; // "@zzz": Enter was pressed while the picker matched nobody
     this.lastTyping = 0;
     this.saveDraft = debounce(() => this.storeDraft(), 300);
     this.input.addEventListener("input", () => this.onInput());
@@ -59,6 +63,7 @@ export class Composer {
     this.input.value = draft?.text || "";
     this.chips = draft?.chips || [];
     this.replyTo = draft?.replyTo || null;
+    this.unmatched = null;
     this.picker.close();
     this.refresh();
     this.autosize();
@@ -95,6 +100,7 @@ export class Composer {
   // -- input ------------------------------------------------------------------------------------
 
   onInput() {
+    this.unmatched = null;
     this.autosize();
     this.chips = this.chips.filter((chip) => this.input.value.includes(chip.token));
     this.updatePicker();
@@ -122,6 +128,15 @@ export class Composer {
           this.picker.pick();
           return;
         }
+        if (event.key === "Enter") {
+          // "没有匹配的成员": this Enter does not send (the @word names nobody, and the message
+          // would go to the lead by default). Say so; the next Enter sends it as it is.
+          event.preventDefault();
+          this.unmatched = this.picker.query;
+          this.picker.close();
+          this.preview();
+          return;
+        }
       }
       if (event.key === "Escape") {
         event.preventDefault();
@@ -147,13 +162,27 @@ export class Composer {
 
   /** Open, filter or close the picker from the text before the caret. */
   updatePicker() {
-    const found = mentionQuery(this.input.value, this.input.selectionStart);
-    if (!found || !this.room || this.input.selectionStart !== this.input.selectionEnd) {
+    const text = this.input.value;
+    const caret = this.input.selectionStart;
+    if (!this.room || caret !== this.input.selectionEnd) {
       this.picker.close();
       return;
     }
-    this.mentionStart = found.start;
-    this.picker.show(this.room, found.query);
+    const found = mentionQuery(text, caret);
+    if (found) {
+      this.mentionStart = found.start;
+      this.picker.show(this.room, found.query);
+      return;
+    }
+    // `@前端 小林` typed without brackets: a name with a space in it. Offered only while some
+    // member's name starts with what was typed; otherwise the space ended the mention.
+    const spaced = spacedMentionQuery(text, caret);
+    if (spaced && pickerItems(this.room, spaced.query).length) {
+      this.mentionStart = spaced.start;
+      this.picker.show(this.room, spaced.query);
+      return;
+    }
+    this.picker.close();
   }
 
   pickItem(item) {
@@ -195,7 +224,7 @@ export class Composer {
   }
 
   setReply(message) {
-    this.replyTo = message ? { id: message.id, author_id: message.author_id, excerpt: message.body.slice(0, 140) } : null;
+    this.replyTo = message ? { id: message.id, author_id: message.author_id, excerpt: plainText(message.html) } : null;
     this.renderQuote();
     this.storeDraft();
     this.input.focus();
@@ -207,7 +236,9 @@ export class Composer {
     if (!this.replyTo) return;
     const who = member(this.room, this.replyTo.author_id);
     $(".quote-label", bar).textContent = t("composer.replyingTo", { name: who ? who.display_name : `#${this.replyTo.author_id}` });
-    $(".quote-text", bar).textContent = this.replyTo.excerpt;
+    const quoted = this.room?.messages.get(this.replyTo.id);
+    if (quoted) this.replyTo.excerpt = excerptOf(quoted).excerpt; // edited meanwhile, or deleted
+    $(".quote-text", bar).textContent = quoted?.deleted ? t("msg.quoteDeleted") : this.replyTo.excerpt;
   }
 
   // -- preview and sending ----------------------------------------------------------------------
@@ -246,6 +277,7 @@ export class Composer {
     renderDiagnostics($("#diagnostics", this.form), preview, {
       text,
       room: this.room,
+      unmatched: this.unmatched,
       fix: (start, end, insert) => this.replace(start, end, insert),
       sendPlain: () => this.submit(true),
     });
@@ -311,6 +343,7 @@ export class Composer {
     if (asPlainText) frame.as_plain_text = true;
     this.room.pending.set(txn, { body, frame, replyTo: this.replyTo, chips: this.chips, createdAt: new Date().toISOString() });
     this.conn.sendMessage(frame);
+    this.unmatched = null;
     this.input.value = "";
     this.chips = [];
     this.replyTo = null;
@@ -352,10 +385,22 @@ export function tokenFor(m) {
   return `@「${m.display_name}」`;
 }
 
+/** A mention with whitespace in it being typed before `caret` (`@前端 小林`): {start, query}
+ * or null. The query holds at least one space and no line break. */
+export function spacedMentionQuery(text, caret) {
+  let i = caret - 1;
+  while (i >= 0 && text[i] !== "@" && text[i] !== "＠" && text[i] !== "\n" && !NAME_END.test(text[i]) && caret - i <= 33) i -= 1;
+  if (i < 0 || (text[i] !== "@" && text[i] !== "＠")) return null;
+  if (i > 0 && NO_PICKER_BEFORE.test(text[i - 1])) return null;
+  const query = text.slice(i + 1, caret);
+  if (!WHITESPACE.test(query) || !query.trim() || WHITESPACE.test(query[0]) || query.startsWith("「")) return null;
+  return { start: i, query };
+}
+
 /** The mention being typed before `caret`: {start, query} or null. */
 export function mentionQuery(text, caret) {
   let i = caret - 1;
-  while (i >= 0 && text[i] !== "@" && text[i] !== "＠" && !WHITESPACE.test(text[i]) && caret - i <= 33) i -= 1;
+  while (i >= 0 && text[i] !== "@" && text[i] !== "＠" && !WHITESPACE.test(text[i]) && !NAME_END.test(text[i]) && caret - i <= 33) i -= 1;
   if (i < 0 || (text[i] !== "@" && text[i] !== "＠")) return null;
   if (i > 0 && NO_PICKER_BEFORE.test(text[i - 1])) return null;
   const query = text.slice(i + 1, caret);

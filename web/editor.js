@@ -2,7 +2,7 @@
 // The server keeps the old text in the message's edit history.
 
 import { h } from "./dom.js";
-import { t } from "./i18n.js";
+import { errorText, t } from "./i18n.js";
 import { isComposing, isSubmitKey, trackComposition } from "./ime.js";
 
 export function startEdit(el, message, conn, room, done) {
@@ -50,10 +50,10 @@ export function startEdit(el, message, conn, room, done) {
     } catch (err) {
       error.hidden = false;
       if (err.code === "mentions_unresolved") {
-        error.textContent = (err.details?.diagnostics || []).map((d) => d.hint).join("；") || err.message;
+        error.textContent = (err.details?.diagnostics || []).map((d) => d.hint).join("；") || errorText(err);
         plain.hidden = false;
       } else {
-        error.textContent = err.message || t("error.generic");
+        error.textContent = errorText(err);
       }
     } finally {
       busy = false;

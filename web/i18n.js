@@ -1,5 +1,6 @@
 // Interface strings. Chinese (zh-CN) is the default; English is a local choice (localStorage).
-// Server-written text (system notices, error messages) is shown as the server wrote it.
+// Server-written notices are shown as the server wrote them; server errors are worded from their
+// code (errorText).
 //
 // Static markup marks its strings with data-i18n (textContent), data-i18n-label (aria-label and
 // title), data-i18n-placeholder; applyStatic() fills them. Dynamic parts call t() when they render
@@ -42,11 +43,37 @@ export function hasString(key) {
   return key in DICTS[lang] || key in STRINGS_ZH;
 }
 
-/** A server error in the interface language when we know its code, else the server's words. */
+/**
+ * The one way the page words a server error (an HTTP `{error}` or a `/ws` `error` frame): from
+ * its `code`, in the interface language (every code the server sends has both texts; a test
+ * lists them). A code with no text falls back to the server's words — only the language's half
+ * of a bilingual "中文 (English)" message — and an English-only message is framed in Chinese for
+ * a Chinese reader. Placeholders the error's details do not fill are left out.
+ */
 export function errorText(err) {
-  const key = `error.${err?.code}`;
-  if (err?.code && (key in DICTS[lang] || key in STRINGS_ZH)) return t(key, err.details || {});
-  return err?.message || t("error.generic");
+  const code = err?.code;
+  const key = `error.${code}`;
+  const template = code ? (DICTS[lang][key] ?? STRINGS_ZH[key]) : null;
+  if (template) return fill(template, err.details || {});
+  const message = typeof err?.message === "string" ? err.message.trim() : "";
+  if (!message) return t("error.generic");
+  const halves = message.match(/^(.*\p{Script=Han}.*?)\s*[(（]([^()（）]*[A-Za-z][^()（）]*)[)）]\s*[.。]?$/su);
+  if (halves) return lang === "en" ? halves[2].trim() : halves[1].trim();
+  if (lang !== "en" && !/\p{Script=Han}/u.test(message)) return t("error.untranslated", { message });
+  return message;
+}
+
+function fill(template, vars) {
+  const word = (name) => {
+    const value = vars[name];
+    if (value === undefined || value === null) return "";
+    return name === "state" ? label("projectState", value) : String(value); // a project's state, in words
+  };
+  return template
+    .replace(/\{(\w+)\}/g, (whole, name) => word(name))
+    .replace(/（\s*）|\(\s*\)|“\s*”|「\s*」/g, "")
+    .replace(/\s*[:：]\s*$/, "")
+    .trim();
 }
 
 /** Either language's word for a server code (role, state …) with a fallback to the code itself. */

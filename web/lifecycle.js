@@ -5,7 +5,7 @@
 
 import { get, post } from "./api.js";
 import { $, append, clear, h } from "./dom.js";
-import { label, t } from "./i18n.js";
+import { errorText, label, t } from "./i18n.js";
 import { isOwner, opsOf, upsertProject } from "./store.js";
 import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js";
 
@@ -156,7 +156,7 @@ export class Lifecycle {
             const answer = await post(`/api/projects/${room.id}/purge`, { confirm_name: nameInput.value, confirmed: check.checked });
             close(answer || {});
           } catch (err) {
-            error.textContent = err.status === 500 ? t("purge.blocked") : err.message;
+            error.textContent = err.status === 500 ? t("purge.blocked") : errorText(err);
             error.hidden = false;
             update();
           }

@@ -5,10 +5,10 @@
 
 import { get, post } from "./api.js";
 import { h, icon } from "./dom.js";
-import { formatDateTime, label, t } from "./i18n.js";
-import { avatar } from "./message.js";
+import { errorText, formatDateTime, label, t } from "./i18n.js";
+import { avatar, presenceLabel } from "./message.js";
 import { changeRoute, loadProviders, routeForm } from "./models.js";
-import { isOwner, member, opsOf } from "./store.js";
+import { mayChange, member, opsOf, presenceOf } from "./store.js";
 import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js";
 
 // How each member operation looks: [icon, label, danger], given whether it is about oneself.
@@ -41,7 +41,7 @@ export class Members {
       ["members.departed", (m) => m.status === "left"],
     ];
     const nodes = [];
-    if (isOwner(room)) {
+    if (mayChange(room)) {
       nodes.push(h("div", { class: "panel-actions" },
         h("button", { type: "button", class: "btn btn-small", on: { click: () => this.addAgent() } }, icon("plus"), t("members.addAgent")),
         h("button", { type: "button", class: "btn btn-small", on: { click: () => this.invite() } }, icon("user"), t("members.invite"))));
@@ -66,7 +66,7 @@ export class Members {
         h("span", { class: "name", text: you ? t("members.youSuffix", { name: m.display_name }) : m.display_name }),
         h("span", { class: "handle", text: `@${m.handle}` })),
       h("span", { class: ["role-tag", m.kind === "agent" && "is-agent"], text: label("role", m.role) }),
-      h("span", { class: ["status-text", `status-${m.status}`], text: label("memberStatus", m.status) }),
+      h("span", { class: ["status-text", `presence-${presenceOf(this.room, m.id)}`], text: presenceLabel(this.room, m) }),
     );
   }
 
@@ -125,7 +125,7 @@ export class Members {
         body.replaceChildren(...this.cardContent(detail, fill));
         if (focusModel) body.querySelector("select")?.focus();
       } catch (err) {
-        body.replaceChildren(h("p", { class: "error-text", text: err.message }));
+        body.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
       }
     };
     fill();
@@ -139,7 +139,7 @@ export class Members {
       h("dt", { text: t("card.handle") }), h("dd", { text: `@${m.handle}` }),
       h("dt", { text: t("card.kind") }), h("dd", { text: m.kind === "agent" ? t("card.agent", { driver: label("driver", m.driver) }) : t("card.human") }),
       h("dt", { text: t("card.role") }), h("dd", { text: label("role", m.role) }),
-      h("dt", { text: t("card.status") }), h("dd", {}, h("span", { class: ["status-text", `status-${m.status}`], text: label("memberStatus", m.status) })));
+      h("dt", { text: t("card.status") }), h("dd", {}, h("span", { class: ["status-text", `presence-${presenceOf(room, m.id)}`], text: presenceLabel(room, m) })));
     const nodes = [h("div", { class: "card-head" }, avatar(room, m.id, "lg", { still: true }), h("div", {}, h("p", { class: "card-name", text: m.display_name }), h("p", { class: "muted", text: `@${m.handle}` }))), facts];
     if (m.kind !== "agent") return nodes;
     const route = detail.route;
@@ -159,7 +159,7 @@ export class Members {
       h("dt", { text: t("card.tools") }), h("dd", { class: "card-tools" }, (m.tools || detail.tools || []).map((tool) => h("code", { class: "tool-chip", text: tool }))),
       typeof m.read_only === "boolean" ? [h("dt", { text: t("card.access") }), h("dd", { class: "card-access", dataset: { readOnly: String(m.read_only) }, text: m.read_only ? t("card.readOnly") : t("card.writes") })] : null,
       typeof m.sandboxed === "boolean" ? [h("dt", { text: t("card.commands") }), h("dd", {}, h("span", { class: ["card-sandbox", m.sandboxed ? null : "badge badge-warn"], dataset: { sandboxed: String(m.sandboxed) }, text: m.sandboxed ? t("card.sandboxed") : t("card.unsandboxed") }))] : null);
-    const owner = isOwner(room);
+    const owner = mayChange(room);
     const memberLock = route.source === "member" ? route.model_id : "";
     const form = routeForm(room, {
       id: `route-member-${m.id}`,

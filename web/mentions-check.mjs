@@ -25,13 +25,16 @@ function check(doc) {
   let failed = 0;
   for (const c of doc.cases) {
     const result = resolve(c.text, roster(c.roster), c.sender, c.chips ?? []);
+    // Candidates are compared, in order, when the expected diagnostic lists them (SPEC §8).
+    const checked = ({ code, name, candidates }, want) =>
+      want && "candidates" in want ? { code, name, candidates } : { code, name };
     const got = {
       mentioned: result.mentioned,
-      diagnostics: result.diagnostics.map(({ code, name }) => ({ code, name })),
+      diagnostics: result.diagnostics.map((d, i) => checked(d, c.expect.diagnostics[i])),
     };
     const want = {
       mentioned: c.expect.mentioned,
-      diagnostics: c.expect.diagnostics.map(({ code, name }) => ({ code, name })),
+      diagnostics: c.expect.diagnostics.map((d) => checked(d, d)),
     };
     if (JSON.stringify(got) === JSON.stringify(want)) {
       passed += 1;

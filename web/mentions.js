@@ -43,13 +43,25 @@ const NFC_EXPANSION = 4;
 const EVERYONE_NAMES = ["all", "everyone", "所有人"];
 const HUMANS_NAMES = ["humans", "用户"];
 
-// Ranks of §5: lower wins when entries share a folded name.
+// Ranks of §5: lower wins when entries share a folded name; a tombstone counts only when no live
+// member has the name (a departed name never hides a live member).
 const RANK_GROUP = 0;
-const RANK_TOMBSTONE = 1;
-const RANK_HANDLE = 2;
-const RANK_ALIAS = 3;
-const RANK_DISPLAY = 4;
-const VIA_BY_RANK = { 2: "handle", 3: "alias", 4: "display_name" };
+const RANK_HANDLE = 1;
+const RANK_ALIAS = 2;
+const RANK_DISPLAY = 3;
+const RANK_TOMBSTONE = 4;
+const VIA_BY_RANK = { 1: "handle", 2: "alias", 3: "display_name" };
+// §5: an unmatched plain word with a letter outside ASCII (`@张三`) is `unknown` up to this length.
+export const UNKNOWN_WORD_MAX = 32;
+const FOREIGN_LETTER = /[^\x00-\x7f]/u;
+const LETTER = /^\p{L}$/u;
+
+/** True if `word` holds a letter outside ASCII: a person's name, not a code word (`@param`). */
+function hasForeignLetter(word) {
+  if (!FOREIGN_LETTER.test(word)) return false;
+  for (const c of word) if (c.charCodeAt(0) >= 128 && LETTER.test(c)) return true;
+  return false;
+}
 
 const isAscii = (unit) => unit.charCodeAt(0) < 128;
 
@@ -107,6 +119,8 @@ export function buildRoster(json) {
   const tombstones = json.tombstones ?? [];
   const entries = new Map(); // key -> [[rank, member id or group]]
   const near = new Map();
+  const prefixes = new Map();
+  const spacedHeads = new Set();
   const add = (name, rank, ref) => {
     const key = nameKey(name);
     if (!key) return;
@@ -130,6 +144,14 @@ export function buildRoster(json) {
           if (!near.has(variant)) near.set(variant, new Set());
           near.get(variant).add(m.id);
         }
+        let prefix = "";
+        for (const c of key) {
+          prefix += c;
+          if (!prefixes.has(prefix)) prefixes.set(prefix, new Set());
+          prefixes.get(prefix).add(m.id);
+        }
+        const space = key.search(WS_RE);
+        if (space > 0) spacedHeads.add(key.slice(0, space));
       }
     }
   }
@@ -159,18 +181,24 @@ export function buildRoster(json) {
     lengths: [...lengths].sort((a, b) => b - a),
     maxLen, // in code points
     near,
+    prefixes,
+    spacedHeads,
   });
 }
 
-/** Resolve the entries sharing one folded name: best rank only (SPEC §5, §6). */
+/** Resolve the entries sharing one folded name (SPEC §5, §6): a group name first, then the best
+ * rank among live members; only a name no live member has is departed. */
 function resolveEntries(found, byId) {
-  const best = Math.min(...found.map(([rank]) => rank));
-  const ids = [...new Set(found.filter(([rank]) => rank === best).map(([, ref]) => ref))];
+  const groups = found.filter(([rank]) => rank === RANK_GROUP).map(([, ref]) => ref).sort(byCodePoint);
+  if (groups.length) return { action: groups[0], ids: [], via: groups[0] };
+  const live = found.filter(([rank, ref]) => rank !== RANK_TOMBSTONE && byId.get(ref).status !== "left");
+  if (!live.length) {
+    return { action: "departed", ids: [...new Set(found.map(([, ref]) => ref))].sort(byCodePoint), via: "" };
+  }
+  const best = Math.min(...live.map(([rank]) => rank));
+  const ids = [...new Set(live.filter(([rank]) => rank === best).map(([, ref]) => ref))];
   ids.sort(byCodePoint);
-  if (best === RANK_GROUP) return { action: ids[0], ids: [], via: ids[0] };
-  if (best === RANK_TOMBSTONE) return { action: "departed", ids, via: "" };
   if (ids.length > 1) return { action: "ambiguous", ids, via: "" };
-  if (byId.get(ids[0]).status === "left") return { action: "departed", ids, via: "" };
   return { action: "member", ids, via: VIA_BY_RANK[best] };
 }
 
@@ -520,10 +548,15 @@ class Resolver {
     }
     if (starts) {
       // Longer words cannot be near a name, even once NFC has shortened them.
-      const [end, count] = wordEnd(text, s, limit, NFC_EXPANSION * (roster.maxLen + 1));
-      if (end >= 0 && count >= 2 && !roster.plain.has(nameKey(text.slice(s, end)))) {
-        const ids = this.near(text.slice(s, end));
-        if (ids.length) this.diagnose("unknown", text.slice(s, end), [p, end], ids);
+      const longest = Math.max(NFC_EXPANSION * (roster.maxLen + 1), UNKNOWN_WORD_MAX);
+      const [end, count] = wordEnd(text, s, limit, longest);
+      const word = end >= 0 ? text.slice(s, end) : "";
+      if (count > 0 && end >= 0 && !roster.plain.has(nameKey(word))) {
+        const near = count >= 2 ? this.near(word) : [];
+        const foreign = count <= UNKNOWN_WORD_MAX && hasForeignLetter(word);
+        if (near.length || foreign || roster.spacedHeads.has(nameKey(word))) {
+          this.diagnose("unknown", word, [p, end], this.candidates(word, near));
+        }
       }
     }
   }
@@ -539,7 +572,7 @@ class Resolver {
     } else if (target !== undefined) {
       this.apply(target, name, span, "bracket");
     } else {
-      this.diagnose("unknown", name, span, this.near(name), { bracket: true });
+      this.diagnose("unknown", name, span, this.candidates(name), { bracket: true });
     }
   }
 
@@ -551,6 +584,14 @@ class Resolver {
       for (const id of this.roster.near.get(variant) ?? []) ids.add(id);
     }
     return [...ids].sort(byCodePoint);
+  }
+
+  /** Who an unknown `word` may have meant (§5): live members with a name starting with it
+   * (`@前端` suggests 「前端 小林」), then those with a name near it; each group sorted. */
+  candidates(word, near = null) {
+    const first = [...(this.roster.prefixes.get(nameKey(word)) ?? [])].sort(byCodePoint);
+    const then = (near ?? this.near(word)).filter((id) => !first.includes(id)).sort(byCodePoint);
+    return [...first, ...then];
   }
 
   apply(target, name, span, via) {

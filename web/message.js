@@ -8,7 +8,7 @@ import { h, icon } from "./dom.js";
 import { formatDateTime, formatTime, label, t } from "./i18n.js";
 import { resolve } from "./mentions.js";
 import { reactionsRow } from "./reactions.js";
-import { member, roster } from "./store.js";
+import { member, presenceOf, roster } from "./store.js";
 
 const AVATAR_COLOURS = 8;
 
@@ -37,9 +37,24 @@ export function avatar(room, memberId, size = "md", { still = false } = {}) {
         : { "aria-label": t("member.menuFor", { name }), "aria-haspopup": "menu", title: name },
     },
     h("span", { class: "avatar-initial", attrs: { "aria-hidden": "true" }, text: initials(name) }),
-    h("span", { class: ["status-dot", `status-${m?.status || "unknown"}`], attrs: { "aria-hidden": "true" } }),
+    h("span", { class: ["status-dot", `presence-${presenceOf(room, memberId)}`], attrs: { "aria-hidden": "true" } }),
   );
   return button;
+}
+
+/** Presence changed: repaint every avatar's dot in place (nothing else is rebuilt). */
+export function paintPresence(room, root = document) {
+  for (const dot of root.querySelectorAll("[data-member-id] > .status-dot")) {
+    const id = Number(dot.parentElement.dataset.memberId);
+    dot.className = `status-dot presence-${presenceOf(room, id)}`;
+  }
+}
+
+/** What the presence of a member reads as ("在线", "工作中" …); a paused person says so. */
+export function presenceLabel(room, m) {
+  if (m.kind !== "agent" && m.status === "paused") return label("memberStatus", "paused");
+  const state = presenceOf(room, m.id);
+  return state === "left" ? label("memberStatus", "left") : label("presence", state);
 }
 
 export function authorName(room, authorId) {
@@ -103,6 +118,29 @@ export function renderMessage(room, message, { actions = [], pending = null, rea
   return el;
 }
 
+const EXCERPT_CHARS = 140;
+const BLOCKS = "p, li, pre, blockquote, h1, h2, h3, h4, h5, h6, br, td, th";
+
+/**
+ * A message's words as one line of plain text (no markdown marks), for a quote bar or a reply
+ * chip, from the server's sanitised `html`. The HTML is parsed into a detached document (inert:
+ * nothing runs or loads) and only its text is read; callers show the result with textContent.
+ * The server makes the same kind of excerpt for `reply_excerpt` (room.render.plain_text).
+ */
+export function plainText(html, limit = EXCERPT_CHARS) {
+  const doc = new DOMParser().parseFromString(html || "", "text/html");
+  for (const block of doc.body.querySelectorAll(BLOCKS)) block.after(" ");
+  const flat = doc.body.textContent.split(/\s+/).filter(Boolean).join(" ");
+  const chars = [...flat];
+  return chars.length <= limit ? flat : `${chars.slice(0, limit - 1).join("")}…`;
+}
+
+/** What a reply's quote says of `quoted` now (mirrors the server's `reply_excerpt`). */
+export function excerptOf(quoted) {
+  if (quoted.deleted) return { author_id: quoted.author_id, seq: quoted.seq, excerpt: "", deleted: true };
+  return { author_id: quoted.author_id, seq: quoted.seq, excerpt: plainText(quoted.html) };
+}
+
 function quoteOf(room, message) {
   const ex = message.reply_excerpt;
   return h(
@@ -115,7 +153,9 @@ function quoteOf(room, message) {
     },
     icon("reply"),
     h("span", { class: "quote-author", text: authorName(room, ex.author_id) }),
-    h("span", { class: "quote-text", text: ex.excerpt }),
+    ex.deleted
+      ? h("span", { class: "quote-text quote-deleted", text: t("msg.quoteDeleted") })
+      : h("span", { class: "quote-text", text: ex.excerpt }),
   );
 }
 

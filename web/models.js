@@ -3,8 +3,8 @@
 
 import { get, post } from "./api.js";
 import { h } from "./dom.js";
-import { formatDateTime, formatNumber, label, t } from "./i18n.js";
-import { app, isOwner, member } from "./store.js";
+import { errorText, formatDateTime, formatNumber, label, t } from "./i18n.js";
+import { app, isOwner, mayChange, member } from "./store.js";
 import { toast, toastError } from "./ui.js";
 
 export const AGENT_ROLES = ["lead", "frontend", "backend", "tester", "devops", "design", "docs"];
@@ -77,12 +77,12 @@ export class ModelsTab {
         loadProviders(),
       ]);
       if (room !== this.room) return;
-      const signature = JSON.stringify([routes, usage, brake]);
+      const signature = JSON.stringify([routes, usage, brake, mayChange(room)]); // forms follow the state
       if (signature === this.signature || (background && this.isEditing())) return;
       this.signature = signature;
       this.render(routes, usage, brake);
     } catch (err) {
-      this.el.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      this.el.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
     }
   }
 
@@ -93,7 +93,7 @@ export class ModelsTab {
 
   render(routes, usage, brake) {
     const room = this.room;
-    const owner = isOwner(room);
+    const owner = mayChange(room); // an owner, in a project that takes changes
     const settings = new Map(routes.settings.map((s) => [`${s.scope}:${s.target}`, s]));
     const projectDefault = settings.get("project:")?.value || "";
     const pool = parsePool(settings.get("pool:")?.value);
@@ -117,7 +117,7 @@ export class ModelsTab {
     sections.push(section(t("models.usage"), usageView(room, usage)));
     sections.push(section(t("models.brake"), brakeView(room, brake, owner, () => this.load(room))));
     sections.push(section(t("models.history"), historyView(room, routes.history)));
-    if (!owner) sections.unshift(h("p", { class: "muted note", text: t("models.ownerOnly") }));
+    if (!owner) sections.unshift(h("p", { class: "muted note", text: isOwner(room) ? t("models.closedNote") : t("models.ownerOnly") }));
     this.el.replaceChildren(...sections);
   }
 }

@@ -4,9 +4,10 @@
 import { get } from "./api.js";
 import { attemptSection } from "./attempts.js";
 import { $, $$, h, icon } from "./dom.js";
-import { label, t } from "./i18n.js";
+import { errorText, label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { member, upsertProject } from "./store.js";
+import { acceptanceProgress, planStartBar, taskActions } from "./taskactions.js";
 import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
@@ -84,7 +85,7 @@ export class Panel {
       data = tasks;
       if (detail?.project?.settings) upsertProject({ id: room.id, settings: detail.project.settings });
     } catch (err) {
-      box.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      box.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
       return;
     }
     if (room !== this.room) return;
@@ -100,6 +101,8 @@ export class Panel {
           this.loadTasks();
         } } })));
     }
+    const planBar = planStartBar(room, tasks, () => this.loadTasks());
+    if (planBar) nodes.push(planBar);
     if (!tasks.length) nodes.push(empty("tasks.emptyTitle", this.ownerFilter !== null ? "tasks.emptyOwner" : "tasks.empty"));
     for (const task of tasks) nodes.push(taskCard(room, task, () => this.loadTasks()));
     box.replaceChildren(...nodes);
@@ -115,7 +118,7 @@ export class Panel {
     try {
       data = await get(`/api/projects/${room.id}/decisions`);
     } catch (err) {
-      box.replaceChildren(h("p", { class: "error-text", text: err.message }));
+      box.replaceChildren(h("p", { class: "error-text", text: errorText(err) }));
       return;
     }
     if (room !== this.room) return;
@@ -152,6 +155,8 @@ function taskCard(room, task, reload) {
     h("div", { class: "task-owner" },
       owner ? avatar(room, owner.id, "xs") : null,
       h("span", { text: owner ? owner.display_name : task.owner?.display_name || t("tasks.noOwner") })),
+    acceptanceProgress(task),
+    taskActions(room, task, reload),
     attemptSection(room, task, reload),
     task.waiting_on?.length ? h("p", { class: "task-waiting" }, icon("pause"), h("span", { text: t("tasks.waitingOn", { keys: task.waiting_on.join("、") }) })) : null,
     task.note ? h("p", { class: "task-note", text: t("tasks.note", { note: task.note }) }) : null,

@@ -42,6 +42,7 @@ export class Picker {
     this.input = input;
     this.onPick = onPick;
     this.items = [];
+    this.query = "";
     this.index = 0;
     this.isOpen = false;
     list.addEventListener("mousedown", (event) => event.preventDefault()); // keep the textarea focused
@@ -52,6 +53,7 @@ export class Picker {
   }
 
   show(room, query) {
+    this.query = query;
     this.items = pickerItems(room, query);
     this.index = 0;
     this.isOpen = true;

@@ -55,11 +55,17 @@ export function renderProjects(nav, currentId) {
   nav.replaceChildren(...nodes);
 }
 
-/** Chat messages by others after my read cursor (the server counts up to 100). */
+/** Chat messages by others after my read cursor (the server counts up to 100), and how many of
+ * them mention me, apart (pushed by the server: `unread` frames). */
 function unreadBadge(project, current) {
   const n = project.unread || 0;
+  const m = project.mentions || 0;
   if (current || n <= 0) return null;
-  return h("span", { class: "unread-badge", text: n > 99 ? "99+" : String(n), attrs: { "aria-label": t("projects.unread", { n: n > 99 ? "99+" : n }) } });
+  const count = n > 99 ? "99+" : String(n);
+  const label = m ? t("projects.unreadMentions", { n: count, m }) : t("projects.unread", { n: count });
+  return h("span", { class: "unread-badges", attrs: { title: label } },
+    m ? h("span", { class: "mention-badge", text: `@${m}`, attrs: { "aria-hidden": "true" } }) : null,
+    h("span", { class: "unread-badge", text: count, attrs: { "aria-label": label } }));
 }
 
 const DEFAULT_NAMES = { lead: "负责人", frontend: "前端", backend: "后端", tester: "测试", devops: "运维", design: "设计", docs: "文档" };
@@ -97,7 +103,8 @@ export async function createProjectDialog() {
         event.preventDefault();
         error.hidden = true;
         const chosen = rows.filter((r) => r.include.checked);
-        const problem = !name.value.trim() ? t("create.needName") : chosen.some((r) => !r.handle.value.trim() || !r.name.value.trim()) ? t("create.needMemberNames") : null;
+        const clash = duplicateName(chosen.map((r) => [r.handle.value, r.name.value]));
+        const problem = !name.value.trim() ? t("create.needName") : chosen.some((r) => !r.handle.value.trim() || !r.name.value.trim()) ? t("create.needMemberNames") : clash ? t("create.duplicateName", { name: clash }) : null;
         if (problem) {
           error.textContent = problem;
           error.hidden = false;
@@ -123,6 +130,22 @@ export async function createProjectDialog() {
       return form;
     },
   });
+}
+
+/** A name two of the new members (or a member and you, the owner) would both answer to, or
+ * null: the server refuses such a project (`name_taken`, `handle_taken`); say so before asking. */
+export function duplicateName(members) {
+  const key = (s) => s.trim().normalize("NFC").replace(/[A-Z]+/g, (m) => m.toLowerCase());
+  const seen = new Map();
+  const people = [[app.identity?.handle || "", app.identity?.display_name || ""], ...members];
+  for (const [index, names] of people.entries()) {
+    for (const name of new Set(names.map((n) => n.trim()).filter(Boolean))) {
+      const k = key(name);
+      if (seen.has(k) && seen.get(k) !== index) return name;
+      seen.set(k, index);
+    }
+  }
+  return null;
 }
 
 function memberRow(role) {

@@ -75,11 +75,25 @@ function hintFor(d, room) {
   return t(`diag.${d.code}`, { name: d.name, refs, n: d.candidates.length });
 }
 
-/** Diagnostics with fixes: add the missing space, pick one of the candidates, or send as plain text. */
-export function renderDiagnostics(list, preview, { text, room, fix, sendPlain }) {
+/** Who a message that names nobody goes to (the lead, by default), or null. */
+function defaultLead(room, preview) {
+  if (!preview?.default_routed) return null;
+  return member(room, preview.recipients[0]) || null;
+}
+
+/** Diagnostics with fixes: add the missing space, pick one of the candidates, or send as plain
+ * text (saying where it then goes). `unmatched`: the word after an at-sign for which the picker
+ * found nobody and Enter was pressed (that Enter did not send). */
+export function renderDiagnostics(list, preview, { text, room, fix, sendPlain, unmatched = null }) {
   list.replaceChildren();
   const diagnostics = preview?.diagnostics || [];
-  list.hidden = !diagnostics.length;
+  const lead = defaultLead(room, preview);
+  const note = unmatched !== null && !diagnostics.some((d) => d.blocking);
+  list.hidden = !diagnostics.length && !note;
+  if (note) {
+    const where = lead ? t("diag.unmatchedLead", { name: lead.display_name }) : t("diag.unmatchedNobody");
+    list.append(h("li", { class: "diag diag-unmatched", dataset: { code: "unmatched" } }, h("span", { class: "diag-hint", text: t("diag.unmatched", { name: unmatched, where }) })));
+  }
   if (!diagnostics.length) return;
   let blocking = false;
   for (const d of diagnostics) {
@@ -112,8 +126,8 @@ export function renderDiagnostics(list, preview, { text, room, fix, sendPlain })
   if (blocking) {
     list.append(
       h("li", { class: "diag-plain" },
-        h("span", { text: t("diag.plainExplain") }),
-        button(t("diag.sendPlain"), sendPlain, { action: "send-plain" })),
+        h("span", { text: lead ? t("diag.plainExplainLead", { name: lead.display_name }) : t("diag.plainExplain") }),
+        button(lead ? t("diag.sendPlainTo", { name: lead.display_name }) : t("diag.sendPlain"), sendPlain, { action: "send-plain" })),
     );
   }
 }

@@ -52,6 +52,7 @@ export function createRoom(project) {
     receiptsAsked: new Set(),
     pending: new Map(), // client_txn_id -> {body, replyTo, chips, plain, createdAt, failed}
     typing: new Map(), // member id -> timer
+    presence: new Map(), // member id -> online/offline (people), running/idle/paused/offline (agents)
     headSeq: project.head_seq ?? 0,
   };
 }
@@ -78,6 +79,23 @@ export function member(room, id) {
 
 export function me(room) {
   return member(room, room?.you);
+}
+
+/** Whether a member is here now (docs/protocol.md, "Presence"); "left" for one who left. */
+export function presenceOf(room, id) {
+  const m = member(room, id);
+  if (m?.status === "left") return "left";
+  return room?.presence.get(id) || "offline";
+}
+
+/** Who is here: the whole map (`subscribed`), or the members whose presence changed (`presence`). */
+export function setPresence(room, map) {
+  room.presence = new Map();
+  mergePresence(room, map);
+}
+
+export function mergePresence(room, changes) {
+  for (const [id, state] of Object.entries(changes || {})) room.presence.set(Number(id), state);
 }
 
 export function isOwner(room) {
@@ -143,4 +161,12 @@ export function upsertProjectFrame(frame) {
 /** True if the server lets this viewer post in the project now. */
 export function mayPost(project) {
   return opsOf(project).includes("post");
+}
+
+/** Whether this viewer may change the open project: its routes, settings, members, invites and
+ * brake. An owner's; and only where the server offers a person `post` — active and paused, the
+ * states its `require_open` accepts for those changes — so an archived or trashed project
+ * offers no form the server would refuse. */
+export function mayChange(room) {
+  return isOwner(room) && mayPost(room?.project);
 }

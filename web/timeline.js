@@ -14,9 +14,9 @@ import { $, h } from "./dom.js";
 import { clearHighlights, highlightIn } from "./highlight.js";
 import { dayKey, formatDay, t } from "./i18n.js";
 import { openMessageInfo } from "./info.js";
-import { renderMessage } from "./message.js";
+import { excerptOf, renderMessage } from "./message.js";
 import { openPicker, sendReaction } from "./reactions.js";
-import { bus, isOwner, sortedMessages } from "./store.js";
+import { bus, mayChange, mayPost, sortedMessages } from "./store.js";
 import { openMenu, toast, toastError } from "./ui.js";
 import { startEdit } from "./editor.js";
 
@@ -145,6 +145,12 @@ export class Timeline {
       return;
     }
     room.messages.set(message.id, message);
+    // Replies quote what a message says now: an edit or a delete changes their quotes too.
+    if (!isNew) {
+      for (const reply of room.messages.values()) {
+        if (reply.reply_to === message.id && reply.reply_excerpt) reply.reply_excerpt = excerptOf(message);
+      }
+    }
     if (message.client_txn_id && message.author_id === room.you) room.pending.delete(message.client_txn_id);
     if (!room.historyLoaded) return;
     const wasAtBottom = this.atBottom();
@@ -209,7 +215,8 @@ export class Timeline {
 
   entryFor(message) {
     const room = this.room;
-    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${JSON.stringify(message.reactions || [])}`;
+    const quote = message.reply_excerpt ? `${message.reply_excerpt.deleted ? "-" : ""}${message.reply_excerpt.excerpt}` : "";
+    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${quote}|${JSON.stringify(message.reactions || [])}`;
     const cached = this.cache.get(message.id);
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
     const el = renderMessage(room, message, { actions: this.actionsFor(message), reactions: this.reactionsFor(message) });
@@ -242,9 +249,17 @@ export class Timeline {
     const room = this.room;
     if (message.kind === "system") {
       const tripped = message.meta?.brake && message.meta.brake !== "cleared";
-      return tripped && room.project.state !== "archived" ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
+      return tripped && mayPost(room.project) ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
     }
+    // Replying, editing, deleting and marking all post into the project: where the server does
+    // not offer this viewer `post` (archived, trashed, stopping …), none of them is offered.
     if (message.kind !== "chat" || !room.you) return [];
+    // Reading needs no `post`: the link, and the menu (mark as unread, message info).
+    const reading = [
+      { id: "link", icon: "link", label: t("action.copyLink"), run: () => copyLink(room, message) },
+      { id: "more", icon: "more", label: t("action.more"), run: (event) => this.moreMenu(event.currentTarget, message) },
+    ];
+    if (!mayPost(room.project)) return reading;
     const mine = message.author_id === room.you;
     const list = [{ id: "reply", icon: "reply", label: t("action.reply"), run: () => this.actions.reply(message) }];
     if (!mine && message.author_id !== null) list.push({ id: "mention", icon: "at", label: t("action.mentionAuthor"), run: () => this.actions.mention(message.author_id) });
@@ -252,11 +267,9 @@ export class Timeline {
       list.push({ id: "edit", icon: "edit", label: t("action.edit"), run: () => this.edit(message.id) });
       list.push({ id: "delete", icon: "trash", label: t("action.delete"), danger: true, run: () => this.actions.remove(message) });
     }
-    if (isOwner(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
+    if (mayChange(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
     if (this.mayReact()) list.splice(1, 0, { id: "react", icon: "smile", label: t("react.add"), run: (event) => openPicker(event.currentTarget, room, message, (emoji, remove) => this.react(message, emoji, remove)) });
-    list.push({ id: "link", icon: "link", label: t("action.copyLink"), run: () => copyLink(room, message) });
-    list.push({ id: "more", icon: "more", label: t("action.more"), run: (event) => this.moreMenu(event.currentTarget, message) });
-    return list;
+    return [...list, ...reading];
   }
 
   /** The message's menu: mark as unread, message info (edits, versions, deliveries). */
@@ -270,7 +283,7 @@ export class Timeline {
 
   mayReact() {
     const room = this.room;
-    return Boolean(room?.you) && ["active", "paused"].includes(room.project.state);
+    return Boolean(room?.you) && mayPost(room.project); // the server's check_posting, as offered
   }
 
   reactionsFor(message) {
@@ -312,7 +325,7 @@ export class Timeline {
   editLast() {
     const room = this.room;
     const last = sortedMessages(room).reverse().find((m) => m.author_id === room.you && m.kind === "chat" && !m.deleted);
-    if (last && room.project.state !== "archived") {
+    if (last && mayPost(room.project)) {
       this.cache.get(last.id)?.el.scrollIntoView({ block: "nearest" });
       this.edit(last.id);
     }

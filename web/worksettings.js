@@ -8,7 +8,7 @@ import { get, patch } from "./api.js";
 import { h } from "./dom.js";
 import { errorText, formatDateTime, formatNumber, hasString, label, t } from "./i18n.js";
 import { AGENT_ROLES } from "./models.js";
-import { isOwner, member, upsertProject } from "./store.js";
+import { isOwner, mayChange, member, upsertProject } from "./store.js";
 import { toast } from "./ui.js";
 
 export const WORK_LIMITS = ["tool_calls_per_turn", "command_timeout_secs", "command_output_bytes", "command_secs_per_turn"];
@@ -84,8 +84,8 @@ export function settingsSection(room, settings, sandbox) {
   const facts = h("div", { class: "work-settings-view" }, settingsFacts(settings, sandbox));
   const nodes = [h("h3", { text: t("settings.title") }), h("p", { class: "muted", text: t("settings.explain") }), facts];
   if (!settings || typeof settings !== "object") return h("section", { class: "work-settings" }, nodes);
-  if (!isOwner(room)) {
-    nodes.push(h("p", { class: "muted settings-owner-only", text: t("settings.ownerOnly") }));
+  if (!mayChange(room)) {
+    nodes.push(h("p", { class: "muted settings-owner-only", text: isOwner(room) ? t("settings.closedNote") : t("settings.ownerOnly") }));
     return h("section", { class: "work-settings" }, nodes);
   }
   const holder = h("div", {});
@@ -167,7 +167,6 @@ function settingsForm(room, settings, render) {
       toast(t("settings.saved"));
     } catch (err) {
       fail(settingsErrorText(err), err.code);
-      if (err.message) error.title = err.message;
     } finally {
       submit.disabled = false;
     }

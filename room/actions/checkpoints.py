@@ -38,12 +38,16 @@ def _prompt(conn: sqlite3.Connection, turn_id: int) -> list[dict[str, Any]]:
     """The messages the turn took in (through its transcript: deliveries released back to wait
     no longer name the turn), oldest first; deleted ones left out."""
     rows = conn.execute(
-        "SELECT m.id, m.seq, m.author_id, m.body FROM transcript_entries t"
+        "SELECT m.id, m.seq, m.author_id, m.body,"
+        " COALESCE(json_extract(m.frame, '$.meta.for_agents'), '') FROM transcript_entries t"
         " JOIN deliveries d ON d.id = t.delivery_id JOIN messages m ON m.id = d.message_id"
         " WHERE t.turn_id = :t AND t.role = 'user' AND m.deleted_at IS NULL ORDER BY t.id",
         {"t": turn_id},
     ).fetchall()
-    return [{"message_id": r[0], "seq": r[1], "author_id": r[2], "body": r[3]} for r in rows]
+    return [
+        {"message_id": r[0], "seq": r[1], "author_id": r[2], "body": r[3], "for_agents": r[4]}
+        for r in rows
+    ]
 
 
 def _blocked(state: str, detail: str) -> str:

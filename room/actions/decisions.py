@@ -24,6 +24,7 @@ from typing import Any
 from room.actions import memory as memory_actions
 from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
+from room.actions.messages import annotate_message
 from room.core import Core
 from room.effects import FollowUp
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
@@ -291,6 +292,9 @@ def requirement_change_from_message(
                      row, text, affected, skipped)  # fmt: skip
     _post_change_notice(conn, tx, fx, requirement, revision, label, author_member, message_id,
                         text, affected, skipped, owners)  # fmt: skip
+    # The message itself now says it changed the requirement (the page shows a badge on it).
+    marked = {"decision": requirement.label, "revision": revision}
+    annotate_message(conn, tx, message_id, {"requirement_change": marked})
     fx.flush(conn, tx)
     keys_affected = [t.key for t in affected]
     return _change_result(requirement, revision, keys_affected, skipped, duplicate=False)
@@ -469,8 +473,8 @@ def _post_change_notice(
         )
         parts.append(f"需同步的任务：{listed}")
         parts.append(
-            '负责人请阅读新需求后确认同步：AI 成员用 room_task_update(task, action="sync")，'
-            "人类在任务看板上点「已同步」。确认前任务保持 needs_sync。"
+            "负责人请阅读新需求后确认同步（人类在任务看板上点「已同步」）。"
+            "确认前任务保持「需同步需求」，不会继续推进。"
         )
     else:
         parts.append("没有需要同步的任务。")
@@ -483,6 +487,8 @@ def _post_change_notice(
         conn, tx, fx, "\n\n".join(parts),
         {"requirement_change": {"decision": requirement.label, "revision": revision}},
         to=list(owners.values()), reply_to=message_id,
+        for_agents='工具调用：读完新需求后用 room_task_update(task="<任务 key>", action="sync", '
+        'reason="同步了什么") 确认同步。' if affected else "",
     )  # fmt: skip
 
 

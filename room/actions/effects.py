@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from room.actions import presence, unread
 from room.core import Core
 from room.effects import (
     Broadcast,
@@ -16,6 +17,7 @@ from room.effects import (
     CutMember,
     Effect,
     FollowUp,
+    PresenceChanged,
     Publish,
     RosterChanged,
     Wake,
@@ -45,6 +47,7 @@ def _apply_one(core: Core, effect: Effect) -> None:
             hub.publish(project_id, seq, frame)
             if frame.startswith(NEW_MESSAGE):
                 hub.messages += 1
+            unread.schedule(core, project_id)  # a message, an edit or a delete
         case Broadcast(project_id, frame):
             hub.broadcast(project_id, frame)
         case Wake(project_id, member_ids):
@@ -53,6 +56,9 @@ def _apply_one(core: Core, effect: Effect) -> None:
             core.agents.wake_project(project_id)
         case RosterChanged(project_id):
             core.rosters.invalidate(project_id)
+            presence.schedule(core, project_id)
+        case PresenceChanged(project_id):
+            presence.schedule(core, project_id)
         case CutMember(project_id, member_id):
             hub.cut_member(project_id, member_id)
         case CloseAgentSockets(member_id, reason):

@@ -31,7 +31,7 @@ from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
 from room.actions.notices import insert_notice
 from room.core import Core
-from room.effects import Broadcast, WakeProject
+from room.effects import Broadcast, PresenceChanged, WakeProject
 from room.errors import BadRequestError, ConflictError, NotFoundError
 from room.ledger import OPEN_STATES, DeliveryState, Reason
 from room.lifecycle import (
@@ -103,6 +103,7 @@ def _publish_project(conn: sqlite3.Connection, tx: Tx, project_id: int) -> Proje
     assert project is not None
     frame = encode(project_frame(project.to_wire()))
     tx.emit(Broadcast(project_id, frame))
+    tx.emit(PresenceChanged(project_id))  # agents of a closed project are not here
     return project
 
 

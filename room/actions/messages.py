@@ -23,6 +23,7 @@ from typing import Any
 
 from room import ledger
 from room import mentions as mention_rules
+from room.actions import unread
 from room.core import Core, ProjectRoster
 from room.effects import Broadcast, Publish, Wake
 from room.errors import (
@@ -37,7 +38,7 @@ from room.errors import (
 from room.lifecycle import ActorKind, ProjectState, admission_open, posting_open
 from room.models import Member
 from room.protocol import encode
-from room.render import render
+from room.render import plain_text, render
 from room.store import Appends, Tx
 from room.store import brakes as brakes_store
 from room.store import deliveries as deliveries_store
@@ -120,14 +121,19 @@ def resolve_recipients(
     sender: Member, body: str, chips: list[int], roster: ProjectRoster
 ) -> Addressing:
     """Resolve mentions and add the lead agent to a person's message that mentions nobody
-    (docs/architecture.md, "Mentions and recipients"). Pure given the roster."""
+    (docs/architecture.md, "Mentions and recipients"). Pure given the roster.
+
+    A message that names only its sender (`@me 记一下`) is a note to self: it named someone,
+    so it is not routed to the lead (shared/mentions/SPEC.md §7)."""
     resolution = mention_rules.resolve(body, roster.roster, str(sender.id), [str(c) for c in chips])
     mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
     blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
     targets = list(mentioned)
     to_lead_by_default = False
+    note_to_self = any(d.code == "self" for d in resolution.diagnostics)
     if (
         not targets
+        and not note_to_self
         and sender.kind == "human"
         and not resolution.humans_only_group
         and not resolution.everyone
@@ -473,8 +479,32 @@ def _reply_excerpt(
     row = messages_store.get_row(conn, reply_to)
     if row is None or row["project_id"] != project_id:
         raise NotFoundError("the message you reply to is not in this project", code="bad_reply_to")
-    body = "" if row["deleted_at"] else str(row["body"])
-    return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": body[:140]}
+    return excerpt_of(row)
+
+
+def excerpt_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The quote a reply carries of the message it answers: its author and seq and its text as
+    plain words (``room.render.plain_text``); nothing of a deleted message's text."""
+    if row["deleted_at"] is not None:
+        return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": "", "deleted": True}
+    return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": plain_text(row["body"])}
+
+
+def _requote_replies(conn: sqlite3.Connection, message_id: int) -> None:
+    """After an edit or a delete, the replies to ``message_id`` quote what it says now: their
+    stored objects (history pages, replays) change with it, so no earlier or deleted text stays
+    readable in a quote. Clients update the quotes they hold from the ``message_updated`` frame
+    of the message itself (docs/protocol.md, "Message object")."""
+    row = messages_store.get_row(conn, message_id)
+    if row is None:
+        return
+    excerpt = excerpt_of(row)
+    for reply_id, frame in messages_store.replies_to(conn, message_id):
+        obj = json.loads(frame)
+        obj["reply_excerpt"] = excerpt
+        messages_store.set_frame(
+            conn, reply_id, json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        )
 
 
 async def send_message(
@@ -512,6 +542,7 @@ async def edit_message(
         search_store.unindex_message(conn, message_id)
         if tx.search_index:
             search_store.index_message(conn, message_id, body)
+        _requote_replies(conn, message_id)
         already = deliveries_store.recipients(conn, message_id)
         new_recipients = [r for r in addressing.recipients if r not in already]
         state = projects_store.state_of(conn, project_id)
@@ -567,6 +598,7 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             now=tx.now,
         )
         search_store.unindex_message(conn, message_id)
+        _requote_replies(conn, message_id)
         code = ledger.Reason.MESSAGE_DELETED
         cancelled = deliveries_store.cancel_open_for_message(conn, message_id, code, tx.now)
         publish_deliveries(
@@ -623,6 +655,21 @@ def check_posting(conn: sqlite3.Connection, member: Member, appends: Appends | N
     return state
 
 
+def annotate_message(
+    conn: sqlite3.Connection, tx: Tx, message_id: int, meta: dict[str, Any]
+) -> dict[str, Any]:
+    """Add ``meta`` to a stored message's ``meta`` (its text untouched) and publish the change
+    as ``message_updated``; call inside a write job. Used to mark a person's message as a
+    requirement change, so every page shows its badge."""
+    row = messages_store.get_row(conn, message_id)
+    if row is None:
+        raise NotFoundError("没有这条消息 (No such message.)", code="no_message")
+    obj = json.loads(row["frame"])
+    obj["meta"] = {**(obj.get("meta") or {}), **meta}
+    frame = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return publish_update(conn, tx, int(row["project_id"]), message_id, frame, [])
+
+
 def publish_update(
     conn: sqlite3.Connection,
     tx: Tx,
@@ -642,7 +689,7 @@ def publish_update(
         seq=seq,
         kind="message_updated",
         message_id=message_id,
-        frame=frame_text,
+        frame=None,  # replays join the message's current object: no earlier text is kept here
         now=tx.now,
     )
     tx.emit(Publish(project_id, seq, frame_text))
@@ -730,7 +777,9 @@ async def _write_read(core: Core, member: Member, seq: int, *, back: bool = Fals
         tx.emit(Broadcast(project_id, read))
         return cursor
 
-    return await core.db.write(job)
+    cursor = await core.db.write(job)
+    unread.schedule(core, project_id, member.id)  # the person's other pages hear of it
+    return cursor
 
 
 def typing(core: Core, member: Member, active: bool, exclude: Any = None) -> None:

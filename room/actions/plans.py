@@ -315,19 +315,21 @@ def deliver_goal(
         raise NotFoundError("the creator is not a member of the project", code="no_member")
     lead_id = projects_store.lead_of(conn, project_id)
     lead = members.get(lead_id) if lead_id is not None else None
+    # The goal is posted in the person's name: it holds their words and a request anyone can
+    # read; the tool to use is said to the lead alone (meta.for_agents).
     parts = [f"🎯 项目目标：\n\n{goal}"]
+    for_agents = ""
     if lead is not None:
-        step = (
-            f"@{lead.handle} 请把目标拆成计划（每项：key、标题、负责人、依赖、验收标准），"
-            "用 room_plan_submit 提交。"
-        )
+        step = f"@{lead.handle} 请把目标拆成计划（每项：key、标题、负责人、依赖、验收标准）。"
         if plan_first:
             step += "计划优先：计划保存后等人类确认开始，才会派发。"
         parts.append(step)
+        for_agents = "工具调用：用 room_plan_submit 提交计划。"
     fx = task_actions.Effects(project_id)
     message_id = task_actions.post_message(
         conn, tx, fx, "\n\n".join(parts), {"goal": True, "plan_first": bool(plan_first)},
         to=[lead] if lead is not None else [], author=creator, client_txn_id=txn,
+        for_agents=for_agents,
     )  # fmt: skip
     if creator.kind == "human":
         brakes_store.reset_agent_turns(conn, tx, project_id)

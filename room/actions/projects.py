@@ -172,6 +172,18 @@ def insert_agent(conn: sqlite3.Connection, tx: Tx, project_id: int, spec: AgentS
             handle=spec.handle,
         )
     display_name = check_display_name(spec.display_name)
+    # Two live members answering to one name make every mention of it ambiguous, and a handle
+    # or alias outranks a display name (this one could never be reached): refused, as handles
+    # are. A departed member's name does not count: a live name beats it (mentions SPEC §5).
+    if any(
+        not departed for _, departed in members_store.name_holders(conn, project_id, display_name)
+    ):
+        raise ConflictError(
+            f"「{display_name}」已是本项目一位成员的名字，提及会有歧义；请换一个显示名"
+            " (Another member already answers to this name; choose another display name.)",
+            code="name_taken",
+            name=display_name,
+        )
     return members_store.insert(
         conn,
         project_id=project_id,

@@ -358,19 +358,23 @@ async def review_task(
         head = f"🔍 {task_actions.actor_of(member).label} 评审任务 `{task.key}` 第 {task.revision} 版："
         event: TaskEvent | None = None
         to: list[Member] = []
+        for_agents = ""
         if failed:
             event = _E.REQUEST_CHANGES
             tail = "结果：需要修改"
             if owner is not None:
                 to = [owner]
-                tail += f" — @{owner.handle}\n\n{task_actions.next_step(owner, 'resubmit', task)}"
+                step = task_actions.next_step(owner, "resubmit", task)
+                tail += f" — @{owner.handle}\n\n{step.people}"
+                for_agents = step.agents
         elif acceptance_complete(ids, passes, task.revision):
             event, tail = _E.ACCEPT, "结果：全部标准通过，任务通过验收 ✅"
         else:
             left = len(missing_criteria(ids, passes, task.revision))
             tail = f"结果：还有 {left} 条标准未评审"
         body = head + "\n" + "\n".join(lines) + "\n\n" + tail
-        task_actions.post_message(conn, tx, fx, body, task_actions.task_meta(task, "review"), to=to)
+        meta = task_actions.task_meta(task, "review")
+        task_actions.post_message(conn, tx, fx, body, meta, to=to, for_agents=for_agents)
         if event is not None:
             reason = "；".join(f"{r.criterion}. {r.evidence.strip()}" for r in failed) or None
             task_actions.fire(

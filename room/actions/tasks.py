@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from room.actions import memory as memory_actions
-from room.actions.messages import append_message
+from room.actions.messages import append_message, excerpt_of
 from room.core import Core
 from room.effects import Broadcast, Wake
 from room.errors import ConflictError, ForbiddenError, NotFoundError
@@ -44,6 +44,7 @@ from room.store import tasks as tasks_store
 from room.store.tasks import TaskRow
 from room.tasks import (
     NOTE_REQUIRED,
+    TASK_EVENT_ACTORS,
     TaskActor,
     TaskEvent,
     TaskSnapshot,
@@ -141,11 +142,18 @@ def post_message(
     reply_to: int | None = None,
     author: Member | None = None,
     client_txn_id: str | None = None,
+    for_agents: str = "",
 ) -> int:
     """A message in the timeline that reaches ``to``: each is mentioned; each agent among them
     gets a delivery row (``held`` while it or the project is paused) and is woken after the
     commit. Without an author it is a system message; with no one to reach it is a plain notice
-    (as :func:`room.actions.notices.insert_notice` writes them)."""
+    (as :func:`room.actions.notices.insert_notice` writes them).
+
+    ``body`` is what people read: plain words, no tool syntax. ``for_agents`` is what agents read
+    after it (the tool call the notice asks for), kept in ``meta.for_agents``: the page never
+    shows it, an agent's context and an external agent's ``inbox`` carry it (docs/agents.md)."""
+    if for_agents:
+        meta = {**meta, "for_agents": for_agents}
     recipients = {m.id: m for m in to if m.status != "left"}
     project_id = fx.project_id
     excerpt = None
@@ -153,8 +161,7 @@ def post_message(
         row = messages_store.get_row(conn, reply_to)
         if row is None or row["project_id"] != project_id:
             raise NotFoundError("no such message in this project", code="bad_reply_to")
-        text = "" if row["deleted_at"] else str(row["body"])
-        excerpt = {"author_id": row["author_id"], "seq": row["seq"], "excerpt": text[:140]}
+        excerpt = excerpt_of(row)
     message_id, _, _ = append_message(
         conn, tx, project_id=project_id, author_id=author.id if author else None,
         kind="system" if author is None else "chat", body=body, html=render(body),
@@ -252,6 +259,7 @@ def task_object(
         "sync": tasks_store.open_sync_requests(conn, task.id),
         "decisions": tasks_store.decisions_of_task(conn, task.id),
         "allowed_events": [str(e) for e in allowed_events(task.state)],
+        "event_rules": event_rules(task.state, held=task.held),
         "assumptions": list(task.assumptions),
         "attempt": attempt.to_wire() if attempt is not None else None,
         "created_at": iso(task.created_at),
@@ -419,6 +427,21 @@ def _member(conn: sqlite3.Connection, member_id: int | None) -> Member | None:
     return members_store.get(conn, member_id) if member_id is not None else None
 
 
+def event_rules(state: TaskState, *, held: bool = False) -> dict[str, dict[str, Any]]:
+    """For each event allowed from ``state`` that a member may ask for: who may (``owner``,
+    ``reviewer``, ``human``) and the note it needs (``reason``, ``evidence`` or null). The page
+    offers a person the events whose ``who`` they hold; the server still decides. A ``held``
+    task (its plan not started) cannot be started (:func:`fire`)."""
+    return {
+        str(e): {
+            "who": sorted(str(a) for a in TASK_EVENT_ACTORS[e] if a is not TaskActor.SYSTEM),
+            "note": NOTE_REQUIRED.get(e),
+        }
+        for e in allowed_events(state)
+        if TASK_EVENT_ACTORS[e] != {TaskActor.SYSTEM} and not (held and e is _E.START)
+    }
+
+
 def task_meta(task: TaskRow, event: str) -> dict[str, Any]:
     return {"task": {"id": task.id, "key": task.key, "event": event, "revision": task.revision}}
 
@@ -440,11 +463,13 @@ def _announce(
     elif event is _E.SUBMIT:
         request_review(conn, tx, fx, task, actor)
     elif event is _E.REQUEST_CHANGES and owner is not None:
+        step = next_step(owner, "resubmit", task)
         body = (
             f"↩️ 任务 {key} 第 {task.revision} 版需要修改（{actor.label}）— @{owner.handle}\n\n"
-            f"原因：{note}\n\n{next_step(owner, 'resubmit', task)}"
+            f"原因：{note}\n\n{step.people}"
         )
-        post_message(conn, tx, fx, body, task_meta(task, str(event)), to=[owner])
+        meta = task_meta(task, str(event))
+        post_message(conn, tx, fx, body, meta, to=[owner], for_agents=step.agents)
     elif event is _E.ACCEPT:
         body = f"✅ 任务 {key}「{task.title}」第 {task.revision} 版通过验收（{actor.label}）。"
         post_message(conn, tx, fx, body, task_meta(task, str(event)))
@@ -460,9 +485,12 @@ def _announce(
     elif event is _E.REOPEN:
         to = [owner] if owner is not None and task.state is _S.CHANGES_REQUESTED else []
         body = f"🔁 任务 {key} 重新打开（{actor.label}）：{note}"
+        step = Step("", "")
         if to and owner is not None:
-            body += f"\n\n@{owner.handle} {next_step(owner, 'resubmit', task)}"
-        post_message(conn, tx, fx, body, task_meta(task, str(event)), to=to)
+            step = next_step(owner, "resubmit", task)
+            body += f"\n\n@{owner.handle} {step.people}"
+        meta = task_meta(task, str(event))
+        post_message(conn, tx, fx, body, meta, to=to, for_agents=step.agents)
     elif event is _E.REASSIGN and owner is not None:
         was = _member(conn, before.owner_id)
         body = f"👤 任务 {key} 由 {actor.label} 指派给 @{owner.handle}" + (
@@ -471,19 +499,35 @@ def _announce(
         post_message(conn, tx, fx, body, task_meta(task, str(event)))
 
 
-def next_step(owner: Member, step: str, task: TaskRow) -> str:
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What a notice asks its task owner to do next: ``people`` is the readable sentence in
+    the body; ``agents`` the tool call an agent owner makes (``meta.for_agents``), or ""."""
+
+    people: str
+    agents: str
+
+
+def next_step(owner: Member, step: str, task: TaskRow) -> Step:
     key = task.key
     if owner.kind == "human":
-        return {
-            "start": "下一步：在任务看板上开始，完成后附证据提交评审。",
-            "resubmit": "下一步：修改后在任务看板上重新提交（新版本的每条标准都要重新评审）。",
-        }[step]
-    return {
-        "start": f'下一步：room_task_update(task="{key}", action="start") 开始；完成后 '
-        f'action="submit"，附 summary 和 artifacts（工作区内的相对路径）提交评审。',
-        "resubmit": f'下一步：修改后 room_task_update(task="{key}", action="submit") 重新提交'
-        "（新版本的每条标准都要重新评审）。",
+        return Step(
+            {
+                "start": "下一步：在任务看板上点「开始」，完成后附证据提交评审。",
+                "resubmit": "下一步：修改后在任务看板上重新提交（新版本的每条标准都要重新评审）。",
+            }[step],
+            "",
+        )
+    people = {
+        "start": "下一步：开始任务，完成后附证据提交评审。",
+        "resubmit": "下一步：修改后重新提交（新版本的每条标准都要重新评审）。",
     }[step]
+    agents = {
+        "start": f'工具调用：room_task_update(task="{key}", action="start") 开始；完成后 '
+        f'action="submit"，附 summary 和 artifacts（工作区内的相对路径）提交评审。',
+        "resubmit": f'工具调用：修改后 room_task_update(task="{key}", action="submit") 重新提交。',
+    }[step]
+    return Step(people, agents)
 
 
 def _criteria_lines(conn: sqlite3.Connection, task: TaskRow) -> str:
@@ -502,8 +546,10 @@ def dispatch_ready(conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow)
     deps = [key for key, _ in tasks_store.deps_of(conn, task.id)]
     if deps:
         parts.append("已验收的依赖：" + "、".join(f"`{d}`" for d in deps))
-    parts.append(next_step(owner, "start", task))
-    post_message(conn, tx, fx, "\n\n".join(parts), task_meta(task, "ready"), to=[owner])
+    step = next_step(owner, "start", task)
+    parts.append(step.people)
+    meta = task_meta(task, "ready")
+    post_message(conn, tx, fx, "\n\n".join(parts), meta, to=[owner], for_agents=step.agents)
 
 
 def _evidence_lines(conn: sqlite3.Connection, task: TaskRow) -> list[str]:
@@ -545,13 +591,16 @@ def request_review(
     if lines:
         parts.append("证据：\n" + "\n".join(lines))
     parts.append("验收标准：\n" + _criteria_lines(conn, task))
+    for_agents = ""
     if reviewer is not None and reviewer.kind == "agent":
-        parts.append(
-            f'下一步：room_task_review(task="{task.key}", results=[{{"criterion": 1, '
+        parts.append("下一步：逐条评审验收标准，给出结论和依据。")
+        for_agents = (
+            f'工具调用：room_task_review(task="{task.key}", results=[{{"criterion": 1, '
             '"passed": true, "evidence": "依据"}, …]) 逐条给出结论和依据。'
         )
     to = [reviewer] if reviewer is not None else []
-    post_message(conn, tx, fx, "\n\n".join(parts), task_meta(task, "submit"), to=to)
+    meta = task_meta(task, "submit")
+    post_message(conn, tx, fx, "\n\n".join(parts), meta, to=to, for_agents=for_agents)
 
 
 def _synced(

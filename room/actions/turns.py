@@ -205,13 +205,16 @@ class ModelCall:
     output_tokens: int = 0
     usage_reported: bool = True
     ok: bool = True
-    error_code: str | None = None
+    error_code: str | None = None  # a ProviderError's code, or "stopped" (abandoned by a stop)
+    attempts: int = 1  # HTTP requests sent for this call (0: none, e.g. a missing key)
     consumed: list[tuple[int, str]] = field(default_factory=list)  # (delivery, mode)
 
 
 async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> str | None:
-    """Record one real request (route observed, usage) and mark the deliveries it carried as
-    consumed. Returns the brake reason if the token budget is now spent."""
+    """Record one model call as it went (route observed, attempts, the usage the provider
+    reported — also for a failed or stopped call, whose tokens count toward the budget too) and
+    mark the deliveries it carried as consumed. Returns the brake reason if the token budget is
+    now spent."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> str | None:
         usage_store.record_request(
@@ -229,6 +232,7 @@ async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> 
             usage_reported=int(call.usage_reported),
             ok=int(call.ok),
             error_code=call.error_code,
+            attempts=call.attempts,
             now=tx.now,
         )
         for mode in ("queue", "steer"):

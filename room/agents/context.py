@@ -59,6 +59,12 @@ class Line:
     author_id: int | None
     body: str
     kind: str = "chat"
+    for_agents: str = ""  # the message's words for agents only (a tool call), after the body
+
+    @property
+    def text(self) -> str:
+        """What an agent reads: the body people see, then what is meant for agents."""
+        return f"{self.body}\n\n{self.for_agents}" if self.for_agents else self.body
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +127,7 @@ def sender_label(person: Person | None, author_id: int | None, me: Person | None
 def render_line(line: Line, people: Mapping[int, Person], me: Person, mark: str = "") -> str:
     person = people.get(line.author_id) if line.author_id is not None else None
     # A body's further lines are indented: none of them can pose as another sender's line.
-    body = clip(line.body, MAX_LINE_CHARS).replace("\n", "\n  ")
+    body = clip(line.text, MAX_LINE_CHARS).replace("\n", "\n  ")
     return f"{mark}#{line.seq} {sender_label(person, line.author_id, me)}：{body}"
 
 
@@ -352,7 +358,12 @@ def checkpoint_from_row(row: Mapping[str, Any]) -> Checkpoint:
         last_tool=str(row.get("last_tool") or ""),
         pending_tools=tuple(str(t) for t in row.get("pending_tools") or ()),
         prompt=tuple(
-            Line(int(p["seq"]), p.get("author_id"), str(p.get("body") or ""))
+            Line(
+                int(p["seq"]),
+                p.get("author_id"),
+                str(p.get("body") or ""),
+                for_agents=str(p.get("for_agents") or ""),
+            )
             for p in row.get("prompt") or ()
         ),
     )

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 
+from room.actions import presence
 from room.actions import turns as turn_actions
 from room.agents.memory import MemorySession
 from room.agents.turn import Turn, TurnEnv
@@ -89,6 +90,7 @@ class Session:
                         continue
                     turn = self.turn = Turn(driver.env, member, start, limits, self.memory)
                     self.turn_task = asyncio.ensure_future(turn.run())
+                    presence.schedule(core, self.project_id)  # running
                     try:
                         outcome = await self.turn_task
                     finally:
@@ -99,6 +101,7 @@ class Session:
                             work=turn.tools_ok if turn.can_record else (),
                             recorded=bool(MEMORY_WRITE_TOOLS & set(turn.tools_ok)),
                         )
+                        presence.schedule(core, self.project_id)  # idle again
                 # More may have arrived during the turn.
                 self.poked = self.poked or outcome.look_again
         except asyncio.CancelledError:

@@ -6,6 +6,12 @@ message, replying to what triggered it. Deliveries become ``consumed`` when a mo
 request that carried them comes back (mode ``queue`` for the turn's inputs, ``steer`` for
 messages inserted at a step boundary). Stops are cooperative: checked at every step boundary, and
 an in-flight model call is abandoned.
+
+Every model call is recorded as it really went (``model_requests``): answered, failed or
+abandoned by a stop, with the HTTP attempts it made and whatever usage the provider reported
+(a :class:`~room.providers.CallMeter` follows the call, so a cancelled one still knows). An
+answer the provider cut at its token limit (``max_tokens``) is posted marked as truncated, never
+as if it were complete.
 """
 
 from __future__ import annotations
@@ -39,7 +45,14 @@ from room.core import Core
 from room.errors import ProviderError, RoomError
 from room.ledger import Reason
 from room.models import Member
-from room.providers import ChatMessage, ChatRequest, ChatResult, ProviderRegistry
+from room.providers import (
+    STOP_MAX_TOKENS,
+    CallMeter,
+    ChatMessage,
+    ChatRequest,
+    ChatResult,
+    ProviderRegistry,
+)
 from room.routing import Pool, PoolPick, ResolvedRoute, resolve_route
 from room.store import brakes as brakes_store
 from room.store import checkpoints as checkpoints_store
@@ -47,6 +60,7 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
 from room.store import turns as turns_store
+from room.store import usage as usage_store
 from room.transcripts import ToolStep, arguments_text, tool_digest, turn_records
 
 log = logging.getLogger(__name__)
@@ -54,6 +68,12 @@ log = logging.getLogger(__name__)
 REPEAT_LIMIT = 3  # the same tool call this many times in one turn trips the brake
 TIMELINE_MESSAGES = 60
 TRANSCRIPT_ENTRIES = 200  # the member's own newest transcript rows read for its next turn
+TRUNCATED_NOTE = "⚠️ 回答达到模型的长度上限（max_tokens），在此处被截断，并不完整。"
+CUT_ARGUMENTS = (
+    "arguments were not valid JSON: your answer was cut at the token limit (max_tokens) before "
+    "they were complete; nothing was run. Make the call smaller (less content per call)."
+)
+STOPPED_CALL = usage_store.STOPPED  # the error code of a call abandoned by a person's stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +187,9 @@ class Turn:
             if result is None:
                 return TurnOutcome("failed", step)
             if not result.tool_calls:
-                return await self._finish(result.text)
+                return await self._finish(
+                    result.text, truncated=result.stop_reason == STOP_MAX_TOKENS
+                )
             self.tool_calls += len(result.tool_calls)
             if self.tool_calls > limits.tool_calls_per_turn:
                 return await self._brake_work(
@@ -215,7 +237,11 @@ class Turn:
                     # still gets its result, as the protocol wants one per call).
                     outcome = not_run_after_stop()
                 elif call.raw_arguments and not call.arguments:
-                    outcome = bad_arguments("arguments were not valid JSON")
+                    outcome = bad_arguments(
+                        CUT_ARGUMENTS
+                        if result.stop_reason == STOP_MAX_TOKENS
+                        else "arguments were not valid JSON"
+                    )
                 else:
                     tool = toolbox.tools.get(call.name)
                     if tool is not None and tool.side_effect and not self.acting_recorded:
@@ -308,11 +334,20 @@ class Turn:
             rules=ROOM_RULES,
             people=people,
             timeline=[
-                ctx_mod.Line(m["seq"], m["author_id"], m["body"], m["kind"])
+                ctx_mod.Line(
+                    m["seq"],
+                    m["author_id"],
+                    m["body"],
+                    m["kind"],
+                    (m.get("meta") or {}).get("for_agents", ""),
+                )
                 for m in history
                 if not m["deleted"] and m["kind"] != "tool"
             ],
-            inputs=[ctx_mod.Line(i.seq, i.author_id, i.body) for i in self.inbound],
+            inputs=[
+                ctx_mod.Line(i.seq, i.author_id, i.body, for_agents=i.for_agents)
+                for i in self.inbound
+            ],
             budget_tokens=self.env.context_tokens,
             records=await self._records(),
             transcript=turn_records(own, skip_turn=self.turn_id),
@@ -345,17 +380,29 @@ class Turn:
             model_reported=None,
             latency_ms=None,
         )
+        meter = CallMeter()
         try:
             provider = self.env.registry.get(route.provider)
             request = ChatRequest(
                 model=route.model, messages=tuple(messages), tools=toolbox.specs()
             )
-            call_task: asyncio.Future[ChatResult] = asyncio.ensure_future(provider.chat(request))
+            call_task: asyncio.Future[ChatResult] = asyncio.ensure_future(
+                provider.chat(request, meter)
+            )
             self._in_flight = call_task
             result = await call_task
+        except asyncio.CancelledError:
+            if self.stop_requested and not self.env.closing() and meter.attempts:
+                # A person stopped the turn while the model answered: the request was sent
+                # and may have cost tokens; it is recorded with what the provider reported.
+                call.ok, call.error_code = False, STOPPED_CALL
+                _metered(call, meter)
+                await turn_actions.record_model_call(self.core, call, limits.token_budget)
+            raise
         except (ProviderError, RoomError) as exc:
             call.ok, call.error_code = False, exc.code
-            await turn_actions.record_model_call(self.core, call, None)
+            _metered(call, meter)
+            await turn_actions.record_model_call(self.core, call, limits.token_budget)
             await self._end(
                 "failed",
                 Reason.PROVIDER_ERROR,
@@ -370,7 +417,8 @@ class Turn:
         call.latency_ms = result.latency_ms
         call.input_tokens = result.usage.input_tokens
         call.output_tokens = result.usage.output_tokens
-        call.usage_reported = getattr(result.usage, "reported", True)
+        call.usage_reported = result.usage.reported
+        call.attempts = result.attempts
         call.consumed = carried
         self.unconsumed = [u for u in self.unconsumed if u not in carried]
         # A budget spent by this request trips the brake; the answer already came back and is
@@ -385,24 +433,31 @@ class Turn:
         self.unconsumed += [(i.delivery_id, "steer") for i in fresh]
         roster = await self.core.rosters.get(self.member.project_id)
         people = [ctx_mod.person_of(m) for m in roster.members.values()]
-        lines = [ctx_mod.Line(i.seq, i.author_id, i.body) for i in fresh]
+        lines = [ctx_mod.Line(i.seq, i.author_id, i.body, for_agents=i.for_agents) for i in fresh]
         self.inbound += fresh
         return ctx_mod.steer_message(lines, people, ctx_mod.person_of(self.member))
 
-    async def _finish(self, text: str) -> TurnOutcome:
+    async def _finish(self, text: str, *, truncated: bool = False) -> TurnOutcome:
         text = text.strip() or "（无内容）"
         trigger = self.inbound[-1].message_id if self.inbound else None
         reply_id = None
+        meta: dict[str, Any] = {"turn_id": self.turn_id}
+        body = text
+        if truncated:
+            # Cut by the provider's token limit: said in the message itself and in its meta,
+            # so neither people nor the agents reading it later take it for a whole answer.
+            body = f"{text}\n\n{TRUNCATED_NOTE}"
+            meta["truncated"] = STOP_MAX_TOKENS
         try:
             ack = await message_actions.send_message(
                 self.core,
                 self.member,
                 client_txn_id=turn_actions.final_txn(self.turn_id),
-                body=text,
+                body=body,
                 reply_to=trigger,
                 as_plain_text=True,  # a model cannot be asked again here; unresolved @ wake nobody
                 rate_limited=False,
-                meta={"turn_id": self.turn_id},
+                meta=meta,
             )
             reply_id = ack.message_id
         except RoomError as exc:
@@ -421,7 +476,7 @@ class Turn:
                 "repetition",
                 {"handle": self.member.handle, "what": "相同的回复"},
             )
-        return TurnOutcome("completed", self.steps, reply_id, text)
+        return TurnOutcome("completed", self.steps, reply_id, body)
 
     async def _end(
         self,
@@ -463,6 +518,15 @@ def read_only_roles(stored: Mapping[str, Any]) -> frozenset[str]:
         if isinstance(roles, list)
         else frozenset()
     )
+
+
+def _metered(call: turn_actions.ModelCall, meter: CallMeter) -> None:
+    """What a call that gave no answer had done: its attempts and the usage reported so far."""
+    call.attempts = meter.attempts
+    if meter.usage is not None:
+        call.input_tokens = meter.usage.input_tokens
+        call.output_tokens = meter.usage.output_tokens
+    call.usage_reported = meter.usage is not None
 
 
 async def brake_tripped(core: Core, project_id: int) -> bool:

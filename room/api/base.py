@@ -152,11 +152,13 @@ async def metrics(request: Request) -> Response:
 async def me(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
-    unread: dict[int, int] = {}
+    unread: dict[int, tuple[int, int]] = {}
     if who.user is not None:
         user_id = who.user.id
 
-        def read(conn: sqlite3.Connection) -> tuple[list[Project], dict[int, int], set[int]]:
+        def read(
+            conn: sqlite3.Connection,
+        ) -> tuple[list[Project], dict[int, tuple[int, int]], set[int]]:
             return (
                 projects_store.list_for_user(conn, user_id),
                 messages_store.unread_for_user(conn, user_id),
@@ -176,9 +178,11 @@ async def me(request: Request) -> Response:
         {
             "identity": who.to_wire(),
             "csrf_token": who.csrf_token,
-            # ``unread``: chat messages by others after your read cursor (up to 100).
+            # ``unread``: chat messages by others after your read cursor (up to 100);
+            # ``mentions``: how many of them mention you. Kept current by ``unread`` frames.
             "projects": [
-                project_for(p, kinds[p.id], extras[p.id]) | {"unread": unread.get(p.id, 0)}
+                project_for(p, kinds[p.id], extras[p.id])
+                | dict(zip(("unread", "mentions"), unread.get(p.id, (0, 0)), strict=True))
                 for p in projects
             ],
             # The trash shows how long a project is kept restorable; nothing is purged by itself.
@@ -281,6 +285,9 @@ async def list_messages(request: Request) -> Response:
         limit = int(params.get("limit", "50"))
     except ValueError:
         raise BadRequestError("cursors and limit are integers", code="bad_query") from None
+    if cursors and cursors[0] == "before" and cursor is not None and cursor < 1:
+        # as the ``history`` frame: seqs start at 1
+        raise BadRequestError("before is a seq, 1 or more", code="bad_query")
     if not 1 <= limit <= MAX_HISTORY_LIMIT:
         raise BadRequestError(f"limit is 1–{MAX_HISTORY_LIMIT}", code="bad_query")
     newer = ""
@@ -344,19 +351,22 @@ async def post_message(request: Request) -> Response:
 
 
 async def message_detail(request: Request) -> Response:
-    """Deliveries (the ledger's labels) and edit history of one message."""
+    """Deliveries (the ledger's labels) and edit history of one message (earlier bodies for its
+    author and the project's owners only)."""
     who = await identity(request)
     core = core_of(request)
     message_id = path_id(request, "message_id")
     row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
     if row is None:
         raise NotFoundError("no such message", code="no_message")
-    await member_in(core, who, int(row["project_id"]))
+    member = await member_in(core, who, int(row["project_id"]))
+    # Earlier versions (and a deleted message's text) are its author's and the owners' only.
+    with_bodies = member.id == row["author_id"] or member.is_owner
 
     def query(conn: Any) -> Any:
         return (
             deliveries_store.for_message(conn, message_id),
-            messages_store.edit_history(conn, message_id),
+            messages_store.edit_history(conn, message_id, with_bodies=with_bodies),
         )
 
     deliveries, edits = await core.db.read(query)

@@ -8,13 +8,20 @@ The wire rules this module enforces so the runtime does not have to:
 * Tool results become ``tool_result`` blocks in a user turn; consecutive same-role messages are
   merged into one turn, so the results of several tool calls share one user message, and inside a
   user turn the ``tool_result`` blocks come first, as the API requires.
-* Empty text blocks (which the API rejects) are dropped; a tool call whose arguments were not an
-  object goes back with ``input: {}``.
+* Empty and whitespace-only text blocks (which the API rejects) are dropped, in every turn
+  (an assistant's text before its tool calls is often just a newline); the text that is sent
+  is sent as it was. A tool call whose arguments were not an object goes back with ``input: {}``.
 * ``input_tokens`` counts cache reads and writes too, so it is the prompt's full size.
+* No ``temperature``: the Messages API's request type (the ``anthropic`` SDK's
+  ``MessageCreateParams``) has none; a request that asks for one is sent without it.
+* Requests are streamed (``stream: true``); :class:`StreamingAnswer` builds the answer from the
+  events (``message_start`` carries the input tokens, ``message_delta`` the stop reason and the
+  output tokens so far, ``message_stop`` ends it; ``ping`` keeps an idle connection alive).
 """
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -23,20 +30,27 @@ import httpx
 
 from room.providers.base import (
     CATALOGUE_TIMEOUT_SECS,
+    CONNECT_TIMEOUT_SECS,
+    IDLE_TIMEOUT_SECS,
+    MAX_RETRIES,
     STOP_END_TURN,
+    STOP_MAX_TOKENS,
     STOP_TOOL_USE,
     Answer,
+    CallMeter,
     ChatMessage,
     ChatRequest,
     ChatResult,
     JsonCaller,
     Sleep,
+    StreamErrorEvent,
     ToolCall,
     UnreadableAnswerError,
     Usage,
     log_route,
     missing_key_error,
     parse_arguments,
+    text_only,
 )
 
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -44,15 +58,20 @@ ANTHROPIC_VERSION = "2023-06-01"
 CATALOGUE_MAX_PAGES = 10
 
 
+def _has_text(text: str) -> bool:
+    """Whether the API takes ``text`` as a text block: it refuses empty and whitespace-only."""
+    return bool(text.strip())
+
+
 def _blocks(message: ChatMessage, *, late_system: bool) -> tuple[str, list[dict[str, Any]]]:
     if message.role == "tool":
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
-        if message.content:
+        if _has_text(message.content):
             block["content"] = message.content
         return "user", [block]
     if message.role == "assistant":
         blocks: list[dict[str, Any]] = []
-        if message.content:
+        if _has_text(message.content):
             blocks.append({"type": "text", "text": message.content})
         blocks.extend(
             {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
@@ -60,7 +79,7 @@ def _blocks(message: ChatMessage, *, late_system: bool) -> tuple[str, list[dict[
         )
         return "assistant", blocks
     text = f"[system] {message.content}" if late_system else message.content
-    return "user", [{"type": "text", "text": text}] if message.content else []
+    return "user", [{"type": "text", "text": text}] if _has_text(message.content) else []
 
 
 def encode_messages(messages: tuple[ChatMessage, ...]) -> tuple[str, list[dict[str, Any]]]:
@@ -69,7 +88,7 @@ def encode_messages(messages: tuple[ChatMessage, ...]) -> tuple[str, list[dict[s
     turns: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "system" and not turns:
-            if message.content:
+            if _has_text(message.content):
                 system_parts.append(message.content)
             continue
         role, blocks = _blocks(message, late_system=message.role == "system")
@@ -91,11 +110,10 @@ def encode_request(request: ChatRequest) -> dict[str, Any]:
         "model": request.model,
         "max_tokens": request.max_tokens,
         "messages": turns,
+        "stream": True,
     }
     if system:
         body["system"] = system
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
     if request.tools:
         body["tools"] = [
             {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
@@ -140,6 +158,8 @@ def decode_response(data: Any, *, requested_model: str = "") -> Answer:
         # thinking and other block types are not part of the answer shown to the room
     stop = data.get("stop_reason")
     stop_reason = stop if isinstance(stop, str) else (STOP_TOOL_USE if calls else STOP_END_TURN)
+    if stop_reason == "model_context_window_exceeded":  # cut off as by max_tokens
+        stop_reason = STOP_MAX_TOKENS
     model = data.get("model")
     return Answer(
         text="".join(texts),
@@ -148,6 +168,90 @@ def decode_response(data: Any, *, requested_model: str = "") -> Answer:
         model=model if isinstance(model, str) and model else requested_model,
         stop_reason=stop_reason,
     )
+
+
+class StreamingAnswer:
+    """A Messages answer built from its streamed events; the whole is decoded as a
+    non-streamed answer would be (so both paths agree on text, tool calls and usage)."""
+
+    def __init__(self, requested_model: str) -> None:
+        self._requested_model = requested_model
+        self._model: str | None = None
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self._stop: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._done = False
+
+    def feed(self, event: str, data: str) -> None:
+        payload = json.loads(data)
+        if not isinstance(payload, dict):
+            raise UnreadableAnswerError("an event is not a JSON object")
+        kind = payload.get("type", event)
+        if kind == "error":
+            error = payload.get("error")
+            error = error if isinstance(error, dict) else {}
+            raise StreamErrorEvent(str(error.get("message", "error")), str(error.get("type", "")))
+        if kind == "message_start":
+            message = payload.get("message")
+            if not isinstance(message, dict):
+                raise UnreadableAnswerError("message_start has no message")
+            if isinstance(message.get("model"), str):
+                self._model = message["model"]
+            if isinstance(message.get("usage"), dict):
+                self._usage = dict(message["usage"])
+        elif kind == "content_block_start":
+            block = payload.get("content_block")
+            if not isinstance(block, dict) or not isinstance(payload.get("index"), int):
+                raise UnreadableAnswerError("content_block_start has no block")
+            self._blocks[payload["index"]] = dict(block)
+            if block.get("type") == "tool_use":
+                self._json[payload["index"]] = []
+        elif kind == "content_block_delta":
+            self._delta(payload)
+        elif kind == "message_delta":
+            delta = payload.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self._stop = delta["stop_reason"]
+            if isinstance(payload.get("usage"), dict):
+                self._usage = {**(self._usage or {}), **payload["usage"]}
+        elif kind == "message_stop":
+            self._done = True
+        # ping, content_block_stop and unknown events change nothing
+
+    def _delta(self, payload: dict[str, Any]) -> None:
+        index, delta = payload.get("index"), payload.get("delta")
+        block = self._blocks.get(index) if isinstance(index, int) else None
+        if block is None or not isinstance(delta, dict):
+            raise UnreadableAnswerError("a content_block_delta for no block")
+        if delta.get("type") == "text_delta":
+            block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
+        elif delta.get("type") == "input_json_delta" and isinstance(index, int):
+            self._json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+
+    def usage(self) -> Usage | None:
+        usage = _decode_usage(self._usage)
+        return usage if usage.reported else None
+
+    def complete(self) -> bool:
+        return self._done
+
+    def answer(self) -> Answer:
+        content = []
+        for index, block in sorted(self._blocks.items()):
+            if block.get("type") == "tool_use":
+                partial = "".join(self._json.get(index, []))
+                block = {**block, "input": partial if partial.strip() else block.get("input", {})}
+            content.append(block)
+        whole: dict[str, Any] = {"content": content, "stop_reason": self._stop}
+        if self._usage is not None:
+            whole["usage"] = self._usage
+        if self._model:
+            whole["model"] = self._model
+        return decode_response(text_only(whole), requested_model=self._requested_model)
+
+    def whole(self, data: Any) -> Answer:
+        return decode_response(data, requested_model=self._requested_model)
 
 
 def _decode_page(data: Any) -> tuple[list[str], str | None]:
@@ -171,8 +275,9 @@ class AnthropicProvider:
         base_url: str = DEFAULT_ANTHROPIC_BASE_URL,
         key_required: bool = True,
         key_env: str | None = None,
-        timeout_secs: float = 60.0,
-        max_retries: int = 3,
+        idle_timeout_secs: float = IDLE_TIMEOUT_SECS,
+        connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
+        max_retries: int = MAX_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = anyio.sleep,
         rng: random.Random | None = None,
@@ -181,7 +286,7 @@ class AnthropicProvider:
         self._api_key = api_key
         self._key_required = key_required
         self._key_env = key_env
-        self._catalogue_timeout_secs = min(timeout_secs, CATALOGUE_TIMEOUT_SECS)
+        self._catalogue_timeout_secs = min(idle_timeout_secs, CATALOGUE_TIMEOUT_SECS)
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
@@ -190,7 +295,8 @@ class AnthropicProvider:
             base_url=base_url.rstrip("/"),
             headers=headers,
             secret=api_key,
-            timeout_secs=timeout_secs,
+            idle_timeout_secs=idle_timeout_secs,
+            connect_timeout_secs=connect_timeout_secs,
             max_retries=max_retries,
             transport=transport,
             sleep=sleep,
@@ -201,13 +307,13 @@ class AnthropicProvider:
         if self._key_required and not self._api_key:
             raise missing_key_error(self.name, self._key_env)
 
-    async def chat(self, request: ChatRequest) -> ChatResult:
+    async def chat(self, request: ChatRequest, meter: CallMeter | None = None) -> ChatResult:
         self._check_key()
-        outcome = await self._caller.call(
-            "POST",
+        outcome = await self._caller.stream(
             "/v1/messages",
-            lambda data: decode_response(data, requested_model=request.model),
-            body=encode_request(request),
+            encode_request(request),
+            lambda: StreamingAnswer(request.model),
+            meter if meter is not None else CallMeter(),
         )
         answer = outcome.value
         result = ChatResult(

@@ -1,11 +1,17 @@
-"""Provider-neutral chat types, the :class:`Provider` protocol, and the retrying JSON caller.
+"""Provider-neutral chat types, the :class:`Provider` protocol, and the retrying HTTP caller.
 
 The types here are what the agent runtime speaks; each wire protocol (``openai``, ``anthropic``)
 translates them to and from its own JSON and sends it through :class:`JsonCaller`, which owns the
-timeout, retry and error policy shared by every HTTP provider:
+timeout, retry and error policy shared by every HTTP provider.
+
+Chat answers are **streamed** (server-sent events): the connection is given
+``connect_timeout_secs`` and then at most ``idle_timeout_secs`` of silence between two chunks —
+there is no total timeout, so a slow answer that keeps arriving is received once. Once a 2xx
+answer has started to arrive the request is **never retried** (the provider is generating, and
+charging, for it); a failure then raises at once, with the usage the stream had reported.
 
 =============================  =========  ==========================================
-answer                         retried?   raised when given up
+answer (before it arrives)     retried?   raised when given up
 =============================  =========  ==========================================
 401, 403                       no         :class:`~room.errors.ProviderAuthError`
 429                            yes (1)    :class:`~room.errors.ProviderRateLimitError`
@@ -19,11 +25,20 @@ other 4xx                      no         :class:`~room.errors.ProviderRequestEr
 asks for more than :data:`RETRY_AFTER_CAP_SECS` the caller gives up at once instead of sleeping
 through a turn. Without it, waits grow exponentially with jitter.
 
+While an answer arrives: silence past the idle timeout is a ``ProviderTimeoutError``; a
+connection cut, an unreadable event, an ``error`` event or a stream that ends before its last
+event is a ``ProviderServerError`` (an ``error`` event of kind ``rate_limit_error`` or
+``overloaded_error`` keeps its meaning). Neither is retried; ``details["answer_started"]`` is true.
+
 Every error carries ``provider``, ``status`` (``None`` when no HTTP answer arrived),
 ``retryable`` (the failure is transient: trying later may work), ``details["attempts"]`` (0 when
-no request was sent, for example a missing key) and, for 429s that named one,
-``details["retry_after_secs"]``.
+no request was sent, for example a missing key), ``details["usage"]`` when the provider reported
+tokens before failing and, for 429s that named one, ``details["retry_after_secs"]``.
 Messages include the provider's own error text, trimmed, with the API key scrubbed out.
+
+A caller that needs to know what happened even when the call is abandoned (a person stops the
+turn: the task is cancelled) passes a :class:`CallMeter`; the provider keeps it up to date with
+the attempts made and the usage reported so far.
 """
 
 from __future__ import annotations
@@ -67,6 +82,9 @@ RETRY_BASE_SECS = 0.5
 RETRY_MAX_BACKOFF_SECS = 8.0
 RETRY_AFTER_CAP_SECS = 20.0
 CATALOGUE_TIMEOUT_SECS = 10.0
+IDLE_TIMEOUT_SECS = 120.0  # the defaults of the server's provider_* settings
+CONNECT_TIMEOUT_SECS = 10.0
+MAX_RETRIES = 2
 ERROR_TEXT_MAX_CHARS = 300
 USER_AGENT = f"project-room/{__version__}"
 
@@ -137,12 +155,24 @@ class ChatResult:
     attempts: int
 
 
+@dataclass(slots=True)
+class CallMeter:
+    """What one ``chat`` call has done so far, kept up to date by the provider as it goes, so
+    that a failed or abandoned call can be recorded honestly: the HTTP requests sent
+    (``attempts``), whether an answer had started to arrive, and the usage the provider had
+    reported (``None``: none yet)."""
+
+    attempts: int = 0
+    answer_started: bool = False
+    usage: Usage | None = None
+
+
 class Provider(Protocol):
     name: str  # configured provider name: "openai", "deepseek", "local", "anthropic", "builtin"
     kind: str  # "openai" | "anthropic" | "echo"
     offline: bool  # True only for builtin echo
 
-    async def chat(self, request: ChatRequest) -> ChatResult: ...
+    async def chat(self, request: ChatRequest, meter: CallMeter | None = None) -> ChatResult: ...
 
     async def catalogue(self) -> list[str]: ...
 
@@ -162,6 +192,69 @@ class Answer:
 
 class UnreadableAnswerError(Exception):
     """A 2xx answer whose JSON does not have the expected shape (raised by decoders)."""
+
+
+class StreamErrorEvent(Exception):
+    """The provider said, inside a streamed answer, that it failed (an ``error`` event)."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class StreamDecoder(Protocol):
+    """Builds one answer from a stream of server-sent events (one per wire protocol)."""
+
+    def feed(self, event: str, data: str) -> None:
+        """One event; raises :class:`UnreadableAnswerError` or :class:`StreamErrorEvent`."""
+
+    def usage(self) -> Usage | None:
+        """The usage reported so far (``None``: none yet)."""
+
+    def complete(self) -> bool:
+        """Whether the stream's last event has arrived."""
+
+    def answer(self) -> Answer:
+        """The answer the events built."""
+
+    def whole(self, data: Any) -> Answer:
+        """A server that ignored ``stream`` and answered with one JSON body."""
+
+
+@dataclass(frozen=True, slots=True)
+class SseEvent:
+    event: str  # "message" when the stream named none
+    data: str
+
+
+class SseParser:
+    """Server-sent events from lines (the line ending already removed); pure."""
+
+    def __init__(self) -> None:
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> SseEvent | None:
+        if not line:
+            if not self._data:
+                self._event = ""
+                return None
+            event = SseEvent(self._event or "message", "\n".join(self._data))
+            self._event, self._data = "", []
+            return event
+        if line.startswith(":"):
+            return None  # a comment (keep-alive)
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            self._event = value
+        elif field == "data":
+            self._data.append(value)
+        return None
+
+    def flush(self) -> SseEvent | None:
+        """The last event when the stream ended without its blank line."""
+        return self.feed("")
 
 
 T = TypeVar("T")
@@ -184,7 +277,10 @@ def text_only(value: Any) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return _SURROGATE.sub("\ufffd", value)
+            # A pair of escapes (``"\ud83d\ude00"``, or its halves in two streamed chunks) is
+            # one character; only what is left alone becomes U+FFFD.
+            joined = value.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+            return _SURROGATE.sub("\ufffd", joined)
         return value
     if isinstance(value, dict):
         return {text_only(k): text_only(v) for k, v in value.items()}
@@ -263,13 +359,25 @@ class _Failure:
     summary: str
     retryable: bool
     retry_after: float | None = None
+    started: bool = False  # the answer had started to arrive: never retried
+    usage: Usage | None = None
+
+
+_STREAM_ERROR_KINDS: dict[str, type[ProviderError]] = {
+    "rate_limit_error": ProviderRateLimitError,
+    "overloaded_error": ProviderServerError,
+    "api_error": ProviderServerError,
+    "timeout_error": ProviderTimeoutError,
+    "authentication_error": ProviderAuthError,
+    "permission_error": ProviderAuthError,
+    "invalid_request_error": ProviderRequestError,
+}
 
 
 class JsonCaller:
-    """JSON over HTTP for one provider, with its timeout, retry and error policy.
-
-    Internal to ``room.providers``; the ``transport`` is injected so tests can swap it.
-    """
+    """JSON over HTTP for one provider, with its timeout, retry and error policy (see the
+    module's docstring). Internal to ``room.providers``; the ``transport`` is injected so tests
+    can swap it."""
 
     def __init__(
         self,
@@ -278,7 +386,8 @@ class JsonCaller:
         base_url: str,
         headers: Mapping[str, str],
         secret: str | None,
-        timeout_secs: float,
+        idle_timeout_secs: float,
+        connect_timeout_secs: float,
         max_retries: int,
         transport: httpx.AsyncBaseTransport | None,
         sleep: Sleep,
@@ -286,14 +395,21 @@ class JsonCaller:
     ) -> None:
         self.provider = provider
         self._secret = secret
-        self._timeout_secs = timeout_secs
+        self._idle_secs = idle_timeout_secs
         self._max_retries = max_retries
         self._sleep = sleep
         self._rng = rng or random.Random()
+        # No total timeout: ``read`` bounds the silence between two chunks of an answer.
+        self._timeout = httpx.Timeout(
+            connect=connect_timeout_secs,
+            read=idle_timeout_secs,
+            write=idle_timeout_secs,
+            pool=connect_timeout_secs,
+        )
         self._client = httpx.AsyncClient(
             base_url=base_url,
             headers={"user-agent": USER_AGENT, **headers},
-            timeout=httpx.Timeout(timeout_secs),
+            timeout=self._timeout,
             transport=transport,
             follow_redirects=False,
         )
@@ -312,18 +428,44 @@ class JsonCaller:
         max_retries: int | None = None,
         timeout_secs: float | None = None,
     ) -> Outcome[T]:
+        """One JSON request and its whole answer, within ``timeout_secs`` in total (for short
+        calls such as the catalogue)."""
+        limit = self._idle_secs if timeout_secs is None else timeout_secs
+
+        async def attempt() -> tuple[T] | _Failure:
+            return await self._attempt(method, path, decode, body, params, limit)
+
+        return await self._retrying(attempt, max_retries, CallMeter())
+
+    async def stream(
+        self, path: str, body: Any, decoder: Callable[[], StreamDecoder], meter: CallMeter
+    ) -> Outcome[Answer]:
+        """POST ``body`` and read the answer as server-sent events, with the idle timeout between
+        chunks; ``meter`` follows the attempts and the usage reported so far."""
+
+        async def attempt() -> tuple[Answer] | _Failure:
+            return await self._stream_attempt(path, body, decoder(), meter)
+
+        return await self._retrying(attempt, None, meter)
+
+    async def _retrying(
+        self,
+        attempt_once: Callable[[], Awaitable[tuple[T] | _Failure]],
+        max_retries: int | None,
+        meter: CallMeter,
+    ) -> Outcome[T]:
         retries = self._max_retries if max_retries is None else max_retries
-        timeout = self._timeout_secs if timeout_secs is None else timeout_secs
         attempt = 0
         while True:
             attempt += 1
+            meter.attempts = attempt
             started = time.perf_counter()
-            result = await self._attempt(method, path, decode, body, params, timeout)
+            result = await attempt_once()
             if not isinstance(result, _Failure):
                 latency_ms = (time.perf_counter() - started) * 1000
                 return Outcome(value=result[0], attempts=attempt, latency_ms=latency_ms)
             failure = result
-            if not failure.retryable or attempt > retries:
+            if failure.started or not failure.retryable or attempt > retries:
                 raise self._error(failure, attempt)
             if failure.retry_after is not None:
                 if failure.retry_after > RETRY_AFTER_CAP_SECS:
@@ -368,6 +510,74 @@ class JsonCaller:
             except (ValueError, UnreadableAnswerError) as exc:
                 reason = str(exc) if isinstance(exc, UnreadableAnswerError) else "invalid JSON"
                 return _Failure(ProviderServerError, status, f"unreadable answer: {reason}", True)
+        return self._refused(response)
+
+    async def _stream_attempt(
+        self, path: str, body: Any, decoder: StreamDecoder, meter: CallMeter
+    ) -> tuple[Answer] | _Failure:
+        status: int | None = None
+        started = False
+
+        def cut(error_type: type[ProviderError], summary: str) -> _Failure:
+            # Once the answer has started nothing is retried; the usage so far goes with it.
+            return _Failure(error_type, status, summary, True, started=started, usage=meter.usage)
+
+        try:
+            async with self._client.stream("POST", path, json=body) as response:
+                status = response.status_code
+                if not 200 <= status < 300:
+                    await response.aread()
+                    return self._refused(response)
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    # A server that ignored ``stream``: its one JSON body is the answer (and a
+                    # body that is none, such as a gateway's page, is no answer: retried).
+                    try:
+                        answer = decoder.whole(text_only(json.loads(await response.aread())))
+                    except (ValueError, UnreadableAnswerError) as exc:
+                        reason = str(exc) if isinstance(exc, UnreadableAnswerError) else "not JSON"
+                        return _Failure(
+                            ProviderServerError, status, f"unreadable answer: {reason}", True
+                        )
+                    meter.answer_started = True
+                    meter.usage = answer.usage if answer.usage.reported else None
+                    return (answer,)
+                started = meter.answer_started = True
+                parser = SseParser()
+                async for line in response.aiter_lines():
+                    event = parser.feed(line)
+                    if event is not None:
+                        decoder.feed(event.event, event.data)
+                        meter.usage = decoder.usage()
+                last = parser.flush()
+                if last is not None:
+                    decoder.feed(last.event, last.data)
+                    meter.usage = decoder.usage()
+                if not decoder.complete():
+                    return cut(ProviderServerError, "the answer ended before its last event")
+                return (decoder.answer(),)
+        except (httpx.TimeoutException, TimeoutError):
+            if started:
+                return cut(
+                    ProviderTimeoutError, f"the answer stopped: no data for {self._idle_secs:g}s"
+                )
+            return _Failure(
+                ProviderTimeoutError, None, f"no answer within {self._idle_secs:g}s", True
+            )
+        except StreamErrorEvent as exc:
+            error_type = _STREAM_ERROR_KINDS.get(exc.kind, ProviderServerError)
+            return cut(error_type, f"the provider failed while answering: {exc}")
+        except (ValueError, UnreadableAnswerError) as exc:
+            reason = str(exc) if isinstance(exc, UnreadableAnswerError) else "invalid JSON"
+            return cut(ProviderServerError, f"unreadable answer: {reason}")
+        except httpx.TransportError as exc:
+            if started:
+                return cut(ProviderServerError, f"the answer was cut off: {exc}")
+            return _Failure(ProviderServerError, None, f"connection failed: {exc}", True)
+        except httpx.RequestError as exc:
+            return cut(ProviderServerError, f"unreadable answer: {exc}")
+
+    def _refused(self, response: httpx.Response) -> _Failure:
+        status = response.status_code
         text = self._scrub(error_text(response))
         if status in (401, 403):
             return _Failure(ProviderAuthError, status, f"credentials refused: {text}", False)
@@ -388,7 +598,16 @@ class JsonCaller:
         return text
 
     def _error(self, failure: _Failure, attempts: int) -> ProviderError:
-        extra = {} if failure.retry_after is None else {"retry_after_secs": failure.retry_after}
+        extra: dict[str, Any] = {}
+        if failure.retry_after is not None:
+            extra["retry_after_secs"] = failure.retry_after
+        if failure.started:
+            extra["answer_started"] = True
+        if failure.usage is not None:
+            extra["usage"] = {
+                "input_tokens": failure.usage.input_tokens,
+                "output_tokens": failure.usage.output_tokens,
+            }
         where = f"HTTP {failure.status}" if failure.status is not None else "no HTTP answer"
         tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
         message = f"{self.provider}: {failure.summary} ({where}, {tries})"

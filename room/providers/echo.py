@@ -9,7 +9,7 @@ The quote is a Markdown ``>`` line: quote lines wake nobody (shared/mentions/SPE
 from __future__ import annotations
 
 from room.errors import ProviderRequestError
-from room.providers.base import STOP_END_TURN, ChatRequest, ChatResult, Usage
+from room.providers.base import STOP_END_TURN, CallMeter, ChatRequest, ChatResult, Usage
 
 ECHO_MODEL = "echo"
 ECHO_LABEL = "（builtin/echo 离线回显，未调用任何模型）"
@@ -41,7 +41,7 @@ class EchoProvider:
     def __init__(self, *, name: str = "builtin") -> None:
         self.name = name
 
-    async def chat(self, request: ChatRequest) -> ChatResult:
+    async def chat(self, request: ChatRequest, meter: CallMeter | None = None) -> ChatResult:
         if request.model != ECHO_MODEL:
             raise ProviderRequestError(
                 f"{self.name}: unknown model {request.model!r}; the only one is {ECHO_MODEL!r}",
@@ -50,6 +50,8 @@ class EchoProvider:
                 retryable=False,
                 attempts=0,
             )
+        if meter is not None:
+            meter.attempts, meter.answer_started, meter.usage = 1, True, Usage(0, 0)
         return ChatResult(
             text=echo_reply(request),
             tool_calls=(),

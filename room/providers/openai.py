@@ -11,6 +11,9 @@ Decisions:
 * ``api.openai.com`` gets ``max_completion_tokens`` (its newer models refuse ``max_tokens``);
   every other server gets ``max_tokens``, which all of them understand.
 * An answer without ``usage`` yields ``Usage(0, 0, reported=False)``; nothing is estimated.
+* Chat requests are streamed (``stream: true`` with ``stream_options.include_usage``, so the last
+  chunk carries the usage); :class:`StreamingAnswer` builds the answer from the chunks. A server
+  that ignores ``stream`` and answers with one JSON body is read as such.
 """
 
 from __future__ import annotations
@@ -24,21 +27,27 @@ import httpx
 
 from room.providers.base import (
     CATALOGUE_TIMEOUT_SECS,
+    CONNECT_TIMEOUT_SECS,
+    IDLE_TIMEOUT_SECS,
+    MAX_RETRIES,
     STOP_END_TURN,
     STOP_MAX_TOKENS,
     STOP_TOOL_USE,
     Answer,
+    CallMeter,
     ChatMessage,
     ChatRequest,
     ChatResult,
     JsonCaller,
     Sleep,
+    StreamErrorEvent,
     ToolCall,
     UnreadableAnswerError,
     Usage,
     log_route,
     missing_key_error,
     parse_arguments,
+    text_only,
 )
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -81,6 +90,8 @@ def encode_request(request: ChatRequest, *, max_tokens_field: str = "max_tokens"
         "model": request.model,
         "messages": [encode_message(m) for m in request.messages],
         max_tokens_field: request.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
     if request.temperature is not None:
         body["temperature"] = request.temperature
@@ -153,8 +164,8 @@ def decode_response(data: Any, *, requested_model: str = "") -> Answer:
     tool_calls = _decode_tool_calls(message.get("tool_calls"))
     finish = choices[0].get("finish_reason")
     stop_reason = _STOP_REASONS.get(finish, finish) if isinstance(finish, str) else STOP_END_TURN
-    if tool_calls:  # some servers say "stop" even when they ask for tools
-        stop_reason = STOP_TOOL_USE
+    if tool_calls and stop_reason == STOP_END_TURN:  # some servers say "stop" asking for tools
+        stop_reason = STOP_TOOL_USE  # ("length" stays: the calls may have been cut)
     model = data.get("model")
     return Answer(
         text=_text_of(message.get("content")),
@@ -163,6 +174,100 @@ def decode_response(data: Any, *, requested_model: str = "") -> Answer:
         model=model if isinstance(model, str) and model else requested_model,
         stop_reason=stop_reason,
     )
+
+
+class StreamingAnswer:
+    """A chat completion built from its streamed chunks (``data: {...}`` lines, then
+    ``data: [DONE]``): text deltas joined, tool calls assembled by ``index``, the finish reason,
+    and the usage of the last chunk. The whole is decoded as a non-streamed answer would be."""
+
+    def __init__(self, requested_model: str) -> None:
+        self._requested_model = requested_model
+        self._model: str | None = None
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: str | None = None
+        self._usage: Any = None
+        self._done = False
+
+    def feed(self, event: str, data: str) -> None:
+        if data.strip() == "[DONE]":
+            self._done = True
+            return
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise UnreadableAnswerError("a chunk is not a JSON object")
+        error = chunk.get("error")
+        if error is not None:
+            message = error.get("message") if isinstance(error, dict) else error
+            kind = error.get("type") if isinstance(error, dict) else ""
+            raise StreamErrorEvent(str(message), str(kind or ""))
+        if isinstance(chunk.get("model"), str) and chunk["model"]:
+            self._model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._choice(choice)
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if content is not None:
+                self._text.append(_text_of(content))
+            raw_calls = delta.get("tool_calls")
+            if isinstance(raw_calls, list):
+                for position, raw in enumerate(raw_calls):
+                    if isinstance(raw, dict):
+                        self._call_delta(position, raw)
+        if isinstance(choice.get("finish_reason"), str):
+            self._finish = choice["finish_reason"]
+
+    def _call_delta(self, position: int, raw: dict[str, Any]) -> None:
+        index = raw.get("index")
+        call = self._calls.setdefault(
+            index if isinstance(index, int) else position, {"name": "", "arguments": []}
+        )
+        if isinstance(raw.get("id"), str) and raw["id"]:
+            call["id"] = raw["id"]
+        function = raw.get("function")
+        if isinstance(function, dict):
+            if isinstance(function.get("name"), str) and not call["name"]:
+                call["name"] = function["name"]
+            if isinstance(function.get("arguments"), str):
+                call["arguments"].append(function["arguments"])
+
+    def usage(self) -> Usage | None:
+        usage = _decode_usage(self._usage)
+        return usage if usage.reported else None
+
+    def complete(self) -> bool:
+        return self._done or self._finish is not None
+
+    def answer(self) -> Answer:
+        message: dict[str, Any] = {"content": "".join(self._text)}
+        if self._calls:
+            message["tool_calls"] = [
+                {
+                    **({"id": call["id"]} if "id" in call else {}),
+                    "function": {"name": call["name"], "arguments": "".join(call["arguments"])},
+                }
+                for _, call in sorted(self._calls.items())
+            ]
+        whole: dict[str, Any] = {
+            "choices": [{"message": message, "finish_reason": self._finish}],
+            "usage": self._usage,
+        }
+        if self._model:
+            whole["model"] = self._model
+        return decode_response(text_only(whole), requested_model=self._requested_model)
+
+    def whole(self, data: Any) -> Answer:
+        return decode_response(data, requested_model=self._requested_model)
 
 
 def decode_catalogue(data: Any) -> list[str]:
@@ -184,8 +289,9 @@ class OpenAIProvider:
         base_url: str = DEFAULT_OPENAI_BASE_URL,
         key_required: bool = True,
         key_env: str | None = None,
-        timeout_secs: float = 60.0,
-        max_retries: int = 3,
+        idle_timeout_secs: float = IDLE_TIMEOUT_SECS,
+        connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
+        max_retries: int = MAX_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = anyio.sleep,
         rng: random.Random | None = None,
@@ -194,7 +300,7 @@ class OpenAIProvider:
         self._api_key = api_key
         self._key_required = key_required
         self._key_env = key_env
-        self._catalogue_timeout_secs = min(timeout_secs, CATALOGUE_TIMEOUT_SECS)
+        self._catalogue_timeout_secs = min(idle_timeout_secs, CATALOGUE_TIMEOUT_SECS)
         base = base_url.rstrip("/")
         is_openai = httpx.URL(base).host == "api.openai.com"
         self._max_tokens_field = "max_completion_tokens" if is_openai else "max_tokens"
@@ -203,7 +309,8 @@ class OpenAIProvider:
             base_url=base,
             headers={"authorization": f"Bearer {api_key}"} if api_key else {},
             secret=api_key,
-            timeout_secs=timeout_secs,
+            idle_timeout_secs=idle_timeout_secs,
+            connect_timeout_secs=connect_timeout_secs,
             max_retries=max_retries,
             transport=transport,
             sleep=sleep,
@@ -214,14 +321,14 @@ class OpenAIProvider:
         if self._key_required and not self._api_key:
             raise missing_key_error(self.name, self._key_env)
 
-    async def chat(self, request: ChatRequest) -> ChatResult:
+    async def chat(self, request: ChatRequest, meter: CallMeter | None = None) -> ChatResult:
         self._check_key()
         body = encode_request(request, max_tokens_field=self._max_tokens_field)
-        outcome = await self._caller.call(
-            "POST",
+        outcome = await self._caller.stream(
             "/chat/completions",
-            lambda data: decode_response(data, requested_model=request.model),
-            body=body,
+            body,
+            lambda: StreamingAnswer(request.model),
+            meter if meter is not None else CallMeter(),
         )
         answer = outcome.value
         result = ChatResult(

@@ -47,7 +47,7 @@ from room.errors import (
     ProviderRequestError,
 )
 from room.providers.anthropic import DEFAULT_ANTHROPIC_BASE_URL, AnthropicProvider
-from room.providers.base import Provider
+from room.providers.base import CONNECT_TIMEOUT_SECS, IDLE_TIMEOUT_SECS, MAX_RETRIES, Provider
 from room.providers.echo import ECHO_MODEL, EchoProvider
 from room.providers.openai import DEFAULT_OPENAI_BASE_URL, OpenAIProvider
 
@@ -68,8 +68,10 @@ class ProviderConfig(pydantic.BaseModel):
     api_key_env: str | None = None
     key_required: bool = True  # local OpenAI-compatible servers (Ollama, llama.cpp) need none
     models: list[str] = []  # used when the server offers no catalogue
-    timeout_secs: float = pydantic.Field(default=60.0, gt=0)
-    max_retries: int = pydantic.Field(default=3, ge=0, le=10)
+    # Seconds of silence allowed between two chunks of an answer (there is no total timeout).
+    idle_timeout_secs: float = pydantic.Field(default=IDLE_TIMEOUT_SECS, gt=0)
+    connect_timeout_secs: float = pydantic.Field(default=CONNECT_TIMEOUT_SECS, gt=0)
+    max_retries: int = pydantic.Field(default=MAX_RETRIES, ge=0, le=10)
     label: str | None = None
 
 
@@ -93,9 +95,21 @@ def _with_v1(url: str) -> str:
     return url if httpx.URL(url).path not in ("", "/") else url + "/v1"
 
 
-def default_configs(env: Mapping[str, str]) -> list[ProviderConfig]:
-    """The providers the environment asks for; ``builtin`` always comes first."""
+def default_configs(
+    env: Mapping[str, str],
+    *,
+    idle_timeout_secs: float = IDLE_TIMEOUT_SECS,
+    connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
+    max_retries: int = MAX_RETRIES,
+) -> list[ProviderConfig]:
+    """The providers the environment asks for; ``builtin`` always comes first. The timeouts and
+    retries (the server's ``provider_*`` settings) apply to every HTTP provider."""
     configs = [ProviderConfig(name="builtin", kind="echo", label=ECHO_PROVIDER_LABEL)]
+    policy = {
+        "idle_timeout_secs": idle_timeout_secs,
+        "connect_timeout_secs": connect_timeout_secs,
+        "max_retries": max_retries,
+    }
     openai_url = env.get("OPENAI_BASE_URL", "").strip()
     if env.get("OPENAI_API_KEY", "").strip() or openai_url:
         configs.append(
@@ -106,6 +120,7 @@ def default_configs(env: Mapping[str, str]) -> list[ProviderConfig]:
                 api_key_env="OPENAI_API_KEY",
                 key_required=not openai_url,
                 label="OpenAI" if not openai_url else "OpenAI-compatible",
+                **policy,
             )
         )
     if env.get("ANTHROPIC_API_KEY", "").strip():
@@ -116,6 +131,7 @@ def default_configs(env: Mapping[str, str]) -> list[ProviderConfig]:
                 base_url=env.get("ANTHROPIC_BASE_URL", "").strip() or None,
                 api_key_env="ANTHROPIC_API_KEY",
                 label="Anthropic",
+                **policy,
             )
         )
     if env.get("DEEPSEEK_API_KEY", "").strip():
@@ -126,6 +142,7 @@ def default_configs(env: Mapping[str, str]) -> list[ProviderConfig]:
                 base_url=env.get("DEEPSEEK_BASE_URL", "").strip() or DEFAULT_DEEPSEEK_BASE_URL,
                 api_key_env="DEEPSEEK_API_KEY",
                 label="DeepSeek",
+                **policy,
             )
         )
     ollama_url = env.get("OLLAMA_BASE_URL", "").strip()
@@ -137,6 +154,7 @@ def default_configs(env: Mapping[str, str]) -> list[ProviderConfig]:
                 base_url=_with_v1(ollama_url),
                 key_required=False,
                 label="Ollama (local)",
+                **policy,
             )
         )
     return configs
@@ -170,7 +188,8 @@ def build_provider(
         base_url=config.base_url or default_url,
         key_required=config.key_required,
         key_env=config.api_key_env,
-        timeout_secs=config.timeout_secs,
+        idle_timeout_secs=config.idle_timeout_secs,
+        connect_timeout_secs=config.connect_timeout_secs,
         max_retries=config.max_retries,
         transport=transport,
         sleep=sleep,

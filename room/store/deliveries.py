@@ -36,6 +36,9 @@ class Inbound:
     created_at: float
     author_handle: str | None = None
     author_name: str | None = None
+    # What only agents read after the body: the tool call a notice asks for (the message's
+    # ``meta.for_agents``; people see the body alone). See docs/agents.md.
+    for_agents: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -47,13 +50,14 @@ class Inbound:
             "author_handle": self.author_handle,
             "author_name": self.author_name,
             "body": self.body,
+            "for_agents": self.for_agents,
             "created_at": iso(self.created_at),
         }
 
 
 _INBOUND = (
     "SELECT d.id, d.message_id, d.project_id, m.seq, m.author_id, m.body, m.created_at,"
-    " a.handle, a.display_name"
+    " a.handle, a.display_name, COALESCE(json_extract(m.frame, '$.meta.for_agents'), '')"
     " FROM deliveries d JOIN messages m ON m.id = d.message_id"
     " LEFT JOIN members a ON a.id = m.author_id"
 )

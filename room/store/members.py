@@ -141,6 +141,14 @@ def wire_list(conn: sqlite3.Connection, project_id: int) -> list[dict[str, objec
     ]
 
 
+def projects_of_user(conn: sqlite3.Connection, user_id: int) -> list[int]:
+    """The projects in which this person is a member (and has not left)."""
+    rows = conn.execute(
+        "SELECT project_id FROM members WHERE user_id = :u AND status != 'left'", {"u": user_id}
+    )
+    return [int(r[0]) for r in rows]
+
+
 def owned_projects(conn: sqlite3.Connection, user_id: int) -> set[int]:
     """The projects in which this person is a member with the owner role."""
     rows = conn.execute(

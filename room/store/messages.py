@@ -242,9 +242,25 @@ def record_edit(
         )
 
 
-def edit_history(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:
+def replies_to(conn: sqlite3.Connection, message_id: int) -> list[tuple[int, str]]:
+    """(id, stored object) of the messages replying to ``message_id``."""
+    return [
+        (int(r[0]), str(r[1]))
+        for r in conn.execute(
+            "SELECT id, frame FROM messages WHERE reply_to = :m", {"m": message_id}
+        )
+    ]
+
+
+def edit_history(
+    conn: sqlite3.Connection, message_id: int, *, with_bodies: bool
+) -> list[dict[str, Any]]:
+    """When the message was edited or deleted; the earlier bodies only ``with_bodies`` (its
+    author and the project's owners may read them, docs/protocol.md)."""
     return [
         {"body": r[0], "edited_at": iso(r[1]), "action": r[2]}
+        if with_bodies
+        else {"edited_at": iso(r[1]), "action": r[2]}
         for r in conn.execute(
             "SELECT body, edited_at, action FROM message_edits WHERE message_id = :m ORDER BY id",
             {"m": message_id},
@@ -314,14 +330,17 @@ def replay(
 ) -> list[tuple[int, str]]:
     """Events with seq > after_seq in order, as ready wire frames.
 
-    SQLite builds each message event's frame (the same text as :func:`event_frame`; a test
-    checks it) in the reader thread with the GIL released, so a long replay does not stall the
-    event loop.
+    SQLite builds each message event's frame (the same text as :func:`event_frame` or
+    :func:`update_frame`; a test checks it) in the reader thread with the GIL released, so a long
+    replay does not stall the event loop. A ``message_updated`` event, like a ``message`` event,
+    carries the message's current object: an edit or a delete leaves no earlier text in the
+    stream.
     """
     return conn.execute(
-        'SELECT e.seq, coalesce(e.frame, \'{"type":"message","project_id":\' || e.project_id'
-        " || ',\"seq\":' || e.seq || ',\"message\":' || m.frame || '}') FROM events e"
-        " LEFT JOIN messages m ON e.kind = 'message' AND m.id = e.message_id"
+        'SELECT e.seq, coalesce(e.frame, \'{"type":"\' || e.kind || \'","project_id":\''
+        " || e.project_id || ',\"seq\":' || e.seq || ',\"message\":' || m.frame || '}')"
+        " FROM events e LEFT JOIN messages m"
+        " ON e.kind IN ('message', 'message_updated') AND m.id = e.message_id"
         " WHERE e.project_id = :p AND e.seq > :after ORDER BY e.seq LIMIT :limit",
         {"p": project_id, "after": after_seq, "limit": limit},
     ).fetchall()
@@ -353,23 +372,48 @@ UNREAD_CAP = 100  # counted up to here: past it the badge says "99+"
 UNREAD_SCAN = 2_000  # messages looked at after the cursor, at most, per project
 
 
-def unread_for_user(conn: sqlite3.Connection, user_id: int) -> dict[int, int]:
-    """Per project of ``user_id``: chat messages by others after their read cursor, not deleted,
-    up to ``UNREAD_CAP``. Bounded work: a keyset range on ``messages_seq`` over at most the
-    ``UNREAD_SCAN`` messages after the cursor (tool and system messages and one's own take
-    room there too, so a long run of those can make the count low, never high)."""
+# Per member: (chat messages by others after the read cursor, not deleted; how many of those
+# mention the member), over at most UNREAD_SCAN messages after the cursor, each capped.
+_UNREAD = (
+    "SELECT m.id, m.project_id, (SELECT count(*) FROM (SELECT kind, author_id, deleted_at"
+    " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
+    " ORDER BY x.seq LIMIT :scan) WHERE kind = 'chat' AND deleted_at IS NULL"
+    " AND (author_id IS NULL OR author_id != m.id)),"
+    " (SELECT count(*) FROM (SELECT id, kind, author_id, deleted_at"
+    " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
+    " ORDER BY x.seq LIMIT :scan) y WHERE kind = 'chat' AND deleted_at IS NULL"
+    " AND (author_id IS NULL OR author_id != m.id)"
+    " AND EXISTS (SELECT 1 FROM mentions WHERE message_id = y.id AND member_id = m.id))"
+    " FROM members m LEFT JOIN read_cursors rc ON rc.member_id = m.id"
+)
+
+
+def unread_for_user(conn: sqlite3.Connection, user_id: int) -> dict[int, tuple[int, int]]:
+    """Per project of ``user_id``: (unread, mentions) — chat messages by others after their read
+    cursor, not deleted, up to ``UNREAD_CAP``, and how many of them mention this person. Bounded
+    work: a keyset range on ``messages_seq`` over at most the ``UNREAD_SCAN`` messages after the
+    cursor (tool and system messages and one's own take room there too, so a long run of those
+    can make the counts low, never high)."""
     return {
-        int(r[0]): min(int(r[1]), UNREAD_CAP)
+        int(r[1]): (min(int(r[2]), UNREAD_CAP), min(int(r[3]), UNREAD_CAP))
         for r in conn.execute(
-            "SELECT m.project_id, (SELECT count(*) FROM (SELECT kind, author_id, deleted_at"
-            " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
-            " ORDER BY x.seq LIMIT :scan) WHERE kind = 'chat' AND deleted_at IS NULL"
-            " AND (author_id IS NULL OR author_id != m.id))"
-            " FROM members m LEFT JOIN read_cursors rc ON rc.member_id = m.id"
-            " WHERE m.user_id = :u AND m.status != 'left'",
+            _UNREAD + " WHERE m.user_id = :u AND m.status != 'left'",
             {"u": user_id, "scan": UNREAD_SCAN},
         )
     }
+
+
+def unread_for_members(
+    conn: sqlite3.Connection, member_ids: Iterable[int]
+) -> dict[int, tuple[int, int]]:
+    """:func:`unread_for_user`'s counts for these members (people of one project), by member."""
+    out: dict[int, tuple[int, int]] = {}
+    for chunk in chunks(list(member_ids)):
+        marks = ", ".join("?" * len(chunk))
+        sql = _UNREAD.replace(":scan", "?") + f" WHERE m.id IN ({marks})"
+        for r in conn.execute(sql, (UNREAD_SCAN, UNREAD_SCAN, *chunk)):
+            out[int(r[0])] = (min(int(r[2]), UNREAD_CAP), min(int(r[3]), UNREAD_CAP))
+    return out
 
 
 def read_cursors(conn: sqlite3.Connection, project_id: int) -> dict[int, int]:

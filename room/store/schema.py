@@ -425,6 +425,23 @@ INSERT INTO search_fts (rowid, body, uni)
     WHERE deleted_at IS NULL ORDER BY id;
 """
 
+# What was deleted or edited stays private (issue 14): message_updated events keep no frame of
+# their own (replays join the message's current object, as for message events), and replies to a
+# deleted message no longer quote its text. Replies are found by reply_to.
+MESSAGE_PRIVACY = """
+UPDATE events SET frame = NULL WHERE kind = 'message_updated' AND message_id IS NOT NULL;
+CREATE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL;
+UPDATE messages SET frame = json_set(frame, '$.reply_excerpt.excerpt', '',
+        '$.reply_excerpt.deleted', json('true'))
+    WHERE reply_to IN (SELECT id FROM messages WHERE deleted_at IS NOT NULL)
+    AND json_type(frame, '$.reply_excerpt') = 'object';
+"""
+
+# Model calls record the HTTP requests they really sent (retries included; 0 when none was).
+MODEL_REQUEST_ATTEMPTS = """
+ALTER TABLE model_requests ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+"""
+
 # Emoji reactions (room.store.reactions): one row per (message, emoji, member).
 REACTIONS = """
 CREATE TABLE reactions (
@@ -447,6 +464,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0008_checkpoints", CHECKPOINTS),
     Migration("0009_memory", MEMORY),
     Migration("0010_search", SEARCH),
+    Migration("0011_message_privacy", MESSAGE_PRIVACY),
+    Migration("0012_model_request_attempts", MODEL_REQUEST_ATTEMPTS),
     Migration("0015_reactions", REACTIONS),
 )
 

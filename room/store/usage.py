@@ -8,14 +8,16 @@ from typing import Any
 from room.models import iso
 from room.store import brakes
 
+STOPPED = "stopped"  # error_code of a call abandoned because a person stopped the turn
+
 
 def record_request(conn: sqlite3.Connection, **row: Any) -> int:
     cur = conn.execute(
         "INSERT INTO model_requests (project_id, member_id, turn_id, model_id, route_source,"
         " provider, model_reported, latency_ms, input_tokens, output_tokens, usage_reported, ok,"
-        " error_code, created_at) VALUES (:project_id, :member_id, :turn_id, :model_id,"
-        " :route_source, :provider, :model_reported, :latency_ms, :input_tokens,"
-        " :output_tokens, :usage_reported, :ok, :error_code, :now)",
+        " error_code, attempts, created_at) VALUES (:project_id, :member_id, :turn_id,"
+        " :model_id, :route_source, :provider, :model_reported, :latency_ms, :input_tokens,"
+        " :output_tokens, :usage_reported, :ok, :error_code, :attempts, :now)",
         row,
     )
     tokens = int(row.get("input_tokens", 0)) + int(row.get("output_tokens", 0))
@@ -27,7 +29,7 @@ def record_request(conn: sqlite3.Connection, **row: Any) -> int:
 def observed_route(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT model_id, route_source, provider, model_reported, latency_ms, input_tokens,"
-        " output_tokens, usage_reported, ok, error_code, created_at FROM model_requests"
+        " output_tokens, usage_reported, ok, error_code, attempts, created_at FROM model_requests"
         " WHERE member_id = :m ORDER BY id DESC LIMIT 1",
         {"m": member_id},
     ).fetchone()
@@ -44,6 +46,7 @@ def observed_route(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] |
         "usage_reported",
         "ok",
         "error_code",
+        "attempts",
         "at",
     ]
     data = dict(zip(keys, row, strict=True))
@@ -54,23 +57,40 @@ def observed_route(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] |
 
 
 def usage(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+    """A project's model calls and the tokens the providers reported, per member and in total.
+
+    Every call counts, answered or not: ``failed_requests`` gave no answer (a provider error, or
+    ``stopped_requests``: abandoned because a person stopped the turn), and their reported
+    tokens are in the sums; ``attempts`` counts the HTTP requests sent (retries included);
+    ``requests_without_usage`` are calls whose provider reported no tokens."""
     members = {
-        int(r[0]): {"requests": r[1], "input_tokens": r[2], "output_tokens": r[3]}
+        int(r[0]): {
+            "requests": r[1],
+            "input_tokens": r[2],
+            "output_tokens": r[3],
+            "attempts": r[4],
+            "failed_requests": r[5],
+        }
         for r in conn.execute(
-            "SELECT member_id, count(*), sum(input_tokens), sum(output_tokens)"
-            " FROM model_requests WHERE project_id = :p GROUP BY member_id",
+            "SELECT member_id, count(*), sum(input_tokens), sum(output_tokens), sum(attempts),"
+            " sum(ok = 0) FROM model_requests WHERE project_id = :p GROUP BY member_id",
             {"p": project_id},
         )
     }
     total = conn.execute(
         "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
-        " coalesce(sum(usage_reported = 0), 0) FROM model_requests WHERE project_id = :p",
-        {"p": project_id},
+        " coalesce(sum(usage_reported = 0), 0), coalesce(sum(attempts), 0),"
+        " coalesce(sum(ok = 0), 0), coalesce(sum(error_code = :stopped), 0)"
+        " FROM model_requests WHERE project_id = :p",
+        {"p": project_id, "stopped": STOPPED},
     ).fetchone()
     return {
         "requests": total[0],
         "input_tokens": total[1],
         "output_tokens": total[2],
         "requests_without_usage": total[3],
+        "attempts": total[4],
+        "failed_requests": total[5],
+        "stopped_requests": total[6],
         "members": {str(k): v for k, v in members.items()},
     }

@@ -123,7 +123,7 @@ class RoomServer:
     def create_project(
         self,
         name: str,
-        agents: list[dict[str, str]] | None = None,
+        agents: list[dict[str, Any]] | None = None,
         goal: str = "",
         workspace: Path | None = None,
     ) -> int:

@@ -20,7 +20,16 @@ Every request is recorded (:attr:`LLMServer.requests`: method, path, lower-cased
 parsed JSON). With ``api_key`` set, any request without that key gets 401 (and is recorded).
 With ``validate=True`` (the default) a chat request that breaks the protocol's shape rules — the
 rules the real APIs enforce with a 400 — gets a 400 naming the rule, so a provider bug cannot pass
-just because the fake server was lenient.
+just because the fake server was lenient; every chat body is also checked against the official
+SDK's request type (``tests.support.sdk_types``).
+
+A chat request with ``"stream": true`` is answered as the real API streams: a 200 reply's body
+(a whole completion or message, as the builders below make) is sent as server-sent events —
+OpenAI chunks ending in ``data: [DONE]`` (with a usage chunk only when the request asked for it
+with ``stream_options.include_usage``), or Anthropic's ``message_start`` … ``message_stop``.
+``Reply.chunk_delay_secs`` spaces the events; ``stall_after=N`` sends N events and then nothing
+(until the server closes); ``cut_after=N`` sends N events and closes the connection;
+``events`` replaces the derived events (``(event name or None, JSON or "[DONE]")``).
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Self
 
+from tests.support.sdk_types import request_problem
+
 TEST_API_KEY = "sk-room-test"  # what the local provider servers of the tests accept
 
 __all__ = [
@@ -43,11 +54,13 @@ __all__ = [
     "RecordedRequest",
     "RecordedSleeps",
     "Reply",
+    "anthropic_events",
     "anthropic_text",
     "anthropic_tool_use",
     "anthropic_tool_uses",
     "closed_port_url",
     "error",
+    "openai_events",
     "openai_text",
     "openai_tool_call",
     "openai_tool_calls",
@@ -62,7 +75,11 @@ class Reply:
     status: int = 200
     body: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    delay_secs: float = 0.0
+    delay_secs: float = 0.0  # before the answer's headers
+    chunk_delay_secs: float = 0.0  # between two streamed events
+    stall_after: int | None = None  # streamed events sent before falling silent
+    cut_after: int | None = None  # streamed events sent before the connection is closed
+    events: Sequence[tuple[str | None, Any]] | None = None  # streamed events, as they are
 
 
 @dataclass(frozen=True)
@@ -314,10 +331,16 @@ class _Handler(BaseHTTPRequestHandler):
         reply = owner._dispatch(request)
         if reply.delay_secs and owner._stopping.wait(reply.delay_secs):
             return  # closing: drop the answer
+        streamed = isinstance(parsed, dict) and parsed.get("stream") is True
+        if streamed and reply.status == 200 and not isinstance(reply.body, bytes):
+            assert isinstance(parsed, dict)
+            self._stream(owner, reply, parsed)
+            return
         payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
         try:
             self.send_response(reply.status)
-            self.send_header("content-type", "application/json")
+            if "content-type" not in {k.lower() for k in reply.headers}:
+                self.send_header("content-type", "application/json")
             for name, value in reply.headers.items():
                 self.send_header(name, value)
             self.send_header("content-length", str(len(payload)))
@@ -325,6 +348,129 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    def _stream(self, owner: LLMServer, reply: Reply, request: dict[str, Any]) -> None:
+        events = reply.events if reply.events is not None else owner._events(reply.body, request)
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()  # HTTP/1.0 without a length: the body ends when we close
+            self.wfile.flush()
+            for sent, (event_name, data) in enumerate(events):
+                if reply.stall_after is not None and sent >= reply.stall_after:
+                    owner._stopping.wait()  # silent until the server closes
+                    return
+                if reply.cut_after is not None and sent >= reply.cut_after:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if sent and reply.chunk_delay_secs and owner._stopping.wait(reply.chunk_delay_secs):
+                    return
+                text = data if isinstance(data, str) else json.dumps(data)  # \u escapes: any text
+                frame = (f"event: {event_name}\n" if event_name else "") + f"data: {text}\n\n"
+                self.wfile.write(frame.encode())
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
+
+
+def _pieces(text: str, size: int = 4, most: int = 32) -> list[str]:
+    """``text`` in pieces of ``size`` characters, or longer ones when that would make more than
+    ``most`` (a 10 MB argument is streamed in a few large chunks, not a million small ones)."""
+    size = max(size, -(-len(text) // most))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def openai_events(body: Mapping[str, Any], *, include_usage: bool) -> list[tuple[None, Any]]:
+    """A chat completion as the chunks the real API streams for it."""
+    base = {
+        "id": body.get("id", "chatcmpl-test"),
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": body.get("model", "gpt-test"),
+    }
+    choice = body["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, Any]:
+        return None, {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    if message.get("content"):
+        events += [chunk({"content": piece}) for piece in _pieces(message["content"])]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        start = {"name": function["name"], "arguments": ""}
+        events.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": index, "id": call["id"], "type": "function", "function": start}
+                    ]
+                }
+            )
+        )
+        events += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            for piece in _pieces(function["arguments"], 8)
+        ]
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage and body.get("usage"):
+        events.append((None, {**base, "choices": [], "usage": body["usage"]}))
+    events.append((None, "[DONE]"))
+    return events
+
+
+def anthropic_events(body: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """A Messages answer as the events the real API streams for it."""
+    usage = body.get("usage")
+    start_usage = (
+        None if usage is None else {"input_tokens": usage["input_tokens"], "output_tokens": 1}
+    )
+    message = {
+        "id": body.get("id", "msg_test"),
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "claude-test"),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        **({"usage": start_usage} if start_usage else {}),
+    }
+    events: list[tuple[str, Any]] = [
+        ("message_start", {"type": "message_start", "message": message}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(body["content"]):
+        if block["type"] == "text":
+            first: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+        else:
+            first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            arguments = json.dumps(block["input"], ensure_ascii=False)
+            deltas = [
+                {"type": "input_json_delta", "partial_json": p} for p in _pieces(arguments, 8)
+            ]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": first},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": body.get("stop_reason"), "stop_sequence": None},
+        **({"usage": {"output_tokens": usage["output_tokens"]}} if usage else {}),
+    }
+    events += [("message_delta", delta), ("message_stop", {"type": "message_stop"})]
+    return events
 
 
 class LLMServer:
@@ -431,6 +577,9 @@ class LLMServer:
     def _problem(self, request: RecordedRequest) -> str | None:
         raise NotImplementedError
 
+    def _events(self, body: Any, request: Mapping[str, Any]) -> Sequence[tuple[str | None, Any]]:
+        raise NotImplementedError
+
     # -- dispatch (runs in the server's threads) ------------------------------------------------
 
     def _dispatch(self, request: RecordedRequest) -> Reply:
@@ -488,7 +637,12 @@ class OpenAIServer(LLMServer):
         return {"object": "list", "data": data}
 
     def _problem(self, request: RecordedRequest) -> str | None:
-        return openai_problem(request.json)
+        return openai_problem(request.json) or request_problem("openai", request.json)
+
+    def _events(self, body: Any, request: Mapping[str, Any]) -> Sequence[tuple[str | None, Any]]:
+        options = request.get("stream_options")
+        asked = isinstance(options, dict) and options.get("include_usage") is True
+        return openai_events(body, include_usage=asked)
 
 
 class AnthropicServer(LLMServer):
@@ -512,7 +666,10 @@ class AnthropicServer(LLMServer):
     def _problem(self, request: RecordedRequest) -> str | None:
         if request.headers.get("anthropic-version") != "2023-06-01":
             return "missing or unknown anthropic-version header"
-        return anthropic_problem(request.json)
+        return anthropic_problem(request.json) or request_problem("anthropic", request.json)
+
+    def _events(self, body: Any, request: Mapping[str, Any]) -> Sequence[tuple[str | None, Any]]:
+        return anthropic_events(body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -590,8 +747,8 @@ def anthropic_problem(body: Any) -> str | None:
             return f"messages.{index}.content: must be a non-empty string or list"
         kinds = [b.get("type") if isinstance(b, dict) else None for b in blocks]
         for block, kind in zip(blocks, kinds, strict=True):
-            if kind == "text" and not block.get("text"):
-                return f"messages.{index}: text content blocks must be non-empty"
+            if kind == "text" and not str(block.get("text", "")).strip():
+                return f"messages.{index}: text content blocks must contain non-whitespace text"
             if kind == "tool_use" and role != "assistant":
                 return f"messages.{index}: tool_use blocks belong to assistant turns"
             if kind == "tool_result" and role != "user":
