@@ -96,6 +96,16 @@ class DeleteFrame(_Frame):
     message_id: Id
 
 
+class ReactFrame(_Frame):
+    """Add (or, with ``remove``, take back) one's emoji reaction on a message."""
+
+    type: Literal["react"]
+    project_id: Id
+    message_id: Id
+    emoji: str = Field(min_length=1, max_length=64)
+    remove: bool = False
+
+
 class HistoryFrame(_Frame):
     type: Literal["history"]
     project_id: Id
@@ -110,9 +120,13 @@ class TypingFrame(_Frame):
 
 
 class ReadFrame(_Frame):
+    """Move my read cursor forward to ``seq``; with ``unread``, back to exactly ``seq`` ("mark
+    as unread": the messages after it count as unread again)."""
+
     type: Literal["read"]
     project_id: Id
     seq: int = Field(ge=0)
+    unread: bool = False
 
 
 class PreviewFrame(_Frame):
@@ -171,6 +185,7 @@ ClientFrame = Annotated[
     | SendFrame
     | EditFrame
     | DeleteFrame
+    | ReactFrame
     | HistoryFrame
     | TypingFrame
     | ReadFrame
@@ -193,6 +208,7 @@ CLIENT_FRAME_TYPES: tuple[str, ...] = (
     "send",
     "edit",
     "delete",
+    "react",
     "history",
     "typing",
     "read",

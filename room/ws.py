@@ -22,6 +22,7 @@ from room import protocol as p
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
 from room.actions import presence, unread
+from room.actions import reactions as reaction_actions
 from room.actions import search as search_actions
 from room.actions import turns as turn_actions
 from room.auth import (
@@ -124,6 +125,7 @@ class Connection:
             "send": self.on_send,
             "edit": self.on_edit,
             "delete": self.on_delete,
+            "react": self.on_react,
             "history": self.on_history,
             "typing": self.on_typing,
             "read": self.on_read,
@@ -548,6 +550,15 @@ class Connection:
             }
         )
 
+    async def on_react(self, frame: p.ReactFrame) -> None:
+        member = await self.member(frame.project_id)
+        result = await reaction_actions.react(
+            self.core, member, frame.message_id, frame.emoji, remove=frame.remove
+        )
+        self.push(
+            {"type": "ack", "req_id": frame.req_id, "duplicate": not result["changed"], **result}
+        )
+
     async def on_history(self, frame: p.HistoryFrame) -> None:
         await self.member(frame.project_id)
 
@@ -572,9 +583,15 @@ class Connection:
             message_actions.typing(self.core, member, frame.active, exclude=self.outbox)
 
     async def on_read(self, frame: p.ReadFrame) -> None:
-        member = await self._hinting_member(frame.project_id)
-        if member is not None:
-            await message_actions.mark_read(self.core, member, frame.seq)
+        if frame.unread:  # a person's act, answered (an ack or an error), never dropped
+            cursor = await message_actions.mark_unread(
+                self.core, await self.member(frame.project_id), frame.seq
+            )
+            self.push({"type": "ack", "req_id": frame.req_id, "read_cursor": cursor})
+            return
+        hinting = await self._hinting_member(frame.project_id)
+        if hinting is not None:
+            await message_actions.mark_read(self.core, hinting, frame.seq)
 
     async def _hinting_member(self, project_id: int) -> Member | None:
         """The member behind a typing hint or read cursor; None (the hint is dropped without

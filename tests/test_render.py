@@ -29,7 +29,29 @@ def test_render_fast_path_equals_the_full_pipeline(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["hello", "世界", "a-b", "x.y", "100%", "@lead"]), min_size=1))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "hello",
+                "世界",
+                "a-b",
+                "x.y",
+                "100%",
+                "@lead",
+                "https://example.com/路径",
+                "备注:",
+                "mailto:a@b.co",
+                "www.example.com",
+                "a.com",
+                "x:y",
+                "http:",
+                "ftp://f.example",
+            ]
+        ),
+        min_size=1,
+    )
+)
 def test_render_fast_path_on_prose(words: list[str]) -> None:
     text = " ".join(words)
     assert render(text) == render_full(text)
@@ -134,3 +156,89 @@ def test_message_object_equals_json_dumps(
     if meta:
         expected["meta"] = meta
     assert text == json.dumps(expected, ensure_ascii=False, separators=(",", ":"))
+
+
+def _parsed(text: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Tags()
+    parser.feed(render(text))
+    return [(tag, dict(attrs)) for tag, attrs in parser.tags]
+
+
+def test_bare_urls_become_links_that_show_their_host() -> None:
+    html = render("部署在 https://docs.example.com/guide/install?lang=zh 看看")
+    (link,) = [attrs for tag, attrs in _parsed("见 https://docs.example.com/guide") if tag == "a"]
+    assert link["href"] == "https://docs.example.com/guide"
+    assert link["target"] == "_blank"
+    assert link["rel"] == "noopener noreferrer nofollow"
+    assert ">docs.example.com/guide/install?lang=zh</a>" in html
+    long = render("https://example.com/" + "a" * 100)
+    assert ">example.com/" in long and "…</a>" in long and 'title="https://example.com/' in long
+
+
+def test_full_width_punctuation_ends_a_bare_url() -> None:
+    html = render("看 https://例子.中国/路径，好的。再看 https://b.example/y）")
+    assert 'href="https://xn--fsqu00a.xn--fiqs8s/%E8%B7%AF%E5%BE%84"' in html
+    assert ">例子.中国/路径</a>，好的。" in html
+    assert 'href="https://b.example/y"' in html and "b.example/y</a>）" in html
+    two = render("https://a.example/x，https://b.example/y。")
+    assert two.count("<a ") == 2 and "</a>，<a " in two and "</a>。</p>" in two
+
+
+def test_only_urls_with_a_scheme_are_linkified() -> None:
+    for text in ("example.com", "mail me at a@b.com", "//evil.example/x", "ftp://files.example"):
+        assert "<a " not in render(text), text
+
+
+def test_a_named_link_names_its_real_host() -> None:
+    html = render("[https://bank.example](https://phish.example/login)")
+    assert 'href="https://phish.example/login"' in html
+    assert '<span class="link-host">phish.example</span>' in html
+    assert "link-host" not in render("[see docs.example](https://docs.example/a)")
+
+
+def test_code_blocks_are_highlighted_with_classes_only() -> None:
+    html = render('```python\ndef greet(name):\n    return f"你好 {name}"\n```')
+    assert html.startswith('<pre class="highlight" data-lang="python"><code>')
+    assert '<span class="k">def</span>' in html and '<span class="nf">greet</span>' in html
+    assert "style" not in html
+    assert render("```\nplain <b>\n```") == "<pre><code>plain &lt;b&gt;\n</code></pre>\n"
+    assert render("```nosuchlang\nx\n```") == "<pre><code>x\n</code></pre>\n"
+
+
+def test_table_alignment_is_a_class_not_a_style() -> None:
+    html = render("|a|b|c|\n|:-|:-:|-:|\n|1|2|3|")
+    assert '<th class="align-left">a</th>' in html
+    assert '<td class="align-center">2</td>' in html
+    assert '<td class="align-right">3</td>' in html
+    assert "style" not in html
+
+
+HOSTILE = [
+    "[click](javascript:alert(1))",
+    "<javascript:alert(1)>",
+    "javascript:alert(1)",
+    "[x](JaVaScRiPt:alert(1))",
+    "```html\n<script>alert(1)</script><img src=x onerror=alert(1)>\n```",
+    '```"><img src=x onerror=alert(1)>\ncode\n```',
+    '```python" onmouseover="alert(1)\nx = 1\n```',
+    'https://x.example/"onmouseover="alert(1)"',
+    "https://x.example/a'><script>alert(1)</script>",
+    '[t](https://x.example/"style="x)',
+    '<span class="k" style="position:fixed" onclick=\'x\'>hi</span>',
+]
+
+
+def test_hostile_inputs_render_inert() -> None:
+    for text in HOSTILE:
+        html = render(text)
+        assert "<script" not in html and "<img" not in html, text
+        for tag, attrs in _parsed(text):
+            assert tag in ALLOWED_TAGS, (text, tag)
+            for name, value in attrs.items():
+                assert not name.startswith("on") and name != "style", (text, name)
+                if name == "href":
+                    assert (value or "").startswith(("https://", "http://", "mailto:")), text
+                if name == "class":
+                    assert tag in ("pre", "span", "th", "td"), (text, tag)
+    quoted = render('https://x.example/"onmouseover="alert(1)"')
+    assert 'href="https://x.example/%22onmouseover=%22alert(1)" title=' in quoted

@@ -62,6 +62,7 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
     assert len(requests) == 3
     assert [t["function"]["name"] for t in requests[0]["tools"]] == [
         "room_send",
+        "room_react",
         "room_history",
         "room_members",
         "room_task_list",

@@ -252,7 +252,8 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     with_tasks = {r[0] for r in before.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert with_tasks - earlier == set(TASK_TABLES)
     # Later migrations: 0006 the worktree of each attempt, 0008 agents' task checkpoints,
-    # 0009 memory records, 0010 search, 0013 timelines, dependencies and the risk log.
+    # 0009 memory records, 0010 search, 0014 attachments, 0015 timelines, dependencies and the risk
+    # log, 0016 reactions.
     later = {t for t in tables - with_tasks if not t.startswith("search_")}
     assert later == {
         "task_attempts",
@@ -260,6 +261,7 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
         *MEMORY_TABLES,
         "attachments",
         *PORTFOLIO_TABLES,
+        "reactions",
     }
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}

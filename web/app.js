@@ -18,6 +18,7 @@ import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
 import { SearchBox } from "./search.js";
+import { initShortcuts, openHelp } from "./shortcuts.js";
 import { Connection } from "./socket.js";
 import { app, createRoom, member, mergePresence, setMembers, setPresence, upsertProject, upsertProjectFrame } from "./store.js";
 import { Timeline } from "./timeline.js";
@@ -136,6 +137,8 @@ async function boot() {
   window.addEventListener("hashchange", navigate);
   // Projects made elsewhere (another tab, an invite) appear when you come back; unread counts
   // are pushed over the socket (`unread` frames).
+  initShortcuts({ go: (id) => (location.hash = `#/p/${id}`) });
+  $("#shortcuts-button")?.addEventListener("click", () => openHelp());
   window.addEventListener("focus", refreshProjects);
   bindNotifyToggle();
   loadProviders().catch(() => {});
@@ -223,7 +226,9 @@ function openProject(id) {
   project.unread = 0; // read from here on; the badge stays off while it is open
   project.mentions = 0;
   const previous = app.room && app.projects.get(app.room.id);
-  if (previous) Object.assign(previous, { unread: 0, mentions: 0 }); // seen while open
+  // Seen while open (a count read meanwhile is stale) — unless marked unread: ask the server.
+  if (previous && app.room.heldUnread) setTimeout(refreshProjects, 0);
+  else if (previous) Object.assign(previous, { unread: 0, mentions: 0 });
   renderProjects($("#project-groups"), id);
   const room = createRoom(project);
   app.room = room;

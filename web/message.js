@@ -8,6 +8,7 @@ import { renderAttachments } from "./attachments.js";
 import { h, icon } from "./dom.js";
 import { formatDateTime, formatTime, label, t } from "./i18n.js";
 import { resolve } from "./mentions.js";
+import { reactionsRow } from "./reactions.js";
 import { member, presenceOf, roster } from "./store.js";
 
 const AVATAR_COLOURS = 8;
@@ -74,8 +75,8 @@ function roleTag(room, authorId) {
  * Build the entry for `message`. `actions` is the list of hover actions that apply
  * ({id, icon, label, run}); `continued` collapses the header under the previous one.
  */
-export function renderMessage(room, message, { actions = [], pending = null } = {}) {
-  if (message.kind === "system") return renderNotice(room, message, actions);
+export function renderMessage(room, message, { actions = [], pending = null, reactions = null } = {}) {
+  if (message.kind === "system") return renderNotice(room, message, actions, reactions);
   if (message.kind === "tool") return renderTool(room, message);
   const mine = message.author_id === room.you;
   const el = h("article", {
@@ -106,6 +107,10 @@ export function renderMessage(room, message, { actions = [], pending = null } = 
   main.append(body);
   const files = renderAttachments(pending ? { meta: { attachments: pending.attachments } } : message);
   if (files) main.append(files);
+  if (!message.deleted && reactions) {
+    const row = reactionsRow(room, message, reactions);
+    if (row) main.append(row);
+  }
   if (pending) {
     main.append(h("div", { class: "msg-state", text: pending.failed ? pending.failed : t("msg.sending") }));
   }
@@ -178,13 +183,40 @@ function actionBar(actions) {
   return bar;
 }
 
-/** Links open in a new tab without a referrer; delivered mentions are highlighted. */
+/** Links open in a new tab without a referrer; delivered mentions are highlighted; each code
+ * block gets a copy button (its text, as written: the server's highlighting is only spans). */
 function finishBody(body, room, message) {
   for (const a of body.querySelectorAll("a[href]")) {
     a.target = "_blank";
     a.rel = "noopener noreferrer nofollow";
   }
+  for (const pre of body.querySelectorAll("pre")) addCopyButton(pre);
   highlightMentions(body, room, message);
+}
+
+function addCopyButton(pre) {
+  const code = pre.querySelector("code") || pre;
+  const button = h("button", {
+    type: "button",
+    class: "code-copy btn btn-small btn-ghost",
+    text: t("code.copy"),
+    attrs: { "aria-label": t("code.copyLabel") },
+    on: {
+      click: async () => {
+        try {
+          await navigator.clipboard.writeText(code.textContent);
+          button.textContent = t("code.copied");
+        } catch {
+          button.textContent = t("code.copyFailed");
+        }
+        setTimeout(() => (button.textContent = t("code.copy")), 1500);
+      },
+    },
+  });
+  const wrap = h("div", { class: "code-block" });
+  if (pre.dataset.lang) wrap.append(h("span", { class: "code-lang", text: pre.dataset.lang }));
+  pre.replaceWith(wrap);
+  wrap.append(pre, button);
 }
 
 const SKIP = new Set(["CODE", "PRE", "BLOCKQUOTE"]);
@@ -251,7 +283,7 @@ export function noticeKind(message) {
 
 const LEADING_EMOJI = /^\p{Extended_Pictographic}\uFE0F?\s*/u;
 
-function renderNotice(room, message, actions) {
+function renderNotice(room, message, actions, reactions) {
   const kind = noticeKind(message);
   const body = h("div", { class: "notice-body" });
   body.innerHTML = message.html; // sanitised by the server
@@ -274,6 +306,8 @@ function renderNotice(room, message, actions) {
   for (const action of actions) {
     el.append(h("button", { type: "button", class: "btn btn-small", text: action.label, on: { click: action.run } }));
   }
+  const row = reactions && reactionsRow(room, message, reactions);
+  if (row) el.append(row);
   return el;
 }
 

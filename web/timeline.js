@@ -13,9 +13,11 @@ import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./deliv
 import { $, h } from "./dom.js";
 import { clearHighlights, highlightIn } from "./highlight.js";
 import { dayKey, formatDay, t } from "./i18n.js";
+import { openMessageInfo } from "./info.js";
 import { excerptOf, renderMessage } from "./message.js";
+import { openPicker, sendReaction } from "./reactions.js";
 import { bus, mayChange, mayPost, sortedMessages } from "./store.js";
-import { toast, toastError } from "./ui.js";
+import { openMenu, toast, toastError } from "./ui.js";
 import { startEdit } from "./editor.js";
 
 const PAGE = 50;
@@ -156,7 +158,10 @@ export class Timeline {
     if (isNew && fromOthers && message.kind === "chat" && room.unreadFromSeq === null && (!wasAtBottom || document.hidden)) {
       room.unreadFromSeq = message.seq;
     }
-    if (isNew && !fromOthers) room.unreadFromSeq = null;
+    if (isNew && !fromOthers) {
+      room.unreadFromSeq = null;
+      room.heldUnread = false; // writing here reads what is above
+    }
     // An edit can add recipients and a delete cancels deliveries; neither sends delivery frames.
     if (!isNew && room.receiptsAsked.has(message.id)) this.askReceipts(message.id, true);
     this.render();
@@ -211,10 +216,10 @@ export class Timeline {
   entryFor(message) {
     const room = this.room;
     const quote = message.reply_excerpt ? `${message.reply_excerpt.deleted ? "-" : ""}${message.reply_excerpt.excerpt}` : "";
-    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${quote}`;
+    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${quote}|${JSON.stringify(message.reactions || [])}`;
     const cached = this.cache.get(message.id);
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
-    const el = renderMessage(room, message, { actions: this.actionsFor(message) });
+    const el = renderMessage(room, message, { actions: this.actionsFor(message), reactions: this.reactionsFor(message) });
     if (cached && cached.el === this.active) this.active = el;
     this.cache.set(message.id, { el, version });
     const slot = el.querySelector(".msg-delivery");
@@ -248,7 +253,13 @@ export class Timeline {
     }
     // Replying, editing, deleting and marking all post into the project: where the server does
     // not offer this viewer `post` (archived, trashed, stopping …), none of them is offered.
-    if (message.kind !== "chat" || !room.you || !mayPost(room.project)) return [];
+    if (message.kind !== "chat" || !room.you) return [];
+    // Reading needs no `post`: the link, and the menu (mark as unread, message info).
+    const reading = [
+      { id: "link", icon: "link", label: t("action.copyLink"), run: () => copyLink(room, message) },
+      { id: "more", icon: "more", label: t("action.more"), run: (event) => this.moreMenu(event.currentTarget, message) },
+    ];
+    if (!mayPost(room.project)) return reading;
     const mine = message.author_id === room.you;
     const list = [{ id: "reply", icon: "reply", label: t("action.reply"), run: () => this.actions.reply(message) }];
     if (!mine && message.author_id !== null) list.push({ id: "mention", icon: "at", label: t("action.mentionAuthor"), run: () => this.actions.mention(message.author_id) });
@@ -257,8 +268,58 @@ export class Timeline {
       list.push({ id: "delete", icon: "trash", label: t("action.delete"), danger: true, run: () => this.actions.remove(message) });
     }
     if (mayChange(room)) list.push({ id: "requirement", icon: "flag", label: t("action.requirementChange"), run: () => this.actions.markRequirement(message) });
-    list.push({ id: "link", icon: "link", label: t("action.copyLink"), run: () => copyLink(room, message) });
-    return list;
+    if (this.mayReact()) list.splice(1, 0, { id: "react", icon: "smile", label: t("react.add"), run: (event) => openPicker(event.currentTarget, room, message, (emoji, remove) => this.react(message, emoji, remove)) });
+    return [...list, ...reading];
+  }
+
+  /** The message's menu: mark as unread, message info (edits, versions, deliveries). */
+  moreMenu(anchor, message) {
+    openMenu(anchor, [
+      { id: "unread", icon: "dot", label: t("action.markUnread"), run: () => this.markUnread(message) },
+      { id: "info", icon: "info", label: t("action.info"), hint: message.edited_at ? t("msg.edited") : "", run: () => openMessageInfo(this.room, message) },
+      { id: "copy-link", icon: "link", label: t("action.copyLink"), run: () => copyLink(this.room, message) },
+    ], { label: t("action.more") });
+  }
+
+  mayReact() {
+    const room = this.room;
+    return Boolean(room?.you) && mayPost(room.project); // the server's check_posting, as offered
+  }
+
+  reactionsFor(message) {
+    if (!["chat", "system"].includes(message.kind) || message.deleted) return null;
+    if (!this.mayReact()) return { toggle: null, pick: null };
+    return {
+      toggle: (emoji, remove) => this.react(message, emoji, remove),
+      pick: (anchor) => openPicker(anchor, this.room, message, (emoji, remove) => this.react(message, emoji, remove)),
+    };
+  }
+
+  react(message, emoji, remove) {
+    return sendReaction(this.conn, this.room, message, emoji, remove);
+  }
+
+  /** Move my read cursor back to just before `message`: it and what follows count as unread
+   * (here and in the projects column) until I read them again — after leaving the project or
+   * sending; staying at the bottom does not mark them read at once. */
+  async markUnread(message) {
+    const room = this.room;
+    const seq = Math.max(0, message.seq - 1);
+    try {
+      await this.conn.request({ type: "read", project_id: room.id, seq, unread: true });
+    } catch (err) {
+      toastError(err);
+      return;
+    }
+    clearTimeout(this.readTimer);
+    this.readTimer = null;
+    this.pendingRead = null;
+    room.readCursors.set(room.you, seq);
+    room.heldUnread = true;
+    room.unreadFromSeq = message.seq;
+    this.render();
+    bus.emit("read", room);
+    toast(t("action.markedUnread"));
   }
 
   editLast() {
@@ -367,7 +428,7 @@ export class Timeline {
 
   markRead() {
     const room = this.room;
-    if (!room || !room.historyLoaded || room.detached || document.hidden || !document.hasFocus() || !this.atBottom()) return;
+    if (!room || !room.historyLoaded || room.detached || room.heldUnread || document.hidden || !document.hasFocus() || !this.atBottom()) return;
     const seq = this.conn.lastSeq ?? 0;
     if (seq > (room.readCursors.get(room.you) ?? 0)) {
       room.readCursors.set(room.you, seq);

@@ -48,6 +48,7 @@ from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import reactions as reactions_store
 from room.store import search as search_store
 from room.store.db import Prefetch, WriteJob
 
@@ -591,8 +592,9 @@ async def edit_message(
             created_at=row["created_at"],
             edited_at=tx.now,
             meta=old.get("meta"),
+            reactions=old.get("reactions"),
         )
-        return _publish_update(conn, tx, project_id, message_id, obj, new_recipients)
+        return publish_update(conn, tx, project_id, message_id, obj, new_recipients)
 
     return await core.db.write(job)
 
@@ -640,7 +642,8 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             edited_at=row["edited_at"],
             deleted=True,
         )
-        return _publish_update(conn, tx, project_id, message_id, obj, [])
+        reactions_store.delete_for_message(conn, message_id)
+        return publish_update(conn, tx, project_id, message_id, obj, [])
 
     return await core.db.write(job)
 
@@ -681,10 +684,10 @@ def annotate_message(
     obj = json.loads(row["frame"])
     obj["meta"] = {**(obj.get("meta") or {}), **meta}
     frame = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return _publish_update(conn, tx, int(row["project_id"]), message_id, frame, [])
+    return publish_update(conn, tx, int(row["project_id"]), message_id, frame, [])
 
 
-def _publish_update(
+def publish_update(
     conn: sqlite3.Connection,
     tx: Tx,
     project_id: int,
@@ -692,6 +695,8 @@ def _publish_update(
     obj: str,
     woken: list[int],
 ) -> dict[str, Any]:
+    """Store the message's new wire object and publish it as a sequenced ``message_updated``
+    event (replayed on resume); wake ``woken``. Returns the object with its ``event_seq``."""
     messages_store.set_frame(conn, message_id, obj)
     seq = projects_store.next_seq(conn, project_id, tx.now)
     frame_text = messages_store.update_frame(project_id, seq, obj)
@@ -723,6 +728,20 @@ async def mark_read(core: Core, member: Member, seq: int) -> int | None:
     return await _write_read(core, member, seq)
 
 
+async def mark_unread(core: Core, member: Member, seq: int) -> int:
+    """ "Mark as unread": move ``member``'s read cursor back to ``seq`` (the seq before the first
+    message to show as unread). Past the chatter rate it is refused (``rate_limited``), not
+    deferred: it is a person's deliberate act. A forward cursor still waiting out the rate is
+    pulled back too, so it cannot undo this when it lands."""
+    wait_ms = core.chatter.take((member.id, "read"))
+    if wait_ms:
+        raise RateLimitedError("marking as unread too fast; slow down", retry_after_ms=wait_ms)
+    waiting = core.deferred_reads.get(member.id)
+    if waiting is not None:
+        core.deferred_reads[member.id] = (member, min(seq, waiting[1]))
+    return await _write_read(core, member, seq, back=True)
+
+
 def _defer_read(core: Core, member: Member, seq: int, wait_ms: int) -> None:
     waiting = core.deferred_reads.get(member.id)
     if waiting is not None:
@@ -746,7 +765,7 @@ def _defer_read(core: Core, member: Member, seq: int, wait_ms: int) -> None:
     task.add_done_callback(core.background.discard)
 
 
-async def _write_read(core: Core, member: Member, seq: int) -> int:
+async def _write_read(core: Core, member: Member, seq: int, *, back: bool = False) -> int:
     project_id = member.project_id
 
     def job(conn: sqlite3.Connection, tx: Tx) -> int:
@@ -762,7 +781,12 @@ async def _write_read(core: Core, member: Member, seq: int) -> int:
             return 0
         head = projects_store.head_seq(conn, project_id)
         cursor = messages_store.set_read_cursor(
-            conn, member_id=member.id, project_id=project_id, seq=min(seq, head), now=tx.now
+            conn,
+            member_id=member.id,
+            project_id=project_id,
+            seq=min(seq, head),
+            now=tx.now,
+            back=back,
         )
         read = encode(
             {"type": "read", "project_id": project_id, "member_id": member.id, "seq": cursor}

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-BASE_TOOLS = ("room_send", "room_history", "room_members")
+BASE_TOOLS = ("room_send", "room_react", "room_history", "room_members")
 TASK_TOOLS = ("room_task_list", "room_task_update")
 FILE_READ_TOOLS = ("fs_list", "fs_glob", "fs_read", "fs_search")
 FILE_WRITE_TOOLS = ("fs_write", "fs_edit")

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from room.actions import messages as message_actions
+from room.actions import reactions as reaction_actions
 from room.actions import routes as route_actions
 from room.actions import turns as turn_actions
 from room.actions.turns import Limits
@@ -139,6 +140,29 @@ async def _room_send(ctx: ToolContext, args: dict[str, Any]) -> str:
     return _result({"ok": True, "message_id": ack.message_id, "seq": ack.seq})
 
 
+async def _room_react(ctx: ToolContext, args: dict[str, Any]) -> str:
+    """An emoji on a message (``#seq`` as the timeline shows it): no message, no mention, no
+    delivery to anyone (room.actions.reactions)."""
+    seq = args.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return _result({"ok": False, "error": "bad_arguments", "message": "seq is an integer"})
+    project_id = ctx.member.project_id
+    message_id = await ctx.core.db.read(
+        lambda conn: messages_store.id_at_seq(conn, project_id, seq)
+    )
+    if message_id is None:
+        return _result({"ok": False, "error": "no_message", "message": f"no message #{seq}"})
+    emoji = str(args.get("emoji") or "👀")
+    try:
+        result = await reaction_actions.react(
+            ctx.core, ctx.member, message_id, emoji, remove=bool(args.get("remove", False))
+        )
+    except RoomError as exc:
+        return _result({"ok": False, "error": exc.code, "message": exc.message})
+    mine = [r["emoji"] for r in result["reactions"] if ctx.member.id in r["members"]]
+    return _result({"ok": True, "seq": seq, "changed": result["changed"], "your_reactions": mine})
+
+
 async def _room_history(ctx: ToolContext, args: dict[str, Any]) -> str:
     before = args.get("before")
     raw_limit = args.get("limit", 20)
@@ -228,6 +252,21 @@ BUILTIN_TOOLS: Mapping[str, Tool] = MappingProxyType(
                 ["text"],
             ),
             _room_send,
+            side_effect=True,
+        ),
+        "room_react": Tool(
+            _spec(
+                "room_react",
+                "给一条消息加表情回应（不发消息、不点名、不打扰任何人），"
+                "例如接手一条消息时回应 👀、完成时回应 ✅。remove=true 撤回。",
+                {
+                    "seq": {"type": "integer", "description": "消息的 #seq"},
+                    "emoji": {"type": "string", "description": "一个表情，默认 👀"},
+                    "remove": {"type": "boolean", "description": "撤回这个表情（可选）"},
+                },
+                ["seq"],
+            ),
+            _room_react,
             side_effect=True,
         ),
         "room_history": Tool(

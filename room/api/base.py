@@ -21,6 +21,7 @@ from room import metrics as room_metrics
 from room.actions import auth as auth_actions
 from room.actions import messages as message_actions
 from room.actions import projects as project_actions
+from room.actions import reactions as reaction_actions
 from room.actions import workspaces as ws_actions
 from room.actions.project_settings import settings_wire
 from room.agents import Scheduler
@@ -382,6 +383,26 @@ async def message_detail(request: Request) -> Response:
     )
 
 
+class ReactionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    emoji: str = Field(min_length=1, max_length=64)
+    remove: bool = False
+
+
+async def post_reaction(request: Request) -> Response:
+    """Add (or remove) your emoji reaction on a message (docs/protocol.md, "Reactions")."""
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    message_id = path_id(request, "message_id")
+    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
+    if row is None:
+        raise NotFoundError("no such message", code="no_message")
+    member = await member_in(core, who, int(row["project_id"]))
+    data: ReactionIn = await body_of(request, ReactionIn)
+    result = await reaction_actions.react(core, member, message_id, data.emoji, remove=data.remove)
+    return JSONResponse(result)
+
+
 class InviteIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: str = Field(default="member", pattern="^(owner|member)$")
@@ -425,4 +446,5 @@ endpoints = [
     Route("/api/projects/{project_id:int}/invites", create_invite, methods=["POST"]),
     Route("/api/projects/{project_id:int}/audit", audit_log),
     Route("/api/messages/{message_id:int}", message_detail),
+    Route("/api/messages/{message_id:int}/reactions", post_reaction, methods=["POST"]),
 ]

@@ -35,6 +35,7 @@ def message_object(
     edited_at: float | None = None,
     deleted: bool = False,
     meta: dict[str, Any] | None = None,
+    reactions: list[dict[str, Any]] | None = None,
 ) -> str:
     """The message's wire object as compact JSON (the key order is part of the format).
 
@@ -52,6 +53,8 @@ def message_object(
     ]
     if meta:
         parts.append(f',"meta":{_any(meta)}')
+    if reactions and not deleted:
+        parts.append(f',"reactions":{_any(reactions)}')
     parts.append("}")
     return "".join(parts)
 
@@ -198,6 +201,14 @@ def get_row(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
     return dict(zip(keys, row, strict=True))
 
 
+def id_at_seq(conn: sqlite3.Connection, project_id: int, seq: int) -> int | None:
+    """The id of the project's message at ``seq`` (None: no message there)."""
+    row = conn.execute(
+        "SELECT id FROM messages WHERE project_id = :p AND seq = :s", {"p": project_id, "s": seq}
+    ).fetchone()
+    return int(row[0]) if row else None
+
+
 def record_edit(
     conn: sqlite3.Connection,
     *,
@@ -336,13 +347,21 @@ def replay(
 
 
 def set_read_cursor(
-    conn: sqlite3.Connection, *, member_id: int, project_id: int, seq: int, now: float
+    conn: sqlite3.Connection,
+    *,
+    member_id: int,
+    project_id: int,
+    seq: int,
+    now: float,
+    back: bool = False,
 ) -> int:
-    """Move a member's read cursor forward only; returns the cursor after the update."""
+    """Move a member's read cursor forward only (to exactly ``seq`` with ``back``: "mark as
+    unread"); returns the cursor after the update."""
+    keep = "excluded.seq" if back else "max(seq, excluded.seq)"
     row = conn.execute(
         "INSERT INTO read_cursors (member_id, project_id, seq, updated_at)"
         " VALUES (:m, :p, :seq, :now) ON CONFLICT (member_id) DO UPDATE SET"
-        " seq = max(seq, excluded.seq), updated_at = excluded.updated_at RETURNING seq",
+        f" seq = {keep}, updated_at = excluded.updated_at RETURNING seq",
         {"m": member_id, "p": project_id, "seq": seq, "now": now},
     ).fetchone()
     return int(row[0])

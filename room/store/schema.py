@@ -452,6 +452,17 @@ ALTER TABLE projects ADD COLUMN merged_from TEXT NOT NULL DEFAULT '[]'
 """
 
 
+# Emoji reactions (room.store.reactions): one row per (message, emoji, member).
+REACTIONS = """
+CREATE TABLE reactions (
+    message_id  INTEGER NOT NULL REFERENCES messages(id),
+    emoji       TEXT NOT NULL,
+    member_id   INTEGER NOT NULL REFERENCES members(id),
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (message_id, emoji, member_id)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -468,6 +479,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0013_packs", PACKS),
     Migration("0014_attachments", ATTACHMENTS),
     Migration("0015_portfolio", PORTFOLIO),
+    Migration("0016_reactions", REACTIONS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
