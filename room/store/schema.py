@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
+from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 
@@ -455,6 +456,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0010_search", SEARCH),
     Migration("0011_message_privacy", MESSAGE_PRIVACY),
     Migration("0012_model_request_attempts", MODEL_REQUEST_ATTEMPTS),
+    Migration("0016_research", RESEARCH),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

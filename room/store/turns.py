@@ -111,7 +111,8 @@ def transcript(conn: sqlite3.Connection, member_id: int, limit: int = 200) -> li
     """The member's recent transcript (oldest first), without superseded entries."""
     rows = conn.execute(
         f"SELECT {_TRANSCRIPT_COLUMNS} FROM transcript_entries"
-        " WHERE member_id = :m AND superseded = 0 ORDER BY id DESC LIMIT :limit",
+        " WHERE member_id = :m AND superseded = 0 AND research_id IS NULL"
+        " ORDER BY id DESC LIMIT :limit",
         {"m": member_id, "limit": limit},
     ).fetchall()
     out = [_entry(r) for r in rows]
