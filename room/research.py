@@ -332,6 +332,8 @@ class GateFailure(StrEnum):
     BUDGET_STEPS = "budget_steps"
     BUDGET_UNAVAILABLE = "budget_unavailable"  # the project's own token budget cannot cover it
     WRONG_STATE = "wrong_state"
+    PROVIDER_ERROR = "provider_error"  # a model call failed (the run stops, nothing retried)
+    NO_REPORT = "no_report"  # every session ended without filing a report
 
 
 GATE_TEXT: Mapping[GateFailure, str] = MappingProxyType(
@@ -351,6 +353,9 @@ GATE_TEXT: Mapping[GateFailure, str] = MappingProxyType(
         GateFailure.BUDGET_UNAVAILABLE: "项目剩余 token 预算不足以预留 (the project's token "
         "budget cannot reserve this)",
         GateFailure.WRONG_STATE: "研究状态不允许 (the research is not in a state to run)",
+        GateFailure.PROVIDER_ERROR: "模型调用失败 (a model call failed)",
+        GateFailure.NO_REPORT: "所有研究会话都结束了，但没有提交报告 (every session ended "
+        "without a report)",
     }
 )
 BUDGET_FAILURES = frozenset(

@@ -26,6 +26,7 @@ import json
 import sqlite3
 from typing import Any
 
+from room.actions import research as research_actions
 from room.actions import tasks as task_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
@@ -267,6 +268,8 @@ async def _stop_sequence(
         _publish_project(conn, tx, project.id)
 
     await core.db.write(begin)
+    # A research run checks the project before every step; its sessions are stopped here too.
+    await core.research.stop_project(project.id)
     all_stopped = await core.agents.stop_project(project.id)
     running = core.agents.running_members(project.id)
     reached = finish_stop(target, all_stopped and not running)
@@ -287,6 +290,12 @@ async def _stop_sequence(
             projects_store.set_state(
                 conn, project.id, state=reached.value, state_from=None, stop_target=None, now=tx.now
             )
+            if reached in (ProjectState.TRASHED, ProjectState.ARCHIVED):
+                # Research stops, its approval is revoked and its sessions released; a restore
+                # bumps the epoch, which no old approval binds.
+                detail["research_revoked"] = research_actions.revoke_project(
+                    conn, tx, project.id, actor
+                )
             if reached is ProjectState.TRASHED:
                 detail["cancelled"] = _cancel_open(conn, tx, project.id)
                 detail["invites_revoked"] = _revoke_invites(conn, tx, project.id)

@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from room.actions import memory as memory_actions
 from room.actions.messages import annotate_message
 from room.actions.notices import insert_notice
 from room.actions.turns import limits_of
@@ -563,3 +564,95 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx) -> list[int]:
         _notice(conn, tx, run, STATE_TEXT["paused_reconcile"], state="paused_reconcile")
         out.append(int(run["id"]))
     return out
+
+
+# -- items and flowback ----------------------------------------------------------------------------
+
+ITEM_KINDS = ("hypothesis", "experiment", "finding", "report")
+MAX_ITEM = 8_000
+MAX_SOURCES = 20
+
+
+def add_item(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    research_id: int,
+    member: Member,
+    kind: str,
+    body: str,
+    sources: list[str],
+) -> dict[str, Any]:
+    """A session recorded a hypothesis, experiment, finding or report (only while running)."""
+    run = get_run(conn, research_id, member.project_id)
+    if run["state"] != ResearchState.RUNNING or member.id not in run["members"]:
+        raise ConflictError("研究不在进行中 (The research is not running.)",
+                            code="research_not_running", state=run["state"])  # fmt: skip
+    item_id = research_store.add_item(
+        conn, project_id=member.project_id, research_id=research_id, member_id=member.id,
+        kind=kind, body=body, sources=sources, now=tx.now,
+    )  # fmt: skip
+    refresh_card(conn, tx, research_id)
+    found = research_store.item(conn, item_id)
+    assert found is not None
+    return found
+
+
+def propose_flowback(
+    conn: sqlite3.Connection, tx: Tx, member: Member, item_id: int
+) -> dict[str, Any]:
+    """The lead proposes a finding for the project memory: a person accepts it, or not."""
+    found = research_store.item(conn, item_id)
+    if found is None:
+        raise NotFoundError(f"没有条目 {item_id} (No item {item_id}.)", code="not_found")
+    run = get_run(conn, int(found["research_id"]), member.project_id)
+    if projects_store.lead_of(conn, member.project_id) != member.id:
+        raise ForbiddenError("只有负责人 AI 可以提议写入记忆 (Only the lead proposes flowback.)",
+                             code="research_not_lead")  # fmt: skip
+    if found["kind"] != "finding" or found["flow"] is not None:
+        raise ConflictError("只有未处理的发现可以提议 (Only an unsettled finding can be proposed.)",
+                            code="flowback_not_open", flow=found["flow"])  # fmt: skip
+    research_store.set_flow(conn, item_id, "proposed", by=member.id)
+    _audit(conn, tx, member, member.project_id, "flowback_propose", "ok",
+           research_id=int(run["id"]), item_id=item_id)  # fmt: skip
+    _notice(conn, tx, run, f"📝 @{member.handle} 提议把研究 #{run['id']} 的发现写入项目记忆，等人确认："
+            f"{found['body'][:200]}", flowback=item_id)  # fmt: skip
+    refresh_card(conn, tx, int(run["id"]))
+    out = research_store.item(conn, item_id)
+    assert out is not None
+    return out
+
+
+async def settle_flowback(
+    core: Core, member: Member, item_id: int, decision: str
+) -> dict[str, Any]:
+    """A person accepts (the finding becomes a fact in the project memory, written by that person,
+    its sources kept) or rejects a proposed flowback."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        if not member.is_human:
+            raise ForbiddenError("只有人可以确认 (Only a person accepts.)",
+                                 code="research_people_only")  # fmt: skip
+        found = research_store.item(conn, item_id)
+        if found is None:
+            raise NotFoundError(f"没有条目 {item_id} (No item {item_id}.)", code="not_found")
+        run = get_run(conn, int(found["research_id"]), member.project_id)
+        if found["flow"] != "proposed":
+            raise ConflictError("这条发现没有待确认的提议 (This finding is not proposed.)",
+                                code="flowback_not_proposed", flow=found["flow"])  # fmt: skip
+        memory_id = None
+        if decision == "accept":
+            sources = "；".join(found["sources"])
+            text = found["body"] + (f"（来源：{sources}）" if sources else "")
+            entry = memory_actions.add_entry_in(conn, tx, member, "fact", {"text": text[:2000]})
+            memory_id = int(entry["id"])
+        research_store.set_flow(conn, item_id, "accepted" if decision == "accept" else "rejected",
+                                by=member.id, memory_id=memory_id)  # fmt: skip
+        _audit(conn, tx, member, member.project_id, f"flowback_{decision}", "ok",
+               research_id=int(run["id"]), item_id=item_id, memory_id=memory_id)  # fmt: skip
+        refresh_card(conn, tx, int(run["id"]))
+        out = research_store.item(conn, item_id)
+        assert out is not None
+        return out
+
+    result: dict[str, Any] = await core.db.write(job)
+    return result

@@ -4,9 +4,19 @@ Cookie-authenticated mutations need the session's CSRF token (``X-CSRF-Token``);
 don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error's HTTP status.
 """
 
-from room.api import agents, base, lifecycle, memory, search, tasks, workspaces
+from room.api import agents, base, lifecycle, memory, research, search, tasks, workspaces
 
-__all__ = ["agents", "base", "endpoints", "lifecycle", "memory", "search", "tasks", "workspaces"]
+__all__ = [
+    "agents",
+    "base",
+    "endpoints",
+    "lifecycle",
+    "memory",
+    "research",
+    "search",
+    "tasks",
+    "workspaces",
+]
 
 # The member role endpoint must come before the generic member operation endpoint, the task
 # diff and merge endpoints before the generic task event endpoint.
@@ -18,4 +28,5 @@ endpoints = [
     *search.endpoints,
     *tasks.endpoints,
     *memory.endpoints,
+    *research.endpoints,
 ]

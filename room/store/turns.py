@@ -67,11 +67,12 @@ def append_transcript(
     tool_calls: list[dict[str, Any]] | None = None,
     tool_call_id: str | None = None,
     delivery_id: int | None = None,
+    research_id: int | None = None,
 ) -> int:
     cur = conn.execute(
         "INSERT INTO transcript_entries (member_id, turn_id, role, content, name,"
-        " tool_calls_json, tool_call_id, delivery_id, created_at) VALUES (:m, :t, :role,"
-        " :content, :name, :calls, :call_id, :d, :now)",
+        " tool_calls_json, tool_call_id, delivery_id, research_id, created_at) VALUES (:m, :t,"
+        " :role, :content, :name, :calls, :call_id, :d, :research, :now)",
         {
             "m": member_id,
             "t": turn_id,
@@ -81,6 +82,7 @@ def append_transcript(
             "calls": json.dumps(tool_calls, ensure_ascii=False) if tool_calls else None,
             "call_id": tool_call_id,
             "d": delivery_id,
+            "research": research_id,
             "now": now,
         },
     )
