@@ -202,7 +202,8 @@ def test_purge_failing_midway_is_blocked_and_a_retry_finishes(app: App, tmp_path
     )
     assert result["state"] == "purge_blocked"
     assert result["failed"]["step"] == "messages"
-    assert set(result["steps"]) == {"search", "sessions", "tokens", "deliveries", "memory", "tasks"}
+    assert set(result["steps"]) == {
+        "search", "sessions", "tokens", "deliveries", "memory", "research", "tasks"}  # fmt: skip
     assert state_of(app) == "purge_blocked"
 
     owner = app.call(app.core.rosters.get, 1).member(1)
