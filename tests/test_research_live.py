@@ -153,3 +153,28 @@ async def test_trash_during_a_run_stops_it_and_revokes_the_approval(room: Room) 
     sent = after["spend"]["requests"]
     # The runner was stopped before the trash finished: nothing more is asked of the model.
     assert run_of(room, run["id"])["spend"]["requests"] == sent
+
+
+async def test_a_person_pauses_and_resumes_through_the_gate(room: Room) -> None:
+    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    room.route("lead")
+    room.llm.push(
+        *[openai_tool_calls([(f"p{i}", "room_research_hypothesis", {"text": f"假设 {i}"})],
+                            delay_secs=0.5) for i in range(3)],
+        openai_tool_call("room_research_report", {"text": "报告", "sources": []}, call_id="r"),
+    )  # fmt: skip
+    approve_and_start(room, run)
+    await eventually(lambda: run_of(room, run["id"])["spend"]["requests"] >= 1)
+    paused = act(room, run["id"], "pause")
+    assert paused["state"] == "paused"
+    sent = len(room.llm.chat_requests)
+    assert run_of(room, run["id"])["state"] == "paused"
+    # While paused nothing is sent; a resume passes the gate again and the run finishes.
+    resumed = act(room, run["id"], "resume")
+    assert resumed["state"] == "running"
+    done = await eventually(lambda: (r := run_of(room, run["id"]))["state"] == "done" and r)
+    assert len(room.llm.chat_requests) > sent and done["items"][-1]["kind"] == "report"
+    actions = [r[0] for r in rows(room, "SELECT action FROM audit_events WHERE action LIKE"
+                                  " 'research_%' ORDER BY id")]  # fmt: skip
+    assert actions == ["research_propose", "research_approve", "research_start",
+                       "research_pause", "research_resume", "research_finish"]  # fmt: skip
