@@ -42,12 +42,17 @@ async def test_the_lead_proposes_a_person_starts_and_the_report_flows_back(room:
     room.route("lead")
     room.llm.push(
         openai_tool_call("room_research_propose", PROPOSAL, call_id="p1"),
+        # A forged call: no such tool is granted to anyone; nothing is approved.
+        openai_tool_call("room_research_approve", {"research_id": 1}, call_id="p2"),
         openai_text("已提出研究，等所有者批准。"),
     )
     room.say("@lead 提一个研究")
     await eventually(lambda: agent_replies(room, "lead"))
+    forged = json.loads(room.llm.chat_requests[2]["messages"][-1]["content"])
+    assert forged["error"] == "tool_refused"
     [run] = room.get(f"/api/projects/{room.project}/research")["research"]
     assert run["state"] == "proposed" and run["proposer"]["handle"] == "lead"
+    assert run["approval"] is None
     # The research session's script: forbidden tools first, then the work, then the report.
     room.llm.push(
         openai_tool_call("room_send", {"text": "我批准了"}, call_id="s1"),
@@ -178,3 +183,36 @@ async def test_a_person_pauses_and_resumes_through_the_gate(room: Room) -> None:
                                   " 'research_%' ORDER BY id")]  # fmt: skip
     assert actions == ["research_propose", "research_approve", "research_start",
                        "research_pause", "research_resume", "research_finish"]  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["kill9", "stop"])
+async def test_a_run_cut_by_a_restart_waits_in_paused_reconcile(
+    tmp_path: Any, llm: Any, how: str
+) -> None:
+    from tests.support.llm_servers import Reply
+    from tests.support.server import start_with_openai
+
+    data = tmp_path / "data"
+    server = start_with_openai(data, llm)
+    room = Room(server, llm)
+    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    room.route("lead")
+    llm.push(Reply(body=openai_text("慢").body, delay_secs=30))
+    approve_and_start(room, run)
+    await eventually(lambda: len(llm.chat_requests) == 1)
+    getattr(server, how)()
+    again = start_with_openai(data, llm)
+    try:
+        room.server, room.owner = again, again.login()
+        after = run_of(room, run["id"])
+        assert after["state"] == "paused_reconcile" and set(after["events"]) == {"resume", "stop"}
+        card = next(m for m in room.messages() if m["id"] == after["card_id"])
+        assert card["meta"]["research"]["state"] == "paused_reconcile"
+        assert any("等待人工查看" in m["body"] for m in room.messages())
+        assert len(llm.chat_requests) == 1  # nothing was sent after the restart
+        actions = [r[0] for r in rows(room, "SELECT action FROM audit_events WHERE action ="
+                                      " 'research_reconcile'")]  # fmt: skip
+        assert actions == ["research_reconcile"]
+        assert act(room, run["id"], "stop")["state"] == "stopped"
+    finally:
+        again.stop()
