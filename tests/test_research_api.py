@@ -104,7 +104,9 @@ def test_only_an_owner_acts_agents_and_members_are_refused(project: Project) -> 
         403, "research_people_only")  # fmt: skip
     assert project.state(run) == "proposed"
     refused = [a for a in project.audit() if a[1] == "refused"]
-    assert len(refused) == 6 and all(a[2] == "human" for a in refused)
+    assert len(refused) == 13
+    assert sum(a[2] == "human" for a in refused) == 6
+    assert all(a[3] == project.members["lead"].id for a in refused if a[2] == "agent")
 
 
 def test_chat_text_saying_i_approve_changes_nothing(project: Project) -> None:

@@ -216,3 +216,16 @@ async def test_a_run_cut_by_a_restart_waits_in_paused_reconcile(
         assert act(room, run["id"], "stop")["state"] == "stopped"
     finally:
         again.stop()
+
+
+async def test_pausing_the_project_stops_its_running_research_saying_why(room: Room) -> None:
+    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    room.route("lead")
+    room.llm.push(*[openai_tool_calls([(f"q{i}", "room_research_hypothesis", {"text": f"假设 {i}"})],
+                                      delay_secs=0.5) for i in range(6)])  # fmt: skip
+    approve_and_start(room, run)
+    await eventually(lambda: run_of(room, run["id"])["spend"]["requests"] >= 1)
+    room.post(f"/api/projects/{room.project}/lifecycle", {"op": "pause"})
+    after = run_of(room, run["id"])
+    assert after["state"] == "stopped" and after["stop_reason"] == "project_not_active"
+    assert any("项目不在进行中" in m["body"] for m in room.messages())

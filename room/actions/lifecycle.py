@@ -47,6 +47,7 @@ from room.lifecycle import (
 from room.models import Member, Project
 from room.ops import project_for, project_frame
 from room.protocol import encode
+from room.research import GateFailure
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
@@ -276,6 +277,16 @@ async def _stop_sequence(
 
     def finish(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         detail: dict[str, Any] = {"still_running": running}
+        if reached in (ProjectState.TRASHED, ProjectState.ARCHIVED):
+            # Research stops, its approval is revoked and its sessions released; a restore
+            # bumps the epoch, which no old approval binds.
+            detail["research_revoked"] = research_actions.revoke_project(
+                conn, tx, project.id, actor
+            )
+        else:
+            # Paused (or the stop unconfirmed): the runner was stopped with the project; its
+            # running research stops, with the notice saying why.
+            research_actions.halt_project(conn, tx, project.id, GateFailure.PROJECT_NOT_ACTIVE)
         if reached is ProjectState.STOP_UNCONFIRMED:
             projects_store.set_state(
                 conn,
@@ -290,12 +301,6 @@ async def _stop_sequence(
             projects_store.set_state(
                 conn, project.id, state=reached.value, state_from=None, stop_target=None, now=tx.now
             )
-            if reached in (ProjectState.TRASHED, ProjectState.ARCHIVED):
-                # Research stops, its approval is revoked and its sessions released; a restore
-                # bumps the epoch, which no old approval binds.
-                detail["research_revoked"] = research_actions.revoke_project(
-                    conn, tx, project.id, actor
-                )
             if reached is ProjectState.TRASHED:
                 detail["cancelled"] = _cancel_open(conn, tx, project.id)
                 detail["invites_revoked"] = _revoke_invites(conn, tx, project.id)

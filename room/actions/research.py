@@ -255,11 +255,11 @@ async def propose(core: Core, member: Member, data: Mapping[str, Any]) -> dict[s
     try:
         return await core.db.write(job)
     except (ConflictError, ForbiddenError) as exc:
-        await _refused(core, member, None, "propose", exc.code)
+        await refused(core, member, None, "propose", exc.code)
         raise
 
 
-async def _refused(
+async def refused(
     core: Core, actor: Member, research_id: int | None, action: str, code: str, **detail: Any
 ) -> None:
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
@@ -316,7 +316,7 @@ async def _guarded(core: Core, member: Member, research_id: int, action: str, jo
     try:
         return await core.db.write(job)
     except (ConflictError, ForbiddenError) as exc:
-        await _refused(core, member, research_id, action, exc.code)
+        await refused(core, member, research_id, action, exc.code)
         raise
 
 
@@ -390,7 +390,7 @@ async def act(
         await _gate_refused(core, member, research_id, exc)
         raise
     except (ConflictError, ForbiddenError) as exc:
-        await _refused(core, member, research_id, ev.value, exc.code)
+        await refused(core, member, research_id, ev.value, exc.code)
         raise
     if ev in (_E.START, _E.RESUME):
         core.research.start(research_id)
@@ -498,6 +498,18 @@ def halt(conn: sqlite3.Connection, tx: Tx, research_id: int, failure: GateFailur
     _notice(conn, tx, run, f"⏹ 研究已停止：{GATE_TEXT[failure]}", gate=failure.value,
             state="stopped")  # fmt: skip
     return True
+
+
+def halt_project(
+    conn: sqlite3.Connection, tx: Tx, project_id: int, failure: GateFailure
+) -> list[int]:
+    """The project stopped (paused) under its running research: each running run stops, with the
+    notice saying why. Returns their ids."""
+    return [
+        int(run["id"])
+        for run in research_store.of_project(conn, project_id, (ResearchState.RUNNING.value,))
+        if halt(conn, tx, int(run["id"]), failure)
+    ]
 
 
 def finish(conn: sqlite3.Connection, tx: Tx, research_id: int, member: Member, report: str,

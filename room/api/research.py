@@ -28,8 +28,11 @@ from room.protocol import AUTHOR_FIELDS
 from room.store import research as research_store
 
 
-def _people_only(who: Identity) -> None:
+async def _people_only(request: Request, who: Identity, action: str) -> None:
+    """An agent's token is refused (and the refusal audited with the agent as its actor)."""
     if who.agent is not None:
+        await research_actions.refused(core_of(request), who.agent, None, action,
+                                       "research_people_only")  # fmt: skip
         raise ForbiddenError(
             "研究卡片只有人可以操作；AI 负责人用 room_research_propose 提出研究 (Only people act "
             "on research; the lead agent proposes with its tool.)",
@@ -68,9 +71,9 @@ def _int(data: dict[str, Any], name: str) -> int | None:
 async def _member_of_run(request: Request, *, mutation: bool) -> tuple[Member, int]:
     core = core_of(request)
     who = await identity(request, mutation=mutation)
-    if mutation:
-        _people_only(who)
     research_id = path_id(request, "research_id")
+    if mutation:
+        await _people_only(request, who, str(request.path_params.get("op", "act")))
     run = await core.db.read(lambda conn: research_store.get(conn, research_id))
     missing = NotFoundError(f"没有研究 {research_id} (No research {research_id}.)",
                             code="not_found")  # fmt: skip
@@ -98,7 +101,7 @@ async def list_runs(request: Request) -> Response:
 async def propose(request: Request) -> Response:
     core = core_of(request)
     who = await identity(request, mutation=True)
-    _people_only(who)
+    await _people_only(request, who, "propose")
     member = await member_in(core, who, path_id(request, "project_id"))
     data = await _json(request)
     return JSONResponse(await research_actions.propose(core, member, data), status_code=201)
@@ -136,7 +139,7 @@ async def act(request: Request) -> Response:
 async def flowback(request: Request) -> Response:
     core = core_of(request)
     who = await identity(request, mutation=True)
-    _people_only(who)
+    await _people_only(request, who, "flowback")
     item_id = path_id(request, "item_id")
     found = await core.db.read(lambda conn: research_store.item(conn, item_id))
     if found is None:
