@@ -179,6 +179,9 @@ async def test_a_person_pauses_and_resumes_through_the_gate(room: Room) -> None:
     assert resumed["state"] == "running"
     done = await eventually(lambda: (r := run_of(room, run["id"]))["state"] == "done" and r)
     assert len(room.llm.chat_requests) > sent and done["items"][-1]["kind"] == "report"
+    # The resumed session carries on from its transcript: the steps recorded before the pause.
+    roles = [m["role"] for m in room.llm.chat_requests[sent]["messages"]]
+    assert roles[:2] == ["system", "user"] and "tool" in roles
     actions = [r[0] for r in rows(room, "SELECT action FROM audit_events WHERE action LIKE"
                                   " 'research_%' ORDER BY id")]  # fmt: skip
     assert actions == ["research_propose", "research_approve", "research_start",

@@ -31,7 +31,14 @@ from room.agents.turn import route_for
 from room.core import Core
 from room.errors import ProviderError, RoomError
 from room.models import Member
-from room.providers import CallMeter, ChatMessage, ChatRequest, ChatResult, ProviderRegistry
+from room.providers import (
+    CallMeter,
+    ChatMessage,
+    ChatRequest,
+    ChatResult,
+    ProviderRegistry,
+    ToolCall,
+)
 from room.research import GateFailure, ResearchState
 from room.store import members as members_store
 from room.store import research as research_store
@@ -67,6 +74,32 @@ class _Run:
     def stopped(self) -> bool:
         """Whether a person (or the project's stop) asked the run to stop (read anew)."""
         return self.stopping
+
+
+def replay(entries: list[dict[str, Any]]) -> list[ChatMessage]:
+    """A resumed session's messages from its transcript: each assistant step with the results of
+    its tool calls; a step a stop cut before all its results were recorded is left out whole."""
+    out: list[ChatMessage] = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if entry["role"] != "assistant":
+            continue
+        calls = tuple(
+            ToolCall(str(c["id"]), str(c["name"]), dict(c.get("arguments") or {}))
+            for c in entry["tool_calls"]
+        )
+        results = []
+        while i < len(entries) and entries[i]["role"] == "tool":
+            results.append(entries[i])
+            i += 1
+        if {c.id for c in calls} != {r["tool_call_id"] for r in results}:
+            continue
+        out.append(ChatMessage("assistant", entry["content"], tool_calls=calls))
+        out += [ChatMessage("tool", r["content"], tool_call_id=r["tool_call_id"], name=r["name"])
+                for r in results]  # fmt: skip
+    return out
 
 
 def _gate(research_id: int, now: float, conn: Any) -> GateFailure | None:
@@ -154,10 +187,13 @@ class ResearchRunner:
             id=rid, question=stored["question"], paths="、".join(stored["scope"]["paths"]),
             budget=json.dumps(stored["budget"], ensure_ascii=False),
         )  # fmt: skip
-        sessions = [
-            _Session(m, [ChatMessage("system", charter), ChatMessage("user", stored["question"])])
-            for m in members
-        ]
+        sessions = []
+        for m in members:
+            earlier = await self.core.db.read(
+                partial(turns_store.research_transcript, research_id=rid, member_id=m.id)
+            )
+            opening = [ChatMessage("system", charter), ChatMessage("user", stored["question"])]
+            sessions.append(_Session(m, opening + replay(earlier)))
         lock = self.locks.setdefault(rid, asyncio.Lock())
         while not run.stopped():
             live = [s for s in sessions if not s.done]

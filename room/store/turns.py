@@ -122,6 +122,20 @@ def transcript(conn: sqlite3.Connection, member_id: int, limit: int = 200) -> li
     return out
 
 
+def research_transcript(
+    conn: sqlite3.Connection, research_id: int, member_id: int
+) -> list[dict[str, Any]]:
+    """One member's research-session transcript, oldest first."""
+    return [
+        _entry(r)
+        for r in conn.execute(
+            f"SELECT {_TRANSCRIPT_COLUMNS} FROM transcript_entries WHERE research_id = :r"
+            " AND member_id = :m ORDER BY id",
+            {"r": research_id, "m": member_id},
+        )
+    ]
+
+
 def transcript_of_turn(conn: sqlite3.Connection, turn_id: int) -> list[dict[str, Any]]:
     """One turn's transcript entries, oldest first."""
     return [
