@@ -103,3 +103,46 @@ def test_states_read_in_english(chromium: Browser, room_server: RoomServer) -> N
         person.assert_clean()
     finally:
         person.close()
+
+
+STATES_JS = r"""
+async () => {
+  const { researchCard } = await import("/static/research.js");
+  const i18n = await import("/static/i18n.js");
+  const base = { id: 9, rev: 1, scope_digest: "ab".repeat(32), question: "q", scope: { paths: ["docs"] },
+    members: [], budget: { tokens: 1, requests: 1, seconds: 1, steps: 1 }, spend: {}, events: [], counts: {} };
+  const past = new Date(Date.now() - 3600e3).toISOString();
+  const runs = {
+    proposed: { state: "proposed" },
+    approved: { state: "approved", approval: { rev: 1, by: { display_name: "A" }, at: past, expires_at: new Date(Date.now() + 3600e3).toISOString() } },
+    expired: { state: "approved", approval: { rev: 1, by: { display_name: "A" }, at: past, expires_at: past } },
+    running: { state: "running" },
+    paused: { state: "paused" },
+    reconcile: { state: "paused_reconcile" },
+    done: { state: "done" },
+  };
+  const read = () => Object.fromEntries(Object.entries(runs).map(([name, over]) => {
+    const el = researchCard({ you: null }, { id: 1, seq: 1, meta: { research: { ...base, ...over } } });
+    return [name, el.querySelector(".research-state").textContent];
+  }));
+  const zh = read();
+  i18n.setLang("en");
+  const en = read();
+  i18n.setLang("zh-CN");
+  return { zh, en };
+}
+"""
+
+
+def test_every_state_reads_clearly_in_chinese_and_english(owner: Person) -> None:
+    owner.page.goto(owner.page.url)
+    texts = owner.page.evaluate(STATES_JS)
+    assert texts["zh"] == {
+        "proposed": "待批准", "approved": "已批准", "expired": "批准已过期", "running": "进行中",
+        "paused": "已暂停", "reconcile": "重启后待核对", "done": "已完成",
+    }  # fmt: skip
+    assert texts["en"] == {
+        "proposed": "Awaiting approval", "approved": "Approved", "expired": "Approval expired",
+        "running": "Running", "paused": "Paused", "reconcile": "Check after restart",
+        "done": "Done",
+    }  # fmt: skip
