@@ -30,11 +30,14 @@ from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
 from room.actions import portfolio as portfolio_actions
 from room.actions import projects as project_actions
+from room.actions import research as research_actions
 from room.actions import wiring
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
 from room.agents import AgentSettings, Scheduler
 from room.agents.memory_tools import MEMORY_TOOLS
+from room.agents.research_run import ResearchRunner
+from room.agents.research_tools import PROPOSE_TOOLS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
@@ -214,7 +217,7 @@ def create_app(
                 context_tokens=settings.context_tokens,
                 stop_confirm_secs=settings.stop_confirm_secs,
             ),
-            tools={**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS, **MEMORY_TOOLS}
+            tools={**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS, **MEMORY_TOOLS, **PROPOSE_TOOLS}
             if tools is None
             else tools,
             sandbox=sandbox,
@@ -222,9 +225,14 @@ def create_app(
         core.agents = scheduler
         unsent = await attachment_actions.sweep_unsent(core)
         trace.phase("attachments", unsent_removed=unsent)
+        research = ResearchRunner(core, registry, closing=lambda: scheduler.closing)
+        core.research = research
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
+        # A research run cut by the stop waits for a person (paused_reconcile).
+        reconciled = await db.write(research_actions.reconcile_on_start)
         recovery = await db.write(reconcile_on_start)
         recovery["stops_unconfirmed"] = unconfirmed
+        recovery["research_reconciled"] = reconciled
         scheduler.recovery = recovery
         trace.phase("reconcile", **{k: v for k, v in recovery.items() if k != "notices"})
         providers = await _provider_status(registry)
@@ -260,6 +268,8 @@ def create_app(
                 daily.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await daily
+            scheduler.closing = True
+            await research.close()
             await scheduler.close()
             await db.close()
             server.close()

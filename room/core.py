@@ -35,6 +35,29 @@ class Waker(Protocol):
     def running_members(self, project_id: int) -> list[int]: ...
 
 
+class ResearchRunner(Protocol):
+    """What actions tell the research runner (room.agents.research_run)."""
+
+    def start(self, research_id: int) -> None: ...
+
+    async def stop(self, research_id: int) -> None: ...
+
+    async def stop_project(self, project_id: int) -> None: ...
+
+
+class NoResearch:
+    """No runner (tests of the actions alone): a started run waits in ``running``."""
+
+    def start(self, research_id: int) -> None:
+        return None
+
+    async def stop(self, research_id: int) -> None:
+        return None
+
+    async def stop_project(self, project_id: int) -> None:
+        return None
+
+
 class NoAgents:
     """Before the scheduler starts (and in tests of the store alone): nothing runs."""
 
@@ -206,6 +229,7 @@ class Core:
         default_factory=lambda: RateLimiter(CHATTER_PER_SEC, CHATTER_BURST)
     )
     agents: Waker = field(default_factory=NoAgents)
+    research: ResearchRunner = field(default_factory=NoResearch)
     inboxes: Inboxes = field(default_factory=Inboxes)
     clock: Callable[[], float] = time.time
     purging: set[int] = field(default_factory=set)  # projects with a purge under way

@@ -112,6 +112,9 @@ class Settings(BaseModel):
         default=30, ge=1, description="Lifetime of a one-time login link."
     )
     invite_days: int = Field(default=7, ge=1, description="Lifetime of an invite link.")
+    research_approval_hours: int = Field(
+        default=24, ge=1, description="How long a research approval may start a run."
+    )
     trash_retention_days: int = Field(
         default=30, ge=1, description="Shown as the retention hint in the trash; never auto-purges."
     )

@@ -208,6 +208,7 @@ def test_purge_failing_midway_is_blocked_and_a_retry_finishes(app: App, tmp_path
         "tokens",
         "deliveries",
         "memory",
+        "research",
         "tasks",
         "attachments",
     }

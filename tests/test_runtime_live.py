@@ -74,6 +74,7 @@ async def test_scripted_model_runs_tools_over_several_steps(room: Room) -> None:
         "room_plan_submit",
         "room_decision_propose",
         "room_pick_model",
+        "room_research_propose",
         "fs_list",
         "fs_glob",
         "fs_read",

@@ -253,7 +253,7 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     assert with_tasks - earlier == set(TASK_TABLES)
     # Later migrations: 0006 the worktree of each attempt, 0008 agents' task checkpoints,
     # 0009 memory records, 0010 search, 0014 attachments, 0015 timelines, dependencies and the risk
-    # log, 0016 reactions.
+    # log, 0016 reactions, 0017 research.
     later = {t for t in tables - with_tasks if not t.startswith("search_")}
     assert later == {
         "task_attempts",
@@ -262,6 +262,9 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
         "attachments",
         *PORTFOLIO_TABLES,
         "reactions",
+        "research_runs",
+        "research_revisions",
+        "research_items",
     }
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}

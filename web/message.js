@@ -9,6 +9,7 @@ import { h, icon } from "./dom.js";
 import { formatDateTime, formatTime, label, t } from "./i18n.js";
 import { resolve } from "./mentions.js";
 import { reactionsRow } from "./reactions.js";
+import { researchCard } from "./research.js";
 import { member, presenceOf, roster } from "./store.js";
 
 const AVATAR_COLOURS = 8;
@@ -76,6 +77,7 @@ function roleTag(room, authorId) {
  * ({id, icon, label, run}); `continued` collapses the header under the previous one.
  */
 export function renderMessage(room, message, { actions = [], pending = null, reactions = null } = {}) {
+  if (message.kind === "system" && message.meta?.research) return researchCard(room, message);
   if (message.kind === "system") return renderNotice(room, message, actions, reactions);
   if (message.kind === "tool") return renderTool(room, message);
   const mine = message.author_id === room.you;

@@ -28,6 +28,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from room.actions import research as research_actions
 from room.actions import tasks as task_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
@@ -49,6 +50,7 @@ from room.models import Member, Project
 from room.ops import project_for, project_frame
 from room.portfolio import parse_hours
 from room.protocol import encode
+from room.research import GateFailure
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
@@ -343,12 +345,27 @@ async def _stop_sequence(
         _publish_project(conn, tx, project.id)
 
     await core.db.write(begin)
+    # A research run checks the project before every step; its sessions are stopped here too.
+    await core.research.stop_project(project.id)
     all_stopped = await core.agents.stop_project(project.id)
     running = core.agents.running_members(project.id)
     reached = finish_stop(target, all_stopped and not running)
 
     def finish(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         detail: dict[str, Any] = {"still_running": running}
+        if reached in (
+            ProjectState.TRASHED, ProjectState.ARCHIVED, ProjectState.COMPLETE,
+            ProjectState.ABANDONED,
+        ):  # fmt: skip
+            # Research stops, its approval is revoked and its sessions released; a restore
+            # bumps the epoch, which no old approval binds.
+            detail["research_revoked"] = research_actions.revoke_project(
+                conn, tx, project.id, actor
+            )
+        else:
+            # Paused (or the stop unconfirmed): the runner was stopped with the project; its
+            # running research stops, with the notice saying why.
+            research_actions.halt_project(conn, tx, project.id, GateFailure.PROJECT_NOT_ACTIVE)
         if reached is ProjectState.STOP_UNCONFIRMED:
             projects_store.set_state(
                 conn,

@@ -41,6 +41,7 @@ from room.store import memory as memory_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import reactions as reactions_store
+from room.store import research as research_store
 from room.store import search as search_store
 from room.store.schema_tasks import TASK_TABLES
 
@@ -106,6 +107,10 @@ def _tasks(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, A
 
 def _memory(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
     return memory_store.delete_project(conn, project_id)
+
+
+def _research(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+    return research_store.delete_project(conn, project_id)
 
 
 def _search(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
@@ -191,6 +196,7 @@ PURGE_STEPS: tuple[PurgeStep, ...] = (
     PurgeStep("tokens", "agent tokens and invites", _tokens),
     PurgeStep("deliveries", "the delivery ledger", _deliveries),
     PurgeStep("memory", "memory records, their revisions and version", _memory),
+    PurgeStep("research", "research runs, their revisions and items", _research),
     PurgeStep("tasks", "plans, tasks, evidence and decisions", _tasks),
     PurgeStep("attachments", "attachments and the files no other project uses", _attachments),
     PurgeStep("messages", "messages, edits, mentions, events, read cursors", _messages),

@@ -54,6 +54,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
                 "room_plan_submit",
                 "room_decision_propose",
                 "room_pick_model",
+                "room_research_propose",
                 *FILE_READ_TOOLS,
             ),
         ),

@@ -318,6 +318,13 @@ class Toolbox:
             name: tools[name] for name in granted if name in tools and name not in withheld
         }
 
+    @classmethod
+    def exactly(cls, tools: Mapping[str, Tool]) -> Toolbox:
+        """A toolbox of exactly ``tools`` (a research session's), whatever the member's role."""
+        box = cls.__new__(cls)
+        box.tools = dict(tools)
+        return box
+
     @property
     def read_only(self) -> bool:
         """Nothing here changes the workspace."""

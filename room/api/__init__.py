@@ -12,6 +12,7 @@ from room.api import (
     memory,
     packs,
     portfolio,
+    research,
     search,
     tasks,
     workspaces,
@@ -26,6 +27,7 @@ __all__ = [
     "memory",
     "packs",
     "portfolio",
+    "research",
     "search",
     "tasks",
     "workspaces",
@@ -44,4 +46,5 @@ endpoints = [
     *memory.endpoints,
     *packs.endpoints,
     *attachments.endpoints,
+    *research.endpoints,
 ]

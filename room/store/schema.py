@@ -11,6 +11,7 @@ from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
 from room.store.schema_portfolio import PORTFOLIO
+from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 
@@ -480,6 +481,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0014_attachments", ATTACHMENTS),
     Migration("0015_portfolio", PORTFOLIO),
     Migration("0016_reactions", REACTIONS),
+    Migration("0017_research", RESEARCH),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -67,11 +67,12 @@ def append_transcript(
     tool_calls: list[dict[str, Any]] | None = None,
     tool_call_id: str | None = None,
     delivery_id: int | None = None,
+    research_id: int | None = None,
 ) -> int:
     cur = conn.execute(
         "INSERT INTO transcript_entries (member_id, turn_id, role, content, name,"
-        " tool_calls_json, tool_call_id, delivery_id, created_at) VALUES (:m, :t, :role,"
-        " :content, :name, :calls, :call_id, :d, :now)",
+        " tool_calls_json, tool_call_id, delivery_id, research_id, created_at) VALUES (:m, :t,"
+        " :role, :content, :name, :calls, :call_id, :d, :research, :now)",
         {
             "m": member_id,
             "t": turn_id,
@@ -81,6 +82,7 @@ def append_transcript(
             "calls": json.dumps(tool_calls, ensure_ascii=False) if tool_calls else None,
             "call_id": tool_call_id,
             "d": delivery_id,
+            "research": research_id,
             "now": now,
         },
     )
@@ -111,12 +113,27 @@ def transcript(conn: sqlite3.Connection, member_id: int, limit: int = 200) -> li
     """The member's recent transcript (oldest first), without superseded entries."""
     rows = conn.execute(
         f"SELECT {_TRANSCRIPT_COLUMNS} FROM transcript_entries"
-        " WHERE member_id = :m AND superseded = 0 ORDER BY id DESC LIMIT :limit",
+        " WHERE member_id = :m AND superseded = 0 AND research_id IS NULL"
+        " ORDER BY id DESC LIMIT :limit",
         {"m": member_id, "limit": limit},
     ).fetchall()
     out = [_entry(r) for r in rows]
     out.reverse()
     return out
+
+
+def research_transcript(
+    conn: sqlite3.Connection, research_id: int, member_id: int
+) -> list[dict[str, Any]]:
+    """One member's research-session transcript, oldest first."""
+    return [
+        _entry(r)
+        for r in conn.execute(
+            f"SELECT {_TRANSCRIPT_COLUMNS} FROM transcript_entries WHERE research_id = :r"
+            " AND member_id = :m ORDER BY id",
+            {"r": research_id, "m": member_id},
+        )
+    ]
 
 
 def transcript_of_turn(conn: sqlite3.Connection, turn_id: int) -> list[dict[str, Any]]:

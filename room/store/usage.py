@@ -12,12 +12,16 @@ STOPPED = "stopped"  # error_code of a call abandoned because a person stopped t
 
 
 def record_request(conn: sqlite3.Connection, **row: Any) -> int:
+    """One model request; ``research_id`` when a research session made it (its usage is the
+    research's, and the project's)."""
+    row = {"research_id": None, **row}
     cur = conn.execute(
         "INSERT INTO model_requests (project_id, member_id, turn_id, model_id, route_source,"
         " provider, model_reported, latency_ms, input_tokens, output_tokens, usage_reported, ok,"
-        " error_code, attempts, created_at) VALUES (:project_id, :member_id, :turn_id,"
-        " :model_id, :route_source, :provider, :model_reported, :latency_ms, :input_tokens,"
-        " :output_tokens, :usage_reported, :ok, :error_code, :attempts, :now)",
+        " error_code, attempts, research_id, created_at) VALUES (:project_id, :member_id,"
+        " :turn_id, :model_id, :route_source, :provider, :model_reported, :latency_ms,"
+        " :input_tokens, :output_tokens, :usage_reported, :ok, :error_code, :attempts,"
+        " :research_id, :now)",
         row,
     )
     tokens = int(row.get("input_tokens", 0)) + int(row.get("output_tokens", 0))

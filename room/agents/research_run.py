@@ -1,0 +1,307 @@
+"""The research runner: one dedicated session per participating member, run under the research's
+own lock (docs/research.md).
+
+It reuses the agents' provider calls (:class:`~room.providers.ProviderRegistry`, the member's
+resolved route, a :class:`~room.providers.CallMeter` per call) and tool machinery
+(:class:`~room.agents.tools.Toolbox` over exactly :data:`SESSION_TOOLS`). The sessions take
+turns, one model step at a time, so a budget is never overshot by more than one request: before
+every step the pre-step gate (:func:`room.actions.research.pre_step`) re-reads the run's state,
+the project, the approval and the spend; any failure stops the run with a notice saying which.
+Every request is recorded with the research id (``model_requests.research_id``) and counted in
+the run's spend; every transcript row carries the research id and stays out of the member's
+ordinary sessions. A server shutdown leaves the run ``running``; the next start reconciles it
+to ``paused_reconcile``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from room.actions import research as research_actions
+from room.agents.research_tools import SESSION_TOOLS
+from room.agents.tools import Toolbox, ToolContext, bad_arguments
+from room.agents.turn import route_for
+from room.core import Core
+from room.errors import ProviderError, RoomError
+from room.models import Member
+from room.providers import (
+    CallMeter,
+    ChatMessage,
+    ChatRequest,
+    ChatResult,
+    ProviderRegistry,
+    ToolCall,
+)
+from room.research import GateFailure, ResearchState
+from room.store import members as members_store
+from room.store import research as research_store
+from room.store import turns as turns_store
+from room.store import usage as usage_store
+
+log = logging.getLogger(__name__)
+
+CHARTER = (
+    "你在一个受监督的深入研究会话里（研究 #{id}）。问题：{question}\n"
+    "你只能读这些工作区路径：{paths}。你只有研究工具和只读文件工具，没有 shell，也不能在群里"
+    "发消息。用 room_research_hypothesis / experiment / finding 记录过程（发现要附来源），"
+    "最后用 room_research_report 提交报告（附来源）。预算：{budget}，用完即停。"
+)
+
+
+@dataclass(slots=True)
+class _Session:
+    member: Member
+    messages: list[ChatMessage]
+    done: bool = False
+    last_text: str = ""
+
+
+@dataclass(slots=True)
+class _Run:
+    research_id: int
+    project_id: int
+    task: asyncio.Task[None] | None = None
+    stopping: bool = False
+    in_flight: asyncio.Future[Any] | None = field(default=None)
+
+    def stopped(self) -> bool:
+        """Whether a person (or the project's stop) asked the run to stop (read anew)."""
+        return self.stopping
+
+
+def replay(entries: list[dict[str, Any]]) -> list[ChatMessage]:
+    """A resumed session's messages from its transcript: each assistant step with the results of
+    its tool calls; a step a stop cut before all its results were recorded is left out whole."""
+    out: list[ChatMessage] = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if entry["role"] != "assistant":
+            continue
+        calls = tuple(
+            ToolCall(str(c["id"]), str(c["name"]), dict(c.get("arguments") or {}))
+            for c in entry["tool_calls"]
+        )
+        results = []
+        while i < len(entries) and entries[i]["role"] == "tool":
+            results.append(entries[i])
+            i += 1
+        if {c.id for c in calls} != {r["tool_call_id"] for r in results}:
+            continue
+        out.append(ChatMessage("assistant", entry["content"], tool_calls=calls))
+        out += [ChatMessage("tool", r["content"], tool_call_id=r["tool_call_id"], name=r["name"])
+                for r in results]  # fmt: skip
+    return out
+
+
+def _gate(research_id: int, now: float, conn: Any) -> GateFailure | None:
+    return research_actions.pre_step(conn, research_id, now)
+
+
+class ResearchRunner:
+    """Runs started research (``core.research``). ``start`` is idempotent per run."""
+
+    def __init__(
+        self, core: Core, registry: ProviderRegistry, *, closing: Callable[[], bool]
+    ) -> None:
+        self.core = core
+        self.registry = registry
+        self.closing = closing
+        self.runs: dict[int, _Run] = {}
+        self.locks: dict[int, asyncio.Lock] = {}
+        self.toolbox = Toolbox.exactly(SESSION_TOOLS)
+
+    def start(self, research_id: int) -> None:
+        if research_id in self.runs:
+            return
+        run = _Run(research_id, 0)
+        self.runs[research_id] = run
+        run.task = asyncio.create_task(self._guarded(run))
+
+    async def stop(self, research_id: int) -> None:
+        run = self.runs.get(research_id)
+        if run is None or run.task is None:
+            return
+        run.stopping = True
+        if run.in_flight is not None and not run.in_flight.done():
+            run.in_flight.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(run.task), timeout=5)
+        except (TimeoutError, asyncio.CancelledError):
+            run.task.cancel()
+
+    async def stop_project(self, project_id: int) -> None:
+        for rid in [r.research_id for r in self.runs.values() if r.project_id == project_id]:
+            await self.stop(rid)
+
+    def running(self) -> list[int]:
+        return sorted(self.runs)
+
+    async def close(self) -> None:
+        for run in list(self.runs.values()):
+            if run.task is not None:
+                run.task.cancel()
+        for run in list(self.runs.values()):
+            if run.task is not None:
+                try:
+                    await run.task
+                except BaseException:
+                    pass
+
+    async def _guarded(self, run: _Run) -> None:
+        try:
+            await self._run(run)
+        except asyncio.CancelledError:
+            if not self.closing() and not run.stopping:
+                raise
+        except Exception:
+            log.exception("research %s failed", run.research_id)
+            await self._halt(run.research_id, GateFailure.PROVIDER_ERROR)
+        finally:
+            self.runs.pop(run.research_id, None)
+
+    async def _halt(self, research_id: int, failure: GateFailure) -> None:
+        await self.core.db.write(
+            lambda conn, tx: research_actions.halt(conn, tx, research_id, failure)
+        )
+
+    async def _run(self, run: _Run) -> None:
+        rid = run.research_id
+
+        def read(conn: Any) -> tuple[dict[str, Any], list[Member]]:
+            stored = research_actions.get_run(conn, rid)
+            found = [members_store.get(conn, m) for m in stored["members"]]
+            return stored, [m for m in found if m is not None]
+
+        stored, members = await self.core.db.read(read)
+        run.project_id = int(stored["project_id"])
+        charter = CHARTER.format(
+            id=rid, question=stored["question"], paths="、".join(stored["scope"]["paths"]),
+            budget=json.dumps(stored["budget"], ensure_ascii=False),
+        )  # fmt: skip
+        sessions = []
+        for m in members:
+            earlier = await self.core.db.read(
+                partial(turns_store.research_transcript, research_id=rid, member_id=m.id)
+            )
+            opening = [ChatMessage("system", charter), ChatMessage("user", stored["question"])]
+            sessions.append(_Session(m, opening + replay(earlier)))
+        lock = self.locks.setdefault(rid, asyncio.Lock())
+        while not run.stopped():
+            live = [s for s in sessions if not s.done]
+            if not live:
+                await self._halt(rid, GateFailure.NO_REPORT)
+                return
+            for session in live:
+                async with lock:
+                    if run.stopped():
+                        return
+                    failure = await self.core.db.read(partial(_gate, rid, time.time()))
+                    if failure is not None:
+                        if failure is not GateFailure.WRONG_STATE:
+                            await self._halt(rid, failure)
+                        return
+                    finished = await self._step(run, session)
+                if finished:
+                    return
+
+    async def _step(self, run: _Run, session: _Session) -> bool:
+        """One model step of one session; True when the run is over (a report was filed)."""
+        rid, member = run.research_id, session.member
+        route = await route_for(self.core, member)
+        meter = CallMeter()
+        result: ChatResult | None = None
+        error: str | None = None
+        try:
+            provider = self.registry.get(route.provider)
+            request = ChatRequest(model=route.model, messages=tuple(session.messages),
+                                  tools=self.toolbox.specs())  # fmt: skip
+            call = asyncio.ensure_future(provider.chat(request, meter))
+            run.in_flight = call
+            result = await call
+        except asyncio.CancelledError:
+            error = usage_store.STOPPED
+            if not run.stopping:
+                await self._record(run, member, route, None, meter, error)
+                raise
+        except (ProviderError, RoomError) as exc:
+            error = exc.code
+        finally:
+            run.in_flight = None
+        await self._record(run, member, route, result, meter, error)
+        if result is None:
+            if error != usage_store.STOPPED:
+                await self._halt(rid, GateFailure.PROVIDER_ERROR)
+            return True
+        session.messages.append(ChatMessage("assistant", result.text, tool_calls=result.tool_calls))
+        await self._transcript(member, rid, "assistant", result.text,
+                               tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments}
+                                           for c in result.tool_calls])  # fmt: skip
+        if not result.tool_calls:
+            session.done, session.last_text = True, result.text
+            return False
+        over = False
+        for call_ in result.tool_calls:
+            ctx = ToolContext(self.core, member, 0, call_.id, {"research_id": rid})
+            if call_.raw_arguments and not call_.arguments:
+                outcome = bad_arguments("arguments were not valid JSON")
+            else:
+                outcome = await self.toolbox.run(ctx, call_.name, call_.arguments)
+            session.messages.append(ChatMessage("tool", outcome.text, tool_call_id=call_.id,
+                                                name=call_.name))  # fmt: skip
+            await self._transcript(member, rid, "tool", outcome.text, name=call_.name,
+                                   tool_call_id=call_.id)  # fmt: skip
+            state = await self.core.db.read(lambda conn: research_store.get(conn, rid))
+            if state is None or state["state"] != ResearchState.RUNNING:
+                over = True
+                break
+        return over
+
+    async def _record(
+        self,
+        run: _Run,
+        member: Member,
+        route: Any,
+        result: ChatResult | None,
+        meter: CallMeter,
+        error: str | None,
+    ) -> None:
+        usage = result.usage if result is not None else meter.usage
+        tokens_in = usage.input_tokens if usage is not None else 0
+        tokens_out = usage.output_tokens if usage is not None else 0
+        attempts = result.attempts if result is not None else meter.attempts
+
+        def job(conn: Any, tx: Any) -> None:
+            usage_store.record_request(
+                conn, project_id=member.project_id, member_id=member.id, turn_id=None,
+                model_id=route.model_id, route_source=route.source.value,
+                provider=route.provider,
+                model_reported=result.model if result is not None else None,
+                latency_ms=result.latency_ms if result is not None else None,
+                input_tokens=tokens_in, output_tokens=tokens_out,
+                usage_reported=int(usage is not None and (result is None or usage.reported)),
+                ok=int(result is not None), error_code=error, attempts=attempts,
+                research_id=run.research_id, now=tx.now,
+            )  # fmt: skip
+            research_actions.record_step(conn, tx, run.research_id,
+                                         tokens=tokens_in + tokens_out,
+                                         requests=1 if attempts else 0, steps=1)  # fmt: skip
+
+        await self.core.db.write(job)
+
+    async def _transcript(self, member: Member, rid: int, role: str, content: str,
+                          **extra: Any) -> None:  # fmt: skip
+        def job(conn: Any, tx: Any) -> None:
+            turns_store.append_transcript(conn, member_id=member.id, turn_id=None, role=role,
+                                          content=content, now=tx.now, research_id=rid,
+                                          **extra)  # fmt: skip
+
+        await self.core.db.write(job)

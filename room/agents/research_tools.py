@@ -1,0 +1,247 @@
+"""Research tools (docs/research.md).
+
+``room_research_propose`` is the lead's ordinary tool: it proposes a run (a card a person
+approves, or not). A research session is given exactly :data:`SESSION_TOOLS`: the research tools
+``room_research_get / hypothesis / experiment / finding / report / flowback`` and read-only file
+tools held to the approved scope. No shell, no write tool, no ordinary room tool: a call to any
+other name is refused by the toolbox and runs nothing. No tool approves, starts, pauses or
+deletes research; those are a person's actions on the card.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from room.actions import research as research_actions
+from room.agents.tools import Tool, ToolContext
+from room.agents.work_tools import WORK_TOOLS
+from room.errors import RoomError
+from room.providers import ToolSpec
+from room.research import MAX_QUESTION, in_scope
+from room.store import research as research_store
+
+
+def _result(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+def _refusal(exc: RoomError) -> str:
+    data: dict[str, Any] = {"ok": False, "error": exc.code, "message": exc.message}
+    if exc.details:
+        data["details"] = exc.details
+    return _result(data)
+
+
+def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> ToolSpec:
+    return ToolSpec(name, description, {"type": "object", "properties": properties,
+                                        "required": required})  # fmt: skip
+
+
+def research_of(ctx: ToolContext) -> int:
+    return int(ctx.extra["research_id"])
+
+
+async def _propose(ctx: ToolContext, args: dict[str, Any]) -> str:
+    try:
+        run = await research_actions.propose(ctx.core, ctx.member, args)
+    except RoomError as exc:
+        return _refusal(exc)
+    return _result({"ok": True, "research_id": run["id"], "rev": run["rev"],
+                    "state": run["state"],
+                    "note": "提案已发到群里，等项目所有者批准；批准不会自动开始。"})  # fmt: skip
+
+
+async def _get(ctx: ToolContext, args: dict[str, Any]) -> str:
+    rid = research_of(ctx)
+
+    def read(conn: Any) -> dict[str, Any]:
+        run = research_actions.get_run(conn, rid)
+        out = research_actions.wire(conn, run)
+        out["items"] = [{k: it[k] for k in ("id", "kind", "body", "sources", "flow", "member_id")}
+                        for it in research_store.items(conn, rid)]  # fmt: skip
+        return out
+
+    return _result({"ok": True, **(await ctx.core.db.read(read))})
+
+
+def _sources(args: Mapping[str, Any]) -> list[str]:
+    raw = args.get("sources") or []
+    if not isinstance(raw, list):
+        raise ValueError("sources is a list of strings")
+    return [str(s)[:400] for s in raw[: research_actions.MAX_SOURCES]]
+
+
+def _item_tool(kind: str) -> Any:
+    async def run(ctx: ToolContext, args: dict[str, Any]) -> str:
+        text = str(args.get("text", "")).strip()
+        if not text:
+            return _result({"ok": False, "error": "empty_field", "message": "text is required"})
+        sources = _sources(args)
+        rid = research_of(ctx)
+
+        def job(conn: Any, tx: Any) -> dict[str, Any]:
+            item = research_actions.add_item(conn, tx, rid, ctx.member, kind,
+                                             text[: research_actions.MAX_ITEM], sources)  # fmt: skip
+            out: dict[str, Any] = {"ok": True, "item_id": item["id"]}
+            if kind == "report":
+                out["message_id"] = research_actions.finish(conn, tx, rid, ctx.member, text,
+                                                            sources)  # fmt: skip
+                out["done"] = True
+            return out
+
+        try:
+            return _result(await ctx.core.db.write(job))
+        except RoomError as exc:
+            return _refusal(exc)
+
+    return run
+
+
+async def _flowback(ctx: ToolContext, args: dict[str, Any]) -> str:
+    item_id = args.get("item_id")
+    if not isinstance(item_id, int) or isinstance(item_id, bool):
+        return _result({"ok": False, "error": "bad_arguments", "message": "item_id is an integer"})
+    try:
+        item = await ctx.core.db.write(
+            lambda conn, tx: research_actions.propose_flowback(conn, tx, ctx.member, item_id)
+        )
+    except RoomError as exc:
+        return _refusal(exc)
+    return _result({"ok": True, "item_id": item["id"], "flow": item["flow"],
+                    "note": "已提议，等人确认后才写入项目记忆。"})  # fmt: skip
+
+
+def _scoped(name: str, default_path: str | None) -> Tool:
+    """A read-only file tool held to the approved scope: the path must lie inside it."""
+    inner = WORK_TOOLS[name]
+
+    async def run(ctx: ToolContext, args: dict[str, Any]) -> str:
+        path = args.get("path", default_path)
+        paths = await ctx.core.db.read(
+            lambda conn: research_actions.get_run(conn, research_of(ctx))["scope"]["paths"]
+        )
+        if not isinstance(path, str) or not in_scope(paths, path):
+            return _result({"ok": False, "error": "research_out_of_scope",
+                            "message": f"路径不在批准的范围内 (outside the approved scope: "
+                                       f"{', '.join(paths)})", "details": {"path": str(path)[:200]}})  # fmt: skip
+        reply = await inner.run(ctx, {**args, "path": path})
+        assert isinstance(reply, str)
+        return reply
+
+    spec = inner.spec
+    props = dict(spec.parameters["properties"])
+    props["path"] = {"type": "string", "description": "批准范围内的路径（相对于工作目录）"}
+    required = sorted({*spec.parameters.get("required", []), "path"})
+    return Tool(_spec(name, spec.description + "（只能读批准范围内的路径）", props, required), run,
+                side_effect=False)  # fmt: skip
+
+
+_TEXT = {"type": "string", "description": "内容（Markdown）"}
+_SOURCES = {"type": "array", "items": {"type": "string"},
+            "description": "来源：工作区路径（可带行号）或引用"}  # fmt: skip
+
+PROPOSE_TOOLS: Mapping[str, Tool] = MappingProxyType(
+    {
+        "room_research_propose": Tool(
+            _spec(
+                "room_research_propose",
+                "提出一项深入研究：问题、可读范围（工作区路径）、参与的 AI 成员和预算（tokens、"
+                "模型请求数、秒数、步数）。提案发到群里成为一张卡片，只有项目所有者本人能批准；"
+                "批准后也要由人按“开始研究”才会运行。",
+                {
+                    "question": {
+                        "type": "string",
+                        "description": f"研究问题（≤{MAX_QUESTION} 字）",
+                    },
+                    "scope": {
+                        "type": "object",
+                        "description": '{"paths": [工作区路径]}',
+                        "properties": {"paths": {"type": "array", "items": {"type": "string"}}},
+                    },
+                    "members": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "参与的 AI 成员 handle",
+                    },
+                    "budget": {
+                        "type": "object",
+                        "description": "预算，每项是正整数",
+                        "properties": {
+                            k: {"type": "integer"}
+                            for k in ("tokens", "requests", "seconds", "steps")
+                        },
+                    },
+                },
+                ["question", "scope", "members", "budget"],
+            ),
+            _propose,
+            side_effect=True,
+        ),
+    }
+)
+
+SESSION_TOOLS: Mapping[str, Tool] = MappingProxyType(
+    {
+        "room_research_get": Tool(
+            _spec(
+                "room_research_get",
+                "读这项研究：问题、范围、预算和花费、已记录的假设、实验、发现。",
+                {},
+                [],
+            ),
+            _get,
+            side_effect=False,
+        ),
+        "room_research_hypothesis": Tool(
+            _spec("room_research_hypothesis", "记录一个假设。", {"text": _TEXT}, ["text"]),
+            _item_tool("hypothesis"),
+            side_effect=True,
+        ),
+        "room_research_experiment": Tool(
+            _spec(
+                "room_research_experiment",
+                "记录一次实验（读了什么、怎么比较、结果）。",
+                {"text": _TEXT, "sources": _SOURCES},
+                ["text"],
+            ),
+            _item_tool("experiment"),
+            side_effect=True,
+        ),
+        "room_research_finding": Tool(
+            _spec(
+                "room_research_finding",
+                "记录一个发现，附上来源。",
+                {"text": _TEXT, "sources": _SOURCES},
+                ["text", "sources"],
+            ),
+            _item_tool("finding"),
+            side_effect=True,
+        ),
+        "room_research_report": Tool(
+            _spec(
+                "room_research_report",
+                "提交研究报告（附来源）：研究到此结束，报告发到群里。",
+                {"text": _TEXT, "sources": _SOURCES},
+                ["text"],
+            ),
+            _item_tool("report"),
+            side_effect=True,
+        ),
+        "room_research_flowback": Tool(
+            _spec(
+                "room_research_flowback",
+                "（负责人）提议把一个发现写入项目记忆；要人确认才写入。",
+                {"item_id": {"type": "integer", "description": "发现的 id"}},
+                ["item_id"],
+            ),
+            _flowback,
+            side_effect=True,
+        ),
+        "fs_list": _scoped("fs_list", None),
+        "fs_read": _scoped("fs_read", None),
+        "fs_search": _scoped("fs_search", None),
+    }
+)

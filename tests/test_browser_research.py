@@ -1,0 +1,148 @@
+"""The research card in real Chromium: its state reads clearly for everyone (Chinese and
+English), its buttons appear only for an owner and work, and a plain member sees none."""
+
+# The fixtures chromium, room_server and owner are imported from tests/support/browser.py and
+# used as test arguments, which linters read as unused imports redefined.
+# ruff: noqa: F401, F811
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.support.browser import (
+    Person,
+    RoomServer,
+    chromium,
+    join,
+    owner,
+    room_server,
+    screenshot,
+)
+
+pytestmark = pytest.mark.browser
+
+TEAM = [{"role": "lead", "handle": "lead", "display_name": "负责人"}]
+PROPOSAL = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]}, "members": ["lead"],
+            "budget": {"tokens": 5000, "requests": 10, "seconds": 600, "steps": 10}}  # fmt: skip
+
+
+def propose(room_server: RoomServer, project: int) -> dict[str, Any]:
+    return dict(room_server.post(f"/api/projects/{project}/research", PROPOSAL, 201))
+
+
+def test_owner_acts_on_the_card_a_member_only_sees_it(
+    owner: Person, room_server: RoomServer, chromium: Browser
+) -> None:
+    project = room_server.create_project("研究卡片", TEAM)
+    run = propose(room_server, project)
+    member = join(chromium, room_server, project, "zhang", "小张")
+    try:
+        owner.open_project(project)
+        member.open_project(project)
+        card = owner.page.locator(f'.research-card[data-research="{run["id"]}"]')
+        seen = member.page.locator(f'.research-card[data-research="{run["id"]}"]')
+        expect(card.locator(".research-state")).to_have_text("待批准")
+        expect(card.locator(".research-actions button")).to_have_text(
+            ["批准", "调整", "拒绝", "取消", "详情"])  # fmt: skip
+        expect(seen.locator(".research-state")).to_have_text("待批准")
+        expect(seen.locator(".research-actions button")).to_have_text(["详情"])
+        expect(card).to_contain_text("启动为什么慢？")
+        expect(card.locator(".research-spends")).to_contain_text("tokens 0 / 5000")
+
+        card.get_by_role("button", name="批准").click()
+        expect(card.locator(".research-state")).to_have_text("已批准")
+        expect(card.locator(".research-approval")).to_contain_text("批准了第 1 版")
+        expect(card.locator(".research-actions button")).to_have_text(
+            ["开始研究", "调整", "拒绝", "取消", "详情"])  # fmt: skip
+        # The member's page is told (message_updated): the state, still no buttons.
+        expect(seen.locator(".research-state")).to_have_text("已批准")
+        expect(seen.locator(".research-actions button")).to_have_text(["详情"])
+        screenshot(owner.page, "research-card-owner")
+        screenshot(member.page, "research-card-member")
+
+        # Adjust makes revision 2 and voids the approval.
+        card.get_by_role("button", name="调整").click()
+        dialog = owner.page.get_by_role("dialog")
+        dialog.locator("input[type=number]").first.fill("4000")
+        dialog.get_by_role("button", name="保存为新版本").click()
+        expect(card.locator(".research-state")).to_have_text("待批准")
+        expect(card).to_contain_text("第 2 版")
+        expect(card.locator(".research-approval")).to_have_count(0)
+        card.get_by_role("button", name="详情").click()
+        view = owner.page.get_by_role("dialog", name=f"研究 #{run['id']}")
+        expect(view.locator("li", has_text="第 2 版")).to_have_count(1)
+        view.get_by_role("button", name="关闭").click()
+        card.get_by_role("button", name="取消").click()
+        expect(card.locator(".research-state")).to_have_text("已取消")
+        expect(card.locator(".research-actions button")).to_have_text(["详情"])
+        member.assert_clean()
+    finally:
+        member.close()
+
+
+def test_states_read_in_english(chromium: Browser, room_server: RoomServer) -> None:
+    from tests.support.browser import sign_in_owner
+
+    project = room_server.create_project("research in english", TEAM)
+    run = propose(room_server, project)
+    person = sign_in_owner(
+        chromium, room_server,
+        setup=lambda page: page.add_init_script("localStorage.setItem('room.lang', JSON.stringify('en'))"),
+    )  # fmt: skip
+    try:
+        person.open_project(project)
+        card = person.page.locator(f'.research-card[data-research="{run["id"]}"]')
+        expect(card.locator(".research-state")).to_have_text("Awaiting approval")
+        card.get_by_role("button", name="Approve").click()
+        expect(card.locator(".research-state")).to_have_text("Approved")
+        expect(card.get_by_role("button", name="Start research")).to_be_visible()
+        screenshot(person.page, "research-card-en")
+        person.assert_clean()
+    finally:
+        person.close()
+
+
+STATES_JS = r"""
+async () => {
+  const { researchCard } = await import("/static/research.js");
+  const i18n = await import("/static/i18n.js");
+  const base = { id: 9, rev: 1, scope_digest: "ab".repeat(32), question: "q", scope: { paths: ["docs"] },
+    members: [], budget: { tokens: 1, requests: 1, seconds: 1, steps: 1 }, spend: {}, events: [], counts: {} };
+  const past = new Date(Date.now() - 3600e3).toISOString();
+  const runs = {
+    proposed: { state: "proposed" },
+    approved: { state: "approved", approval: { rev: 1, by: { display_name: "A" }, at: past, expires_at: new Date(Date.now() + 3600e3).toISOString() } },
+    expired: { state: "approved", approval: { rev: 1, by: { display_name: "A" }, at: past, expires_at: past } },
+    running: { state: "running" },
+    paused: { state: "paused" },
+    reconcile: { state: "paused_reconcile" },
+    done: { state: "done" },
+  };
+  const read = () => Object.fromEntries(Object.entries(runs).map(([name, over]) => {
+    const el = researchCard({ you: null }, { id: 1, seq: 1, meta: { research: { ...base, ...over } } });
+    return [name, el.querySelector(".research-state").textContent];
+  }));
+  const zh = read();
+  i18n.setLang("en");
+  const en = read();
+  i18n.setLang("zh-CN");
+  return { zh, en };
+}
+"""
+
+
+def test_every_state_reads_clearly_in_chinese_and_english(owner: Person) -> None:
+    owner.page.goto(owner.page.url)
+    texts = owner.page.evaluate(STATES_JS)
+    assert texts["zh"] == {
+        "proposed": "待批准", "approved": "已批准", "expired": "批准已过期", "running": "进行中",
+        "paused": "已暂停", "reconcile": "重启后待核对", "done": "已完成",
+    }  # fmt: skip
+    assert texts["en"] == {
+        "proposed": "Awaiting approval", "approved": "Approved", "expired": "Approval expired",
+        "running": "Running", "paused": "Paused", "reconcile": "Check after restart",
+        "done": "Done",
+    }  # fmt: skip

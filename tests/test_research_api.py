@@ -1,0 +1,231 @@
+"""Research over HTTP on the real app (no model): proposals and their card, who may act, the
+approval binding revision + digest + epoch, expiry, the start gate, revocation with the project's
+lifecycle, the restart reconcile, the audit trail and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.inproc import App, owner_user, running_app
+
+BUDGET = {"tokens": 5000, "requests": 10, "seconds": 600, "steps": 10}
+PROPOSAL: dict[str, Any] = {"question": "为什么启动慢？", "scope": {"paths": ["docs"]}, "members": ["lead"],
+            "budget": BUDGET}  # fmt: skip
+
+
+class Project:
+    def __init__(self, app: App) -> None:
+        self.app = app
+        member, self.member_cookie = app.new_user("zhang", "小张")
+        self.id, self.members, self.token = app.project_with("研究项目", owner_user(app), member)
+
+    def owner(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.app.owner_cookie)
+
+    def member(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.member_cookie)
+
+    def agent(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, token=self.token)
+
+    def propose(self, **over: Any) -> dict[str, Any]:
+        status, run = self.owner("POST", f"/api/projects/{self.id}/research", PROPOSAL | over)
+        assert status == 201, run
+        return run
+
+    def act(self, run: dict[str, Any], op: str, who: str = "owner", **body: Any) -> tuple[int, Any]:
+        return getattr(self, who)("POST", f"/api/research/{run['id']}/{op}", body)
+
+    def approve(self, run: dict[str, Any]) -> dict[str, Any]:
+        status, body = self.act(run, "approve", rev=run["rev"], scope_digest=run["scope_digest"])
+        assert status == 200, body
+        return body
+
+    def card(self, run: dict[str, Any]) -> dict[str, Any]:
+        with self.app.db() as conn:
+            frame = conn.execute("SELECT frame FROM messages WHERE id = ?",
+                                 (run["card_id"],)).fetchone()[0]  # fmt: skip
+        return json.loads(frame)["meta"]["research"]
+
+    def audit(self) -> list[tuple[str, str, str, int | None]]:
+        with self.app.db() as conn:
+            return [tuple(r) for r in conn.execute(
+                "SELECT action, outcome, actor_kind, actor_id FROM audit_events"
+                " WHERE action LIKE 'research_%' ORDER BY id")]  # fmt: skip
+
+    def state(self, run: dict[str, Any]) -> str:
+        with self.app.db() as conn:
+            return str(conn.execute("SELECT state FROM research_runs WHERE id = ?",
+                                    (run["id"],)).fetchone()[0])  # fmt: skip
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Any:
+    with running_app(tmp_path / "data") as handle:
+        yield handle
+
+
+@pytest.fixture
+def project(app: App) -> Project:
+    return Project(app)
+
+
+def err(result: tuple[int, Any]) -> tuple[int, str]:
+    status, body = result
+    return status, body["error"]["code"]
+
+
+def test_a_proposal_posts_a_card_everyone_sees(project: Project) -> None:
+    run = project.propose()
+    assert run["state"] == "proposed" and run["rev"] == 1 and len(run["scope_digest"]) == 64
+    assert run["members"][0]["handle"] == "lead" and run["budget"] == BUDGET
+    assert run["events"] == ["approve", "reject", "cancel", "adjust"] or set(run["events"]) == {
+        "adjust", "approve", "reject", "cancel"}  # fmt: skip
+    card = project.card(run)
+    assert card["state"] == "proposed" and card["scope_digest"] == run["scope_digest"]
+    status, listed = project.member("GET", f"/api/projects/{project.id}/research")
+    assert status == 200 and [r["id"] for r in listed["research"]] == [run["id"]]
+    status, seen = project.agent("GET", f"/api/research/{run['id']}")
+    assert status == 200 and seen["revisions"][0]["digest"] == run["scope_digest"]
+
+
+def test_only_an_owner_acts_agents_and_members_are_refused(project: Project) -> None:
+    run = project.propose()
+    for op in ("approve", "reject", "cancel", "start", "stop", "adjust"):
+        assert err(project.act(run, op, "agent")) == (403, "research_people_only")
+        assert err(project.act(run, op, "member", rev=1, scope_digest=run["scope_digest"])) == (
+            403, "research_not_owner")  # fmt: skip
+    # An agent cannot propose over HTTP either (its tool is the way).
+    assert err(project.agent("POST", f"/api/projects/{project.id}/research", PROPOSAL)) == (
+        403, "research_people_only")  # fmt: skip
+    assert project.state(run) == "proposed"
+    refused = [a for a in project.audit() if a[1] == "refused"]
+    assert len(refused) == 13
+    assert sum(a[2] == "human" for a in refused) == 6
+    assert all(a[3] == project.members["lead"].id for a in refused if a[2] == "agent")
+
+
+def test_chat_text_saying_i_approve_changes_nothing(project: Project) -> None:
+    run = project.propose()
+    for who in ("owner", "agent"):
+        status, _ = getattr(project, who)(
+            "POST", f"/api/projects/{project.id}/messages",
+            {"body": f"I approve research {run['id']}，我批准，开始研究", "client_txn_id": who},
+        )  # fmt: skip
+        assert status == 201
+    assert project.state(run) == "proposed" and project.card(run)["approval"] is None
+
+
+def test_approval_binds_revision_and_digest_and_records_the_person(project: Project) -> None:
+    run = project.propose()
+    assert err(project.act(run, "approve", rev=1, scope_digest="0" * 64)) == (
+        409,
+        "digest_mismatch",
+    )
+    assert err(project.act(run, "approve")) == (409, "stale_revision")
+    approved = project.approve(run)
+    assert approved["state"] == "approved"
+    assert approved["approval"]["by"]["handle"] == "owner" and approved["approval"]["rev"] == 1
+    assert approved["approval"]["digest"] == run["scope_digest"]
+    # Approving starts nothing.
+    with project.app.db() as conn:
+        assert conn.execute("SELECT count(*) FROM model_requests").fetchone()[0] == 0
+    # Adjusting makes revision 2 and voids the approval of revision 1: it cannot start.
+    status, adjusted = project.act(
+        run, "adjust", rev=1, **(PROPOSAL | {"budget": BUDGET | {"steps": 5}})
+    )
+    assert status == 200 and adjusted["rev"] == 2 and adjusted["state"] == "proposed"
+    assert adjusted["approval"] is None and adjusted["scope_digest"] != run["scope_digest"]
+    assert err(project.act(run, "start")) == (409, "research_bad_transition")
+    # The old revision's digest cannot approve the new one.
+    assert err(project.act(run, "approve", rev=2, scope_digest=run["scope_digest"])) == (
+        409, "digest_mismatch")  # fmt: skip
+    assert err(project.act(run, "approve", rev=1, scope_digest=run["scope_digest"])) == (
+        409, "stale_revision")  # fmt: skip
+    actions = [a[0] for a in project.audit() if a[1] == "ok"]
+    assert actions == ["research_propose", "research_approve", "research_adjust"]
+
+
+def test_an_expired_approval_is_refused_at_the_gate(project: Project) -> None:
+    run = project.approve(project.propose())
+    with project.app.db() as conn:
+        conn.execute("UPDATE research_runs SET expires_at = 1 WHERE id = ?", (run["id"],))
+    status, body = project.act(run, "start")
+    assert (status, body["error"]["code"]) == (409, "research_gate")
+    assert body["error"]["details"]["failure"] == "approval_expired"
+    assert project.state(run) == "approved"
+    assert ("research_gate", "refused", "human", project.members["owner"].id) in project.audit()
+
+
+def test_the_start_gate_reserves_the_projects_token_budget(project: Project) -> None:
+    status, _ = project.owner("POST", f"/api/projects/{project.id}/limits",
+                              {"token_budget": 4000})  # fmt: skip
+    assert status == 200
+    run = project.approve(project.propose())
+    status, body = project.act(run, "start")
+    assert status == 409 and body["error"]["details"]["failure"] == "budget_unavailable"
+
+
+def test_trash_revokes_and_a_restored_project_cannot_reuse_the_approval(project: Project) -> None:
+    run = project.approve(project.propose())
+    status, body = project.owner("POST", f"/api/projects/{project.id}/lifecycle", {"op": "trash"})
+    assert status == 200, body
+    assert project.state(run) == "revoked" and project.card(run)["approval"] is None
+    assert body["research_revoked"] == []
+    status, _ = project.owner("POST", f"/api/projects/{project.id}/lifecycle", {"op": "restore"})
+    assert status == 200
+    project.owner("POST", f"/api/projects/{project.id}/lifecycle", {"op": "resume"})
+    assert err(project.act(run, "start")) == (409, "research_bad_transition")
+    assert ("research_revoke", "ok", "human", project.members["owner"].id) in project.audit()
+
+
+def test_a_restored_project_voids_an_approval_by_epoch(project: Project) -> None:
+    """Even an approval that was somehow kept binds the old epoch: the gate refuses it."""
+    run = project.approve(project.propose())
+    with project.app.db() as conn:
+        conn.execute("UPDATE projects SET epoch = epoch + 1 WHERE id = ?", (project.id,))
+    _status, body = project.act(run, "start")
+    assert body["error"]["details"]["failure"] == "epoch_changed"
+
+
+@pytest.mark.parametrize(
+    ("over", "code", "field"),
+    [
+        ({"budget": BUDGET | {"tokens": -1}}, "research_bad_budget", "budget.tokens"),
+        ({"scope": {"paths": ["../../etc"]}}, "research_scope_outside", "scope"),
+        ({"members": ["nobody"]}, "research_unknown_member", "members"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_error(
+    project: Project, over: dict[str, Any], code: str, field: str
+) -> None:
+    status, body = project.owner("POST", f"/api/projects/{project.id}/research", PROPOSAL | over)
+    assert status == 400 and body["error"]["code"] == code
+    assert body["error"]["details"]["field"] == field and body["error"]["message"]
+    with project.app.db() as conn:
+        assert conn.execute("SELECT count(*) FROM research_runs").fetchone()[0] == 0
+
+
+def test_a_run_active_at_restart_waits_in_paused_reconcile(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with running_app(data) as app:
+        project = Project(app)
+        run = project.approve(project.propose())
+        with app.db() as conn:  # as if the server died mid-run
+            conn.execute("UPDATE research_runs SET state = 'running', running_since = 1,"
+                         " updated_at = 1 WHERE id = ?", (run["id"],))  # fmt: skip
+    with running_app(data) as app:
+        project.app = app
+        project.app.owner_cookie = app.owner_cookie
+        assert project.state(run) == "paused_reconcile"
+        card = project.card(run)
+        assert card["state"] == "paused_reconcile" and set(card["events"]) == {"resume", "stop"}
+        with app.db() as conn:
+            assert conn.execute("SELECT count(*) FROM model_requests").fetchone()[0] == 0
+        assert ("research_reconcile", "ok", "system", None) in project.audit()
+        status, stopped = project.act(run, "stop")
+        assert status == 200 and stopped["state"] == "stopped"

@@ -1,0 +1,234 @@
+"""Research end to end: a real server, a scripted OpenAI-compatible model as the lead and as the
+research session, people acting on the card over HTTP."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import pytest
+
+from tests.support.live_room import Room, agent_replies, eventually
+from tests.support.llm_servers import openai_text, openai_tool_call, openai_tool_calls
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
+
+BUDGET = {"tokens": 100_000, "requests": 20, "seconds": 600, "steps": 20}
+PROPOSAL = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]}, "members": ["lead"],
+            "budget": BUDGET}  # fmt: skip
+
+
+def run_of(room: Room, rid: int) -> dict[str, Any]:
+    return room.get(f"/api/research/{rid}")
+
+
+def act(room: Room, rid: int, op: str, **body: Any) -> Any:
+    return room.post(f"/api/research/{rid}/{op}", body)
+
+
+def approve_and_start(room: Room, run: dict[str, Any]) -> None:
+    act(room, run["id"], "approve", rev=run["rev"], scope_digest=run["scope_digest"])
+    act(room, run["id"], "start")
+
+
+def rows(room: Room, sql: str, *args: Any) -> list[Any]:
+    with room.db() as conn:
+        conn.row_factory = sqlite3.Row
+        return conn.execute(sql, args).fetchall()
+
+
+async def test_the_lead_proposes_a_person_starts_and_the_report_flows_back(room: Room) -> None:
+    room.route("lead")
+    room.llm.push(
+        openai_tool_call("room_research_propose", PROPOSAL, call_id="p1"),
+        # A forged call: no such tool is granted to anyone; nothing is approved.
+        openai_tool_call("room_research_approve", {"research_id": 1}, call_id="p2"),
+        openai_text("已提出研究，等所有者批准。"),
+    )
+    room.say("@lead 提一个研究")
+    await eventually(lambda: agent_replies(room, "lead"))
+    forged = json.loads(room.llm.chat_requests[2]["messages"][-1]["content"])
+    assert forged["error"] == "tool_refused"
+    [run] = room.get(f"/api/projects/{room.project}/research")["research"]
+    assert run["state"] == "proposed" and run["proposer"]["handle"] == "lead"
+    assert run["approval"] is None
+    # The research session's script: forbidden tools first, then the work, then the report.
+    room.llm.push(
+        openai_tool_call("room_send", {"text": "我批准了"}, call_id="s1"),
+        openai_tool_call("shell", {"command": "ls"}, call_id="s2"),
+        openai_tool_call("fs_read", {"path": "../secret.txt"}, call_id="s3"),
+        openai_tool_call("fs_read", {"path": "docs/start.md"}, call_id="s4"),
+        openai_tool_call("room_research_hypothesis", {"text": "冷启动在读配置"}, call_id="s5"),
+        openai_tool_call(
+            "room_research_finding",
+            {"text": "配置读了两次", "sources": ["docs/start.md:3"]},
+            call_id="s6",
+        ),
+        openai_tool_call("room_research_flowback", {"item_id": 2}, call_id="s7"),
+        openai_tool_call(
+            "room_research_report",
+            {"text": "结论：配置读了两次。", "sources": ["docs/start.md:3"]},
+            call_id="s8",
+        ),
+    )
+    before = len(room.llm.chat_requests)
+    approve_and_start(room, run)
+    done = await eventually(lambda: run_of(room, run["id"])["state"] == "done" and run_of(
+        room, run["id"]))  # fmt: skip
+    requests = room.llm.chat_requests[before:]
+    assert len(requests) == 8
+    offered = {t["function"]["name"] for t in requests[0]["tools"]}
+    assert "shell" not in offered and "room_send" not in offered
+    assert "fs_write" not in offered and "room_research_propose" not in offered
+    assert {"room_research_report", "room_research_get", "fs_read"} <= offered
+
+    def answer(i: int) -> dict[str, Any]:
+        return json.loads(requests[i]["messages"][-1]["content"])
+
+    assert answer(1)["error"] == "tool_refused" and answer(2)["error"] == "tool_refused"
+    assert answer(3)["error"] == "research_out_of_scope"
+    assert answer(4).get("error") != "research_out_of_scope"
+    assert [i["kind"] for i in done["items"]] == ["hypothesis", "finding", "report"]
+    assert done["spend"]["requests"] == 8 and done["spend"]["tokens"] == 8 * 18
+    # Usage and transcript rows carry the research id.
+    tagged = rows(room, "SELECT count(*) FROM model_requests WHERE research_id = ?", run["id"])
+    assert tagged[0][0] == 8
+    transcript = rows(room, "SELECT count(*) FROM transcript_entries WHERE research_id = ?",
+                      run["id"])  # fmt: skip
+    assert transcript[0][0] >= 16
+    # Nobody posted "我批准了": the report is posted as the research's message, with sources.
+    bodies = [m["body"] for m in room.messages()]
+    assert "我批准了" not in bodies
+    [report] = [m for m in room.messages() if (m.get("meta") or {}).get("research_report")]
+    assert "配置读了两次" in report["body"] and "docs/start.md:3" in report["body"]
+    # The finding flows back only after a person accepts it.
+    finding = next(i for i in done["items"] if i["kind"] == "finding")
+    assert finding["flow"] == "proposed"
+    assert room.get(f"/api/projects/{room.project}/memory")["facts"] == []
+    accepted = room.post(f"/api/research/items/{finding['id']}/flowback", {"decision": "accept"})
+    assert accepted["flow"] == "accepted" and accepted["memory_id"]
+    [fact] = room.get(f"/api/projects/{room.project}/memory")["facts"]
+    assert "配置读了两次" in fact["body"]["text"] and fact["author"]["kind"] == "human"
+    actions = [r[0] for r in rows(room, "SELECT action FROM audit_events WHERE action LIKE"
+                                  " 'research_%' ORDER BY id")]  # fmt: skip
+    assert actions[:4] == ["research_propose", "research_approve", "research_start",
+                           "research_flowback_propose"]  # fmt: skip
+    assert "research_finish" in actions and actions[-1] == "research_flowback_accept"
+
+
+async def test_a_token_budget_stops_the_run_at_most_one_request_over(room: Room) -> None:
+    run = room.post(f"/api/projects/{room.project}/research",
+                    PROPOSAL | {"budget": BUDGET | {"tokens": 40}}, expect=201)  # fmt: skip
+    room.route("lead")
+    room.llm.push(*[openai_tool_call("room_research_hypothesis", {"text": f"假设 {i}"},
+                                     call_id=f"h{i}") for i in range(6)])  # fmt: skip
+    before = len(room.llm.chat_requests)
+    approve_and_start(room, run)
+    stopped = await eventually(lambda: (r := run_of(room, run["id"]))["state"] == "stopped" and r)
+    # 18 tokens a request: 0, 18, 36 are under 40, so three requests were sent; no fourth.
+    assert len(room.llm.chat_requests) - before == 3
+    assert stopped["stop_reason"] == "budget_tokens" and stopped["spend"]["tokens"] == 54
+    assert stopped["spend"]["tokens"] - 40 < 18
+    notices = [m["body"] for m in room.messages() if "token 预算用完" in m["body"]]
+    assert notices
+    actions = [r[0] for r in rows(room, "SELECT action FROM audit_events WHERE action ="
+                                  " 'research_budget_stop'")]  # fmt: skip
+    assert actions == ["research_budget_stop"]
+
+
+async def test_trash_during_a_run_stops_it_and_revokes_the_approval(room: Room) -> None:
+    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    room.route("lead")
+    room.llm.push(
+        openai_tool_call("room_research_hypothesis", {"text": "慢"}, call_id="t1"),
+        *[
+            openai_tool_calls(
+                [(f"t{i}", "room_research_hypothesis", {"text": f"很慢 {i}"})], delay_secs=1.0
+            )
+            for i in range(2, 8)
+        ],
+    )
+    approve_and_start(room, run)
+    await eventually(lambda: run_of(room, run["id"])["spend"]["requests"] >= 1)
+    room.post(f"/api/projects/{room.project}/lifecycle", {"op": "trash"})
+    after = run_of(room, run["id"])
+    assert after["state"] == "revoked" and after["approval"] is None
+    assert after["stop_reason"] == "project_closed"
+    sent = after["spend"]["requests"]
+    # The runner was stopped before the trash finished: nothing more is asked of the model.
+    assert run_of(room, run["id"])["spend"]["requests"] == sent
+
+
+async def test_a_person_pauses_and_resumes_through_the_gate(room: Room) -> None:
+    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    room.route("lead")
+    room.llm.push(
+        *[openai_tool_calls([(f"p{i}", "room_research_hypothesis", {"text": f"假设 {i}"})],
+                            delay_secs=0.5) for i in range(3)],
+        openai_tool_call("room_research_report", {"text": "报告", "sources": []}, call_id="r"),
+    )  # fmt: skip
+    approve_and_start(room, run)
+    await eventually(lambda: run_of(room, run["id"])["spend"]["requests"] >= 1)
+    paused = act(room, run["id"], "pause")
+    assert paused["state"] == "paused"
+    sent = len(room.llm.chat_requests)
+    assert run_of(room, run["id"])["state"] == "paused"
+    # While paused nothing is sent; a resume passes the gate again and the run finishes.
+    resumed = act(room, run["id"], "resume")
+    assert resumed["state"] == "running"
+    done = await eventually(lambda: (r := run_of(room, run["id"]))["state"] == "done" and r)
+    assert len(room.llm.chat_requests) > sent and done["items"][-1]["kind"] == "report"
+    # The resumed session carries on from its transcript: the steps recorded before the pause.
+    roles = [m["role"] for m in room.llm.chat_requests[sent]["messages"]]
+    assert roles[:2] == ["system", "user"] and "tool" in roles
+    actions = [r[0] for r in rows(room, "SELECT action FROM audit_events WHERE action LIKE"
+                                  " 'research_%' ORDER BY id")]  # fmt: skip
+    assert actions == ["research_propose", "research_approve", "research_start",
+                       "research_pause", "research_resume", "research_finish"]  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["kill9", "stop"])
+async def test_a_run_cut_by_a_restart_waits_in_paused_reconcile(
+    tmp_path: Any, llm: Any, how: str
+) -> None:
+    from tests.support.llm_servers import Reply
+    from tests.support.server import start_with_openai
+
+    data = tmp_path / "data"
+    server = start_with_openai(data, llm)
+    room = Room(server, llm)
+    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    room.route("lead")
+    llm.push(Reply(body=openai_text("慢").body, delay_secs=30))
+    approve_and_start(room, run)
+    await eventually(lambda: len(llm.chat_requests) == 1)
+    getattr(server, how)()
+    again = start_with_openai(data, llm)
+    try:
+        room.server, room.owner = again, again.login()
+        after = run_of(room, run["id"])
+        assert after["state"] == "paused_reconcile" and set(after["events"]) == {"resume", "stop"}
+        card = next(m for m in room.messages() if m["id"] == after["card_id"])
+        assert card["meta"]["research"]["state"] == "paused_reconcile"
+        assert any("等待人工查看" in m["body"] for m in room.messages())
+        assert len(llm.chat_requests) == 1  # nothing was sent after the restart
+        actions = [r[0] for r in rows(room, "SELECT action FROM audit_events WHERE action ="
+                                      " 'research_reconcile'")]  # fmt: skip
+        assert actions == ["research_reconcile"]
+        assert act(room, run["id"], "stop")["state"] == "stopped"
+    finally:
+        again.stop()
+
+
+async def test_pausing_the_project_stops_its_running_research_saying_why(room: Room) -> None:
+    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    room.route("lead")
+    room.llm.push(*[openai_tool_calls([(f"q{i}", "room_research_hypothesis", {"text": f"假设 {i}"})],
+                                      delay_secs=0.5) for i in range(6)])  # fmt: skip
+    approve_and_start(room, run)
+    await eventually(lambda: run_of(room, run["id"])["spend"]["requests"] >= 1)
+    room.post(f"/api/projects/{room.project}/lifecycle", {"op": "pause"})
+    after = run_of(room, run["id"])
+    assert after["state"] == "stopped" and after["stop_reason"] == "project_not_active"
+    assert any("项目不在进行中" in m["body"] for m in room.messages())
