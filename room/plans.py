@@ -18,16 +18,18 @@ from __future__ import annotations
 import heapq
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from room.errors import BadRequestError
 from room.lifecycle import MemberStatus
 from room.tasks import TaskState
+
+Node = TypeVar("Node", bound=Hashable)
 
 KEY_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 MAX_TITLE_CHARS = 200
@@ -318,13 +320,17 @@ def _dependency_problems(draft: _Draft, known: Mapping[str, int]) -> list[PlanPr
 # -- graph --------------------------------------------------------------------------------------
 
 
-def _strong_components(order: list[str], edges: Mapping[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative (plans are small, but recursion depth should not matter)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    components: list[list[str]] = []
+def strong_components(
+    order: Sequence[Node], edges: Mapping[Node, Sequence[Node]]
+) -> list[list[Node]]:
+    """Tarjan's algorithm, iterative (no recursion limit): the strongly connected components of
+    the graph ``{node: nodes it depends on}``, roots visited in ``order``. Every node an edge
+    names must be a key of ``edges``. Used for plans' task keys and the portfolio's projects."""
+    index: dict[Node, int] = {}
+    low: dict[Node, int] = {}
+    on_stack: set[Node] = set()
+    stack: list[Node] = []
+    components: list[list[Node]] = []
     for root in order:
         if root in index:
             continue
@@ -345,7 +351,7 @@ def _strong_components(order: list[str], edges: Mapping[str, list[str]]) -> list
                     low[node] = min(low[node], index[nxt])
                 continue
             if low[node] == index[node]:
-                component: list[str] = []
+                component: list[Node] = []
                 while True:
                     member = stack.pop()
                     on_stack.discard(member)
@@ -386,7 +392,7 @@ def find_cycles(order: list[str], edges: Mapping[str, list[str]]) -> list[list[s
     """
     position = {key: i for i, key in enumerate(order)}
     cycles = []
-    for component in _strong_components(order, edges):
+    for component in strong_components(order, edges):
         if len(component) > 1:
             start = min(component, key=position.__getitem__)
             cycles.append(_cycle_through(start, set(component), edges))

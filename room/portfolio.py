@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from room.errors import BadRequestError
+from room.plans import strong_components
 
 BAR_WIDTH = 20
 CONFLICT_PROJECTS = 3  # ⚠️ when this many projects (or more) have milestones on one day
@@ -259,51 +260,16 @@ def conflicts(milestones_by_project: Mapping[int, Sequence[Milestone]]) -> dict[
 def cycles(edges: Mapping[int, Iterable[int]]) -> list[list[int]]:
     """The dependency cycles of a graph ``{project: projects it depends on}``: every strongly
     connected component with more than one project, or one that depends on itself. Each cycle is
-    sorted; the list is sorted by its first id. Iterative Tarjan (no recursion limit)."""
+    sorted; the list is sorted by its first id."""
     graph = {node: sorted(set(targets)) for node, targets in edges.items()}
     for targets in list(graph.values()):
         for target in targets:
             graph.setdefault(target, [])
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    found: list[list[int]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work: list[tuple[int, int]] = [(root, 0)]
-        while work:
-            node, i = work.pop()
-            if i == 0:
-                index[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            targets = graph[node]
-            if i < len(targets):
-                work.append((node, i + 1))
-                target = targets[i]
-                if target not in index:
-                    work.append((target, 0))
-                elif target in on_stack:
-                    low[node] = min(low[node], index[target])
-                continue
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1 or node in graph[node]:
-                    found.append(sorted(component))
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    return sorted(found)
+    return sorted(
+        sorted(component)
+        for component in strong_components(sorted(graph), graph)
+        if len(component) > 1 or component[0] in graph[component[0]]
+    )
 
 
 # -- the portfolio and its risks ----------------------------------------------------------------

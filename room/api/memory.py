@@ -9,7 +9,6 @@ records: an entry id of another project is ``not_found``. Errors are structured
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from typing import Any
@@ -20,19 +19,16 @@ from starlette.routing import Route
 
 from room import records
 from room.actions import memory as memory_actions
-from room.api.base import MAX_JSON_BYTES, core_of, identity, member_in, path_id
+from room.api.base import MAX_JSON_BYTES, core_of, identity, json_object, member_in, path_id
 from room.auth import Identity
-from room.bodies import check_text, read_body
 from room.core import Core
 from room.errors import (
     BadRequestError,
     ForbiddenError,
-    ForgedAuthorError,
     NotFoundError,
     PayloadTooLargeError,
 )
 from room.models import Member
-from room.protocol import AUTHOR_FIELDS
 from room.records import RecordError
 from room.store import memory as memory_store
 
@@ -78,11 +74,10 @@ async def _member_of_entry(request: Request, *, mutation: bool) -> tuple[Member,
 
 
 async def _json(request: Request) -> dict[str, Any]:
-    """The body as an object, read with the request limit (nothing past it is held). A body past
-    it is a record too large (nothing is stored); an author field is refused (the author is the
-    session); a lone surrogate is ``bad_text``."""
+    """The body as an object (:func:`room.api.base.json_object`); a body past the request limit
+    is a record too large (nothing is stored)."""
     try:
-        raw = await read_body(request, MAX_JSON_BYTES)
+        return await json_object(request)
     except PayloadTooLargeError:
         raise RecordError(
             f"请求超过 {MAX_JSON_BYTES} 字节 (The request is larger than {MAX_JSON_BYTES} bytes;"
@@ -90,20 +85,6 @@ async def _json(request: Request) -> dict[str, Any]:
             code="record_too_large",
             limit=MAX_JSON_BYTES,
         ) from None
-    try:
-        data = json.loads(raw or b"{}")
-    except (ValueError, RecursionError):
-        raise BadRequestError("body is not JSON", code="bad_json") from None
-    if not isinstance(data, dict):
-        raise BadRequestError("body is a JSON object", code="bad_body")
-    check_text(data)
-    forged = AUTHOR_FIELDS.intersection(data)
-    if forged:
-        raise ForgedAuthorError(
-            "the author is bound from your session; requests may not name one",
-            fields=sorted(forged),
-        )
-    return data
 
 
 def _rev(data: dict[str, Any], *, required: bool = True) -> int | None:

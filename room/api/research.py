@@ -10,7 +10,6 @@ a plain member (``research_not_owner``, 403). Every refusal is audited by the ac
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -19,12 +18,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room.actions import research as research_actions
-from room.api.base import MAX_JSON_BYTES, core_of, identity, member_in, path_id
+from room.api.base import core_of, identity, json_object, member_in, path_id
 from room.auth import Identity
-from room.bodies import check_text, read_body
-from room.errors import BadRequestError, ForbiddenError, ForgedAuthorError, NotFoundError
+from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.models import Member
-from room.protocol import AUTHOR_FIELDS
 from room.store import research as research_store
 
 
@@ -41,21 +38,7 @@ async def _people_only(request: Request, who: Identity, action: str) -> None:
 
 
 async def _json(request: Request) -> dict[str, Any]:
-    raw = await read_body(request, MAX_JSON_BYTES)
-    try:
-        data = json.loads(raw or b"{}")
-    except (ValueError, RecursionError):
-        raise BadRequestError("body is not JSON", code="bad_json") from None
-    if not isinstance(data, dict):
-        raise BadRequestError("body is a JSON object", code="bad_body")
-    check_text(data)
-    forged = AUTHOR_FIELDS.intersection(data)
-    if forged:
-        raise ForgedAuthorError(
-            "the author is bound from your session; requests may not name one",
-            fields=sorted(forged),
-        )
-    return data
+    return await json_object(request)
 
 
 def _int(data: dict[str, Any], name: str) -> int | None:
