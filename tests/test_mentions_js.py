@@ -176,13 +176,17 @@ def test_python_and_js_agree_on_a_seeded_corpus(tmp_path: Path) -> None:
     assert_agreement(inputs, tmp_path)
 
 
+ASSIGNED = st.characters(exclude_categories=("Cs", "Cn"))
+
 inputs = st.fixed_dictionaries(
     {
         "roster": st.sampled_from(sorted(ROSTERS)),
         "sender": st.sampled_from([*MEMBER_IDS, "x_nobody"]),
-        "text": st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=3)), max_size=25).map(
-            "".join
-        ),
+        # Characters assigned in Python's Unicode (14): newer ones may be letters to the
+        # browser's ICU and unassigned to Python, as SPEC.md's last notes say.
+        "text": st.lists(
+            st.one_of(st.sampled_from(PIECES), st.text(ASSIGNED, max_size=3)), max_size=25
+        ).map("".join),
         "chips": st.lists(st.sampled_from([*MEMBER_IDS, "ghost"]), max_size=2),
     }
 )
