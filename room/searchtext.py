@@ -300,6 +300,7 @@ def _fold(text: str) -> str:
     return _fold_with_map(text)[0]
 
 
+@lru_cache(maxsize=256)
 def _pattern(terms: tuple[Term, ...]) -> re.Pattern[str] | None:
     """One regex finding every unit of ``terms`` in folded text: a word at a word's start (and
     end, unless it is the last unit of a prefix term), a CJK run anywhere."""

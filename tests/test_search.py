@@ -326,3 +326,19 @@ def test_a_very_common_word_ranks_the_newest_matches(
     monkeypatch.setattr(search_store, "RANK_WINDOW", 3)
     body = search(app, project_id, q="常见")
     assert body["capped"] is True and sorted(found_ids(body)) == ids[-3:]
+
+
+def test_only_the_best_matches_are_returned_each_with_its_own_row(
+    app: App, project: tuple[int, int], owner: Member
+) -> None:
+    # The window is ranked in SQLite and only the best `limit` rows are read back in full:
+    # each result must carry its own message's seq, text and score, best first.
+    project_id, _ = project
+    bodies = ["rollout once", "rollout rollout rollout", "filler words", "rollout rollout"]
+    ids = [write_message(app, project_id, owner, body) for body in bodies]
+    body = search(app, project_id, q="rollout", limit=2)
+    results = body["results"]
+    assert [r["message_id"] for r in results] == [ids[1], ids[3]] and body["capped"] is False
+    assert results[0]["rank"] > results[1]["rank"]
+    assert [r["snippet_html"].count("<mark>") for r in results] == [3, 2]
+    assert results[0]["seq"] != results[1]["seq"]

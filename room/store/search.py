@@ -214,19 +214,19 @@ def _messages(
     conn: sqlite3.Connection, params: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], bool]:
     # The newest RANK_WINDOW matches are ranked (FTS5 walks the doclist backwards by rowid,
-    # which is the message id), then the best of them are read in full.
-    rows = conn.execute(
-        "WITH w AS (SELECT m.id AS id, search_fts.rank AS score"
+    # which is the message id; BM25 is computed only for rows past the project and filters),
+    # the best ``limit`` of them are picked inside SQLite with the window's size (for
+    # ``capped``), and only they are read in full: no per-match work in Python.
+    best = conn.execute(
+        "SELECT id, score, count(*) OVER () FROM (SELECT m.id AS id, search_fts.rank AS score"
         " FROM search_fts JOIN messages m ON m.id = search_fts.rowid"
         " WHERE search_fts MATCH :q AND search_fts.rowid > 0"
         " AND m.project_id = :p AND m.deleted_at IS NULL"
         + _FILTERS.format(author="m.author_id", at="m.created_at")
-        + " ORDER BY search_fts.rowid DESC LIMIT :window)"
-        " SELECT m.id, m.seq, m.kind, m.author_id, m.created_at, m.body, w.score,"
-        " (SELECT count(*) FROM w) FROM w JOIN messages m ON m.id = w.id"
-        " ORDER BY w.score, m.id DESC LIMIT :limit",
+        + " ORDER BY search_fts.rowid DESC LIMIT :window) ORDER BY score, id DESC LIMIT :limit",
         params,
     ).fetchall()
+    rows = _read(conn, "SELECT id, seq, kind, author_id, created_at, body FROM messages", best)
     found = [
         {
             "kind": "message",
@@ -235,13 +235,13 @@ def _messages(
             "seq": int(r[1]),
             "message_kind": r[2],
             "_body": str(r[5]),
-            "rank": -float(r[6]),
+            "rank": -float(r[-1]),
             "_author": r[3],
             "_at": float(r[4]),
         }
         for r in rows
     ]
-    return found, bool(rows) and int(rows[0][7]) >= params["window"]
+    return found, _capped(best, params["window"])
 
 
 def _records(
@@ -249,31 +249,46 @@ def _records(
 ) -> tuple[list[dict[str, Any]], bool]:
     marks = ", ".join(f":k{i}" for i in range(len(kinds)))
     # A record's rowid is minus its search_records id: ascending rowid is newest first.
-    rows = conn.execute(
-        "WITH w AS (SELECT r.id AS id, search_fts.rank AS score"
-        " FROM search_fts JOIN search_records r ON r.id = -search_fts.rowid"
-        " WHERE search_fts MATCH :q AND search_fts.rowid < 0"
+    best = conn.execute(
+        "SELECT id, score, count(*) OVER () FROM (SELECT r.id AS id, search_fts.rank AS score,"
+        " r.at AS at FROM search_fts JOIN search_records r"
+        " ON r.id = -search_fts.rowid WHERE search_fts MATCH :q AND search_fts.rowid < 0"
         f" AND r.project_id = :p AND r.kind IN ({marks})"
         + _FILTERS.format(author="r.author_id", at="r.at")
-        + " ORDER BY search_fts.rowid LIMIT :window)"
-        " SELECT r.kind, r.record_id, r.author_id, r.at, r.body, w.score,"
-        " (SELECT count(*) FROM w) FROM w JOIN search_records r ON r.id = w.id"
-        " ORDER BY w.score, r.at DESC LIMIT :limit",
+        + " ORDER BY search_fts.rowid LIMIT :window) ORDER BY score, at DESC LIMIT :limit",
         params | {f"k{i}": k for i, k in enumerate(kinds)},
     ).fetchall()
+    rows = _read(conn, "SELECT id, kind, record_id, author_id, at, body FROM search_records", best)
     found = [
         {
-            "kind": r[0],
-            "id": int(r[1]),
-            "record_id": int(r[1]),
-            "_body": str(r[4]),
-            "rank": -float(r[5]),
-            "_author": r[2],
-            "_at": float(r[3]),
+            "kind": r[1],
+            "id": int(r[2]),
+            "record_id": int(r[2]),
+            "_body": str(r[5]),
+            "rank": -float(r[-1]),
+            "_author": r[3],
+            "_at": float(r[4]),
         }
         for r in rows
     ]
-    return found, bool(rows) and int(rows[0][6]) >= params["window"]
+    return found, _capped(best, params["window"])
+
+
+def _capped(best: list[Any], window: int) -> bool:
+    """Whether the ranked window was full (more may have matched): the window's size is the
+    last column of every row of the best ones."""
+    return bool(best) and int(best[0][-1]) >= window
+
+
+def _read(conn: sqlite3.Connection, select: str, best: list[Any]) -> list[Any]:
+    """The full rows of the best ones (``select`` without its WHERE), in their order. Readers
+    run in one transaction (:meth:`room.store.db.Database.read`), so both statements see the
+    same rows; one that is gone anyway is left out rather than failing the search."""
+    if not best:
+        return []
+    marks = ", ".join("?" * len(best))
+    rows = {r[0]: r for r in conn.execute(f"{select} WHERE id IN ({marks})", [b[0] for b in best])}
+    return [rows[b[0]] + (b[1],) for b in best if b[0] in rows]
 
 
 def _authors(conn: sqlite3.Connection, ids: set[int]) -> dict[int, dict[str, Any]]:
