@@ -208,9 +208,14 @@ def test_a_closed_project_offers_nothing_the_server_refuses_and_errors_are_trans
     screenshot(page, "people-archived-edit-refused")
     editor.press("Escape")
 
-    # Now nothing that would be refused is offered: no message actions, read-only models.
+    # Now nothing that would be refused is offered: no action that changes the message (only
+    # reading ones: the link and the menu with mark-as-unread and message info), read-only
+    # models.
     mine.hover()
-    expect(mine.locator(".msg-actions button")).to_have_count(0)
+    for name in ("回复", "编辑", "删除", "标记为需求变更", "添加表情回应"):
+        expect(mine.get_by_role("button", name=name)).to_have_count(0)
+    expect(mine.get_by_role("button", name="复制链接")).to_have_count(1)
+    expect(mine.get_by_role("button", name="更多")).to_have_count(1)
     expect(page.locator("#route-project")).to_be_disabled()
     expect(page.locator("#tab-models .note")).to_contain_text("模型设置只读")
     page.locator("#panel-col").get_by_role("tab", name="成员").click()
@@ -243,5 +248,6 @@ def test_a_closed_project_offers_nothing_the_server_refuses_and_errors_are_trans
         "The project is closed (in the trash); this cannot be done now"
     )
     mine.hover()
-    expect(mine.locator(".msg-actions button")).to_have_count(0)
+    for name in ("Reply", "Edit", "Delete"):
+        expect(mine.get_by_role("button", name=name)).to_have_count(0)
     page.locator("#lang-toggle").click()  # back to Chinese for the next test's page
