@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from room import records
+from room import injection, records
 from room.core import Core
 from room.effects import Broadcast
 from room.errors import ConflictError, ForbiddenError, NotFoundError
@@ -34,7 +34,6 @@ from room.store import tasks as tasks_store
 #: Session-log entries the overview carries (newest first); the rest are a page away.
 OVERVIEW_SESSIONS = 50
 MAX_PAGE = 200
-SECONDS_PER_DAY = 86_400
 
 
 # -- writes ---------------------------------------------------------------------------------------
@@ -373,11 +372,13 @@ def staleness(
     current = memory_store.summary(conn, project_id)
     if stale_days <= 0 or current is None:
         return None
-    age = now - current["updated_at"]
-    if age < stale_days * SECONDS_PER_DAY:
+    # The rule is injection.staleness's (the agents' section says the same); the count is read
+    # only once the summary is old enough to matter.
+    if injection.staleness(current["updated_at"], now, stale_days, 1) is None:
         return None
-    newer = memory_store.sessions_since(conn, project_id, current["updated_at"])
-    return {"days": int(age // SECONDS_PER_DAY), "entries_since": newer} if newer else None
+    since = memory_store.sessions_since(conn, project_id, current["updated_at"])
+    stale = injection.staleness(current["updated_at"], now, stale_days, since)
+    return None if stale is None else {"days": stale.days, "entries_since": stale.entries_since}
 
 
 def overview(
