@@ -42,6 +42,7 @@ from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
+from room.auth import credential_rechecks
 from room.boot import BootTrace, write_report
 from room.core import Core, RateLimiter, RosterCache
 from room.errors import RoomError
@@ -259,15 +260,19 @@ def create_app(
             if settings.risk_scan_daily
             else None
         )
+        rechecks = asyncio.create_task(
+            credential_rechecks(core, settings.credential_recheck_secs), name="credentials"
+        )
         trace.phase("ready", origin=settings.origin)
         try:
             yield {"core": core}
         finally:
             trace.phase("stopping")
-            if daily is not None:
-                daily.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await daily
+            for task in (daily, rechecks):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             scheduler.closing = True
             await research.close()
             await scheduler.close()

@@ -7,18 +7,24 @@ CSRF token in ``X-CSRF-Token``. Agents carry ``Authorization: Bearer <token>`` (
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from room.core import Core
 from room.errors import AuthError, ForbiddenError
+from room.hub import CLOSE_SIGNED_OUT, Hub
 from room.models import Member, User
 from room.store import auth as auth_store
 
 SESSION_COOKIE = "room_session"
 CSRF_HEADER = "x-csrf-token"
+REVOKED_REASON = "token revoked"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +32,8 @@ class Identity:
     user: User | None = None
     agent: Member | None = None
     csrf_token: str | None = None
+    # The digest of the session secret or token that proved it: what a re-check looks up.
+    credential: str | None = None
 
     @property
     def is_human(self) -> bool:
@@ -53,7 +61,7 @@ async def authenticate_token(core: Core, token: str) -> Identity:
     member = await core.db.read(lambda conn: auth_store.token_member(conn, token))
     if member is None:
         raise AuthError("this token is unknown or revoked", code="bad_token")
-    return Identity(agent=member)
+    return Identity(agent=member, credential=auth_store.digest(token))
 
 
 async def authenticate_session(core: Core, secret: str) -> Identity:
@@ -62,7 +70,7 @@ async def authenticate_session(core: Core, secret: str) -> Identity:
     if found is None:
         raise AuthError("your session expired; sign in again", code="session_expired")
     user, csrf = found
-    return Identity(user=user, csrf_token=csrf)
+    return Identity(user=user, csrf_token=csrf, credential=auth_store.digest(secret))
 
 
 async def identity_from_headers(
@@ -91,3 +99,41 @@ def check_csrf(identity: Identity, headers: Mapping[str, str]) -> None:
     sent = headers.get(CSRF_HEADER, "").encode("latin-1", "replace")
     if not identity.csrf_token or not hmac.compare_digest(sent, identity.csrf_token.encode()):
         raise ForbiddenError("missing or wrong CSRF token", code="csrf")
+
+
+# -- open sockets outlive nothing that proved them -------------------------------------------------
+
+
+async def recheck_credentials(core: Core) -> int:
+    """Close every open socket whose session or token has ended since it connected; how many.
+
+    Sign-out, leaving and the owner's rotate/revoke close their sockets at once (an effect).
+    What the server never hears of — ``room member token``/``revoke`` from the CLI, which
+    writes the database beside it, or a session reaching its expiry — is found here."""
+    hub: Hub = core.hub
+    sessions, tokens = hub.credentials()
+    if not sessions and not tokens:
+        return 0
+    now = core.clock()
+    live_sessions, live_tokens = await core.db.read(
+        lambda conn: auth_store.live_credentials(conn, sessions, tokens, now)
+    )
+    closed = 0
+    for session in sessions - live_sessions:
+        closed += hub.cut_session(session, "signed out", CLOSE_SIGNED_OUT)
+    for token in tokens - live_tokens:
+        closed += hub.cut_session(hub.token_session(token), REVOKED_REASON, CLOSE_SIGNED_OUT)
+    return closed
+
+
+async def credential_rechecks(core: Core, period: float) -> None:
+    """The loop behind setting ``credential_recheck_secs``."""
+    while True:
+        await asyncio.sleep(period)
+        try:
+            closed = await recheck_credentials(core)
+        except Exception:  # pragma: no cover - a failed check must not end the loop
+            log.exception("credential re-check failed")
+            continue
+        if closed:
+            log.info("closed %d socket(s) whose session or token ended", closed)

@@ -329,6 +329,23 @@ class Hub:
         digest, which never starts like this): a member who leaves has them closed."""
         return f"agent:{member_id}"
 
+    @staticmethod
+    def token_session(token_digest: str) -> str:
+        """The key an agent's connection is also attached under: the token that opened it, so
+        a revocation the server only reads later (the CLI's) closes exactly those."""
+        return f"token:{token_digest}"
+
+    def credentials(self) -> tuple[set[str], set[str]]:
+        """The browser-session digests and agent-token digests open connections rest on."""
+        sessions: set[str] = set()
+        tokens: set[str] = set()
+        for key in self._sessions:
+            if key.startswith("token:"):
+                tokens.add(key.removeprefix("token:"))
+            elif not key.startswith("agent:"):
+                sessions.add(key)
+        return sessions, tokens
+
     def attach_session(self, session: str, outbox: Outbox) -> None:
         self._sessions.setdefault(session, set()).add(outbox)
 

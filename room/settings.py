@@ -119,6 +119,13 @@ class Settings(BaseModel):
         default=30, ge=1, description="Shown as the retention hint in the trash; never auto-purges."
     )
     demo: bool = Field(default=True, description="Create the demo project on first start.")
+    credential_recheck_secs: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often open sockets are checked against their session or token: one "
+        "revoked where the server does not hear it (`room member token`/`revoke` from the CLI) "
+        "or a session past its expiry is closed within this many seconds.",
+    )
     risk_scan_daily: bool = Field(
         default=False,
         description="Run the risk scan over every project once at start and then every 24 "

@@ -160,7 +160,7 @@ class Connection:
 
     async def run(self) -> None:
         self.outbox.start()
-        agent_session: str | None = None
+        agent_sessions: list[str] = []
         person: int | None = None
         try:
             if self.identity is None and not await self._await_auth():
@@ -171,9 +171,13 @@ class Connection:
                 if self.core.hub.attach_person(person, self.outbox):
                     await presence.person_changed(self.core, person)
             if self.identity.agent is not None:
-                # Leaving revokes the agent's tokens and closes what they opened.
-                agent_session = self.core.hub.agent_session(self.identity.agent.id)
-                self.core.hub.attach_session(agent_session, self.outbox)
+                # Leaving revokes the agent's tokens and closes what they opened; a token
+                # revoked where the server does not hear it is found by the re-check.
+                agent_sessions.append(self.core.hub.agent_session(self.identity.agent.id))
+                if self.identity.credential is not None:
+                    agent_sessions.append(self.core.hub.token_session(self.identity.credential))
+                for key in agent_sessions:
+                    self.core.hub.attach_session(key, self.outbox)
             self._hello()
             await self._attach_external()
             while not self.outbox.closed:
@@ -191,8 +195,8 @@ class Connection:
             if person is not None and self.core.hub.detach_person(person, self.outbox):
                 unread.forget(self.core, person)
                 await presence.person_changed(self.core, person)
-            if agent_session is not None:
-                self.core.hub.detach_session(agent_session, self.outbox)
+            for key in agent_sessions:
+                self.core.hub.detach_session(key, self.outbox)
             for sub in self.subscriptions.values():
                 self.core.hub.unsubscribe(sub)
             if self.external_member is not None:

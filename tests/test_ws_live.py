@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
+import sqlite3
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +16,7 @@ import anyio
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from room.cli import main as room_main
 from room.client import AgentClient, Batch
 from tests.support.live_room import Room, eventually
 from tests.support.llm_servers import OpenAIServer
@@ -428,6 +432,52 @@ async def test_rate_limited_answers_retry_after(tmp_path: Any) -> None:
         err = await c.wait_for("error")
         assert err["code"] == "rate_limited"
         assert 0 < err["details"]["retry_after_ms"] <= 1000
+    finally:
+        server.stop()
+
+
+async def _closed_with(client: Client, timeout: float = 5.0) -> int | None:
+    """Read until the server closes the socket; its close code (None: still open at timeout)."""
+    with anyio.move_on_after(timeout):
+        try:
+            while True:
+                await client.ws.recv()
+        except ConnectionClosed:
+            return client.ws.close_code
+    return None
+
+
+async def test_sockets_close_when_the_cli_revokes_or_a_session_expires(tmp_path: Path) -> None:
+    """The CLI writes the database beside the running server, which never hears of it: the
+    periodic re-check closes exactly the sockets whose token or session ended."""
+    server = ServerProcess(tmp_path / "data", env={"ROOM_CREDENTIAL_RECHECK_SECS": "0.2"}).start()
+    try:
+        first = server.agent_token("演示项目", "lead")
+        old = await Client.open(server.ws_url, token=first)
+        await old.wait_for("hello")
+        second = server.agent_token("演示项目", "lead")  # a rotation: `first` is revoked
+        new = await Client.open(server.ws_url, token=second)
+        await new.wait_for("hello")
+        person = server.login()
+        browser = await Client.open(server.ws_url, cookie=person.cookie, origin=server.origin)
+        await browser.wait_for("hello")
+
+        assert await _closed_with(old) == 4401
+        assert await _closed_with(new, timeout=1.0) is None  # five re-checks later, still open
+        assert await _closed_with(browser, timeout=0.1) is None
+
+        db = sqlite3.connect(server.data / "room.sqlite")
+        with db:
+            db.execute("UPDATE sessions SET expires_at = 0")  # every browser session ends
+        db.close()
+        assert await _closed_with(browser) == 4401
+        assert await _closed_with(new, timeout=0.5) is None
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert (
+                room_main(["member", "revoke", "--data", str(server.data), "演示项目", "lead"]) == 0
+            )
+        assert await _closed_with(new) == 4401
     finally:
         server.stop()
 

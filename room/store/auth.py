@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 
 from room.models import MEMBER_COLUMNS, USER_COLUMNS, Member, User
@@ -156,6 +157,31 @@ def token_member(conn: sqlite3.Connection, secret: str) -> Member | None:
         {"h": digest(secret)},
     ).fetchone()
     return Member.from_row(row) if row else None
+
+
+def live_credentials(
+    conn: sqlite3.Connection, sessions: set[str], tokens: set[str], now: float
+) -> tuple[set[str], set[str]]:
+    """Which of these session and token digests still prove someone (one query each)."""
+    live_sessions = {
+        str(row[0])
+        for row in conn.execute(
+            "SELECT token_hash FROM sessions"
+            " WHERE token_hash IN (SELECT value FROM json_each(:hs))"
+            " AND revoked_at IS NULL AND expires_at > :now",
+            {"hs": json.dumps(sorted(sessions)), "now": now},
+        )
+    }
+    live_tokens = {
+        str(row[0])
+        for row in conn.execute(
+            "SELECT t.token_hash FROM agent_tokens t JOIN members m ON m.id = t.member_id"
+            " WHERE t.token_hash IN (SELECT value FROM json_each(:hs))"
+            " AND t.revoked_at IS NULL AND m.status != 'left'",
+            {"hs": json.dumps(sorted(tokens))},
+        )
+    }
+    return live_sessions, live_tokens
 
 
 def revoke_member_tokens(conn: sqlite3.Connection, member_id: int, now: float) -> int:
