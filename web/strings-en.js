@@ -1076,6 +1076,7 @@ export const STRINGS_EN = {
   "research.refNotFetched": "metadata only, never fetched (no web search)",
   "research.refsPick": "References in scope (folders and files read-only; links and tools as metadata)",
   "research.refsEmpty": "No references in project memory yet",
+  "research.paths": "Scope: workspace paths",
   "research.pathsHint": "Workspace paths, separated by commas",
   "research.members": "Members",
   "research.spend": "Spent / budget",

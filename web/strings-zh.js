@@ -1077,6 +1077,7 @@ export const STRINGS_ZH = {
   "research.refNotFetched": "只作参考，不会被读取或抓取（没有网络搜索）",
   "research.refsPick": "纳入范围的参考（目录和文件只读；链接和工具只作元数据）",
   "research.refsEmpty": "项目记忆里还没有参考",
+  "research.paths": "范围：工作区路径",
   "research.pathsHint": "工作区路径，用逗号分隔",
   "research.members": "参与成员",
   "research.spend": "花费 / 预算",

@@ -251,7 +251,7 @@ PROPOSE_TOOLS: Mapping[str, Tool] = MappingProxyType(
         "room_research_propose": Tool(
             _spec(
                 "room_research_propose",
-                "提出一项深入研究：问题、可读范围（工作区路径）、参与的 AI 成员和预算（tokens、"
+                "提出一项深入研究：问题、可读范围（工作区路径和项目参考）、参与的 AI 成员和预算（tokens、"
                 "模型请求数、秒数、步数）。提案发到群里成为一张卡片，只有项目所有者本人能批准；"
                 "批准后也要由人按“开始研究”才会运行。",
                 {
@@ -261,8 +261,13 @@ PROPOSE_TOOLS: Mapping[str, Tool] = MappingProxyType(
                     },
                     "scope": {
                         "type": "object",
-                        "description": '{"paths": [工作区路径]}',
-                        "properties": {"paths": {"type": "array", "items": {"type": "string"}}},
+                        "description": '{"paths": [工作区路径], "references": [项目参考的 id]}：'
+                        '参考用 memory_read(kind="reference") 查到；目录和文件参考只读，链接和'
+                        "工具参考只作元数据（不抓取）。没有网络搜索，不能要求读网页。",
+                        "properties": {
+                            "paths": {"type": "array", "items": {"type": "string"}},
+                            "references": {"type": "array", "items": {"type": "integer"}},
+                        },
                     },
                     "members": {
                         "type": "array",
