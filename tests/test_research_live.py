@@ -247,6 +247,13 @@ async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_el
     (tmp_path / "secret.txt").write_text("秘密\n", encoding="utf-8")
     (refdocs / "leak.txt").symlink_to(tmp_path / "secret.txt")
     (tmp_path / "via").symlink_to(swapped)
+    # A relative reference is a workspace path; a symlink under it leading elsewhere in the
+    # workspace is out of scope all the same.
+    workspace = room.server.data / "workspaces" / str(room.project)
+    (workspace / "notes").mkdir(parents=True, exist_ok=True)
+    (workspace / "notes" / "a.md").write_text("工作区里的笔记\n", encoding="utf-8")
+    (workspace / "private.md").write_text("私有\n", encoding="utf-8")
+    (workspace / "notes" / "leak.md").symlink_to(workspace / "private.md")
 
     def reference(kind: str, target: str, note: str = "") -> dict[str, Any]:
         return dict(room.post(f"/api/projects/{room.project}/memory/reference",
@@ -255,7 +262,8 @@ async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_el
     docs = reference("dir", str(refdocs), "设计笔记")
     via = reference("dir", str(tmp_path / "via"))
     link = reference("url", "https://example.org/spec", "规范")
-    scope = {"references": [docs["id"], via["id"], link["id"]]}
+    notes = reference("dir", "notes/")
+    scope = {"references": [docs["id"], via["id"], link["id"], notes["id"]]}
     run = room.post(f"/api/projects/{room.project}/research", PROPOSAL | {"scope": scope},
                     expect=201)  # fmt: skip
     act(room, run["id"], "approve", rev=run["rev"], scope_digest=run["scope_digest"])
@@ -277,7 +285,9 @@ async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_el
         ("fs_read", {"path": f"{refdocs}/../secret.txt"}),
         ("fs_read", {"path": f"{refdocs}/leak.txt"}),  # a symlink out of the root
         ("fs_read", {"path": f"{tmp_path}/via/a.md"}),  # the swapped symlink
-        ("fs_read", {"path": "secret.txt"}),  # no workspace path is in scope
+        ("fs_read", {"path": "private.md"}),  # the workspace outside the relative reference
+        ("fs_read", {"path": "notes/a.md"}),
+        ("fs_read", {"path": "notes/leak.md"}),
         ("room_research_report", {"text": "配置读了两次。", "sources": [f"{refdocs}/notes.md:1"]}),
     ]
     room.llm.push(*[openai_tool_call(name, args, call_id=f"c{i}")
@@ -298,7 +308,7 @@ async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_el
     assert [r["path"] for r in readable["roots"]] == [str(refdocs), str(swapped)]
     assert readable["metadata"] == [{"reference": link["id"], "kind": "url", "note": "规范",
                                      "target": "https://example.org/spec", "fetched": False}]  # fmt: skip
-    assert readable["web"] is False and readable["workspace_paths"] == []
+    assert readable["web"] is False and readable["workspace_paths"] == ["notes"]
     read = answer(1)
     assert read["ok"] and read["text"] == "启动时读了两次配置\n"
     assert read["path"] == f"{refdocs}/notes.md"
@@ -309,8 +319,10 @@ async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_el
     assert answer(6)["error"] == "outside_workspace"
     assert answer(7)["error"] == "research_reference_moved"
     assert answer(8)["error"] == "research_out_of_scope"
+    assert answer(9)["text"] == "工作区里的笔记\n"
+    assert answer(10)["error"] == "research_out_of_scope"
     texts = json.dumps([json.loads(r["messages"][-1]["content"]) for r in requests[1:]],
                        ensure_ascii=False)  # fmt: skip
-    assert "秘密" not in texts and "不该读到" not in texts
+    assert "秘密" not in texts and "不该读到" not in texts and "私有" not in texts
     starts = rows(room, "SELECT detail_json FROM audit_events WHERE action = 'research_start'")
     assert json.loads(starts[0][0])["scope"] == run["scope"]

@@ -18,17 +18,26 @@ import asyncio
 import json
 import posixpath
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from room import files
 from room.actions import research as research_actions
-from room.actions.workspaces import readable_target
+from room.actions.workspaces import readable_target, work_dir
 from room.agents.tools import Tool, ToolContext
 from room.agents.work_tools import WORK_TOOLS
 from room.errors import RoomError
 from room.providers import ToolSpec
-from room.research import MAX_QUESTION, READABLE_REFS, Proposal, ScopeRef, in_scope, root_of
+from room.research import (
+    MAX_QUESTION,
+    READABLE_REFS,
+    Proposal,
+    ScopeRef,
+    check_path,
+    in_scope,
+    root_of,
+)
 from room.settings import Settings
 from room.store import research as research_store
 
@@ -156,11 +165,32 @@ class ReferenceMovedError(RoomError):
     http_status = 409
 
 
-def _out_of_scope(path: Any, p: Proposal) -> str:
+def _out_of_scope(path: Any, p: Proposal, why: str = "") -> str:
     allowed = [*p.read_paths, *(r.real or "" for r in p.read_roots)]
     return _result({"ok": False, "error": "research_out_of_scope",
-                    "message": f"路径不在批准的范围内 (outside the approved scope: "
+                    "message": f"路径不在批准的范围内{why} (outside the approved scope: "
                                f"{', '.join(allowed)})", "details": {"path": str(path)[:200]}})  # fmt: skip
+
+
+def _stays_in_scope(base: Path, roots: tuple[str, ...], path: str) -> bool:
+    """Whether a workspace path in scope (lexically) also *resolves* inside the approved path it
+    names: a symlink under ``docs`` leading elsewhere in the workspace is out of scope, as it is
+    under a reference's root (blocking: in a worker thread)."""
+    home = base.resolve()
+    try:
+        real = home.joinpath(check_path(path)).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return True  # the file tool refuses it in its own words
+    for root in roots:
+        if not in_scope([root], path):
+            continue
+        try:
+            top = home.joinpath(root).resolve()
+        except (OSError, RuntimeError):
+            continue
+        if real == top or top in real.parents:
+            return True
+    return False
 
 
 def _int_arg(args: Mapping[str, Any], key: str) -> int | None:
@@ -229,6 +259,9 @@ def _scoped(name: str, default_path: str | None) -> Tool:
             return _result({"ok": True, **result})
         if not isinstance(path, str) or not in_scope(p.read_paths, path):
             return _out_of_scope(path, p)
+        where = await work_dir(ctx.core, ctx.member)
+        if not await asyncio.to_thread(_stays_in_scope, where.path, p.read_paths, path):
+            return _out_of_scope(path, p, "：符号链接指向范围之外")
         reply = await inner.run(ctx, {**args, "path": path})
         assert isinstance(reply, str)
         return reply
