@@ -2,7 +2,8 @@
 (pure: no I/O, no clock — callers pass ``now``; docs/research.md).
 
 A research run is proposed (by the lead agent or a person) with a question, a scope (workspace
-paths it may read), the participating members and a budget. Every proposal has a revision and a
+paths it may read and project references, each as it resolved when proposed: :class:`ScopeRef`),
+the participating members and a budget. Every proposal has a revision and a
 :func:`scope_digest` (SHA-256 of the canonical JSON of scope, members and budget). An approval
 binds exactly ``(revision, digest)`` and the project's epoch, and expires; adjusting makes a new
 revision, which no earlier approval covers. One table, :data:`TRANSITIONS`, says which event
@@ -157,6 +158,9 @@ BUDGET_MAX: Mapping[str, int] = MappingProxyType(
 MAX_QUESTION = 4_000
 MAX_PATHS = 50
 MAX_PATH = 400
+MAX_REFERENCES = 20
+#: Reference kinds a session may read (as file-tool roots); the others are metadata only.
+READABLE_REFS = ("dir", "file")
 
 
 class ResearchInputError(BadRequestError):
@@ -175,18 +179,68 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class ScopeRef:
+    """A project reference as the proposal saw it (docs/research.md, "References").
+
+    ``dir`` and ``file`` references are read, never written: a relative target is a workspace
+    path (``path``, normalised like a scope path); an absolute one is a folder or file outside
+    the workspace, bound by its resolved real path (``real``, symlinks followed when proposed).
+    ``url`` and ``tool`` references are metadata the sessions are shown, never fetched. The
+    digest covers all of it, so editing the reference afterwards changes nothing a run reads."""
+
+    id: int
+    kind: str
+    target: str
+    note: str = ""
+    path: str | None = None
+    real: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "target": self.target,
+                               "note": self.note}  # fmt: skip
+        if self.path is not None:
+            out["path"] = self.path
+        if self.real is not None:
+            out["real"] = self.real
+        return out
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> ScopeRef:
+        return cls(int(raw["id"]), str(raw["kind"]), str(raw["target"]), str(raw.get("note", "")),
+                   raw.get("path"), raw.get("real"))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class Proposal:
     """A proposal's content, checked: the question, the workspace paths it may read (normalised,
-    relative, sorted), the participating member ids (sorted) and the budget."""
+    relative, sorted), the references (by id), the participating member ids (sorted) and the
+    budget."""
 
     question: str
     paths: tuple[str, ...]
     members: tuple[int, ...]
     budget: Budget
+    references: tuple[ScopeRef, ...] = ()
 
     @property
     def scope(self) -> dict[str, Any]:
-        return {"paths": list(self.paths)}
+        """The canonical scope. ``references`` appears only when there are some, so a scope of
+        paths alone digests as it always did."""
+        out: dict[str, Any] = {"paths": list(self.paths)}
+        if self.references:
+            out["references"] = [r.as_dict() for r in self.references]
+        return out
+
+    @property
+    def read_paths(self) -> tuple[str, ...]:
+        """Every workspace path a session may read: the scope's and the relative references'."""
+        refs = {r.path for r in self.references if r.path is not None}
+        return tuple(sorted({*self.paths, *refs}))
+
+    @property
+    def read_roots(self) -> tuple[ScopeRef, ...]:
+        """The references outside the workspace a session may read (absolute dir / file)."""
+        return tuple(r for r in self.references if r.real is not None)
 
     @property
     def digest(self) -> str:
@@ -256,9 +310,85 @@ def check_budget(raw: Any) -> Budget:
     return Budget(**values)
 
 
-def check_proposal(data: Mapping[str, Any], member_ids: Mapping[str, int]) -> Proposal:
+class ResearchReferenceError(BadRequestError):
+    """A scope reference that is not a live reference of this project (or cannot be read)."""
+
+    code = "research_unknown_reference"
+
+
+class ResearchWebError(BadRequestError):
+    """The scope asked for the web: no search provider is configured on this server."""
+
+    code = "research_web_unavailable"
+
+
+def reference_ids(data: Mapping[str, Any]) -> list[int]:
+    """The reference ids a proposal's ``scope.references`` names, checked for shape (the caller
+    looks them up and passes :func:`check_proposal` what they resolve to)."""
+    scope = data.get("scope")
+    raw = scope.get("references", []) if isinstance(scope, Mapping) else []
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list) or len(raw) > MAX_REFERENCES:
+        raise ResearchInputError(
+            f"scope.references 是至多 {MAX_REFERENCES} 个参考的 id (scope.references lists at most "
+            f"{MAX_REFERENCES} reference ids.)",
+            field="scope.references",
+        )
+    ids: list[int] = []
+    for item in raw:
+        if not isinstance(item, int) or isinstance(item, bool) or item < 1:
+            raise ResearchReferenceError(
+                f"没有这个参考：{str(item)[:40]} (No such reference: {str(item)[:40]}.)",
+                field="scope.references", reference=str(item)[:40],
+            )  # fmt: skip
+        if item not in ids:
+            ids.append(item)
+    return ids
+
+
+def reference_of(entry: Mapping[str, Any] | None, project_id: int, ref_id: int) -> ScopeRef:
+    """What a scope reference resolves to now, from its stored memory entry (None: there is
+    none). Refused: no such live reference of this project (``research_unknown_reference``), an
+    archived one (``research_reference_archived``), a relative dir / file target leaving the
+    workspace (``research_reference_outside``). An absolute dir / file target comes back with
+    ``real`` unset: the caller resolves it on disk (``room.actions.research``)."""
+    if entry is None or int(entry["project_id"]) != project_id or entry["kind"] != "reference":
+        raise ResearchReferenceError(
+            f"本项目没有参考 {ref_id} (This project has no reference {ref_id}.)",
+            field="scope.references", reference=ref_id,
+        )  # fmt: skip
+    if entry["archived"]:
+        raise ResearchReferenceError(
+            f"参考 {ref_id} 已归档，不能纳入研究范围 (Reference {ref_id} is archived; it cannot be in "
+            "a research scope.)",
+            code="research_reference_archived", field="scope.references", reference=ref_id,
+        )  # fmt: skip
+    body = entry["body"]
+    kind, target = str(body["ref_kind"]), str(body["target"]).strip()
+    ref = ScopeRef(ref_id, kind, target, str(body.get("note") or ""))
+    if kind not in READABLE_REFS or target.startswith("/"):
+        return ref
+    try:
+        path = check_path(target)
+    except ResearchInputError:
+        raise ResearchReferenceError(
+            f"参考 {ref_id} 的路径在工作区之外：{target[:80]} (Reference {ref_id} points outside "
+            "the workspace.)",
+            code="research_reference_outside", field="scope.references", reference=ref_id,
+        ) from None  # fmt: skip
+    return ScopeRef(ref_id, kind, target, ref.note, path=path)
+
+
+def check_proposal(
+    data: Mapping[str, Any],
+    member_ids: Mapping[str, int],
+    references: Mapping[int, ScopeRef] | None = None,
+) -> Proposal:
     """Check a proposal's fields. ``member_ids`` maps the handles of the project's current agent
-    members to their ids: a participant must be one of them (by handle or id)."""
+    members to their ids: a participant must be one of them (by handle or id). ``references``
+    is what each reference id the scope names resolved to (:func:`reference_of`); an id missing
+    from it is refused."""
     unknown = sorted(set(data) - {"question", "scope", "members", "budget"})
     if unknown:
         raise ResearchInputError(f"提案没有字段 {unknown[0][:40]} (Unknown field.)",
@@ -271,26 +401,45 @@ def check_proposal(data: Mapping[str, Any], member_ids: Mapping[str, int]) -> Pr
             field="question",
         )
     scope = data.get("scope")
-    paths_raw = scope.get("paths") if isinstance(scope, Mapping) else None
-    if not isinstance(paths_raw, list) or not paths_raw or len(paths_raw) > MAX_PATHS:
+    if not isinstance(scope, Mapping):
+        raise ResearchInputError("scope 是对象 (scope is an object.)", field="scope")
+    if scope.get("web"):
+        raise ResearchWebError(
+            "这个服务器没有配置网络搜索，研究不能读网页 (No web search provider is configured on this "
+            "server: research cannot read the web.)",
+            field="scope.web",
+        )
+    if set(scope) - {"paths", "references", "web"}:
+        raise ResearchInputError("scope 只有 paths 和 references (scope has only paths and "
+                                 "references.)", field="scope")  # fmt: skip
+    ids = reference_ids(data)
+    refs: list[ScopeRef] = []
+    for ref_id in ids:
+        found = (references or {}).get(ref_id)
+        if found is None:
+            raise ResearchReferenceError(
+                f"本项目没有参考 {ref_id} (This project has no reference {ref_id}.)",
+                field="scope.references", reference=ref_id,
+            )  # fmt: skip
+        refs.append(found)
+    paths_raw = scope.get("paths", [] if ids else None)
+    if not isinstance(paths_raw, list) or (not paths_raw and not ids) or len(paths_raw) > MAX_PATHS:
         raise ResearchInputError(
-            f"scope.paths 是 1–{MAX_PATHS} 个工作区路径 (scope.paths lists 1 to {MAX_PATHS} "
-            "workspace paths.)",
+            f"scope.paths 是 1–{MAX_PATHS} 个工作区路径（或给出参考） (scope.paths lists 1 to "
+            f"{MAX_PATHS} workspace paths, or scope.references names references.)",
             field="scope",
         )
-    if isinstance(scope, Mapping) and set(scope) - {"paths"}:
-        raise ResearchInputError("scope 只有 paths (scope has only paths.)", field="scope")
     paths = tuple(sorted({check_path(p) for p in paths_raw}))
     members_raw = data.get("members")
     if not isinstance(members_raw, list) or not members_raw or len(members_raw) > 20:
         raise ResearchInputError("members 是 1–20 个 AI 成员 (members lists 1 to 20 agents.)",
                                  field="members")  # fmt: skip
-    ids = set(member_ids.values())
+    agent_ids = set(member_ids.values())
     members: set[int] = set()
     for m in members_raw:
         if isinstance(m, str) and m.lstrip("@") in member_ids:
             members.add(member_ids[m.lstrip("@")])
-        elif isinstance(m, int) and not isinstance(m, bool) and m in ids:
+        elif isinstance(m, int) and not isinstance(m, bool) and m in agent_ids:
             members.add(m)
         else:
             raise ResearchInputError(
@@ -300,8 +449,9 @@ def check_proposal(data: Mapping[str, Any], member_ids: Mapping[str, int]) -> Pr
                 member=str(m)[:40],
             )
     return Proposal(
-        question.strip(), paths, tuple(sorted(members)), check_budget(data.get("budget"))
-    )
+        question.strip(), paths, tuple(sorted(members)), check_budget(data.get("budget")),
+        tuple(sorted(refs, key=lambda r: r.id)),
+    )  # fmt: skip
 
 
 def in_scope(paths: Sequence[str], path: str) -> bool:
@@ -314,6 +464,28 @@ def in_scope(paths: Sequence[str], path: str) -> bool:
         if root == "." or target == root or target.startswith(root.rstrip("/") + "/"):
             return True
     return False
+
+
+def root_of(refs: Sequence[ScopeRef], path: str) -> tuple[ScopeRef, str] | None:
+    """Which approved reference outside the workspace an absolute ``path`` lies in, and the path
+    relative to the folder the file tools then work in (a dir reference's real folder; for a
+    file reference, the folder holding it, and only the file itself). Matched by the target as
+    written or by its real path, lexically: ``..`` never leaves a root."""
+    if not isinstance(path, str) or not path.startswith("/") or "\x00" in path:
+        return None
+    norm = posixpath.normpath(path)
+    for ref in refs:
+        if ref.real is None:
+            continue
+        for base in {posixpath.normpath(ref.target), ref.real}:
+            if ref.kind == "file":
+                if norm == base:
+                    return ref, posixpath.basename(ref.real)
+            elif norm == base:
+                return ref, "."
+            elif norm.startswith(base.rstrip("/") + "/"):
+                return ref, norm[len(base.rstrip("/")) + 1 :]
+    return None
 
 
 # -- gates ----------------------------------------------------------------------------------------

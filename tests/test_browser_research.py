@@ -83,6 +83,68 @@ def test_owner_acts_on_the_card_a_member_only_sees_it(
         member.close()
 
 
+def test_owner_picks_references_in_the_adjust_dialog_and_the_card_shows_them(
+    owner: Person, room_server: RoomServer
+) -> None:
+    project = room_server.create_project("研究参考", TEAM)
+    memory = f"/api/projects/{project}/memory/reference"
+    specs = room_server.post(memory, {"ref_kind": "dir", "target": "docs/specs/",
+                                      "note": "规格说明"}, 201)  # fmt: skip
+    link = room_server.post(memory, {"ref_kind": "url", "target": "https://example.org/标准",
+                                     "note": "外部标准"}, 201)  # fmt: skip
+    run = propose(room_server, project)
+    owner.open_project(project)
+    card = owner.page.locator(f'.research-card[data-research="{run["id"]}"]')
+    expect(card.locator(".research-scope")).to_have_text("docs")
+    expect(card.locator(".research-ref")).to_have_count(0)
+    card.get_by_role("button", name="调整").click()
+    dialog = owner.page.get_by_role("dialog")
+    options = dialog.locator(".research-ref-option")
+    expect(options).to_have_count(2)
+    expect(dialog.locator(".research-ref-pick legend")).to_contain_text("纳入范围的参考")
+    dialog.locator(".research-ref-option", has_text="docs/specs/").locator("input").check()
+    dialog.locator(".research-ref-option", has_text="example.org").locator("input").check()
+    screenshot(owner.page, "research-adjust-references")
+    dialog.get_by_role("button", name="保存为新版本").click()
+    expect(card).to_contain_text("第 2 版")
+    expect(card.locator(".research-state")).to_have_text("待批准")
+    refs = card.locator(".research-ref")
+    expect(refs).to_have_count(2)
+    folder = card.locator(f'.research-ref[data-ref="{specs["id"]}"]')
+    expect(folder).to_contain_text("目录")
+    expect(folder).to_contain_text("docs/specs/")
+    expect(folder).to_contain_text("规格说明")
+    expect(folder.locator(".research-ref-meta")).to_have_count(0)
+    url = card.locator(f'.research-ref[data-ref="{link["id"]}"]')
+    expect(url).to_contain_text("https://example.org/标准")
+    expect(url.locator(".research-ref-meta")).to_contain_text("只作参考，不会被读取或抓取")
+    stored = room_server.get(f"/api/research/{run['id']}")
+    assert stored["rev"] == 2 and stored["approval"] is None
+    assert [r["id"] for r in stored["scope"]["references"]] == sorted([specs["id"], link["id"]])
+    # Opening the dialog again shows them ticked; untick one: revision 3 without it.
+    card.get_by_role("button", name="调整").click()
+    dialog = owner.page.get_by_role("dialog")
+    expect(dialog.locator("input[type=checkbox]:checked")).to_have_count(2)
+    dialog.locator(".research-ref-option", has_text="example.org").locator("input").uncheck()
+    dialog.get_by_role("button", name="保存为新版本").click()
+    expect(card).to_contain_text("第 3 版")
+    expect(card.locator(".research-ref")).to_have_count(1)
+    screenshot(owner.page, "research-card-references")
+    # The same scope in English.
+    english = owner.page.evaluate("""async (scope) => {
+      const { scopeView } = await import("/static/research.js");
+      const i18n = await import("/static/i18n.js");
+      i18n.setLang("en");
+      const box = document.createElement("div");
+      box.append(...scopeView(scope).filter(Boolean));
+      i18n.setLang("zh-CN");
+      return box.textContent;
+    }""", stored["scope"])  # fmt: skip
+    assert "Folder docs/specs/ — 规格说明" in english
+    assert "URL https://example.org/标准 — 外部标准 (metadata only, never fetched" in english
+    owner.assert_clean()
+
+
 def test_states_read_in_english(chromium: Browser, room_server: RoomServer) -> None:
     from tests.support.browser import sign_in_owner
 

@@ -229,3 +229,104 @@ def test_a_run_active_at_restart_waits_in_paused_reconcile(tmp_path: Path) -> No
         assert ("research_reconcile", "ok", "system", None) in project.audit()
         status, stopped = project.act(run, "stop")
         assert status == 200 and stopped["state"] == "stopped"
+
+
+# -- references in the scope ------------------------------------------------------------------------
+
+
+def add_reference(project: Project, kind: str, target: str, note: str = "") -> dict[str, Any]:
+    status, entry = project.owner("POST", f"/api/projects/{project.id}/memory/reference",
+                                  {"ref_kind": kind, "target": target, "note": note})  # fmt: skip
+    assert status == 201, entry
+    return dict(entry)
+
+
+def test_unknown_archived_and_unreadable_references_and_the_web_are_refused(
+    project: Project, tmp_path: Path
+) -> None:
+    fact_status, fact = project.owner("POST", f"/api/projects/{project.id}/memory/fact",
+                                      {"text": "不是参考"})  # fmt: skip
+    assert fact_status == 201
+    archived = add_reference(project, "dir", "old/")
+    assert project.owner("POST", f"/api/memory/{archived['id']}/archive")[0] == 200
+    outside = add_reference(project, "dir", "/etc")
+    missing = add_reference(project, "dir", str(tmp_path / "nowhere"))
+    escape = add_reference(project, "file", "../secret.txt")
+    cases = [
+        ({"references": [99_999]}, "research_unknown_reference"),
+        ({"references": [fact["id"]]}, "research_unknown_reference"),
+        ({"references": [archived["id"]]}, "research_reference_archived"),
+        ({"references": [outside["id"]]}, "research_reference_outside"),
+        ({"references": [missing["id"]]}, "research_reference_missing"),
+        ({"references": [escape["id"]]}, "research_reference_outside"),
+        ({"paths": ["docs"], "web": True}, "research_web_unavailable"),
+    ]
+    for scope, code in cases:
+        status, body = project.owner("POST", f"/api/projects/{project.id}/research",
+                                     PROPOSAL | {"scope": scope})  # fmt: skip
+        assert (status, body["error"]["code"]) == (400, code), scope
+        assert body["error"]["message"] and body["error"]["details"]["field"].startswith("scope")
+    # Another project's reference is unknown here.
+    other_id, _, _ = project.app.project_with("别的项目", owner_user(project.app))
+    status, theirs = project.owner("POST", f"/api/projects/{other_id}/memory/reference",
+                                   {"ref_kind": "dir", "target": "src"})  # fmt: skip
+    assert status == 201
+    status, body = project.owner("POST", f"/api/projects/{project.id}/research",
+                                 PROPOSAL | {"scope": {"references": [theirs["id"]]}})  # fmt: skip
+    assert (status, body["error"]["code"]) == (400, "research_unknown_reference")
+    with project.app.db() as conn:
+        assert conn.execute("SELECT count(*) FROM research_runs").fetchone()[0] == 0
+
+
+def test_a_reference_is_bound_as_it_resolved_and_an_edit_does_not_change_the_approved_run(
+    project: Project, tmp_path: Path
+) -> None:
+    docs = tmp_path / "refdocs"
+    docs.mkdir()
+    ref = add_reference(project, "dir", str(docs) + "/", "设计文档")
+    link = add_reference(project, "url", "https://example.org/spec", "规范")
+    run = project.propose(scope={"paths": ["docs"], "references": [link["id"], ref["id"]]})
+    refs = run["scope"]["references"]
+    assert [r["id"] for r in refs] == sorted([ref["id"], link["id"]])
+    bound = next(r for r in refs if r["id"] == ref["id"])
+    assert bound["real"] == str(docs.resolve()) and bound["kind"] == "dir"
+    assert project.card(run)["scope"] == run["scope"]
+    project.approve(run)
+    # The reference now points elsewhere: the approved run's scope and digest stay as approved.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    status, _ = project.owner("PATCH", f"/api/memory/{ref['id']}",
+                              {"rev": ref["rev"], "target": str(elsewhere)})  # fmt: skip
+    assert status == 200
+    status, seen = project.owner("GET", f"/api/research/{run['id']}")
+    assert seen["scope"] == run["scope"] and seen["scope_digest"] == run["scope_digest"]
+    with project.app.db() as conn:
+        details = [json.loads(r[0]) for r in conn.execute(
+            "SELECT detail_json FROM audit_events WHERE action IN ('research_propose',"
+            " 'research_approve') ORDER BY id")]  # fmt: skip
+    assert [d["scope"] for d in details] == [run["scope"], run["scope"]]
+
+
+def test_adjusting_references_makes_a_new_revision_and_voids_the_approval(
+    project: Project, tmp_path: Path
+) -> None:
+    (tmp_path / "refdocs").mkdir()
+    ref = add_reference(project, "dir", str(tmp_path / "refdocs"))
+    run = project.propose()
+    project.approve(run)
+    body = {"rev": 1, **PROPOSAL, "scope": {"paths": ["docs"], "references": [ref["id"]]}}
+    status, adjusted = project.act(run, "adjust", **body)
+    assert status == 200, adjusted
+    assert adjusted["rev"] == 2 and adjusted["state"] == "proposed"
+    assert adjusted["approval"] is None and adjusted["scope_digest"] != run["scope_digest"]
+    assert [r["id"] for r in adjusted["scope"]["references"]] == [ref["id"]]
+    # The approval of revision 1 cannot be used for revision 2.
+    assert err(project.act(run, "start")) == (409, "research_bad_transition")
+    assert err(project.act(adjusted, "approve", rev=1, scope_digest=run["scope_digest"])) == (
+        409, "stale_revision")  # fmt: skip
+    assert err(project.act(adjusted, "adjust", **(body | {"rev": 2, "scope": {
+        "references": [ref["id"], 424242]}}))) == (400, "research_unknown_reference")  # fmt: skip
+    with project.app.db() as conn:
+        [detail] = [json.loads(r[0]) for r in conn.execute(
+            "SELECT detail_json FROM audit_events WHERE action = 'research_adjust'")]  # fmt: skip
+    assert detail["scope"] == adjusted["scope"] and detail["approval_voided"] is True

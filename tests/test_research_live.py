@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -232,3 +233,96 @@ async def test_pausing_the_project_stops_its_running_research_saying_why(room: R
     after = run_of(room, run["id"])
     assert after["state"] == "stopped" and after["stop_reason"] == "project_not_active"
     assert any("项目不在进行中" in m["body"] for m in room.messages())
+
+
+async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_else(
+    room: Room, tmp_path: Path
+) -> None:
+    refdocs, swapped, elsewhere = tmp_path / "refdocs", tmp_path / "swapped", tmp_path / "elsewhere"
+    for folder in (refdocs, swapped, elsewhere):
+        folder.mkdir()
+    (refdocs / "notes.md").write_text("启动时读了两次配置\n", encoding="utf-8")
+    (swapped / "a.md").write_text("批准时的内容\n", encoding="utf-8")
+    (elsewhere / "a.md").write_text("不该读到的内容\n", encoding="utf-8")
+    (tmp_path / "secret.txt").write_text("秘密\n", encoding="utf-8")
+    (refdocs / "leak.txt").symlink_to(tmp_path / "secret.txt")
+    (tmp_path / "via").symlink_to(swapped)
+    # A relative reference is a workspace path; a symlink under it leading elsewhere in the
+    # workspace is out of scope all the same.
+    workspace = room.server.data / "workspaces" / str(room.project)
+    (workspace / "notes").mkdir(parents=True, exist_ok=True)
+    (workspace / "notes" / "a.md").write_text("工作区里的笔记\n", encoding="utf-8")
+    (workspace / "private.md").write_text("私有\n", encoding="utf-8")
+    (workspace / "notes" / "leak.md").symlink_to(workspace / "private.md")
+
+    def reference(kind: str, target: str, note: str = "") -> dict[str, Any]:
+        return dict(room.post(f"/api/projects/{room.project}/memory/reference",
+                              {"ref_kind": kind, "target": target, "note": note}, expect=201))  # fmt: skip
+
+    docs = reference("dir", str(refdocs), "设计笔记")
+    via = reference("dir", str(tmp_path / "via"))
+    link = reference("url", "https://example.org/spec", "规范")
+    notes = reference("dir", "notes/")
+    scope = {"references": [docs["id"], via["id"], link["id"], notes["id"]]}
+    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL | {"scope": scope},
+                    expect=201)  # fmt: skip
+    act(room, run["id"], "approve", rev=run["rev"], scope_digest=run["scope_digest"])
+    # After the approval: the reference is edited to point elsewhere, and the symlink another
+    # reference named is swapped. Neither widens what the approved run reads.
+    status, _ = room.server.request("PATCH", f"/api/memory/{docs['id']}",
+                                    {"rev": docs["rev"], "target": str(elsewhere)},
+                                    headers=room.owner.headers)  # fmt: skip
+    assert status == 200
+    (tmp_path / "via").unlink()
+    (tmp_path / "via").symlink_to(elsewhere)
+    room.route("lead")
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("room_research_get", {}),
+        ("fs_read", {"path": f"{refdocs}/notes.md"}),
+        ("fs_list", {"path": str(refdocs)}),
+        ("fs_search", {"pattern": "配置", "path": str(refdocs)}),
+        ("fs_read", {"path": f"{elsewhere}/a.md"}),  # where the edited reference points now
+        ("fs_read", {"path": f"{refdocs}/../secret.txt"}),
+        ("fs_read", {"path": f"{refdocs}/leak.txt"}),  # a symlink out of the root
+        ("fs_read", {"path": f"{tmp_path}/via/a.md"}),  # the swapped symlink
+        ("fs_read", {"path": "private.md"}),  # the workspace outside the relative reference
+        ("fs_read", {"path": "notes/a.md"}),
+        ("fs_read", {"path": "notes/leak.md"}),
+        ("room_research_report", {"text": "配置读了两次。", "sources": [f"{refdocs}/notes.md:1"]}),
+    ]
+    room.llm.push(*[openai_tool_call(name, args, call_id=f"c{i}")
+                    for i, (name, args) in enumerate(calls)])  # fmt: skip
+    before = len(room.llm.chat_requests)
+    act(room, run["id"], "start")
+    await eventually(lambda: run_of(room, run["id"])["state"] == "done")
+    requests = room.llm.chat_requests[before:]
+    assert len(requests) == len(calls)
+
+    def answer(i: int) -> dict[str, Any]:
+        return dict(json.loads(requests[i + 1]["messages"][-1]["content"]))
+
+    charter = requests[0]["messages"][0]["content"]
+    assert str(refdocs) in charter and "https://example.org/spec" in charter
+    assert str(elsewhere) not in charter and "不会被读取或抓取" in charter
+    readable = answer(0)["readable"]
+    assert [r["path"] for r in readable["roots"]] == [str(refdocs), str(swapped)]
+    assert readable["metadata"] == [{"reference": link["id"], "kind": "url", "note": "规范",
+                                     "target": "https://example.org/spec", "fetched": False}]  # fmt: skip
+    assert readable["web"] is False and readable["workspace_paths"] == ["notes"]
+    read = answer(1)
+    assert read["ok"] and read["text"] == "启动时读了两次配置\n"
+    assert read["path"] == f"{refdocs}/notes.md"
+    assert {e["name"] for e in answer(2)["entries"]} == {"notes.md", "leak.txt"}
+    assert [h["path"] for h in answer(3)["hits"]] == [f"{refdocs}/notes.md"]
+    assert answer(4)["error"] == "research_out_of_scope"
+    assert answer(5)["error"] == "research_out_of_scope"
+    assert answer(6)["error"] == "outside_workspace"
+    assert answer(7)["error"] == "research_reference_moved"
+    assert answer(8)["error"] == "research_out_of_scope"
+    assert answer(9)["text"] == "工作区里的笔记\n"
+    assert answer(10)["error"] == "research_out_of_scope"
+    texts = json.dumps([json.loads(r["messages"][-1]["content"]) for r in requests[1:]],
+                       ensure_ascii=False)  # fmt: skip
+    assert "秘密" not in texts and "不该读到" not in texts and "私有" not in texts
+    starts = rows(room, "SELECT detail_json FROM audit_events WHERE action = 'research_start'")
+    assert json.loads(starts[0][0])["scope"] == run["scope"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from room.errors import BadRequestError
 from room.research import (
     ACTIVE,
     EVENT_ACTORS,
@@ -21,14 +22,18 @@ from room.research import (
     ResearchEvent,
     ResearchForbiddenError,
     ResearchInputError,
+    ResearchReferenceError,
     ResearchState,
     ResearchTransitionError,
     RunView,
+    ScopeRef,
     Spend,
     check_path,
     check_proposal,
     display_state,
     in_scope,
+    reference_of,
+    root_of,
     scope_digest,
     start_gate,
     step_gate,
@@ -214,3 +219,87 @@ def test_display_state_shows_expiry() -> None:
 
 def test_budget_dict_round_trip() -> None:
     assert Budget(**BUDGET).as_dict() == BUDGET
+
+
+# -- references in the scope ------------------------------------------------------------------------
+
+
+def _ref_entry(ref_id: int, kind: str, target: str, **over: Any) -> dict[str, Any]:
+    return {"id": ref_id, "project_id": 1, "kind": "reference", "archived": False,
+            "body": {"ref_kind": kind, "target": target, "note": "笔记"}} | over  # fmt: skip
+
+
+DOCS = ScopeRef(7, "dir", "/srv/docs/", "设计文档", real="/srv/docs")
+LINK = ScopeRef(8, "url", "https://example.org/spec", "规范")
+
+
+def test_a_scope_may_name_references_and_the_digest_binds_what_they_resolve_to() -> None:
+    data = {"question": "q", "scope": {"references": [8, 7]}, "members": ["lead"],
+            "budget": BUDGET}  # fmt: skip
+    p = check_proposal(data, AGENTS, {7: DOCS, 8: LINK})
+    assert p.paths == () and [r.id for r in p.references] == [7, 8]
+    assert p.scope == {"paths": [], "references": [DOCS.as_dict(), LINK.as_dict()]}
+    assert p.read_roots == (DOCS,) and p.read_paths == ()
+    # The digest covers the target and its real path, not only the id: a reference pointing
+    # elsewhere is another scope.
+    moved = check_proposal(data, AGENTS, {7: ScopeRef(7, "dir", "/srv/other", "设计文档",
+                                                      real="/srv/other"), 8: LINK})  # fmt: skip
+    assert moved.digest != p.digest
+    renoted = check_proposal(data, AGENTS, {7: DOCS, 8: ScopeRef(8, "url", LINK.target, "改")})
+    assert renoted.digest != p.digest
+    # A scope of paths alone digests as it did before references existed.
+    plain = _proposal()
+    assert plain.scope == {"paths": ["docs", "src/app"]}
+    assert plain.digest == scope_digest({"paths": ["docs", "src/app"]}, [3], BUDGET)
+
+
+@pytest.mark.parametrize(
+    ("scope", "refs", "code"),
+    [
+        ({"references": [9]}, {}, "research_unknown_reference"),
+        ({"references": ["7"]}, {7: DOCS}, "research_unknown_reference"),
+        ({"references": [True]}, {}, "research_unknown_reference"),
+        ({"references": 7}, {7: DOCS}, "research_bad_input"),
+        ({"paths": ["docs"], "web": True}, {}, "research_web_unavailable"),
+        ({"paths": ["docs"], "urls": ["https://x"]}, {}, "research_bad_input"),
+        ({"references": []}, {}, "research_bad_input"),
+    ],
+)
+def test_bad_references_and_the_web_are_refused(
+    scope: dict[str, Any], refs: dict[int, ScopeRef], code: str
+) -> None:
+    data = {"question": "q", "scope": scope, "members": ["lead"], "budget": BUDGET}
+    with pytest.raises(BadRequestError) as err:
+        check_proposal(data, AGENTS, refs)
+    assert err.value.code == code and err.value.http_status == 400
+
+
+def test_reference_of_resolves_a_live_reference_of_this_project_only() -> None:
+    rel = reference_of(_ref_entry(5, "dir", "./src/"), 1, 5)
+    assert rel == ScopeRef(5, "dir", "./src/", "笔记", path="src")
+    absolute = reference_of(_ref_entry(5, "file", "/srv/a.md"), 1, 5)
+    assert absolute.path is None and absolute.real is None  # resolved on disk by the caller
+    assert reference_of(_ref_entry(5, "url", "https://x"), 1, 5).path is None
+    cases = [
+        (None, "research_unknown_reference"),
+        (_ref_entry(5, "dir", "src", project_id=2), "research_unknown_reference"),
+        (_ref_entry(5, "dir", "src") | {"kind": "fact"}, "research_unknown_reference"),
+        (_ref_entry(5, "dir", "src", archived=True), "research_reference_archived"),
+        (_ref_entry(5, "dir", "../secrets"), "research_reference_outside"),
+    ]
+    for entry, code in cases:
+        with pytest.raises(ResearchReferenceError) as err:
+            reference_of(entry, 1, 5)
+        assert err.value.code == code, entry
+
+
+def test_an_absolute_path_is_read_only_inside_a_reference_root() -> None:
+    one = ScopeRef(9, "file", "/srv/notes.md", real="/data/notes.md")
+    assert root_of([DOCS], "/srv/docs/a/b.md") == (DOCS, "a/b.md")
+    assert root_of([DOCS], "/srv/docs") == (DOCS, ".")
+    assert root_of([DOCS], "/srv/docs/../secret") is None
+    assert root_of([DOCS], "/srv/docsx/a") is None and root_of([DOCS], "docs/a") is None
+    assert root_of([one], "/srv/notes.md") == (one, "notes.md")
+    assert root_of([one], "/data/notes.md") == (one, "notes.md")
+    assert root_of([one], "/data/other.md") is None
+    assert root_of([LINK], "/https:") is None

@@ -4,7 +4,9 @@
 // only for a person who owns the project, and only those the run's state allows (`events`).
 // The server still decides: a refusal is shown, translated. "详情" opens the research view: the
 // revisions, the hypotheses, experiments and findings with their sources, and the flowback a
-// person accepts or rejects.
+// person accepts or rejects. The scope shows its workspace paths and its project references as
+// they resolved when proposed (a folder or file outside the workspace by its real path; a link or
+// tool only as metadata, never fetched); the adjust dialog picks references from project memory.
 
 import { get, post } from "./api.js";
 import { h } from "./dom.js";
@@ -34,6 +36,25 @@ function spendLine(run) {
     h("span", { class: "muted", text: `${t(`research.budget.${k}`)} ` }),
     h("strong", { text: `${run.spend?.[k] ?? 0}` }),
     h("span", { class: "muted", text: ` / ${run.budget?.[k] ?? "?"}` })));
+}
+
+/** The scope as the card shows it: workspace paths, then each reference. */
+export function scopeView(scope) {
+  const paths = scope?.paths || [];
+  const refs = scope?.references || [];
+  return [
+    paths.length ? h("span", { class: "research-paths", text: paths.join("、") }) : null,
+    refs.length ? h("ul", { class: "research-refs", attrs: { "aria-label": t("research.references") } }, refs.map((r) => {
+      const readable = r.kind === "dir" || r.kind === "file";
+      return h("li", { class: "research-ref", dataset: { ref: String(r.id), kind: r.kind } },
+        h("span", { class: "badge", text: t(`refKind.${r.kind}`) }), " ",
+        h("code", { class: "research-ref-target", text: r.target }),
+        r.real && r.real !== r.target ? h("span", { class: "muted", text: ` → ${r.real}` }) : null,
+        r.note ? h("span", { class: "research-ref-note", text: ` — ${r.note}` }) : null,
+        readable ? null : h("span", { class: "muted research-ref-meta", text: ` (${t("research.refNotFetched")})` }));
+    })) : null,
+    !paths.length && !refs.length ? h("span", { class: "muted", text: t("research.refsNone") }) : null,
+  ];
 }
 
 export function researchCard(room, message) {
@@ -77,7 +98,7 @@ export function researchCard(room, message) {
     h("code", { class: "research-digest", title: run.scope_digest, text: run.scope_digest.slice(0, 12) })),
   h("p", { class: "research-question", text: run.question }),
   h("dl", { class: "research-facts" },
-    h("dt", { text: t("research.scope") }), h("dd", { text: (run.scope?.paths || []).join("、") }),
+    h("dt", { text: t("research.scope") }), h("dd", { class: "research-scope" }, scopeView(run.scope)),
     h("dt", { text: t("research.members") }), h("dd", { text: members }),
     h("dt", { text: t("research.spend") }), h("dd", { class: "research-spends" }, spendLine(run)),
     h("dt", { text: t("research.progress") }), h("dd", { text: t("research.counts", { h: counts.hypothesis || 0, e: counts.experiment || 0, f: counts.finding || 0 }) }),
@@ -94,14 +115,38 @@ function adjustDialog(run, error) {
     build: (close) => {
       const question = h("textarea", { class: "input", rows: 3, value: run.question });
       question.value = run.question;
-      const paths = h("input", { class: "input", value: (run.scope?.paths || []).join(", ") });
+      const paths = h("input", { class: "input", value: (run.scope?.paths || []).join(", "), attrs: { placeholder: t("research.pathsHint") } });
+      const picked = new Set((run.scope?.references || []).map((r) => r.id));
+      const refs = h("fieldset", { class: "research-ref-pick" }, h("legend", { text: t("research.refsPick") }));
+      get(`/api/projects/${run.project_id}/memory/reference?limit=200`).then((page) => {
+        const entries = page.entries || [];
+        if (!entries.length) refs.append(h("p", { class: "muted", text: t("research.refsEmpty") }));
+        for (const entry of entries) {
+          const box = h("input", { type: "checkbox", value: String(entry.id), checked: picked.has(entry.id), dataset: { ref: String(entry.id) } });
+          box.addEventListener("change", () => (box.checked ? picked.add(entry.id) : picked.delete(entry.id)));
+          refs.append(h("label", { class: "research-ref-option" }, box, " ",
+            h("span", { class: "badge", text: t(`refKind.${entry.body.ref_kind}`) }), " ",
+            h("code", { text: entry.body.target }),
+            entry.body.note ? h("span", { class: "muted", text: ` — ${entry.body.note}` }) : null));
+        }
+        // A reference in scope that is no longer live (archived since) stays listed, so it can be
+        // taken out; kept in, the server refuses it with its reason.
+        const live = new Set(entries.map((e) => e.id));
+        for (const ref of run.scope?.references || []) {
+          if (live.has(ref.id)) continue;
+          const box = h("input", { type: "checkbox", value: String(ref.id), checked: true, dataset: { ref: String(ref.id) } });
+          box.addEventListener("change", () => (box.checked ? picked.add(ref.id) : picked.delete(ref.id)));
+          refs.append(h("label", { class: "research-ref-option" }, box, " ",
+            h("span", { class: "badge", text: t(`refKind.${ref.kind}`) }), " ", h("code", { text: ref.target })));
+        }
+      }).catch((err) => refs.append(h("p", { class: "error-text", text: errorText(err) })));
       const budget = Object.fromEntries(BUDGET_KEYS.map((k) => [k, h("input", { class: "input", type: "number", value: String(run.budget?.[k] ?? "") })]));
       const problem = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
       const save = async () => {
         const body = {
           rev: run.rev,
           question: question.value,
-          scope: { paths: paths.value.split(/[,，、]/).map((p) => p.trim()).filter(Boolean) },
+          scope: { paths: paths.value.split(/[,，、]/).map((p) => p.trim()).filter(Boolean), references: [...picked] },
           members: (run.members || []).map((m) => m.id),
           budget: Object.fromEntries(BUDGET_KEYS.map((k) => [k, Number(budget[k].value)])),
         };
@@ -115,7 +160,8 @@ function adjustDialog(run, error) {
       };
       return [
         h("label", { class: "field" }, h("span", { text: t("research.question") }), question),
-        h("label", { class: "field" }, h("span", { text: t("research.scope") }), paths),
+        h("label", { class: "field" }, h("span", { text: t("research.paths") }), paths),
+        refs,
         ...BUDGET_KEYS.map((k) => h("label", { class: "field" }, h("span", { text: t(`research.budget.${k}`) }), budget[k])),
         problem,
         h("div", { class: "dialog-actions" },

@@ -13,6 +13,8 @@ through :func:`record_step` and :func:`halt`.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
@@ -21,12 +23,14 @@ from room.actions import memory as memory_actions
 from room.actions.messages import annotate_message
 from room.actions.notices import insert_notice
 from room.actions.turns import limits_of
+from room.actions.workspaces import readable_target
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
 from room.models import Member, iso
 from room.research import (
     ACTIVE,
     GATE_TEXT,
+    READABLE_REFS,
     TRANSITIONS,
     Approval,
     Budget,
@@ -37,9 +41,12 @@ from room.research import (
     ResearchForbiddenError,
     ResearchState,
     RunView,
+    ScopeRef,
     Spend,
     allowed_events,
     check_proposal,
+    reference_ids,
+    reference_of,
     start_gate,
     step_gate,
     transition,
@@ -48,6 +55,7 @@ from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store
 from room.store import members as members_store
+from room.store import memory as memory_store
 from room.store import projects as projects_store
 from room.store import research as research_store
 
@@ -78,8 +86,9 @@ STATE_TEXT = {
 def view_of(run: Mapping[str, Any]) -> RunView:
     """The pure view of a stored run (what the gates read)."""
     budget = Budget(**{k: int(v) for k, v in run["budget"].items()})
+    refs = tuple(ScopeRef.of(r) for r in run["scope"].get("references", []))
     proposal = Proposal(
-        run["question"], tuple(run["scope"]["paths"]), tuple(run["members"]), budget
+        run["question"], tuple(run["scope"]["paths"]), tuple(run["members"]), budget, refs
     )
     approval = None
     if run["approved_rev"] is not None:
@@ -228,12 +237,48 @@ def _may_propose(conn: sqlite3.Connection, member: Member) -> None:
                             code="project_not_active", state=state)  # fmt: skip
 
 
+async def resolve_references(
+    core: Core, project_id: int, data: Mapping[str, Any]
+) -> dict[int, ScopeRef]:
+    """What each reference the proposal's scope names resolves to now: its kind, target and
+    note, and for an absolute dir / file target its real path (resolved off the event loop and
+    held to the workspace rules, :func:`room.actions.workspaces.readable_target`)."""
+    ids = reference_ids(data)
+    if not ids:
+        return {}
+    entries = await core.db.read(lambda conn: {i: memory_store.entry(conn, i) for i in ids})
+    out: dict[int, ScopeRef] = {}
+    for ref_id in ids:
+        ref = reference_of(entries[ref_id], project_id, ref_id)
+        if ref.kind in READABLE_REFS and ref.path is None:
+            real = await asyncio.to_thread(readable_target, core.settings, ref.target, ref.kind)
+            ref = dataclasses.replace(ref, real=real)
+        out[ref_id] = ref
+    return out
+
+
+def _still_resolved(
+    conn: sqlite3.Connection, project_id: int, refs: Mapping[int, ScopeRef]
+) -> None:
+    """In the write: each reference still reads as it did when resolved (an edit in between
+    would make the digest bind something nobody saw)."""
+    for ref_id, ref in refs.items():
+        now = reference_of(memory_store.entry(conn, ref_id), project_id, ref_id)
+        if (now.kind, now.target, now.note) != (ref.kind, ref.target, ref.note):
+            raise ConflictError(
+                f"参考 {ref_id} 刚被修改，请重试 (Reference {ref_id} changed meanwhile; try again.)",
+                code="research_reference_changed", reference=ref_id,
+            )  # fmt: skip
+
+
 async def propose(core: Core, member: Member, data: Mapping[str, Any]) -> dict[str, Any]:
     """A new proposal (revision 1) and its card in the timeline. A refusal is audited."""
+    refs = await resolve_references(core, member.project_id, data)
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         _may_propose(conn, member)
-        p = check_proposal(data, _agents_of(conn, member.project_id))
+        _still_resolved(conn, member.project_id, refs)
+        p = check_proposal(data, _agents_of(conn, member.project_id), refs)
         research_id = research_store.insert_run(
             conn, project_id=member.project_id, question=p.question, scope=p.scope,
             members=list(p.members), budget=p.budget.as_dict(), digest=p.digest,
@@ -249,7 +294,7 @@ async def propose(core: Core, member: Member, data: Mapping[str, Any]) -> dict[s
         research_store.update(conn, research_id, tx.now, card_id=card)
         refresh_card(conn, tx, research_id)
         _audit(conn, tx, member, member.project_id, "propose", "ok", research_id=research_id,
-               rev=1, digest=p.digest)  # fmt: skip
+               rev=1, digest=p.digest, scope=p.scope)  # fmt: skip
         return wire(conn, get_run(conn, research_id), tx.now)
 
     try:
@@ -280,7 +325,9 @@ async def adjust(
     core: Core, member: Member, research_id: int, rev: int, data: Mapping[str, Any]
 ) -> dict[str, Any]:
     """A new revision (the owner edited scope, members, budget or question): back to
-    ``proposed``; any approval of an earlier revision no longer binds."""
+    ``proposed``; any approval of an earlier revision no longer binds. The scope's references
+    are resolved anew: the revision binds what they are now."""
+    refs = await resolve_references(core, member.project_id, data)
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         _owner(member)
@@ -288,14 +335,15 @@ async def adjust(
         projects_store.require_open(conn, member.project_id)
         transition(ResearchState(run["state"]), _E.ADJUST, ResearchActor.OWNER)
         _same_rev(run, rev)
-        p = check_proposal(data, _agents_of(conn, member.project_id))
+        _still_resolved(conn, member.project_id, refs)
+        p = check_proposal(data, _agents_of(conn, member.project_id), refs)
         new_rev = research_store.revise(
             conn, research_id, question=p.question, scope=p.scope, members=list(p.members),
             budget=p.budget.as_dict(), digest=p.digest, author_id=member.id, now=tx.now,
         )  # fmt: skip
         refresh_card(conn, tx, research_id)
         _audit(conn, tx, member, member.project_id, "adjust", "ok", from_state=run["state"],
-               research_id=research_id, rev=new_rev, digest=p.digest,
+               research_id=research_id, rev=new_rev, digest=p.digest, scope=p.scope,
                approval_voided=run["approved_rev"] is not None)  # fmt: skip
         return wire(conn, get_run(conn, research_id), tx.now)
 
@@ -363,12 +411,13 @@ async def act(
                        "approved_epoch": project.epoch, "approved_by": member.id,
                        "approved_at": tx.now, "expires_at": tx.now + hours * SECONDS_PER_HOUR}  # fmt: skip
             detail |= {"digest": run["digest"], "epoch": project.epoch,
-                       "expires_at": fields["expires_at"]}  # fmt: skip
+                       "expires_at": fields["expires_at"], "scope": run["scope"]}  # fmt: skip
         elif ev in (_E.START, _E.RESUME):
             failure = _start_failure(conn, core, run, tx.now, resuming=ev is _E.RESUME)
             if failure is not None:
                 raise GateRefusedError(failure)
             fields["running_since"] = tx.now
+            detail |= {"digest": run["digest"], "scope": run["scope"]}
             if ev is _E.START:
                 fields["reserved_tokens"] = int(run["budget"]["tokens"])
         elif ev in (_E.PAUSE, _E.STOP):

@@ -170,6 +170,44 @@ def check_workspace(settings: Settings, raw: str, project_id: int | None = None)
     return str(real)
 
 
+def readable_target(settings: Settings, target: str, kind: str) -> str:
+    """The real path of an absolute folder (``kind`` ``dir``) or file (``file``) a research run
+    may read outside its workspace (a project reference, docs/research.md), held to the rules of
+    a workspace: inside ``workspace_roots``, never a system folder, a home folder itself or a
+    dot-folder in it, never the data folder, inside it or containing it. Symlinks are followed
+    here, once: the run binds the real path. Blocking (stats the path): call it in a worker
+    thread. Refusals are ``research_reference_outside`` / ``research_reference_missing``."""
+
+    def outside(why: str) -> BadRequestError:
+        return BadRequestError(
+            f"参考的路径不能读：{why} (The reference's path cannot be read by research: {why}.)",
+            code="research_reference_outside", field="scope.references", path=target[:300],
+        )  # fmt: skip
+
+    path = Path(target)
+    if not path.is_absolute() or "\0" in target or len(target) > MAX_PATH_CHARS:
+        raise outside("not an absolute path")
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        real = None
+    if real is None or not (real.is_dir() if kind == "dir" else real.is_file()):
+        raise BadRequestError(
+            f"参考的{'目录' if kind == 'dir' else '文件'}不存在 (The reference's "
+            f"{'folder' if kind == 'dir' else 'file'} does not exist.)",
+            code="research_reference_missing", field="scope.references", path=target[:300],
+        )  # fmt: skip
+    folder = real if kind == "dir" else real.parent
+    if _system_folder(folder):
+        raise outside("a system folder, a home folder itself or a dot-folder")
+    if not any(folder == root or root in folder.parents for root in workspace_roots(settings)):
+        raise outside("outside the folders this server allows (workspace_roots)")
+    data = settings.data.resolve()
+    if real == data or data in real.parents or real in data.parents:
+        raise outside("the data folder")
+    return str(real)
+
+
 async def checked_workspace(
     settings: Settings, raw: str | None, project_id: int | None = None
 ) -> str | None:

@@ -39,7 +39,7 @@ from room.providers import (
     ProviderRegistry,
     ToolCall,
 )
-from room.research import GateFailure, ResearchState
+from room.research import READABLE_REFS, GateFailure, ResearchState
 from room.store import members as members_store
 from room.store import research as research_store
 from room.store import turns as turns_store
@@ -49,10 +49,25 @@ log = logging.getLogger(__name__)
 
 CHARTER = (
     "你在一个受监督的深入研究会话里（研究 #{id}）。问题：{question}\n"
-    "你只能读这些工作区路径：{paths}。你只有研究工具和只读文件工具，没有 shell，也不能在群里"
+    "你只能读这些工作区路径：{paths}{roots}。你只有研究工具和只读文件工具，没有 shell，也不能在群里"
     "发消息。用 room_research_hypothesis / experiment / finding 记录过程（发现要附来源），"
-    "最后用 room_research_report 提交报告（附来源）。预算：{budget}，用完即停。"
+    "最后用 room_research_report 提交报告（附来源）。预算：{budget}，用完即停。{metadata}"
 )
+
+
+def charter_of(research_id: int, stored: dict[str, Any]) -> str:
+    """The session's system message: the question, what it may read, the budget."""
+    p = research_actions.view_of(stored).proposal
+    roots = "".join(f"；参考 #{r.id} 的{'目录' if r.kind == 'dir' else '文件'}（绝对路径）：{r.real}"
+                    for r in p.read_roots)  # fmt: skip
+    meta = [f"{r.target}" + (f"（{r.note}）" if r.note else "") for r in p.references
+            if r.kind not in READABLE_REFS]  # fmt: skip
+    metadata = (f"\n这些参考只是元数据，不会被读取或抓取（没有网络搜索）：{'、'.join(meta)}"
+                if meta else "")  # fmt: skip
+    return CHARTER.format(
+        id=research_id, question=stored["question"], paths="、".join(p.read_paths) or "（无）",
+        roots=roots, budget=json.dumps(stored["budget"], ensure_ascii=False), metadata=metadata,
+    )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -183,10 +198,7 @@ class ResearchRunner:
 
         stored, members = await self.core.db.read(read)
         run.project_id = int(stored["project_id"])
-        charter = CHARTER.format(
-            id=rid, question=stored["question"], paths="、".join(stored["scope"]["paths"]),
-            budget=json.dumps(stored["budget"], ensure_ascii=False),
-        )  # fmt: skip
+        charter = charter_of(rid, stored)
         sessions = []
         for m in members:
             earlier = await self.core.db.read(
