@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 
+from room.actions import research as research_actions
+from room.errors import ForbiddenError
+from room.models import Member
+from room.store import members as members_store
 from tests.support.inproc import App, owner_user, running_app
 
 BUDGET = {"tokens": 5000, "requests": 10, "seconds": 600, "steps": 10}
@@ -330,3 +334,35 @@ def test_adjusting_references_makes_a_new_revision_and_voids_the_approval(
         [detail] = [json.loads(r[0]) for r in conn.execute(
             "SELECT detail_json FROM audit_events WHERE action = 'research_adjust'")]  # fmt: skip
     assert detail["scope"] == adjusted["scope"] and detail["approval_voided"] is True
+
+
+def test_who_may_act_is_checked_before_the_references(project: Project) -> None:
+    """A plain member adjusting, or an agent that is not the lead proposing, with a reference that
+    does not resolve is refused for who they are (403), not for the reference (400)."""
+    run = project.propose()
+    outside = add_reference(project, "dir", "/etc")
+    bad_scopes = [{"references": [99_999]}, {"references": [outside["id"]]}]
+    for scope in bad_scopes:
+        body = PROPOSAL | {"rev": 1, "scope": scope}
+        assert err(project.act(run, "adjust", "member", **body)) == (403, "research_not_owner")
+        # The owner is told about the reference.
+        assert err(project.act(run, "adjust", **body))[0] == 400
+
+    def second_agent(conn: Any, tx: Any) -> Member:
+        member_id = members_store.insert(
+            conn, project_id=project.id, kind="agent", user_id=None, role="worker",
+            handle="scout", display_name="侦察", now=tx.now,
+        )  # fmt: skip
+        found = members_store.get(conn, member_id)
+        assert found is not None
+        return found
+
+    scout = project.app.write(second_agent)
+    for scope in bad_scopes:
+        with pytest.raises(ForbiddenError) as refused:
+            project.app.call(research_actions.propose, project.app.core, scout,
+                             PROPOSAL | {"scope": scope})  # fmt: skip
+        assert refused.value.code == "research_not_lead"
+    refusals = [a for a in project.audit() if a[1] == "refused"]
+    assert [a[2] for a in refusals] == ["human", "human", "agent", "agent"]
+    assert project.state(run) == "proposed" and project.card(run)["rev"] == 1

@@ -272,8 +272,10 @@ def _still_resolved(
 
 
 async def propose(core: Core, member: Member, data: Mapping[str, Any]) -> dict[str, Any]:
-    """A new proposal (revision 1) and its card in the timeline. A refusal is audited."""
-    refs = await resolve_references(core, member.project_id, data)
+    """A new proposal (revision 1) and its card in the timeline. A refusal is audited. Who may
+    propose is checked before the references are resolved (a non-lead agent naming a bad
+    reference is refused as not the lead, not told about the reference), and again in the
+    write."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         _may_propose(conn, member)
@@ -298,6 +300,8 @@ async def propose(core: Core, member: Member, data: Mapping[str, Any]) -> dict[s
         return wire(conn, get_run(conn, research_id), tx.now)
 
     try:
+        await core.db.read(lambda conn: _may_propose(conn, member))
+        refs = await resolve_references(core, member.project_id, data)
         return await core.db.write(job)
     except (ConflictError, ForbiddenError) as exc:
         await refused(core, member, None, "propose", exc.code)
@@ -326,7 +330,13 @@ async def adjust(
 ) -> dict[str, Any]:
     """A new revision (the owner edited scope, members, budget or question): back to
     ``proposed``; any approval of an earlier revision no longer binds. The scope's references
-    are resolved anew: the revision binds what they are now."""
+    are resolved anew: the revision binds what they are now. Only an owner gets as far as
+    resolving them: anyone else is refused as such, whatever the references say."""
+    try:
+        _owner(member)
+    except ForbiddenError as exc:
+        await refused(core, member, research_id, "adjust", exc.code)
+        raise
     refs = await resolve_references(core, member.project_id, data)
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
