@@ -115,6 +115,23 @@ class Settings(BaseModel):
     research_approval_hours: int = Field(
         default=24, ge=1, description="How long a research approval may start a run."
     )
+    research_budget_tokens: int = Field(
+        default=200_000,
+        ge=1,
+        description="The tokens a person's research proposal form suggests (at most the cap of "
+        "50 000 000, and at most what the project's token budget has left).",
+    )
+    research_budget_requests: int = Field(
+        default=60, ge=1, description="The model requests the research proposal form suggests."
+    )
+    research_budget_seconds: int = Field(
+        default=1800,
+        ge=1,
+        description="The wall-clock seconds of running the research proposal form suggests.",
+    )
+    research_budget_steps: int = Field(
+        default=60, ge=1, description="The steps the research proposal form suggests."
+    )
     trash_retention_days: int = Field(
         default=30, ge=1, description="Shown as the retention hint in the trash; never auto-purges."
     )

@@ -366,3 +366,19 @@ def test_who_may_act_is_checked_before_the_references(project: Project) -> None:
     refusals = [a for a in project.audit() if a[1] == "refused"]
     assert [a[2] for a in refusals] == ["human", "human", "agent", "agent"]
     assert project.state(run) == "proposed" and project.card(run)["rev"] == 1
+
+
+def test_the_list_offers_the_proposal_forms_budget(project: Project) -> None:
+    """The form's suggested budget comes from the settings, held to the caps and to what the
+    project's own token budget has left; every member may read it."""
+    status, listed = project.member("GET", f"/api/projects/{project.id}/research")
+    assert status == 200
+    assert listed["budget"] == {
+        "default": {"tokens": 200_000, "requests": 60, "seconds": 1800, "steps": 60},
+        "max": {"tokens": 50_000_000, "requests": 10_000, "seconds": 604_800, "steps": 10_000},
+        "tokens_left": None,
+    }
+    assert project.owner("POST", f"/api/projects/{project.id}/limits",
+                         {"token_budget": 30_000})[0] == 200  # fmt: skip
+    budget = project.owner("GET", f"/api/projects/{project.id}/research")[1]["budget"]
+    assert budget["default"]["tokens"] == 30_000 and budget["tokens_left"] == 30_000

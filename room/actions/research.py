@@ -29,6 +29,8 @@ from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFound
 from room.models import Member, iso
 from room.research import (
     ACTIVE,
+    BUDGET_KEYS,
+    BUDGET_MAX,
     GATE_TEXT,
     READABLE_REFS,
     TRANSITIONS,
@@ -500,6 +502,18 @@ def tokens_left(
         if r["id"] != research_id
     )
     return budget - used - reserved
+
+
+def budget_form(conn: sqlite3.Connection, core: Core, project_id: int) -> dict[str, Any]:
+    """What a proposal form offers: each budget item's suggested value (the
+    ``research_budget_*`` settings, held to its cap and, for tokens, to what the project's own
+    token budget has left, which the start gate would reserve) and its cap."""
+    left = tokens_left(conn, core, project_id, 0)
+    default = {k: min(int(getattr(core.settings, f"research_budget_{k}")), BUDGET_MAX[k])
+               for k in BUDGET_KEYS}  # fmt: skip
+    if left is not None:
+        default["tokens"] = max(1, min(default["tokens"], left))
+    return {"default": default, "max": dict(BUDGET_MAX), "tokens_left": left}
 
 
 def _start_failure(

@@ -76,7 +76,8 @@ async def list_runs(request: Request) -> Response:
 
     def read(conn: Any) -> dict[str, Any]:
         runs = research_store.of_project(conn, member.project_id)
-        return {"research": [research_actions.wire(conn, r, now) for r in reversed(runs)]}
+        return {"research": [research_actions.wire(conn, r, now) for r in reversed(runs)],
+                "budget": research_actions.budget_form(conn, core, member.project_id)}  # fmt: skip
 
     return JSONResponse(await core.db.read(read))
 
