@@ -124,7 +124,7 @@ def test_owner_picks_references_in_the_adjust_dialog_and_the_card_shows_them(
     # Opening the dialog again shows them ticked; untick one: revision 3 without it.
     card.get_by_role("button", name="调整").click()
     dialog = owner.page.get_by_role("dialog")
-    expect(dialog.locator("input[type=checkbox]:checked")).to_have_count(2)
+    expect(dialog.locator(".research-ref-pick input:checked")).to_have_count(2)
     dialog.locator(".research-ref-option", has_text="example.org").locator("input").uncheck()
     dialog.get_by_role("button", name="保存为新版本").click()
     expect(card).to_contain_text("第 3 版")
@@ -208,3 +208,119 @@ def test_every_state_reads_clearly_in_chinese_and_english(owner: Person) -> None
         "running": "Running", "paused": "Paused", "reconcile": "Check after restart",
         "done": "Done",
     }  # fmt: skip
+
+
+def open_propose(person: Person) -> Any:
+    person.page.locator("#lifecycle-menu").click()
+    person.page.get_by_role("menuitem", name="发起研究…").click()
+    return person.page.get_by_role("dialog", name="发起研究")
+
+
+def test_a_person_proposes_research_from_the_room_and_everyone_sees_the_card(
+    owner: Person, room_server: RoomServer, chromium: Browser
+) -> None:
+    team = [*TEAM, {"role": "tester", "handle": "scout", "display_name": "侦察员"}]
+    project = room_server.create_project("发起研究", team)
+    memory = f"/api/projects/{project}/memory/reference"
+    specs = room_server.post(memory, {"ref_kind": "dir", "target": "docs/specs/",
+                                      "note": "规格说明"}, 201)  # fmt: skip
+    members = room_server.members(project)
+    member = join(chromium, room_server, project, "wang", "小王", width=600, height=900)
+    try:
+        owner.open_project(project)
+        member.open_project(project)
+        owner.allow("Failed to load resource.*400")
+        dialog = open_propose(owner)
+        # The suggested budget is the server's, the lead is preselected, the other agent not.
+        budget = dialog.locator(".research-budget input")
+        assert [budget.nth(i).input_value() for i in range(4)] == ["200000", "60", "1800", "60"]
+        lead = dialog.locator(f'input[data-member="{members["lead"]["id"]}"]')
+        scout = dialog.locator(f'input[data-member="{members["scout"]["id"]}"]')
+        expect(lead).to_be_checked()
+        expect(scout).not_to_be_checked()
+        expect(dialog.locator(".research-member-pick")).to_contain_text("负责人")
+
+        # Nothing typed: the page says so under the question, nothing is sent.
+        dialog.get_by_role("button", name="提交提案").click()
+        expect(dialog.locator('[data-error-for="question"]')).to_have_text("请写下要研究的问题")
+
+        question = dialog.get_by_label("问题")
+        paths = dialog.get_by_label("范围：工作区路径")
+        question.fill("启动为什么这么慢？冷启动要 8 秒")
+        paths.fill("docs, ../etc")
+        dialog.get_by_role("button", name="提交提案").click()
+        error = dialog.locator('[data-error-for="paths"]')
+        expect(error).to_have_text("研究范围里的路径不能在工作区之外：../etc")
+        expect(paths).to_have_attribute("aria-invalid", "true")
+        expect(dialog.locator('[data-error-for="question"]')).to_be_hidden()
+        expect(question).to_have_value("启动为什么这么慢？冷启动要 8 秒")
+        expect(paths).to_have_value("docs, ../etc")
+        screenshot(owner.page, "research-propose-error")
+
+        # Fixed; a budget of -1 is refused under its own field, the rest kept.
+        paths.fill("docs")
+        tokens = dialog.get_by_label("tokens")
+        tokens.fill("-1")
+        dialog.get_by_role("button", name="提交提案").click()
+        expect(dialog.locator('[data-error-for="budget.tokens"]')).to_contain_text("正整数")
+        expect(error).to_be_hidden()
+        expect(question).to_have_value("启动为什么这么慢？冷启动要 8 秒")
+        tokens.fill("5000")
+        dialog.locator(".research-ref-option", has_text="docs/specs/").locator("input").check()
+        scout.check()
+        dialog.get_by_role("button", name="提交提案").click()
+        expect(dialog).to_have_count(0)
+
+        runs = room_server.get(f"/api/projects/{project}/research")["research"]
+        assert len(runs) == 1
+        run = runs[0]
+        assert run["question"] == "启动为什么这么慢？冷启动要 8 秒"
+        assert run["scope"]["paths"] == ["docs"]
+        assert [r["id"] for r in run["scope"]["references"]] == [specs["id"]]
+        assert sorted(m["handle"] for m in run["members"]) == ["lead", "scout"]
+        assert run["budget"] == {"tokens": 5000, "requests": 60, "seconds": 1800, "steps": 60}
+        assert run["proposer"]["handle"] == "owner"
+        for person in (owner, member):
+            card = person.page.locator(f'.research-card[data-research="{run["id"]}"]')
+            expect(card.locator(".research-state")).to_have_text("待批准")
+            expect(card).to_contain_text("启动为什么这么慢？")
+            expect(card.locator(f'.research-ref[data-ref="{specs["id"]}"]')).to_contain_text(
+                "docs/specs/")  # fmt: skip
+            expect(card).to_contain_text("@lead @scout")
+        expect(owner.page.locator(".toast")).to_contain_text(f"研究 #{run['id']} 的提案已发出")
+        screenshot(owner.page, "research-proposed-owner")
+        screenshot(member.page, "research-proposed-member-600")
+
+        # A plain member may propose too (the server's rule): the dialog at 600 px.
+        dialog = open_propose(member)
+        expect(dialog.get_by_label("问题")).to_be_visible()
+        screenshot(member.page, "research-propose-dialog-600")
+        dialog.get_by_role("button", name="取消").click()
+        member.assert_clean()
+    finally:
+        member.close()
+
+
+def test_no_entry_point_where_research_cannot_be_proposed(
+    owner: Person, room_server: RoomServer, chromium: Browser
+) -> None:
+    project = room_server.create_project("暂停的研究", TEAM)
+    member = join(chromium, room_server, project, "li", "小李")
+    try:
+        owner.open_project(project)
+        member.open_project(project)
+        for person in (owner, member):
+            person.page.locator("#lifecycle-menu").click()
+            expect(person.page.get_by_role("menuitem", name="发起研究…")).to_be_visible()
+            person.page.keyboard.press("Escape")
+        room_server.post(f"/api/projects/{project}/lifecycle", {"op": "pause"})
+        for person in (owner, member):
+            expect(person.page.locator("#room-banner")).to_be_visible()
+            person.page.locator("#lifecycle-menu").click()
+            menu = person.page.get_by_role("menu")
+            expect(menu).to_be_visible()
+            expect(menu.get_by_role("menuitem", name="发起研究…")).to_have_count(0)
+            person.page.keyboard.press("Escape")
+        member.assert_clean()
+    finally:
+        member.close()

@@ -16,6 +16,7 @@ import { Members } from "./members.js";
 import { avatar, noticeKind, paintPresence } from "./message.js";
 import { loadProviders, ModelsTab } from "./models.js";
 import { Panel } from "./panel.js";
+import { mayPropose, proposeDialog } from "./research.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
 import { SearchBox } from "./search.js";
 import { initShortcuts, openHelp } from "./shortcuts.js";
@@ -55,6 +56,7 @@ const search = new SearchBox($("#search"), { room: () => app.room, open: openRes
 let pendingJump = null; // a permalink's message, opened once the timeline has loaded
 const lifecycle = new Lifecycle({
   onChanged: (project) => projectChanged(project),
+  extras: (room) => (mayPropose(room) ? [{ id: "research-propose", label: t("research.proposeMenu"), run: () => proposeDialog(room) }] : []),
   onPurged: (projectId) => {
     app.projects.delete(projectId);
     if (app.room?.id === projectId) app.room = null;

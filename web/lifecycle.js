@@ -27,8 +27,10 @@ function offered(project, order) {
 }
 
 export class Lifecycle {
-  constructor({ onChanged, onPurged }) {
+  /** `extras(room)`: items other modules add at the top of the menu (发起研究 …). */
+  constructor({ onChanged, onPurged, extras = () => [] }) {
     this.onChanged = onChanged;
+    this.extras = extras;
     this.onPurged = onPurged;
     this.room = null;
     this.button = $("#lifecycle-menu");
@@ -73,7 +75,8 @@ export class Lifecycle {
     const items = ops.map((op) => ({ id: op, label: t(`lifecycle.${op}`), danger: DANGER.has(op), run: () => this.run(op) }));
     if (!items.length && owner) items.push({ id: "none", label: t("lifecycle.nothing"), disabled: true, run: () => {} });
     if (!owner) items.push(...(items.length ? ["-"] : []), { id: "owner-only", label: t("lifecycle.ownerOnly"), disabled: true, run: () => {} });
-    openMenu(this.button, items, { label: t("lifecycle.menu") });
+    const extras = this.extras(room);
+    openMenu(this.button, [...extras, ...(extras.length && items.length ? ["-"] : []), ...items], { label: t("lifecycle.menu") });
   }
 
   async run(op) {

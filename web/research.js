@@ -10,9 +10,9 @@
 
 import { get, post } from "./api.js";
 import { h } from "./dom.js";
-import { errorText, formatDateTime, t } from "./i18n.js";
-import { isOwner, mayPost } from "./store.js";
-import { openDialog } from "./ui.js";
+import { errorText, formatDateTime, formatNumber, t } from "./i18n.js";
+import { activeAgents, isOwner, mayPost, me } from "./store.js";
+import { openDialog, toast, toastError } from "./ui.js";
 
 const BUTTONS = ["approve", "start", "resume", "pause", "adjust", "reject", "stop", "cancel"];
 const PRIMARY = new Set(["approve", "start", "resume"]);
@@ -64,7 +64,7 @@ export function researchCard(room, message) {
   const act = async (op) => {
     error.hidden = true;
     try {
-      if (op === "adjust") return adjustDialog(run, error);
+      if (op === "adjust") return adjustDialog(room, run, error);
       const body = op === "approve" ? { rev: run.rev, scope_digest: run.scope_digest } : {};
       await post(`/api/research/${run.id}/${op}`, body);
     } catch (err) {
@@ -109,66 +109,252 @@ export function researchCard(room, message) {
   error);
 }
 
-function adjustDialog(run, error) {
+// -- the proposal form (propose and adjust share it) ---------------------------------------------
+
+/** Whether this viewer may propose research here: what the server enforces (docs/research.md,
+ * "Proposal") — a person who is a member of an active project. Agents propose with their tool. */
+export function mayPropose(room) {
+  const you = me(room);
+  return Boolean(you && you.kind === "human" && you.status !== "left" && room.project?.state === "active" && mayPost(room.project));
+}
+
+// Which field a server error's `details.field` concerns ("budget.tokens" is its own).
+const FIELD_OF = { question: "question", scope: "paths", "scope.paths": "paths", "scope.web": "paths", "scope.references": "references", members: "members", budget: "budget.tokens" };
+
+function fieldOf(err) {
+  const field = err?.details?.field;
+  if (typeof field !== "string") return null;
+  if (field.startsWith("budget.") && BUDGET_KEYS.includes(field.slice(7))) return field;
+  return FIELD_OF[field] || null;
+}
+
+function splitPaths(text) {
+  return text.split(/[,，、\n]/).map((p) => p.trim()).filter(Boolean);
+}
+
+let formSeq = 0;
+
+/**
+ * The research form: question, workspace paths, references picked from project memory, the
+ * participating agents and the budget. `values` fills it ({question, paths, references (ids),
+ * members (ids), budget}); `scopeRefs` are the references already in scope (kept listed when
+ * archived since, so they can be taken out); `caps` the budget's caps. Returns the nodes, `body()`
+ * (what to send) and `showError(err)`, which puts a refusal under the field it concerns
+ * (anything else in the form's own line); what was typed stays.
+ */
+export function researchForm(room, { projectId, values = {}, scopeRefs = [], caps = {} }) {
+  const id = `research-form-${++formSeq}`;
+  const errors = new Map();
+  const controls = new Map();
+  const field = (name, control, labelText, hint = null) => {
+    const errorEl = h("p", { class: "error-text field-error", id: `${id}-${name.replace(".", "-")}-error`, dataset: { errorFor: name }, attrs: { role: "alert" }, hidden: true });
+    errors.set(name, errorEl);
+    controls.set(name, control);
+    const hintEl = hint ? h("span", { class: "field-hint", text: hint }) : null;
+    return h("div", { class: "field", dataset: { field: name } }, h("label", { class: "field-label", attrs: { for: control.id }, text: labelText }), control, hintEl, errorEl);
+  };
+  const question = h("textarea", { id: `${id}-question`, class: "input", rows: 3, attrs: { maxlength: "4000", required: "" } });
+  question.value = values.question || "";
+  const paths = h("input", { id: `${id}-paths`, class: "input", value: (values.paths || []).join(", "), attrs: { placeholder: t("research.pathsPlaceholder") } });
+  paths.value = (values.paths || []).join(", ");
+
+  const picked = new Set(values.references || []);
+  const refs = h("fieldset", { id: `${id}-references`, class: "research-ref-pick", tabIndex: -1 }, h("legend", { text: t("research.refsPick") }));
+  const refOption = (refId, kind, target, note, checked) => {
+    const box = h("input", { type: "checkbox", value: String(refId), checked, dataset: { ref: String(refId) } });
+    box.addEventListener("change", () => (box.checked ? picked.add(refId) : picked.delete(refId)));
+    return h("label", { class: "research-ref-option" }, box, " ",
+      h("span", { class: "badge", text: t(`refKind.${kind}`) }), " ", h("code", { text: target }),
+      note ? h("span", { class: "muted", text: ` — ${note}` }) : null);
+  };
+  get(`/api/projects/${projectId}/memory/reference?limit=200`).then((page) => {
+    const entries = page.entries || [];
+    const live = new Set(entries.map((e) => e.id));
+    const kept = scopeRefs.filter((r) => !live.has(r.id));
+    if (!entries.length && !kept.length) refs.append(h("p", { class: "muted", text: t("research.refsEmpty") }));
+    for (const entry of entries) refs.append(refOption(entry.id, entry.body.ref_kind, entry.body.target, entry.body.note, picked.has(entry.id)));
+    // A reference in scope that is no longer live (archived since) stays listed, so it can be
+    // taken out; kept in, the server refuses it with its reason.
+    for (const ref of kept) refs.append(refOption(ref.id, ref.kind, ref.target, ref.note, picked.has(ref.id)));
+  }).catch((err) => refs.append(h("p", { class: "error-text", text: errorText(err) })));
+  const refsError = h("p", { class: "error-text field-error", id: `${id}-references-error`, dataset: { errorFor: "references" }, attrs: { role: "alert" }, hidden: true });
+  errors.set("references", refsError);
+  controls.set("references", refs);
+
+  // The participating agents: the project's current ones, and any in `values` who left since.
+  const chosen = new Set(values.members || []);
+  const agents = activeAgents(room);
+  const shown = new Set(agents.map((m) => m.id));
+  const others = [...chosen].filter((m) => !shown.has(m)).map((m) => room.members.get(m) || { id: m, handle: "?", display_name: `#${m}` });
+  const members = h("fieldset", { id: `${id}-members`, class: "research-member-pick", tabIndex: -1 }, h("legend", { text: t("research.membersPick") }),
+    [...agents, ...others].map((m) => {
+      const box = h("input", { type: "checkbox", value: String(m.id), checked: chosen.has(m.id), dataset: { member: String(m.id) } });
+      box.addEventListener("change", () => (box.checked ? chosen.add(m.id) : chosen.delete(m.id)));
+      return h("label", { class: "research-member-option" }, box, " ", h("span", { text: m.display_name }), " ",
+        h("span", { class: "muted", text: `@${m.handle}` }),
+        m.id === room.project?.lead_member_id ? h("span", { class: "badge", text: t("research.leadBadge") }) : null);
+    }),
+    agents.length || others.length ? null : h("p", { class: "muted", text: t("research.noAgents") }));
+  const membersError = h("p", { class: "error-text field-error", id: `${id}-members-error`, dataset: { errorFor: "members" }, attrs: { role: "alert" }, hidden: true });
+  errors.set("members", membersError);
+  controls.set("members", members);
+
+  const budgetInputs = Object.fromEntries(BUDGET_KEYS.map((k) => {
+    const input = h("input", { id: `${id}-budget-${k}`, class: "input", type: "number", value: String(values.budget?.[k] ?? ""), attrs: { min: "1", max: caps[k] ? String(caps[k]) : null, step: "1", inputmode: "numeric" } });
+    input.value = String(values.budget?.[k] ?? "");
+    return [k, input];
+  }));
+  const problem = h("p", { class: "error-text research-form-error", attrs: { role: "alert" }, hidden: true });
+
+  const clearErrors = () => {
+    problem.hidden = true;
+    for (const [name, el] of errors) {
+      el.hidden = true;
+      el.textContent = "";
+      controls.get(name)?.removeAttribute("aria-invalid");
+    }
+  };
+  const showAt = (name, text) => {
+    const el = errors.get(name);
+    const control = controls.get(name);
+    if (!el) {
+      problem.textContent = text;
+      problem.hidden = false;
+      return;
+    }
+    el.textContent = text;
+    el.hidden = false;
+    if (control) {
+      control.setAttribute("aria-invalid", "true");
+      control.setAttribute("aria-describedby", el.id || "");
+      control.focus();
+    }
+  };
+  const body = () => ({
+    question: question.value,
+    scope: { paths: splitPaths(paths.value), references: [...picked] },
+    members: [...chosen],
+    budget: Object.fromEntries(BUDGET_KEYS.map((k) => [k, budgetInputs[k].value.trim() === "" ? null : Number(budgetInputs[k].value)])),
+  });
+  /** What the page can tell before asking the server; true when there is nothing to say. */
+  const check = () => {
+    clearErrors();
+    const sent = body();
+    if (!sent.question.trim()) return showAt("question", t("research.questionRequired")), false;
+    if (!sent.scope.paths.length && !sent.scope.references.length) return showAt("paths", t("research.scopeRequired")), false;
+    if (!sent.members.length) return showAt("members", t("research.membersRequired")), false;
+    return true;
+  };
+  const showError = (err) => {
+    clearErrors();
+    const name = fieldOf(err);
+    if (name) showAt(name, errorText(err));
+    else showAt(null, errorText(err));
+  };
+  const nodes = [
+    field("question", question, t("research.question")),
+    field("paths", paths, t("research.paths"), t("research.pathsHint")),
+    h("div", { class: "field", dataset: { field: "references" } }, refs, refsError),
+    h("div", { class: "field", dataset: { field: "members" } }, members, membersError),
+    h("fieldset", { class: "research-budget" }, h("legend", { text: t("research.budgetTitle") }),
+      BUDGET_KEYS.map((k) => field(`budget.${k}`, budgetInputs[k], t(`research.budgetField.${k}`), caps[k] ? t("research.budgetCap", { max: formatNumber(caps[k]) }) : null))),
+    problem,
+  ];
+  return { nodes, body, check, showError, question, paths };
+}
+
+/** The dialog around the form: `send(body)` posts it; a refusal stays in the dialog, by its
+ * field, with everything typed kept. Ctrl/⌘+Enter submits. Resolves what `send` answered. */
+function formDialog({ title, form, submitLabel, send }) {
   return openDialog({
-    title: t("research.adjustTitle", { id: run.id }),
-    build: (close) => {
-      const question = h("textarea", { class: "input", rows: 3, value: run.question });
-      question.value = run.question;
-      const paths = h("input", { class: "input", value: (run.scope?.paths || []).join(", "), attrs: { placeholder: t("research.pathsHint") } });
-      const picked = new Set((run.scope?.references || []).map((r) => r.id));
-      const refs = h("fieldset", { class: "research-ref-pick" }, h("legend", { text: t("research.refsPick") }));
-      get(`/api/projects/${run.project_id}/memory/reference?limit=200`).then((page) => {
-        const entries = page.entries || [];
-        if (!entries.length) refs.append(h("p", { class: "muted", text: t("research.refsEmpty") }));
-        for (const entry of entries) {
-          const box = h("input", { type: "checkbox", value: String(entry.id), checked: picked.has(entry.id), dataset: { ref: String(entry.id) } });
-          box.addEventListener("change", () => (box.checked ? picked.add(entry.id) : picked.delete(entry.id)));
-          refs.append(h("label", { class: "research-ref-option" }, box, " ",
-            h("span", { class: "badge", text: t(`refKind.${entry.body.ref_kind}`) }), " ",
-            h("code", { text: entry.body.target }),
-            entry.body.note ? h("span", { class: "muted", text: ` — ${entry.body.note}` }) : null));
-        }
-        // A reference in scope that is no longer live (archived since) stays listed, so it can be
-        // taken out; kept in, the server refuses it with its reason.
-        const live = new Set(entries.map((e) => e.id));
-        for (const ref of run.scope?.references || []) {
-          if (live.has(ref.id)) continue;
-          const box = h("input", { type: "checkbox", value: String(ref.id), checked: true, dataset: { ref: String(ref.id) } });
-          box.addEventListener("change", () => (box.checked ? picked.add(ref.id) : picked.delete(ref.id)));
-          refs.append(h("label", { class: "research-ref-option" }, box, " ",
-            h("span", { class: "badge", text: t(`refKind.${ref.kind}`) }), " ", h("code", { text: ref.target })));
-        }
-      }).catch((err) => refs.append(h("p", { class: "error-text", text: errorText(err) })));
-      const budget = Object.fromEntries(BUDGET_KEYS.map((k) => [k, h("input", { class: "input", type: "number", value: String(run.budget?.[k] ?? "") })]));
-      const problem = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
-      const save = async () => {
-        const body = {
-          rev: run.rev,
-          question: question.value,
-          scope: { paths: paths.value.split(/[,，、]/).map((p) => p.trim()).filter(Boolean), references: [...picked] },
-          members: (run.members || []).map((m) => m.id),
-          budget: Object.fromEntries(BUDGET_KEYS.map((k) => [k, Number(budget[k].value)])),
-        };
+    title,
+    className: "research-form-dialog",
+    build: (close, dialog) => {
+      let sending = false;
+      const submitButton = h("button", { type: "submit", class: "btn btn-primary", dataset: { action: "research-submit" }, text: submitLabel });
+      const submit = async (event) => {
+        event?.preventDefault();
+        if (sending || !form.check()) return;
+        sending = true;
+        submitButton.disabled = true;
         try {
-          await post(`/api/research/${run.id}/adjust`, body);
-          close(true);
+          close({ sent: await send(form.body()) });
         } catch (err) {
-          problem.textContent = errorText(err);
-          problem.hidden = false;
+          form.showError(err);
+        } finally {
+          sending = false;
+          submitButton.disabled = false;
         }
       };
-      return [
-        h("label", { class: "field" }, h("span", { text: t("research.question") }), question),
-        h("label", { class: "field" }, h("span", { text: t("research.paths") }), paths),
-        refs,
-        ...BUDGET_KEYS.map((k) => h("label", { class: "field" }, h("span", { text: t(`research.budget.${k}`) }), budget[k])),
-        problem,
+      dialog.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) submit(event);
+      });
+      return h("form", { class: "research-form", attrs: { novalidate: "" }, on: { submit } },
+        form.nodes,
         h("div", { class: "dialog-actions" },
-          h("button", { type: "button", class: "btn", text: t("common.cancel"), on: { click: () => close(false) } }),
-          h("button", { type: "button", class: "btn btn-primary", dataset: { action: "research-adjust-save" }, text: t("research.adjustSave"), on: { click: save } })),
-      ];
+          h("button", { type: "button", class: "btn", text: t("common.cancel"), on: { click: () => close(undefined) } }),
+          submitButton));
     },
+  });
+}
+
+// An unsent proposal, per project: dismissing the dialog keeps what was typed for next time.
+const drafts = new Map();
+
+/** "发起研究": a person proposes a run (POST /api/projects/{id}/research). The suggested budget
+ * and the caps come from the server (the list's `budget`); the lead is preselected. */
+export async function proposeDialog(room) {
+  const projectId = room.id;
+  let limits;
+  try {
+    limits = (await get(`/api/projects/${projectId}/research`)).budget || {};
+  } catch (err) {
+    toastError(err);
+    return null;
+  }
+  const lead = room.project?.lead_member_id;
+  const agents = activeAgents(room);
+  const start = drafts.get(projectId) || {
+    question: "",
+    paths: [],
+    references: [],
+    members: agents.some((m) => m.id === lead) ? [lead] : agents.slice(0, 1).map((m) => m.id),
+    budget: limits.default || {},
+  };
+  const form = researchForm(room, { projectId, values: start, caps: limits.max || {} });
+  const answer = await formDialog({
+    title: t("research.proposeTitle"),
+    form,
+    submitLabel: t("research.proposeSubmit"),
+    send: (body) => post(`/api/projects/${projectId}/research`, body),
+  });
+  if (!answer?.sent) {
+    const body = form.body();
+    drafts.set(projectId, { ...body, paths: body.scope.paths, references: body.scope.references });
+    return null;
+  }
+  drafts.delete(projectId);
+  toast(t("research.proposed", { id: answer.sent.id }));
+  return answer.sent;
+}
+
+function adjustDialog(room, run, error) {
+  const form = researchForm(room, {
+    projectId: run.project_id,
+    values: {
+      question: run.question,
+      paths: run.scope?.paths || [],
+      references: (run.scope?.references || []).map((r) => r.id),
+      members: (run.members || []).map((m) => m.id),
+      budget: run.budget,
+    },
+    scopeRefs: run.scope?.references || [],
+  });
+  return formDialog({
+    title: t("research.adjustTitle", { id: run.id }),
+    form,
+    submitLabel: t("research.adjustSave"),
+    send: (body) => post(`/api/research/${run.id}/adjust`, { rev: run.rev, ...body }),
   }).catch((err) => {
     error.textContent = errorText(err);
     error.hidden = false;
