@@ -247,9 +247,10 @@ export function researchForm(room, { projectId, values = {}, scopeRefs = [], cap
   };
   const showError = (err) => {
     clearErrors();
-    const name = fieldOf(err);
-    if (name) showAt(name, errorText(err));
-    else showAt(null, errorText(err));
+    // The form sends members by id: name the one refused by its handle.
+    const refused = room.members.get(Number(err?.details?.member));
+    const shownErr = refused ? { code: err.code, message: err.message, details: { ...err.details, member: `@${refused.handle}` } } : err;
+    showAt(fieldOf(err), errorText(shownErr));
   };
   const nodes = [
     field("question", question, t("research.question")),
