@@ -52,7 +52,14 @@ def test_pause_archive_trash_restore_and_purge(owner: Person, room_server: RoomS
     banner = page.locator("#room-banner")
     box = page.locator("#draft")
 
-    assert lifecycle_menu(page) == ["暂停项目", "归档", "标记完成…", "放弃项目…", "移到回收站"]
+    assert lifecycle_menu(page) == [
+        "发起研究…",
+        "暂停项目",
+        "归档",
+        "标记完成…",
+        "放弃项目…",
+        "移到回收站",
+    ]
     page.get_by_role("menuitem", name="暂停项目").click()
     page.get_by_role("dialog").locator("#lifecycle-reason").fill("等设计稿")
     page.get_by_role("dialog").get_by_role("button", name="暂停项目").click()
@@ -211,14 +218,22 @@ def test_the_menu_offers_what_the_server_allows(
     project = room_server.create_project("按服务器提供", TEAM)
     page = owner.page
     owner.open_project(project)
-    assert lifecycle_menu(page) == ["暂停项目", "归档", "标记完成…", "放弃项目…", "移到回收站"]
+    assert lifecycle_menu(page) == [
+        "发起研究…",
+        "暂停项目",
+        "归档",
+        "标记完成…",
+        "放弃项目…",
+        "移到回收站",
+    ]
     page.keyboard.press("Escape")
 
     member = join(chromium, room_server, project, "zhaolei", "赵磊")
     try:
         expect(member.page.locator("#room-title")).to_have_text("按服务器提供")
-        # A person without the owner role is offered no lifecycle operation at all.
-        assert lifecycle_menu(member.page) == ["只有项目所有者可以操作"]
+        # A person without the owner role is offered no lifecycle operation at all (proposing
+        # research is for every person of an active project, docs/research.md).
+        assert lifecycle_menu(member.page) == ["发起研究…", "只有项目所有者可以操作"]
         member.page.keyboard.press("Escape")
         room_server.post(f"/api/projects/{project}/lifecycle", {"op": "pause"})
         expect(page.locator("#room-state")).to_have_text("已暂停")

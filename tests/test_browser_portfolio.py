@@ -219,7 +219,7 @@ def test_complete_and_abandon_with_a_reason_from_the_room(
     page = owner.page
     page.locator("#lifecycle-menu").click()
     labels = page.get_by_role("menu", name="项目操作").locator(".menu-label").all_inner_texts()
-    assert labels == ["暂停项目", "归档", "标记完成…", "放弃项目…", "移到回收站"]
+    assert labels == ["发起研究…", "暂停项目", "归档", "标记完成…", "放弃项目…", "移到回收站"]
     page.get_by_role("menuitem", name="标记完成…").click()
     dialog = page.get_by_role("dialog")
     dialog.locator("#lifecycle-reason").fill("已经上线，交付验收")

@@ -279,7 +279,9 @@ def test_a_person_proposes_research_from_the_room_and_everyone_sees_the_card(
         # An agent picked here leaves meanwhile: refused under the members, by its handle.
         room_server.post(f"/api/projects/{project}/members/{members['scout']['id']}/leave", {})
         dialog.get_by_role("button", name="提交提案").click()
-        expect(dialog.locator('[data-error-for="members"]')).to_have_text("没有这个 AI 成员：@scout")
+        expect(dialog.locator('[data-error-for="members"]')).to_have_text(
+            "没有这个 AI 成员：@scout"
+        )
         scout.uncheck()
         dialog.get_by_role("button", name="提交提案").click()
         expect(dialog).to_have_count(0)

@@ -260,6 +260,8 @@ def test_everything_is_reachable_by_keyboard_with_visible_focus(
     expect(page.locator("#tab-tasks")).to_be_visible()
     page.locator("#lifecycle-menu").focus()
     page.keyboard.press("Enter")
+    expect(page.get_by_role("menuitem", name="发起研究…")).to_be_focused()
+    page.keyboard.press("ArrowDown")
     expect(page.get_by_role("menuitem", name="暂停项目")).to_be_focused()
     page.keyboard.press("Escape")
     expect(page.locator("#lifecycle-menu")).to_be_focused()
