@@ -6,7 +6,9 @@
 // revisions, the hypotheses, experiments and findings with their sources, and the flowback a
 // person accepts or rejects. The scope shows its workspace paths and its project references as
 // they resolved when proposed (a folder or file outside the workspace by its real path; a link or
-// tool only as metadata, never fetched); the adjust dialog picks references from project memory.
+// tool only as metadata, never fetched). A person proposes from the project's ⋯ menu (发起研究…);
+// the proposal dialog and the adjust dialog share one form (question, paths, references picked
+// from project memory, participating agents, budget), which shows a refusal under its field.
 
 import { get, post } from "./api.js";
 import { h } from "./dom.js";
