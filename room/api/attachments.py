@@ -20,6 +20,7 @@ from room import blobs
 from room.actions import attachments as attachment_actions
 from room.api.base import core_of, identity, member_in, path_id
 from room.attachments import ATTACHMENT_CSP, disposition, served_type, shows_inline
+from room.bodies import body_into
 from room.errors import BadRequestError, NotFoundError
 from room.store import attachments as attachments_store
 
@@ -39,7 +40,7 @@ async def upload(request: Request) -> Response:
         member,
         name=request.query_params.get("name"),
         declared=int(declared) if declared is not None else None,
-        chunks=request.stream(),
+        body=body_into(request),
     )
     return JSONResponse({"attachment": found}, status_code=201)
 
