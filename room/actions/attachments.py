@@ -31,6 +31,7 @@ from room.errors import (
     ConflictError,
     NotFoundError,
     PayloadTooLargeError,
+    RateLimitedError,
 )
 from room.lifecycle import ActorKind, ProjectState, posting_open
 from room.models import Member
@@ -77,6 +78,13 @@ async def upload(
     limit = settings.attachment_max_bytes
     if declared is not None and declared > limit:
         raise _too_large(limit)
+    wait_ms = core.uploads.take(member.id)
+    if wait_ms:
+        raise RateLimitedError(
+            f"上传太频繁，请 {(wait_ms + 999) // 1000} 秒后再试 (uploading too fast; try again in "
+            f"{wait_ms} ms)",
+            retry_after_ms=wait_ms,
+        )
     project_id = member.project_id
     quota = settings.attachment_project_bytes
 
