@@ -37,6 +37,7 @@ from room.lifecycle import ActorKind, ProjectState, posting_open
 from room.models import Member
 from room.store import Tx
 from room.store import attachments as store
+from room.store import messages as messages_store
 from room.store import projects as projects_store
 
 log = logging.getLogger(__name__)
@@ -259,12 +260,32 @@ async def discard(core: Core, member: Member, attachment_id: int) -> None:
 
 
 async def readable(core: Core, member: Member, attachment_id: int) -> dict[str, Any]:
-    """The row of an attachment ``member`` may read: one sent in its project, or its own."""
-    row = await core.db.read(lambda conn: store.get(conn, attachment_id))
+    """The row of an attachment ``member`` may read: one sent in its project, or its own unsent
+    upload. Once the message that carried it is deleted, only the people who may still read
+    that message's text (its author and the project's owners, as with the edit history) may
+    read its files; to everyone else it is gone (404 ``attachment_deleted``)."""
+
+    def query(conn: sqlite3.Connection) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        row = store.get(conn, attachment_id)
+        if row is None or row["message_id"] is None:
+            return row, None
+        return row, messages_store.get_row(conn, int(row["message_id"]))
+
+    row, message = await core.db.read(query)
     if row is None or row["project_id"] != member.project_id:
         raise NotFoundError("no such attachment", code="no_attachment")
     if row["message_id"] is None and row["uploader_id"] != member.id:
         raise NotFoundError("no such attachment", code="no_attachment")
+    if (
+        message is not None
+        and message["deleted_at"] is not None
+        and member.id != message["author_id"]
+        and not member.is_owner
+    ):
+        raise NotFoundError(
+            "附件所在的消息已删除 (the message that carried this file was deleted)",
+            code="attachment_deleted",
+        )
     return row
 
 
