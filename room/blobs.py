@@ -21,6 +21,7 @@ import hashlib
 import io
 import mmap
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -71,7 +72,8 @@ def aligned_buffer(size: int) -> mmap.mmap:
 
 class Upload:
     """One upload being streamed to a temporary file. ``write`` hashes and writes a chunk
-    (called from a worker thread, one at a time); ``finish`` flushes it to disk. A chunk from
+    (``hash`` and ``store`` do each half, so that a chunk's hashing and writing may run at once
+    in two threads); ``finish`` flushes it to disk. A chunk from
     :func:`aligned_buffer` whose length is whole :data:`DIRECT_ALIGN` blocks is written with
     ``O_DIRECT``; the first that is not (the tail, a small file) turns the file to ordinary
     buffered writes for the rest, as does a file system that refuses direct writes."""
@@ -92,24 +94,41 @@ class Upload:
             self.fd = os.open(self.path, flags)
             self.direct = False
         self.closed = False
+        self.lock = threading.Lock()
+        self.head = bytearray()  # the first DETECT_HEAD_BYTES, for typing without a read
         self.hasher = hashlib.sha256()
         self.size = 0
 
     def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        """Hash and store ``chunk``."""
+        self.hash(chunk)
+        self.store(chunk)
+
+    def hash(self, chunk: bytes | bytearray | memoryview) -> None:
+        """Hash the next chunk (chunks in order; may run beside :meth:`store` of the same one)."""
         self.hasher.update(chunk)
+        if len(self.head) < DETECT_HEAD_BYTES:
+            self.head += chunk[: DETECT_HEAD_BYTES - len(self.head)]
+
+    def store(self, chunk: bytes | bytearray | memoryview) -> None:
+        """Write the next chunk to the file (chunks in order)."""
         view = memoryview(chunk)
-        if self.direct and len(view) % DIRECT_ALIGN:
-            self._buffered()
-        while view:
-            try:
-                written = os.write(self.fd, view)
-            except OSError as exc:
-                if not self.direct or exc.errno != errno.EINVAL:
-                    raise
-                self._buffered()  # an address or length the device will not take directly
-                continue
-            view = view[written:]
-        self.size += len(chunk)
+        size = len(view)
+        with self.lock:  # a discard (a refusal, a cancelled upload) waits for this write
+            if self.closed:
+                raise OSError(errno.EBADF, "the upload was discarded")
+            if self.direct and size % DIRECT_ALIGN:
+                self._buffered()
+            while view:
+                try:
+                    written = os.write(self.fd, view)
+                except OSError as exc:
+                    if not self.direct or exc.errno != errno.EINVAL:
+                        raise
+                    self._buffered()  # an address or length the device will not take directly
+                    continue
+                view = view[written:]
+            self.size += size
 
     def _buffered(self) -> None:
         flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
@@ -118,8 +137,9 @@ class Upload:
 
     def finish(self) -> str:
         """Flush to disk; the content's SHA-256."""
-        os.fsync(self.fd)
-        self._close()
+        with self.lock:
+            os.fsync(self.fd)
+            self._close()
         return self.hasher.hexdigest()
 
     def _close(self) -> None:
@@ -128,7 +148,7 @@ class Upload:
             os.close(self.fd)
 
     def discard(self) -> None:
-        with contextlib.suppress(OSError):
+        with self.lock, contextlib.suppress(OSError):
             self._close()
         self.path.unlink(missing_ok=True)
 
@@ -190,14 +210,6 @@ def _fsync_dir(folder: Path) -> None:
 
 
 # -- type ----------------------------------------------------------------------------------------
-
-
-def detect(path: Path, name: str) -> str:
-    """The MIME type of the file at ``path`` from its content. Text that decodes as UTF-8 is
-    ``text/plain``; content nothing recognises is ``application/octet-stream``."""
-    with path.open("rb") as f:
-        head = f.read(DETECT_HEAD_BYTES)
-    return detect_bytes(head, name, whole=path.stat().st_size <= len(head))
 
 
 def detect_bytes(head: bytes, name: str, *, whole: bool = True) -> str:

@@ -151,13 +151,14 @@ def _release(core: Core, project_id: int, reserved: int) -> None:
 async def _stream(
     part: blobs.Upload, body: BodyInto, cap: int, limit: int, over_quota: Any
 ) -> None:
-    """Receive the body into one buffer while a worker thread hashes and writes the other: two
-    :data:`BUFFER_BYTES` buffers whatever the file's size. Never reads more than one byte past
-    ``cap``, and refuses as soon as that byte arrives."""
+    """Receive the body into one buffer while two worker threads hash and write the other (the
+    disk's time hidden behind the hashing): two :data:`BUFFER_BYTES` buffers whatever the file's
+    size. Never reads more than one byte past ``cap``, and refuses as soon as that byte
+    arrives."""
     # Anonymous memory, page-aligned for direct writes; unmapped when the last view goes.
     buffers = tuple(memoryview(blobs.aligned_buffer(BUFFER_BYTES)) for _ in range(2))
     received = 0
-    writing: asyncio.Future[None] | None = None
+    writing: list[asyncio.Future[None]] = []
     loop = asyncio.get_running_loop()
     try:
         for turn in itertools.count():
@@ -166,21 +167,26 @@ async def _stream(
             received += n
             if received > cap:
                 raise _too_large(limit) if cap == limit else over_quota()
-            if writing is not None:
-                await writing
-                writing = None
+            if writing:
+                await asyncio.gather(*writing)
+                writing = []
             if n == 0:
                 break
-            writing = loop.run_in_executor(None, part.write, view[:n])
+            chunk = view[:n]  # hashed in one thread while another writes it: both only read it
+            writing = [
+                loop.run_in_executor(None, part.hash, chunk),
+                loop.run_in_executor(None, part.store, chunk),
+            ]
     finally:
-        if writing is not None:  # a refusal while a write ran: let it end before discarding
-            await asyncio.gather(writing, return_exceptions=True)
+        if writing:  # a refusal while a write ran: let it end before discarding (which also
+            # waits for it, should this task be cancelled meanwhile: Upload.lock)
+            await asyncio.gather(*writing, return_exceptions=True)
 
 
 def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[str, Any]:
     """Flush, type and thumbnail the upload, then move it to its content address (in a thread)."""
     sha256 = part.finish()
-    mime = blobs.detect(part.path, name)
+    mime = blobs.detect_bytes(bytes(part.head), name, whole=part.size <= len(part.head))
     thumb = None
     if mime.startswith("image/") and mime != "image/svg+xml":
         thumb = blobs.thumbnail(part.path, max_pixels)
