@@ -192,6 +192,7 @@ def create_app(
             hub=Hub(),
             rosters=RosterCache(db),
             limiter=RateLimiter(settings.send_rate_per_sec, settings.send_burst),
+            uploads=RateLimiter(settings.attachment_rate_per_min / 60, settings.attachment_burst),
         )
         wiring.install(core)
         app.state.core = core

@@ -241,6 +241,11 @@ class Core:
     # and one lock per project serialising its git operations (worktrees, merges).
     workspaces: dict[int, dict[str, Any]] = field(default_factory=dict)
     git_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    # Attachment uploads under way (room.actions.attachments): the bytes each project's have
+    # reserved of its quota, and one lock per project over checking and taking that room.
+    upload_reserved: dict[int, int] = field(default_factory=dict)
+    uploads: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20))  # per member
+    upload_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     # Presence (room.actions.presence): the map each project's subscribers were last told, the
     # projects with an announcement due, and those whose announcer runs.
     presence_told: dict[int, dict[str, str]] = field(default_factory=dict)

@@ -95,6 +95,15 @@ class Settings(BaseModel):
         ge=1024,
         description="Attachment bytes one project may hold (distinct contents counted once).",
     )
+    attachment_rate_per_min: float = Field(
+        default=60.0,
+        gt=0,
+        description="Sustained uploads per member per minute; past it (and the burst) an upload "
+        "is refused (429 rate_limited, with retry_after_ms) before its body is read.",
+    )
+    attachment_burst: int = Field(
+        default=20, ge=1, description="Uploads a member may burst above the rate."
+    )
     attachment_max_pixels: int = Field(
         default=50_000_000,
         ge=10_000,

@@ -16,17 +16,32 @@ not read it all within the grace. uvicorn's keepalive timeout (1011) gets the sa
 :func:`http_protocol` gives uvicorn's h11 protocol a deadline for a request's headers: without
 one, a client sending a header line every few seconds (slowloris) held its connection forever.
 
-If uvicorn changes shape, the extensions are simply absent and the hub falls back to ASGI sends.
+It also offers ``scope["extensions"]["room.body_into"]`` on a request with a ``Content-Length``
+whose body is not all in yet: ``await body_into(view)`` fills ``view`` (a writable memoryview)
+with the next body bytes, straight from the socket (``recv_into``, no copy through h11, no
+64 KB ``http.request`` messages), and returns how many it wrote: all of ``len(view)`` unless the
+body ends first; 0 once it has ended. While it is used the connection reads through a
+:class:`asyncio.BufferedProtocol` that never reads past the declared length; when the last byte
+is in, h11 is told the body is complete and the connection goes on as usual (keep-alive,
+pipelining). A peer that closes before the body is complete raises Starlette's
+``ClientDisconnect``, as ``request.stream()`` does.
+Chunked bodies never get the extension: they go through h11 and ASGI as before.
+
+If uvicorn or h11 changes shape, the extensions are simply absent and their users fall back to
+the ordinary ASGI ways (the hub to ASGI sends, an upload to ``request.stream()``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
 import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from h11._readers import ContentLengthReader
+from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
@@ -119,11 +134,63 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
         return True
 
 
+BODY_INTO = "room.body_into"
+
+
+class _BodyReceiver(asyncio.BufferedProtocol):
+    """The protocol a connection reads through while a body is received into the app's buffer:
+    ``recv_into`` the app's view, never more than what is left of the declared length."""
+
+    def __init__(self, owner: H11Protocol, reader: ContentLengthReader) -> None:
+        self.owner = owner
+        self.reader = reader  # h11's, for the body: told it is complete at the end
+        self.left = reader._remaining
+        self.view: memoryview | None = None
+        self.filled = 0
+        self.waiter: asyncio.Future[int] | None = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        assert self.view is not None  # reading is paused whenever there is no view
+        return self.view[self.filled : self.filled + self.left]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.filled += nbytes
+        self.left -= nbytes
+        assert self.view is not None
+        if self.left == 0 or self.filled == len(self.view):
+            self.owner.transport.pause_reading()
+            waiter, self.view = self.waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(self.filled)
+
+    def _fail(self, exc: BaseException) -> None:
+        waiter, self.view = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def eof_received(self) -> bool | None:
+        self._fail(ClientDisconnect(f"the peer closed with {self.left} bytes of the body unsent"))
+        return None  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(ClientDisconnect(f"the connection was lost with {self.left} bytes unsent"))
+        self.owner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.owner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.owner.resume_writing()
+
+
 def http_protocol(header_timeout_secs: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a deadline for each request's headers."""
+    """uvicorn's h11 protocol with a deadline for each request's headers, and the
+    ``room.body_into`` extension (see the module's docstring)."""
 
     class RoomHttpProtocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _offered: RequestResponseCycle | None = None  # the cycle the extension was offered to
+        _receiver: _BodyReceiver | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -134,7 +201,62 @@ def http_protocol(header_timeout_secs: float) -> type[H11Protocol]:
             if self.conn.their_state is not h11.IDLE:  # the headers are in (or an upgrade)
                 self._disarm()
 
+        def handle_events(self) -> None:
+            super().handle_events()
+            cycle: RequestResponseCycle | None = getattr(self, "cycle", None)
+            if (
+                cycle is not None
+                and cycle is not self._offered
+                and cycle.more_body
+                and self.conn.their_state is h11.SEND_BODY
+                and type(getattr(self.conn, "_reader", None)) is ContentLengthReader
+            ):
+                self._offered = cycle
+                extensions: dict[str, Any] = cycle.scope.setdefault("extensions", {})
+                extensions[BODY_INTO] = functools.partial(self._body_into, cycle)
+
+        async def _body_into(self, cycle: RequestResponseCycle, view: memoryview) -> int:
+            """Fill ``view`` with the next bytes of ``cycle``'s body (see the module's doc)."""
+            filled = 0
+            if cycle.body:  # what h11 had already handed over
+                filled = min(len(view), len(cycle.body))
+                view[:filled] = cycle.body[:filled]
+                del cycle.body[:filled]
+            if filled == len(view) or not cycle.more_body or cycle.disconnected:
+                if cycle.disconnected and cycle.more_body and filled < len(view):
+                    raise ClientDisconnect("the connection was lost before the body was all in")
+                return filled
+            if self._receiver is None:
+                reader = self.conn._reader
+                assert type(reader) is ContentLengthReader and self.cycle is cycle
+                self._receiver = _BodyReceiver(self, reader)
+                self.flow.read_paused = True  # uvicorn's flow control stands aside meanwhile
+                self.transport.pause_reading()
+                self.transport.set_protocol(self._receiver)
+            receiver = self._receiver
+            receiver.view, receiver.filled = view, filled
+            receiver.waiter = self.loop.create_future()
+            self.transport.resume_reading()
+            try:
+                filled = await receiver.waiter
+            finally:
+                receiver.waiter = receiver.view = None
+            if receiver.left == 0:
+                self._body_done(receiver)
+            return filled
+
+        def _body_done(self, receiver: _BodyReceiver) -> None:
+            """The declared body is all in: h11 is told so, and the connection reads as usual."""
+            self._receiver = None
+            receiver.reader._remaining = 0
+            self.transport.set_protocol(self)
+            self.handle_events()  # h11: EndOfMessage; uvicorn: the request's last message
+            self.flow.read_paused = False
+            self.transport.resume_reading()
+
         def on_response_complete(self) -> None:
+            if self._receiver is not None:  # answered before the body was all in: not read on
+                self.transport.close()
             super().on_response_complete()
             if not self.transport.is_closing():
                 self._arm()  # the next request on this kept-alive connection gets its own

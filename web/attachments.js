@@ -150,6 +150,7 @@ export class AttachTray {
       if (xhr.status === 201 && data?.attachment) item.attachment = data.attachment;
       else if (error?.code === "too_large") item.error = t("attach.tooLarge", { size: formatSize(error.details?.limit || 0) });
       else if (error?.code === "project_quota") item.error = t("attach.projectFull", { size: formatSize(error.details?.limit || 0) });
+      else if (error?.code === "rate_limited") item.error = t("attach.tooFast", { secs: Math.ceil((error.details?.retry_after_ms || 1000) / 1000) });
       else item.error = errorText({ code: error?.code, message: error?.message, details: error?.details });
       item.xhr = null;
       this.render();

@@ -477,6 +477,7 @@ export const STRINGS_EN = {
   "error.no_thumbnail": "This attachment has no thumbnail",
   "attach.tooLarge": "Too large: one attachment may hold at most {size}",
   "attach.projectFull": "The project's attachment space is full ({size})",
+  "attach.tooFast": "Uploading too fast; try this file again in {secs} s",
   "error.project_quota": "The project's attachment space is full ({limit} bytes)",
   "error.image_too_large": "The image has too many pixels and was refused (a possible decompression bomb)",
   "error.empty_file": "The file is empty",

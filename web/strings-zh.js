@@ -478,6 +478,7 @@ export const STRINGS_ZH = {
   "error.no_thumbnail": "这个附件没有缩略图",
   "attach.tooLarge": "文件太大：单个附件最多 {size}",
   "attach.projectFull": "项目的附件空间已满（上限 {size}）",
+  "attach.tooFast": "上传太频繁，请 {secs} 秒后再试这个文件",
   "error.project_quota": "项目的附件空间已满（上限 {limit} 字节）",
   "error.image_too_large": "图片像素过多，已拒绝（可能是解压炸弹）",
   "error.empty_file": "文件是空的",

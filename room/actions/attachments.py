@@ -1,10 +1,12 @@
 """Uploading attachments, taking them into a send, copying them to an agent, purging them.
 
-An upload (:func:`upload`) streams the request body to disk through ``room.blobs`` — a worker
-thread hashes and writes one chunk while the event loop receives the next, so at most two
-:data:`WRITE_CHUNK_BYTES` buffers are held whatever the file's size — and is refused (413) as
-soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what is left
-of the project's ``attachment_project_bytes``. The row it writes belongs to its uploader until a
+An upload (:func:`upload`) streams the request body to disk through ``room.blobs`` — the
+body is received straight into one of two :data:`BUFFER_BYTES` buffers while a worker thread
+hashes and writes the other, so memory stays bounded whatever the file's size — and is refused
+(413) as soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what
+is left of the project's ``attachment_project_bytes``. What is left counts the room reserved by
+the project's uploads still under way: an upload reserves its declared length (a chunked one, the
+most it may be) before reading a byte, so two at once cannot both take the last of the quota. The row it writes belongs to its uploader until a
 send takes it (:func:`take`, inside the send's transaction): only the uploader's own, unsent
 uploads in the same project may be attached, each to one message.
 """
@@ -12,31 +14,35 @@ uploads in the same project may be attached, each to one message.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from room import blobs
 from room.attachments import MAX_PER_MESSAGE, clean_name, wire
+from room.bodies import BodyInto
 from room.core import Core
 from room.errors import (
     BadRequestError,
     ConflictError,
     NotFoundError,
     PayloadTooLargeError,
+    RateLimitedError,
 )
 from room.lifecycle import ActorKind, ProjectState, posting_open
 from room.models import Member
 from room.store import Tx
 from room.store import attachments as store
+from room.store import messages as messages_store
 from room.store import projects as projects_store
 
 log = logging.getLogger(__name__)
 
-WRITE_CHUNK_BYTES = 1024 * 1024
+BUFFER_BYTES = 4 * 1024 * 1024
 AGENT_DIR = Path(".room") / "attachments"
 # The states a member of each kind may upload in: those it may post in.
 POSTING_STATES = {
@@ -66,91 +72,121 @@ async def upload(
     *,
     name: str | None,
     declared: int | None,
-    chunks: AsyncIterator[bytes],
+    body: BodyInto,
 ) -> dict[str, Any]:
     """Store one upload by ``member``; its wire object (``room.attachments.wire``)."""
     settings = core.settings
     limit = settings.attachment_max_bytes
     if declared is not None and declared > limit:
         raise _too_large(limit)
+    wait_ms = core.uploads.take(member.id)
+    if wait_ms:
+        raise RateLimitedError(
+            f"上传太频繁，请 {(wait_ms + 999) // 1000} 秒后再试 (uploading too fast; try again in "
+            f"{wait_ms} ms)",
+            retry_after_ms=wait_ms,
+        )
     project_id = member.project_id
+    quota = settings.attachment_project_bytes
 
     def check(conn: sqlite3.Connection) -> tuple[str | None, int]:
         return projects_store.state_of(conn, project_id), store.project_bytes(conn, project_id)
 
-    state, used = await core.db.read(check)
-    if state not in POSTING_STATES[member.kind]:
-        raise ConflictError(
-            f"the project is {state}; it does not accept attachments now",
-            code="project_not_accepting",
-            state=state,
-        )
-    room_left = settings.attachment_project_bytes - used
-    if declared is not None and declared > room_left:
-        raise _over_quota(settings.attachment_project_bytes, used)
-    cap = min(limit, room_left)
-    file_name = clean_name(name)
-    data = settings.data
-    part = await asyncio.to_thread(blobs.Upload, data)
+    # The room an upload may take is reserved before its first byte is read, under the project's
+    # lock, so two uploads at once cannot both fit the same space; the reservation ends when its
+    # row is written (under the lock again) or the upload fails.
+    lock = core.upload_locks.setdefault(project_id, asyncio.Lock())
+    async with lock:
+        state, used = await core.db.read(check)
+        if state not in POSTING_STATES[member.kind]:
+            raise ConflictError(
+                f"the project is {state}; it does not accept attachments now",
+                code="project_not_accepting",
+                state=state,
+            )
+        used += core.upload_reserved.get(project_id, 0)
+        room_left = max(0, quota - used)
+        if declared is not None and declared > room_left:
+            raise _over_quota(quota, used)
+        reserved = declared if declared is not None else min(limit, room_left)
+        core.upload_reserved[project_id] = core.upload_reserved.get(project_id, 0) + reserved
     try:
-        await _stream(
-            part, chunks, cap, limit, lambda: _over_quota(settings.attachment_project_bytes, used)
-        )
-        if part.size == 0:
-            raise BadRequestError("空文件 (the file is empty)", code="empty_file")
-        row = await asyncio.to_thread(
-            _finish, part, data, file_name, settings.attachment_max_pixels
-        )
-    except BaseException:
-        await asyncio.to_thread(part.discard)
-        raise
+        cap = min(limit, room_left)
+        file_name = clean_name(name)
+        data = settings.data
+        part = await asyncio.to_thread(blobs.Upload, data)
+        try:
+            await _stream(part, body, cap, limit, lambda: _over_quota(quota, used))
+            if part.size == 0:
+                raise BadRequestError("空文件 (the file is empty)", code="empty_file")
+            row = await asyncio.to_thread(
+                _finish, part, data, file_name, settings.attachment_max_pixels
+            )
+        except BaseException:
+            await asyncio.to_thread(part.discard)
+            raise
 
-    def record(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
-        return store.insert(conn, project_id=project_id, uploader_id=member.id, now=tx.now, **row)
+        def record(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+            return store.insert(
+                conn, project_id=project_id, uploader_id=member.id, now=tx.now, **row
+            )
 
-    stored = await core.db.write(record)
+        async with lock:
+            stored = await core.db.write(record)
+            _release(core, project_id, reserved)
+            reserved = 0
+    finally:
+        _release(core, project_id, reserved)
     return wire(stored)
 
 
+def _release(core: Core, project_id: int, reserved: int) -> None:
+    left = core.upload_reserved.get(project_id, 0) - reserved
+    if left > 0:
+        core.upload_reserved[project_id] = left
+    else:
+        core.upload_reserved.pop(project_id, None)
+
+
 async def _stream(
-    part: blobs.Upload,
-    chunks: AsyncIterator[bytes],
-    cap: int,
-    limit: int,
-    over_quota: Any,
+    part: blobs.Upload, body: BodyInto, cap: int, limit: int, over_quota: Any
 ) -> None:
-    """Receive chunks while the previous batch of them is hashed and written in a thread."""
+    """Receive the body into one buffer while two worker threads hash and write the other (the
+    disk's time hidden behind the hashing): two :data:`BUFFER_BYTES` buffers whatever the file's
+    size. Never reads more than one byte past ``cap``, and refuses as soon as that byte
+    arrives."""
+    # Anonymous memory, page-aligned for direct writes; unmapped when the last view goes.
+    buffers = tuple(memoryview(blobs.aligned_buffer(BUFFER_BYTES)) for _ in range(2))
     received = 0
-    batch: list[bytes] = []  # the chunks themselves: no copy into a buffer of our own
-    batched = 0
-    writing: asyncio.Future[None] | None = None
+    writing: list[asyncio.Future[None]] = []
     loop = asyncio.get_running_loop()
     try:
-        async for chunk in chunks:
-            received += len(chunk)
+        for turn in itertools.count():
+            view = buffers[turn % 2]
+            n = await body(view[: min(BUFFER_BYTES, cap + 1 - received)])
+            received += n
             if received > cap:
                 raise _too_large(limit) if cap == limit else over_quota()
-            batch.append(chunk)
-            batched += len(chunk)
-            if batched >= WRITE_CHUNK_BYTES:
-                if writing is not None:
-                    await writing
-                writing = loop.run_in_executor(None, part.write_all, batch)
-                batch, batched = [], 0
-        if writing is not None:
-            await writing
-            writing = None
-        if batch:
-            await asyncio.to_thread(part.write_all, batch)
+            if writing:
+                await asyncio.gather(*writing)
+                writing = []
+            if n == 0:
+                break
+            chunk = view[:n]  # hashed in one thread while another writes it: both only read it
+            writing = [
+                loop.run_in_executor(None, part.hash, chunk),
+                loop.run_in_executor(None, part.store, chunk),
+            ]
     finally:
-        if writing is not None:  # a refusal while a write ran: let it end before discarding
-            await asyncio.gather(writing, return_exceptions=True)
+        if writing:  # a refusal while a write ran: let it end before discarding (which also
+            # waits for it, should this task be cancelled meanwhile: Upload.lock)
+            await asyncio.gather(*writing, return_exceptions=True)
 
 
 def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[str, Any]:
     """Flush, type and thumbnail the upload, then move it to its content address (in a thread)."""
     sha256 = part.finish()
-    mime = blobs.detect(part.path, name)
+    mime = blobs.detect_bytes(bytes(part.head), name, whole=part.size <= len(part.head))
     thumb = None
     if mime.startswith("image/") and mime != "image/svg+xml":
         thumb = blobs.thumbnail(part.path, max_pixels)
@@ -230,12 +266,32 @@ async def discard(core: Core, member: Member, attachment_id: int) -> None:
 
 
 async def readable(core: Core, member: Member, attachment_id: int) -> dict[str, Any]:
-    """The row of an attachment ``member`` may read: one sent in its project, or its own."""
-    row = await core.db.read(lambda conn: store.get(conn, attachment_id))
+    """The row of an attachment ``member`` may read: one sent in its project, or its own unsent
+    upload. Once the message that carried it is deleted, only the people who may still read
+    that message's text (its author and the project's owners, as with the edit history) may
+    read its files; to everyone else it is gone (404 ``attachment_deleted``)."""
+
+    def query(conn: sqlite3.Connection) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        row = store.get(conn, attachment_id)
+        if row is None or row["message_id"] is None:
+            return row, None
+        return row, messages_store.get_row(conn, int(row["message_id"]))
+
+    row, message = await core.db.read(query)
     if row is None or row["project_id"] != member.project_id:
         raise NotFoundError("no such attachment", code="no_attachment")
     if row["message_id"] is None and row["uploader_id"] != member.id:
         raise NotFoundError("no such attachment", code="no_attachment")
+    if (
+        message is not None
+        and message["deleted_at"] is not None
+        and member.id != message["author_id"]
+        and not member.is_owner
+    ):
+        raise NotFoundError(
+            "附件所在的消息已删除 (the message that carried this file was deleted)",
+            code="attachment_deleted",
+        )
     return row
 
 

@@ -10,9 +10,10 @@ the browser's sake.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
@@ -20,8 +21,11 @@ from room import blobs
 from room.actions import attachments as attachment_actions
 from room.api.base import core_of, identity, member_in, path_id
 from room.attachments import ATTACHMENT_CSP, disposition, served_type, shows_inline
+from room.bodies import body_into
 from room.errors import BadRequestError, NotFoundError
 from room.store import attachments as attachments_store
+
+log = logging.getLogger(__name__)
 
 # Immutable content behind a stable id, readable only with a session: private caches only.
 CACHE_CONTROL = "private, max-age=86400"
@@ -34,13 +38,17 @@ async def upload(request: Request) -> Response:
     declared = request.headers.get("content-length")
     if declared is not None and not declared.isdigit():
         raise BadRequestError("Content-Length is not a number", code="bad_length")
-    found = await attachment_actions.upload(
-        core,
-        member,
-        name=request.query_params.get("name"),
-        declared=int(declared) if declared is not None else None,
-        chunks=request.stream(),
-    )
+    try:
+        found = await attachment_actions.upload(
+            core,
+            member,
+            name=request.query_params.get("name"),
+            declared=int(declared) if declared is not None else None,
+            body=body_into(request),
+        )
+    except ClientDisconnect:  # the client gave up (a removed upload in the tray): nothing kept
+        log.info("upload abandoned by its client (member %s)", member.id)
+        return Response(status_code=499)  # nobody reads it
     return JSONResponse({"attachment": found}, status_code=201)
 
 

@@ -186,12 +186,15 @@ class RoomServer:
             from benchlib.corpus import make_data_folder  # imports room: only when needed
 
             make_data_folder(self.data)
-        argv = [sys.executable, "-m", "room", "serve", "--data", str(self.data)]
+        argv = [sys.executable, "-m", "room", "serve", "--data", str(self.data.resolve())]
         argv += ["--port", str(self.port), "--log-level", "warning"]
         self.process = Process(
             argv,
             self.data.parent / f"{self.data.name}-server.log",
             env={**WIDE_OPEN_LIMITER, "PYTHONUNBUFFERED": "1", **self.env},
+            # Not the caller's folder: ``python -m`` puts the working folder first on sys.path,
+            # which would shadow the PYTHONPATH that --room-src sets when run from a checkout.
+            cwd=self.data.resolve().parent,
         )
         self.process.start()
         deadline = time.monotonic() + START_TIMEOUT_SECS
