@@ -35,6 +35,8 @@ class PackTable:
     maps a column to the table whose ids it holds; a column referring to a table not in the pack
     is imported as NULL. ``late`` refs may point forward (set once every row is in). ``drop``
     columns are never exported (they name things a pack does not carry: turns, sockets).
+    ``dense``: the project's rows usually fill their range of ``id`` (a project's messages),
+    which the export then reads in place (:func:`room.actions.pack_export._select`).
     """
 
     name: str
@@ -44,6 +46,7 @@ class PackTable:
     refs: Mapping[str, str] = field(default_factory=dict)
     late: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()
+    dense: bool = False
 
 
 _MESSAGES = "t.message_id IN (SELECT id FROM messages WHERE project_id = :p)"
@@ -65,7 +68,7 @@ PACK_TABLES: tuple[PackTable, ...] = (
     ),
     PackTable("route_settings", key=None, order="t.scope, t.target"),
     PackTable("route_changes"),  # author_id: a member only when author_kind says so
-    PackTable("messages", refs={"author_id": "members", "reply_to": "messages"}),
+    PackTable("messages", refs={"author_id": "members", "reply_to": "messages"}, dense=True),
     PackTable("message_edits", where=_MESSAGES, refs={"message_id": "messages"}),
     PackTable(
         "mentions",

@@ -118,7 +118,7 @@ _FRESH = {
 def canonical(conn: sqlite3.Connection, project_id: int) -> dict[str, list[Any]]:
     """Every part of a project with each id replaced by its position among its table's rows
     of the project (what "equal modulo ids" means)."""
-    lines = list(pack_export.export_lines(conn, project_id, 0.0))
+    lines = [line.decode() for line in pack_export.export_lines(conn, project_id, 0.0)]
     ordinals: dict[str, dict[int, int]] = {}
     parts: dict[str, list[dict[str, Any]]] = {}
     columns: list[str] = []

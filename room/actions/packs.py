@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import orjson
 import regex
 
 from room.actions import memory as memory_actions
@@ -42,7 +43,9 @@ INSERT_CHUNK = 500
 # The longest line an import reads: far past any row (a message's body, its rendered HTML and
 # its stored object), so that a pack of one endless line cannot fill the memory.
 MAX_LINE_BYTES = 16 * 1024 * 1024
-_decode = json.JSONDecoder().decode
+# orjson reads a line (bytes or text) at twice the standard library's speed, and refuses what
+# SQLite could not store anyway: a lone surrogate, an integer past 64 bits.
+_decode = orjson.loads
 
 
 # -- import ---------------------------------------------------------------------------------------
@@ -152,8 +155,8 @@ class Importer:
                     raise PackError("bad_line", "text after the end of the pack", line=lineno)
                 continue
             try:
-                item = _decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
-            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+                item = _decode(raw)
+            except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
                 raise PackError("bad_json", "a line is not JSON", line=lineno) from None
             if lineno == 1:
                 expected = check_header(item, self.options.parts)
@@ -538,7 +541,7 @@ def fork_project(
     lines = [
         line
         for chunk in export_lines(conn, project_id, tx.now, FORK_TABLES)
-        for line in chunk.split("\n")
+        for line in chunk.split(b"\n")
         if line
     ]
     source = projects_store.get(conn, project_id)

@@ -59,9 +59,8 @@ async def export_project(request: Request) -> Response:
     def body() -> Iterator[bytes]:
         # Closed when the download ends or is abandoned (the generator is closed then).
         try:
-            yield first.encode("utf-8")
-            for text in lines:
-                yield text.encode("utf-8")
+            yield first
+            yield from lines
         finally:
             conn.close()
 
