@@ -3,15 +3,21 @@ original modulo ids, bad packs are refused whole, fork → merge deduplicates (d
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import json
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from PIL import Image
 
-from room import cli
+from room import blobs, cli
+from room.actions import attachments as attachment_actions
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.actions import messages as message_actions
@@ -87,19 +93,58 @@ async def build(world: World) -> None:
         world.core, owner, scope="member", target=str(world["be"].id), value="builtin/echo",
         reason="离线测试",
     )  # fmt: skip
+    # Attachments: an image (its content and its thumbnail are files), a text file, and the
+    # same image again in a second message (one file in the pack for both rows).
+    photo, notes, again = [
+        await attachment_actions.upload(
+            world.core, world[who], name=name, declared=len(content), chunks=_chunks(content)
+        )
+        for who, name, content in (
+            ("owner", "照片.png", PNG), ("owner", "notes.txt", "笔记\n".encode() * 50),
+            ("lin", "same.png", PNG),
+        )
+    ]  # fmt: skip
+    await message_actions.send_message(
+        world.core, owner, client_txn_id="a1", body="看图", attachments=[photo["id"], notes["id"]]
+    )
+    await message_actions.send_message(
+        world.core, world["lin"], client_txn_id="a2", body="", attachments=[again["id"]]
+    )
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), "teal").save(out, "PNG")
+    return out.getvalue()
+
+
+PNG = _png()
+
+
+async def _chunks(content: bytes) -> AsyncIterator[bytes]:
+    yield content
+
+
+def blob_files(world: World) -> dict[str, bytes]:
+    """The content store (attachments/<sha[:2]>/<sha[2:]>) by SHA-256, and what is in tmp/."""
+    root = blobs.root_of(world.core.settings.data)
+    found = {f"{f.parent.name}{f.name}": f.read_bytes() for f in root.glob("??/*")}
+    return found | {f"tmp/{f.name}": b"" for f in (root / "tmp").glob("*")}
 
 
 async def export(world: World, project_id: int | None = None) -> bytes:
     out = io.BytesIO()
     await world.read(
-        lambda c: pack_export.write_pack(c, project_id or world.project_id, out, 1000.0)
+        lambda c: pack_export.write_pack(
+            c, project_id or world.project_id, out, 1000.0, world.core.settings.data
+        )
     )
     return out.getvalue()
 
 
 async def import_(world: World, data: bytes, **options: Any) -> dict[str, Any]:
     owner = await world.read(lambda c: auth_store.admin_user(c))
-    opts = pack_actions.ImportOptions(importer=owner, **options)
+    opts = pack_actions.ImportOptions(importer=owner, data=world.core.settings.data, **options)
     return await world.write(
         lambda c, tx: pack_actions.import_pack(
             c, tx, pack_actions.read_lines(io.BytesIO(data)), opts
@@ -118,7 +163,10 @@ _FRESH = {
 def canonical(conn: sqlite3.Connection, project_id: int) -> dict[str, list[Any]]:
     """Every part of a project with each id replaced by its position among its table's rows
     of the project (what "equal modulo ids" means)."""
-    lines = [line.decode() for line in pack_export.export_lines(conn, project_id, 0.0)]
+    tables = [t.name for t in PACK_TABLES]  # the rows (the files are compared on their own)
+    lines = [
+        line.decode() for line in pack_export.export_lines(conn, project_id, 0.0, tables, data=None)
+    ]
     ordinals: dict[str, dict[int, int]] = {}
     parts: dict[str, list[dict[str, Any]]] = {}
     columns: list[str] = []
@@ -172,6 +220,9 @@ def canonical(conn: sqlite3.Connection, project_id: int) -> dict[str, list[Any]]
 async def test_export_then_import_gives_the_same_project_modulo_ids(world: World) -> None:
     await build(world)
     data = await export(world)
+    stored = blob_files(world)
+    root = blobs.root_of(world.core.settings.data)
+    inodes = {f: f.stat().st_ino for f in root.glob("??/*")}
     result = await import_(world, data)
     new_id = result["project_id"]
     assert new_id != world.project_id and result["name"] == "任务项目 (2)"
@@ -183,7 +234,8 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
     for part in ("messages", "message_edits", "mentions", "events", "deliveries", "tasks",
                  "task_deps", "evidence", "task_reviews", "decisions", "decision_revisions",
                  "route_settings", "route_changes", "memory_entries", "memory_revisions",
-                 "decision_tasks", "audit_events", "plans", "task_criteria"):  # fmt: skip
+                 "decision_tasks", "audit_events", "plans", "task_criteria",
+                 "attachments"):  # fmt: skip
         assert old[part], part
     seqs = [r["seq"] for r in old["messages"]]
     assert [r["seq"] for r in new["messages"]] == seqs and seqs == sorted(seqs)
@@ -222,6 +274,45 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
     assert got["humans"][1][:2] == ("lin", "member") and got["humans"][1][2].startswith("imported-")
     kinds = {r["kind"] for r in got["found"]["results"]}
     assert "message" in kinds and {"progress", "decision"} & kinds
+
+    # Attachments: the rows point at the new messages, the messages' objects at the new rows
+    # (ids and URLs), and the content was already here: the store is as it was (deduplicated
+    # by SHA-256), with nothing left in tmp/.
+    assert blob_files(world) == stored
+    assert {f: f.stat().st_ino for f in root.glob("??/*")} == inodes  # not even rewritten
+    rows = await world.read(lambda c: attachment_rows(c, new_id))
+    assert [r["name"] for r in rows] == ["照片.png", "notes.txt", "same.png"]
+    frames = await world.read(
+        lambda c: [json.loads(f) for (f,) in c.execute(
+            "SELECT frame FROM messages WHERE project_id = ? AND frame LIKE '%attachments%'"
+            " ORDER BY id", (new_id,))]
+    )  # fmt: skip
+    carried = [a for frame in frames for a in frame["meta"]["attachments"]]
+    assert [(a["id"], a["url"]) for a in carried] == [
+        (r["id"], f"/attachments/{r['id']}/{quote(r['name'])}") for r in rows
+    ]
+    assert carried[0]["thumb_url"] == f"/attachments/{rows[0]['id']}/thumb/{quote('照片.png')}"
+    assert [f["id"] for f in frames] == [r["message_id"] for r in (rows[0], rows[2])]
+
+    # Into a store that lacks the content, the import restores every file, byte for byte.
+    names = {r["sha256"] for r in rows} | {r["thumb_sha256"] for r in rows if r["thumb_sha256"]}
+    assert len(names) == 3  # the image, its thumbnail, the text
+    for sha in names:
+        blobs.remove(world.core.settings.data, sha)
+    await import_(world, data)
+    assert blob_files(world) == stored
+    assert hashlib.sha256(stored[rows[0]["sha256"]]).hexdigest() == rows[0]["sha256"]
+
+
+def attachment_rows(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
+    cur = conn.execute(
+        "SELECT a.*, m.project_id AS message_project FROM attachments a"
+        " JOIN messages m ON m.id = a.message_id WHERE a.project_id = ? ORDER BY a.id",
+        (project_id,),
+    )
+    rows = [dict(zip([d[0] for d in cur.description], r, strict=True)) for r in cur]
+    assert all(r["message_project"] == project_id for r in rows)
+    return rows
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -264,15 +355,22 @@ def _row(data: bytes, part: str, fix: Any) -> bytes:
 async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: World) -> None:
     await build(world)
     data = await export(world)
+    # The content leaves the store, so that every import below would have to write it: a
+    # refused one must leave no file behind either.
+    rows = await world.read(lambda c: attachment_rows(c, world.project_id))
+    for row in rows:
+        for sha in (row["sha256"], row["thumb_sha256"]):
+            if sha:
+                blobs.remove(world.core.settings.data, sha)
 
-    async def counts() -> tuple[int, ...]:
+    async def counts() -> tuple[Any, ...]:
         return await world.read(
             lambda c: tuple(
                 c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                 for t in ("projects", "users", "members", "messages", "deliveries", "tasks",
-                          "memory_entries", "search_fts", "audit_events")
+                          "memory_entries", "search_fts", "audit_events", "attachments")
             )
-        )  # fmt: skip
+        ) + (blob_files(world),)  # fmt: skip
 
     before = await counts()
     lines = _lines(data)
@@ -292,6 +390,16 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
         (b"not json\n", "bad_json"),
         (b"[" * (pack_actions.MAX_LINE_BYTES + 2), "line_too_long"),
         (b"", "empty"),
+        (_without_part(data, "files"), "missing_part"),
+        (_files(data, lambda files: files[1:]), "missing_file"),
+        (_files(data, lambda files: files[:-1]), "missing_file"),
+        (_files(data, lambda files: [*files, files[0]]), "bad_file"),
+        (_files(data, lambda files: [_spoiled(files[0]), *files[1:]]), "bad_file"),
+        (_files(data, lambda files: [_spoiled(files[0], cut=1), *files[1:]]), "bad_file"),
+        (_files(data, lambda files: [*files[:-1], _spoiled(files[-1], cut=1)]), "bad_file"),
+        (_row(data, "attachments", lambda r: r.update(sha256="../../../etc/passwd")), "bad_row"),
+        (_row(data, "attachments", lambda r: r.update(message_id=10**9)), "bad_ref"),
+        (_row(data, "attachments", lambda r: r.update(size=r["size"] + 1)), "bad_file"),
     ]  # fmt: skip
     for pack, reason in cases:
         with pytest.raises(PackError) as caught:
@@ -301,6 +409,33 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
         assert await counts() == before, reason
     newer = await refused_message(world, _header(data, version=PACK_VERSION + 1))
     assert "newer" in newer and f"version {PACK_VERSION + 1}" in newer
+
+
+def _files(data: bytes, change: Any) -> bytes:
+    """The pack with its files part changed: ``change`` takes and gives the files, each a list
+    of its chunk rows (the end line's count follows)."""
+    lines = _lines(data)
+    start = next(i for i, line in enumerate(lines) if line.startswith(b'{"part":"files"'))
+    end = next(i for i, line in enumerate(lines) if line.startswith(b'{"end":"files"'))
+    files: list[list[list[Any]]] = []
+    for line in lines[start + 1 : end]:
+        row = json.loads(line)
+        if not files or files[-1][0][0] != row[0]:
+            files.append([])
+        files[-1].append(row)
+    rows = [row for file in change(files) for row in file]
+    body = [json.dumps(row).encode() + b"\n" for row in rows]
+    marker = json.dumps({"end": "files", "rows": len(rows)}).encode() + b"\n"
+    return b"".join([*lines[: start + 1], *body, marker, *lines[end + 1 :]])
+
+
+def _spoiled(file: list[list[Any]], cut: int = 0) -> list[list[Any]]:
+    """The same file with other bytes of the same length (its SHA-256 no longer holds), or
+    ``cut`` bytes short of its size."""
+    sha, size, offset, encoded = file[0]
+    length = len(base64.b64decode(encoded))
+    other = base64.b64encode(bytes(length) if not cut else bytes(length - cut)).decode()
+    return [[sha, size, offset, other], *file[1:]]
 
 
 async def refused_message(world: World, pack: bytes) -> str:

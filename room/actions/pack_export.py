@@ -11,16 +11,29 @@ same number), at a third of its CPU — the encoding was most of an export's tim
 
 from __future__ import annotations
 
+import binascii
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
-from room import __version__
-from room.errors import NotFoundError
-from room.packs import PACK_KIND, PACK_TABLES, PACK_VERSION, PackTable
+from room import __version__, blobs
+from room.errors import NotFoundError, StorageError
+from room.packs import (
+    FILE_CHUNK_BYTES,
+    FILE_COLUMNS,
+    FILES_PART,
+    PACK_KIND,
+    PACK_TABLES,
+    PACK_VERSION,
+    PART_ORDER,
+    TABLES_BY_NAME,
+    PackTable,
+)
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import projects as projects_store
@@ -62,17 +75,69 @@ def _select(conn: sqlite3.Connection, table: PackTable, columns: list[str], proj
     return f"{select} WHERE {table.where} ORDER BY {table.order}"
 
 
+# The content an attachment row of the pack names: its file and its thumbnail, each once.
+FILES_SQL = (
+    "SELECT t.sha256 AS sha FROM attachments t WHERE {where}"
+    " UNION SELECT t.thumb_sha256 FROM attachments t WHERE {where} AND t.thumb_sha256 IS NOT NULL"
+    " ORDER BY sha"
+)
+
+
+def _file_names(conn: sqlite3.Connection, project_id: int) -> Iterator[str]:
+    where = TABLES_BY_NAME["attachments"].where
+    for (sha,) in conn.execute(FILES_SQL.format(where=where), {"p": project_id}):
+        yield str(sha)
+
+
+def _check_files(conn: sqlite3.Connection, project_id: int, data: Path) -> None:
+    """Every file the pack will carry is in the store (checked before the first line, so an
+    export that could only end cut short is refused instead)."""
+    for sha in _file_names(conn, project_id):
+        if not blobs.path_of(data, sha).is_file():
+            raise StorageError(
+                f"附件内容缺失，无法导出 (the file {sha} of an attachment is missing from "
+                f"{blobs.root_of(data)}; restore it from a backup first)",
+                code="attachment_missing", sha256=sha,
+            )  # fmt: skip
+
+
+def _file_rows(conn: sqlite3.Connection, project_id: int, data: Path) -> Iterator[bytes]:
+    """The files part's rows: each file in chunks of base64, one row per chunk."""
+    for sha in _file_names(conn, project_id):
+        with blobs.path_of(data, sha).open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            offset = 0
+            while True:
+                chunk = f.read(FILE_CHUNK_BYTES)
+                encoded = binascii.b2a_base64(chunk, newline=False).decode("ascii")
+                yield _line([sha, size, offset, encoded])
+                offset += len(chunk)
+                if offset >= size or not chunk:
+                    break
+
+
 def export_lines(
-    conn: sqlite3.Connection, project_id: int, now: float, parts: Iterable[str] | None = None
+    conn: sqlite3.Connection,
+    project_id: int,
+    now: float,
+    parts: Iterable[str] | None = None,
+    *,
+    data: Path | None,
 ) -> Iterator[bytes]:
     """The pack of ``project_id`` as UTF-8 text, a line or a chunk of whole lines at a time.
     The caller holds a read transaction on ``conn`` for the whole iteration (so the parts
-    agree with each other)."""
+    agree with each other). ``data`` is the data folder, whose attachment files the pack
+    carries (None only when ``parts`` leave the attachments out, as a fork's do)."""
     project = projects_store.get(conn, project_id)
     if project is None or project.state == "purged":
         raise NotFoundError(f"no project {project_id}", code="no_project")
     wanted = set(parts) if parts is not None else None
     tables = [t for t in PACK_TABLES if wanted is None or t.name in wanted]
+    names = [name for name in PART_ORDER if wanted is None or name in wanted]
+    if FILES_PART in names:
+        if data is None:
+            raise ValueError("an export with attachments needs the data folder")
+        _check_files(conn, project_id, data)
     header = {
         "kind": PACK_KIND,
         "version": PACK_VERSION,
@@ -80,7 +145,7 @@ def export_lines(
         "room": __version__,
         "exported_at": now,
         "project": {"id": project.id, "name": project.name},
-        "parts": [t.name for t in tables],
+        "parts": names,
     }
     yield _line(header)
     total = 0
@@ -94,19 +159,30 @@ def export_lines(
             yield b"".join([_dumps(row, option=_NEWLINE) for row in rows])
         total += count
         yield _line({"end": table.name, "rows": count})
+        if table.name == "attachments" and FILES_PART in names and data is not None:
+            yield _line({"part": FILES_PART, "columns": list(FILE_COLUMNS)})
+            count = 0
+            for line in _file_rows(conn, project_id, data):
+                count += 1
+                yield line
+            total += count
+            yield _line({"end": FILES_PART, "rows": count})
     yield _line({"end_pack": True, "rows": total})
 
 
-def write_pack(conn: sqlite3.Connection, project_id: int, out: IO[bytes], now: float) -> int:
-    """Write the pack of ``project_id`` to ``out`` from one read transaction; returns bytes."""
+def write_pack(
+    conn: sqlite3.Connection, project_id: int, out: IO[bytes], now: float, data: Path
+) -> int:
+    """Write the pack of ``project_id`` to ``out`` from one read transaction; returns bytes.
+    ``data``: the data folder (the attachments' files)."""
     written = 0
     own = not conn.in_transaction  # a reader of the server's pool is in one already
     if own:
         conn.execute("BEGIN")
     try:
-        for data in export_lines(conn, project_id, now):
-            out.write(data)
-            written += len(data)
+        for text in export_lines(conn, project_id, now, data=data):
+            out.write(text)
+            written += len(text)
     finally:
         if own:
             conn.execute("ROLLBACK")
