@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import itertools
 import json
 import sqlite3
-from collections.abc import AsyncIterator
+import tracemalloc
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,12 +28,16 @@ from room.actions import packs as pack_actions
 from room.actions import routes as route_actions
 from room.actions import task_updates as updates
 from room.actions.merge import merge_records
+from room.app import RoomServer
 from room.errors import PackError, RoomError
 from room.packs import PACK_TABLES, PACK_VERSION, remap_message
-from room.store import Tx
+from room.settings import load_settings
+from room.store import Tx, run_write
 from room.store import auth as auth_store
 from room.store import members as members_store
 from room.store import search as search_store
+from room.store.messages import message_object
+from room.store.migrate import connect
 from tests.support.inproc import App, error, owner_user
 from tests.test_tasks_actions import World, item, plan, review, submit, world, write_file
 
@@ -362,6 +368,10 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
         for sha in (row["sha256"], row["thumb_sha256"]):
             if sha:
                 blobs.remove(world.core.settings.data, sha)
+    # Such a store cannot be exported: refused before the first line, not cut short.
+    with pytest.raises(RoomError) as missing:
+        await export(world)
+    assert missing.value.code == "attachment_missing"
 
     async def counts() -> tuple[Any, ...]:
         return await world.read(
@@ -711,3 +721,147 @@ def test_merge_keys_fold_width_case_spaces_and_trailing_slashes() -> None:
     assert same != _entry_key("progress", body, 102.0, "lead")  # another time
     assert same != _entry_key("progress", body, 100.2, "be")  # another session
     assert same != _entry_key("progress", {**body, "stage": "测试"}, 100.2, "lead")
+
+
+# -- memory: bounded whatever the size of the project ---------------------------------------------
+
+
+def _fill(conn: sqlite3.Connection, count: int) -> None:
+    """``count`` more messages (every tenth a reply, so that both remaps run) and their events
+    in project 1, as raw rows."""
+    author = conn.execute(
+        "SELECT id FROM members WHERE project_id = 1 AND kind = 'human'"
+    ).fetchone()[0]
+    first = int(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM messages").fetchone()[0])
+    seq0 = int(conn.execute("SELECT last_seq FROM projects WHERE id = 1").fetchone()[0]) + 1
+    messages, events = [], []
+    for i in range(count):
+        mid, seq = first + i, seq0 + i
+        reply = mid - 1 if i % 10 == 9 else None
+        body = f"第 {seq} 条 message {seq} " + "lorem ipsum " * 8
+        frame = message_object(
+            message_id=mid, project_id=1, seq=seq, author_id=author, kind="chat", body=body,
+            html=f"<p>{body}</p>", reply_to=reply, reply_excerpt=None, mentions=(),
+            client_txn_id=f"m{seq}", created_at=1_800_000_000 + i / 8,
+        )  # fmt: skip
+        messages.append((mid, 1, seq, author, "chat", body, reply, f"m{seq}", frame, 1.8e9 + i))
+        events.append((1, seq, "message", mid, 1.8e9 + i))
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO messages (id, project_id, seq, author_id, kind, body, reply_to,"
+        " client_txn_id, frame, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        messages,
+    )
+    conn.executemany(
+        "INSERT INTO events (project_id, seq, kind, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
+        events,
+    )
+    conn.execute("UPDATE projects SET last_seq = ? WHERE id = 1", (seq0 + count - 1,))
+    conn.execute("COMMIT")
+
+
+def _traced_peak(job: Callable[[], object]) -> int:
+    """The most Python memory ``job`` held at once, past what was held before it."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        job()
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_export_and_import_hold_the_same_memory_for_five_times_the_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack is streamed both ways: going from 4,000 to 20,000 messages (32,000 more rows)
+    must not raise the peak of Python memory by what even one small object per row would
+    (a list of ids alone would hold ~36 bytes a row, 1.1 MB here). SQLite's own memory is
+    its page cache, bounded by its settings; the whole process's peak RSS at 1,000,000
+    messages is ``scripts/bench --only packs``."""
+    # Smaller batches than in service: a batch's own size varies a little with its rows (and
+    # with how a buffer grew), and that must stay far below what a leak would add.
+    monkeypatch.setattr(pack_export, "EXPORT_FETCH", 200)
+    monkeypatch.setattr(pack_actions, "INSERT_CHUNK", 50)
+    server = RoomServer(load_settings({"data": tmp_path}, env={}))
+    server.open()
+    server.close()
+    db = tmp_path / "room.sqlite"
+    conn = connect(db)
+    peaks: dict[int, tuple[int, int]] = {}
+    owner = run_write(conn, lambda c, tx: auth_store.admin_user(c))
+    options = pack_actions.ImportOptions(importer=owner, data=tmp_path)
+    pack = tmp_path / "p.roompack"
+
+    def export() -> None:
+        with pack.open("wb") as out:
+            pack_export.write_pack(conn, 1, out, 0.0, tmp_path)
+
+    def import_() -> None:
+        with pack.open("rb") as lines:
+            run_write(
+                conn,
+                lambda c, tx: pack_actions.import_pack(
+                    c, tx, pack_actions.read_lines(lines), options
+                ),
+            )
+
+    try:
+        for total in (4_000, 20_000):
+            have = conn.execute("SELECT count(*) FROM messages WHERE project_id = 1").fetchone()[0]
+            _fill(conn, total - have)
+            peaks[total] = (_traced_peak(export), _traced_peak(import_))
+        counted = conn.execute("SELECT count(*) FROM messages WHERE project_id != 1").fetchone()
+        assert counted[0] == 24_000  # both imports happened, whole
+    finally:
+        conn.close()
+    (small_export, small_import), (large_export, large_import) = peaks[4_000], peaks[20_000]
+    assert large_export - small_export < 256 * 1024, peaks
+    assert large_import - small_import < 256 * 1024, peaks
+
+
+def test_messages_come_in_id_order_whether_read_in_place_or_sorted(tmp_path: Path) -> None:
+    """A project whose messages fill their id range is read along it (no sort); one whose
+    messages are spread among other projects' is read through its index and sorted. Either
+    way the part is in id order and imports."""
+    server = RoomServer(load_settings({"data": tmp_path}, env={}))
+    server.open()
+    server.close()
+    conn = connect(tmp_path / "room.sqlite")
+    owner = run_write(conn, lambda c, tx: auth_store.admin_user(c))
+    options = pack_actions.ImportOptions(importer=owner, data=tmp_path)
+    messages = PACK_TABLES[[t.name for t in PACK_TABLES].index("messages")]
+    columns = pack_export.table_columns(conn, "messages")
+
+    def ids_in_pack(project_id: int) -> tuple[list[int], bytes]:
+        out = io.BytesIO()
+        pack_export.write_pack(conn, project_id, out, 0.0, tmp_path)
+        lines = out.getvalue().splitlines()
+        start = lines.index(next(x for x in lines if x.startswith(b'{"part":"messages"')))
+        rows = itertools.takewhile(lambda x: x.startswith(b"["), lines[start + 1 :])
+        return [json.loads(x)[0] for x in rows], out.getvalue()
+
+    def import_(pack: bytes) -> None:
+        run_write(
+            conn,
+            lambda c, tx: pack_actions.import_pack(
+                c, tx, pack_actions.read_lines(io.BytesIO(pack)), options
+            ),
+        )
+
+    try:
+        _fill(conn, 50)
+        _, pack = ids_in_pack(1)
+        for _ in range(3):  # three copies: their messages take the next ids
+            import_(pack)
+        _fill(conn, 5)  # project 1 now has 55 messages spread over 200 ids
+        sparse = pack_export._select(conn, messages, columns, 1)
+        dense = pack_export._select(conn, messages, columns, 2)
+        assert "NOT INDEXED" not in sparse and "NOT INDEXED" in dense
+        for project_id, count in ((1, 55), (2, 50)):
+            ids, pack = ids_in_pack(project_id)
+            assert len(ids) == count and ids == sorted(ids)
+            import_(pack)
+    finally:
+        conn.close()

@@ -156,7 +156,16 @@ def export_lines(
         count = 0
         while rows := cursor.fetchmany(EXPORT_FETCH):
             count += len(rows)
-            yield b"".join([_dumps(row, option=_NEWLINE) for row in rows])
+            # Appended one by one: orjson's bytes keep the room it reserved for the worst case
+            # (a row of 700 bytes can hold 7 KB), so a list of them would hold 10 times the batch.
+            buffer = bytearray()
+            for row in rows:
+                buffer += _dumps(row, option=_NEWLINE)
+            del rows  # not held while the next batch is fetched
+            chunk = bytes(buffer)
+            del buffer
+            yield chunk
+            del chunk
         total += count
         yield _line({"end": table.name, "rows": count})
         if table.name == "attachments" and FILES_PART in names and data is not None:
