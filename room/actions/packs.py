@@ -55,8 +55,8 @@ INSERT_CHUNK = 500
 # The longest line an import reads: far past any row (a message's body, its rendered HTML and
 # its stored object), so that a pack of one endless line cannot fill the memory.
 MAX_LINE_BYTES = 16 * 1024 * 1024
-# orjson reads a line (bytes or text) at twice the standard library's speed, and refuses what
-# SQLite could not store anyway: a lone surrogate, an integer past 64 bits.
+# orjson reads a line (bytes or text, no decode first) faster than the standard library, and
+# refuses a lone surrogate (which SQLite could not store anyway) as bad JSON.
 _decode = orjson.loads
 _SHA256 = regex.compile(r"[0-9a-f]{64}")
 # The files part as a _Part (it is no table: its rows go to the content store).
