@@ -24,6 +24,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,12 +79,12 @@ class Upload:
     ``O_DIRECT``; the first that is not (the tail, a small file) turns the file to ordinary
     buffered writes for the rest, as does a file system that refuses direct writes."""
 
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, name: str | None = None) -> None:
         tmp = root_of(data) / TMP_DIR
         tmp.mkdir(parents=True, exist_ok=True)
         self.data = data
         self.direct = bool(O_DIRECT)
-        self.path = tmp / f"{uuid.uuid4().hex}.part"
+        self.path = tmp / f"{name or uuid.uuid4().hex}.part"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         try:
             self.fd = os.open(self.path, flags | O_DIRECT)
@@ -175,6 +176,56 @@ def put_bytes(data: Path, content: bytes) -> str:
         upload.discard()
         raise
     return sha256
+
+
+def holds(data: Path, sha256: str, size: int) -> bool:
+    """Whether the store has this content already (its address, at its size)."""
+    try:
+        return path_of(data, sha256).stat().st_size == size
+    except OSError:
+        return False
+
+
+# -- staged files: written before a transaction commits, put in place only if it gets that far --
+
+
+def _staged_prefix(token: str) -> str:
+    return f"staged-{token}-"
+
+
+def stage(data: Path, token: str, sha256: str) -> Upload:
+    """A temporary file for content that will be ``sha256``, kept aside under ``token`` until
+    :func:`commit_staged` (or dropped by :func:`discard_staged`, or by :func:`sweep_tmp` a day
+    later if the process dies first)."""
+    return Upload(data, name=_staged_prefix(token) + sha256)
+
+
+def _staged(data: Path, token: str) -> Iterator[tuple[Path, str]]:
+    tmp = root_of(data) / TMP_DIR
+    if not tmp.is_dir():
+        return
+    prefix = _staged_prefix(token)
+    with os.scandir(tmp) as entries:
+        for entry in entries:
+            if entry.name.startswith(prefix) and entry.name.endswith(".part"):
+                yield Path(entry.path), entry.name[len(prefix) : -len(".part")]
+
+
+def commit_staged(data: Path, token: str) -> int:
+    """Move every file staged under ``token`` to its content address; how many moved."""
+    moved = 0
+    for path, sha256 in list(_staged(data, token)):
+        target = path_of(data, sha256)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        _fsync_dir(target.parent)
+        moved += 1
+    return moved
+
+
+def discard_staged(data: Path, token: str) -> None:
+    for path, _ in list(_staged(data, token)):
+        path.unlink(missing_ok=True)
 
 
 def remove(data: Path, sha256: str) -> bool:

@@ -318,7 +318,7 @@ def export_project(settings: Settings, project: str, file: Path) -> int:
         if found is None or found.state == "purged":
             raise NotFoundError(f"no project {project!r}", code="no_project")
         with partial.open("wb") as out:
-            size = pack_export.write_pack(conn, found.id, out, time.time())
+            size = pack_export.write_pack(conn, found.id, out, time.time(), settings.data)
             out.flush()
             os.fsync(out.fileno())
         partial.replace(file)
@@ -349,7 +349,7 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
         def job(c: sqlite3.Connection, tx: Any) -> dict[str, Any]:
             owner = auth_actions.ensure_owner(c, tx)
             with file.open("rb") as pack:
-                options = pack_actions.ImportOptions(importer=owner, name=name)
+                options = pack_actions.ImportOptions(importer=owner, name=name, data=settings.data)
                 return pack_actions.import_pack(c, tx, pack_actions.read_lines(pack), options)
 
         result = run_write(conn, job)

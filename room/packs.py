@@ -4,8 +4,10 @@ and how a message's stored wire object is rewritten for its new ids. docs/packs.
 A pack is JSON Lines (UTF-8). The first line is the header ``{"kind": "room.project-pack",
 "version": 1, ...}``; then each part in :data:`PACK_TABLES` order: ``{"part": NAME, "columns":
 [...]}``, one JSON array per row (values in that column order), ``{"end": NAME, "rows": n}``;
-the last line is ``{"end_pack": true, "rows": total}`` (a cut pack has none). No I/O here: the
-export and the import are :mod:`room.actions.packs`.
+the last line is ``{"end_pack": true, "rows": total}`` (a cut pack has none). One part is not a
+table: :data:`FILES_PART`, the content of the project's attachments (their files and thumbnails,
+by SHA-256, in chunks of base64). No I/O here: the export is :mod:`room.actions.pack_export`,
+the import :mod:`room.actions.packs`.
 
 To carry a new table, add one :class:`PackTable` to :data:`PACK_TABLES` after every table it
 refers to (and raise :data:`PACK_VERSION` if an older server could not import it).
@@ -35,6 +37,10 @@ class PackTable:
     maps a column to the table whose ids it holds; a column referring to a table not in the pack
     is imported as NULL. ``late`` refs may point forward (set once every row is in). ``drop``
     columns are never exported (they name things a pack does not carry: turns, sockets).
+    ``dense``: the project's rows usually fill their range of ``id`` (a project's messages),
+    which the export then reads in place (:func:`room.actions.pack_export._select`).
+    ``deferred`` refs (columns without a foreign key, among ``refs``) point to a later part:
+    imported as they are, then moved by that part's offset in one ``UPDATE`` once it is in.
     """
 
     name: str
@@ -44,6 +50,8 @@ class PackTable:
     refs: Mapping[str, str] = field(default_factory=dict)
     late: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()
+    dense: bool = False
+    deferred: tuple[str, ...] = ()
 
 
 _MESSAGES = "t.message_id IN (SELECT id FROM messages WHERE project_id = :p)"
@@ -65,7 +73,15 @@ PACK_TABLES: tuple[PackTable, ...] = (
     ),
     PackTable("route_settings", key=None, order="t.scope, t.target"),
     PackTable("route_changes"),  # author_id: a member only when author_kind says so
-    PackTable("messages", refs={"author_id": "members", "reply_to": "messages"}),
+    # The files of sent messages (an upload no message took stays behind); before the messages,
+    # whose stored objects name them. Their content is the next part, FILES_PART.
+    PackTable(
+        "attachments",
+        where="t.project_id = :p AND t.message_id IS NOT NULL",
+        refs={"uploader_id": "members", "message_id": "messages"},
+        deferred=("message_id",),
+    ),
+    PackTable("messages", refs={"author_id": "members", "reply_to": "messages"}, dense=True),
     PackTable("message_edits", where=_MESSAGES, refs={"message_id": "messages"}),
     PackTable(
         "mentions",
@@ -154,11 +170,26 @@ PACK_TABLES: tuple[PackTable, ...] = (
 
 TABLES_BY_NAME: dict[str, PackTable] = {t.name: t for t in PACK_TABLES}
 
-# Optional in a version-1 pack: tables added after the first packs were written (a pack from
+# The attachments' content: one row per chunk of at most FILE_CHUNK_BYTES of one file, as
+# [sha256, size, offset, base64]; files in SHA-256 order, each one's chunks in order. Every file
+# an attachment row names (its content and its thumbnail) is there once, and nothing else.
+FILES_PART = "files"
+FILE_COLUMNS = ("sha256", "size", "offset", "data")
+FILE_CHUNK_BYTES = 1 << 20
+
+# Every part in pack order: the tables, and the files right after their attachment rows.
+PART_ORDER: tuple[str, ...] = tuple(
+    name
+    for t in PACK_TABLES
+    for name in ((t.name, FILES_PART) if t.name == "attachments" else (t.name,))
+)
+
+# Optional in a version-1 pack: parts added after the first packs were written (a pack from
 # before them simply has none of their rows).
 LATER_TABLES = frozenset(
-    {"project_timelines", "milestones", "milestone_counts", "project_dependencies", "risk_log"}
-)
+    {"project_timelines", "milestones", "milestone_counts", "project_dependencies", "risk_log",
+     "attachments", FILES_PART}
+)  # fmt: skip
 
 # Every version-1 pack has these parts.
 V1_TABLES: tuple[str, ...] = tuple(t.name for t in PACK_TABLES if t.name not in LATER_TABLES)
@@ -194,14 +225,17 @@ def check_header(header: Any, parts: tuple[str, ...] | None = None) -> list[str]
     listed = header.get("parts")
     if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
         raise PackError("bad_header", "the header lists no parts")
-    unknown = [p for p in listed if p not in TABLES_BY_NAME]
+    unknown = [p for p in listed if p not in PART_ORDER]
     if unknown:
         raise PackError("unknown_part", f"unknown parts: {', '.join(unknown[:5])}")
     required = V1_TABLES if parts is None else parts
     missing = [p for p in required if p not in listed]
     if missing:
         raise PackError("missing_part", f"the pack has no {', '.join(missing)}")
-    order = [t.name for t in PACK_TABLES if t.name in listed]
+    if ("attachments" in listed) != (FILES_PART in listed):
+        missing_one = FILES_PART if "attachments" in listed else "attachments"
+        raise PackError("missing_part", f"the pack has no {missing_one}", part=missing_one)
+    order = [name for name in PART_ORDER if name in listed]
     if order != listed:
         raise PackError("bad_header", "the parts are not in pack order")
     return order
@@ -237,7 +271,30 @@ def remap_message(obj: dict[str, Any], project_id: int, ids: IdMap) -> dict[str,
     if isinstance(mentions, list):
         out["mentions"] = sorted(ids("members", m) for m in mentions)
     if "meta" in obj:
-        out["meta"] = _remap_meta(obj["meta"], ids)
+        out["meta"] = meta = _remap_meta(obj["meta"], ids)
+        files = obj["meta"].get("attachments") if isinstance(obj["meta"], dict) else None
+        if isinstance(files, list):
+            meta["attachments"] = _remap_attachments(files, ids)
+    return out
+
+
+def _remap_attachments(items: list[Any], ids: IdMap) -> list[Any]:
+    """A message's attachments (``meta.attachments``): each one's id, and the id in its URLs
+    (``/attachments/{id}/…``); one whose row is not carried is left out."""
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        old, new = item.get("id"), ids("attachments", item.get("id"))
+        if new is None:
+            continue
+        moved = dict(item, id=new)
+        for key in ("url", "thumb_url"):
+            url = item.get(key)
+            prefix = f"/attachments/{old}/"
+            if isinstance(url, str) and url.startswith(prefix):
+                moved[key] = f"/attachments/{new}/{url[len(prefix) :]}"
+        out.append(moved)
     return out
 
 

@@ -3,15 +3,23 @@ original modulo ids, bad packs are refused whole, fork → merge deduplicates (d
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
+import itertools
 import json
 import sqlite3
+import tracemalloc
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from PIL import Image
 
-from room import cli
+from room import blobs, cli
+from room.actions import attachments as attachment_actions
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.actions import messages as message_actions
@@ -20,12 +28,16 @@ from room.actions import packs as pack_actions
 from room.actions import routes as route_actions
 from room.actions import task_updates as updates
 from room.actions.merge import merge_records
+from room.app import RoomServer
 from room.errors import PackError, RoomError
 from room.packs import PACK_TABLES, PACK_VERSION, remap_message
-from room.store import Tx
+from room.settings import load_settings
+from room.store import Tx, run_write
 from room.store import auth as auth_store
 from room.store import members as members_store
 from room.store import search as search_store
+from room.store.messages import message_object
+from room.store.migrate import connect
 from tests.support.inproc import App, error, owner_user
 from tests.test_tasks_actions import World, item, plan, review, submit, world, write_file
 
@@ -87,19 +99,58 @@ async def build(world: World) -> None:
         world.core, owner, scope="member", target=str(world["be"].id), value="builtin/echo",
         reason="离线测试",
     )  # fmt: skip
+    # Attachments: an image (its content and its thumbnail are files), a text file, and the
+    # same image again in a second message (one file in the pack for both rows).
+    photo, notes, again = [
+        await attachment_actions.upload(
+            world.core, world[who], name=name, declared=len(content), chunks=_chunks(content)
+        )
+        for who, name, content in (
+            ("owner", "照片.png", PNG), ("owner", "notes.txt", "笔记\n".encode() * 50),
+            ("lin", "same.png", PNG),
+        )
+    ]  # fmt: skip
+    await message_actions.send_message(
+        world.core, owner, client_txn_id="a1", body="看图", attachments=[photo["id"], notes["id"]]
+    )
+    await message_actions.send_message(
+        world.core, world["lin"], client_txn_id="a2", body="", attachments=[again["id"]]
+    )
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), "teal").save(out, "PNG")
+    return out.getvalue()
+
+
+PNG = _png()
+
+
+async def _chunks(content: bytes) -> AsyncIterator[bytes]:
+    yield content
+
+
+def blob_files(world: World) -> dict[str, bytes]:
+    """The content store (attachments/<sha[:2]>/<sha[2:]>) by SHA-256, and what is in tmp/."""
+    root = blobs.root_of(world.core.settings.data)
+    found = {f"{f.parent.name}{f.name}": f.read_bytes() for f in root.glob("??/*")}
+    return found | {f"tmp/{f.name}": b"" for f in (root / "tmp").glob("*")}
 
 
 async def export(world: World, project_id: int | None = None) -> bytes:
     out = io.BytesIO()
     await world.read(
-        lambda c: pack_export.write_pack(c, project_id or world.project_id, out, 1000.0)
+        lambda c: pack_export.write_pack(
+            c, project_id or world.project_id, out, 1000.0, world.core.settings.data
+        )
     )
     return out.getvalue()
 
 
 async def import_(world: World, data: bytes, **options: Any) -> dict[str, Any]:
     owner = await world.read(lambda c: auth_store.admin_user(c))
-    opts = pack_actions.ImportOptions(importer=owner, **options)
+    opts = pack_actions.ImportOptions(importer=owner, data=world.core.settings.data, **options)
     return await world.write(
         lambda c, tx: pack_actions.import_pack(
             c, tx, pack_actions.read_lines(io.BytesIO(data)), opts
@@ -118,7 +169,10 @@ _FRESH = {
 def canonical(conn: sqlite3.Connection, project_id: int) -> dict[str, list[Any]]:
     """Every part of a project with each id replaced by its position among its table's rows
     of the project (what "equal modulo ids" means)."""
-    lines = list(pack_export.export_lines(conn, project_id, 0.0))
+    tables = [t.name for t in PACK_TABLES]  # the rows (the files are compared on their own)
+    lines = [
+        line.decode() for line in pack_export.export_lines(conn, project_id, 0.0, tables, data=None)
+    ]
     ordinals: dict[str, dict[int, int]] = {}
     parts: dict[str, list[dict[str, Any]]] = {}
     columns: list[str] = []
@@ -172,6 +226,9 @@ def canonical(conn: sqlite3.Connection, project_id: int) -> dict[str, list[Any]]
 async def test_export_then_import_gives_the_same_project_modulo_ids(world: World) -> None:
     await build(world)
     data = await export(world)
+    stored = blob_files(world)
+    root = blobs.root_of(world.core.settings.data)
+    inodes = {f: f.stat().st_ino for f in root.glob("??/*")}
     result = await import_(world, data)
     new_id = result["project_id"]
     assert new_id != world.project_id and result["name"] == "任务项目 (2)"
@@ -183,7 +240,8 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
     for part in ("messages", "message_edits", "mentions", "events", "deliveries", "tasks",
                  "task_deps", "evidence", "task_reviews", "decisions", "decision_revisions",
                  "route_settings", "route_changes", "memory_entries", "memory_revisions",
-                 "decision_tasks", "audit_events", "plans", "task_criteria"):  # fmt: skip
+                 "decision_tasks", "audit_events", "plans", "task_criteria",
+                 "attachments"):  # fmt: skip
         assert old[part], part
     seqs = [r["seq"] for r in old["messages"]]
     assert [r["seq"] for r in new["messages"]] == seqs and seqs == sorted(seqs)
@@ -222,6 +280,45 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
     assert got["humans"][1][:2] == ("lin", "member") and got["humans"][1][2].startswith("imported-")
     kinds = {r["kind"] for r in got["found"]["results"]}
     assert "message" in kinds and {"progress", "decision"} & kinds
+
+    # Attachments: the rows point at the new messages, the messages' objects at the new rows
+    # (ids and URLs), and the content was already here: the store is as it was (deduplicated
+    # by SHA-256), with nothing left in tmp/.
+    assert blob_files(world) == stored
+    assert {f: f.stat().st_ino for f in root.glob("??/*")} == inodes  # not even rewritten
+    rows = await world.read(lambda c: attachment_rows(c, new_id))
+    assert [r["name"] for r in rows] == ["照片.png", "notes.txt", "same.png"]
+    frames = await world.read(
+        lambda c: [json.loads(f) for (f,) in c.execute(
+            "SELECT frame FROM messages WHERE project_id = ? AND frame LIKE '%attachments%'"
+            " ORDER BY id", (new_id,))]
+    )  # fmt: skip
+    carried = [a for frame in frames for a in frame["meta"]["attachments"]]
+    assert [(a["id"], a["url"]) for a in carried] == [
+        (r["id"], f"/attachments/{r['id']}/{quote(r['name'])}") for r in rows
+    ]
+    assert carried[0]["thumb_url"] == f"/attachments/{rows[0]['id']}/thumb/{quote('照片.png')}"
+    assert [f["id"] for f in frames] == [r["message_id"] for r in (rows[0], rows[2])]
+
+    # Into a store that lacks the content, the import restores every file, byte for byte.
+    names = {r["sha256"] for r in rows} | {r["thumb_sha256"] for r in rows if r["thumb_sha256"]}
+    assert len(names) == 3  # the image, its thumbnail, the text
+    for sha in names:
+        blobs.remove(world.core.settings.data, sha)
+    await import_(world, data)
+    assert blob_files(world) == stored
+    assert hashlib.sha256(stored[rows[0]["sha256"]]).hexdigest() == rows[0]["sha256"]
+
+
+def attachment_rows(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
+    cur = conn.execute(
+        "SELECT a.*, m.project_id AS message_project FROM attachments a"
+        " JOIN messages m ON m.id = a.message_id WHERE a.project_id = ? ORDER BY a.id",
+        (project_id,),
+    )
+    rows = [dict(zip([d[0] for d in cur.description], r, strict=True)) for r in cur]
+    assert all(r["message_project"] == project_id for r in rows)
+    return rows
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -264,15 +361,26 @@ def _row(data: bytes, part: str, fix: Any) -> bytes:
 async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: World) -> None:
     await build(world)
     data = await export(world)
+    # The content leaves the store, so that every import below would have to write it: a
+    # refused one must leave no file behind either.
+    rows = await world.read(lambda c: attachment_rows(c, world.project_id))
+    for row in rows:
+        for sha in (row["sha256"], row["thumb_sha256"]):
+            if sha:
+                blobs.remove(world.core.settings.data, sha)
+    # Such a store cannot be exported: refused before the first line, not cut short.
+    with pytest.raises(RoomError) as missing:
+        await export(world)
+    assert missing.value.code == "attachment_missing"
 
-    async def counts() -> tuple[int, ...]:
+    async def counts() -> tuple[Any, ...]:
         return await world.read(
             lambda c: tuple(
                 c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                 for t in ("projects", "users", "members", "messages", "deliveries", "tasks",
-                          "memory_entries", "search_fts", "audit_events")
+                          "memory_entries", "search_fts", "audit_events", "attachments")
             )
-        )  # fmt: skip
+        ) + (blob_files(world),)  # fmt: skip
 
     before = await counts()
     lines = _lines(data)
@@ -292,6 +400,16 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
         (b"not json\n", "bad_json"),
         (b"[" * (pack_actions.MAX_LINE_BYTES + 2), "line_too_long"),
         (b"", "empty"),
+        (_without_part(data, "files"), "missing_part"),
+        (_files(data, lambda files: files[1:]), "missing_file"),
+        (_files(data, lambda files: files[:-1]), "missing_file"),
+        (_files(data, lambda files: [*files, files[0]]), "bad_file"),
+        (_files(data, lambda files: [_spoiled(files[0]), *files[1:]]), "bad_file"),
+        (_files(data, lambda files: [_spoiled(files[0], cut=1), *files[1:]]), "bad_file"),
+        (_files(data, lambda files: [*files[:-1], _spoiled(files[-1], cut=1)]), "bad_file"),
+        (_row(data, "attachments", lambda r: r.update(sha256="../../../etc/passwd")), "bad_row"),
+        (_row(data, "attachments", lambda r: r.update(message_id=10**9)), "bad_ref"),
+        (_row(data, "attachments", lambda r: r.update(size=r["size"] + 1)), "bad_file"),
     ]  # fmt: skip
     for pack, reason in cases:
         with pytest.raises(PackError) as caught:
@@ -301,6 +419,33 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
         assert await counts() == before, reason
     newer = await refused_message(world, _header(data, version=PACK_VERSION + 1))
     assert "newer" in newer and f"version {PACK_VERSION + 1}" in newer
+
+
+def _files(data: bytes, change: Any) -> bytes:
+    """The pack with its files part changed: ``change`` takes and gives the files, each a list
+    of its chunk rows (the end line's count follows)."""
+    lines = _lines(data)
+    start = next(i for i, line in enumerate(lines) if line.startswith(b'{"part":"files"'))
+    end = next(i for i, line in enumerate(lines) if line.startswith(b'{"end":"files"'))
+    files: list[list[list[Any]]] = []
+    for line in lines[start + 1 : end]:
+        row = json.loads(line)
+        if not files or files[-1][0][0] != row[0]:
+            files.append([])
+        files[-1].append(row)
+    rows = [row for file in change(files) for row in file]
+    body = [json.dumps(row).encode() + b"\n" for row in rows]
+    marker = json.dumps({"end": "files", "rows": len(rows)}).encode() + b"\n"
+    return b"".join([*lines[: start + 1], *body, marker, *lines[end + 1 :]])
+
+
+def _spoiled(file: list[list[Any]], cut: int = 0) -> list[list[Any]]:
+    """The same file with other bytes of the same length (its SHA-256 no longer holds), or
+    ``cut`` bytes short of its size."""
+    sha, size, offset, encoded = file[0]
+    length = len(base64.b64decode(encoded))
+    other = base64.b64encode(bytes(length) if not cut else bytes(length - cut)).decode()
+    return [[sha, size, offset, other], *file[1:]]
 
 
 async def refused_message(world: World, pack: bytes) -> str:
@@ -576,3 +721,147 @@ def test_merge_keys_fold_width_case_spaces_and_trailing_slashes() -> None:
     assert same != _entry_key("progress", body, 102.0, "lead")  # another time
     assert same != _entry_key("progress", body, 100.2, "be")  # another session
     assert same != _entry_key("progress", {**body, "stage": "测试"}, 100.2, "lead")
+
+
+# -- memory: bounded whatever the size of the project ---------------------------------------------
+
+
+def _fill(conn: sqlite3.Connection, count: int) -> None:
+    """``count`` more messages (every tenth a reply, so that both remaps run) and their events
+    in project 1, as raw rows."""
+    author = conn.execute(
+        "SELECT id FROM members WHERE project_id = 1 AND kind = 'human'"
+    ).fetchone()[0]
+    first = int(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM messages").fetchone()[0])
+    seq0 = int(conn.execute("SELECT last_seq FROM projects WHERE id = 1").fetchone()[0]) + 1
+    messages, events = [], []
+    for i in range(count):
+        mid, seq = first + i, seq0 + i
+        reply = mid - 1 if i % 10 == 9 else None
+        body = f"第 {seq} 条 message {seq} " + "lorem ipsum " * 8
+        frame = message_object(
+            message_id=mid, project_id=1, seq=seq, author_id=author, kind="chat", body=body,
+            html=f"<p>{body}</p>", reply_to=reply, reply_excerpt=None, mentions=(),
+            client_txn_id=f"m{seq}", created_at=1_800_000_000 + i / 8,
+        )  # fmt: skip
+        messages.append((mid, 1, seq, author, "chat", body, reply, f"m{seq}", frame, 1.8e9 + i))
+        events.append((1, seq, "message", mid, 1.8e9 + i))
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO messages (id, project_id, seq, author_id, kind, body, reply_to,"
+        " client_txn_id, frame, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        messages,
+    )
+    conn.executemany(
+        "INSERT INTO events (project_id, seq, kind, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
+        events,
+    )
+    conn.execute("UPDATE projects SET last_seq = ? WHERE id = 1", (seq0 + count - 1,))
+    conn.execute("COMMIT")
+
+
+def _traced_peak(job: Callable[[], object]) -> int:
+    """The most Python memory ``job`` held at once, past what was held before it."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        job()
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_export_and_import_hold_the_same_memory_for_five_times_the_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack is streamed both ways: going from 4,000 to 20,000 messages (32,000 more rows)
+    must not raise the peak of Python memory by what even one small object per row would
+    (a list of ids alone would hold ~36 bytes a row, 1.1 MB here). SQLite's own memory is
+    its page cache, bounded by its settings; the whole process's peak RSS at 1,000,000
+    messages is ``scripts/bench --only packs``."""
+    # Smaller batches than in service: a batch's own size varies a little with its rows (and
+    # with how a buffer grew), and that must stay far below what a leak would add.
+    monkeypatch.setattr(pack_export, "EXPORT_FETCH", 200)
+    monkeypatch.setattr(pack_actions, "INSERT_CHUNK", 50)
+    server = RoomServer(load_settings({"data": tmp_path}, env={}))
+    server.open()
+    server.close()
+    db = tmp_path / "room.sqlite"
+    conn = connect(db)
+    peaks: dict[int, tuple[int, int]] = {}
+    owner = run_write(conn, lambda c, tx: auth_store.admin_user(c))
+    options = pack_actions.ImportOptions(importer=owner, data=tmp_path)
+    pack = tmp_path / "p.roompack"
+
+    def export() -> None:
+        with pack.open("wb") as out:
+            pack_export.write_pack(conn, 1, out, 0.0, tmp_path)
+
+    def import_() -> None:
+        with pack.open("rb") as lines:
+            run_write(
+                conn,
+                lambda c, tx: pack_actions.import_pack(
+                    c, tx, pack_actions.read_lines(lines), options
+                ),
+            )
+
+    try:
+        for total in (4_000, 20_000):
+            have = conn.execute("SELECT count(*) FROM messages WHERE project_id = 1").fetchone()[0]
+            _fill(conn, total - have)
+            peaks[total] = (_traced_peak(export), _traced_peak(import_))
+        counted = conn.execute("SELECT count(*) FROM messages WHERE project_id != 1").fetchone()
+        assert counted[0] == 24_000  # both imports happened, whole
+    finally:
+        conn.close()
+    (small_export, small_import), (large_export, large_import) = peaks[4_000], peaks[20_000]
+    assert large_export - small_export < 256 * 1024, peaks
+    assert large_import - small_import < 256 * 1024, peaks
+
+
+def test_messages_come_in_id_order_whether_read_in_place_or_sorted(tmp_path: Path) -> None:
+    """A project whose messages fill their id range is read along it (no sort); one whose
+    messages are spread among other projects' is read through its index and sorted. Either
+    way the part is in id order and imports."""
+    server = RoomServer(load_settings({"data": tmp_path}, env={}))
+    server.open()
+    server.close()
+    conn = connect(tmp_path / "room.sqlite")
+    owner = run_write(conn, lambda c, tx: auth_store.admin_user(c))
+    options = pack_actions.ImportOptions(importer=owner, data=tmp_path)
+    messages = PACK_TABLES[[t.name for t in PACK_TABLES].index("messages")]
+    columns = pack_export.table_columns(conn, "messages")
+
+    def ids_in_pack(project_id: int) -> tuple[list[int], bytes]:
+        out = io.BytesIO()
+        pack_export.write_pack(conn, project_id, out, 0.0, tmp_path)
+        lines = out.getvalue().splitlines()
+        start = lines.index(next(x for x in lines if x.startswith(b'{"part":"messages"')))
+        rows = itertools.takewhile(lambda x: x.startswith(b"["), lines[start + 1 :])
+        return [json.loads(x)[0] for x in rows], out.getvalue()
+
+    def import_(pack: bytes) -> None:
+        run_write(
+            conn,
+            lambda c, tx: pack_actions.import_pack(
+                c, tx, pack_actions.read_lines(io.BytesIO(pack)), options
+            ),
+        )
+
+    try:
+        _fill(conn, 50)
+        _, pack = ids_in_pack(1)
+        for _ in range(3):  # three copies: their messages take the next ids
+            import_(pack)
+        _fill(conn, 5)  # project 1 now has 55 messages spread over 200 ids
+        sparse = pack_export._select(conn, messages, columns, 1)
+        dense = pack_export._select(conn, messages, columns, 2)
+        assert "NOT INDEXED" not in sparse and "NOT INDEXED" in dense
+        for project_id, count in ((1, 55), (2, 50)):
+            ids, pack = ids_in_pack(project_id)
+            assert len(ids) == count and ids == sorted(ids)
+            import_(pack)
+    finally:
+        conn.close()

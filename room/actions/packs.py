@@ -9,24 +9,37 @@ one offset (past the table's largest id), so a reference is remapped by adding i
 offset after a range check (a reference outside the pack's ids is refused; a dangling one
 inside it fails its foreign key). Only the members' ids are also kept as a set (the audit
 trail's actors have no foreign key).
+
+The attachments' files come in the pack after their rows, in SHA-256 order: each is checked
+against the next name the imported rows give (nothing missing, nothing extra, no list held),
+hashed as it streams in, and written to a staged temporary file unless the store has that
+content already; the staged files move to their addresses only once every check has passed,
+and are dropped when the import is refused.
 """
 
 from __future__ import annotations
 
+import binascii
+import hashlib
 import json
 import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
+import orjson
 import regex
 
+from room import blobs
 from room.actions import memory as memory_actions
-from room.actions.pack_export import encode_json, export_lines, table_columns
+from room.actions.pack_export import FILES_SQL, encode_json, export_lines, table_columns
 from room.errors import PackError
 from room.models import User
 from room.packs import (
+    FILE_COLUMNS,
+    FILES_PART,
     FORK_TABLES,
     MEMBER_ACTOR_KINDS,
     TABLES_BY_NAME,
@@ -42,7 +55,12 @@ INSERT_CHUNK = 500
 # The longest line an import reads: far past any row (a message's body, its rendered HTML and
 # its stored object), so that a pack of one endless line cannot fill the memory.
 MAX_LINE_BYTES = 16 * 1024 * 1024
-_decode = json.JSONDecoder().decode
+# orjson reads a line (bytes or text, no decode first) faster than the standard library, and
+# refuses a lone surrogate (which SQLite could not store anyway) as bad JSON.
+_decode = orjson.loads
+_SHA256 = regex.compile(r"[0-9a-f]{64}")
+# The files part as a _Part (it is no table: its rows go to the content store).
+_FILES = PackTable(FILES_PART, where="", order="", key=None)
 
 
 # -- import ---------------------------------------------------------------------------------------
@@ -79,7 +97,7 @@ class _Part:
         self.key = self.index.get(table.key) if table.key is not None else None
         self.project = self.index.get("project_id")
         for column, target in table.refs.items():
-            if column in self.index:
+            if column in self.index and column not in table.deferred:
                 if column in table.late:
                     self.late.append((self.index[column], column, target))
                 else:
@@ -100,6 +118,19 @@ class ImportOptions:
     forked_from: int | None = None
     parts: tuple[str, ...] | None = None
     action: str = "project.import"
+    data: Path | None = None  # the data folder: where the attachments' files go
+
+
+@dataclass(slots=True)
+class _File:
+    """The file whose chunks are being read: hashed as they come, written to its staged
+    temporary file (``upload``) unless the store holds this content already."""
+
+    sha: str
+    size: int
+    upload: blobs.Upload | None
+    received: int = 0
+    hasher: Any = field(default_factory=hashlib.sha256)
 
 
 class Importer:
@@ -117,6 +148,9 @@ class Importer:
         self.late: list[tuple[str, str, int, int]] = []  # table, column, new key, old ref
         self.counts: dict[str, int] = {}
         self.pack_project: dict[str, Any] = {}
+        self.token = secrets.token_hex(8)  # names this import's staged files
+        self.file: _File | None = None
+        self.expected_files: sqlite3.Cursor | None = None
 
     # -- id mapping
 
@@ -133,9 +167,10 @@ class Importer:
         return value + ids.offset
 
     def _map(self, table: str, value: Any) -> Any:
-        """For message objects: an id that is not carried (a turn) becomes null."""
+        """For message objects: an id that is not carried (a turn) becomes null. Attachments
+        are all in before the messages: only their ids are mapped."""
         try:
-            return self.ref(table, value, late=True)
+            return self.ref(table, value, late=table != "attachments")
         except PackError:
             return None
 
@@ -152,8 +187,8 @@ class Importer:
                     raise PackError("bad_line", "text after the end of the pack", line=lineno)
                 continue
             try:
-                item = _decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
-            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+                item = _decode(raw)
+            except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
                 raise PackError("bad_json", "a line is not JSON", line=lineno) from None
             if lineno == 1:
                 expected = check_header(item, self.options.parts)
@@ -177,10 +212,16 @@ class Importer:
                         "missing_part", f"expected part {want}, found {item['part']!r}",
                         part=want, line=lineno,
                     )  # fmt: skip
-                part = self._open(TABLES_BY_NAME[expected.pop(0)], item.get("columns"), lineno)
+                name = expected.pop(0)
+                if name == FILES_PART:
+                    part = self._open_files(item.get("columns"), lineno)
+                else:
+                    part = self._open(TABLES_BY_NAME[name], item.get("columns"), lineno)
             elif "end" in item:
                 if part is None or item["end"] != part.table.name:
                     raise PackError("bad_line", "an end marker out of place", line=lineno)
+                if part.table is _FILES:
+                    self._end_files(lineno)
                 self._flush(part)
                 if item.get("rows") != part.rows:
                     raise PackError(
@@ -232,6 +273,10 @@ class Importer:
                 f"{len(part.columns)}", part=table.name, line=lineno,
             )  # fmt: skip
         try:
+            if table is _FILES:
+                self._file_row(values)
+                part.rows += 1
+                return
             if table.name == "projects":
                 self._project(dict(zip(part.columns, values, strict=True)), lineno)
                 part.rows += 1
@@ -294,6 +339,123 @@ class Importer:
         finally:
             part.buffer.clear()
 
+    # -- the attachments' files
+
+    def _open_files(self, columns: Any, lineno: int) -> _Part:
+        if columns != list(FILE_COLUMNS):
+            raise PackError("bad_columns", f"the files part has columns {columns!r}",
+                            part=FILES_PART, line=lineno)  # fmt: skip
+        if self.options.data is None:
+            raise PackError("bad_pack", "this import takes no files", part=FILES_PART)
+        # The names the imported rows give, in order: each file must be the next one.
+        self.expected_files = self.conn.execute(
+            FILES_SQL.format(where="t.project_id = :p"), {"p": self.project_id}
+        )
+        return _Part(_FILES, list(FILE_COLUMNS), lineno)
+
+    def _next_expected(self) -> str | None:
+        assert self.expected_files is not None
+        row = self.expected_files.fetchone()
+        return None if row is None else str(row[0])
+
+    def _file_row(self, values: list[Any]) -> None:
+        sha, size, offset, encoded = values
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            raise PackError("bad_file", f"a file is named {str(sha)[:80]!r}, not a SHA-256")
+        if type(size) is not int or type(offset) is not int or size < 0 or offset < 0:
+            raise PackError("bad_file", f"file {sha}: its size or offset is not a count")
+        try:
+            chunk = binascii.a2b_base64(encoded, strict_mode=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise PackError("bad_file", f"file {sha}: a chunk is not base64", sha256=sha) from None
+        current = self.file
+        if current is None or current.sha != sha:
+            if current is not None:
+                raise PackError(
+                    "bad_file", f"file {current.sha} stops at {current.received} of "
+                    f"{current.size} bytes", sha256=current.sha,
+                )  # fmt: skip
+            if offset != 0:
+                raise PackError("bad_file", f"file {sha} does not start at 0", sha256=sha)
+            self._begin_file(sha, size)
+            current = self.file
+            assert current is not None
+        elif size != current.size or offset != current.received:
+            raise PackError("bad_file", f"file {sha}: its chunks are out of order", sha256=sha)
+        if current.received + len(chunk) > size:
+            raise PackError("bad_file", f"file {sha} is longer than {size} bytes", sha256=sha)
+        if current.upload is not None:
+            current.upload.write(chunk)
+        else:
+            current.hasher.update(chunk)
+        current.received += len(chunk)
+        if current.received == size:
+            self._end_file(current)
+
+    def _begin_file(self, sha: str, size: int) -> None:
+        expected = self._next_expected()
+        if expected is not None and expected < sha:
+            raise PackError(
+                "missing_file", f"the pack lacks the file {expected} of an attachment",
+                sha256=expected,
+            )  # fmt: skip
+        if expected != sha:
+            raise PackError(
+                "bad_file", f"file {sha}: no attachment names it (or the files are out of order)",
+                sha256=sha,
+            )  # fmt: skip
+        data = self.options.data
+        assert data is not None
+        # Content the store has already is only checked, not written again.
+        staged = None if blobs.holds(data, sha, size) else blobs.stage(data, self.token, sha)
+        self.file = _File(sha, size, staged)
+
+    def _end_file(self, current: _File) -> None:
+        self.file = None
+        if current.upload is not None:
+            digest = current.upload.finish()
+        else:
+            digest = current.hasher.hexdigest()
+        if digest != current.sha:
+            raise PackError(
+                "bad_file", f"file {current.sha}: its content does not have that SHA-256",
+                sha256=current.sha,
+            )  # fmt: skip
+        wrong = self.conn.execute(
+            "SELECT id FROM attachments WHERE project_id = :p AND sha256 = :sha AND size != :n"
+            " LIMIT 1", {"p": self.project_id, "sha": current.sha, "n": current.size},
+        ).fetchone()  # fmt: skip
+        if wrong is not None:
+            raise PackError(
+                "bad_file", f"file {current.sha} is {current.size} bytes, not its row's size",
+                sha256=current.sha,
+            )  # fmt: skip
+
+    def _end_files(self, lineno: int) -> None:
+        if self.file is not None:
+            raise PackError(
+                "bad_file", f"file {self.file.sha} stops at {self.file.received} of "
+                f"{self.file.size} bytes", sha256=self.file.sha, line=lineno,
+            )  # fmt: skip
+        missing = self._next_expected()
+        if missing is not None:
+            raise PackError(
+                "missing_file", f"the pack lacks the file {missing} of an attachment",
+                sha256=missing, part=FILES_PART, line=lineno,
+            )  # fmt: skip
+        self.expected_files = None
+
+    def discard_files(self) -> None:
+        """A refused import: its staged files go (the rows go with the rollback)."""
+        if self.file is not None and self.file.upload is not None:
+            self.file.upload.discard()
+        if self.options.data is not None:
+            blobs.discard_staged(self.options.data, self.token)
+
+    def commit_files(self) -> None:
+        if self.options.data is not None:
+            blobs.commit_staged(self.options.data, self.token)
+
     # -- the special rows
 
     def _project(self, row: dict[str, Any], lineno: int) -> None:
@@ -342,6 +504,7 @@ class Importer:
             raise PackError("missing_part", "the pack has no project row", part="projects")
         if self.options.importer is not None and self.owner_member is None:
             raise PackError("no_owner", "the pack has no owner to hand to you", part="members")
+        self._deferred()
         for table, column, key, old in self.late:
             new = self.ref(TABLES_BY_NAME[table].refs[column], old, late=True)
             try:
@@ -364,6 +527,44 @@ class Importer:
         assert project is not None
         return {"project_id": project.id, "name": project.name, "epoch": project.epoch,
                 "state": project.state, "rows": self.counts}  # fmt: skip
+
+    def _deferred(self) -> None:
+        """Deferred refs (``PackTable.deferred``): checked against the range of the part they
+        point to, moved by its offset, then checked to name a row — three statements a column,
+        whatever the number of rows."""
+        for name in self.parts:
+            table = TABLES_BY_NAME.get(name)
+            own = self.ids.get(name)
+            if table is None or not table.deferred or own is None or own.first is None:
+                continue
+            rows = {"lo": own.first + own.offset, "hi": (own.last or 0) + own.offset}
+            where = "t.id BETWEEN :lo AND :hi AND t.{c} IS NOT NULL"
+            for column in table.deferred:
+                target = table.refs[column]
+                ids = self.ids.get(target)
+                span = (
+                    (ids.first, ids.last) if ids is not None and ids.first is not None else (0, -1)
+                )
+                bad = self.conn.execute(
+                    f"SELECT t.{column} FROM {name} t WHERE {where.format(c=column)}"
+                    f" AND (t.{column} < :first OR t.{column} > :last) LIMIT 1",
+                    rows | {"first": span[0], "last": span[1]},
+                ).fetchone()
+                if bad is None and ids is not None and ids.first is not None:
+                    self.conn.execute(
+                        f"UPDATE {name} AS t SET {column} = {column} + :offset"
+                        f" WHERE {where.format(c=column)}", rows | {"offset": ids.offset},
+                    )  # fmt: skip
+                    bad = self.conn.execute(
+                        f"SELECT t.{column} - :offset FROM {name} t WHERE {where.format(c=column)}"
+                        f" AND NOT EXISTS (SELECT 1 FROM {target} r WHERE r.id = t.{column})"
+                        " LIMIT 1", rows | {"offset": ids.offset},
+                    ).fetchone()  # fmt: skip
+                if bad is not None:
+                    raise PackError(
+                        "bad_ref", f"a reference to {target} {bad[0]!r} is not in the pack",
+                        part=name,
+                    )  # fmt: skip
 
     def _index(self) -> None:
         """The search index (docs/search.md): the new messages and records, like any write."""
@@ -484,6 +685,17 @@ def _message(imp: Importer, part: _Part, values: list[Any]) -> None:
     values[at] = encode_json(remap_message(obj, imp.project_id, imp._map))
 
 
+def _attachment(imp: Importer, part: _Part, values: list[Any]) -> None:
+    """An attachment names its content by SHA-256 (a path in the store): nothing else."""
+    for column in ("sha256", "thumb_sha256"):
+        at = part.index.get(column)
+        value = values[at] if at is not None else None
+        if value is None and column == "thumb_sha256":
+            continue
+        if not isinstance(value, str) or not _SHA256.fullmatch(value):
+            raise PackError("bad_row", f"an attachment's {column} is not a SHA-256")
+
+
 def _event(imp: Importer, part: _Part, values: list[Any]) -> None:
     at = part.index.get("frame")
     if at is None or values[at] is None:
@@ -505,6 +717,7 @@ _SPECIAL = {
     "route_changes": _route_target,
     "messages": _message,
     "events": _event,
+    "attachments": _attachment,
 }
 
 
@@ -526,7 +739,14 @@ def import_pack(
     """Write the pack in ``lines`` (:func:`read_lines` of a file) as a new project inside the
     caller's transaction."""
     tx.write_directly(conn)
-    return Importer(conn, tx, options).run(lines)
+    importer = Importer(conn, tx, options)
+    try:
+        result = importer.run(lines)
+        importer.commit_files()  # the last step: every check has passed
+    except BaseException:
+        importer.discard_files()
+        raise
+    return result
 
 
 def fork_project(
@@ -537,8 +757,8 @@ def fork_project(
     # Chunks of rows split on "\n" only: JSON text holds no raw newline, but may hold U+2028.
     lines = [
         line
-        for chunk in export_lines(conn, project_id, tx.now, FORK_TABLES)
-        for line in chunk.split("\n")
+        for chunk in export_lines(conn, project_id, tx.now, FORK_TABLES, data=None)
+        for line in chunk.split(b"\n")
         if line
     ]
     source = projects_store.get(conn, project_id)

@@ -50,7 +50,7 @@ async def export_project(request: Request) -> Response:
     try:
         conn.execute("PRAGMA mmap_size = 0")  # a whole-project read: keep its pages out of RSS
         conn.execute("BEGIN")  # one snapshot for the whole download
-        lines = pack_export.export_lines(conn, project_id, time.time())
+        lines = pack_export.export_lines(conn, project_id, time.time(), data=core.settings.data)
         first = next(lines)  # a missing project fails here, before the response starts
     except BaseException:
         conn.close()
@@ -59,9 +59,8 @@ async def export_project(request: Request) -> Response:
     def body() -> Iterator[bytes]:
         # Closed when the download ends or is abandoned (the generator is closed then).
         try:
-            yield first.encode("utf-8")
-            for text in lines:
-                yield text.encode("utf-8")
+            yield first
+            yield from lines
         finally:
             conn.close()
 
@@ -96,7 +95,7 @@ async def import_project(request: Request) -> Response:
         if size == 0:
             raise BadRequestError("send the pack as the request body", code="empty_body")
         importer = who.user
-        options = pack_actions.ImportOptions(importer=importer, name=name)
+        options = pack_actions.ImportOptions(importer=importer, name=name, data=core.settings.data)
 
         def job(conn, tx):  # type: ignore[no-untyped-def]
             with path.open("rb") as pack:
