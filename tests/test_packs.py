@@ -10,7 +10,7 @@ import itertools
 import json
 import sqlite3
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +29,7 @@ from room.actions import routes as route_actions
 from room.actions import task_updates as updates
 from room.actions.merge import merge_records
 from room.app import RoomServer
+from room.bodies import BodyInto
 from room.errors import PackError, RoomError
 from room.packs import PACK_TABLES, PACK_VERSION, remap_message
 from room.settings import load_settings
@@ -103,7 +104,7 @@ async def build(world: World) -> None:
     # same image again in a second message (one file in the pack for both rows).
     photo, notes, again = [
         await attachment_actions.upload(
-            world.core, world[who], name=name, declared=len(content), chunks=_chunks(content)
+            world.core, world[who], name=name, declared=len(content), body=_body(content)
         )
         for who, name, content in (
             ("owner", "照片.png", PNG), ("owner", "notes.txt", "笔记\n".encode() * 50),
@@ -127,8 +128,18 @@ def _png() -> bytes:
 PNG = _png()
 
 
-async def _chunks(content: bytes) -> AsyncIterator[bytes]:
-    yield content
+def _body(content: bytes) -> BodyInto:
+    """An upload's body: ``content``, filling the server's buffers as a socket would."""
+    sent = 0
+
+    async def fill(view: memoryview) -> int:
+        nonlocal sent
+        size = min(len(view), len(content) - sent)
+        view[:size] = content[sent : sent + size]
+        sent += size
+        return size
+
+    return fill
 
 
 def blob_files(world: World) -> dict[str, bytes]:
