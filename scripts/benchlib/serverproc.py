@@ -73,6 +73,7 @@ class Process:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    pinned: bool = True  # to SERVER_CPU; False: every core (the scheduler places it)
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +84,7 @@ class Process:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
                 cwd=self.cwd,
-                preexec_fn=pin_to(SERVER_CPU),
+                preexec_fn=pin_to(SERVER_CPU) if self.pinned else raise_nofile,
             )
 
     @property
@@ -180,6 +181,7 @@ class RoomServer:
     process: Process | None = None
     cookie: str = ""
     profile: Any = None
+    pinned: bool = True
 
     def start(self) -> RoomServer:
         if not (self.data / "room.sqlite").exists():
@@ -195,6 +197,7 @@ class RoomServer:
             # Not the caller's folder: ``python -m`` puts the working folder first on sys.path,
             # which would shadow the PYTHONPATH that --room-src sets when run from a checkout.
             cwd=self.data.resolve().parent,
+            pinned=self.pinned,
         )
         self.process.start()
         deadline = time.monotonic() + START_TIMEOUT_SECS
