@@ -26,7 +26,7 @@ import asyncio
 import logging
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sized
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -38,11 +38,11 @@ SendText = Callable[[str], Awaitable[None]]
 DirectWrite = Callable[[bytes], bool]
 Close = Callable[[int, str], Awaitable[None]]
 # What the transport hands an outbox while its connection can take a direct write (or three
-# Nones): the socket's ``send``, the transport's ``get_write_buffer_size`` and ``write``.
+# Nones): the socket's ``send``, the transport's write buffer (a sized object, empty when nothing
+# waits in it: read in place, no call) and the transport's ``write``.
 SendNow = Callable[[bytes], int]
-Buffered = Callable[[], int]
 Write = Callable[[bytes], None]
-OnLink = Callable[[SendNow | None, Buffered | None, Write | None], None]
+OnLink = Callable[[SendNow | None, Sized | None, Write | None], None]
 WatchLink = Callable[[OnLink], None]
 CLOSE_INTERNAL = 1011  # a frame could not be written: the client resumes from its cursor
 
@@ -199,10 +199,9 @@ class _Fanout:
         top_seq = seqs[-1] if seqs else 0
         first_order = self.first_order
         size = len(wire)
-        plain = self.plain
+        if not self.plain:  # narrowed broadcasts (typing, member-only frames): per subscriber
+            first_seq = 0
         for sub in self.subs:
-            if not sub.live:
-                continue  # still replaying: it holds these frames in its own buffer
             outbox = sub.outbox
             send = outbox.send_now
             try:
@@ -211,10 +210,10 @@ class _Fanout:
                 # buffered (so nothing can be overtaken): one send straight to the socket.
                 if (
                     send is not None
-                    and plain
+                    and sub.live
                     and sub.settled < first_order
                     and sub.last_seq < first_seq
-                    and not outbox.buffered()
+                    and not outbox.pending
                 ):
                     try:
                         sent = send(wire)
@@ -225,6 +224,8 @@ class _Fanout:
                     if top_seq:
                         sub.last_seq = top_seq
                     continue
+                if not sub.live:
+                    continue  # still replaying: it holds these frames in its own buffer
                 taken: list[tuple[int, Frame]] = []
                 self.take(sub, taken)
                 for _, frame in taken:
@@ -251,8 +252,8 @@ class Outbox:
     # pushed them out of the CPU caches; fewer, denser objects make that pass cheaper.
     __slots__ = (
         "_batch", "_close", "_direct", "_flusher", "_idle_waiters", "_link_send", "_queue",
-        "_send_text", "_task", "_waiting_bytes", "_wake", "buffered", "close_reason", "closed",
-        "limit", "limit_bytes", "name", "send_now", "stall_secs", "subs", "write",
+        "_send_text", "_task", "_waiting_bytes", "_wake", "close_reason", "closed", "limit",
+        "limit_bytes", "name", "pending", "send_now", "stall_secs", "subs", "write",
     )  # fmt: skip
 
     def __init__(
@@ -287,17 +288,17 @@ class Outbox:
         self.subs: list[Subscription] = []  # this connection's project subscriptions
         self._link_send: SendNow | None = None
         self.send_now: SendNow | None = None
-        self.buffered: Buffered = _nothing_buffered
+        self.pending: Sized = b""  # the transport's write buffer
         self.write: Write = _no_write
         if watch is not None:
             watch(self._link)
 
-    def _link(self, send: SendNow | None, buffered: Buffered | None, write: Write | None) -> None:
-        """The transport's direct path opened (the socket's send, the transport's buffer size
+    def _link(self, send: SendNow | None, pending: Sized | None, write: Write | None) -> None:
+        """The transport's direct path opened (the socket's send, the transport's write buffer
         and write) or closed (Nones)."""
         self._link_send = send
-        if buffered is not None and write is not None:
-            self.buffered, self.write = buffered, write
+        if pending is not None and write is not None:
+            self.pending, self.write = pending, write
         self._idle()
 
     def _idle(self) -> None:
@@ -460,10 +461,6 @@ class Outbox:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
-
-
-def _nothing_buffered() -> int:
-    return 0
 
 
 def _no_write(wire: bytes) -> None:

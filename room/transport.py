@@ -6,8 +6,8 @@ serialisation per socket. This subclass offers the ASGI app two extensions:
 frame straight to the transport when the connection is open and writable, and returns False
 otherwise (the caller then queues it and sends it the ordinary ASGI way); and
 ``scope["extensions"]["room.direct_watch"]``, which registers a callback told, at once and on
-every change, whether the connection takes direct writes: ``(socket.send,
-transport.get_write_buffer_size, transport.write)`` while it is open (handshake done, no close
+every change, whether the connection takes direct writes: ``(socket.send, the transport's write
+buffer, transport.write)`` while it is open (handshake done, no close
 sent or received, transport not closing) and writable (below the transport's high-water mark),
 ``(None, None, None)`` otherwise. The state is worked out again after each event that can change
 it (data received, an ASGI send, pause/resume writing, keepalive, shutdown, cut, loss), so the
@@ -35,7 +35,8 @@ import asyncio
 import asyncio.selector_events
 import logging
 import socket
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sized
 from typing import Any
 
 import h11
@@ -60,14 +61,19 @@ PLAIN_TRANSPORT: type | None = getattr(asyncio.selector_events, "_SelectorSocket
 
 class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
     _sock: socket.socket | None = None  # the raw socket, when the transport is asyncio's plain one
+    _buffer: Sized = b""  # that transport's write buffer
     _watcher: OnLink | None = None
     _linked = False  # what the watcher was last told
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if PLAIN_TRANSPORT is not None and type(transport) is PLAIN_TRANSPORT:
+            # Its socket, and its write buffer (made once, changed in place: empty means
+            # nothing waits, as its own write checks), read without a call per frame.
             sock = getattr(transport, "_sock", None)
-            self._sock = sock if isinstance(sock, socket.socket) else None
+            buffer = getattr(transport, "_buffer", None)
+            if isinstance(sock, socket.socket) and isinstance(buffer, bytearray | deque):
+                self._sock, self._buffer = sock, buffer
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
@@ -105,7 +111,7 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
         self._linked = linked
         if linked:
             assert sock is not None
-            watcher(sock.send, transport.get_write_buffer_size, transport.write)
+            watcher(sock.send, self._buffer, transport.write)
         else:
             watcher(None, None, None)
 

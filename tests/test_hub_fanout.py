@@ -28,7 +28,7 @@ class Wire:
     def __init__(self, log: Log, name: str) -> None:
         self.log = log
         self.name = name
-        self.buffer = 0  # what the transport holds unsent
+        self.buffer = bytearray()  # what the transport holds unsent
         self.accept: int | None = None  # bytes the socket takes per send (None: all)
         self.raises: BaseException | None = None
         self.writable = True  # for the medium path (``room.direct_write``)
@@ -46,9 +46,6 @@ class Wire:
         self.log.append((self.name, "send", wire[:took]))
         return took
 
-    def buffered(self) -> int:
-        return self.buffer
-
     def write(self, wire: bytes) -> None:
         self.log.append((self.name, "write", wire))
 
@@ -60,7 +57,7 @@ class Wire:
 
     def watch(self, on_link: object) -> None:
         self.on_link = on_link
-        on_link(self.send, self.buffered, self.write)  # type: ignore[operator]
+        on_link(self.send, self.buffer, self.write)  # type: ignore[operator]
 
     def unlink(self) -> None:
         self.on_link(None, None, None)  # type: ignore[operator]
@@ -180,7 +177,7 @@ async def test_a_transport_with_bytes_buffered_gets_no_send_past_them() -> None:
     wire = Wire(log, "c")
     outbox = _outbox(hub, wire)
     _live(hub, outbox)
-    wire.buffer = 10  # a ping (or the tail of an earlier frame) waits in the transport
+    wire.buffer += b"\x89\x00"  # a ping (or the tail of an earlier frame) waits in the transport
     hub.publish(1, 1, _event(1))
     await _turn()
     assert [path for _, path, _ in log] == ["direct"]  # behind the buffered bytes, in order

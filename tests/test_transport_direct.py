@@ -96,8 +96,9 @@ def test_the_direct_path_follows_the_connection_and_writes_valid_frames(
     with connect(f"ws://127.0.0.1:{port}/", compression=None) as client:
         _until(lambda: bool(app.links))
         assert app.linked() == [True]  # open after the accept
-        send, buffered, _write = app.links[0]
-        assert _on_loop(app, buffered) == 0
+        send, buffer, _write = app.links[0]
+        assert _on_loop(app, lambda: len(buffer)) == 0  # the transport's own, empty
+        assert buffer is app.protocol.transport._buffer
 
         # What goes through the socket's send is one whole frame on the client's side.
         assert _on_loop(app, lambda: send(text_frame(b'{"type":"direct"}'))) > 0
