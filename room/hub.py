@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sized
 from dataclasses import dataclass, field
@@ -150,6 +151,10 @@ class Flusher:
                 outbox.fail("flush")
 
 
+def _order(entry: tuple[int, int, Frame, Outbox | None, frozenset[int] | None]) -> int:
+    return entry[0]
+
+
 class _Fanout:
     """What one project published during one loop turn, for one pass over its subscribers."""
 
@@ -177,9 +182,12 @@ class _Fanout:
     def take(self, sub: Subscription, out: list[tuple[int, Frame]]) -> None:
         """The entries ``sub`` should get and has not got yet (seq and filters checked)."""
         outbox = sub.outbox
-        for order, seq, frame, exclude, members in self.entries:
-            if order <= sub.settled:
-                continue
+        entries = self.entries
+        # Entries are in order: start after the last one it was given (a connection that is
+        # pushed to after each of many published frames costs no rescan of the turn).
+        start = bisect_right(entries, sub.settled, key=_order) if sub.settled else 0
+        for index in range(start, len(entries)):
+            order, seq, frame, exclude, members = entries[index]
             if seq:
                 if seq <= sub.last_seq:
                     continue  # the replay sent it already

@@ -301,3 +301,20 @@ async def test_a_frame_pushed_before_anything_was_published_stays_first() -> Non
     hub.publish(1, 1, _event(1))
     await _turn()
     assert [f["type"] for f in _received(log, "c")] == ["pong", "message"]
+
+
+async def test_acks_between_the_events_of_one_commit_keep_their_places() -> None:
+    # A group commit: each message's event, then its sender's ack, many in one turn.
+    hub, log = Hub(), Log()
+    sender, watcher = Wire(log, "sender"), Wire(log, "watcher")
+    a = _outbox(hub, sender, limit=1000)
+    _live(hub, a)
+    _live(hub, _outbox(hub, watcher, limit=1000))
+    hub.broadcast(1, '{"type":"typing","member_id":9}', exclude=a, volatile=True)
+    for seq in range(1, 201):
+        hub.publish(1, seq, _event(seq))
+        a.push(f'{{"type":"ack","seq":{seq}}}')
+    await _turn()
+    got = [(f["type"], f["seq"]) for f in _received(log, "sender")]
+    assert got == [(kind, n) for n in range(1, 201) for kind in ("message", "ack")]
+    assert [f.get("seq") for f in _received(log, "watcher")] == [None, *range(1, 201)]
