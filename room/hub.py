@@ -1,11 +1,19 @@
 """Live fan-out: which connections watch which project, and a bounded outbox per connection.
 
-``publish`` never awaits. Each frame is JSON-encoded once by the caller and framed for the wire
-once here; at the end of the loop turn every touched connection gets all its frames in one
-write straight to its socket (when the socket is writable and nothing is queued before them),
-otherwise they wait in its bounded outbox, drained by that connection's own sender task. A reader that stops reading fills its outbox and is cut (close code
-1013, "resume with since") without slowing anyone else; it loses nothing, because on reconnect it
-replays from its cursor.
+``publish`` and ``broadcast`` never await and never touch a subscriber: they record the frame
+(JSON-encoded once by the caller, framed for the wire once here) on the project's fan-out of this
+loop turn. At the end of the turn the :class:`Flusher` makes one pass over each project's
+subscribers with everything the project published in the turn, joined into one wire string; the
+common case — a live subscriber, nothing waiting in its outbox, an open and writable connection
+whose transport has nothing buffered — is one ``send`` straight to its socket. Everything else
+(frames of that connection pushed in the same turn, a full socket, a connection without the
+direct path) goes through the connection's outbox as before: frames pushed to a connection
+(acks, errors, person frames) first take the project frames published before them, so each
+connection sees frames in the order they were published and pushed. A connection's frames of a
+turn leave in one write; when the socket is not writable they wait in its bounded outbox,
+drained by the connection's own sender task. A reader that stops reading fills its outbox and is
+cut (close code 1013, "resume with since") without slowing anyone else; it loses nothing,
+because on reconnect it replays from its cursor.
 
 Sequenced project events (messages, edits …) go through ``publish`` and carry a seq; ephemeral
 ones (typing, read cursors, delivery labels, roster and task views) go through ``broadcast`` and
@@ -17,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sized
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -29,6 +38,14 @@ CLOSE_SIGNED_OUT = 4401  # the session behind the connection ended: sign in agai
 SendText = Callable[[str], Awaitable[None]]
 DirectWrite = Callable[[bytes], bool]
 Close = Callable[[int, str], Awaitable[None]]
+# What the transport hands an outbox while its connection can take a direct write (or three
+# Nones): the socket's ``send``, the transport's write buffer (a sized object, empty when nothing
+# waits in it: read in place, no call) and the transport's ``write``.
+SendNow = Callable[[bytes], int]
+Write = Callable[[bytes], None]
+OnLink = Callable[[SendNow | None, Sized | None, Write | None], None]
+WatchLink = Callable[[OnLink], None]
+CLOSE_INTERNAL = 1011  # a frame could not be written: the client resumes from its cursor
 
 
 def text_frame(payload: bytes) -> bytes:
@@ -58,16 +75,20 @@ class Frame:
 
 
 class Flusher:
-    """Writes every outbox touched during one turn of the event loop once, at its end.
+    """Writes everything published and pushed during one turn of the event loop, at its end.
 
-    Frames pushed while the loop works through its ready callbacks — the acks and events of a
-    whole group commit, a publish to every subscriber — are coalesced per connection into one
-    socket write: one system call per connection per batch instead of one per frame.
+    Frames published while the loop works through its ready callbacks — the events of a whole
+    group commit, a broadcast after them — make one pass per project over its subscribers
+    (:class:`_Fanout`); frames pushed to single connections (the acks of that commit) are
+    coalesced per connection into one socket write: one system call per connection per turn
+    instead of one per frame.
     """
 
     def __init__(self) -> None:
         self._dirty: list[Outbox] = []
         self._scheduled = False
+        self.fanouts: dict[int, _Fanout] = {}  # by project id, this turn
+        self.order = 0  # counts every published or broadcast frame: the order they were made in
 
     def mark(self, outbox: Outbox) -> None:
         self._dirty.append(outbox)
@@ -75,11 +96,151 @@ class Flusher:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._run)
 
+    def fan_out(
+        self,
+        project_id: int,
+        subs: set[Subscription],
+        seq: int,
+        frame: Frame,
+        exclude: Outbox | None = None,
+        members: frozenset[int] | None = None,
+    ) -> None:
+        """``frame`` for the live subscribers of a project, at the end of this turn (``seq`` 0:
+        not sequenced; ``exclude`` and ``members`` narrow who gets it)."""
+        self.order += 1
+        fan = self.fanouts.get(project_id)
+        if fan is None:
+            fan = self.fanouts[project_id] = _Fanout(subs, self.order)
+            if not self._scheduled:
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._run)
+        fan.add(self.order, seq, frame, exclude, members)
+
+    def settle(self, outbox: Outbox) -> None:
+        """Before a frame is pushed to one connection: move the project frames published to it
+        earlier in this turn into its outbox, so that they stay ahead of it."""
+        fanouts = self.fanouts
+        taken: list[tuple[int, Frame]] = []
+        projects = 0
+        for sub in outbox.subs:
+            fan = fanouts.get(sub.project_id)
+            if fan is None or not sub.live:
+                continue
+            before = len(taken)
+            fan.take(sub, taken)
+            sub.settled = self.order
+            projects += len(taken) > before
+        if projects > 1:
+            taken.sort(key=lambda item: item[0])
+        for _, frame in taken:
+            if not outbox._add(frame):
+                return
+
     def _run(self) -> None:
+        fanouts, self.fanouts = self.fanouts, {}
+        for fan in fanouts.values():
+            fan.deliver()
         self._scheduled = False
         dirty, self._dirty = self._dirty, []
         for outbox in dirty:
-            outbox.flush()
+            # One connection's failure (a frame that cannot be encoded …) is that connection's
+            # alone: the others of the turn are still written.
+            try:
+                outbox.flush()
+            except Exception:
+                outbox.fail("flush")
+
+
+def _order(entry: tuple[int, int, Frame, Outbox | None, frozenset[int] | None]) -> int:
+    return entry[0]
+
+
+class _Fanout:
+    """What one project published during one loop turn, for one pass over its subscribers."""
+
+    __slots__ = ("entries", "first_order", "plain", "subs")
+
+    def __init__(self, subs: set[Subscription], first_order: int) -> None:
+        self.subs = subs
+        self.first_order = first_order
+        # (order, seq or 0, frame, exclude, members), in the order they were made
+        self.entries: list[tuple[int, int, Frame, Outbox | None, frozenset[int] | None]] = []
+        self.plain = True  # every entry goes to every live subscriber
+
+    def add(
+        self,
+        order: int,
+        seq: int,
+        frame: Frame,
+        exclude: Outbox | None,
+        members: frozenset[int] | None,
+    ) -> None:
+        self.entries.append((order, seq, frame, exclude, members))
+        if exclude is not None or members is not None:
+            self.plain = False
+
+    def take(self, sub: Subscription, out: list[tuple[int, Frame]]) -> None:
+        """The entries ``sub`` should get and has not got yet (seq and filters checked)."""
+        outbox = sub.outbox
+        entries = self.entries
+        # Entries are in order: start after the last one it was given (a connection that is
+        # pushed to after each of many published frames costs no rescan of the turn).
+        start = bisect_right(entries, sub.settled, key=_order) if sub.settled else 0
+        for index in range(start, len(entries)):
+            order, seq, frame, exclude, members = entries[index]
+            if seq:
+                if seq <= sub.last_seq:
+                    continue  # the replay sent it already
+                sub.last_seq = seq
+            elif outbox is exclude or (members is not None and sub.member_id not in members):
+                continue
+            out.append((order, frame))
+
+    def deliver(self) -> None:
+        entries = self.entries
+        if len(entries) == 1:
+            wire = entries[0][2].wire
+        else:
+            wire = b"".join([entry[2].wire for entry in entries])
+        seqs = [entry[1] for entry in entries if entry[1]]
+        first_seq = seqs[0] if seqs else 1 << 62
+        top_seq = seqs[-1] if seqs else 0
+        first_order = self.first_order
+        size = len(wire)
+        if not self.plain:  # narrowed broadcasts (typing, member-only frames): per subscriber
+            first_seq = 0
+        for sub in self.subs:
+            outbox = sub.outbox
+            send = outbox.send_now
+            try:
+                # The common case in one pass: a live subscriber, nothing waiting in its
+                # outbox, an open and writable connection whose transport has nothing
+                # buffered (so nothing can be overtaken): one send straight to the socket.
+                if (
+                    send is not None
+                    and sub.live
+                    and sub.settled < first_order
+                    and sub.last_seq < first_seq
+                    and not outbox.pending
+                ):
+                    try:
+                        sent = send(wire)
+                    except OSError:  # EAGAIN, or a failed socket the transport will report
+                        sent = 0
+                    if sent != size:
+                        outbox.write(wire[sent:])
+                    if top_seq:
+                        sub.last_seq = top_seq
+                    continue
+                if not sub.live:
+                    continue  # still replaying: it holds these frames in its own buffer
+                taken: list[tuple[int, Frame]] = []
+                self.take(sub, taken)
+                for _, frame in taken:
+                    if not outbox._add(frame):
+                        break
+            except Exception:
+                outbox.fail("fan-out")
 
 
 class Outbox:
@@ -89,14 +250,18 @@ class Outbox:
     socket is not writable they move to ``_queue``, drained by the connection's sender task, and
     everything after them queues behind them (order is kept). Past ``limit`` frames or
     ``limit_bytes`` waiting, the connection is cut as a slow consumer.
+
+    ``send_now`` is the one flag the fan-out pass reads: the socket's ``send`` while nothing
+    waits here (batch and queue empty, not closed) and the transport says the connection is open
+    and writable (``watch``, from :mod:`room.transport`), else None.
     """
 
     # Slots: a fan-out touches a thousand of these right after a thousand socket writes have
     # pushed them out of the CPU caches; fewer, denser objects make that pass cheaper.
     __slots__ = (
-        "_batch", "_close", "_direct", "_flusher", "_idle_waiters", "_queue", "_send_text",
-        "_task", "_waiting_bytes", "_wake", "close_reason", "closed", "limit", "limit_bytes",
-        "name", "stall_secs",
+        "_batch", "_close", "_direct", "_flusher", "_idle_waiters", "_link_send", "_queue",
+        "_send_text", "_task", "_waiting_bytes", "_wake", "close_reason", "closed", "limit",
+        "limit_bytes", "name", "pending", "send_now", "stall_secs", "subs", "write",
     )  # fmt: skip
 
     def __init__(
@@ -110,6 +275,7 @@ class Outbox:
         flusher: Flusher | None = None,
         name: str = "",
         stall_secs: float | None = None,
+        watch: WatchLink | None = None,
     ) -> None:
         self._send_text = send_text
         self._close = close
@@ -127,6 +293,26 @@ class Outbox:
         self.closed = False
         self.close_reason: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self.subs: list[Subscription] = []  # this connection's project subscriptions
+        self._link_send: SendNow | None = None
+        self.send_now: SendNow | None = None
+        self.pending: Sized = b""  # the transport's write buffer
+        self.write: Write = _no_write
+        if watch is not None:
+            watch(self._link)
+
+    def _link(self, send: SendNow | None, pending: Sized | None, write: Write | None) -> None:
+        """The transport's direct path opened (the socket's send, the transport's write buffer
+        and write) or closed (Nones)."""
+        self._link_send = send
+        if pending is not None and write is not None:
+            self.pending, self.write = pending, write
+        self._idle()
+
+    def _idle(self) -> None:
+        """Nothing waits here any more: the fan-out may write straight to the socket again."""
+        if not self._batch and not self._queue and not self.closed:
+            self.send_now = self._link_send
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -134,10 +320,19 @@ class Outbox:
         )
 
     def push(self, frame: Frame | str) -> bool:
+        """A frame for this connection alone, after whatever its projects published before it
+        in this loop turn."""
         if self.closed:
             return False
         if isinstance(frame, str):
             frame = Frame(frame)
+        if self.subs and self._flusher.fanouts:
+            self._flusher.settle(self)
+        return self._add(frame)
+
+    def _add(self, frame: Frame) -> bool:
+        if self.closed:
+            return False
         if self._queue:
             return self._enqueue(frame)
         batch = self._batch
@@ -146,6 +341,7 @@ class Outbox:
             self.cut("slow consumer: outbox full; reconnect and resume with since")
             return False
         if not batch:
+            self.send_now = None
             self._flusher.mark(self)
         batch.append(frame)
         self._waiting_bytes += size
@@ -164,6 +360,7 @@ class Outbox:
             wire = batch[0].wire if len(batch) == 1 else b"".join([f.wire for f in batch])
             if self._direct(wire):
                 self._waiting_bytes = 0  # nothing was queued: the batch was all that waited
+                self.send_now = self._link_send
                 if self._idle_waiters:
                     self._wake_idle()
                 return
@@ -171,6 +368,7 @@ class Outbox:
         for frame in batch:
             if not self._enqueue(frame):
                 return
+        self._idle()  # the queue took nothing (a zero limit …): nothing waits
 
     def _enqueue(self, frame: Frame) -> bool:
         size = len(frame.text)
@@ -178,13 +376,16 @@ class Outbox:
             self.cut("slow consumer: outbox full; reconnect and resume with since")
             return False
         self._queue.append(frame)
+        self.send_now = None
         self._waiting_bytes += size
         self._wake.set()
         return True
 
     def _settle(self) -> None:
-        if not self._queue and not self._batch and self._idle_waiters:
-            self._wake_idle()
+        if not self._queue and not self._batch:
+            self._idle()
+            if self._idle_waiters:
+                self._wake_idle()
 
     def _wake_idle(self) -> None:
         waiters, self._idle_waiters = self._idle_waiters, []
@@ -207,10 +408,17 @@ class Outbox:
             return False
         return not self.closed
 
+    def fail(self, stage: str) -> None:
+        """Writing to this connection raised: log it and cut the connection (it resumes from
+        its cursor, nothing is lost); called from an ``except`` block."""
+        log.exception("%s to %s failed", stage, self.name)
+        self.cut("server error while writing; reconnect and resume with since", CLOSE_INTERNAL)
+
     def cut(self, reason: str, code: int = CLOSE_SLOW_CONSUMER) -> None:
         if self.closed:
             return
         self.closed, self.close_reason = True, reason
+        self.send_now = None
         self._queue.clear()
         self._batch.clear()
         self._waiting_bytes = 0
@@ -247,10 +455,12 @@ class Outbox:
                 self._settle()
         except Exception:
             self.closed = True
+            self.send_now = None
             self._wake_idle()
 
     async def aclose(self) -> None:
         self.closed = True
+        self.send_now = None
         self._wake.set()
         self._wake_idle()
         if self._task is not None:
@@ -261,6 +471,10 @@ class Outbox:
                 pass
 
 
+def _no_write(wire: bytes) -> None:
+    raise RuntimeError("no direct path")  # send_now is None whenever this is in place
+
+
 @dataclass(slots=True, eq=False)
 class Subscription:
     project_id: int
@@ -269,6 +483,7 @@ class Subscription:
     live: bool = False
     active: bool = True  # False once unsubscribed (or cut): a replay still running stops
     last_seq: int = 0
+    settled: int = 0  # the Flusher's order up to which this subscriber was given frames
     buffer: list[tuple[int, Frame]] = field(default_factory=list)
     # State frames (members, project, tasks, delivery labels) broadcast during the replay, in
     # order: they are not in the replayable stream, so dropping them would leave a stale view.
@@ -283,6 +498,7 @@ class Subscription:
 class Hub:
     def __init__(self) -> None:
         self._projects: dict[int, set[Subscription]] = {}
+        self._replaying: dict[int, set[Subscription]] = {}  # not live yet, by project
         # Connections by the digest of the browser session that opened them (or an agent's
         # ``agent_session`` key), so signing out (or leaving) closes them too.
         self._sessions: dict[str, set[Outbox]] = {}
@@ -365,8 +581,12 @@ class Hub:
 
     def subscribe(self, project_id: int, outbox: Outbox, member_id: int) -> Subscription:
         """Register first (buffering), replay from the store, then :meth:`go_live`."""
+        if outbox._flusher is not self.flusher:
+            raise ValueError("the outbox must write through this hub's flusher")
         sub = Subscription(project_id, outbox, member_id)
         self._projects.setdefault(project_id, set()).add(sub)
+        self._replaying.setdefault(project_id, set()).add(sub)
+        outbox.subs.append(sub)
         return sub
 
     def go_live(self, sub: Subscription, last_seq: int) -> None:
@@ -376,6 +596,8 @@ class Hub:
             sub.buffer.clear()
             sub.side.clear()
             return
+        self._discard(self._replaying, sub)
+        sub.settled = self.flusher.order  # what was published so far is in buffer and side
         sub.last_seq = last_seq
         for seq, frame in sub.buffer:
             if seq > sub.last_seq:
@@ -388,12 +610,21 @@ class Hub:
         sub.live = True
 
     def unsubscribe(self, sub: Subscription) -> None:
+        if sub.active and sub.live and self.flusher.fanouts:
+            self.flusher.settle(sub.outbox)  # what was published before this still goes out
         sub.active = False
-        subs = self._projects.get(sub.project_id)
+        self._discard(self._projects, sub)
+        self._discard(self._replaying, sub)
+        if sub in sub.outbox.subs:
+            sub.outbox.subs.remove(sub)
+
+    @staticmethod
+    def _discard(by_project: dict[int, set[Subscription]], sub: Subscription) -> None:
+        subs = by_project.get(sub.project_id)
         if subs is not None:
             subs.discard(sub)
             if not subs:
-                del self._projects[sub.project_id]
+                del by_project[sub.project_id]
 
     def publish(self, project_id: int, seq: int, frame: Frame | str) -> None:
         """A committed, sequenced event of a project, to every subscriber, in seq order."""
@@ -402,14 +633,14 @@ class Hub:
             return
         if isinstance(frame, str):
             frame = Frame(frame)
-        for sub in subs:
-            if sub.live:
-                if seq > sub.last_seq:
-                    sub.last_seq = seq
-                    sub.outbox.push(frame)
-            else:
+        replaying = self._replaying.get(project_id)
+        if replaying:
+            for sub in replaying:
                 sub.buffer.append((seq, frame))
                 sub.hold()
+            if len(replaying) == len(subs):
+                return
+        self.flusher.fan_out(project_id, subs, seq, frame)
 
     def broadcast(
         self,
@@ -427,15 +658,20 @@ class Hub:
             return
         if isinstance(frame, str):
             frame = Frame(frame)
-        members = set(only_members) if only_members is not None else None
-        for sub in subs:
-            if sub.outbox is exclude or (members is not None and sub.member_id not in members):
-                continue
-            if sub.live:
-                sub.outbox.push(frame)
-            elif not volatile:
-                sub.side.append(frame)
-                sub.hold()
+        members = frozenset(only_members) if only_members is not None else None
+        replaying = self._replaying.get(project_id)
+        if replaying:
+            if not volatile:
+                for sub in replaying:
+                    if sub.outbox is exclude or (
+                        members is not None and sub.member_id not in members
+                    ):
+                        continue
+                    sub.side.append(frame)
+                    sub.hold()
+            if len(replaying) == len(subs):
+                return
+        self.flusher.fan_out(project_id, subs, 0, frame, exclude, members)
 
     def subscriber_count(self, project_id: int | None = None) -> int:
         if project_id is not None:

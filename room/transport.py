@@ -1,11 +1,21 @@
 """uvicorn's sans-I/O websockets protocol, plus a direct write path for pre-framed text.
 
 Fan-out to a thousand sockets cannot afford a coroutine, an ASGI message dict and a frame
-serialisation per socket. This subclass offers the ASGI app one extension,
-``scope["extensions"]["room.direct_write"]``: a function that writes an already-framed text
+serialisation per socket. This subclass offers the ASGI app two extensions:
+``scope["extensions"]["room.direct_write"]``, a function that writes an already-framed text
 frame straight to the transport when the connection is open and writable, and returns False
-otherwise (the caller then queues it and sends it the ordinary ASGI way). Everything else —
-handshake, pings, close, inbound frames and their limits — is uvicorn's and websockets' own.
+otherwise (the caller then queues it and sends it the ordinary ASGI way); and
+``scope["extensions"]["room.direct_watch"]``, which registers a callback told, at once and on
+every change, whether the connection takes direct writes: ``(socket.send, the transport's write
+buffer, transport.write)`` while it is open (handshake done, no close
+sent or received, transport not closing) and writable (below the transport's high-water mark),
+``(None, None, None)`` otherwise. The state is worked out again after each event that can change
+it (data received, an ASGI send, pause/resume writing, keepalive, shutdown, cut, loss), so the
+fan-out reads one cached value per subscriber instead of six checks; it writes to the socket
+itself only while the transport has nothing buffered, and gives the transport whatever the
+socket did not take. The socket is offered only by asyncio's plain selector transport (not TLS,
+not another loop), whose ``write`` does exactly this. Everything else — handshake, pings,
+close, inbound frames and their limits — is uvicorn's and websockets' own.
 
 A second extension, ``scope["extensions"]["room.cut"]``, closes a connection whose peer has
 stopped reading: uvicorn's own close waits until the socket is writable again, which for a
@@ -34,8 +44,12 @@ the ordinary ASGI ways (the hub to ASGI sends, an upload to ``request.stream()``
 from __future__ import annotations
 
 import asyncio
+import asyncio.selector_events
 import functools
 import logging
+import socket
+from collections import deque
+from collections.abc import Callable, Sized
 from typing import Any
 
 import h11
@@ -54,12 +68,93 @@ def offers_direct_write(protocol: type[Any] | str) -> bool:
     return isinstance(protocol, type) and issubclass(protocol, RoomWebSocketProtocol)
 
 
+OnLink = Callable[[Any, Any, Any], None]  # room.hub.OnLink (the hub does not import this layer)
+# The one transport whose write is "send now if nothing is buffered, else buffer": its socket may
+# be written to directly under the same rule.
+PLAIN_TRANSPORT: type | None = getattr(asyncio.selector_events, "_SelectorSocketTransport", None)
+
+
 class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
+    _sock: socket.socket | None = None  # the raw socket, when the transport is asyncio's plain one
+    _buffer: Sized = b""  # that transport's write buffer
+    _watcher: OnLink | None = None
+    _linked = False  # what the watcher was last told
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if PLAIN_TRANSPORT is not None and type(transport) is PLAIN_TRANSPORT:
+            # Its socket, and its write buffer (made once, changed in place: empty means
+            # nothing waits, as its own write checks), read without a call per frame.
+            sock = getattr(transport, "_sock", None)
+            buffer = getattr(transport, "_buffer", None)
+            if isinstance(sock, socket.socket) and isinstance(buffer, bytearray | deque):
+                self._sock, self._buffer = sock, buffer
+
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions["room.direct_write"] = self.direct_write
+        extensions["room.direct_watch"] = self.direct_watch
         extensions["room.cut"] = self.cut
+
+    # -- the cached direct-write state ------------------------------------------------------------
+
+    def direct_watch(self, on_change: OnLink) -> None:
+        self._watcher = on_change
+        self._linked = False
+        self._relink()
+
+    def _relink(self) -> None:
+        """Work the direct-write state out again and tell the watcher when it changed."""
+        watcher = self._watcher
+        if watcher is None:
+            return
+        sock = self._sock
+        transport = self.transport
+        linked = (
+            sock is not None
+            and not self.close_sent
+            and not self.disconnected
+            and self.writable.is_set()
+            and self.handshake_complete
+            and self.initial_response is None
+            and self.conn.state is State.OPEN
+            and not transport.is_closing()
+        )
+        if linked == self._linked:
+            return
+        self._linked = linked
+        if linked:
+            assert sock is not None
+            watcher(sock.send, self._buffer, transport.write)
+        else:
+            watcher(None, None, None)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            super().data_received(data)
+        finally:
+            self._relink()
+
+    async def send(self, message: Any) -> None:
+        try:
+            await super().send(message)
+        finally:
+            self._relink()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._relink()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._relink()
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            self._relink()
 
     _drop_timer: asyncio.TimerHandle | None = None
 
@@ -76,6 +171,7 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
             self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
         self.stop_keepalive()
         self.transport.close()
+        self._relink()
         self._drop_later(grace_secs)
 
     def send_receive_event_to_app(self) -> None:
@@ -100,6 +196,7 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def keepalive_timeout(self) -> None:
         super().keepalive_timeout()  # fails the connection (1011) and closes the transport
+        self._relink()
         self._drop_later(self.ping_timeout or 20.0)
 
     def _drop_later(self, grace_secs: float) -> None:
@@ -116,6 +213,7 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
             self._drop_timer.cancel()
             self._drop_timer = None
         super().connection_lost(exc)
+        self._relink()
 
     _direct_open = False  # handshake done and accepted: checked once
 

@@ -114,6 +114,7 @@ class Connection:
             flusher=core.hub.flusher,
             name=f"{websocket.client}",
             stall_secs=core.settings.ws_stall_secs,
+            watch=extensions.get("room.direct_watch"),
         )
         self.subscriptions: dict[int, Subscription] = {}
         self.member_ids: dict[int, int] = {}

@@ -9,7 +9,8 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 
 * ``machine``   the machine's own floors: loopback round trip, fsync, loopback send cost
 * ``durable``   durable sends at 10 and 100 senders vs raw sqlite3       (benchlib/durable.py)
-* ``fanout``    1,000 subscribers at 50 msg/s vs a naive Starlette loop   (benchlib/fanout.py)
+* ``fanout``    1,000 subscribers at 50 msg/s vs the raw-socket floor      (benchlib/fanout.py)
+* ``capacity``  the same at 50k, 75k, 100k deliveries/s vs the floor       (benchlib/fanout.py)
 * ``history``   a 100-message page in a 1,000,000-message project         (benchlib/history.py)
 * ``resume``    50 clients each 10,000 messages behind, stream running    (benchlib/resume.py)
 * ``echo``      end-to-end deliveries/s through builtin/echo, per-turn overhead (benchlib/echo.py)
@@ -51,6 +52,7 @@ WORKLOADS = (
     "machine",
     "durable",
     "fanout",
+    "capacity",
     "history",
     "resume",
     "echo",
@@ -167,6 +169,7 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
         "machine": lambda: module("machine").run(workdir, quick=quick),
         "durable": lambda: module("durable").run(workdir, quick=quick),
         "fanout": lambda: module("fanout").run(workdir, quick=quick),
+        "capacity": lambda: module("fanout").run_capacity(workdir, quick=quick),
         "history": lambda: module("history").run(workdir, CACHE, quick=quick),
         "resume": lambda: module("resume").run(workdir, quick=quick),
         "echo": lambda: module("echo").run(workdir, quick=quick),
@@ -181,14 +184,28 @@ def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], lis
     }
 
 
+def load_now() -> dict[str, float]:
+    """The machine's load as a workload starts: the 1-minute load average, and the CPU other
+    processes used over the last second (% of one core)."""
+    from benchlib.machine import Background
+
+    probe = Background()
+    probe.start()
+    time.sleep(1.0)
+    return {"loadavg_1m": os.getloadavg()[0], "others_pct": probe.stop()}
+
+
 def run_once(names: list[str], workdir: Path, quick: bool, index: int, runs: int) -> list[Any]:
     from benchlib.machine import Background
-    from benchlib.stats import Row
+    from benchlib.stats import NOISE_METRIC, Row
 
     functions = workload_functions(workdir, quick)
     rows: list[Any] = []
     for name in names:
         print(f"run {index + 1}/{runs} · {name} …", flush=True)
+        load = load_now()
+        print(f"  load at start: {load['loadavg_1m']:.2f} (1 min), other processes"
+              f" {load['others_pct']:.0f} % CPU over the last second")  # fmt: skip
         background = Background()
         background.start()
         t0 = time.monotonic()
@@ -205,10 +222,14 @@ def run_once(names: list[str], workdir: Path, quick: bool, index: int, runs: int
         print(f"  {name}: {time.monotonic() - t0:.0f} s, other processes used {busy:.0f} % CPU")
         rows += got
         if got:
-            rows.append(
-                Row(got[0].workload, "(machine noise)", "other processes' CPU % during it", busy,
-                    reference_label="of one core; the bench shares the machine")
-            )  # fmt: skip
+            rows += [
+                Row(got[0].workload, "(machine noise)", "load average (1 min) at start",
+                    load["loadavg_1m"], reference_label="2 cores"),
+                Row(got[0].workload, "(machine noise)", "other processes' CPU % at start",
+                    load["others_pct"], reference_label="of one core, the second before"),
+                Row(got[0].workload, "(machine noise)", NOISE_METRIC, busy,
+                    reference_label="of one core; the bench shares the machine"),
+            ]  # fmt: skip
     return rows
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -17,11 +18,14 @@ async def _noop_close(code: int, reason: str) -> None:
     pass
 
 
-def _outbox() -> Outbox:
-    return Outbox(_noop_send, _noop_close, limit=100)
+def _outbox(hub: Hub | None = None) -> Outbox:
+    return Outbox(_noop_send, _noop_close, limit=100, flusher=hub.flusher if hub else None)
 
 
-def _waiting(outbox: Outbox) -> list[dict[str, object]]:
+async def _waiting(outbox: Outbox) -> list[dict[str, object]]:
+    """Everything waiting for the socket once this loop turn's fan-out ran (no sender task runs
+    here, so it stays queued)."""
+    await asyncio.sleep(0)
     frames: list[Frame] = list(outbox._batch) + list(outbox._queue)
     return [json.loads(f.text) for f in frames]
 
@@ -29,26 +33,26 @@ def _waiting(outbox: Outbox) -> list[dict[str, object]]:
 @pytest.mark.anyio
 async def test_state_frames_sent_during_a_replay_arrive_after_it() -> None:
     hub = Hub()
-    outbox = _outbox()
+    outbox = _outbox(hub)
     sub = hub.subscribe(1, outbox, member_id=7)
     hub.publish(1, 5, '{"type":"event","seq":5}')
     hub.broadcast(1, '{"type":"members","n":2}')
     hub.broadcast(1, '{"type":"typing","member_id":3}', volatile=True)
     hub.broadcast(1, '{"type":"tasks","n":1}', only_members=[8])  # not for this member
     hub.publish(1, 6, '{"type":"event","seq":6}')
-    assert _waiting(outbox) == []  # nothing before the replay ends
+    assert await _waiting(outbox) == []  # nothing before the replay ends
     outbox.push('{"type":"batch","upto":5}')  # the replay itself
     hub.go_live(sub, 5)
-    assert [f["type"] for f in _waiting(outbox)] == ["batch", "event", "members"]
-    assert _waiting(outbox)[1]["seq"] == 6
+    assert [f["type"] for f in await _waiting(outbox)] == ["batch", "event", "members"]
+    assert (await _waiting(outbox))[1]["seq"] == 6
     hub.broadcast(1, '{"type":"typing","member_id":3}', volatile=True)
-    assert _waiting(outbox)[-1]["type"] == "typing"  # live now: even volatile frames go
+    assert (await _waiting(outbox))[-1]["type"] == "typing"  # live now: even volatile frames go
 
 
 @pytest.mark.anyio
 async def test_a_replay_that_piles_up_too_much_is_cut() -> None:
     hub = Hub()
-    outbox = _outbox()
+    outbox = _outbox(hub)
     sub = hub.subscribe(1, outbox, member_id=7)
     sub.buffer_limit = 3
     for n in range(4):
@@ -60,8 +64,6 @@ async def test_a_replay_that_piles_up_too_much_is_cut() -> None:
 @pytest.mark.anyio
 async def test_wait_sent_follows_the_queue_until_the_socket_takes_it() -> None:
     # The replay reads its next page only once the last one left: wait_sent is that gate.
-    import asyncio
-
     sent: list[str] = []
     gate = asyncio.Event()
 

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import hashlib
 import json
 import socket
 import struct
 
 from benchlib.shapes import ack_frame, message_frame
-
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B65"
+from benchlib.wsraw import accept_key
 
 
 def server_frame(payload: bytes) -> bytes:
@@ -63,7 +60,7 @@ class Broadcaster:
         for line in request.split(b"\r\n"):
             if line.lower().startswith(b"sec-websocket-key:"):
                 key = line.split(b":", 1)[1].strip()
-        accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
+        accept = accept_key(key)
         await self.loop.sock_sendall(
             conn,
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

@@ -97,6 +97,7 @@ def _median(values: list[float | None]) -> float | None:
 
 
 NOISE_CASE = "(machine noise)"
+NOISE_METRIC = "other processes' CPU % during it"  # what --max-noise judges
 
 
 def quiet_runs(runs: list[list[Row]], max_noise: float | None) -> dict[str, list[int]]:
@@ -107,7 +108,7 @@ def quiet_runs(runs: list[list[Row]], max_noise: float | None) -> dict[str, list
     noise: dict[str, dict[int, float]] = {}
     for i, rows in enumerate(runs):
         for row in rows:
-            if row.case == NOISE_CASE and row.value is not None:
+            if row.case == NOISE_CASE and row.metric == NOISE_METRIC and row.value is not None:
                 noise.setdefault(row.workload, {})[i] = row.value
     chosen: dict[str, list[int]] = {}
     for workload, by_run in noise.items():

@@ -1,7 +1,7 @@
 """A minimal WebSocket client on raw non-blocking sockets, cheap enough to be a load generator.
 
 The ``websockets`` client costs tens of µs per frame; this one costs a few. It does only what the
-bench needs: the HTTP Upgrade handshake, masked client text frames (a zero mask key: valid
+bench needs: the HTTP Upgrade handshake (checking ``Sec-WebSocket-Accept`` as a browser does), masked client text frames (a zero mask key: valid
 framing, and the payload is copied unchanged), unmasked server frames (text, ping → pong,
 close), and nothing else: no fragmentation, no extensions, no UTF-8 check. Callers get each text
 payload as ``bytes`` with the time it was read and look for what they need with ``bytes.find``.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 import socket
 import struct
@@ -28,6 +29,7 @@ _ANC_SPACE = socket.CMSG_SPACE(16)
 _TIMESPEC = struct.Struct("@qq")
 
 OP_TEXT, OP_CLOSE, OP_PING, OP_PONG = 0x1, 0x8, 0x9, 0xA
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455, section 1.3
 
 # on_text(payload, read_monotonic_ns, arrival_realtime_ns or 0)
 TextHandler = Callable[[bytes, int, int], None]
@@ -35,6 +37,24 @@ TextHandler = Callable[[bytes, int, int], None]
 
 class HandshakeError(Exception):
     pass
+
+
+def accept_key(key: str | bytes) -> bytes:
+    """The ``Sec-WebSocket-Accept`` a server must answer to ``Sec-WebSocket-Key: key``."""
+    raw = key.encode() if isinstance(key, str) else key
+    return base64.b64encode(hashlib.sha1(raw + GUID).digest())
+
+
+def check_accept(head: bytes, key: str) -> None:
+    """Refuse a ``101`` whose ``Sec-WebSocket-Accept`` is not the one RFC 6455 asks for (a
+    browser would drop the connection)."""
+    got = b""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"sec-websocket-accept":
+            got = value.strip()
+    if got != accept_key(key):
+        raise HandshakeError(f"bad Sec-WebSocket-Accept {got!r}, expected {accept_key(key)!r}")
 
 
 def client_frame(payload: bytes, opcode: int = OP_TEXT) -> bytes:
@@ -97,6 +117,11 @@ class WsClient:
         if not status.startswith(b"HTTP/1.1 101"):
             sock.close()
             raise HandshakeError(status.split(b"\r\n", 1)[0].decode(errors="replace"))
+        try:
+            check_accept(status, key)
+        except HandshakeError:
+            sock.close()
+            raise
         self.sock = sock
         self._closed_waiter = loop.create_future()
         loop.add_reader(sock.fileno(), self._readable)

@@ -1,0 +1,320 @@
+"""The fan-out pass (issue 18): one send straight to the socket in the common case, and the
+outbox path — with its order and its slow-reader bound — whenever anything else is going on.
+
+The transport side is a recording stand-in here (what ``room.transport`` hands an outbox through
+``room.direct_watch``); tests/test_transport_direct.py checks the real protocol's side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+
+import pytest
+
+from room.hub import CLOSE_SLOW_CONSUMER, Frame, Hub, Outbox
+
+pytestmark = pytest.mark.anyio
+
+
+Log = list[tuple[str, str, bytes]]  # (connection, path, bytes), in the order they left
+
+
+class Wire:
+    """One connection's socket and transport as the hub sees them, recording in one stream
+    everything that left, by which path."""
+
+    def __init__(self, log: Log, name: str) -> None:
+        self.log = log
+        self.name = name
+        self.buffer = bytearray()  # what the transport holds unsent
+        self.accept: int | None = None  # bytes the socket takes per send (None: all)
+        self.raises: BaseException | None = None
+        self.writable = True  # for the medium path (``room.direct_write``)
+        self.queued: list[str] = []  # frames the sender task would send the ASGI way
+        self.on_link: object = None
+        self.hook: list[object] = []  # called before a send (shared by the wires of a test)
+        self.closed_with: int | None = None
+
+    def send(self, wire: bytes) -> int:
+        for hook in self.hook:
+            hook(self)  # type: ignore[operator]
+        if self.raises is not None:
+            raise self.raises
+        took = len(wire) if self.accept is None else min(self.accept, len(wire))
+        self.log.append((self.name, "send", wire[:took]))
+        return took
+
+    def write(self, wire: bytes) -> None:
+        self.log.append((self.name, "write", wire))
+
+    def direct(self, wire: bytes) -> bool:
+        if not self.writable:
+            return False
+        self.log.append((self.name, "direct", wire))
+        return True
+
+    def watch(self, on_link: object) -> None:
+        self.on_link = on_link
+        on_link(self.send, self.buffer, self.write)  # type: ignore[operator]
+
+    def unlink(self) -> None:
+        self.on_link(None, None, None)  # type: ignore[operator]
+
+    async def send_text(self, text: str) -> None:
+        self.queued.append(text)
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed_with = code
+
+
+def _outbox(hub: Hub, wire: Wire, limit: int = 100) -> Outbox:
+    return Outbox(
+        wire.send_text, wire.close, limit=limit, direct=wire.direct, flusher=hub.flusher,
+        name=wire.name, watch=wire.watch,
+    )  # fmt: skip
+
+
+def _live(hub: Hub, outbox: Outbox, project: int = 1, member: int = 7) -> None:
+    hub.go_live(hub.subscribe(project, outbox, member_id=member), 0)
+
+
+def _frames(data: bytes) -> list[dict[str, object]]:
+    out, at = [], 0
+    while at < len(data):
+        assert data[at] == 0x81
+        size, at = data[at + 1], at + 2
+        if size == 126:
+            size, at = struct.unpack("!H", data[at : at + 2])[0], at + 2
+        out.append(json.loads(data[at : at + size]))
+        at += size
+    return out
+
+
+def _received(log: Log, name: str) -> list[dict[str, object]]:
+    """What the client at ``name`` reads, in order, whatever path each byte took."""
+    return _frames(b"".join(wire for who, _, wire in log if who == name))
+
+
+def _event(seq: int) -> str:
+    return f'{{"type":"message","seq":{seq}}}'
+
+
+async def _turn() -> None:
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+async def test_a_live_idle_subscriber_gets_the_turn_in_one_send_to_its_socket() -> None:
+    hub, log = Hub(), Log()
+    wires = [Wire(log, f"c{i}") for i in range(3)]
+    outboxes = [_outbox(hub, w) for w in wires]
+    for outbox in outboxes:
+        _live(hub, outbox)
+    hub.publish(1, 1, _event(1))
+    hub.publish(1, 2, _event(2))
+    hub.broadcast(1, '{"type":"members","n":3}')
+    assert log == []  # nothing before the end of the turn
+    await _turn()
+    # One send per connection with the whole turn, nothing through the outbox.
+    assert sorted(who for who, path, _ in log if path == "send") == ["c0", "c1", "c2"]
+    assert {path for _, path, _ in log} == {"send"}
+    for wire in wires:
+        assert [f.get("seq", f["type"]) for f in _received(log, wire.name)] == [1, 2, "members"]
+    assert all(o.send_now is not None and not o._batch and not o._queue for o in outboxes)
+
+
+async def test_a_frame_pushed_to_one_connection_keeps_its_place_among_published_ones() -> None:
+    hub, log = Hub(), Log()
+    sender, other = Wire(log, "sender"), Wire(log, "other")
+    a, b = _outbox(hub, sender), _outbox(hub, other)
+    _live(hub, a)
+    _live(hub, b)
+    hub.publish(1, 5, _event(5))
+    a.push('{"type":"ack","seq":5}')  # the sender's ack, after its message's event
+    hub.publish(1, 6, _event(6))
+    hub.broadcast(1, '{"type":"delivery","message_id":6}')
+    await _turn()
+    assert [f["type"] for f in _received(log, "sender")] == [
+        "message",
+        "ack",
+        "message",
+        "delivery",
+    ]
+    assert [f.get("seq") for f in _received(log, "sender")][:3] == [5, 5, 6]
+    # The sender's turn went through its outbox, in one write; the other's is one send.
+    assert [path for who, path, _ in log if who == "sender"] == ["direct"]
+    assert [path for who, path, _ in log if who == "other"] == ["send"]
+    # Idle again: the next turn is a direct send for both.
+    hub.publish(1, 7, _event(7))
+    await _turn()
+    assert [path for who, path, _ in log if who == "sender"] == ["direct", "send"]
+
+
+async def test_frames_queued_for_a_full_socket_stay_ahead_of_later_ones() -> None:
+    hub, log = Hub(), Log()
+    wire = Wire(log, "c")
+    outbox = _outbox(hub, wire)
+    _live(hub, outbox)
+    wire.unlink()  # the transport paused writing: no direct path
+    wire.writable = False
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    assert [json.loads(f.text)["seq"] for f in outbox._queue] == [1]
+    wire.watch(wire.on_link)  # writable again, but the queue is not empty
+    wire.writable = True
+    assert outbox.send_now is None
+    hub.publish(1, 2, _event(2))
+    outbox.push('{"type":"pong"}')
+    await _turn()
+    assert log == []  # nothing overtook the queue: the sender task sends it all, in order
+    assert [json.loads(f.text).get("seq", "pong") for f in outbox._queue] == [1, 2, "pong"]
+
+
+async def test_a_transport_with_bytes_buffered_gets_no_send_past_them() -> None:
+    hub, log = Hub(), Log()
+    wire = Wire(log, "c")
+    outbox = _outbox(hub, wire)
+    _live(hub, outbox)
+    wire.buffer += b"\x89\x00"  # a ping (or the tail of an earlier frame) waits in the transport
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    assert [path for _, path, _ in log] == ["direct"]  # behind the buffered bytes, in order
+    assert _received(log, "c") == [{"type": "message", "seq": 1}]
+
+
+async def test_what_the_socket_does_not_take_goes_to_the_transport() -> None:
+    hub, log = Hub(), Log()
+    short, failed = Wire(log, "short"), Wire(log, "failed")
+    _live(hub, _outbox(hub, short))
+    _live(hub, _outbox(hub, failed))
+    short.accept = 7
+    failed.raises = BlockingIOError()
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    assert [path for who, path, _ in log if who == "short"] == ["send", "write"]
+    assert [path for who, path, _ in log if who == "failed"] == ["write"]
+    assert _received(log, "short") == _received(log, "failed") == [{"type": "message", "seq": 1}]
+
+
+async def test_a_connection_closing_in_the_middle_of_a_fan_out_gets_nothing_more() -> None:
+    hub, log = Hub(), Log()
+    wires = [Wire(log, f"c{i}") for i in range(4)]
+    outboxes = {w.name: _outbox(hub, w) for w in wires}
+    for outbox in outboxes.values():
+        _live(hub, outbox)
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    # While the next turn fans out, the first connection written sees two not written yet
+    # close: one's transport starts closing (a peer's close frame), the other is cut.
+    sent: set[str] = set()
+    victims: list[Wire] = []
+
+    def closing(wire: Wire) -> None:
+        sent.add(wire.name)
+        if not victims:
+            victims.extend(w for w in wires if w.name not in sent)
+            transport_closing, outbox_cut = victims[:2]
+            transport_closing.unlink()
+            transport_closing.writable = False  # direct_write refuses a closing transport
+            outboxes[outbox_cut.name].cut("closing", code=1001)
+
+    hooks: list[object] = [closing]
+    for wire in wires:
+        wire.hook = hooks
+    hub.publish(1, 2, _event(2))
+    await _turn()
+    for wire in wires:
+        got = [f["seq"] for f in _received(log, wire.name)]
+        assert got == ([1] if wire in victims[:2] else [1, 2])  # nothing after the close
+
+
+async def test_a_reader_that_stops_is_cut_at_the_outbox_bound() -> None:
+    hub, log = Hub(), Log()
+    stalled, reader = Wire(log, "stalled"), Wire(log, "reader")
+    slow = _outbox(hub, stalled, limit=3)
+    _live(hub, slow)
+    _live(hub, _outbox(hub, reader, limit=3))
+    stalled.unlink()
+    stalled.writable = False
+    for seq in range(1, 4):
+        hub.publish(1, seq, _event(seq))
+        await _turn()
+        assert not slow.closed  # up to the bound: queued
+    assert len(slow._queue) == 3
+    hub.publish(1, 4, _event(4))
+    await _turn()
+    assert slow.closed and slow.close_reason is not None
+    assert slow.close_reason.startswith("slow consumer")
+    assert [f["seq"] for f in _received(log, "reader")] == [1, 2, 3, 4]  # not slowed
+
+
+async def test_a_subscriber_whose_replay_overlaps_the_live_stream_gets_each_seq_once() -> None:
+    hub, log = Hub(), Log()
+    wire = Wire(log, "c")
+    outbox = _outbox(hub, wire)
+    sub = hub.subscribe(1, outbox, member_id=7)
+    hub.go_live(sub, 6)  # the replay already sent up to 6 (committed, not yet published)
+    hub.publish(1, 6, _event(6))
+    hub.publish(1, 7, _event(7))
+    await _turn()
+    assert [f["seq"] for f in _received(log, "c")] == [7]
+
+
+async def test_one_connection_failing_in_the_flusher_does_not_stop_the_others() -> None:
+    hub, log = Hub(), Log()
+    bad, good = Wire(log, "bad"), Wire(log, "good")
+    a, b = _outbox(hub, bad), _outbox(hub, good)
+    a.push(Frame('{"type":"error","req_id":"\ud800"}'))  # cannot be encoded for the wire
+    b.push('{"type":"pong"}')
+    await _turn()
+    assert _received(log, "good") == [{"type": "pong"}]
+    assert a.closed and a.close_reason is not None and "resume" in a.close_reason
+    assert bad.closed_with == 1011 != CLOSE_SLOW_CONSUMER
+    b.push('{"type":"pong","n":2}')  # the good one is not wedged either
+    await _turn()
+    assert _received(log, "good")[-1] == {"type": "pong", "n": 2}
+
+
+async def test_one_subscriber_failing_in_the_fan_out_does_not_stop_the_others() -> None:
+    hub, log = Hub(), Log()
+    bad, good = Wire(log, "bad"), Wire(log, "good")
+    first, second = _outbox(hub, bad), _outbox(hub, good)
+    _live(hub, first)
+    _live(hub, second)
+    bad.raises = RuntimeError("boom")  # not a socket error: a bug somewhere under send
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    assert _received(log, "good") == [{"type": "message", "seq": 1}]
+    assert first.closed and not second.closed
+    await _turn()
+    assert bad.closed_with == 1011  # "internal error" (it resumes), not a slow consumer
+
+
+async def test_a_frame_pushed_before_anything_was_published_stays_first() -> None:
+    hub, log = Hub(), Log()
+    wire = Wire(log, "c")
+    outbox = _outbox(hub, wire)
+    _live(hub, outbox)
+    outbox.push('{"type":"pong"}')  # waits in the outbox for the end of the turn
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    assert [f["type"] for f in _received(log, "c")] == ["pong", "message"]
+
+
+async def test_acks_between_the_events_of_one_commit_keep_their_places() -> None:
+    # A group commit: each message's event, then its sender's ack, many in one turn.
+    hub, log = Hub(), Log()
+    sender, watcher = Wire(log, "sender"), Wire(log, "watcher")
+    a = _outbox(hub, sender, limit=1000)
+    _live(hub, a)
+    _live(hub, _outbox(hub, watcher, limit=1000))
+    hub.broadcast(1, '{"type":"typing","member_id":9}', exclude=a, volatile=True)
+    for seq in range(1, 201):
+        hub.publish(1, seq, _event(seq))
+        a.push(f'{{"type":"ack","seq":{seq}}}')
+    await _turn()
+    got = [(f["type"], f["seq"]) for f in _received(log, "sender")]
+    assert got == [(kind, n) for n in range(1, 201) for kind in ("message", "ack")]
+    assert [f.get("seq") for f in _received(log, "watcher")] == [None, *range(1, 201)]
