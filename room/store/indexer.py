@@ -7,10 +7,12 @@ the indexer to reach what was committed before it: :meth:`SearchIndexer.settle`)
 is derived data with its own write lock: the indexer never takes the main database's, and the
 writer never waits for the index.
 
-One step (:func:`index_step`) reads, in one read transaction of the main database, the
-messages past ``messages_done`` and the changes past ``changes_done`` (``search_changes``: the
-edits, deletes and purges queued with them), and writes their rows and both watermarks in one
-transaction of the index file: a crash loses nothing but work the next start redoes. The
+One step (:func:`index_step`) is one transaction of the index file, with the main database
+attached read-only in practice (a deferred transaction that never writes there takes no lock
+on it): from one snapshot it reads the messages past ``messages_done`` and the changes past
+``changes_done`` (``search_changes``: the edits, deletes and purges queued with them), and
+writes their rows and both watermarks together, in SQL (``INSERT ... SELECT``; only non-ASCII
+text calls into Python): a crash loses nothing but work the next start redoes. The
 index file is written with ``synchronous=NORMAL`` (WAL: consistent after a power loss, maybe
 a few steps behind). Were the index ever ahead of the database (the newest messages gone,
 their ids given out again), the step first drops what lies past the newest message.
@@ -32,7 +34,7 @@ from room.store.migrate import connect
 log = logging.getLogger(__name__)
 
 BATCH = 2_000  # messages (and changes) per step: one transaction of the index file
-POLL_SECS = 0.05  # how often an idle indexer looks for new messages
+POLL_SECS = 0.2  # how often the indexer looks for new messages (a search asks at once)
 RETRY_SECS = 1.0  # after a step failed (a locked or unreadable file): try again
 
 
