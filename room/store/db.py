@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar
 
 from room.effects import Effect
 from room.errors import StorageError
-from room.store.migrate import connect
+from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ class Database:
         for i in range(self.n_readers):
             conn = connect(self.path, synchronous=self.synchronous)
             for name, path in self.attach.items():
-                conn.execute(f"ATTACH DATABASE ? AS {name}", (str(path),))
+                attach(conn, name, path)
             conn.execute("PRAGMA query_only = ON")
             self._threads.append(
                 threading.Thread(

@@ -29,7 +29,7 @@ from typing import Any
 
 from room.store import search as search_store
 from room.store.db import chunks
-from room.store.migrate import connect
+from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def open_index(db_path: Path) -> sqlite3.Connection:
         conn.execute("DROP TABLE IF EXISTS index_state")
         conn.execute(f"PRAGMA user_version = {search_store.INDEX_VERSION}")
     search_store.create_index(conn)
-    conn.execute("ATTACH DATABASE ? AS src", (str(db_path),))
+    attach(conn, "src", db_path)
     return conn
 
 

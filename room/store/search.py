@@ -25,6 +25,7 @@ from room.errors import BadRequestError
 from room.models import iso
 from room.searchtext import index_texts, parse_query, snippet_html
 from room.store.db import BulkInsert
+from room.store.migrate import attach
 
 FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"))
 MESSAGE_ROWS = BulkInsert("message_fts", ("rowid", "body", "uni"))
@@ -69,7 +70,7 @@ def attach_index(conn: sqlite3.Connection, db_path: Path) -> None:
     """Attach the messages' index as ``ix`` (made by :func:`room.store.indexer.open_index`):
     what :func:`search` reads. Outside any transaction (the server's readers attach it as
     they open: ``Database(attach=...)``)."""
-    conn.execute("ATTACH DATABASE ? AS ix", (str(index_path(db_path)),))
+    attach(conn, "ix", index_path(db_path))
 
 
 def message_changed(conn: sqlite3.Connection, message_id: int) -> None:
