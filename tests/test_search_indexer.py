@@ -142,3 +142,22 @@ def test_chinese_and_english_rows_are_what_index_texts_makes(tmp_path: Path) -> 
     }
     conn.close()
     assert rows == {i: index_texts(b) for i, b in enumerate(bodies, start=1)}
+
+
+def test_another_database_under_the_index_is_indexed_afresh(tmp_path: Path) -> None:
+    # A backup restored over room.sqlite: same ids, other messages. The index must not keep
+    # the text of messages that are no longer there.
+    path = _database(tmp_path, ["old secret one", "old secret two"])
+    indexer.catch_up(path)
+    conn = connect(path)
+    conn.execute("DELETE FROM messages")
+    for i, body in enumerate(["restored first", "restored second", "restored third"], start=1):
+        conn.execute(
+            "INSERT INTO messages (id, project_id, seq, body, frame, created_at)"
+            " VALUES (?, 1, ?, ?, '{}', 99)",
+            (i, i, body),
+        )
+    conn.close()
+    indexer.catch_up(path)
+    assert _indexed(path) == {1: "restored first", 2: "restored second", 3: "restored third"}
+    assert _found(path, "secret") == []

@@ -15,7 +15,9 @@ writes their rows and both watermarks together, in SQL (``INSERT ... SELECT``; o
 text calls into Python): a crash loses nothing but work the next start redoes. The
 index file is written with ``synchronous=NORMAL`` (WAL: consistent after a power loss, maybe
 a few steps behind). Were the index ever ahead of the database (the newest messages gone,
-their ids given out again), the step first drops what lies past the newest message.
+their ids given out again), the step first drops what lies past the newest message; were the
+database another one (restored from a backup: the message at the watermark is not the one
+indexed), the index is built afresh.
 """
 
 from __future__ import annotations
@@ -71,9 +73,16 @@ def index_step(ix: sqlite3.Connection, limit: int = BATCH) -> bool:
     (the only file it writes: a deferred transaction takes no lock on the main one)."""
     ix.execute("BEGIN")
     try:
-        done, changes_done = ix.execute(
-            "SELECT messages_done, changes_done FROM index_state"
+        done, changes_done, done_at = ix.execute(
+            "SELECT messages_done, changes_done, done_at FROM index_state"
         ).fetchone()
+        mark = ix.execute("SELECT created_at FROM src.messages WHERE id = ?", (done,)).fetchone()
+        if mark is not None and mark[0] != done_at:  # another database (a restored backup)
+            ix.execute("DELETE FROM message_fts")
+            done = 0
+            changes_done = ix.execute(
+                "SELECT coalesce(max(seq), 0) FROM src.search_changes"
+            ).fetchone()[0]
         newest = int(ix.execute("SELECT coalesce(max(id), 0) FROM src.messages").fetchone()[0])
         if newest < done:  # the newest messages are gone and their ids may come again
             ix.execute("DELETE FROM message_fts WHERE rowid > ?", (newest,))
@@ -105,8 +114,9 @@ def index_step(ix: sqlite3.Connection, limit: int = BATCH) -> bool:
                 {"done": done, "upto": upto},
             )
         ix.execute(
-            "UPDATE index_state SET messages_done = ?, changes_done = ?",
-            (upto, int(changes[-1][0]) if changes else changes_done),
+            "UPDATE index_state SET messages_done = :upto, changes_done = :changes,"
+            " done_at = (SELECT created_at FROM src.messages WHERE id = :upto)",
+            {"upto": upto, "changes": int(changes[-1][0]) if changes else changes_done},
         )
         ix.execute("COMMIT")
     except BaseException:
@@ -133,16 +143,24 @@ def catch_up(db_path: Path) -> None:
 
 
 def lag(db_path: Path) -> dict[str, int]:
-    """How far behind the index is: messages past its watermark, changes not yet applied."""
-    ix = open_index(db_path)
+    """How far behind the index is: messages past its watermark, changes not yet applied
+    (only reads: the server's indexer may be writing)."""
+    conn = connect(db_path)
     try:
-        row = ix.execute(
-            "SELECT (SELECT count(*) FROM src.messages WHERE id > s.messages_done),"
-            " (SELECT count(*) FROM src.search_changes WHERE seq > s.changes_done)"
-            " FROM index_state AS s"
+        search_store.attach_index(conn, db_path)
+        try:
+            done, changes_done = conn.execute(
+                "SELECT messages_done, changes_done FROM ix.index_state"
+            ).fetchone()
+        except sqlite3.OperationalError:  # no index yet
+            done, changes_done = 0, 0
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM messages WHERE id > ?),"
+            " (SELECT count(*) FROM search_changes WHERE seq > ?)",
+            (done, changes_done),
         ).fetchone()
     finally:
-        ix.close()
+        conn.close()
     return {"messages": int(row[0]), "changes": int(row[1])}
 
 

@@ -31,14 +31,15 @@ FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"))
 MESSAGE_ROWS = BulkInsert("message_fts", ("rowid", "body", "uni"))
 
 INDEX_FILE = "search.sqlite"
-INDEX_VERSION = 1  # of the index file's schema: another version is built afresh
+INDEX_VERSION = 2  # of the index file's schema: another version is built afresh
 INDEX_SCHEMA = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS {db}.message_fts USING fts5(body, uni,"
     " tokenize = 'unicode61 remove_diacritics 2')",
     # How far the indexer got: every message with an id up to ``messages_done`` and every
-    # change up to ``changes_done`` is reflected, in the same transaction as the rows.
+    # change up to ``changes_done`` is reflected, in the same transaction as the rows;
+    # ``done_at`` is that message's created_at (another database under the file: rebuilt).
     "CREATE TABLE IF NOT EXISTS {db}.index_state (id INTEGER PRIMARY KEY CHECK (id = 1),"
-    " messages_done INTEGER NOT NULL, changes_done INTEGER NOT NULL)",
+    " messages_done INTEGER NOT NULL, changes_done INTEGER NOT NULL, done_at REAL)",
     "INSERT OR IGNORE INTO {db}.index_state (id, messages_done, changes_done) VALUES (1, 0, 0)",
 )
 
