@@ -114,7 +114,15 @@ class RoomServer:
             applied = migrate(conn, self.settings.db_path, now=_now())
             trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
             behind = self._search_index()
-            trace.phase("search_index", behind=behind["messages"], changes=behind["changes"])
+            forgotten = run_write(
+                conn, lambda c, tx: indexer.forget_applied_changes(c, self.settings.db_path)
+            )
+            trace.phase(
+                "search_index",
+                behind=behind["messages"],
+                changes=behind["changes"],
+                changes_forgotten=forgotten,
+            )
             owner, demo_id = run_write(conn, self._seed)
             secret = run_write(
                 conn,

@@ -161,3 +161,41 @@ def test_another_database_under_the_index_is_indexed_afresh(tmp_path: Path) -> N
     indexer.catch_up(path)
     assert _indexed(path) == {1: "restored first", 2: "restored second", 3: "restored third"}
     assert _found(path, "secret") == []
+
+
+def test_applied_changes_are_forgotten_at_start_and_numbers_never_come_again(
+    tmp_path: Path,
+) -> None:
+    path = _database(tmp_path, ["alpha one", "beta two"])
+    indexer.catch_up(path)
+    conn = connect(path)
+    for message_id in (1, 2, 1):
+        search_store.message_changed(conn, message_id)
+    indexer.catch_up(path)
+    assert indexer.forget_applied_changes(conn, path) == 2  # the newest stays
+    search_store.message_changed(conn, 2)
+    conn.execute("UPDATE messages SET body = 'gamma three' WHERE id = 2")
+    seqs = [r[0] for r in conn.execute("SELECT seq FROM search_changes ORDER BY seq")]
+    conn.close()
+    assert seqs == [3, 4]
+    indexer.catch_up(path)
+    assert _indexed(path) == {1: "alpha one", 2: "gamma three"}
+
+
+def test_a_database_from_before_the_index_is_indexed_afresh(tmp_path: Path) -> None:
+    # An older backup of the same database restored: the same messages at the same ids up to
+    # a point, but a message edited since is back to its earlier text.
+    path = _database(tmp_path, ["original words"])
+    indexer.catch_up(path)
+    conn = connect(path)
+    conn.execute("UPDATE messages SET body = 'edited words' WHERE id = 1")
+    search_store.message_changed(conn, 1)
+    conn.close()
+    indexer.catch_up(path)
+    assert _indexed(path) == {1: "edited words"}
+    conn = connect(path)  # the backup: before the edit
+    conn.execute("UPDATE messages SET body = 'original words' WHERE id = 1")
+    conn.execute("DELETE FROM search_changes")
+    conn.close()
+    indexer.catch_up(path)
+    assert _indexed(path) == {1: "original words"}

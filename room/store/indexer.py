@@ -17,7 +17,8 @@ index file is written with ``synchronous=NORMAL`` (WAL: consistent after a power
 a few steps behind). Were the index ever ahead of the database (the newest messages gone,
 their ids given out again), the step first drops what lies past the newest message; were the
 database another one (restored from a backup: the message at the watermark is not the one
-indexed), the index is built afresh.
+indexed, or the queue of changes is behind the index's: a restored backup), the index is
+built afresh.
 """
 
 from __future__ import annotations
@@ -77,12 +78,11 @@ def index_step(ix: sqlite3.Connection, limit: int = BATCH) -> bool:
             "SELECT messages_done, changes_done, done_at FROM index_state"
         ).fetchone()
         mark = ix.execute("SELECT created_at FROM src.messages WHERE id = ?", (done,)).fetchone()
-        if mark is not None and mark[0] != done_at:  # another database (a restored backup)
+        last = ix.execute("SELECT coalesce(max(seq), 0) FROM src.search_changes").fetchone()[0]
+        if (mark is not None and mark[0] != done_at) or last < changes_done:
+            # Another database, or this one from before (a restored backup): afresh.
             ix.execute("DELETE FROM message_fts")
-            done = 0
-            changes_done = ix.execute(
-                "SELECT coalesce(max(seq), 0) FROM src.search_changes"
-            ).fetchone()[0]
+            done, changes_done = 0, last
         newest = int(ix.execute("SELECT coalesce(max(id), 0) FROM src.messages").fetchone()[0])
         if newest < done:  # the newest messages are gone and their ids may come again
             ix.execute("DELETE FROM message_fts WHERE rowid > ?", (newest,))
@@ -140,6 +140,25 @@ def catch_up(db_path: Path) -> None:
             pass
     finally:
         ix.close()
+
+
+def forget_applied_changes(conn: sqlite3.Connection, db_path: Path) -> int:
+    """Delete the queued changes the index has applied (at start, before the writer runs),
+    keeping the newest row so that new changes never reuse a number. Returns how many."""
+    probe = connect(db_path)
+    try:
+        search_store.attach_index(probe, db_path)
+        try:
+            done = int(probe.execute("SELECT changes_done FROM ix.index_state").fetchone()[0])
+        except sqlite3.OperationalError:  # no index yet
+            return 0
+    finally:
+        probe.close()
+    return conn.execute(
+        "DELETE FROM search_changes WHERE seq <= :done"
+        " AND seq < (SELECT max(seq) FROM search_changes)",
+        {"done": done},
+    ).rowcount
 
 
 def lag(db_path: Path) -> dict[str, int]:
