@@ -53,9 +53,8 @@ from room.providers import ProviderRegistry, default_configs
 from room.sandbox import Sandbox
 from room.sandbox import probe as sandbox_probe
 from room.settings import Settings
-from room.store import Database, DataLock, Tx, run_write
+from room.store import Database, DataLock, Tx, indexer, run_write
 from room.store import projects as projects_store
-from room.store import search as search_store
 from room.store.migrate import connect, migrate
 from room.store.schema import SCHEMA_VERSION
 from room.transport import offers_direct_write
@@ -115,9 +114,16 @@ class RoomServer:
             trace.phase("database", path=str(self.settings.db_path))
             applied = migrate(conn, self.settings.db_path, now=_now())
             trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
-            reindexed = run_write(conn, self._search_index)
-            if reindexed is not None:
-                trace.phase("search_index", messages=reindexed)
+            behind = self._search_index()
+            forgotten = run_write(
+                conn, lambda c, tx: indexer.forget_applied_changes(c, self.settings.db_path)
+            )
+            trace.phase(
+                "search_index",
+                behind=behind["messages"],
+                changes=behind["changes"],
+                changes_forgotten=forgotten,
+            )
             owner, demo_id = run_write(conn, self._seed)
             secret = run_write(
                 conn,
@@ -130,12 +136,11 @@ class RoomServer:
             conn.close()
         return Opened(owner, secret, demo_id, applied)
 
-    def _search_index(self, conn: sqlite3.Connection, tx: Tx) -> int | None:
-        """Messages written while indexing was off are indexed now (docs/search.md)."""
-        if not self.settings.search_index_messages:
-            search_store.mark_messages_stale(conn)
-            return None
-        return search_store.rebuild_messages(conn) if search_store.messages_stale(conn) else None
+    def _search_index(self) -> dict[str, int]:
+        """The messages' index file, made if missing; what it has still to index (the indexer
+        catches up in the background once the server runs: docs/search.md)."""
+        indexer.prepare(self.settings.db_path)
+        return indexer.lag(self.settings.db_path)
 
     def _seed(self, conn: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
         owner = auth_actions.ensure_owner(conn, tx)
@@ -183,9 +188,13 @@ def create_app(
             synchronous=settings.synchronous,
             max_batch=settings.max_batch,
             readers=settings.reader_threads,
-            search_index=settings.search_index_messages,
+            attach=indexer.prepare(settings.db_path),
         )
         db.start(asyncio.get_running_loop())
+        search_indexer = None
+        if settings.search_index_messages:
+            search_indexer = indexer.SearchIndexer(settings.db_path)
+            search_indexer.start(asyncio.get_running_loop())
         core = Core(
             settings=settings,
             db=db,
@@ -193,6 +202,7 @@ def create_app(
             rosters=RosterCache(db),
             limiter=RateLimiter(settings.send_rate_per_sec, settings.send_burst),
             uploads=RateLimiter(settings.attachment_rate_per_min / 60, settings.attachment_burst),
+            search_indexer=search_indexer,
         )
         wiring.install(core)
         app.state.core = core
@@ -277,6 +287,8 @@ def create_app(
             scheduler.closing = True
             await research.close()
             await scheduler.close()
+            if search_indexer is not None:
+                await search_indexer.close()
             await db.close()
             server.close()
             trace.phase("stopped")

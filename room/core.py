@@ -19,6 +19,7 @@ from room.settings import Settings
 from room.store import Database
 from room.store import members as members_store
 from room.store import projects as projects_store
+from room.store.indexer import SearchIndexer
 
 
 class Waker(Protocol):
@@ -233,6 +234,8 @@ class Core:
     inboxes: Inboxes = field(default_factory=Inboxes)
     clock: Callable[[], float] = time.time
     purging: set[int] = field(default_factory=set)  # projects with a purge under way
+    # The messages' search indexer (room.store.indexer); None with search_index_messages off.
+    search_indexer: SearchIndexer | None = None
     # Read cursors waiting out the chatter rate: member id → (member, newest seq).
     deferred_reads: dict[int, tuple[Member, int]] = field(default_factory=dict)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # fire-and-forget tasks

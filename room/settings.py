@@ -49,9 +49,9 @@ class Settings(BaseModel):
     reader_threads: int = Field(default=2, ge=1, le=16, description="SQLite reader threads.")
     search_index_messages: bool = Field(
         default=True,
-        description="Add new and edited messages to the search index as they are written. Off "
-        "only to measure what indexing costs: messages written meanwhile are indexed when the "
-        "server next starts with it on (deletions leave the index either way).",
+        description="Run the search indexer, which indexes committed messages in the background "
+        "(its own file, search.sqlite). Off only to measure what indexing costs: messages "
+        "written meanwhile are indexed when the server next starts with it on.",
     )
     max_frame_bytes: int = Field(
         default=64 * 1024, ge=1024, description="Largest inbound WebSocket frame (bytes)."

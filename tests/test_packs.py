@@ -280,6 +280,8 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
         return {"project": project, "old_epoch": old_epoch, "humans": humans, "lead": lead,
                 "tokens": secrets, "found": found}  # fmt: skip
 
+    assert world.core.search_indexer is not None
+    assert await world.core.search_indexer.settle(10.0)  # the imported messages are indexed
     got = await world.read(facts)
     assert got["project"][0] == got["old_epoch"] + 1  # DESIGN §2: an import is a new epoch
     assert got["project"][1] == "paused" and got["project"][2] is None

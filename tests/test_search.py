@@ -16,7 +16,7 @@ from room.actions import messages as message_actions
 from room.actions.messages import append_message
 from room.core import RateLimiter
 from room.models import Member
-from room.store import Tx, run_write
+from room.store import Tx, indexer
 from room.store import search as search_store
 from room.store.migrate import _split_sql, connect, migrate
 from room.store.schema import MIGRATIONS
@@ -232,12 +232,17 @@ def test_purged_project_text_is_gone(app: App, project: tuple[int, int], owner: 
     assert counts["search_records"] == 1 and counts["search_messages"] >= 1  # + system notices
     status, body = search_status(app, project_id, q="火烈鸟")
     assert status in (403, 404)
+    assert app.core.search_indexer is not None
+    assert app.call(app.core.search_indexer.settle, 10.0)
     with app.db() as conn:
-        left = conn.execute(
-            "SELECT count(*) FROM search_fts WHERE search_fts MATCH '\"火烈\"'"
-        ).fetchone()[0]
+        search_store.attach_index(conn, app.settings.db_path)
+        match = "SELECT count(*) FROM {} WHERE {} MATCH '\"火烈\"'"
+        left = [
+            conn.execute(match.format(*names)).fetchone()[0]
+            for names in (("search_fts", "search_fts"), ("ix.message_fts", "message_fts"))
+        ]
         records = conn.execute("SELECT count(*) FROM search_records").fetchone()[0]
-    assert (left, records) == (0, 0)
+    assert (left, records) == ([0, 0], 0)
 
 
 def test_searches_are_rate_limited(app: App, project: tuple[int, int]) -> None:
@@ -249,7 +254,7 @@ def test_searches_are_rate_limited(app: App, project: tuple[int, int]) -> None:
     assert body["error"]["details"]["retry_after_ms"] > 0
 
 
-def test_migration_backfills_existing_messages(tmp_path: Path) -> None:
+def test_existing_messages_are_indexed_after_the_migration(tmp_path: Path) -> None:
     path = tmp_path / "room.sqlite"
     conn = connect(path)
     ours = next(i for i, m in enumerate(MIGRATIONS) if m.name == "0010_search")
@@ -265,24 +270,25 @@ def test_migration_backfills_existing_messages(tmp_path: Path) -> None:
             (i, i, body, 5.0 if i == 2 else None),
         )
     assert "0010_search" in migrate(conn, path, now=0.0)
+    indexer.catch_up(path)  # what the server's indexer does first when it starts
+    search_store.attach_index(conn, path)
     found = search_store.search(conn, 1, "数据")
     assert [r["message_id"] for r in found["results"]] == [1]
     assert list((tmp_path / "backups").iterdir())  # the data was backed up first
     conn.close()
 
 
-def test_indexing_off_then_on_rebuilds_the_messages(tmp_path: Path) -> None:
+def test_indexing_off_then_on_catches_up_from_the_watermark(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with running_app(data, search_index_messages=False) as app:
         owner = owner_user(app)
         project_id, members, _ = app.project_with("开关", owner)
         write_message(app, project_id, members["owner"], "关着的时候写的：独角兽")
         assert search(app, project_id, q="独角兽")["results"] == []
+        assert indexer.lag(data / "room.sqlite")["messages"] > 0
     with running_app(data) as app:
         assert len(search(app, project_id, q="独角兽")["results"]) == 1
-    conn = connect(data / "room.sqlite")
-    assert not run_write(conn, lambda c, tx: search_store.messages_stale(c))
-    conn.close()
+    assert indexer.lag(data / "room.sqlite") == {"messages": 0, "changes": 0}
 
 
 @pytest.mark.anyio

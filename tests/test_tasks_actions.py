@@ -36,7 +36,7 @@ from room.hub import Hub
 from room.models import Member
 from room.plans import PlanInvalidError
 from room.settings import Settings
-from room.store import Database, Tx, run_write
+from room.store import Database, Tx, indexer, run_write
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import tasks as tasks_store
@@ -165,8 +165,10 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     migrate(conn, path, now=time.time())
     owner = run_write(conn, auth_actions.ensure_owner)
     conn.close()
-    db = Database(path)
+    db = Database(path, attach=indexer.prepare(path))
     db.start(asyncio.get_running_loop())
+    search_indexer = indexer.SearchIndexer(path)  # as the server runs it
+    search_indexer.start(asyncio.get_running_loop())
     runtime = WakeRecorder()
     core = Core(
         settings=Settings(data=tmp_path / "data"),
@@ -175,6 +177,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         rosters=RosterCache(db),
         limiter=RateLimiter(1000.0, 1000),
         agents=runtime,
+        search_indexer=search_indexer,
     )
     wiring.install(core)
     workspace = tmp_path / "ws"
@@ -198,6 +201,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         core.hub.go_live(sub, 0)
         yield found
     finally:
+        await search_indexer.close()
         await db.close()
 
 

@@ -440,8 +440,6 @@ def append_message(
         now=tx.now,
         appends=appends,
     )
-    if tx.search_index:
-        search_store.index_message(conn, message_id, body, appends)
     if appends is not None:
         appends.memo[("message", message_id)] = True  # not in the table until the flush
     tx.emit(Publish(project_id, seq, messages_store.event_frame(project_id, seq, obj)))
@@ -556,9 +554,7 @@ async def edit_message(
             new_body=body,
             now=tx.now,
         )
-        search_store.unindex_message(conn, message_id)
-        if tx.search_index:
-            search_store.index_message(conn, message_id, body)
+        search_store.message_changed(conn, message_id)
         _requote_replies(conn, message_id)
         already = deliveries_store.recipients(conn, message_id)
         new_recipients = [r for r in addressing.recipients if r not in already]
@@ -614,7 +610,7 @@ async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str
             new_body="",
             now=tx.now,
         )
-        search_store.unindex_message(conn, message_id)
+        search_store.message_changed(conn, message_id)
         _requote_replies(conn, message_id)
         code = ledger.Reason.MESSAGE_DELETED
         cancelled = deliveries_store.cancel_open_for_message(conn, message_id, code, tx.now)

@@ -567,15 +567,9 @@ class Importer:
                     )  # fmt: skip
 
     def _index(self) -> None:
-        """The search index (docs/search.md): the new messages and records, like any write."""
+        """The search index (docs/search.md): the new records, like any write (the indexer
+        reads the new messages as it reads any others)."""
         p = {"p": self.project_id}
-        if self.tx.search_index and "messages" in self.ids:
-            self.conn.execute(
-                "INSERT INTO search_fts (rowid, body, uni) SELECT id, room_index_text(body),"
-                " room_index_unigrams(body) FROM messages WHERE project_id = :p"
-                " AND deleted_at IS NULL ORDER BY id",
-                p,
-            )
         for (entry_id,) in self.conn.execute(
             "SELECT id FROM memory_entries WHERE project_id = :p", p
         ).fetchall():

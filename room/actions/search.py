@@ -18,6 +18,9 @@ from room.store import search as search_store
 
 SEARCH_PER_SEC = 4.0
 SEARCH_BURST = 20
+# How long a search waits for the indexer to reach the messages committed before it (a
+# message just sent is found); past it, the search reads what is indexed (docs/search.md).
+SETTLE_SECS = 0.5
 
 
 async def search(
@@ -43,6 +46,7 @@ async def search(
         raise RateLimitedError("searching too fast; slow down", retry_after_ms=wait_ms)
     project_id = member.project_id
     author_id = await _author(core, project_id, by)
+    await settle_index(core)
     return await core.db.read(
         lambda conn: search_store.search(
             conn,
@@ -55,6 +59,14 @@ async def search(
             limit=limit,
         )
     )
+
+
+async def settle_index(core: Core) -> bool:
+    """Wait (at most ``SETTLE_SECS``) for the messages' indexer to reach what was committed
+    before now; False when it is further behind (or not running)."""
+    if core.search_indexer is None:
+        return False
+    return await core.search_indexer.settle(SETTLE_SECS)
 
 
 async def _author(core: Core, project_id: int, by: int | str | None) -> int | None:

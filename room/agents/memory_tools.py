@@ -18,6 +18,7 @@ from typing import Any
 from room import records
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
+from room.actions import search as search_actions
 from room.agents.task_tools import ALTERNATIVES_SPEC
 from room.agents.tools import Tool, ToolContext
 from room.errors import RoomError
@@ -200,6 +201,7 @@ async def _search(ctx: ToolContext, args: dict[str, Any]) -> str:
             kinds=[str(k) for k in kinds] if isinstance(kinds, list) else None, limit=limit,
         )  # fmt: skip
 
+    await search_actions.settle_index(ctx.core)  # what was just said is found
     try:
         found = await ctx.core.db.read(read)
     except RoomError as exc:

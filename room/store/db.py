@@ -26,7 +26,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar
 
 from room.effects import Effect
 from room.errors import StorageError
-from room.store.migrate import connect
+from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +150,6 @@ class Tx:
     # room/store/brakes.py): a send that finds it zero costs no statement. Dropped with the id
     # counters whenever a transaction or savepoint rolls back.
     agent_turns: dict[int, int] = field(default_factory=dict)
-    # Whether new and edited messages are added to the search index (room.store.search); off
-    # only by the operator's ``search_index_messages`` setting. Removals happen either way.
-    search_index: bool = True
 
     def emit(self, effect: Effect) -> None:
         """Record what must happen once this job has committed (dropped if it rolls back)."""
@@ -244,10 +241,12 @@ class Database:
         readers: int = 2,
         clock: Callable[[], float] = time.time,
         effects: EffectSink = _no_effects,
-        search_index: bool = True,
+        attach: Mapping[str, Path] | None = None,
     ) -> None:
         self.path = path
-        self.search_index = search_index
+        # Other database files the readers see under these schema names (the messages'
+        # search index, room.store.search.attach_index); the writer never touches them.
+        self.attach = dict(attach or {})
         self.effects = effects
         self.synchronous = synchronous
         self.max_batch = max_batch
@@ -273,6 +272,8 @@ class Database:
         )
         for i in range(self.n_readers):
             conn = connect(self.path, synchronous=self.synchronous)
+            for name, path in self.attach.items():
+                attach(conn, name, path)
             conn.execute("PRAGMA query_only = ON")
             self._threads.append(
                 threading.Thread(
@@ -413,7 +414,6 @@ class Database:
                 counters=self._counters,
                 agent_turns=self._agent_turns,
                 appends=appends if pending.appends else None,
-                search_index=self.search_index,
             )
             pending.result, pending.error = None, None
             if isolate:

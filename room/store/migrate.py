@@ -48,6 +48,12 @@ def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) ->
 _FALSE_NULL = re.compile(r"NULL value in (\w+)\.(\w+)")
 
 
+def attach(conn: sqlite3.Connection, name: str, path: Path) -> None:
+    """Attach another database file as ``name``, read as the main one is (memory-mapped)."""
+    conn.execute(f"ATTACH DATABASE ? AS {name}", (str(path),))
+    conn.execute(f"PRAGMA {name}.mmap_size = {MMAP_BYTES}")
+
+
 def integrity_problems(conn: sqlite3.Connection, pragma: str = "integrity_check") -> list[str]:
     """What ``PRAGMA integrity_check`` (or ``quick_check``) finds, minus claims the data refutes.
 

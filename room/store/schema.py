@@ -464,6 +464,26 @@ CREATE TABLE reactions (
 ) WITHOUT ROWID;
 """
 
+# The messages' full-text index moves to its own file (``search.sqlite`` beside this one),
+# written by a background indexer from a watermark (room.store.indexer, docs/search.md), off
+# the send path. ``search_fts`` keeps the memory records only (rebuilt without the messages'
+# rows, which the indexer writes afresh there); edits, deletes and purges of messages are
+# queued in ``search_changes`` in the same transaction as the change itself.
+SEARCH_INDEXER = """
+CREATE VIRTUAL TABLE search_fts_records USING fts5(body, uni,
+    tokenize = 'unicode61 remove_diacritics 2');
+INSERT INTO search_fts_records (rowid, body, uni)
+    SELECT rowid, body, uni FROM search_fts WHERE rowid < 0;
+DROP TABLE search_fts;
+ALTER TABLE search_fts_records RENAME TO search_fts;
+DROP TABLE search_state;
+CREATE TABLE search_changes (
+    seq         INTEGER PRIMARY KEY,
+    message_id  INTEGER NOT NULL
+);
+CREATE INDEX search_changes_message ON search_changes(message_id);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -482,6 +502,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0015_portfolio", PORTFOLIO),
     Migration("0016_reactions", REACTIONS),
     Migration("0017_research", RESEARCH),
+    Migration("0018_search_indexer", SEARCH_INDEXER),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,25 +1,47 @@
-"""The full-text index (FTS5, BM25) over messages and memory records; docs/search.md.
+"""The full-text indexes (FTS5, BM25) over messages and memory records; docs/search.md.
 
-One FTS5 table, ``search_fts``, holds the normalised text (:func:`room.searchtext.index_texts`)
-of every live message under the message's id as its rowid, and of every memory record under
-the negated id of its ``search_records`` row (which keeps the record's project, kind, author,
-time and original text for filters and snippets). Everything is written inside the caller's
-transaction: a message with its append, edit or delete (:mod:`room.store.messages` callers in
-``room.actions.messages``), a record with its write (:func:`index_record`, called by the memory
-store), and a project's rows are removed by its purge (:func:`purge_project`).
+Messages are indexed in their own database file, ``search.sqlite`` beside the main one
+(:func:`index_path`), by the background indexer (:mod:`room.store.indexer`): ``message_fts``
+holds the normalised text (:func:`room.searchtext.index_texts`) of every live message up to the
+indexer's watermark, under the message's id as its rowid, so the send path writes nothing for
+it. Edits, deletes and purges queue the message in ``search_changes`` (:func:`message_changed`)
+in their own transaction; the indexer re-reads those messages. Readers attach the file as
+``ix`` (:func:`attach_index`).
+
+Memory records stay in the main file, written inside the caller's transaction: ``search_fts``
+holds each record under the negated id of its ``search_records`` row (which keeps the record's
+project, kind, author, time and original text for filters and snippets), written by
+:func:`index_record` (called by the memory store); a project's rows are removed by its purge
+(:func:`purge_project`).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from room.errors import BadRequestError
 from room.models import iso
 from room.searchtext import index_texts, parse_query, snippet_html
-from room.store.db import Appends, BulkInsert
+from room.store.db import BulkInsert
+from room.store.migrate import attach
 
 FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"))
+MESSAGE_ROWS = BulkInsert("message_fts", ("rowid", "body", "uni"))
+
+INDEX_FILE = "search.sqlite"
+INDEX_VERSION = 2  # of the index file's schema: another version is built afresh
+INDEX_SCHEMA = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS {db}.message_fts USING fts5(body, uni,"
+    " tokenize = 'unicode61 remove_diacritics 2')",
+    # How far the indexer got: every message with an id up to ``messages_done`` and every
+    # change up to ``changes_done`` is reflected, in the same transaction as the rows;
+    # ``done_at`` is that message's created_at (another database under the file: rebuilt).
+    "CREATE TABLE IF NOT EXISTS {db}.index_state (id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " messages_done INTEGER NOT NULL, changes_done INTEGER NOT NULL, done_at REAL)",
+    "INSERT OR IGNORE INTO {db}.index_state (id, messages_done, changes_done) VALUES (1, 0, 0)",
+)
 
 # What a result's ``kind`` may be: a message, or a memory record of one of these kinds.
 RECORD_KINDS = ("summary", "fact", "convention", "decision", "progress", "session", "reference")
@@ -31,20 +53,31 @@ MAX_LIMIT = 100
 RANK_WINDOW = 1_000
 
 
-# -- messages ----------------------------------------------------------------------------------
+# -- messages ---------------------------------------------------------------------------------
 
 
-def index_message(
-    conn: sqlite3.Connection, message_id: int, body: str, appends: Appends | None = None
-) -> None:
-    """Index a new message (its id is the rowid); left to the batch when ``appends`` is given."""
-    FTS_ROWS.write(conn, [(message_id, *index_texts(body))], appends)
+def index_path(db_path: Path) -> Path:
+    """The messages' index file of the database at ``db_path``."""
+    return db_path.with_name(INDEX_FILE)
 
 
-def unindex_message(conn: sqlite3.Connection, message_id: int) -> None:
-    """A deleted message leaves the index, an edited one before its new text is indexed: the
-    earlier versions (kept in the edit history) are never findable."""
-    conn.execute("DELETE FROM search_fts WHERE rowid = :id", {"id": message_id})
+def create_index(conn: sqlite3.Connection, db: str = "main") -> None:
+    """The index file's tables, if missing (``db``: its schema name on ``conn``)."""
+    for statement in INDEX_SCHEMA:
+        conn.execute(statement.format(db=db))
+
+
+def attach_index(conn: sqlite3.Connection, db_path: Path) -> None:
+    """Attach the messages' index as ``ix`` (made by :func:`room.store.indexer.open_index`):
+    what :func:`search` reads. Outside any transaction (the server's readers attach it as
+    they open: ``Database(attach=...)``)."""
+    attach(conn, "ix", index_path(db_path))
+
+
+def message_changed(conn: sqlite3.Connection, message_id: int) -> None:
+    """An edit, a delete: the indexer re-reads the message (the earlier versions, kept in the
+    edit history, are never findable; until it has, a search leaves the message out)."""
+    conn.execute("INSERT INTO search_changes (message_id) VALUES (:id)", {"id": message_id})
 
 
 # -- memory records ----------------------------------------------------------------------------
@@ -89,36 +122,15 @@ def unindex_record(conn: sqlite3.Connection, record_id: int, *, kind: str | None
     conn.execute(f"DELETE FROM search_records WHERE {where}", params)
 
 
-# -- the whole index ---------------------------------------------------------------------------
-
-
-def mark_messages_stale(conn: sqlite3.Connection) -> None:
-    """Messages are about to be written without being indexed (``search_index_messages`` off)."""
-    conn.execute("UPDATE search_state SET messages_stale = 1")
-
-
-def messages_stale(conn: sqlite3.Connection) -> bool:
-    return bool(conn.execute("SELECT messages_stale FROM search_state").fetchone()[0])
-
-
-def rebuild_messages(conn: sqlite3.Connection) -> int:
-    """Index every live message afresh (what the migration did); returns how many."""
-    conn.execute("DELETE FROM search_fts WHERE rowid > 0")
-    count = conn.execute(
-        "INSERT INTO search_fts (rowid, body, uni) SELECT id, room_index_text(body),"
-        " room_index_unigrams(body) FROM messages WHERE deleted_at IS NULL ORDER BY id"
-    ).rowcount
-    conn.execute("UPDATE search_state SET messages_stale = 0")
-    return count
-
-
 # -- projects ----------------------------------------------------------------------------------
 
 
 def purge_project(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
-    """Remove everything a project has in the index (its messages' rows and its records)."""
+    """Remove a project's records from the index, and queue its messages for the indexer to
+    remove (before the purge deletes them; searches never return them: they join the live
+    messages)."""
     messages = conn.execute(
-        "DELETE FROM search_fts WHERE rowid IN (SELECT id FROM messages WHERE project_id = :p)",
+        "INSERT INTO search_changes (message_id) SELECT id FROM messages WHERE project_id = :p",
         {"p": project_id},
     ).rowcount
     conn.execute(
@@ -218,12 +230,12 @@ def _messages(
     # the best ``limit`` of them are picked inside SQLite with the window's size (for
     # ``capped``), and only they are read in full: no per-match work in Python.
     best = conn.execute(
-        "SELECT id, score, count(*) OVER () FROM (SELECT m.id AS id, search_fts.rank AS score"
-        " FROM search_fts JOIN messages m ON m.id = search_fts.rowid"
-        " WHERE search_fts MATCH :q AND search_fts.rowid > 0"
-        " AND m.project_id = :p AND m.deleted_at IS NULL"
+        "SELECT id, score, count(*) OVER () FROM (SELECT m.id AS id, f.rank AS score"
+        " FROM ix.message_fts AS f JOIN messages m ON m.id = f.rowid"
+        " WHERE f.message_fts MATCH :q AND m.project_id = :p AND m.deleted_at IS NULL"
         + _FILTERS.format(author="m.author_id", at="m.created_at")
-        + " ORDER BY search_fts.rowid DESC LIMIT :window) ORDER BY score, id DESC LIMIT :limit",
+        + _pending_changes(conn, params)
+        + " ORDER BY f.rowid DESC LIMIT :window) ORDER BY score, id DESC LIMIT :limit",
         params,
     ).fetchall()
     rows = _read(conn, "SELECT id, seq, kind, author_id, created_at, body FROM messages", best)
@@ -242,6 +254,17 @@ def _messages(
         for r in rows
     ]
     return found, _capped(best, params["window"])
+
+
+def _pending_changes(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
+    """The condition leaving out messages edited since the indexer last looked (their indexed
+    text may be an earlier version), or nothing when it is up to date (the usual case)."""
+    done = conn.execute("SELECT changes_done FROM ix.index_state").fetchone()[0]
+    last = conn.execute("SELECT coalesce(max(seq), 0) FROM search_changes").fetchone()[0]
+    if last <= done:
+        return ""
+    params["done"] = done
+    return " AND m.id NOT IN (SELECT message_id FROM search_changes WHERE seq > :done)"
 
 
 def _records(

@@ -5,7 +5,7 @@ corpus is: the server's own migrations and seeding, then raw ``executemany``) an
 its row counts are right. Bodies are ~300 bytes drawn from a Zipf-distributed vocabulary of
 20,000 made-up English words and 3,000 Chinese words, a third of the messages in Chinese, so a
 word's share of the messages ranges from most of them to a handful, as in real chat. The
-messages are then indexed with :func:`room.store.search.rebuild_messages` (what the migration
+messages are then indexed with :func:`room.store.indexer.catch_up` (what the server's indexer
 does) and the records with :func:`room.store.search.index_record`.
 
 Query words are picked by the share of messages they occur in (read from the index itself,
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from benchlib.corpus import PROJECT_ID, make_data_folder
 from benchlib.stats import Row, quantiles
+from room.store import indexer
 from room.store import search as search_store
 from room.store.migrate import connect
 from room.store.schema import SCHEMA_VERSION, SEARCH
@@ -153,7 +154,8 @@ def _counts(db: Path) -> tuple[int, int]:
 def ensure_corpus(cache: Path, count: int, records: int) -> Path:
     """The cached data folder with ``count`` indexed messages and ``records`` records."""
     # Named after the index's schema too: a changed index is built afresh.
-    data = cache / f"search-v{SCHEMA_VERSION}-{zlib.crc32(SEARCH.encode()):08x}-{count}-{records}"
+    index = zlib.crc32((SEARCH + "".join(search_store.INDEX_SCHEMA)).encode())
+    data = cache / f"search-v{SCHEMA_VERSION}-{index:08x}-{count}-{records}"
     db = data / "room.sqlite"
     if db.exists() and _counts(db) == (count, records):
         return data
@@ -186,7 +188,6 @@ def ensure_corpus(cache: Path, count: int, records: int) -> Path:
         conn.execute("UPDATE projects SET last_seq = ? WHERE id = 1", (head + count,))
         t1 = time.monotonic()
         conn.execute("BEGIN IMMEDIATE")
-        search_store.rebuild_messages(conn)
         for i in range(records):
             search_store.index_record(
                 conn, project_id=PROJECT_ID, record_id=i + 1, kind=RECORD_KINDS[i % 6],
@@ -197,6 +198,13 @@ def ensure_corpus(cache: Path, count: int, records: int) -> Path:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
+    indexer.catch_up(db)  # what the server's indexer does
+    ix = indexer.open_index(db)
+    try:
+        ix.execute("INSERT INTO message_fts (message_fts) VALUES ('optimize')")
+        ix.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        ix.close()
     print(
         f"  built in {time.monotonic() - t0:.0f} s (indexing {time.monotonic() - t1:.0f} s)",
         flush=True,
@@ -206,7 +214,7 @@ def ensure_corpus(cache: Path, count: int, records: int) -> Path:
 
 def _pick_words(conn: sqlite3.Connection, count: int, rng: random.Random) -> dict[str, list[str]]:
     """Per band, up to 20 index terms whose document count is near the band's share."""
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.v USING fts5vocab(main, search_fts, row)")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.v USING fts5vocab(ix, message_fts, row)")
     picked: dict[str, list[str]] = {}
     for label, share in BANDS:
         target = max(2, int(count * share))
@@ -262,6 +270,7 @@ def run(workdir: Path, cache: Path, *, quick: bool) -> list[Row]:
     count, records = (100_000, 1_000) if quick else (1_000_000, 10_000)
     data = ensure_corpus(cache, count, records)
     conn = connect(data / "room.sqlite")
+    search_store.attach_index(conn, data / "room.sqlite")
     rng = random.Random(5)
     rows: list[Row] = []
     try:
@@ -307,17 +316,25 @@ def run_indexing(workdir: Path, *, quick: bool) -> list[Row]:
     p99: dict[str, list[float]] = {"on": [], "off": []}
     # Server CPU per acknowledged message: steadier than throughput on a shared machine.
     cpu: dict[str, list[float]] = {"on": [], "off": []}
+    # How far behind the indexer fell (messages committed, not yet indexed), sampled during
+    # the on runs.
+    behind: list[float] = []
     for i in range(pairs):
         for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
             data = workdir / f"indexing-{mode}"
             shutil.rmtree(data, ignore_errors=True)
             env = {"ROOM_SEARCH_INDEX_MESSAGES": "1" if mode == "on" else "0"}
             server = durable.RoomServer(data, env=env).start()
+            sampler = _LagSampler(data / "room.sqlite") if mode == "on" else None
             try:
                 fig, _ = asyncio.run(
                     durable._case(server, 10, durable.OFFERED_PER_SEC, seconds, warmup)
                 )
+                if sampler is not None:
+                    behind.append(sampler.stop())
             finally:
+                if sampler is not None:
+                    sampler.stop()
                 server.stop()
                 shutil.rmtree(data, ignore_errors=True)
             acked[mode].append(fig["acked_per_sec"])
@@ -334,8 +351,53 @@ def run_indexing(workdir: Path, *, quick: bool) -> list[Row]:
         Row("indexing", case, "ack p99 ms, on", _median(p99["on"]), _median(p99["off"]),
             "off: {ref:.0f} ms"),
         Row("indexing", case, "server CPU ms per acked message, on", _median(cpu["on"]),
-            _median(cpu["off"]), "off: {ref:.3f} ms (event loop + writer/reader threads)"),
+            _median(cpu["off"]), "off: {ref:.3f} ms (event loop + writer/reader/indexer threads)"),
+        Row("indexing", case, "index lag, most messages behind", _median(behind), None,
+            "sampled every 0.2 s during the run (the indexer's own file, off the send path)"),
     ]  # fmt: skip
+
+
+class _LagSampler:
+    """Samples :func:`room.store.indexer.lag` every 0.2 s while a run goes on, in a process of
+    its own: a thread here would take the load generator's GIL and slow the sends it measures
+    (it did: a sampler thread halved the acked rate of the runs it watched)."""
+
+    SCRIPT = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from room.store import indexer\n"
+        "db, most = Path(sys.argv[1]), 0\n"
+        "while True:\n"
+        "    try:\n"
+        "        most = max(most, indexer.lag(db)['messages'])\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "    print(most, flush=True)\n"
+        "    time.sleep(0.2)\n"
+    )
+
+    def __init__(self, db: Path) -> None:
+        import os
+        import subprocess
+        import sys
+
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._proc: subprocess.Popen[str] | None = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT, str(db)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.most = 0.0
+
+    def stop(self) -> float:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.terminate()
+            out, _ = proc.communicate()
+            lines = out.split()
+            self.most = float(lines[-1]) if lines else float("nan")
+        return self.most
 
 
 def _median(values: list[float]) -> float:
