@@ -39,7 +39,7 @@ async def test_a_person_adds_a_fact_and_subscribers_hear_of_it(world: World) -> 
     fact = await memory_actions.add_entry(world.core, world["owner"], "fact", {"text": "用 uv"})
     assert fact["rev"] == 1 and fact["body"] == {"text": "用 uv"}
     assert fact["author"]["handle"] == "owner" and fact["author"]["kind"] == "human"
-    frames = world.frames("memory")
+    frames = await world.frames("memory")
     assert frames == [{"type": "memory", "project_id": world.project_id, "version": 1,
                        "kind": "fact", "id": fact["id"]}]  # fmt: skip
     assert (await overview(world))["facts"][0]["id"] == fact["id"]
@@ -203,7 +203,7 @@ async def test_decisions_carry_alternatives_and_constraints_and_bump_the_version
     assert revision["alternatives"] == [{"option": "PostgreSQL", "why_rejected": "要多一个服务"}]
     assert revision["constraints"] == "一台机器" and made["archived"] is False
     assert await version(world) == before + 1
-    assert world.frames("memory")[-1]["kind"] == "decision"
+    assert (await world.frames("memory"))[-1]["kind"] == "decision"
     error = await refused(
         decision_actions.propose_decision(
             world.core,

@@ -32,7 +32,7 @@ from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import ToolContext
 from room.core import Core, NoAgents, RateLimiter, RosterCache
 from room.errors import ForbiddenError, RoomError
-from room.hub import Hub
+from room.hub import Hub, Outbox
 from room.models import Member
 from room.plans import PlanInvalidError
 from room.settings import Settings
@@ -61,14 +61,30 @@ class WakeRecorder(NoAgents):
 
 
 class FrameSink:
-    """Stands in for a live socket's outbox: keeps every frame the hub pushes."""
+    """Stands in for a live socket: keeps every frame the hub writes to its outbox."""
 
     def __init__(self) -> None:
         self.frames: list[dict[str, Any]] = []
 
-    def push(self, frame: Any) -> bool:
-        self.frames.append(json.loads(frame if isinstance(frame, str) else frame.text))
+    def outbox(self, hub: Hub) -> Outbox:
+        return Outbox(_never, _never, limit=100_000, direct=self._take, flusher=hub.flusher)
+
+    def _take(self, wire: bytes) -> bool:
+        """The socket took ``wire``: one or more unmasked RFC 6455 text frames."""
+        at = 0
+        while at < len(wire):
+            size, at = wire[at + 1] & 0x7F, at + 2
+            if size == 126:
+                size, at = int.from_bytes(wire[at : at + 2]), at + 2
+            elif size == 127:
+                size, at = int.from_bytes(wire[at : at + 8]), at + 8
+            self.frames.append(json.loads(wire[at : at + size]))
+            at += size
         return True
+
+
+async def _never(*_: object) -> None:
+    raise AssertionError("the sink takes every frame directly")
 
 
 @dataclass
@@ -154,7 +170,9 @@ class World:
         self.members = {m.handle: m for m in members}
         self.core.rosters.invalidate(self.project_id)
 
-    def frames(self, kind: str) -> list[dict[str, Any]]:
+    async def frames(self, kind: str) -> list[dict[str, Any]]:
+        """The frames of ``kind`` written so far (after the loop turn's fan-out)."""
+        await asyncio.sleep(0)
         return [f for f in self.sink.frames if f["type"] == kind]
 
 
@@ -197,7 +215,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         )
         found = World(core, runtime, project.id, workspace)
         await found.refresh()
-        sub = core.hub.subscribe(project.id, found.sink, found["owner"].id)  # type: ignore[arg-type]
+        sub = core.hub.subscribe(project.id, found.sink.outbox(core.hub), found["owner"].id)
         core.hub.go_live(sub, 0)
         yield found
     finally:
@@ -352,9 +370,9 @@ async def test_a_plan_dispatches_ready_tasks_and_waiting_ones_say_what_they_wait
         ("created", None, "waiting", "agent"),
         ("deps_accepted", "waiting", "ready", "system"),
     ]
-    frames = world.frames("tasks")
+    frames = await world.frames("tasks")
     assert frames and {t["key"] for t in frames[-1]["tasks"]} == {"api", "ui", "db"}
-    decisions = world.frames("decisions")
+    decisions = await world.frames("decisions")
     assert decisions[-1]["decisions"][0]["label"] == "ADR-0001"
     assert decisions[-1]["decisions"][0]["tasks"] == ["api", "ui", "db"]
 
