@@ -37,7 +37,7 @@ from room.errors import (
     RateLimitedError,
     TxnConflictError,
 )
-from room.lifecycle import ActorKind, ProjectState, admission_open, posting_open
+from room.lifecycle import ActorKind, ProjectState, posting_open
 from room.models import Member
 from room.protocol import encode
 from room.render import plain_text, render
@@ -54,12 +54,14 @@ from room.store.db import Prefetch, WriteJob
 
 log = logging.getLogger(__name__)
 
+# json.dumps(text, ensure_ascii=False) of one string, without building an encoder per call.
+_encode_string = json.encoder.encode_basestring
+
 # Derived once from the lifecycle table: the send path checks strings, not enums.
 POSTING_STATES = {
     "human": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.MEMBER)),
     "agent": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.AGENT)),
 }
-WAKING_STATES = frozenset(s.value for s in ProjectState if admission_open(s))
 
 # Diagnostics that stop a send unless the sender explicitly sends as plain text.
 BLOCKING_DIAGNOSTICS = frozenset(
@@ -76,9 +78,9 @@ class Ack:
 
     def to_text(self, client_txn_id: str, req_id: str | None) -> str:
         """The ``ack`` frame (built directly: one per send)."""
-        req = "" if req_id is None else f',"req_id":{encode(req_id)}'
+        req = "" if req_id is None else f',"req_id":{_encode_string(req_id)}'
         return (
-            f'{{"type":"ack","client_txn_id":{encode(client_txn_id)},'
+            f'{{"type":"ack","client_txn_id":{_encode_string(client_txn_id)},'
             f'"message_id":{self.message_id},"seq":{self.seq},'
             f'"duplicate":{"true" if self.duplicate else "false"}{req}}}'
         )
@@ -358,24 +360,26 @@ def _store_recipients(
     state: str,
 ) -> None:
     """The message's mention rows and its agents' delivery rows (``held`` while the project or
-    the agent is paused), and the wake-up of the agents it reached."""
+    the agent is paused), and the wake-up of the agents it reached with a ``pending`` one (a
+    held delivery waits for the resume, which wakes its agent)."""
     appends = tx.appends
     if mention_rows:
         messages_store.insert_mentions(conn, message_id, mention_rows, appends)
     recipients = addressing.recipients
     if not recipients:
         return
-    held_project = state not in WAKING_STATES
+    states = [(r, _initial_state(roster, r, state)) for r in recipients]
     deliveries_store.insert_many(
         conn,
         project_id=project_id,
         message_id=message_id,
-        recipients=[(r, _initial_state(roster, r, state)) for r in recipients],
+        recipients=states,
         now=tx.now,
         appends=appends,
     )
-    if not held_project:
-        tx.emit(Wake(project_id, recipients))
+    woken = tuple(r for r, initial in states if initial == ledger.DeliveryState.PENDING)
+    if woken:
+        tx.emit(Wake(project_id, woken))
 
 
 def append_message(

@@ -19,7 +19,7 @@ from room.models import iso
 from room.searchtext import index_texts, parse_query, snippet_html
 from room.store.db import Appends, BulkInsert
 
-FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"))
+FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"), fts=True)
 
 # What a result's ``kind`` may be: a message, or a memory record of one of these kinds.
 RECORD_KINDS = ("summary", "fact", "convention", "decision", "progress", "session", "reference")
