@@ -131,11 +131,16 @@ def resolve_recipients(
     A message that names only its sender (`@me 记一下`) is a note to self: it named someone,
     so it is not routed to the lead (shared/mentions/SPEC.md §7)."""
     resolution = mention_rules.resolve(body, roster.roster, str(sender.id), [str(c) for c in chips])
-    mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
-    blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
+    mentioned: tuple[int, ...] = ()
+    blocking: tuple[mention_rules.Diagnostic, ...] = ()
+    note_to_self = False
+    if resolution.mentioned:  # most messages name nobody: no generator runs for them
+        mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
+    if resolution.diagnostics:
+        blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
+        note_to_self = any(d.code == "self" for d in resolution.diagnostics)
     targets = list(mentioned)
     to_lead_by_default = False
-    note_to_self = any(d.code == "self" for d in resolution.diagnostics)
     if (
         not targets
         and not note_to_self
@@ -161,7 +166,7 @@ def _digest(
     body: str, reply_to: int | None, chips: list[int], plain: bool, files: list[int]
 ) -> str:
     """What a retransmit must repeat exactly (same client_txn_id, same content)."""
-    head = f"{reply_to}|{sorted(set(chips))}|{int(plain)}|".encode()
+    head = f"{reply_to}|{sorted(set(chips)) if chips else '[]'}|{int(plain)}|".encode()
     if files:
         head += f"{files}|".encode()
     return hashlib.blake2b(head + body.encode(), digest_size=16).hexdigest()
