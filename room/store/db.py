@@ -420,7 +420,7 @@ class Database:
         if appends is not None and not self._prefetch(conn, batch, appends):
             return False
         for pending in batch:
-            if appends and not pending.appends and not self._flush(conn, appends):
+            if not pending.appends and appends and not self._flush(conn, appends):
                 return False
             pending.tx = Tx(
                 now=self.clock(),
