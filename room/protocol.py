@@ -8,6 +8,7 @@ connection, and a frame carrying an author-like field is refused as ``forged_aut
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -252,6 +253,7 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
 
 # Cheap pre-check: only a frame whose text contains one of these can name an author field.
 _AUTHOR_HINTS = ('"author', '"sender', '"from', '"user', '"as_member')
+_AUTHOR_HINT = re.compile("|".join(re.escape(hint) for hint in _AUTHOR_HINTS))  # one C scan
 
 
 def req_id_of(text: str) -> str | None:
@@ -276,7 +278,7 @@ def req_id_of(text: str) -> str | None:
 
 def parse_client_frame(text: str) -> ClientFrame:
     """Decode and validate one client frame, or raise :class:`FrameError`/:class:`ForgedAuthorError`."""
-    if any(hint in text for hint in _AUTHOR_HINTS):
+    if _AUTHOR_HINT.search(text):
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as exc:

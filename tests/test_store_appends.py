@@ -8,10 +8,11 @@ wrote, seqs stay gap-free, and one bad row costs only its own job.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ import pytest
 
 from room.actions import messages as message_actions
 from room.actions.messages import Ack, append_message
+from room.core import NoAgents
 from room.errors import TxnConflictError
 from room.store import Appends, Database, Tx
+from room.store import search as search_store
 from room.store.db import BulkInsert
 from room.store.migrate import connect, migrate
 from tests.support.inproc import running_app
@@ -286,3 +289,85 @@ def test_sends_in_one_batch_keep_exactly_once_replies_and_gap_free_seqs(tmp_path
         ).fetchone()
         assert tuple(delivered) == (3, 3)
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_flush_writes_the_full_text_rows_last_one_row_per_statement(tmp_path: Path) -> None:
+    # FTS5 writes out what it buffered as a new index segment whenever a later statement of the
+    # transaction opens a savepoint (a multi-row INSERT, one checking foreign keys): its rows
+    # go after every other table's, so a batch makes one segment, not one per statement.
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    statements: list[str] = []
+    appends = Appends()
+    appends.add(search_store.FTS_ROWS, (1, "first message", ""))
+    appends.add(USERS, ("ann", "Ann", 1.0))
+    appends.add(search_store.FTS_ROWS, (2, "second message", ""))
+    appends.add(USERS, ("bob", "Bob", 1.0))
+    appends.add(USERS, ("cat", "Cat", 1.0))
+    appends.at_flush("state", "UPDATE projects SET name = name WHERE 0", ())
+    conn.execute("BEGIN IMMEDIATE")
+    conn.set_trace_callback(statements.append)
+    appends.flush(conn)
+    conn.set_trace_callback(None)
+    conn.execute("COMMIT")
+    ours = ("INSERT INTO users ", "INSERT INTO search_fts ", "UPDATE projects ")
+    mine = [s for s in statements if s.startswith(ours)]  # not FTS5's own statements
+    tables = [s.split()[2] if s.startswith("INSERT") else s.split()[1] for s in mine]
+    # users: 2 + 1 rows; the index: one statement per row, after everything else
+    assert tables == ["users", "users", "projects", "search_fts", "search_fts"]
+    handles = [r[0] for r in conn.execute("SELECT handle FROM users ORDER BY id")]
+    assert handles == ["ann", "bob", "cat"]
+    found = conn.execute("SELECT rowid FROM search_fts WHERE search_fts MATCH 'message'")
+    assert sorted(r[0] for r in found) == [1, 2]
+
+
+class _Wakes(NoAgents):
+    def __init__(self) -> None:
+        self.woken: list[int] = []
+
+    def wake(self, project_id: int, member_ids: Iterable[int]) -> None:
+        self.woken.extend(member_ids)
+
+
+def test_a_send_wakes_only_the_agents_whose_delivery_is_pending(tmp_path: Path) -> None:
+    # A paused agent's delivery is held: the resume releases it and wakes the agent, so the
+    # send itself has nobody to wake (each wake of a paused agent cost a session round).
+    with running_app(tmp_path / "data") as app:
+        core = app.core
+        lead = app.db().execute("SELECT lead_member_id FROM projects WHERE id = 1").fetchone()[0]
+        path = f"/api/projects/1/members/{lead}"
+        assert app.request("POST", f"{path}/pause", {}, cookie=app.owner_cookie)[0] == 200
+        wakes = _Wakes()
+        core.agents = wakes
+
+        async def send(txn: str) -> Ack:
+            roster = await core.rosters.get(1)
+            owner = next(m for m in roster.members.values() if m.kind == "human")
+            return await message_actions.submit_send(
+                core, owner, roster, client_txn_id=txn, body="请看一下"
+            )
+
+        held = app.call(send, "w-1")
+        assert wakes.woken == []
+        state = (
+            app.db()
+            .execute("SELECT state FROM deliveries WHERE message_id = ?", (held.message_id,))
+            .fetchone()[0]
+        )
+        assert state == "held"
+        assert app.request("POST", f"{path}/resume", {}, cookie=app.owner_cookie)[0] == 200
+        wakes.woken.clear()
+        app.call(send, "w-2")
+        assert wakes.woken == [lead]
+
+
+def test_an_ack_frame_is_the_json_of_its_fields() -> None:
+    ack = Ack(7, 42, False, "{}")
+    for txn, req in [("t-1", None), ('引号"\\\n\u2028', "请求-1"), ("x", 'a"b')]:
+        expected = {"type": "ack", "client_txn_id": txn, "message_id": 7, "seq": 42}
+        expected |= {"duplicate": False} | ({} if req is None else {"req_id": req})
+        assert json.loads(ack.to_text(txn, req)) == expected
+        assert ack.to_text(txn, req) == json.dumps(
+            expected, ensure_ascii=False, separators=(",", ":")
+        )

@@ -37,7 +37,7 @@ from room.errors import (
     RateLimitedError,
     TxnConflictError,
 )
-from room.lifecycle import ActorKind, ProjectState, admission_open, posting_open
+from room.lifecycle import ActorKind, ProjectState, posting_open
 from room.models import Member
 from room.protocol import encode
 from room.render import plain_text, render
@@ -54,12 +54,14 @@ from room.store.db import Prefetch, WriteJob
 
 log = logging.getLogger(__name__)
 
+# json.dumps(text, ensure_ascii=False) of one string, without building an encoder per call.
+_encode_string = json.encoder.encode_basestring
+
 # Derived once from the lifecycle table: the send path checks strings, not enums.
 POSTING_STATES = {
     "human": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.MEMBER)),
     "agent": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.AGENT)),
 }
-WAKING_STATES = frozenset(s.value for s in ProjectState if admission_open(s))
 
 # Diagnostics that stop a send unless the sender explicitly sends as plain text.
 BLOCKING_DIAGNOSTICS = frozenset(
@@ -76,9 +78,9 @@ class Ack:
 
     def to_text(self, client_txn_id: str, req_id: str | None) -> str:
         """The ``ack`` frame (built directly: one per send)."""
-        req = "" if req_id is None else f',"req_id":{encode(req_id)}'
+        req = "" if req_id is None else f',"req_id":{_encode_string(req_id)}'
         return (
-            f'{{"type":"ack","client_txn_id":{encode(client_txn_id)},'
+            f'{{"type":"ack","client_txn_id":{_encode_string(client_txn_id)},'
             f'"message_id":{self.message_id},"seq":{self.seq},'
             f'"duplicate":{"true" if self.duplicate else "false"}{req}}}'
         )
@@ -129,11 +131,16 @@ def resolve_recipients(
     A message that names only its sender (`@me 记一下`) is a note to self: it named someone,
     so it is not routed to the lead (shared/mentions/SPEC.md §7)."""
     resolution = mention_rules.resolve(body, roster.roster, str(sender.id), [str(c) for c in chips])
-    mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
-    blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
+    mentioned: tuple[int, ...] = ()
+    blocking: tuple[mention_rules.Diagnostic, ...] = ()
+    note_to_self = False
+    if resolution.mentioned:  # most messages name nobody: no generator runs for them
+        mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
+    if resolution.diagnostics:
+        blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
+        note_to_self = any(d.code == "self" for d in resolution.diagnostics)
     targets = list(mentioned)
     to_lead_by_default = False
-    note_to_self = any(d.code == "self" for d in resolution.diagnostics)
     if (
         not targets
         and not note_to_self
@@ -159,7 +166,7 @@ def _digest(
     body: str, reply_to: int | None, chips: list[int], plain: bool, files: list[int]
 ) -> str:
     """What a retransmit must repeat exactly (same client_txn_id, same content)."""
-    head = f"{reply_to}|{sorted(set(chips))}|{int(plain)}|".encode()
+    head = f"{reply_to}|{sorted(set(chips)) if chips else '[]'}|{int(plain)}|".encode()
     if files:
         head += f"{files}|".encode()
     return hashlib.blake2b(head + body.encode(), digest_size=16).hexdigest()
@@ -358,24 +365,26 @@ def _store_recipients(
     state: str,
 ) -> None:
     """The message's mention rows and its agents' delivery rows (``held`` while the project or
-    the agent is paused), and the wake-up of the agents it reached."""
+    the agent is paused), and the wake-up of the agents it reached with a ``pending`` one (a
+    held delivery waits for the resume, which wakes its agent)."""
     appends = tx.appends
     if mention_rows:
         messages_store.insert_mentions(conn, message_id, mention_rows, appends)
     recipients = addressing.recipients
     if not recipients:
         return
-    held_project = state not in WAKING_STATES
+    states = [(r, _initial_state(roster, r, state)) for r in recipients]
     deliveries_store.insert_many(
         conn,
         project_id=project_id,
         message_id=message_id,
-        recipients=[(r, _initial_state(roster, r, state)) for r in recipients],
+        recipients=states,
         now=tx.now,
         appends=appends,
     )
-    if not held_project:
-        tx.emit(Wake(project_id, recipients))
+    woken = tuple(r for r, initial in states if initial == ledger.DeliveryState.PENDING)
+    if woken:
+        tx.emit(Wake(project_id, woken))
 
 
 def append_message(

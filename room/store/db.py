@@ -42,13 +42,20 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity: cheap
 class BulkInsert:
-    """An INSERT whose rows :class:`Appends` can gather from many jobs and write at once."""
+    """An INSERT whose rows :class:`Appends` can gather from many jobs and write at once.
+
+    ``fts``: the table is an FTS5 index, whose rows :class:`Appends` writes after every other
+    table's, one row per statement. FTS5 buffers a transaction's rows in memory and writes
+    them out as a new index segment whenever a statement opens a savepoint, which a multi-row
+    INSERT or one checking foreign keys does: interleaved with those, the index would get a
+    segment per statement (and the merging that follows) instead of one per flush."""
 
     table: str
     columns: tuple[str, ...]
     verb: str = "INSERT"
+    fts: bool = False
 
     @property
     def sql(self) -> str:
@@ -60,8 +67,7 @@ class BulkInsert:
     ) -> None:
         """Insert ``rows`` now, or leave them to the batch's ``appends`` when there is one."""
         if appends is not None:
-            for row in rows:
-                appends.add(self, row)
+            appends.extend(self, rows)
         elif len(rows) == 1:  # the common case; executemany costs more for one row
             conn.execute(self.sql, rows[0])
         elif rows:
@@ -98,9 +104,10 @@ class Appends:
     and the writer gives up the GIL a few times per batch instead of a few times per send.
     :meth:`flush` writes table by table, in the order each table was first added to (a send
     adds its message row before the rows referring to it), each table's rows in the order they
-    came, and forgets the memo, whose facts are then in the tables. The
-    writer flushes before any job not submitted with ``appends=True`` and before the commit;
-    a job that must read what it or an earlier job appended flushes first.
+    came (a full-text index last: see :class:`BulkInsert`), and forgets the memo, whose facts
+    are then in the tables. The writer flushes before any job not submitted with
+    ``appends=True`` and before the commit; a job that must read what it or an earlier job
+    appended flushes first.
     """
 
     __slots__ = ("_finally", "_rows", "memo")
@@ -111,11 +118,14 @@ class Appends:
         self.memo: dict[Any, Any] = {}
 
     def add(self, spec: BulkInsert, row: tuple[Any, ...]) -> None:
-        rows = self._rows.get(spec)
-        if rows is None:
-            self._rows[spec] = [row]
+        self.extend(spec, [row])
+
+    def extend(self, spec: BulkInsert, rows: list[tuple[Any, ...]]) -> None:
+        waiting = self._rows.get(spec)
+        if waiting is None:
+            self._rows[spec] = list(rows)
         else:
-            rows.append(row)
+            waiting += rows
 
     def at_flush(self, key: Any, sql: str, params: tuple[Any, ...]) -> None:
         """Run ``sql`` once when flushing, after the rows; a later call with the same ``key``
@@ -124,10 +134,14 @@ class Appends:
 
     def flush(self, conn: sqlite3.Connection) -> None:
         for spec, rows in self._rows.items():
-            for chunk in chunks(rows):
-                conn.execute(_insert_sql(spec, len(chunk)), [v for row in chunk for v in row])
+            if not spec.fts:
+                for chunk in chunks(rows):
+                    conn.execute(_insert_sql(spec, len(chunk)), [v for row in chunk for v in row])
         for sql, params in self._finally.values():
             conn.execute(sql, params)
+        for spec, rows in self._rows.items():
+            if spec.fts:
+                conn.executemany(spec.sql, rows)
         self._rows.clear()
         self._finally.clear()
         self.memo.clear()
@@ -407,7 +421,7 @@ class Database:
         if appends is not None and not self._prefetch(conn, batch, appends):
             return False
         for pending in batch:
-            if appends and not pending.appends and not self._flush(conn, appends):
+            if not pending.appends and appends and not self._flush(conn, appends):
                 return False
             pending.tx = Tx(
                 now=self.clock(),

@@ -42,14 +42,19 @@ def message_object(
     Built by hand on the send path: strings go through the C string encoder, the rest are
     integers and literals; a test checks it equals ``json.dumps`` of the same dict.
     """
+    # A new message (the send path) has no reply, excerpt, mention, edit or deletion: those
+    # cost no call here.
     parts = [
         f'{{"id":{message_id},"project_id":{project_id},"seq":{seq},'
-        f'"author_id":{_int(author_id)},"kind":{_str(kind)},'
-        f'"body":{_str("" if deleted else body)},"html":{_str("" if deleted else html)},'
-        f'"reply_to":{_int(reply_to)},"reply_excerpt":{_any(reply_excerpt)},'
-        f'"mentions":[{",".join(str(m) for m in sorted(mentions))}],'
+        f'"author_id":{_int(author_id)},"kind":{_encode_string(kind)},'
+        f'"body":{_encode_string("" if deleted else body)},'
+        f'"html":{_encode_string("" if deleted else html)},'
+        f'"reply_to":{"null" if reply_to is None else _int(reply_to)},'
+        f'"reply_excerpt":{"null" if reply_excerpt is None else _any(reply_excerpt)},'
+        f'"mentions":[{",".join(map(str, sorted(mentions))) if mentions else ""}],'
         f'"client_txn_id":{_str(client_txn_id)},"created_at":{_str(iso(created_at))},'
-        f'"edited_at":{_str(iso(edited_at))},"deleted":{"true" if deleted else "false"}'
+        f'"edited_at":{"null" if edited_at is None else _str(iso(edited_at))},'
+        f'"deleted":{"true" if deleted else "false"}'
     ]
     if meta:
         parts.append(f',"meta":{_any(meta)}')

@@ -27,7 +27,7 @@ from room.searchtext import index_texts, parse_query, snippet_html
 from room.store.db import BulkInsert
 from room.store.migrate import attach
 
-FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"))
+FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"), fts=True)
 MESSAGE_ROWS = BulkInsert("message_fts", ("rowid", "body", "uni"))
 
 INDEX_FILE = "search.sqlite"
