@@ -67,8 +67,12 @@ DIRECT_ALIGN = 4096  # a direct write's address, length and offset: whole blocks
 
 
 def aligned_buffer(size: int) -> mmap.mmap:
-    """A page-aligned buffer (anonymous memory), fit for a direct write of whole blocks."""
-    return mmap.mmap(-1, size)
+    """A page-aligned buffer (anonymous memory), fit for a direct write of whole blocks.
+    Private where the OS says so: ``mmap``'s default for anonymous memory is shared, which
+    Linux backs with shmem (dearer page faults, and a direct write pins its pages the slow
+    way)."""
+    private = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    return mmap.mmap(-1, size, flags=private) if private else mmap.mmap(-1, size)
 
 
 class Upload:
