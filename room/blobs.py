@@ -67,8 +67,12 @@ DIRECT_ALIGN = 4096  # a direct write's address, length and offset: whole blocks
 
 
 def aligned_buffer(size: int) -> mmap.mmap:
-    """A page-aligned buffer (anonymous memory), fit for a direct write of whole blocks."""
-    return mmap.mmap(-1, size)
+    """A page-aligned buffer (anonymous memory), fit for a direct write of whole blocks.
+    Private where the OS says so: ``mmap``'s default for anonymous memory is shared, which
+    Linux backs with shmem (dearer page faults, and a direct write pins its pages the slow
+    way)."""
+    private = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    return mmap.mmap(-1, size, flags=private) if private else mmap.mmap(-1, size)
 
 
 class Upload:
@@ -77,7 +81,9 @@ class Upload:
     in two threads); ``finish`` flushes it to disk. A chunk from
     :func:`aligned_buffer` whose length is whole :data:`DIRECT_ALIGN` blocks is written with
     ``O_DIRECT``; the first that is not (the tail, a small file) turns the file to ordinary
-    buffered writes for the rest, as does a file system that refuses direct writes."""
+    buffered writes for the rest, as does a file system that refuses direct writes. After a
+    write fails (a full disk), every later one is refused: chunks already queued behind it
+    (see ``room.actions.attachments``) never land at a wrong offset."""
 
     def __init__(self, data: Path, name: str | None = None) -> None:
         tmp = root_of(data) / TMP_DIR
@@ -95,6 +101,7 @@ class Upload:
             self.fd = os.open(self.path, flags)
             self.direct = False
         self.closed = False
+        self.failed = False  # a write failed (a full disk): the upload takes no more
         self.lock = threading.Lock()
         self.head = bytearray()  # the first DETECT_HEAD_BYTES, for typing without a read
         self.hasher = hashlib.sha256()
@@ -118,6 +125,8 @@ class Upload:
         with self.lock:  # a discard (a refusal, a cancelled upload) waits for this write
             if self.closed:
                 raise OSError(errno.EBADF, "the upload was discarded")
+            if self.failed:  # the file's end is unknown now: nothing more goes after it
+                raise OSError(errno.EIO, "an earlier write of this upload failed")
             if self.direct and size % DIRECT_ALIGN:
                 self._buffered()
             while view:
@@ -125,6 +134,7 @@ class Upload:
                     written = os.write(self.fd, view)
                 except OSError as exc:
                     if not self.direct or exc.errno != errno.EINVAL:
+                        self.failed = True
                         raise
                     self._buffered()  # an address or length the device will not take directly
                     continue

@@ -1,8 +1,8 @@
 """Uploading attachments, taking them into a send, copying them to an agent, purging them.
 
 An upload (:func:`upload`) streams the request body to disk through ``room.blobs`` — the
-body is received straight into one of two :data:`BUFFER_BYTES` buffers while a worker thread
-hashes and writes the other, so memory stays bounded whatever the file's size — and is refused
+body is received straight into a ring of :data:`BUFFERS` buffers of :data:`BUFFER_BYTES` while
+two threads write and hash those received before, so memory stays bounded whatever the file's size — and is refused
 (413) as soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what
 is left of the project's ``attachment_project_bytes``. What is left counts the room reserved by
 the project's uploads still under way: an upload reserves its declared length (a chunked one, the
@@ -19,6 +19,7 @@ import logging
 import shutil
 import sqlite3
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from room.store import projects as projects_store
 log = logging.getLogger(__name__)
 
 BUFFER_BYTES = 4 * 1024 * 1024
+BUFFERS = 4  # received, being written, being hashed, and one spare for the slower half
 AGENT_DIR = Path(".room") / "attachments"
 # The states a member of each kind may upload in: those it may post in.
 POSTING_STATES = {
@@ -151,36 +153,60 @@ def _release(core: Core, project_id: int, reserved: int) -> None:
 async def _stream(
     part: blobs.Upload, body: BodyInto, cap: int, limit: int, over_quota: Any
 ) -> None:
-    """Receive the body into one buffer while two worker threads hash and write the other (the
-    disk's time hidden behind the hashing): two :data:`BUFFER_BYTES` buffers whatever the file's
-    size. Never reads more than one byte past ``cap``, and refuses as soon as that byte
-    arrives."""
+    """Receive the body into a ring of :data:`BUFFERS` buffers of :data:`BUFFER_BYTES` while two
+    threads of this upload's own, one writing and one hashing, each take the received buffers in
+    order: receiving, hashing and writing run at once, and neither half waits for the other's
+    previous buffer (the disk's time hidden behind the hashing). A buffer is received into again
+    once both have finished with it, so memory stays bounded whatever the file's size. Never
+    reads more than one byte past ``cap``, and refuses as soon as that byte arrives."""
     # Anonymous memory, page-aligned for direct writes; unmapped when the last view goes.
-    buffers = tuple(memoryview(blobs.aligned_buffer(BUFFER_BYTES)) for _ in range(2))
+    buffers = [memoryview(blobs.aligned_buffer(BUFFER_BYTES)) for _ in range(BUFFERS)]
+    busy: list[list[asyncio.Future[None]]] = [[] for _ in buffers]  # each buffer's write and hash
+    # One worker each: a half takes its chunks in the order they were received.
+    writer = ThreadPoolExecutor(1, thread_name_prefix="upload-write")
+    hasher = ThreadPoolExecutor(1, thread_name_prefix="upload-hash")
     received = 0
-    writing: list[asyncio.Future[None]] = []
-    loop = asyncio.get_running_loop()
     try:
         for turn in itertools.count():
-            view = buffers[turn % 2]
+            slot = turn % BUFFERS
+            await _done(busy[slot])  # this buffer's last chunk is written and hashed
+            _check(busy)  # a failed write (a full disk) stops the upload now
+            view = buffers[slot]
             n = await body(view[: min(BUFFER_BYTES, cap + 1 - received)])
             received += n
             if received > cap:
                 raise _too_large(limit) if cap == limit else over_quota()
-            if writing:
-                await asyncio.gather(*writing)
-                writing = []
             if n == 0:
                 break
-            chunk = view[:n]  # hashed in one thread while another writes it: both only read it
-            writing = [
-                loop.run_in_executor(None, part.hash, chunk),
-                loop.run_in_executor(None, part.store, chunk),
+            chunk = view[:n]  # written in one thread while another hashes it: both only read it
+            busy[slot] = [  # the write first: it waits on the device, the hash on the CPU
+                asyncio.wrap_future(writer.submit(part.store, chunk)),
+                asyncio.wrap_future(hasher.submit(part.hash, chunk)),
             ]
+        for futures in busy:
+            await _done(futures)
     finally:
-        if writing:  # a refusal while a write ran: let it end before discarding (which also
-            # waits for it, should this task be cancelled meanwhile: Upload.lock)
-            await asyncio.gather(*writing, return_exceptions=True)
+        # A refusal while a write ran: queued chunks are dropped, running ones end before the
+        # caller discards the file (which also waits for a write, should this task be cancelled
+        # meanwhile: Upload.lock).
+        writer.shutdown(wait=False, cancel_futures=True)
+        hasher.shutdown(wait=False, cancel_futures=True)
+        running = [f for futures in busy for f in futures if not f.done()]
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+
+
+async def _done(futures: list[asyncio.Future[None]]) -> None:
+    if futures:
+        await asyncio.gather(*futures)
+        futures.clear()
+
+
+def _check(busy: list[list[asyncio.Future[None]]]) -> None:
+    for futures in busy:
+        for future in futures:
+            if future.done() and not future.cancelled() and future.exception() is not None:
+                future.result()  # raises it
 
 
 def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[str, Any]:

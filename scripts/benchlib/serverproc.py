@@ -252,22 +252,17 @@ class RoomServer:
 
 
 def cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU seconds used so far by a process: ``main`` (the event-loop thread) and ``threads``."""
+    """CPU seconds used so far by a process: ``main`` (the event-loop thread) and ``threads``
+    (every other thread, those that have ended included: the process's total less main's)."""
     tick = os.sysconf("SC_CLK_TCK")
-    main = other = 0.0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return {"main": 0.0, "threads": 0.0}
-    for tid in tasks:
+
+    def used(stat: str) -> float:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            with open(stat) as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
-            continue
-        used = (int(fields[11]) + int(fields[12])) / tick
-        if int(tid) == pid:
-            main += used
-        else:
-            other += used
-    return {"main": main, "threads": other}
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    total, main = used(f"/proc/{pid}/stat"), used(f"/proc/{pid}/task/{pid}/stat")
+    return {"main": main, "threads": max(0.0, total - main)}

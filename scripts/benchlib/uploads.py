@@ -14,7 +14,7 @@ server that acknowledges only durable files; the floor this bench holds the uplo
 ≥ 0.5×), and SHA-256 of the file in this process (what the hash alone costs one core).
 Every figure is taken twice, each time with a fresh server: pinned to the server core as in the
 other workloads (then it cannot be faster than SHA-256 alone), and free to use every core as it
-is deployed (its worker threads hash one buffer and write it while the event loop receives the
+is deployed (its writer and hasher threads work through the buffers received before while the event loop receives the
 next; the client, at ~25 ms of CPU per upload, leaves the other core nearly idle). The server's CPU per upload (utime + stime
 of all its threads) is reported too: it moves far less with the machine's load than the wall
 clock does. While the upload runs a thread samples the server's ``VmRSS`` every 5 ms; the growth
