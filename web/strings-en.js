@@ -472,6 +472,8 @@ export const STRINGS_EN = {
   "attach.drop": "Drop to attach",
   "error.bad_attachment": "That attachment is not one of your uploads in this project",
   "error.attachment_sent": "That attachment was already sent",
+  "error.attachment_deleted": "That message was deleted; its files are for its author and the project's owners only",
+  "error.attachment_missing": "An attachment file ({sha256}) is missing from the data folder, so the project cannot be exported",
   "error.too_many_attachments": "A message may carry at most {limit} attachments",
   "error.no_attachment": "No such attachment",
   "error.no_thumbnail": "This attachment has no thumbnail",

@@ -473,6 +473,8 @@ export const STRINGS_ZH = {
   "attach.drop": "松开即可添加附件",
   "error.bad_attachment": "附件不是你在本项目里上传的文件",
   "error.attachment_sent": "这个附件已经发送过了",
+  "error.attachment_deleted": "这条消息已删除，它的附件只有发送者和项目所有者能看",
+  "error.attachment_missing": "数据目录里缺了一个附件文件（{sha256}），项目无法导出",
   "error.too_many_attachments": "一条消息最多带 {limit} 个附件",
   "error.no_attachment": "没有这个附件",
   "error.no_thumbnail": "这个附件没有缩略图",
