@@ -13,7 +13,7 @@ import pytest
 
 from room.cli import main as cli_main
 from room.lifecycle import ProjectState, dispatch_open
-from tests.support.inproc import App, owner_user, running_app
+from tests.support.inproc import App, Team, owner_user, running_app
 
 TODAY = datetime.now(UTC).date()
 
@@ -28,20 +28,9 @@ def app(tmp_path: Path) -> Any:
         yield handle
 
 
-class World:
+class World(Team):
     def __init__(self, app: App) -> None:
-        self.app = app
-        member, self.member_cookie = app.new_user("zhang", "小张")
-        self.pid, self.members, self.token = app.project_with("甲项目", owner_user(app), member)
-
-    def owner(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return self.app.request(method, path, body, cookie=self.app.owner_cookie)
-
-    def member(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return self.app.request(method, path, body, cookie=self.member_cookie)
-
-    def agent(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return self.app.request(method, path, body, token=self.token)
+        super().__init__(app, "甲项目")
 
     def new_project(self, name: str) -> int:
         pid, _, _ = self.app.project_with(name, owner_user(self.app))
@@ -80,7 +69,7 @@ TIMELINE = {
 
 
 def test_owner_edits_the_timeline_and_bad_input_changes_nothing(world: World) -> None:
-    base = f"/api/projects/{world.pid}/timeline"
+    base = f"/api/projects/{world.id}/timeline"
     status, tl = world.owner("PUT", base, TIMELINE)
     assert status == 200 and tl["progress"] == 50 and tl["bar"] == "█" * 10 + "░" * 10
     assert [m["status"] for m in tl["milestones"]] == ["done", "in_progress"]
@@ -97,19 +86,19 @@ def test_owner_edits_the_timeline_and_bad_input_changes_nothing(world: World) ->
     status, after = world.member("GET", base)
     assert status == 200 and after["end"] == day(20) and len(after["milestones"]) == 2
 
-    status, summary = world.owner("PUT", f"/api/projects/{world.pid}/summary",
+    status, summary = world.owner("PUT", f"/api/projects/{world.id}/summary",
                                   {"summary": "搭建 待办接口 以便 前端联调"})  # fmt: skip
     assert status == 200 and summary["summary"] == "搭建 待办接口 以便 前端联调"
-    assert err(world.member("PUT", f"/api/projects/{world.pid}/summary", {"summary": "x"}))[1] == (
+    assert err(world.member("PUT", f"/api/projects/{world.id}/summary", {"summary": "x"}))[1] == (
         "not_owner"
     )
 
 
 def test_pause_reason_is_stored_shown_and_cleared_on_resume(world: World) -> None:
-    path = f"/api/projects/{world.pid}/lifecycle"
+    path = f"/api/projects/{world.id}/lifecycle"
     status, result = world.owner("POST", path, {"op": "pause", "reason": "等设计稿 定稿"})
     assert status == 200 and result["project"]["state_reason"] == "等设计稿 定稿"
-    status, text = world.owner("GET", f"/projects/{world.pid}/status.md")
+    status, text = world.owner("GET", f"/projects/{world.id}/status.md")
     assert "## 🛑" in text and "原因 (reason)：等设计稿 定稿" in text
     status, index = world.owner("GET", "/api/index.md")
     assert "原因：等设计稿 定稿" in index
@@ -123,8 +112,8 @@ def test_pause_reason_is_stored_shown_and_cleared_on_resume(world: World) -> Non
 def test_complete_records_actual_hours_is_owner_only_audited_and_closes_dispatch(
     world: World,
 ) -> None:
-    world.owner("PUT", f"/api/projects/{world.pid}/timeline", TIMELINE)
-    path = f"/api/projects/{world.pid}/lifecycle"
+    world.owner("PUT", f"/api/projects/{world.id}/timeline", TIMELINE)
+    path = f"/api/projects/{world.id}/lifecycle"
     assert err(world.member("POST", path, {"op": "complete"}))[:2] == (403, "not_owner")
     assert err(world.agent("POST", path, {"op": "complete"}))[:2] == (403, "agent_forbidden")
     assert err(world.owner("POST", path, {"op": "pause", "actual_hours": 3}))[1] == (
@@ -136,10 +125,10 @@ def test_complete_records_actual_hours_is_owner_only_audited_and_closes_dispatch
     )
     assert status == 200 and result["project"]["state"] == "complete"
     assert not dispatch_open(ProjectState.COMPLETE) and not dispatch_open(ProjectState.ABANDONED)
-    status, tl = world.owner("GET", f"/api/projects/{world.pid}/timeline")
+    status, tl = world.owner("GET", f"/api/projects/{world.id}/timeline")
     assert tl["hours_actual"] == 61.5
     # read-only: no more timeline edits, no posting
-    assert err(world.owner("PUT", f"/api/projects/{world.pid}/timeline", TIMELINE))[:2] == (
+    assert err(world.owner("PUT", f"/api/projects/{world.id}/timeline", TIMELINE))[:2] == (
         409,
         "project_closed",
     )
@@ -147,7 +136,7 @@ def test_complete_records_actual_hours_is_owner_only_audited_and_closes_dispatch
         audit = conn.execute(
             "SELECT action, outcome, detail_json FROM audit_events WHERE project_id = ?"
             " AND action = 'project.complete' ORDER BY id",
-            (world.pid,),
+            (world.id,),
         ).fetchall()
     outcomes = [(a, o) for a, o, _ in audit]
     assert ("project.complete", "refused") in outcomes and ("project.complete", "ok") in outcomes
@@ -162,8 +151,8 @@ def test_complete_records_actual_hours_is_owner_only_audited_and_closes_dispatch
 
 
 def test_status_md_has_every_section(world: World) -> None:
-    world.owner("PUT", f"/api/projects/{world.pid}/timeline", TIMELINE)
-    status, text = world.member("GET", f"/projects/{world.pid}/status.md")
+    world.owner("PUT", f"/api/projects/{world.id}/timeline", TIMELINE)
+    status, text = world.member("GET", f"/projects/{world.id}/status.md")
     assert status == 200
     for heading in ("最后更新", "提交 (git commit)", "负责人 (PM)：@owner", "## 🎯", "## 📍",
                     "## 📋", "## 🔑", "## 🛑", "## 📅", "## ⚠️"):  # fmt: skip
@@ -175,26 +164,26 @@ def test_status_md_has_every_section(world: World) -> None:
 def test_risk_scan_logs_findings_and_posts_one_notice_per_new_red(world: World) -> None:
     late = {"start": day(-20), "end": day(-1),
             "milestones": [{"name": "交付", "date": day(-2), "status": "pending"}]}  # fmt: skip
-    world.owner("PUT", f"/api/projects/{world.pid}/timeline", late)
+    world.owner("PUT", f"/api/projects/{world.id}/timeline", late)
     status, scan = world.owner("POST", "/api/risk-scan")
     assert status == 200
-    assert [(f["project_id"], f["rule"]) for f in scan["red"]] == [(world.pid, "overdue")]
+    assert [(f["project_id"], f["rule"]) for f in scan["red"]] == [(world.id, "overdue")]
     assert scan["red"][0]["suggestion"] and "## 🔴 1" in scan["text"]
     world.owner("POST", "/api/risk-scan")
-    assert world.notices(world.pid, "overdue") == 1  # one notice, not one per scan
-    status, risks = world.member("GET", f"/api/projects/{world.pid}/risks")
+    assert world.notices(world.id, "overdue") == 1  # one notice, not one per scan
+    status, risks = world.member("GET", f"/api/projects/{world.id}/risks")
     assert [(r["rule"], r["scans"], r["resolved_at"]) for r in risks["risks"]] == [
         ("overdue", 2, None)
     ]
     status, index = world.owner("GET", "/api/index.md")
     assert "| 🔴 甲项目 |" in index and "🔴 逾期" in index
-    status, text = world.owner("GET", f"/projects/{world.pid}/status.md")
+    status, text = world.owner("GET", f"/projects/{world.id}/status.md")
     assert "🔴 overdue：预计结束" in text
     # fixed: the finding is resolved, no new notice
-    world.owner("PUT", f"/api/projects/{world.pid}/timeline", {**late, "end": day(10)})
+    world.owner("PUT", f"/api/projects/{world.id}/timeline", {**late, "end": day(10)})
     status, scan = world.owner("POST", "/api/risk-scan")
-    assert scan["red"] == [] and world.notices(world.pid, "overdue") == 1
-    status, risks = world.member("GET", f"/api/projects/{world.pid}/risks")
+    assert scan["red"] == [] and world.notices(world.id, "overdue") == 1
+    status, risks = world.member("GET", f"/api/projects/{world.id}/risks")
     assert risks["risks"][0]["resolved_at"] is not None
     assert err(world.agent("POST", "/api/risk-scan"))[:2] == (403, "human_only")
 
@@ -202,7 +191,7 @@ def test_risk_scan_logs_findings_and_posts_one_notice_per_new_red(world: World) 
 def test_dependency_cycle_over_three_projects_and_the_cli(world: World, app: App) -> None:
     b, c = world.new_project("乙项目"), world.new_project("丙项目")
     ms = {"milestones": [{"name": "m", "date": day(30)}]}
-    for pid, target in ((world.pid, b), (b, c), (c, world.pid)):
+    for pid, target in ((world.id, b), (b, c), (c, world.id)):
         world.owner("PUT", f"/api/projects/{pid}/timeline", ms)
         status, deps = world.owner("PUT", f"/api/projects/{pid}/dependencies",
                                    {"dependencies": [{"kind": "project", "project_id": target},
@@ -220,30 +209,30 @@ def test_dependency_cycle_over_three_projects_and_the_cli(world: World, app: App
     assert code == 4
     status, risks = world.owner("GET", f"/api/projects/{b}/risks")
     assert [r["rule"] for r in risks["risks"]] == ["dependency_cycle"]
-    assert all(world.notices(p, "dependency_cycle") == 1 for p in (world.pid, b, c))
+    assert all(world.notices(p, "dependency_cycle") == 1 for p in (world.id, b, c))
     status, gantt = world.owner("GET", f"/projects/{b}/gantt.md")
     assert status == 200 and gantt.startswith("# GANTT — 乙项目") and "⏳ " + day(30) in gantt
     # three projects with an open milestone on the same day: a resource conflict
     assert "⚠️ 资源冲突：3 个项目同日" in gantt
     status, data = world.owner("GET", "/api/portfolio")
-    assert data["conflicts"] == [{"date": day(30), "project_ids": sorted([world.pid, b, c])}]
+    assert data["conflicts"] == [{"date": day(30), "project_ids": sorted([world.id, b, c])}]
 
 
 def test_task_dates(world: World) -> None:
     plan = {"goal": "g", "items": [{"key": "api", "title": "接口", "owner": "lead",
                                      "acceptance": ["能用"]}]}  # fmt: skip
-    status, _ = world.owner("POST", f"/api/projects/{world.pid}/plan", plan)
+    status, _ = world.owner("POST", f"/api/projects/{world.id}/plan", plan)
     assert status == 201
-    path = f"/api/projects/{world.pid}/tasks/api/dates"
+    path = f"/api/projects/{world.id}/tasks/api/dates"
     status, dates = world.owner("PUT", path, {"est_start": day(1), "est_end": day(4)})
     assert status == 200 and dates["est_end"] == day(4)
     assert err(world.owner("PUT", path, {"est_start": day(4), "est_end": day(1)}))[1] == (
         "end_before_start"
     )
-    assert err(world.owner("PUT", f"/api/projects/{world.pid}/tasks/nope/dates", {}))[1] == (
+    assert err(world.owner("PUT", f"/api/projects/{world.id}/tasks/nope/dates", {}))[1] == (
         "no_task"
     )
-    status, tl = world.member("GET", f"/api/projects/{world.pid}/timeline")
+    status, tl = world.member("GET", f"/api/projects/{world.id}/timeline")
     assert [(t["key"], t["est_start"], t["est_end"]) for t in tl["tasks"]] == [
         ("api", day(1), day(4))
     ]
@@ -251,26 +240,26 @@ def test_task_dates(world: World) -> None:
 
 def test_purge_deletes_the_portfolio_rows(world: World) -> None:
     other = world.new_project("依赖方")
-    world.owner("PUT", f"/api/projects/{world.pid}/timeline", TIMELINE)
-    world.owner("PUT", f"/api/projects/{world.pid}/summary", {"summary": "要清除的"})
+    world.owner("PUT", f"/api/projects/{world.id}/timeline", TIMELINE)
+    world.owner("PUT", f"/api/projects/{world.id}/summary", {"summary": "要清除的"})
     world.owner("PUT", f"/api/projects/{other}/dependencies",
-                {"dependencies": [{"kind": "project", "project_id": world.pid}]})  # fmt: skip
+                {"dependencies": [{"kind": "project", "project_id": world.id}]})  # fmt: skip
     world.owner("POST", "/api/risk-scan")
-    path = f"/api/projects/{world.pid}/lifecycle"
+    path = f"/api/projects/{world.id}/lifecycle"
     assert world.owner("POST", path, {"op": "trash"})[0] == 200
     status, result = world.owner(
-        "POST", f"/api/projects/{world.pid}/purge", {"confirm_name": "甲项目", "confirmed": True}
+        "POST", f"/api/projects/{world.id}/purge", {"confirm_name": "甲项目", "confirmed": True}
     )
     assert status == 200, result
     with world.app.db() as conn:
         left = {
             table: conn.execute(
-                f"SELECT count(*) FROM {table} WHERE project_id = ?", (world.pid,)
+                f"SELECT count(*) FROM {table} WHERE project_id = ?", (world.id,)
             ).fetchone()[0]
             for table in ("project_timelines", "milestones", "milestone_counts", "risk_log")
         }
         refs = conn.execute(
-            "SELECT count(*) FROM project_dependencies WHERE target_project_id = ?", (world.pid,)
+            "SELECT count(*) FROM project_dependencies WHERE target_project_id = ?", (world.id,)
         ).fetchone()[0]
     assert left == dict.fromkeys(left, 0) and refs == 0
 
@@ -314,7 +303,7 @@ def test_the_portfolio_is_per_person_and_says_who_may_edit(world: World) -> None
 
 
 def test_a_timeline_field_left_out_keeps_its_value(world: World) -> None:
-    base = f"/api/projects/{world.pid}/timeline"
+    base = f"/api/projects/{world.id}/timeline"
     world.owner("PUT", base, {**TIMELINE, "hours_actual": 12})
     status, tl = world.owner("PUT", base, {"end": day(30)})
     assert status == 200 and tl["end"] == day(30) and tl["start"] == day(-10)

@@ -14,27 +14,16 @@ from room.actions import research as research_actions
 from room.errors import ForbiddenError
 from room.models import Member
 from room.store import members as members_store
-from tests.support.inproc import App, owner_user, running_app
+from tests.support.inproc import App, Team, owner_user, running_app
 
 BUDGET = {"tokens": 5000, "requests": 10, "seconds": 600, "steps": 10}
 PROPOSAL: dict[str, Any] = {"question": "为什么启动慢？", "scope": {"paths": ["docs"]}, "members": ["lead"],
             "budget": BUDGET}  # fmt: skip
 
 
-class Project:
+class Project(Team):
     def __init__(self, app: App) -> None:
-        self.app = app
-        member, self.member_cookie = app.new_user("zhang", "小张")
-        self.id, self.members, self.token = app.project_with("研究项目", owner_user(app), member)
-
-    def owner(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return self.app.request(method, path, body, cookie=self.app.owner_cookie)
-
-    def member(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return self.app.request(method, path, body, cookie=self.member_cookie)
-
-    def agent(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return self.app.request(method, path, body, token=self.token)
+        super().__init__(app, "研究项目")
 
     def propose(self, **over: Any) -> dict[str, Any]:
         status, run = self.owner("POST", f"/api/projects/{self.id}/research", PROPOSAL | over)

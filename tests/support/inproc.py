@@ -170,3 +170,22 @@ def error(result: tuple[int, Any]) -> tuple[int, str]:
     """(status, error code) of a refused request."""
     status, body = result
     return status, body["error"]["code"]
+
+
+class Team:
+    """A project of ``app`` with its owner, a plain member (小张) and the default agents; requests
+    as each of them."""
+
+    def __init__(self, app: App, name: str) -> None:
+        self.app = app
+        member, self.member_cookie = app.new_user("zhang", "小张")
+        self.id, self.members, self.token = app.project_with(name, owner_user(app), member)
+
+    def owner(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.app.owner_cookie)
+
+    def member(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, cookie=self.member_cookie)
+
+    def agent(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.app.request(method, path, body, token=self.token)
