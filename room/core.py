@@ -249,6 +249,9 @@ class Core:
     upload_reserved: dict[int, int] = field(default_factory=dict)
     uploads: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20))  # per member
     upload_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    upload_slots: asyncio.Semaphore | None = (
+        None  # attachment_concurrent_uploads, made at first use
+    )
     # Presence (room.actions.presence): the map each project's subscribers were last told, the
     # projects with an announcement due, and those whose announcer runs.
     presence_told: dict[int, dict[str, str]] = field(default_factory=dict)

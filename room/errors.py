@@ -23,6 +23,7 @@ or as the JSON body of an HTTP error) and a human ``message``.
     ├── NotFoundError              404  no such project, member, message …
     ├── ConflictError              409  the current state does not allow this
     ├── RateLimitedError           429  too many sends; carries ``retry_after_ms``
+    ├── BusyError                  503  the server is at a bound of its own; carries ``retry_after_ms``
     ├── StorageError               500  the database refused (integrity, disk)
     │   ├── LockHeldError               another server holds the data folder (names its pid)
     │   └── SchemaTooNewError           the database was written by a newer Project Room
@@ -161,6 +162,17 @@ class RateLimitedError(RoomError):
 
     def __init__(self, message: str, *, retry_after_ms: int) -> None:
         super().__init__(message, retry_after_ms=retry_after_ms)
+        self.retry_after_ms = retry_after_ms
+
+
+class BusyError(RoomError):
+    """The server is at a bound of its own (not the caller's rate): try again later."""
+
+    code = "busy"
+    http_status = 503
+
+    def __init__(self, message: str, *, code: str | None = None, retry_after_ms: int) -> None:
+        super().__init__(message, code=code, retry_after_ms=retry_after_ms)
         self.retry_after_ms = retry_after_ms
 
 

@@ -104,6 +104,19 @@ class Settings(BaseModel):
     attachment_burst: int = Field(
         default=20, ge=1, description="Uploads a member may burst above the rate."
     )
+    attachment_concurrent_uploads: int = Field(
+        default=8,
+        ge=1,
+        description="Uploads the server receives at once, whoever sends them (each holds a "
+        "16 MB buffer ring and two threads while it streams); more wait their turn in order, "
+        "for at most attachment_wait_secs, and are then refused (503 uploads_busy).",
+    )
+    attachment_wait_secs: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long an upload waits for its turn while attachment_concurrent_uploads "
+        "others are received, before it is refused (503 uploads_busy, with retry_after_ms).",
+    )
     attachment_max_pixels: int = Field(
         default=50_000_000,
         ge=10_000,

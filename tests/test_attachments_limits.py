@@ -1,7 +1,8 @@
 """The limits around uploads (issue 17, item 1): two uploads at the same moment cannot both take
-the last of a project's quota (the room is reserved before the first byte is read), and a member
+the last of a project's quota (the room is reserved before the first byte is read), a member
 uploading in a loop is slowed by a rate limit (``attachment_rate_per_min``,
-``attachment_burst``) with a structured 429 in Chinese and English."""
+``attachment_burst``) with a structured 429 in Chinese and English, and the server receives at
+most ``attachment_concurrent_uploads`` at once (the others wait their turn, then get a 503)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from room.actions import attachments as attachment_actions
 from room.bodies import BodyInto
-from room.errors import PayloadTooLargeError
+from room.errors import BusyError, PayloadTooLargeError
 from room.models import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
@@ -119,3 +120,101 @@ def test_uploading_in_a_loop_is_slowed_with_a_structured_429(app: App) -> None:
     with app.db() as db:
         (count,) = db.execute("SELECT COUNT(*) FROM attachments").fetchone()
     assert count == BURST
+
+
+@pytest.fixture
+def one_slot(tmp_path: Path) -> Iterator[App]:
+    with running_app(
+        tmp_path / "data", attachment_concurrent_uploads=1, attachment_wait_secs=0.3
+    ) as handle:
+        yield handle
+
+
+def held_body(size: int, reading: asyncio.Event, go: asyncio.Event) -> BodyInto:
+    """A body that says when it is first read and then waits for ``go`` before its bytes."""
+    sent = False
+
+    async def fill(view: memoryview) -> int:
+        nonlocal sent
+        if sent:
+            return 0
+        reading.set()
+        await go.wait()
+        view[:size] = b"q" * size
+        sent = True
+        return size
+
+    return fill
+
+
+def test_uploads_past_the_servers_bound_wait_their_turn_then_get_a_503(one_slot: App) -> None:
+    app = one_slot
+    core, member = app.core, owner_of(app)
+
+    async def crowd() -> tuple[dict[str, Any], BaseException | None, bool, dict[str, Any]]:
+        first_reading, go = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(
+            attachment_actions.upload(
+                core, member, name="a.txt", declared=5, body=held_body(5, first_reading, go)
+            )
+        )
+        await first_reading.wait()  # the first holds the server's only slot
+        second_reading = asyncio.Event()
+        refused: BaseException | None = None
+        try:
+            await attachment_actions.upload(
+                core, member, name="b.txt", declared=5, body=held_body(5, second_reading, go)
+            )
+        except BusyError as exc:
+            refused = exc
+        go.set()
+        stored = await first
+        third = await attachment_actions.upload(
+            core, member, name="c.txt", declared=5, body=held_body(5, asyncio.Event(), go)
+        )
+        return stored, refused, second_reading.is_set(), third
+
+    stored, refused, second_read, third = app.call(crowd)
+    assert stored["size"] == 5 and third["size"] == 5
+    assert isinstance(refused, BusyError), "a second upload was received past the bound"
+    assert refused.http_status == 503 and refused.code == "uploads_busy"
+    assert refused.details["retry_after_ms"] > 0
+    assert "请稍后再试" in refused.message and "try again shortly" in refused.message
+    assert not second_read, "the refused upload's body was read"
+    assert app.core.upload_reserved == {}  # it reserved nothing of the quota either
+    with app.db() as db:
+        names = [row[0] for row in db.execute("SELECT name FROM attachments ORDER BY id")]
+    assert names == ["a.txt", "c.txt"]
+
+
+def test_a_waiting_upload_is_received_once_the_one_before_it_ends(tmp_path: Path) -> None:
+    with running_app(
+        tmp_path / "data", attachment_concurrent_uploads=1, attachment_wait_secs=30
+    ) as app:
+        core, member = app.core, owner_of(app)
+
+        async def queue() -> tuple[list[str], dict[str, Any]]:
+            order: list[str] = []
+            first_reading, second_reading, go = asyncio.Event(), asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(
+                attachment_actions.upload(
+                    core, member, name="a.txt", declared=5, body=held_body(5, first_reading, go)
+                )
+            )
+            await first_reading.wait()
+            second = asyncio.create_task(
+                attachment_actions.upload(
+                    core, member, name="b.txt", declared=5, body=held_body(5, second_reading, go)
+                )
+            )
+            await asyncio.sleep(0.2)
+            order.append("second read" if second_reading.is_set() else "second waits")
+            go.set()
+            await first
+            order.append("first stored")
+            stored = await second
+            return order, stored
+
+        order, stored = app.call(queue)
+        assert order == ["second waits", "first stored"]
+        assert stored["name"] == "b.txt" and stored["size"] == 5

@@ -12,6 +12,7 @@ import { h } from "./dom.js";
 import { errorText, t } from "./i18n.js";
 import { openDialog } from "./ui.js";
 
+const BUSY_RETRIES = 5; // an upload refused because the server is busy with others tries again this often
 const SVG_NS = "http://www.w3.org/2000/svg";
 const PAPERCLIP = "M21 11.5l-8.6 8.6a5 5 0 0 1-7.1-7.1l8.6-8.6a3.5 3.5 0 0 1 5 5l-8.6 8.6a2 2 0 0 1-2.8-2.8l7.9-7.9";
 const FILE = "M14 3H7a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h10a2 2 0 0 0 2-2V8z M14 3v5h5";
@@ -147,12 +148,17 @@ export class AttachTray {
         data = null;
       }
       const error = data?.error;
+      item.xhr = null;
+      if (error?.code === "uploads_busy" && (item.busyRetries = (item.busyRetries || 0) + 1) <= BUSY_RETRIES) {
+        // The server is receiving as many uploads as it may at once: this file tries again.
+        setTimeout(() => this.items.includes(item) && this.upload(item), error.details?.retry_after_ms || 1000);
+        return;
+      }
       if (xhr.status === 201 && data?.attachment) item.attachment = data.attachment;
       else if (error?.code === "too_large") item.error = t("attach.tooLarge", { size: formatSize(error.details?.limit || 0) });
       else if (error?.code === "project_quota") item.error = t("attach.projectFull", { size: formatSize(error.details?.limit || 0) });
       else if (error?.code === "rate_limited") item.error = t("attach.tooFast", { secs: Math.ceil((error.details?.retry_after_ms || 1000) / 1000) });
       else item.error = errorText({ code: error?.code, message: error?.message, details: error?.details });
-      item.xhr = null;
       this.render();
     });
     xhr.addEventListener("error", () => {

@@ -483,6 +483,8 @@ export const STRINGS_EN = {
   "error.project_quota": "The project's attachment space is full ({limit} bytes)",
   "error.image_too_large": "The image has too many pixels and was refused (a possible decompression bomb)",
   "error.empty_file": "The file is empty",
+  "error.uploads_busy": "The server is receiving as many uploads as it can; try again shortly",
+  "error.busy": "The server is busy; try again shortly",
   "composer.label": "Message",
   "composer.placeholder": "Write a message, @ to mention",
   "composer.help": "Enter to send · Shift+Enter for a new line · @ to mention",

@@ -484,6 +484,8 @@ export const STRINGS_ZH = {
   "error.project_quota": "项目的附件空间已满（上限 {limit} 字节）",
   "error.image_too_large": "图片像素过多，已拒绝（可能是解压炸弹）",
   "error.empty_file": "文件是空的",
+  "error.uploads_busy": "服务器正在接收其他上传，请稍后再试",
+  "error.busy": "服务器繁忙，请稍后再试",
   "composer.label": "消息",
   "composer.placeholder": "输入消息，@ 提及成员",
   "composer.help": "Enter 发送 · Shift+Enter 换行 · @ 提及成员",

@@ -6,8 +6,12 @@ two threads write and hash those received before, so memory stays bounded whatev
 (413) as soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what
 is left of the project's ``attachment_project_bytes``. What is left counts the room reserved by
 the project's uploads still under way: an upload reserves its declared length (a chunked one, the
-most it may be) before reading a byte, so two at once cannot both take the last of the quota. The row it writes belongs to its uploader until a
-send takes it (:func:`take`, inside the send's transaction): only the uploader's own, unsent
+most it may be) before reading a byte, so two at once cannot both take the last of the quota.
+At most ``attachment_concurrent_uploads`` uploads are received at once on the whole server (each
+holds its buffer ring, two threads and, at its end, an image decoder): the others wait their turn
+in order for up to ``attachment_wait_secs``, reading nothing meanwhile, and are then refused (503
+``uploads_busy``), so memory stays bounded however many arrive together. The row it writes
+belongs to its uploader until a send takes it (:func:`take`, inside the send's transaction): only the uploader's own, unsent
 uploads in the same project may be attached, each to one message.
 """
 
@@ -29,6 +33,7 @@ from room.bodies import BodyInto
 from room.core import Core
 from room.errors import (
     BadRequestError,
+    BusyError,
     ConflictError,
     NotFoundError,
     PayloadTooLargeError,
@@ -88,6 +93,30 @@ async def upload(
             f"{wait_ms} ms)",
             retry_after_ms=wait_ms,
         )
+    slots = core.upload_slots
+    if slots is None:
+        slots = core.upload_slots = asyncio.Semaphore(settings.attachment_concurrent_uploads)
+    try:
+        await asyncio.wait_for(slots.acquire(), settings.attachment_wait_secs)
+    except TimeoutError:
+        raise BusyError(
+            "服务器正在接收其他上传，请稍后再试 (the server is receiving as many uploads as it "
+            "may at once; try again shortly)",
+            code="uploads_busy",
+            retry_after_ms=1000,
+        ) from None
+    try:
+        return await _upload(core, member, name, declared, body)
+    finally:
+        slots.release()
+
+
+async def _upload(
+    core: Core, member: Member, name: str | None, declared: int | None, body: BodyInto
+) -> dict[str, Any]:
+    """An upload that holds its slot: reserve the room, receive, type, store, record."""
+    settings = core.settings
+    limit = settings.attachment_max_bytes
     project_id = member.project_id
     quota = settings.attachment_project_bytes
 
