@@ -90,6 +90,13 @@ PACK_TABLES: tuple[PackTable, ...] = (
         order="t.message_id, t.member_id",
         refs={"message_id": "messages", "member_id": "members"},
     ),
+    PackTable(
+        "reactions",
+        where=_MESSAGES,
+        key=None,
+        order="t.message_id, t.emoji, t.member_id",
+        refs={"message_id": "messages", "member_id": "members"},
+    ),
     PackTable("events", key=None, order="t.seq", refs={"message_id": "messages"}),
     PackTable("read_cursors", key=None, order="t.member_id", refs={"member_id": "members"}),
     PackTable(
@@ -188,7 +195,7 @@ PART_ORDER: tuple[str, ...] = tuple(
 # before them simply has none of their rows).
 LATER_TABLES = frozenset(
     {"project_timelines", "milestones", "milestone_counts", "project_dependencies", "risk_log",
-     "attachments", FILES_PART}
+     "attachments", FILES_PART, "reactions"}
 )  # fmt: skip
 
 # Every version-1 pack has these parts.
@@ -257,8 +264,8 @@ _META_REFS = {
 
 def remap_message(obj: dict[str, Any], project_id: int, ids: IdMap) -> dict[str, Any]:
     """A message's wire object (``messages.frame``) with its ids replaced: its own, the
-    project, the author, the reply and its excerpt's author, the mentions, and ids named in
-    ``meta`` (turns are not carried: their ids become null)."""
+    project, the author, the reply and its excerpt's author, the mentions, who reacted, and ids
+    named in ``meta`` (turns are not carried: their ids become null)."""
     out = dict(obj)
     out["id"] = ids("messages", obj.get("id"))
     out["project_id"] = project_id
@@ -270,6 +277,14 @@ def remap_message(obj: dict[str, Any], project_id: int, ids: IdMap) -> dict[str,
     mentions = obj.get("mentions")
     if isinstance(mentions, list):
         out["mentions"] = sorted(ids("members", m) for m in mentions)
+    reactions = obj.get("reactions")
+    if isinstance(reactions, list):  # who reacted: members of the project
+        out["reactions"] = [
+            {**r, "members": [ids("members", m) for m in r.get("members", ())]}
+            if isinstance(r, dict)
+            else r
+            for r in reactions
+        ]
     if "meta" in obj:
         out["meta"] = meta = _remap_meta(obj["meta"], ids)
         files = obj["meta"].get("attachments") if isinstance(obj["meta"], dict) else None

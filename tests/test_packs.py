@@ -25,6 +25,7 @@ from room.actions import memory as memory_actions
 from room.actions import messages as message_actions
 from room.actions import pack_export
 from room.actions import packs as pack_actions
+from room.actions import reactions as reaction_actions
 from room.actions import routes as route_actions
 from room.actions import task_updates as updates
 from room.actions.merge import merge_records
@@ -36,6 +37,7 @@ from room.settings import load_settings
 from room.store import Tx, run_write
 from room.store import auth as auth_store
 from room.store import members as members_store
+from room.store import reactions as reactions_store
 from room.store import search as search_store
 from room.store.messages import message_object
 from room.store.migrate import connect
@@ -70,6 +72,9 @@ async def build(world: World) -> None:
         world.core, world["lin"], client_txn_id="t2", body="收到", reply_to=first.message_id
     )
     await message_actions.edit_message(world.core, owner, first.message_id, "你好 @lead，先做 API")
+    # Reactions: rows of their own, and who reacted in the message's stored object.
+    for who, emoji in (("owner", "👍"), ("lin", "👍"), ("lin", "🎉")):
+        await reaction_actions.react(world.core, world[who], first.message_id, emoji)
     # A plain message (no reply, no mention: its stored object is remapped by its head only),
     # with a line separator that JSON keeps raw.
     await message_actions.send_message(
@@ -252,7 +257,7 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
                  "task_deps", "evidence", "task_reviews", "decisions", "decision_revisions",
                  "route_settings", "route_changes", "memory_entries", "memory_revisions",
                  "decision_tasks", "audit_events", "plans", "task_criteria",
-                 "attachments"):  # fmt: skip
+                 "attachments", "reactions"):  # fmt: skip
         assert old[part], part
     seqs = [r["seq"] for r in old["messages"]]
     assert [r["seq"] for r in new["messages"]] == seqs and seqs == sorted(seqs)
@@ -293,6 +298,20 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
     assert got["humans"][1][:2] == ("lin", "member") and got["humans"][1][2].startswith("imported-")
     kinds = {r["kind"] for r in got["found"]["results"]}
     assert "message" in kinds and {"progress", "decision"} & kinds
+
+    # Who reacted, in the new messages' stored objects, are the new project's members: the same
+    # as its reaction rows say.
+    def reacted(conn: sqlite3.Connection, project_id: int) -> list[tuple[Any, Any]]:
+        rows = conn.execute(
+            "SELECT id, frame FROM messages WHERE project_id = ? AND frame LIKE '%reactions%'",
+            (project_id,),
+        ).fetchall()
+        return [(json.loads(f)["reactions"], reactions_store.of_message(conn, i)) for i, f in rows]
+
+    carried_reactions = await world.read(lambda c: reacted(c, new_id))
+    assert len(carried_reactions) == 1
+    for in_frame, in_rows in carried_reactions:
+        assert in_frame == in_rows and in_rows[0]["count"] == 2
 
     # Attachments: the rows point at the new messages, the messages' objects at the new rows
     # (ids and URLs), and the content was already here: the store is as it was (deduplicated

@@ -654,13 +654,15 @@ def _message(imp: Importer, part: _Part, values: list[Any]) -> None:
     frame = values[at]
     if not isinstance(frame, str):
         raise PackError("bad_row", "a message's frame is not text")
-    # Most messages name no other message and no member besides their author: only the
+    # Most messages name no other message and no member besides their author (no reply, no
+    # mention, no meta, no reactions): only the
     # object's head holds ids then (a raw `"key":` never occurs inside a JSON string).
     head = _HEAD.match(frame)
     if (
         head is not None
         and '"reply_to":null,"reply_excerpt":null,"mentions":[]' in frame
         and '"meta":' not in frame
+        and '"reactions":' not in frame
     ):
         author = head.group(3)
         new_author = "null" if author == "null" else imp._map("members", int(author))
