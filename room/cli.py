@@ -349,7 +349,10 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
         def job(c: sqlite3.Connection, tx: Any) -> dict[str, Any]:
             owner = auth_actions.ensure_owner(c, tx)
             with file.open("rb") as pack:
-                options = pack_actions.ImportOptions(importer=owner, name=name, data=settings.data)
+                options = pack_actions.ImportOptions(
+                    importer=owner, name=name, data=settings.data,
+                    attachment_quota=settings.attachment_project_bytes,
+                )  # fmt: skip
                 return pack_actions.import_pack(c, tx, pack_actions.read_lines(pack), options)
 
         result = run_write(conn, job)

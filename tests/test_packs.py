@@ -443,9 +443,11 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
         (_row(data, "attachments", lambda r: r.update(message_id=10**9)), "bad_ref"),
         (_row(data, "attachments", lambda r: r.update(size=r["size"] + 1)), "bad_file"),
     ]  # fmt: skip
-    for pack, reason in cases:
+    quota = sum({r["sha256"]: r["size"] for r in rows}.values()) - 1  # one byte short
+    for pack, reason, options in [*((p, r, {}) for p, r in cases),
+                                  (data, "over_quota", {"attachment_quota": quota})]:  # fmt: skip
         with pytest.raises(PackError) as caught:
-            await import_(world, pack)
+            await import_(world, pack, **options)
         assert caught.value.reason == reason, (reason, caught.value.message)
         assert caught.value.code == "bad_pack"
         assert await counts() == before, reason

@@ -48,6 +48,7 @@ from room.packs import (
     remap_message,
 )
 from room.store import Tx
+from room.store import attachments as attachments_store
 from room.store import audit as audit_store
 from room.store import projects as projects_store
 
@@ -119,6 +120,8 @@ class ImportOptions:
     parts: tuple[str, ...] | None = None
     action: str = "project.import"
     data: Path | None = None  # the data folder: where the attachments' files go
+    # The new project's attachment bytes may not pass this (attachment_project_bytes; None: any).
+    attachment_quota: int | None = None
 
 
 @dataclass(slots=True)
@@ -347,6 +350,16 @@ class Importer:
                             part=FILES_PART, line=lineno)  # fmt: skip
         if self.options.data is None:
             raise PackError("bad_pack", "this import takes no files", part=FILES_PART)
+        # Every attachment row is in: what they hold counts against the quota an upload would.
+        quota = self.options.attachment_quota
+        if quota is not None:
+            used = attachments_store.project_bytes(self.conn, self.project_id)
+            if used > quota:
+                raise PackError(
+                    "over_quota", f"the pack's attachments hold {used} bytes; a project here may "
+                    f"hold {quota} (attachment_project_bytes)", used=used, limit=quota,
+                    part=FILES_PART, line=lineno,
+                )  # fmt: skip
         # The names the imported rows give, in order: each file must be the next one.
         self.expected_files = self.conn.execute(
             FILES_SQL.format(where="t.project_id = :p"), {"p": self.project_id}

@@ -95,7 +95,10 @@ async def import_project(request: Request) -> Response:
         if size == 0:
             raise BadRequestError("send the pack as the request body", code="empty_body")
         importer = who.user
-        options = pack_actions.ImportOptions(importer=importer, name=name, data=core.settings.data)
+        options = pack_actions.ImportOptions(
+            importer=importer, name=name, data=core.settings.data,
+            attachment_quota=core.settings.attachment_project_bytes,
+        )  # fmt: skip
 
         def job(conn, tx):  # type: ignore[no-untyped-def]
             with path.open("rb") as pack:
