@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -186,3 +187,48 @@ def test_a_chunked_body_is_stored_whole(server: ServerProcess, owner: Session) -
         sock.close()
     assert status == 201, raw
     assert _stored(server, owner, json.loads(raw)["attachment"]) == content
+
+
+def test_an_upload_past_the_servers_bound_gets_its_503_while_still_sending(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """One upload holds the only slot (``attachment_concurrent_uploads`` 1) mid-body; another,
+    sending its whole body at once, reads a whole 503 ``uploads_busy`` (not a reset), and the
+    first then completes."""
+    data = tmp_path_factory.mktemp("busy") / "data"
+    env = {"ROOM_ATTACHMENT_CONCURRENT_UPLOADS": "1", "ROOM_ATTACHMENT_WAIT_SECS": "0.3"}
+    proc = ServerProcess(data, env={**env, "ROOM_ATTACHMENT_MAX_BYTES": str(64 * MB)}).start()
+    try:
+        who = proc.login()
+        first = _connect(proc)
+        first.sendall(_post_head(proc, who, "a.bin", f"Content-Length: {4 * MB}\r\n") + b"a" * MB)
+        # The first is being received (its first megabyte read) before the second asks.
+        deadline = time.monotonic() + 10
+        while not list((data / "attachments" / "tmp").glob("*")):
+            assert time.monotonic() < deadline, "the first upload never started"
+            time.sleep(0.05)
+        second = _connect(proc)
+        head = _post_head(proc, who, "b.bin", f"Content-Length: {8 * MB}\r\n")
+        errors: list[str] = []
+
+        def send() -> None:
+            try:
+                second.sendall(head + b"b" * (8 * MB))
+            except OSError as exc:  # the server may stop reading once it has answered
+                errors.append(repr(exc))
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        status, body = Reader(second).response()
+        sender.join(30)
+        assert status == 503, body
+        error = json.loads(body)["error"]
+        assert error["code"] == "uploads_busy" and error["details"]["retry_after_ms"] > 0
+        second.close()
+        first.sendall(b"a" * (3 * MB))
+        status, body = Reader(first).response()
+        assert status == 201, body
+        assert json.loads(body)["attachment"]["size"] == 4 * MB
+        first.close()
+    finally:
+        proc.stop()
