@@ -11,11 +11,24 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
+
 from room.models import iso
 from room.store.db import Appends, BulkInsert, chunks
 
 # The C implementation behind json.dumps(ensure_ascii=False) for one string.
-_encode_string = json.encoder.encode_basestring
+_encode_basestring = json.encoder.encode_basestring
+_orjson_dumps = orjson.dumps
+
+
+def _encode_string(value: str) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` of one string. ASCII text (most bodies) goes
+    through orjson, several times faster on a message's few hundred characters; other text
+    through the standard library's C encoder, as fast there (no UTF-8 round trip) and it takes
+    lone surrogates, which orjson refuses."""
+    if value.isascii():
+        return _orjson_dumps(value).decode()
+    return _encode_basestring(value)
 
 
 def message_object(
