@@ -297,3 +297,32 @@ def test_the_ledger_refuses_moves_out_of_final_states(tmp_path: Path) -> None:
     assert deliveries_store.set_state(conn, [1], "consumed", 1.0) == []
     assert deliveries_store.set_state(conn, [1], "pending", 1.0) == []
     assert conn.execute("SELECT state FROM deliveries").fetchone()[0] == "cancelled"
+
+
+def _plans(conn: sqlite3.Connection, call: Callable[[], object]) -> list[str]:
+    """What SQLite's planner says of every statement ``call`` runs."""
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        call()
+    finally:
+        conn.set_trace_callback(None)
+    return [
+        " ".join(str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}")) for sql in statements
+    ]
+
+
+def test_the_ledgers_reads_of_open_deliveries_search_their_index(tmp_path: Path) -> None:
+    # The partial index of open deliveries was once written so that no query could use it.
+    conn = connect(tmp_path / "room.sqlite")
+    migrate(conn, tmp_path / "room.sqlite", now=time.time())
+    reads: list[Callable[[], object]] = [
+        lambda: deliveries_store.pending_of(conn, 1, 10, unoffered=True),
+        lambda: deliveries_store.offered_to(conn, 1, "socket"),
+        lambda: deliveries_store.in_builtin_inboxes(conn),
+        lambda: deliveries_store.handed_to_external(conn),
+        lambda: deliveries_store.members_with_pending(conn),
+    ]
+    for read in reads:
+        plans = _plans(conn, read)
+        assert plans and all("deliveries_open" in plan for plan in plans), plans

@@ -122,6 +122,9 @@ MESSAGES = BulkInsert(
     ),
 )  # fmt: skip
 EVENTS = BulkInsert("events", ("project_id", "seq", "kind", "message_id", "frame", "created_at"))
+# An event without a frame of its own (every message event): the column is left to its default,
+# NULL, which costs the driver more to bind than any other value.
+EVENTS_NO_FRAME = BulkInsert("events", ("project_id", "seq", "kind", "message_id", "created_at"))
 MENTIONS = BulkInsert("mentions", ("message_id", "member_id", "via"), verb="INSERT OR IGNORE")
 
 
@@ -191,7 +194,10 @@ def insert_event(
     now: float,
     appends: Appends | None = None,
 ) -> None:
-    EVENTS.write(conn, [(project_id, seq, kind, message_id, frame, now)], appends)
+    if frame is None:
+        EVENTS_NO_FRAME.write(conn, [(project_id, seq, kind, message_id, now)], appends)
+    else:
+        EVENTS.write(conn, [(project_id, seq, kind, message_id, frame, now)], appends)
 
 
 def get_row(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
