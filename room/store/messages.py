@@ -31,6 +31,11 @@ def _encode_string(value: str) -> str:
     return _encode_basestring(value)
 
 
+# A message's kind as JSON, for the kinds there are (a time, from room.models.iso, needs no
+# escaping either: digits and ``-:.TZ``).
+_KINDS = {kind: f'"{kind}"' for kind in ("chat", "system", "tool")}
+
+
 def message_object(
     *,
     message_id: int,
@@ -52,20 +57,20 @@ def message_object(
 ) -> str:
     """The message's wire object as compact JSON (the key order is part of the format).
 
-    Built by hand on the send path: strings go through the C string encoder, the rest are
+    Built by hand on the send path: strings go through :func:`_encode_string`, the rest are
     integers and literals; a test checks it equals ``json.dumps`` of the same dict.
     """
     # A new message (the send path) has no reply, excerpt, mention, edit or deletion: those
     # cost no call here.
     parts = [
         f'{{"id":{message_id},"project_id":{project_id},"seq":{seq},'
-        f'"author_id":{_int(author_id)},"kind":{_encode_string(kind)},'
+        f'"author_id":{_int(author_id)},"kind":{_KINDS.get(kind) or _encode_string(kind)},'
         f'"body":{_encode_string("" if deleted else body)},'
         f'"html":{_encode_string("" if deleted else html)},'
         f'"reply_to":{"null" if reply_to is None else _int(reply_to)},'
         f'"reply_excerpt":{"null" if reply_excerpt is None else _any(reply_excerpt)},'
         f'"mentions":[{",".join(map(str, sorted(mentions))) if mentions else ""}],'
-        f'"client_txn_id":{_str(client_txn_id)},"created_at":{_str(iso(created_at))},'
+        f'"client_txn_id":{_str(client_txn_id)},"created_at":"{iso(created_at)}",'
         f'"edited_at":{"null" if edited_at is None else _str(iso(edited_at))},'
         f'"deleted":{"true" if deleted else "false"}'
     ]
