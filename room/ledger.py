@@ -147,14 +147,17 @@ def detail_of(code: Reason | str | None, reason: str | None) -> str | None:
 
 
 _WAKING = frozenset(s.value for s in ProjectState if admission_open(s))
+# Looked up once: an enum class's attributes are slow to read on Python 3.11, and
+# :func:`initial_state` runs for every delivery a send writes.
+_ACTIVE, _PENDING, _HELD = MemberStatus.ACTIVE, DeliveryState.PENDING, DeliveryState.HELD
 
 
 def initial_state(project_state: str, member_status: str) -> DeliveryState:
     """The state a new delivery row starts in: ``pending`` when a new message may wake agents in
     the project (lifecycle's admission table) and the recipient is active, else ``held``."""
-    if project_state in _WAKING and member_status == MemberStatus.ACTIVE:
-        return DeliveryState.PENDING
-    return DeliveryState.HELD
+    if project_state in _WAKING and member_status == _ACTIVE:
+        return _PENDING
+    return _HELD
 
 
 def dispatch_blocker(project_state: str, member_status: str, brake_tripped: bool) -> Reason | None:

@@ -242,3 +242,43 @@ def test_hostile_inputs_render_inert() -> None:
                     assert tag in ("pre", "span", "th", "td"), (text, tag)
     quoted = render('https://x.example/"onmouseover="alert(1)"')
     assert 'href="https://x.example/%22onmouseover=%22alert(1)" title=' in quoted
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_an_ascii_message_object_equals_json_dumps(body: str) -> None:
+    # ASCII text takes another encoder than the rest (room.store.messages._encode_string):
+    # every control character, quote and backslash must come out as json.dumps writes them.
+    body = '\x00\x1f\x7f"\\\n\t' + body
+    text = message_object(
+        message_id=1,
+        project_id=1,
+        seq=1,
+        author_id=1,
+        kind="chat",
+        body=body,
+        html=body[::-1],
+        reply_to=None,
+        reply_excerpt=None,
+        mentions=(),
+        client_txn_id=body[:9],
+        created_at=1_796_000_000.0,
+    )
+    assert json.loads(text)["body"] == body
+    expected = {
+        "id": 1,
+        "project_id": 1,
+        "seq": 1,
+        "author_id": 1,
+        "kind": "chat",
+        "body": body,
+        "html": body[::-1],
+        "reply_to": None,
+        "reply_excerpt": None,
+        "mentions": [],
+        "client_txn_id": body[:9],
+        "created_at": iso(1_796_000_000.0),
+        "edited_at": None,
+        "deleted": False,
+    }
+    assert text == json.dumps(expected, ensure_ascii=False, separators=(",", ":"))

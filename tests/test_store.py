@@ -297,3 +297,72 @@ def test_the_ledger_refuses_moves_out_of_final_states(tmp_path: Path) -> None:
     assert deliveries_store.set_state(conn, [1], "consumed", 1.0) == []
     assert deliveries_store.set_state(conn, [1], "pending", 1.0) == []
     assert conn.execute("SELECT state FROM deliveries").fetchone()[0] == "cancelled"
+
+
+def _plans(conn: sqlite3.Connection, call: Callable[[], object]) -> list[str]:
+    """What SQLite's planner says of every statement ``call`` runs."""
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        call()
+    finally:
+        conn.set_trace_callback(None)
+    return [
+        " ".join(str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}")) for sql in statements
+    ]
+
+
+def test_the_ledgers_reads_of_open_deliveries_search_their_index(tmp_path: Path) -> None:
+    # The partial index of open deliveries was once written so that no query could use it.
+    conn = connect(tmp_path / "room.sqlite")
+    migrate(conn, tmp_path / "room.sqlite", now=time.time())
+    reads: list[Callable[[], object]] = [
+        lambda: deliveries_store.pending_of(conn, 1, 10, unoffered=True),
+        lambda: deliveries_store.offered_to(conn, 1, "socket"),
+        lambda: deliveries_store.in_builtin_inboxes(conn),
+        lambda: deliveries_store.handed_to_external(conn),
+        lambda: deliveries_store.members_with_pending(conn),
+    ]
+    for read in reads:
+        plans = _plans(conn, read)
+        assert plans and all("deliveries_open" in plan for plan in plans), plans
+
+
+def test_a_sends_rows_build_no_temporary_table_and_bad_values_are_still_refused(
+    tmp_path: Path,
+) -> None:
+    # A CHECK constraint written `x IN (...)` makes SQLite build the list as a temporary table
+    # for every row written; migration 0019 writes the same constraints as ORs.
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    for version, migration in enumerate(schema_mod.MIGRATIONS[:18], start=1):
+        conn.executescript(migration.sql)
+        conn.execute(f"PRAGMA user_version = {version}")
+    conn.executescript(
+        """
+        INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0);
+        INSERT INTO members (project_id, kind, role, handle, display_name, created_at)
+            VALUES (1, 'agent', 'lead', 'a', 'a', 0);
+        INSERT INTO messages (id, project_id, seq, kind, body, frame, created_at)
+            VALUES (1, 1, 1, 'tool', 'x', '{}', 0);
+        INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,
+            updated_at) VALUES (1, 1, 1, 'cancelled', 0, 0);
+        """
+    )
+    conn.commit()
+    migrate(conn, path, now=time.time())
+    conn.close()
+    conn = connect(path)  # as every connection after the migration reads the schema
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    writes = {
+        "messages": "INSERT INTO messages (id, project_id, seq, kind, body, frame, created_at)"
+        " VALUES (2, 1, 2, ?, 'x', '{}', 0)",
+        "deliveries": "INSERT INTO deliveries (project_id, message_id, recipient_id, state,"
+        " created_at, updated_at) VALUES (1, 2, 1, ?, 0, 0)",
+    }
+    for (table, sql), good in zip(writes.items(), ("system", "held"), strict=True):
+        program = [str(r[1]) for r in conn.execute(f"EXPLAIN {sql}", ("x",))]
+        assert "OpenEphemeral" not in program, table
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            conn.execute(sql, ("bogus",))
+        conn.execute(sql, (good,))

@@ -19,7 +19,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from room import ledger
 from room import mentions as mention_rules
@@ -63,14 +63,18 @@ POSTING_STATES = {
     "agent": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.AGENT)),
 }
 
+_PENDING = ledger.DeliveryState.PENDING  # read once (an enum's attributes are slow to read)
+
 # Diagnostics that stop a send unless the sender explicitly sends as plain text.
 BLOCKING_DIAGNOSTICS = frozenset(
     {"needs_boundary", "ambiguous", "unknown", "departed", "all_not_allowed"}
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(NamedTuple):
+    """What a send is acknowledged with (a tuple: built once per send, several times faster
+    than a frozen dataclass)."""
+
     message_id: int
     seq: int
     duplicate: bool
@@ -382,7 +386,7 @@ def _store_recipients(
         now=tx.now,
         appends=appends,
     )
-    woken = tuple(r for r, initial in states if initial == ledger.DeliveryState.PENDING)
+    woken = tuple(r for r, initial in states if initial == _PENDING)
     if woken:
         tx.emit(Wake(project_id, woken))
 

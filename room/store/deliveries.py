@@ -101,8 +101,11 @@ def insert_many(
     now: float,
     appends: Appends | None = None,
 ) -> None:
-    """``recipients`` are (member_id, initial state) — see :func:`room.ledger.initial_state`."""
-    rows = [(project_id, message_id, member_id, state, now, now) for member_id, state in recipients]
+    """``recipients`` are (member_id, initial state) — see :func:`room.ledger.initial_state`.
+    A state is bound as a plain ``str``: the driver adapts an enum member slowly."""
+    rows = [
+        (project_id, message_id, member_id, str(state), now, now) for member_id, state in recipients
+    ]
     DELIVERIES.write(conn, rows, appends)
 
 
