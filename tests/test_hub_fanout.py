@@ -57,7 +57,7 @@ class Wire:
 
     def watch(self, on_link: object) -> None:
         self.on_link = on_link
-        on_link(self.send, self.buffer, self.write)  # type: ignore[operator]
+        on_link(self, self.buffer, self.write)  # type: ignore[operator]
 
     def unlink(self) -> None:
         self.on_link(None, None, None)  # type: ignore[operator]
@@ -180,7 +180,7 @@ async def test_a_transport_with_bytes_buffered_gets_no_send_past_them() -> None:
     wire.buffer += b"\x89\x00"  # a ping (or the tail of an earlier frame) waits in the transport
     hub.publish(1, 1, _event(1))
     await _turn()
-    assert [path for _, path, _ in log] == ["direct"]  # behind the buffered bytes, in order
+    assert [path for _, path, _ in log] == ["write"]  # behind the buffered bytes, in order
     assert _received(log, "c") == [{"type": "message", "seq": 1}]
 
 
