@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import struct
 
 import pytest
@@ -318,3 +319,96 @@ async def test_acks_between_the_events_of_one_commit_keep_their_places() -> None
     got = [(f["type"], f["seq"]) for f in _received(log, "sender")]
     assert got == [(kind, n) for n in range(1, 201) for kind in ("message", "ack")]
     assert [f.get("seq") for f in _received(log, "watcher")] == [None, *range(1, 201)]
+
+
+def _check_table(hub: Hub, project: int = 1) -> None:
+    """The project's fast-path table holds exactly its live, caught-up, idle and writable
+    subscribers, each with its current socket and transport buffer."""
+    channel = hub._projects.get(project)
+    if channel is None:
+        return
+    fast = {
+        sub
+        for sub in channel.subs
+        if sub.live and sub.active and sub.outbox.send_now is not None
+        and sub.last_seq <= channel.top_seq
+    }  # fmt: skip
+    assert set(channel.owners) == fast
+    assert channel.others == channel.subs - fast
+    for slot, sub in enumerate(channel.owners):
+        assert sub.slot == slot
+        assert channel.socks[slot] is sub.outbox.send_now
+        assert channel.pendings[slot] is sub.outbox.pending
+    assert all(sub.slot == -1 for sub in channel.others)
+    assert not channel.busy and not channel.deferred and not channel.turn_order
+
+
+async def test_the_fast_path_table_follows_every_state_change() -> None:
+    # Random links and unlinks, pushes, unsubscribes and subscribes between published frames:
+    # after every turn the table is exactly who may be written to straight away, and what each
+    # connection reads by direct paths is in seq order, without a gap or a repeat while it
+    # stayed linked and subscribed.
+    rng = random.Random(18)
+    hub, log = Hub(), Log()
+    wires = [Wire(log, f"c{i}") for i in range(24)]
+    outboxes = [_outbox(hub, w, limit=10_000) for w in wires]
+    subs = {
+        w.name: hub.subscribe(1, o, member_id=i)
+        for i, (w, o) in enumerate(zip(wires, outboxes, strict=True))
+    }
+    for sub in subs.values():
+        hub.go_live(sub, 0)
+    steady = {w.name for w in wires[:6]}  # never touched: they must get every seq
+    seq = 0
+    for _ in range(300):
+        for _ in range(rng.randrange(4)):
+            wire = rng.choice(wires[6:])
+            outbox = outboxes[wires.index(wire)]
+            action = rng.randrange(5)
+            if action == 0 and wire.on_link is not None:
+                wire.unlink()
+                wire.writable = False
+            elif action == 1:
+                wire.writable = True
+                wire.watch(wire.on_link)
+            elif action == 2:
+                outbox.push('{"type":"pong"}')
+            elif action == 3 and wire.name in subs:
+                hub.unsubscribe(subs.pop(wire.name))
+            elif action == 4 and wire.name not in subs and not outbox.closed:
+                sub = subs[wire.name] = hub.subscribe(1, outbox, member_id=7)
+                hub.go_live(sub, seq + rng.randrange(2))  # a replay may overlap what comes
+        for _ in range(rng.randrange(1, 3)):
+            seq += 1
+            hub.publish(1, seq, _event(seq))
+        if rng.randrange(4) == 0:
+            hub.broadcast(1, '{"type":"typing"}', exclude=rng.choice(outboxes), volatile=True)
+        await _turn()
+        _check_table(hub)
+    for wire in wires:
+        seqs = [f["seq"] for f in _received(log, wire.name) if f["type"] == "message"]
+        assert seqs == sorted(set(seqs)), wire.name  # in order, none twice
+        if wire.name in steady:
+            assert seqs == list(range(1, seq + 1))
+    assert any(path == "send" for _, path, _ in log)
+
+
+async def test_a_subscriber_going_live_mid_turn_gets_only_what_came_after() -> None:
+    # Typing is not held for a replaying subscriber; if it goes live in the same turn, the
+    # turn's pass must not hand it the typing frame published before.
+    hub, log = Hub(), Log()
+    watcher, late = Wire(log, "watcher"), Wire(log, "late")
+    _live(hub, _outbox(hub, watcher))
+    sub = hub.subscribe(1, _outbox(hub, late), member_id=8)
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    hub.broadcast(1, '{"type":"typing"}', volatile=True)
+    hub.go_live(sub, 1)  # its replay had seq 1
+    hub.publish(1, 2, _event(2))
+    await _turn()
+    assert [f.get("seq", f["type"]) for f in _received(log, "watcher")] == [1, "typing", 2]
+    assert [f.get("seq", f["type"]) for f in _received(log, "late")] == [2]
+    hub.publish(1, 3, _event(3))
+    await _turn()
+    assert [path for who, path, _ in log if who == "late"][-1] == "send"  # fast again
+    _check_table(hub)
