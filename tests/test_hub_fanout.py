@@ -386,7 +386,7 @@ async def test_the_fast_path_table_follows_every_state_change() -> None:
         await _turn()
         _check_table(hub)
     for wire in wires:
-        seqs = [f["seq"] for f in _received(log, wire.name) if f["type"] == "message"]
+        seqs = [int(str(f["seq"])) for f in _received(log, wire.name) if f["type"] == "message"]
         assert seqs == sorted(set(seqs)), wire.name  # in order, none twice
         if wire.name in steady:
             assert seqs == list(range(1, seq + 1))
