@@ -290,14 +290,15 @@ class Channel:
 class _Fanout:
     """What one project published during one loop turn, for one pass over its subscribers."""
 
-    __slots__ = ("channel", "entries", "first_order", "plain")
+    __slots__ = ("channel", "entries", "excluded", "first_order", "narrowed")
 
     def __init__(self, channel: Channel, first_order: int) -> None:
         self.channel = channel
         self.first_order = first_order
         # (order, seq or 0, frame, exclude, members), in the order they were made
         self.entries: list[tuple[int, int, Frame, Outbox | None, frozenset[int] | None]] = []
-        self.plain = True  # every entry goes to every live subscriber
+        self.excluded: list[Outbox] = []  # connections some entry is not for (a typist's own)
+        self.narrowed = False  # some entry is for some members only
 
     def add(
         self,
@@ -308,8 +309,10 @@ class _Fanout:
         members: frozenset[int] | None,
     ) -> None:
         self.entries.append((order, seq, frame, exclude, members))
-        if exclude is not None or members is not None:
-            self.plain = False
+        if exclude is not None:
+            self.excluded.append(exclude)
+        if members is not None:
+            self.narrowed = True
 
     def take(self, sub: Subscription, out: list[tuple[int, Frame]]) -> None:
         """The entries ``sub`` should get and has not got yet (seq and filters checked)."""
@@ -332,10 +335,14 @@ class _Fanout:
         channel = self.channel
         channel.busy = True
         try:
-            if self.plain:
+            if not self.narrowed:
+                for outbox in self.excluded:  # they go one by one (the entries filtered)
+                    for sub in outbox.subs:
+                        if sub.channel is channel:
+                            channel._hold(sub)
                 slow = self._fast(channel)
                 slow += channel.others
-            else:  # narrowed broadcasts (typing, member-only frames): per subscriber
+            else:  # member-only frames: per subscriber
                 slow = list(channel.subs)
             for sub in slow:
                 if not sub.live:

@@ -412,3 +412,23 @@ async def test_a_subscriber_going_live_mid_turn_gets_only_what_came_after() -> N
     await _turn()
     assert [path for who, path, _ in log if who == "late"][-1] == "send"  # fast again
     _check_table(hub)
+
+
+async def test_a_typing_frame_skips_the_typist_and_keeps_everyone_else_on_one_send() -> None:
+    hub, log = Hub(), Log()
+    wires = [Wire(log, f"c{i}") for i in range(4)]
+    outboxes = [_outbox(hub, w) for w in wires]
+    for outbox in outboxes:
+        _live(hub, outbox)
+    hub.publish(1, 1, _event(1))
+    hub.broadcast(1, '{"type":"typing"}', exclude=outboxes[2], volatile=True)
+    hub.publish(1, 2, _event(2))
+    await _turn()
+    for wire in wires:
+        got = [f.get("seq", f["type"]) for f in _received(log, wire.name)]
+        assert got == ([1, 2] if wire is wires[2] else [1, "typing", 2])
+    assert [path for who, path, _ in log if who != "c2"] == ["send"] * 3
+    hub.publish(1, 3, _event(3))
+    await _turn()
+    assert [path for who, path, _ in log if who == "c2"][-1] == "send"  # the typist too, again
+    _check_table(hub)
