@@ -5,7 +5,9 @@
 loop turn. At the end of the turn the :class:`Flusher` makes one pass over each project's
 subscribers with everything the project published in the turn, joined into one wire string; the
 common case — a live subscriber, nothing waiting in its outbox, an open and writable connection
-whose transport has nothing buffered — is one ``send`` straight to its socket. Everything else
+whose transport has nothing buffered — is one ``send`` straight to its socket, read from the
+project's flat table of such subscribers (:class:`Channel`, kept as their state changes, so the
+pass touches two list entries per subscriber rather than its objects). Everything else
 (frames of that connection pushed in the same turn, a full socket, a connection without the
 direct path) goes through the connection's outbox as before: frames pushed to a connection
 (acks, errors, person frames) first take the project frames published before them, so each
