@@ -358,7 +358,8 @@ class _Fanout:
                             break
                 except Exception:
                     outbox.fail("fan-out")
-                channel.deferred.append(sub)  # caught up with the stream, it may be fast again
+                if outbox.send_now is not None:  # nothing was added: caught up, it may be
+                    channel.deferred.append(sub)  # fast again (a change of send_now says so)
         finally:
             channel.end_turn()
 
