@@ -5,7 +5,9 @@
 loop turn. At the end of the turn the :class:`Flusher` makes one pass over each project's
 subscribers with everything the project published in the turn, joined into one wire string; the
 common case — a live subscriber, nothing waiting in its outbox, an open and writable connection
-whose transport has nothing buffered — is one ``send`` straight to its socket. Everything else
+whose transport has nothing buffered — is one ``send`` straight to its socket, read from the
+project's flat table of such subscribers (:class:`Channel`, kept as their state changes, so the
+pass touches two list entries per subscriber rather than its objects). Everything else
 (frames of that connection pushed in the same turn, a full socket, a connection without the
 direct path) goes through the connection's outbox as before: frames pushed to a connection
 (acks, errors, person frames) first take the project frames published before them, so each
@@ -29,6 +31,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sized
 from dataclasses import dataclass, field
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +41,20 @@ CLOSE_SIGNED_OUT = 4401  # the session behind the connection ended: sign in agai
 SendText = Callable[[str], Awaitable[None]]
 DirectWrite = Callable[[bytes], bool]
 Close = Callable[[int, str], Awaitable[None]]
+
+
+class Socket(Protocol):
+    """Where a direct write goes: the connection's socket (its ``send``: bytes taken, or
+    OSError)."""
+
+    def send(self, data: bytes, /) -> int: ...
+
+
 # What the transport hands an outbox while its connection can take a direct write (or three
-# Nones): the socket's ``send``, the transport's write buffer (a sized object, empty when nothing
-# waits in it: read in place, no call) and the transport's ``write``.
-SendNow = Callable[[bytes], int]
+# Nones): the socket, the transport's write buffer (a sized object, empty when nothing waits in
+# it: read in place, no call) and the transport's ``write``.
 Write = Callable[[bytes], None]
-OnLink = Callable[[SendNow | None, Sized | None, Write | None], None]
+OnLink = Callable[[Socket | None, Sized | None, Write | None], None]
 WatchLink = Callable[[OnLink], None]
 CLOSE_INTERNAL = 1011  # a frame could not be written: the client resumes from its cursor
 
@@ -99,7 +110,7 @@ class Flusher:
     def fan_out(
         self,
         project_id: int,
-        subs: set[Subscription],
+        channel: Channel,
         seq: int,
         frame: Frame,
         exclude: Outbox | None = None,
@@ -110,7 +121,8 @@ class Flusher:
         self.order += 1
         fan = self.fanouts.get(project_id)
         if fan is None:
-            fan = self.fanouts[project_id] = _Fanout(subs, self.order)
+            fan = self.fanouts[project_id] = _Fanout(channel, self.order)
+            channel.turn_order = self.order
             if not self._scheduled:
                 self._scheduled = True
                 asyncio.get_running_loop().call_soon(self._run)
@@ -129,6 +141,7 @@ class Flusher:
             before = len(taken)
             fan.take(sub, taken)
             sub.settled = self.order
+            sub.channel.refresh(sub)  # off the fast path until its project's pass is done
             projects += len(taken) > before
         if projects > 1:
             taken.sort(key=lambda item: item[0])
@@ -155,17 +168,139 @@ def _order(entry: tuple[int, int, Frame, Outbox | None, frozenset[int] | None]) 
     return entry[0]
 
 
+HELD = b"held"  # a fast-path entry whose subscriber changed during the pass
+
+
+class Channel:
+    """One project's subscribers, and the table its fan-out pass runs through.
+
+    ``socks`` and ``pendings`` are parallel flat lists, one entry per subscriber on the fast
+    path — live, caught up with the project's stream, nothing waiting in its outbox, its
+    connection open and writable (the outbox's ``send_now``) — holding its socket and its
+    transport's write buffer. The pass reads those two and nothing else of a subscriber: after a
+    thousand socket writes have pushed everything out of the CPU caches, every object touched
+    per subscriber costs more than the Python around it. The table follows state changes
+    (:meth:`refresh`, called by the outbox whenever ``send_now`` changes and by the hub when a
+    subscriber goes live, is settled or leaves); everyone else is in ``others``, served one by
+    one through their outboxes. No per-subscriber seq is written on the fast path: a subscriber
+    on it has had everything up to ``top_seq``, and sequenced frames come in seq order.
+    """
+
+    __slots__ = (
+        "_by_sock", "busy", "deferred", "others", "owners", "pendings", "socks", "subs",
+        "top_seq", "turn_order",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.subs: set[Subscription] = set()
+        self.others: set[Subscription] = set()  # in subs, not on the fast path
+        self.socks: list[Socket] = []
+        self.pendings: list[Sized] = []
+        self.owners: list[Subscription] = []
+        self._by_sock: dict[Socket, Subscription] = {}
+        self.top_seq = 0  # the highest seq published to this project
+        self.turn_order = 0  # the Flusher's order of this project's first frame of the turn
+        self.busy = False  # its pass runs: changes wait in ``deferred`` until it is done
+        self.deferred: list[Subscription] = []
+
+    def add(self, sub: Subscription) -> None:
+        self.subs.add(sub)
+        self.others.add(sub)
+
+    def remove(self, sub: Subscription) -> None:
+        self.subs.discard(sub)
+        self.others.discard(sub)
+        if sub.slot >= 0:
+            if self.busy:
+                self._hold(sub)
+            else:
+                self._unslot(sub)
+
+    def refresh(self, sub: Subscription) -> None:
+        """Put ``sub`` on the fast path or take it off, as its state now says."""
+        if self.busy:
+            self._hold(sub)
+            return
+        sock = sub.outbox.send_now
+        ready = (
+            sock is not None
+            and sub.live
+            and sub.active
+            and sub in self.subs
+            and sub.last_seq <= self.top_seq  # not ahead of the stream (a replay's overlap)
+        )
+        if ready and self.turn_order and sub.settled >= self.turn_order:
+            # Given some of this turn's frames already: this pass serves it one by one.
+            ready = False
+            self.deferred.append(sub)
+        if not ready:
+            if sub.slot >= 0:
+                self._unslot(sub)
+            if sub in self.subs:
+                self.others.add(sub)
+            return
+        assert sock is not None
+        if sub.slot >= 0:
+            if self.socks[sub.slot] is sock:
+                self.pendings[sub.slot] = sub.outbox.pending
+                return
+            self._unslot(sub)
+        if sock in self._by_sock:  # the same connection twice in one project: one by one
+            self.others.add(sub)
+            return
+        sub.slot = len(self.socks)
+        self.socks.append(sock)
+        self.pendings.append(sub.outbox.pending)
+        self.owners.append(sub)
+        self._by_sock[sock] = sub
+        self.others.discard(sub)
+
+    def _hold(self, sub: Subscription) -> None:
+        """During the pass: the table stays as it is, but a subscriber whose state changed is
+        not written to by it (its entry reads as "transport busy"); it is looked at again
+        once the pass is done."""
+        if sub.slot >= 0:
+            self.pendings[sub.slot] = HELD
+        self.deferred.append(sub)
+
+    def _unslot(self, sub: Subscription) -> None:
+        slot, last = sub.slot, len(self.socks) - 1
+        del self._by_sock[self.socks[slot]]
+        if slot != last:
+            moved = self.owners[last]
+            self.socks[slot], self.pendings[slot] = self.socks[last], self.pendings[last]
+            self.owners[slot] = moved
+            moved.slot = slot
+        self.socks.pop()
+        self.pendings.pop()
+        self.owners.pop()
+        sub.slot = -1
+
+    def owner(self, sock: Socket) -> Subscription:
+        return self._by_sock[sock]
+
+    def end_turn(self) -> None:
+        """The project's pass is done: what changed meanwhile takes effect."""
+        self.busy = False
+        self.turn_order = 0
+        while self.deferred:
+            deferred, self.deferred = self.deferred, []
+            for sub in deferred:
+                self.refresh(sub)
+
+
 class _Fanout:
     """What one project published during one loop turn, for one pass over its subscribers."""
 
-    __slots__ = ("entries", "first_order", "plain", "subs")
+    __slots__ = ("channel", "entries", "excluded", "first_order", "narrowed")
 
-    def __init__(self, subs: set[Subscription], first_order: int) -> None:
-        self.subs = subs
+    def __init__(self, channel: Channel, first_order: int) -> None:
+        self.channel = channel
         self.first_order = first_order
         # (order, seq or 0, frame, exclude, members), in the order they were made
         self.entries: list[tuple[int, int, Frame, Outbox | None, frozenset[int] | None]] = []
-        self.plain = True  # every entry goes to every live subscriber
+        self.excluded: list[Outbox] = []  # connections some entry is not for (a typist's own)
+        self.narrowed = False  # some entry is for some members only
 
     def add(
         self,
@@ -176,8 +311,10 @@ class _Fanout:
         members: frozenset[int] | None,
     ) -> None:
         self.entries.append((order, seq, frame, exclude, members))
-        if exclude is not None or members is not None:
-            self.plain = False
+        if exclude is not None:
+            self.excluded.append(exclude)
+        if members is not None:
+            self.narrowed = True
 
     def take(self, sub: Subscription, out: list[tuple[int, Frame]]) -> None:
         """The entries ``sub`` should get and has not got yet (seq and filters checked)."""
@@ -197,50 +334,72 @@ class _Fanout:
             out.append((order, frame))
 
     def deliver(self) -> None:
+        channel = self.channel
+        channel.busy = True
+        try:
+            if not self.narrowed:
+                for outbox in self.excluded:  # they go one by one (the entries filtered)
+                    for sub in outbox.subs:
+                        if sub.channel is channel:
+                            channel._hold(sub)
+                slow = self._fast(channel)
+                slow += channel.others
+            else:  # member-only frames: per subscriber
+                slow = list(channel.subs)
+            for sub in slow:
+                if not sub.live:
+                    continue  # still replaying: it holds these frames in its own buffer
+                outbox = sub.outbox
+                try:
+                    taken: list[tuple[int, Frame]] = []
+                    self.take(sub, taken)
+                    for _, frame in taken:
+                        if not outbox._add(frame):
+                            break
+                except Exception:
+                    outbox.fail("fan-out")
+                if outbox.send_now is not None:  # nothing was added: caught up, it may be
+                    channel.deferred.append(sub)  # fast again (a change of send_now says so)
+        finally:
+            channel.end_turn()
+
+    def _fast(self, channel: Channel) -> list[Subscription]:
+        """The common case in one pass over the channel's flat table: one send straight to
+        each socket whose transport has nothing buffered (so nothing can be overtaken).
+        Returns the subscribers of the table whose state changed meanwhile."""
         entries = self.entries
         if len(entries) == 1:
             wire = entries[0][2].wire
         else:
             wire = b"".join([entry[2].wire for entry in entries])
-        seqs = [entry[1] for entry in entries if entry[1]]
-        first_seq = seqs[0] if seqs else 1 << 62
-        top_seq = seqs[-1] if seqs else 0
-        first_order = self.first_order
         size = len(wire)
-        if not self.plain:  # narrowed broadcasts (typing, member-only frames): per subscriber
-            first_seq = 0
-        for sub in self.subs:
-            outbox = sub.outbox
-            send = outbox.send_now
+        rest: list[tuple[Socket, int]] = []
+        for sock, pending in zip(channel.socks, channel.pendings, strict=True):
+            if pending:
+                rest.append((sock, 0))
+                continue
             try:
-                # The common case in one pass: a live subscriber, nothing waiting in its
-                # outbox, an open and writable connection whose transport has nothing
-                # buffered (so nothing can be overtaken): one send straight to the socket.
-                if (
-                    send is not None
-                    and sub.live
-                    and sub.settled < first_order
-                    and sub.last_seq < first_seq
-                    and not outbox.pending
-                ):
-                    try:
-                        sent = send(wire)
-                    except OSError:  # EAGAIN, or a failed socket the transport will report
-                        sent = 0
-                    if sent != size:
-                        outbox.write(wire[sent:])
-                    if top_seq:
-                        sub.last_seq = top_seq
-                    continue
-                if not sub.live:
-                    continue  # still replaying: it holds these frames in its own buffer
-                taken: list[tuple[int, Frame]] = []
-                self.take(sub, taken)
-                for _, frame in taken:
-                    if not outbox._add(frame):
-                        break
+                sent = sock.send(wire)
+            except OSError:  # EAGAIN, or a failed socket the transport will report
+                sent = 0
+            except Exception:
+                channel.owner(sock).outbox.fail("fan-out")
+                continue
+            if sent != size:
+                rest.append((sock, sent))
+        # The transport takes what the socket did not (behind what it already holds).
+        held: list[Subscription] = []
+        for sock, sent in rest:
+            sub = channel.owner(sock)
+            if not sent and channel.pendings[sub.slot] is HELD:
+                held.append(sub)  # served one by one, as its state now says
+                continue
+            outbox = sub.outbox
+            try:
+                outbox.write(wire[sent:] if sent else wire)
             except Exception:
                 outbox.fail("fan-out")
+        return held
 
 
 class Outbox:
@@ -251,15 +410,16 @@ class Outbox:
     everything after them queues behind them (order is kept). Past ``limit`` frames or
     ``limit_bytes`` waiting, the connection is cut as a slow consumer.
 
-    ``send_now`` is the one flag the fan-out pass reads: the socket's ``send`` while nothing
-    waits here (batch and queue empty, not closed) and the transport says the connection is open
-    and writable (``watch``, from :mod:`room.transport`), else None.
+    ``send_now`` says whether the fan-out pass may write straight to the socket: the socket
+    while nothing waits here (batch and queue empty, not closed) and the transport says the
+    connection is open and writable (``watch``, from :mod:`room.transport`), else None. Every
+    change of it is told to the channels of the connection's subscriptions (their fast path).
     """
 
     # Slots: a fan-out touches a thousand of these right after a thousand socket writes have
     # pushed them out of the CPU caches; fewer, denser objects make that pass cheaper.
     __slots__ = (
-        "_batch", "_close", "_direct", "_flusher", "_idle_waiters", "_link_send", "_queue",
+        "_batch", "_close", "_direct", "_flusher", "_idle_waiters", "_link_sock", "_queue",
         "_send_text", "_task", "_waiting_bytes", "_wake", "close_reason", "closed", "limit",
         "limit_bytes", "name", "pending", "send_now", "stall_secs", "subs", "write",
     )  # fmt: skip
@@ -294,17 +454,17 @@ class Outbox:
         self.close_reason: str | None = None
         self._task: asyncio.Task[None] | None = None
         self.subs: list[Subscription] = []  # this connection's project subscriptions
-        self._link_send: SendNow | None = None
-        self.send_now: SendNow | None = None
+        self._link_sock: Socket | None = None
+        self.send_now: Socket | None = None
         self.pending: Sized = b""  # the transport's write buffer
         self.write: Write = _no_write
         if watch is not None:
             watch(self._link)
 
-    def _link(self, send: SendNow | None, pending: Sized | None, write: Write | None) -> None:
-        """The transport's direct path opened (the socket's send, the transport's write buffer
-        and write) or closed (Nones)."""
-        self._link_send = send
+    def _link(self, sock: Socket | None, pending: Sized | None, write: Write | None) -> None:
+        """The transport's direct path opened (the socket, the transport's write buffer and
+        write) or closed (Nones)."""
+        self._link_sock = sock
         if pending is not None and write is not None:
             self.pending, self.write = pending, write
         self._idle()
@@ -312,7 +472,14 @@ class Outbox:
     def _idle(self) -> None:
         """Nothing waits here any more: the fan-out may write straight to the socket again."""
         if not self._batch and not self._queue and not self.closed:
-            self.send_now = self._link_send
+            self._ready(self._link_sock)
+
+    def _ready(self, sock: Socket | None) -> None:
+        """``send_now`` is now ``sock``: the fast paths of this connection's projects follow."""
+        if sock is not self.send_now:
+            self.send_now = sock
+            for sub in self.subs:
+                sub.channel.refresh(sub)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -341,7 +508,7 @@ class Outbox:
             self.cut("slow consumer: outbox full; reconnect and resume with since")
             return False
         if not batch:
-            self.send_now = None
+            self._ready(None)
             self._flusher.mark(self)
         batch.append(frame)
         self._waiting_bytes += size
@@ -360,7 +527,7 @@ class Outbox:
             wire = batch[0].wire if len(batch) == 1 else b"".join([f.wire for f in batch])
             if self._direct(wire):
                 self._waiting_bytes = 0  # nothing was queued: the batch was all that waited
-                self.send_now = self._link_send
+                self._ready(self._link_sock)
                 if self._idle_waiters:
                     self._wake_idle()
                 return
@@ -376,7 +543,7 @@ class Outbox:
             self.cut("slow consumer: outbox full; reconnect and resume with since")
             return False
         self._queue.append(frame)
-        self.send_now = None
+        self._ready(None)
         self._waiting_bytes += size
         self._wake.set()
         return True
@@ -418,7 +585,7 @@ class Outbox:
         if self.closed:
             return
         self.closed, self.close_reason = True, reason
-        self.send_now = None
+        self._ready(None)
         self._queue.clear()
         self._batch.clear()
         self._waiting_bytes = 0
@@ -455,12 +622,12 @@ class Outbox:
                 self._settle()
         except Exception:
             self.closed = True
-            self.send_now = None
+            self._ready(None)
             self._wake_idle()
 
     async def aclose(self) -> None:
         self.closed = True
-        self.send_now = None
+        self._ready(None)
         self._wake.set()
         self._wake_idle()
         if self._task is not None:
@@ -480,10 +647,14 @@ class Subscription:
     project_id: int
     outbox: Outbox
     member_id: int
+    channel: Channel
     live: bool = False
     active: bool = True  # False once unsubscribed (or cut): a replay still running stops
+    # The last seq it was given, where that matters: a replay's end (frames at or below it are
+    # not sent again); not kept up to date on the fast path, where every new seq is above it.
     last_seq: int = 0
     settled: int = 0  # the Flusher's order up to which this subscriber was given frames
+    slot: int = -1  # its entry in the channel's fast-path table, or -1
     buffer: list[tuple[int, Frame]] = field(default_factory=list)
     # State frames (members, project, tasks, delivery labels) broadcast during the replay, in
     # order: they are not in the replayable stream, so dropping them would leave a stale view.
@@ -497,7 +668,7 @@ class Subscription:
 
 class Hub:
     def __init__(self) -> None:
-        self._projects: dict[int, set[Subscription]] = {}
+        self._projects: dict[int, Channel] = {}
         self._replaying: dict[int, set[Subscription]] = {}  # not live yet, by project
         # Connections by the digest of the browser session that opened them (or an agent's
         # ``agent_session`` key), so signing out (or leaving) closes them too.
@@ -583,8 +754,11 @@ class Hub:
         """Register first (buffering), replay from the store, then :meth:`go_live`."""
         if outbox._flusher is not self.flusher:
             raise ValueError("the outbox must write through this hub's flusher")
-        sub = Subscription(project_id, outbox, member_id)
-        self._projects.setdefault(project_id, set()).add(sub)
+        channel = self._projects.get(project_id)
+        if channel is None:
+            channel = self._projects[project_id] = Channel()
+        sub = Subscription(project_id, outbox, member_id, channel)
+        channel.add(sub)
         self._replaying.setdefault(project_id, set()).add(sub)
         outbox.subs.append(sub)
         return sub
@@ -608,12 +782,16 @@ class Hub:
         sub.buffer.clear()
         sub.side.clear()
         sub.live = True
+        sub.channel.refresh(sub)
 
     def unsubscribe(self, sub: Subscription) -> None:
         if sub.active and sub.live and self.flusher.fanouts:
             self.flusher.settle(sub.outbox)  # what was published before this still goes out
         sub.active = False
-        self._discard(self._projects, sub)
+        channel = sub.channel
+        channel.remove(sub)
+        if not channel.subs and self._projects.get(sub.project_id) is channel:
+            del self._projects[sub.project_id]
         self._discard(self._replaying, sub)
         if sub in sub.outbox.subs:
             sub.outbox.subs.remove(sub)
@@ -628,9 +806,12 @@ class Hub:
 
     def publish(self, project_id: int, seq: int, frame: Frame | str) -> None:
         """A committed, sequenced event of a project, to every subscriber, in seq order."""
-        subs = self._projects.get(project_id)
-        if not subs:
+        channel = self._projects.get(project_id)
+        if channel is None:
             return
+        if seq > channel.top_seq:
+            channel.top_seq = seq
+        subs = channel.subs
         if isinstance(frame, str):
             frame = Frame(frame)
         replaying = self._replaying.get(project_id)
@@ -640,7 +821,7 @@ class Hub:
                 sub.hold()
             if len(replaying) == len(subs):
                 return
-        self.flusher.fan_out(project_id, subs, seq, frame)
+        self.flusher.fan_out(project_id, channel, seq, frame)
 
     def broadcast(
         self,
@@ -653,9 +834,10 @@ class Hub:
     ) -> None:
         """A frame outside the replayable stream. Live subscribers get it now; one still
         replaying gets it after the replay, unless it is ``volatile`` (typing: stale at once)."""
-        subs = self._projects.get(project_id)
-        if not subs:
+        channel = self._projects.get(project_id)
+        if channel is None:
             return
+        subs = channel.subs
         if isinstance(frame, str):
             frame = Frame(frame)
         members = frozenset(only_members) if only_members is not None else None
@@ -671,22 +853,27 @@ class Hub:
                     sub.hold()
             if len(replaying) == len(subs):
                 return
-        self.flusher.fan_out(project_id, subs, 0, frame, exclude, members)
+        self.flusher.fan_out(project_id, channel, 0, frame, exclude, members)
 
     def subscriber_count(self, project_id: int | None = None) -> int:
         if project_id is not None:
-            return len(self._projects.get(project_id, ()))
-        return sum(len(s) for s in self._projects.values())
+            channel = self._projects.get(project_id)
+            return 0 if channel is None else len(channel.subs)
+        return sum(len(c.subs) for c in self._projects.values())
 
     def cut_member(self, project_id: int, member_id: int) -> None:
         """A member left: end their subscriptions to the project at once (they may still be
         connected for other projects)."""
         frame = Frame(f'{{"type":"unsubscribed","project_id":{project_id},"reason":"left"}}')
-        for sub in list(self._projects.get(project_id, ())):
+        for sub in self._subs(project_id):
             if sub.member_id == member_id:
                 self.unsubscribe(sub)
                 sub.outbox.push(frame)
 
     def cut_project(self, project_id: int, reason: str) -> None:
-        for sub in list(self._projects.get(project_id, ())):
+        for sub in self._subs(project_id):
             sub.outbox.cut(reason, code=1001)
+
+    def _subs(self, project_id: int) -> list[Subscription]:
+        channel = self._projects.get(project_id)
+        return [] if channel is None else list(channel.subs)

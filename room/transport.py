@@ -6,7 +6,7 @@ serialisation per socket. This subclass offers the ASGI app two extensions:
 frame straight to the transport when the connection is open and writable, and returns False
 otherwise (the caller then queues it and sends it the ordinary ASGI way); and
 ``scope["extensions"]["room.direct_watch"]``, which registers a callback told, at once and on
-every change, whether the connection takes direct writes: ``(socket.send, the transport's write
+every change, whether the connection takes direct writes: ``(the socket, the transport's write
 buffer, transport.write)`` while it is open (handshake done, no close
 sent or received, transport not closing) and writable (below the transport's high-water mark),
 ``(None, None, None)`` otherwise. The state is worked out again after each event that can change
@@ -126,7 +126,7 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
         self._linked = linked
         if linked:
             assert sock is not None
-            watcher(sock.send, self._buffer, transport.write)
+            watcher(sock, self._buffer, transport.write)
         else:
             watcher(None, None, None)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import struct
 
 import pytest
@@ -57,7 +58,7 @@ class Wire:
 
     def watch(self, on_link: object) -> None:
         self.on_link = on_link
-        on_link(self.send, self.buffer, self.write)  # type: ignore[operator]
+        on_link(self, self.buffer, self.write)  # type: ignore[operator]
 
     def unlink(self) -> None:
         self.on_link(None, None, None)  # type: ignore[operator]
@@ -180,7 +181,7 @@ async def test_a_transport_with_bytes_buffered_gets_no_send_past_them() -> None:
     wire.buffer += b"\x89\x00"  # a ping (or the tail of an earlier frame) waits in the transport
     hub.publish(1, 1, _event(1))
     await _turn()
-    assert [path for _, path, _ in log] == ["direct"]  # behind the buffered bytes, in order
+    assert [path for _, path, _ in log] == ["write"]  # behind the buffered bytes, in order
     assert _received(log, "c") == [{"type": "message", "seq": 1}]
 
 
@@ -318,3 +319,116 @@ async def test_acks_between_the_events_of_one_commit_keep_their_places() -> None
     got = [(f["type"], f["seq"]) for f in _received(log, "sender")]
     assert got == [(kind, n) for n in range(1, 201) for kind in ("message", "ack")]
     assert [f.get("seq") for f in _received(log, "watcher")] == [None, *range(1, 201)]
+
+
+def _check_table(hub: Hub, project: int = 1) -> None:
+    """The project's fast-path table holds exactly its live, caught-up, idle and writable
+    subscribers, each with its current socket and transport buffer."""
+    channel = hub._projects.get(project)
+    if channel is None:
+        return
+    fast = {
+        sub
+        for sub in channel.subs
+        if sub.live and sub.active and sub.outbox.send_now is not None
+        and sub.last_seq <= channel.top_seq
+    }  # fmt: skip
+    assert set(channel.owners) == fast
+    assert channel.others == channel.subs - fast
+    for slot, sub in enumerate(channel.owners):
+        assert sub.slot == slot
+        assert channel.socks[slot] is sub.outbox.send_now
+        assert channel.pendings[slot] is sub.outbox.pending
+    assert all(sub.slot == -1 for sub in channel.others)
+    assert not channel.busy and not channel.deferred and not channel.turn_order
+
+
+async def test_the_fast_path_table_follows_every_state_change() -> None:
+    # Random links and unlinks, pushes, unsubscribes and subscribes between published frames:
+    # after every turn the table is exactly who may be written to straight away, and what each
+    # connection reads by direct paths is in seq order, without a gap or a repeat while it
+    # stayed linked and subscribed.
+    rng = random.Random(18)
+    hub, log = Hub(), Log()
+    wires = [Wire(log, f"c{i}") for i in range(24)]
+    outboxes = [_outbox(hub, w, limit=10_000) for w in wires]
+    subs = {
+        w.name: hub.subscribe(1, o, member_id=i)
+        for i, (w, o) in enumerate(zip(wires, outboxes, strict=True))
+    }
+    for sub in subs.values():
+        hub.go_live(sub, 0)
+    steady = {w.name for w in wires[:6]}  # never touched: they must get every seq
+    seq = 0
+    for _ in range(300):
+        for _ in range(rng.randrange(4)):
+            wire = rng.choice(wires[6:])
+            outbox = outboxes[wires.index(wire)]
+            action = rng.randrange(5)
+            if action == 0 and wire.on_link is not None:
+                wire.unlink()
+                wire.writable = False
+            elif action == 1:
+                wire.writable = True
+                wire.watch(wire.on_link)
+            elif action == 2:
+                outbox.push('{"type":"pong"}')
+            elif action == 3 and wire.name in subs:
+                hub.unsubscribe(subs.pop(wire.name))
+            elif action == 4 and wire.name not in subs and not outbox.closed:
+                sub = subs[wire.name] = hub.subscribe(1, outbox, member_id=7)
+                hub.go_live(sub, seq + rng.randrange(2))  # a replay may overlap what comes
+        for _ in range(rng.randrange(1, 3)):
+            seq += 1
+            hub.publish(1, seq, _event(seq))
+        if rng.randrange(4) == 0:
+            hub.broadcast(1, '{"type":"typing"}', exclude=rng.choice(outboxes), volatile=True)
+        await _turn()
+        _check_table(hub)
+    for wire in wires:
+        seqs = [int(str(f["seq"])) for f in _received(log, wire.name) if f["type"] == "message"]
+        assert seqs == sorted(set(seqs)), wire.name  # in order, none twice
+        if wire.name in steady:
+            assert seqs == list(range(1, seq + 1))
+    assert any(path == "send" for _, path, _ in log)
+
+
+async def test_a_subscriber_going_live_mid_turn_gets_only_what_came_after() -> None:
+    # Typing is not held for a replaying subscriber; if it goes live in the same turn, the
+    # turn's pass must not hand it the typing frame published before.
+    hub, log = Hub(), Log()
+    watcher, late = Wire(log, "watcher"), Wire(log, "late")
+    _live(hub, _outbox(hub, watcher))
+    sub = hub.subscribe(1, _outbox(hub, late), member_id=8)
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    hub.broadcast(1, '{"type":"typing"}', volatile=True)
+    hub.go_live(sub, 1)  # its replay had seq 1
+    hub.publish(1, 2, _event(2))
+    await _turn()
+    assert [f.get("seq", f["type"]) for f in _received(log, "watcher")] == [1, "typing", 2]
+    assert [f.get("seq", f["type"]) for f in _received(log, "late")] == [2]
+    hub.publish(1, 3, _event(3))
+    await _turn()
+    assert [path for who, path, _ in log if who == "late"][-1] == "send"  # fast again
+    _check_table(hub)
+
+
+async def test_a_typing_frame_skips_the_typist_and_keeps_everyone_else_on_one_send() -> None:
+    hub, log = Hub(), Log()
+    wires = [Wire(log, f"c{i}") for i in range(4)]
+    outboxes = [_outbox(hub, w) for w in wires]
+    for outbox in outboxes:
+        _live(hub, outbox)
+    hub.publish(1, 1, _event(1))
+    hub.broadcast(1, '{"type":"typing"}', exclude=outboxes[2], volatile=True)
+    hub.publish(1, 2, _event(2))
+    await _turn()
+    for wire in wires:
+        got = [f.get("seq", f["type"]) for f in _received(log, wire.name)]
+        assert got == ([1, 2] if wire is wires[2] else [1, "typing", 2])
+    assert [path for who, path, _ in log if who != "c2"] == ["send"] * 3
+    hub.publish(1, 3, _event(3))
+    await _turn()
+    assert [path for who, path, _ in log if who == "c2"][-1] == "send"  # the typist too, again
+    _check_table(hub)

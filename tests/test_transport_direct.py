@@ -96,12 +96,12 @@ def test_the_direct_path_follows_the_connection_and_writes_valid_frames(
     with connect(f"ws://127.0.0.1:{port}/", compression=None) as client:
         _until(lambda: bool(app.links))
         assert app.linked() == [True]  # open after the accept
-        send, buffer, _write = app.links[0]
+        sock, buffer, _write = app.links[0]
         assert _on_loop(app, lambda: len(buffer)) == 0  # the transport's own, empty
         assert buffer is app.protocol.transport._buffer
 
         # What goes through the socket's send is one whole frame on the client's side.
-        assert _on_loop(app, lambda: send(text_frame(b'{"type":"direct"}'))) > 0
+        assert _on_loop(app, lambda: sock.send(text_frame(b'{"type":"direct"}'))) > 0
         assert client.recv(timeout=5) == '{"type":"direct"}'
 
         # Above the transport's high-water mark: off; drained: on again.
