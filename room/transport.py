@@ -73,10 +73,21 @@ OnLink = Callable[[Any, Any, Any], None]  # room.hub.OnLink (the hub does not im
 # be written to directly under the same rule.
 PLAIN_TRANSPORT: type | None = getattr(asyncio.selector_events, "_SelectorSocketTransport", None)
 
+# Received messages a connection queues for the app before it stops reading the socket, and the
+# level they must drain to before it reads again: what a peer can make the server hold is these
+# plus one read of the transport (256 KiB of frames at most) and one partial frame. Below them it
+# keeps reading, with no epoll_ctl call per message; past them the backlog waits in the kernel's
+# socket buffers and the peer's (backpressure).
+READ_HIGH_MESSAGES = 32
+READ_HIGH_BYTES = 256 * 1024  # characters of text, or bytes
+READ_LOW_MESSAGES = 8
+READ_LOW_BYTES = 64 * 1024
+
 
 class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
     _sock: socket.socket | None = None  # the raw socket, when the transport is asyncio's plain one
     _buffer: Sized = b""  # that transport's write buffer
+    _queued_bytes = 0  # characters (text) and bytes (binary) of the messages queued for the app
     _watcher: OnLink | None = None
     _linked = False  # what the watcher was last told
 
@@ -176,12 +187,16 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def send_receive_event_to_app(self) -> None:
         # uvicorn's own logs a traceback for each text frame that is not UTF-8 — before sign-in,
-        # anyone could fill the log. The same close (1007), one quiet line.
-        if self.curr_msg_data_type != "text" or self.close_sent:
-            super().send_receive_event_to_app()
-            return
+        # anyone could fill the log. The same close (1007), one quiet line. And it stops reading
+        # after every message until the app has taken it (two epoll_ctl calls per frame); here
+        # reading stops only past a high-water mark (READ_HIGH_MESSAGES).
         data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
         self.frames = []
+        if self.close_sent:  # the app is past its close: uvicorn's discards it too
+            return
+        if self.curr_msg_data_type != "text":
+            self._queue_received({"type": "websocket.receive", "bytes": data}, len(data))
+            return
         try:
             text = data.decode()
         except UnicodeDecodeError as exc:
@@ -189,10 +204,32 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
             self.conn.send_close(1007, "invalid UTF-8")
             self.handle_parser_exception()
             return
-        self.queue.put_nowait({"type": "websocket.receive", "text": text})
-        if not self.read_paused:
+        self._queue_received({"type": "websocket.receive", "text": text}, len(text))
+
+    def _queue_received(self, message: Any, size: int) -> None:
+        """Queue a received message for the app; stop reading once the queue is past its
+        high-water mark (see :data:`READ_HIGH_MESSAGES`)."""
+        self.queue.put_nowait(message)
+        self._queued_bytes += size
+        if not self.read_paused and (
+            self.queue.qsize() >= READ_HIGH_MESSAGES or self._queued_bytes >= READ_HIGH_BYTES
+        ):
             self.read_paused = True
             self.transport.pause_reading()
+
+    async def receive(self) -> Any:
+        message = await self.queue.get()
+        if message["type"] == "websocket.receive":
+            text = message.get("text")
+            self._queued_bytes -= len(text) if text is not None else len(message["bytes"] or b"")
+        if (
+            self.read_paused
+            and self.queue.qsize() <= READ_LOW_MESSAGES
+            and self._queued_bytes <= READ_LOW_BYTES
+        ):
+            self.read_paused = False
+            self.transport.resume_reading()
+        return message
 
     def keepalive_timeout(self) -> None:
         super().keepalive_timeout()  # fails the connection (1011) and closes the transport
