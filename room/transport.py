@@ -107,6 +107,7 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
         extensions["room.direct_write"] = self.direct_write
         extensions["room.direct_watch"] = self.direct_watch
         extensions["room.cut"] = self.cut
+        extensions["room.receive_nowait"] = self.receive_nowait
 
     # -- the cached direct-write state ------------------------------------------------------------
 
@@ -217,8 +218,31 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
             self.read_paused = True
             self.transport.pause_reading()
 
+    _stash: Any = None  # a message receive_nowait took that was not text: receive's next
+
+    def receive_nowait(self) -> str | None:
+        """The next message's text when it is a text message already queued, else None (and
+        ``receive`` is awaited as usual): a connection takes a run of queued frames without a
+        coroutine per frame."""
+        if self._stash is not None or self.queue.empty():
+            return None
+        message = self.queue.get_nowait()
+        self._took(message)
+        text: str | None = message.get("text") if message["type"] == "websocket.receive" else None
+        if text is None:
+            self._stash = message
+        return text
+
     async def receive(self) -> Any:
+        if self._stash is not None:
+            message, self._stash = self._stash, None
+            return message
         message = await self.queue.get()
+        self._took(message)
+        return message
+
+    def _took(self, message: Any) -> None:
+        """A message left the queue: count it out, and read again once at the low marks."""
         if message["type"] == "websocket.receive":
             text = message.get("text")
             self._queued_bytes -= len(text) if text is not None else len(message["bytes"] or b"")
@@ -229,7 +253,6 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
         ):
             self.read_paused = False
             self.transport.resume_reading()
-        return message
 
     def keepalive_timeout(self) -> None:
         super().keepalive_timeout()  # fails the connection (1011) and closes the transport

@@ -146,7 +146,8 @@ def test_a_connection_closed_by_the_server_is_off_at_once(served: tuple[App, int
 
 class Holding:
     """One WebSocket endpoint that takes nothing it receives until released, then takes
-    everything, noting after each message how many still wait and whether the socket is read."""
+    everything, noting after each message how many still wait and whether the socket is read,
+    and ends at the close."""
 
     def __init__(self) -> None:
         self.protocol: Any = None
@@ -161,9 +162,18 @@ class Holding:
         self.release = asyncio.Event()
         self.protocol = scope["extensions"]["room.direct_watch"].__self__
         await self.release.wait()
-        while (message := await receive())["type"] != "websocket.disconnect":
-            self.received.append(message["text"])
+        # As room.ws takes them: what is queued without a wait, the rest (and the close) awaited.
+        receive_nowait = scope["extensions"]["room.receive_nowait"]
+        while True:
+            text = receive_nowait()
+            if text is None:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                text = message["text"]
+            self.received.append(text)
             self.after.append(self.state())
+        assert receive_nowait() is None
         self.done.set()
 
     def state(self) -> tuple[int, bool]:
@@ -211,3 +221,19 @@ def test_a_connection_reads_on_below_its_high_water_mark_and_stops_past_it(
     assert app.after[: mark - low] == [(mark - n, False) for n in range(1, mark - low)] + [
         (low, True)
     ]
+
+
+def test_queued_frames_are_taken_without_a_wait_and_the_close_after_them(
+    holding: tuple[Holding, int],
+) -> None:
+    app, port = holding
+    with connect(f"ws://127.0.0.1:{port}/", compression=None) as client:
+        _until(lambda: app.release is not None)
+        for text in ("a", "b", "c"):
+            client.send(text)
+    # The close handshake is the protocol's: done while the app still holds its three frames.
+    _until(lambda: _on_loop(app, app.state)[0] >= 4)  # and the disconnect behind them
+    assert app.release is not None
+    _on_loop(app, app.release.set)
+    assert app.done.wait(10)
+    assert app.received == ["a", "b", "c"]  # then the disconnect: taken once, by receive
