@@ -53,8 +53,9 @@ REPLAY_PAGE = 500  # events per batch frame: small enough that live traffic inte
 MAX_REPLAY_EVENTS = 200_000
 REPLAY_SEND_SECS = 30.0
 # Sends of one connection queued for commit and not yet acked. Past it the connection stops
-# reading until its commits catch up, so an overloaded server keeps the backlog in the kernel's
-# socket buffers (and the client's), not as Python objects competing for the CPU.
+# taking frames until its commits catch up; once room.transport.READ_HIGH_MESSAGES more wait, it
+# stops reading, so an overloaded server keeps the backlog in the kernel's socket buffers (and
+# the client's), not as Python objects competing for the CPU.
 MAX_INFLIGHT_SENDS = 256
 
 
