@@ -37,6 +37,13 @@ pipelining). A peer that closes before the body is complete raises Starlette's
 ``ClientDisconnect``, as ``request.stream()`` does.
 Chunked bodies never get the extension: they go through h11 and ASGI as before.
 
+Reading: uvicorn stops reading after every received message until the app takes it (an
+``epoll_ctl`` pair per frame); here a connection stops only once ``READ_HIGH_MESSAGES`` messages
+(or ``READ_HIGH_BYTES``) wait for the app, and reads again at the low marks, so what a peer can
+make the server hold stays bounded. ``scope["extensions"]["room.receive_nowait"]`` returns the
+next message's text when a text message is already queued (None otherwise: await ``receive``),
+so the app takes a run of queued frames without a coroutine per frame.
+
 If uvicorn or h11 changes shape, the extensions are simply absent and their users fall back to
 the ordinary ASGI ways (the hub to ASGI sends, an upload to ``request.stream()``).
 """
