@@ -37,6 +37,13 @@ pipelining). A peer that closes before the body is complete raises Starlette's
 ``ClientDisconnect``, as ``request.stream()`` does.
 Chunked bodies never get the extension: they go through h11 and ASGI as before.
 
+Reading: uvicorn stops reading after every received message until the app takes it (an
+``epoll_ctl`` pair per frame); here a connection stops only once ``READ_HIGH_MESSAGES`` messages
+(or ``READ_HIGH_BYTES``) wait for the app, and reads again at the low marks, so what a peer can
+make the server hold stays bounded. ``scope["extensions"]["room.receive_nowait"]`` returns the
+next message's text when a text message is already queued (None otherwise: await ``receive``),
+so the app takes a run of queued frames without a coroutine per frame.
+
 If uvicorn or h11 changes shape, the extensions are simply absent and their users fall back to
 the ordinary ASGI ways (the hub to ASGI sends, an upload to ``request.stream()``).
 """
@@ -73,10 +80,21 @@ OnLink = Callable[[Any, Any, Any], None]  # room.hub.OnLink (the hub does not im
 # be written to directly under the same rule.
 PLAIN_TRANSPORT: type | None = getattr(asyncio.selector_events, "_SelectorSocketTransport", None)
 
+# Received messages a connection queues for the app before it stops reading the socket, and the
+# level they must drain to before it reads again: what a peer can make the server hold is these
+# plus one read of the transport (256 KiB of frames at most) and one partial frame. Below them it
+# keeps reading, with no epoll_ctl call per message; past them the backlog waits in the kernel's
+# socket buffers and the peer's (backpressure).
+READ_HIGH_MESSAGES = 32
+READ_HIGH_BYTES = 256 * 1024  # characters of text, or bytes
+READ_LOW_MESSAGES = 8
+READ_LOW_BYTES = 64 * 1024
+
 
 class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
     _sock: socket.socket | None = None  # the raw socket, when the transport is asyncio's plain one
     _buffer: Sized = b""  # that transport's write buffer
+    _queued_bytes = 0  # characters (text) and bytes (binary) of the messages queued for the app
     _watcher: OnLink | None = None
     _linked = False  # what the watcher was last told
 
@@ -96,6 +114,7 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
         extensions["room.direct_write"] = self.direct_write
         extensions["room.direct_watch"] = self.direct_watch
         extensions["room.cut"] = self.cut
+        extensions["room.receive_nowait"] = self.receive_nowait
 
     # -- the cached direct-write state ------------------------------------------------------------
 
@@ -176,12 +195,16 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def send_receive_event_to_app(self) -> None:
         # uvicorn's own logs a traceback for each text frame that is not UTF-8 — before sign-in,
-        # anyone could fill the log. The same close (1007), one quiet line.
-        if self.curr_msg_data_type != "text" or self.close_sent:
-            super().send_receive_event_to_app()
-            return
+        # anyone could fill the log. The same close (1007), one quiet line. And it stops reading
+        # after every message until the app has taken it (two epoll_ctl calls per frame); here
+        # reading stops only past a high-water mark (READ_HIGH_MESSAGES).
         data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
         self.frames = []
+        if self.close_sent:  # the app is past its close: uvicorn's discards it too
+            return
+        if self.curr_msg_data_type != "text":
+            self._queue_received({"type": "websocket.receive", "bytes": data}, len(data))
+            return
         try:
             text = data.decode()
         except UnicodeDecodeError as exc:
@@ -189,10 +212,54 @@ class RoomWebSocketProtocol(WebSocketsSansIOProtocol):
             self.conn.send_close(1007, "invalid UTF-8")
             self.handle_parser_exception()
             return
-        self.queue.put_nowait({"type": "websocket.receive", "text": text})
-        if not self.read_paused:
+        self._queue_received({"type": "websocket.receive", "text": text}, len(text))
+
+    def _queue_received(self, message: Any, size: int) -> None:
+        """Queue a received message for the app; stop reading once the queue is past its
+        high-water mark (see :data:`READ_HIGH_MESSAGES`)."""
+        self.queue.put_nowait(message)
+        self._queued_bytes += size
+        if not self.read_paused and (
+            self.queue.qsize() >= READ_HIGH_MESSAGES or self._queued_bytes >= READ_HIGH_BYTES
+        ):
             self.read_paused = True
             self.transport.pause_reading()
+
+    _stash: Any = None  # a message receive_nowait took that was not text: receive's next
+
+    def receive_nowait(self) -> str | None:
+        """The next message's text when it is a text message already queued, else None (and
+        ``receive`` is awaited as usual): a connection takes a run of queued frames without a
+        coroutine per frame."""
+        if self._stash is not None or self.queue.empty():
+            return None
+        message = self.queue.get_nowait()
+        self._took(message)
+        text: str | None = message.get("text") if message["type"] == "websocket.receive" else None
+        if text is None:
+            self._stash = message
+        return text
+
+    async def receive(self) -> Any:
+        if self._stash is not None:
+            message, self._stash = self._stash, None
+            return message
+        message = await self.queue.get()
+        self._took(message)
+        return message
+
+    def _took(self, message: Any) -> None:
+        """A message left the queue: count it out, and read again once at the low marks."""
+        if message["type"] == "websocket.receive":
+            text = message.get("text")
+            self._queued_bytes -= len(text) if text is not None else len(message["bytes"] or b"")
+        if (
+            self.read_paused
+            and self.queue.qsize() <= READ_LOW_MESSAGES
+            and self._queued_bytes <= READ_LOW_BYTES
+        ):
+            self.read_paused = False
+            self.transport.resume_reading()
 
     def keepalive_timeout(self) -> None:
         super().keepalive_timeout()  # fails the connection (1011) and closes the transport

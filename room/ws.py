@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -53,8 +53,9 @@ REPLAY_PAGE = 500  # events per batch frame: small enough that live traffic inte
 MAX_REPLAY_EVENTS = 200_000
 REPLAY_SEND_SECS = 30.0
 # Sends of one connection queued for commit and not yet acked. Past it the connection stops
-# reading until its commits catch up, so an overloaded server keeps the backlog in the kernel's
-# socket buffers (and the client's), not as Python objects competing for the CPU.
+# taking frames until its commits catch up; once room.transport.READ_HIGH_MESSAGES more wait, it
+# stops reading, so an overloaded server keeps the backlog in the kernel's socket buffers (and
+# the client's), not as Python objects competing for the CPU.
 MAX_INFLIGHT_SENDS = 256
 
 
@@ -97,6 +98,18 @@ async def _serve(core: Core, websocket: WebSocket, identity: Identity | None) ->
         await connection.run()
     finally:
         core.hub.detach_session(session, connection.outbox)
+
+
+def _nothing_queued() -> None:
+    return None
+
+
+def _current(roster: ProjectRoster, member_id: int) -> Member:
+    """The member ``member_id`` of ``roster``, refused once they left."""
+    member = roster.member(member_id)
+    if member is None or member.status == "left":
+        raise ForbiddenError("you are not a member of this project", code="not_member")
+    return member
 
 
 class Connection:
@@ -181,15 +194,24 @@ class Connection:
                     self.core.hub.attach_session(key, self.outbox)
             self._hello()
             await self._attach_external()
+            # Frames already queued are taken without a coroutine each (room.transport), and a
+            # frame that needs no wait is handled without one (_dispatch).
+            receive_nowait = (self.websocket.scope.get("extensions") or {}).get(
+                "room.receive_nowait", _nothing_queued
+            )
             while not self.outbox.closed:
-                message = await self.websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                text = message.get("text")
+                text = receive_nowait()
                 if text is None:
-                    self.push(p.error_frame("bad_frame", "binary frames are not accepted"))
-                    continue
-                await self._dispatch(text)
+                    message = await self.websocket.receive()
+                    if message["type"] == "websocket.disconnect":
+                        break
+                    text = message.get("text")
+                    if text is None:
+                        self.push(p.error_frame("bad_frame", "binary frames are not accepted"))
+                        continue
+                handling = self._dispatch(text)
+                if handling is not None:
+                    await handling
         except WebSocketDisconnect:
             pass
         finally:
@@ -243,18 +265,34 @@ class Connection:
             }
         )
 
-    async def _dispatch(self, text: str) -> None:
+    def _dispatch(self, text: str) -> Coroutine[Any, Any, None] | None:
+        """Handle one client frame: at once when it needs no wait (a send whose member and
+        roster are cached and whose connection has room), else the coroutine to await."""
         req_id = None
         try:
             frame = p.parse_client_frame(text)
             req_id = frame.req_id
+            if type(frame) is p.SendFrame and self._send_at_once(frame):
+                return None
+        except Exception as exc:
+            self._failed(exc, text, req_id)
+            return None
+        return self._handle(frame, text)
+
+    async def _handle(self, frame: p.ClientFrame, text: str) -> None:
+        try:
             await self._handlers[frame.type](frame)
-        except RoomError as exc:
+        except Exception as exc:
+            self._failed(exc, text, frame.req_id)
+
+    def _failed(self, exc: Exception, text: str, req_id: str | None) -> None:
+        """Answer a frame that failed: its error, or ``internal`` for a bug."""
+        if isinstance(exc, RoomError):
             if req_id is None:  # the frame did not parse: echo what can be read of it
                 req_id = p.req_id_of(text)
             self.push(p.error_frame(exc.code, exc.message, req_id, **exc.details))
-        except Exception:
-            log.exception("frame handler failed")
+        else:
+            log.error("frame handler failed", exc_info=exc)
             self.push(p.error_frame("internal", "the server failed on this frame", req_id))
 
     def _spawn(self, coro: Awaitable[None], req_id: str | None) -> None:
@@ -348,10 +386,15 @@ class Connection:
             member_id = await self._lookup_member(project_id)
             self.member_ids[project_id] = member_id
         roster = self.core.rosters.peek(project_id) or await self.core.rosters.get(project_id)
-        member = roster.member(member_id)
-        if member is None or member.status == "left":
-            raise ForbiddenError("you are not a member of this project", code="not_member")
-        return member, roster
+        return _current(roster, member_id), roster
+
+    def _cached_member(self, project_id: int) -> tuple[Member, ProjectRoster] | None:
+        """:meth:`member_and_roster` when both are cached (None: await that)."""
+        member_id = self.member_ids.get(project_id)
+        roster = self.core.rosters.peek(project_id) if member_id is not None else None
+        if roster is None or member_id is None:
+            return None
+        return _current(roster, member_id), roster
 
     async def _lookup_member(self, project_id: int) -> int:
         assert self.identity is not None
@@ -490,11 +533,25 @@ class Connection:
             self._send_room.clear()
             await self._send_room.wait()
         member, roster = await self.member_and_roster(frame.project_id)
+        self._queue_send(frame, member, roster)
+
+    def _send_at_once(self, frame: p.SendFrame) -> bool:
+        """:meth:`on_send` without a coroutine when nothing needs waiting for: the connection
+        has room for another send in flight, and its member and the roster are cached."""
+        if self._inflight >= MAX_INFLIGHT_SENDS:
+            return False
+        cached = self._cached_member(frame.project_id)
+        if cached is None:
+            return False
+        self._queue_send(frame, *cached)
+        return True
+
+    def _queue_send(self, frame: p.SendFrame, member: Member, roster: ProjectRoster) -> None:
         message_actions.queue_send(
             self.core,
             member,
             roster,
-            lambda ack, error: self._acked(frame, ack, error),
+            partial(self._acked, frame),
             client_txn_id=frame.client_txn_id,
             body=frame.body,
             reply_to=frame.reply_to,

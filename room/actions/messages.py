@@ -166,13 +166,19 @@ def resolve_recipients(
     return Addressing(resolution, mentioned, tuple(recipients), blocking, to_lead_by_default)
 
 
+_PLAIN_HEAD = b"None|[]|0|"  # _digest's head for a send with no reply, chips, flag or files
+
+
 def _digest(
     body: str, reply_to: int | None, chips: list[int], plain: bool, files: list[int]
 ) -> str:
     """What a retransmit must repeat exactly (same client_txn_id, same content)."""
-    head = f"{reply_to}|{sorted(set(chips)) if chips else '[]'}|{int(plain)}|".encode()
-    if files:
-        head += f"{files}|".encode()
+    if reply_to is None and not chips and not plain and not files:
+        head = _PLAIN_HEAD  # most sends: the same bytes, not formatted again
+    else:
+        head = f"{reply_to}|{sorted(set(chips)) if chips else '[]'}|{int(plain)}|".encode()
+        if files:
+            head += f"{files}|".encode()
     return hashlib.blake2b(head + body.encode(), digest_size=16).hexdigest()
 
 
