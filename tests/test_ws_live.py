@@ -826,6 +826,10 @@ async def test_previews_and_edits_are_rate_limited_and_edit_history_is_bounded(
         server.stop()
 
 
+def _acked(txn_id: str) -> Callable[[Frame], bool]:
+    return lambda f: f.get("type") == "ack" and f.get("client_txn_id") == txn_id
+
+
 async def test_a_reader_whose_socket_fills_mid_stream_gets_every_seq_once_in_order(
     tmp_path: Any,
 ) -> None:
@@ -854,7 +858,7 @@ async def test_a_reader_whose_socket_fills_mid_stream_gets_every_seq_once_in_ord
                 await writer.send(
                     {"type": "send", "project_id": project, "client_txn_id": txn_id, "body": body}
                 )
-                await writer.wait_for(lambda f, t=txn_id: f.get("client_txn_id") == t)
+                await writer.wait_for(_acked(txn_id))
             reader.ws.transport.resume_reading()
             while len(reader.messages()) < 200:
                 await reader.recv()
