@@ -11,6 +11,7 @@ import asyncio
 import json
 import random
 import struct
+from typing import NamedTuple
 
 import pytest
 
@@ -487,38 +488,69 @@ class _Transport(Wire):
 
 async def test_every_connection_reads_its_frames_once_and_in_place_whatever_happens() -> None:
     # Two projects, connections in one or both, pushes between published frames, typing and
-    # member-only broadcasts, short sends, full sockets, transports holding bytes, overlapping
-    # replays, links dropping and coming back, unsubscribes and cuts in the middle of a pass.
+    # member-only broadcasts, short sends, full sockets, transports holding bytes, replays
+    # (frames held while they run, overlapping the stream), links dropping and coming back,
+    # unsubscribes, slow readers cut at a small outbox bound and cuts in the middle of a pass.
     # Against a model of what each connection should read: all its frames once; each project's
     # frames, and the frames pushed to it, in the order they were made.
-    for run in range(30):
+    for run in range(60):
         await _model_run(run)
 
 
+class _Replay(NamedTuple):
+    sub: Subscription
+    held: list[tuple[int, int]]  # (seq, id) published while it runs
+    side: list[int]  # ids of state frames broadcast while it runs
+    start: int  # the project's top seq when it began
+
+
 async def _model_run(run: int) -> None:
-    rng = random.Random(1900 + run)
+    rng = random.Random(7700 + run)
     hub, log = Hub(), Log()
     wires = [_Transport(log, f"c{i}") for i in range(10)]
-    outboxes = [_outbox(hub, w, limit=100_000) for w in wires]
+    dead: dict[int, int] = {}  # a cut connection: the log's length when it was cut
+    outboxes: list[Outbox] = []
+
+    class Recorded(Outbox):
+        def cut(self, reason: str, code: int = CLOSE_SLOW_CONSUMER) -> None:
+            if not self.closed:
+                dead.setdefault(outboxes.index(self), len(log))
+            super().cut(reason, code)
+
+    for wire in wires:
+        limit = rng.choice((100_000, 100_000, 12))
+        outboxes.append(
+            Recorded(wire.send_text, wire.close, limit=limit, direct=wire.direct,
+                     flusher=hub.flusher, name=wire.name, watch=wire.watch)
+        )  # fmt: skip
     for outbox in outboxes:
         outbox.start()  # its sender task: what waits in its queue goes the ASGI way
-    subs: dict[tuple[int, int], Subscription] = {}
+    subs: dict[tuple[int, int], Subscription] = {}  # (conn, project): live
+    replays: dict[tuple[int, int], _Replay] = {}
     expected: dict[int, list[int]] = {i: [] for i in range(len(wires))}
     skip: dict[tuple[int, int], int] = {}  # (conn, project): seqs its replay sent
     project_of: dict[int, int | None] = {}
     top = {1: 0, 2: 0}
     uid = 0
-    dead: dict[int, int] = {}  # a cut connection: the log's length when it was cut
 
     def subscribe(c: int, p: int, overlap: int) -> None:
         sub = subs[c, p] = hub.subscribe(p, outboxes[c], member_id=c)
         hub.go_live(sub, top[p] + overlap)
         skip[c, p] = top[p] + overlap
 
-    def cut(c: int) -> None:
-        if c not in dead:
-            dead[c] = len(log)
-            outboxes[c].cut("cut in the test", code=1001)
+    def go_live(c: int, p: int) -> None:
+        replay = replays.pop((c, p))
+        last = max(replay.start, top[p] - rng.randrange(3)) + rng.randrange(2)
+        hub.go_live(replay.sub, last)
+        if outboxes[c].closed:
+            hub.unsubscribe(replay.sub)
+            return
+        subs[c, p], skip[c, p] = replay.sub, max(last, top[p])
+        for seq, held in replay.held:
+            if seq > last:
+                last = seq
+                expected[c].append(held)
+        expected[c].extend(replay.side)
 
     for c in range(len(wires)):
         for p in (1, 2):
@@ -530,40 +562,52 @@ async def _model_run(run: int) -> None:
     for _ in range(150):
         hooks.clear()
         if rng.random() < 0.1:
-            victim = wires[rng.randrange(len(wires))]
+            victim = rng.randrange(len(wires))
 
-            def cut_mid_pass(sending: Wire, victim: Wire = victim) -> None:
-                if sending is not victim:  # another one, while this one is written
-                    cut(wires.index(victim))  # type: ignore[arg-type]
+            def cut_mid_pass(sending: Wire, victim: int = victim) -> None:
+                if sending is not wires[victim]:  # another one, while this one is written
+                    outboxes[victim].cut("cut in the test", code=1001)
 
             hooks.append(cut_mid_pass)
         for _ in range(rng.randrange(1, 8)):
             c, p = rng.randrange(len(wires)), rng.choice((1, 2))
             wire, outbox = wires[c], outboxes[c]
-            action = rng.randrange(10)
+            action = rng.randrange(12)
             uid += 1
+            to = [cc for cc, pp in subs if pp == p]  # live subscribers of the project
             if action <= 2:
                 top[p] += 1
                 hub.publish(p, top[p], f'{{"type":"message","seq":{top[p]},"id":{uid}}}')
                 project_of[uid] = p
-                for cc, pp in subs:
-                    if pp == p and top[p] > skip[cc, pp]:
+                for cc in to:
+                    if top[p] > skip[cc, p]:
                         expected[cc].append(uid)
+                for (_, pp), replay in replays.items():
+                    if pp == p:
+                        replay.held.append((top[p], uid))
             elif action == 3:
                 hub.broadcast(p, f'{{"type":"typing","id":{uid}}}', exclude=outbox,
                               volatile=True)  # fmt: skip
                 project_of[uid] = p
-                for cc, pp in subs:
-                    if pp == p and cc != c:
+                for cc in to:
+                    if cc != c:
                         expected[cc].append(uid)
             elif action == 4:
                 only = set(rng.sample(range(len(wires)), 3))
-                hub.broadcast(p, f'{{"type":"label","id":{uid}}}', only_members=only)
+                if rng.random() < 0.3:
+                    only.discard(c)
+                    hub.broadcast(p, f'{{"type":"label","id":{uid}}}', only_members=only,
+                                  exclude=outbox)  # fmt: skip
+                else:
+                    hub.broadcast(p, f'{{"type":"label","id":{uid}}}', only_members=only)
                 project_of[uid] = p
-                for cc, pp in subs:
-                    if pp == p and cc in only:
+                for cc in to:
+                    if cc in only:
                         expected[cc].append(uid)
-            elif action == 5 and c not in dead:
+                for (cc, pp), replay in replays.items():
+                    if pp == p and cc in only:
+                        replay.side.append(uid)
+            elif action == 5 and not outbox.closed:
                 outbox.push(f'{{"type":"ack","id":{uid}}}')
                 project_of[uid] = None
                 expected[c].append(uid)
@@ -578,16 +622,28 @@ async def _model_run(run: int) -> None:
                 wire.accept = rng.choice((None, None, 0, 3, 40))
             elif action == 8 and (c, p) in subs:
                 hub.unsubscribe(subs.pop((c, p)))
-            elif action == 9 and (c, p) not in subs and c not in dead:
-                subscribe(c, p, rng.randrange(2))
+            elif action == 8 and (c, p) in replays:
+                hub.unsubscribe(replays.pop((c, p)).sub)
+            elif action == 9 and (c, p) not in subs and (c, p) not in replays:
+                if outbox.closed:
+                    pass
+                elif rng.random() < 0.5:
+                    subscribe(c, p, rng.randrange(2))
+                else:
+                    sub = hub.subscribe(p, outbox, member_id=c)
+                    replays[c, p] = _Replay(sub, [], [], top[p])
+            elif action >= 10 and (c, p) in replays:
+                go_live(c, p)
         await _turn()
         for wire in wires:
             if rng.random() < 0.5:
                 wire.buffer.clear()  # the transport got its bytes out
-        for c in dead:
+        for c in dead:  # the connection's handler ends its subscriptions
             for p in (1, 2):
                 if (c, p) in subs:
                     hub.unsubscribe(subs.pop((c, p)))
+                if (c, p) in replays:
+                    hub.unsubscribe(replays.pop((c, p)).sub)
     for wire in wires:
         wire.writable = True
         wire.accept = None
