@@ -229,8 +229,10 @@ class Channel:
             and sub in self.subs
             and sub.last_seq <= self.top_seq  # not ahead of the stream (a replay's overlap)
         )
-        if ready and self.turn_order and sub.settled >= self.turn_order:
-            # Given some of this turn's frames already: this pass serves it one by one.
+        if ready and self.turn_order and (sub.slot < 0 or sub.settled >= self.turn_order):
+            # A pass is due this turn: one given some of its frames already, or not on the fast
+            # path when they were published (its replay may have sent some: ``top_seq`` already
+            # counts them), is served one by one by that pass, which checks each seq.
             ready = False
             self.deferred.append(sub)
         if not ready:

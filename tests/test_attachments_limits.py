@@ -218,3 +218,55 @@ def test_a_waiting_upload_is_received_once_the_one_before_it_ends(tmp_path: Path
         order, stored = app.call(queue)
         assert order == ["second waits", "first stored"]
         assert stored["name"] == "b.txt" and stored["size"] == 5
+
+
+def test_a_cancelled_waiter_or_a_failed_upload_gives_its_slot_back(tmp_path: Path) -> None:
+    # One waiter is cancelled while it waits; another is cancelled in the very step its turn
+    # comes (the one before it ends); a third upload fails while it reads. None of them keeps
+    # the slot, and the one cancelled as its turn came stores nothing.
+    with running_app(
+        tmp_path / "data", attachment_concurrent_uploads=1, attachment_wait_secs=30
+    ) as app:
+        core, member = app.core, owner_of(app)
+
+        async def failing(view: memoryview) -> int:
+            raise OSError("the peer went away")
+
+        async def crowd() -> list[str]:
+            outcomes: list[str] = []
+
+            async def outcome(task: asyncio.Task[dict[str, Any]]) -> None:
+                try:
+                    outcomes.append(str((await task)["name"]))
+                except asyncio.CancelledError:
+                    outcomes.append("cancelled")
+                except OSError:
+                    outcomes.append("failed")
+
+            def start(name: str, body: BodyInto) -> asyncio.Task[dict[str, Any]]:
+                return asyncio.create_task(
+                    attachment_actions.upload(core, member, name=name, declared=5, body=body)
+                )
+
+            reading, go = asyncio.Event(), asyncio.Event()
+            first = start("a.txt", held_body(5, reading, go))
+            await reading.wait()
+            waiting = start("b.txt", held_body(5, asyncio.Event(), go))
+            await asyncio.sleep(0.05)
+            waiting.cancel()
+            await outcome(waiting)
+            next_up = start("c.txt", held_body(5, asyncio.Event(), go))
+            await asyncio.sleep(0.05)
+            first.add_done_callback(lambda _: next_up.cancel())  # as it hands the slot on
+            go.set()
+            await outcome(first)
+            await outcome(next_up)
+            await outcome(start("d.txt", failing))
+            await outcome(start("e.txt", held_body(5, asyncio.Event(), go)))
+            return outcomes
+
+        assert app.call(crowd) == ["cancelled", "a.txt", "cancelled", "failed", "e.txt"]
+        assert core.upload_slots is not None and not core.upload_slots.locked()
+        with app.db() as db:
+            names = [row[0] for row in db.execute("SELECT name FROM attachments ORDER BY id")]
+        assert names == ["a.txt", "e.txt"]

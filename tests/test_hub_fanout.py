@@ -11,10 +11,11 @@ import asyncio
 import json
 import random
 import struct
+from typing import NamedTuple
 
 import pytest
 
-from room.hub import CLOSE_SLOW_CONSUMER, Frame, Hub, Outbox
+from room.hub import CLOSE_SLOW_CONSUMER, Frame, Hub, Outbox, Subscription
 
 pytestmark = pytest.mark.anyio
 
@@ -432,3 +433,237 @@ async def test_a_typing_frame_skips_the_typist_and_keeps_everyone_else_on_one_se
     await _turn()
     assert [path for who, path, _ in log if who == "c2"][-1] == "send"  # the typist too, again
     _check_table(hub)
+
+
+async def test_a_replay_ahead_of_the_stream_gets_no_repeat_when_its_link_comes_back_mid_turn() -> (
+    None
+):
+    # Its replay sent seq 2 (committed, not yet published). In the turn that publishes 2, its
+    # transport pauses and resumes writing before the pass: the pass must not hand it 2 again.
+    hub, log = Hub(), Log()
+    other, late = Wire(log, "other"), Wire(log, "late")
+    _live(hub, _outbox(hub, other))
+    hub.publish(1, 1, _event(1))
+    await _turn()
+    sub = hub.subscribe(1, _outbox(hub, late), member_id=8)
+    hub.go_live(sub, 2)
+    await _turn()
+    hub.publish(1, 2, _event(2))
+    late.unlink()
+    late.watch(late.on_link)
+    await _turn()
+    hub.publish(1, 3, _event(3))
+    await _turn()
+    assert [f["seq"] for f in _received(log, "other")] == [1, 2, 3]
+    assert [f["seq"] for f in _received(log, "late")] == [3]
+    _check_table(hub)
+
+
+def _aligned(data: bytes) -> bool:
+    """Whether ``data`` ends at the end of a frame."""
+    at = 0
+    while at < len(data):
+        size, at = data[at + 1] if at + 1 < len(data) else 0, at + 2
+        if size == 126:
+            size, at = struct.unpack("!H", data[at : at + 2].rjust(2, b"\0"))[0], at + 2
+        at += size
+    return at == len(data)
+
+
+class _Transport(Wire):
+    """A wire whose transport keeps what the socket did not take (as asyncio's does) until the
+    test lets it out, and which refuses a socket send past bytes still buffered."""
+
+    def send(self, wire: bytes) -> int:
+        assert not self.buffer, f"{self.name}: a send past bytes the transport holds"
+        return super().send(wire)
+
+    def write(self, wire: bytes) -> None:
+        super().write(wire)
+        self.buffer += wire
+
+    async def send_text(self, text: str) -> None:
+        self.log.append((self.name, "asgi", Frame(text).wire))
+
+
+async def test_every_connection_reads_its_frames_once_and_in_place_whatever_happens() -> None:
+    # Two projects, connections in one or both, pushes between published frames, typing and
+    # member-only broadcasts, short sends, full sockets, transports holding bytes, replays
+    # (frames held while they run, overlapping the stream), links dropping and coming back,
+    # unsubscribes, slow readers cut at a small outbox bound and cuts in the middle of a pass.
+    # Against a model of what each connection should read: all its frames once; each project's
+    # frames, and the frames pushed to it, in the order they were made.
+    for run in range(60):
+        await _model_run(run)
+
+
+class _Replay(NamedTuple):
+    sub: Subscription
+    held: list[tuple[int, int]]  # (seq, id) published while it runs
+    side: list[int]  # ids of state frames broadcast while it runs
+    start: int  # the project's top seq when it began
+
+
+async def _model_run(run: int) -> None:
+    rng = random.Random(7700 + run)
+    hub, log = Hub(), Log()
+    wires = [_Transport(log, f"c{i}") for i in range(10)]
+    dead: dict[int, int] = {}  # a cut connection: the log's length when it was cut
+    outboxes: list[Outbox] = []
+
+    class Recorded(Outbox):
+        def cut(self, reason: str, code: int = CLOSE_SLOW_CONSUMER) -> None:
+            if not self.closed:
+                dead.setdefault(outboxes.index(self), len(log))
+            super().cut(reason, code)
+
+    for wire in wires:
+        limit = rng.choice((100_000, 100_000, 12))
+        outboxes.append(
+            Recorded(wire.send_text, wire.close, limit=limit, direct=wire.direct,
+                     flusher=hub.flusher, name=wire.name, watch=wire.watch)
+        )  # fmt: skip
+    for outbox in outboxes:
+        outbox.start()  # its sender task: what waits in its queue goes the ASGI way
+    subs: dict[tuple[int, int], Subscription] = {}  # (conn, project): live
+    replays: dict[tuple[int, int], _Replay] = {}
+    expected: dict[int, list[int]] = {i: [] for i in range(len(wires))}
+    skip: dict[tuple[int, int], int] = {}  # (conn, project): seqs its replay sent
+    project_of: dict[int, int | None] = {}
+    top = {1: 0, 2: 0}
+    uid = 0
+
+    def subscribe(c: int, p: int, overlap: int) -> None:
+        sub = subs[c, p] = hub.subscribe(p, outboxes[c], member_id=c)
+        hub.go_live(sub, top[p] + overlap)
+        skip[c, p] = top[p] + overlap
+
+    def go_live(c: int, p: int) -> None:
+        replay = replays.pop((c, p))
+        last = max(replay.start, top[p] - rng.randrange(3)) + rng.randrange(2)
+        hub.go_live(replay.sub, last)
+        if outboxes[c].closed:
+            hub.unsubscribe(replay.sub)
+            return
+        subs[c, p], skip[c, p] = replay.sub, max(last, top[p])
+        for seq, held in replay.held:
+            if seq > last:
+                last = seq
+                expected[c].append(held)
+        expected[c].extend(replay.side)
+
+    for c in range(len(wires)):
+        for p in (1, 2):
+            if rng.random() < 0.7:
+                subscribe(c, p, 0)
+    hooks: list[object] = []
+    for wire in wires:
+        wire.hook = hooks
+    for _ in range(150):
+        hooks.clear()
+        if rng.random() < 0.1:
+            victim = rng.randrange(len(wires))
+
+            def cut_mid_pass(sending: Wire, victim: int = victim) -> None:
+                if sending is not wires[victim]:  # another one, while this one is written
+                    outboxes[victim].cut("cut in the test", code=1001)
+
+            hooks.append(cut_mid_pass)
+        for _ in range(rng.randrange(1, 8)):
+            c, p = rng.randrange(len(wires)), rng.choice((1, 2))
+            wire, outbox = wires[c], outboxes[c]
+            action = rng.randrange(12)
+            uid += 1
+            to = [cc for cc, pp in subs if pp == p]  # live subscribers of the project
+            if action <= 2:
+                top[p] += 1
+                hub.publish(p, top[p], f'{{"type":"message","seq":{top[p]},"id":{uid}}}')
+                project_of[uid] = p
+                for cc in to:
+                    if top[p] > skip[cc, p]:
+                        expected[cc].append(uid)
+                for (_, pp), replay in replays.items():
+                    if pp == p:
+                        replay.held.append((top[p], uid))
+            elif action == 3:
+                hub.broadcast(p, f'{{"type":"typing","id":{uid}}}', exclude=outbox,
+                              volatile=True)  # fmt: skip
+                project_of[uid] = p
+                for cc in to:
+                    if cc != c:
+                        expected[cc].append(uid)
+            elif action == 4:
+                only = set(rng.sample(range(len(wires)), 3))
+                if rng.random() < 0.3:
+                    only.discard(c)
+                    hub.broadcast(p, f'{{"type":"label","id":{uid}}}', only_members=only,
+                                  exclude=outbox)  # fmt: skip
+                else:
+                    hub.broadcast(p, f'{{"type":"label","id":{uid}}}', only_members=only)
+                project_of[uid] = p
+                for cc in to:
+                    if cc in only:
+                        expected[cc].append(uid)
+                for (cc, pp), replay in replays.items():
+                    if pp == p and cc in only:
+                        replay.side.append(uid)
+            elif action == 5 and not outbox.closed:
+                outbox.push(f'{{"type":"ack","id":{uid}}}')
+                project_of[uid] = None
+                expected[c].append(uid)
+            elif action == 6:
+                if wire.on_link is not None and wire.writable:
+                    wire.unlink()
+                    wire.writable = False
+                else:
+                    wire.writable = True
+                    wire.watch(wire.on_link)
+            elif action == 7:
+                wire.accept = rng.choice((None, None, 0, 3, 40))
+            elif action == 8 and (c, p) in subs:
+                hub.unsubscribe(subs.pop((c, p)))
+            elif action == 8 and (c, p) in replays:
+                hub.unsubscribe(replays.pop((c, p)).sub)
+            elif action == 9 and (c, p) not in subs and (c, p) not in replays:
+                if outbox.closed:
+                    pass
+                elif rng.random() < 0.5:
+                    subscribe(c, p, rng.randrange(2))
+                else:
+                    sub = hub.subscribe(p, outbox, member_id=c)
+                    replays[c, p] = _Replay(sub, [], [], top[p])
+            elif action >= 10 and (c, p) in replays:
+                go_live(c, p)
+        await _turn()
+        for wire in wires:
+            if rng.random() < 0.5:
+                wire.buffer.clear()  # the transport got its bytes out
+        for c in dead:  # the connection's handler ends its subscriptions
+            for p in (1, 2):
+                if (c, p) in subs:
+                    hub.unsubscribe(subs.pop((c, p)))
+                if (c, p) in replays:
+                    hub.unsubscribe(replays.pop((c, p)).sub)
+    for wire in wires:
+        wire.writable = True
+        wire.accept = None
+        wire.watch(wire.on_link)
+    for _ in range(5):
+        await _turn()
+    for outbox in outboxes:
+        await outbox.aclose()
+    for c, wire in enumerate(wires):
+        if c in dead:
+            # Nothing once it was cut, but the rest of a frame the socket took part of.
+            before = b"".join(b for who, _, b in log[: dead[c]] if who == wire.name)
+            after = [(path, b) for who, path, b in log[dead[c] :] if who == wire.name]
+            if after:
+                assert [path for path, _ in after] == ["write"], (run, wire.name)
+                assert not _aligned(before) and _aligned(before + after[0][1])
+            continue
+        got = [int(str(f["id"])) for f in _received(log, wire.name)]
+        assert sorted(got) == sorted(expected[c]), (run, wire.name)  # each once
+        for p in (1, 2):
+            keep = (p, None)
+            mine = [u for u in got if project_of[u] in keep]
+            assert mine == [u for u in expected[c] if project_of[u] in keep], (run, wire.name)

@@ -824,3 +824,55 @@ async def test_previews_and_edits_are_rate_limited_and_edit_history_is_bounded(
         await c.close()
     finally:
         server.stop()
+
+
+def _acked(txn_id: str) -> Callable[[Frame], bool]:
+    return lambda f: f.get("type") == "ack" and f.get("client_txn_id") == txn_id
+
+
+async def test_a_reader_whose_socket_fills_mid_stream_gets_every_seq_once_in_order(
+    tmp_path: Any,
+) -> None:
+    # The reader stops reading while messages (and another person's typing) stream: its socket
+    # fills in the middle of a fan-out pass, the rest waits in its transport and outbox. When it
+    # reads again it gets every seq once and in order, and the writer, subscribed too, has each
+    # message's event before its ack.
+    server = ServerProcess(
+        tmp_path / "d", env={"ROOM_OUTBOX_FRAMES": "100000", "ROOM_WS_STALL_SECS": "300"}
+    ).start()
+    try:
+        s = server.login()
+        project = demo_project(server, s.cookie)
+        pause_demo_lead(server, s, project)
+        b = server.invite(s, project, "li", "小李")
+        reader = await subscribed(server, s.cookie, project)
+        reader.ws.transport.pause_reading()
+        writer = await subscribed(server, s.cookie, project)
+        typist = await subscribed(server, b.cookie, project)
+        body = "满" * 3000  # ~9 KB of UTF-8: 200 of them are far more than the socket buffers
+        with anyio.fail_after(60):
+            for i in range(200):
+                if i % 40 == 0:
+                    await typist.send({"type": "typing", "project_id": project})
+                txn_id = txn()
+                await writer.send(
+                    {"type": "send", "project_id": project, "client_txn_id": txn_id, "body": body}
+                )
+                await writer.wait_for(_acked(txn_id))
+            reader.ws.transport.resume_reading()
+            while len(reader.messages()) < 200:
+                await reader.recv()
+        seqs = [f["seq"] for f in reader.messages()]
+        assert seqs == list(range(seqs[0], seqs[0] + 200))
+        assert reader.ws.close_code is None
+        order = [
+            ("event", f["seq"]) if f["type"] == "message" else ("ack", f["seq"])
+            for f in writer.frames
+            if f["type"] == "message" or f["type"] == "ack"
+        ]
+        events = [seq for kind, seq in order if kind == "event"]
+        assert events == seqs
+        for seq in seqs:
+            assert order.index(("event", seq)) < order.index(("ack", seq))
+    finally:
+        server.stop()

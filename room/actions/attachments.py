@@ -97,7 +97,10 @@ async def upload(
     if slots is None:
         slots = core.upload_slots = asyncio.Semaphore(settings.attachment_concurrent_uploads)
     try:
-        await asyncio.wait_for(slots.acquire(), settings.attachment_wait_secs)
+        # Not wait_for: on 3.11 it swallows a cancellation that lands as the slot is handed
+        # over (the cancelled upload went on and was stored).
+        async with asyncio.timeout(settings.attachment_wait_secs):
+            await slots.acquire()
     except TimeoutError:
         raise BusyError(
             "服务器正在接收其他上传，请稍后再试 (the server is receiving as many uploads as it "
