@@ -256,8 +256,10 @@ def test_message_info_shows_versions_and_deliveries(owner: Person, room_server: 
     draft = page.locator("#draft")
     draft.fill("@lead 请检查发布脚本")
     draft.press("Enter")
-    expect(page.locator(".msg.mine", has_text="请检查发布脚本")).to_have_count(1)
-    mine_id = page.locator(".msg.mine", has_text="请检查发布脚本").get_attribute("data-id")
+    # Its id once the server has acknowledged it (until then it is the pending "p:…" entry).
+    acked = page.locator('.msg.mine:not([data-id^="p:"])', has_text="请检查发布脚本")
+    expect(acked).to_have_count(1)
+    mine_id = acked.get_attribute("data-id")
     mine = page.locator(f'.msg[data-id="{mine_id}"]')  # its text changes while it is edited
     # The echo lead answers: its delivery is consumed.
     expect(page.locator(".msg", has_text="builtin/echo")).to_have_count(1, timeout=15000)
