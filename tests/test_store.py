@@ -335,7 +335,8 @@ def test_a_sends_rows_build_no_temporary_table_and_bad_values_are_still_refused(
     # for every row written; migration 0019 writes the same constraints as ORs.
     path = tmp_path / "room.sqlite"
     conn = connect(path)
-    for version, migration in enumerate(schema_mod.MIGRATIONS[:18], start=1):
+    before = [m.name for m in schema_mod.MIGRATIONS].index("0019_send_rows")
+    for version, migration in enumerate(schema_mod.MIGRATIONS[:before], start=1):
         conn.executescript(migration.sql)
         conn.execute(f"PRAGMA user_version = {version}")
     conn.executescript(
