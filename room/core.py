@@ -249,9 +249,8 @@ class Core:
     upload_reserved: dict[int, int] = field(default_factory=dict)
     uploads: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20))  # per member
     upload_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
-    upload_slots: asyncio.Semaphore | None = (
-        None  # attachment_concurrent_uploads, made at first use
-    )
+    # How many uploads may be received at once (attachment_concurrent_uploads), made at first use.
+    upload_slots: asyncio.Semaphore | None = None
     # Presence (room.actions.presence): the map each project's subscribers were last told, the
     # projects with an announcement due, and those whose announcer runs.
     presence_told: dict[int, dict[str, str]] = field(default_factory=dict)

@@ -279,21 +279,26 @@ def test_replay_frames_built_by_sqlite_equal_event_frame(tmp_path: Path) -> None
     assert [json.loads(f)["message"]["body"] for _, f in replayed] == bodies
 
 
-def test_the_ledger_refuses_moves_out_of_final_states(tmp_path: Path) -> None:
-    path = tmp_path / "room.sqlite"
-    conn = connect(path)
-    migrate(conn, path, now=time.time())
+def _one_cancelled_delivery(conn: sqlite3.Connection, kind: str) -> None:
+    """A project, its lead, one message of ``kind`` and its delivery, cancelled."""
     conn.executescript(
-        """
+        f"""
         INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0);
         INSERT INTO members (project_id, kind, role, handle, display_name, created_at)
             VALUES (1, 'agent', 'lead', 'a', 'a', 0);
         INSERT INTO messages (id, project_id, seq, kind, body, frame, created_at)
-            VALUES (1, 1, 1, 'chat', 'x', '{}', 0);
+            VALUES (1, 1, 1, '{kind}', 'x', '{{}}', 0);
         INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,
             updated_at) VALUES (1, 1, 1, 'cancelled', 0, 0);
         """
     )
+
+
+def test_the_ledger_refuses_moves_out_of_final_states(tmp_path: Path) -> None:
+    path = tmp_path / "room.sqlite"
+    conn = connect(path)
+    migrate(conn, path, now=time.time())
+    _one_cancelled_delivery(conn, "chat")
     assert deliveries_store.set_state(conn, [1], "consumed", 1.0) == []
     assert deliveries_store.set_state(conn, [1], "pending", 1.0) == []
     assert conn.execute("SELECT state FROM deliveries").fetchone()[0] == "cancelled"
@@ -339,17 +344,7 @@ def test_a_sends_rows_build_no_temporary_table_and_bad_values_are_still_refused(
     for version, migration in enumerate(schema_mod.MIGRATIONS[:before], start=1):
         conn.executescript(migration.sql)
         conn.execute(f"PRAGMA user_version = {version}")
-    conn.executescript(
-        """
-        INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0);
-        INSERT INTO members (project_id, kind, role, handle, display_name, created_at)
-            VALUES (1, 'agent', 'lead', 'a', 'a', 0);
-        INSERT INTO messages (id, project_id, seq, kind, body, frame, created_at)
-            VALUES (1, 1, 1, 'tool', 'x', '{}', 0);
-        INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,
-            updated_at) VALUES (1, 1, 1, 'cancelled', 0, 0);
-        """
-    )
+    _one_cancelled_delivery(conn, "tool")
     conn.commit()
     migrate(conn, path, now=time.time())
     conn.close()
