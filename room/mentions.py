@@ -597,9 +597,10 @@ def _match_plain(
 
 
 def _word_end(text: str, s: int, limit: int, longest: int) -> int:
-    """End of the word after an at-sign (for the unknown-name check), or -1 if it is too long."""
+    """End of the word after an at-sign (for the unknown-name check), or -1 if it is too long.
+    The word stops at a later at-sign: it never swallows the mention that follows (SPEC §5)."""
     q = s
-    while q < limit and not _is_boundary(text, q):
+    while q < limit and not _is_boundary(text, q) and (q == s or text[q] not in "@＠"):
         q += 1
         if q - s > longest:
             return -1

@@ -438,11 +438,12 @@ function matchPlain(text, s, limit, roster) {
   return [null, unbounded];
 }
 
-/** End of the word after an at-sign (for the unknown-name check) and its length in code points. */
+/** End of the word after an at-sign (for the unknown-name check) and its length in code points;
+ * the word stops at a later at-sign (SPEC §5). */
 function wordEnd(text, s, limit, longest) {
   let q = s;
   let count = 0;
-  while (q < limit && !isBoundary(text, q)) {
+  while (q < limit && !isBoundary(text, q) && (q === s || (text[q] !== "@" && text[q] !== "＠"))) {
     q = Math.min(limit, q + (text.codePointAt(q) > 0xffff ? 2 : 1));
     count += 1;
     if (count > longest) return [-1, count];
