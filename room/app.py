@@ -46,6 +46,7 @@ from room.auth import credential_rechecks
 from room.boot import BootTrace, write_report
 from room.core import Core, RateLimiter, RosterCache
 from room.errors import RoomError
+from room.git import Git
 from room.hub import Hub
 from room.models import User
 from room.protocol import CLIENT_FRAME_TYPES
@@ -220,6 +221,7 @@ def create_app(
         # inside it is bound again, writable, by the sandbox itself.
         found = await asyncio.to_thread(sandbox_probe)
         sandbox = found.configured(hidden=[settings.data.resolve()])
+        core.git = Git(sandbox.git_jail())
         trace.phase("sandbox", isolated=sandbox.info.isolated, reason=sandbox.info.reason)
         scheduler = Scheduler(
             core,

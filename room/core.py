@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from room.effects import FollowUp
+from room.git import Git
 from room.hub import Hub
 from room.mentions import Roster, RosterMember, Tombstone
 from room.models import Member
@@ -244,6 +245,9 @@ class Core:
     # and one lock per project serialising its git operations (worktrees, merges).
     workspaces: dict[int, dict[str, Any]] = field(default_factory=dict)
     git_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    # How the server runs git (room.git): in the sandbox's jail once start-up found bubblewrap,
+    # plainly where there is none (agents then cannot write into .git at all).
+    git: Git = field(default_factory=Git)
     # Attachment uploads under way (room.actions.attachments): the bytes each project's have
     # reserved of its quota, and one lock per project over checking and taking that room.
     upload_reserved: dict[int, int] = field(default_factory=dict)

@@ -261,6 +261,7 @@ def _layout(
     hidden: Sequence[Path],
     etc_copies: _EtcCopies | None,
     protected: Sequence[Path] = (),
+    setenv: Mapping[str, str] | None = None,
 ) -> list[str]:
     """:func:`bwrap_argv`; with ``etc_copies`` the regular files of :data:`ETC_ENTRIES` are
     copied into the sandbox's (read-only) root from open descriptors instead of bind-mounted one
@@ -303,8 +304,28 @@ def _layout(
             argv += ["--bind", str(path), str(path)]
     for path in protected:  # read-only inside a writable folder (a repository's .git)
         argv += ["--ro-bind", str(path), str(path)]
+    for name, value in (setenv or {}).items():
+        argv += ["--setenv", name, value]
     argv += ["--remount-ro", "/", "--chdir", str(cwd or "/tmp"), "--", *command]
     return argv
+
+
+@dataclass(frozen=True, slots=True)
+class GitJail:
+    """The server's own git, isolated like an agent's command (:mod:`room.git`, layer 1): the
+    layout above with only the folders the operation names bound read-write — no data folder,
+    no other project, no home — no network, no capabilities, ``HOME`` and ``TMPDIR`` in the
+    private ``/tmp``. Not bounded by ``prlimit`` or a cgroup: git itself runs nothing a
+    repository names (:func:`room.git.check_repository` refuses such repositories first), and
+    each call has its timeout."""
+
+    bwrap: str
+
+    def wrap(self, argv: Sequence[str], *, cwd: Path, writable: Sequence[Path]) -> list[str]:
+        return _layout(
+            self.bwrap, argv, cwd=cwd, writable=writable, network=False, readable=(),
+            hidden=(), etc_copies=None, setenv={"HOME": "/tmp", "TMPDIR": "/tmp"},
+        )  # fmt: skip
 
 
 class _EtcCopies:
@@ -407,6 +428,10 @@ class Sandbox:
     def configured(self, *, readable: Sequence[Path] = (), hidden: Sequence[Path] = ()) -> Sandbox:
         """The same runner with other ``readable`` and ``hidden`` paths (no new probe)."""
         return Sandbox(self.info, readable=readable, hidden=hidden)
+
+    def git_jail(self) -> GitJail | None:
+        """Where bubblewrap works, the jail the server's own git runs in; None elsewhere."""
+        return GitJail(self.info.bwrap) if self.info.isolated and self.info.bwrap else None
 
     async def run(
         self,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ from room import worktrees
 from room.actions import tasks as task_actions
 from room.actions import workspaces as ws_actions
 from room.core import Core
-from room.errors import ConflictError, ForbiddenError, NotFoundError
+from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
 from room.evidence import verify_artifact
+from room.git import Git
 from room.models import Member, Project
 from room.store import Tx
 from room.store import attempts as attempts_store
@@ -55,11 +57,11 @@ class Prepared:
     reason: str | None = None
 
 
-def _worktree_of(row: AttemptRow, task_key: str, created: bool = False) -> worktrees.Worktree:
+def _worktree_of(row: AttemptRow, task_key: str, workspace: Path) -> worktrees.Worktree:
     return worktrees.Worktree(
         project_id=row.project_id, task_key=task_key, attempt=row.attempt,
         name=Path(row.path).name, branch=row.branch, path=Path(row.path), base=row.base,
-        fork_point=row.fork_point, created=created,
+        fork_point=row.fork_point, created=False, repository=workspace,
     )  # fmt: skip
 
 
@@ -91,8 +93,9 @@ async def prepare(core: Core, member: Member, task_ref: str | int) -> Prepared:
     try:
         async with ws_actions.git_lock(core, project.id):
             made = await asyncio.to_thread(
-                worktrees.create_attempt, workspace, root, project.id, slug, task.key, number
-            )
+                partial(worktrees.create_attempt, git=core.git),
+                workspace, root, project.id, slug, task.key, number,
+            )  # fmt: skip
     except (worktrees.WorktreeError, worktrees.BadRefNameError) as exc:
         return Prepared(owner_id=owner_id, reason_code=exc.code, reason=exc.message)
     return Prepared(worktree=made, owner_id=owner_id)
@@ -158,11 +161,12 @@ def _stat_wire(stat: worktrees.DiffStat) -> dict[str, Any]:
     }
 
 
-def _diff_stats(items: list[tuple[dict[str, Any], str]]) -> None:
-    for attempt, key in items:
+def _diff_stats(git: Git, items: list[tuple[dict[str, Any], str, Path]]) -> None:
+    for attempt, key, workspace in items:
         row = attempt["_row"]
         try:
-            attempt["diff_stat"] = _stat_wire(worktrees.diff_stat(_worktree_of(row, key)))
+            stat = worktrees.diff_stat(_worktree_of(row, key, workspace), git=git)
+            attempt["diff_stat"] = _stat_wire(stat)
         except (worktrees.WorktreeError, worktrees.GitFailedError) as exc:
             attempt["diff_stat"] = None
             attempt["diff_error"] = exc.code
@@ -170,20 +174,31 @@ def _diff_stats(items: list[tuple[dict[str, Any], str]]) -> None:
 
 async def add_diff_stats(core: Core, tasks: list[dict[str, Any]]) -> None:
     """Fill ``attempt.diff_stat`` of tasks whose attempt is not merged (in a worker thread)."""
-    rows = await core.db.read(
-        lambda conn: {
-            t["id"]: attempts_store.latest(conn, t["id"]) for t in tasks if t.get("attempt")
-        }
-    )
+
+    def read(conn: sqlite3.Connection) -> tuple[dict[int, AttemptRow | None], dict[int, Project]]:
+        rows = {t["id"]: attempts_store.latest(conn, t["id"]) for t in tasks if t.get("attempt")}
+        projects = {}
+        for row in rows.values():
+            if row is not None and row.project_id not in projects:
+                project = projects_store.get(conn, row.project_id)
+                if project is not None:
+                    projects[row.project_id] = project
+        return rows, projects
+
+    rows, projects = await core.db.read(read)
     items = []
     for task in tasks:
         row = rows.get(task["id"])
         if row is not None and row.state != "merged" and task["attempt"]:
+            try:
+                workspace = ws_actions.workspace_of(core.settings, projects[row.project_id])
+            except (KeyError, BadRequestError):
+                continue  # no project, or its workspace is refused: no stat to show
             task["attempt"]["_row"] = row
-            items.append((task["attempt"], task["key"]))
+            items.append((task["attempt"], task["key"], workspace))
     if items:
-        await asyncio.to_thread(_diff_stats, items)
-    for attempt, _ in items:
+        await asyncio.to_thread(_diff_stats, core.git, items)
+    for attempt, _, _ in items:
         attempt.pop("_row", None)
 
 
@@ -196,7 +211,12 @@ async def task_diff(core: Core, member: Member, task_ref: str) -> dict[str, Any]
     if row is None:
         raise NotFoundError("这个任务没有工作树 (This task has no worktree attempt.)",
                             code="no_attempt", task=task.key)  # fmt: skip
-    found = await asyncio.to_thread(worktrees.diff, _worktree_of(row, task.key))
+    project = await core.db.read(lambda conn: projects_store.get(conn, member.project_id))
+    if project is None:
+        raise NotFoundError("no such project", code="no_project")
+    workspace = ws_actions.workspace_of(core.settings, project)
+    worktree = _worktree_of(row, task.key, workspace)
+    found = await asyncio.to_thread(partial(worktrees.diff, git=core.git), worktree)
     return {"task": task.key, "attempt": row.attempt, "branch": row.branch,
             "text": found.text, "truncated": found.truncated}  # fmt: skip
 
@@ -247,6 +267,7 @@ def _on_disk(core: Core, project: Project) -> tuple[worktrees.Attempt, ...]:
             ws_actions.worktrees_root(core.settings),
             project.id,
             project.name,
+            git=core.git,
         )
     except worktrees.GitFailedError:
         return ()
@@ -317,10 +338,11 @@ async def merge_task(core: Core, member: Member, task_ref: str, mode: str) -> di
     title = f"{task.key}: {task.title}"[:200]
 
     def run() -> tuple[worktrees.CommitResult, worktrees.MergeResult]:
-        committed = worktrees.commit_all(_worktree_of(row, task.key), title, name, email)
+        worktree = _worktree_of(row, task.key, workspace)
+        committed = worktrees.commit_all(worktree, title, name, email, git=core.git)
         merged = worktrees.merge(
             workspace, row.branch, mode,  # type: ignore[arg-type]
-            f"Merge {row.branch}: {title}", base=row.base,
+            f"Merge {row.branch}: {title}", base=row.base, git=core.git,
         )  # fmt: skip
         return committed, merged
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from room import worktrees
 from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
+from room.git import Git
 from room.models import Member, Project
 from room.settings import Settings
 from room.store import Tx
@@ -225,7 +226,7 @@ async def checked_workspace(
 # -- the wire object ----------------------------------------------------------------------------
 
 
-def _inspect(settings: Settings, project: Project) -> dict[str, Any]:
+def _inspect(settings: Settings, git: Git, project: Project) -> dict[str, Any]:
     try:
         path = workspace_of(settings, project)
     except BadRequestError as exc:
@@ -234,7 +235,7 @@ def _inspect(settings: Settings, project: Project) -> dict[str, Any]:
     if not project.workspace:
         path.mkdir(parents=True, exist_ok=True)  # the default is made on first use
     try:
-        info = worktrees.inspect(path)
+        info = worktrees.inspect(path, git=git)
     except worktrees.GitFailedError as exc:
         return {"path": str(path), "default": not project.workspace, "git": False,
                 "mode": "serial", "reason": exc.message, "reason_code": "git_failed",
@@ -258,7 +259,7 @@ async def workspace_info(core: Core, project: Project) -> dict[str, Any]:
         project.workspace or default_workspace(core.settings, project.id)
     ):
         return cached
-    info = await asyncio.to_thread(_inspect, core.settings, project)
+    info = await asyncio.to_thread(_inspect, core.settings, core.git, project)
     core.workspaces[project.id] = info
     return info
 

@@ -96,7 +96,10 @@ class RepoInfo:
 
 @dataclass(frozen=True, slots=True)
 class Worktree:
-    """One attempt's worktree. ``fork_point`` is where its branch left the base."""
+    """One attempt's worktree. ``fork_point`` is where its branch left the base; ``repository``
+    is the project's workspace, whose ``.git`` holds the worktree's objects and refs (the server
+    knows it from its own records: git's isolation binds it, never a path the worktree's own
+    ``.git`` file names)."""
 
     project_id: int
     task_key: str
@@ -107,6 +110,7 @@ class Worktree:
     base: str
     fork_point: str
     created: bool
+    repository: Path
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from room.git import GitFailedError, GitRun, UnsafeRepositoryError, printable, run_git
+from room.git import Git, GitFailedError, GitRun, UnsafeRepositoryError, printable
 from room.worktrees._model import (
     GIT_CHECKOUT_TIMEOUT_SECS,
     MAX_LISTED_PATHS,
@@ -28,34 +30,46 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- git helpers
 
 
-def git(cwd: Path, *args: str, **kwargs: Any) -> GitRun:
-    return run_git(cwd, *args, **kwargs)
+@dataclass(frozen=True, slots=True)
+class At:
+    """Where git runs: the folder, and the other folders the operation may write (a worktree's
+    repository, a new worktree's folder, a temporary index) — all the isolation binds."""
+
+    git: Git
+    cwd: Path
+    writable: Sequence[Path] = ()
+
+    def __call__(self, *args: str, **kwargs: Any) -> GitRun:
+        return self.git.run(self.cwd, *args, writable=self.writable, **kwargs)
+
+    def also(self, *paths: Path) -> At:
+        return At(self.git, self.cwd, (*self.writable, *paths))
 
 
-def rev(cwd: Path, rev: str) -> str | None:
-    run = git(cwd, "rev-parse", "-q", "--verify", "--end-of-options", rev, check=False)
+def rev(at: At, rev: str) -> str | None:
+    run = at("rev-parse", "-q", "--verify", "--end-of-options", rev, check=False)
     return run.stdout.strip() if run.returncode == 0 else None
 
 
-def oneline(cwd: Path, rev: str) -> str:
-    return git(cwd, "log", "-1", "--oneline", "--no-decorate", rev, "--").stdout.strip()
+def oneline(at: At, rev: str) -> str:
+    return at("log", "-1", "--oneline", "--no-decorate", rev, "--").stdout.strip()
 
 
-def current_branch(cwd: Path) -> str | None:
-    run = git(cwd, "symbolic-ref", "-q", "HEAD", check=False)
+def current_branch(at: At) -> str | None:
+    run = at("symbolic-ref", "-q", "HEAD", check=False)
     ref = run.stdout.strip()
     return ref.removeprefix("refs/heads/") if run.returncode == 0 and ref else None
 
 
-def is_ancestor(cwd: Path, older: str, newer: str) -> bool:
-    run = git(cwd, "merge-base", "--is-ancestor", older, newer, check=False)
+def is_ancestor(at: At, older: str, newer: str) -> bool:
+    run = at("merge-base", "--is-ancestor", older, newer, check=False)
     if run.returncode not in (0, 1):
         raise GitFailedError(("merge-base", "--is-ancestor"), run.returncode, run.stderr)
     return run.returncode == 0
 
 
-def status_paths(cwd: Path, untracked: str) -> list[str]:
-    out = git(cwd, "status", "--porcelain=v1", "-z", f"--untracked-files={untracked}").stdout
+def status_paths(at: At, untracked: str) -> list[str]:
+    out = at("status", "--porcelain=v1", "-z", f"--untracked-files={untracked}").stdout
     paths: list[str] = []
     fields = iter(out.split("\0"))
     for field in fields:
@@ -68,7 +82,20 @@ def status_paths(cwd: Path, untracked: str) -> list[str]:
 
 
 def _within(path: Path, folder: Path) -> bool:
+    """Is ``path`` ``folder`` or inside it? Compared after normalising ``..`` away: a path read
+    from git's output (a worktree registered by whoever could write the repository) may say
+    ``<folder>/../..``."""
+    path = Path(os.path.normpath(path))
     return path == folder or folder in path.parents
+
+
+def _enclosing_repository(folder: Path) -> Path | None:
+    """The nearest folder above ``folder`` with a ``.git`` entry, looked up without git (the
+    isolated git does not see the folders above the workspace)."""
+    for parent in folder.resolve().parents:
+        if os.path.lexists(parent / ".git"):
+            return parent
+    return None
 
 
 # ---------------------------------------------------------------- inspect
@@ -89,19 +116,26 @@ def _serial(workspace: Path, code: str, detail: str | None = None, **known: Any)
     return RepoInfo(workspace=workspace, mode="serial", reason_code=code, reason=reason, **fields)
 
 
-def inspect(workspace: Path, base: str | None = None) -> RepoInfo:
+def inspect(workspace: Path, base: str | None = None, *, git: Git) -> RepoInfo:
     """Whether attempts of this workspace can have worktrees, and from which base.
 
     Never raises for an unusable workspace (that is ``mode="serial"``); a git that times out
-    or fails unexpectedly raises GitFailedError.
+    or fails unexpectedly raises GitFailedError. Asked again on every use, so a workspace that
+    became a repository after it was made (an agent's ``git init``) is checked like any other.
     """
     ws = Path(workspace)
     if not ws.is_dir():
         return _serial(ws, "no_workspace")
     if shutil.which("git") is None:
         return _serial(ws, "git_missing")
+    if not os.path.lexists(ws / ".git"):
+        above = _enclosing_repository(ws)
+        if above is None:
+            return _serial(ws, "not_a_repository")
+        return _serial(ws, "nested_repository", str(above))
+    at = At(git, ws)
     try:
-        top = git(ws, "rev-parse", "--show-toplevel", check=False)
+        top = at("rev-parse", "--show-toplevel", check=False)
     except UnsafeRepositoryError as exc:
         return _serial(ws, "unsafe_repository", ", ".join(exc.details["keys"][:5]))
     if top.returncode != 0:
@@ -111,21 +145,21 @@ def inspect(workspace: Path, base: str | None = None) -> RepoInfo:
     root = Path(top.stdout.strip()).resolve()
     if root != ws.resolve():
         return _serial(ws, "nested_repository", str(root))
-    branch = current_branch(ws)
+    branch = current_branch(at)
     known: dict[str, Any] = {"root": root, "branch": branch}
-    if rev(ws, "HEAD^{commit}") is None:
+    if rev(at, "HEAD^{commit}") is None:
         return _serial(ws, "no_commits", **known)
     if base is not None:
-        if rev(ws, f"refs/heads/{base}^{{commit}}") is None:
+        if rev(at, f"refs/heads/{base}^{{commit}}") is None:
             return _serial(ws, "no_base_branch", base, **known)
     elif branch is None:
         return _serial(ws, "detached_head", **known)
     base_name = base if base is not None else branch
     assert base_name is not None
-    head = rev(ws, f"refs/heads/{base_name}^{{commit}}")
+    head = rev(at, f"refs/heads/{base_name}^{{commit}}")
     if head is None:
         return _serial(ws, "no_base_branch", base_name, **known)
-    dirty = status_paths(ws, "normal")
+    dirty = status_paths(at, "normal")
     return RepoInfo(
         workspace=ws,
         mode="worktrees",
@@ -135,7 +169,7 @@ def inspect(workspace: Path, base: str | None = None) -> RepoInfo:
         branch=branch,
         base=base_name,
         head=head,
-        head_oneline=oneline(ws, head),
+        head_oneline=oneline(at, head),
         clean=not dirty,
         dirty_paths=tuple(dirty[:MAX_LISTED_PATHS]),
     )
@@ -153,8 +187,8 @@ class _Listed:
     locked: bool
 
 
-def _listed(workspace: Path) -> list[_Listed]:
-    out = git(workspace, "worktree", "list", "--porcelain", "-z").stdout
+def _listed(at: At) -> list[_Listed]:
+    out = at("worktree", "list", "--porcelain", "-z").stdout
     found: list[_Listed] = []
     record: dict[str, str] = {}
     for field in [*out.split("\0"), ""]:
@@ -164,12 +198,15 @@ def _listed(workspace: Path) -> list[_Listed]:
             continue
         if "worktree" in record:
             branch = record.get("branch")
+            path = Path(record["worktree"])
             found.append(
                 _Listed(
-                    path=Path(record["worktree"]),
+                    path=path,
                     head=record.get("HEAD"),
                     branch=branch.removeprefix("refs/heads/") if branch else None,
-                    missing="prunable" in record,
+                    # Looked at here: the isolated git sees no folder but its own, so it calls
+                    # every other worktree "prunable".
+                    missing=not path.is_dir(),
                     locked="locked" in record,
                 )
             )
@@ -177,9 +214,9 @@ def _listed(workspace: Path) -> list[_Listed]:
     return found
 
 
-def _registered_at(workspace: Path, path: Path) -> _Listed | None:
-    for entry in _listed(workspace):
-        if entry.path == path or (entry.path.exists() and entry.path.resolve() == path):
+def _registered_at(at: At, path: Path) -> _Listed | None:
+    for entry in _listed(at):
+        if entry.path == path:
             return entry
     return None
 
@@ -193,7 +230,7 @@ class _Wanted:
     base: str
 
 
-def _attempt_from(workspace: Path, entry: _Listed, wanted: _Wanted, created: bool) -> Worktree:
+def _attempt_from(at: At, entry: _Listed, wanted: _Wanted, created: bool) -> Worktree:
     if entry.missing:
         raise WorktreeError(
             "worktree_failed",
@@ -203,7 +240,7 @@ def _attempt_from(workspace: Path, entry: _Listed, wanted: _Wanted, created: boo
     if entry.branch is None:
         raise WorktreeError("branch_mismatch", f"{entry.path} 处于分离 HEAD (detached HEAD)")
     base = f"refs/heads/{wanted.base}"
-    fork = git(workspace, "merge-base", base, f"refs/heads/{entry.branch}")
+    fork = at("merge-base", base, f"refs/heads/{entry.branch}")
     return Worktree(
         project_id=wanted.project_id,
         task_key=wanted.task_key,
@@ -214,6 +251,7 @@ def _attempt_from(workspace: Path, entry: _Listed, wanted: _Wanted, created: boo
         base=wanted.base,
         fork_point=fork.stdout.strip(),
         created=created,
+        repository=at.cwd,
     )
 
 
@@ -225,6 +263,8 @@ def create_attempt(
     task_key: str,
     attempt: int,
     base: str | None = None,
+    *,
+    git: Git,
 ) -> Worktree:
     """The worktree of one attempt of a task, made from the base branch's tip if it is new.
 
@@ -233,16 +273,17 @@ def create_attempt(
     ``code`` is a serial reason of :func:`inspect` or ``worktree_failed`` (with git's words).
     """
     branch, name = attempt_names(project_id, project_slug, task_key, attempt)
-    ws = Path(workspace)
+    ws = Path(workspace).resolve()
     try:
-        info = inspect(ws, base)
+        info = inspect(ws, base, git=git)
     except GitFailedError as exc:
         raise WorktreeError("worktree_failed", exc.message, stderr=exc.stderr) from exc
     if info.mode == "serial":
         assert info.reason_code is not None
         raise WorktreeError(info.reason_code, info.reason)
     assert info.root is not None and info.base is not None and info.head is not None
-    if run_git(ws, "check-ref-format", f"refs/heads/{branch}", check=False).returncode != 0:
+    at = At(git, ws)
+    if at("check-ref-format", f"refs/heads/{branch}", check=False).returncode != 0:
         raise BadRefNameError("branch", branch, "git check-ref-format 拒绝 (refused by git)")
     path = Path(worktrees_root).resolve() / str(project_id) / name
     if _within(path, info.root) or _within(info.root, path):
@@ -251,35 +292,47 @@ def create_attempt(
         )
     wanted = _Wanted(project_id, task_key, attempt, name, info.base)
     try:
-        existing = _registered_at(ws, path)
+        existing = _registered_at(at, path)
         if existing is not None:
-            return _attempt_from(ws, existing, wanted, created=False)
-        if path.exists():
+            return _attempt_from(at, existing, wanted, created=False)
+        if os.path.lexists(path):
             raise WorktreeError(
                 "worktree_failed",
                 f"{path} 已存在但不是本仓库的工作树 (exists and is not a worktree of this "
                 "repository; it is left alone)",
             )
         path.parent.mkdir(parents=True, exist_ok=True)
-        if rev(ws, f"refs/heads/{branch}") is not None:
+        # Made empty here so that the isolated git can be given this folder and nothing around
+        # it (git adds a worktree into an empty folder).
+        path.mkdir()
+        if rev(at, f"refs/heads/{branch}") is not None:
             args = ["worktree", "add", "--quiet", str(path), branch]
         else:
             args = ["worktree", "add", "--quiet", "--no-track", "-b", branch, str(path), info.head]
-        run = git(ws, *args, check=False, timeout=GIT_CHECKOUT_TIMEOUT_SECS)
-        entry = _registered_at(ws, path)
+        run = at.also(path)(*args, check=False, timeout=GIT_CHECKOUT_TIMEOUT_SECS)
+        entry = _registered_at(at, path)
         if entry is None or entry.branch != branch:
+            if run.returncode != 0:
+                _remove_if_empty(path)
             reason = run.stderr.strip()[-500:] or f"git exited with {run.returncode}"
             raise WorktreeError("worktree_failed", reason, stderr=run.stderr[-2000:])
         log.info("worktree %s for project %s at %s", branch, project_id, path)
-        return _attempt_from(ws, entry, wanted, created=run.returncode == 0)
+        return _attempt_from(at, entry, wanted, created=run.returncode == 0)
     except GitFailedError as exc:
         raise WorktreeError("worktree_failed", exc.message, stderr=exc.stderr) from exc
     except OSError as exc:
         raise WorktreeError("worktree_failed", str(exc)) from exc
 
 
-def _dirty(path: Path) -> bool:
-    return bool(git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all").stdout)
+def _remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # not empty (git wrote something) or gone: left for a person to look at
+
+
+def _dirty(at: At) -> bool:
+    return bool(at("status", "--porcelain=v1", "-z", "--untracked-files=all").stdout)
 
 
 def list_attempts(
@@ -288,6 +341,8 @@ def list_attempts(
     project_id: int,
     project_slug: str | None = None,
     base: str | None = None,
+    *,
+    git: Git,
 ) -> tuple[Attempt, ...]:
     """Every kept worktree of the project (registered under ``worktrees_root/<project_id>``)
     and, when ``project_slug`` is given, every ``room/<slug>/…`` branch, worktree or not.
@@ -295,34 +350,37 @@ def list_attempts(
     Nothing is removed; a folder that is no repository has none. ``base`` defaults to the
     workspace's checked-out branch.
     """
-    ws = Path(workspace)
-    if not ws.is_dir() or git(ws, "rev-parse", "--show-toplevel", check=False).returncode != 0:
+    ws = Path(workspace).resolve()
+    if not ws.is_dir() or not os.path.lexists(ws / ".git"):
         return ()  # no repository, so no worktrees or branches
+    at = At(git, ws)
+    if at("rev-parse", "--show-toplevel", check=False).returncode != 0:
+        return ()
     folder = Path(worktrees_root).resolve() / str(project_id)
-    base_name = base if base is not None else current_branch(ws)
+    base_name = base if base is not None else current_branch(at)
     base_ref = f"refs/heads/{base_name}" if base_name is not None else None
-    if base_ref is not None and rev(ws, base_ref) is None:
+    if base_ref is not None and rev(at, base_ref) is None:
         base_ref = None
     found: dict[str, tuple[_Listed | None, str | None]] = {}
-    for entry in _listed(ws):
-        if _within(entry.path, folder) and entry.path != folder:
+    for entry in _listed(at):
+        if _within(entry.path, folder) and Path(os.path.normpath(entry.path)) != folder:
             found[entry.branch or str(entry.path)] = (entry, entry.branch)
     if project_slug is not None:
         prefix = f"refs/heads/room/{project_part(project_id, project_slug)}"
-        refs = git(ws, "for-each-ref", "--format=%(refname)", prefix).stdout.split("\n")
+        refs = at("for-each-ref", "--format=%(refname)", prefix).stdout.split("\n")
         for ref in filter(None, refs):
             branch = ref.removeprefix("refs/heads/")
             found.setdefault(branch, (None, branch))
-    return tuple(_row(ws, base_ref, *found[key]) for key in sorted(found))
+    return tuple(_row(at, folder, base_ref, *found[key]) for key in sorted(found))
 
 
 def _row(
-    workspace: Path, base_ref: str | None, entry: _Listed | None, branch: str | None
+    at: At, folder: Path, base_ref: str | None, entry: _Listed | None, branch: str | None
 ) -> Attempt:
-    tip = entry.head if entry is not None else rev(workspace, f"refs/heads/{branch}")
+    tip = entry.head if entry is not None else rev(at, f"refs/heads/{branch}")
     ahead = behind = None
     if base_ref is not None and tip:
-        counts = git(workspace, "rev-list", "--left-right", "--count", f"{base_ref}...{tip}")
+        counts = at("rev-list", "--left-right", "--count", f"{base_ref}...{tip}")
         behind, ahead = (int(n) for n in counts.stdout.split())
     if entry is None:
         return Attempt(
@@ -337,7 +395,10 @@ def _row(
             missing=False,
             locked=False,
         )
-    missing = entry.missing or not entry.path.is_dir()
+    # Only a real folder inside the project's own worktrees folder is looked into (its path
+    # came from the repository, which its writers control).
+    real = entry.path.resolve() if entry.path.is_dir() else None
+    missing = entry.missing or real is None or not _within(real, folder)
     return Attempt(
         name=entry.path.name,
         branch=branch,
@@ -346,7 +407,7 @@ def _row(
         ahead=ahead,
         behind=behind,
         merged=None if ahead is None else ahead == 0,
-        dirty=None if missing else _dirty(entry.path),
+        dirty=None if real is None or missing else _dirty(At(at.git, real, (at.cwd,))),
         missing=missing,
         locked=entry.locked,
     )
