@@ -220,7 +220,9 @@ def create_app(
         # hashes, other projects' default workspaces) is hidden from every command; a workspace
         # inside it is bound again, writable, by the sandbox itself.
         found = await asyncio.to_thread(sandbox_probe)
-        sandbox = found.configured(hidden=[settings.data.resolve()])
+        sandbox = found.configured(
+            hidden=[settings.data.resolve()], tmp_bytes=settings.sandbox_tmp_bytes
+        )
         core.git = Git(sandbox.git_jail())
         trace.phase("sandbox", isolated=sandbox.info.isolated, reason=sandbox.info.reason)
         scheduler = Scheduler(

@@ -58,6 +58,8 @@ CPU_SECS = 60  # RLIMIT_CPU of each process: SIGXCPU when spent
 MEMORY_BYTES = 2 * 1024**3  # RLIMIT_AS of each process
 PROCESSES = 256  # pids.max of the command's cgroup (RLIMIT_NPROC without one)
 FILE_BYTES = 1024**3  # RLIMIT_FSIZE: the largest file a command may write
+TMP_BYTES = 256 * 1024**2  # the size of each of the sandbox's RAM-backed /tmp and /dev/shm
+SANDBOX_UID = 65534  # who a command is inside the sandbox when the server runs as root (nobody)
 OUTPUT_BYTES = 64 * 1024  # combined stdout+stderr kept: half head, half tail
 TAIL_BYTES = 2 * 1024  # the short tail kept for evidence records
 KILL_GRACE_SECS = 0.5  # between SIGTERM and SIGKILL
@@ -262,12 +264,24 @@ def _layout(
     etc_copies: _EtcCopies | None,
     protected: Sequence[Path] = (),
     setenv: Mapping[str, str] | None = None,
+    tmp_bytes: int = TMP_BYTES,
+    uid: int | None = None,
 ) -> list[str]:
     """:func:`bwrap_argv`; with ``etc_copies`` the regular files of :data:`ETC_ENTRIES` are
     copied into the sandbox's (read-only) root from open descriptors instead of bind-mounted one
     by one: each mount costs bwrap a few hundred microseconds, a copy of a small file almost
-    nothing. The sandbox sees the same entries, as they were when the command started."""
+    nothing. The sandbox sees the same entries, as they were when the command started.
+
+    The only writable places are the bound folders and two RAM-backed scratch folders, ``/tmp``
+    and ``/dev/shm``, each capped at ``tmp_bytes`` (a write past the cap fails with "No space
+    left on device"); ``/dev`` itself is read-only. A bound folder under ``/tmp`` needs its
+    parents made in the scratch ``/tmp``: they get a read-only folder of their own, so a write
+    next to the workspace fails instead of landing in a scratch copy that vanishes (the model
+    would believe it landed). With ``uid`` the command runs as that user (and its group) in a
+    user namespace of its own."""
     argv = [bwrap, "--unshare-all", *(["--share-net"] if network else [])]
+    if uid is not None:
+        argv += ["--unshare-user", "--uid", str(uid), "--gid", str(uid)]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
     for name in _USR_LINKS:
         link = Path("/") / name
@@ -288,8 +302,13 @@ def _layout(
     ro_roots = [p for p in (_python_prefix(), *readable) if p is not None]
     for root in ro_roots:
         argv += ["--ro-bind", str(root), str(root)]
-    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    size = ["--size", str(tmp_bytes)]
+    argv += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += ["--proc", "/proc", *size, "--tmpfs", "/tmp"]
     rw = sorted({*([cwd] if cwd else []), *writable}, key=lambda p: len(p.parts))
+    scratch = _scratch_parents([*ro_roots, *rw])
+    for path in scratch:
+        argv += ["--tmpfs", str(path)]
     for path in rw:
         argv += ["--bind", str(path), str(path)]
     bound = [Path("/usr"), *ro_roots, *rw]
@@ -304,10 +323,24 @@ def _layout(
             argv += ["--bind", str(path), str(path)]
     for path in protected:  # read-only inside a writable folder (a repository's .git)
         argv += ["--ro-bind", str(path), str(path)]
+    for path in scratch:
+        argv += ["--remount-ro", str(path)]
     for name, value in (setenv or {}).items():
         argv += ["--setenv", name, value]
     argv += ["--remount-ro", "/", "--chdir", str(cwd or "/tmp"), "--", *command]
     return argv
+
+
+_TMP = Path("/tmp")
+
+
+def _scratch_parents(bound: Sequence[Path]) -> list[Path]:
+    """The folders right under ``/tmp`` that hold a bound folder without being one: each gets a
+    read-only tmpfs (see :func:`_layout`)."""
+    tops = {
+        _TMP / p.relative_to(_TMP).parts[0] for p in bound if p.is_relative_to(_TMP) and p != _TMP
+    }
+    return sorted(top for top in tops if top not in bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,15 +452,31 @@ class Sandbox:
     are covered wherever a bound folder would show them."""
 
     def __init__(
-        self, info: SandboxInfo, *, readable: Sequence[Path] = (), hidden: Sequence[Path] = ()
+        self,
+        info: SandboxInfo,
+        *,
+        readable: Sequence[Path] = (),
+        hidden: Sequence[Path] = (),
+        tmp_bytes: int = TMP_BYTES,
     ) -> None:
         self.info = info
         self.readable = tuple(Path(p).resolve() for p in readable)
         self.hidden = tuple(Path(p).resolve() for p in hidden)
+        self.tmp_bytes = tmp_bytes
+        # A server running as root runs commands as nobody: in the user namespace the command
+        # owns what the server owns (so it can write its workspace), and is root nowhere.
+        self.uid = SANDBOX_UID if os.geteuid() == 0 else None
 
-    def configured(self, *, readable: Sequence[Path] = (), hidden: Sequence[Path] = ()) -> Sandbox:
-        """The same runner with other ``readable`` and ``hidden`` paths (no new probe)."""
-        return Sandbox(self.info, readable=readable, hidden=hidden)
+    def configured(
+        self,
+        *,
+        readable: Sequence[Path] = (),
+        hidden: Sequence[Path] = (),
+        tmp_bytes: int = TMP_BYTES,
+    ) -> Sandbox:
+        """The same runner with other ``readable`` and ``hidden`` paths and scratch size (no
+        new probe)."""
+        return Sandbox(self.info, readable=readable, hidden=hidden, tmp_bytes=tmp_bytes)
 
     def git_jail(self) -> GitJail | None:
         """Where bubblewrap works, the jail the server's own git runs in; None elsewhere."""
@@ -491,6 +540,8 @@ class Sandbox:
                     hidden=self.hidden,
                     etc_copies=copies,
                     protected=protected,
+                    tmp_bytes=self.tmp_bytes,
+                    uid=self.uid,
                 )
             else:
                 scratch = tempfile.mkdtemp(prefix="room-command-")

@@ -211,6 +211,13 @@ class Settings(BaseModel):
         description="Default total seconds an agent's commands may run in one turn; past it the "
         "loop brake stops the turn (per project).",
     )
+    sandbox_tmp_bytes: int = Field(
+        default=256 * 1024**2,
+        ge=1024**2,
+        le=64 * 1024**3,
+        description="Size of each of the RAM-backed scratch folders (`/tmp`, `/dev/shm`) of an "
+        "agent's command; a write past it fails with \"No space left on device\".",
+    )
     allow_unsandboxed_commands: bool = Field(
         default=False,
         description="Let a project's owner run agents' commands without a sandbox where this "

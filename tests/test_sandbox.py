@@ -99,7 +99,7 @@ async def test_writes_only_inside_the_working_folder(sandbox: Sandbox, ws: Path)
 
 @needs_bwrap
 async def test_parent_folder_is_read_only_outside_tmp(sandbox: Sandbox) -> None:
-    # under /tmp the parent would be the sandbox's private /tmp; a real workspace is elsewhere
+    # (under /tmp: test_writes_next_to_a_workspace_under_tmp_fail_where_the_model_sees_it)
     base = Path(tempfile.mkdtemp(prefix="room-sandbox-test-", dir="/var/tmp"))
     try:
         (base / "ws").mkdir()
@@ -109,6 +109,60 @@ async def test_parent_folder_is_read_only_outside_tmp(sandbox: Sandbox) -> None:
         assert not (base / "outside.txt").exists()
     finally:
         shutil.rmtree(base)
+
+
+@needs_bwrap
+async def test_writes_next_to_a_workspace_under_tmp_fail_where_the_model_sees_it(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A workspace under /tmp has its parents made in the sandbox's private /tmp: a write there
+    used to "succeed" (exit 0) into a copy that vanished with the command."""
+    assert tmp_path.is_relative_to("/tmp")
+    ws = tmp_path / "deep" / "ws"
+    ws.mkdir(parents=True)
+    done = await sandbox.run(
+        "echo no > ../sibling.txt; echo a=$?; mkdir ../../made; echo b=$?;"
+        " echo yes > /tmp/scratch.txt; echo c=$?; echo in > inside.txt; echo d=$?",
+        cwd=ws,
+        limits=QUICK,
+    )
+    codes = dict(
+        line.split("=") for line in done.output.splitlines() if line[:2] in ("a=", "b=", "c=", "d=")
+    )
+    assert codes == {"a": "2", "b": "1", "c": "0", "d": "0"}, done.output
+    assert done.output.count("Read-only file system") == 2, done.output
+    assert not (ws.parent / "sibling.txt").exists() and not (tmp_path / "made").exists()
+    assert (ws / "inside.txt").read_text() == "in\n"
+
+
+@needs_bwrap
+async def test_scratch_space_is_capped_and_dev_is_read_only(sandbox: Sandbox, ws: Path) -> None:
+    """/tmp and /dev/shm live in the host's memory: each is capped, and /dev cannot hold files."""
+    small = sandbox.configured(tmp_bytes=4 * 1024**2)
+    done = await small.run(
+        "head -c 3000000 /dev/zero > /tmp/a; echo a=$?;"
+        " head -c 3000000 /dev/zero > /tmp/b; echo b=$?;"
+        " head -c 6000000 /dev/zero > /dev/shm/c; echo c=$?;"
+        " echo x > /dev/made; echo d=$?; echo ok > /dev/null; echo e=$?",
+        cwd=ws,
+        limits=QUICK,
+    )
+    codes = dict(line.split("=") for line in done.output.splitlines() if "=" in line[:2])
+    assert codes == {"a": "0", "b": "1", "c": "1", "d": "2", "e": "0"}, done.output
+    assert done.output.count("No space left on device") == 2, done.output
+    assert "Read-only file system" in done.output
+
+
+@needs_bwrap
+async def test_a_command_is_nobody_when_the_server_is_root(sandbox: Sandbox, ws: Path) -> None:
+    done = await sandbox.run("id -u; id -g; echo x > mine.txt", cwd=ws, limits=QUICK)
+    expected = "65534" if os.geteuid() == 0 else str(os.geteuid())
+    assert done.output.split()[:2] == [
+        expected,
+        expected if os.geteuid() == 0 else str(os.getegid()),
+    ]
+    # what it writes in its workspace belongs to the server outside (it can be cleaned up)
+    assert (ws / "mine.txt").stat().st_uid == os.geteuid()
 
 
 @needs_bwrap
