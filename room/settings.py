@@ -211,12 +211,20 @@ class Settings(BaseModel):
         description="Default total seconds an agent's commands may run in one turn; past it the "
         "loop brake stops the turn (per project).",
     )
+    workspace_disk_mib: int = Field(
+        default=10 * 1024,
+        ge=1,
+        le=16 * 1024 * 1024,
+        description="Default disk budget, in MiB, of the folder an agent writes in (the "
+        "workspace, or its task attempt's worktree); past it writes are refused (per project: "
+        "`limits.workspace_disk_mib`).",
+    )
     sandbox_tmp_bytes: int = Field(
         default=256 * 1024**2,
         ge=1024**2,
         le=64 * 1024**3,
         description="Size of each of the RAM-backed scratch folders (`/tmp`, `/dev/shm`) of an "
-        "agent's command; a write past it fails with \"No space left on device\".",
+        'agent\'s command; a write past it fails with "No space left on device".',
     )
     allow_unsandboxed_commands: bool = Field(
         default=False,

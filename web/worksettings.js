@@ -1,5 +1,5 @@
 // What the project's agents may do (docs/agents.md "Project settings"): network for commands,
-// unsandboxed commands, read-only roles and the four work limits, shown to everyone from the
+// unsandboxed commands, read-only roles and the five work limits, shown to everyone from the
 // project object's `settings`; owners change them (`PATCH /api/projects/{id}/settings`, refusals
 // translated by code, the shown values are the answer's). And the worktrees the project's task
 // attempts keep (`GET /api/projects/{id}/worktrees`). Both live in the workspace dialog.
@@ -11,7 +11,7 @@ import { AGENT_ROLES } from "./models.js";
 import { isOwner, mayChange, member, upsertProject } from "./store.js";
 import { toast } from "./ui.js";
 
-export const WORK_LIMITS = ["tool_calls_per_turn", "command_timeout_secs", "command_output_bytes", "command_secs_per_turn"];
+export const WORK_LIMITS = ["tool_calls_per_turn", "command_timeout_secs", "command_output_bytes", "command_secs_per_turn", "workspace_disk_mib"];
 
 /** Whether this server runs commands in a sandbox, as the agents' member objects say
  * (`sandboxed`); null when no member says. */

@@ -46,6 +46,7 @@ class Limits:
     command_timeout_secs: float = 120.0
     command_output_bytes: int = 16 * 1024
     command_secs_per_turn: float = 600.0
+    workspace_disk_mib: int = 10 * 1024
 
 
 #: The keys of a project's ``limits`` setting (``PATCH /api/projects/{id}/settings``).
@@ -54,6 +55,7 @@ WORK_LIMITS = (
     "command_timeout_secs",
     "command_output_bytes",
     "command_secs_per_turn",
+    "workspace_disk_mib",
 )
 
 
@@ -86,6 +88,7 @@ def limits_of(defaults: Settings, values: Mapping[str, Any]) -> Limits:
         command_timeout_secs=float(work_limit("command_timeout_secs")),
         command_output_bytes=int(work_limit("command_output_bytes")),
         command_secs_per_turn=float(work_limit("command_secs_per_turn")),
+        workspace_disk_mib=int(work_limit("workspace_disk_mib")),
     )
 
 

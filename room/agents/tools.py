@@ -19,6 +19,7 @@ from room.actions.turns import Limits
 from room.agents.context import person_of, sender_label
 from room.agents.presets import MEMORY_WRITE_TOOLS, WRITE_TOOLS, preset_for
 from room.core import Core
+from room.diskuse import DiskMeter
 from room.errors import RoomError
 from room.models import Member
 from room.providers import ToolSpec
@@ -46,6 +47,7 @@ class WorkEnv:
 
     sandbox: Sandbox
     writers: WriterLocks = field(default_factory=WriterLocks)
+    disk: DiskMeter = field(default_factory=DiskMeter)
 
 
 @dataclass(slots=True)

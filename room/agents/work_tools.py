@@ -28,7 +28,7 @@ from room.actions.workspaces import WorkDir, work_dir
 from room.agents.tools import Tool, ToolContext, ToolReply
 from room.errors import RoomError
 from room.providers import ToolSpec
-from room.sandbox import CommandLimits
+from room.sandbox import FILE_BYTES, CommandLimits
 from room.store import projects as projects_store
 
 MAX_COMMAND_CHARS = 8000
@@ -55,6 +55,13 @@ class CommandTimeSpentError(RoomError):
 
     code = "command_time_spent"
     http_status = 429
+
+
+class DiskBudgetError(RoomError):
+    """The folder the member writes in has used the project's ``workspace_disk_mib``."""
+
+    code = "disk_budget_exceeded"
+    http_status = 507
 
 
 class NoWorkEnvError(RoomError):
@@ -155,11 +162,47 @@ async def _fs_search(ctx: ToolContext, args: dict[str, Any]) -> str:
     return _ok(result.to_dict())
 
 
+# -- the disk budget -----------------------------------------------------------------------------
+
+WATCH_SECS = 2.0  # how often a running command's folder is counted against the budget
+
+
+async def _budget(ctx: ToolContext) -> int:
+    limits = (
+        ctx.turn.limits if ctx.turn else await turn_actions.limits(ctx.core, ctx.member.project_id)
+    )
+    return limits.workspace_disk_mib * 1024 * 1024
+
+
+def _over(where: WorkDir, used: int, budget: int, adding: int = 0) -> DiskBudgetError:
+    mib = 1024 * 1024
+    return DiskBudgetError(
+        f"工作区已用 {used // mib} MiB，磁盘上限 {budget // mib} MiB；先删除不需要的文件（构建产物、"
+        f"缓存） (The folder you write in uses {used // mib} MiB of its {budget // mib} MiB disk "
+        "budget; delete what is not needed — build output, caches — before writing more.)",
+        used_bytes=used, budget_bytes=budget, adding_bytes=adding, mode=where.mode,
+    )  # fmt: skip
+
+
+async def _make_room(ctx: ToolContext, where: WorkDir, adding: int) -> None:
+    """Refuse a file-tool write that would take the folder past its disk budget."""
+    if ctx.work is None:
+        return
+    budget = await _budget(ctx)
+    used = await ctx.work.disk.used(where.path)
+    if used + adding > budget:
+        raise _over(where, used, budget, adding)
+
+
 async def _fs_write(ctx: ToolContext, args: dict[str, Any]) -> ToolReply:
     where = await work_dir(ctx.core, ctx.member)
     path, content = _text(args, "path"), _text(args, "content")
+    size = len(content.encode("utf-8", "surrogatepass"))
     async with _writing(ctx, where):
+        await _make_room(ctx, where, size)
         result = await asyncio.to_thread(files.write, where.path, path, content)
+    if ctx.work is not None:
+        ctx.work.disk.add(where.path, result.bytes_written)
     return ToolReply(
         _ok(result.to_dict()), {"file": {"path": result.path, "bytes": result.bytes_written}}
     )
@@ -170,6 +213,7 @@ async def _fs_edit(ctx: ToolContext, args: dict[str, Any]) -> ToolReply:
     path = _text(args, "path")
     hunks = args.get("hunks")
     async with _writing(ctx, where):
+        await _make_room(ctx, where, 0)
         if hunks is not None:
             result = await asyncio.to_thread(files.edit_patch, where.path, path, hunks)
         else:
@@ -221,19 +265,28 @@ async def _shell(ctx: ToolContext, args: dict[str, Any]) -> ToolReply:
     common = where.workspace / ".git"
     if where.mode == "worktree" and common.is_dir() and not common.is_symlink():
         protected.append(common)
+    budget = limits.workspace_disk_mib * 1024 * 1024
     async with _writing(ctx, where):
-        result = await sandbox.run(
-            command,
-            cwd=where.path,
-            protected=protected,
-            network=stored.get("network") is True,
-            limits=CommandLimits(
-                timeout_secs=min(limits.command_timeout_secs, remaining),
-                output_bytes=limits.command_output_bytes,
-            ),
-            cancel=ctx.turn.cancel if ctx.turn else None,
-            allow_unsandboxed=unsandboxed,
-        )
+        disk = ctx.work.disk
+        used = await disk.used(where.path, fresh=True)
+        # No one file past what is left (the rest of the budget is watched while it runs); a
+        # folder already over its budget still runs commands, to clean up, writing nothing.
+        file_cap = max(1, min(FILE_BYTES, budget - used))
+        async with _watched(ctx, where, budget) as (stop, overran):
+            result = await sandbox.run(
+                command,
+                cwd=where.path,
+                protected=protected,
+                network=stored.get("network") is True,
+                limits=CommandLimits(
+                    timeout_secs=min(limits.command_timeout_secs, remaining),
+                    output_bytes=limits.command_output_bytes,
+                    file_bytes=file_cap,
+                ),
+                cancel=stop,
+                allow_unsandboxed=unsandboxed,
+            )
+        used = await disk.used(where.path, fresh=True)
     if ctx.turn is not None:
         ctx.turn.command_secs += result.duration_secs
     record_id = await update_actions.record_command_result(
@@ -246,6 +299,7 @@ async def _shell(ctx: ToolContext, args: dict[str, Any]) -> ToolReply:
         output=result.output,
         whole=(result.output_bytes, result.output_sha256),
     )
+    killed = "disk_budget" if overran.is_set() else result.killed
     shown = {
         "command": command,
         "exit_code": result.exit_code,
@@ -253,11 +307,52 @@ async def _shell(ctx: ToolContext, args: dict[str, Any]) -> ToolReply:
         "output": result.output,
         "truncated": result.truncated_bytes > 0,
         "sandboxed": result.sandboxed,
-        "killed": result.killed,
+        "killed": killed,
         "command_result_id": record_id,
     }
-    data = {**shown, "truncated_bytes": result.truncated_bytes, "cwd_mode": where.mode}
+    data: dict[str, Any] = {
+        **shown,
+        "truncated_bytes": result.truncated_bytes,
+        "cwd_mode": where.mode,
+    }
+    if used >= budget or killed in ("disk_budget", "SIGXFSZ"):
+        over = _over(where, used, budget)
+        data["disk"] = {"used_bytes": used, "budget_bytes": budget, "message": over.message}
     return ToolReply(_ok(data), {"command": shown})
+
+
+@asynccontextmanager
+async def _watched(
+    ctx: ToolContext, where: WorkDir, budget: int
+) -> AsyncIterator[tuple[asyncio.Event, asyncio.Event]]:
+    """``(stop, overran)`` for a command: ``stop`` is set when the turn is stopped, or — then
+    ``overran`` too — when a count of the folder finds it past its disk budget."""
+    stop, overran = asyncio.Event(), asyncio.Event()
+    assert ctx.work is not None
+    disk = ctx.work.disk
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(WATCH_SECS)
+            if await disk.used(where.path, fresh=True) > budget:
+                overran.set()
+                stop.set()
+                return
+
+    async def relay() -> None:
+        assert ctx.turn is not None
+        await ctx.turn.cancel.wait()
+        stop.set()
+
+    tasks = [asyncio.ensure_future(watch())]
+    if ctx.turn is not None:
+        tasks.append(asyncio.ensure_future(relay()))
+    try:
+        yield stop, overran
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> ToolSpec:

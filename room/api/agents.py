@@ -302,6 +302,7 @@ class WorkLimitsIn(BaseModel):
     command_timeout_secs: StrictInt | StrictFloat | None = Field(default=None, gt=0, le=3600)
     command_output_bytes: StrictInt | None = Field(default=None, ge=256, le=1024 * 1024)
     command_secs_per_turn: StrictInt | StrictFloat | None = Field(default=None, gt=0, le=86_400)
+    workspace_disk_mib: StrictInt | None = Field(default=None, ge=1, le=16 * 1024 * 1024)
 
 
 class ProjectSettingsIn(BaseModel):
