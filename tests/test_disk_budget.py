@@ -47,6 +47,10 @@ def test_usage_counts_blocks_once_per_inode_and_never_follows_links(tmp_path: Pa
     assert disk_usage(tmp_path / "nowhere").bytes == 0
 
 
+# The scratch /tmp is in memory: capped (sandbox_tmp_bytes, 256 MiB by default).
+RAM = "head -c 300000000 /dev/zero > /tmp/big; echo rc=$?; wc -c < /tmp/big"
+
+
 def fill(rounds: int) -> str:
     return (
         f"for i in $(seq {rounds}); do head -c 700000 /dev/urandom > f$i.bin && echo f$i.bin; sleep 0.5; done;"
@@ -59,9 +63,17 @@ async def test_a_full_folder_stops_the_command_refuses_writes_and_can_be_cleaned
     room: Room,
     scripts: Scripts,  # noqa: F811 (the fixture imported above)
 ) -> None:
-    patch_settings(room, {"limits": {"workspace_disk_mib": 2}})
     folder = Path(room.get(f"/api/projects/{room.project}")["project"]["workspace"]["path"])
     agent(room, "be")
+    # With the default budget, the scratch /tmp's own cap is what stops a big write there.
+    scripts.push("be", calls(("ram", "shell", {"command": RAM})), openai_text("满了"))
+    room.say("@be 先把 /tmp 写满")
+    await eventually(lambda: agent_replies(room, "be"), timeout=60)
+    ram = scripts.told("be")["ram"]
+    assert "No space left on device" in ram["output"] and "rc=1" in ram["output"], ram
+    assert int(ram["output"].split()[-1]) <= 256 * MIB
+
+    patch_settings(room, {"limits": {"workspace_disk_mib": 2}})
     scripts.push(
         "be",
         calls(("fill", "shell", {"command": fill(12)})),
@@ -74,7 +86,7 @@ async def test_a_full_folder_stops_the_command_refuses_writes_and_can_be_cleaned
         openai_text("好了"),
     )
     room.say("@be 把工作区写满试试")
-    await eventually(lambda: agent_replies(room, "be"), timeout=60)
+    await eventually(lambda: len(agent_replies(room, "be")) >= 2, timeout=60)
     told: dict[str, Any] = {}
     for request in scripts.seen["be"]:
         told.update(results_in(request))
