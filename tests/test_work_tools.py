@@ -362,6 +362,7 @@ async def test_a_turn_past_its_tool_call_limit_is_braked_with_a_notice(room: Roo
         "command_timeout_secs": 120.0,
         "command_output_bytes": 16 * 1024,
         "command_secs_per_turn": 600.0,
+        "workspace_disk_mib": 10 * 1024,
     }
     room.llm.push(
         calls(("a", "fs_list", {}), ("b", "fs_glob", {"pattern": "*"})),

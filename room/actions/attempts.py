@@ -343,6 +343,8 @@ async def merge_task(core: Core, member: Member, task_ref: str, mode: str) -> di
         merged = worktrees.merge(
             workspace, row.branch, mode,  # type: ignore[arg-type]
             f"Merge {row.branch}: {title}", base=row.base, git=core.git,
+            author_name=f"{member.display_name} ({member.handle})",
+            author_email=f"{member.handle}@{NOREPLY_DOMAIN}",
         )  # fmt: skip
         return committed, merged
 
