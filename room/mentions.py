@@ -677,10 +677,11 @@ class _Resolver:
         for p in at_signs:
             before = text[p - 1] if p else " "
             starts = before in _BEFORE_AT
-            # An at-sign after an ASCII letter, digit, `/`, `.`… is silent whatever surrounds it
-            # (emails, URLs): skip the masking work. After other non-ASCII (`请@前端 看`) it is
-            # read, to say why it is not a mention.
-            if not starts and before.isascii():
+            # An at-sign after an ASCII letter, digit, `/`, `.`… or after another at-sign is
+            # silent whatever surrounds it (emails, URLs; `＠@lin` is read from its first
+            # at-sign): skip the masking work. After other non-ASCII (`请@前端 看`) it is read,
+            # to say why it is not a mention.
+            if not starts and (before.isascii() or before == "＠"):
                 continue
             line.move_to(p)
             i = bisect.bisect_right(line.starts, p)

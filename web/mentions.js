@@ -507,7 +507,7 @@ class Resolver {
       const starts = BEFORE_AT.has(before);
       // After an ASCII letter, digit, `/`, `.`… an at-sign is silent whatever surrounds it. After
       // other non-ASCII (`请@前端 看`) it is read, to say why it is not a mention.
-      if (!starts && isAscii(before)) continue;
+      if (!starts && (isAscii(before) || before === "＠")) continue; // SPEC §3: `＠@lin` is read from its first at-sign
       line.moveTo(p);
       const i = bisect(line.starts, p);
       if (i && p < line.regions[i - 1][1]) {
