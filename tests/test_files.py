@@ -440,9 +440,11 @@ def test_the_fast_ignore_check_agrees_with_pathspec(
     from dataclasses import replace
 
     from room.filewalk import Ignores, ignores_for
+    from room.fsroot import open_root
 
     (tmp_path / ".gitignore").write_text("\n".join(GITIGNORE) + "\n")
-    fast = ignores_for(tmp_path, ".")
+    with open_root(tmp_path.resolve()) as root:
+        fast = ignores_for(root, ".")
     assert fast.rules[0].anything is not None
     slow = Ignores(tuple(replace(r, anything=None) for r in fast.rules))
     path = "/".join(parts)
