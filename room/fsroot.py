@@ -25,9 +25,11 @@ guards only the last name. Here nothing is ever opened by an absolute name below
 
 The rules are those of :func:`room.evidence.resolve_inside` before this module (its tests pin
 them): a symlink is followed only while it stays inside; one leaving is ``outside_workspace``
-(even dangling); a file where a folder is needed is ``not_a_directory``. One rule is narrower:
-an absolute symlink target counts as inside only when it starts with the root's path (resolved,
-or as the caller gave it) — one reaching the root through some other alias is refused.
+(even dangling); a file where a folder is needed is ``not_a_directory``. Two rules are
+narrower, because the walk only trusts what it holds: an absolute symlink target counts as inside
+only when it starts with the root's path (resolved, or as the caller gave it) — one reaching the
+root through some other alias is refused; and a relative target whose ``..`` climbs above the
+root is refused even if it would come back in (``../ws/src`` from the root of ``ws``).
 
 Refusals go through the ``error`` the caller names (``(code, path, hint)`` → its own subclass of
 :class:`~room.errors.WorkspacePathError`), with codes from ``room.evidence.PATH_CODES``. Linux
