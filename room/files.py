@@ -37,7 +37,7 @@ import secrets
 import stat
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -89,6 +89,10 @@ FILE_CODES = {
 }
 
 EntryType = Literal["file", "dir", "symlink", "other"]
+
+Workspace = str | os.PathLike[str] | Root
+"""Where a file operation works: a workspace folder (opened, resolved, for the one operation),
+or a :class:`~room.fsroot.Root` the caller opened its own way (and closes)."""
 
 
 def _refuse(code: str, path: str, hint: str, **details: Any) -> FileToolError:
@@ -166,9 +170,7 @@ class EditResult(_Result):
 # -- reading --------------------------------------------------------------------------------------
 
 
-def list_dir(
-    root: str | os.PathLike[str], path: str = ".", depth: int = 1, limit: int = LIST_LIMIT
-) -> Listing:
+def list_dir(root: Workspace, path: str = ".", depth: int = 1, limit: int = LIST_LIMIT) -> Listing:
     """The entries of a folder, ``depth`` levels down, in name order, ``.git`` hidden; symlinks
     are listed as such and not entered."""
     _bounded("depth", depth, 1, MAX_LIST_DEPTH)
@@ -189,7 +191,9 @@ def list_dir(
     return Listing(relative, entries, truncated)
 
 
-def _workspace(root: str | os.PathLike[str]) -> Root:
+def _workspace(root: Workspace) -> AbstractContextManager[Root]:
+    if isinstance(root, Root):
+        return nullcontext(root)
     return open_workspace(root, error=_refuse)
 
 
@@ -222,7 +226,7 @@ def _entry(name: str, entry: os.DirEntry[str]) -> Entry:
     return Entry(name, "other", None)
 
 
-def glob(root: str | os.PathLike[str], pattern: str, limit: int = GLOB_LIMIT) -> GlobResult:
+def glob(root: Workspace, pattern: str, limit: int = GLOB_LIMIT) -> GlobResult:
     """Files whose workspace-relative path matches ``pattern`` (see :mod:`room.filewalk`), in
     path order; ``.git``, ignored files and symlinks left out."""
     _bounded("limit", limit, 1, None)
@@ -259,7 +263,7 @@ def _literal_prefix(pattern: str) -> str:
 
 
 def read(
-    root: str | os.PathLike[str],
+    root: Workspace,
     path: str,
     start_line: int | None = None,
     end_line: int | None = None,
@@ -347,7 +351,7 @@ def _decode(data: bytes, display: str) -> str:
 
 
 def search(
-    root: str | os.PathLike[str],
+    root: Workspace,
     pattern: str,
     path: str = ".",
     glob: str | None = None,
@@ -438,7 +442,7 @@ def _texts(
 
 
 def write(
-    root: str | os.PathLike[str], path: str, content: str, max_bytes: int = MAX_WRITE_BYTES
+    root: Workspace, path: str, content: str, max_bytes: int = MAX_WRITE_BYTES
 ) -> WriteResult:
     """Create or replace the regular file ``path`` with ``content`` (UTF-8), creating its
     folders inside the workspace; atomic. Refuses content over ``max_bytes`` before touching
@@ -454,7 +458,7 @@ def write(
 
 
 def edit(
-    root: str | os.PathLike[str], path: str, old: str, new: str, max_bytes: int = MAX_WRITE_BYTES
+    root: Workspace, path: str, old: str, new: str, max_bytes: int = MAX_WRITE_BYTES
 ) -> EditResult:
     """Replace the one occurrence of ``old`` in a UTF-8 text file with ``new``; atomic. Refused
     (``edit_no_match`` / ``edit_ambiguous``, ``details.count``) unless ``old`` occurs exactly
@@ -463,7 +467,7 @@ def edit(
 
 
 def edit_patch(
-    root: str | os.PathLike[str],
+    root: Workspace,
     path: str,
     hunks: Sequence[Mapping[str, Any]],
     max_bytes: int = MAX_WRITE_BYTES,
@@ -498,7 +502,7 @@ def edit_patch(
 
 
 def _edit(
-    root: str | os.PathLike[str],
+    root: Workspace,
     path: str,
     pairs: list[tuple[str, str]],
     max_bytes: int,

@@ -85,11 +85,14 @@ class Root:
     when opened (for showing and for absolute symlink targets), ``fd`` its descriptor: the one
     thing every walk starts from. Close it (or use it as a context manager)."""
 
-    __slots__ = ("_prefixes", "fd", "path")
+    __slots__ = ("_prefixes", "fd", "links", "path")
 
-    def __init__(self, fd: int, path: Path, aliases: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, fd: int, path: Path, aliases: Sequence[Path] = (), *, links: bool = True
+    ) -> None:
         self.fd = fd
         self.path = path
+        self.links = links  # False: any symlink below the root is refused, even one inside
         self._prefixes = tuple({path.parts, *(a.parts for a in aliases if a.is_absolute())})
 
     def close(self) -> None:
@@ -182,11 +185,13 @@ class Found:
         self.close()
 
 
-def open_root(path: Path, *, given: str | None = None) -> Root:
+def open_root(path: Path, *, given: str | None = None, links: bool = True) -> Root:
     """Open ``path`` (an absolute real path, as ``Path.resolve`` gives it) one component at a
     time from ``/`` without following any symlink, so a component swapped for a link after it
     was resolved is refused (``OSError``) instead of followed. ``given`` is how the caller
-    spelled the folder, accepted as a second prefix of absolute symlink targets."""
+    spelled the folder, accepted as a second prefix of absolute symlink targets. Without
+    ``links``, a path below the root may not go through any symlink (``outside_workspace``):
+    for a root that stands for one approved file, where a link can only lead elsewhere."""
     if not path.is_absolute():
         raise ValueError(f"open_root wants an absolute path, not {path}")
     fd = os.open("/", DIR_FLAGS)
@@ -200,7 +205,7 @@ def open_root(path: Path, *, given: str | None = None) -> Root:
         raise
     # The caller's own spelling counts only without '..', which a lexical prefix cannot judge.
     aliases = [Path(os.path.abspath(given))] if given and ".." not in Path(given).parts else []
-    return Root(fd, path, aliases)
+    return Root(fd, path, aliases, links=links)
 
 
 # -- the walk -------------------------------------------------------------------------------------
@@ -244,6 +249,8 @@ class _Walk:
         """Put the target of the symlink ``name`` in front of ``pending``; False when ``name``
         is no longer a symlink (swapped back meanwhile: look at it again)."""
         self.look_again()
+        if not self.root.links:
+            raise self.error("outside_workspace", self.raw, HINT_OUTSIDE)
         try:
             target = os.readlink(name, dir_fd=self.top)
         except OSError as exc:

@@ -23,7 +23,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,22 +103,18 @@ def _outside_state(outside: Path) -> dict[str, tuple[bytes, int, int]]:
     return state
 
 
+def swapping(race: Race) -> AbstractContextManager[Counter[str]]:
+    """Swap ``sub`` and ``alt`` in the workspace beside the body; afterwards
+    ``counts["swaps"]`` says how many exchanges were made."""
+    return _swapping_pair(race, race.ws / "sub", race.ws / "alt")
+
+
 @contextmanager
-def swapping(race: Race) -> Iterator[Counter[str]]:
-    """Run the swapper beside the body; afterwards ``counts["swaps"]`` says how many exchanges
-    it made."""
+def _swapping_pair(race: Race, a: Path, b: Path) -> Iterator[Counter[str]]:
     stop = race.tmp / "stop"
     counts: Counter[str] = Counter()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            SWAPPER,
-            str(race.ws / "sub"),
-            str(race.ws / "alt"),
-            str(stop),
-            "50",
-        ],
+        [sys.executable, "-c", SWAPPER, str(a), str(b), str(stop), "50"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -241,3 +237,42 @@ def test_a_folder_swapped_for_a_link_outside_is_never_gone_through(
     assert outcomes["inside"] > 0, summary
     assert CALLS - outcomes["inside"] > 0, summary
     assert swapper["swaps"] > CALLS, summary
+
+
+# -- a research reference outside the workspace ---------------------------------------------------
+
+
+def test_a_reference_folder_swapped_after_its_check_is_never_read_through(tmp_path: Path) -> None:
+    """A research run reads a ``dir`` reference at the real path bound when it was proposed,
+    checked again before each read (``readable_target``). The reference may lie in a folder
+    agents write (another project's workspace): one swapping a folder above it for a link to
+    the server's data between that check and the read must not redirect the read."""
+    from room.agents.research_tools import ReferenceMovedError, _in_root
+    from room.research import ScopeRef
+    from room.settings import Settings
+
+    data = tmp_path / "server-data"
+    (data / "lib").mkdir(parents=True)
+    (data / "lib" / "boot-report.json").write_bytes(SECRET)
+    shared = tmp_path / "shared"
+    (shared / "vendor" / "lib").mkdir(parents=True)
+    (shared / "vendor" / "lib" / "boot-report.json").write_bytes(INSIDE)
+    (shared / "alt").symlink_to(data, target_is_directory=True)
+    settings = Settings(data=data, workspace_roots=(str(tmp_path),))
+    real = str((shared / "vendor" / "lib").resolve())
+    ref = ScopeRef(7, "dir", real, real=real)
+    race = Race(shared / "vendor", data, tmp_path)
+    outcomes: Counter[Outcome] = Counter()
+    with _swapping_pair(race, shared / "vendor", shared / "alt") as swapper:
+        for _ in range(CALLS):
+            try:
+                text = _in_root(settings, "fs_read", ref, "boot-report.json", {})["text"]
+                outcomes["outside" if "SECRET" in text else "inside"] += 1
+            except ReferenceMovedError:
+                outcomes["moved"] += 1
+            except WorkspacePathError as exc:
+                outcomes[exc.code] += 1
+    summary = f"reference: {dict(outcomes)} over {swapper['swaps']} swaps"
+    assert outcomes["outside"] == 0, summary
+    assert set(outcomes) <= {"inside", "moved", "workspace_missing", "path_missing"}, summary
+    assert outcomes["inside"] > 0 and outcomes["moved"] > 0, summary

@@ -241,3 +241,13 @@ def test_no_descriptor_is_left_open(ws: Path, root: Root, tmp_path: Path) -> Non
     for _ in range(50):
         once()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_root_without_links_refuses_every_symlink(ws: Path) -> None:
+    # a research file reference: its folder is the root and the file itself the whole scope
+    (ws / "sibling").symlink_to("README.md")
+    (ws / "current").symlink_to("src", target_is_directory=True)
+    with open_root(ws.resolve(), links=False) as strict:
+        assert read(strict, "src/app.py") == ("src/app.py", b"app\n")
+        assert refusal(lambda: read(strict, "sibling")) == "outside_workspace"
+        assert refusal(lambda: read(strict, "current/app.py")) == "outside_workspace"
