@@ -183,11 +183,6 @@ def resolve_inside(
         return relative, root.path.joinpath(*real)
 
 
-def resolve_artifact(workspace: str | os.PathLike[str] | None, raw: str) -> tuple[str, Path]:
-    """(normalised relative path, real absolute path) of an artifact inside the workspace."""
-    return resolve_inside(workspace, raw, must_exist=True, kind="file")
-
-
 def fingerprint(found: Found, display: str) -> tuple[int, str]:
     """(size, sha256) of the regular file ``found`` holds open, read once from that descriptor
     (the very file the walk checked: no name is looked up again)."""
@@ -208,18 +203,14 @@ def fingerprint(found: Found, display: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def _open_artifact(root: Root, raw: str) -> tuple[str, Found]:
-    relative = clean_relative(raw)
-    return relative, root.open(relative.split("/"), kind="file", raw=raw, error=EvidenceError)
-
-
 def inspect_artifact(workspace: str | os.PathLike[str] | None, raw: str) -> Artifact:
     """Resolve ``raw`` inside ``workspace`` and fingerprint it, or raise :class:`EvidenceError`."""
-    clean_relative(raw)  # a bad path is refused before the workspace is looked at
-    with open_workspace(workspace) as root:
-        relative, found = _open_artifact(root, raw)
-        with found:
-            size, sha256 = fingerprint(found, raw)
+    relative = clean_relative(raw)  # a bad path is refused before the workspace is looked at
+    with (
+        open_workspace(workspace) as root,
+        root.open(relative.split("/"), kind="file", raw=raw, error=EvidenceError) as found,
+    ):
+        size, sha256 = fingerprint(found, raw)
     return Artifact(relative, "/".join(found.real), size, sha256)
 
 
@@ -228,12 +219,16 @@ def verify_artifact(
 ) -> Verification:
     """Does the recorded file still hold what was recorded? Never raises."""
     try:
-        with open_workspace(workspace) as root:
-            _, found = _open_artifact(root, real_path)
-            with found:
-                if found.info.st_size > MAX_ARTIFACT_BYTES:
-                    return "unchecked"
-                now = fingerprint(found, real_path)
+        relative = clean_relative(real_path)
+        with (
+            open_workspace(workspace) as root,
+            root.open(
+                relative.split("/"), kind="file", raw=real_path, error=EvidenceError
+            ) as found,
+        ):
+            if found.info.st_size > MAX_ARTIFACT_BYTES:
+                return "unchecked"
+            now = fingerprint(found, real_path)
     except EvidenceError as exc:
         return "missing" if exc.code in ("artifact_missing", "workspace_missing") else "refused"
     except OSError:

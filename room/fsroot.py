@@ -211,6 +211,9 @@ def open_root(path: Path, *, given: str | None = None, links: bool = True) -> Ro
 # -- the walk -------------------------------------------------------------------------------------
 
 _Missing = Literal["fail", "stop", "create"]
+# What an open of one name answers when the name is not (or no longer) what it was looked at as:
+# a symlink (ELOOP; ENOTDIR with O_DIRECTORY), a file where a folder was, or nothing at all.
+_CHANGED = frozenset((errno.ELOOP, errno.ENOTDIR, errno.ENOENT))
 
 
 class _Walk:
@@ -335,7 +338,7 @@ def _steps(
             walk.push(name, os.open(name, DIR_FLAGS, dir_fd=walk.top))
             continue
         except OSError as exc:
-            if exc.errno not in (errno.ENOTDIR, errno.ELOOP, errno.ENOENT):
+            if exc.errno not in _CHANGED:
                 raise
         what = _lstat(walk.top, name)
         if what is None:
@@ -399,7 +402,9 @@ def _leaf(walk: _Walk, name: str, pending: deque[str], *, kind: PathKind) -> Fou
             )
         try:
             walk.push(name, os.open(name, DIR_FLAGS, dir_fd=walk.top))
-        except OSError:  # swapped since it was looked at
+        except OSError as exc:
+            if exc.errno not in _CHANGED:
+                raise
             walk.look_again()
             pending.appendleft(name)
             return _AGAIN
@@ -413,7 +418,9 @@ def _leaf(walk: _Walk, name: str, pending: deque[str], *, kind: PathKind) -> Fou
         )
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=walk.top)
-    except OSError:  # removed or swapped for a link since it was looked at
+    except OSError as exc:
+        if exc.errno not in _CHANGED:
+            raise
         walk.look_again()
         pending.appendleft(name)
         return _AGAIN
