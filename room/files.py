@@ -8,11 +8,11 @@ of :data:`FILE_CODES` and whose ``details`` carry the ``path`` and a ``hint`` a 
 
 Paths obey the same rules as artifact evidence (:func:`room.evidence.clean_relative`): no
 ``..``, nothing absolute, no NUL or backslash, and a symlink may be followed only when it ends
-inside the workspace. Every operation opens the workspace once (:func:`room.evidence.open_workspace`)
-and resolves *and opens* its path in one walk from that descriptor (:mod:`room.fsroot`): what is
-read, listed, searched or written is the very file or folder the walk checked, never a name
-looked up again, so another member's ``shell`` swapping a folder for a symlink meanwhile cannot
-send a tool outside the workspace (issue 24). Writing never goes *through* a symlink: ``write``,
+inside the workspace. Every operation opens the workspace once
+(:func:`room.evidence.open_workspace`) and resolves *and opens* its path in one walk from that
+descriptor (:mod:`room.fsroot`): what is read, listed, searched or written is the very file or
+folder the walk checked, never a name looked up again, so another member's ``shell`` swapping a
+folder for a symlink meanwhile cannot send a tool outside the workspace (issue 24). Writing never goes *through* a symlink: ``write``,
 ``edit`` and ``edit_patch`` refuse a path whose last component is one, the folders of a new file
 are made one by one inside the folder just walked, and nothing is written into ``.git``, however
 the path gets there. Walks (:mod:`room.filewalk`) hide ``.git``, never follow symlinks, and —
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 import time
@@ -415,7 +416,7 @@ def _texts(
     ws: Root,
     relative: str,
     found: Found,
-    matcher: Any,
+    matcher: re.Pattern[str] | None,
     name_only: bool,
     max_bytes: int,
 ) -> Generator[tuple[str, str | None], None, None]:
