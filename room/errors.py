@@ -119,8 +119,9 @@ class PackError(BadRequestError):
 class WorkspacePathError(BadRequestError):
     """A path inside a project's workspace was refused. ``code`` names the rule that refused it;
     ``details`` carry the ``path`` (cut to 200 characters) and a ``hint`` saying what to do, which
-    is what a model reads to try again. The resolver (:func:`room.evidence.resolve_inside`) raises
-    whichever subclass its caller names, so one set of path rules serves every caller."""
+    is what a model reads to try again. The resolver (:mod:`room.fsroot`, opened through
+    :func:`room.evidence.open_workspace`) raises whichever subclass its caller names, so one set
+    of path rules serves every caller."""
 
     code = "bad_workspace_path"
 

@@ -6,18 +6,22 @@ workspace root and workspace-relative paths, and returns a dataclass with ``to_d
 tool hands back as JSON) or raises :class:`~room.errors.FileToolError` (400) whose ``code`` is one
 of :data:`FILE_CODES` and whose ``details`` carry the ``path`` and a ``hint`` a model can act on.
 
-Paths obey the same rules as artifact evidence, through the one resolver
-(:func:`room.evidence.resolve_inside`): no ``..``, nothing absolute, no NUL or backslash, and a
-symlink may be followed only when it ends inside the workspace. Writing never goes *through* a
-symlink: ``write``, ``edit`` and ``edit_patch`` refuse a path whose last component is one, and
-the folders of a new file must resolve inside the workspace before any is created. Walks
-(:mod:`room.filewalk`) hide ``.git``, never follow symlinks, and — for ``glob`` and ``search`` —
-leave out what ``.gitignore`` ignores.
+Paths obey the same rules as artifact evidence (:func:`room.evidence.clean_relative`): no
+``..``, nothing absolute, no NUL or backslash, and a symlink may be followed only when it ends
+inside the workspace. Every operation opens the workspace once
+(:func:`room.evidence.open_workspace`) and resolves *and opens* its path in one walk from that
+descriptor (:mod:`room.fsroot`): what is read, listed, searched or written is the very file or
+folder the walk checked, never a name looked up again, so another member's ``shell`` swapping a
+folder for a symlink meanwhile cannot send a tool outside the workspace (issue 24). Writing never goes *through* a symlink: ``write``,
+``edit`` and ``edit_patch`` refuse a path whose last component is one, the folders of a new file
+are made one by one inside the folder just walked, and nothing is written into ``.git``, however
+the path gets there. Walks (:mod:`room.filewalk`) hide ``.git``, never follow symlinks, and —
+for ``glob`` and ``search`` — leave out what ``.gitignore`` ignores.
 
 Writes are atomic: the new content goes to a temporary file in the same folder (opened
-relative to that folder's descriptor, so a folder swapped meanwhile cannot redirect it), is
-flushed to disk, takes the old file's permission bits, and is renamed over the target — a reader
-sees the old file or the new one, never half of either.
+relative to that folder's descriptor), is flushed to disk, takes the old file's permission bits,
+and is renamed over the target within that folder — a reader sees the old file or the new one,
+never half of either.
 
 Patch format (``edit_patch``): a list of hunks ``{"old": str, "new": str}``, applied in order to
 the text as the previous hunks left it; each ``old`` must occur exactly once at that point. If
@@ -29,19 +33,19 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import regex
 
 from room.errors import FileToolError
-from room.evidence import PATH_CODES, clean_relative, resolve_inside
+from room.evidence import PATH_CODES, clean_relative, open_workspace
 from room.filewalk import (
     BINARY_SNIFF_BYTES,
     compile_glob,
@@ -49,8 +53,10 @@ from room.filewalk import (
     ignores_for,
     matching_lines,
     read_text,
+    text_of,
     walk,
 )
+from room.fsroot import Found, Root
 
 MAX_READ_BYTES = 256 * 1024  # text returned by one read; the model asks for the next lines
 MAX_READ_FILE_BYTES = 16 * 1024 * 1024  # a bigger file is not read at all
@@ -84,6 +90,10 @@ FILE_CODES = {
 }
 
 EntryType = Literal["file", "dir", "symlink", "other"]
+
+Workspace = str | os.PathLike[str] | Root
+"""Where a file operation works: a workspace folder (opened, resolved, for the one operation),
+or a :class:`~room.fsroot.Root` the caller opened its own way (and closes)."""
 
 
 def _refuse(code: str, path: str, hint: str, **details: Any) -> FileToolError:
@@ -161,22 +171,35 @@ class EditResult(_Result):
 # -- reading --------------------------------------------------------------------------------------
 
 
-def list_dir(
-    root: str | os.PathLike[str], path: str = ".", depth: int = 1, limit: int = LIST_LIMIT
-) -> Listing:
+def list_dir(root: Workspace, path: str = ".", depth: int = 1, limit: int = LIST_LIMIT) -> Listing:
     """The entries of a folder, ``depth`` levels down, in name order, ``.git`` hidden; symlinks
     are listed as such and not entered."""
     _bounded("depth", depth, 1, MAX_LIST_DEPTH)
     _bounded("limit", limit, 1, None)
-    relative, real = resolve_inside(root, path, kind="dir", error=_refuse)
+    relative = clean_relative(path, allow_root=True, error=_refuse)
     entries: list[Entry] = []
     truncated = False
-    for rel, entry, _ in walk(real, ".", ignores=None, max_depth=depth):
-        if len(entries) >= limit:
-            truncated = True
-            break
-        entries.append(_entry(shown(rel), entry))
+    with (
+        _workspace(root) as ws,
+        ws.open(_parts(relative), kind="dir", raw=path, error=_refuse) as folder,
+        closing(walk(folder.fd, ".", ignores=None, max_depth=depth)) as found,
+    ):
+        for rel, entry, _, _ in found:
+            if len(entries) >= limit:
+                truncated = True
+                break
+            entries.append(_entry(shown(rel), entry))  # its stat (a file's size) needs the walk
     return Listing(relative, entries, truncated)
+
+
+def _workspace(root: Workspace) -> AbstractContextManager[Root]:
+    if isinstance(root, Root):
+        return nullcontext(root)
+    return open_workspace(root, error=_refuse)
+
+
+def _parts(relative: str) -> list[str]:
+    return [] if relative == "." else relative.split("/")
 
 
 def shown(relative: str) -> str:
@@ -204,7 +227,7 @@ def _entry(name: str, entry: os.DirEntry[str]) -> Entry:
     return Entry(name, "other", None)
 
 
-def glob(root: str | os.PathLike[str], pattern: str, limit: int = GLOB_LIMIT) -> GlobResult:
+def glob(root: Workspace, pattern: str, limit: int = GLOB_LIMIT) -> GlobResult:
     """Files whose workspace-relative path matches ``pattern`` (see :mod:`room.filewalk`), in
     path order; ``.git``, ignored files and symlinks left out."""
     _bounded("limit", limit, 1, None)
@@ -213,16 +236,18 @@ def glob(root: str | os.PathLike[str], pattern: str, limit: int = GLOB_LIMIT) ->
     base = _literal_prefix(cleaned)
     if hidden(base):
         return GlobResult(pattern, [], False)
-    try:
-        _, real = resolve_inside(root, base, kind="dir", error=_refuse)
-    except FileToolError as exc:
-        if exc.code in ("path_missing", "not_a_directory"):
-            return GlobResult(pattern, [], False)
-        raise
     paths: list[str] = []
-    for rel, entry, _ in walk(real, base, ignores=ignores_for(_root(root), base)):
-        if matcher.match(rel) and entry.is_file(follow_symlinks=False):
-            paths.append(shown(rel))
+    with _workspace(root) as ws:
+        try:
+            folder = ws.open(_parts(base), kind="dir", raw=base, error=_refuse)
+        except FileToolError as exc:
+            if exc.code in ("path_missing", "not_a_directory"):
+                return GlobResult(pattern, [], False)
+            raise
+        with folder, closing(walk(folder.fd, base, ignores=ignores_for(ws, base))) as found:
+            for rel, entry, _, _ in found:
+                if matcher.match(rel) and entry.is_file(follow_symlinks=False):
+                    paths.append(shown(rel))
     paths.sort()
     return GlobResult(pattern, paths[:limit], len(paths) > limit)
 
@@ -238,12 +263,8 @@ def _literal_prefix(pattern: str) -> str:
     return "/".join(literal) or "."
 
 
-def _root(root: str | os.PathLike[str]) -> Path:
-    return Path(root).resolve()
-
-
 def read(
-    root: str | os.PathLike[str],
+    root: Workspace,
     path: str,
     start_line: int | None = None,
     end_line: int | None = None,
@@ -252,8 +273,14 @@ def read(
     """Lines ``start_line``..``end_line`` (1-based, inclusive; all by default) of a UTF-8 text
     file, cut after the last whole line that fits in ``max_bytes`` (``truncated``)."""
     _bounded("max_bytes", max_bytes, 1, None)
-    relative, real = resolve_inside(root, path, kind="file", error=_refuse)
-    data = _read_file(real, path, MAX_READ_FILE_BYTES)
+    relative = clean_relative(path, error=_refuse)
+    with (
+        _workspace(root) as ws,
+        ws.open(relative.split("/"), kind="file", raw=path, error=_refuse) as found,
+    ):
+        if found.info.st_size > MAX_READ_FILE_BYTES:
+            raise _too_large("file_too_large", path, found.info.st_size, MAX_READ_FILE_BYTES)
+        data = _read_all(found.fd, MAX_READ_FILE_BYTES, path)
     text = _decode(data, path)
     lines = text.split("\n")
     tail = lines.pop()  # what follows the last newline: "" when the file ends with one
@@ -285,22 +312,6 @@ def read(
         out.append(lines[number - 1])
         used += size
     return FileText(relative, "".join(out), first, last, total, len(data), truncated)
-
-
-def _read_file(real: Path, display: str, limit: int) -> bytes:
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _io_error(exc, display) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _refuse("not_a_file", display, "给出普通文件 (Name a regular file.)")
-        if info.st_size > limit:
-            raise _too_large("file_too_large", display, info.st_size, limit)
-        return _read_all(fd, limit, display)
-    finally:
-        os.close(fd)
 
 
 def _read_all(fd: int, limit: int, display: str) -> bytes:
@@ -341,7 +352,7 @@ def _decode(data: bytes, display: str) -> str:
 
 
 def search(
-    root: str | os.PathLike[str],
+    root: Workspace,
     pattern: str,
     path: str = ".",
     glob: str | None = None,
@@ -371,51 +382,68 @@ def search(
         raise _refuse("bad_regex", pattern[:200], f"{exc} (Fix the regular expression.)") from None
     name_only = glob is not None and "/" not in glob
     matcher = None if glob is None else compile_glob(clean_relative(glob, error=_refuse))
-    relative, real = resolve_inside(root, path, kind="any", error=_refuse)
+    relative = clean_relative(path, allow_root=True, error=_refuse)
     deadline = time.monotonic() + timeout_secs
     hits: list[Hit] = []
     searched = skipped = 0
     truncated = timed_out = False
-    for rel, file in _files(root, relative, real):
-        if matcher is not None and not matcher.match(rel.rpartition("/")[2] if name_only else rel):
-            continue
-        text = read_text(file, max_file_bytes)
-        if text is None:
-            skipped += 1
-            continue
-        searched += 1
-        try:
-            for line, content in matching_lines(compiled, text, deadline):
-                if len(hits) >= limit:
-                    truncated = True
-                    break
-                if len(content) > MAX_HIT_LINE_CHARS:
-                    content = content[:MAX_HIT_LINE_CHARS] + "…"
-                hits.append(Hit(shown(rel), line, content))
-        except TimeoutError:
-            timed_out = truncated = True
-        if truncated:
-            break
+    with (
+        _workspace(root) as ws,
+        ws.open(_parts(relative), kind="any", raw=path, error=_refuse) as found,
+        closing(_texts(ws, relative, found, matcher, name_only, max_file_bytes)) as texts,
+    ):
+        for rel, text in texts:
+            if text is None:
+                skipped += 1
+                continue
+            searched += 1
+            try:
+                for line, content in matching_lines(compiled, text, deadline):
+                    if len(hits) >= limit:
+                        truncated = True
+                        break
+                    if len(content) > MAX_HIT_LINE_CHARS:
+                        content = content[:MAX_HIT_LINE_CHARS] + "…"
+                    hits.append(Hit(shown(rel), line, content))
+            except TimeoutError:
+                timed_out = truncated = True
+            if truncated:
+                break
     return SearchResult(pattern, hits, truncated, timed_out, searched, skipped)
 
 
-def _files(root: str | os.PathLike[str], relative: str, real: Path) -> Iterator[tuple[str, str]]:
-    if hidden(relative):
+def _texts(
+    ws: Root,
+    relative: str,
+    found: Found,
+    matcher: re.Pattern[str] | None,
+    name_only: bool,
+    max_bytes: int,
+) -> Generator[tuple[str, str | None], None, None]:
+    """``(path, text or None when skipped)`` of each file ``search`` looks at, in walk order:
+    read by name in the folder the walk holds, so nothing is opened outside the workspace."""
+    if hidden(relative) or hidden("/".join(found.real)):
         return
-    if not real.is_dir():
-        if real.is_file():  # named by itself: searched even where .gitignore would skip it
-            yield relative, str(real)
+
+    def wanted(rel: str) -> bool:
+        return matcher is None or bool(matcher.match(rel.rpartition("/")[2] if name_only else rel))
+
+    if not found.is_dir:  # named by itself: searched even where .gitignore would skip it
+        if wanted(relative):
+            yield relative, text_of(found.fd, max_bytes)
         return
-    for rel, entry, _ in walk(real, relative, ignores=ignores_for(_root(root), relative)):
-        if entry.is_file(follow_symlinks=False):  # from the folder listing: no extra stat
-            yield rel, entry.path
+    with closing(walk(found.fd, relative, ignores=ignores_for(ws, relative))) as entries:
+        for rel, entry, _, folder in entries:
+            # the type from the folder listing: no extra stat
+            if entry.is_file(follow_symlinks=False) and wanted(rel):
+                yield rel, read_text(folder, entry.name, max_bytes)
 
 
 # -- writing --------------------------------------------------------------------------------------
 
 
 def write(
-    root: str | os.PathLike[str], path: str, content: str, max_bytes: int = MAX_WRITE_BYTES
+    root: Workspace, path: str, content: str, max_bytes: int = MAX_WRITE_BYTES
 ) -> WriteResult:
     """Create or replace the regular file ``path`` with ``content`` (UTF-8), creating its
     folders inside the workspace; atomic. Refuses content over ``max_bytes`` before touching
@@ -423,15 +451,15 @@ def write(
     data = _encode(content, path)
     if len(data) > max_bytes:
         raise _too_large("content_too_large", path, len(data), max_bytes)
-    relative, folder, name = _target(root, path, create=True)
-    with _folder(folder, path) as dir_fd:
+    relative, parent, name = _target(path)
+    with _workspace(root) as ws, _folder(ws, parent, path, create=True) as dir_fd:
         existing = _existing(dir_fd, name, path, must_exist=False)
         _replace(dir_fd, name, data, existing, path)
     return WriteResult(relative, len(data), existing is None)
 
 
 def edit(
-    root: str | os.PathLike[str], path: str, old: str, new: str, max_bytes: int = MAX_WRITE_BYTES
+    root: Workspace, path: str, old: str, new: str, max_bytes: int = MAX_WRITE_BYTES
 ) -> EditResult:
     """Replace the one occurrence of ``old`` in a UTF-8 text file with ``new``; atomic. Refused
     (``edit_no_match`` / ``edit_ambiguous``, ``details.count``) unless ``old`` occurs exactly
@@ -440,7 +468,7 @@ def edit(
 
 
 def edit_patch(
-    root: str | os.PathLike[str],
+    root: Workspace,
     path: str,
     hunks: Sequence[Mapping[str, Any]],
     max_bytes: int = MAX_WRITE_BYTES,
@@ -475,15 +503,15 @@ def edit_patch(
 
 
 def _edit(
-    root: str | os.PathLike[str],
+    root: Workspace,
     path: str,
     pairs: list[tuple[str, str]],
     max_bytes: int,
     *,
     single: bool,
 ) -> EditResult:
-    relative, folder, name = _target(root, path, create=False)
-    with _folder(folder, path) as dir_fd:
+    relative, parent, name = _target(path)
+    with _workspace(root) as ws, _folder(ws, parent, path, create=False) as dir_fd:
         existing = _existing(dir_fd, name, path, must_exist=True)
         assert existing is not None
         if existing.st_size > max_bytes:
@@ -541,42 +569,35 @@ def _apply(
     return text, [text.count("\n", 0, s) + 1 for s in starts]
 
 
-def _target(root: str | os.PathLike[str], path: str, *, create: bool) -> tuple[str, Path, str]:
-    """(relative path, real folder, file name) of a file to write. The folder resolves inside the
-    workspace (created when ``create``); the name itself is not resolved, so a symlink there is
-    seen, and refused, rather than followed."""
+def _target(path: str) -> tuple[str, list[str], str]:
+    """(relative path, its folder's names, file name) of a file to write. The name itself is not
+    resolved, so a symlink there is seen, and refused, rather than followed."""
     relative = clean_relative(path, error=_refuse)
     if ".git" in relative.split("/"):
-        # A repository's configuration and hooks decide what the server's own git runs.
-        raise _refuse(
-            "git_metadata", path, "用 shell 里的 git 命令管理仓库 (Use git commands in shell.)"
-        )
+        raise _git_metadata(path)
     parent, _, name = relative.rpartition("/")
+    return relative, _parts(parent or "."), name
 
-    def refuse(code: str, _raw: str, hint: str) -> FileToolError:
-        return _refuse(code, path, hint)
 
-    _, folder = resolve_inside(root, parent or ".", must_exist=not create, kind="dir", error=refuse)
-    if create and not folder.is_dir():
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError as exc:
-            raise _io_error(exc, path) from None
-        # Made from names resolved a moment ago; resolve again in case a link appeared meanwhile.
-        _, folder = resolve_inside(root, parent or ".", kind="dir", error=refuse)
-    return relative, folder, name
+def _git_metadata(path: str) -> FileToolError:
+    # A repository's configuration and hooks decide what the server's own git runs.
+    return _refuse(
+        "git_metadata", path, "用 shell 里的 git 命令管理仓库 (Use git commands in shell.)"
+    )
 
 
 @contextmanager
-def _folder(folder: Path, display: str) -> Iterator[int]:
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _io_error(exc, display) from None
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+def _folder(ws: Root, parent: list[str], display: str, *, create: bool) -> Iterator[int]:
+    """The descriptor of the folder a file is written in, walked to from the workspace's (and
+    made on the way when ``create``). A folder that is really inside ``.git`` — reached through
+    a symlink — is refused like a path that names it: looked up before any folder is made, and
+    checked again on the folder actually opened."""
+    if create and ".git" in ws.locate(parent, kind="dir", raw=display, error=_refuse):
+        raise _git_metadata(display)
+    with ws.folder(parent, create=create, raw=display, error=_refuse) as found:
+        if ".git" in found.real:
+            raise _git_metadata(display)
+        yield found.fd
 
 
 def _existing(dir_fd: int, name: str, display: str, *, must_exist: bool) -> os.stat_result | None:

@@ -16,6 +16,13 @@
 * Searching reads each file once (:func:`read_text`: binary files are known from the first
   chunk) and runs the expression over the whole text, splitting lines only around a hit
   (:func:`matching_lines`), which is what keeps ``room.files.search`` near ``grep``.
+* Everything is by descriptor (:mod:`room.fsroot`): the walk lists a folder through the
+  descriptor it opened, opens each sub-folder by name relative to it (``O_NOFOLLOW |
+  O_DIRECTORY``), and files and ``.gitignore`` files are read the same way. A folder swapped for
+  a symlink while the walk is inside the workspace cannot take it outside: the kernel is never
+  asked to follow a link, and a name looked up is one name in a folder already held. Each level
+  holds one descriptor while the walk is in it, so folders deeper than :data:`MAX_WALK_DEPTH`
+  are not entered.
 """
 
 from __future__ import annotations
@@ -24,16 +31,19 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import regex
 from pathspec import GitIgnoreSpec, RegexPattern
 
+from room.errors import WorkspacePathError
+from room.fsroot import DIR_FLAGS, FILE_FLAGS, Root
+
 HIDDEN_NAMES = frozenset({".git"})
 MAX_GITIGNORE_BYTES = 1024 * 1024
 BINARY_SNIFF_BYTES = 8192  # a NUL in the first this many bytes marks a binary file
+MAX_WALK_DEPTH = 64  # folders below the start a walk enters (one descriptor held per level)
 _FIRST_READ_BYTES = 64 * 1024  # most source files are read whole by the first read
 _NAMED_GROUP = re.compile(r"(?<!\\)\(\?P<\w+>")
 
@@ -67,15 +77,16 @@ class Ignores:
                 return include
         return False
 
-    def entering(self, folder: Path, relative: str) -> Ignores:
-        """These rules plus the ``.gitignore`` of ``folder`` (when it has a readable one)."""
-        rules = _load(folder / ".gitignore", relative)
+    def entering(self, folder: int, relative: str) -> Ignores:
+        """These rules plus the ``.gitignore`` in the folder open as ``folder`` (when it has a
+        readable one)."""
+        rules = _load(folder, relative)
         return self if rules is None else Ignores((*self.rules, rules))
 
 
-def _load(path: Path, relative: str) -> Rules | None:
+def _load(folder: int, relative: str) -> Rules | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(".gitignore", FILE_FLAGS, dir_fd=folder)
     except OSError:
         return None
     try:
@@ -113,54 +124,83 @@ def hidden(relative: str) -> bool:
     return any(part in HIDDEN_NAMES for part in relative.split("/"))
 
 
-def ignores_for(root: Path, relative: str) -> Ignores:
+def ignores_for(root: Root, relative: str) -> Ignores:
     """The rules that apply inside the folder ``relative`` (``.`` for the root): every
-    ``.gitignore`` on the way down from the root, the folder's own included."""
-    ignores = Ignores().entering(root, ".")
+    ``.gitignore`` on the way down from the root, the folder's own included. Each folder on the
+    way is walked to by the root's rules (a symlink followed only inside); one that cannot be
+    (removed meanwhile) adds no rules."""
+    ignores = Ignores().entering(root.fd, ".")
     if relative == ".":
         return ignores
     done: list[str] = []
     for part in relative.split("/"):
         done.append(part)
-        ignores = ignores.entering(root.joinpath(*done), "/".join(done))
+        try:
+            found = root.open(done, kind="dir", raw=relative, error=_unreadable)
+        except WorkspacePathError:
+            break
+        with found:
+            ignores = ignores.entering(found.fd, "/".join(done))
     return ignores
 
 
-def walk(
-    folder: Path, relative: str, *, ignores: Ignores | None, max_depth: int | None = None
-) -> Iterator[tuple[str, os.DirEntry[str], int]]:
-    """``(path relative to the root, entry, depth)`` for everything under ``folder``, which is
-    ``relative`` from the root; depth 1 is ``folder``'s own entries. Folders are entered up to
-    ``max_depth``; with ``ignores``, ignored entries are left out and ignored folders not
-    entered (without, nothing is left out but ``.git``)."""
-    stack: list[tuple[Iterator[os.DirEntry[str]], str, int, Ignores | None]] = []
+def _unreadable(code: str, path: str, hint: str) -> WorkspacePathError:
+    return WorkspacePathError(code, path, hint, code)
 
-    def push(path: Path, rel: str, depth: int, rules: Ignores | None) -> None:
+
+def walk(
+    folder: int, relative: str, *, ignores: Ignores | None, max_depth: int | None = None
+) -> Generator[tuple[str, os.DirEntry[str], int, int], None, None]:
+    """``(path relative to the root, entry, depth, folder)`` for everything under the folder
+    open as ``folder`` (the caller's descriptor; not closed here), which is ``relative`` from
+    the root; depth 1 is that folder's own entries. ``folder`` in each item is the descriptor of
+    the entry's own folder, to open the entry by name (``dir_fd``); it stays open until the walk
+    moves on. Folders are entered up to ``max_depth`` (and never past :data:`MAX_WALK_DEPTH`);
+    with ``ignores``, ignored entries are left out and ignored folders not entered (without,
+    nothing is left out but ``.git``). Close the iterator (or exhaust it) to release the
+    descriptors it holds."""
+    limit = MAX_WALK_DEPTH if max_depth is None else min(max_depth, MAX_WALK_DEPTH)
+    stack: list[tuple[Iterator[os.DirEntry[str]], str, int, Ignores | None, int]] = []
+
+    def push(fd: int, rel: str, depth: int, rules: Ignores | None) -> None:
         try:
-            with os.scandir(path) as scan:
+            with os.scandir(fd) as scan:
                 entries = sorted(scan, key=lambda e: e.name)
-        except OSError:  # unreadable, or removed meanwhile: there is nothing to list
+        except OSError:  # unreadable: there is nothing to list
+            if depth > 1:
+                os.close(fd)
             return
         if rules is not None and depth > 1 and any(e.name == ".gitignore" for e in entries):
-            rules = rules.entering(path, rel)
-        stack.append((iter(entries), rel, depth, rules))
+            rules = rules.entering(fd, rel)
+        stack.append((iter(entries), rel, depth, rules, fd))
 
-    push(folder, relative, 1, ignores)
-    while stack:
-        entries, rel, depth, rules = stack[-1]
-        entry = next(entries, None)
-        if entry is None:
-            stack.pop()
-            continue
-        if entry.name in HIDDEN_NAMES:
-            continue
-        path = entry.name if rel == "." else f"{rel}/{entry.name}"
-        is_dir = entry.is_dir(follow_symlinks=False)
-        if rules is not None and rules.ignored(path, is_dir):
-            continue
-        yield path, entry, depth
-        if is_dir and (max_depth is None or depth < max_depth):
-            push(Path(entry.path), path, depth + 1, rules)
+    try:
+        push(folder, relative, 1, ignores)
+        while stack:
+            entries, rel, depth, rules, fd = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                if depth > 1:
+                    os.close(fd)
+                continue
+            if entry.name in HIDDEN_NAMES:
+                continue
+            path = entry.name if rel == "." else f"{rel}/{entry.name}"
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if rules is not None and rules.ignored(path, is_dir):
+                continue
+            yield path, entry, depth, fd
+            if is_dir and depth < limit:
+                try:  # by name in the folder held: a symlink planted since is not followed
+                    child = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
+                except OSError:  # removed, or no longer a folder: nothing to enter
+                    continue
+                push(child, path, depth + 1, rules)
+    finally:
+        for _, _, depth, _, fd in stack:
+            if depth > 1:
+                os.close(fd)
 
 
 def compile_glob(pattern: str) -> re.Pattern[str]:
@@ -200,17 +240,25 @@ def _segment(part: str) -> str:
     return "".join(out)
 
 
-def read_text(path: str, max_bytes: int) -> str | None:
-    """The text of a file the walk found, or None when it is binary, not UTF-8, over
-    ``max_bytes`` or unreadable.
+def read_text(folder: int, name: str, max_bytes: int) -> str | None:
+    """The text of the file ``name`` in the folder open as ``folder`` (as :func:`walk` gives
+    both), or None when it is binary, not UTF-8, over ``max_bytes`` or unreadable.
 
     The walk already knows the entry is a regular file (the folder listing's type), so there is
     no ``fstat``: it costs as much as the read of a small file. ``O_NOFOLLOW`` refuses a symlink
     planted since, and ``O_NONBLOCK`` keeps a FIFO planted since from blocking the read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(name, FILE_FLAGS, dir_fd=folder)
     except OSError:
         return None
+    try:
+        return text_of(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def text_of(fd: int, max_bytes: int) -> str | None:
+    """The text of the open file ``fd``; see :func:`read_text`."""
     try:
         data = os.read(fd, min(_FIRST_READ_BYTES, max_bytes + 1))
         if data.find(b"\x00", 0, BINARY_SNIFF_BYTES) >= 0:
@@ -224,8 +272,6 @@ def read_text(path: str, max_bytes: int) -> str | None:
             data = b"".join(chunks)
     except OSError:
         return None
-    finally:
-        os.close(fd)
     if len(data) > max_bytes or (len(data) > BINARY_SNIFF_BYTES and b"\x00" in data):
         return None
     try:

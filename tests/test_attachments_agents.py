@@ -55,6 +55,36 @@ async def test_an_in_process_agent_reads_an_attachment_with_its_file_tools(room:
     assert (workspace / ".room" / ".gitignore").read_text() == "*\n"
 
 
+async def test_links_planted_in_the_attachments_folder_are_replaced_not_written_through(
+    room: Room, tmp_path: Path
+) -> None:
+    """The working folder is the agents': one may plant symlinks where the server will copy a
+    file (or make ``.gitignore``). The server writes beside them and renames over them; nothing
+    they point to is written or made."""
+    room.route("lead")
+    items = [upload(room, "cities.csv", CSV), upload(room, "notes.txt", b"notes\n")]
+    names = [f"{items[0]['id']}-cities.csv", f"{items[1]['id']}-notes.txt"]
+    workspace = room.server.data / "workspaces" / str(room.project)
+    folder = workspace / ".room" / "attachments"
+    folder.mkdir(parents=True)
+    victims = {tmp_path / "same-size.txt": b"x" * len(CSV), tmp_path / "other.txt": b"keep me"}
+    for (victim, content), name in zip(victims.items(), names, strict=True):
+        victim.write_bytes(content)  # the same size as the copy, or not
+        (folder / name).symlink_to(victim)
+    (workspace / ".room" / ".gitignore").symlink_to(tmp_path / "made-by-the-server")
+    room.llm.push(
+        openai_tool_call("fs_read", {"path": f".room/attachments/{names[0]}"}, call_id="r1"),
+        openai_text("读到了。"),
+    )
+    room.say("@lead 看看这个表", attachments=[item["id"] for item in items])
+    await eventually(lambda: agent_replies(room, "lead"))
+    assert "上海,2487" in room.llm.chat_requests[1]["messages"][-1]["content"]
+    assert {victim: victim.read_bytes() for victim in victims} == victims
+    assert not (tmp_path / "made-by-the-server").exists()
+    assert files_in(folder) == {names[0]: CSV, names[1]: b"notes\n"}  # no temporary file left
+    assert not any((folder / name).is_symlink() for name in names)
+
+
 async def test_an_external_agent_gets_attachments_in_its_inbox_and_reads_them(
     room: Room,
 ) -> None:

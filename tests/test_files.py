@@ -440,9 +440,11 @@ def test_the_fast_ignore_check_agrees_with_pathspec(
     from dataclasses import replace
 
     from room.filewalk import Ignores, ignores_for
+    from room.fsroot import open_root
 
     (tmp_path / ".gitignore").write_text("\n".join(GITIGNORE) + "\n")
-    fast = ignores_for(tmp_path, ".")
+    with open_root(tmp_path.resolve()) as root:
+        fast = ignores_for(root, ".")
     assert fast.rules[0].anything is not None
     slow = Ignores(tuple(replace(r, anything=None) for r in fast.rules))
     path = "/".join(parts)
@@ -462,3 +464,37 @@ def test_writes_into_git_metadata_are_refused(ws: Path) -> None:
         assert caught.value.code == "git_metadata"
     assert (ws / ".git" / "config").read_text() == "[core]\n"
     assert not (ws / "sub").exists()
+
+
+def test_writes_reaching_git_metadata_through_a_link_are_refused(ws: Path) -> None:
+    (ws / ".git" / "hooks").mkdir()
+    (ws / "hooks").symlink_to(ws / ".git" / "hooks", target_is_directory=True)
+    (ws / "meta").symlink_to(".git", target_is_directory=True)
+    for call in (
+        lambda: files.write(ws, "hooks/pre-commit", "#!/bin/sh\n"),
+        lambda: files.write(ws, "meta/info/new/x", "x"),  # looked up before any folder is made
+        lambda: files.edit(ws, "meta/config", "def", "x"),
+    ):
+        assert refused(call).code == "git_metadata"
+    assert sorted(p.name for p in (ws / ".git").iterdir()) == ["config", "hooks"]
+    assert list((ws / ".git" / "hooks").iterdir()) == []
+    assert (ws / ".git" / "config").read_text() == "def not_me\n"
+    # and a search that starts inside .git through a link finds nothing there, as by its name
+    assert files.search(ws, "def", path="meta").hits == []
+
+
+def test_walks_stop_at_their_depth_bound(ws: Path) -> None:
+    from room.filewalk import MAX_WALK_DEPTH
+
+    shallow = ws.joinpath(*["d"] * (MAX_WALK_DEPTH - 1))
+    deep = ws.joinpath(*["d"] * (MAX_WALK_DEPTH + 2))
+    deep.mkdir(parents=True)
+    (shallow / "found.txt").write_text("needle\n")
+    (deep / "lost.txt").write_text("needle\n")
+    hits = files.search(ws, "needle").hits
+    assert [h.path.count("/") for h in hits] == [MAX_WALK_DEPTH - 1]
+    assert files.glob(ws, "**/*.txt").paths == [hits[0].path]
+    # the deep file is still there for a walk that starts nearer to it
+    start = "/".join(["d"] * 10)
+    found = [h.path.rpartition("/")[2] for h in files.search(ws, "needle", path=start).hits]
+    assert found == ["lost.txt", "found.txt"]  # name order: the folder d before found.txt

@@ -583,3 +583,71 @@ async def test_bad_input_gets_structured_errors_and_nothing_is_lost(
         ("keep.txt", "原样保留"), (odd, "odd"),
     ]  # fmt: skip
     assert told["ls"]["exit_code"] == 0 and "keep.txt" in told["ls"]["output"]
+
+
+# -- 7. a folder swapped under a reader -------------------------------------------------------
+
+SWAP_READS = 300
+SWAP = (
+    'python3 -c "import ctypes, os, time\n'
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "open('swap.start', 'w').close()\n"
+    "end = time.monotonic() + 40\n"
+    "while not os.path.exists('swap.stop') and time.monotonic() < end:\n"
+    "    assert libc.renameat2(-100, b'sub', -100, b'alt', 2) == 0, ctypes.get_errno()\n\""
+)
+
+
+@pytest.mark.timeout(90)
+async def test_a_folder_swapped_by_one_agent_never_sends_anothers_read_outside(
+    room: Room, scripts: Scripts
+) -> None:
+    """Issue 24, item 2, as found: one agent's ``shell`` swaps a folder of the shared workspace
+    with a link to the server's data folder (``renameat2(RENAME_EXCHANGE)``) while a read-only
+    agent reads a file through that folder. Read tools take no writer lock, so serial mode does
+    not keep them apart; every read must give the workspace's file or a refusal."""
+    folder = Path(room.get(f"/api/projects/{room.project}")["project"]["workspace"]["path"])
+    data = room.server.data.resolve()
+    secret = (data / "boot-report.json").read_text()
+    (folder / "sub").mkdir()
+    (folder / "sub" / "boot-report.json").write_text('{"inside": true}\n')
+    (folder / "alt").symlink_to(data, target_is_directory=True)
+    patch_settings(room, {"limits": {"tool_calls_per_turn": SWAP_READS + 10}})
+
+    def read_while_swapping(body: dict[str, Any]) -> Reply:
+        deadline = time.monotonic() + 30
+        while not (folder / "swap.start").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # each call its own end_line: the same call three times would trip the repetition brake
+        path = "sub/boot-report.json"
+        return calls(
+            *[(f"r{i}", "fs_read", {"path": path, "end_line": i + 1}) for i in range(SWAP_READS)]
+        )
+
+    def stop_swapping(body: dict[str, Any]) -> Reply:
+        (folder / "swap.stop").touch()
+        return openai_text("读完了")
+
+    agent(room, "be")
+    agent(room, "doc", "docs")
+    scripts.push("be", start("api"), calls(("swap", "shell", {"command": SWAP})),
+                 openai_text("换完了"))  # fmt: skip
+    scripts.push("doc", start("ui"), read_while_swapping, stop_swapping)
+    plan(room, ("api", "be"), ("ui", "doc"))
+    await eventually(lambda: agent_replies(room, "be") and agent_replies(room, "doc"), timeout=60)
+
+    swap = scripts.told("be")["swap"]
+    assert (swap["exit_code"], swap["sandboxed"]) == (0, True), swap
+    told = scripts.told("doc")
+    reads = [told[f"r{i}"] for i in range(SWAP_READS)]
+    inside = [r for r in reads if r.get("ok") and r["text"] == '{"inside": true}\n']
+    outside = [r for r in reads if r.get("ok") and r["text"] != '{"inside": true}\n']
+    refused = [r["error"] for r in reads if not r.get("ok")]
+    leaked = sum(1 for r in outside if r["text"] and secret.startswith(r["text"]))
+    summary = (
+        f"{len(outside)} outside ({leaked} the data folder's boot-report.json), "
+        f"{len(inside)} inside, refused: {set(refused)}"
+    )
+    assert outside == [], summary
+    assert set(refused) <= {"outside_workspace", "path_missing"}, summary
+    assert inside and refused, summary  # the swap really raced the reads

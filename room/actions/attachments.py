@@ -18,10 +18,14 @@ uploads in the same project may be attached, each to one message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import os
+import secrets
 import shutil
 import sqlite3
+import stat
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,7 +42,9 @@ from room.errors import (
     NotFoundError,
     PayloadTooLargeError,
     RateLimitedError,
+    WorkspacePathError,
 )
+from room.evidence import EvidenceError, open_workspace
 from room.lifecycle import ActorKind, ProjectState, posting_open
 from room.models import Member
 from room.store import Tx
@@ -398,24 +404,75 @@ async def copy_for_agent(
 
 
 def _copy(data: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-    folder = workspace / AGENT_DIR
+    """The copies behind :func:`copy_for_agent`. The working folder is written by agents, so
+    nothing here goes by an absolute name inside it (a planted symlink would make the server
+    write wherever it points — over its own database, say): the folders are walked to, and
+    made, from the workspace's descriptor (:mod:`room.fsroot`, a symlink followed only inside);
+    ``.room/.gitignore`` is made only where there is no name at all (``O_EXCL | O_NOFOLLOW``);
+    each copy is written under a temporary name in the folder held and renamed over its own
+    name, which replaces a symlink planted there instead of writing through it. A copy already
+    there as a regular file of the right size is kept."""
     paths: dict[int, str] = {}
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        ignore = folder.parent / ".gitignore"
-        if not ignore.exists():
-            ignore.write_text("*\n")
-    except OSError:
+        with (
+            open_workspace(workspace) as root,
+            root.folder(
+                [AGENT_DIR.parts[0]], create=True, raw=str(AGENT_DIR), error=EvidenceError
+            ) as top,
+        ):
+            _ignore_all(top.fd)
+            with root.folder(
+                list(AGENT_DIR.parts), create=True, raw=str(AGENT_DIR), error=EvidenceError
+            ) as folder:
+                for row in rows:
+                    name = f"{row['id']}-{row['name']}"
+                    try:
+                        _copy_one(blobs.path_of(data, str(row["sha256"])), folder.fd, name, row)
+                    except OSError:
+                        log.warning(
+                            "attachment %s not copied for an agent", row["id"], exc_info=True
+                        )
+                        continue
+                    paths[int(row["id"])] = str(AGENT_DIR / name)
+    except (OSError, WorkspacePathError):
         log.warning("attachments folder not made in %s", workspace, exc_info=True)
-        return paths
-    for row in rows:
-        relative = AGENT_DIR / f"{row['id']}-{row['name']}"
-        target = workspace / relative
-        try:
-            if not target.is_file() or target.stat().st_size != row["size"]:
-                shutil.copyfile(blobs.path_of(data, str(row["sha256"])), target)
-        except OSError:
-            log.warning("attachment %s not copied for an agent", row["id"], exc_info=True)
-            continue
-        paths[int(row["id"])] = str(relative)
     return paths
+
+
+def _ignore_all(folder: int) -> None:
+    """``.gitignore`` with ``*`` in the folder held, unless the name is taken (by anything)."""
+    try:
+        fd = os.open(
+            ".gitignore",
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=folder,
+        )
+    except FileExistsError:
+        return
+    try:
+        os.write(fd, b"*\n")
+    finally:
+        os.close(fd)
+
+
+def _copy_one(source: Path, folder: int, name: str, row: Mapping[str, Any]) -> None:
+    try:
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        if stat.S_ISREG(info.st_mode) and info.st_size == row["size"]:
+            return
+    except FileNotFoundError:
+        pass
+    temp = f".{row['id']}.{secrets.token_hex(6)}.tmp"
+    out = os.open(
+        temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+        dir_fd=folder,
+    )  # fmt: skip
+    try:
+        with os.fdopen(out, "wb") as dst, open(source, "rb") as src:
+            shutil.copyfileobj(src, dst)
+        os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=folder)
+        raise

@@ -28,6 +28,7 @@ from room.actions.workspaces import readable_target, work_dir
 from room.agents.tools import Tool, ToolContext
 from room.agents.work_tools import WORK_TOOLS
 from room.errors import RoomError
+from room.fsroot import open_root
 from room.providers import ToolSpec
 from room.research import (
     MAX_QUESTION,
@@ -206,36 +207,50 @@ def _in_root(
     """A read-only file operation inside a reference's folder (blocking: in a worker thread).
     The folder is the reference's real path bound when proposed; its real path now must be the
     same (a symlink swapped since, or roots narrowed by the operator, is refused); below it the
-    file tools' own rules hold (no ``..``, a symlink followed only if it ends inside)."""
+    file tools' own rules hold (no ``..``, a symlink followed only if it ends inside; for a file
+    reference, no symlink at all: the file itself is the scope).
+
+    The folder is then opened at exactly that real path, each component without following a
+    symlink (:func:`room.fsroot.open_root`): a component swapped for a link between the check
+    and the read — the reference may lie in a folder agents write — is refused, not followed."""
     assert ref.real is not None
     try:
         now: str | None = readable_target(settings, ref.target, ref.kind)
     except RoomError:
         now = None
     if now != ref.real:
-        raise ReferenceMovedError(
-            f"参考 {ref.id} 的路径 {ref.target} 已不是批准时的位置 (Reference {ref.id} no longer "
-            "resolves to the approved path; adjust the research to read it.)",
-            reference=ref.id, path=ref.target[:200],
-        )  # fmt: skip
+        raise _moved(ref)
     root = ref.real if ref.kind == "dir" else posixpath.dirname(ref.real)
-    if name == "fs_list":
-        depth = _int_arg(args, "depth") or 1
-        result = files.list_dir(root, relative, depth).to_dict()
-    elif name == "fs_read":
-        result = files.read(root, relative, _int_arg(args, "start_line"),
-                            _int_arg(args, "end_line")).to_dict()  # fmt: skip
-    else:
-        pattern, glob = args.get("pattern"), args.get("glob")
-        if not isinstance(pattern, str):
-            raise ValueError("pattern must be a string")
-        limit = min(_int_arg(args, "limit") or files.SEARCH_LIMIT, files.SEARCH_LIMIT)
-        result = files.search(root, pattern, relative,
-                              glob if isinstance(glob, str) and glob else None, limit).to_dict()  # fmt: skip
-        for hit in result["hits"]:
-            hit["path"] = posixpath.join(root, hit["path"])
+    try:
+        opened = open_root(Path(root), links=ref.kind == "dir")
+    except OSError:
+        raise _moved(ref) from None
+    with opened:
+        if name == "fs_list":
+            depth = _int_arg(args, "depth") or 1
+            result = files.list_dir(opened, relative, depth).to_dict()
+        elif name == "fs_read":
+            result = files.read(opened, relative, _int_arg(args, "start_line"),
+                                _int_arg(args, "end_line")).to_dict()  # fmt: skip
+        else:
+            pattern, glob = args.get("pattern"), args.get("glob")
+            if not isinstance(pattern, str):
+                raise ValueError("pattern must be a string")
+            limit = min(_int_arg(args, "limit") or files.SEARCH_LIMIT, files.SEARCH_LIMIT)
+            result = files.search(opened, pattern, relative,
+                                  glob if isinstance(glob, str) and glob else None, limit).to_dict()  # fmt: skip
+            for hit in result["hits"]:
+                hit["path"] = posixpath.join(root, hit["path"])
     result["path"] = posixpath.normpath(posixpath.join(root, result.get("path", relative)))
     return result
+
+
+def _moved(ref: ScopeRef) -> ReferenceMovedError:
+    return ReferenceMovedError(
+        f"参考 {ref.id} 的路径 {ref.target} 已不是批准时的位置 (Reference {ref.id} no longer "
+        "resolves to the approved path; adjust the research to read it.)",
+        reference=ref.id, path=ref.target[:200],
+    )  # fmt: skip
 
 
 def _scoped(name: str, default_path: str | None) -> Tool:
