@@ -5,19 +5,37 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.live_room import Room, agent_replies, eventually
-from tests.support.llm_servers import openai_text, openai_tool_call, openai_tool_calls
+from tests.support.llm_servers import (
+    OpenAIServer,
+    openai_text,
+    openai_tool_call,
+    openai_tool_calls,
+)
+from tests.support.server import start_with_openai
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
 BUDGET = {"tokens": 100_000, "requests": 20, "seconds": 600, "steps": 20}
 PROPOSAL = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]}, "members": ["lead"],
             "budget": BUDGET}  # fmt: skip
+
+
+@pytest.fixture
+def rooted(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
+    """``room`` whose operator allows folders in tmp_path (``ROOM_WORKSPACE_ROOTS``): the
+    references these tests make live there, outside the default roots (<data>/workspaces)."""
+    server = start_with_openai(tmp_path / "data", llm, ROOM_WORKSPACE_ROOTS=str(tmp_path))
+    try:
+        yield Room(server, llm)
+    finally:
+        server.stop()
 
 
 def run_of(room: Room, rid: int) -> dict[str, Any]:
@@ -236,8 +254,9 @@ async def test_pausing_the_project_stops_its_running_research_saying_why(room: R
 
 
 async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_else(
-    room: Room, tmp_path: Path
+    rooted: Room, tmp_path: Path
 ) -> None:
+    room = rooted
     refdocs, swapped, elsewhere = tmp_path / "refdocs", tmp_path / "swapped", tmp_path / "elsewhere"
     for folder in (refdocs, swapped, elsewhere):
         folder.mkdir()

@@ -27,7 +27,7 @@ from room import worktrees
 from room.actions import tasks as task_actions
 from room.actions import workspaces as ws_actions
 from room.core import Core
-from room.errors import ConflictError, ForbiddenError, NotFoundError
+from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
 from room.evidence import verify_artifact
 from room.models import Member, Project
 from room.store import Tx
@@ -242,8 +242,14 @@ async def kept_worktrees(core: Core, project_id: int) -> list[dict[str, Any]]:
 
 def _on_disk(core: Core, project: Project) -> tuple[worktrees.Attempt, ...]:
     try:
+        workspace = ws_actions.workspace_of(core.settings, project)
+    except BadRequestError:
+        # A workspace the rules now refuse (outside narrowed roots) is never read, not even by
+        # git; the purge preview still answers, listing no worktree from disk.
+        return ()
+    try:
         return worktrees.list_attempts(
-            ws_actions.workspace_of(core.settings, project),
+            workspace,
             ws_actions.worktrees_root(core.settings),
             project.id,
             project.name,
