@@ -63,7 +63,6 @@ class Holder:
     kept for a project id not given yet."""
 
     project: Project | None
-    folder: Path
 
 
 def holder_of(
@@ -73,24 +72,22 @@ def holder_of(
     ``path`` (resolved) equals, lies inside or contains; None when nobody does."""
     slots = workspaces_folder(settings)
     if path == slots or path in slots.parents:
-        return Holder(None, slots)
+        return Holder(None)
     if slots in path.parents:
         name = path.relative_to(slots).parts[0]
         if name.isascii() and name.isdigit():
             owner = projects_store.row_id(name)
             if owner is None or str(owner) != name:
-                return Holder(None, slots / name)
+                return Holder(None)
             if owner != project_id:
                 project = projects_store.get(conn, owner)
                 if project is None or project.state != "purged":
-                    return Holder(project, slots / name)
+                    return Holder(project)
     # Every default folder was answered above (a path containing one contains ``slots`` or is
     # one; a path inside one lies under a digits name): what is left are the stored folders.
     for other_id, stored in projects_store.live_workspaces(conn):
-        theirs = Path(stored)
-        if other_id != project_id and overlap(path, theirs):
-            project = projects_store.get(conn, other_id)
-            return Holder(project, theirs)
+        if other_id != project_id and overlap(path, Path(stored)):
+            return Holder(projects_store.get(conn, other_id))
     return None
 
 
@@ -109,8 +106,8 @@ def in_use_error(
         "这个目录已属于另一个项目：与它的工作区相同、在其中或包含它 (This folder belongs to another "
         "project: it is, lies inside or contains that project's workspace.)",
         code="workspace_in_use", path=path[:300], **named, **details,
-        hint="选一个只属于本项目的目录，或不设置以使用默认工作区 (Pick a folder of this project's "
-        "own, or none for the default workspace.)",
+        hint="选一个不属于其他项目的目录；工作区也可不设置，用默认的 (Pick a folder no other project "
+        "holds; a workspace may also be left unset for the default.)",
     )  # fmt: skip
 
 
