@@ -31,7 +31,8 @@ from room.actions import auth as auth_actions
 from room.actions import portfolio as portfolio_actions
 from room.actions import projects as project_actions
 from room.actions import research as research_actions
-from room.actions import wiring
+from room.actions import tenancy, wiring
+from room.actions import workspaces as ws_actions
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
 from room.agents import AgentSettings, Scheduler
@@ -252,6 +253,12 @@ def create_app(
         scheduler.recovery = recovery
         trace.phase("reconcile", **{k: v for k, v in recovery.items() if k != "notices"})
         providers = await _provider_status(registry)
+        # Where workspaces may be, and any live projects sharing a folder since before a folder
+        # belonged to one project: the operator's to sort out (docs/architecture.md, "Operators").
+        workspaces = {
+            **ws_actions.roots_report(settings),
+            "overlaps": await db.read(tenancy.overlaps),
+        }
         write_report(
             settings.data,
             settings=_public_settings(settings),
@@ -260,6 +267,7 @@ def create_app(
             capabilities=_capabilities(app, server, db, sandbox),
             providers=providers,
             recovery=recovery,
+            workspaces=workspaces,
         )
         trace.phase("report")
         await scheduler.start()

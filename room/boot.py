@@ -107,6 +107,7 @@ def write_report(
     capabilities: dict[str, Any],
     providers: list[dict[str, Any]],
     recovery: dict[str, Any] | None = None,
+    workspaces: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     path = data / "boot-report.json"
     try:
@@ -128,6 +129,7 @@ def write_report(
         "capabilities": capabilities,
         "providers": providers,
         "recovery": recovery or {},
+        "workspaces": workspaces or {},
         "activations": activations[-MAX_ACTIVATIONS:],
     }
     tmp = path.with_suffix(".json.tmp")

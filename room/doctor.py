@@ -35,7 +35,15 @@ def collect(settings: Settings) -> dict[str, Any]:
             "started_at": report.get("started_at"),
             "activations": len(report.get("activations", [])),
             "recovery": report.get("recovery", {}),
+            "workspaces": report.get("workspaces", {}),
         }
+        shared = report.get("workspaces", {}).get("overlaps", {}).get("count", 0)
+        if shared:
+            problems.append(
+                f"{shared} pairs of live projects share workspace folders, set before a folder "
+                "belonged to one project (boot-report.json: workspaces.overlaps); an owner of "
+                "each sets a folder of its own"
+            )
     except (OSError, ValueError):
         problems.append("no boot-report.json: the server has not started here yet")
     trace = read_trace(data)

@@ -34,9 +34,10 @@ class Settings(BaseModel):
     )
     workspace_roots: tuple[str, ...] = Field(
         default=(),
-        description="Folders inside which a project's workspace may be set (comma-separated in "
-        "env); empty means the server user's home folder and the system's temporary folder. "
-        "A project's default workspace in the data folder is always allowed.",
+        description="Folders inside which a project's workspace (and a research reference) may "
+        "be set (comma-separated in env); empty means <data>/workspaces only. Wider roots are "
+        "the operator's choice, listed in boot-report.json. A project's default workspace is "
+        "always allowed, and a folder belongs to one project whatever the roots.",
     )
     synchronous: str = Field(
         default="FULL",

@@ -202,6 +202,18 @@ def test_an_owner_changes_the_workspace_and_sees_refusals_translated(
     expect(dialog.get_by_role("alert")).to_have_text(
         f"工作区必须是目录，不能是文件：{repo / 'README.md'}"
     )
+    # A folder inside another project's workspace: this owner is a member of that project too,
+    # so the refusal names it.
+    taken = make_repo(tmp_path / "taken")
+    room_server.create_project("隔壁项目", TEAM, workspace=taken)
+    owner.allow(r"Failed to load resource: .* 409")
+    field.fill(str(taken / "src"))
+    (taken / "src").mkdir()
+    dialog.get_by_role("button", name="保存", exact=True).click()
+    expect(dialog.get_by_role("alert")).to_have_text(
+        f"这个目录已属于另一个项目：与它的工作区相同、在其中或包含它：{(taken / 'src').resolve()}"
+        "「隔壁项目」"
+    )
 
     field.fill(str(plain))
     dialog.get_by_role("button", name="保存", exact=True).click()

@@ -18,9 +18,10 @@ import pytest
 
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import openai_text
-from tests.test_real_work import (  # the fixtures scripts, llm and _hermetic_git as well
+from tests.test_real_work import (  # the fixtures scripts, llm, _hermetic_git, _roots too
     Scripts,
     _hermetic_git,  # noqa: F401
+    _roots,  # noqa: F401
     agent,
     calls,
     git,

@@ -109,6 +109,13 @@ def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
 
 
+@pytest.fixture(autouse=True)
+def _roots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The repositories these tests make are in tmp_path, outside the default roots
+    (<data>/workspaces): the operator's setting allows them (the server inherits it)."""
+    monkeypatch.setenv("ROOM_WORKSPACE_ROOTS", str(tmp_path))
+
+
 def git(cwd: Path, *args: str) -> str:
     run = subprocess.run(
         ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=20

@@ -58,7 +58,9 @@ class Project(Team):
 
 @pytest.fixture
 def app(tmp_path: Path) -> Any:
-    with running_app(tmp_path / "data") as handle:
+    # The references these tests make are in tmp_path, outside the default roots
+    # (<data>/workspaces): the operator's setting allows them.
+    with running_app(tmp_path / "data", workspace_roots=(str(tmp_path),)) as handle:
         yield handle
 
 

@@ -5,19 +5,37 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.live_room import Room, agent_replies, eventually
-from tests.support.llm_servers import openai_text, openai_tool_call, openai_tool_calls
+from tests.support.llm_servers import (
+    OpenAIServer,
+    openai_text,
+    openai_tool_call,
+    openai_tool_calls,
+)
+from tests.support.server import start_with_openai
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
 BUDGET = {"tokens": 100_000, "requests": 20, "seconds": 600, "steps": 20}
 PROPOSAL = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]}, "members": ["lead"],
             "budget": BUDGET}  # fmt: skip
+
+
+@pytest.fixture
+def rooted(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
+    """``room`` whose operator allows folders in tmp_path (``ROOM_WORKSPACE_ROOTS``): the
+    references these tests make live there, outside the default roots (<data>/workspaces)."""
+    server = start_with_openai(tmp_path / "data", llm, ROOM_WORKSPACE_ROOTS=str(tmp_path))
+    try:
+        yield Room(server, llm)
+    finally:
+        server.stop()
 
 
 def run_of(room: Room, rid: int) -> dict[str, Any]:
@@ -236,8 +254,9 @@ async def test_pausing_the_project_stops_its_running_research_saying_why(room: R
 
 
 async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_else(
-    room: Room, tmp_path: Path
+    rooted: Room, tmp_path: Path
 ) -> None:
+    room = rooted
     refdocs, swapped, elsewhere = tmp_path / "refdocs", tmp_path / "swapped", tmp_path / "elsewhere"
     for folder in (refdocs, swapped, elsewhere):
         folder.mkdir()
@@ -326,3 +345,46 @@ async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_el
     assert "秘密" not in texts and "不该读到" not in texts and "私有" not in texts
     starts = rows(room, "SELECT detail_json FROM audit_events WHERE action = 'research_start'")
     assert json.loads(starts[0][0])["scope"] == run["scope"]
+
+
+async def test_a_reference_folder_another_project_takes_after_the_approval_is_not_read(
+    rooted: Room, tmp_path: Path
+) -> None:
+    """A reference is bound when approved; a folder another live project's workspace comes to
+    hold afterwards belongs to that project, and the run reads nothing there (issue 24)."""
+    room = rooted
+    shared, kept = tmp_path / "shared", tmp_path / "kept"
+    for folder in (shared, kept):
+        folder.mkdir()
+    (shared / "notes.md").write_text("隔壁项目的文件\n", encoding="utf-8")
+    (kept / "notes.md").write_text("仍可读的参考\n", encoding="utf-8")
+    refs = [room.post(f"/api/projects/{room.project}/memory/reference",
+                      {"ref_kind": "dir", "target": str(folder)}, expect=201)["id"]
+            for folder in (shared, kept)]  # fmt: skip
+    run = room.post(f"/api/projects/{room.project}/research",
+                    PROPOSAL | {"scope": {"references": refs}}, expect=201)  # fmt: skip
+    act(room, run["id"], "approve", rev=run["rev"], scope_digest=run["scope_digest"])
+    # After the approval another project makes the folder its workspace (a reference holds no
+    # folder, so this is allowed).
+    other = room.post("/api/projects", {"name": "隔壁项目", "workspace": str(shared)}, expect=201)
+    assert other["project"]["workspace"]["path"] == str(shared)
+    room.route("lead")
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("fs_read", {"path": f"{shared}/notes.md"}),
+        ("fs_list", {"path": str(shared)}),
+        ("fs_read", {"path": f"{kept}/notes.md"}),
+        ("room_research_report", {"text": "只读了仍属于本项目的参考。", "sources": []}),
+    ]
+    room.llm.push(*[openai_tool_call(name, args, call_id=f"c{i}")
+                    for i, (name, args) in enumerate(calls)])  # fmt: skip
+    before = len(room.llm.chat_requests)
+    act(room, run["id"], "start")
+    await eventually(lambda: run_of(room, run["id"])["state"] == "done")
+    requests = room.llm.chat_requests[before:]
+    answers = [json.loads(r["messages"][-1]["content"]) for r in requests[1:]]
+    assert [a.get("error") for a in answers[:2]] == ["workspace_in_use", "workspace_in_use"]
+    # The session is an agent: the project now holding the folder is not named to it.
+    assert "project_name" not in answers[0]["details"]
+    assert answers[2]["ok"] and answers[2]["text"] == "仍可读的参考\n"
+    texts = json.dumps(answers, ensure_ascii=False)
+    assert "隔壁项目的文件" not in texts and "隔壁项目" not in texts

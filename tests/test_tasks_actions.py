@@ -189,7 +189,8 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     search_indexer.start(asyncio.get_running_loop())
     runtime = WakeRecorder()
     core = Core(
-        settings=Settings(data=tmp_path / "data"),
+        # The workspace (tmp_path/ws) is outside the default roots (<data>/workspaces).
+        settings=Settings(data=tmp_path / "data", workspace_roots=(str(tmp_path),)),
         db=db,
         hub=Hub(),
         rosters=RosterCache(db),

@@ -54,7 +54,11 @@ class LiveRoom:
 
     def __init__(self, data: Path) -> None:
         self.http = ServerProcess(data)
-        self.settings = Settings(data=data, port=self.http.port)
+        # The tests' workspaces are beside the data folder, outside the default roots
+        # (<data>/workspaces): the operator's setting allows them.
+        self.settings = Settings(
+            data=data, port=self.http.port, workspace_roots=(str(data.parent),)
+        )
         room_server = RoomServer(self.settings, ws_protocol=RoomWebSocketProtocol)
         self.app = create_app(self.settings, room_server)
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -52,7 +52,9 @@ def make_repo(path: Path, **files: str) -> Path:
 
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[App]:
-    with running_app(tmp_path / "data") as found:
+    # The repositories these tests make are in tmp_path, outside the default roots (only
+    # <data>/workspaces): the operator's setting allows them.
+    with running_app(tmp_path / "data", workspace_roots=(str(tmp_path),)) as found:
         yield found
 
 
@@ -151,7 +153,8 @@ def test_a_workspace_that_could_reach_the_database_or_does_not_exist_is_refused(
     (data / "inside").mkdir()
     assert _refusal(app, str(data)) == (400, "workspace_is_data")
     assert _refusal(app, str(data / "inside")) == (400, "workspace_in_data")
-    assert _refusal(app, str(data / "workspaces" / "1")) == (400, "workspace_in_data")
+    # The demo project's default folder, named by its path (tests/test_workspace_tenancy.py).
+    assert _refusal(app, str(data / "workspaces" / "1")) == (409, "workspace_in_use")
     assert _refusal(app, str(tmp_path)) == (400, "workspace_contains_data")
     assert _refusal(app, str(tmp_path / "nowhere")) == (400, "workspace_missing")
     assert _refusal(app, "relative/path") == (400, "workspace_not_absolute")
@@ -163,22 +166,27 @@ def test_a_workspace_that_could_reach_the_database_or_does_not_exist_is_refused(
     dot = Path.home() / ".ssh"
     if dot.is_dir():
         assert _refusal(app, str(dot)) == (400, "workspace_system")
-    # Outside the operator's roots (by default the home and temporary folders): refused.
+    # Outside the operator's roots (here tmp_path): refused.
     assert _refusal(app, "/srv") == (400, "workspace_outside_roots")
     _status, projects = app.request("GET", "/api/me", cookie=app.owner_cookie)
     assert [p["name"] for p in projects["projects"]] == ["演示项目"]  # nothing was created
 
 
 def test_workspaces_stay_inside_the_operators_roots(tmp_path: Path) -> None:
-    allowed, elsewhere = tmp_path / "allowed", tmp_path / "elsewhere"
+    allowed, second, elsewhere = tmp_path / "allowed", tmp_path / "second", tmp_path / "elsewhere"
     (allowed / "app").mkdir(parents=True)
+    second.mkdir()
     elsewhere.mkdir()
     (allowed / "escape").symlink_to(elsewhere)
-    with running_app(tmp_path / "data", workspace_roots=(str(allowed),)) as app:
+    roots = (str(allowed), str(second))
+    with running_app(tmp_path / "data", workspace_roots=roots) as app:
         assert _refusal(app, str(elsewhere)) == (400, "workspace_outside_roots")
         assert _refusal(app, str(allowed / "escape")) == (400, "workspace_outside_roots")
         assert _refusal(app, str(allowed / "app")) == (201, "")
-        assert _refusal(app, str(allowed)) == (201, "")
+        assert _refusal(app, str(second)) == (201, "")  # a root itself
+        # A root holding another project's workspace is no longer free (a folder belongs to one
+        # project).
+        assert _refusal(app, str(allowed)) == (409, "workspace_in_use")
         # The default workspace in the data folder needs no root.
         status, _ = app.request("POST", "/api/projects", {"name": "默认"}, cookie=app.owner_cookie)
         assert status == 201

@@ -163,6 +163,7 @@ export const STRINGS_EN = {
   "error.unknown_field": "Unknown field: {field}",
   "error.workspace_outside_roots": "The workspace must be inside a folder this server allows: {path}",
   "error.workspace_refused": "This project's workspace is no longer allowed; an owner sets a new one: {path}",
+  "error.workspace_in_use": "This folder belongs to another project: it is, lies inside or contains that project's workspace: {path} “{project_name}”",
   "error.bad_pack": "The pack is not valid: {reason}",
   "error.merge_self": "A project cannot be merged into itself",
   "error.no_file": "No such file",

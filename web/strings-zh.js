@@ -164,6 +164,7 @@ export const STRINGS_ZH = {
   "error.unknown_field": "不认识的字段：{field}",
   "error.workspace_outside_roots": "工作区须在服务器允许的目录之内：{path}",
   "error.workspace_refused": "这个项目的工作区已不再被允许，请项目所有者重新设置：{path}",
+  "error.workspace_in_use": "这个目录已属于另一个项目：与它的工作区相同、在其中或包含它：{path}「{project_name}」",
   "error.bad_pack": "导入包无效：{reason}",
   "error.merge_self": "不能把项目合并到它自己",
   "error.no_file": "没有这个文件",

@@ -262,8 +262,14 @@ async def kept_worktrees(core: Core, project_id: int) -> list[dict[str, Any]]:
 
 def _on_disk(core: Core, project: Project) -> tuple[worktrees.Attempt, ...]:
     try:
+        workspace = ws_actions.workspace_of(core.settings, project)
+    except BadRequestError:
+        # A workspace the rules now refuse (outside narrowed roots) is never read, not even by
+        # git; the purge preview still answers, listing no worktree from disk.
+        return ()
+    try:
         return worktrees.list_attempts(
-            ws_actions.workspace_of(core.settings, project),
+            workspace,
             ws_actions.worktrees_root(core.settings),
             project.id,
             project.name,

@@ -109,13 +109,13 @@ class _Part:
 class ImportOptions:
     """``importer``: the person on this server who becomes the owner; None keeps the pack's
     user ids (a fork on the same server). ``state``: the new project's state (None: ``paused``,
-    or ``archived`` for an archived project). ``keep_workspace``: a fork keeps it; a pack from
-    elsewhere names a folder of another machine."""
+    or ``archived`` for an archived project). The new project's workspace is always its own
+    default: a pack from elsewhere names a folder of another machine, and a fork's source keeps
+    its folder (a folder belongs to one project, :mod:`room.actions.tenancy`)."""
 
     importer: User | None
     name: str | None = None
     state: str | None = None
-    keep_workspace: bool = False
     forked_from: int | None = None
     parts: tuple[str, ...] | None = None
     action: str = "project.import"
@@ -490,9 +490,8 @@ class Importer:
             "lead_member_id": None,
             "created_by": importer.id if importer is not None else row.get("created_by"),
             "updated_at": self.tx.now,
+            "workspace": None,  # its own default (ImportOptions)
         }
-        if not self.options.keep_workspace:
-            overrides["workspace"] = None
         if self.options.forked_from is not None:
             overrides["forked_from"] = self.options.forked_from
         values = {k: v for k, v in row.items() if k != "id"} | overrides
@@ -762,7 +761,8 @@ def fork_project(
     conn: sqlite3.Connection, tx: Tx, project_id: int, actor_member: int, name: str | None
 ) -> dict[str, Any]:
     """A new project from this one's records (docs/packs.md, "Fork"): its export restricted to
-    :data:`room.packs.FORK_TABLES`, imported on the same server (the same people)."""
+    :data:`room.packs.FORK_TABLES`, imported on the same server (the same people). It starts in
+    its own default workspace: the source's folder stays the source's."""
     # Chunks of rows split on "\n" only: JSON text holds no raw newline, but may hold U+2028.
     lines = [
         line
@@ -775,8 +775,7 @@ def fork_project(
     result = import_pack(
         conn, tx, lines,
         ImportOptions(importer=None, name=name or f"{source.name} (fork)", state="active",
-                      keep_workspace=True, forked_from=project_id, parts=FORK_TABLES,
-                      action="project.forked"),
+                      forked_from=project_id, parts=FORK_TABLES, action="project.forked"),
     )  # fmt: skip
     audit_store.record(
         conn, now=tx.now, actor_kind="human", actor_id=actor_member, project_id=project_id,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import regex
 
 from room.actions import plans as plan_actions
+from room.actions import tenancy
 from room.actions import workspaces as ws_actions
 from room.core import Core
 from room.errors import BadRequestError, ConflictError
@@ -209,12 +210,15 @@ async def create_project(
 ) -> Project:
     """Create a project with its creator as owner. A goal is delivered to the lead at once;
     with ``plan_first`` the lead's plan is stored and nothing is dispatched until a person
-    starts it."""
+    starts it. A ``workspace`` another live project holds is refused in the write that creates
+    the project (``workspace_in_use``, :mod:`room.actions.tenancy`)."""
     name = check_project_name(name)
     workspace = await ws_actions.checked_workspace(core.settings, workspace)
     specs = agents if agents is not None else [AgentSpec("lead", "lead", "负责人")]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Project:
+        if workspace is not None:
+            tenancy.ensure_free(conn, core.settings, workspace, project_id=None, user_id=creator.id)
         project_id, owner_id = insert_project(
             conn, tx, creator, name=name, goal=goal, workspace=workspace, agents=specs
         )

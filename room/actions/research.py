@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from room.actions import memory as memory_actions
+from room.actions import tenancy
 from room.actions.messages import annotate_message
 from room.actions.notices import insert_notice
 from room.actions.turns import limits_of
@@ -244,7 +245,8 @@ async def resolve_references(
 ) -> dict[int, ScopeRef]:
     """What each reference the proposal's scope names resolves to now: its kind, target and
     note, and for an absolute dir / file target its real path (resolved off the event loop and
-    held to the workspace rules, :func:`room.actions.workspaces.readable_target`)."""
+    held to the workspace rules, :func:`room.actions.workspaces.readable_target`; whether another
+    project holds it is checked in the write, :func:`_still_resolved`)."""
     ids = reference_ids(data)
     if not ids:
         return {}
@@ -260,16 +262,25 @@ async def resolve_references(
 
 
 def _still_resolved(
-    conn: sqlite3.Connection, project_id: int, refs: Mapping[int, ScopeRef]
+    conn: sqlite3.Connection, core: Core, member: Member, refs: Mapping[int, ScopeRef]
 ) -> None:
     """In the write: each reference still reads as it did when resolved (an edit in between
-    would make the digest bind something nobody saw)."""
+    would make the digest bind something nobody saw), and no absolute one is, lies inside or
+    contains another live project's workspace (``workspace_in_use``, naming that project only
+    to a person who is its member): a run reads its own workspace and folders of no other
+    project's."""
+    project_id = member.project_id
     for ref_id, ref in refs.items():
         now = reference_of(memory_store.entry(conn, ref_id), project_id, ref_id)
         if (now.kind, now.target, now.note) != (ref.kind, ref.target, ref.note):
             raise ConflictError(
                 f"参考 {ref_id} 刚被修改，请重试 (Reference {ref_id} changed meanwhile; try again.)",
                 code="research_reference_changed", reference=ref_id,
+            )  # fmt: skip
+        if ref.real is not None:
+            tenancy.ensure_free(
+                conn, core.settings, ref.real, project_id=project_id, user_id=member.user_id,
+                field="scope.references", reference=ref_id,
             )  # fmt: skip
 
 
@@ -281,7 +292,7 @@ async def propose(core: Core, member: Member, data: Mapping[str, Any]) -> dict[s
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         _may_propose(conn, member)
-        _still_resolved(conn, member.project_id, refs)
+        _still_resolved(conn, core, member, refs)
         p = check_proposal(data, _agents_of(conn, member.project_id), refs)
         research_id = research_store.insert_run(
             conn, project_id=member.project_id, question=p.question, scope=p.scope,
@@ -347,7 +358,7 @@ async def adjust(
         projects_store.require_open(conn, member.project_id)
         transition(ResearchState(run["state"]), _E.ADJUST, ResearchActor.OWNER)
         _same_rev(run, rev)
-        _still_resolved(conn, member.project_id, refs)
+        _still_resolved(conn, core, member, refs)
         p = check_proposal(data, _agents_of(conn, member.project_id), refs)
         new_rev = research_store.revise(
             conn, research_id, question=p.question, scope=p.scope, members=list(p.members),

@@ -6,9 +6,12 @@ member works inside it is a :class:`WorkDir`: its own git worktree while it work
 attempt, or the workspace itself, one writer at a time ("serial", with the reason).
 
 Rules for a workspace a person sets (:func:`check_workspace`): an absolute path to an existing
-folder, resolved (symlinks followed); never the data folder, a folder inside it (other than the
-project's own default) or a folder containing it — so no file tool or command working in the
-workspace can reach the database files.
+folder, resolved (symlinks followed), inside the operator's roots (:func:`workspace_roots`: by
+default ``<data>/workspaces`` only); never the data folder, a folder containing it or one inside
+it other than under ``<data>/workspaces`` — so no file tool or command working in the workspace
+can reach the database files. And a folder belongs to one project (:mod:`room.actions.tenancy`):
+never one that is, lies inside or contains another live project's workspace or default folder,
+checked in the write transaction that stores the path.
 
 Git runs in worker threads, never in a write job and never on the send path: the wire
 ``workspace`` object (:func:`workspace_info`) is computed when a project is answered over HTTP
@@ -19,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from room import worktrees
+from room.actions import tenancy
+from room.actions.tenancy import default_workspace, workspaces_folder
 from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.git import Git
@@ -35,7 +39,6 @@ from room.store import attempts as attempts_store
 from room.store import audit as audit_store
 from room.store import projects as projects_store
 
-WORKSPACES_DIR = "workspaces"  # under the data folder: the default workspaces
 WORKTREES_DIR = "worktrees"  # under the data folder: one folder per attempt
 MAX_PATH_CHARS = 4096
 NO_ATTEMPT_REASON = (
@@ -56,10 +59,6 @@ class WorkDir:
     branch: str | None = None
 
 
-def default_workspace(settings: Settings, project_id: int) -> Path:
-    return settings.data.resolve() / WORKSPACES_DIR / str(project_id)
-
-
 def worktrees_root(settings: Settings) -> Path:
     return settings.data.resolve() / WORKTREES_DIR
 
@@ -67,21 +66,23 @@ def worktrees_root(settings: Settings) -> Path:
 def workspace_of(settings: Settings, project: Project) -> Path:
     """The project's workspace folder (the default one under the data folder when none is set).
 
-    A stored workspace is checked again on every use (without touching the disk): one set
-    before today's rules, or outside roots the operator has since narrowed, is refused with
-    ``workspace_refused`` instead of letting the file tools, commands or evidence read there."""
+    A stored workspace is checked again on every use (without touching the disk beyond the data
+    folder's own path): one set before today's rules, or outside roots the operator has since
+    narrowed, is refused with ``workspace_refused`` instead of letting the file tools, commands
+    or evidence read there. (Whether it overlaps another project's is checked when it is stored,
+    :mod:`room.actions.tenancy`; overlaps stored before that are listed in the boot report.)"""
     if not project.workspace:
         return default_workspace(settings, project.id)
     path = Path(project.workspace)
     data = settings.data.resolve()
-    roots = workspace_roots(settings)
+    slots = workspaces_folder(settings)
+    in_slots = slots in path.parents
     if (
-        path == Path("/")
-        or any(path == s or s in path.parents for s in SYSTEM_FOLDERS)
-        or path == data
-        or data in path.parents
+        path in (Path("/"), data, slots)
+        or (not in_slots and any(path == s or s in path.parents for s in SYSTEM_FOLDERS))
+        or (data in path.parents and not in_slots)
         or path in data.parents
-        or not any(path == root or root in path.parents for root in roots)
+        or not _within(path, workspace_roots(settings))
     ):
         raise _refuse("workspace_refused", "这个项目的工作区不再被允许 (This project's workspace is "
                       "no longer allowed here.)", str(path), "请项目所有者重新设置工作区 (The "
@@ -103,6 +104,10 @@ SYSTEM_FOLDERS = tuple(
 )  # fmt: skip
 
 
+def _within(path: Path, roots: tuple[Path, ...]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
 def _system_folder(real: Path) -> bool:
     if real == Path("/") or any(real == s or s in real.parents for s in SYSTEM_FOLDERS):
         return True
@@ -116,10 +121,22 @@ def _system_folder(real: Path) -> bool:
 
 
 def workspace_roots(settings: Settings) -> tuple[Path, ...]:
-    """Where workspaces may be: the operator's ``workspace_roots``, or by default the server
-    user's home folder and the system's temporary folder (resolved)."""
-    given = settings.workspace_roots or (str(Path.home()), tempfile.gettempdir())
-    return tuple(Path(root).expanduser().resolve() for root in given)
+    """Where workspaces (and research references) may be, resolved: the operator's
+    ``workspace_roots``, or by default ``<data>/workspaces`` only — on a shared server a wider
+    root is the operator's explicit choice. A project's own default is allowed whatever the
+    roots."""
+    if not settings.workspace_roots:
+        return (workspaces_folder(settings),)
+    return tuple(Path(root).expanduser().resolve() for root in settings.workspace_roots)
+
+
+def roots_report(settings: Settings) -> dict[str, Any]:
+    """The roots in effect for the boot report, and whether they are the default or the
+    operator's ``workspace_roots`` setting."""
+    return {
+        "roots": [str(root) for root in workspace_roots(settings)],
+        "source": "setting" if settings.workspace_roots else "default",
+    }
 
 
 def check_workspace(settings: Settings, raw: str, project_id: int | None = None) -> str:
@@ -143,13 +160,16 @@ def check_workspace(settings: Settings, raw: str, project_id: int | None = None)
         raise _refuse("workspace_not_a_folder", "工作区必须是目录 (The workspace must be a "
                       "folder.)", text, "给出目录，不要给文件 (Name a folder, not a file.)")  # fmt: skip
     own_default = project_id is not None and real == default_workspace(settings, project_id)
-    if _system_folder(real) and not own_default:
+    # The data folder's own workspaces folder is the server's to choose (its path may be in
+    # /var/lib or a dot-folder of a home): the system rule is for folders outside it.
+    in_slots = workspaces_folder(settings) in real.parents
+    if _system_folder(real) and not in_slots:
         raise _refuse("workspace_system", "工作区不能是系统目录或主目录本身 (The workspace cannot be a "
                       "system folder, a home folder itself or a dot-folder in it: agents would read "
                       "and change it.)", text, "选一个项目自己的目录 (Pick the project's own folder, "
                       "e.g. /srv/work/app.)")  # fmt: skip
     roots = workspace_roots(settings)
-    if not own_default and not any(real == root or root in real.parents for root in roots):
+    if not own_default and not _within(real, roots):
         listed = "、".join(str(root) for root in roots)
         raise _refuse("workspace_outside_roots", "工作区须在服务器允许的目录之内 (The workspace must "
                       "be inside a folder this server allows.)", text, f"选 {listed} 之内的目录；"
@@ -160,10 +180,12 @@ def check_workspace(settings: Settings, raw: str, project_id: int | None = None)
         raise _refuse("workspace_is_data", "工作区不能是数据目录 (The workspace cannot be the "
                       "data folder.)", text, "选一个数据目录之外的目录 (Pick a folder outside "
                       f"{data}.)")  # fmt: skip
-    if data in real.parents and not own_default:
+    # <data>/workspaces itself (it holds every default) is refused as in use, in the write.
+    if data in real.parents and not in_slots and real != workspaces_folder(settings):
         raise _refuse("workspace_in_data", "工作区不能在数据目录之内 (The workspace cannot be "
-                      "inside the data folder.)", text, f"选一个 {data} 之外的目录，或不设置以使用"
-                      "默认工作区 (Pick a folder outside it, or none for the default.)")  # fmt: skip
+                      "inside the data folder, except under its workspaces folder.)", text,
+                      f"选一个 {data} 之外的目录，或不设置以使用默认工作区 (Pick a folder outside "
+                      "it, or none for the default.)")  # fmt: skip
     if real in data.parents:
         raise _refuse("workspace_contains_data", "工作区不能包含数据目录 (The workspace cannot "
                       "contain the data folder: the database would be reachable.)", text,
@@ -175,9 +197,12 @@ def readable_target(settings: Settings, target: str, kind: str) -> str:
     """The real path of an absolute folder (``kind`` ``dir``) or file (``file``) a research run
     may read outside its workspace (a project reference, docs/research.md), held to the rules of
     a workspace: inside ``workspace_roots``, never a system folder, a home folder itself or a
-    dot-folder in it, never the data folder, inside it or containing it. Symlinks are followed
-    here, once: the run binds the real path. Blocking (stats the path): call it in a worker
-    thread. Refusals are ``research_reference_outside`` / ``research_reference_missing``."""
+    dot-folder in it, never the data folder, one containing it or one inside it other than under
+    ``<data>/workspaces``. Symlinks are followed here, once: the run binds the real path.
+    Blocking (stats the path): call it in a worker thread. Refusals are
+    ``research_reference_outside`` / ``research_reference_missing``. Whether another project
+    holds the path is the caller's check, in the database (:func:`room.actions.tenancy.
+    ensure_free`, ``workspace_in_use``)."""
 
     def outside(why: str) -> BadRequestError:
         return BadRequestError(
@@ -199,12 +224,14 @@ def readable_target(settings: Settings, target: str, kind: str) -> str:
             code="research_reference_missing", field="scope.references", path=target[:300],
         )  # fmt: skip
     folder = real if kind == "dir" else real.parent
-    if _system_folder(folder):
+    slots = workspaces_folder(settings)
+    in_slots = real == slots or slots in real.parents
+    if _system_folder(folder) and not in_slots:
         raise outside("a system folder, a home folder itself or a dot-folder")
-    if not any(folder == root or root in folder.parents for root in workspace_roots(settings)):
+    if not _within(folder, workspace_roots(settings)):
         raise outside("outside the folders this server allows (workspace_roots)")
     data = settings.data.resolve()
-    if real == data or data in real.parents or real in data.parents:
+    if real == data or real in data.parents or (data in real.parents and not in_slots):
         raise outside("the data folder")
     return str(real)
 
@@ -281,7 +308,9 @@ async def project_wire(core: Core, project: Project) -> dict[str, Any]:
 
 
 async def set_workspace(core: Core, member: Member, raw: str | None) -> dict[str, Any]:
-    """An owner sets the project's workspace (None: back to the default); audited."""
+    """An owner sets the project's workspace (None: back to the default, which is always its
+    own); audited. The path is resolved first, off the event loop; whether another live project
+    holds it is checked in the write that stores it (``workspace_in_use``, 409)."""
     if member.kind != "human":
         raise ForbiddenError("只有人类成员可以设置工作区 (Only people set the workspace.)",
                              code="human_only")  # fmt: skip
@@ -295,6 +324,10 @@ async def set_workspace(core: Core, member: Member, raw: str | None) -> dict[str
         before = projects_store.get(conn, project_id)
         if before is None:
             raise NotFoundError("no such project", code="no_project")
+        if path is not None:
+            tenancy.ensure_free(
+                conn, core.settings, path, project_id=project_id, user_id=member.user_id
+            )
         projects_store.set_workspace(conn, project_id, path, tx.now)
         audit_store.record(
             conn, now=tx.now, actor_kind="human", actor_id=member.id, project_id=project_id,

@@ -5,7 +5,8 @@ approves, or not). A research session is given exactly :data:`SESSION_TOOLS`: th
 ``room_research_get / hypothesis / experiment / finding / report / flowback`` and read-only file
 tools held to the approved scope: its workspace paths and, as read-only roots of their own, the
 ``dir`` / ``file`` references it names (each as it resolved when proposed: editing the
-reference later changes nothing here; a target whose real path moved since is refused).
+reference later changes nothing here; a target whose real path moved since is refused, and so is
+one another live project's workspace has come to hold since: ``workspace_in_use``).
 ``url`` and ``tool`` references are shown by ``room_research_get`` as metadata and never
 fetched: this server has no web search provider. No shell, no write tool, no ordinary room tool: a call to any
 other name is refused by the toolbox and runs nothing. No tool approves, starts, pauses or
@@ -24,6 +25,7 @@ from typing import Any
 
 from room import files
 from room.actions import research as research_actions
+from room.actions import tenancy
 from room.actions.workspaces import readable_target, work_dir
 from room.agents.tools import Tool, ToolContext
 from room.agents.work_tools import WORK_TOOLS
@@ -253,6 +255,20 @@ def _moved(ref: ScopeRef) -> ReferenceMovedError:
     )  # fmt: skip
 
 
+async def _not_held(ctx: ToolContext, ref: ScopeRef) -> None:
+    """Refuse a reference's root that another live project's workspace now is, lies in or
+    contains (one set after the approval): a run never reads another project's folder. The
+    session is an agent: the other project is never named."""
+    assert ref.real is not None
+    real = ref.real
+    await ctx.core.db.read(
+        lambda conn: tenancy.ensure_free(
+            conn, ctx.core.settings, real, project_id=ctx.member.project_id, user_id=None,
+            reference=ref.id,
+        )
+    )  # fmt: skip
+
+
 def _scoped(name: str, default_path: str | None) -> Tool:
     """A read-only file tool held to the approved scope: a workspace path inside its paths, or
     an absolute path inside one of its dir / file references."""
@@ -270,6 +286,7 @@ def _scoped(name: str, default_path: str | None) -> Tool:
             if found is None:
                 return _out_of_scope(path, p)
             ref, relative = found
+            await _not_held(ctx, ref)
             result = await asyncio.to_thread(_in_root, ctx.core.settings, name, ref, relative, args)
             return _result({"ok": True, **result})
         if not isinstance(path, str) or not in_scope(p.read_paths, path):

@@ -107,6 +107,15 @@ def list_all(conn: sqlite3.Connection) -> list[Project]:
     ]
 
 
+def live_workspaces(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+    """``(id, workspace)`` of every project not purged that has a workspace set."""
+    rows = conn.execute(
+        "SELECT id, workspace FROM projects WHERE state != 'purged' AND workspace IS NOT NULL"
+        " ORDER BY id"
+    )
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
 def next_seq(
     conn: sqlite3.Connection, project_id: int, now: float, appends: Appends | None = None
 ) -> int:

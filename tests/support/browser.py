@@ -160,7 +160,10 @@ class RoomServer:
 
 @pytest.fixture(scope="module")
 def room_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoomServer]:
-    server = ServerProcess(tmp_path_factory.mktemp("room") / "data").start()
+    # The tests' workspaces are in their own tmp_path, outside the default roots
+    # (<data>/workspaces): the operator's setting allows the session's temporary folder.
+    roots = {"ROOM_WORKSPACE_ROOTS": str(tmp_path_factory.getbasetemp())}
+    server = ServerProcess(tmp_path_factory.mktemp("room") / "data", env=roots).start()
     try:
         yield RoomServer(server)
     finally:
