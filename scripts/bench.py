@@ -236,7 +236,8 @@ def run_once(names: list[str], workdir: Path, quick: bool, index: int, runs: int
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     use_room_source(args.room_src or ROOT)
-    from benchlib.serverproc import PROFILE_ENV, pin_generator
+    from benchlib.cores import pin_generator
+    from benchlib.serverproc import PROFILE_ENV
     from benchlib.stats import median_rows, quiet_runs
     from benchlib.table import render
 

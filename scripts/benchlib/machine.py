@@ -19,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchlib.serverproc import GENERATOR_CPU, SERVER_CPU
+from benchlib.cores import GENERATOR_CPU, SERVER_CPU
 from benchlib.stats import Row, quantiles
 
 WORKLOAD = "machine"

@@ -17,7 +17,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from benchlib.serverproc import GENERATOR_CPU
+from benchlib.cores import GENERATOR_CPU
 
 RATE_HZ = 500
 _LINE = re.compile(r"^(.*) (\d+)$")

@@ -17,22 +17,19 @@ import http.client
 import json
 import os
 import re
-import resource
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SERVER_CPU = 0
-GENERATOR_CPU = 1
+from benchlib.cores import SERVER_CPU, pin_to, raise_nofile
+
 START_TIMEOUT_SECS = 60.0
-NOFILE = 16384
 PROFILE_ENV = "BENCH_PROFILE_DIR"
 WIDE_OPEN_LIMITER = {"ROOM_SEND_RATE_PER_SEC": "10000000", "ROOM_SEND_BURST": "10000000"}
 
@@ -41,27 +38,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = min(NOFILE, hard) if hard != resource.RLIM_INFINITY else NOFILE
-    if soft < want:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-
-
-def pin_to(cpu: int) -> Callable[[], None]:
-    def preexec() -> None:
-        os.sched_setaffinity(0, {cpu})
-        raise_nofile()
-
-    return preexec
-
-
-def pin_generator() -> None:
-    """Pin this (load generator) process to its own core; threads started later inherit it."""
-    os.sched_setaffinity(0, {GENERATOR_CPU})
-    raise_nofile()
 
 
 @dataclass

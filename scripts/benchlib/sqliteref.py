@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib.cores import GENERATOR_CPU, SERVER_CPU
 from benchlib.corpus import PROJECT_ID, filler, make_data_folder
-from benchlib.serverproc import GENERATOR_CPU, SERVER_CPU
 from room.searchtext import index_texts
 from room.store.migrate import connect
 
