@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from room import injection as inj
+from room.records import SUMMARY_SECTIONS
 
 SAMPLES = 300
 ROUNDS = 5
@@ -55,7 +56,7 @@ def _text(rng: random.Random, size: int) -> str:
 def make_records(
     rng: random.Random, *, summary: int, decisions: int, decision_bytes: int, session_bytes: int
 ) -> inj.Records:
-    sections = {key: _text(rng, summary // 5) for key, _ in inj.SUMMARY_SECTIONS}
+    sections = {key: _text(rng, summary // 5) for key, _ in SUMMARY_SECTIONS}
     return inj.Records(
         summary=inj.Summary(sections, rev=rng.randrange(1, 50), updated_at=1.76e9, author="@lead"),
         decisions=[

@@ -59,7 +59,7 @@ def _room(*args: str) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, *args], env=env, capture_output=True, text=True, check=True
     )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     if result["code"] != 0:
         raise RuntimeError(f"room {args[0]} failed: {done.stderr[-500:]}")
     return result

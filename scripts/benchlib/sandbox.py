@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 from benchlib.stats import Row, quantiles
@@ -53,12 +54,17 @@ def run(workdir: Path, *, quick: bool = False) -> list[Row]:
     no_bwrap = probe(bwrap="/nonexistent/bwrap")
     limits = CommandLimits()
     ws = Path(tempfile.mkdtemp(prefix="sandbox-", dir=workdir))
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": {}}
+
+    def quiet(argv: list[str], *, check: bool = True) -> None:
+        subprocess.run(
+            argv, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={}
+        )
+
     series: dict[str, list[float]] = {}
 
     series["plain subprocess.run(true)"] = _time_sync(
-        lambda: subprocess.run(["true"], check=True, **quiet),
-        runs,  # type: ignore[call-overload]
+        lambda: quiet(["true"]),
+        runs,
     )
 
     async def asyncio_true() -> None:
@@ -68,8 +74,8 @@ def run(workdir: Path, *, quick: bool = False) -> list[Row]:
     series["asyncio create_subprocess_exec(true)"] = asyncio.run(_time_async(asyncio_true, runs))
     prlimit = sandbox.info.prlimit or "prlimit"
     series["prlimit … sh -c true"] = _time_sync(
-        lambda: subprocess.run(
-            [prlimit, "--cpu=60", "--as=2147483648", "--", "/bin/sh", "-c", "true"], **quiet
+        lambda: quiet(
+            [prlimit, "--cpu=60", "--as=2147483648", "--", "/bin/sh", "-c", "true"], check=False
         ),
         runs,
     )
@@ -80,14 +86,12 @@ def run(workdir: Path, *, quick: bool = False) -> list[Row]:
                 sandbox.info.bwrap, ["/bin/true"], cwd=ws, writable=(), network=network
             )
             series[f"bwrap layout true (network {'on' if network else 'off'})"] = _time_sync(
-                lambda argv=argv: subprocess.run(argv, check=True, **quiet), runs
+                partial(quiet, argv), runs
             )
         for network in (False, True):
             series[f"Sandbox.run(true) (network {'on' if network else 'off'})"] = asyncio.run(
                 _time_async(
-                    lambda network=network: sandbox.run(
-                        "true", cwd=ws, network=network, limits=limits
-                    ),
+                    partial(sandbox.run, "true", cwd=ws, network=network, limits=limits),
                     runs,
                 )
             )

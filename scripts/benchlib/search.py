@@ -28,6 +28,7 @@ from itertools import accumulate
 from pathlib import Path
 
 from benchlib.corpus import PROJECT_ID, make_data_folder
+from benchlib.serverproc import RoomServer
 from benchlib.stats import Row, quantiles
 from room.store import indexer
 from room.store import search as search_store
@@ -324,7 +325,7 @@ def run_indexing(workdir: Path, *, quick: bool) -> list[Row]:
             data = workdir / f"indexing-{mode}"
             shutil.rmtree(data, ignore_errors=True)
             env = {"ROOM_SEARCH_INDEX_MESSAGES": "1" if mode == "on" else "0"}
-            server = durable.RoomServer(data, env=env).start()
+            server = RoomServer(data, env=env).start()
             sampler = _LagSampler(data / "room.sqlite") if mode == "on" else None
             try:
                 fig, _ = asyncio.run(
