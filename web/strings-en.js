@@ -100,7 +100,7 @@ export const STRINGS_EN = {
   "error.members_running": "Members are still running; stop them first",
   "error.mentions_unresolved": "Some @mentions are not resolved; fix them before sending",
   "error.message_deleted": "This message was deleted",
-  "error.name_taken": "“{name}” is another member's alias; choose another display name",
+  "error.name_taken": "“{name}” is already a member's name in this project; mentions would be ambiguous. Choose another display name",
   "error.no_decision": "No such decision",
   "error.no_member": "No such member in this project",
   "error.no_message": "No such message",
@@ -536,7 +536,6 @@ export const STRINGS_EN = {
   "diag.unmatchedLead": "The message goes to the lead, {name}, by default. ",
   "diag.unmatchedNobody": "The message notifies nobody. ",
   "create.duplicateName": "Two members cannot share the name “{name}”: mentions would be ambiguous",
-  "error.name_taken": "“{name}” is already a member's name in this project; mentions would be ambiguous. Choose another display name",
 
   "member.menuFor": "Menu of {name}",
   "member.left": "left",

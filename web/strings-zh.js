@@ -101,7 +101,7 @@ export const STRINGS_ZH = {
   "error.members_running": "有成员仍在运行，先停止再清除",
   "error.mentions_unresolved": "有无法识别的 @提及，请修改后再发送",
   "error.message_deleted": "这条消息已被删除",
-  "error.name_taken": "「{name}」是本项目一位成员的别名，请换一个显示名",
+  "error.name_taken": "「{name}」已是本项目一位成员的名字，提及会有歧义；请换一个显示名称",
   "error.no_decision": "没有这条决定",
   "error.no_member": "本项目中没有这位成员",
   "error.no_message": "没有这条消息",
@@ -537,7 +537,6 @@ export const STRINGS_ZH = {
   "diag.unmatchedLead": "这条消息将默认发给负责人 {name}。",
   "diag.unmatchedNobody": "这条消息不会通知任何人。",
   "create.duplicateName": "两位成员不能用同一个名字「{name}」：提及会有歧义",
-  "error.name_taken": "「{name}」已是本项目一位成员的名字，提及会有歧义；请换一个显示名称",
 
   "member.menuFor": "{name} 的菜单",
   "member.left": "已离开",
