@@ -100,7 +100,7 @@ async function boot() {
   });
   onContextGesture(document.body, "[data-member-menu]", (target, at) => members.menu(Number(target.dataset.memberId), at));
   document.body.addEventListener("click", (event) => {
-    const target = event.target.closest("[data-member-menu]");
+    const target = /** @type {HTMLElement | null} */ (/** @type {Element} */ (event.target).closest("[data-member-menu]"));
     if (target) members.menu(Number(target.dataset.memberId), target);
   });
   // The skip link focuses the composer without touching the #/p/<id> address in the hash.

@@ -39,7 +39,7 @@ export function totals() {
   return { unread, mentions };
 }
 
-/** The page's title: "(3 · @1) 项目 · Project Room" while something waits for you. */
+// The page's title: "(3 · @1) 项目 · Project Room" while something waits for you.
 export function setTitle(text) {
   baseTitle = text;
   renderTitle();

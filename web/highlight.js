@@ -51,8 +51,9 @@ export function highlightIn(root, terms) {
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
     acceptNode: (node) => (node.parentElement?.closest("button, mark, .msg-actions, time") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
   });
+  /** @type {Text[]} */
   const nodes = [];
-  for (let node = walker.nextNode(); node; node = walker.nextNode()) nodes.push(node);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) nodes.push(/** @type {Text} */ (node));
   let first = null;
   for (const node of nodes) {
     const text = node.data;

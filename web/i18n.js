@@ -121,6 +121,7 @@ export function formatDay(iso, now = new Date()) {
   const days = Math.round((startOf(now) - startOf(d)) / 86_400_000);
   if (days === 0) return t("day.today");
   if (days === 1) return t("day.yesterday");
+  /** @type {Intl.DateTimeFormatOptions} */
   const options = { month: "long", day: "numeric", weekday: "long" };
   if (d.getFullYear() !== now.getFullYear()) options.year = "numeric";
   return d.toLocaleDateString(lang, options);

@@ -27,7 +27,10 @@ function offered(project, order) {
 }
 
 export class Lifecycle {
-  /** `extras(room)`: items other modules add at the top of the menu (发起研究 …). */
+  /**
+   * `extras(room)`: items other modules add at the top of the menu (发起研究 …).
+   * @param {{ onChanged: Function, onPurged: Function, extras?: (room: object) => import("./ui.js").MenuEntry[] }} options
+   */
   constructor({ onChanged, onPurged, extras = () => [] }) {
     this.onChanged = onChanged;
     this.extras = extras;

@@ -35,6 +35,7 @@ export class Members {
   render() {
     const room = this.room;
     if (!room) return;
+    /** @type {[string, (m: any) => boolean][]} */
     const groups = [
       ["members.agents", (m) => m.kind === "agent" && m.status !== "left"],
       ["members.humans", (m) => m.kind === "human" && m.status !== "left"],
@@ -76,6 +77,7 @@ export class Members {
     const m = member(room, memberId);
     if (!room || !m) return;
     const you = m.id === room.you;
+    /** @type {import("./ui.js").MenuEntry[]} */
     const items = [
       { id: "mention", icon: "at", label: you ? t("menu.mentionSelf") : t("menu.mention"), disabled: m.status === "left", run: () => this.composer.insertMention(m.id) },
       { id: "view", icon: "user", label: t("menu.view"), run: () => this.card(m.id) },

@@ -565,7 +565,7 @@ class Resolver {
   bracket(p, close, starts) {
     const name = this.text.slice(p + 2, close);
     const target = this.roster.bracket.get(nameKey(name));
-    const span = [p, close + 1];
+    const span = /** @type {[number, number]} */ ([p, close + 1]);
     if (!starts) {
       if (target !== undefined) {
         this.diagnose("needs_boundary", name, span, [], { bracket: true, side: "before" });

@@ -246,13 +246,13 @@ export function highlightMentions(body, room, message) {
       return NodeFilter.FILTER_ACCEPT;
     },
   });
-  let node = walker.nextNode();
+  let node = /** @type {Text | null} */ (walker.nextNode());
   let index = 0;
   while (node && index < wanted.length) {
     const want = wanted[index];
     const at = node.data.indexOf(want.text);
     if (at < 0) {
-      node = walker.nextNode();
+      node = /** @type {Text | null} */ (walker.nextNode());
       continue;
     }
     const rest = node.splitText(at);
@@ -264,6 +264,7 @@ export function highlightMentions(body, room, message) {
   }
 }
 
+/** @type {[string, (meta: any) => boolean][]} */
 const NOTICE_KINDS = [
   ["budget", (meta) => meta.brake === "token_budget" || meta.budget !== undefined],
   ["brake", (meta) => meta.brake !== undefined && meta.brake !== "cleared"],
@@ -290,7 +291,7 @@ function renderNotice(room, message, actions, reactions) {
   const body = h("div", { class: "notice-body" });
   body.innerHTML = message.html; // sanitised by the server
   // The kind already has an icon and a word; drop the body's own leading emoji (⛔ 🔀 ✅ …).
-  const first = document.createTreeWalker(body, NodeFilter.SHOW_TEXT).nextNode();
+  const first = /** @type {Text | null} */ (document.createTreeWalker(body, NodeFilter.SHOW_TEXT).nextNode());
   if (first) first.data = first.data.replace(LEADING_EMOJI, "");
   const el = h(
     "div",

@@ -32,7 +32,10 @@ export function routeChoices() {
   return choices;
 }
 
-/** A <select> of routes; `none` is the label of the empty choice ("" → no setting). */
+/**
+ * A <select> of routes; `none` is the label of the empty choice ("" → no setting).
+ * @param {{ id: string, value?: string, none: string, labelText?: string | null }} options
+ */
 export function routeSelect({ id, value = "", none, labelText }) {
   const select = h("select", { id, attrs: labelText ? { "aria-label": labelText } : {} });
   select.append(h("option", { value: "", text: none }));

@@ -144,7 +144,7 @@ let formSeq = 0;
  * (what to send) and `showError(err)`, which puts a refusal under the field it concerns
  * (anything else in the form's own line); what was typed stays.
  */
-export function researchForm(room, { projectId, values = {}, scopeRefs = [], caps = {} }) {
+export function researchForm(room, /** @type {{ projectId: number, values?: Record<string, any>, scopeRefs?: any[], caps?: Record<string, any> }} */ { projectId, values = {}, scopeRefs = [], caps = {} }) {
   const id = `research-form-${++formSeq}`;
   const errors = new Map();
   const controls = new Map();

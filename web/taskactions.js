@@ -120,8 +120,14 @@ function send(room, task, event, body) {
   return post(`/api/projects/${room.id}/tasks/${encodeURIComponent(task.key)}/${path}`, body);
 }
 
-/** A dialog whose form posts `event`; `build(form)` returns the fields and `bodyOf()` the
- * request (or a string: what is missing). Resolves true when the server took it. */
+/**
+ * A dialog whose form posts `event`; `build(form)` returns the fields and `bodyOf()` the
+ * request (or a string: what is missing). Resolves true when the server took it.
+ * @param {object} room
+ * @param {object} task
+ * @param {string} event
+ * @param {{ title: string, fields: Node[], bodyOf: () => object | string, submitText?: string }} options
+ */
 function actionDialog(room, task, event, { title, fields, bodyOf, submitText }) {
   return openDialog({
     title,

@@ -616,7 +616,7 @@ async function copyLink(room, message) {
 function continues(prev, message) {
   return Boolean(
     prev && prev.kind === "chat" && message.kind === "chat" && prev.author_id === message.author_id &&
-      new Date(message.created_at) - new Date(prev.created_at) < GROUP_GAP_MS,
+      new Date(message.created_at).getTime() - new Date(prev.created_at).getTime() < GROUP_GAP_MS,
   );
 }
 

@@ -39,7 +39,7 @@ export function openDialog({ title, build, wide = false, className = "" }) {
       settled = true;
       dialog.close();
       dialog.remove();
-      if (returnFocus && returnFocus.isConnected) returnFocus.focus();
+      if (returnFocus && returnFocus.isConnected) /** @type {HTMLElement} */ (returnFocus).focus();
       resolvePromise(value);
     };
     const head = h(
@@ -95,8 +95,17 @@ export function confirmDialog({ title, text, confirmLabel, danger = false }) {
 let openMenuState = null;
 
 /**
+ * One entry of {@link openMenu}: an item, or "-" for a separator.
+ * @typedef {{ id?: string, label: string, run: () => unknown, icon?: string, danger?: boolean,
+ *   disabled?: boolean, checked?: boolean, hint?: string } | "-"} MenuEntry
+ */
+
+/**
  * A popup menu near `anchor` (an element, or {x, y} for a context menu). Items:
  * {label, run, icon?, danger?, disabled?, checked?, hint?} or "-" for a separator.
+ * @param {Element | { x: number, y: number }} anchor
+ * @param {MenuEntry[]} items
+ * @param {{ label?: string, returnFocus?: Element | null }} [options]
  */
 export function openMenu(anchor, items, { label = "", returnFocus = null } = {}) {
   closeMenu();
