@@ -17,10 +17,13 @@ const TYPING_EVERY_MS = 3000;
 const PREVIEW_AFTER_MS = 150;
 // An at-sign may open the picker unless it continues an ASCII word, a path or an email.
 const NO_PICKER_BEFORE = /[A-Za-z0-9_.\-+/%@＠]/;
-const WHITESPACE = /[\s\u3000]/;
+// Whitespace as shared/mentions/SPEC.md §1 spells it, not JS `\s` (which takes U+FEFF, an
+// ordinary character there, and leaves out U+0085). tests/test_web_facts.py pins these classes.
+const WHITESPACE = /[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/;
 // What ends a name after an at-sign (shared/mentions/SPEC.md §4, less `.:!?`): the picker closes.
 const NAME_END = /[,;)\]}>"'*~([{<（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
-const BOUNDARY_BEFORE = /[\s\u3000([{<"'*~,;（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
+// What may stand before an at-sign that starts a mention (SPEC §3).
+const BOUNDARY_BEFORE = /[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000([{<"'*~,;（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
 
 export class Composer {
   constructor(form, conn, { onSent, onEditLast }) {

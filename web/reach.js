@@ -7,6 +7,10 @@ import { getLang, t } from "./i18n.js";
 import { colourClass, initials } from "./message.js";
 import { member } from "./store.js";
 
+// Whitespace as shared/mentions/SPEC.md §1 spells it (not JS `\s`): a space added by the
+// needs_boundary fix is left out only next to one of these (tests/test_web_facts.py).
+const WHITESPACE = /[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/;
+
 /** True if the server's preview answer blocks sending (an unresolved mention). */
 export function isBlocked(preview) {
   return Boolean(preview?.diagnostics?.some((d) => d.blocking));
@@ -103,8 +107,8 @@ export function renderDiagnostics(list, preview, { text, room, fix, sendPlain, u
     const fixes = h("span", { class: "diag-fixes" });
     if (d.code === "needs_boundary" && d.start >= 0) {
       fixes.append(button(t("diag.addSpace"), () => {
-        const after = d.end < text.length && !/\s/.test(text[d.end]);
-        const before = d.start > 0 && !/\s/.test(text[d.start - 1]);
+        const after = d.end < text.length && !WHITESPACE.test(text[d.end]);
+        const before = d.start > 0 && !WHITESPACE.test(text[d.start - 1]);
         let inserted = text.slice(d.start, d.end);
         if (after) inserted += " ";
         if (before) inserted = ` ${inserted}`;
