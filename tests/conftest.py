@@ -11,6 +11,24 @@ from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
 from tests.support.server import ServerProcess, start_with_openai
 from tests.support.wsclient import Client
 
+# What makes a test slow: a server in a subprocess, a browser, or a scripted model server with
+# one. Such tests are marked ``slow`` here, so ``./scripts/test -m "not slow"`` is the quick
+# inner loop (the pure core, the store, the app in-process).
+SLOW_FIXTURES = frozenset({"server", "room", "room_server", "chromium", "owner"})
+SLOW_NAMES = ("ServerProcess", "start_with_openai", "sync_playwright", "LiveRoom")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        uses = set(getattr(item, "fixturenames", ()))
+        if (
+            uses & SLOW_FIXTURES
+            or item.get_closest_marker("browser") is not None
+            or any(hasattr(module, name) for name in SLOW_NAMES)
+        ):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -51,7 +69,7 @@ def llm() -> Iterator[OpenAIServer]:
 
 @pytest.fixture
 async def clients() -> AsyncIterator[list[Client]]:
-    """Clients registered here are closed when the test ends."""
+    """Clients registered here are dropped when the test ends."""
     opened: list[Client] = []
     Client.registry = opened
     try:
@@ -59,7 +77,7 @@ async def clients() -> AsyncIterator[list[Client]]:
     finally:
         Client.registry = None
         for client in opened:
-            await client.close()
+            client.drop()
 
 
 @pytest.fixture

@@ -33,6 +33,8 @@ from room import files
 from room.errors import WorkspacePathError
 from room.evidence import inspect_artifact, verify_artifact
 
+pytestmark = pytest.mark.slow  # thousands of calls beside a swapping process
+
 CALLS = 2_000
 SECRET = b"SECRET server data\nstate: A\n"
 INSIDE = b"inside the workspace\nstate: A\n"

@@ -486,6 +486,7 @@ class _Transport(Wire):
         self.log.append((self.name, "asgi", Frame(text).wire))
 
 
+@pytest.mark.slow
 async def test_every_connection_reads_its_frames_once_and_in_place_whatever_happens() -> None:
     # Two projects, connections in one or both, pushes between published frames, typing and
     # member-only broadcasts, short sends, full sockets, transports holding bytes, replays

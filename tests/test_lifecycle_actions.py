@@ -16,6 +16,8 @@ from room.lifecycle import ActorKind, ProjectOp, ProjectState, decide
 from room.store import Tx
 from tests.support.inproc import App, owner_user, running_app
 
+pytestmark = pytest.mark.slow  # the real app per module, and stops that wait for confirmation
+
 STATES = [s for s in ProjectState]
 OPS = [o for o in ProjectOp]
 ACTORS = [a for a in ActorKind]

@@ -24,6 +24,8 @@ from room.models import Member, Project
 from tests.support.inproc import App, owner_user, post, running_app
 from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
 
+pytestmark = pytest.mark.slow  # stops that wait for confirmation
+
 API_KEY = "sk-lifecycle"
 SLOW_SECS = 2.0
 

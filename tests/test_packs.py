@@ -806,6 +806,7 @@ def _traced_peak(job: Callable[[], object]) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_export_and_import_hold_the_same_memory_for_five_times_the_messages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

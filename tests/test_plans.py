@@ -296,6 +296,7 @@ def assert_real_cycle(cycle: list[str], deps: Mapping[str, list[str]]) -> None:
         assert there in deps[here], f"{here} does not depend on {there}"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(dag=dags())
 def test_random_dags_are_accepted_in_stable_topological_order(
@@ -313,6 +314,7 @@ def test_random_dags_are_accepted_in_stable_topological_order(
     }
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(dag=dags(min_size=2), data=st.data())
 def test_a_back_edge_closing_a_cycle_is_refused_naming_that_cycle(
@@ -332,6 +334,7 @@ def test_a_back_edge_closing_a_cycle_is_refused_naming_that_cycle(
     assert problems[0]["item"] == cycle[0] == min(cycle, key=keys.index)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(dag=dags(min_size=2), data=st.data())
 def test_every_cycle_reported_is_real_and_each_knot_is_reported_once(
@@ -371,6 +374,7 @@ FAULTS: dict[str, tuple[str, Any]] = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(dag=dags(), data=st.data())
 def test_all_problems_are_collected_at_once(

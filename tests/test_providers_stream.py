@@ -81,6 +81,7 @@ def test_sse_parser_joins_data_lines_and_skips_comments() -> None:
     assert parser.flush() == SseEvent("message", "last")
 
 
+@pytest.mark.slow
 @BOTH
 @pytest.mark.anyio
 async def test_a_slow_answer_that_keeps_streaming_is_received_once(kind: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 from room.errors import SandboxPathError, SandboxUnavailableError
 from room.sandbox import CommandLimits, Sandbox, bwrap_argv, probe
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30), pytest.mark.slow]  # real processes
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,

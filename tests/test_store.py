@@ -110,6 +110,7 @@ def test_lock_names_the_holder_and_a_second_holder_is_refused(tmp_path: Path) ->
     other.release()
 
 
+@pytest.mark.slow
 def test_second_server_exits_nonzero_within_two_seconds_and_changes_nothing(
     tmp_path: Path,
 ) -> None:

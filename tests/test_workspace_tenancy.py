@@ -25,6 +25,8 @@ from room.store import Tx
 from room.store import members as members_store
 from tests.support.inproc import App, owner_user, running_app
 
+pytestmark = pytest.mark.slow  # real folders and git under the app, racing writes
+
 BUDGET = {"tokens": 5000, "requests": 10, "seconds": 600, "steps": 10}
 
 

@@ -22,6 +22,8 @@ from room.store.migrate import connect, migrate
 from room.store.schema import MIGRATIONS
 from tests.support.inproc import App, running_app
 
+pytestmark = pytest.mark.slow  # real git repositories, worktrees and merges
+
 
 @pytest.fixture(autouse=True)
 def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from room.git import Git, GitFailedError, UnsafeRepositoryError, git_env
 from room.sandbox import probe
 from room.worktrees import BadRefNameError, WorktreeError
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # real git, jailed and plain
 
 PROJECT_ID = 7
 SLUG = "shop"

@@ -13,7 +13,7 @@ Frame = dict[str, Any]
 
 
 class Client:
-    # When a test uses the ``clients`` fixture, every client opened is closed at its end.
+    # When a test uses the ``clients`` fixture, every client opened is dropped at its end.
     registry: list[Client] | None = None
 
     def __init__(self, ws: ClientConnection) -> None:
@@ -78,3 +78,11 @@ class Client:
 
     async def close(self) -> None:
         await self.ws.close()
+
+    def drop(self) -> None:
+        """End the connection without a closing handshake (a test is over). ``close`` would wait
+        up to its 10 s close timeout when frames the test never read fill the client's queue:
+        reading stops, so it cannot see the server hang up."""
+        transport = self.ws.transport
+        if transport is not None and not transport.is_closing():
+            transport.abort()
