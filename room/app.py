@@ -49,9 +49,9 @@ from room.core import Core, RateLimiter, RosterCache
 from room.errors import RoomError
 from room.git import Git
 from room.hub import Hub
-from room.models import User
-from room.protocol import CLIENT_FRAME_TYPES
 from room.providers import ProviderRegistry, default_configs
+from room.rules.models import User
+from room.rules.protocol import CLIENT_FRAME_TYPES
 from room.sandbox import Sandbox
 from room.sandbox import probe as sandbox_probe
 from room.settings import Settings

@@ -17,7 +17,7 @@ from typing import Any
 from room.core import Core
 from room.errors import AuthError, ForbiddenError
 from room.hub import CLOSE_SIGNED_OUT, Hub
-from room.models import Member, User
+from room.rules.models import Member, User
 from room.store import auth as auth_store
 
 SESSION_COOKIE = "room_session"

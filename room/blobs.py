@@ -31,8 +31,8 @@ from pathlib import Path
 import puremagic
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from room.attachments import extension_of
 from room.errors import BadRequestError
+from room.rules.attachments import extension_of
 
 BLOBS_DIR = "attachments"
 TMP_DIR = "tmp"

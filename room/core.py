@@ -11,11 +11,11 @@ from collections.abc import Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from room.effects import FollowUp
 from room.git import Git
 from room.hub import Hub
-from room.mentions import Roster, RosterMember, Tombstone
-from room.models import Member
+from room.rules.effects import FollowUp
+from room.rules.mentions import Roster, RosterMember, Tombstone
+from room.rules.models import Member
 from room.settings import Settings
 from room.store import Database
 from room.store import members as members_store

@@ -13,8 +13,8 @@ or as the JSON body of an HTTP error) and a human ``message``.
     │   ├── ForgedAuthorError           a frame or body that tries to name its own author
     │   ├── TxnConflictError            same client_txn_id, different content
     │   ├── MentionsUnresolvedError     draft has unresolved mention diagnostics
-    │   ├── BadQueryError               a search query with nothing to look for (room.searchtext)
-    │   ├── PackError                   a project pack that cannot be imported (room.packs)
+    │   ├── BadQueryError               a search query with nothing to look for (room.rules.searchtext)
+    │   ├── PackError                   a project pack that cannot be imported (room.rules.packs)
     │   └── WorkspacePathError          a workspace path broke a rule (room.evidence); has a hint
     │       ├── EvidenceError               … cited as artifact evidence (room.evidence)
     │       └── FileToolError               … or given to a file tool, which may refuse (room.files)

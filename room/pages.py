@@ -22,7 +22,7 @@ from room.bodies import read_body
 from room.core import Core
 from room.errors import RoomError
 from room.hub import CLOSE_SIGNED_OUT
-from room.models import User
+from room.rules.models import User
 from room.store import auth as auth_store
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"

@@ -18,7 +18,6 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from room import __version__
-from room import protocol as p
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
 from room.actions import presence, unread
@@ -35,9 +34,10 @@ from room.auth import (
 from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
 from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
-from room.ledger import DeliveryState
-from room.models import Member
-from room.ops import members_for, project_for, viewer_kind
+from room.rules import protocol as p
+from room.rules.ledger import DeliveryState
+from room.rules.models import Member
+from room.rules.ops import members_for, project_for, viewer_kind
 from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store

@@ -1,4 +1,4 @@
-"""The pure rules of attachments (room.attachments) and content typing (room.blobs.detect_bytes):
+"""The pure rules of attachments (room.rules.attachments) and content typing (room.blobs.detect_bytes):
 names that cannot reach outside their folder or reorder text, the served type and disposition,
 and a type that comes from the content, the name only choosing among what the content allows."""
 
@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from room import blobs
-from room.attachments import (
+from room.rules.attachments import (
     MAX_NAME_CHARS,
     agent_lines,
     clean_name,

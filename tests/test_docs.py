@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from room.protocol import _ADAPTER, CLIENT_FRAME_TYPES, SERVER_FRAME_TYPES
+from room.rules.protocol import _ADAPTER, CLIENT_FRAME_TYPES, SERVER_FRAME_TYPES
 from room.settings import Settings
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from room.evidence import EVIDENCE_CODES, PATH_CODES
 from room.files import FILE_CODES
-from room.lifecycle import REASON_MESSAGES
-from room.routing import POOL_PICK_REFUSALS
+from room.rules.lifecycle import REASON_MESSAGES
+from room.rules.routing import POOL_PICK_REFUSALS
 from room.worktrees import WORKTREE_CODES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from starlette.websockets import WebSocketDisconnect
 from room.boot import last_start, read_trace
 from room.cli import build_parser, main
 from room.hub import CLOSE_SIGNED_OUT
-from room.protocol import CLIENT_FRAME_TYPES
+from room.rules.protocol import CLIENT_FRAME_TYPES
 from room.sandbox import probe
 from room.store import auth as auth_store
 from room.transport import offers_direct_write

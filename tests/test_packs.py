@@ -32,7 +32,7 @@ from room.actions.merge import merge_records
 from room.app import RoomServer
 from room.bodies import BodyInto
 from room.errors import PackError, RoomError
-from room.packs import PACK_TABLES, PACK_VERSION, remap_message
+from room.rules.packs import PACK_TABLES, PACK_VERSION, remap_message
 from room.settings import load_settings
 from room.store import Tx, run_write
 from room.store import auth as auth_store
@@ -686,7 +686,7 @@ def test_the_cli_exports_and_imports_while_the_server_runs(app: App, tmp_path: P
 
 def test_a_plain_message_object_is_remapped_by_its_head_exactly_as_in_full() -> None:
     from room.actions.packs import _HEAD, _message, _Part
-    from room.packs import TABLES_BY_NAME
+    from room.rules.packs import TABLES_BY_NAME
     from room.store.messages import message_object
 
     class Stub:
@@ -741,7 +741,7 @@ async def test_a_merge_needs_another_project_that_is_open(world: World) -> None:
 
 def test_merge_keys_fold_width_case_spaces_and_trailing_slashes() -> None:
     from room.actions.merge import _entry_key
-    from room.packs import normalized
+    from room.rules.packs import normalized
 
     assert normalized("  用 ＵＶ   管理依赖。") == normalized("用 uv 管理依赖") == "用 uv 管理依赖"
     assert normalized("端口 8470!") != normalized("端口 8471")

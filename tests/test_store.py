@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from room.effects import Broadcast, Effect
 from room.errors import LockHeldError, SchemaTooNewError, StorageError
+from room.rules.effects import Broadcast, Effect
 from room.store import Database, DataLock, Tx
 from room.store import deliveries as deliveries_store
 from room.store import schema as schema_mod

@@ -33,8 +33,9 @@ from room.agents.tools import ToolContext
 from room.core import Core, NoAgents, RateLimiter, RosterCache
 from room.errors import ForbiddenError, RoomError
 from room.hub import Hub, Outbox
-from room.models import Member
-from room.plans import PlanInvalidError
+from room.rules.models import Member
+from room.rules.plans import PlanInvalidError
+from room.rules.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
 from room.settings import Settings
 from room.store import Database, Tx, indexer, run_write
 from room.store import deliveries as deliveries_store
@@ -45,7 +46,6 @@ from room.store.portfolio import PRIVATE_TABLES as PORTFOLIO_TABLES
 from room.store.schema import MIGRATIONS
 from room.store.schema_memory import MEMORY_TABLES
 from room.store.schema_tasks import TASK_TABLES
-from room.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
 
 pytestmark = pytest.mark.anyio
 

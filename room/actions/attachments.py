@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from room import blobs
-from room.attachments import MAX_PER_MESSAGE, clean_name, wire
 from room.bodies import BodyInto
 from room.core import Core
 from room.errors import (
@@ -45,8 +44,9 @@ from room.errors import (
     WorkspacePathError,
 )
 from room.evidence import EvidenceError, open_workspace
-from room.lifecycle import ActorKind, ProjectState, posting_open
-from room.models import Member
+from room.rules.attachments import MAX_PER_MESSAGE, clean_name, wire
+from room.rules.lifecycle import ActorKind, ProjectState, posting_open
+from room.rules.models import Member
 from room.store import Tx
 from room.store import attachments as store
 from room.store import messages as messages_store
@@ -87,7 +87,7 @@ async def upload(
     declared: int | None,
     body: BodyInto,
 ) -> dict[str, Any]:
-    """Store one upload by ``member``; its wire object (``room.attachments.wire``)."""
+    """Store one upload by ``member``; its wire object (``room.rules.attachments.wire``)."""
     settings = core.settings
     limit = settings.attachment_max_bytes
     if declared is not None and declared > limit:

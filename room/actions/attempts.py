@@ -31,7 +31,8 @@ from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
 from room.evidence import verify_artifact
 from room.git import Git
-from room.models import Member, Project
+from room.rules.models import Member, Project
+from room.rules.tasks import TaskEvent, TaskState, allowed_events, authorize
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
@@ -40,7 +41,6 @@ from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.attempts import AttemptRow
 from room.store.tasks import TaskRow
-from room.tasks import TaskEvent, TaskState, allowed_events, authorize
 
 NOREPLY_DOMAIN = "users.noreply.room.invalid"
 

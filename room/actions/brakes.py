@@ -8,7 +8,7 @@ from typing import Any
 
 from room.actions.notices import insert_notice
 from room.core import Core
-from room.effects import WakeProject
+from room.rules.effects import WakeProject
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store

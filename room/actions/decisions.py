@@ -26,9 +26,10 @@ from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
 from room.actions.messages import annotate_message
 from room.core import Core
-from room.effects import FollowUp
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
-from room.models import Member
+from room.rules.effects import FollowUp
+from room.rules.models import Member
+from room.rules.tasks import AFTER_SYNC, TaskEvent, TaskState
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
@@ -36,7 +37,6 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.db import WriteJob
-from room.tasks import AFTER_SYNC, TaskEvent, TaskState
 
 MAX_TITLE_CHARS = 200
 MAX_TEXT_CHARS = 8000

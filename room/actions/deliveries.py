@@ -1,7 +1,7 @@
 """Writes of the delivery ledger: moving rows, handing them to sessions and to external agents'
 sockets, and what those agents report back (docs/architecture.md, "The delivery ledger").
 
-Every move follows :mod:`room.ledger` (its transition table and its one dispatch rule) and is
+Every move follows :mod:`room.rules.ledger` (its transition table and its one dispatch rule) and is
 announced to the project's subscribers as an ephemeral ``delivery`` frame after the commit.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Sequence
 
-from room import ledger
 from room.actions.messages import publish_deliveries
 from room.core import Core
-from room.ledger import DeliveryState, Reason
+from room.rules import ledger
+from room.rules.ledger import DeliveryState, Reason
 from room.store import Tx
 from room.store import deliveries as deliveries_store
 from room.store.deliveries import Inbound
@@ -42,7 +42,7 @@ def set_deliveries(
 
 
 def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> Reason | None:
-    """:func:`room.ledger.dispatch_blocker` on the facts as this transaction sees them (so a
+    """:func:`room.rules.ledger.dispatch_blocker` on the facts as this transaction sees them (so a
     pause committed a moment ago counts). A member that does not exist is treated as left."""
     facts = deliveries_store.dispatch_facts(conn, member_id)
     if facts is None:

@@ -1,4 +1,4 @@
-"""The one dispatcher of committed effects (:mod:`room.effects`).
+"""The one dispatcher of committed effects (:mod:`room.rules.effects`).
 
 The database calls :func:`apply` on the event loop with the effects of each committed job, in
 commit order; nothing else publishes a stored change, wakes an agent for a delivery or drops the
@@ -11,7 +11,8 @@ import logging
 
 from room.actions import presence, unread
 from room.core import Core
-from room.effects import (
+from room.hub import CLOSE_SIGNED_OUT
+from room.rules.effects import (
     Broadcast,
     CloseAgentSockets,
     CutMember,
@@ -23,7 +24,6 @@ from room.effects import (
     Wake,
     WakeProject,
 )
-from room.hub import CLOSE_SIGNED_OUT
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Project lifecycle: pause, resume, archive, trash, restore, purge — people only
 (docs/lifecycle.md).
 
-The pure table in ``room.lifecycle`` decides; this module carries decisions out and audits every
+The pure table in ``room.rules.lifecycle`` decides; this module carries decisions out and audits every
 attempt, allowed or refused (a refused attempt changes nothing else). Stops are honest:
 
 1. write ``stopping`` (admission and wake-ups are blocked from this commit on),
@@ -34,10 +34,10 @@ from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
 from room.actions.notices import insert_notice
 from room.core import Core
-from room.effects import Broadcast, PresenceChanged, WakeProject
 from room.errors import BadRequestError, ConflictError, NotFoundError
-from room.ledger import OPEN_STATES, DeliveryState, Reason
-from room.lifecycle import (
+from room.rules.effects import Broadcast, PresenceChanged, WakeProject
+from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
+from room.rules.lifecycle import (
     Decision,
     PendingStop,
     Procedure,
@@ -46,11 +46,11 @@ from room.lifecycle import (
     decide,
     finish_stop,
 )
-from room.models import Member, Project
-from room.ops import project_for, project_frame
-from room.portfolio import parse_hours
-from room.protocol import encode
-from room.research import GateFailure
+from room.rules.models import Member, Project
+from room.rules.ops import project_for, project_frame
+from room.rules.portfolio import parse_hours
+from room.rules.protocol import encode
+from room.rules.research import GateFailure
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store

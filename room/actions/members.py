@@ -1,6 +1,6 @@
 """Member operations (human only): add an agent, pause, resume, stop current work, leave.
 
-Permission comes from the pure table in ``room.lifecycle`` (an owner may act on anyone, a human
+Permission comes from the pure table in ``room.rules.lifecycle`` (an owner may act on anyone, a human
 on themself, an agent never); every attempt, allowed or refused, is audited. Members change only
 while the project is open (active or paused), and a project always keeps one owner: the last
 owner can neither leave nor give up the role.
@@ -17,13 +17,13 @@ from room.actions.deliveries import set_deliveries
 from room.actions.notices import insert_notice
 from room.actions.projects import AgentSpec, insert_agent
 from room.core import Core
-from room.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged, Wake
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
-from room.ledger import OPEN_STATES, DeliveryState, Reason
-from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
-from room.models import Member
-from room.ops import members_frame, viewer_kind
-from room.protocol import encode
+from room.rules.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged, Wake
+from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
+from room.rules.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
+from room.rules.models import Member
+from room.rules.ops import members_frame, viewer_kind
+from room.rules.protocol import encode
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import auth as auth_store

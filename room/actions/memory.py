@@ -15,14 +15,14 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from room import injection, records
 from room.core import Core
-from room.effects import Broadcast
 from room.errors import ConflictError, ForbiddenError, NotFoundError
-from room.lifecycle import ActorKind, ProjectState, posting_open
-from room.models import Member, iso
-from room.protocol import encode
-from room.records import RecordError
+from room.rules import injection, records
+from room.rules.effects import Broadcast
+from room.rules.lifecycle import ActorKind, ProjectState, posting_open
+from room.rules.models import Member, iso
+from room.rules.protocol import encode
+from room.rules.records import RecordError
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store

@@ -21,13 +21,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from room import ledger
-from room import mentions as mention_rules
 from room.actions import attachments as attachment_actions
 from room.actions import unread
-from room.attachments import wire as attachment_wire
 from room.core import Core, ProjectRoster
-from room.effects import Broadcast, Publish, Wake
 from room.errors import (
     BadRequestError,
     ConflictError,
@@ -37,10 +33,14 @@ from room.errors import (
     RateLimitedError,
     TxnConflictError,
 )
-from room.lifecycle import ActorKind, ProjectState, posting_open
-from room.models import Member
-from room.protocol import encode
-from room.render import plain_text, render
+from room.rules import ledger
+from room.rules import mentions as mention_rules
+from room.rules.attachments import wire as attachment_wire
+from room.rules.effects import Broadcast, Publish, Wake
+from room.rules.lifecycle import ActorKind, ProjectState, posting_open
+from room.rules.models import Member
+from room.rules.protocol import encode
+from room.rules.render import plain_text, render
 from room.store import Appends, Tx
 from room.store import attachments as attachments_store
 from room.store import brakes as brakes_store
@@ -518,7 +518,7 @@ def _reply_excerpt(
 
 def excerpt_of(row: dict[str, Any]) -> dict[str, Any]:
     """The quote a reply carries of the message it answers: its author and seq and its text as
-    plain words (``room.render.plain_text``); nothing of a deleted message's text."""
+    plain words (``room.rules.render.plain_text``); nothing of a deleted message's text."""
     if row["deleted_at"] is not None:
         return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": "", "deleted": True}
     return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": plain_text(row["body"])}

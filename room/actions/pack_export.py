@@ -1,4 +1,4 @@
-"""Exporting a project as a pack (docs/packs.md; the format is :mod:`room.packs`).
+"""Exporting a project as a pack (docs/packs.md; the format is :mod:`room.rules.packs`).
 
 One project's rows are streamed out of one read transaction (a consistent snapshot), part by
 part, ``EXPORT_FETCH`` rows at a time: memory stays flat however large the project. The import
@@ -23,7 +23,7 @@ import orjson
 
 from room import __version__, blobs
 from room.errors import NotFoundError, StorageError
-from room.packs import (
+from room.rules.packs import (
     FILE_CHUNK_BYTES,
     FILE_COLUMNS,
     FILES_PART,

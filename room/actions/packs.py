@@ -1,6 +1,6 @@
 """Importing a pack as a new project, and forking (docs/packs.md).
 
-The format and its table list are :mod:`room.packs`, the export :mod:`room.actions.pack_export`.
+The format and its table list are :mod:`room.rules.packs`, the export :mod:`room.actions.pack_export`.
 An import is one write job: every row in one transaction, so a pack refused anywhere (a bad
 row, a missing part, a cut file) leaves nothing.
 
@@ -36,8 +36,8 @@ from room import blobs
 from room.actions import memory as memory_actions
 from room.actions.pack_export import FILES_SQL, encode_json, export_lines, table_columns
 from room.errors import PackError
-from room.models import User
-from room.packs import (
+from room.rules.models import User
+from room.rules.packs import (
     FILE_COLUMNS,
     FILES_PART,
     FORK_TABLES,
@@ -761,7 +761,7 @@ def fork_project(
     conn: sqlite3.Connection, tx: Tx, project_id: int, actor_member: int, name: str | None
 ) -> dict[str, Any]:
     """A new project from this one's records (docs/packs.md, "Fork"): its export restricted to
-    :data:`room.packs.FORK_TABLES`, imported on the same server (the same people). It starts in
+    :data:`room.rules.packs.FORK_TABLES`, imported on the same server (the same people). It starts in
     its own default workspace: the source's folder stays the source's."""
     # Chunks of rows split on "\n" only: JSON text holds no raw newline, but may hold U+2028.
     lines = [

@@ -1,7 +1,7 @@
 """Plans: a project's goal delivered to its lead, a plan validated as a whole and stored as tasks,
 and the start of a plan-first plan.
 
-A plan is checked by the pure :func:`room.plans.validate_plan` against the project's members as
+A plan is checked by the pure :func:`room.rules.plans.validate_plan` against the project's members as
 they are inside the write job, so nothing is stored unless the whole plan is valid. A later plan
 adds tasks to the project: its keys must be new, and its items may depend on existing tasks by
 key. Every task starts ``waiting`` (history: ``created``) and settles at once: tasks whose
@@ -18,9 +18,10 @@ from typing import Any
 from room.actions import tasks as task_actions
 from room.core import Core
 from room.errors import ForbiddenError, NotFoundError
-from room.lifecycle import MemberStatus
-from room.models import Member
-from room.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
+from room.rules.lifecycle import MemberStatus
+from room.rules.models import Member
+from room.rules.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
+from room.rules.tasks import TaskState
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store
@@ -28,7 +29,6 @@ from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
-from room.tasks import TaskState
 
 GOAL_TXN = "goal-{project_id}"
 REQUIREMENT_TITLE = "项目需求 (Project requirement)"
@@ -219,7 +219,7 @@ async def submit_plan(
 ) -> dict[str, Any]:
     """A person or the lead agent submits a plan (``{"goal", "items"}``); all or nothing.
 
-    Raises :class:`room.plans.PlanInvalidError` listing every problem, with nothing stored.
+    Raises :class:`room.rules.plans.PlanInvalidError` listing every problem, with nothing stored.
     ``start`` (people only) overrides plan-first mode for this plan.
     """
     if actor.kind == "agent" and actor.role != "lead":

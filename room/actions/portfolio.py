@@ -2,7 +2,7 @@
 
 Owners edit a project's timeline, summary and dependencies (refused with ``not_owner`` for
 anyone else, ``project_closed`` once the project is archived, complete, abandoned or trashed);
-every change is audited. The scan runs the pure rules of ``room.portfolio`` over every project
+every change is audited. The scan runs the pure rules of ``room.rules.portfolio`` over every project
 on the server, writes each finding into its project's risk log, and posts one notice in a project
 for each *new* 🔴 finding (a finding that stands from scan to scan is not announced again).
 """
@@ -15,11 +15,11 @@ import sqlite3
 import unicodedata
 from typing import Any
 
-from room import portfolio as pf
 from room.actions.notices import insert_notice
 from room.core import Core
 from room.errors import ForbiddenError, NotFoundError
-from room.models import Member
+from room.rules import portfolio as pf
+from room.rules.models import Member
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import portfolio as portfolio_store

@@ -3,7 +3,7 @@
 People are here while they have a socket open (``room.hub`` counts them by user); agents by
 what their session does (``core.agents.running_members``), their external sockets
 (``core.inboxes``), their status and the project's state; the rule is the pure
-:func:`room.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers get
+:func:`room.rules.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers get
 a ``presence`` frame with the members whose presence changed since they were last told (the
 ``subscribed`` frame has the whole map). Nothing is stored: presence is memory, rebuilt by
 reconnecting clients.
@@ -15,8 +15,8 @@ import asyncio
 import logging
 
 from room.core import Core, ProjectRoster
-from room.ops import OFFLINE, presence_of
-from room.protocol import encode
+from room.rules.ops import OFFLINE, presence_of
+from room.rules.protocol import encode
 from room.store import members as members_store
 from room.store import projects as projects_store
 

@@ -13,7 +13,7 @@ from typing import Any
 from room.actions.turns import WORK_LIMITS, limits_of
 from room.core import Core
 from room.errors import ForbiddenError
-from room.models import Member
+from room.rules.models import Member
 from room.settings import Settings
 from room.store import Tx
 from room.store import audit as audit_store

@@ -13,8 +13,8 @@ from room.actions import tenancy
 from room.actions import workspaces as ws_actions
 from room.core import Core
 from room.errors import BadRequestError, ConflictError
-from room.mentions import EVERYONE_NAMES, HUMANS_NAMES
-from room.models import AGENT_ROLES, Project, User
+from room.rules.mentions import EVERYONE_NAMES, HUMANS_NAMES
+from room.rules.models import AGENT_ROLES, Project, User
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store

@@ -28,12 +28,12 @@ from room.actions import attachments as attachment_actions
 from room.actions import attempts as attempt_actions
 from room.actions.lifecycle import decision_for, load, refuse
 from room.core import Core
-from room.effects import Broadcast, RosterChanged
 from room.errors import ConflictError, RoomError
-from room.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
-from room.models import Member, Project
-from room.ops import project_frame
-from room.protocol import encode
+from room.rules.effects import Broadcast, RosterChanged
+from room.rules.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
+from room.rules.models import Member, Project
+from room.rules.ops import project_frame
+from room.rules.protocol import encode
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store

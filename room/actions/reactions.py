@@ -17,8 +17,8 @@ from typing import Any
 from room.actions.messages import check_posting, publish_update
 from room.core import Core
 from room.errors import ConflictError, NotFoundError, RateLimitedError
-from room.models import Member
-from room.reactions import MAX_KINDS_PER_MESSAGE, check_emoji
+from room.rules.models import Member
+from room.rules.reactions import MAX_KINDS_PER_MESSAGE, check_emoji
 from room.store import Tx
 from room.store import messages as messages_store
 from room.store import reactions as reactions_store

@@ -1,7 +1,7 @@
 """Deep research runs: proposals, the approval card, the start gate, pause / resume / stop, the
 spend, revocation with the project's lifecycle and the restart reconcile (docs/research.md).
 
-The pure :mod:`room.research` decides (states, who, the gates); this module carries decisions
+The pure :mod:`room.rules.research` decides (states, who, the gates); this module carries decisions
 out in one write each, keeps the run's card in the timeline up to date (a system message whose
 ``meta.research`` the page renders as a card, updated in place with ``message_updated``) and
 audits every attempt, allowed or refused, with its actor. Only an authenticated person who
@@ -27,8 +27,8 @@ from room.actions.turns import limits_of
 from room.actions.workspaces import readable_target
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
-from room.models import Member, iso
-from room.research import (
+from room.rules.models import Member, iso
+from room.rules.research import (
     ACTIVE,
     BUDGET_KEYS,
     BUDGET_MAX,

@@ -12,8 +12,8 @@ from typing import Any
 from room.actions.notices import insert_notice
 from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.models import AGENT_ROLES, Member
-from room.routing import (
+from room.rules.models import AGENT_ROLES, Member
+from room.rules.routing import (
     SOURCE_LABELS,
     Pool,
     PoolPick,

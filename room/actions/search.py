@@ -11,8 +11,8 @@ from typing import Any
 
 from room.core import Core
 from room.errors import BadRequestError, NotFoundError, RateLimitedError
-from room.models import Member
-from room.searchtext import parse_query, parse_time
+from room.rules.models import Member
+from room.rules.searchtext import parse_query, parse_time
 from room.store import members as members_store
 from room.store import search as search_store
 

@@ -24,14 +24,8 @@ from room.actions.workspaces import workspace_of
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError
 from room.evidence import Artifact, inspect_artifact
-from room.models import Member
-from room.store import Tx
-from room.store import members as members_store
-from room.store import messages as messages_store
-from room.store import projects as projects_store
-from room.store import tasks as tasks_store
-from room.store.tasks import TaskRow
-from room.tasks import (
+from room.rules.models import Member
+from room.rules.tasks import (
     TaskEvent,
     TaskState,
     acceptance_complete,
@@ -40,6 +34,12 @@ from room.tasks import (
     missing_criteria,
     revision_after,
 )
+from room.store import Tx
+from room.store import members as members_store
+from room.store import messages as messages_store
+from room.store import projects as projects_store
+from room.store import tasks as tasks_store
+from room.store.tasks import TaskRow
 
 COMMAND_TAIL_CHARS = 4000
 

@@ -14,15 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from room import ledger
 from room.actions import brakes as brake_actions
 from room.actions import checkpoints
 from room.actions.deliveries import claim, confirm, dispatch_blocker, release, set_deliveries
 from room.actions.messages import append_message
 from room.actions.notices import insert_notice
 from room.core import Core
-from room.ledger import DeliveryState, Reason
-from room.render import render
+from room.rules import ledger
+from room.rules.ledger import DeliveryState, Reason
+from room.rules.render import render
 from room.settings import Settings
 from room.store import Tx
 from room.store import brakes as brakes_store
@@ -104,7 +104,7 @@ class TurnStart:
 
 async def begin_turn(core: Core, member_id: int, cap: int) -> TurnStart:
     """Claim a member's pending deliveries and open a turn taking them in, in ONE write: the
-    dispatch rule (:func:`room.ledger.dispatch_blocker`) is checked once, here, so a pause or a
+    dispatch rule (:func:`room.rules.ledger.dispatch_blocker`) is checked once, here, so a pause or a
     tripped brake committed a moment before is seen and nothing is claimed. The turn counts
     toward the loop brake; the first one past ``cap`` trips it and takes nothing (the
     deliveries stay ``pending``, dispatched once a person clears it)."""

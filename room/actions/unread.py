@@ -15,7 +15,7 @@ import asyncio
 import logging
 
 from room.core import Core
-from room.protocol import encode
+from room.rules.protocol import encode
 from room.store import messages as messages_store
 
 log = logging.getLogger(__name__)

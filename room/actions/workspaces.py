@@ -32,7 +32,7 @@ from room.actions.tenancy import default_workspace, workspaces_folder
 from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.git import Git
-from room.models import Member, Project
+from room.rules.models import Member, Project
 from room.settings import Settings
 from room.store import Tx
 from room.store import attempts as attempts_store

@@ -19,7 +19,7 @@ from room.actions import turns as turn_actions
 from room.agents.memory import MemorySession
 from room.agents.turn import Turn, TurnEnv
 from room.core import Core
-from room.injection import MEMORY_WRITE_TOOLS
+from room.rules.injection import MEMORY_WRITE_TOOLS
 
 log = logging.getLogger(__name__)
 

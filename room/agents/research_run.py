@@ -30,7 +30,6 @@ from room.agents.tools import Toolbox, ToolContext, bad_arguments
 from room.agents.turn import route_for
 from room.core import Core
 from room.errors import ProviderError, RoomError
-from room.models import Member
 from room.providers import (
     CallMeter,
     ChatMessage,
@@ -39,7 +38,8 @@ from room.providers import (
     ProviderRegistry,
     ToolCall,
 )
-from room.research import READABLE_REFS, GateFailure, ResearchState
+from room.rules.models import Member
+from room.rules.research import READABLE_REFS, GateFailure, ResearchState
 from room.store import members as members_store
 from room.store import research as research_store
 from room.store import turns as turns_store

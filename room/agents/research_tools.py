@@ -32,7 +32,7 @@ from room.agents.work_tools import WORK_TOOLS
 from room.errors import RoomError
 from room.fsroot import open_root
 from room.providers import ToolSpec
-from room.research import (
+from room.rules.research import (
     MAX_QUESTION,
     READABLE_REFS,
     Proposal,

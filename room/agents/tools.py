@@ -21,8 +21,8 @@ from room.agents.presets import MEMORY_WRITE_TOOLS, WRITE_TOOLS, preset_for
 from room.core import Core
 from room.diskuse import DiskMeter
 from room.errors import RoomError
-from room.models import Member
 from room.providers import ToolSpec
+from room.rules.models import Member
 from room.sandbox import Sandbox
 from room.store import messages as messages_store
 

@@ -43,11 +43,8 @@ from room.agents.tools import (
     bad_arguments,
     not_run_after_stop,
 )
-from room.attachments import with_attachments
 from room.core import Core
 from room.errors import ProviderError, RoomError
-from room.ledger import Reason
-from room.models import Member
 from room.providers import (
     STOP_MAX_TOKENS,
     CallMeter,
@@ -56,7 +53,11 @@ from room.providers import (
     ChatResult,
     ProviderRegistry,
 )
-from room.routing import Pool, PoolPick, ResolvedRoute, resolve_route
+from room.rules.attachments import with_attachments
+from room.rules.ledger import Reason
+from room.rules.models import Member
+from room.rules.routing import Pool, PoolPick, ResolvedRoute, resolve_route
+from room.rules.transcripts import ToolStep, arguments_text, tool_digest, turn_records
 from room.store import brakes as brakes_store
 from room.store import checkpoints as checkpoints_store
 from room.store import messages as messages_store
@@ -64,7 +65,6 @@ from room.store import projects as projects_store
 from room.store import routes as routes_store
 from room.store import turns as turns_store
 from room.store import usage as usage_store
-from room.transcripts import ToolStep, arguments_text, tool_digest, turn_records
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from room.errors import (
     ForgedAuthorError,
     NotFoundError,
 )
-from room.lifecycle import ActorKind
-from room.models import Member, Project
-from room.ops import members_for, project_for, viewer_kind
-from room.protocol import AUTHOR_FIELDS, MAX_ATTACHMENTS, MAX_CHIPS, MAX_HISTORY_LIMIT
+from room.rules.lifecycle import ActorKind
+from room.rules.models import Member, Project
+from room.rules.ops import members_for, project_for, viewer_kind
+from room.rules.protocol import AUTHOR_FIELDS, MAX_ATTACHMENTS, MAX_CHIPS, MAX_HISTORY_LIMIT
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store

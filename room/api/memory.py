@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from room import records
 from room.actions import memory as memory_actions
 from room.api.base import MAX_JSON_BYTES, core_of, identity, json_object, member_in, path_id
 from room.auth import Identity
@@ -28,8 +27,9 @@ from room.errors import (
     NotFoundError,
     PayloadTooLargeError,
 )
-from room.models import Member
-from room.records import RecordError
+from room.rules import records
+from room.rules.models import Member
+from room.rules.records import RecordError
 from room.store import memory as memory_store
 
 DEFAULT_PAGE = 50

@@ -16,14 +16,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from room import portfolio as pf
 from room.actions import portfolio as portfolio_actions
 from room.actions import tasks as task_actions
 from room.actions import workspaces as ws_actions
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.core import Core
 from room.errors import ForbiddenError
-from room.models import Member, iso
+from room.rules import portfolio as pf
+from room.rules.models import Member, iso
 from room.store import members as members_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
@@ -36,7 +36,7 @@ class _In(BaseModel):
 
 
 class TimelineIn(_In):
-    # Checked by room.portfolio.parse_timeline, which names the field and the rule it broke.
+    # Checked by room.rules.portfolio.parse_timeline, which names the field and the rule it broke.
     start: Any = None
     end: Any = None
     hours_estimated: Any = None

@@ -28,15 +28,15 @@ from room.actions import workspaces as ws_actions
 from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import NotFoundError
 from room.evidence import verify_artifact
-from room.models import Member, Project, iso
-from room.portfolio import today_of
+from room.rules.models import Member, Project, iso
+from room.rules.portfolio import today_of
+from room.rules.tasks import TaskState
 from room.store import members as members_store
 from room.store import memory as memory_store
 from room.store import messages as messages_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
-from room.tasks import TaskState
 
 MAX_ITEMS = task_actions.MAX_EVIDENCE_ITEMS
 

@@ -19,7 +19,7 @@ from room.actions.projects import AgentSpec, insert_project
 from room.agents.tools import Tool
 from room.app import RoomServer, create_app
 from room.core import Core
-from room.models import Member, User
+from room.rules.models import Member, User
 from room.settings import Settings
 from room.store import Tx
 from room.store import auth as auth_store

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -42,7 +42,7 @@ class User:
     is_admin: bool
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> User:
+    def from_row(cls, row: Sequence[Any]) -> User:
         return cls(row[0], row[1], row[2], bool(row[3]))
 
 
@@ -66,7 +66,7 @@ class Project:
     state_reason: str | None = None  # given with pause, archive, complete or abandon
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Project:
+    def from_row(cls, row: Sequence[Any]) -> Project:
         return cls(*row)
 
     def to_wire(self) -> dict[str, Any]:
@@ -105,7 +105,7 @@ class Member:
     driver: str = "builtin"
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> Member:
+    def from_row(cls, row: Sequence[Any]) -> Member:
         return cls(*row)
 
     @property

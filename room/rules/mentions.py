@@ -2,20 +2,17 @@
 
 Pure: no I/O, no clock. The server builds one :class:`Roster` per project (and caches it), then
 calls :func:`resolve` on every sent message. ``web/mentions.js`` implements the same rules for the
-browser's pre-send preview; both must pass ``shared/mentions/vectors.json``::
-
-    python -m room.mentions check shared/mentions/vectors.json
+browser's pre-send preview; both must pass ``shared/mentions/vectors.json``
+(:func:`check_vectors`; ``python -m room.mentions_check check PATH`` runs a file).
 
 Section numbers in comments (§n) refer to SPEC.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import re
-import sys
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -876,30 +873,3 @@ def _checked(
     if "candidates" in want and candidates is not None:
         out["candidates"] = list(candidates)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m room.mentions check PATH``: run a vectors file; exit 0 only if all pass."""
-    parser = argparse.ArgumentParser(prog="python -m room.mentions")
-    sub = parser.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="run a mention vectors file (SPEC.md §8)")
-    check.add_argument("path")
-    args = parser.parse_args(argv)
-    try:
-        with open(args.path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        passed, failures = check_vectors(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"error: cannot run {args.path}: {exc!r}", file=sys.stderr)
-        return 2
-    for line in failures:
-        print(line)
-    print(f"{passed} passed, {len(failures)} failed")
-    if passed + len(failures) == 0:
-        print("error: the file has no cases", file=sys.stderr)
-        return 1
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -26,8 +26,8 @@ from typing import Any, Literal, NotRequired, TypedDict, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from room.errors import BadRequestError
-from room.lifecycle import MemberStatus
-from room.tasks import TaskState
+from room.rules.lifecycle import MemberStatus
+from room.rules.tasks import TaskState
 
 Node = TypeVar("Node", bound=Hashable)
 

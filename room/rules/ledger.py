@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
 
-from room.lifecycle import MemberStatus, ProjectState, admission_open, dispatch_open
+from room.rules.lifecycle import MemberStatus, ProjectState, admission_open, dispatch_open
 
 
 class DeliveryState(StrEnum):

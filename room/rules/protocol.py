@@ -18,10 +18,10 @@ from room.errors import ForgedAuthorError, FrameError
 MAX_HISTORY_LIMIT = 200
 MAX_CHIPS = 50
 # A search frame's query may be long enough to be refused as too long (``bad_query``) rather
-# than as a bad frame; room.searchtext.MAX_QUERY_CHARS is the real limit.
+# than as a bad frame; room.rules.searchtext.MAX_QUERY_CHARS is the real limit.
 MAX_SEARCH_QUERY_CHARS = 4000
 MAX_SEARCH_LIMIT = 100
-MAX_ATTACHMENTS = 10  # room.attachments.MAX_PER_MESSAGE
+MAX_ATTACHMENTS = 10  # room.rules.attachments.MAX_PER_MESSAGE
 
 # Field names that would let a client claim to be someone; refused wherever they appear.
 AUTHOR_FIELDS = frozenset(

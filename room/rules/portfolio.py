@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from room.errors import BadRequestError
-from room.plans import strong_components
+from room.rules.plans import strong_components
 
 BAR_WIDTH = 20
 CONFLICT_PROJECTS = 3  # ⚠️ when this many projects (or more) have milestones on one day

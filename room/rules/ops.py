@@ -1,7 +1,7 @@
 """What a viewer may do, attached to projects and members on the wire (docs/protocol.md,
 "Allowed operations").
 
-The rules are :func:`room.lifecycle.project_ops` and :func:`room.lifecycle.member_ops`; this
+The rules are :func:`room.rules.lifecycle.project_ops` and :func:`room.rules.lifecycle.member_ops`; this
 module only says who the viewer is and where the lists go. An answer addressed to one viewer
 carries that viewer's list on each object (``allowed_ops: [...]``); a frame broadcast to every
 subscriber carries, next to the objects, the lists for every kind of viewer.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from room.lifecycle import (
+from room.rules.lifecycle import (
     ActorKind,
     MemberStatus,
     ProjectState,
@@ -21,7 +21,7 @@ from room.lifecycle import (
     project_ops,
     project_ops_by_kind,
 )
-from room.models import Member, Project
+from room.rules.models import Member, Project
 
 
 def viewer_kind(member: Member) -> ActorKind:
