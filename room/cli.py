@@ -191,7 +191,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from room.app import RoomServer, create_app
     from room.errors import LockHeldError
-    from room.transport import RoomWebSocketProtocol, http_protocol
+    from room.infra.transport import RoomWebSocketProtocol, http_protocol
 
     settings = _settings(args, host=args.host, port=args.port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")

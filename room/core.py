@@ -11,8 +11,8 @@ from collections.abc import Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from room.git import Git
-from room.hub import Hub
+from room.infra.git import Git
+from room.infra.hub import Hub
 from room.rules.effects import FollowUp
 from room.rules.mentions import Roster, RosterMember, Tombstone
 from room.rules.models import Member
@@ -245,8 +245,8 @@ class Core:
     # and one lock per project serialising its git operations (worktrees, merges).
     workspaces: dict[int, dict[str, Any]] = field(default_factory=dict)
     git_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
-    # How the server runs git (room.git): in the sandbox's jail once start-up found bubblewrap,
-    # plainly where there is none (agents then cannot write into .git at all).
+    # How the server runs git (room.infra.git): in the sandbox's jail once start-up found
+    # bubblewrap, plainly where there is none (agents then cannot write into .git at all).
     git: Git = field(default_factory=Git)
     # Attachment uploads under way (room.actions.attachments): the bytes each project's have
     # reserved of its quota, and one lock per project over checking and taking that room.

@@ -18,10 +18,10 @@ from starlette.staticfiles import StaticFiles
 
 from room.actions import auth as auth_actions
 from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
-from room.bodies import read_body
 from room.core import Core
 from room.errors import RoomError
-from room.hub import CLOSE_SIGNED_OUT
+from room.infra.bodies import read_body
+from room.infra.hub import CLOSE_SIGNED_OUT
 from room.rules.models import User
 from room.store import auth as auth_store
 

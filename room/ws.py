@@ -33,7 +33,7 @@ from room.auth import (
 )
 from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
-from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
+from room.infra.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
 from room.rules import protocol as p
 from room.rules.ledger import DeliveryState
 from room.rules.models import Member
@@ -52,10 +52,10 @@ AUTH_TIMEOUT_SECS = 10.0
 REPLAY_PAGE = 500  # events per batch frame: small enough that live traffic interleaves
 MAX_REPLAY_EVENTS = 200_000
 REPLAY_SEND_SECS = 30.0
-# Sends of one connection queued for commit and not yet acked. Past it the connection stops
-# taking frames until its commits catch up; once room.transport.READ_HIGH_MESSAGES more wait, it
-# stops reading, so an overloaded server keeps the backlog in the kernel's socket buffers (and
-# the client's), not as Python objects competing for the CPU.
+# Sends of one connection queued for commit and not yet acked. Past it the connection stops taking
+# frames until its commits catch up; once room.infra.transport.READ_HIGH_MESSAGES more wait, it
+# stops reading, so an overloaded server keeps the backlog in the kernel's socket buffers (and the
+# client's), not as Python objects competing for the CPU.
 MAX_INFLIGHT_SENDS = 256
 
 
@@ -162,7 +162,7 @@ class Connection:
 
     async def _close(self, code: int, reason: str) -> None:
         cut = (self.websocket.scope.get("extensions") or {}).get("room.cut")
-        if cut is not None:  # never waits on a peer that stopped reading (room.transport)
+        if cut is not None:  # never waits on a peer that stopped reading (room.infra.transport)
             cut(code, reason, self.core.settings.ws_stall_secs)
             return
         await self.websocket.close(code=code, reason=reason)
@@ -194,7 +194,7 @@ class Connection:
                     self.core.hub.attach_session(key, self.outbox)
             self._hello()
             await self._attach_external()
-            # Frames already queued are taken without a coroutine each (room.transport), and a
+            # Frames already queued are taken without a coroutine each (room.infra.transport), and a
             # frame that needs no wait is handled without one (_dispatch).
             receive_nowait = (self.websocket.scope.get("extensions") or {}).get(
                 "room.receive_nowait", _nothing_queued

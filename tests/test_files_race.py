@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from room import files
 from room.errors import WorkspacePathError
-from room.evidence import inspect_artifact, verify_artifact
+from room.infra import files
+from room.infra.evidence import inspect_artifact, verify_artifact
 
 CALLS = 2_000
 SECRET = b"SECRET server data\nstate: A\n"

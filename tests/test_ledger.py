@@ -1,5 +1,5 @@
-"""The delivery ledger's rules, exhaustively (room/rules/ledger.py is pure), and the places they reach:
-the migration that gave old rows a reason code, the one write that opens a turn, and the
+"""The delivery ledger's rules, exhaustively (room/rules/ledger.py is pure), and the places they
+reach: the migration that gave old rows a reason code, the one write that opens a turn, and the
 ``delivery`` frame over a real /ws."""
 
 from __future__ import annotations

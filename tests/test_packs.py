@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 from PIL import Image
 
-from room import blobs, cli
+from room import cli
 from room.actions import attachments as attachment_actions
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
@@ -30,8 +30,9 @@ from room.actions import routes as route_actions
 from room.actions import task_updates as updates
 from room.actions.merge import merge_records
 from room.app import RoomServer
-from room.bodies import BodyInto
 from room.errors import PackError, RoomError
+from room.infra import blobs
+from room.infra.bodies import BodyInto
 from room.rules.packs import PACK_TABLES, PACK_VERSION, remap_message
 from room.settings import load_settings
 from room.store import Tx, run_write

@@ -1,4 +1,5 @@
-"""Golden tests of room.rules.portfolio: every threshold, and one step past it, with a fixed clock."""
+"""Golden tests of room.rules.portfolio: every threshold, and one step past it, with a fixed
+clock."""
 
 from __future__ import annotations
 

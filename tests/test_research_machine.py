@@ -1,4 +1,5 @@
-"""The research state machine, the scope digest and the gates, exhaustively (room.rules.research)."""
+"""The research state machine, the scope digest and the gates, exhaustively
+(room.rules.research)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Uploading attachments, taking them into a send, copying them to an agent, purging them.
 
-An upload (:func:`upload`) streams the request body to disk through ``room.blobs`` — the
+An upload (:func:`upload`) streams the request body to disk through ``room.infra.blobs`` — the
 body is received straight into a ring of :data:`BUFFERS` buffers of :data:`BUFFER_BYTES` while
 two threads write and hash those received before, so memory stays bounded whatever the file's size — and is refused
 (413) as soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what
@@ -31,8 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from room import blobs
-from room.bodies import BodyInto
 from room.core import Core
 from room.errors import (
     BadRequestError,
@@ -43,7 +41,9 @@ from room.errors import (
     RateLimitedError,
     WorkspacePathError,
 )
-from room.evidence import EvidenceError, open_workspace
+from room.infra import blobs
+from room.infra.bodies import BodyInto
+from room.infra.evidence import EvidenceError, open_workspace
 from room.rules.attachments import MAX_PER_MESSAGE, clean_name, wire
 from room.rules.lifecycle import ActorKind, ProjectState, posting_open
 from room.rules.models import Member
@@ -404,14 +404,14 @@ async def copy_for_agent(
 
 
 def _copy(data: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-    """The copies behind :func:`copy_for_agent`. The working folder is written by agents, so
-    nothing here goes by an absolute name inside it (a planted symlink would make the server
-    write wherever it points — over its own database, say): the folders are walked to, and
-    made, from the workspace's descriptor (:mod:`room.fsroot`, a symlink followed only inside);
-    ``.room/.gitignore`` is made only where there is no name at all (``O_EXCL | O_NOFOLLOW``);
-    each copy is written under a temporary name in the folder held and renamed over its own
-    name, which replaces a symlink planted there instead of writing through it. A copy already
-    there as a regular file of the right size is kept."""
+    """The copies behind :func:`copy_for_agent`. The working folder is written by agents, so nothing
+    here goes by an absolute name inside it (a planted symlink would make the server write wherever
+    it points — over its own database, say): the folders are walked to, and made, from the
+    workspace's descriptor (:mod:`room.infra.fsroot`, a symlink followed only inside);
+    ``.room/.gitignore`` is made only where there is no name at all (``O_EXCL | O_NOFOLLOW``); each
+    copy is written under a temporary name in the folder held and renamed over its own name, which
+    replaces a symlink planted there instead of writing through it. A copy already there as a
+    regular file of the right size is kept."""
     paths: dict[int, str] = {}
     try:
         with (

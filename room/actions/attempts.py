@@ -4,7 +4,7 @@ task is handed off or cancelled, merged into the base branch by a person (docs/t
 
 How an attempt is made — the worktree first, then the row. Before the ``start`` write job,
 :func:`prepare` checks that the start would be allowed, then (in a worker thread, under the
-project's git lock) asks :func:`room.worktrees.create_attempt` for the worktree; the write job
+project's git lock) asks :func:`room.infra.worktrees.create_attempt` for the worktree; the write job
 then records it with :func:`record`. So a row never claims a worktree that does not exist. If
 the write is refused after the worktree was made (a concurrent change of the task), the worktree
 stays on disk as a kept branch, listed by ``GET /api/projects/{id}/worktrees``, and making the
@@ -24,13 +24,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from room import worktrees
 from room.actions import tasks as task_actions
 from room.actions import workspaces as ws_actions
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
-from room.evidence import verify_artifact
-from room.git import Git
+from room.infra import worktrees
+from room.infra.evidence import verify_artifact
+from room.infra.git import Git
 from room.rules.models import Member, Project
 from room.rules.tasks import TaskEvent, TaskState, allowed_events, authorize
 from room.store import Tx

@@ -11,7 +11,7 @@ import logging
 
 from room.actions import presence, unread
 from room.core import Core
-from room.hub import CLOSE_SIGNED_OUT
+from room.infra.hub import CLOSE_SIGNED_OUT
 from room.rules.effects import (
     Broadcast,
     CloseAgentSockets,

@@ -1,8 +1,8 @@
 """Project lifecycle: pause, resume, archive, trash, restore, purge — people only
 (docs/lifecycle.md).
 
-The pure table in ``room.rules.lifecycle`` decides; this module carries decisions out and audits every
-attempt, allowed or refused (a refused attempt changes nothing else). Stops are honest:
+The pure table in ``room.rules.lifecycle`` decides; this module carries decisions out and audits
+every attempt, allowed or refused (a refused attempt changes nothing else). Stops are honest:
 
 1. write ``stopping`` (admission and wake-ups are blocked from this commit on),
 2. ask every running turn of the project to stop,

@@ -1,8 +1,8 @@
 """Member operations (human only): add an agent, pause, resume, stop current work, leave.
 
-Permission comes from the pure table in ``room.rules.lifecycle`` (an owner may act on anyone, a human
-on themself, an agent never); every attempt, allowed or refused, is audited. Members change only
-while the project is open (active or paused), and a project always keeps one owner: the last
+Permission comes from the pure table in ``room.rules.lifecycle`` (an owner may act on anyone, a
+human on themself, an agent never); every attempt, allowed or refused, is audited. Members change
+only while the project is open (active or paused), and a project always keeps one owner: the last
 owner can neither leave nor give up the role.
 """
 

@@ -21,8 +21,9 @@ from typing import IO, Any
 
 import orjson
 
-from room import __version__, blobs
+from room import __version__
 from room.errors import NotFoundError, StorageError
+from room.infra import blobs
 from room.rules.packs import (
     FILE_CHUNK_BYTES,
     FILE_COLUMNS,

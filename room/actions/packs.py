@@ -1,8 +1,8 @@
 """Importing a pack as a new project, and forking (docs/packs.md).
 
-The format and its table list are :mod:`room.rules.packs`, the export :mod:`room.actions.pack_export`.
-An import is one write job: every row in one transaction, so a pack refused anywhere (a bad
-row, a missing part, a cut file) leaves nothing.
+The format and its table list are :mod:`room.rules.packs`, the export
+:mod:`room.actions.pack_export`. An import is one write job: every row in one transaction, so a pack
+refused anywhere (a bad row, a missing part, a cut file) leaves nothing.
 
 Fresh ids without a map: each table's rows come in id order, and an import moves them all by
 one offset (past the table's largest id), so a reference is remapped by adding its table's
@@ -32,10 +32,10 @@ from typing import IO, Any
 import orjson
 import regex
 
-from room import blobs
 from room.actions import memory as memory_actions
 from room.actions.pack_export import FILES_SQL, encode_json, export_lines, table_columns
 from room.errors import PackError
+from room.infra import blobs
 from room.rules.models import User
 from room.rules.packs import (
     FILE_COLUMNS,
@@ -761,8 +761,8 @@ def fork_project(
     conn: sqlite3.Connection, tx: Tx, project_id: int, actor_member: int, name: str | None
 ) -> dict[str, Any]:
     """A new project from this one's records (docs/packs.md, "Fork"): its export restricted to
-    :data:`room.rules.packs.FORK_TABLES`, imported on the same server (the same people). It starts in
-    its own default workspace: the source's folder stays the source's."""
+    :data:`room.rules.packs.FORK_TABLES`, imported on the same server (the same people). It starts
+    in its own default workspace: the source's folder stays the source's."""
     # Chunks of rows split on "\n" only: JSON text holds no raw newline, but may hold U+2028.
     lines = [
         line

@@ -1,13 +1,13 @@
 """Plans: a project's goal delivered to its lead, a plan validated as a whole and stored as tasks,
 and the start of a plan-first plan.
 
-A plan is checked by the pure :func:`room.rules.plans.validate_plan` against the project's members as
-they are inside the write job, so nothing is stored unless the whole plan is valid. A later plan
-adds tasks to the project: its keys must be new, and its items may depend on existing tasks by
-key. Every task starts ``waiting`` (history: ``created``) and settles at once: tasks whose
-dependencies are all accepted become ``ready`` and are dispatched to their owners — unless the
-project is in plan-first mode (``projects.settings_json`` ``plan_first: true``), where the plan's
-tasks are held and nothing is dispatched until a person starts the plan.
+A plan is checked by the pure :func:`room.rules.plans.validate_plan` against the project's members
+as they are inside the write job, so nothing is stored unless the whole plan is valid. A later plan
+adds tasks to the project: its keys must be new, and its items may depend on existing tasks by key.
+Every task starts ``waiting`` (history: ``created``) and settles at once: tasks whose dependencies
+are all accepted become ``ready`` and are dispatched to their owners — unless the project is in
+plan-first mode (``projects.settings_json`` ``plan_first: true``), where the plan's tasks are held
+and nothing is dispatched until a person starts the plan.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Presence: who is here now, told to each project's subscribers (docs/protocol.md, "Presence").
 
-People are here while they have a socket open (``room.hub`` counts them by user); agents by
+People are here while they have a socket open (``room.infra.hub`` counts them by user); agents by
 what their session does (``core.agents.running_members``), their external sockets
 (``core.inboxes``), their status and the project's state; the rule is the pure
-:func:`room.rules.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers get
-a ``presence`` frame with the members whose presence changed since they were last told (the
+:func:`room.rules.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers
+get a ``presence`` frame with the members whose presence changed since they were last told (the
 ``subscribed`` frame has the whole map). Nothing is stored: presence is memory, rebuilt by
 reconnecting clients.
 """

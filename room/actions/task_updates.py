@@ -3,10 +3,10 @@ the evidence they cite, and per-criterion reviews. Each is one write job through
 :func:`room.actions.tasks.fire`, which keeps the rules of the machine, the history and the
 audit trail in one place.
 
-Evidence: artifact paths are resolved and fingerprinted by the server (:mod:`room.evidence`) in a
-worker thread before the write job; messages must be live messages of the project; command
-results exist only as the runtime recorded them (:func:`record_command_result`), so a model can
-cite a command result by id but never create one.
+Evidence: artifact paths are resolved and fingerprinted by the server (:mod:`room.infra.evidence`)
+in a worker thread before the write job; messages must be live messages of the project; command
+results exist only as the runtime recorded them (:func:`record_command_result`), so a model can cite
+a command result by id but never create one.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from room.actions import tasks as task_actions
 from room.actions.workspaces import workspace_of
 from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError
-from room.evidence import Artifact, inspect_artifact
+from room.infra.evidence import Artifact, inspect_artifact
 from room.rules.models import Member
 from room.rules.tasks import (
     TaskEvent,

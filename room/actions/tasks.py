@@ -1,8 +1,8 @@
 """Task transitions: the one place a task changes state, and what follows from it.
 
 Every change goes through :func:`fire`, inside a write job: the pure machine
-(:func:`room.rules.tasks.advance`) decides the new state; the row, a ``task_events`` history row and an
-``audit_events`` record (author, from, to, revision, note) are written; then what follows is done
+(:func:`room.rules.tasks.advance`) decides the new state; the row, a ``task_events`` history row and
+an ``audit_events`` record (author, from, to, revision, note) are written; then what follows is done
 in the same transaction — dependencies settle (:func:`room.rules.tasks.settle`), a task that becomes
 ``ready`` is dispatched to its owner, a submission is sent to its reviewer, requested changes go
 back to the owner. Messages that ask a member to act are system messages with a delivery row for

@@ -104,10 +104,10 @@ class TurnStart:
 
 async def begin_turn(core: Core, member_id: int, cap: int) -> TurnStart:
     """Claim a member's pending deliveries and open a turn taking them in, in ONE write: the
-    dispatch rule (:func:`room.rules.ledger.dispatch_blocker`) is checked once, here, so a pause or a
-    tripped brake committed a moment before is seen and nothing is claimed. The turn counts
-    toward the loop brake; the first one past ``cap`` trips it and takes nothing (the
-    deliveries stay ``pending``, dispatched once a person clears it)."""
+    dispatch rule (:func:`room.rules.ledger.dispatch_blocker`) is checked once, here, so a pause or
+    a tripped brake committed a moment before is seen and nothing is claimed. The turn counts toward
+    the loop brake; the first one past ``cap`` trips it and takes nothing (the deliveries stay
+    ``pending``, dispatched once a person clears it)."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> TurnStart:
         facts = deliveries_store.dispatch_facts(conn, member_id)

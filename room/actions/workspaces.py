@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from room import worktrees
 from room.actions import tenancy
 from room.actions.tenancy import default_workspace, workspaces_folder
 from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.git import Git
+from room.infra import worktrees
+from room.infra.git import Git
 from room.rules.models import Member, Project
 from room.settings import Settings
 from room.store import Tx

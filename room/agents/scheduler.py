@@ -13,9 +13,9 @@ from room.agents.drivers import ExternalDriver, InProcessDriver
 from room.agents.tools import BUILTIN_TOOLS, Tool, Toolbox, WorkEnv
 from room.agents.turn import TurnEnv, read_only_roles
 from room.core import Core
+from room.infra.sandbox import Sandbox
 from room.providers import ProviderRegistry
 from room.rules.models import Member
-from room.sandbox import Sandbox
 from room.store import deliveries as deliveries_store
 
 STOP_CONFIRM_SECS = 5.0

@@ -19,11 +19,11 @@ from room.actions.turns import Limits
 from room.agents.context import person_of, sender_label
 from room.agents.presets import MEMORY_WRITE_TOOLS, WRITE_TOOLS, preset_for
 from room.core import Core
-from room.diskuse import DiskMeter
 from room.errors import RoomError
+from room.infra.diskuse import DiskMeter
+from room.infra.sandbox import Sandbox
 from room.providers import ToolSpec
 from room.rules.models import Member
-from room.sandbox import Sandbox
 from room.store import messages as messages_store
 
 HISTORY_MAX = 50

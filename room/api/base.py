@@ -26,7 +26,6 @@ from room.actions import workspaces as ws_actions
 from room.actions.project_settings import settings_wire
 from room.agents import Scheduler
 from room.auth import Identity, check_csrf, identity_from_headers
-from room.bodies import check_text, read_body
 from room.core import Core
 from room.errors import (
     AuthError,
@@ -35,6 +34,7 @@ from room.errors import (
     ForgedAuthorError,
     NotFoundError,
 )
+from room.infra.bodies import check_text, read_body
 from room.rules.lifecycle import ActorKind
 from room.rules.models import Member, Project
 from room.rules.ops import members_for, project_for, viewer_kind

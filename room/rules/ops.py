@@ -1,8 +1,8 @@
 """What a viewer may do, attached to projects and members on the wire (docs/protocol.md,
 "Allowed operations").
 
-The rules are :func:`room.rules.lifecycle.project_ops` and :func:`room.rules.lifecycle.member_ops`; this
-module only says who the viewer is and where the lists go. An answer addressed to one viewer
+The rules are :func:`room.rules.lifecycle.project_ops` and :func:`room.rules.lifecycle.member_ops`;
+this module only says who the viewer is and where the lists go. An answer addressed to one viewer
 carries that viewer's list on each object (``allowed_ops: [...]``); a frame broadcast to every
 subscriber carries, next to the objects, the lists for every kind of viewer.
 """

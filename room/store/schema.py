@@ -339,8 +339,9 @@ CREATE TABLE purge_steps (
 ) WITHOUT ROWID;
 """
 
-# Deliveries carry a machine reason code (room.rules.ledger.Reason) next to the free-text reason. Rows
-# written before it get the code their text stands for; a text no code matches keeps a NULL code.
+# Deliveries carry a machine reason code (room.rules.ledger.Reason) next to the free-text reason.
+# Rows written before it get the code their text stands for; a text no code matches keeps a NULL
+# code.
 DELIVERY_REASON_CODES = """
 ALTER TABLE deliveries ADD COLUMN reason_code TEXT;
 UPDATE deliveries SET reason_code = CASE

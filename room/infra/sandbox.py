@@ -345,11 +345,11 @@ def _scratch_parents(bound: Sequence[Path]) -> list[Path]:
 
 @dataclass(frozen=True, slots=True)
 class GitJail:
-    """The server's own git, isolated like an agent's command (:mod:`room.git`, layer 1): the
+    """The server's own git, isolated like an agent's command (:mod:`room.infra.git`, layer 1): the
     layout above with only the folders the operation names bound read-write — no data folder,
     no other project, no home — no network, no capabilities, ``HOME`` and ``TMPDIR`` in the
     private ``/tmp``. Not bounded by ``prlimit`` or a cgroup: git itself runs nothing a
-    repository names (:func:`room.git.check_repository` refuses such repositories first), and
+    repository names (:func:`room.infra.git.check_repository` refuses such repositories first), and
     each call has its timeout."""
 
     bwrap: str

@@ -6,7 +6,7 @@ never the model — decides what that path means and records what the file reall
 * refused before touching the disk: an empty path, NUL, a backslash, an absolute path (``/x``,
   ``C:/x``, ``//host/x``), and any ``..`` component (even one that would come back inside:
   evidence paths have one spelling);
-* resolved and opened in one walk from the workspace's descriptor (:mod:`room.fsroot`): every
+* resolved and opened in one walk from the workspace's descriptor (:mod:`room.infra.fsroot`): every
   symlink on the way is followed only while it stays inside the workspace, so a symlink that
   points outside is refused even when the link itself sits inside — and a folder swapped for
   such a link while the path is read cannot redirect the read, because nothing is opened by an
@@ -15,7 +15,7 @@ never the model — decides what that path means and records what the file reall
   refused without being opened); the descriptor the walk opened is the one read, once, to take
   its size and SHA-256.
 
-The same rules resolve the paths of the file tools (:mod:`room.files`) through
+The same rules resolve the paths of the file tools (:mod:`room.infra.files`) through
 :func:`open_workspace` and :func:`resolve_inside`, which raise the error their caller names
 (:class:`EvidenceError` here, ``FileToolError`` there). This module reads no clock. Every refusal
 is an :class:`EvidenceError` (400) whose ``code`` says which rule, with a hint of what to do.
@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Literal
 
 from room.errors import WorkspacePathError
-from room.fsroot import (
+from room.infra.fsroot import (
     HINT_RELATIVE,
     Found,
     PathKind,
@@ -138,7 +138,7 @@ def workspace_root(
 def open_workspace(
     workspace: str | os.PathLike[str] | None, *, error: Refusal = EvidenceError
 ) -> Root:
-    """The workspace opened as a :class:`~room.fsroot.Root` (the caller closes it), or
+    """The workspace opened as a :class:`~room.infra.fsroot.Root` (the caller closes it), or
     ``error``. Every path a tool or an artifact names is walked from this descriptor."""
     root = workspace_root(workspace, error=error)
     assert workspace is not None

@@ -7,7 +7,7 @@ runs programs named there (filters, merge drivers, textconv, fsmonitor, hooks, c
 helpers …) and reads files they name (includes, excludes, attributes, mailmap). So the server's
 own git treats every repository as attacker input, in three layers:
 
-1. **Isolated** (:class:`Git` with a :class:`Jail`, which :mod:`room.sandbox` provides where
+1. **Isolated** (:class:`Git` with a :class:`Jail`, which :mod:`room.infra.sandbox` provides where
    bubblewrap works): git runs in a sandbox that sees the system's programs read-only and, of
    the host's files, only the folders the operation needs (the work tree, the repository it
    belongs to, a new worktree's folder) — never the data folder, other projects or the
@@ -41,7 +41,7 @@ Every call also
   ``replace``; the C locale keeps git's messages stable.
 
 The threat model is written out in docs/agents.md ("What an agent can reach"). This module
-knows nothing of worktrees or tasks; :mod:`room.worktrees` builds on it.
+knows nothing of worktrees or tasks; :mod:`room.infra.worktrees` builds on it.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from room.errors import RoomError
 def printable(path: str) -> str:
     """A path read from git's output as people and JSON can hold it: a name that is not UTF-8
     arrives with lone surrogates (``surrogateescape``), which no JSON text or database row can
-    hold; its odd bytes are written ``\\xNN`` (as :func:`room.files.shown` shows them)."""
+    hold; its odd bytes are written ``\\xNN`` (as :func:`room.infra.files.shown` shows them)."""
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
@@ -203,8 +203,8 @@ class UnsafeRepositoryError(GitFailedError):
 
 
 class Jail(Protocol):
-    """Wraps a git command line so that it runs isolated (:class:`room.sandbox.GitJail`): of the
-    host's files only ``writable`` folders (read-write, ``cwd`` among them) and the system's
+    """Wraps a git command line so that it runs isolated (:class:`room.infra.sandbox.GitJail`): of
+    the host's files only ``writable`` folders (read-write, ``cwd`` among them) and the system's
     programs (read-only) are visible; no network."""
 
     def wrap(self, argv: Sequence[str], *, cwd: Path, writable: Sequence[Path]) -> list[str]: ...

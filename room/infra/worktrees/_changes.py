@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from room.errors import BadRequestError
-from room.git import Git, GitFailedError, printable
-from room.worktrees._model import (
+from room.infra.git import Git, GitFailedError, printable
+from room.infra.worktrees._model import (
     DEFAULT_DIFF_BYTES,
     GIT_DIFF_TIMEOUT_SECS,
     MAX_LISTED_PATHS,
@@ -27,7 +27,7 @@ from room.worktrees._model import (
     WorktreeError,
     has_control,
 )
-from room.worktrees._repo import (
+from room.infra.worktrees._repo import (
     At,
     current_branch,
     inspect,

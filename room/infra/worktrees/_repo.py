@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from room.git import Git, GitFailedError, GitRun, UnsafeRepositoryError, printable
-from room.worktrees._model import (
+from room.infra.git import Git, GitFailedError, GitRun, UnsafeRepositoryError, printable
+from room.infra.worktrees._model import (
     GIT_CHECKOUT_TIMEOUT_SECS,
     MAX_LISTED_PATHS,
     WORKTREE_CODES,

@@ -48,9 +48,9 @@ Functions are synchronous and may take seconds on a big repository; call them th
 ``asyncio.to_thread``. Calls for the same workspace should be serialised by the caller.
 """
 
-from room.git import GitFailedError
-from room.worktrees._changes import commit_all, diff, diff_stat, merge
-from room.worktrees._model import (
+from room.infra.git import GitFailedError
+from room.infra.worktrees._changes import commit_all, diff, diff_stat, merge
+from room.infra.worktrees._model import (
     DEFAULT_DIFF_BYTES,
     MAX_NAME_CHARS,
     WORKTREE_CODES,
@@ -70,7 +70,7 @@ from room.worktrees._model import (
     attempt_names,
     sanitize_name,
 )
-from room.worktrees._repo import create_attempt, inspect, list_attempts
+from room.infra.worktrees._repo import create_attempt, inspect, list_attempts
 
 __all__ = [
     "DEFAULT_DIFF_BYTES",

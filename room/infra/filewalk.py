@@ -15,8 +15,8 @@
   ``*`` matches names that start with a dot.
 * Searching reads each file once (:func:`read_text`: binary files are known from the first
   chunk) and runs the expression over the whole text, splitting lines only around a hit
-  (:func:`matching_lines`), which is what keeps ``room.files.search`` near ``grep``.
-* Everything is by descriptor (:mod:`room.fsroot`): the walk lists a folder through the
+  (:func:`matching_lines`), which is what keeps ``room.infra.files.search`` near ``grep``.
+* Everything is by descriptor (:mod:`room.infra.fsroot`): the walk lists a folder through the
   descriptor it opened, opens each sub-folder by name relative to it (``O_NOFOLLOW |
   O_DIRECTORY``), and files and ``.gitignore`` files are read the same way. A folder swapped for
   a symlink while the walk is inside the workspace cannot take it outside: the kernel is never
@@ -38,7 +38,7 @@ import regex
 from pathspec import GitIgnoreSpec, RegexPattern
 
 from room.errors import WorkspacePathError
-from room.fsroot import DIR_FLAGS, FILE_FLAGS, Root
+from room.infra.fsroot import DIR_FLAGS, FILE_FLAGS, Root
 
 HIDDEN_NAMES = frozenset({".git"})
 MAX_GITIGNORE_BYTES = 1024 * 1024

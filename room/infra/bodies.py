@@ -33,8 +33,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 BodyInto = Callable[[memoryview], Awaitable[int]]
-# The server's own transport offers this (room.transport.BODY_INTO): the body straight from the
-# socket into the caller's buffer.
+# The server's own transport offers this (room.infra.transport.BODY_INTO): the body straight from
+# the socket into the caller's buffer.
 BODY_INTO = "room.body_into"
 
 

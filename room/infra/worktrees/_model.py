@@ -1,4 +1,4 @@
-"""Names, results and errors of :mod:`room.worktrees` (pure: no I/O)."""
+"""Names, results and errors of :mod:`room.infra.worktrees` (pure: no I/O)."""
 
 from __future__ import annotations
 

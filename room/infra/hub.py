@@ -414,7 +414,7 @@ class Outbox:
 
     ``send_now`` says whether the fan-out pass may write straight to the socket: the socket
     while nothing waits here (batch and queue empty, not closed) and the transport says the
-    connection is open and writable (``watch``, from :mod:`room.transport`), else None. Every
+    connection is open and writable (``watch``, from :mod:`room.infra.transport`), else None. Every
     change of it is told to the channels of the connection's subscriptions (their fast path).
     """
 

@@ -6,17 +6,18 @@ workspace root and workspace-relative paths, and returns a dataclass with ``to_d
 tool hands back as JSON) or raises :class:`~room.errors.FileToolError` (400) whose ``code`` is one
 of :data:`FILE_CODES` and whose ``details`` carry the ``path`` and a ``hint`` a model can act on.
 
-Paths obey the same rules as artifact evidence (:func:`room.evidence.clean_relative`): no
+Paths obey the same rules as artifact evidence (:func:`room.infra.evidence.clean_relative`): no
 ``..``, nothing absolute, no NUL or backslash, and a symlink may be followed only when it ends
 inside the workspace. Every operation opens the workspace once
-(:func:`room.evidence.open_workspace`) and resolves *and opens* its path in one walk from that
-descriptor (:mod:`room.fsroot`): what is read, listed, searched or written is the very file or
+(:func:`room.infra.evidence.open_workspace`) and resolves *and opens* its path in one walk from that
+descriptor (:mod:`room.infra.fsroot`): what is read, listed, searched or written is the very file or
 folder the walk checked, never a name looked up again, so another member's ``shell`` swapping a
-folder for a symlink meanwhile cannot send a tool outside the workspace (issue 24). Writing never goes *through* a symlink: ``write``,
-``edit`` and ``edit_patch`` refuse a path whose last component is one, the folders of a new file
-are made one by one inside the folder just walked, and nothing is written into ``.git``, however
-the path gets there. Walks (:mod:`room.filewalk`) hide ``.git``, never follow symlinks, and —
-for ``glob`` and ``search`` — leave out what ``.gitignore`` ignores.
+folder for a symlink meanwhile cannot send a tool outside the workspace (issue 24). Writing never
+goes *through* a symlink: ``write``, ``edit`` and ``edit_patch`` refuse a path whose last component
+is one, the folders of a new file are made one by one inside the folder just walked, and nothing is
+written into ``.git``, however the path gets there. Walks (:mod:`room.infra.filewalk`) hide
+``.git``, never follow symlinks, and — for ``glob`` and ``search`` — leave out what ``.gitignore``
+ignores.
 
 Writes are atomic: the new content goes to a temporary file in the same folder (opened
 relative to that folder's descriptor), is flushed to disk, takes the old file's permission bits,
@@ -45,8 +46,8 @@ from typing import Any, Literal
 import regex
 
 from room.errors import FileToolError
-from room.evidence import PATH_CODES, clean_relative, open_workspace
-from room.filewalk import (
+from room.infra.evidence import PATH_CODES, clean_relative, open_workspace
+from room.infra.filewalk import (
     BINARY_SNIFF_BYTES,
     compile_glob,
     hidden,
@@ -56,7 +57,7 @@ from room.filewalk import (
     text_of,
     walk,
 )
-from room.fsroot import Found, Root
+from room.infra.fsroot import Found, Root
 
 MAX_READ_BYTES = 256 * 1024  # text returned by one read; the model asks for the next lines
 MAX_READ_FILE_BYTES = 16 * 1024 * 1024  # a bigger file is not read at all
@@ -93,7 +94,7 @@ EntryType = Literal["file", "dir", "symlink", "other"]
 
 Workspace = str | os.PathLike[str] | Root
 """Where a file operation works: a workspace folder (opened, resolved, for the one operation),
-or a :class:`~room.fsroot.Root` the caller opened its own way (and closes)."""
+or a :class:`~room.infra.fsroot.Root` the caller opened its own way (and closes)."""
 
 
 def _refuse(code: str, path: str, hint: str, **details: Any) -> FileToolError:
@@ -228,7 +229,7 @@ def _entry(name: str, entry: os.DirEntry[str]) -> Entry:
 
 
 def glob(root: Workspace, pattern: str, limit: int = GLOB_LIMIT) -> GlobResult:
-    """Files whose workspace-relative path matches ``pattern`` (see :mod:`room.filewalk`), in
+    """Files whose workspace-relative path matches ``pattern`` (see :mod:`room.infra.filewalk`), in
     path order; ``.git``, ignored files and symlinks left out."""
     _bounded("limit", limit, 1, None)
     cleaned = clean_relative(pattern, error=_refuse)

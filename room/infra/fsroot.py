@@ -23,7 +23,7 @@ guards only the last name. Here nothing is ever opened by an absolute name below
   reverse) is looked at again; every look counts against :data:`MAX_SYMLINK_HOPS`, so a path
   that keeps changing ends in a refusal, never in a loop.
 
-The rules are those of :func:`room.evidence.resolve_inside` before this module (its tests pin
+The rules are those of :func:`room.infra.evidence.resolve_inside` before this module (its tests pin
 them): a symlink is followed only while it stays inside; one leaving is ``outside_workspace``
 (even dangling); a file where a folder is needed is ``not_a_directory``. Two rules are
 narrower, because the walk only trusts what it holds: an absolute symlink target counts as inside
@@ -32,7 +32,7 @@ root through some other alias is refused; and a relative target whose ``..`` cli
 root is refused even if it would come back in (``../ws/src`` from the root of ``ws``).
 
 Refusals go through the ``error`` the caller names (``(code, path, hint)`` → its own subclass of
-:class:`~room.errors.WorkspacePathError`), with codes from ``room.evidence.PATH_CODES``. Linux
+:class:`~room.errors.WorkspacePathError`), with codes from ``room.infra.evidence.PATH_CODES``. Linux
 only, like the rest of the server (``O_DIRECTORY``, ``dir_fd``). No clock, no other I/O.
 """
 
