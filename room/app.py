@@ -44,7 +44,6 @@ from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
 from room.auth import credential_rechecks
-from room.core import Core, RateLimiter, RosterCache
 from room.errors import RoomError
 from room.infra import blobs
 from room.infra.boot import BootTrace, write_report
@@ -56,6 +55,7 @@ from room.infra.transport import offers_direct_write
 from room.providers import ProviderRegistry, default_configs
 from room.rules.models import User
 from room.rules.protocol import CLIENT_FRAME_TYPES
+from room.services import RateLimiter, RosterCache, Services
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, indexer, run_write
 from room.store import projects as projects_store
@@ -198,7 +198,7 @@ def create_app(
         if settings.search_index_messages:
             search_indexer = indexer.SearchIndexer(settings.db_path)
             search_indexer.start(asyncio.get_running_loop())
-        core = Core(
+        core = Services(
             settings=settings,
             db=db,
             hub=Hub(),

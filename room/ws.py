@@ -31,13 +31,13 @@ from room.auth import (
     authenticate_token,
     identity_from_headers,
 )
-from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
 from room.infra.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
 from room.rules import protocol as p
 from room.rules.ledger import DeliveryState
 from room.rules.models import Member
 from room.rules.ops import members_for, project_for, viewer_kind
+from room.services import ProjectRoster, Services
 from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
@@ -60,7 +60,7 @@ MAX_INFLIGHT_SENDS = 256
 
 
 async def ws_endpoint(websocket: WebSocket) -> None:
-    core: Core = websocket.app.state.core
+    core: Services = websocket.app.state.core
     origin = websocket.headers.get("origin")
     if origin is not None and origin.rstrip("/") not in core.settings.allowed_origins:
         log.warning("refused WebSocket from origin %s", origin)
@@ -79,7 +79,7 @@ async def ws_endpoint(websocket: WebSocket) -> None:
         core.hub.connections -= 1
 
 
-async def _serve(core: Core, websocket: WebSocket, identity: Identity | None) -> None:
+async def _serve(core: Services, websocket: WebSocket, identity: Identity | None) -> None:
     connection = Connection(core, websocket, identity)
     secret = websocket.cookies.get(SESSION_COOKIE) if identity and identity.user else None
     if secret is None:
@@ -113,7 +113,7 @@ def _current(roster: ProjectRoster, member_id: int) -> Member:
 
 
 class Connection:
-    def __init__(self, core: Core, websocket: WebSocket, identity: Identity | None) -> None:
+    def __init__(self, core: Services, websocket: WebSocket, identity: Identity | None) -> None:
         self.core = core
         self.websocket = websocket
         self.identity = identity

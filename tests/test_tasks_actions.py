@@ -30,12 +30,12 @@ from room.agents.context import Line
 from room.agents.presets import PRESETS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import ToolContext
-from room.core import Core, NoAgents, RateLimiter, RosterCache
 from room.errors import ForbiddenError, RoomError
 from room.infra.hub import Hub, Outbox
 from room.rules.models import Member
 from room.rules.plans import PlanInvalidError
 from room.rules.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
+from room.services import NoAgents, RateLimiter, RosterCache, Services
 from room.settings import Settings
 from room.store import Database, Tx, indexer, run_write
 from room.store import deliveries as deliveries_store
@@ -89,7 +89,7 @@ async def _never(*_: object) -> None:
 
 @dataclass
 class World:
-    core: Core
+    core: Services
     runtime: WakeRecorder
     project_id: int
     workspace: Path
@@ -188,7 +188,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     search_indexer = indexer.SearchIndexer(path)  # as the server runs it
     search_indexer.start(asyncio.get_running_loop())
     runtime = WakeRecorder()
-    core = Core(
+    core = Services(
         # The workspace (tmp_path/ws) is outside the default roots (<data>/workspaces).
         settings=Settings(data=tmp_path / "data", workspace_roots=(str(tmp_path),)),
         db=db,

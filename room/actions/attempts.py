@@ -26,13 +26,13 @@ from typing import Any
 
 from room.actions import tasks as task_actions
 from room.actions import workspaces as ws_actions
-from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
 from room.infra import worktrees
 from room.infra.evidence import verify_artifact
 from room.infra.git import Git
 from room.rules.models import Member, Project
 from room.rules.tasks import TaskEvent, TaskState, allowed_events, authorize
+from room.services import Services
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
@@ -65,7 +65,7 @@ def _worktree_of(row: AttemptRow, task_key: str, workspace: Path) -> worktrees.W
     )  # fmt: skip
 
 
-async def prepare(core: Core, member: Member, task_ref: str | int) -> Prepared:
+async def prepare(core: Services, member: Member, task_ref: str | int) -> Prepared:
     """Before a ``start``: the attempt's worktree, made now if the start would be allowed."""
 
     def read(conn: sqlite3.Connection) -> tuple[Project | None, TaskRow, AttemptRow | None, int]:
@@ -172,7 +172,7 @@ def _diff_stats(git: Git, items: list[tuple[dict[str, Any], str, Path]]) -> None
             attempt["diff_error"] = exc.code
 
 
-async def add_diff_stats(core: Core, tasks: list[dict[str, Any]]) -> None:
+async def add_diff_stats(core: Services, tasks: list[dict[str, Any]]) -> None:
     """Fill ``attempt.diff_stat`` of tasks whose attempt is not merged (in a worker thread)."""
 
     def read(conn: sqlite3.Connection) -> tuple[dict[int, AttemptRow | None], dict[int, Project]]:
@@ -202,7 +202,7 @@ async def add_diff_stats(core: Core, tasks: list[dict[str, Any]]) -> None:
         attempt.pop("_row", None)
 
 
-async def task_diff(core: Core, member: Member, task_ref: str) -> dict[str, Any]:
+async def task_diff(core: Services, member: Member, task_ref: str) -> dict[str, Any]:
     def read(conn: sqlite3.Connection) -> tuple[TaskRow, AttemptRow | None]:
         task = task_actions.find_task(conn, member.project_id, task_ref)
         return task, attempts_store.latest(conn, task.id)
@@ -221,7 +221,7 @@ async def task_diff(core: Core, member: Member, task_ref: str) -> dict[str, Any]
             "text": found.text, "truncated": found.truncated}  # fmt: skip
 
 
-async def list_worktrees(core: Core, member: Member) -> dict[str, Any]:
+async def list_worktrees(core: Services, member: Member) -> dict[str, Any]:
     """The project's attempts (rows) joined with what git keeps on disk."""
     project_id = member.project_id
 
@@ -242,7 +242,7 @@ async def list_worktrees(core: Core, member: Member) -> dict[str, Any]:
     }
 
 
-async def kept_worktrees(core: Core, project_id: int) -> list[dict[str, Any]]:
+async def kept_worktrees(core: Services, project_id: int) -> list[dict[str, Any]]:
     """Every worktree and branch of the project on disk (the purge's preview lists them)."""
 
     def read(conn: sqlite3.Connection) -> tuple[Project | None, list[AttemptRow], dict[int, str]]:
@@ -260,7 +260,7 @@ async def kept_worktrees(core: Core, project_id: int) -> list[dict[str, Any]]:
     return [a for a in join_attempts(rows, keys, on_disk) if a["on_disk"]]
 
 
-def _on_disk(core: Core, project: Project) -> tuple[worktrees.Attempt, ...]:
+def _on_disk(core: Services, project: Project) -> tuple[worktrees.Attempt, ...]:
     try:
         workspace = ws_actions.workspace_of(core.settings, project)
     except BadRequestError:
@@ -306,7 +306,7 @@ def _disk_wire(disk: worktrees.Attempt | None) -> dict[str, Any]:
 # -- merging ------------------------------------------------------------------------------------
 
 
-async def merge_task(core: Core, member: Member, task_ref: str, mode: str) -> dict[str, Any]:
+async def merge_task(core: Services, member: Member, task_ref: str, mode: str) -> dict[str, Any]:
     """An owner merges an accepted task's attempt branch into the base (``ff`` or ``merge``):
     the attempt's work is committed first (authored by its member), conflicts are reported and
     nothing is forced. Audited; a notice in the room says what happened."""
@@ -409,7 +409,7 @@ def _merge_notice(member: Member, key: str, branch: str, result: worktrees.Merge
 # -- evidence against the attempt -----------------------------------------------------------------
 
 
-async def evidence_root(core: Core, project_id: int, task_ref: str | int) -> str | None:
+async def evidence_root(core: Services, project_id: int, task_ref: str | int) -> str | None:
     """Where a task's cited files live: its attempt's worktree while it is not merged, else
     the project's workspace."""
 
@@ -429,7 +429,7 @@ async def evidence_root(core: Core, project_id: int, task_ref: str | int) -> str
     return str(ws_actions.workspace_of(core.settings, project))
 
 
-async def check_artifacts_unchanged(core: Core, project_id: int, task_ref: str | int) -> None:
+async def check_artifacts_unchanged(core: Services, project_id: int, task_ref: str | int) -> None:
     """Re-hash every artifact cited for the task's current revision; a changed or missing file
     refuses with ``artifact_changed`` naming it (review and acceptance call this)."""
 

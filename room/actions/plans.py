@@ -16,12 +16,12 @@ import sqlite3
 from typing import Any
 
 from room.actions import tasks as task_actions
-from room.core import Core
 from room.errors import ForbiddenError, NotFoundError
 from room.rules.lifecycle import MemberStatus
 from room.rules.models import Member
 from room.rules.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
 from room.rules.tasks import TaskState
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store
@@ -215,7 +215,7 @@ def store_plan(
 
 
 async def submit_plan(
-    core: Core, actor: Member, raw: Any, *, start: bool | None = None
+    core: Services, actor: Member, raw: Any, *, start: bool | None = None
 ) -> dict[str, Any]:
     """A person or the lead agent submits a plan (``{"goal", "items"}``); all or nothing.
 
@@ -239,7 +239,7 @@ async def submit_plan(
     return await core.db.write(job)
 
 
-async def start_plan(core: Core, actor: Member, plan_id: int | None = None) -> dict[str, Any]:
+async def start_plan(core: Services, actor: Member, plan_id: int | None = None) -> dict[str, Any]:
     """A person starts plan-first plans (one, or every unstarted one): their tasks are released
     and those already ``ready`` are dispatched to their owners."""
     if actor.kind != "human":

@@ -11,10 +11,10 @@ import regex
 from room.actions import plans as plan_actions
 from room.actions import tenancy
 from room.actions import workspaces as ws_actions
-from room.core import Core
 from room.errors import BadRequestError, ConflictError
 from room.rules.mentions import EVERYONE_NAMES, HUMANS_NAMES
 from room.rules.models import AGENT_ROLES, Project, User
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
@@ -199,7 +199,7 @@ def insert_agent(conn: sqlite3.Connection, tx: Tx, project_id: int, spec: AgentS
 
 
 async def create_project(
-    core: Core,
+    core: Services,
     creator: User,
     *,
     name: str,

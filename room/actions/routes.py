@@ -10,7 +10,6 @@ import sqlite3
 from typing import Any
 
 from room.actions.notices import insert_notice
-from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.rules.models import AGENT_ROLES, Member
 from room.rules.routing import (
@@ -21,6 +20,7 @@ from room.rules.routing import (
     parse_model_id,
     validate_pool_pick,
 )
+from room.services import Services
 from room.store import Tx
 from room.store import members as members_store
 from room.store import projects as projects_store
@@ -76,7 +76,7 @@ def _parse_pool(value: str) -> Pool:
 
 
 async def change_route(
-    core: Core,
+    core: Services,
     actor: Member,
     *,
     scope: str,

@@ -25,7 +25,6 @@ from typing import Any
 
 from room.actions import memory as memory_actions
 from room.actions.messages import append_message, excerpt_of
-from room.core import Core
 from room.errors import ConflictError, ForbiddenError, NotFoundError
 from room.rules.effects import Broadcast, Wake
 from room.rules.ledger import initial_state
@@ -47,6 +46,7 @@ from room.rules.tasks import (
     settle,
     waiting_on,
 )
+from room.services import Services
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
@@ -662,5 +662,5 @@ def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str
     return tasks_store.digest_rows(conn, project_id)
 
 
-async def read_board(core: Core, project_id: int) -> dict[str, Any]:
+async def read_board(core: Services, project_id: int) -> dict[str, Any]:
     return await core.db.read(lambda conn: board(conn, project_id))

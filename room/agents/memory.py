@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from room.core import Core
 from room.rules import injection as inj
 from room.rules.models import Member
+from room.services import Services
 from room.settings import Settings
 from room.store import memory as memory_store
 from room.store import tasks as tasks_store
@@ -70,7 +70,7 @@ class MemorySession:
         self.reminders = self.reminders.after_turn(now=now, work=work, recorded=recorded)
 
 
-async def records_text(core: Core, member: Member, session: MemorySession, now: float) -> str:
+async def records_text(core: Services, member: Member, session: MemorySession, now: float) -> str:
     """The records text of the turn starting now: the session's section (built now if the
     session is new), then the notice and the reminder it has earned, if any."""
     if session.expired(now):

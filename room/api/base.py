@@ -26,7 +26,6 @@ from room.actions import workspaces as ws_actions
 from room.actions.project_settings import settings_wire
 from room.agents import Scheduler
 from room.auth import Identity, check_csrf, identity_from_headers
-from room.core import Core
 from room.errors import (
     AuthError,
     BadRequestError,
@@ -39,6 +38,7 @@ from room.rules.lifecycle import ActorKind
 from room.rules.models import Member, Project
 from room.rules.ops import members_for, project_for, viewer_kind
 from room.rules.protocol import AUTHOR_FIELDS, MAX_ATTACHMENTS, MAX_CHIPS, MAX_HISTORY_LIMIT
+from room.services import Services
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
@@ -52,8 +52,8 @@ MAX_JSON_BYTES = 256 * 1024
 RowId = Annotated[int, Field(ge=1, le=projects_store.MAX_ROW_ID)]
 
 
-def core_of(request: Request) -> Core:
-    core: Core = request.app.state.core
+def core_of(request: Request) -> Services:
+    core: Services = request.app.state.core
     return core
 
 
@@ -114,7 +114,7 @@ async def body_of(request: Request, model: type[BaseModel]) -> Any:
         raise BadRequestError(f"{where}: {first['msg']}", code="bad_body", field=where) from None
 
 
-async def member_in(core: Core, who: Identity, project_id: int) -> Member:
+async def member_in(core: Services, who: Identity, project_id: int) -> Member:
     if who.agent is not None:
         if who.agent.project_id != project_id:
             raise ForbiddenError("this token belongs to another project", code="not_member")

@@ -20,7 +20,6 @@ from starlette.routing import Route
 from room.actions import memory as memory_actions
 from room.api.base import MAX_JSON_BYTES, core_of, identity, json_object, member_in, path_id
 from room.auth import Identity
-from room.core import Core
 from room.errors import (
     BadRequestError,
     ForbiddenError,
@@ -30,6 +29,7 @@ from room.errors import (
 from room.rules import records
 from room.rules.models import Member
 from room.rules.records import RecordError
+from room.services import Services
 from room.store import memory as memory_store
 
 DEFAULT_PAGE = 50
@@ -100,7 +100,7 @@ def _rev(data: dict[str, Any], *, required: bool = True) -> int | None:
     return rev
 
 
-def _stale_days(core: Core) -> int:
+def _stale_days(core: Services) -> int:
     # The setting belongs to the injection (memory_stale_days); 14 until it is there.
     return int(getattr(core.settings, "memory_stale_days", 14))
 

@@ -20,10 +20,10 @@ from room.actions import portfolio as portfolio_actions
 from room.actions import tasks as task_actions
 from room.actions import workspaces as ws_actions
 from room.api.base import body_of, core_of, identity, member_in, path_id
-from room.core import Core
 from room.errors import ForbiddenError
 from room.rules import portfolio as pf
 from room.rules.models import Member, iso
+from room.services import Services
 from room.store import members as members_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
@@ -182,7 +182,7 @@ async def gantt_md(request: Request) -> Response:
     return Response(await core_of(request).db.read(read), media_type=MARKDOWN)
 
 
-async def _rows(core: Core, ids: set[int]) -> list[pf.IndexRow]:
+async def _rows(core: Services, ids: set[int]) -> list[pf.IndexRow]:
     def read(conn: Any) -> tuple[list[Any], list[pf.PortfolioProject], dict[int, str], set[int]]:
         projects = [p for p in (projects_store.get(conn, i) for i in sorted(ids)) if p]
         found = portfolio_store.portfolio(conn, ids)

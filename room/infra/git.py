@@ -254,7 +254,7 @@ def _resolved(paths: Sequence[Path]) -> list[Path]:
 @dataclass(frozen=True, slots=True)
 class Git:
     """How the server runs git: through ``jail`` when there is one (see the module docstring),
-    else as a plain child process. Built once at start-up and kept on the core; tests build
+    else as a plain child process. Built once at start-up and kept on the services; tests build
     their own."""
 
     jail: Jail | None = None

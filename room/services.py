@@ -1,6 +1,7 @@
-"""The server's parts wired together, built once by ``create_app`` and passed to every handler.
+"""The services: the server's parts wired together (:class:`Services`), built once by
+``create_app`` and passed to every handler and action — by convention as ``core``.
 
-No module-level state: tests build as many cores as they like, each on its own data folder.
+No module-level state: tests build as many as they like, each on its own data folder.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class Inboxes:
         return list(self._pushes.get(member_id, ()))
 
 
-# Something another part of the server does with a stored message, registered on the core so
+# Something another part of the server does with a stored message, registered on the services so
 # that the send path need not know it (a ``/change`` message revises the requirement). Called
 # with the sender and the body before the send is queued (it may refuse the send by raising), it
 # returns None or a function making, from the stored message's id, the write that follows the
@@ -219,7 +220,11 @@ class RateLimiter:
 
 
 @dataclass(slots=True)
-class Core:
+class Services:
+    """The database, the hub, the caches and rate limits, and the hooks other parts registered:
+    everything a request, a socket or a turn needs that outlives it. Handlers and actions take it
+    as their first argument, named ``core``."""
+
     settings: Settings
     db: Database
     hub: Hub

@@ -15,7 +15,7 @@ from room.store.migrate import connect, migrate
 async def test_the_roster_cache_does_not_keep_a_read_that_raced_an_invalidation(
     tmp_path: Path,
 ) -> None:
-    from room.core import RosterCache
+    from room.services import RosterCache
     from room.store import Database
 
     path = tmp_path / "room.sqlite"
