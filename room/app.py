@@ -53,7 +53,7 @@ from room.infra.sandbox import Sandbox
 from room.infra.sandbox import probe as sandbox_probe
 from room.infra.transport import offers_direct_write
 from room.providers import ProviderRegistry, default_configs
-from room.rules.models import User
+from room.rules.entities import User
 from room.rules.protocol import CLIENT_FRAME_TYPES
 from room.services import RateLimiter, RosterCache, Services
 from room.settings import Settings

@@ -16,7 +16,7 @@ from typing import Any
 
 from room.errors import AuthError, ForbiddenError
 from room.infra.hub import CLOSE_SIGNED_OUT, Hub
-from room.rules.models import Member, User
+from room.rules.entities import Member, User
 from room.services import Services
 from room.store import auth as auth_store
 

@@ -21,7 +21,7 @@ from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
 from room.errors import RoomError
 from room.infra.bodies import read_body
 from room.infra.hub import CLOSE_SIGNED_OUT
-from room.rules.models import User
+from room.rules.entities import User
 from room.services import Services
 from room.store import auth as auth_store
 

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from room.infra.git import Git
 from room.infra.hub import Hub
 from room.rules.effects import FollowUp
+from room.rules.entities import Member
 from room.rules.mentions import Roster, RosterMember, Tombstone
-from room.rules.models import Member
 from room.settings import Settings
 from room.store import Database
 from room.store import members as members_store

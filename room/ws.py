@@ -34,8 +34,8 @@ from room.auth import (
 from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
 from room.infra.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
 from room.rules import protocol as p
+from room.rules.entities import Member
 from room.rules.ledger import DeliveryState
-from room.rules.models import Member
 from room.rules.ops import members_for, project_for, viewer_kind
 from room.services import ProjectRoster, Services
 from room.store import auth as auth_store

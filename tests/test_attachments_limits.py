@@ -17,7 +17,7 @@ import pytest
 from room.actions import attachments as attachment_actions
 from room.errors import BusyError, PayloadTooLargeError
 from room.infra.bodies import BodyInto
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
 

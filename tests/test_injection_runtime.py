@@ -22,7 +22,7 @@ from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext
 from room.agents.work_tools import WORK_TOOLS
 from room.rules import injection as inj
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
 from tests.support.live_room import Room

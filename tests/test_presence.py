@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.ops import presence_of
 from tests.support.live_room import Room
 from tests.support.llm_servers import openai_text

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from room.rules.models import iso
+from room.rules.entities import iso
 from room.rules.render import ALLOWED_TAGS, render, render_full
 from room.store.messages import message_object
 

@@ -32,7 +32,7 @@ from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import ToolContext
 from room.errors import ForbiddenError, RoomError
 from room.infra.hub import Hub, Outbox
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.plans import PlanInvalidError
 from room.rules.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
 from room.services import NoAgents, RateLimiter, RosterCache, Services

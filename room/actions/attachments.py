@@ -44,8 +44,8 @@ from room.infra import blobs
 from room.infra.bodies import BodyInto
 from room.infra.evidence import EvidenceError, open_workspace
 from room.rules.attachments import MAX_PER_MESSAGE, clean_name, wire
+from room.rules.entities import Member
 from room.rules.lifecycle import ActorKind, ProjectState, posting_open
-from room.rules.models import Member
 from room.services import Services
 from room.store import Tx
 from room.store import attachments as store

@@ -30,7 +30,7 @@ from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFound
 from room.infra import worktrees
 from room.infra.evidence import verify_artifact
 from room.infra.git import Git
-from room.rules.models import Member, Project
+from room.rules.entities import Member, Project
 from room.rules.tasks import TaskEvent, TaskState, allowed_events, authorize
 from room.services import Services
 from room.store import Tx

@@ -14,7 +14,7 @@ from room.actions.members import announce_members
 from room.actions.projects import check_display_name, check_handle
 from room.errors import AuthError, ConflictError, NotFoundError
 from room.rules.effects import CloseAgentSockets
-from room.rules.models import Member, User
+from room.rules.entities import Member, User
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import auth as auth_store

@@ -27,7 +27,7 @@ from room.actions import tasks as task_actions
 from room.actions.messages import annotate_message
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
 from room.rules.effects import FollowUp
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.tasks import AFTER_SYNC, TaskEvent, TaskState
 from room.services import Services
 from room.store import Tx

@@ -35,6 +35,7 @@ from room.actions.members import actor_kind
 from room.actions.notices import insert_notice
 from room.errors import BadRequestError, ConflictError, NotFoundError
 from room.rules.effects import Broadcast, PresenceChanged, WakeProject
+from room.rules.entities import Member, Project
 from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
 from room.rules.lifecycle import (
     Decision,
@@ -45,7 +46,6 @@ from room.rules.lifecycle import (
     decide,
     finish_stop,
 )
-from room.rules.models import Member, Project
 from room.rules.ops import project_for, project_frame
 from room.rules.portfolio import parse_hours
 from room.rules.protocol import encode

@@ -18,9 +18,9 @@ from room.actions.notices import insert_notice
 from room.actions.projects import AgentSpec, insert_agent
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
 from room.rules.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged, Wake
+from room.rules.entities import Member
 from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
 from room.rules.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
-from room.rules.models import Member
 from room.rules.ops import members_frame, viewer_kind
 from room.rules.protocol import encode
 from room.services import Services

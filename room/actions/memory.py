@@ -18,8 +18,8 @@ from typing import Any
 from room.errors import ConflictError, ForbiddenError, NotFoundError
 from room.rules import injection, records
 from room.rules.effects import Broadcast
+from room.rules.entities import Member, iso
 from room.rules.lifecycle import ActorKind, ProjectState, posting_open
-from room.rules.models import Member, iso
 from room.rules.protocol import encode
 from room.rules.records import RecordError
 from room.services import Services

@@ -36,8 +36,8 @@ from room.rules import ledger
 from room.rules import mentions as mention_rules
 from room.rules.attachments import wire as attachment_wire
 from room.rules.effects import Broadcast, Publish, Wake
+from room.rules.entities import Member
 from room.rules.lifecycle import ActorKind, ProjectState, posting_open
-from room.rules.models import Member
 from room.rules.protocol import encode
 from room.rules.render import plain_text, render
 from room.services import ProjectRoster, Services

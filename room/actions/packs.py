@@ -36,7 +36,7 @@ from room.actions import memory as memory_actions
 from room.actions.pack_export import FILES_SQL, encode_json, export_lines, table_columns
 from room.errors import PackError
 from room.infra import blobs
-from room.rules.models import User
+from room.rules.entities import User
 from room.rules.packs import (
     FILE_COLUMNS,
     FILES_PART,

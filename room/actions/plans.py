@@ -17,8 +17,8 @@ from typing import Any
 
 from room.actions import tasks as task_actions
 from room.errors import ForbiddenError, NotFoundError
+from room.rules.entities import Member
 from room.rules.lifecycle import MemberStatus
-from room.rules.models import Member
 from room.rules.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
 from room.rules.tasks import TaskState
 from room.services import Services

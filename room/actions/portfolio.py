@@ -18,7 +18,7 @@ from typing import Any
 from room.actions.notices import insert_notice
 from room.errors import ForbiddenError, NotFoundError
 from room.rules import portfolio as pf
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store

@@ -12,7 +12,7 @@ from typing import Any
 
 from room.actions.turns import WORK_LIMITS, limits_of
 from room.errors import ForbiddenError
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.services import Services
 from room.settings import Settings
 from room.store import Tx

@@ -12,8 +12,8 @@ from room.actions import plans as plan_actions
 from room.actions import tenancy
 from room.actions import workspaces as ws_actions
 from room.errors import BadRequestError, ConflictError
+from room.rules.entities import AGENT_ROLES, Project, User
 from room.rules.mentions import EVERYONE_NAMES, HUMANS_NAMES
-from room.rules.models import AGENT_ROLES, Project, User
 from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store

@@ -29,8 +29,8 @@ from room.actions import attempts as attempt_actions
 from room.actions.lifecycle import decision_for, load, refuse
 from room.errors import ConflictError, RoomError
 from room.rules.effects import Broadcast, RosterChanged
+from room.rules.entities import Member, Project
 from room.rules.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
-from room.rules.models import Member, Project
 from room.rules.ops import project_frame
 from room.rules.protocol import encode
 from room.services import Services

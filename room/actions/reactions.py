@@ -16,7 +16,7 @@ from typing import Any
 
 from room.actions.messages import check_posting, publish_update
 from room.errors import ConflictError, NotFoundError, RateLimitedError
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.reactions import MAX_KINDS_PER_MESSAGE, check_emoji
 from room.services import Services
 from room.store import Tx

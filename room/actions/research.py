@@ -26,7 +26,7 @@ from room.actions.notices import insert_notice
 from room.actions.turns import limits_of
 from room.actions.workspaces import readable_target
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
-from room.rules.models import Member, iso
+from room.rules.entities import Member, iso
 from room.rules.research import (
     ACTIVE,
     BUDGET_KEYS,

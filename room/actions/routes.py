@@ -11,7 +11,7 @@ from typing import Any
 
 from room.actions.notices import insert_notice
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.rules.models import AGENT_ROLES, Member
+from room.rules.entities import AGENT_ROLES, Member
 from room.rules.routing import (
     SOURCE_LABELS,
     Pool,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from room.errors import BadRequestError, NotFoundError, RateLimitedError
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.searchtext import parse_query, parse_time
 from room.services import Services
 from room.store import members as members_store

@@ -23,7 +23,7 @@ from room.actions import tasks as task_actions
 from room.actions.workspaces import workspace_of
 from room.errors import BadRequestError, ConflictError, ForbiddenError
 from room.infra.evidence import Artifact, inspect_artifact
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.tasks import (
     TaskEvent,
     TaskState,

@@ -27,9 +27,9 @@ from room.actions import memory as memory_actions
 from room.actions.messages import append_message, excerpt_of
 from room.errors import ConflictError, ForbiddenError, NotFoundError
 from room.rules.effects import Broadcast, Wake
+from room.rules.entities import Member, iso
 from room.rules.ledger import initial_state
 from room.rules.lifecycle import ActorKind, ProjectState, posting_open
-from room.rules.models import Member, iso
 from room.rules.protocol import encode
 from room.rules.render import render
 from room.rules.tasks import (

@@ -31,7 +31,7 @@ from room.actions.tenancy import default_workspace, workspaces_folder
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.infra import worktrees
 from room.infra.git import Git
-from room.rules.models import Member, Project
+from room.rules.entities import Member, Project
 from room.services import Services
 from room.settings import Settings
 from room.store import Tx

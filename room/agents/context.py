@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from room.providers import ChatMessage
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.transcripts import TurnRecord, clip, first_line, tool_digest
 
 MAX_LINE_CHARS = 2_000

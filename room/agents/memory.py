@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from room.rules import injection as inj
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.services import Services
 from room.settings import Settings
 from room.store import memory as memory_store

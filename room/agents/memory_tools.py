@@ -23,7 +23,7 @@ from room.agents.tools import Tool, ToolContext
 from room.errors import RoomError
 from room.providers import ToolSpec
 from room.rules import records
-from room.rules.models import iso
+from room.rules.entities import iso
 from room.store import memory as memory_store
 from room.store import search as search_store
 from room.store import tasks as tasks_store

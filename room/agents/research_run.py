@@ -37,7 +37,7 @@ from room.providers import (
     ProviderRegistry,
     ToolCall,
 )
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.research import READABLE_REFS, GateFailure, ResearchState
 from room.services import Services
 from room.store import members as members_store

@@ -14,7 +14,7 @@ from room.agents.tools import BUILTIN_TOOLS, Tool, Toolbox, WorkEnv
 from room.agents.turn import TurnEnv, read_only_roles
 from room.infra.sandbox import Sandbox
 from room.providers import ProviderRegistry
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.services import Services
 from room.store import deliveries as deliveries_store
 

@@ -22,7 +22,7 @@ from room.errors import RoomError
 from room.infra.diskuse import DiskMeter
 from room.infra.sandbox import Sandbox
 from room.providers import ToolSpec
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.services import Services
 from room.store import messages as messages_store
 

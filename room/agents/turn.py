@@ -53,8 +53,8 @@ from room.providers import (
     ProviderRegistry,
 )
 from room.rules.attachments import with_attachments
+from room.rules.entities import Member
 from room.rules.ledger import Reason
-from room.rules.models import Member
 from room.rules.routing import Pool, PoolPick, ResolvedRoute, resolve_route
 from room.rules.transcripts import ToolStep, arguments_text, tool_digest, turn_records
 from room.services import Services

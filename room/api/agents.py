@@ -31,7 +31,7 @@ from room.agents.presets import PRESETS
 from room.agents.turn import resolve_config
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.rules.models import iso
+from room.rules.entities import iso
 from room.rules.ops import member_for
 from room.rules.routing import SOURCE_LABELS
 from room.store import Tx

@@ -34,8 +34,8 @@ from room.errors import (
     NotFoundError,
 )
 from room.infra.bodies import check_text, read_body
+from room.rules.entities import Member, Project
 from room.rules.lifecycle import ActorKind
-from room.rules.models import Member, Project
 from room.rules.ops import members_for, project_for, viewer_kind
 from room.rules.protocol import AUTHOR_FIELDS, MAX_ATTACHMENTS, MAX_CHIPS, MAX_HISTORY_LIMIT
 from room.services import Services

@@ -27,7 +27,7 @@ from room.errors import (
     PayloadTooLargeError,
 )
 from room.rules import records
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.rules.records import RecordError
 from room.services import Services
 from room.store import memory as memory_store

@@ -25,7 +25,7 @@ from room.actions import pack_export
 from room.actions import packs as pack_actions
 from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, PayloadTooLargeError, RoomError
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.store.migrate import connect
 
 # The largest pack an upload may be (a 1,000,000-message project is about 1 GiB).

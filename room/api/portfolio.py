@@ -22,7 +22,7 @@ from room.actions import workspaces as ws_actions
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError
 from room.rules import portfolio as pf
-from room.rules.models import Member, iso
+from room.rules.entities import Member, iso
 from room.services import Services
 from room.store import members as members_store
 from room.store import portfolio as portfolio_store

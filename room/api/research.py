@@ -21,7 +21,7 @@ from room.actions import research as research_actions
 from room.api.base import core_of, identity, json_object, member_in, path_id
 from room.auth import Identity
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.rules.models import Member
+from room.rules.entities import Member
 from room.store import research as research_store
 
 

@@ -28,7 +28,7 @@ from room.actions import workspaces as ws_actions
 from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import NotFoundError
 from room.infra.evidence import verify_artifact
-from room.rules.models import Member, Project, iso
+from room.rules.entities import Member, Project, iso
 from room.rules.portfolio import today_of
 from room.rules.tasks import TaskState
 from room.store import members as members_store

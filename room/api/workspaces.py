@@ -13,7 +13,7 @@ from starlette.routing import Route
 from room.actions import attempts as attempt_actions
 from room.actions import workspaces as ws_actions
 from room.api.base import body_of, core_of, identity, member_in, path_id
-from room.rules.models import Member
+from room.rules.entities import Member
 
 
 class WorkspaceIn(BaseModel):

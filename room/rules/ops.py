@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from room.rules.entities import Member, Project
 from room.rules.lifecycle import (
     ActorKind,
     MemberStatus,
@@ -21,7 +22,6 @@ from room.rules.lifecycle import (
     project_ops,
     project_ops_by_kind,
 )
-from room.rules.models import Member, Project
 
 
 def viewer_kind(member: Member) -> ActorKind:

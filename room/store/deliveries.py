@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from room.rules.attachments import wire as attachment_wire
+from room.rules.entities import iso
 from room.rules.ledger import ALLOWED_FROM, DeliveryState, Reason, detail_of, text_of
-from room.rules.models import iso
 from room.store import attachments as attachments_store
 from room.store.db import Appends, BulkInsert
 

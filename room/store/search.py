@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from room.errors import BadRequestError
-from room.rules.models import iso
+from room.rules.entities import iso
 from room.rules.searchtext import index_texts, parse_query, snippet_html
 from room.store.db import BulkInsert
 from room.store.migrate import attach

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from room.rules.models import iso
+from room.rules.entities import iso
 from room.rules.tasks import OPEN_STATES, TaskState
 from room.store.schema_tasks import TASK_TABLES
 

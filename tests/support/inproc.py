@@ -18,7 +18,7 @@ from room.actions import auth as auth_actions
 from room.actions.projects import AgentSpec, insert_project
 from room.agents.tools import Tool
 from room.app import RoomServer, create_app
-from room.rules.models import Member, User
+from room.rules.entities import Member, User
 from room.services import Services
 from room.settings import Settings
 from room.store import Tx

@@ -53,7 +53,7 @@ export function changeRoute(room, scope, target, value, reason) {
   return post(`/api/projects/${room.id}/routes`, { scope, target: String(target ?? ""), value, reason });
 }
 
-export class ModelsTab {
+export class ModelRoutesTab {
   constructor(el) {
     this.el = el;
     this.room = null;

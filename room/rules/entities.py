@@ -1,4 +1,5 @@
-"""Domain records as read from the store (plain, immutable dataclasses) and their wire form."""
+"""The entities as read from the store — users, projects, members: plain, immutable dataclasses,
+with their wire form."""
 
 from __future__ import annotations
 
