@@ -32,7 +32,7 @@ from room.actions import portfolio as portfolio_actions
 from room.actions import projects as project_actions
 from room.actions import research as research_actions
 from room.actions import tenancy, wiring
-from room.actions import workspaces as ws_actions
+from room.actions import workspaces as workspace_actions
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
 from room.agents import AgentSettings, Scheduler
@@ -257,7 +257,7 @@ def create_app(
         # Where workspaces may be, and any live projects sharing a folder since before a folder
         # belonged to one project: the operator's to sort out (docs/architecture.md, "Operators").
         workspaces = {
-            **ws_actions.roots_report(settings),
+            **workspace_actions.roots_report(settings),
             "overlaps": await db.read(tenancy.overlaps),
         }
         write_report(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from room.actions import tasks as task_actions
-from room.actions import workspaces as ws_actions
+from room.actions import workspaces as workspace_actions
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
 from room.infra import worktrees
 from room.infra.evidence import verify_artifact
@@ -84,14 +84,14 @@ async def prepare(core: Services, member: Member, task_ref: str | int) -> Prepar
     owner_id = task.owner_id
     if latest is not None and latest.state == "open" and latest.member_id == owner_id:
         return Prepared(owner_id=owner_id, reuse=True)
-    info = await ws_actions.workspace_info(core, project)
+    info = await workspace_actions.workspace_info(core, project)
     if info["mode"] != "worktrees":
         return Prepared(owner_id=owner_id, reason_code=info["reason_code"], reason=info["reason"])
-    workspace = ws_actions.workspace_of(core.settings, project)
-    root = ws_actions.worktrees_root(core.settings)
+    workspace = workspace_actions.workspace_of(core.settings, project)
+    root = workspace_actions.worktrees_root(core.settings)
     slug = project.name
     try:
-        async with ws_actions.git_lock(core, project.id):
+        async with workspace_actions.git_lock(core, project.id):
             made = await asyncio.to_thread(
                 partial(worktrees.create_attempt, git=core.git),
                 workspace, root, project.id, slug, task.key, number,
@@ -191,7 +191,7 @@ async def add_diff_stats(core: Services, tasks: list[dict[str, Any]]) -> None:
         row = rows.get(task["id"])
         if row is not None and row.state != "merged" and task["attempt"]:
             try:
-                workspace = ws_actions.workspace_of(core.settings, projects[row.project_id])
+                workspace = workspace_actions.workspace_of(core.settings, projects[row.project_id])
             except (KeyError, BadRequestError):
                 continue  # no project, or its workspace is refused: no stat to show
             task["attempt"]["_row"] = row
@@ -214,7 +214,7 @@ async def task_diff(core: Services, member: Member, task_ref: str) -> dict[str, 
     project = await core.db.read(lambda conn: projects_store.get(conn, member.project_id))
     if project is None:
         raise NotFoundError("no such project", code="no_project")
-    workspace = ws_actions.workspace_of(core.settings, project)
+    workspace = workspace_actions.workspace_of(core.settings, project)
     worktree = _worktree_of(row, task.key, workspace)
     found = await asyncio.to_thread(partial(worktrees.diff, git=core.git), worktree)
     return {"task": task.key, "attempt": row.attempt, "branch": row.branch,
@@ -233,7 +233,7 @@ async def list_worktrees(core: Services, member: Member) -> dict[str, Any]:
     project, rows, keys = await core.db.read(read)
     if project is None:
         raise NotFoundError("no such project", code="no_project")
-    info = await ws_actions.workspace_info(core, project)
+    info = await workspace_actions.workspace_info(core, project)
     on_disk = await asyncio.to_thread(_on_disk, core, project)
     return {
         "mode": info["mode"],
@@ -262,7 +262,7 @@ async def kept_worktrees(core: Services, project_id: int) -> list[dict[str, Any]
 
 def _on_disk(core: Services, project: Project) -> tuple[worktrees.Attempt, ...]:
     try:
-        workspace = ws_actions.workspace_of(core.settings, project)
+        workspace = workspace_actions.workspace_of(core.settings, project)
     except BadRequestError:
         # A workspace the rules now refuse (outside narrowed roots) is never read, not even by
         # git; the purge preview still answers, listing no worktree from disk.
@@ -270,7 +270,7 @@ def _on_disk(core: Services, project: Project) -> tuple[worktrees.Attempt, ...]:
     try:
         return worktrees.list_attempts(
             workspace,
-            ws_actions.worktrees_root(core.settings),
+            workspace_actions.worktrees_root(core.settings),
             project.id,
             project.name,
             git=core.git,
@@ -338,7 +338,7 @@ async def merge_task(core: Services, member: Member, task_ref: str, mode: str) -
         return project, task, row, author
 
     project, task, row, author = await core.db.read(read)
-    workspace = ws_actions.workspace_of(core.settings, project)
+    workspace = workspace_actions.workspace_of(core.settings, project)
     name = f"{author.display_name} ({author.handle})" if author else "Project Room"
     email = f"{author.handle if author else 'room'}@{NOREPLY_DOMAIN}"
     title = f"{task.key}: {task.title}"[:200]
@@ -354,9 +354,9 @@ async def merge_task(core: Services, member: Member, task_ref: str, mode: str) -
         )  # fmt: skip
         return committed, merged
 
-    async with ws_actions.git_lock(core, project_id):
+    async with workspace_actions.git_lock(core, project_id):
         committed, result = await asyncio.to_thread(run)
-    ws_actions.forget_info(core, project_id)
+    workspace_actions.forget_info(core, project_id)
     done = result.outcome in ("fast_forward", "merged", "up_to_date")
 
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
@@ -426,7 +426,7 @@ async def evidence_root(core: Services, project_id: int, task_ref: str | int) ->
         return row.path
     if project is None:
         return None
-    return str(ws_actions.workspace_of(core.settings, project))
+    return str(workspace_actions.workspace_of(core.settings, project))
 
 
 async def check_artifacts_unchanged(core: Services, project_id: int, task_ref: str | int) -> None:

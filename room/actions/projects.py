@@ -10,7 +10,7 @@ import regex
 
 from room.actions import plans as plan_actions
 from room.actions import tenancy
-from room.actions import workspaces as ws_actions
+from room.actions import workspaces as workspace_actions
 from room.errors import BadRequestError, ConflictError
 from room.rules.entities import AGENT_ROLES, Project, User
 from room.rules.mentions import EVERYONE_NAMES, HUMANS_NAMES
@@ -213,7 +213,7 @@ async def create_project(
     starts it. A ``workspace`` another live project holds is refused in the write that creates
     the project (``workspace_in_use``, :mod:`room.actions.tenancy`)."""
     name = check_project_name(name)
-    workspace = await ws_actions.checked_workspace(core.settings, workspace)
+    workspace = await workspace_actions.checked_workspace(core.settings, workspace)
     specs = agents if agents is not None else [AgentSpec("lead", "lead", "负责人")]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Project:

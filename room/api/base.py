@@ -22,7 +22,7 @@ from room.actions import auth as auth_actions
 from room.actions import messages as message_actions
 from room.actions import projects as project_actions
 from room.actions import reactions as reaction_actions
-from room.actions import workspaces as ws_actions
+from room.actions import workspaces as workspace_actions
 from room.actions.project_settings import settings_wire
 from room.agents import Scheduler
 from room.auth import Identity, check_csrf, identity_from_headers
@@ -188,7 +188,7 @@ async def me(request: Request) -> Response:
         found = await core.db.read(lambda conn: projects_store.get(conn, agent_project))
         projects = [found] if found else []
         kinds = {p.id: ActorKind.AGENT for p in projects}
-    extras = {p.id: await ws_actions.project_wire(core, p) for p in projects}
+    extras = {p.id: await workspace_actions.project_wire(core, p) for p in projects}
     return JSONResponse(
         {
             "identity": who.to_wire(),
@@ -245,7 +245,7 @@ async def create_project(request: Request) -> Response:
         plan_first=data.plan_first,
     )
     # The creator is its owner.
-    extra = await ws_actions.project_wire(core, project)
+    extra = await workspace_actions.project_wire(core, project)
     return JSONResponse({"project": project_for(project, ActorKind.OWNER, extra)}, status_code=201)
 
 
@@ -263,7 +263,7 @@ async def get_project(request: Request) -> Response:
 
     project, members = await core.db.read(query)
     assert project is not None
-    extra = await ws_actions.project_wire(core, project)
+    extra = await workspace_actions.project_wire(core, project)
     stored = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
     wire = members_for(members, project.state, member)
     runtime = core.agents

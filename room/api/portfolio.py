@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from room.actions import portfolio as portfolio_actions
 from room.actions import tasks as task_actions
-from room.actions import workspaces as ws_actions
+from room.actions import workspaces as workspace_actions
 from room.api.base import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError
 from room.rules import portfolio as pf
@@ -194,7 +194,7 @@ async def _rows(core: Services, ids: set[int]) -> list[pf.IndexRow]:
     return [
         pf.IndexRow(
             project=p,
-            folder=str(ws_actions.workspace_of(core.settings, by_id[p.id])),
+            folder=str(workspace_actions.workspace_of(core.settings, by_id[p.id])),
             summary=summaries.get(p.id, ""),
             reason=by_id[p.id].state_reason,
             red=p.id in red,
