@@ -2,7 +2,7 @@
 
 One project's rows are streamed out of one read transaction (a consistent snapshot), part by
 part, ``EXPORT_FETCH`` rows at a time: memory stays flat however large the project. The import
-is :mod:`room.actions.packs`.
+is :mod:`room.actions.pack_import`.
 
 Rows are encoded by ``orjson`` straight to UTF-8 bytes: the same text as the standard library's
 compact encoder with ``ensure_ascii=False`` (a float may be spelled ``1e16`` for ``1e+16``, the

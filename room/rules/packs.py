@@ -7,7 +7,7 @@ A pack is JSON Lines (UTF-8). The first line is the header ``{"kind": "room.proj
 the last line is ``{"end_pack": true, "rows": total}`` (a cut pack has none). One part is not a
 table: :data:`FILES_PART`, the content of the project's attachments (their files and thumbnails,
 by SHA-256, in chunks of base64). No I/O here: the export is :mod:`room.actions.pack_export`,
-the import :mod:`room.actions.packs`.
+the import :mod:`room.actions.pack_import`.
 
 To carry a new table, add one :class:`PackTable` to :data:`PACK_TABLES` after every table it
 refers to (and raise :data:`PACK_VERSION` if an older server could not import it).
