@@ -29,7 +29,7 @@ from room.actions.projects import AgentSpec
 from room.agents import Scheduler
 from room.agents.presets import PRESETS
 from room.agents.turn import resolve_config
-from room.api.base import body_of, core_of, identity, member_in, path_id
+from room.api.requests import body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
 from room.rules.entities import iso
 from room.rules.ops import member_for

@@ -18,7 +18,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from room.actions import attachments as attachment_actions
-from room.api.base import core_of, identity, member_in, path_id
+from room.api.requests import core_of, identity, member_in, path_id
 from room.errors import BadRequestError, NotFoundError
 from room.infra import blobs
 from room.infra.bodies import body_into

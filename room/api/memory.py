@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room.actions import memory as memory_actions
-from room.api.base import MAX_JSON_BYTES, core_of, identity, json_object, member_in, path_id
+from room.api.requests import MAX_JSON_BYTES, core_of, identity, json_object, member_in, path_id
 from room.auth import Identity
 from room.errors import (
     BadRequestError,
@@ -74,7 +74,7 @@ async def _member_of_entry(request: Request, *, mutation: bool) -> tuple[Member,
 
 
 async def _json(request: Request) -> dict[str, Any]:
-    """The body as an object (:func:`room.api.base.json_object`); a body past the request limit
+    """The body as an object (:func:`room.api.requests.json_object`); a body past the request limit
     is a record too large (nothing is stored)."""
     try:
         return await json_object(request)

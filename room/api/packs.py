@@ -22,7 +22,7 @@ from starlette.routing import Route
 from room.actions import lifecycle as lifecycle_actions
 from room.actions import merge as merge_actions
 from room.actions import pack_export, pack_import
-from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
+from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, PayloadTooLargeError, RoomError
 from room.rules.entities import Member
 from room.store.migrate import connect

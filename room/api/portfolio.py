@@ -19,7 +19,7 @@ from starlette.routing import Route
 from room.actions import portfolio as portfolio_actions
 from room.actions import tasks as task_actions
 from room.actions import workspaces as workspace_actions
-from room.api.base import body_of, core_of, identity, member_in, path_id
+from room.api.requests import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError
 from room.rules import portfolio as pf
 from room.rules.entities import Member, iso

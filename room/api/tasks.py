@@ -25,7 +25,7 @@ from room.actions import portfolio as portfolio_actions
 from room.actions import task_updates as update_actions
 from room.actions import tasks as task_actions
 from room.actions import workspaces as workspace_actions
-from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
+from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import NotFoundError
 from room.infra.evidence import verify_artifact
 from room.rules.entities import Member, Project, iso

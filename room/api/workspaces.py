@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from room.actions import attempts as attempt_actions
 from room.actions import workspaces as workspace_actions
-from room.api.base import body_of, core_of, identity, member_in, path_id
+from room.api.requests import body_of, core_of, identity, member_in, path_id
 from room.rules.entities import Member
 
 
