@@ -8,7 +8,7 @@ or as the JSON body of an HTTP error) and a human ``message``.
 
     RoomError
     ├── BadRequestError            400  invalid input (frame, body, parameter)
-    │   ├── PayloadTooLargeError   413  a body past its route's limit (declared or streamed)
+    │   ├── PayloadTooLargeError   413  a body past its endpoint's limit (declared or streamed)
     │   ├── FrameError                  a WebSocket frame that failed validation
     │   ├── ForgedAuthorError           a frame or body that tries to name its own author
     │   ├── TxnConflictError            same client_txn_id, different content

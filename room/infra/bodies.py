@@ -1,7 +1,7 @@
 """Request bodies read with a limit, and text that cannot be stored.
 
 A body is refused (413 ``too_large``) as soon as its declared ``Content-Length`` or the bytes
-streamed so far pass the route's limit: nothing past the limit is ever held in memory, before or
+streamed so far pass the endpoint's limit: nothing past the limit is ever held in memory, before or
 after sign-in. :func:`body_into` reads a large body into the caller's own buffers. JSON may spell a lone surrogate (``"\\ud800"``), which no UTF-8 text can hold;
 such a string is refused (400 ``bad_text``, naming where it was) instead of failing deep inside
 the database driver.
