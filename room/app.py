@@ -25,14 +25,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import WebSocketRoute
 
-from room import blobs, pages
+from room import pages
 from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
 from room.actions import portfolio as portfolio_actions
 from room.actions import projects as project_actions
 from room.actions import research as research_actions
 from room.actions import tenancy, wiring
-from room.actions import workspaces as ws_actions
+from room.actions import workspaces as workspace_actions
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
 from room.agents import AgentSettings, Scheduler
@@ -44,22 +44,23 @@ from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
 from room.auth import credential_rechecks
-from room.boot import BootTrace, write_report
-from room.core import Core, RateLimiter, RosterCache
 from room.errors import RoomError
-from room.git import Git
-from room.hub import Hub
-from room.models import User
-from room.protocol import CLIENT_FRAME_TYPES
+from room.infra import blobs
+from room.infra.boot import BootTrace, write_report
+from room.infra.git import Git
+from room.infra.hub import Hub
+from room.infra.sandbox import Sandbox
+from room.infra.sandbox import probe as sandbox_probe
+from room.infra.transport import offers_direct_write
 from room.providers import ProviderRegistry, default_configs
-from room.sandbox import Sandbox
-from room.sandbox import probe as sandbox_probe
+from room.rules.entities import User
+from room.rules.protocol import CLIENT_FRAME_TYPES
+from room.services import RateLimiter, RosterCache, Services
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, indexer, run_write
 from room.store import projects as projects_store
 from room.store.migrate import connect, migrate
 from room.store.schema import SCHEMA_VERSION
-from room.transport import offers_direct_write
 from room.ws import ws_endpoint
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ def create_app(
         if settings.search_index_messages:
             search_indexer = indexer.SearchIndexer(settings.db_path)
             search_indexer.start(asyncio.get_running_loop())
-        core = Core(
+        core = Services(
             settings=settings,
             db=db,
             hub=Hub(),
@@ -256,7 +257,7 @@ def create_app(
         # Where workspaces may be, and any live projects sharing a folder since before a folder
         # belonged to one project: the operator's to sort out (docs/architecture.md, "Operators").
         workspaces = {
-            **ws_actions.roots_report(settings),
+            **workspace_actions.roots_report(settings),
             "overlaps": await db.read(tenancy.overlaps),
         }
         write_report(
@@ -331,7 +332,7 @@ def _capabilities(
     return {
         # The writer commits many queued writes in one transaction (one fsync).
         "group_commit": db.max_batch > 1,
-        # Fan-out writes pre-framed text straight to each socket (room.transport).
+        # Fan-out writes pre-framed text straight to each socket (room.infra.transport).
         "direct_fanout": offers_direct_write(server.ws_protocol),
         # /ws takes an agent's token (``auth``); there the runtime hands an external agent its
         # deliveries.

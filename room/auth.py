@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from room.core import Core
 from room.errors import AuthError, ForbiddenError
-from room.hub import CLOSE_SIGNED_OUT, Hub
-from room.models import Member, User
+from room.infra.hub import CLOSE_SIGNED_OUT, Hub
+from room.rules.entities import Member, User
+from room.services import Services
 from room.store import auth as auth_store
 
 SESSION_COOKIE = "room_session"
@@ -57,14 +57,14 @@ class Identity:
         }
 
 
-async def authenticate_token(core: Core, token: str) -> Identity:
+async def authenticate_token(core: Services, token: str) -> Identity:
     member = await core.db.read(lambda conn: auth_store.token_member(conn, token))
     if member is None:
         raise AuthError("this token is unknown or revoked", code="bad_token")
     return Identity(agent=member, credential=auth_store.digest(token))
 
 
-async def authenticate_session(core: Core, secret: str) -> Identity:
+async def authenticate_session(core: Services, secret: str) -> Identity:
     now = core.clock()
     found = await core.db.read(lambda conn: auth_store.session_user(conn, secret, now))
     if found is None:
@@ -74,7 +74,7 @@ async def authenticate_session(core: Core, secret: str) -> Identity:
 
 
 async def identity_from_headers(
-    core: Core, headers: Mapping[str, str], cookies: Mapping[str, str]
+    core: Services, headers: Mapping[str, str], cookies: Mapping[str, str]
 ) -> Identity | None:
     """Bearer first, then the session cookie; None when the request carries neither."""
     authorization = headers.get("authorization", "")
@@ -104,7 +104,7 @@ def check_csrf(identity: Identity, headers: Mapping[str, str]) -> None:
 # -- open sockets outlive nothing that proved them -------------------------------------------------
 
 
-async def recheck_credentials(core: Core) -> int:
+async def recheck_credentials(core: Services) -> int:
     """Close every open socket whose session or token has ended since it connected; how many.
 
     Sign-out, leaving and the owner's rotate/revoke close their sockets at once (an effect).
@@ -126,7 +126,7 @@ async def recheck_credentials(core: Core) -> int:
     return closed
 
 
-async def credential_rechecks(core: Core, period: float) -> None:
+async def credential_rechecks(core: Services, period: float) -> None:
     """The loop behind setting ``credential_recheck_secs``."""
     while True:
         await asyncio.sleep(period)

@@ -191,7 +191,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from room.app import RoomServer, create_app
     from room.errors import LockHeldError
-    from room.transport import RoomWebSocketProtocol, http_protocol
+    from room.infra.transport import RoomWebSocketProtocol, http_protocol
 
     settings = _settings(args, host=args.host, port=args.port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -335,7 +335,7 @@ def export_project(settings: Settings, project: str, file: Path) -> int:
 
 def import_project(settings: Settings, file: Path, name: str | None) -> int:
     from room.actions import auth as auth_actions
-    from room.actions import packs as pack_actions
+    from room.actions import pack_import
     from room.errors import BadRequestError
     from room.store import run_write
 
@@ -349,11 +349,11 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
         def job(c: sqlite3.Connection, tx: Any) -> dict[str, Any]:
             owner = auth_actions.ensure_owner(c, tx)
             with file.open("rb") as pack:
-                options = pack_actions.ImportOptions(
+                options = pack_import.ImportOptions(
                     importer=owner, name=name, data=settings.data,
                     attachment_quota=settings.attachment_project_bytes,
                 )  # fmt: skip
-                return pack_actions.import_pack(c, tx, pack_actions.read_lines(pack), options)
+                return pack_import.import_pack(c, tx, pack_import.read_lines(pack), options)
 
         result = run_write(conn, job)
     finally:

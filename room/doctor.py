@@ -10,7 +10,7 @@ import json
 import sqlite3
 from typing import Any
 
-from room.boot import last_start, read_trace
+from room.infra.boot import last_start, read_trace
 from room.settings import Settings
 from room.store.lock import is_locked, read_holder_pid
 from room.store.migrate import integrity_problems

@@ -8,16 +8,16 @@ or as the JSON body of an HTTP error) and a human ``message``.
 
     RoomError
     ├── BadRequestError            400  invalid input (frame, body, parameter)
-    │   ├── PayloadTooLargeError   413  a body past its route's limit (declared or streamed)
+    │   ├── PayloadTooLargeError   413  a body past its endpoint's limit (declared or streamed)
     │   ├── FrameError                  a WebSocket frame that failed validation
     │   ├── ForgedAuthorError           a frame or body that tries to name its own author
     │   ├── TxnConflictError            same client_txn_id, different content
     │   ├── MentionsUnresolvedError     draft has unresolved mention diagnostics
-    │   ├── BadQueryError               a search query with nothing to look for (room.searchtext)
-    │   ├── PackError                   a project pack that cannot be imported (room.packs)
-    │   └── WorkspacePathError          a workspace path broke a rule (room.evidence); has a hint
-    │       ├── EvidenceError               … cited as artifact evidence (room.evidence)
-    │       └── FileToolError               … or given to a file tool, which may refuse (room.files)
+    │   ├── BadQueryError               a search query with nothing to look for (room.rules.searchtext)
+    │   ├── PackError                   a project pack that cannot be imported (room.rules.packs)
+    │   └── WorkspacePathError          a workspace path broke a rule (room.infra.evidence); has a hint
+    │       ├── EvidenceError               … cited as artifact evidence (room.infra.evidence)
+    │       └── FileToolError               … or given to a file tool, which may refuse (room.infra.files)
     ├── AuthError                  401  no valid session, token or login link
     ├── ForbiddenError             403  authenticated, but not allowed (role, CSRF, origin)
     ├── NotFoundError              404  no such project, member, message …
@@ -119,9 +119,9 @@ class PackError(BadRequestError):
 class WorkspacePathError(BadRequestError):
     """A path inside a project's workspace was refused. ``code`` names the rule that refused it;
     ``details`` carry the ``path`` (cut to 200 characters) and a ``hint`` saying what to do, which
-    is what a model reads to try again. The resolver (:mod:`room.fsroot`, opened through
-    :func:`room.evidence.open_workspace`) raises whichever subclass its caller names, so one set
-    of path rules serves every caller."""
+    is what a model reads to try again. The resolver (:mod:`room.infra.fsroot`, opened through
+    :func:`room.infra.evidence.open_workspace`) raises whichever subclass its caller names, so one
+    set of path rules serves every caller."""
 
     code = "bad_workspace_path"
 
@@ -132,7 +132,8 @@ class WorkspacePathError(BadRequestError):
 
 
 class FileToolError(WorkspacePathError):
-    """A file tool (:mod:`room.files`) refused; ``code`` is one of ``room.files.FILE_CODES``."""
+    """A file tool (:mod:`room.infra.files`) refused; ``code`` is one of
+    ``room.infra.files.FILE_CODES``."""
 
     code = "file_tool_error"
 
@@ -195,7 +196,7 @@ class SchemaTooNewError(StorageError):
 
 
 class SandboxError(RoomError):
-    """The command runner (``room.sandbox``) could not run a command as asked.
+    """The command runner (``room.infra.sandbox``) could not run a command as asked.
 
     A command that runs and fails is not an error: its exit code is in the result."""
 

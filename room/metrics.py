@@ -25,7 +25,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from room.core import Core
+from room.services import Services
 from room.store.db import BATCH_BOUNDS, COMMIT_BOUNDS, WriterStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -64,7 +64,7 @@ def _histogram(
 
 
 class _Scrape(Collector):
-    def __init__(self, core: Core, totals: Totals, stats: WriterStats) -> None:
+    def __init__(self, core: Services, totals: Totals, stats: WriterStats) -> None:
         self.core, self.totals, self.stats = core, totals, stats
 
     def collect(self) -> Iterator[Metric]:
@@ -127,7 +127,7 @@ class _Scrape(Collector):
         yield tokens
 
 
-async def render(core: Core) -> bytes:
+async def render(core: Services) -> bytes:
     totals = await core.db.read(read_totals)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Scrape(core, totals, core.db.stats))

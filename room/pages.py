@@ -18,11 +18,11 @@ from starlette.staticfiles import StaticFiles
 
 from room.actions import auth as auth_actions
 from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
-from room.bodies import read_body
-from room.core import Core
 from room.errors import RoomError
-from room.hub import CLOSE_SIGNED_OUT
-from room.models import User
+from room.infra.bodies import read_body
+from room.infra.hub import CLOSE_SIGNED_OUT
+from room.rules.entities import User
+from room.services import Services
 from room.store import auth as auth_store
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
@@ -93,7 +93,7 @@ async def login_form(request: Request) -> Response:
     )
 
 
-async def _signed_in(core: Core, request: Request) -> User | None:
+async def _signed_in(core: Services, request: Request) -> User | None:
     try:
         who = await identity_from_headers(core, request.headers, request.cookies)
     except RoomError:
@@ -126,7 +126,7 @@ async def join_form(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    core: Core = request.app.state.core
+    core: Services = request.app.state.core
     origin = request.headers.get("origin")
     if origin is not None and origin.rstrip("/") not in core.settings.allowed_origins:
         # Login CSRF: another site must not sign a visitor in to an account of its choosing.
@@ -172,7 +172,7 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    core: Core = request.app.state.core
+    core: Services = request.app.state.core
     secret = request.cookies.get(SESSION_COOKIE)
     who = await identity_from_headers(core, request.headers, request.cookies) if secret else None
     if who is not None and secret:

@@ -18,7 +18,6 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from room import __version__
-from room import protocol as p
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
 from room.actions import presence, unread
@@ -32,12 +31,13 @@ from room.auth import (
     authenticate_token,
     identity_from_headers,
 )
-from room.core import Core, ProjectRoster
 from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
-from room.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
-from room.ledger import DeliveryState
-from room.models import Member
-from room.ops import members_for, project_for, viewer_kind
+from room.infra.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
+from room.rules import protocol as p
+from room.rules.entities import Member
+from room.rules.ledger import DeliveryState
+from room.rules.ops import members_for, project_for, viewer_kind
+from room.services import ProjectRoster, Services
 from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
@@ -52,15 +52,15 @@ AUTH_TIMEOUT_SECS = 10.0
 REPLAY_PAGE = 500  # events per batch frame: small enough that live traffic interleaves
 MAX_REPLAY_EVENTS = 200_000
 REPLAY_SEND_SECS = 30.0
-# Sends of one connection queued for commit and not yet acked. Past it the connection stops
-# taking frames until its commits catch up; once room.transport.READ_HIGH_MESSAGES more wait, it
-# stops reading, so an overloaded server keeps the backlog in the kernel's socket buffers (and
-# the client's), not as Python objects competing for the CPU.
+# Sends of one connection queued for commit and not yet acked. Past it the connection stops taking
+# frames until its commits catch up; once room.infra.transport.READ_HIGH_MESSAGES more wait, it
+# stops reading, so an overloaded server keeps the backlog in the kernel's socket buffers (and the
+# client's), not as Python objects competing for the CPU.
 MAX_INFLIGHT_SENDS = 256
 
 
 async def ws_endpoint(websocket: WebSocket) -> None:
-    core: Core = websocket.app.state.core
+    core: Services = websocket.app.state.core
     origin = websocket.headers.get("origin")
     if origin is not None and origin.rstrip("/") not in core.settings.allowed_origins:
         log.warning("refused WebSocket from origin %s", origin)
@@ -79,7 +79,7 @@ async def ws_endpoint(websocket: WebSocket) -> None:
         core.hub.connections -= 1
 
 
-async def _serve(core: Core, websocket: WebSocket, identity: Identity | None) -> None:
+async def _serve(core: Services, websocket: WebSocket, identity: Identity | None) -> None:
     connection = Connection(core, websocket, identity)
     secret = websocket.cookies.get(SESSION_COOKIE) if identity and identity.user else None
     if secret is None:
@@ -113,7 +113,7 @@ def _current(roster: ProjectRoster, member_id: int) -> Member:
 
 
 class Connection:
-    def __init__(self, core: Core, websocket: WebSocket, identity: Identity | None) -> None:
+    def __init__(self, core: Services, websocket: WebSocket, identity: Identity | None) -> None:
         self.core = core
         self.websocket = websocket
         self.identity = identity
@@ -162,7 +162,7 @@ class Connection:
 
     async def _close(self, code: int, reason: str) -> None:
         cut = (self.websocket.scope.get("extensions") or {}).get("room.cut")
-        if cut is not None:  # never waits on a peer that stopped reading (room.transport)
+        if cut is not None:  # never waits on a peer that stopped reading (room.infra.transport)
             cut(code, reason, self.core.settings.ws_stall_secs)
             return
         await self.websocket.close(code=code, reason=reason)
@@ -194,7 +194,7 @@ class Connection:
                     self.core.hub.attach_session(key, self.outbox)
             self._hello()
             await self._attach_external()
-            # Frames already queued are taken without a coroutine each (room.transport), and a
+            # Frames already queued are taken without a coroutine each (room.infra.transport), and a
             # frame that needs no wait is handled without one (_dispatch).
             receive_nowait = (self.websocket.scope.get("extensions") or {}).get(
                 "room.receive_nowait", _nothing_queued

@@ -16,7 +16,7 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``echo``      end-to-end deliveries/s through builtin/echo, per-turn overhead (benchlib/echo.py)
 * ``mentions``  ``benchlib.mentions.run`` when that module imports and runs
 * ``sandbox``   a sandboxed ``true`` vs a plain ``subprocess`` ``true``, and its parts (benchlib/sandbox.py)
-* ``files``     ``room.files.search`` over 10,000 files vs ``grep -rnE``     (benchlib/files.py)
+* ``files``     ``room.infra.files.search`` over 10,000 files vs ``grep -rnE`` (benchlib/files.py)
 * ``injection`` building the project records section, p50/p90/p99 vs join + encode (benchlib/injection.py)
 * ``search``    a one-word query over 1,000,000 messages + 10,000 records vs ``LIKE`` (benchlib/search.py)
 * ``indexing``  durable sends with message indexing on vs off          (benchlib/search.py)
@@ -150,8 +150,9 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def workload_functions(workdir: Path, quick: bool) -> dict[str, Callable[[], list[Any]]]:
-    """Each workload's module is imported only when it runs, so ``--room-src`` can point at an
-    older tree that lacks a module another workload needs (``room.files``, ``room.sandbox``)."""
+    """Each workload's module is imported only when it runs, so ``--room-src`` can point at an older
+    tree that lacks a module another workload needs (``room.infra.files``,
+    ``room.infra.sandbox``)."""
     from benchlib.stats import from_dict
 
     def mentions() -> list[Any]:

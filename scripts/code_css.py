@@ -1,6 +1,6 @@
 """Write web/code.css: Pygments token colours for code blocks, light and dark.
 
-The server highlights code into ``<span class="k">`` tokens (room/render.py); the colours live
+The server highlights code into ``<span class="k">`` tokens (room/rules/render.py); the colours live
 here, in a stylesheet, so the page's CSP needs no inline styles. Run after upgrading Pygments:
 ``python scripts/code_css.py``.
 """

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from room.actions import attachments as attachment_actions
-from room.bodies import BodyInto
 from room.errors import BusyError, PayloadTooLargeError
-from room.models import Member
+from room.infra.bodies import BodyInto
+from room.rules.entities import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from room import blobs
 from room.actions import attachments
 from room.errors import PayloadTooLargeError
+from room.infra import blobs
 
 BUFFER = attachments.BUFFER_BYTES
 

@@ -1,6 +1,7 @@
-"""The pure rules of attachments (room.attachments) and content typing (room.blobs.detect_bytes):
-names that cannot reach outside their folder or reorder text, the served type and disposition,
-and a type that comes from the content, the name only choosing among what the content allows."""
+"""The pure rules of attachments (room.rules.attachments) and content typing
+(room.infra.blobs.detect_bytes): names that cannot reach outside their folder or reorder text, the
+served type and disposition, and a type that comes from the content, the name only choosing among
+what the content allows."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import io
 import pytest
 from PIL import Image
 
-from room import blobs
-from room.attachments import (
+from room.infra import blobs
+from room.rules.attachments import (
     MAX_NAME_CHARS,
     agent_lines,
     clean_name,

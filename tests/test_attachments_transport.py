@@ -1,9 +1,9 @@
-"""An upload's body past h11 (room.transport's ``room.body_into``) through a real server and raw
-sockets: whatever the pieces the client sends it in, the stored file is byte for byte the body
-(sizes around the 4 KB blocks of direct writes and the 4 MB buffers), the connection goes on to
-its next request (kept alive, or pipelined in the same send), a client that stops mid-body
-leaves no temporary file, no traceback in the log and a server that serves on, and a chunked body (the ordinary h11
-path) is stored whole."""
+"""An upload's body past h11 (room.infra.transport's ``room.body_into``) through a real server and
+raw sockets: whatever the pieces the client sends it in, the stored file is byte for byte the body
+(sizes around the 4 KB blocks of direct writes and the 4 MB buffers), the connection goes on to its
+next request (kept alive, or pipelined in the same send), a client that stops mid-body leaves no
+temporary file, no traceback in the log and a server that serves on, and a chunked body (the
+ordinary h11 path) is stored whole."""
 
 from __future__ import annotations
 

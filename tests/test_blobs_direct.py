@@ -1,7 +1,7 @@
-"""room.blobs.Upload's direct writes: whole 4 KB blocks from page-aligned memory go to the disk
-with O_DIRECT where the file system takes it; anything else — a chunk at an odd address, a tail
-that is not whole blocks — turns the file to ordinary writes for the rest, and the stored bytes
-and their SHA-256 are the chunks' either way. A discarded upload refuses later writes."""
+"""room.infra.blobs.Upload's direct writes: whole 4 KB blocks from page-aligned memory go to the
+disk with O_DIRECT where the file system takes it; anything else — a chunk at an odd address, a tail
+that is not whole blocks — turns the file to ordinary writes for the rest, and the stored bytes and
+their SHA-256 are the chunks' either way. A discarded upload refuses later writes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from room import blobs
+from room.infra import blobs
 
 MB = 1024 * 1024
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, Route, WebSocketRoute, expect
 
-from room.lifecycle import ActorKind, project_ops, project_ops_by_kind
+from room.rules.lifecycle import ActorKind, project_ops, project_ops_by_kind
 from tests.support.browser import (
     Person,
     RoomServer,
@@ -163,7 +163,7 @@ def test_stop_unconfirmed_offers_retry_and_cancel(
     # Stubbed on purpose: `stop_unconfirmed` needs a running turn that does not confirm its stop
     # within the server's wait, which a test cannot produce without racing a real turn; so the
     # state is pushed as the server's own `project` frame and retry/cancel are answered here, with
-    # the ops the server's rules (room.lifecycle.project_ops) give for the resulting state.
+    # the ops the server's rules (room.rules.lifecycle.project_ops) give for the resulting state.
     def lifecycle(route: Route) -> None:
         body = route.request.post_data_json
         assert body is not None

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from websockets.sync.client import ClientConnection, connect
 
-from room.lifecycle import ActorKind, member_ops
+from room.rules.lifecycle import ActorKind, member_ops
 from tests.support.browser import (
     Person,
     RoomServer,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from room.agents import context as ctx
 from room.agents.context import Checkpoint, ContextInput, Line, Person
-from room.mentions import Roster, RosterMember, resolve
 from room.providers import ChatMessage
-from room.transcripts import ToolStep, TurnRecord, turn_records
+from room.rules.mentions import Roster, RosterMember, resolve
+from room.rules.transcripts import ToolStep, TurnRecord, turn_records
 
 OWNER = Person(1, "owner", "王老板", "owner", "human", "active")
 LI = Person(2, "li", "李四", "member", "human", "active")

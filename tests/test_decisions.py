@@ -12,7 +12,7 @@ from room.actions import task_updates as updates
 from room.actions.decisions import ChangeCommand, parse_change_command
 from room.actions.messages import append_message
 from room.errors import RoomError
-from room.render import render
+from room.rules.render import render
 from room.store import Tx
 from tests.test_tasks_actions import World, item, plan, review, submit, world, write_file
 

@@ -1,7 +1,7 @@
 """The disk budget of the folder an agent writes in (issue 24, item 5), through the real server,
 its sandbox and a scripted model: a command that fills the folder is stopped, a write past the
 budget is refused with a clear error, cleaning up works, and the server stays up. And
-:func:`room.diskuse.disk_usage` itself."""
+:func:`room.infra.diskuse.disk_usage` itself."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from room.diskuse import disk_usage
+from room.infra.diskuse import disk_usage
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import openai_text
 from tests.test_real_work import (  # the fixtures scripts, llm, _hermetic_git, _roots too

@@ -1,14 +1,17 @@
-"""Documentation that cannot drift: every frame type and every setting is documented."""
+"""Documentation that cannot drift: every frame type and every setting is documented, and the
+drawing of the layers is the import contract's."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
-from room.protocol import _ADAPTER, CLIENT_FRAME_TYPES, SERVER_FRAME_TYPES
+from room.rules.protocol import _ADAPTER, CLIENT_FRAME_TYPES, SERVER_FRAME_TYPES
 from room.settings import Settings
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -43,3 +46,36 @@ def test_every_setting_is_documented() -> None:
     assert documented == set(Settings.model_fields)
     for name, field in Settings.model_fields.items():
         assert field.description, f"setting {name} has no description"
+
+
+def layers_drawing() -> list[str]:
+    """The first drawing under "## Layers" in docs/architecture.md, line by line."""
+    text = (DOCS / "architecture.md").read_text()
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```")[1].splitlines()
+
+
+def test_the_layers_drawing_is_the_contract() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c.get("containers") == ["room"]]
+    assert contract["type"] == "layers" and contract["exhaustive"] is True
+    wanted = [set(re.split(r"\s*[|:]\s*", layer.strip())) for layer in contract["layers"]]
+    drawn = [
+        names
+        for line in layers_drawing()
+        if (names := set(re.findall(r"(?<![\w.])room\.(\w+)", line)))
+    ]
+    assert drawn == wanted
+
+
+def test_every_module_of_rules_and_infra_is_drawn() -> None:
+    text = (DOCS / "architecture.md").read_text()
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    drawn = set(re.findall(r"\w+", section.split("```")[3]))
+    for package in ("rules", "infra"):
+        modules = {
+            path.stem if path.suffix == ".py" else path.name
+            for path in (ROOT / "room" / package).iterdir()
+            if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").exists()
+        }
+        assert modules <= drawn, sorted(modules - drawn)

@@ -8,11 +8,11 @@ import ast
 import re
 from pathlib import Path
 
-from room.evidence import EVIDENCE_CODES, PATH_CODES
-from room.files import FILE_CODES
-from room.lifecycle import REASON_MESSAGES
-from room.routing import POOL_PICK_REFUSALS
-from room.worktrees import WORKTREE_CODES
+from room.infra.evidence import EVIDENCE_CODES, PATH_CODES
+from room.infra.files import FILE_CODES
+from room.infra.worktrees import WORKTREE_CODES
+from room.rules.lifecycle import REASON_MESSAGES
+from room.rules.routing import POOL_PICK_REFUSALS
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = {"zh": ROOT / "web" / "strings-zh.js", "en": ROOT / "web" / "strings-en.js"}

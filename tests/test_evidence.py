@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from room.evidence import (
+from room.infra.evidence import (
     EVIDENCE_CODES,
     EvidenceError,
     clean_relative,

@@ -1,4 +1,5 @@
-"""Workspace file operations (room.files): real files in tmp_path, every refusal by its code."""
+"""Workspace file operations (room.infra.files): real files in tmp_path, every refusal by its
+code."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from room import files
 from room.errors import BadRequestError, FileToolError
-from room.evidence import resolve_inside
+from room.infra import files
+from room.infra.evidence import resolve_inside
 
 
 @pytest.fixture
@@ -439,8 +440,8 @@ def test_the_fast_ignore_check_agrees_with_pathspec(
 ) -> None:
     from dataclasses import replace
 
-    from room.filewalk import Ignores, ignores_for
-    from room.fsroot import open_root
+    from room.infra.filewalk import Ignores, ignores_for
+    from room.infra.fsroot import open_root
 
     (tmp_path / ".gitignore").write_text("\n".join(GITIGNORE) + "\n")
     with open_root(tmp_path.resolve()) as root:
@@ -484,7 +485,7 @@ def test_writes_reaching_git_metadata_through_a_link_are_refused(ws: Path) -> No
 
 
 def test_walks_stop_at_their_depth_bound(ws: Path) -> None:
-    from room.filewalk import MAX_WALK_DEPTH
+    from room.infra.filewalk import MAX_WALK_DEPTH
 
     shallow = ws.joinpath(*["d"] * (MAX_WALK_DEPTH - 1))
     deep = ws.joinpath(*["d"] * (MAX_WALK_DEPTH + 2))

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from room import files
 from room.errors import WorkspacePathError
-from room.evidence import inspect_artifact, verify_artifact
+from room.infra import files
+from room.infra.evidence import inspect_artifact, verify_artifact
 
 pytestmark = pytest.mark.slow  # thousands of calls beside a swapping process
 
@@ -250,7 +250,7 @@ def test_a_reference_folder_swapped_after_its_check_is_never_read_through(tmp_pa
     agents write (another project's workspace): one swapping a folder above it for a link to
     the server's data between that check and the read must not redirect the read."""
     from room.agents.research_tools import ReferenceMovedError, _in_root
-    from room.research import ScopeRef
+    from room.rules.research import ScopeRef
     from room.settings import Settings
 
     data = tmp_path / "server-data"

@@ -1,5 +1,5 @@
-"""The descriptor-relative resolver (room.fsroot): what a symlink may and may not lead to, loops,
-files in the way, magic links, and that no descriptor is left open."""
+"""The descriptor-relative resolver (room.infra.fsroot): what a symlink may and may not lead to,
+loops, files in the way, magic links, and that no descriptor is left open."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from room import fsroot
 from room.errors import WorkspacePathError
-from room.fsroot import Root, open_root
+from room.infra import fsroot
+from room.infra.fsroot import Root, open_root
 
 
 class Refused(WorkspacePathError):

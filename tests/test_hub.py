@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from room.hub import Frame, Hub, Outbox
+from room.infra.hub import Frame, Hub, Outbox
 
 
 async def _noop_send(text: str) -> None:

@@ -1,8 +1,8 @@
 """The fan-out pass (issue 18): one send straight to the socket in the common case, and the
 outbox path — with its order and its slow-reader bound — whenever anything else is going on.
 
-The transport side is a recording stand-in here (what ``room.transport`` hands an outbox through
-``room.direct_watch``); tests/test_transport_direct.py checks the real protocol's side.
+The transport side is a recording stand-in here (what ``room.infra.transport`` hands an outbox
+through ``room.direct_watch``); tests/test_transport_direct.py checks the real protocol's side.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import pytest
 
-from room.hub import CLOSE_SLOW_CONSUMER, Frame, Hub, Outbox, Subscription
+from room.infra.hub import CLOSE_SLOW_CONSUMER, Frame, Hub, Outbox, Subscription
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""The injected records section (room.injection): golden files for each degradation step, the
+"""The injected records section (room.rules.injection): golden files for each degradation step, the
 byte ceiling at every budget, cuts that never break a character, staleness and reminders.
 
 Golden files are in tests/golden/injection/; ``ROOM_UPDATE_GOLDEN=1`` rewrites them (read the
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from room import injection as inj
+from room.rules import injection as inj
 from room.settings import Settings
 from tests.support.records import T0, records, summary
 

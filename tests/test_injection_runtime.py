@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from room import injection as inj
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.agents import memory as memory_mod
@@ -22,7 +21,8 @@ from room.agents.memory_tools import MEMORY_TOOLS, READ_KINDS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext
 from room.agents.work_tools import WORK_TOOLS
-from room.models import Member
+from room.rules import injection as inj
+from room.rules.entities import Member
 from room.store import members as members_store
 from tests.support.inproc import App, running_app
 from tests.support.live_room import Room

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from room.errors import FrameError
-from room.protocol import parse_client_frame
+from room.rules.protocol import parse_client_frame
 from room.store.projects import MAX_ROW_ID, row_id
 from tests.support.inproc import App, error, post
 from tests.support.server import ServerProcess

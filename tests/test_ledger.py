@@ -1,5 +1,5 @@
-"""The delivery ledger's rules, exhaustively (room/ledger.py is pure), and the places they reach:
-the migration that gave old rows a reason code, the one write that opens a turn, and the
+"""The delivery ledger's rules, exhaustively (room/rules/ledger.py is pure), and the places they
+reach: the migration that gave old rows a reason code, the one write that opens a turn, and the
 ``delivery`` frame over a real /ws."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from room import ledger
 from room.actions import turns as turn_actions
-from room.ledger import (
+from room.rules import ledger
+from room.rules.ledger import (
     ALLOWED_FROM,
     OPEN_STATES,
     REASON_TEXTS,
@@ -26,7 +26,7 @@ from room.ledger import (
     initial_state,
     waiting_state,
 )
-from room.lifecycle import MemberStatus, ProjectState
+from room.rules.lifecycle import MemberStatus, ProjectState
 from room.store.migrate import connect, migrate
 from room.store.schema import MIGRATIONS
 from tests.support.inproc import App, owner_user, running_app

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from room.actions.lifecycle import digest
-from room.lifecycle import ActorKind, ProjectOp, ProjectState, decide
+from room.rules.lifecycle import ActorKind, ProjectOp, ProjectState, decide
 from room.store import Tx
 from tests.support.inproc import App, owner_user, running_app
 
@@ -93,7 +93,7 @@ def test_state_op_actor(
             "POST", f"/api/projects/{project_id}/lifecycle", {"op": op.value}, **auth
         )
 
-    from room.lifecycle import PendingStop
+    from room.rules.lifecycle import PendingStop
 
     pending = None
     if state in (ProjectState.STOP_UNCONFIRMED, ProjectState.STOPPING):

@@ -20,7 +20,7 @@ from room.actions import purge as purge_actions
 from room.actions.purge import PURGE_STEPS, PurgeStep
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext, _spec
 from room.errors import ConflictError
-from room.models import Member, Project
+from room.rules.entities import Member, Project
 from tests.support.inproc import App, owner_user, post, running_app
 from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
 

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from room.errors import BadRequestError, ConflictError, ForbiddenError
-from room.lifecycle import (
+from room.rules.lifecycle import (
     ADMISSION,
     MEMBER_ACTOR_REFUSALS,
     MEMBER_OPS_STATES,

@@ -1,4 +1,4 @@
-"""Memory records: the pure rules (room.records) and the SQL (room.store.memory) on a real,
+"""Memory records: the pure rules (room.rules.records) and the SQL (room.store.memory) on a real,
 migrated database."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from room import records
-from room.records import RecordError
+from room.rules import records
+from room.rules.records import RecordError
 from room.store import memory as memory_store
 from room.store.migrate import connect, migrate
 

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from room import mentions
-from room.mentions import Resolution, Roster, RosterMember, Tombstone, resolve
+from room import mentions_check
+from room.rules import mentions
+from room.rules.mentions import Resolution, Roster, RosterMember, Tombstone, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS_PATH = ROOT / "shared" / "mentions" / "vectors.json"
@@ -116,7 +117,7 @@ def test_spec_documents_every_code() -> None:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "room.mentions", *args],
+        [sys.executable, "-m", "room.mentions_check", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -152,7 +153,7 @@ def test_cli_refuses_empty_and_unreadable_files(tmp_path: Path) -> None:
 
 
 def test_main_in_process(capsys: pytest.CaptureFixture[str]) -> None:
-    assert mentions.main(["check", str(VECTORS_PATH)]) == 0
+    assert mentions_check.main(["check", str(VECTORS_PATH)]) == 0
     assert capsys.readouterr().out.endswith(f"{len(CASES)} passed, 0 failed\n")
 
 
@@ -381,7 +382,7 @@ def test_fenced_quoted_linked_and_inline_code_wake_nobody(left: str, name: str, 
         assert resolve(wrapped, team, "h_lin").mentioned == (), wrapped
 
 
-# The fast scanners in room.mentions must find exactly what the spec's regexes find (SPEC §2).
+# The fast scanners in room.rules.mentions must find exactly what the spec's regexes find (SPEC §2).
 URL_CHARS = r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]"
 SPEC_URL_RE = re.compile(rf"[A-Za-z][A-Za-z0-9+.\-]*://{URL_CHARS}+|[Ww][Ww][Ww]\.{URL_CHARS}+")
 SPEC_EMAIL_RE = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+")

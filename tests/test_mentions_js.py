@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from room.mentions import Roster, resolve
+from room.rules.mentions import Roster, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS_PATH = ROOT / "shared" / "mentions" / "vectors.json"

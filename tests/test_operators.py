@@ -16,13 +16,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.websockets import WebSocketDisconnect
 
-from room.boot import last_start, read_trace
 from room.cli import build_parser, main
-from room.hub import CLOSE_SIGNED_OUT
-from room.protocol import CLIENT_FRAME_TYPES
-from room.sandbox import probe
+from room.infra.boot import last_start, read_trace
+from room.infra.hub import CLOSE_SIGNED_OUT
+from room.infra.sandbox import probe
+from room.infra.transport import offers_direct_write
+from room.rules.protocol import CLIENT_FRAME_TYPES
 from room.store import auth as auth_store
-from room.transport import offers_direct_write
 from tests.support.inproc import App, error, owner_user, running_app
 from tests.support.server import ServerProcess
 from tests.support.wsclient import Client
@@ -74,7 +74,7 @@ async def test_the_served_report_flags_what_room_serve_does(server: ServerProces
     report = json.loads((server.data / "boot-report.json").read_text())
     assert report["capabilities"] == {
         "group_commit": report["settings"]["max_batch"] > 1,
-        "direct_fanout": True,  # room serve runs room.transport's protocol
+        "direct_fanout": True,  # room serve runs room.infra.transport's protocol
         "external_agents": True,
         "frame_types": list(CLIENT_FRAME_TYPES),
         "sandbox": report["capabilities"]["sandbox"],

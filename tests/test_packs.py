@@ -18,21 +18,21 @@ from urllib.parse import quote
 import pytest
 from PIL import Image
 
-from room import blobs, cli
+from room import cli
 from room.actions import attachments as attachment_actions
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.actions import messages as message_actions
-from room.actions import pack_export
-from room.actions import packs as pack_actions
+from room.actions import pack_export, pack_import
 from room.actions import reactions as reaction_actions
 from room.actions import routes as route_actions
 from room.actions import task_updates as updates
 from room.actions.merge import merge_records
 from room.app import RoomServer
-from room.bodies import BodyInto
 from room.errors import PackError, RoomError
-from room.packs import PACK_TABLES, PACK_VERSION, remap_message
+from room.infra import blobs
+from room.infra.bodies import BodyInto
+from room.rules.packs import PACK_TABLES, PACK_VERSION, remap_message
 from room.settings import load_settings
 from room.store import Tx, run_write
 from room.store import auth as auth_store
@@ -166,11 +166,9 @@ async def export(world: World, project_id: int | None = None) -> bytes:
 
 async def import_(world: World, data: bytes, **options: Any) -> dict[str, Any]:
     owner = await world.read(lambda c: auth_store.admin_user(c))
-    opts = pack_actions.ImportOptions(importer=owner, data=world.core.settings.data, **options)
+    opts = pack_import.ImportOptions(importer=owner, data=world.core.settings.data, **options)
     return await world.write(
-        lambda c, tx: pack_actions.import_pack(
-            c, tx, pack_actions.read_lines(io.BytesIO(data)), opts
-        )
+        lambda c, tx: pack_import.import_pack(c, tx, pack_import.read_lines(io.BytesIO(data)), opts)
     )
 
 
@@ -430,7 +428,7 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
         (_row(data, "tasks", lambda r: r.update(id="x")), "bad_row"),
         (data.replace(b'"columns":["id"', b'"columns":["token_hash"', 1), "bad_columns"),
         (b"not json\n", "bad_json"),
-        (b"[" * (pack_actions.MAX_LINE_BYTES + 2), "line_too_long"),
+        (b"[" * (pack_import.MAX_LINE_BYTES + 2), "line_too_long"),
         (b"", "empty"),
         (_without_part(data, "files"), "missing_part"),
         (_files(data, lambda files: files[1:]), "missing_file"),
@@ -492,7 +490,7 @@ async def test_a_fork_copies_records_and_a_merge_back_deduplicates(world: World)
     await build(world)
     owner = world["owner"]
     fork = await world.write(
-        lambda c, tx: pack_actions.fork_project(c, tx, world.project_id, owner.id, None)
+        lambda c, tx: pack_import.fork_project(c, tx, world.project_id, owner.id, None)
     )
     fork_id = fork["project_id"]
 
@@ -685,8 +683,8 @@ def test_the_cli_exports_and_imports_while_the_server_runs(app: App, tmp_path: P
 
 
 def test_a_plain_message_object_is_remapped_by_its_head_exactly_as_in_full() -> None:
-    from room.actions.packs import _HEAD, _message, _Part
-    from room.packs import TABLES_BY_NAME
+    from room.actions.pack_import import _HEAD, _message, _Part
+    from room.rules.packs import TABLES_BY_NAME
     from room.store.messages import message_object
 
     class Stub:
@@ -721,7 +719,7 @@ def test_a_plain_message_object_is_remapped_by_its_head_exactly_as_in_full() -> 
 async def test_a_merge_needs_another_project_that_is_open(world: World) -> None:
     owner = world["owner"]
     fork = await world.write(
-        lambda c, tx: pack_actions.fork_project(c, tx, world.project_id, owner.id, "分支")
+        lambda c, tx: pack_import.fork_project(c, tx, world.project_id, owner.id, "分支")
     )
     with pytest.raises(RoomError) as caught:
         await world.write(
@@ -741,7 +739,7 @@ async def test_a_merge_needs_another_project_that_is_open(world: World) -> None:
 
 def test_merge_keys_fold_width_case_spaces_and_trailing_slashes() -> None:
     from room.actions.merge import _entry_key
-    from room.packs import normalized
+    from room.rules.packs import normalized
 
     assert normalized("  用 ＵＶ   管理依赖。") == normalized("用 uv 管理依赖") == "用 uv 管理依赖"
     assert normalized("端口 8470!") != normalized("端口 8471")
@@ -818,7 +816,7 @@ def test_export_and_import_hold_the_same_memory_for_five_times_the_messages(
     # Smaller batches than in service: a batch's own size varies a little with its rows (and
     # with how a buffer grew), and that must stay far below what a leak would add.
     monkeypatch.setattr(pack_export, "EXPORT_FETCH", 200)
-    monkeypatch.setattr(pack_actions, "INSERT_CHUNK", 50)
+    monkeypatch.setattr(pack_import, "INSERT_CHUNK", 50)
     server = RoomServer(load_settings({"data": tmp_path}, env={}))
     server.open()
     server.close()
@@ -826,7 +824,7 @@ def test_export_and_import_hold_the_same_memory_for_five_times_the_messages(
     conn = connect(db)
     peaks: dict[int, tuple[int, int]] = {}
     owner = run_write(conn, lambda c, tx: auth_store.admin_user(c))
-    options = pack_actions.ImportOptions(importer=owner, data=tmp_path)
+    options = pack_import.ImportOptions(importer=owner, data=tmp_path)
     pack = tmp_path / "p.roompack"
 
     def export() -> None:
@@ -837,8 +835,8 @@ def test_export_and_import_hold_the_same_memory_for_five_times_the_messages(
         with pack.open("rb") as lines:
             run_write(
                 conn,
-                lambda c, tx: pack_actions.import_pack(
-                    c, tx, pack_actions.read_lines(lines), options
+                lambda c, tx: pack_import.import_pack(
+                    c, tx, pack_import.read_lines(lines), options
                 ),
             )
 
@@ -865,7 +863,7 @@ def test_messages_come_in_id_order_whether_read_in_place_or_sorted(tmp_path: Pat
     server.close()
     conn = connect(tmp_path / "room.sqlite")
     owner = run_write(conn, lambda c, tx: auth_store.admin_user(c))
-    options = pack_actions.ImportOptions(importer=owner, data=tmp_path)
+    options = pack_import.ImportOptions(importer=owner, data=tmp_path)
     messages = PACK_TABLES[[t.name for t in PACK_TABLES].index("messages")]
     columns = pack_export.table_columns(conn, "messages")
 
@@ -880,8 +878,8 @@ def test_messages_come_in_id_order_whether_read_in_place_or_sorted(tmp_path: Pat
     def import_(pack: bytes) -> None:
         run_write(
             conn,
-            lambda c, tx: pack_actions.import_pack(
-                c, tx, pack_actions.read_lines(io.BytesIO(pack)), options
+            lambda c, tx: pack_import.import_pack(
+                c, tx, pack_import.read_lines(io.BytesIO(pack)), options
             ),
         )
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from room.lifecycle import MemberStatus
-from room.plans import (
+from room.rules.lifecycle import MemberStatus
+from room.rules.plans import (
     MAX_PLAN_ITEMS,
     PROBLEM_CODES,
     OwnerInfo,
@@ -21,7 +21,7 @@ from room.plans import (
     PlanProblem,
     validate_plan,
 )
-from room.tasks import TaskState
+from room.rules.tasks import TaskState
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "tasks.md"
 

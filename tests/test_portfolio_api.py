@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from room.cli import main as cli_main
-from room.lifecycle import ProjectState, dispatch_open
+from room.rules.lifecycle import ProjectState, dispatch_open
 from tests.support.inproc import App, Team, owner_user, running_app
 
 TODAY = datetime.now(UTC).date()

@@ -1,4 +1,5 @@
-"""Golden tests of room.portfolio: every threshold, and one step past it, with a fixed clock."""
+"""Golden tests of room.rules.portfolio: every threshold, and one step past it, with a fixed
+clock."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from room import portfolio as pf
-from room.portfolio import Milestone, PortfolioProject, Timeline
+from room.rules import portfolio as pf
+from room.rules.portfolio import Milestone, PortfolioProject, Timeline
 
 TODAY = date(2026, 12, 3)
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC).timestamp()

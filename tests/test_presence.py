@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from room.models import Member
-from room.ops import presence_of
+from room.rules.entities import Member
+from room.rules.ops import presence_of
 from tests.support.live_room import Room
 from tests.support.llm_servers import openai_text
 from tests.support.wsclient import Client, Frame

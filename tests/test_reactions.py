@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from room.errors import BadRequestError
-from room.reactions import check_emoji, summarise
+from room.rules.reactions import check_emoji, summarise
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import openai_text, openai_tool_call
 from tests.support.server import ServerProcess

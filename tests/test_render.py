@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from room.models import iso
-from room.render import ALLOWED_TAGS, render, render_full
+from room.rules.entities import iso
+from room.rules.render import ALLOWED_TAGS, render, render_full
 from room.store.messages import message_object
 
 # Plain prose with everything markdown or the sanitiser might treat specially mixed in.

@@ -12,7 +12,7 @@ import pytest
 
 from room.actions import research as research_actions
 from room.errors import ForbiddenError
-from room.models import Member
+from room.rules.entities import Member
 from room.store import members as members_store
 from tests.support.inproc import App, Team, owner_user, running_app
 

@@ -1,4 +1,5 @@
-"""The research state machine, the scope digest and the gates, exhaustively (room.research)."""
+"""The research state machine, the scope digest and the gates, exhaustively
+(room.rules.research)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 from room.errors import BadRequestError
-from room.research import (
+from room.rules.research import (
     ACTIVE,
     EVENT_ACTORS,
     EXPIRED,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from room.errors import BadRequestError
-from room.routing import (
+from room.rules.routing import (
     FALLBACK_MODEL_ID,
     MAX_MODEL_ID_CHARS,
     MODEL_ID_PROBLEMS,

@@ -1,4 +1,5 @@
-"""room.sandbox with the real bubblewrap, prlimit and processes: what a command can and cannot do."""
+"""room.infra.sandbox with the real bubblewrap, prlimit and processes: what a command can and cannot
+do."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from room.errors import SandboxPathError, SandboxUnavailableError
-from room.sandbox import CommandLimits, Sandbox, bwrap_argv, probe
+from room.infra.sandbox import CommandLimits, Sandbox, bwrap_argv, probe
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30), pytest.mark.slow]  # real processes
 

@@ -14,8 +14,8 @@ import pytest
 
 from room.actions import messages as message_actions
 from room.actions.messages import append_message
-from room.core import RateLimiter
-from room.models import Member
+from room.rules.entities import Member
+from room.services import RateLimiter
 from room.store import Tx, indexer
 from room.store import search as search_store
 from room.store.migrate import _split_sql, connect, migrate

@@ -131,7 +131,7 @@ def test_the_index_drops_what_lies_past_the_newest_message(tmp_path: Path) -> No
 
 
 def test_chinese_and_english_rows_are_what_index_texts_makes(tmp_path: Path) -> None:
-    from room.searchtext import index_texts
+    from room.rules.searchtext import index_texts
 
     bodies = ["plain ASCII words", "迁移数据库 today", "ＡＢＣ１ café", "ok🥺 fine"]
     path = _database(tmp_path, bodies)

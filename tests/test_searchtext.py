@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from room.errors import BadQueryError, BadRequestError
-from room.searchtext import (
+from room.rules.searchtext import (
     MAX_QUERY_CHARS,
     MAX_QUERY_TERMS,
     index_text,

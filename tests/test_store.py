@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from room.effects import Broadcast, Effect
 from room.errors import LockHeldError, SchemaTooNewError, StorageError
+from room.rules.effects import Broadcast, Effect
 from room.store import Database, DataLock, Tx
 from room.store import deliveries as deliveries_store
 from room.store import schema as schema_mod
@@ -138,7 +138,7 @@ def test_second_server_exits_nonzero_within_two_seconds_and_changes_nothing(
         assert result.returncode == 3
         # From the refused server's own trace: it gave up on the lock within 2 s of starting
         # (interpreter start-up before that is the machine's, not ours).
-        from room.boot import last_start, read_trace
+        from room.infra.boot import last_start, read_trace
 
         phases = last_start(read_trace(tmp_path / "data"))
         assert [p["phase"] for p in phases] == ["start", "lock"]

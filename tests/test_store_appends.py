@@ -20,8 +20,8 @@ import pytest
 
 from room.actions import messages as message_actions
 from room.actions.messages import Ack, append_message
-from room.core import NoAgents
 from room.errors import TxnConflictError
+from room.services import NoAgents
 from room.store import Appends, Database, Tx
 from room.store import search as search_store
 from room.store.db import BulkInsert

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from room.tasks import (
+from room.rules.tasks import (
     AFTER_SYNC,
     NOTE_REQUIRED,
     OPEN_STATES,

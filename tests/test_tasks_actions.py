@@ -30,11 +30,12 @@ from room.agents.context import Line
 from room.agents.presets import PRESETS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import ToolContext
-from room.core import Core, NoAgents, RateLimiter, RosterCache
 from room.errors import ForbiddenError, RoomError
-from room.hub import Hub, Outbox
-from room.models import Member
-from room.plans import PlanInvalidError
+from room.infra.hub import Hub, Outbox
+from room.rules.entities import Member
+from room.rules.plans import PlanInvalidError
+from room.rules.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
+from room.services import NoAgents, RateLimiter, RosterCache, Services
 from room.settings import Settings
 from room.store import Database, Tx, indexer, run_write
 from room.store import deliveries as deliveries_store
@@ -45,7 +46,6 @@ from room.store.portfolio import PRIVATE_TABLES as PORTFOLIO_TABLES
 from room.store.schema import MIGRATIONS
 from room.store.schema_memory import MEMORY_TABLES
 from room.store.schema_tasks import TASK_TABLES
-from room.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
 
 pytestmark = pytest.mark.anyio
 
@@ -89,7 +89,7 @@ async def _never(*_: object) -> None:
 
 @dataclass
 class World:
-    core: Core
+    core: Services
     runtime: WakeRecorder
     project_id: int
     workspace: Path
@@ -188,7 +188,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     search_indexer = indexer.SearchIndexer(path)  # as the server runs it
     search_indexer.start(asyncio.get_running_loop())
     runtime = WakeRecorder()
-    core = Core(
+    core = Services(
         # The workspace (tmp_path/ws) is outside the default roots (<data>/workspaces).
         settings=Settings(data=tmp_path / "data", workspace_roots=(str(tmp_path),)),
         db=db,

@@ -29,9 +29,9 @@ from room.actions import plans as plan_actions
 from room.agents.task_tools import TASK_TOOLS
 from room.api import tasks as task_api
 from room.app import RoomServer, create_app
+from room.infra.transport import RoomWebSocketProtocol
 from room.settings import Settings
 from room.store import Tx
-from room.transport import RoomWebSocketProtocol
 from tests.support.llm_servers import (
     TEST_API_KEY,
     OpenAIServer,

@@ -22,8 +22,8 @@ import uvicorn
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from room.hub import text_frame
-from room.transport import (
+from room.infra.hub import text_frame
+from room.infra.transport import (
     READ_HIGH_BYTES,
     READ_HIGH_MESSAGES,
     READ_LOW_BYTES,

@@ -10,7 +10,7 @@ import pytest
 
 from room.agents.tools import ToolContext, WorkEnv
 from room.agents.work_tools import NotIsolatedError, _shell
-from room.sandbox import Sandbox, SandboxInfo
+from room.infra.sandbox import Sandbox, SandboxInfo
 from room.store import Tx
 from room.store import members as members_store
 from room.store import projects as projects_store

@@ -20,24 +20,24 @@ from typing import Any
 
 import pytest
 
-import room.worktrees._repo as worktree_repo
-from room import mentions, records
+import room.infra.worktrees._repo as worktree_repo
 from room.actions import lifecycle as lifecycle_actions
 from room.actions import memory as memory_actions
 from room.actions.turns import WORK_LIMITS
 from room.agents.presets import PRESETS
 from room.api.lifecycle import RoleIn
-from room.core import CHATTER_PER_SEC
-from room.hub import CLOSE_SIGNED_OUT
-from room.ledger import OPEN_STATES, DeliveryState, Reason
-from room.lifecycle import MemberOp, ProjectOp, ProjectState
-from room.models import AGENT_ROLES
-from room.protocol import MAX_HISTORY_LIMIT
-from room.reactions import QUICK_SET
-from room.research import BUDGET_KEYS, EVENT_ACTORS, ResearchActor, ResearchState
-from room.routing import RouteSource
+from room.infra.hub import CLOSE_SIGNED_OUT
+from room.rules import mentions, records
+from room.rules.entities import AGENT_ROLES
+from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
+from room.rules.lifecycle import MemberOp, ProjectOp, ProjectState
+from room.rules.protocol import MAX_HISTORY_LIMIT
+from room.rules.reactions import QUICK_SET
+from room.rules.research import BUDGET_KEYS, EVENT_ACTORS, ResearchActor, ResearchState
+from room.rules.routing import RouteSource
+from room.rules.tasks import NOTE_REQUIRED, TASK_EVENT_ACTORS, TaskActor, TaskEvent, TaskState
+from room.services import CHATTER_PER_SEC
 from room.store import search as search_store
-from room.tasks import NOTE_REQUIRED, TASK_EVENT_ACTORS, TaskActor, TaskEvent, TaskState
 
 WEB = Path(__file__).resolve().parents[1] / "web"
 LANGS = ("zh", "en")
@@ -270,7 +270,7 @@ def test_the_reader_reads_literals_and_refuses_the_rest() -> None:
 
 
 def test_agent_roles_are_the_servers_in_its_order() -> None:
-    assert js_const("models.js", "AGENT_ROLES") == list(AGENT_ROLES)
+    assert js_const("modelroutes.js", "AGENT_ROLES") == list(AGENT_ROLES)
 
 
 def test_the_create_dialogs_default_names_are_the_presets_titles() -> None:
@@ -462,7 +462,7 @@ def test_typing_hints_and_read_cursors_stay_under_the_chatter_rate() -> None:
         assert 1000 / js_const(module, name) <= CHATTER_PER_SEC, name
 
 
-# -- mentions (shared/mentions/SPEC.md, room/mentions.py) ----------------------------------------
+# -- mentions (shared/mentions/SPEC.md, room/rules/mentions.py) ----------------------------------------
 
 
 def test_the_composers_boundaries_are_the_specs() -> None:

@@ -20,7 +20,7 @@ from room.actions import projects as project_actions
 from room.actions.workspaces import set_workspace
 from room.doctor import collect
 from room.errors import ConflictError
-from room.models import Member, Project, User
+from room.rules.entities import Member, Project, User
 from room.store import Tx
 from room.store import members as members_store
 from tests.support.inproc import App, owner_user, running_app

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from room.actions import auth as auth_actions
-from room.actions import workspaces as ws_actions
+from room.actions import workspaces as workspace_actions
 from room.actions.workspaces import work_dir
 from room.errors import BadRequestError
 from room.store import Tx
@@ -204,7 +204,7 @@ def test_a_stored_workspace_the_rules_now_refuse_reads_nothing(app: App, tmp_pat
     project.start("be", "api")
     app.write(lambda c, tx: c.execute("UPDATE projects SET workspace = '/' WHERE id = ?",
                                       (project.id,)))  # fmt: skip
-    ws_actions.forget_info(app.core, project.id)
+    workspace_actions.forget_info(app.core, project.id)
     database = str(app.settings.db_path.resolve()).lstrip("/")
     body = {"summary": "完成", "artifacts": [database]}
     status, data = project.agent("be", "POST", f"/api/projects/{project.id}/tasks/api/submit", body)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from room import worktrees as wt
-from room.git import Git, GitFailedError, UnsafeRepositoryError, git_env
-from room.sandbox import probe
-from room.worktrees import BadRefNameError, WorktreeError
+from room.infra import worktrees as wt
+from room.infra.git import Git, GitFailedError, UnsafeRepositoryError, git_env
+from room.infra.sandbox import probe
+from room.infra.worktrees import BadRefNameError, WorktreeError
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # real git, jailed and plain
 

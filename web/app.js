@@ -14,7 +14,7 @@ import { MemoryTab } from "./memory.js";
 import { termsOf } from "./highlight.js";
 import { Members } from "./members.js";
 import { avatar, noticeKind, paintPresence } from "./message.js";
-import { loadProviders, ModelsTab } from "./models.js";
+import { loadProviders, ModelRoutesTab } from "./modelroutes.js";
 import { Panel } from "./panel.js";
 import { mayPropose, proposeDialog } from "./research.js";
 import { bindProjectsColumn, renderProjects } from "./projects.js";
@@ -49,7 +49,7 @@ const members = new Members($("#tab-members"), {
     openDrawerOf($("#panel-col"), $("#open-panel"));
   },
 });
-const models = new ModelsTab($("#tab-models"));
+const models = new ModelRoutesTab($("#tab-models"));
 const memory = new MemoryTab($("#tab-memory"));
 const panel = new Panel($("#panel-col"), { members, models, memory });
 const search = new SearchBox($("#search"), { room: () => app.room, open: openResult });

@@ -7,7 +7,7 @@ import { get, post } from "./api.js";
 import { h, icon } from "./dom.js";
 import { errorText, formatDateTime, label, t } from "./i18n.js";
 import { avatar, presenceLabel } from "./message.js";
-import { changeRoute, loadProviders, routeForm } from "./models.js";
+import { changeRoute, loadProviders, routeForm } from "./modelroutes.js";
 import { mayChange, member, opsOf, presenceOf } from "./store.js";
 import { confirmDialog, openDialog, openMenu, toast, toastError } from "./ui.js";
 

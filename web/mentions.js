@@ -1,6 +1,6 @@
 // Deterministic @mention resolution — the browser half of shared/mentions/SPEC.md.
 //
-// The server's room/mentions.py is authoritative; this module gives the composer the same answer
+// The server's room/rules/mentions.py is authoritative; this module gives the composer the same answer
 // before sending (the pre-send preview). Both must pass shared/mentions/vectors.json:
 //     node web/mentions-check.mjs shared/mentions/vectors.json
 //
@@ -264,7 +264,7 @@ function codeSpans(line) {
 
 // The URL, email and link-target rules are written as regexes in SPEC §2, but a backtracking
 // engine is quadratic on hostile lines with them (a long run of letters and no `://`), so they
-// are scanned from their anchors instead; room/mentions.py does the same and tests both ways.
+// are scanned from their anchors instead; room/rules/mentions.py does the same and tests both ways.
 
 /** The `(…)` of each `](…)` (§2.4). */
 function linkTargets(line) {

@@ -130,7 +130,7 @@ const BLOCKS = "p, li, pre, blockquote, h1, h2, h3, h4, h5, h6, br, td, th";
  * A message's words as one line of plain text (no markdown marks), for a quote bar or a reply
  * chip, from the server's sanitised `html`. The HTML is parsed into a detached document (inert:
  * nothing runs or loads) and only its text is read; callers show the result with textContent.
- * The server makes the same kind of excerpt for `reply_excerpt` (room.render.plain_text).
+ * The server makes the same kind of excerpt for `reply_excerpt` (room.rules.render.plain_text).
  */
 export function plainText(html, limit = EXCERPT_CHARS) {
   const doc = new DOMParser().parseFromString(html || "", "text/html");

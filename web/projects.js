@@ -6,7 +6,7 @@ import { get, post } from "./api.js";
 import { $, h, icon } from "./dom.js";
 import { errorText, label, t } from "./i18n.js";
 import { field } from "./members.js";
-import { AGENT_ROLES, loadProviders, routeSelect } from "./models.js";
+import { AGENT_ROLES, loadProviders, routeSelect } from "./modelroutes.js";
 import { app, upsertProject } from "./store.js";
 import { openDialog } from "./ui.js";
 

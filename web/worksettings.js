@@ -7,7 +7,7 @@
 import { get, patch } from "./api.js";
 import { h } from "./dom.js";
 import { errorText, formatDateTime, formatNumber, hasString, label, t } from "./i18n.js";
-import { AGENT_ROLES } from "./models.js";
+import { AGENT_ROLES } from "./modelroutes.js";
 import { isOwner, mayChange, member, upsertProject } from "./store.js";
 import { toast } from "./ui.js";
 

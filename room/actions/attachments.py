@@ -1,6 +1,6 @@
 """Uploading attachments, taking them into a send, copying them to an agent, purging them.
 
-An upload (:func:`upload`) streams the request body to disk through ``room.blobs`` — the
+An upload (:func:`upload`) streams the request body to disk through ``room.infra.blobs`` — the
 body is received straight into a ring of :data:`BUFFERS` buffers of :data:`BUFFER_BYTES` while
 two threads write and hash those received before, so memory stays bounded whatever the file's size — and is refused
 (413) as soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what
@@ -31,10 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from room import blobs
-from room.attachments import MAX_PER_MESSAGE, clean_name, wire
-from room.bodies import BodyInto
-from room.core import Core
 from room.errors import (
     BadRequestError,
     BusyError,
@@ -44,9 +40,13 @@ from room.errors import (
     RateLimitedError,
     WorkspacePathError,
 )
-from room.evidence import EvidenceError, open_workspace
-from room.lifecycle import ActorKind, ProjectState, posting_open
-from room.models import Member
+from room.infra import blobs
+from room.infra.bodies import BodyInto
+from room.infra.evidence import EvidenceError, open_workspace
+from room.rules.attachments import MAX_PER_MESSAGE, clean_name, wire
+from room.rules.entities import Member
+from room.rules.lifecycle import ActorKind, ProjectState, posting_open
+from room.services import Services
 from room.store import Tx
 from room.store import attachments as store
 from room.store import messages as messages_store
@@ -80,14 +80,14 @@ def _over_quota(limit: int, used: int) -> PayloadTooLargeError:
 
 
 async def upload(
-    core: Core,
+    core: Services,
     member: Member,
     *,
     name: str | None,
     declared: int | None,
     body: BodyInto,
 ) -> dict[str, Any]:
-    """Store one upload by ``member``; its wire object (``room.attachments.wire``)."""
+    """Store one upload by ``member``; its wire object (``room.rules.attachments.wire``)."""
     settings = core.settings
     limit = settings.attachment_max_bytes
     if declared is not None and declared > limit:
@@ -121,7 +121,7 @@ async def upload(
 
 
 async def _upload(
-    core: Core, member: Member, name: str | None, declared: int | None, body: BodyInto
+    core: Services, member: Member, name: str | None, declared: int | None, body: BodyInto
 ) -> dict[str, Any]:
     """An upload that holds its slot: reserve the room, receive, type, store, record."""
     settings = core.settings
@@ -180,7 +180,7 @@ async def _upload(
     return wire(stored)
 
 
-def _release(core: Core, project_id: int, reserved: int) -> None:
+def _release(core: Services, project_id: int, reserved: int) -> None:
     left = core.upload_reserved.get(project_id, 0) - reserved
     if left > 0:
         core.upload_reserved[project_id] = left
@@ -310,7 +310,7 @@ def check_owned(
     return rows
 
 
-async def discard(core: Core, member: Member, attachment_id: int) -> None:
+async def discard(core: Services, member: Member, attachment_id: int) -> None:
     """Remove one's own upload before it is sent (its content stays if anything else uses it)."""
     data = core.settings.data
 
@@ -329,7 +329,7 @@ async def discard(core: Core, member: Member, attachment_id: int) -> None:
         await asyncio.to_thread(blobs.remove, data, sha256)
 
 
-async def readable(core: Core, member: Member, attachment_id: int) -> dict[str, Any]:
+async def readable(core: Services, member: Member, attachment_id: int) -> dict[str, Any]:
     """The row of an attachment ``member`` may read: one sent in its project, or its own unsent
     upload. Once the message that carried it is deleted, only the people who may still read
     that message's text (its author and the project's owners, as with the edit history) may
@@ -369,7 +369,7 @@ def purge_project(conn: sqlite3.Connection, project_id: int, data: Path) -> dict
 UNSENT_KEEP_SECS = 24 * 3600
 
 
-async def sweep_unsent(core: Core) -> int:
+async def sweep_unsent(core: Services) -> int:
     """At start-up: forget uploads no message took within a day (a draft left behind), so they
     hold neither disk nor the project's quota; their files go unless another upload uses them."""
 
@@ -389,7 +389,7 @@ def purge_preview(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
 
 
 async def copy_for_agent(
-    core: Core, workspace: Path, items: Sequence[Mapping[str, Any]]
+    core: Services, workspace: Path, items: Sequence[Mapping[str, Any]]
 ) -> dict[int, str]:
     """Copy attachments into ``<workspace>/.room/attachments/`` (which git is told to ignore);
     attachment id → the path relative to the workspace, for the agent's file tools."""
@@ -404,14 +404,14 @@ async def copy_for_agent(
 
 
 def _copy(data: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-    """The copies behind :func:`copy_for_agent`. The working folder is written by agents, so
-    nothing here goes by an absolute name inside it (a planted symlink would make the server
-    write wherever it points — over its own database, say): the folders are walked to, and
-    made, from the workspace's descriptor (:mod:`room.fsroot`, a symlink followed only inside);
-    ``.room/.gitignore`` is made only where there is no name at all (``O_EXCL | O_NOFOLLOW``);
-    each copy is written under a temporary name in the folder held and renamed over its own
-    name, which replaces a symlink planted there instead of writing through it. A copy already
-    there as a regular file of the right size is kept."""
+    """The copies behind :func:`copy_for_agent`. The working folder is written by agents, so nothing
+    here goes by an absolute name inside it (a planted symlink would make the server write wherever
+    it points — over its own database, say): the folders are walked to, and made, from the
+    workspace's descriptor (:mod:`room.infra.fsroot`, a symlink followed only inside);
+    ``.room/.gitignore`` is made only where there is no name at all (``O_EXCL | O_NOFOLLOW``); each
+    copy is written under a temporary name in the folder held and renamed over its own name, which
+    replaces a symlink planted there instead of writing through it. A copy already there as a
+    regular file of the right size is kept."""
     paths: dict[int, str] = {}
     try:
         with (

@@ -4,7 +4,7 @@ task is handed off or cancelled, merged into the base branch by a person (docs/t
 
 How an attempt is made — the worktree first, then the row. Before the ``start`` write job,
 :func:`prepare` checks that the start would be allowed, then (in a worker thread, under the
-project's git lock) asks :func:`room.worktrees.create_attempt` for the worktree; the write job
+project's git lock) asks :func:`room.infra.worktrees.create_attempt` for the worktree; the write job
 then records it with :func:`record`. So a row never claims a worktree that does not exist. If
 the write is refused after the worktree was made (a concurrent change of the task), the worktree
 stays on disk as a kept branch, listed by ``GET /api/projects/{id}/worktrees``, and making the
@@ -24,14 +24,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from room import worktrees
 from room.actions import tasks as task_actions
-from room.actions import workspaces as ws_actions
-from room.core import Core
+from room.actions import workspaces as workspace_actions
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
-from room.evidence import verify_artifact
-from room.git import Git
-from room.models import Member, Project
+from room.infra import worktrees
+from room.infra.evidence import verify_artifact
+from room.infra.git import Git
+from room.rules.entities import Member, Project
+from room.rules.tasks import TaskEvent, TaskState, allowed_events, authorize
+from room.services import Services
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
@@ -40,7 +41,6 @@ from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.attempts import AttemptRow
 from room.store.tasks import TaskRow
-from room.tasks import TaskEvent, TaskState, allowed_events, authorize
 
 NOREPLY_DOMAIN = "users.noreply.room.invalid"
 
@@ -65,7 +65,7 @@ def _worktree_of(row: AttemptRow, task_key: str, workspace: Path) -> worktrees.W
     )  # fmt: skip
 
 
-async def prepare(core: Core, member: Member, task_ref: str | int) -> Prepared:
+async def prepare(core: Services, member: Member, task_ref: str | int) -> Prepared:
     """Before a ``start``: the attempt's worktree, made now if the start would be allowed."""
 
     def read(conn: sqlite3.Connection) -> tuple[Project | None, TaskRow, AttemptRow | None, int]:
@@ -84,14 +84,14 @@ async def prepare(core: Core, member: Member, task_ref: str | int) -> Prepared:
     owner_id = task.owner_id
     if latest is not None and latest.state == "open" and latest.member_id == owner_id:
         return Prepared(owner_id=owner_id, reuse=True)
-    info = await ws_actions.workspace_info(core, project)
+    info = await workspace_actions.workspace_info(core, project)
     if info["mode"] != "worktrees":
         return Prepared(owner_id=owner_id, reason_code=info["reason_code"], reason=info["reason"])
-    workspace = ws_actions.workspace_of(core.settings, project)
-    root = ws_actions.worktrees_root(core.settings)
+    workspace = workspace_actions.workspace_of(core.settings, project)
+    root = workspace_actions.worktrees_root(core.settings)
     slug = project.name
     try:
-        async with ws_actions.git_lock(core, project.id):
+        async with workspace_actions.git_lock(core, project.id):
             made = await asyncio.to_thread(
                 partial(worktrees.create_attempt, git=core.git),
                 workspace, root, project.id, slug, task.key, number,
@@ -172,7 +172,7 @@ def _diff_stats(git: Git, items: list[tuple[dict[str, Any], str, Path]]) -> None
             attempt["diff_error"] = exc.code
 
 
-async def add_diff_stats(core: Core, tasks: list[dict[str, Any]]) -> None:
+async def add_diff_stats(core: Services, tasks: list[dict[str, Any]]) -> None:
     """Fill ``attempt.diff_stat`` of tasks whose attempt is not merged (in a worker thread)."""
 
     def read(conn: sqlite3.Connection) -> tuple[dict[int, AttemptRow | None], dict[int, Project]]:
@@ -191,7 +191,7 @@ async def add_diff_stats(core: Core, tasks: list[dict[str, Any]]) -> None:
         row = rows.get(task["id"])
         if row is not None and row.state != "merged" and task["attempt"]:
             try:
-                workspace = ws_actions.workspace_of(core.settings, projects[row.project_id])
+                workspace = workspace_actions.workspace_of(core.settings, projects[row.project_id])
             except (KeyError, BadRequestError):
                 continue  # no project, or its workspace is refused: no stat to show
             task["attempt"]["_row"] = row
@@ -202,7 +202,7 @@ async def add_diff_stats(core: Core, tasks: list[dict[str, Any]]) -> None:
         attempt.pop("_row", None)
 
 
-async def task_diff(core: Core, member: Member, task_ref: str) -> dict[str, Any]:
+async def task_diff(core: Services, member: Member, task_ref: str) -> dict[str, Any]:
     def read(conn: sqlite3.Connection) -> tuple[TaskRow, AttemptRow | None]:
         task = task_actions.find_task(conn, member.project_id, task_ref)
         return task, attempts_store.latest(conn, task.id)
@@ -214,14 +214,14 @@ async def task_diff(core: Core, member: Member, task_ref: str) -> dict[str, Any]
     project = await core.db.read(lambda conn: projects_store.get(conn, member.project_id))
     if project is None:
         raise NotFoundError("no such project", code="no_project")
-    workspace = ws_actions.workspace_of(core.settings, project)
+    workspace = workspace_actions.workspace_of(core.settings, project)
     worktree = _worktree_of(row, task.key, workspace)
     found = await asyncio.to_thread(partial(worktrees.diff, git=core.git), worktree)
     return {"task": task.key, "attempt": row.attempt, "branch": row.branch,
             "text": found.text, "truncated": found.truncated}  # fmt: skip
 
 
-async def list_worktrees(core: Core, member: Member) -> dict[str, Any]:
+async def list_worktrees(core: Services, member: Member) -> dict[str, Any]:
     """The project's attempts (rows) joined with what git keeps on disk."""
     project_id = member.project_id
 
@@ -233,7 +233,7 @@ async def list_worktrees(core: Core, member: Member) -> dict[str, Any]:
     project, rows, keys = await core.db.read(read)
     if project is None:
         raise NotFoundError("no such project", code="no_project")
-    info = await ws_actions.workspace_info(core, project)
+    info = await workspace_actions.workspace_info(core, project)
     on_disk = await asyncio.to_thread(_on_disk, core, project)
     return {
         "mode": info["mode"],
@@ -242,7 +242,7 @@ async def list_worktrees(core: Core, member: Member) -> dict[str, Any]:
     }
 
 
-async def kept_worktrees(core: Core, project_id: int) -> list[dict[str, Any]]:
+async def kept_worktrees(core: Services, project_id: int) -> list[dict[str, Any]]:
     """Every worktree and branch of the project on disk (the purge's preview lists them)."""
 
     def read(conn: sqlite3.Connection) -> tuple[Project | None, list[AttemptRow], dict[int, str]]:
@@ -260,9 +260,9 @@ async def kept_worktrees(core: Core, project_id: int) -> list[dict[str, Any]]:
     return [a for a in join_attempts(rows, keys, on_disk) if a["on_disk"]]
 
 
-def _on_disk(core: Core, project: Project) -> tuple[worktrees.Attempt, ...]:
+def _on_disk(core: Services, project: Project) -> tuple[worktrees.Attempt, ...]:
     try:
-        workspace = ws_actions.workspace_of(core.settings, project)
+        workspace = workspace_actions.workspace_of(core.settings, project)
     except BadRequestError:
         # A workspace the rules now refuse (outside narrowed roots) is never read, not even by
         # git; the purge preview still answers, listing no worktree from disk.
@@ -270,7 +270,7 @@ def _on_disk(core: Core, project: Project) -> tuple[worktrees.Attempt, ...]:
     try:
         return worktrees.list_attempts(
             workspace,
-            ws_actions.worktrees_root(core.settings),
+            workspace_actions.worktrees_root(core.settings),
             project.id,
             project.name,
             git=core.git,
@@ -306,7 +306,7 @@ def _disk_wire(disk: worktrees.Attempt | None) -> dict[str, Any]:
 # -- merging ------------------------------------------------------------------------------------
 
 
-async def merge_task(core: Core, member: Member, task_ref: str, mode: str) -> dict[str, Any]:
+async def merge_task(core: Services, member: Member, task_ref: str, mode: str) -> dict[str, Any]:
     """An owner merges an accepted task's attempt branch into the base (``ff`` or ``merge``):
     the attempt's work is committed first (authored by its member), conflicts are reported and
     nothing is forced. Audited; a notice in the room says what happened."""
@@ -338,7 +338,7 @@ async def merge_task(core: Core, member: Member, task_ref: str, mode: str) -> di
         return project, task, row, author
 
     project, task, row, author = await core.db.read(read)
-    workspace = ws_actions.workspace_of(core.settings, project)
+    workspace = workspace_actions.workspace_of(core.settings, project)
     name = f"{author.display_name} ({author.handle})" if author else "Project Room"
     email = f"{author.handle if author else 'room'}@{NOREPLY_DOMAIN}"
     title = f"{task.key}: {task.title}"[:200]
@@ -354,9 +354,9 @@ async def merge_task(core: Core, member: Member, task_ref: str, mode: str) -> di
         )  # fmt: skip
         return committed, merged
 
-    async with ws_actions.git_lock(core, project_id):
+    async with workspace_actions.git_lock(core, project_id):
         committed, result = await asyncio.to_thread(run)
-    ws_actions.forget_info(core, project_id)
+    workspace_actions.forget_info(core, project_id)
     done = result.outcome in ("fast_forward", "merged", "up_to_date")
 
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
@@ -409,7 +409,7 @@ def _merge_notice(member: Member, key: str, branch: str, result: worktrees.Merge
 # -- evidence against the attempt -----------------------------------------------------------------
 
 
-async def evidence_root(core: Core, project_id: int, task_ref: str | int) -> str | None:
+async def evidence_root(core: Services, project_id: int, task_ref: str | int) -> str | None:
     """Where a task's cited files live: its attempt's worktree while it is not merged, else
     the project's workspace."""
 
@@ -426,10 +426,10 @@ async def evidence_root(core: Core, project_id: int, task_ref: str | int) -> str
         return row.path
     if project is None:
         return None
-    return str(ws_actions.workspace_of(core.settings, project))
+    return str(workspace_actions.workspace_of(core.settings, project))
 
 
-async def check_artifacts_unchanged(core: Core, project_id: int, task_ref: str | int) -> None:
+async def check_artifacts_unchanged(core: Services, project_id: int, task_ref: str | int) -> None:
     """Re-hash every artifact cited for the task's current revision; a changed or missing file
     refuses with ``artifact_changed`` naming it (review and acceptance call this)."""
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from room.actions.members import announce_members
 from room.actions.projects import check_display_name, check_handle
-from room.effects import CloseAgentSockets
 from room.errors import AuthError, ConflictError, NotFoundError
-from room.models import Member, User
+from room.rules.effects import CloseAgentSockets
+from room.rules.entities import Member, User
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import auth as auth_store

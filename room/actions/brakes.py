@@ -7,8 +7,8 @@ import sqlite3
 from typing import Any
 
 from room.actions.notices import insert_notice
-from room.core import Core
-from room.effects import WakeProject
+from room.rules.effects import WakeProject
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store
@@ -72,11 +72,11 @@ def count_external_turn(conn: sqlite3.Connection, tx: Tx, project_id: int, cap: 
         trip(conn, tx, project_id, "agent_turn_cap", {"agent_turns": count, "cap": cap})
 
 
-async def trip_brake(core: Core, project_id: int, reason: str, detail: dict[str, Any]) -> None:
+async def trip_brake(core: Services, project_id: int, reason: str, detail: dict[str, Any]) -> None:
     await core.db.write(lambda conn, tx: trip(conn, tx, project_id, reason, detail))
 
 
-async def clear_brake(core: Core, project_id: int, human_member_id: int) -> dict[str, Any]:
+async def clear_brake(core: Services, project_id: int, human_member_id: int) -> dict[str, Any]:
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         # Archived and trashed projects are read-only: a clearing notice would change the
         # messages the trash snapshot hashed.

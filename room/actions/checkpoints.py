@@ -19,11 +19,11 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from room.rules.transcripts import clip, first_line, tool_digest, turn_records
 from room.store import Tx
 from room.store import checkpoints as checkpoints_store
 from room.store import tasks as tasks_store
 from room.store import turns as turns_store
-from room.transcripts import clip, first_line, tool_digest, turn_records
 
 CUT_OFF = {
     "cancelled": "一位成员停止了这一轮",

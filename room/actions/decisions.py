@@ -25,10 +25,11 @@ from room.actions import memory as memory_actions
 from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
 from room.actions.messages import annotate_message
-from room.core import Core
-from room.effects import FollowUp
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
-from room.models import Member
+from room.rules.effects import FollowUp
+from room.rules.entities import Member
+from room.rules.tasks import AFTER_SYNC, TaskEvent, TaskState
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
@@ -36,7 +37,6 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.db import WriteJob
-from room.tasks import AFTER_SYNC, TaskEvent, TaskState
 
 MAX_TITLE_CHARS = 200
 MAX_TEXT_CHARS = 8000
@@ -125,7 +125,7 @@ def alternatives_of(raw: Any) -> list[dict[str, str]]:
 
 
 async def propose_decision(
-    core: Core,
+    core: Services,
     actor: Member,
     *,
     title: str,
@@ -220,7 +220,7 @@ def _supersede(
     fx.decisions.add(old_id)
 
 
-async def accept_decision(core: Core, actor: Member, number: int) -> dict[str, Any]:
+async def accept_decision(core: Services, actor: Member, number: int) -> dict[str, Any]:
     """A person accepts a proposed decision (and retires the one it supersedes)."""
     if actor.kind != "human":
         raise ForbiddenError(
@@ -511,7 +511,7 @@ def _change_result(
 
 
 def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
-    """The send path's hook (:data:`room.core.SendHook`): a person's message that starts with
+    """The send path's hook (:data:`room.services.SendHook`): a person's message that starts with
     ``/change`` (after any leading whitespace) revises the requirement once it is stored, as a
     write of its own. An empty change is refused before the send; a change that fails later
     (a task key that does not exist) is answered with a notice under the message."""
@@ -551,13 +551,13 @@ def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
     return follow_up
 
 
-def register(core: Core) -> None:
+def register(core: Services) -> None:
     """Hook the requirement change onto the send path."""
     core.send_hooks.append(change_hook)
 
 
 async def mark_requirement_change(
-    core: Core, member: Member, message_id: int, task_keys: list[str] | None
+    core: Services, member: Member, message_id: int, task_keys: list[str] | None
 ) -> dict[str, Any]:
     """The UI action: a person marks an existing message as a requirement change."""
 

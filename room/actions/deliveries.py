@@ -1,7 +1,7 @@
 """Writes of the delivery ledger: moving rows, handing them to sessions and to external agents'
 sockets, and what those agents report back (docs/architecture.md, "The delivery ledger").
 
-Every move follows :mod:`room.ledger` (its transition table and its one dispatch rule) and is
+Every move follows :mod:`room.rules.ledger` (its transition table and its one dispatch rule) and is
 announced to the project's subscribers as an ephemeral ``delivery`` frame after the commit.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Sequence
 
-from room import ledger
 from room.actions.messages import publish_deliveries
-from room.core import Core
-from room.ledger import DeliveryState, Reason
+from room.rules import ledger
+from room.rules.ledger import DeliveryState, Reason
+from room.services import Services
 from room.store import Tx
 from room.store import deliveries as deliveries_store
 from room.store.deliveries import Inbound
@@ -42,7 +42,7 @@ def set_deliveries(
 
 
 def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> Reason | None:
-    """:func:`room.ledger.dispatch_blocker` on the facts as this transaction sees them (so a
+    """:func:`room.rules.ledger.dispatch_blocker` on the facts as this transaction sees them (so a
     pause committed a moment ago counts). A member that does not exist is treated as left."""
     facts = deliveries_store.dispatch_facts(conn, member_id)
     if facts is None:
@@ -79,11 +79,11 @@ def claim(conn: sqlite3.Connection, tx: Tx, member_id: int) -> list[Inbound]:
     return deliveries_store.inbound_by_ids(conn, [row[0] for row in moved])
 
 
-async def release_claimed(core: Core, member_id: int, ids: Sequence[int], code: Reason) -> None:
+async def release_claimed(core: Services, member_id: int, ids: Sequence[int], code: Reason) -> None:
     await core.db.write(lambda conn, tx: release(conn, tx, member_id, ids, code))
 
 
-async def offer(core: Core, member_id: int, handoff: str) -> list[Inbound]:
+async def offer(core: Services, member_id: int, handoff: str) -> list[Inbound]:
     """Pending deliveries handed to an external agent's socket (still pending until receipt);
     only while dispatch is open, each to one socket."""
 
@@ -121,7 +121,7 @@ def confirm(
     return own
 
 
-async def socket_lost(core: Core, member_id: int, handoff: str) -> int:
+async def socket_lost(core: Services, member_id: int, handoff: str) -> int:
     """An external agent's socket closed: hand-offs it never confirmed become ``unknown``."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> int:

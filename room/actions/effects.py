@@ -1,4 +1,4 @@
-"""The one dispatcher of committed effects (:mod:`room.effects`).
+"""The one dispatcher of committed effects (:mod:`room.rules.effects`).
 
 The database calls :func:`apply` on the event loop with the effects of each committed job, in
 commit order; nothing else publishes a stored change, wakes an agent for a delivery or drops the
@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 
 from room.actions import presence, unread
-from room.core import Core
-from room.effects import (
+from room.infra.hub import CLOSE_SIGNED_OUT
+from room.rules.effects import (
     Broadcast,
     CloseAgentSockets,
     CutMember,
@@ -23,14 +23,14 @@ from room.effects import (
     Wake,
     WakeProject,
 )
-from room.hub import CLOSE_SIGNED_OUT
+from room.services import Services
 
 log = logging.getLogger(__name__)
 
 NEW_MESSAGE = '{"type":"message",'  # a new message's event (room.store.messages.event_frame)
 
 
-def apply(core: Core, effects: list[Effect]) -> None:
+def apply(core: Services, effects: list[Effect]) -> None:
     """Carry out one committed job's effects, in the order it recorded them. One that fails is
     logged and the rest still run (a failed publish must not cost the wake after it)."""
     for effect in effects:
@@ -40,7 +40,7 @@ def apply(core: Core, effects: list[Effect]) -> None:
             log.exception("carrying out %s failed", type(effect).__name__)
 
 
-def _apply_one(core: Core, effect: Effect) -> None:
+def _apply_one(core: Services, effect: Effect) -> None:
     hub = core.hub
     match effect:
         case Publish(project_id, seq, frame):
@@ -67,7 +67,7 @@ def _apply_one(core: Core, effect: Effect) -> None:
             _follow_up(core, effect)
 
 
-def _follow_up(core: Core, effect: FollowUp) -> None:
+def _follow_up(core: Services, effect: FollowUp) -> None:
     def done(result: object, error: BaseException | None) -> None:
         if error is None:
             return

@@ -1,8 +1,8 @@
 """Project lifecycle: pause, resume, archive, trash, restore, purge — people only
 (docs/lifecycle.md).
 
-The pure table in ``room.lifecycle`` decides; this module carries decisions out and audits every
-attempt, allowed or refused (a refused attempt changes nothing else). Stops are honest:
+The pure table in ``room.rules.lifecycle`` decides; this module carries decisions out and audits
+every attempt, allowed or refused (a refused attempt changes nothing else). Stops are honest:
 
 1. write ``stopping`` (admission and wake-ups are blocked from this commit on),
 2. ask every running turn of the project to stop,
@@ -33,11 +33,11 @@ from room.actions import tasks as task_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
 from room.actions.notices import insert_notice
-from room.core import Core
-from room.effects import Broadcast, PresenceChanged, WakeProject
 from room.errors import BadRequestError, ConflictError, NotFoundError
-from room.ledger import OPEN_STATES, DeliveryState, Reason
-from room.lifecycle import (
+from room.rules.effects import Broadcast, PresenceChanged, WakeProject
+from room.rules.entities import Member, Project
+from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
+from room.rules.lifecycle import (
     Decision,
     PendingStop,
     Procedure,
@@ -46,11 +46,11 @@ from room.lifecycle import (
     decide,
     finish_stop,
 )
-from room.models import Member, Project
-from room.ops import project_for, project_frame
-from room.portfolio import parse_hours
-from room.protocol import encode
-from room.research import GateFailure
+from room.rules.ops import project_for, project_frame
+from room.rules.portfolio import parse_hours
+from room.rules.protocol import encode
+from room.rules.research import GateFailure
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
@@ -138,7 +138,7 @@ def _audit(
     )
 
 
-async def load(core: Core, project_id: int) -> Project:
+async def load(core: Services, project_id: int) -> Project:
     project = await core.db.read(lambda conn: projects_store.get(conn, project_id))
     if project is None:
         raise NotFoundError("no such project", code="no_project")
@@ -152,7 +152,7 @@ def decision_for(project: Project, op: str, actor: Member) -> Decision[ProjectSt
     return decide(ProjectState(project.state), ProjectOp(op), actor_kind(actor), pending=pending)
 
 
-async def refuse(core: Core, actor: Member, project: Project, op: str, reason: str) -> None:
+async def refuse(core: Services, actor: Member, project: Project, op: str, reason: str) -> None:
     await core.db.write(
         lambda conn, tx: _audit(
             conn, tx, actor, project.id, op, project.state, "refused", reason=reason
@@ -201,7 +201,7 @@ def check_extras(op: str, reason: str | None, actual_hours: Any) -> Extras:
 
 
 async def run(
-    core: Core,
+    core: Services,
     actor: Member,
     project_id: int,
     op: str,
@@ -236,7 +236,7 @@ async def run(
 
 
 async def _carry_out(
-    core: Core,
+    core: Services,
     actor: Member,
     project: Project,
     op: str,
@@ -315,7 +315,7 @@ def _direct(
 
 
 async def _stop_sequence(
-    core: Core,
+    core: Services,
     actor: Member,
     project: Project,
     op: str,

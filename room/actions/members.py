@@ -1,8 +1,8 @@
 """Member operations (human only): add an agent, pause, resume, stop current work, leave.
 
-Permission comes from the pure table in ``room.lifecycle`` (an owner may act on anyone, a human
-on themself, an agent never); every attempt, allowed or refused, is audited. Members change only
-while the project is open (active or paused), and a project always keeps one owner: the last
+Permission comes from the pure table in ``room.rules.lifecycle`` (an owner may act on anyone, a
+human on themself, an agent never); every attempt, allowed or refused, is audited. Members change
+only while the project is open (active or paused), and a project always keeps one owner: the last
 owner can neither leave nor give up the role.
 """
 
@@ -16,14 +16,14 @@ from room.actions import tasks as task_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.notices import insert_notice
 from room.actions.projects import AgentSpec, insert_agent
-from room.core import Core
-from room.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged, Wake
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
-from room.ledger import OPEN_STATES, DeliveryState, Reason
-from room.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
-from room.models import Member
-from room.ops import members_frame, viewer_kind
-from room.protocol import encode
+from room.rules.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged, Wake
+from room.rules.entities import Member
+from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
+from room.rules.lifecycle import ActorKind, MemberOp, MemberStatus, decide_member
+from room.rules.ops import members_frame, viewer_kind
+from room.rules.protocol import encode
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import auth as auth_store
@@ -52,7 +52,7 @@ def announce_members(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None:
     tx.emit(Broadcast(project_id, encode(members_frame(project_id, members, state))))
 
 
-async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> Member:
+async def add_agent(core: Services, actor: Member, spec: AgentSpec, driver: str) -> Member:
     if not actor.is_owner:
         raise ForbiddenError("only a project owner adds members", code="not_owner")
     project_id = actor.project_id
@@ -86,7 +86,7 @@ async def add_agent(core: Core, actor: Member, spec: AgentSpec, driver: str) -> 
     return await core.db.write(job)
 
 
-async def member_op(core: Core, actor: Member, target_id: int, op: str) -> dict[str, Any]:
+async def member_op(core: Services, actor: Member, target_id: int, op: str) -> dict[str, Any]:
     """Run ``op`` (pause, resume, stop, leave) on a member; refused attempts change nothing but
     the audit log."""
     project_id = actor.project_id
@@ -243,7 +243,7 @@ def _move(
     return len(ids)
 
 
-async def set_role(core: Core, actor: Member, target_id: int, role: str) -> dict[str, Any]:
+async def set_role(core: Services, actor: Member, target_id: int, role: str) -> dict[str, Any]:
     """Grant or withdraw the owner role of a person (owners only; never the last owner)."""
     project_id = actor.project_id
 

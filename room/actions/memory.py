@@ -15,14 +15,14 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from room import injection, records
-from room.core import Core
-from room.effects import Broadcast
 from room.errors import ConflictError, ForbiddenError, NotFoundError
-from room.lifecycle import ActorKind, ProjectState, posting_open
-from room.models import Member, iso
-from room.protocol import encode
-from room.records import RecordError
+from room.rules import injection, records
+from room.rules.effects import Broadcast
+from room.rules.entities import Member, iso
+from room.rules.lifecycle import ActorKind, ProjectState, posting_open
+from room.rules.protocol import encode
+from room.rules.records import RecordError
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
@@ -294,7 +294,7 @@ def archive_entry_in(
 
 
 async def add_entry(
-    core: Core, actor: Member, kind: str, raw: Mapping[str, Any], *, turn_id: int | None = None
+    core: Services, actor: Member, kind: str, raw: Mapping[str, Any], *, turn_id: int | None = None
 ) -> dict[str, Any]:
     """Add an entry; returns its wire object."""
 
@@ -305,7 +305,7 @@ async def add_entry(
 
 
 async def edit_entry(
-    core: Core, actor: Member, entry_id: int, rev: int | None, changes: Mapping[str, Any]
+    core: Services, actor: Member, entry_id: int, rev: int | None, changes: Mapping[str, Any]
 ) -> dict[str, Any]:
     return await core.db.write(
         lambda conn, tx: entry_wire(conn, edit_entry_in(conn, tx, actor, entry_id, rev, changes))
@@ -313,14 +313,14 @@ async def edit_entry(
 
 
 async def set_summary(
-    core: Core, actor: Member, rev: int | None, sections: Mapping[str, Any]
+    core: Services, actor: Member, rev: int | None, sections: Mapping[str, Any]
 ) -> dict[str, Any]:
     return await core.db.write(
         lambda conn, tx: entry_wire(conn, set_summary_in(conn, tx, actor, rev, sections))
     )
 
 
-async def archive_entry(core: Core, actor: Member, entry_id: int) -> dict[str, Any]:
+async def archive_entry(core: Services, actor: Member, entry_id: int) -> dict[str, Any]:
     return await core.db.write(
         lambda conn, tx: entry_wire(conn, archive_entry_in(conn, tx, actor, entry_id))
     )

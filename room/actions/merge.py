@@ -1,7 +1,7 @@
 """Merging another project's records into this one (docs/packs.md, "Merge").
 
 Memory records and decisions of the source are copied into the target unless the target already
-has the same record: facts and conventions by normalized text (:func:`room.packs.normalized`),
+has the same record: facts and conventions by normalized text (:func:`room.rules.packs.normalized`),
 decisions by their current decision text (a copied decision keeps its number when the target
 has none by that number, else takes the next one: renumbered), progress by time, session
 (the author's handle), stage and text, session-log entries by time and summary, references by
@@ -17,10 +17,10 @@ import json
 import sqlite3
 from typing import Any
 
-from room import records
 from room.actions import memory as memory_actions
 from room.errors import BadRequestError, ConflictError, NotFoundError
-from room.packs import normalized, progress_key
+from room.rules import records
+from room.rules.packs import normalized, progress_key
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import projects as projects_store

@@ -21,13 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from room import ledger
-from room import mentions as mention_rules
 from room.actions import attachments as attachment_actions
 from room.actions import unread
-from room.attachments import wire as attachment_wire
-from room.core import Core, ProjectRoster
-from room.effects import Broadcast, Publish, Wake
 from room.errors import (
     BadRequestError,
     ConflictError,
@@ -37,10 +32,15 @@ from room.errors import (
     RateLimitedError,
     TxnConflictError,
 )
-from room.lifecycle import ActorKind, ProjectState, posting_open
-from room.models import Member
-from room.protocol import encode
-from room.render import plain_text, render
+from room.rules import ledger
+from room.rules import mentions as mention_rules
+from room.rules.attachments import wire as attachment_wire
+from room.rules.effects import Broadcast, Publish, Wake
+from room.rules.entities import Member
+from room.rules.lifecycle import ActorKind, ProjectState, posting_open
+from room.rules.protocol import encode
+from room.rules.render import plain_text, render
+from room.services import ProjectRoster, Services
 from room.store import Appends, Tx
 from room.store import attachments as attachments_store
 from room.store import brakes as brakes_store
@@ -182,7 +182,7 @@ def _digest(
     return hashlib.blake2b(head + body.encode(), digest_size=16).hexdigest()
 
 
-def check_body(core: Core, body: str, has_attachments: bool = False) -> str:
+def check_body(core: Services, body: str, has_attachments: bool = False) -> str:
     if not body.strip() and not has_attachments:
         raise BadRequestError("a message needs some text", code="empty_body")
     if len(body) > core.settings.max_body_chars:
@@ -198,7 +198,7 @@ SendDone = Callable[[Ack | None, BaseException | None], None]
 
 
 def submit_send(
-    core: Core, sender: Member, roster: ProjectRoster, **kwargs: Any
+    core: Services, sender: Member, roster: ProjectRoster, **kwargs: Any
 ) -> asyncio.Future[Ack]:
     """Validate and queue a send; the future resolves with the ack after its commit.
 
@@ -210,7 +210,7 @@ def submit_send(
 
 
 def queue_send(
-    core: Core, sender: Member, roster: ProjectRoster, on_done: SendDone, **kwargs: Any
+    core: Services, sender: Member, roster: ProjectRoster, on_done: SendDone, **kwargs: Any
 ) -> None:
     """:func:`submit_send` that calls ``on_done(ack, error)`` after the commit instead of
     resolving a future (a connection's sends: no future, no extra loop turn per ack)."""
@@ -219,7 +219,7 @@ def queue_send(
 
 
 def _send_job(
-    core: Core,
+    core: Services,
     sender: Member,
     roster: ProjectRoster,
     *,
@@ -246,7 +246,7 @@ def _send_job(
     html = render(body)
     digest = _digest(body, reply_to, chips, as_plain_text, files)
     # What other parts of the server do with a message once it is stored (a requirement
-    # change): registered on the core, each runs as its own write after this one commits.
+    # change): registered on the services, each runs as its own write after this one commits.
     follow_ups = [make for hook in core.send_hooks if (make := hook(sender, body))]
     project_id = sender.project_id
     txn_key = ("txn", sender.id, client_txn_id)
@@ -294,7 +294,7 @@ def _send_job(
 
 
 def check_draft(
-    core: Core,
+    core: Services,
     sender: Member,
     roster: ProjectRoster,
     body: str,
@@ -518,7 +518,7 @@ def _reply_excerpt(
 
 def excerpt_of(row: dict[str, Any]) -> dict[str, Any]:
     """The quote a reply carries of the message it answers: its author and seq and its text as
-    plain words (``room.render.plain_text``); nothing of a deleted message's text."""
+    plain words (``room.rules.render.plain_text``); nothing of a deleted message's text."""
     if row["deleted_at"] is not None:
         return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": "", "deleted": True}
     return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": plain_text(row["body"])}
@@ -542,14 +542,14 @@ def _requote_replies(conn: sqlite3.Connection, message_id: int) -> None:
 
 
 async def send_message(
-    core: Core, sender: Member, *, client_txn_id: str, body: str, **kwargs: Any
+    core: Services, sender: Member, *, client_txn_id: str, body: str, **kwargs: Any
 ) -> Ack:
     roster = await core.rosters.get(sender.project_id)
     return await submit_send(core, sender, roster, client_txn_id=client_txn_id, body=body, **kwargs)
 
 
 async def edit_message(
-    core: Core, editor: Member, message_id: int, body: str, *, as_plain_text: bool = False
+    core: Services, editor: Member, message_id: int, body: str, *, as_plain_text: bool = False
 ) -> dict[str, Any]:
     """Edit one's own message. The old text is kept (the original and the latest
     earlier versions, :data:`room.store.messages.MAX_EDIT_VERSIONS` in all); newly mentioned
@@ -614,7 +614,7 @@ async def edit_message(
     return await core.db.write(job)
 
 
-async def delete_message(core: Core, actor: Member, message_id: int) -> dict[str, Any]:
+async def delete_message(core: Services, actor: Member, message_id: int) -> dict[str, Any]:
     """Delete one's own message: the text leaves the timeline (kept in the edit history) and
     deliveries not yet handed over are cancelled."""
     project_id = actor.project_id
@@ -732,7 +732,7 @@ def publish_update(
     return result
 
 
-async def mark_read(core: Core, member: Member, seq: int) -> int | None:
+async def mark_read(core: Services, member: Member, seq: int) -> int | None:
     """Move ``member``'s read cursor to ``seq`` (never back). Past the chatter rate the write is
     deferred, not refused: the newest cursor of the wait is written when it ends (None now), so
     the last one always lands however many tabs send them."""
@@ -743,7 +743,7 @@ async def mark_read(core: Core, member: Member, seq: int) -> int | None:
     return await _write_read(core, member, seq)
 
 
-async def mark_unread(core: Core, member: Member, seq: int) -> int:
+async def mark_unread(core: Services, member: Member, seq: int) -> int:
     """ "Mark as unread": move ``member``'s read cursor back to ``seq`` (the seq before the first
     message to show as unread). Past the chatter rate it is refused (``rate_limited``), not
     deferred: it is a person's deliberate act. A forward cursor still waiting out the rate is
@@ -757,7 +757,7 @@ async def mark_unread(core: Core, member: Member, seq: int) -> int:
     return await _write_read(core, member, seq, back=True)
 
 
-def _defer_read(core: Core, member: Member, seq: int, wait_ms: int) -> None:
+def _defer_read(core: Services, member: Member, seq: int, wait_ms: int) -> None:
     waiting = core.deferred_reads.get(member.id)
     if waiting is not None:
         core.deferred_reads[member.id] = (member, max(seq, waiting[1]))
@@ -780,7 +780,7 @@ def _defer_read(core: Core, member: Member, seq: int, wait_ms: int) -> None:
     task.add_done_callback(core.background.discard)
 
 
-async def _write_read(core: Core, member: Member, seq: int, *, back: bool = False) -> int:
+async def _write_read(core: Services, member: Member, seq: int, *, back: bool = False) -> int:
     project_id = member.project_id
 
     def job(conn: sqlite3.Connection, tx: Tx) -> int:
@@ -814,7 +814,7 @@ async def _write_read(core: Core, member: Member, seq: int, *, back: bool = Fals
     return cursor
 
 
-def typing(core: Core, member: Member, active: bool, exclude: Any = None) -> None:
+def typing(core: Services, member: Member, active: bool, exclude: Any = None) -> None:
     """Ephemeral: never stored, never replayed; past the chatter rate, dropped (a hint only)."""
     if core.chatter.take((member.id, "typing")):
         return

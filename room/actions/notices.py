@@ -6,7 +6,7 @@ import sqlite3
 from typing import Any
 
 from room.actions.messages import append_message
-from room.render import render
+from room.rules.render import render
 from room.store import Tx
 
 

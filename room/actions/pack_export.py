@@ -1,8 +1,8 @@
-"""Exporting a project as a pack (docs/packs.md; the format is :mod:`room.packs`).
+"""Exporting a project as a pack (docs/packs.md; the format is :mod:`room.rules.packs`).
 
 One project's rows are streamed out of one read transaction (a consistent snapshot), part by
 part, ``EXPORT_FETCH`` rows at a time: memory stays flat however large the project. The import
-is :mod:`room.actions.packs`.
+is :mod:`room.actions.pack_import`.
 
 Rows are encoded by ``orjson`` straight to UTF-8 bytes: the same text as the standard library's
 compact encoder with ``ensure_ascii=False`` (a float may be spelled ``1e16`` for ``1e+16``, the
@@ -21,9 +21,10 @@ from typing import IO, Any
 
 import orjson
 
-from room import __version__, blobs
+from room import __version__
 from room.errors import NotFoundError, StorageError
-from room.packs import (
+from room.infra import blobs
+from room.rules.packs import (
     FILE_CHUNK_BYTES,
     FILE_COLUMNS,
     FILES_PART,

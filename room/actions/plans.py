@@ -1,13 +1,13 @@
 """Plans: a project's goal delivered to its lead, a plan validated as a whole and stored as tasks,
 and the start of a plan-first plan.
 
-A plan is checked by the pure :func:`room.plans.validate_plan` against the project's members as
-they are inside the write job, so nothing is stored unless the whole plan is valid. A later plan
-adds tasks to the project: its keys must be new, and its items may depend on existing tasks by
-key. Every task starts ``waiting`` (history: ``created``) and settles at once: tasks whose
-dependencies are all accepted become ``ready`` and are dispatched to their owners — unless the
-project is in plan-first mode (``projects.settings_json`` ``plan_first: true``), where the plan's
-tasks are held and nothing is dispatched until a person starts the plan.
+A plan is checked by the pure :func:`room.rules.plans.validate_plan` against the project's members
+as they are inside the write job, so nothing is stored unless the whole plan is valid. A later plan
+adds tasks to the project: its keys must be new, and its items may depend on existing tasks by key.
+Every task starts ``waiting`` (history: ``created``) and settles at once: tasks whose dependencies
+are all accepted become ``ready`` and are dispatched to their owners — unless the project is in
+plan-first mode (``projects.settings_json`` ``plan_first: true``), where the plan's tasks are held
+and nothing is dispatched until a person starts the plan.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import sqlite3
 from typing import Any
 
 from room.actions import tasks as task_actions
-from room.core import Core
 from room.errors import ForbiddenError, NotFoundError
-from room.lifecycle import MemberStatus
-from room.models import Member
-from room.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
+from room.rules.entities import Member
+from room.rules.lifecycle import MemberStatus
+from room.rules.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
+from room.rules.tasks import TaskState
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store
@@ -28,7 +29,6 @@ from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
-from room.tasks import TaskState
 
 GOAL_TXN = "goal-{project_id}"
 REQUIREMENT_TITLE = "项目需求 (Project requirement)"
@@ -215,11 +215,11 @@ def store_plan(
 
 
 async def submit_plan(
-    core: Core, actor: Member, raw: Any, *, start: bool | None = None
+    core: Services, actor: Member, raw: Any, *, start: bool | None = None
 ) -> dict[str, Any]:
     """A person or the lead agent submits a plan (``{"goal", "items"}``); all or nothing.
 
-    Raises :class:`room.plans.PlanInvalidError` listing every problem, with nothing stored.
+    Raises :class:`room.rules.plans.PlanInvalidError` listing every problem, with nothing stored.
     ``start`` (people only) overrides plan-first mode for this plan.
     """
     if actor.kind == "agent" and actor.role != "lead":
@@ -239,7 +239,7 @@ async def submit_plan(
     return await core.db.write(job)
 
 
-async def start_plan(core: Core, actor: Member, plan_id: int | None = None) -> dict[str, Any]:
+async def start_plan(core: Services, actor: Member, plan_id: int | None = None) -> dict[str, Any]:
     """A person starts plan-first plans (one, or every unstarted one): their tasks are released
     and those already ``ready`` are dispatched to their owners."""
     if actor.kind != "human":

@@ -2,7 +2,7 @@
 
 Owners edit a project's timeline, summary and dependencies (refused with ``not_owner`` for
 anyone else, ``project_closed`` once the project is archived, complete, abandoned or trashed);
-every change is audited. The scan runs the pure rules of ``room.portfolio`` over every project
+every change is audited. The scan runs the pure rules of ``room.rules.portfolio`` over every project
 on the server, writes each finding into its project's risk log, and posts one notice in a project
 for each *new* 🔴 finding (a finding that stands from scan to scan is not announced again).
 """
@@ -15,11 +15,11 @@ import sqlite3
 import unicodedata
 from typing import Any
 
-from room import portfolio as pf
 from room.actions.notices import insert_notice
-from room.core import Core
 from room.errors import ForbiddenError, NotFoundError
-from room.models import Member
+from room.rules import portfolio as pf
+from room.rules.entities import Member
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import portfolio as portfolio_store
@@ -68,7 +68,7 @@ def timeline_wire(conn: sqlite3.Connection, project_id: int, today: Any) -> dict
 
 
 async def update_timeline(
-    core: Core, actor: Member, project_id: int, data: dict[str, Any]
+    core: Services, actor: Member, project_id: int, data: dict[str, Any]
 ) -> dict[str, Any]:
     """Change the timeline (start, estimated end, hours, milestones) as an owner sent it: a field
     left out keeps its value, ``milestones`` when given replaces the whole list."""
@@ -103,7 +103,7 @@ def clean_summary(text: str) -> str:
     return flat
 
 
-async def set_summary(core: Core, actor: Member, project_id: int, text: str) -> dict[str, Any]:
+async def set_summary(core: Services, actor: Member, project_id: int, text: str) -> dict[str, Any]:
     """The one-line summary the index shows (verb + object + purpose)."""
     _require_owner(actor)
     value = clean_summary(text)
@@ -146,7 +146,7 @@ def _dependency(item: Any, index: int) -> tuple[str, int | None, str]:
 
 
 async def set_dependencies(
-    core: Core, actor: Member, project_id: int, items: list[Any]
+    core: Services, actor: Member, project_id: int, items: list[Any]
 ) -> dict[str, Any]:
     """Replace what the project depends on: other projects, skills, external projects."""
     _require_owner(actor)
@@ -178,7 +178,7 @@ async def set_dependencies(
 
 
 async def set_task_dates(
-    core: Core, actor: Member, project_id: int, key: str, start: Any, end: Any
+    core: Services, actor: Member, project_id: int, key: str, start: Any, end: Any
 ) -> dict[str, Any]:
     """A task's estimated start and end (owners only; either may be cleared with null)."""
     _require_owner(actor)
@@ -257,11 +257,11 @@ def scan_wire(result: dict[str, Any], visible: set[int] | None) -> dict[str, Any
     }
 
 
-async def run_scan(core: Core) -> dict[str, Any]:
+async def run_scan(core: Services) -> dict[str, Any]:
     return await core.db.write(scan_job)
 
 
-async def daily_scans(core: Core, period: float = RISK_SCAN_PERIOD_SECS) -> None:
+async def daily_scans(core: Services, period: float = RISK_SCAN_PERIOD_SECS) -> None:
     """The optional daily scan (setting ``risk_scan_daily``): once at start, then every day."""
     while True:
         try:

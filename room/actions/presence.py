@@ -1,10 +1,10 @@
 """Presence: who is here now, told to each project's subscribers (docs/protocol.md, "Presence").
 
-People are here while they have a socket open (``room.hub`` counts them by user); agents by
+People are here while they have a socket open (``room.infra.hub`` counts them by user); agents by
 what their session does (``core.agents.running_members``), their external sockets
 (``core.inboxes``), their status and the project's state; the rule is the pure
-:func:`room.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers get
-a ``presence`` frame with the members whose presence changed since they were last told (the
+:func:`room.rules.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers
+get a ``presence`` frame with the members whose presence changed since they were last told (the
 ``subscribed`` frame has the whole map). Nothing is stored: presence is memory, rebuilt by
 reconnecting clients.
 """
@@ -14,16 +14,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from room.core import Core, ProjectRoster
-from room.ops import OFFLINE, presence_of
-from room.protocol import encode
+from room.rules.ops import OFFLINE, presence_of
+from room.rules.protocol import encode
+from room.services import ProjectRoster, Services
 from room.store import members as members_store
 from room.store import projects as projects_store
 
 log = logging.getLogger(__name__)
 
 
-def snapshot(core: Core, project_id: int, roster: ProjectRoster, state: str) -> dict[str, str]:
+def snapshot(core: Services, project_id: int, roster: ProjectRoster, state: str) -> dict[str, str]:
     """Every current member's presence, by member id (as a string, like other maps on the
     wire)."""
     running = set(core.agents.running_members(project_id))
@@ -44,7 +44,7 @@ def snapshot(core: Core, project_id: int, roster: ProjectRoster, state: str) -> 
 PRESENCE_EVERY_SECS = 0.5  # a project's presence is announced at most this often
 
 
-def schedule(core: Core, project_id: int) -> None:
+def schedule(core: Services, project_id: int) -> None:
     """Presence in ``project_id`` may have changed: tell its subscribers — at once, then at most
     every ``PRESENCE_EVERY_SECS`` while changes keep coming (a thousand people arriving make a
     few frames, not a thousand)."""
@@ -59,7 +59,7 @@ def schedule(core: Core, project_id: int) -> None:
     task.add_done_callback(core.background.discard)
 
 
-async def _announcer(core: Core, project_id: int) -> None:
+async def _announcer(core: Services, project_id: int) -> None:
     try:
         await asyncio.sleep(0)  # let the changes of this loop turn land first
         while project_id in core.presence_due:
@@ -70,7 +70,7 @@ async def _announcer(core: Core, project_id: int) -> None:
         core.presence_running.discard(project_id)
 
 
-async def _announce(core: Core, project_id: int) -> bool:
+async def _announce(core: Services, project_id: int) -> bool:
     """Send what changed since the subscribers were last told; True if a frame went out."""
     if not core.hub.subscriber_count(project_id):
         core.presence_told.pop(project_id, None)  # the next subscriber gets it whole
@@ -98,7 +98,7 @@ async def _announce(core: Core, project_id: int) -> bool:
     return True
 
 
-async def person_changed(core: Core, user_id: int) -> None:
+async def person_changed(core: Services, user_id: int) -> None:
     """A person came online or went offline: every project they are in hears of it."""
     try:
         projects = await core.db.read(lambda conn: members_store.projects_of_user(conn, user_id))

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from room.actions.turns import WORK_LIMITS, limits_of
-from room.core import Core
 from room.errors import ForbiddenError
-from room.models import Member
+from room.rules.entities import Member
+from room.services import Services
 from room.settings import Settings
 from room.store import Tx
 from room.store import audit as audit_store
@@ -48,12 +48,14 @@ def _usable(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
-async def read_settings(core: Core, project_id: int) -> dict[str, Any]:
+async def read_settings(core: Services, project_id: int) -> dict[str, Any]:
     stored = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
     return settings_wire(core.settings, stored)
 
 
-async def change_settings(core: Core, actor: Member, changes: Mapping[str, Any]) -> dict[str, Any]:
+async def change_settings(
+    core: Services, actor: Member, changes: Mapping[str, Any]
+) -> dict[str, Any]:
     """Apply an owner's ``changes`` (already validated: keys of :data:`SETTING_KEYS`; in
     ``limits`` a ``None`` goes back to the server's default). People only, owners only."""
     project_id = actor.project_id

@@ -10,11 +10,11 @@ import regex
 
 from room.actions import plans as plan_actions
 from room.actions import tenancy
-from room.actions import workspaces as ws_actions
-from room.core import Core
+from room.actions import workspaces as workspace_actions
 from room.errors import BadRequestError, ConflictError
-from room.mentions import EVERYONE_NAMES, HUMANS_NAMES
-from room.models import AGENT_ROLES, Project, User
+from room.rules.entities import AGENT_ROLES, Project, User
+from room.rules.mentions import EVERYONE_NAMES, HUMANS_NAMES
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
@@ -199,7 +199,7 @@ def insert_agent(conn: sqlite3.Connection, tx: Tx, project_id: int, spec: AgentS
 
 
 async def create_project(
-    core: Core,
+    core: Services,
     creator: User,
     *,
     name: str,
@@ -213,7 +213,7 @@ async def create_project(
     starts it. A ``workspace`` another live project holds is refused in the write that creates
     the project (``workspace_in_use``, :mod:`room.actions.tenancy`)."""
     name = check_project_name(name)
-    workspace = await ws_actions.checked_workspace(core.settings, workspace)
+    workspace = await workspace_actions.checked_workspace(core.settings, workspace)
     specs = agents if agents is not None else [AgentSpec("lead", "lead", "负责人")]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Project:

@@ -27,13 +27,13 @@ from typing import Any
 from room.actions import attachments as attachment_actions
 from room.actions import attempts as attempt_actions
 from room.actions.lifecycle import decision_for, load, refuse
-from room.core import Core
-from room.effects import Broadcast, RosterChanged
 from room.errors import ConflictError, RoomError
-from room.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
-from room.models import Member, Project
-from room.ops import project_frame
-from room.protocol import encode
+from room.rules.effects import Broadcast, RosterChanged
+from room.rules.entities import Member, Project
+from room.rules.lifecycle import ProjectOp, ProjectState, check_purge_request, finish_purge
+from room.rules.ops import project_frame
+from room.rules.protocol import encode
+from room.services import Services
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
@@ -246,7 +246,7 @@ def preview(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, 
     return {"delete": delete, "keep": kept}
 
 
-async def cleanup_preview(core: Core, project_id: int) -> dict[str, Any]:
+async def cleanup_preview(core: Services, project_id: int) -> dict[str, Any]:
     data = core.settings.data
     # A read connection is query-only; the preview counts inside a rolled-back savepoint.
     result = await core.db.write(lambda conn, tx: preview(conn, project_id, data))
@@ -259,7 +259,7 @@ async def cleanup_preview(core: Core, project_id: int) -> dict[str, Any]:
 
 
 async def purge(
-    core: Core,
+    core: Services,
     actor: Member,
     project_id: int,
     *,
@@ -303,7 +303,7 @@ PURGEABLE = frozenset({ProjectState.TRASHED.value, ProjectState.PURGE_BLOCKED.va
 
 
 async def _run(
-    core: Core, actor: Member, project: Project, steps: Sequence[PurgeStep]
+    core: Services, actor: Member, project: Project, steps: Sequence[PurgeStep]
 ) -> dict[str, Any]:
     project_id = project.id
     data = core.settings.data
@@ -327,7 +327,7 @@ async def _run(
     }
 
 
-async def _begin(core: Core, actor: Member, project_id: int) -> set[str]:
+async def _begin(core: Services, actor: Member, project_id: int) -> set[str]:
     """Start (or resume) a run: the names of the steps an earlier run already finished.
     Refused when the project left the purgeable states meanwhile."""
     started = await core.db.write(partial(_start, actor=actor, project_id=project_id))
@@ -377,7 +377,7 @@ def _start(conn: sqlite3.Connection, tx: Tx, *, actor: Member, project_id: int) 
 
 
 async def _run_steps(
-    core: Core, project_id: int, data: Path, steps: Sequence[PurgeStep]
+    core: Services, project_id: int, data: Path, steps: Sequence[PurgeStep]
 ) -> tuple[dict[str, Any], Failure | None]:
     """Each step in its own write, in order, until one fails: the counts of those that ran and
     the failure."""

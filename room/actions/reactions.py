@@ -15,10 +15,10 @@ import sqlite3
 from typing import Any
 
 from room.actions.messages import check_posting, publish_update
-from room.core import Core
 from room.errors import ConflictError, NotFoundError, RateLimitedError
-from room.models import Member
-from room.reactions import MAX_KINDS_PER_MESSAGE, check_emoji
+from room.rules.entities import Member
+from room.rules.reactions import MAX_KINDS_PER_MESSAGE, check_emoji
+from room.services import Services
 from room.store import Tx
 from room.store import messages as messages_store
 from room.store import reactions as reactions_store
@@ -27,7 +27,7 @@ REACTABLE_KINDS = frozenset({"chat", "system"})
 
 
 async def react(
-    core: Core, member: Member, message_id: int, emoji: str, *, remove: bool = False
+    core: Services, member: Member, message_id: int, emoji: str, *, remove: bool = False
 ) -> dict[str, Any]:
     """Add (or remove) ``member``'s ``emoji`` on a message of its project. Returns
     ``{"message_id", "reactions", "changed", "seq"}`` (``seq``: the event's, None if nothing

@@ -22,7 +22,7 @@ from room.actions import checkpoints
 from room.actions.deliveries import set_deliveries
 from room.actions.notices import insert_notice
 from room.actions.turns import final_txn
-from room.ledger import REASON_TEXTS, RECONCILE_FROM, DeliveryState, Reason
+from room.rules.ledger import REASON_TEXTS, RECONCILE_FROM, DeliveryState, Reason
 from room.store import Tx
 from room.store import checkpoints as checkpoints_store
 from room.store import deliveries as deliveries_store

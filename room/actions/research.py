@@ -1,7 +1,7 @@
 """Deep research runs: proposals, the approval card, the start gate, pause / resume / stop, the
 spend, revocation with the project's lifecycle and the restart reconcile (docs/research.md).
 
-The pure :mod:`room.research` decides (states, who, the gates); this module carries decisions
+The pure :mod:`room.rules.research` decides (states, who, the gates); this module carries decisions
 out in one write each, keeps the run's card in the timeline up to date (a system message whose
 ``meta.research`` the page renders as a card, updated in place with ``message_updated``) and
 audits every attempt, allowed or refused, with its actor. Only an authenticated person who
@@ -25,10 +25,9 @@ from room.actions.messages import annotate_message
 from room.actions.notices import insert_notice
 from room.actions.turns import limits_of
 from room.actions.workspaces import readable_target
-from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
-from room.models import Member, iso
-from room.research import (
+from room.rules.entities import Member, iso
+from room.rules.research import (
     ACTIVE,
     BUDGET_KEYS,
     BUDGET_MAX,
@@ -54,6 +53,7 @@ from room.research import (
     step_gate,
     transition,
 )
+from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store
@@ -241,7 +241,7 @@ def _may_propose(conn: sqlite3.Connection, member: Member) -> None:
 
 
 async def resolve_references(
-    core: Core, project_id: int, data: Mapping[str, Any]
+    core: Services, project_id: int, data: Mapping[str, Any]
 ) -> dict[int, ScopeRef]:
     """What each reference the proposal's scope names resolves to now: its kind, target and
     note, and for an absolute dir / file target its real path (resolved off the event loop and
@@ -262,7 +262,7 @@ async def resolve_references(
 
 
 def _still_resolved(
-    conn: sqlite3.Connection, core: Core, member: Member, refs: Mapping[int, ScopeRef]
+    conn: sqlite3.Connection, core: Services, member: Member, refs: Mapping[int, ScopeRef]
 ) -> None:
     """In the write: each reference still reads as it did when resolved (an edit in between
     would make the digest bind something nobody saw), and no absolute one is, lies inside or
@@ -284,7 +284,7 @@ def _still_resolved(
             )  # fmt: skip
 
 
-async def propose(core: Core, member: Member, data: Mapping[str, Any]) -> dict[str, Any]:
+async def propose(core: Services, member: Member, data: Mapping[str, Any]) -> dict[str, Any]:
     """A new proposal (revision 1) and its card in the timeline. A refusal is audited. Who may
     propose is checked before the references are resolved (a non-lead agent naming a bad
     reference is refused as not the lead, not told about the reference), and again in the
@@ -322,7 +322,7 @@ async def propose(core: Core, member: Member, data: Mapping[str, Any]) -> dict[s
 
 
 async def refused(
-    core: Core, actor: Member, research_id: int | None, action: str, code: str, **detail: Any
+    core: Services, actor: Member, research_id: int | None, action: str, code: str, **detail: Any
 ) -> None:
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
         _audit(conn, tx, actor, actor.project_id, action, "refused", research_id=research_id,
@@ -339,7 +339,7 @@ def _owner(member: Member) -> None:
 
 
 async def adjust(
-    core: Core, member: Member, research_id: int, rev: int, data: Mapping[str, Any]
+    core: Services, member: Member, research_id: int, rev: int, data: Mapping[str, Any]
 ) -> dict[str, Any]:
     """A new revision (the owner edited scope, members, budget or question): back to
     ``proposed``; any approval of an earlier revision no longer binds. The scope's references
@@ -383,7 +383,7 @@ def _same_rev(run: Mapping[str, Any], rev: int) -> None:
         )  # fmt: skip
 
 
-async def _guarded(core: Core, member: Member, research_id: int, action: str, job: Any) -> Any:
+async def _guarded(core: Services, member: Member, research_id: int, action: str, job: Any) -> Any:
     try:
         return await core.db.write(job)
     except (ConflictError, ForbiddenError) as exc:
@@ -392,7 +392,7 @@ async def _guarded(core: Core, member: Member, research_id: int, action: str, jo
 
 
 async def act(
-    core: Core,
+    core: Services,
     member: Member,
     research_id: int,
     event: str,
@@ -485,7 +485,7 @@ class GateRefusedError(ConflictError):
 
 
 async def _gate_refused(
-    core: Core, member: Member, research_id: int, exc: GateRefusedError
+    core: Services, member: Member, research_id: int, exc: GateRefusedError
 ) -> None:
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
         _audit(conn, tx, member, member.project_id, "gate", "refused", research_id=research_id,
@@ -499,7 +499,7 @@ async def _gate_refused(
 
 
 def tokens_left(
-    conn: sqlite3.Connection, core: Core, project_id: int, research_id: int
+    conn: sqlite3.Connection, core: Services, project_id: int, research_id: int
 ) -> int | None:
     """What the project's own token budget has left, less what other active runs reserved
     (None: the project has no token budget)."""
@@ -515,7 +515,7 @@ def tokens_left(
     return budget - used - reserved
 
 
-def budget_form(conn: sqlite3.Connection, core: Core, project_id: int) -> dict[str, Any]:
+def budget_form(conn: sqlite3.Connection, core: Services, project_id: int) -> dict[str, Any]:
     """What a proposal form offers: each budget item's suggested value (the
     ``research_budget_*`` settings, held to its cap and, for tokens, to what the project's own
     token budget has left, which the start gate would reserve) and its cap."""
@@ -528,7 +528,7 @@ def budget_form(conn: sqlite3.Connection, core: Core, project_id: int) -> dict[s
 
 
 def _start_failure(
-    conn: sqlite3.Connection, core: Core, run: Mapping[str, Any], now: float, *, resuming: bool
+    conn: sqlite3.Connection, core: Services, run: Mapping[str, Any], now: float, *, resuming: bool
 ) -> GateFailure | None:
     project = projects_store.get(conn, int(run["project_id"]))
     assert project is not None
@@ -719,7 +719,7 @@ def propose_flowback(
 
 
 async def settle_flowback(
-    core: Core, member: Member, item_id: int, decision: str
+    core: Services, member: Member, item_id: int, decision: str
 ) -> dict[str, Any]:
     """A person accepts (the finding becomes a fact in the project memory, written by that person,
     its sources kept) or rejects a proposed flowback."""

@@ -10,10 +10,9 @@ import sqlite3
 from typing import Any
 
 from room.actions.notices import insert_notice
-from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.models import AGENT_ROLES, Member
-from room.routing import (
+from room.rules.entities import AGENT_ROLES, Member
+from room.rules.routing import (
     SOURCE_LABELS,
     Pool,
     PoolPick,
@@ -21,6 +20,7 @@ from room.routing import (
     parse_model_id,
     validate_pool_pick,
 )
+from room.services import Services
 from room.store import Tx
 from room.store import members as members_store
 from room.store import projects as projects_store
@@ -76,7 +76,7 @@ def _parse_pool(value: str) -> Pool:
 
 
 async def change_route(
-    core: Core,
+    core: Services,
     actor: Member,
     *,
     scope: str,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from room.core import Core
 from room.errors import BadRequestError, NotFoundError, RateLimitedError
-from room.models import Member
-from room.searchtext import parse_query, parse_time
+from room.rules.entities import Member
+from room.rules.searchtext import parse_query, parse_time
+from room.services import Services
 from room.store import members as members_store
 from room.store import search as search_store
 
@@ -24,7 +24,7 @@ SETTLE_SECS = 0.5
 
 
 async def search(
-    core: Core,
+    core: Services,
     member: Member,
     q: str,
     *,
@@ -61,7 +61,7 @@ async def search(
     )
 
 
-async def settle_index(core: Core) -> bool:
+async def settle_index(core: Services) -> bool:
     """Wait (at most ``SETTLE_SECS``) for the messages' indexer to reach what was committed
     before now; False when it is further behind (or not running)."""
     if core.search_indexer is None:
@@ -69,7 +69,7 @@ async def settle_index(core: Core) -> bool:
     return await core.search_indexer.settle(SETTLE_SECS)
 
 
-async def _author(core: Core, project_id: int, by: int | str | None) -> int | None:
+async def _author(core: Services, project_id: int, by: int | str | None) -> int | None:
     """The author filter: a member id, or a handle (with or without ``@``) of this project."""
     if by is None or by == "":
         return None

@@ -3,10 +3,10 @@ the evidence they cite, and per-criterion reviews. Each is one write job through
 :func:`room.actions.tasks.fire`, which keeps the rules of the machine, the history and the
 audit trail in one place.
 
-Evidence: artifact paths are resolved and fingerprinted by the server (:mod:`room.evidence`) in a
-worker thread before the write job; messages must be live messages of the project; command
-results exist only as the runtime recorded them (:func:`record_command_result`), so a model can
-cite a command result by id but never create one.
+Evidence: artifact paths are resolved and fingerprinted by the server (:mod:`room.infra.evidence`)
+in a worker thread before the write job; messages must be live messages of the project; command
+results exist only as the runtime recorded them (:func:`record_command_result`), so a model can cite
+a command result by id but never create one.
 """
 
 from __future__ import annotations
@@ -21,17 +21,10 @@ from typing import Any
 from room.actions import attempts as attempt_actions
 from room.actions import tasks as task_actions
 from room.actions.workspaces import workspace_of
-from room.core import Core
 from room.errors import BadRequestError, ConflictError, ForbiddenError
-from room.evidence import Artifact, inspect_artifact
-from room.models import Member
-from room.store import Tx
-from room.store import members as members_store
-from room.store import messages as messages_store
-from room.store import projects as projects_store
-from room.store import tasks as tasks_store
-from room.store.tasks import TaskRow
-from room.tasks import (
+from room.infra.evidence import Artifact, inspect_artifact
+from room.rules.entities import Member
+from room.rules.tasks import (
     TaskEvent,
     TaskState,
     acceptance_complete,
@@ -40,6 +33,13 @@ from room.tasks import (
     missing_criteria,
     revision_after,
 )
+from room.services import Services
+from room.store import Tx
+from room.store import members as members_store
+from room.store import messages as messages_store
+from room.store import projects as projects_store
+from room.store import tasks as tasks_store
+from room.store.tasks import TaskRow
 
 COMMAND_TAIL_CHARS = 4000
 
@@ -82,7 +82,7 @@ class EvidenceInput:
 
 
 async def inspect_artifacts(
-    core: Core, project_id: int, paths: Sequence[str], task_ref: str | int | None = None
+    core: Services, project_id: int, paths: Sequence[str], task_ref: str | int | None = None
 ) -> list[Artifact]:
     """Resolve and fingerprint artifacts in a worker thread (never in the writer): inside the
     task's attempt worktree while it has one, else the project's workspace."""
@@ -173,7 +173,7 @@ def parse_event(name: str) -> TaskEvent:
 
 
 async def change_task(
-    core: Core,
+    core: Services,
     member: Member,
     task_ref: str | int,
     event_name: str,
@@ -237,7 +237,7 @@ async def change_task(
     return await core.db.write(job)
 
 
-async def _precheck(core: Core, member: Member, task_ref: str | int, event: TaskEvent) -> None:
+async def _precheck(core: Services, member: Member, task_ref: str | int, event: TaskEvent) -> None:
     """Refuse a caller who may not act on the task before reading any file for them (the write
     job checks again, against the state it commits on)."""
 
@@ -281,7 +281,7 @@ class CriterionVerdict:
 
 
 async def review_task(
-    core: Core, member: Member, task_ref: str | int, results: Sequence[CriterionVerdict]
+    core: Services, member: Member, task_ref: str | int, results: Sequence[CriterionVerdict]
 ) -> dict[str, Any]:
     """Record per-criterion verdicts on the task's current revision, then decide: any failure →
     ``request_changes``; every criterion passed on this revision → ``accept``; otherwise the task
@@ -416,7 +416,7 @@ def insert_command_result(
 
 
 async def record_command_result(
-    core: Core,
+    core: Services,
     member: Member,
     *,
     turn_id: int | None,

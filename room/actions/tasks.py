@@ -1,9 +1,9 @@
 """Task transitions: the one place a task changes state, and what follows from it.
 
 Every change goes through :func:`fire`, inside a write job: the pure machine
-(:func:`room.tasks.advance`) decides the new state; the row, a ``task_events`` history row and an
-``audit_events`` record (author, from, to, revision, note) are written; then what follows is done
-in the same transaction — dependencies settle (:func:`room.tasks.settle`), a task that becomes
+(:func:`room.rules.tasks.advance`) decides the new state; the row, a ``task_events`` history row and
+an ``audit_events`` record (author, from, to, revision, note) are written; then what follows is done
+in the same transaction — dependencies settle (:func:`room.rules.tasks.settle`), a task that becomes
 ``ready`` is dispatched to its owner, a submission is sent to its reviewer, requested changes go
 back to the owner. Messages that ask a member to act are system messages with a delivery row for
 each agent recipient (``pending``, or ``held`` while the member or project is paused), so the
@@ -25,25 +25,14 @@ from typing import Any
 
 from room.actions import memory as memory_actions
 from room.actions.messages import append_message, excerpt_of
-from room.core import Core
-from room.effects import Broadcast, Wake
 from room.errors import ConflictError, ForbiddenError, NotFoundError
-from room.ledger import initial_state
-from room.lifecycle import ActorKind, ProjectState, posting_open
-from room.models import Member, iso
-from room.protocol import encode
-from room.render import render
-from room.store import Tx
-from room.store import attempts as attempts_store
-from room.store import audit as audit_store
-from room.store import deliveries as deliveries_store
-from room.store import members as members_store
-from room.store import messages as messages_store
-from room.store import portfolio as portfolio_store
-from room.store import projects as projects_store
-from room.store import tasks as tasks_store
-from room.store.tasks import TaskRow
-from room.tasks import (
+from room.rules.effects import Broadcast, Wake
+from room.rules.entities import Member, iso
+from room.rules.ledger import initial_state
+from room.rules.lifecycle import ActorKind, ProjectState, posting_open
+from room.rules.protocol import encode
+from room.rules.render import render
+from room.rules.tasks import (
     NOTE_REQUIRED,
     TASK_EVENT_ACTORS,
     TaskActor,
@@ -57,6 +46,17 @@ from room.tasks import (
     settle,
     waiting_on,
 )
+from room.services import Services
+from room.store import Tx
+from room.store import attempts as attempts_store
+from room.store import audit as audit_store
+from room.store import deliveries as deliveries_store
+from room.store import members as members_store
+from room.store import messages as messages_store
+from room.store import portfolio as portfolio_store
+from room.store import projects as projects_store
+from room.store import tasks as tasks_store
+from room.store.tasks import TaskRow
 
 # Agent roles whose preset grants room_task_review (room.agents.presets): they may review any
 # task they do not own. A test keeps the two in step.
@@ -358,7 +358,7 @@ def fire(
 
     Guards beyond the table: ``start`` is refused while the task's plan waits to be started
     (plan-first); ``accept`` only when every criterion passed on the current revision. The caller
-    has already checked who may trigger the event (:func:`room.tasks.authorize`).
+    has already checked who may trigger the event (:func:`room.rules.tasks.authorize`).
     ``announce=False`` leaves the timeline message to the caller (a review posts its own).
     """
     event = TaskEvent(event)
@@ -662,5 +662,5 @@ def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str
     return tasks_store.digest_rows(conn, project_id)
 
 
-async def read_board(core: Core, project_id: int) -> dict[str, Any]:
+async def read_board(core: Services, project_id: int) -> dict[str, Any]:
     return await core.db.read(lambda conn: board(conn, project_id))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from room.errors import ConflictError
-from room.models import Project
+from room.rules.entities import Project
 from room.settings import Settings
 from room.store import members as members_store
 from room.store import projects as projects_store

@@ -14,15 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from room import ledger
 from room.actions import brakes as brake_actions
 from room.actions import checkpoints
 from room.actions.deliveries import claim, confirm, dispatch_blocker, release, set_deliveries
 from room.actions.messages import append_message
 from room.actions.notices import insert_notice
-from room.core import Core
-from room.ledger import DeliveryState, Reason
-from room.render import render
+from room.rules import ledger
+from room.rules.ledger import DeliveryState, Reason
+from room.rules.render import render
+from room.services import Services
 from room.settings import Settings
 from room.store import Tx
 from room.store import brakes as brakes_store
@@ -59,7 +59,7 @@ WORK_LIMITS = (
 )
 
 
-async def limits(core: Core, project_id: int) -> Limits:
+async def limits(core: Services, project_id: int) -> Limits:
     """The project's limits; a missing or unusable value falls back to the server's."""
     values = await core.db.read(lambda conn: projects_store.settings(conn, project_id))
     return limits_of(core.settings, values)
@@ -102,12 +102,12 @@ class TurnStart:
     blocked: Reason | None = None
 
 
-async def begin_turn(core: Core, member_id: int, cap: int) -> TurnStart:
+async def begin_turn(core: Services, member_id: int, cap: int) -> TurnStart:
     """Claim a member's pending deliveries and open a turn taking them in, in ONE write: the
-    dispatch rule (:func:`room.ledger.dispatch_blocker`) is checked once, here, so a pause or a
-    tripped brake committed a moment before is seen and nothing is claimed. The turn counts
-    toward the loop brake; the first one past ``cap`` trips it and takes nothing (the
-    deliveries stay ``pending``, dispatched once a person clears it)."""
+    dispatch rule (:func:`room.rules.ledger.dispatch_blocker`) is checked once, here, so a pause or
+    a tripped brake committed a moment before is seen and nothing is claimed. The turn counts toward
+    the loop brake; the first one past ``cap`` trips it and takes nothing (the deliveries stay
+    ``pending``, dispatched once a person clears it)."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> TurnStart:
         facts = deliveries_store.dispatch_facts(conn, member_id)
@@ -137,7 +137,7 @@ async def begin_turn(core: Core, member_id: int, cap: int) -> TurnStart:
     return await core.db.write(job)
 
 
-async def steer(core: Core, member_id: int, turn_id: int) -> list[Inbound]:
+async def steer(core: Services, member_id: int, turn_id: int) -> list[Inbound]:
     """Messages that arrived mid-turn, claimed and taken in at a step boundary in one write
     (nothing while dispatch is closed)."""
 
@@ -171,7 +171,7 @@ def _take(
 
 
 async def confirm_external(
-    core: Core,
+    core: Services,
     member_id: int,
     delivery_ids: Sequence[int],
     state: DeliveryState,
@@ -213,7 +213,7 @@ class ModelCall:
     consumed: list[tuple[int, str]] = field(default_factory=list)  # (delivery, mode)
 
 
-async def record_model_call(core: Core, call: ModelCall, budget: int | None) -> str | None:
+async def record_model_call(core: Services, call: ModelCall, budget: int | None) -> str | None:
     """Record one model call as it went (route observed, attempts, the usage the provider
     reported — also for a failed or stopped call, whose tokens count toward the budget too) and
     mark the deliveries it carried as consumed. Returns the brake reason if the token budget is
@@ -300,7 +300,7 @@ def _activity_line(entry: Mapping[str, Any]) -> str:
     return line
 
 
-async def mark_acting(core: Core, turn_id: int) -> None:
+async def mark_acting(core: Services, turn_id: int) -> None:
     """The turn is about to run a tool that acts (a command, a write, a message): recorded
     before it runs, so a crash while it runs never lets a restart run the turn again."""
 
@@ -313,7 +313,7 @@ async def mark_acting(core: Core, turn_id: int) -> None:
 
 
 async def record_tool_step(
-    core: Core,
+    core: Services,
     project_id: int,
     member_id: int,
     turn_id: int,
@@ -367,7 +367,7 @@ async def record_tool_step(
     await core.db.write(job)
 
 
-async def checkpoint_tools(core: Core, turn_id: int, pending: Sequence[str]) -> None:
+async def checkpoint_tools(core: Services, turn_id: int, pending: Sequence[str]) -> None:
     """The step's tool calls are about to run: a checkpoint names them, so a turn a restart cuts
     off mid-command says which call never finished."""
     await core.db.write(
@@ -376,7 +376,12 @@ async def checkpoint_tools(core: Core, turn_id: int, pending: Sequence[str]) -> 
 
 
 async def complete_turn(
-    core: Core, member_id: int, turn_id: int, steps: int, reply_message_id: int | None, text: str
+    core: Services,
+    member_id: int,
+    turn_id: int,
+    steps: int,
+    reply_message_id: int | None,
+    text: str,
 ) -> None:
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
         turns_store.append_transcript(
@@ -396,7 +401,7 @@ async def complete_turn(
 
 
 async def end_turn(
-    core: Core,
+    core: Services,
     project_id: int,
     member_id: int,
     turn_id: int,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from room.core import Core
-from room.protocol import encode
+from room.rules.protocol import encode
+from room.services import Services
 from room.store import messages as messages_store
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 UNREAD_EVERY_SECS = 0.5  # a busy project is recounted at most this often (the last change too)
 
 
-def schedule(core: Core, project_id: int, member_id: int | None = None) -> None:
+def schedule(core: Services, project_id: int, member_id: int | None = None) -> None:
     """The counts in ``project_id`` may have changed — for everyone in it (``member_id`` None),
     or for one member (their read cursor moved)."""
     wanted = core.unread_due.get(project_id, set())
@@ -42,7 +42,7 @@ def schedule(core: Core, project_id: int, member_id: int | None = None) -> None:
     task.add_done_callback(core.background.discard)
 
 
-async def _recounter(core: Core, project_id: int) -> None:
+async def _recounter(core: Services, project_id: int) -> None:
     """Recount at once, then at most every ``UNREAD_EVERY_SECS`` while changes keep coming: a
     busy project costs a few reads a second, not one per message."""
     try:
@@ -54,7 +54,7 @@ async def _recounter(core: Core, project_id: int) -> None:
         core.unread_running.discard(project_id)
 
 
-async def _recount(core: Core, project_id: int, only: set[int] | None) -> None:
+async def _recount(core: Services, project_id: int, only: set[int] | None) -> None:
     try:
         roster = await core.rosters.get(project_id)
     except Exception:
@@ -88,7 +88,7 @@ async def _recount(core: Core, project_id: int, only: set[int] | None) -> None:
         core.hub.to_person(user_id, encode(frame))
 
 
-def forget(core: Core, user_id: int) -> None:
+def forget(core: Services, user_id: int) -> None:
     """A person's last socket closed: what they were told no longer matters (a new page reads
     the counts from ``/api/me``)."""
     for key in [k for k in core.unread_told if k[0] == user_id]:

@@ -15,7 +15,7 @@ checked in the write transaction that stores the path.
 
 Git runs in worker threads, never in a write job and never on the send path: the wire
 ``workspace`` object (:func:`workspace_info`) is computed when a project is answered over HTTP
-(or subscribed to) and cached on the core until the workspace, a merge or an attempt changes it.
+(or subscribed to) and cached on the services until the workspace, a merge or an attempt changes it.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from room import worktrees
 from room.actions import tenancy
 from room.actions.tenancy import default_workspace, workspaces_folder
-from room.core import Core
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.git import Git
-from room.models import Member, Project
+from room.infra import worktrees
+from room.infra.git import Git
+from room.rules.entities import Member, Project
+from room.services import Services
 from room.settings import Settings
 from room.store import Tx
 from room.store import attempts as attempts_store
@@ -279,7 +279,7 @@ def _inspect(settings: Settings, git: Git, project: Project) -> dict[str, Any]:
     }
 
 
-async def workspace_info(core: Core, project: Project) -> dict[str, Any]:
+async def workspace_info(core: Services, project: Project) -> dict[str, Any]:
     """The project's ``workspace`` object on the wire (cached; git runs in a worker thread)."""
     cached = core.workspaces.get(project.id)
     if cached is not None and cached["path"] == str(
@@ -291,23 +291,23 @@ async def workspace_info(core: Core, project: Project) -> dict[str, Any]:
     return info
 
 
-def forget_info(core: Core, project_id: int) -> None:
+def forget_info(core: Services, project_id: int) -> None:
     core.workspaces.pop(project_id, None)
 
 
-def git_lock(core: Core, project_id: int) -> asyncio.Lock:
+def git_lock(core: Services, project_id: int) -> asyncio.Lock:
     lock = core.git_locks.get(project_id)
     if lock is None:
         lock = core.git_locks[project_id] = asyncio.Lock()
     return lock
 
 
-async def project_wire(core: Core, project: Project) -> dict[str, Any]:
+async def project_wire(core: Services, project: Project) -> dict[str, Any]:
     """``{"workspace": …}`` to merge into a project answered over HTTP or a subscription."""
     return {"workspace": await workspace_info(core, project)}
 
 
-async def set_workspace(core: Core, member: Member, raw: str | None) -> dict[str, Any]:
+async def set_workspace(core: Services, member: Member, raw: str | None) -> dict[str, Any]:
     """An owner sets the project's workspace (None: back to the default, which is always its
     own); audited. The path is resolved first, off the event loop; whether another live project
     holds it is checked in the write that stores it (``workspace_in_use``, 409)."""
@@ -346,7 +346,7 @@ async def set_workspace(core: Core, member: Member, raw: str | None) -> dict[str
 # -- where a member works -----------------------------------------------------------------------
 
 
-async def work_dir(core: Core, member: Member) -> WorkDir:
+async def work_dir(core: Services, member: Member) -> WorkDir:
     """Where ``member`` works now: the worktree of its in-progress task's latest open attempt,
     else the workspace in serial mode with the reason. The default workspace is made on first
     use."""

@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from room.models import Member
 from room.providers import ChatMessage
-from room.transcripts import TurnRecord, clip, first_line, tool_digest
+from room.rules.entities import Member
+from room.rules.transcripts import TurnRecord, clip, first_line, tool_digest
 
 MAX_LINE_CHARS = 2_000
 TRANSCRIPT_SHARE = 3  # the own-transcript section takes at most 1/3 of what is left

@@ -18,14 +18,14 @@ from room.actions import presence
 from room.actions import turns as turn_actions
 from room.agents.memory import MemorySession
 from room.agents.turn import Turn, TurnEnv
-from room.core import Core
-from room.injection import MEMORY_WRITE_TOOLS
+from room.rules.injection import MEMORY_WRITE_TOOLS
+from room.services import Services
 
 log = logging.getLogger(__name__)
 
 
 class ExternalDriver:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Services) -> None:
         self.core = core
 
     def takes(self, member_id: int) -> bool:

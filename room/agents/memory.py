@@ -3,7 +3,7 @@
 
 An in-process agent's session (:class:`room.agents.drivers.Session`) keeps one
 :class:`MemorySession`. Its first turn reads the project's memory and builds the labelled
-section (:func:`room.injection.build`, within ``memory_budget_bytes``); the session keeps that
+section (:func:`room.rules.injection.build`, within ``memory_budget_bytes``); the session keeps that
 text and the memory version it was built from, so every later turn's request starts with the
 very same bytes (a provider's prompt cache keeps working). When memory changed since (its
 version moved: an agent's checkpoint, a person's edit of the summary), a turn only gets the
@@ -16,7 +16,7 @@ say "memory changed" every turn). Nothing of it is stored in the database: after
 next turn builds the section again from the records themselves.
 
 The reminder: a turn that did real work (wrote files, ran commands, changed tasks) and wrote
-nothing to memory earns one short reminder (:class:`room.injection.Reminders`: at most three
+nothing to memory earns one short reminder (:class:`room.rules.injection.Reminders`: at most three
 per session, ten minutes apart, the count reset by a memory write of the member). It is never
 an extra model call: it rides on the next request of the session — the first request of the
 member's next turn — as a line after the section.
@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from room import injection as inj
-from room.core import Core
-from room.models import Member
+from room.rules import injection as inj
+from room.rules.entities import Member
+from room.services import Services
 from room.settings import Settings
 from room.store import memory as memory_store
 from room.store import tasks as tasks_store
@@ -70,7 +70,7 @@ class MemorySession:
         self.reminders = self.reminders.after_turn(now=now, work=work, recorded=recorded)
 
 
-async def records_text(core: Core, member: Member, session: MemorySession, now: float) -> str:
+async def records_text(core: Services, member: Member, session: MemorySession, now: float) -> str:
     """The records text of the turn starting now: the session's section (built now if the
     session is new), then the notice and the reminder it has earned, if any."""
     if session.expired(now):

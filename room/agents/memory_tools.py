@@ -15,15 +15,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from room import records
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
 from room.actions import search as search_actions
 from room.agents.task_tools import ALTERNATIVES_SPEC
 from room.agents.tools import Tool, ToolContext
 from room.errors import RoomError
-from room.models import iso
 from room.providers import ToolSpec
+from room.rules import records
+from room.rules.entities import iso
 from room.store import memory as memory_store
 from room.store import search as search_store
 from room.store import tasks as tasks_store

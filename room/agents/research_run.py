@@ -28,9 +28,7 @@ from room.actions import research as research_actions
 from room.agents.research_tools import SESSION_TOOLS
 from room.agents.tools import Toolbox, ToolContext, bad_arguments
 from room.agents.turn import route_for
-from room.core import Core
 from room.errors import ProviderError, RoomError
-from room.models import Member
 from room.providers import (
     CallMeter,
     ChatMessage,
@@ -39,7 +37,9 @@ from room.providers import (
     ProviderRegistry,
     ToolCall,
 )
-from room.research import READABLE_REFS, GateFailure, ResearchState
+from room.rules.entities import Member
+from room.rules.research import READABLE_REFS, GateFailure, ResearchState
+from room.services import Services
 from room.store import members as members_store
 from room.store import research as research_store
 from room.store import turns as turns_store
@@ -125,7 +125,7 @@ class ResearchRunner:
     """Runs started research (``core.research``). ``start`` is idempotent per run."""
 
     def __init__(
-        self, core: Core, registry: ProviderRegistry, *, closing: Callable[[], bool]
+        self, core: Services, registry: ProviderRegistry, *, closing: Callable[[], bool]
     ) -> None:
         self.core = core
         self.registry = registry

@@ -23,16 +23,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from room import files
 from room.actions import research as research_actions
 from room.actions import tenancy
 from room.actions.workspaces import readable_target, work_dir
 from room.agents.tools import Tool, ToolContext
 from room.agents.work_tools import WORK_TOOLS
 from room.errors import RoomError
-from room.fsroot import open_root
+from room.infra import files
+from room.infra.fsroot import open_root
 from room.providers import ToolSpec
-from room.research import (
+from room.rules.research import (
     MAX_QUESTION,
     READABLE_REFS,
     Proposal,
@@ -213,7 +213,7 @@ def _in_root(
     reference, no symlink at all: the file itself is the scope).
 
     The folder is then opened at exactly that real path, each component without following a
-    symlink (:func:`room.fsroot.open_root`): a component swapped for a link between the check
+    symlink (:func:`room.infra.fsroot.open_root`): a component swapped for a link between the check
     and the read — the reference may lie in a folder agents write — is refused, not followed."""
     assert ref.real is not None
     try:

@@ -12,10 +12,10 @@ from typing import Any
 from room.agents.drivers import ExternalDriver, InProcessDriver
 from room.agents.tools import BUILTIN_TOOLS, Tool, Toolbox, WorkEnv
 from room.agents.turn import TurnEnv, read_only_roles
-from room.core import Core
-from room.models import Member
+from room.infra.sandbox import Sandbox
 from room.providers import ProviderRegistry
-from room.sandbox import Sandbox
+from room.rules.entities import Member
+from room.services import Services
 from room.store import deliveries as deliveries_store
 
 STOP_CONFIRM_SECS = 5.0
@@ -31,7 +31,7 @@ class AgentSettings:
 class Scheduler:
     def __init__(
         self,
-        core: Core,
+        core: Services,
         registry: ProviderRegistry,
         settings: AgentSettings,
         tools: Mapping[str, Tool] = BUILTIN_TOOLS,

@@ -18,12 +18,12 @@ from room.actions import turns as turn_actions
 from room.actions.turns import Limits
 from room.agents.context import person_of, sender_label
 from room.agents.presets import MEMORY_WRITE_TOOLS, WRITE_TOOLS, preset_for
-from room.core import Core
-from room.diskuse import DiskMeter
 from room.errors import RoomError
-from room.models import Member
+from room.infra.diskuse import DiskMeter
+from room.infra.sandbox import Sandbox
 from room.providers import ToolSpec
-from room.sandbox import Sandbox
+from room.rules.entities import Member
+from room.services import Services
 from room.store import messages as messages_store
 
 HISTORY_MAX = 50
@@ -62,7 +62,7 @@ class TurnWork:
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    core: Core
+    core: Services
     member: Member
     turn_id: int
     call_id: str

@@ -43,11 +43,7 @@ from room.agents.tools import (
     bad_arguments,
     not_run_after_stop,
 )
-from room.attachments import with_attachments
-from room.core import Core
 from room.errors import ProviderError, RoomError
-from room.ledger import Reason
-from room.models import Member
 from room.providers import (
     STOP_MAX_TOKENS,
     CallMeter,
@@ -56,7 +52,12 @@ from room.providers import (
     ChatResult,
     ProviderRegistry,
 )
-from room.routing import Pool, PoolPick, ResolvedRoute, resolve_route
+from room.rules.attachments import with_attachments
+from room.rules.entities import Member
+from room.rules.ledger import Reason
+from room.rules.routing import Pool, PoolPick, ResolvedRoute, resolve_route
+from room.rules.transcripts import ToolStep, arguments_text, tool_digest, turn_records
+from room.services import Services
 from room.store import brakes as brakes_store
 from room.store import checkpoints as checkpoints_store
 from room.store import messages as messages_store
@@ -64,7 +65,6 @@ from room.store import projects as projects_store
 from room.store import routes as routes_store
 from room.store import turns as turns_store
 from room.store import usage as usage_store
-from room.transcripts import ToolStep, arguments_text, tool_digest, turn_records
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class TurnEnv:
     """What a turn runs with: the server's parts, its providers and tools, and whether the
     server is shutting down (a turn cancelled then is left ``running`` for the next start)."""
 
-    core: Core
+    core: Services
     registry: ProviderRegistry
     tools: Mapping[str, Tool]
     context_tokens: int
@@ -535,7 +535,7 @@ class Turn:
         )
 
 
-async def toolbox_for(core: Core, tools: Mapping[str, Tool], member: Member) -> Toolbox:
+async def toolbox_for(core: Services, tools: Mapping[str, Tool], member: Member) -> Toolbox:
     """The member's tools now: its preset's, less the write tools when the project's owner
     marked its role read-only."""
     project_id = member.project_id
@@ -561,18 +561,18 @@ def _metered(call: turn_actions.ModelCall, meter: CallMeter) -> None:
     call.usage_reported = meter.usage is not None
 
 
-async def brake_tripped(core: Core, project_id: int) -> bool:
+async def brake_tripped(core: Services, project_id: int) -> bool:
     brake = await core.db.read(lambda conn: brakes_store.brake(conn, project_id))
     return brake["tripped"] is not None
 
 
-async def route_for(core: Core, member: Member) -> ResolvedRoute:
+async def route_for(core: Services, member: Member) -> ResolvedRoute:
     """Resolved at every request, so a change applies from the next one."""
     config = await core.db.read(lambda conn: routes_store.settings(conn, member.project_id))
     return resolve_config(config, member)
 
 
-async def repeats_itself(core: Core, member: Member, text: str, reply_id: int | None) -> bool:
+async def repeats_itself(core: Services, member: Member, text: str, reply_id: int | None) -> bool:
     """The same final answer as one of the member's last three messages."""
     project_id = member.project_id
 

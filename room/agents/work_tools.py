@@ -2,14 +2,14 @@
 ``fs_read``, ``fs_search``, ``fs_write``, ``fs_edit``) and one command at a time (``shell``).
 See docs/agents.md for what each role gets and the error codes.
 
-Each runs where the member works now (:func:`room.actions.workspaces.work_dir`: its task
-attempt's worktree, or the workspace itself in ``serial`` mode, where the write tools and
-``shell`` take the project's one-writer lock). File operations are :mod:`room.files` in a worker
-thread; commands are :mod:`room.sandbox` as the start-up probe found it (:class:`WorkEnv`), with
-the project's ``network`` and ``unsandboxed`` settings and its limits. Every command is recorded
+Each runs where the member works now (:func:`room.actions.workspaces.work_dir`: its task attempt's
+worktree, or the workspace itself in ``serial`` mode, where the write tools and ``shell`` take the
+project's one-writer lock). File operations are :mod:`room.infra.files` in a worker thread; commands
+are :mod:`room.infra.sandbox` as the start-up probe found it (:class:`WorkEnv`), with the project's
+``network`` and ``unsandboxed`` settings and its limits. Every command is recorded
 (:func:`room.actions.task_updates.record_command_result`) and the model is told its
-``command_result_id`` to cite as evidence. Refusals are :class:`~room.errors.RoomError` s, which
-the toolbox turns into ``{"ok": false, "error": code, "message", "details"?}``.
+``command_result_id`` to cite as evidence. Refusals are :class:`~room.errors.RoomError` s, which the
+toolbox turns into ``{"ok": false, "error": code, "message", "details"?}``.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import Any
 
-from room import files
 from room.actions import task_updates as update_actions
 from room.actions import turns as turn_actions
 from room.actions.workspaces import WorkDir, work_dir
 from room.agents.tools import Tool, ToolContext, ToolReply
 from room.errors import RoomError
+from room.infra import files
+from room.infra.sandbox import FILE_BYTES, CommandLimits
 from room.providers import ToolSpec
-from room.sandbox import FILE_BYTES, CommandLimits
 from room.store import projects as projects_store
 
 MAX_COMMAND_CHARS = 8000

@@ -7,13 +7,16 @@ don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error'
 from room.api import (
     agents,
     attachments,
-    base,
     lifecycle,
     memory,
+    messages,
     packs,
     portfolio,
+    projects,
+    requests,
     research,
     search,
+    server,
     tasks,
     workspaces,
 )
@@ -21,14 +24,17 @@ from room.api import (
 __all__ = [
     "agents",
     "attachments",
-    "base",
     "endpoints",
     "lifecycle",
     "memory",
+    "messages",
     "packs",
     "portfolio",
+    "projects",
+    "requests",
     "research",
     "search",
+    "server",
     "tasks",
     "workspaces",
 ]
@@ -36,7 +42,9 @@ __all__ = [
 # The member role endpoint must come before the generic member operation endpoint, the task
 # diff and merge endpoints before the generic task event endpoint.
 endpoints = [
-    *base.endpoints,
+    *server.endpoints,
+    *projects.endpoints,
+    *messages.endpoints,
     *lifecycle.endpoints,
     *agents.endpoints,
     *workspaces.endpoints,

@@ -29,11 +29,11 @@ from room.actions.projects import AgentSpec
 from room.agents import Scheduler
 from room.agents.presets import PRESETS
 from room.agents.turn import resolve_config
-from room.api.base import body_of, core_of, identity, member_in, path_id
+from room.api.requests import body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.models import iso
-from room.ops import member_for
-from room.routing import SOURCE_LABELS
+from room.rules.entities import iso
+from room.rules.ops import member_for
+from room.rules.routing import SOURCE_LABELS
 from room.store import Tx
 from room.store import brakes as brakes_store
 from room.store import checkpoints as checkpoints_store

@@ -17,12 +17,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from room import blobs
 from room.actions import attachments as attachment_actions
-from room.api.base import core_of, identity, member_in, path_id
-from room.attachments import ATTACHMENT_CSP, disposition, served_type, shows_inline
-from room.bodies import body_into
+from room.api.requests import core_of, identity, member_in, path_id
 from room.errors import BadRequestError, NotFoundError
+from room.infra import blobs
+from room.infra.bodies import body_into
+from room.rules.attachments import ATTACHMENT_CSP, disposition, served_type, shows_inline
 from room.store import attachments as attachments_store
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from starlette.routing import Route
 from room.actions import lifecycle as lifecycle_actions
 from room.actions import members as member_actions
 from room.actions import purge as purge_actions
-from room.api.base import body_of, core_of, identity, member_in, path_id
+from room.api.requests import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError
 
 

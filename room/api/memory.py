@@ -17,19 +17,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from room import records
 from room.actions import memory as memory_actions
-from room.api.base import MAX_JSON_BYTES, core_of, identity, json_object, member_in, path_id
+from room.api.requests import MAX_JSON_BYTES, core_of, identity, json_object, member_in, path_id
 from room.auth import Identity
-from room.core import Core
 from room.errors import (
     BadRequestError,
     ForbiddenError,
     NotFoundError,
     PayloadTooLargeError,
 )
-from room.models import Member
-from room.records import RecordError
+from room.rules import records
+from room.rules.entities import Member
+from room.rules.records import RecordError
+from room.services import Services
 from room.store import memory as memory_store
 
 DEFAULT_PAGE = 50
@@ -74,7 +74,7 @@ async def _member_of_entry(request: Request, *, mutation: bool) -> tuple[Member,
 
 
 async def _json(request: Request) -> dict[str, Any]:
-    """The body as an object (:func:`room.api.base.json_object`); a body past the request limit
+    """The body as an object (:func:`room.api.requests.json_object`); a body past the request limit
     is a record too large (nothing is stored)."""
     try:
         return await json_object(request)
@@ -100,7 +100,7 @@ def _rev(data: dict[str, Any], *, required: bool = True) -> int | None:
     return rev
 
 
-def _stale_days(core: Core) -> int:
+def _stale_days(core: Services) -> int:
     # The setting belongs to the injection (memory_stale_days); 14 until it is there.
     return int(getattr(core.settings, "memory_stale_days", 14))
 

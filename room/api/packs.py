@@ -21,11 +21,10 @@ from starlette.routing import Route
 
 from room.actions import lifecycle as lifecycle_actions
 from room.actions import merge as merge_actions
-from room.actions import pack_export
-from room.actions import packs as pack_actions
-from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
+from room.actions import pack_export, pack_import
+from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, PayloadTooLargeError, RoomError
-from room.models import Member
+from room.rules.entities import Member
 from room.store.migrate import connect
 
 # The largest pack an upload may be (a 1,000,000-message project is about 1 GiB).
@@ -95,14 +94,14 @@ async def import_project(request: Request) -> Response:
         if size == 0:
             raise BadRequestError("send the pack as the request body", code="empty_body")
         importer = who.user
-        options = pack_actions.ImportOptions(
+        options = pack_import.ImportOptions(
             importer=importer, name=name, data=core.settings.data,
             attachment_quota=core.settings.attachment_project_bytes,
         )  # fmt: skip
 
         def job(conn, tx):  # type: ignore[no-untyped-def]
             with path.open("rb") as pack:
-                return pack_actions.import_pack(conn, tx, pack_actions.read_lines(pack), options)
+                return pack_import.import_pack(conn, tx, pack_import.read_lines(pack), options)
 
         result = await core.db.write(job)
     finally:
@@ -126,7 +125,7 @@ async def fork_project(request: Request) -> Response:
     if name is not None and (not name or "/" in name or "\n" in name):
         raise BadRequestError("a project name is one line, without '/'", code="bad_project_name")
     result = await core.db.write(
-        lambda conn, tx: pack_actions.fork_project(conn, tx, project_id, member.id, name)
+        lambda conn, tx: pack_import.fork_project(conn, tx, project_id, member.id, name)
     )
     return JSONResponse(result, status_code=201)
 

@@ -16,14 +16,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from room import portfolio as pf
 from room.actions import portfolio as portfolio_actions
 from room.actions import tasks as task_actions
-from room.actions import workspaces as ws_actions
-from room.api.base import body_of, core_of, identity, member_in, path_id
-from room.core import Core
+from room.actions import workspaces as workspace_actions
+from room.api.requests import body_of, core_of, identity, member_in, path_id
 from room.errors import ForbiddenError
-from room.models import Member, iso
+from room.rules import portfolio as pf
+from room.rules.entities import Member, iso
+from room.services import Services
 from room.store import members as members_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
@@ -36,7 +36,7 @@ class _In(BaseModel):
 
 
 class TimelineIn(_In):
-    # Checked by room.portfolio.parse_timeline, which names the field and the rule it broke.
+    # Checked by room.rules.portfolio.parse_timeline, which names the field and the rule it broke.
     start: Any = None
     end: Any = None
     hours_estimated: Any = None
@@ -182,7 +182,7 @@ async def gantt_md(request: Request) -> Response:
     return Response(await core_of(request).db.read(read), media_type=MARKDOWN)
 
 
-async def _rows(core: Core, ids: set[int]) -> list[pf.IndexRow]:
+async def _rows(core: Services, ids: set[int]) -> list[pf.IndexRow]:
     def read(conn: Any) -> tuple[list[Any], list[pf.PortfolioProject], dict[int, str], set[int]]:
         projects = [p for p in (projects_store.get(conn, i) for i in sorted(ids)) if p]
         found = portfolio_store.portfolio(conn, ids)
@@ -194,7 +194,7 @@ async def _rows(core: Core, ids: set[int]) -> list[pf.IndexRow]:
     return [
         pf.IndexRow(
             project=p,
-            folder=str(ws_actions.workspace_of(core.settings, by_id[p.id])),
+            folder=str(workspace_actions.workspace_of(core.settings, by_id[p.id])),
             summary=summaries.get(p.id, ""),
             reason=by_id[p.id].state_reason,
             red=p.id in red,

@@ -18,10 +18,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room.actions import research as research_actions
-from room.api.base import core_of, identity, json_object, member_in, path_id
+from room.api.requests import core_of, identity, json_object, member_in, path_id
 from room.auth import Identity
 from room.errors import BadRequestError, ForbiddenError, NotFoundError
-from room.models import Member
+from room.rules.entities import Member
 from room.store import research as research_store
 
 

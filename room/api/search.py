@@ -7,7 +7,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room.actions import search as search_actions
-from room.api.base import core_of, identity, member_in, path_id
+from room.api.requests import core_of, identity, member_in, path_id
 from room.errors import BadRequestError
 from room.store.search import DEFAULT_LIMIT, MAX_LIMIT
 

@@ -24,19 +24,19 @@ from room.actions import plans as plan_actions
 from room.actions import portfolio as portfolio_actions
 from room.actions import task_updates as update_actions
 from room.actions import tasks as task_actions
-from room.actions import workspaces as ws_actions
-from room.api.base import RowId, body_of, core_of, identity, member_in, path_id
+from room.actions import workspaces as workspace_actions
+from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import NotFoundError
-from room.evidence import verify_artifact
-from room.models import Member, Project, iso
-from room.portfolio import today_of
+from room.infra.evidence import verify_artifact
+from room.rules.entities import Member, Project, iso
+from room.rules.portfolio import today_of
+from room.rules.tasks import TaskState
 from room.store import members as members_store
 from room.store import memory as memory_store
 from room.store import messages as messages_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
-from room.tasks import TaskState
 
 MAX_ITEMS = task_actions.MAX_EVIDENCE_ITEMS
 
@@ -121,7 +121,7 @@ async def get_board(request: Request) -> Response:
         )
 
     project, board = await core.db.read(read)
-    workspace = str(ws_actions.workspace_of(core.settings, project)) if project else None
+    workspace = str(workspace_actions.workspace_of(core.settings, project)) if project else None
     await asyncio.to_thread(_verify, workspace, board)
     await attempt_actions.add_diff_stats(core, board["tasks"])
     return JSONResponse(board)
@@ -240,7 +240,7 @@ async def status_md(request: Request) -> Response:
     if project is None:
         raise NotFoundError("no such project", code="no_project")
     # The workspace's commit (`git log --oneline -1`), read off the loop and cached.
-    head = (await ws_actions.workspace_info(core, project)).get("head")
+    head = (await workspace_actions.workspace_info(core, project)).get("head")
     now = time.time()
 
     def read(conn: Any) -> str:

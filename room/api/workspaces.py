@@ -11,14 +11,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room.actions import attempts as attempt_actions
-from room.actions import workspaces as ws_actions
-from room.api.base import body_of, core_of, identity, member_in, path_id
-from room.models import Member
+from room.actions import workspaces as workspace_actions
+from room.api.requests import body_of, core_of, identity, member_in, path_id
+from room.rules.entities import Member
 
 
 class WorkspaceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    path: str | None = Field(default=None, max_length=ws_actions.MAX_PATH_CHARS)
+    path: str | None = Field(default=None, max_length=workspace_actions.MAX_PATH_CHARS)
 
 
 class MergeIn(BaseModel):
@@ -34,7 +34,7 @@ async def _member(request: Request, *, mutation: bool = False) -> Member:
 async def put_workspace(request: Request) -> Response:
     member = await _member(request, mutation=True)
     data: WorkspaceIn = await body_of(request, WorkspaceIn)
-    return JSONResponse(await ws_actions.set_workspace(core_of(request), member, data.path))
+    return JSONResponse(await workspace_actions.set_workspace(core_of(request), member, data.path))
 
 
 async def get_worktrees(request: Request) -> Response:

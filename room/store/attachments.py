@@ -1,4 +1,4 @@
-"""Attachment rows (``attachments``): one per upload; the bytes are ``room.blobs``'."""
+"""Attachment rows (``attachments``): one per upload; the bytes are ``room.infra.blobs``'."""
 
 from __future__ import annotations
 

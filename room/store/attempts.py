@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from room.models import iso
+from room.rules.entities import iso
 
 _COLUMNS = (
     "id, project_id, task_id, attempt, member_id, branch, path, base, fork_point, state, "

@@ -6,7 +6,7 @@ import hashlib
 import json
 import sqlite3
 
-from room.models import MEMBER_COLUMNS, USER_COLUMNS, Member, User
+from room.rules.entities import MEMBER_COLUMNS, USER_COLUMNS, Member, User
 
 
 def digest(secret: str) -> str:

@@ -7,7 +7,7 @@ import json
 import sqlite3
 from typing import Any
 
-from room.models import iso
+from room.rules.entities import iso
 from room.store.db import Tx
 
 

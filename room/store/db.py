@@ -11,7 +11,7 @@ Jobs submitted with ``appends=True`` (sends: the hot path) may leave their INSER
 table just before the commit, or earlier, as soon as a job that may read those tables comes next.
 
 After the commit, back on the event loop, the effects each job recorded with ``tx.emit``
-(:mod:`room.effects`: frames to publish, members to wake, a roster changed …) go to the one
+(:mod:`room.rules.effects`: frames to publish, members to wake, a roster changed …) go to the one
 sink the server installed (``Database(effects=…)``, :func:`room.actions.effects.apply`), job
 by job in commit order, and only then are the callers' futures resolved. Nothing is pushed
 before it is durable, and the hub sees a project's events in seq order.
@@ -32,8 +32,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from room.effects import Effect
 from room.errors import StorageError
+from room.rules.effects import Effect
 from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)

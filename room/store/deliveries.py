@@ -1,5 +1,5 @@
 """SQL of the delivery ledger: one row per (message, recipient). Every statement that reads or
-moves a delivery row is here; the rules the moves follow are :mod:`room.ledger`'s
+moves a delivery row is here; the rules the moves follow are :mod:`room.rules.ledger`'s
 (docs/architecture.md, "The delivery ledger")."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from room.attachments import wire as attachment_wire
-from room.ledger import ALLOWED_FROM, DeliveryState, Reason, detail_of, text_of
-from room.models import iso
+from room.rules.attachments import wire as attachment_wire
+from room.rules.entities import iso
+from room.rules.ledger import ALLOWED_FROM, DeliveryState, Reason, detail_of, text_of
 from room.store import attachments as attachments_store
 from room.store.db import Appends, BulkInsert
 
@@ -41,7 +41,7 @@ class Inbound:
     # What only agents read after the body: the tool call a notice asks for (the message's
     # ``meta.for_agents``; people see the body alone). See docs/agents.md.
     for_agents: str = ""
-    # The message's files (``room.attachments.wire``): read at their ``url`` with the token.
+    # The message's files (``room.rules.attachments.wire``): read at their ``url`` with the token.
     attachments: tuple[dict[str, Any], ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def insert_many(
     now: float,
     appends: Appends | None = None,
 ) -> None:
-    """``recipients`` are (member_id, initial state) — see :func:`room.ledger.initial_state`.
+    """``recipients`` are (member_id, initial state) — see :func:`room.rules.ledger.initial_state`.
     A state is bound as a plain ``str``: the driver adapts an enum member slowly."""
     rows = [
         (project_id, message_id, member_id, str(state), now, now) for member_id, state in recipients
@@ -375,7 +375,7 @@ def members_with_pending(conn: sqlite3.Connection) -> list[tuple[int, int]]:
 
 
 def dispatch_facts(conn: sqlite3.Connection, member_id: int) -> tuple[str, str, int, bool] | None:
-    """What :func:`room.ledger.dispatch_blocker` decides on, read inside the writer's
+    """What :func:`room.rules.ledger.dispatch_blocker` decides on, read inside the writer's
     transaction: (project state, member status, project id, brake tripped)."""
     row = conn.execute(
         "SELECT p.state, m.status, p.id, b.tripped IS NOT NULL FROM members m"

@@ -56,7 +56,7 @@ def open_index(db_path: Path) -> sqlite3.Connection:
 
 
 # The two columns of a message's row, in SQL: text that is all ASCII (as many characters as
-# bytes) is its own ``body`` and has no ``uni`` (what room.searchtext.index_texts returns for
+# bytes) is its own ``body`` and has no ``uni`` (what room.rules.searchtext.index_texts returns for
 # it), so most messages are indexed without a call into Python; the rest go through
 # room_index_text and room_index_unigrams.
 _ASCII = "length(body) = length(CAST(body AS BLOB))"

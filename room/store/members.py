@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import unicodedata
 
-from room.models import MEMBER_COLUMNS, Member
+from room.rules.entities import MEMBER_COLUMNS, Member
 
 
 def name_key(name: str) -> str:

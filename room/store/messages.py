@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from room.models import iso
+from room.rules.entities import iso
 from room.store.db import Appends, BulkInsert, chunks
 
 # The C implementation behind json.dumps(ensure_ascii=False) for one string.
@@ -31,7 +31,7 @@ def _encode_string(value: str) -> str:
     return _encode_basestring(value)
 
 
-# A message's kind as JSON, for the kinds there are (a time, from room.models.iso, needs no
+# A message's kind as JSON, for the kinds there are (a time, from room.rules.entities.iso, needs no
 # escaping either: digits and ``-:.TZ``).
 _KINDS = {kind: f'"{kind}"' for kind in ("chat", "system", "tool")}
 

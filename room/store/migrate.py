@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from room.errors import SchemaTooNewError, StorageError
-from room.searchtext import index_text, index_unigrams
+from room.rules.searchtext import index_text, index_unigrams
 from room.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Timelines, milestones, dependencies and the risk log (migration 0015_portfolio,
-docs/portfolio.md). Raw SQL; the rules themselves are in the pure ``room.portfolio``."""
+docs/portfolio.md). Raw SQL; the rules themselves are in the pure ``room.rules.portfolio``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from datetime import date
 from typing import Any
 
-from room.portfolio import Finding, Milestone, PortfolioProject, Timeline
+from room.rules.portfolio import Finding, Milestone, PortfolioProject, Timeline
 
 
 def _day(text: str | None) -> date | None:

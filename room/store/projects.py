@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from room.errors import ConflictError
-from room.models import PROJECT_COLUMNS, Project
+from room.rules.entities import PROJECT_COLUMNS, Project
 from room.store.db import Appends
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from room.reactions import summarise
+from room.rules.reactions import summarise
 
 
 def add(conn: sqlite3.Connection, message_id: int, emoji: str, member_id: int, now: float) -> bool:
@@ -38,7 +38,7 @@ def kinds(conn: sqlite3.Connection, message_id: int) -> set[str]:
 
 
 def of_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:
-    """The message's ``reactions`` wire value (room.reactions.summarise)."""
+    """The message's ``reactions`` wire value (room.rules.reactions.summarise)."""
     rows = conn.execute(
         "SELECT emoji, member_id FROM reactions WHERE message_id = :m"
         " ORDER BY created_at, member_id",

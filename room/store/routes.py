@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from room.models import iso
+from room.rules.entities import iso
 
 SCOPES = ("project", "role", "member", "pool", "pool_pick")
 

@@ -339,8 +339,9 @@ CREATE TABLE purge_steps (
 ) WITHOUT ROWID;
 """
 
-# Deliveries carry a machine reason code (room.ledger.Reason) next to the free-text reason. Rows
-# written before it get the code their text stands for; a text no code matches keeps a NULL code.
+# Deliveries carry a machine reason code (room.rules.ledger.Reason) next to the free-text reason.
+# Rows written before it get the code their text stands for; a text no code matches keeps a NULL
+# code.
 DELIVERY_REASON_CODES = """
 ALTER TABLE deliveries ADD COLUMN reason_code TEXT;
 UPDATE deliveries SET reason_code = CASE
@@ -399,7 +400,7 @@ CREATE INDEX transcript_turn ON transcript_entries(turn_id, id);
 
 # Full-text search (room.store.search, docs/search.md): the normalised text of every live message
 # (rowid = message id) and memory record (rowid = -search_records.id). Existing messages are
-# indexed here through room_index_text and room_index_unigrams (room.searchtext's functions).
+# indexed here through room_index_text and room_index_unigrams (room.rules.searchtext's functions).
 SEARCH = """
 CREATE VIRTUAL TABLE search_fts USING fts5(body, uni, tokenize = 'unicode61 remove_diacritics 2');
 

@@ -1,12 +1,12 @@
 """The full-text indexes (FTS5, BM25) over messages and memory records; docs/search.md.
 
 Messages are indexed in their own database file, ``search.sqlite`` beside the main one
-(:func:`index_path`), by the background indexer (:mod:`room.store.indexer`): ``message_fts``
-holds the normalised text (:func:`room.searchtext.index_texts`) of every live message up to the
-indexer's watermark, under the message's id as its rowid, so the send path writes nothing for
-it. Edits, deletes and purges queue the message in ``search_changes`` (:func:`message_changed`)
-in their own transaction; the indexer re-reads those messages. Readers attach the file as
-``ix`` (:func:`attach_index`).
+(:func:`index_path`), by the background indexer (:mod:`room.store.indexer`): ``message_fts`` holds
+the normalised text (:func:`room.rules.searchtext.index_texts`) of every live message up to the
+indexer's watermark, under the message's id as its rowid, so the send path writes nothing for it.
+Edits, deletes and purges queue the message in ``search_changes`` (:func:`message_changed`) in their
+own transaction; the indexer re-reads those messages. Readers attach the file as ``ix``
+(:func:`attach_index`).
 
 Memory records stay in the main file, written inside the caller's transaction: ``search_fts``
 holds each record under the negated id of its ``search_records`` row (which keeps the record's
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from room.errors import BadRequestError
-from room.models import iso
-from room.searchtext import index_texts, parse_query, snippet_html
+from room.rules.entities import iso
+from room.rules.searchtext import index_texts, parse_query, snippet_html
 from room.store.db import BulkInsert
 from room.store.migrate import attach
 
@@ -160,14 +160,14 @@ def search(
 ) -> dict[str, Any]:
     """Search one project's live messages and memory records (archived ones included).
 
-    Returns ``{"query", "results", "capped"}``, best first by BM25 (``rank``: higher is
-    better) among the newest ``RANK_WINDOW`` matches of each of messages and records (``capped``
-    when more matched), each
-    result ``{"kind", "id", "seq"/"message_id" or "record_id", "snippet_html", "author", "at",
-    "rank"}`` (docs/search.md). ``q`` is a person's query (:func:`room.searchtext.parse_query`:
-    :class:`~room.errors.BadQueryError` when there is nothing to look for); ``kinds`` limits the
-    kinds (unknown ones are ``unknown_kind``), ``author_id`` the author, ``since``/``until`` the
-    time (epoch seconds, inclusive), ``limit`` is clamped to 1–``MAX_LIMIT``.
+    Returns ``{"query", "results", "capped"}``, best first by BM25 (``rank``: higher is better)
+    among the newest ``RANK_WINDOW`` matches of each of messages and records (``capped`` when more
+    matched), each result ``{"kind", "id", "seq"/"message_id" or "record_id", "snippet_html",
+    "author", "at", "rank"}`` (docs/search.md). ``q`` is a person's query
+    (:func:`room.rules.searchtext.parse_query`: :class:`~room.errors.BadQueryError` when there is
+    nothing to look for); ``kinds`` limits the kinds (unknown ones are ``unknown_kind``),
+    ``author_id`` the author, ``since``/``until`` the time (epoch seconds, inclusive), ``limit`` is
+    clamped to 1–``MAX_LIMIT``.
     """
     query = parse_query(q)
     wanted = _kinds(kinds)

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from room.models import iso
+from room.rules.entities import iso
+from room.rules.tasks import OPEN_STATES, TaskState
 from room.store.schema_tasks import TASK_TABLES
-from room.tasks import OPEN_STATES, TaskState
 
 
 def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from room.models import iso
+from room.rules.entities import iso
 
 
 def insert_turn(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from room.models import iso
+from room.rules.entities import iso
 from room.store import brakes
 
 STOPPED = "stopped"  # error_code of a call abandoned because a person stopped the turn

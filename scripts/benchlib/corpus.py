@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from room.app import RoomServer
-from room.render import render
+from room.rules.render import render
 from room.settings import load_settings
 from room.store.messages import message_object
 from room.store.migrate import connect

@@ -1,4 +1,4 @@
-"""``room.files.search`` over a 10,000-file tree vs ``grep -rnE`` on the same tree, same run.
+"""``room.infra.files.search`` over a 10,000-file tree vs ``grep -rnE`` on the same tree, same run.
 
 The tree (built once per run in ``workdir``, seeded): 100 folders of 100 files, ~2 KB of
 Python-like text each, 1 % of them binary (a NUL in the first bytes), a root ``.gitignore``
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from benchlib.stats import Row
-from room import files
+from room.infra import files
 
 WORKLOAD = "file search"
 FOLDERS = 100

@@ -1,11 +1,11 @@
-"""Building the project records section every agent turn is given (``room.injection.build``).
+"""Building the project records section every agent turn is given (``room.rules.injection.build``).
 
 Three memories, each built ``ROUNDS`` times per sample and timed by the fastest of those (as
 ``timeit`` advises; garbage collection off), over ``SAMPLES`` distinct records:
 
 * ``fits``: about 62 KB of records that fit the default 64,000-byte budget whole (step 1) — the
   full-budget build the issue asks to keep at p99 ≤ 2 ms;
-* ``at every cap``: every kind at its cap in room.records (five 8 KiB summary sections, 32 KiB
+* ``at every cap``: every kind at its cap in room.rules.records (five 8 KiB summary sections, 32 KiB
   of decisions, 15 session entries of 7 KB): over the default budget, down to the decision heads;
 * the same memory under a 32,000-byte budget: every step down to the summary's hard cut (5).
 
@@ -22,8 +22,8 @@ import time
 from functools import partial
 from typing import Any
 
-from room import injection as inj
-from room.records import SUMMARY_SECTIONS
+from room.rules import injection as inj
+from room.rules.records import SUMMARY_SECTIONS
 
 SAMPLES = 300
 ROUNDS = 5
@@ -94,7 +94,7 @@ def make_records(
 
 
 #: (records shape, budget): a memory that fits the default budget, one at every cap of
-#: room.records (summary sections 8 KiB each, decisions 32 KiB, session entries up to 8 KiB),
+#: room.rules.records (summary sections 8 KiB each, decisions 32 KiB, session entries up to 8 KiB),
 #: and the same under half the budget, down to the summary's hard cut.
 CASES: dict[str, tuple[dict[str, int], int]] = {
     "fits": (

@@ -1,4 +1,4 @@
-r"""Benchmark of room.mentions.resolve on realistic 1 KB messages.
+r"""Benchmark of room.rules.mentions.resolve on realistic 1 KB messages.
 
 ``run()`` returns one row per roster size (median) plus one p99 row per size. Messages are
 distinct, seeded, ~1 KB of UTF-8 mixing Chinese and English prose, mentions (valid, typos,
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from room.mentions import Roster, RosterMember, Tombstone, resolve
+from room.rules.mentions import Roster, RosterMember, Tombstone, resolve
 
 MESSAGE_BYTES = 1024
 ROUNDS = 5

@@ -30,7 +30,7 @@ from pathlib import Path
 from benchlib.corpus import make_data_folder
 from benchlib.history import ensure_corpus
 from benchlib.stats import Row
-from room.packs import PACK_TABLES
+from room.rules.packs import PACK_TABLES
 
 WORKLOAD = "packs"
 ROOM = Path(__file__).resolve().parents[2]

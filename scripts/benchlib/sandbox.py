@@ -1,4 +1,5 @@
-"""What isolation costs a command: ``room.sandbox`` running ``true`` vs a plain ``subprocess``.
+"""What isolation costs a command: ``room.infra.sandbox`` running ``true`` vs a plain
+``subprocess``.
 
 All in the same run, ``RUNS`` times each, p50 and p95 in milliseconds:
 
@@ -6,7 +7,8 @@ All in the same run, ``RUNS`` times each, p50 and p95 in milliseconds:
 * the same through asyncio (``create_subprocess_exec``), the runner's own spawn path;
 * the pieces of a sandboxed command, each spawned plainly: ``prlimit … sh -c true``,
   ``bwrap`` with the runner's layout (network off, then on) running ``true``;
-* the whole :meth:`room.sandbox.Sandbox.run` (network off and on), and the unsandboxed fallback.
+* the whole :meth:`room.infra.sandbox.Sandbox.run` (network off and on), and the unsandboxed
+  fallback.
 
 The issue's target is ≤ 30 ms added at p50 (sandboxed ``run`` minus plain ``subprocess``).
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from benchlib.stats import Row, quantiles
 
-WORKLOAD = "sandbox (room.sandbox)"
+WORKLOAD = "sandbox (room.infra.sandbox)"
 RUNS = 50
 QUICK_RUNS = 20
 
@@ -47,7 +49,7 @@ async def _time_async(fn: Callable[[], Awaitable[object]], runs: int) -> list[fl
 
 
 def run(workdir: Path, *, quick: bool = False) -> list[Row]:
-    from room.sandbox import CommandLimits, bwrap_argv, probe
+    from room.infra.sandbox import CommandLimits, bwrap_argv, probe
 
     runs = QUICK_RUNS if quick else RUNS
     sandbox = probe()

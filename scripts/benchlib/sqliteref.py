@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchlib.cores import GENERATOR_CPU, SERVER_CPU
 from benchlib.corpus import PROJECT_ID, filler, make_data_folder
-from room.searchtext import index_texts
+from room.rules.searchtext import index_texts
 from room.store.migrate import connect
 
 BATCH = 100

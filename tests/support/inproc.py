@@ -18,8 +18,8 @@ from room.actions import auth as auth_actions
 from room.actions.projects import AgentSpec, insert_project
 from room.agents.tools import Tool
 from room.app import RoomServer, create_app
-from room.core import Core
-from room.models import Member, User
+from room.rules.entities import Member, User
+from room.services import Services
 from room.settings import Settings
 from room.store import Tx
 from room.store import auth as auth_store
@@ -36,8 +36,8 @@ class App:
     csrf: dict[str, str]  # cookie → csrf token
 
     @property
-    def core(self) -> Core:
-        core: Core = self.client.app.state.core  # type: ignore[attr-defined]
+    def core(self) -> Services:
+        core: Services = self.client.app.state.core  # type: ignore[attr-defined]
         return core
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:

@@ -3,7 +3,7 @@ skin-tone modifier and a combining accent, so every cut lands somewhere multi-by
 
 from __future__ import annotations
 
-from room.injection import Alternative, Decision, Records, SessionEntry, Stale, Summary
+from room.rules.injection import Alternative, Decision, Records, SessionEntry, Stale, Summary
 
 T0 = 1_764_000_000.0  # 2025-11-24 UTC
 

@@ -1,0 +1,47 @@
+"""The server itself: ``/healthz`` (the writer's counters, open connections) for anyone, and
+``/metrics`` (Prometheus, :mod:`room.metrics`) for server admins."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from room import __version__
+from room import metrics as room_metrics
+from room.api.requests import core_of, identity
+from room.errors import ForbiddenError
+
+
+async def healthz(request: Request) -> Response:
+    core = core_of(request)
+    ok = await core.db.read(lambda conn: conn.execute("SELECT 1").fetchone()[0] == 1)
+    return JSONResponse(
+        {
+            "ok": bool(ok),
+            "version": __version__,
+            "connections": core.hub.connections,
+            "subscribers": core.hub.subscriber_count(),
+            "writer": {
+                "batches": core.db.stats.batches,
+                "jobs": core.db.stats.jobs,
+                "largest_batch": core.db.stats.largest_batch,
+                "retries": core.db.stats.retries,
+            },
+        }
+    )
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics (room.metrics), for server admins only."""
+    who = await identity(request)
+    if who.user is None or not who.user.is_admin:
+        raise ForbiddenError("only a server admin reads the metrics", code="admin_only")
+    return Response(await room_metrics.render(core_of(request)),
+                    media_type=room_metrics.CONTENT_TYPE)  # fmt: skip
+
+
+endpoints = [
+    Route("/healthz", healthz),
+    Route("/metrics", metrics),
+]

@@ -1,0 +1,836 @@
+"""The command runner behind the agents' ``shell`` tool: one shell command, isolated and bounded.
+
+:func:`probe` looks once at what this machine offers and returns a :class:`Sandbox` the caller
+keeps (there is no module-level state). :meth:`Sandbox.run` runs ``/bin/sh -c COMMAND``:
+
+* **isolated** with bubblewrap when available: new namespaces for everything (``--unshare-all``;
+  the network is shared only when asked), capabilities dropped, a fresh ``/dev``, ``/proc`` and a
+  private ``/tmp``. The sandbox does *not* see the host's ``/``: it sees ``/usr`` (and the
+  merged-usr links ``/bin``, ``/lib`` …), a short list of harmless ``/etc`` entries
+  (:data:`ETC_ENTRIES`; never ``shadow``, ``ssh``, ``sudoers`` or files that may hold tokens such
+  as ``npmrc``), the server's Python prefix when it lives outside ``/usr`` (pyenv), any extra
+  ``readable`` folders — all read-only — and the working folder plus ``writable`` folders
+  read-write. ``hidden`` paths inside any of those are covered by an empty folder (or
+  ``/dev/null`` for a file). The sandbox root is then remounted read-only.
+* **bounded** by ``prlimit`` (CPU seconds, address space, file size, no core dumps) and, where the
+  server may create one, a pids cgroup of its own (``pids.max``): ``RLIMIT_NPROC`` does not
+  apply to root and counts every process of the user, so it is used only as a fallback (joining
+  a cgroup-v1 group waits for an RCU grace period, 10-20 ms: bwrap is held with ``--block-fd``
+  while the server moves it in, so that wait overlaps bwrap's own set-up). A
+  wall-clock timeout and a ``cancel`` event stop the command: SIGTERM to every process of the
+  command, SIGKILL after :data:`KILL_GRACE_SECS`. When the command ends its background processes
+  end with it (the pid namespace, the cgroup or the process group is emptied).
+* **scrubbed**: the command never inherits the server's environment (provider keys, tokens); it
+  gets :func:`command_env` plus what the caller passes.
+
+Without bubblewrap :meth:`Sandbox.run` raises :class:`~room.errors.SandboxUnavailableError`
+unless ``allow_unsandboxed`` is true; then the command runs plainly (same limits, kill and
+environment) and the result says ``sandboxed=False``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from room.errors import SandboxPathError, SandboxSpawnError, SandboxUnavailableError
+
+log = logging.getLogger(__name__)
+
+COMMAND_TIMEOUT_SECS = 120.0  # wall clock, from start to the last process gone
+CPU_SECS = 60  # RLIMIT_CPU of each process: SIGXCPU when spent
+MEMORY_BYTES = 2 * 1024**3  # RLIMIT_AS of each process
+PROCESSES = 256  # pids.max of the command's cgroup (RLIMIT_NPROC without one)
+FILE_BYTES = 1024**3  # RLIMIT_FSIZE: the largest file a command may write
+TMP_BYTES = 256 * 1024**2  # the size of each of the sandbox's RAM-backed /tmp and /dev/shm
+SANDBOX_UID = 65534  # who a command is inside the sandbox when the server runs as root (nobody)
+OUTPUT_BYTES = 64 * 1024  # combined stdout+stderr kept: half head, half tail
+TAIL_BYTES = 2 * 1024  # the short tail kept for evidence records
+KILL_GRACE_SECS = 0.5  # between SIGTERM and SIGKILL
+_DRAIN_SECS = 1.0  # to read what is left in the pipe once every process is gone
+_PROBE_SECS = 10.0
+_READ_BYTES = 64 * 1024
+
+#: ``/etc`` entries bound read-only: the loader, users and groups by name, name resolution, TLS
+#: roots, time zone, the Debian alternatives links. Nothing that holds secrets or credentials.
+ETC_ENTRIES = (
+    "alternatives",
+    "ca-certificates",
+    "debian_version",
+    "gai.conf",
+    "group",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "magic",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "protocols",
+    "python3",
+    "resolv.conf",
+    "services",
+    "ssl",
+    "terminfo",
+    "timezone",
+)
+_USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+Killed = Literal["timeout", "stopped"] | str  # or a signal name: "SIGKILL", "SIGXCPU" …
+
+
+@dataclass(frozen=True, slots=True)
+class CommandLimits:
+    timeout_secs: float = COMMAND_TIMEOUT_SECS
+    cpu_secs: int = CPU_SECS
+    memory_bytes: int = MEMORY_BYTES
+    processes: int = PROCESSES
+    file_bytes: int = FILE_BYTES
+    output_bytes: int = OUTPUT_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_secs", "cpu_secs", "memory_bytes", "processes", "file_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"CommandLimits.{name} must be positive")
+        if self.output_bytes < 2:
+            raise ValueError("CommandLimits.output_bytes must be at least 2")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What a command did. ``exit_code`` is None when it was killed (``killed`` says how)."""
+
+    exit_code: int | None
+    output: str  # stdout+stderr interleaved; head and tail with a marker when over the cap
+    output_bytes: int  # everything the command wrote, kept or not
+    truncated_bytes: int
+    output_sha256: str  # of everything the command wrote
+    tail: str  # the last TAIL_BYTES, for evidence records
+    duration_secs: float
+    timed_out: bool
+    killed: Killed | None
+    sandboxed: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    """What :func:`probe` found. ``reason`` says why isolation is unavailable ('' when it is)."""
+
+    isolated: bool
+    reason: str
+    bwrap: str | None
+    prlimit: str | None
+    pids_cgroup: Path | None  # a cgroup folder under which one child per command is made
+
+    @property
+    def process_limit(self) -> Literal["cgroup", "rlimit"]:
+        return "cgroup" if self.pids_cgroup is not None else "rlimit"
+
+
+def probe(
+    *, bwrap: str = "bwrap", prlimit: str = "prlimit", cgroup_root: Path = Path("/sys/fs/cgroup")
+) -> Sandbox:
+    """Find out once (blocking, a few tens of ms) what isolation this machine offers."""
+    prlimit_path = shutil.which(prlimit)
+    bwrap_path = shutil.which(bwrap)
+    cgroup = _pids_cgroup(cgroup_root)
+    if bwrap_path is None:
+        reason = f"no bubblewrap binary ({bwrap}) found"
+    elif sys.platform != "linux":
+        reason = "bubblewrap needs Linux"
+    else:
+        reason = _try_bwrap(bwrap_path)
+    info = SandboxInfo(
+        isolated=not reason,
+        reason=reason,
+        bwrap=bwrap_path if not reason else None,
+        prlimit=prlimit_path,
+        pids_cgroup=cgroup,
+    )
+    if reason:
+        log.warning("commands cannot be isolated: %s", reason)
+    return Sandbox(info)
+
+
+def _try_bwrap(bwrap: str) -> str:
+    argv = bwrap_argv(bwrap, ["/bin/true"], cwd=None, writable=(), network=False)
+    try:
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=_PROBE_SECS, env={}
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap could not run: {exc}"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"bubblewrap refused (exit {done.returncode}): {said[-1] if said else 'no message'}"
+    return ""
+
+
+def _pids_cgroup(root: Path) -> Path | None:
+    """A cgroup folder (v1 ``pids`` controller or v2 with ``pids``) where we may make children."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            candidates.append(root / "pids" / path.lstrip("/"))
+        elif controllers == "" and (root / "cgroup.controllers").exists():
+            candidates.append(root / path.lstrip("/"))
+    for parent in candidates:
+        child = parent / f"room-sandbox-probe-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            child.mkdir()
+        except OSError:
+            continue
+        try:
+            if (child / "pids.max").exists():
+                return parent
+        finally:
+            with contextlib.suppress(OSError):
+                child.rmdir()
+    return None
+
+
+def command_env(home: str, path: str = _SYSTEM_PATH) -> dict[str, str]:
+    """The whole environment of a command before the caller's additions."""
+    return {"PATH": path, "HOME": home, "TMPDIR": "/tmp" if home == "/tmp" else home,
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb"}  # fmt: skip
+
+
+def _python_prefix() -> Path | None:
+    """The server's Python installation, when ``python3`` there would not be under ``/usr``."""
+    prefix = Path(sys.base_prefix).resolve()
+    return None if prefix.is_relative_to("/usr") else prefix
+
+
+def bwrap_argv(
+    bwrap: str,
+    command: Sequence[str],
+    *,
+    cwd: Path | None,
+    writable: Sequence[Path],
+    network: bool,
+    readable: Sequence[Path] = (),
+    hidden: Sequence[Path] = (),
+) -> list[str]:
+    """The bubblewrap command line that runs ``command`` in the layout described above.
+
+    Paths must be absolute and resolved. Order matters: later mounts cover earlier ones."""
+    return _layout(
+        bwrap, command, cwd=cwd, writable=writable, network=network, readable=readable,
+        hidden=hidden, etc_copies=None,
+    )  # fmt: skip
+
+
+def _layout(
+    bwrap: str,
+    command: Sequence[str],
+    *,
+    cwd: Path | None,
+    writable: Sequence[Path],
+    network: bool,
+    readable: Sequence[Path],
+    hidden: Sequence[Path],
+    etc_copies: _EtcCopies | None,
+    protected: Sequence[Path] = (),
+    setenv: Mapping[str, str] | None = None,
+    tmp_bytes: int = TMP_BYTES,
+    uid: int | None = None,
+) -> list[str]:
+    """:func:`bwrap_argv`; with ``etc_copies`` the regular files of :data:`ETC_ENTRIES` are
+    copied into the sandbox's (read-only) root from open descriptors instead of bind-mounted one
+    by one: each mount costs bwrap a few hundred microseconds, a copy of a small file almost
+    nothing. The sandbox sees the same entries, as they were when the command started.
+
+    The only writable places are the bound folders and two RAM-backed scratch folders, ``/tmp``
+    and ``/dev/shm``, each capped at ``tmp_bytes`` (a write past the cap fails with "No space
+    left on device"); ``/dev`` itself is read-only. A bound folder under ``/tmp`` needs its
+    parents made in the scratch ``/tmp``: they get a read-only folder of their own, so a write
+    next to the workspace fails instead of landing in a scratch copy that vanishes (the model
+    would believe it landed). With ``uid`` the command runs as that user (and its group) in a
+    user namespace of its own."""
+    argv = [bwrap, "--unshare-all", *(["--share-net"] if network else [])]
+    if uid is not None:
+        argv += ["--unshare-user", "--uid", str(uid), "--gid", str(uid)]
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+    for name in _USR_LINKS:
+        link = Path("/") / name
+        if link.is_symlink():
+            argv += ["--symlink", os.readlink(link), str(link)]
+        elif link.is_dir():
+            argv += ["--ro-bind", str(link), str(link)]
+    for name in ETC_ENTRIES:
+        entry = Path("/etc") / name
+        if not entry.exists():  # follows the link: /etc/localtime → /usr/share/zoneinfo/…
+            continue
+        source = entry.resolve()
+        fd = etc_copies.open(source) if etc_copies is not None else None
+        if fd is None:
+            argv += ["--ro-bind", str(source), str(entry)]
+        else:
+            argv += ["--perms", "0644", "--file", str(fd), str(entry)]
+    ro_roots = [p for p in (_python_prefix(), *readable) if p is not None]
+    for root in ro_roots:
+        argv += ["--ro-bind", str(root), str(root)]
+    size = ["--size", str(tmp_bytes)]
+    argv += ["--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += ["--proc", "/proc", *size, "--tmpfs", "/tmp"]
+    rw = sorted({*([cwd] if cwd else []), *writable}, key=lambda p: len(p.parts))
+    scratch = _scratch_parents([*ro_roots, *rw])
+    for path in scratch:
+        argv += ["--tmpfs", str(path)]
+    for path in rw:
+        argv += ["--bind", str(path), str(path)]
+    bound = [Path("/usr"), *ro_roots, *rw]
+    masked = [h for h in hidden if any(h.is_relative_to(b) for b in bound)]
+    for path in masked:
+        if path.is_dir():
+            argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        elif path.exists():
+            argv += ["--ro-bind", "/dev/null", str(path)]
+    for path in rw:  # a writable folder inside a hidden one stays writable: it was asked for
+        if any(path.is_relative_to(h) and path != h for h in masked):
+            argv += ["--bind", str(path), str(path)]
+    for path in protected:  # read-only inside a writable folder (a repository's .git)
+        argv += ["--ro-bind", str(path), str(path)]
+    for path in scratch:
+        argv += ["--remount-ro", str(path)]
+    for name, value in (setenv or {}).items():
+        argv += ["--setenv", name, value]
+    argv += ["--remount-ro", "/", "--chdir", str(cwd or "/tmp"), "--", *command]
+    return argv
+
+
+_TMP = Path("/tmp")
+
+
+def _scratch_parents(bound: Sequence[Path]) -> list[Path]:
+    """The folders right under ``/tmp`` that hold a bound folder without being one: each gets a
+    read-only tmpfs (see :func:`_layout`)."""
+    tops = {
+        _TMP / p.relative_to(_TMP).parts[0] for p in bound if p.is_relative_to(_TMP) and p != _TMP
+    }
+    return sorted(top for top in tops if top not in bound)
+
+
+@dataclass(frozen=True, slots=True)
+class GitJail:
+    """The server's own git, isolated like an agent's command (:mod:`room.infra.git`, layer 1): the
+    layout above with only the folders the operation names bound read-write — no data folder,
+    no other project, no home — no network, no capabilities, ``HOME`` and ``TMPDIR`` in the
+    private ``/tmp``. Not bounded by ``prlimit`` or a cgroup: git itself runs nothing a
+    repository names (:func:`room.infra.git.check_repository` refuses such repositories first), and
+    each call has its timeout."""
+
+    bwrap: str
+
+    def wrap(self, argv: Sequence[str], *, cwd: Path, writable: Sequence[Path]) -> list[str]:
+        return _layout(
+            self.bwrap, argv, cwd=cwd, writable=writable, network=False, readable=(),
+            hidden=(), etc_copies=None, setenv={"HOME": "/tmp", "TMPDIR": "/tmp"},
+        )  # fmt: skip
+
+
+class _EtcCopies:
+    """Open descriptors of the ``/etc`` files a sandbox gets as copies (see :func:`_layout`)."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+
+    def open(self, source: Path) -> int | None:
+        """A descriptor bwrap reads ``source`` from; None for a folder or an unreadable file."""
+        if not source.is_file():
+            return None
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+        except OSError:
+            return None  # bound instead: the sandbox sees it as unreadable as the server does
+        self.fds.append(fd)
+        return fd
+
+    def close(self) -> None:
+        while self.fds:
+            os.close(self.fds.pop())
+
+
+def _limits_argv(prlimit: str, limits: CommandLimits, *, nproc: bool) -> list[str]:
+    # SIGXCPU at the soft limit says why; SIGKILL a second later if it is caught
+    argv = [
+        prlimit,
+        f"--cpu={limits.cpu_secs}:{limits.cpu_secs + 1}",
+        f"--as={limits.memory_bytes}",
+    ]
+    argv += [f"--fsize={limits.file_bytes}", "--core=0"]
+    if nproc:
+        argv.append(f"--nproc={limits.processes}")
+    return [*argv, "--"]
+
+
+def _resolved_dir(path: Path, what: str) -> Path:
+    resolved = Path(path).resolve()
+    if not resolved.is_dir():
+        raise SandboxPathError(f"{what} is not a folder: {path}", path=str(path))
+    return resolved
+
+
+@dataclass(slots=True)
+class _Capture:
+    """Head, tail, size and SHA-256 of a stream, in bounded memory."""
+
+    cap: int
+    head: bytearray = field(default_factory=bytearray)
+    tail: deque[bytes] = field(default_factory=deque)
+    tail_len: int = 0
+    total: int = 0
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.digest.update(chunk)
+        room_left = self.cap // 2 - len(self.head)
+        if room_left > 0:
+            self.head += chunk[:room_left]
+            chunk = chunk[room_left:]
+        if chunk:
+            self.tail.append(chunk)
+            self.tail_len += len(chunk)
+            keep = max(self.cap - self.cap // 2, TAIL_BYTES)
+            while self.tail and self.tail_len - len(self.tail[0]) >= keep:
+                self.tail_len -= len(self.tail.popleft())
+
+    def render(self) -> tuple[str, int, str]:
+        """(output, truncated bytes, evidence tail)."""
+        rest = b"".join(self.tail)
+        whole = bytes(self.head) + rest
+        tail = whole[-TAIL_BYTES:].decode("utf-8", "replace")
+        if self.total <= self.cap:
+            return whole.decode("utf-8", "replace"), 0, tail
+        keep_tail = rest[-(self.cap - self.cap // 2) :]
+        dropped = self.total - len(self.head) - len(keep_tail)
+        text = (
+            self.head.decode("utf-8", "replace")
+            + f"\n…[truncated {dropped} bytes]…\n"
+            + keep_tail.decode("utf-8", "replace")
+        )
+        return text, dropped, tail
+
+
+class Sandbox:
+    """The runner as :func:`probe` found this machine; build it once and keep it.
+
+    ``readable`` folders are bound read-only; ``hidden`` paths (the server's data folder, say)
+    are covered wherever a bound folder would show them."""
+
+    def __init__(
+        self,
+        info: SandboxInfo,
+        *,
+        readable: Sequence[Path] = (),
+        hidden: Sequence[Path] = (),
+        tmp_bytes: int = TMP_BYTES,
+    ) -> None:
+        self.info = info
+        self.readable = tuple(Path(p).resolve() for p in readable)
+        self.hidden = tuple(Path(p).resolve() for p in hidden)
+        self.tmp_bytes = tmp_bytes
+        # A server running as root runs commands as nobody: in the user namespace the command
+        # owns what the server owns (so it can write its workspace), and is root nowhere.
+        self.uid = SANDBOX_UID if os.geteuid() == 0 else None
+
+    def configured(
+        self,
+        *,
+        readable: Sequence[Path] = (),
+        hidden: Sequence[Path] = (),
+        tmp_bytes: int = TMP_BYTES,
+    ) -> Sandbox:
+        """The same runner with other ``readable`` and ``hidden`` paths and scratch size (no
+        new probe)."""
+        return Sandbox(self.info, readable=readable, hidden=hidden, tmp_bytes=tmp_bytes)
+
+    def git_jail(self) -> GitJail | None:
+        """Where bubblewrap works, the jail the server's own git runs in; None elsewhere."""
+        return GitJail(self.info.bwrap) if self.info.isolated and self.info.bwrap else None
+
+    async def run(
+        self,
+        command: str,
+        *,
+        cwd: Path,
+        writable: Sequence[Path] = (),
+        network: bool = False,
+        limits: CommandLimits = CommandLimits(),  # frozen, so sharing the default is safe
+        cancel: asyncio.Event | None = None,
+        allow_unsandboxed: bool = False,
+        env: Mapping[str, str] | None = None,
+        protected: Sequence[Path] = (),
+    ) -> CommandResult:
+        """Run ``/bin/sh -c command`` in ``cwd``; see the module docstring for what that means.
+        ``protected`` paths are bound read-only last: inside a writable folder they stay
+        read-only (a mount point can be neither renamed nor removed), elsewhere they are readable.
+
+        Without isolation this raises :class:`SandboxUnavailableError` unless
+        ``allow_unsandboxed``; then ``network`` cannot be withheld and the result says
+        ``sandboxed=False``."""
+        info = self.info
+        if info.prlimit is None:
+            raise SandboxUnavailableError(
+                "找不到 prlimit，无法限制命令的资源 (prlimit is missing: commands cannot be bounded.)",
+                reason="no prlimit binary found (util-linux)",
+            )
+        if not info.isolated and not allow_unsandboxed:
+            raise SandboxUnavailableError(
+                f"命令无法隔离运行 (Commands cannot be isolated here: {info.reason}.)",
+                reason=info.reason,
+            )
+        cwd = _resolved_dir(cwd, "the working folder")
+        writable = [_resolved_dir(p, "a writable folder") for p in writable]
+        protected = [p for p in protected if p.exists() and not p.is_symlink()]
+        prefix = _python_prefix()
+        path = _SYSTEM_PATH + (f":{prefix / 'bin'}" if prefix else "")
+        group = _make_group(info.pids_cgroup, limits.processes)
+        scratch: str | None = None
+        gate: _Gate | None = None
+        copies: _EtcCopies | None = None
+        try:
+            inner = [
+                *_limits_argv(info.prlimit, limits, nproc=group is None),
+                *["/bin/sh", "-c", command],
+            ]
+            if info.isolated and info.bwrap:
+                full_env = command_env("/tmp", path) | dict(env or {})
+                copies = _EtcCopies()
+                argv = _layout(
+                    info.bwrap,
+                    inner,
+                    cwd=cwd,
+                    writable=writable,
+                    network=network,
+                    readable=self.readable,
+                    hidden=self.hidden,
+                    etc_copies=copies,
+                    protected=protected,
+                    tmp_bytes=self.tmp_bytes,
+                    uid=self.uid,
+                )
+            else:
+                scratch = tempfile.mkdtemp(prefix="room-command-")
+                full_env = command_env(scratch, path) | dict(env or {})
+                argv = inner
+            if group is not None and info.isolated:  # bwrap waits while we move it in
+                gate = _Gate(group)
+                argv = [argv[0], *gate.bwrap_args(), *argv[1:]]
+            elif group is not None:  # join the cgroup before anything can fork
+                argv = ["/bin/sh", "-c", 'echo $$ >"$0" && exec "$@"', str(group / "cgroup.procs"),
+                        *argv]  # fmt: skip
+            return await _supervise(
+                argv, cwd=cwd, env=full_env, limits=limits, cancel=cancel, group=group,
+                sandboxed=info.isolated, gate=gate, pass_fds=copies.fds if copies else (),
+            )  # fmt: skip
+        finally:
+            if copies is not None:
+                copies.close()
+            if gate is not None:
+                gate.close()
+            if group is not None:
+                await _remove_group(group)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _make_group(parent: Path | None, processes: int) -> Path | None:
+    if parent is None:
+        return None
+    group = parent / f"room-sandbox-{os.getpid()}-{secrets.token_hex(6)}"
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(str(processes))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        raise SandboxSpawnError(f"could not make the command's cgroup: {exc}") from exc
+    return group
+
+
+class _Gate:
+    """Keeps bubblewrap's sandbox shut until its processes are in the command's cgroup.
+
+    bwrap gets ``--info-fd`` (it writes the sandbox's first pid there right after ``clone``) and
+    ``--block-fd`` (the sandbox waits on it just before ``exec``). Joining a cgroup-v1 group
+    waits for an RCU grace period, so the join runs in a thread *while* bwrap sets up its
+    namespaces and mounts instead of before it; only then is the sandbox let go. Nothing the
+    command runs can fork before that: every process of it descends from the blocked one."""
+
+    def __init__(self, group: Path) -> None:
+        self.group = group
+        self.info_read, self.info_write = os.pipe()
+        self.block_read, self.block_write = os.pipe()
+        self._ours = [self.info_read, self.info_write, self.block_read, self.block_write]
+
+    def bwrap_args(self) -> list[str]:
+        return ["--info-fd", str(self.info_write), "--block-fd", str(self.block_read)]
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return self.info_write, self.block_read
+
+    def spawned(self) -> None:
+        """bwrap has its ends: close ours, so the info pipe ends when bwrap's copies do."""
+        self._close(self.info_write)
+        self._close(self.block_read)
+
+    async def open(self, pid: int) -> None:
+        """Move bwrap (``pid``) and its sandbox into the cgroup, then let the sandbox go on.
+
+        When bwrap has already failed (no sandbox, or a process gone) the sandbox stays shut and
+        is killed; bwrap's own exit status and message then tell what happened."""
+        joining = asyncio.ensure_future(asyncio.to_thread(_join_group, self.group, pid))
+        child: int | None = None
+        try:
+            child = await self._child_pid()
+            gone = not await joining
+            if child is None or gone or not await asyncio.to_thread(_join_group, self.group, child):
+                self._kill(child)
+                return
+            os.write(self.block_write, b"x")
+        except BaseException:
+            self._kill(child)
+            joining.cancel()
+            raise
+
+    async def _child_pid(self) -> int | None:
+        """The sandbox's pid from bwrap's ``--info-fd`` JSON, None when bwrap ended first."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        data = bytearray()
+
+        def readable() -> None:
+            try:
+                chunk = os.read(self.info_read, 4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            data.extend(chunk)
+            if not chunk and not done.done():
+                done.set_result(None)
+
+        os.set_blocking(self.info_read, False)
+        loop.add_reader(self.info_read, readable)
+        try:
+            await done
+        finally:
+            loop.remove_reader(self.info_read)
+        try:
+            return int(json.loads(data)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    @staticmethod
+    def _kill(pid: int | None) -> None:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _close(self, fd: int) -> None:
+        if fd in self._ours:
+            self._ours.remove(fd)
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in list(self._ours):
+            self._close(fd)
+
+
+def _join_group(group: Path, pid: int) -> bool:
+    """Move ``pid`` into ``group`` (blocking: an RCU grace period). False when it is gone."""
+    try:
+        (group / "cgroup.procs").write_text(str(pid))
+    except ProcessLookupError:
+        return False
+    except OSError as exc:
+        raise SandboxSpawnError(f"could not join the command's cgroup: {exc}") from exc
+    return True
+
+
+def _group_pids(group: Path) -> list[int]:
+    try:
+        return [int(x) for x in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _signal_all(proc: asyncio.subprocess.Process, group: Path | None, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)  # its own session: the command's process group
+    for pid in _group_pids(group) if group is not None else ():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+async def _sweep(proc: asyncio.subprocess.Process, group: Path | None) -> None:
+    """Once the command's main process is gone, nothing it started may stay behind."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        _signal_all(proc, group, signal.SIGKILL)
+        if group is None or not _group_pids(group) or time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def _remove_group(group: Path) -> None:
+    for _ in range(200):
+        for pid in _group_pids(group):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            os.rmdir(group)  # sysfs: does not block
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            await asyncio.sleep(0.01)
+    log.warning("could not remove the command cgroup %s", group)
+
+
+async def _wait(
+    proc: asyncio.subprocess.Process, timeout_secs: float, cancel: asyncio.Event | None
+) -> Killed | None:
+    """None when the process ended by itself, else why it must be stopped."""
+    waiter = asyncio.ensure_future(proc.wait())
+    stopper = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
+    tasks = {waiter} if stopper is None else {waiter, stopper}
+    try:
+        await asyncio.wait(tasks, timeout=timeout_secs, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+    if proc.returncode is not None:
+        return None
+    return "stopped" if cancel is not None and cancel.is_set() else "timeout"
+
+
+async def _stop(proc: asyncio.subprocess.Process, group: Path | None) -> None:
+    _signal_all(proc, group, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), KILL_GRACE_SECS)
+    _signal_all(proc, group, signal.SIGKILL)
+    await proc.wait()
+
+
+async def _read(stream: asyncio.StreamReader, capture: _Capture) -> None:
+    while chunk := await stream.read(_READ_BYTES):
+        capture.add(chunk)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+async def _supervise(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    limits: CommandLimits,
+    cancel: asyncio.Event | None,
+    group: Path | None,
+    sandboxed: bool,
+    gate: _Gate | None = None,
+    pass_fds: Sequence[int] = (),
+) -> CommandResult:
+    started = time.monotonic()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            pass_fds=(*pass_fds, *(gate.pass_fds if gate is not None else ())),
+        )
+    except OSError as exc:
+        raise SandboxSpawnError(f"could not start the command: {exc}", argv0=argv[0]) from exc
+    finally:
+        if gate is not None:
+            gate.spawned()
+    assert proc.stdout is not None
+    capture = _Capture(limits.output_bytes)
+    reader = asyncio.ensure_future(_read(proc.stdout, capture))
+    try:
+        if gate is not None:
+            try:
+                await asyncio.wait_for(gate.open(proc.pid), _PROBE_SECS)
+            except TimeoutError as exc:
+                raise SandboxSpawnError("bubblewrap did not start the sandbox in time") from exc
+        killed = await _wait(proc, limits.timeout_secs, cancel)
+        if killed is not None:
+            await _stop(proc, group)
+        await _sweep(proc, group)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reader), _DRAIN_SECS)
+    finally:
+        if proc.returncode is None:  # we were cancelled ourselves
+            _signal_all(proc, group, signal.SIGKILL)
+            await proc.wait()
+            await _sweep(proc, group)
+        reader.cancel()
+    duration = time.monotonic() - started
+    code = proc.returncode
+    exit_code: int | None = code
+    if killed is None and code is not None:
+        # a signal kills: directly (<0), or as sh and bwrap report it (128 + signal)
+        if code < 0:
+            killed = _signal_name(-code)
+        elif 128 < code < 128 + signal.NSIG:
+            killed = _signal_name(code - 128)
+    if killed is not None:
+        exit_code = None
+    output, dropped, tail = capture.render()
+    return CommandResult(
+        exit_code=exit_code,
+        output=output,
+        output_bytes=capture.total,
+        truncated_bytes=dropped,
+        output_sha256=capture.digest.hexdigest(),
+        tail=tail,
+        duration_secs=duration,
+        timed_out=killed == "timeout",
+        killed=killed,
+        sandboxed=sandboxed,
+    )
