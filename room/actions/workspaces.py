@@ -201,8 +201,8 @@ def readable_target(settings: Settings, target: str, kind: str) -> str:
     ``<data>/workspaces``. Symlinks are followed here, once: the run binds the real path.
     Blocking (stats the path): call it in a worker thread. Refusals are
     ``research_reference_outside`` / ``research_reference_missing``. Whether another project
-    holds the path is the caller's check, in the database (:func:`room.actions.tenancy.
-    ensure_free`, ``workspace_in_use``)."""
+    holds the path is the caller's check, in the database
+    (:func:`room.actions.tenancy.ensure_free`, ``workspace_in_use``)."""
 
     def outside(why: str) -> BadRequestError:
         return BadRequestError(

@@ -5,7 +5,7 @@ evidence a submission needs, paths inside the workspace) is enforced by the acti
 Every tool answers JSON: ``{"ok": true, …}`` or ``{"ok": false, "error", "message",
 "details"?}`` — a refused plan lists all its ``problems`` so the model can fix them in one go.
 Command evidence cannot be created from here: a submission may only cite the ids of command
-results the runtime itself recorded (:func:`room.actions.tasks.record_command_result`).
+results the runtime itself recorded (:func:`room.actions.task_updates.record_command_result`).
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ class TurnOutcome:
 
 
 class Turn:
-    """One turn over deliveries already claimed and taken in (:func:`begin_turn`). It touches
-    no session: a session asks it to :meth:`stop` and reads :meth:`run`'s outcome."""
+    """One turn over deliveries already claimed and taken in
+    (:func:`room.actions.turns.begin_turn`). It touches no session: a session asks it to
+    :meth:`stop` and reads :meth:`run`'s outcome."""
 
     def __init__(
         self,

@@ -5,9 +5,9 @@ See docs/agents.md for what each role gets and the error codes.
 Each runs where the member works now (:func:`room.actions.workspaces.work_dir`: its task attempt's
 worktree, or the workspace itself in ``serial`` mode, where the write tools and ``shell`` take the
 project's one-writer lock). File operations are :mod:`room.infra.files` in a worker thread; commands
-are :mod:`room.infra.sandbox` as the start-up probe found it (:class:`WorkEnv`), with the project's
-``network`` and ``unsandboxed`` settings and its limits. Every command is recorded
-(:func:`room.actions.task_updates.record_command_result`) and the model is told its
+are :mod:`room.infra.sandbox` as the start-up probe found it (:class:`room.agents.tools.WorkEnv`),
+with the project's ``network`` and ``unsandboxed`` settings and its limits. Every command is
+recorded (:func:`room.actions.task_updates.record_command_result`) and the model is told its
 ``command_result_id`` to cite as evidence. Refusals are :class:`~room.errors.RoomError` s, which the
 toolbox turns into ``{"ok": false, "error": code, "message", "details"?}``.
 """

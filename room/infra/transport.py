@@ -352,7 +352,7 @@ class _BodyReceiver(asyncio.BufferedProtocol):
 
 def http_protocol(header_timeout_secs: float) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a deadline for each request's headers, and the
-    ``room.body_into`` extension (see the module's docstring)."""
+    ``"room.body_into"`` extension (see the module's docstring)."""
 
     class RoomHttpProtocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None

@@ -3,8 +3,8 @@ lines an agent reads about a message's files.
 
 The bytes are stored and typed by ``room.infra.blobs``; rows by ``room.store.attachments``; uploads,
 sends and copies by ``room.actions.attachments``. The type of a file is what its content says
-(``room.infra.blobs.detect``); the name a person gave it is kept for display and for the download's
-file name, never to decide how the browser treats it. Only the images in
+(``room.infra.blobs.detect_bytes``); the name a person gave it is kept for display and for the
+download's file name, never to decide how the browser treats it. Only the images in
 :data:`INLINE_IMAGE_TYPES` are served for the browser to show; everything else — an SVG above
 all, which can carry script — is served as a download, with ``nosniff`` and a sandboxing CSP.
 """

@@ -77,9 +77,9 @@ class BadRefNameError(BadRequestError):
 
 @dataclass(frozen=True, slots=True)
 class RepoInfo:
-    """What :func:`inspect` found. ``head``/``head_oneline`` are the base branch's tip (the
-    ``git log --oneline -1`` form); ``clean`` is ``git status`` saying nothing, untracked files
-    included; ``dirty_paths`` lists at most :data:`MAX_LISTED_PATHS` of them."""
+    """What :func:`~room.infra.worktrees.inspect` found. ``head``/``head_oneline`` are the base
+    branch's tip (the ``git log --oneline -1`` form); ``clean`` is ``git status`` saying nothing,
+    untracked files included; ``dirty_paths`` lists at most :data:`MAX_LISTED_PATHS` of them."""
 
     workspace: Path
     mode: Mode
@@ -115,7 +115,8 @@ class Worktree:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """A kept worktree or branch of a project, as :func:`list_attempts` sees it.
+    """A kept worktree or branch of a project, as :func:`~room.infra.worktrees.list_attempts`
+    sees it.
 
     ``path`` is None for a branch without a worktree; ``missing`` is a registered worktree whose
     folder is gone (``dirty`` is then None). ``merged`` means every commit of the branch is in
