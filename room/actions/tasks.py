@@ -657,8 +657,9 @@ def handoff_open_tasks(conn: sqlite3.Connection, tx: Tx, project_id: int, member
 
 
 def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
-    """``{table: {"count", "sha256"}}`` over this issue's tables for a project (rows in a fixed
-    order), for the trash snapshot digest: the same rows give the same digest."""
+    """``{table: {"count", "sha256"}}`` over the task tables
+    (:data:`room.store.schema_tasks.TASK_TABLES`) for a project (rows in a fixed order), for the
+    trash snapshot digest: the same rows give the same digest."""
     return tasks_store.digest_rows(conn, project_id)
 
 

@@ -300,7 +300,7 @@ def _handle(members: dict[int, Member], person: dict[str, Any] | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StatusExtra:
-    """What STATUS.md shows beyond the board and the decisions (issue 16 item 1)."""
+    """What STATUS.md shows beyond the board and the decisions (docs/portfolio.md, "STATUS.md")."""
 
     head: str | None = None  # the workspace's `git log --oneline -1`, when it is a repository
     timeline: dict[str, Any] = field(default_factory=dict)  # portfolio_actions.timeline_wire

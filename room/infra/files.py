@@ -12,12 +12,12 @@ inside the workspace. Every operation opens the workspace once
 (:func:`room.infra.evidence.open_workspace`) and resolves *and opens* its path in one walk from that
 descriptor (:mod:`room.infra.fsroot`): what is read, listed, searched or written is the very file or
 folder the walk checked, never a name looked up again, so another member's ``shell`` swapping a
-folder for a symlink meanwhile cannot send a tool outside the workspace (issue 24). Writing never
-goes *through* a symlink: ``write``, ``edit`` and ``edit_patch`` refuse a path whose last component
-is one, the folders of a new file are made one by one inside the folder just walked, and nothing is
-written into ``.git``, however the path gets there. Walks (:mod:`room.infra.filewalk`) hide
-``.git``, never follow symlinks, and — for ``glob`` and ``search`` — leave out what ``.gitignore``
-ignores.
+folder for a symlink meanwhile cannot send a tool outside the workspace (docs/agents.md, "Where
+tools run"). Writing never goes *through* a symlink: ``write``, ``edit`` and ``edit_patch`` refuse a
+path whose last component is one, the folders of a new file are made one by one inside the folder
+just walked, and nothing is written into ``.git``, however the path gets there. Walks
+(:mod:`room.infra.filewalk`) hide ``.git``, never follow symlinks, and — for ``glob`` and ``search``
+— leave out what ``.gitignore`` ignores.
 
 Writes are atomic: the new content goes to a temporary file in the same folder (opened
 relative to that folder's descriptor), is flushed to disk, takes the old file's permission bits,

@@ -429,9 +429,10 @@ INSERT INTO search_fts (rowid, body, uni)
     WHERE deleted_at IS NULL ORDER BY id;
 """
 
-# What was deleted or edited stays private (issue 14): message_updated events keep no frame of
-# their own (replays join the message's current object, as for message events), and replies to a
-# deleted message no longer quote its text. Replies are found by reply_to.
+# What was deleted or edited stays private (docs/protocol.md, "Pages of the timeline over HTTP"):
+# message_updated events keep no frame of their own (replays join the message's current object, as
+# for message events), and replies to a deleted message no longer quote its text. Replies are found
+# by reply_to.
 MESSAGE_PRIVACY = """
 UPDATE events SET frame = NULL WHERE kind = 'message_updated' AND message_id IS NOT NULL;
 CREATE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL;

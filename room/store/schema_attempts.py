@@ -1,4 +1,5 @@
-"""Migration 0006: task attempts, each in its own git worktree (issue 12).
+"""Migration 0006: task attempts, each in its own git worktree (docs/tasks.md, "Attempts and
+worktrees").
 
 A row exists only for a worktree that was made (the worktree is created first, then recorded),
 so a row never claims a folder or branch that does not exist. ``state``: ``open`` while the

@@ -1,4 +1,4 @@
-"""Migration 0009: project memory records (issue 13, docs/memory.md).
+"""Migration 0009: project memory records (docs/memory.md, "Records").
 
 ``memory_entries`` holds every record but decisions (which stay in ``decisions``): its current
 body (JSON), revision number, author, and ``archived`` once a cap moved it out of the live set.

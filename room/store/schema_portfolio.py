@@ -1,5 +1,5 @@
-"""Migration 0015_portfolio: timelines, milestones, dependencies and the risk log (issue 16,
-docs/portfolio.md).
+"""Migration 0015_portfolio: timelines, milestones, dependencies and the risk log
+(docs/portfolio.md, "The data model").
 
 * ``projects.state_reason``: the reason given with pause, archive, complete or abandon (shown
   in the banner, STATUS.md and the index); cleared when the project leaves that state.

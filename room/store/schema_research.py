@@ -1,4 +1,4 @@
-"""Migration 0016: deep research runs (issue 15, docs/research.md).
+"""Migration 0016: deep research runs (docs/research.md).
 
 ``research_runs`` holds a run's current revision (question, scope, members, budget and their
 digest), its state, the approval (revision, digest and project epoch it binds, who and when,

@@ -1,4 +1,4 @@
-"""Migration 0004: plans, tasks, acceptance evidence and decisions (issue 5).
+"""Migration 0004: plans, tasks, acceptance evidence and decisions (docs/tasks.md).
 
 Every table carries ``project_id`` so that a purge deletes a project's rows table by table, in
 the order of :data:`TASK_TABLES` (children first). They reference ``members``, ``messages`` and

@@ -1,5 +1,6 @@
-"""Git worktrees per task attempt (issue 12): each attempt works on its own branch, in its own
-folder, and nothing it does is seen in the workspace until the task is accepted and merged.
+"""Git worktrees per task attempt (docs/tasks.md, "Attempts and worktrees"): each attempt works
+on its own branch, in its own folder, and nothing it does is seen in the workspace until the task
+is accepted and merged.
 
 Decisions, so callers need not guess them:
 
