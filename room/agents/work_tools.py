@@ -268,7 +268,7 @@ async def _shell(ctx: ToolContext, args: dict[str, Any]) -> ToolReply:
     budget = limits.workspace_disk_mib * 1024 * 1024
     async with _writing(ctx, where):
         disk = ctx.work.disk
-        used = await disk.used(where.path, fresh=True)
+        used = await disk.used(where.path)  # the last count (each command ends with a fresh one)
         # No one file past what is left (the rest of the budget is watched while it runs); a
         # folder already over its budget still runs commands, to clean up, writing nothing.
         file_cap = max(1, min(FILE_BYTES, budget - used))
