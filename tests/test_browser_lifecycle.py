@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -37,6 +38,17 @@ def lifecycle_menu(page: Page) -> list[str]:
     return page.get_by_role("menu", name="项目操作").locator(".menu-label").all_inner_texts()
 
 
+def expect_menu(page: Page, labels: list[str], timeout_secs: float = 8.0) -> None:
+    """The project menu offers ``labels``. The menu is built when it opens, from what the page
+    knows then: opened before the project and its members have arrived it lacks entries (a
+    member's 发起研究…), so it is opened again until it offers them or the time is up."""
+    deadline = time.monotonic() + timeout_secs
+    while (found := lifecycle_menu(page)) != labels and time.monotonic() < deadline:
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(100)
+    assert found == labels
+
+
 def group_of(page: Page, project: int) -> str | None:
     link = page.locator(f'.project-link[data-project-id="{project}"]')
     return (
@@ -52,14 +64,17 @@ def test_pause_archive_trash_restore_and_purge(owner: Person, room_server: RoomS
     banner = page.locator("#room-banner")
     box = page.locator("#draft")
 
-    assert lifecycle_menu(page) == [
-        "发起研究…",
-        "暂停项目",
-        "归档",
-        "标记完成…",
-        "放弃项目…",
-        "移到回收站",
-    ]
+    expect_menu(
+        page,
+        [
+            "发起研究…",
+            "暂停项目",
+            "归档",
+            "标记完成…",
+            "放弃项目…",
+            "移到回收站",
+        ],
+    )
     page.get_by_role("menuitem", name="暂停项目").click()
     page.get_by_role("dialog").locator("#lifecycle-reason").fill("等设计稿")
     page.get_by_role("dialog").get_by_role("button", name="暂停项目").click()
@@ -96,7 +111,7 @@ def test_pause_archive_trash_restore_and_purge(owner: Person, room_server: RoomS
     page.get_by_role("dialog").get_by_role("button", name="移到回收站").click()
     expect(banner).to_contain_text("项目在回收站中")
     assert group_of(page, project) == "trash"
-    assert lifecycle_menu(page) == ["恢复（进入暂停）", "清理预览", "彻底清除…"]
+    expect_menu(page, ["恢复（进入暂停）", "清理预览", "彻底清除…"])
     page.get_by_role("menuitem", name="清理预览").click()
     preview = page.get_by_role("dialog", name=f"清理预览：{name}")
     expect(preview.locator(".preview-delete")).to_contain_text("消息、编辑、提及和已读")
@@ -198,7 +213,7 @@ def test_stop_unconfirmed_offers_retry_and_cancel(
         expect(banner).to_contain_text("目标：已归档")
         expect(page.locator("#draft")).to_be_disabled()
         screenshot(page, "lifecycle-stop-unconfirmed")
-        assert lifecycle_menu(page) == ["重试检查", "取消，回到原状态"]
+        expect_menu(page, ["重试检查", "取消，回到原状态"])
         page.keyboard.press("Escape")
         banner.get_by_role("button", name="重试检查").click()
         expect(page.locator("#room-state")).to_have_text("已归档")
@@ -218,14 +233,17 @@ def test_the_menu_offers_what_the_server_allows(
     project = room_server.create_project("按服务器提供", TEAM)
     page = owner.page
     owner.open_project(project)
-    assert lifecycle_menu(page) == [
-        "发起研究…",
-        "暂停项目",
-        "归档",
-        "标记完成…",
-        "放弃项目…",
-        "移到回收站",
-    ]
+    expect_menu(
+        page,
+        [
+            "发起研究…",
+            "暂停项目",
+            "归档",
+            "标记完成…",
+            "放弃项目…",
+            "移到回收站",
+        ],
+    )
     page.keyboard.press("Escape")
 
     member = join(chromium, room_server, project, "zhaolei", "赵磊")
@@ -233,17 +251,17 @@ def test_the_menu_offers_what_the_server_allows(
         expect(member.page.locator("#room-title")).to_have_text("按服务器提供")
         # A person without the owner role is offered no lifecycle operation at all (proposing
         # research is for every person of an active project, docs/research.md).
-        assert lifecycle_menu(member.page) == ["发起研究…", "只有项目所有者可以操作"]
+        expect_menu(member.page, ["发起研究…", "只有项目所有者可以操作"])
         member.page.keyboard.press("Escape")
         room_server.post(f"/api/projects/{project}/lifecycle", {"op": "pause"})
         expect(page.locator("#room-state")).to_have_text("已暂停")
-        assert lifecycle_menu(page) == ["恢复项目", "归档", "标记完成…", "放弃项目…", "移到回收站"]
+        expect_menu(page, ["恢复项目", "归档", "标记完成…", "放弃项目…", "移到回收站"])
         expect(page.locator("#room-banner").get_by_role("button")).to_have_text(["恢复项目"])
         # Paused: people may still post (the server's "post"), the member's menu stays empty.
         expect(member.page.locator("#room-state")).to_have_text("已暂停")
         expect(member.page.locator("#draft")).to_be_enabled()
         expect(member.page.locator("#room-banner").get_by_role("button")).to_have_count(0)
-        assert lifecycle_menu(member.page) == ["只有项目所有者可以操作"]
+        expect_menu(member.page, ["只有项目所有者可以操作"])
         member.assert_clean()
     finally:
         member.close()
