@@ -79,7 +79,7 @@ def workspace_of(settings: Settings, project: Project) -> Path:
     in_slots = slots in path.parents
     if (
         path in (Path("/"), data, slots)
-        or (not in_slots and any(path == s or s in path.parents for s in SYSTEM_FOLDERS))
+        or (not in_slots and _within(path, SYSTEM_FOLDERS))
         or (data in path.parents and not in_slots)
         or path in data.parents
         or not _within(path, workspace_roots(settings))
@@ -109,7 +109,7 @@ def _within(path: Path, roots: tuple[Path, ...]) -> bool:
 
 
 def _system_folder(real: Path) -> bool:
-    if real == Path("/") or any(real == s or s in real.parents for s in SYSTEM_FOLDERS):
+    if real == Path("/") or _within(real, SYSTEM_FOLDERS):
         return True
     homes = {Path.home().resolve(), Path("/root"), *Path("/home").glob("*")}
     for home in homes:

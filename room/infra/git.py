@@ -279,12 +279,15 @@ class Git:
         env: Mapping[str, str] | None = None,
         stdin: str | None = None,
         writable: Sequence[Path] = (),
+        checked: bool = False,
     ) -> GitRun:
         """Run ``git <args>`` in ``cwd``, which the jail binds read-write with ``writable``.
         With ``check``, a non-zero exit raises GitFailedError; a timeout or a missing git/cwd
         always does; a repository configured to run programs raises
-        :class:`UnsafeRepositoryError` before git runs in it."""
-        check_repository(cwd)
+        :class:`UnsafeRepositoryError` before git runs in it — unless the caller ``checked`` it
+        already in this operation (:func:`check_repository`)."""
+        if not checked:
+            check_repository(cwd)
         try:
             proc = subprocess.run(
                 self.argv(cwd, args, writable),
@@ -317,12 +320,14 @@ class Git:
         timeout: float = GIT_TIMEOUT_SECS,
         env: Mapping[str, str] | None = None,
         writable: Sequence[Path] = (),
+        checked: bool = False,
     ) -> tuple[bytes, bool]:
         """Run ``git <args>`` and keep at most ``max_bytes`` of stdout; ``(output, truncated)``.
 
         git is killed as soon as the cap is passed, so a huge output costs neither memory nor
         time."""
-        check_repository(cwd)
+        if not checked:
+            check_repository(cwd)
         timed_out = threading.Event()
         with tempfile.TemporaryFile() as errfile:
             try:

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 def _at(attempt: Worktree, git: Git) -> At:
     """git in the attempt's worktree, which writes into its repository's ``.git`` as well."""
-    return At(git, attempt.path, (attempt.repository,))
+    return At.checked(git, attempt.path, (attempt.repository,))
 
 
 def _require_on_branch(attempt: Worktree, at: At) -> None:
@@ -141,6 +141,7 @@ def diff(attempt: Worktree, max_bytes: int = DEFAULT_DIFF_BYTES, *, git: Git) ->
             env=env,
             timeout=GIT_DIFF_TIMEOUT_SECS,
             writable=at.writable,
+            checked=True,  # by _snapshot's At
         )
     if truncated:
         cut = data.rfind(b"\n")
@@ -234,10 +235,10 @@ def merge(
     """
     ws = Path(workspace).resolve()
     info = inspect(ws, base, git=git)
-    at = At(git, ws)
     if info.mode == "serial":
         assert info.reason_code is not None
         raise WorktreeError(info.reason_code, info.reason)
+    at = At.checked(git, ws)
     assert info.base is not None and info.head is not None
     if info.branch != info.base:
         raise WorktreeError("base_not_checked_out", f"{info.base} ≠ {info.branch or 'HEAD'}")

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from room.infra.git import Git, GitFailedError, GitRun, UnsafeRepositoryError, printable
+from room.infra.git import (
+    Git,
+    GitFailedError,
+    GitRun,
+    UnsafeRepositoryError,
+    check_repository,
+    printable,
+)
 from room.infra.worktrees._model import (
     GIT_CHECKOUT_TIMEOUT_SECS,
     MAX_LISTED_PATHS,
@@ -33,14 +40,24 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class At:
     """Where git runs: the folder, and the other folders the operation may write (a worktree's
-    repository, a new worktree's folder, a temporary index) — all the isolation binds."""
+    repository, a new worktree's folder, a temporary index) — all the isolation binds.
+
+    Made by :meth:`checked`: the repository's configuration is checked once for the operation
+    (:func:`room.infra.git.check_repository`), not again before each of its git commands."""
 
     git: Git
     cwd: Path
     writable: Sequence[Path] = ()
 
+    @classmethod
+    def checked(cls, git: Git, cwd: Path, writable: Sequence[Path] = ()) -> At:
+        """Raises :class:`~room.infra.git.UnsafeRepositoryError` for a repository whose
+        configuration would make git run a program."""
+        check_repository(cwd)
+        return cls(git, cwd, writable)
+
     def __call__(self, *args: str, **kwargs: Any) -> GitRun:
-        return self.git.run(self.cwd, *args, writable=self.writable, **kwargs)
+        return self.git.run(self.cwd, *args, writable=self.writable, checked=True, **kwargs)
 
     def also(self, *paths: Path) -> At:
         return At(self.git, self.cwd, (*self.writable, *paths))
@@ -133,8 +150,8 @@ def inspect(workspace: Path, base: str | None = None, *, git: Git) -> RepoInfo:
         if above is None:
             return _serial(ws, "not_a_repository")
         return _serial(ws, "nested_repository", str(above))
-    at = At(git, ws)
     try:
+        at = At.checked(git, ws)
         top = at("rev-parse", "--show-toplevel", check=False)
     except UnsafeRepositoryError as exc:
         return _serial(ws, "unsafe_repository", ", ".join(exc.details["keys"][:5]))
@@ -282,7 +299,7 @@ def create_attempt(
         assert info.reason_code is not None
         raise WorktreeError(info.reason_code, info.reason)
     assert info.root is not None and info.base is not None and info.head is not None
-    at = At(git, ws)
+    at = At.checked(git, ws)
     if at("check-ref-format", f"refs/heads/{branch}", check=False).returncode != 0:
         raise BadRefNameError("branch", branch, "git check-ref-format 拒绝 (refused by git)")
     path = Path(worktrees_root).resolve() / str(project_id) / name
@@ -353,7 +370,7 @@ def list_attempts(
     ws = Path(workspace).resolve()
     if not ws.is_dir() or not os.path.lexists(ws / ".git"):
         return ()  # no repository, so no worktrees or branches
-    at = At(git, ws)
+    at = At.checked(git, ws)
     if at("rev-parse", "--show-toplevel", check=False).returncode != 0:
         return ()
     folder = Path(worktrees_root).resolve() / str(project_id)
@@ -407,7 +424,7 @@ def _row(
         ahead=ahead,
         behind=behind,
         merged=None if ahead is None else ahead == 0,
-        dirty=None if real is None or missing else _dirty(At(at.git, real, (at.cwd,))),
+        dirty=None if real is None or missing else _dirty(At.checked(at.git, real, (at.cwd,))),
         missing=missing,
         locked=entry.locked,
     )
