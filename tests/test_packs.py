@@ -671,7 +671,8 @@ def test_the_cli_exports_and_imports_while_the_server_runs(app: App, tmp_path: P
             ).fetchall()  # fmt: skip
 
     copied = bodies("命令行副本")
-    assert [b for _, b in copied[:3]] == ["消息 0", "消息 1", "消息 2"]
+    # The echo agent may answer between the person's messages: theirs are in order, all there.
+    assert [b for _, b in copied if b.startswith("消息 ")] == ["消息 0", "消息 1", "消息 2"]
     assert copied == bodies("命令行")[: len(copied)]
     # The server's writer goes on taking ids after the imported ones.
     app.call(
