@@ -5,20 +5,10 @@ author and the project's owners — and refused to every other member, people an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from room.actions import messages as message_actions
-from tests.support.inproc import App, owner_user, running_app
-
-
-@pytest.fixture
-def app(tmp_path: Path) -> Iterator[App]:
-    with running_app(tmp_path / "data") as handle:
-        yield handle
+from tests.support.inproc import App, owner_user
 
 
 def _headers(app: App, cookie: str | None = None, token: str | None = None) -> dict[str, str]:

@@ -42,10 +42,9 @@ from room.store import search as search_store
 from room.store.messages import message_object
 from room.store.migrate import connect
 from tests.support.inproc import App, error, owner_user
-from tests.test_tasks_actions import World, item, plan, review, submit, world, write_file
+from tests.support.task_world import World, item, plan, review, submit, write_file
 
 pytestmark = pytest.mark.anyio
-__all__ = ["world"]  # the fixture, imported for these tests
 
 
 async def build(world: World) -> None:

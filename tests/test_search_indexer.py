@@ -12,7 +12,7 @@ from room.store import indexer
 from room.store import search as search_store
 from room.store.migrate import connect, migrate
 from tests.support.inproc import owner_user, running_app
-from tests.test_search import found_ids, search, write_message
+from tests.support.search import found_ids, search, write_message
 
 
 def _database(tmp_path: Path, bodies: list[str]) -> Path:
