@@ -31,6 +31,17 @@ def applied_migrations(conn: PgConnection) -> list[str]:
     return [name for (name,) in conn.execute("SELECT name FROM schema_migrations ORDER BY name")]
 
 
+def migration_status(conn: PgConnection) -> dict[str, list[str]]:
+    """What ``schema_migrations`` lists and what this code would still apply (reads only)."""
+    applied = applied_migrations(conn)
+    known = [migration.name for migration in PG_MIGRATIONS]
+    return {
+        "applied": applied,
+        "pending": [name for name in known if name not in applied],
+        "unknown": [name for name in applied if name not in known],
+    }
+
+
 def migrate(conn: PgConnection, now: float | None = None) -> list[str]:
     """Apply the migrations this database lacks; returns the names applied (in order)."""
     known = [migration.name for migration in PG_MIGRATIONS]
