@@ -91,7 +91,7 @@ def test_a_killed_test_process_takes_its_server_with_it() -> None:
     while Path(f"/proc/{pid_text}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{pid_text}").exists(), "the postmaster outlived its test process"
-    # The next cluster's start sweeps the folder the dead process left.
-    assert Path(folder).exists()
+    # The next cluster's start (this one, or another xdist worker's meanwhile) sweeps the
+    # folder the dead process left.
     PostgresCluster(find_bin_dir()).start().stop()
     assert not Path(folder).exists()
