@@ -61,6 +61,9 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     assert report["activations"][-1]["pid"] == server.proc.pid
     status, health = server.request("GET", "/healthz")
     assert status == 200 and health["ok"] is True
+    # The store is named (only SQLite is served so far: docs/storage.md).
+    assert report["database"] == {"backend": "sqlite", "version": report["sqlite"]["library"]}
+    assert health["database"] == report["database"]
     code, text = run_cli("doctor", "--data", str(server.data))
     assert code == 0, text
     assert "running, pid" in text and "healthy" in text
