@@ -266,8 +266,9 @@ def refuse_postgres(settings: Settings) -> int:
     message = (
         "serving on PostgreSQL is not available yet: the PostgreSQL schema, migrations and SQL "
         "dialect exist, but the store's queries and the multi-writer guarantees do not run there "
-        "yet (docs/storage.md, issue 26). Nothing was started or changed; serve without "
-        "--database (and without ROOM_DATABASE_URL) to use SQLite in the data folder."
+        "yet (docs/storage.md, 'PostgreSQL: done and not done'). Nothing was started or "
+        "changed; serve without --database (and without ROOM_DATABASE_URL) to use SQLite in "
+        "the data folder."
     )
     refusal |= {"error": "postgres_store_incomplete", "message": message, "exit": EXIT_NOT_SERVED}
     print(f"room: {message}", file=sys.stderr)

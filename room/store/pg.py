@@ -2,7 +2,7 @@
 connection (docs/storage.md). The migrations are :mod:`room.store.pg_migrate`.
 
 :class:`PgConnection` runs the store's SQL as written (``?``/``:name`` parameters, ``BEGIN
-IMMEDIATE``, ``INSERT OR IGNORE``) through :meth:`Dialect.adapt <room.store.dialect.Dialect.adapt>`;
+IMMEDIATE``, ``INSERT OR IGNORE``) through :meth:`room.store.dialect.Dialect.adapt`;
 it is in autocommit mode with explicit transactions, as the SQLite connections are.
 """
 
