@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -23,16 +24,36 @@ SLOW_FIXTURES = frozenset({"server", "room", "room_server", "chromium", "owner"}
 SLOW_NAMES = ("ServerProcess", "start_with_openai", "sync_playwright", "LiveRoom")
 
 
+# Each test file's seconds in a recent run (scripts/file_seconds.py writes it), to hand the
+# longest files to the workers first; a file not in it counts by its tests' marks.
+FILE_SECONDS: dict[str, float] = json.loads(
+    (Path(__file__).parent / "file_seconds.json").read_text(encoding="utf-8")
+)
+COST_BROWSER, COST_SLOW, COST_OTHER = 6.0, 2.5, 0.05
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    guess: dict[str, float] = {}
     for item in items:
         module = getattr(item, "module", None)
         uses = set(getattr(item, "fixturenames", ()))
-        if (
-            uses & SLOW_FIXTURES
-            or item.get_closest_marker("browser") is not None
-            or any(hasattr(module, name) for name in SLOW_NAMES)
-        ):
+        browser = item.get_closest_marker("browser") is not None
+        if uses & SLOW_FIXTURES or browser or any(hasattr(module, name) for name in SLOW_NAMES):
             item.add_marker(pytest.mark.slow)
+        slow = item.get_closest_marker("slow") is not None
+        file = _file(item)
+        guess[file] = guess.get(file, 0.0) + (
+            COST_BROWSER if browser else COST_SLOW if slow else COST_OTHER
+        )
+    # The longest files first. Each file goes to one worker whole, in collection order
+    # (./scripts/test: ``--dist loadfile --no-loadscope-reorder``; xdist would otherwise order
+    # files by their number of tests, and hand the few long browser files out last, leaving the
+    # other workers idle at the end). A file's own tests keep their order: the sort is stable.
+    items.sort(key=lambda item: -FILE_SECONDS.get(_file(item), guess[_file(item)]))
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.fixture
