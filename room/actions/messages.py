@@ -50,7 +50,7 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import reactions as reactions_store
 from room.store import search as search_store
-from room.store.db import Prefetch, WriteJob
+from room.store.db import UNKNOWN, Prefetch, Sent, WriteJob
 
 log = logging.getLogger(__name__)
 
@@ -249,16 +249,15 @@ def _send_job(
     # change): registered on the services, each runs as its own write after this one commits.
     follow_ups = [make for hook in core.send_hooks if (make := hook(sender, body))]
     project_id = sender.project_id
-    txn_key = ("txn", sender.id, client_txn_id)
     mention_rows = [(int(m.member_id), m.via) for m in addressing.resolution.mentions]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
         appends = tx.appends
-        earlier = _earlier_send(conn, appends, txn_key, sender.id, client_txn_id)
+        earlier = _earlier_send(conn, appends, sender.id, client_txn_id)
         if earlier is not None:
             return _retransmit_ack(earlier, digest, client_txn_id)
         state = check_posting(conn, sender, appends)
-        excerpt = _reply_excerpt(conn, appends, project_id, reply_to) if reply_to else None
+        excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
         full_meta = meta
         if files:  # the sender's own unsent uploads in this project, or the send is refused
             rows = attachment_actions.check_owned(conn, sender, files)
@@ -287,7 +286,7 @@ def _send_job(
         for make in follow_ups:
             tx.emit(make(message_id))
         if appends is not None:
-            appends.memo[txn_key] = (message_id, seq, digest, obj)
+            appends.remember_sent(sender.id, client_txn_id, (message_id, seq, digest, obj))
         return Ack(message_id, seq, False, obj)
 
     return job, (messages_store.find_txns, (sender.id, client_txn_id))
@@ -332,26 +331,20 @@ def address(
     return addressing
 
 
-TxnRecord = tuple[int, int, str | None, str]  # message id, seq, content digest, wire object
-
-
 def _earlier_send(
-    conn: sqlite3.Connection,
-    appends: Appends | None,
-    txn_key: tuple[str, int, str],
-    sender_id: int,
-    client_txn_id: str,
-) -> TxnRecord | None:
+    conn: sqlite3.Connection, appends: Appends | None, sender_id: int, client_txn_id: str
+) -> Sent | None:
     """The message an earlier send with this ``client_txn_id`` stored, if any. With
-    ``appends=True`` a send's rows may wait for the end of the batch, so the batch's memo is
-    looked in first (it also holds the prefetched lookups)."""
-    if appends is not None and txn_key in appends.memo:
-        earlier: TxnRecord | None = appends.memo[txn_key]
-        return earlier
+    ``appends=True`` the batch is asked first (it knows its own sends and the prefetched
+    lookups)."""
+    if appends is not None:
+        known = appends.sent(sender_id, client_txn_id)
+        if known is not UNKNOWN:
+            return known
     return messages_store.find_txn(conn, sender_id, client_txn_id)
 
 
-def _retransmit_ack(earlier: TxnRecord, digest: str, client_txn_id: str) -> Ack:
+def _retransmit_ack(earlier: Sent, digest: str, client_txn_id: str) -> Ack:
     """A retransmit is acknowledged with the original; reusing the id for other content is
     refused."""
     message_id, seq, old_digest, frame = earlier
@@ -459,8 +452,6 @@ def append_message(
         now=tx.now,
         appends=appends,
     )
-    if appends is not None:
-        appends.memo[("message", message_id)] = True  # not in the table until the flush
     tx.emit(Publish(project_id, seq, messages_store.event_frame(project_id, seq, obj)))
     return message_id, seq, obj
 
@@ -504,12 +495,9 @@ def _initial_state(roster: ProjectRoster, member_id: int, project_state: str) ->
     return ledger.initial_state(project_state, member.status if member else "active")
 
 
-def _reply_excerpt(
-    conn: sqlite3.Connection, appends: Appends | None, project_id: int, reply_to: int
-) -> dict[str, Any]:
-    """Who and what a reply answers, shown above it."""
-    if appends is not None and ("message", reply_to) in appends.memo:
-        appends.flush(conn)  # the message replied to is still waiting in the batch
+def _reply_excerpt(conn: sqlite3.Connection, project_id: int, reply_to: int) -> dict[str, Any]:
+    """Who and what a reply answers, shown above it (a message still waiting in the batch is
+    written first: see room.store.db.WriterConnection)."""
     row = messages_store.get_row(conn, reply_to)
     if row is None or row["project_id"] != project_id:
         raise NotFoundError("the message you reply to is not in this project", code="bad_reply_to")
