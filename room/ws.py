@@ -32,7 +32,9 @@ from room.auth import (
     identity_from_headers,
 )
 from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
-from room.infra.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
+from room.infra.fanout import Subscription
+from room.infra.frames import CLOSE_SIGNED_OUT
+from room.infra.outbox import Outbox
 from room.rules import protocol as p
 from room.rules.entities import Member
 from room.rules.ledger import DeliveryState
@@ -86,7 +88,7 @@ async def _serve(core: Services, websocket: WebSocket, identity: Identity | None
         await connection.run()
         return
     session = auth_store.digest(secret)
-    core.hub.attach_session(session, connection.outbox)
+    core.hub.presence.attach_session(session, connection.outbox)
     try:
         # Sign-out closes only the sockets attached when it runs: one that signed out between
         # the check above and the attach is caught by checking again now.
@@ -97,7 +99,7 @@ async def _serve(core: Services, websocket: WebSocket, identity: Identity | None
             return
         await connection.run()
     finally:
-        core.hub.detach_session(session, connection.outbox)
+        core.hub.presence.detach_session(session, connection.outbox)
 
 
 def _nothing_queued() -> None:
@@ -182,16 +184,18 @@ class Connection:
             assert self.identity is not None
             if self.identity.user is not None:
                 person = self.identity.user.id
-                if self.core.hub.attach_person(person, self.outbox):
+                if self.core.hub.presence.attach_person(person, self.outbox):
                     await presence.person_changed(self.core, person)
             if self.identity.agent is not None:
                 # Leaving revokes the agent's tokens and closes what they opened; a token
                 # revoked where the server does not hear it is found by the re-check.
-                agent_sessions.append(self.core.hub.agent_session(self.identity.agent.id))
+                agent_sessions.append(self.core.hub.presence.agent_session(self.identity.agent.id))
                 if self.identity.credential is not None:
-                    agent_sessions.append(self.core.hub.token_session(self.identity.credential))
+                    agent_sessions.append(
+                        self.core.hub.presence.token_session(self.identity.credential)
+                    )
                 for key in agent_sessions:
-                    self.core.hub.attach_session(key, self.outbox)
+                    self.core.hub.presence.attach_session(key, self.outbox)
             self._hello()
             await self._attach_external()
             # Frames already queued are taken without a coroutine each (room.infra.transport), and a
@@ -215,11 +219,11 @@ class Connection:
         except WebSocketDisconnect:
             pass
         finally:
-            if person is not None and self.core.hub.detach_person(person, self.outbox):
+            if person is not None and self.core.hub.presence.detach_person(person, self.outbox):
                 unread.forget(self.core, person)
                 await presence.person_changed(self.core, person)
             for key in agent_sessions:
-                self.core.hub.detach_session(key, self.outbox)
+                self.core.hub.presence.detach_session(key, self.outbox)
             for sub in self.subscriptions.values():
                 self.core.hub.unsubscribe(sub)
             if self.external_member is not None:

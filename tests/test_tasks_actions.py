@@ -31,7 +31,8 @@ from room.agents.presets import PRESETS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import ToolContext
 from room.errors import ForbiddenError, RoomError
-from room.infra.hub import Hub, Outbox
+from room.infra.hub import Hub
+from room.infra.outbox import Outbox
 from room.rules.entities import Member
 from room.rules.plans import PlanInvalidError
 from room.rules.tasks import AcceptanceIncompleteError, TaskForbiddenError, TaskTransitionError
