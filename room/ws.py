@@ -18,9 +18,9 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from room import __version__
+from room.actions import chatter, message_edits, presence, unread
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
-from room.actions import presence, unread
 from room.actions import reactions as reaction_actions
 from room.actions import search as search_actions
 from room.actions import turns as turn_actions
@@ -590,7 +590,7 @@ class Connection:
 
     async def on_edit(self, frame: p.EditFrame) -> None:
         member = await self.member(frame.project_id)
-        result = await message_actions.edit_message(
+        result = await message_edits.edit_message(
             self.core, member, frame.message_id, frame.body, as_plain_text=frame.as_plain_text
         )
         self.push(
@@ -605,7 +605,7 @@ class Connection:
 
     async def on_delete(self, frame: p.DeleteFrame) -> None:
         member = await self.member(frame.project_id)
-        result = await message_actions.delete_message(self.core, member, frame.message_id)
+        result = await message_edits.delete_message(self.core, member, frame.message_id)
         self.push(
             {
                 "type": "ack",
@@ -646,18 +646,18 @@ class Connection:
     async def on_typing(self, frame: p.TypingFrame) -> None:
         member = await self._hinting_member(frame.project_id)
         if member is not None:
-            message_actions.typing(self.core, member, frame.active, exclude=self.outbox)
+            chatter.typing(self.core, member, frame.active, exclude=self.outbox)
 
     async def on_read(self, frame: p.ReadFrame) -> None:
         if frame.unread:  # a person's act, answered (an ack or an error), never dropped
-            cursor = await message_actions.mark_unread(
+            cursor = await chatter.mark_unread(
                 self.core, await self.member(frame.project_id), frame.seq
             )
             self.push({"type": "ack", "req_id": frame.req_id, "read_cursor": cursor})
             return
         hinting = await self._hinting_member(frame.project_id)
         if hinting is not None:
-            await message_actions.mark_read(self.core, hinting, frame.seq)
+            await chatter.mark_read(self.core, hinting, frame.seq)
 
     async def _hinting_member(self, project_id: int) -> Member | None:
         """The member behind a typing hint or read cursor; None (the hint is dropped without

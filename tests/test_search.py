@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from room.actions import messages as message_actions
+from room.actions import message_edits
 from room.actions.messages import append_message
 from room.rules.entities import Member
 from room.services import RateLimiter
@@ -155,8 +155,8 @@ def test_deleted_and_edited_messages(app: App, project: tuple[int, int], owner: 
     gone = write_message(app, project_id, owner, "机密的密码是蓝色海豚")
     edited = write_message(app, project_id, owner, "旧的说法：橙色长颈鹿")
     assert found_ids(search(app, project_id, q="海豚")) == [gone]
-    app.call(message_actions.delete_message, app.core, owner, gone)
-    app.call(message_actions.edit_message, app.core, owner, edited, "新的说法：紫色企鹅")
+    app.call(message_edits.delete_message, app.core, owner, gone)
+    app.call(message_edits.edit_message, app.core, owner, edited, "新的说法：紫色企鹅")
     assert search(app, project_id, q="海豚")["results"] == []
     assert search(app, project_id, q="长颈鹿")["results"] == []  # the earlier version
     body = search(app, project_id, q="企鹅")

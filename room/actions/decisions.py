@@ -24,7 +24,7 @@ from typing import Any
 from room.actions import memory as memory_actions
 from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
-from room.actions.messages import annotate_message
+from room.actions.message_edits import annotate_message
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
 from room.rules.effects import FollowUp
 from room.rules.entities import Member
