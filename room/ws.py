@@ -36,6 +36,7 @@ from room.infra.fanout import Subscription
 from room.infra.frames import CLOSE_SIGNED_OUT
 from room.infra.outbox import Outbox
 from room.rules import protocol as p
+from room.rules import resume
 from room.rules.entities import Member
 from room.rules.ledger import DeliveryState
 from room.rules.ops import members_for, project_for, viewer_kind
@@ -44,7 +45,7 @@ from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
-from room.store import projects as projects_store
+from room.store import subscriptions as subscriptions_store
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,6 @@ CLOSE_POLICY = 1008
 CLOSE_UNAUTHENTICATED = 4401
 AUTH_TIMEOUT_SECS = 10.0
 REPLAY_PAGE = 500  # events per batch frame: small enough that live traffic interleaves
-MAX_REPLAY_EVENTS = 200_000
 REPLAY_SEND_SECS = 30.0
 # Sends of one connection queued for commit and not yet acked. Past it the connection stops taking
 # frames until its commits catch up; once room.infra.transport.READ_HIGH_MESSAGES more wait, it
@@ -444,23 +444,17 @@ class Connection:
     ) -> None:
         project_id = frame.project_id
 
-        def snapshot(conn: Any) -> Any:
-            return (
-                projects_store.get(conn, project_id),
-                members_store.wire_list(conn, project_id),
-                messages_store.read_cursors(conn, project_id),
-            )
-
-        project, members, cursors = await self.core.db.read(snapshot)
+        project, members, cursors = await self.core.db.read(
+            partial(subscriptions_store.snapshot, project_id=project_id)
+        )
         assert project is not None
         roster = await self.core.rosters.get(project_id)
-        reason = None
-        if frame.epoch is not None and frame.epoch != project.epoch:
-            reason = "epoch_changed"
-        elif frame.since is not None and frame.since > project.last_seq:
-            reason = "cursor_ahead"
-        elif frame.since is not None and project.last_seq - frame.since > MAX_REPLAY_EVENTS:
-            reason = "too_far_behind"
+        reason = resume.resync_reason(
+            since=frame.since,
+            epoch=frame.epoch,
+            head_seq=project.last_seq,
+            current_epoch=project.epoch,
+        )
         if reason is not None:
             self.core.hub.unsubscribe(sub)
             del self.subscriptions[project_id]
@@ -496,9 +490,8 @@ class Connection:
                 "head_seq": project.last_seq,
             }
         )
-        last = project.last_seq
+        last = resume.replay_from(frame.since, project.last_seq)
         if frame.since is not None:
-            last = frame.since
             while True:
                 page = await self.core.db.read(
                     partial(
@@ -720,13 +713,13 @@ class Connection:
     async def on_receipts(self, frame: p.ReceiptsFrame) -> None:
         await self.member(frame.project_id)
 
-        def query(conn: Any) -> Any:
-            row = messages_store.get_row(conn, frame.message_id)
-            if row is None or row["project_id"] != frame.project_id:
-                return None
-            return deliveries_store.for_message(conn, frame.message_id)
-
-        rows = await self.core.db.read(query)
+        rows = await self.core.db.read(
+            partial(
+                subscriptions_store.receipts,
+                project_id=frame.project_id,
+                message_id=frame.message_id,
+            )
+        )
         if rows is None:
             raise NotFoundError("no such message in this project", code="no_message")
         self.push(
