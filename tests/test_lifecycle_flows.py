@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from room.actions import chatter
 from room.actions import lifecycle as lifecycle_actions
-from room.actions import messages as message_actions
 from room.actions import purge as purge_actions
 from room.actions.purge import PURGE_STEPS, PurgeStep
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext, _spec
@@ -412,7 +412,7 @@ def test_a_read_cursor_written_late_never_blocks_a_purge(app: App) -> None:
 
     async def scenario() -> dict[str, Any]:
         for _ in range(25):  # past the burst: the next cursor waits, to be written later
-            await message_actions.mark_read(app.core, owner, 0)
+            await chatter.mark_read(app.core, owner, 0)
         assert app.core.deferred_reads
         slow: list[purge_actions.PurgeStep] = []
         for step in purge_actions.PURGE_STEPS:

@@ -18,7 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from room.cli import build_parser, main
 from room.infra.boot import last_start, read_trace
-from room.infra.hub import CLOSE_SIGNED_OUT
+from room.infra.frames import CLOSE_SIGNED_OUT
 from room.infra.sandbox import probe
 from room.infra.transport import offers_direct_write
 from room.rules.protocol import CLIENT_FRAME_TYPES

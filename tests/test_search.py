@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from room.actions import messages as message_actions
+from room.actions import message_edits
 from room.rules.entities import Member
 from room.services import RateLimiter
 from room.store import indexer
@@ -122,8 +122,8 @@ def test_deleted_and_edited_messages(app: App, project: tuple[int, int], owner: 
     gone = write_message(app, project_id, owner, "机密的密码是蓝色海豚")
     edited = write_message(app, project_id, owner, "旧的说法：橙色长颈鹿")
     assert found_ids(search(app, project_id, q="海豚")) == [gone]
-    app.call(message_actions.delete_message, app.core, owner, gone)
-    app.call(message_actions.edit_message, app.core, owner, edited, "新的说法：紫色企鹅")
+    app.call(message_edits.delete_message, app.core, owner, gone)
+    app.call(message_edits.edit_message, app.core, owner, edited, "新的说法：紫色企鹅")
     assert search(app, project_id, q="海豚")["results"] == []
     assert search(app, project_id, q="长颈鹿")["results"] == []  # the earlier version
     body = search(app, project_id, q="企鹅")

@@ -23,7 +23,8 @@ from room.actions import tasks as task_actions
 from room.actions import wiring
 from room.actions.task_updates import CriterionVerdict, EvidenceInput
 from room.agents.context import Line
-from room.infra.hub import Hub, Outbox
+from room.infra.hub import Hub
+from room.infra.outbox import Outbox
 from room.rules.entities import Member
 from room.services import NoAgents, RateLimiter, RosterCache, Services
 from room.settings import Settings
