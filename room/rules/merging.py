@@ -16,8 +16,8 @@ is checked here.
   (``nothing_selected``).
 
 Errors (:class:`~room.errors.BadRequestError`, 400): ``bad_merge_ignore`` (``details``:
-``index``, ``pattern``, ``reason``), ``path_not_in_diff`` (``details.paths``),
-``nothing_selected``.
+``index`` from 0, ``position`` from 1, ``pattern``, ``reason``), ``path_not_in_diff``
+(``details.paths``), ``nothing_selected``.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def _bad(index: int, pattern: Any, reason: str) -> BadRequestError:
         f"merge_ignore 第 {index + 1} 项无效 (pattern {index + 1} is not usable): {reason}",
         code="bad_merge_ignore",
         index=index,
+        position=index + 1,
         pattern=shown[: MAX_PATTERN_CHARS + 20],
         reason=reason,
     )
@@ -114,12 +115,13 @@ def check_patterns(patterns: Any) -> tuple[str, ...]:
     if not isinstance(patterns, list | tuple):
         raise BadRequestError(
             "merge_ignore 须为字符串列表 (merge_ignore is a list of patterns)",
-            code="bad_merge_ignore", index=None, pattern=None, reason="not a list",
+            code="bad_merge_ignore", index=None, position=None, pattern=None, reason="not a list",
         )  # fmt: skip
     if len(patterns) > MAX_PATTERNS:
         raise BadRequestError(
             f"merge_ignore 最多 {MAX_PATTERNS} 项 (at most {MAX_PATTERNS} patterns)",
-            code="bad_merge_ignore", index=MAX_PATTERNS, pattern=None, reason="too many",
+            code="bad_merge_ignore", index=MAX_PATTERNS, position=None, pattern=None,
+            reason="too many",
         )  # fmt: skip
     out: list[str] = []
     for index, pattern in enumerate(patterns):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -38,6 +39,8 @@ from room.infra.worktrees._repo import (
 )
 
 log = logging.getLogger(__name__)
+
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 # ---------------------------------------------------------------- diffs and commits
@@ -222,9 +225,12 @@ def merge(
     base: str | None = None,
     author_name: str | None = None,
     author_email: str | None = None,
+    commit: str | None = None,
     git: Git,
 ) -> MergeResult:
-    """Merge ``branch`` into the base branch checked out in ``workspace``.
+    """Merge ``branch`` — or, given, the ``commit`` made from it (a reviewed commit,
+    :meth:`room.infra.worktrees.Snapshot.commit`) — into the base branch checked out in
+    ``workspace``.
 
     ``mode="ff"`` only fast-forwards (``not_fast_forward`` when the base moved on);
     ``mode="merge"`` always makes a merge commit with ``message`` (committed as the given
@@ -243,9 +249,12 @@ def merge(
     if info.branch != info.base:
         raise WorktreeError("base_not_checked_out", f"{info.base} ≠ {info.branch or 'HEAD'}")
     ref = f"refs/heads/{branch}"
-    theirs = rev(at, f"{ref}^{{commit}}")
+    if commit is not None and not _HEX.fullmatch(commit):
+        raise BadRequestError(f"不是提交号 (not a commit id): {commit[:80]!r}", code="bad_commit")
+    theirs = rev(at, f"{commit or ref}^{{commit}}")
     if theirs is None:
-        raise WorktreeError("no_branch", branch)
+        raise WorktreeError("no_branch", commit or branch)
+    ref = theirs if commit is not None else ref
     if mode not in ("ff", "merge"):
         raise BadRequestError(f"未知的合并方式 (unknown merge mode): {mode!r}", code="bad_mode")
     for marker in ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD"):
