@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from functools import partial
 from pathlib import Path
 
@@ -615,6 +616,28 @@ def test_a_reviewed_merge_commit_conflicts_like_any_merge(ops: Ops, repo: Path, 
     with pytest.raises(BadRequestError) as caught:
         ops.merge(repo, work.branch, "ff", "x", commit="--upload-pack=touch /tmp/x")
     assert caught.value.code == "bad_commit"
+
+
+def test_an_edit_in_the_same_clock_tick_as_the_checkout_is_seen(
+    ops: Ops, repo: Path, root: Path
+) -> None:
+    """File times are coarse (a few ms): an agent that rewrites a file to the same size right
+    after its worktree was checked out leaves size and times as the index recorded them. git
+    then compares contents only because the entry is as new as the index itself ("racy git");
+    the snapshot's copy of the index keeps that, or the change would vanish from the review
+    and from the merge."""
+    work = attempt(ops, repo, root, "tick")
+    git(repo, "config", "core.trustctime", "false")  # as if the ctime tick matched too
+    index = Path(git(work.path, "rev-parse", "--path-format=absolute", "--git-path", "index"))
+    time.sleep(0.05)  # past the checkout's tick: the refresh leaves no entry smudged as racy
+    git(work.path, "update-index", "--refresh")
+    tick = (work.path / "app.py").stat().st_mtime_ns
+    (work.path / "app.py").write_text("a = 9\nb = 2\nc = 3\n")  # the same size
+    os.utime(work.path / "app.py", ns=(tick, tick))
+    os.utime(index, ns=(tick, tick))
+    with wt.read_changes(work, git=ops.git) as snap:
+        assert [(c.path, c.status) for c in snap.changes] == [("app.py", "modified")]
+    assert "+a = 9" in ops.diff(work).text
 
 
 HOSTILE = ["a\nReviewed-by: mallory.py", "-rf.py", "--exec=sh.py", "..x.py", "sp ace.py", "名字.py"]

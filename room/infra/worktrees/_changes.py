@@ -61,17 +61,22 @@ def _require_on_branch(attempt: Worktree, at: At) -> None:
 
 def _copy_regular(source: Path, target: Path) -> None:
     """Copy ``source`` if it is a regular file, not through a symlink (the index lives in a
-    folder the worktree's writers may have written)."""
+    folder the worktree's writers may have written), with its modification time."""
     try:
         fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return  # no index yet (or not a file): the snapshot starts empty and adds everything
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        found = os.fstat(handle.fileno())
+        if not stat.S_ISREG(found.st_mode):
             return
         with open(target, "wb") as out:
             while chunk := handle.read(1 << 20):
                 out.write(chunk)
+    # The copy keeps the index's time: git compares the contents of an entry as new as the index
+    # ("racy git"); a copy stamped now would make a same-size edit made in the checkout's clock
+    # tick look unchanged, and the review and the merge would miss it.
+    os.utime(target, ns=(found.st_atime_ns, found.st_mtime_ns))
 
 
 @contextmanager
