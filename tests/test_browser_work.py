@@ -346,6 +346,45 @@ def test_an_owner_changes_what_agents_may_do_and_the_server_keeps_it(
     screenshot(page, "work-settings-unsandboxed")
 
 
+def test_an_owner_edits_the_patterns_a_merge_flags_as_generated(
+    owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = room_server.create_project("生成文件规则", TEAM, workspace=repo)
+    base = f"/api/projects/{project}"
+    page = owner.page
+    owner.allow(r"Failed to load resource: .* 400")
+    owner.open_project(project)
+    dialog = open_workspace(page, "生成文件规则")
+    shown = dialog.locator(".work-settings-facts .settings-merge-ignore")
+    defaults = room_server.get(base)["project"]["settings"]["merge_ignore_default"]
+    expect(shown).to_contain_text(f"{len(defaults)} 条规则 （默认列表）")
+    field = dialog.get_by_label("合并时标为生成文件的规则（每行一条）")
+    expect(field).to_have_value("\n".join(defaults))
+
+    # A comment line is refused, in Chinese, naming the line; nothing is kept.
+    field.fill("*.md\n# 注释")
+    dialog.get_by_role("button", name="保存设置").click()
+    alert = dialog.get_by_role("alert")
+    expect(alert).to_have_text("第 2 条规则（# 注释）不能用：不支持以 # 开头的注释")
+    expect(alert).to_have_attribute("data-code", "bad_merge_ignore")
+    assert room_server.get(base)["project"]["settings"]["merge_ignore_set"] is False
+
+    field.fill("*.md\n  out/  \n\n")
+    dialog.get_by_role("button", name="保存设置").click()
+    expect(shown).to_contain_text("2 条规则 （本项目自定义）")
+    expect(shown.locator("code")).to_have_text(["*.md", "out/"])
+    expect(dialog.get_by_role("alert")).to_be_hidden()
+    dialog.locator(".settings-merge-ignore-field").scroll_into_view_if_needed()
+    screenshot(page, "work-settings-merge-ignore")
+    assert room_server.get(base)["project"]["settings"]["merge_ignore"] == ["*.md", "out/"]
+
+    dialog.get_by_role("button", name="恢复默认列表").click()
+    dialog.get_by_role("button", name="保存设置").click()
+    expect(shown).to_contain_text("（默认列表）")
+    assert room_server.get(base)["project"]["settings"]["merge_ignore_set"] is False
+
+
 def test_a_member_sees_the_settings_and_the_kept_worktrees_but_no_controls(
     chromium: Browser, owner: Person, room_server: RoomServer, tmp_path: Path
 ) -> None:

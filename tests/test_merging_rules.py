@@ -81,7 +81,9 @@ def test_bad_patterns_are_refused_naming_the_first(
     with pytest.raises(BadRequestError) as caught:
         check_patterns(patterns)
     assert caught.value.code == "bad_merge_ignore"
-    assert (caught.value.details["index"], caught.value.details["reason"]) == (index, reason)
+    details = caught.value.details
+    assert (details["index"], details["position"], details["reason"]) == (index, index + 1, reason)
+    assert details["problem"] in merging.PATTERN_PROBLEMS
 
 
 def test_pattern_lists_are_bounded_and_deduplicated() -> None:
@@ -89,7 +91,10 @@ def test_pattern_lists_are_bounded_and_deduplicated() -> None:
     assert check_patterns([]) == ()
     with pytest.raises(BadRequestError) as caught:
         check_patterns(["*.x"] * 101)
-    assert caught.value.details["reason"] == "too many"
+    assert (caught.value.details["problem"], caught.value.details["reason"]) == (
+        "too_many",
+        "too many",
+    )
     with pytest.raises(BadRequestError) as caught:
         check_patterns("*.tmp")
     assert caught.value.details["reason"] == "not a list"

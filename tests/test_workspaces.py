@@ -487,7 +487,7 @@ def test_owners_edit_the_junk_patterns_with_checked_values(app: App, tmp_path: P
     status, data = project.owner("PATCH", url, {"merge_ignore": ["*.md", "bad\npattern"]})
     assert (status, data["error"]["code"]) == (400, "bad_merge_ignore"), data
     assert data["error"]["details"] == {
-        "index": 1, "position": 2, "pattern": "bad\npattern",
+        "index": 1, "position": 2, "pattern": "bad\npattern", "problem": "control",
         "reason": "contains a control character",
     }  # fmt: skip
     status, data = project.agent("lead", "PATCH", url, {"merge_ignore": ["*.md"]})

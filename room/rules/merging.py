@@ -16,7 +16,9 @@ is checked here.
   (``nothing_selected``).
 
 Errors (:class:`~room.errors.BadRequestError`, 400): ``bad_merge_ignore`` (``details``:
-``index`` from 0, ``position`` from 1, ``pattern``, ``reason``), ``path_not_in_diff``
+``index`` from 0, ``position`` from 1, ``pattern``, ``problem`` — a code: ``not_list``,
+``too_many``, ``not_string``, ``empty``, ``too_long``, ``control``, ``backslash``, ``space``,
+``negation``, ``comment``, ``class`` — and ``reason`` in words), ``path_not_in_diff``
 (``details.paths``), ``nothing_selected``.
 """
 
@@ -33,6 +35,11 @@ from room.errors import BadRequestError
 MAX_PATTERNS = 100
 MAX_PATTERN_CHARS = 200
 MAX_LISTED_PATHS = 20
+#: The ``problem`` codes of ``bad_merge_ignore`` (the page translates them).
+PATTERN_PROBLEMS = frozenset({
+    "not_list", "too_many", "not_string", "empty", "too_long", "control", "backslash", "space",
+    "negation", "comment", "class",
+})  # fmt: skip
 
 #: Generated files a merge leaves out unless a person ticks them (an owner may edit the list:
 #: the project setting ``merge_ignore``).
@@ -95,7 +102,7 @@ def status_of(letter: str) -> Status:
 # ---------------------------------------------------------------- patterns
 
 
-def _bad(index: int, pattern: Any, reason: str) -> BadRequestError:
+def _bad(index: int, pattern: Any, problem: str, reason: str) -> BadRequestError:
     shown = pattern if isinstance(pattern, str) else repr(pattern)
     return BadRequestError(
         f"merge_ignore 第 {index + 1} 项无效 (pattern {index + 1} is not usable): {reason}",
@@ -103,6 +110,7 @@ def _bad(index: int, pattern: Any, reason: str) -> BadRequestError:
         index=index,
         position=index + 1,
         pattern=shown[: MAX_PATTERN_CHARS + 20],
+        problem=problem,
         reason=reason,
     )
 
@@ -115,36 +123,37 @@ def check_patterns(patterns: Any) -> tuple[str, ...]:
     if not isinstance(patterns, list | tuple):
         raise BadRequestError(
             "merge_ignore 须为字符串列表 (merge_ignore is a list of patterns)",
-            code="bad_merge_ignore", index=None, position=None, pattern=None, reason="not a list",
+            code="bad_merge_ignore", index=None, position=None, pattern=None, problem="not_list",
+            reason="not a list",
         )  # fmt: skip
     if len(patterns) > MAX_PATTERNS:
         raise BadRequestError(
             f"merge_ignore 最多 {MAX_PATTERNS} 项 (at most {MAX_PATTERNS} patterns)",
             code="bad_merge_ignore", index=MAX_PATTERNS, position=None, pattern=None,
-            reason="too many",
+            problem="too_many", reason="too many",
         )  # fmt: skip
     out: list[str] = []
     for index, pattern in enumerate(patterns):
         if not isinstance(pattern, str):
-            raise _bad(index, pattern, "not a string")
+            raise _bad(index, pattern, "not_string", "not a string")
         if not pattern.strip() or pattern.strip("/") == "":
-            raise _bad(index, pattern, "empty")
+            raise _bad(index, pattern, "empty", "empty")
         if len(pattern) > MAX_PATTERN_CHARS:
-            raise _bad(index, pattern, f"longer than {MAX_PATTERN_CHARS} characters")
+            raise _bad(index, pattern, "too_long", f"longer than {MAX_PATTERN_CHARS} characters")
         if any(ord(c) < 32 or ord(c) == 127 for c in pattern):
-            raise _bad(index, pattern, "contains a control character")
+            raise _bad(index, pattern, "control", "contains a control character")
         if "\\" in pattern:
-            raise _bad(index, pattern, "contains a backslash")
+            raise _bad(index, pattern, "backslash", "contains a backslash")
         if pattern != pattern.strip():
-            raise _bad(index, pattern, "leading or trailing space")
+            raise _bad(index, pattern, "space", "leading or trailing space")
         if pattern.startswith("!"):
-            raise _bad(index, pattern, "negation (!) is not supported")
+            raise _bad(index, pattern, "negation", "negation (!) is not supported")
         if pattern.startswith("#"):
-            raise _bad(index, pattern, "comments (#) are not supported")
+            raise _bad(index, pattern, "comment", "comments (#) are not supported")
         try:
             _compile(pattern)
         except ValueError as exc:
-            raise _bad(index, pattern, str(exc)) from None
+            raise _bad(index, pattern, "class", str(exc)) from None
         if pattern not in out:
             out.append(pattern)
     return tuple(out)
