@@ -79,12 +79,12 @@ def _read(
 def _review(
     attempt: worktrees.Worktree, cited: Mapping[str, str | None], patterns: Sequence[str], git: Git
 ) -> dict[str, Any]:
-    found = worktrees.diff(attempt, git=git)
     with worktrees.read_changes(attempt, git=git) as snapshot:
         changes = snapshot.changes
+        text, truncated = snapshot.text()
         return {
-            "text": found.text,
-            "truncated": found.truncated,
+            "text": text,
+            "truncated": truncated,
             "merge_base": snapshot.merge_base,
             "files": merging.review_files(changes, cited, patterns),
             "digest": merging.digest(changes),

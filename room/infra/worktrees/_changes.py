@@ -135,22 +135,21 @@ def diff_stat(attempt: Worktree, *, git: Git) -> DiffStat:
     )
 
 
-def diff(attempt: Worktree, max_bytes: int = DEFAULT_DIFF_BYTES, *, git: Git) -> Diff:
-    """The attempt's unified diff against the merge base, cut at a line end before
-    ``max_bytes`` with a marker line saying so."""
-    with _snapshot(attempt, git) as (at, env, merge_base):
-        data, truncated = git.run_capped(
-            at.cwd,
-            "diff",
-            *_DIFF_FLAGS,
-            merge_base,
-            "--",
-            max_bytes=max(max_bytes, 0),
-            env=env,
-            timeout=GIT_DIFF_TIMEOUT_SECS,
-            writable=at.writable,
-            checked=True,  # by _snapshot's At
-        )
+def diff_text(at: At, env: dict[str, str], merge_base: str, max_bytes: int) -> tuple[str, bool]:
+    """The unified diff of a snapshot (:func:`_snapshot`) against ``merge_base``, cut at a line
+    end before ``max_bytes`` with a marker line saying so; ``(text, truncated)``."""
+    data, truncated = at.git.run_capped(
+        at.cwd,
+        "diff",
+        *_DIFF_FLAGS,
+        merge_base,
+        "--",
+        max_bytes=max(max_bytes, 0),
+        env=env,
+        timeout=GIT_DIFF_TIMEOUT_SECS,
+        writable=at.writable,
+        checked=True,  # by _snapshot's At
+    )
     if truncated:
         cut = data.rfind(b"\n")
         data = data[: cut + 1] if cut >= 0 else b""
@@ -160,6 +159,13 @@ def diff(attempt: Worktree, max_bytes: int = DEFAULT_DIFF_BYTES, *, git: Git) ->
             f"[… 差异已截断，只显示前 {len(data)} 字节 "
             f"(diff truncated: only the first {len(data)} bytes are shown)]\n"
         )
+    return text, truncated
+
+
+def diff(attempt: Worktree, max_bytes: int = DEFAULT_DIFF_BYTES, *, git: Git) -> Diff:
+    """The attempt's unified diff against the merge base (see :func:`diff_text`)."""
+    with _snapshot(attempt, git) as (at, env, merge_base):
+        text, truncated = diff_text(at, env, merge_base, max_bytes)
     return Diff(base=attempt.base, merge_base=merge_base, text=text, truncated=truncated)
 
 

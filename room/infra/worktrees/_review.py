@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from room.infra.git import Git, printable
-from room.infra.worktrees._changes import _DIFF_FLAGS, _identity, _snapshot
-from room.infra.worktrees._model import GIT_DIFF_TIMEOUT_SECS, Worktree
+from room.infra.worktrees._changes import _DIFF_FLAGS, _identity, _snapshot, diff_text
+from room.infra.worktrees._model import DEFAULT_DIFF_BYTES, GIT_DIFF_TIMEOUT_SECS, Worktree
 from room.infra.worktrees._repo import At
 from room.rules.merging import Change, status_of
 
@@ -34,6 +34,10 @@ class Snapshot:
     env: dict[str, str]
     merge_base: str
     changes: tuple[Change, ...]
+
+    def text(self, max_bytes: int = DEFAULT_DIFF_BYTES) -> tuple[str, bool]:
+        """The unified diff of these changes, ``(text, truncated)`` (as :func:`room.infra.worktrees.diff` cuts it)."""
+        return diff_text(self.at, self.env, self.merge_base, max_bytes)
 
     def blob(self, blob_id: str) -> bytes:
         """The content of a blob the snapshot listed (a cited file's, to compare its hash)."""
