@@ -138,6 +138,19 @@ def test_the_default_choice_is_the_cited_files_and_names_must_be_changes() -> No
     assert choose([], None, set()) == ((), ())  # nothing changed: nothing to choose
 
 
+def test_a_file_replacing_a_folder_is_merged_only_with_the_folders_deletions() -> None:
+    changes = [change("a", "added"), change("a/x", "deleted"), change("a/y", "deleted"),
+               change("b/c", "added"), change("b", "deleted"), change("other.py")]  # fmt: skip
+    for wanted, missing in ((["a"], ["a/x", "a/y"]), (["a", "a/x"], ["a/y"]), (["b/c"], ["b"])):
+        with pytest.raises(BadRequestError) as caught:
+            choose(changes, wanted, set())
+        assert caught.value.code == "selection_incomplete"
+        assert caught.value.details["paths"] == missing
+    included, _ = choose(changes, ["a", "a/x", "a/y", "other.py"], set())
+    assert [c.path for c in included] == ["a", "a/x", "a/y", "other.py"]
+    assert [c.path for c in choose(changes, ["a/x"], set())[0]] == ["a/x"]  # a deletion alone
+
+
 def test_the_digest_follows_content_not_order() -> None:
     a, b = change("a.py"), change("b.py")
     assert merging.digest([a, b]) == merging.digest([b, a])

@@ -466,6 +466,28 @@ def test_a_merge_takes_the_ticked_files_and_refuses_names_outside_the_diff(
     assert len(parents.split()) == 2 and task_key.strip() == "api" and "(be)" not in author
 
 
+def test_a_file_that_replaces_a_folder_needs_the_folders_deletion(app: App, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "docs").mkdir()
+    (repo / "docs" / "a.md").write_text("a\n")
+    git(repo, "add", "--all")
+    git(repo, "commit", "-qm", "docs")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    path = _accepted(project, repo, "api", "be", "api.py", "def api(): ...\n")
+    (path / "docs" / "a.md").unlink()
+    (path / "docs").rmdir()
+    (path / "docs").write_text("one file now\n")
+    url = f"/api/projects/{project.id}/tasks/api/merge"
+    status, data = project.owner("POST", url, {"paths": ["api.py", "docs"]})
+    assert (status, data["error"]["code"]) == (400, "selection_incomplete"), data
+    assert data["error"]["details"]["paths"] == ["docs/a.md"]
+    assert (repo / "docs" / "a.md").exists()
+    status, data = project.owner("POST", url, {"paths": ["api.py", "docs", "docs/a.md"]})
+    assert (status, data["outcome"]) == (200, "fast_forward"), data
+    assert (repo / "docs").read_text() == "one file now\n"
+
+
 def test_a_cited_file_changed_after_acceptance_is_not_merged(app: App, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     project = Project(app, repo)

@@ -935,6 +935,7 @@ export const STRINGS_EN = {
   "error.nothing_selected": "No file is chosen: tick at least one file to merge",
   "error.diff_changed": "The task's changes moved on since you looked: open the merge again and check",
   "error.bad_merge_ignore": "Ignore pattern {position} is not usable ({pattern}): {reason}",
+  "error.selection_incomplete": "A file and a folder of the same name replace each other: tick these deletions too: {paths}",
   "error.bad_commit": "Not a commit id",
   "card.access": "Access",
   "card.readOnly": "Read-only: no file-writing or command tools",

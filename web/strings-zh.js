@@ -936,6 +936,7 @@ export const STRINGS_ZH = {
   "error.nothing_selected": "没有选择任何文件：请至少勾选一个要合并的文件",
   "error.diff_changed": "查看之后任务的改动又变了，请重新打开合并窗口再确认",
   "error.bad_merge_ignore": "忽略规则第 {position} 项无效（{pattern}）：{reason}",
+  "error.selection_incomplete": "同名的文件和目录互相替换了：还须一并勾选这些删除 {paths}",
   "error.bad_commit": "不是有效的提交号",
   "card.access": "权限",
   "card.readOnly": "只读：没有写文件和运行命令的工具",

@@ -18,7 +18,8 @@ is checked here.
 Errors (:class:`~room.errors.BadRequestError`, 400): ``bad_merge_ignore`` (``details``:
 ``index`` from 0, ``position`` from 1, ``pattern``, ``problem`` — a code: ``not_list``,
 ``too_many``, ``not_string``, ``empty``, ``too_long``, ``control``, ``backslash``, ``space``,
-``negation``, ``comment``, ``class`` — and ``reason`` in words), ``path_not_in_diff``
+``negation``, ``comment``, ``class`` — and ``reason`` in words); ``selection_incomplete``
+(``details.paths``: deletions a chosen file needs, where a file replaced a folder or back), ``path_not_in_diff``
 (``details.paths``), ``nothing_selected``.
 """
 
@@ -262,7 +263,8 @@ def choose(
     """``(included, left_out)``: the changes named in ``requested`` (by their shown path, as
     the review lists them), or the cited ones when ``requested`` is None. Raises
     ``path_not_in_diff`` for a name that is not a changed file, ``nothing_selected`` when the
-    attempt changed files but none is taken."""
+    attempt changed files but none is taken, ``selection_incomplete`` when a chosen file needs
+    a deletion left out."""
     by_shown = {c.shown: c for c in changes}
     if requested is None:
         wanted = {c.path for c in changes if c.path in cited}
@@ -281,6 +283,7 @@ def choose(
         wanted = {by_shown[p].path for p in requested}
     included = tuple(c for c in changes if c.path in wanted)
     left_out = tuple(c for c in changes if c.path not in wanted)
+    _check_folders(included, left_out)
     if changes and not included:
         raise BadRequestError(
             "没有选择任何文件，无可合并 (No file is chosen: nothing to merge.)",
@@ -289,6 +292,30 @@ def choose(
             "the task's evidence cites are ticked by default)",
         )
     return included, left_out
+
+
+def _check_folders(included: Sequence[Change], left_out: Sequence[Change]) -> None:
+    """A file that takes the place of a folder (or a folder's file that takes the place of a
+    file) can only be merged with the deletion it needs: git would otherwise drop the other
+    side silently, an unchosen deletion. Raises ``selection_incomplete`` naming what is
+    missing."""
+    gone = [c for c in left_out if c.status == "deleted"]
+    needed: list[str] = []
+    for change in included:
+        if change.status == "deleted":
+            continue
+        for other in gone:
+            if other.path.startswith(change.path + "/") or change.path.startswith(other.path + "/"):
+                needed.append(other.shown)
+    if needed:
+        listed = list(dict.fromkeys(needed))[:MAX_LISTED_PATHS]
+        raise BadRequestError(
+            "这些删除须一起合并：同名的文件和目录互相替换了 (These deletions must be merged too: "
+            f"a file and a folder of the same name replace each other): {', '.join(listed[:5])}",
+            code="selection_incomplete",
+            paths=listed,
+            hint="一并勾选列出的删除 (tick the deletions listed as well)",
+        )
 
 
 def one_line(text: str, limit: int = 200) -> str:
