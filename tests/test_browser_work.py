@@ -1,5 +1,6 @@
 """The page shows the work: a task's attempt worktree on its card (branch, diff stat, the diff as
-escaped text), an owner's merge of an accepted task (fast-forward; a conflict listed by path),
+escaped text, the changed files with generated junk flagged), an owner's merge of an accepted
+task (only the ticked files, the cited ones ticked; fast-forward; a conflict listed by path),
 the project's workspace (where, git or not, worktrees or serial, changed by an owner with the
 server's refusals translated), what agents may do there (the project's work settings, changed by
 an owner) and the worktrees the project keeps. A real server, a real git repository in tmp_path, tasks driven over
@@ -125,24 +126,57 @@ def test_a_task_card_shows_its_worktree_diff_and_merges_fast_forward(
     card.scroll_into_view_if_needed()
     screenshot(page, "work-task-card")
 
-    # Accepted: the owner merges it (fast-forward) and the base branch really moves.
+    # Accepted, then the worktree gathers junk and a draft nobody cited. The owner merges
+    # (fast-forward) only what they tick: the cited file, ticked for them, and the draft.
     board.accept("notes", "notes.md")
+    (worktree / "__pycache__").mkdir()
+    (worktree / "__pycache__" / "notes.cpython-311.pyc").write_bytes(b"\x00\xff")
+    (worktree / "build.tmp").write_text("scratch\n")
+    (worktree / "draft.md").write_text("草稿\n", encoding="utf-8")
     tasks = open_tasks(page)
     attempt = tasks.locator('.task-card[data-key="notes"] .task-attempt')
+    attempt.get_by_role("button", name="查看改动").click()
+    review = page.get_by_role("dialog", name=f"notes 的改动 · {branch}")
+    expect(review.locator(".review-summary")).to_have_text(
+        "4 个文件有改动：1 个是任务证据引用的，2 个看起来是生成的文件。"
+    )
+    expect(review.locator(".review-file.is-junk .file-junk")).to_have_text(
+        ["生成文件 · __pycache__/", "生成文件 · *.tmp"]
+    )
+    review.get_by_role("button", name="完成").click()
     before = git(repo, "rev-parse", "main")
     attempt.get_by_role("button", name="合并到 main").click()
     merge = page.get_by_role("dialog", name=f"把 {branch} 合并到 main")
     expect(merge.get_by_label("快进（main 没有新提交时才可以）")).to_be_checked()
+    files = merge.locator(".merge-files")
+    expect(files.locator("legend")).to_have_text("要合并的文件 （已选 1/4）")
+    boxes = {path: files.locator(f'.review-file[data-path="{path}"] input') for path in (
+        "notes.md", "draft.md", "build.tmp", "__pycache__/notes.cpython-311.pyc")}  # fmt: skip
+    expect(boxes["notes.md"]).to_be_checked()
+    for path in ("draft.md", "build.tmp", "__pycache__/notes.cpython-311.pyc"):
+        expect(boxes[path]).not_to_be_checked()
+    expect(files.locator('.review-file[data-path="notes.md"] .file-cited')).to_have_text("证据")
+    boxes["draft.md"].check()
+    expect(files.locator("legend")).to_have_text("要合并的文件 （已选 2/4）")
+    screenshot(page, "work-merge-review")
     merge.get_by_role("button", name="合并", exact=True).click()
     outcome = merge.locator(".merge-outcome")
     expect(outcome).to_have_text("已快进合并到 main")
+    expect(merge.locator(".merge-taken")).to_have_text(
+        "合并了 2 个文件；2 个未选的改动留在任务分支上，没有进入基础分支。"
+    )
     expect(merge.locator(".merge-head code")).to_contain_text("notes: 做 notes")
     expect(merge.locator(".merge-result")).not_to_contain_text("null")
     expect(merge.locator(".merge-conflicts")).to_have_count(0)
     screenshot(page, "work-merged")
     after = git(repo, "rev-parse", "main")
-    assert after != before and after == git(repo, "rev-parse", branch)
+    assert after != before and git(repo, "rev-parse", "main^") == before
+    assert git(repo, "ls-tree", "-r", "--name-only", "main").split() == [
+        "README.md", "app.py", "draft.md", "notes.md",
+    ]  # fmt: skip
     assert (repo / "notes.md").read_text(encoding="utf-8") == f"# 笔记\n{SCRIPT}\n"
+    assert not (repo / "build.tmp").exists() and not (repo / "__pycache__").exists()
+    assert "Room-Task: notes" in git(repo, "log", "-1", "--format=%(trailers)")
     merge.get_by_role("button", name="关闭").first.click()
     expect(tasks.locator('.task-card[data-key="notes"] .task-attempt .badge')).to_have_text(
         "已合并"
@@ -310,6 +344,45 @@ def test_an_owner_changes_what_agents_may_do_and_the_server_keeps_it(
     assert server["unsandboxed"] is True and server["network"] is True
     dialog.locator(".work-settings").scroll_into_view_if_needed()
     screenshot(page, "work-settings-unsandboxed")
+
+
+def test_an_owner_edits_the_patterns_a_merge_flags_as_generated(
+    owner: Person, room_server: RoomServer, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = room_server.create_project("生成文件规则", TEAM, workspace=repo)
+    base = f"/api/projects/{project}"
+    page = owner.page
+    owner.allow(r"Failed to load resource: .* 400")
+    owner.open_project(project)
+    dialog = open_workspace(page, "生成文件规则")
+    shown = dialog.locator(".work-settings-facts .settings-merge-ignore")
+    defaults = room_server.get(base)["project"]["settings"]["merge_ignore_default"]
+    expect(shown).to_contain_text(f"{len(defaults)} 条规则 （默认列表）")
+    field = dialog.get_by_label("合并时标为生成文件的规则（每行一条）")
+    expect(field).to_have_value("\n".join(defaults))
+
+    # A comment line is refused, in Chinese, naming the line; nothing is kept.
+    field.fill("*.md\n# 注释")
+    dialog.get_by_role("button", name="保存设置").click()
+    alert = dialog.get_by_role("alert")
+    expect(alert).to_have_text("第 2 条规则（# 注释）不能用：不支持以 # 开头的注释")
+    expect(alert).to_have_attribute("data-code", "bad_merge_ignore")
+    assert room_server.get(base)["project"]["settings"]["merge_ignore_set"] is False
+
+    field.fill("*.md\n  out/  \n\n")
+    dialog.get_by_role("button", name="保存设置").click()
+    expect(shown).to_contain_text("2 条规则 （本项目自定义）")
+    expect(shown.locator("code")).to_have_text(["*.md", "out/"])
+    expect(dialog.get_by_role("alert")).to_be_hidden()
+    dialog.locator(".settings-merge-ignore-field").scroll_into_view_if_needed()
+    screenshot(page, "work-settings-merge-ignore")
+    assert room_server.get(base)["project"]["settings"]["merge_ignore"] == ["*.md", "out/"]
+
+    dialog.get_by_role("button", name="恢复默认列表").click()
+    dialog.get_by_role("button", name="保存设置").click()
+    expect(shown).to_contain_text("（默认列表）")
+    assert room_server.get(base)["project"]["settings"]["merge_ignore_set"] is False
 
 
 def test_a_member_sees_the_settings_and_the_kept_worktrees_but_no_controls(

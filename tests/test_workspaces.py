@@ -359,6 +359,161 @@ def test_a_conflicting_merge_reports_the_paths_and_leaves_the_base_clean(
     assert task["attempt"]["state"] == "open"
 
 
+def _junk_attempt(project: Project, repo: Path) -> Path:
+    """An accepted ``api`` whose worktree holds the cited file beside generated junk, an
+    uncited change and a deletion."""
+    path = _accepted(project, repo, "api", "be", "api.py", "def api(): ...\n")
+    (path / "__pycache__").mkdir()
+    (path / "__pycache__" / "api.cpython-311.pyc").write_bytes(b"\x00\xffcode")
+    (path / "build.tmp").write_text("scratch\n")
+    (path / "notes.md").write_text("what I tried\n")
+    (path / "README.md").unlink()
+    return path
+
+
+def test_the_review_lists_every_change_and_flags_generated_junk(app: App, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    _junk_attempt(project, repo)
+    status, diff = project.owner("GET", f"/api/projects/{project.id}/tasks/api/diff")
+    assert status == 200, diff
+    files = {f["path"]: (f["status"], f["cited"], f["junk"], f["selected"]) for f in diff["files"]}
+    assert files == {
+        "README.md": ("deleted", False, None, False),
+        "__pycache__/api.cpython-311.pyc": ("added", False, "__pycache__/", False),
+        "api.py": ("added", True, None, True),
+        "build.tmp": ("added", False, "*.tmp", False),
+        "notes.md": ("added", False, None, False),
+    }
+    assert "+scratch" in diff["text"] and "-# app" in diff["text"]  # the full diff, junk too
+    assert len(diff["digest"]) == 64 and "__pycache__/" in diff["ignore"]
+    assert (diff["base"], diff["state"]) == ("main", "open")
+
+
+def test_a_merge_takes_the_cited_files_by_default_and_names_the_review(
+    app: App, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    path = _junk_attempt(project, repo)
+    _status, review = project.owner("GET", f"/api/projects/{project.id}/tasks/api/diff")
+    status, data = project.owner("POST", f"/api/projects/{project.id}/tasks/api/merge",
+                                 {"mode": "ff", "digest": review["digest"]})  # fmt: skip
+    assert status == 200, data
+    assert (data["outcome"], data["included"]) == ("fast_forward", ["api.py"])
+    assert sorted(data["left_out"]) == [
+        "README.md", "__pycache__/api.cpython-311.pyc", "build.tmp", "notes.md",
+    ]  # fmt: skip
+    assert git(repo, "ls-tree", "-r", "--name-only", "HEAD").split() == ["README.md", "api.py"]
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+    author, committer, trailers = git(
+        repo, "log", "-1", "--format=%an <%ae>%n%cn <%ce>%n%(trailers:only,unfold)"
+    ).split("\n", 2)
+    assert author == "后端 (be) <be@users.noreply.room.invalid>"
+    assert trailers.splitlines() == [
+        "Room-Task: api", f"Room-Attempt: 1 ({data['branch']})", f"Reviewed-by: {committer}",
+    ]  # fmt: skip
+    assert committer.endswith("@users.noreply.room.invalid>") and "(be)" not in committer
+    # The attempt keeps what was not merged.
+    assert (path / "build.tmp").exists() and (path / "notes.md").exists()
+    assert any("合并了 1 个文件" in n and "4 个未选的改动" in n for n in project.notices())
+    status, task = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    assert task["attempt"]["state"] == "merged"
+
+
+def test_a_merge_takes_the_ticked_files_and_refuses_names_outside_the_diff(
+    app: App, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    _junk_attempt(project, repo)
+    url = f"/api/projects/{project.id}/tasks/api/merge"
+    for bad in (["api.py", "../repo/README.md"], ["/etc/passwd"], ["--exec=x"], ["api.py\n"],
+                [".git/config"], ["main.py"]):  # fmt: skip
+        status, data = project.owner("POST", url, {"mode": "merge", "paths": bad})
+        assert (status, data["error"]["code"]) == (400, "path_not_in_diff"), data
+        assert data["error"]["details"]["paths"] == [p for p in bad if p != "api.py"]
+    status, data = project.owner("POST", url, {"mode": "ff", "paths": []})
+    assert (status, data["error"]["code"]) == (400, "nothing_selected")
+    status, data = project.owner("POST", url, {"mode": "ff", "digest": "0" * 64})
+    assert (status, data["error"]["code"]) == (409, "diff_changed")
+    status, data = project.owner("POST", url, {"mode": "ff", "paths": "api.py"})
+    assert (status, data["error"]["code"]) == (400, "bad_body")
+    assert git(repo, "log", "--oneline").count("\n") == 0  # nothing was merged by any of them
+
+    status, data = project.owner(
+        "POST", url, {"mode": "merge", "paths": ["api.py", "notes.md", "README.md"]}
+    )
+    assert (status, data["outcome"]) == (200, "merged"), data
+    assert git(repo, "ls-tree", "-r", "--name-only", "HEAD").split() == ["api.py", "notes.md"]
+    merge_commit = git(repo, "log", "-1", "--format=%an|%P|%(trailers:key=Room-Task,valueonly)")
+    author, parents, task_key = merge_commit.split("|")
+    assert len(parents.split()) == 2 and task_key.strip() == "api" and "(be)" not in author
+
+
+def test_a_file_that_replaces_a_folder_needs_the_folders_deletion(app: App, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "docs").mkdir()
+    (repo / "docs" / "a.md").write_text("a\n")
+    git(repo, "add", "--all")
+    git(repo, "commit", "-qm", "docs")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    path = _accepted(project, repo, "api", "be", "api.py", "def api(): ...\n")
+    (path / "docs" / "a.md").unlink()
+    (path / "docs").rmdir()
+    (path / "docs").write_text("one file now\n")
+    url = f"/api/projects/{project.id}/tasks/api/merge"
+    status, data = project.owner("POST", url, {"paths": ["api.py", "docs"]})
+    assert (status, data["error"]["code"]) == (400, "selection_incomplete"), data
+    assert data["error"]["details"]["paths"] == ["docs/a.md"]
+    assert (repo / "docs" / "a.md").exists()
+    status, data = project.owner("POST", url, {"paths": ["api.py", "docs", "docs/a.md"]})
+    assert (status, data["outcome"]) == (200, "fast_forward"), data
+    assert (repo / "docs").read_text() == "one file now\n"
+
+
+def test_a_cited_file_changed_after_acceptance_is_not_merged(app: App, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    path = _accepted(project, repo, "api", "be", "api.py", "def api(): ...\n")
+    (path / "api.py").write_text("def api(): evil\n")
+    status, data = project.owner("POST", f"/api/projects/{project.id}/tasks/api/merge", {})
+    assert (status, data["error"]["code"]) == (409, "artifact_changed"), data
+    assert data["error"]["details"]["files"] == [{"path": "api.py", "verification": "changed"}]
+    assert git(repo, "ls-tree", "-r", "--name-only", "HEAD").split() == ["README.md"]
+
+
+def test_owners_edit_the_junk_patterns_with_checked_values(app: App, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    project = Project(app, repo)
+    project.plan(("api", "be"))
+    _junk_attempt(project, repo)
+    url = f"/api/projects/{project.id}/settings"
+    status, data = project.owner("PATCH", url, {"merge_ignore": ["*.md", "bad\npattern"]})
+    assert (status, data["error"]["code"]) == (400, "bad_merge_ignore"), data
+    assert data["error"]["details"] == {
+        "index": 1, "position": 2, "pattern": "bad\npattern", "problem": "control",
+        "reason": "contains a control character",
+    }  # fmt: skip
+    status, data = project.agent("lead", "PATCH", url, {"merge_ignore": ["*.md"]})
+    assert (status, data["error"]["code"]) == (403, "human_only")
+    status, data = project.owner("PATCH", url, {"merge_ignore": ["*.md", "*.md"]})
+    assert status == 200, data
+    assert data["settings"]["merge_ignore"] == ["*.md"] and data["settings"]["merge_ignore_set"]
+    _status, diff = project.owner("GET", f"/api/projects/{project.id}/tasks/api/diff")
+    flagged = {f["path"]: f["junk"] for f in diff["files"]}
+    assert flagged["notes.md"] == "*.md" and flagged["build.tmp"] is None
+    status, data = project.owner("PATCH", url, {"merge_ignore": None})
+    assert status == 200 and not data["settings"]["merge_ignore_set"]
+    assert data["settings"]["merge_ignore"] == data["settings"]["merge_ignore_default"]
+    assert "*.tmp" in data["settings"]["merge_ignore"]
+
+
 def test_a_file_changed_after_submission_refuses_acceptance_naming_it(
     app: App, tmp_path: Path
 ) -> None:

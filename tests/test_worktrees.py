@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from functools import partial
 from pathlib import Path
 
 import pytest
 
+from room.errors import BadRequestError
 from room.infra import worktrees as wt
 from room.infra.git import Git, GitFailedError, UnsafeRepositoryError, git_env
 from room.infra.sandbox import probe
@@ -523,6 +525,139 @@ def test_merge_needs_the_base_checked_out_and_a_real_branch(
     with pytest.raises(WorktreeError) as caught:
         ops.merge(repo, work.branch, "ff", "x", base="main")
     assert caught.value.code == "base_not_checked_out"
+
+
+# ---------------------------------------------------------------- what a merge takes
+
+AGENT = ("Agent Smith", "smith@agents.example")
+PERSON = ("Owner One (owner)", "owner@users.noreply.room.invalid")
+
+
+def tree_of(repo: Path, rev: str) -> dict[str, str]:
+    """Every path of ``rev``'s tree (NUL-separated: names may hold a newline) with its mode."""
+    out = subprocess.run(
+        ["git", "ls-tree", "-r", "-z", rev], cwd=repo, check=True, capture_output=True,
+        timeout=20,
+    ).stdout.decode()  # fmt: skip
+    entries = {}
+    for record in out.split("\0"):
+        if record:
+            meta, path = record.split("\t", 1)
+            entries[path] = meta.split(" ")[0]
+    return entries
+
+
+def test_a_reviewed_merge_takes_only_the_chosen_changes(ops: Ops, repo: Path, root: Path) -> None:
+    work = attempt(ops, repo, root, "calc")
+    # The agent commits junk itself, then leaves more junk, a change and a deletion uncommitted.
+    (work.path / "build.tmp").write_text("scratch\n")
+    git(work.path, "add", "build.tmp")
+    git(work.path, "-c", "user.name=Agent", "-c", "user.email=a@x", "commit", "-qm", "junk")
+    agents_own = git(work.path, "rev-parse", "HEAD")
+    (work.path / "src" / "__pycache__").mkdir(parents=True)
+    (work.path / "src" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (work.path / "src" / "__pycache__" / "calc.cpython-311.pyc").write_bytes(b"\x00\xffpyc")
+    (work.path / "app.py").write_text("a = 10\nb = 2\nc = 3\n")
+    (work.path / "README.md").unlink()
+    base = git(repo, "rev-parse", "HEAD")
+
+    with wt.read_changes(work, git=ops.git) as snap:
+        found = {c.path: (c.status, c.kind, c.added, c.deleted, c.binary) for c in snap.changes}
+        assert found == {
+            "README.md": ("deleted", "file", 0, 1, False),
+            "app.py": ("modified", "file", 1, 1, False),
+            "build.tmp": ("added", "file", 1, 0, False),
+            "src/__pycache__/calc.cpython-311.pyc": ("added", "file", None, None, True),
+            "src/calc.py": ("added", "file", 2, 0, False),
+        }
+        assert snap.merge_base == base
+        chosen = [c for c in snap.changes if c.path in ("src/calc.py", "README.md")]
+        made = snap.commit(chosen, "calc: add\n\nRoom-Task: calc\n", AGENT, PERSON)
+
+    assert git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>|%P|%B", made) == (
+        f"Agent Smith <smith@agents.example>|{PERSON[0]} <{PERSON[1]}>|{base}|"
+        "calc: add\n\nRoom-Task: calc"
+    )
+    merged = ops.merge(repo, work.branch, "ff", "unused", commit=made)
+    assert (merged.outcome, merged.after) == ("fast_forward", made)
+    assert set(tree_of(repo, "HEAD")) == {"app.py", "src/calc.py"}
+    assert (repo / "app.py").read_text() == "a = 1\nb = 2\nc = 3\n"  # not chosen: unchanged
+    assert not (repo / "README.md").exists() and not (repo / "build.tmp").exists()
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+    # Nothing of the agent's own commit is in the base's history.
+    assert agents_own not in git(repo, "rev-list", "main").split()
+    assert git(repo, "log", "--format=%H", "main", "--", "build.tmp") == ""
+    # The attempt is left as it was: its branch, its junk, its unchosen work.
+    assert git(work.path, "rev-parse", "HEAD") == agents_own
+    assert (work.path / "src/__pycache__/calc.cpython-311.pyc").exists()
+    assert (work.path / "app.py").read_text() == "a = 10\nb = 2\nc = 3\n"
+
+
+def test_a_reviewed_merge_commit_conflicts_like_any_merge(ops: Ops, repo: Path, root: Path) -> None:
+    work = attempt(ops, repo, root, "login")
+    (work.path / "app.py").write_text("a = 2\n")
+    moved = commit(repo, "owner edits app.py", **{"app.py": "a = 3\n"})
+    with wt.read_changes(work, git=ops.git) as snap:
+        made = snap.commit(snap.changes, "login", AGENT, PERSON)
+    result = ops.merge(repo, work.branch, "merge", "Merge login", commit=made)
+    assert (result.outcome, result.conflicts) == ("conflict", ("app.py",))
+    assert_untouched(repo, moved)
+    with pytest.raises(BadRequestError) as caught:
+        ops.merge(repo, work.branch, "ff", "x", commit="--upload-pack=touch /tmp/x")
+    assert caught.value.code == "bad_commit"
+
+
+def test_an_edit_in_the_same_clock_tick_as_the_checkout_is_seen(
+    ops: Ops, repo: Path, root: Path
+) -> None:
+    """File times are coarse (a few ms): an agent that rewrites a file to the same size right
+    after its worktree was checked out leaves size and times as the index recorded them. git
+    then compares contents only because the entry is as new as the index itself ("racy git");
+    the snapshot's copy of the index keeps that, or the change would vanish from the review
+    and from the merge."""
+    work = attempt(ops, repo, root, "tick")
+    git(repo, "config", "core.trustctime", "false")  # as if the ctime tick matched too
+    index = Path(git(work.path, "rev-parse", "--path-format=absolute", "--git-path", "index"))
+    time.sleep(0.05)  # past the checkout's tick: the refresh leaves no entry smudged as racy
+    git(work.path, "update-index", "--refresh")
+    tick = (work.path / "app.py").stat().st_mtime_ns
+    (work.path / "app.py").write_text("a = 9\nb = 2\nc = 3\n")  # the same size
+    os.utime(work.path / "app.py", ns=(tick, tick))
+    os.utime(index, ns=(tick, tick))
+    with wt.read_changes(work, git=ops.git) as snap:
+        assert [(c.path, c.status) for c in snap.changes] == [("app.py", "modified")]
+    assert "+a = 9" in ops.diff(work).text
+
+
+HOSTILE = ["a\nReviewed-by: mallory.py", "-rf.py", "--exec=sh.py", "..x.py", "sp ace.py", "名字.py"]
+
+
+def test_hostile_names_are_data_never_arguments(
+    ops: Ops, repo: Path, root: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the server's secret\n")
+    work = attempt(ops, repo, root, "odd")
+    for name in HOSTILE:
+        (work.path / name).write_text(f"{name!r}\n")
+    os.symlink(outside, work.path / "link-out")  # a symlink pointing out of the worktree
+    os.symlink("../../..", work.path / "up")
+    with wt.read_changes(work, git=ops.git) as snap:
+        kinds = {c.path: c.kind for c in snap.changes}
+        assert kinds == {**dict.fromkeys(HOSTILE, "file"), "link-out": "symlink", "up": "symlink"}
+        made = snap.commit(snap.changes, "odd names", AGENT, PERSON)
+    assert ops.merge(repo, work.branch, "ff", "unused", commit=made).outcome == "fast_forward"
+    tree = tree_of(repo, "HEAD")
+    assert {p: tree[p] for p in [*HOSTILE, "link-out", "up"]} == {
+        **dict.fromkeys(HOSTILE, "100644"), "link-out": "120000", "up": "120000",
+    }  # fmt: skip
+    # The symlinks went in as links (their target text), never followed: the secret is nowhere
+    # in the repository, and the commit message is what the server wrote.
+    assert git(repo, "cat-file", "-p", "HEAD:link-out") == str(outside)
+    grep = subprocess.run(["git", "grep", "-c", "secret", "HEAD"], cwd=repo, capture_output=True)
+    assert (grep.returncode, grep.stdout) == (1, b"")  # 1: no match anywhere in the tree
+    assert git(repo, "log", "-1", "--format=%B") == "odd names"
+    assert not (tmp_path / "x").exists()
 
 
 # ---------------------------------------------------------------- list_attempts

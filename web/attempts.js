@@ -1,6 +1,9 @@
 // A task's attempt on its card: the worktree's branch and state, the files changed (diff stat),
-// the diff (text, escaped, lines coloured by class), and for owners on an accepted task the merge
-// into the base branch (fast-forward or a merge commit; conflicts listed, nothing forced).
+// the review (every changed file with its flags: cited, generated junk, symlink …, then the diff
+// as text, escaped, lines coloured by class), and for owners on an accepted task the merge into
+// the base branch of the files they tick — the cited ones ticked, junk flagged and unticked
+// (fast-forward or a merge commit; conflicts listed, nothing forced). docs/tasks.md "What a
+// merge takes".
 // Shapes: docs/tasks.md "Shapes" (`attempt`) and the diff/merge endpoints there.
 
 import { get, post } from "./api.js";
@@ -53,6 +56,27 @@ function lineClass(line) {
   return "diff-context";
 }
 
+/** The changed files of a review (`GET …/diff` `files`): path, what changed, and the flags a
+ * person decides by — cited by the task's evidence, generated junk (the pattern it matched), a
+ * symlink or submodule. With `pick`, each row is a checkbox (its default: cited). */
+export function reviewFiles(files, pick = false) {
+  return h("ul", { class: ["review-files", pick && "review-pick"] }, files.map((f) => {
+    const flags = [
+      h("span", { class: ["badge", "file-status", `file-${f.status}`], text: label("fileStatus", f.status) }),
+      f.kind !== "file" ? h("span", { class: ["badge", f.kind === "executable" ? null : "badge-warn"], dataset: { kind: f.kind }, text: label("fileKind", f.kind) }) : null,
+      f.cited ? h("span", { class: "badge file-cited", text: t("review.cited") }) : null,
+      f.junk ? h("span", { class: "badge badge-warn file-junk", title: f.junk, text: t("review.junk", { pattern: f.junk }) }) : null,
+      f.binary ? h("span", { class: "muted", text: t("attempt.binary") }) : f.added !== null && f.added !== undefined ? [h("span", { class: "diff-added", text: `+${f.added}` }), h("span", { class: "diff-deleted", text: `−${f.deleted}` })] : null,
+    ];
+    const name = h("code", { class: "file-path", text: f.path });
+    const item = { class: ["review-file", f.junk && "is-junk", f.cited && "is-cited"], dataset: { path: f.path } };
+    if (!pick) return h("li", item, name, flags);
+    return h("li", item, h("label", { class: "check" },
+      h("input", { type: "checkbox", name: "merge-path", value: f.path, checked: Boolean(f.selected) }),
+      h("span", { class: "review-file-line" }, name, flags)));
+  }));
+}
+
 async function openDiff(room, task) {
   let data;
   try {
@@ -61,11 +85,15 @@ async function openDiff(room, task) {
     toastError(err);
     return;
   }
+  const files = data.files || [];
+  const junk = files.filter((f) => f.junk).length;
   await openDialog({
     title: t("attempt.diffTitle", { key: task.key, branch: data.branch || task.attempt.branch }),
     wide: true,
     className: "diff-dialog",
     build: (close) => [
+      files.length ? h("p", { class: "review-summary muted", text: t("review.summary", { n: files.length, cited: files.filter((f) => f.cited).length, junk }) }) : null,
+      files.length ? reviewFiles(files) : null,
       data.truncated ? h("p", { class: "badge badge-warn", text: t("attempt.diffTruncated") }) : null,
       data.text ? diffView(data.text) : h("p", { class: "muted", text: t("attempt.diffEmpty") }),
       h("div", { class: "dialog-actions" }, h("button", { type: "button", class: "btn btn-primary", text: t("common.done"), on: { click: () => close() } })),
@@ -75,30 +103,57 @@ async function openDiff(room, task) {
 
 async function openMerge(room, task, reload) {
   const { branch, base } = task.attempt;
+  const url = `/api/projects/${room.id}/tasks/${encodeURIComponent(task.key)}`;
+  let review;
+  try {
+    review = await get(`${url}/diff`);
+  } catch (err) {
+    toastError(err);
+    return;
+  }
+  const files = review.files || [];
   let merged = false;
   await openDialog({
     title: t("attempt.mergeTitle", { branch, base }),
+    wide: true,
+    className: "merge-dialog",
     build: (close) => {
       const radio = (mode, text) => h("label", { class: "check" },
         h("input", { type: "radio", name: "merge-mode", value: mode, checked: mode === "ff" }), h("span", { text }));
       const result = h("div", { class: "merge-result", attrs: { role: "status" } });
       const submit = h("button", { type: "submit", class: "btn btn-primary", text: t("attempt.mergeSubmit") });
+      const count = h("span", { class: "merge-count" });
+      const list = reviewFiles(files, true);
+      const chosen = () => [...list.querySelectorAll("input[name=merge-path]:checked")].map((box) => /** @type {HTMLInputElement} */ (box).value);
+      const recount = () => {
+        const n = chosen().length;
+        count.textContent = t("review.chosen", { n, total: files.length });
+        submit.disabled = files.length > 0 && n === 0;
+      };
+      list.addEventListener("change", recount);
       const form = h("form", { class: "form merge-form" },
         h("p", { class: "dialog-text", text: t("attempt.mergeExplain", { base }) }),
+        files.length
+          ? h("fieldset", { class: "merge-files" }, h("legend", {}, t("review.filesLegend"), " ", count), list)
+          : h("p", { class: "muted", text: t("attempt.diffEmpty") }),
         h("fieldset", { class: "merge-modes" }, h("legend", { text: t("attempt.mergeMode") }),
           radio("ff", t("attempt.modeFf", { base })), radio("merge", t("attempt.modeMerge"))),
         result,
         h("div", { class: "dialog-actions" },
           h("button", { type: "button", class: "btn", text: t("common.close"), on: { click: () => close() } }), submit));
+      recount();
       form.addEventListener("submit", async (event) => {
         event.preventDefault();
         const mode = form.querySelector("input[name=merge-mode]:checked")?.value || "ff";
         submit.disabled = true;
         try {
-          const answer = await post(`/api/projects/${room.id}/tasks/${encodeURIComponent(task.key)}/merge`, { mode });
+          const answer = await post(`${url}/merge`, { mode, paths: chosen(), digest: review.digest });
           result.replaceChildren(...outcomeView(answer, base).filter(Boolean));
           merged = ["fast_forward", "merged", "up_to_date"].includes(answer.outcome);
-          if (merged) submit.hidden = true;
+          if (merged) {
+            submit.hidden = true;
+            for (const box of list.querySelectorAll("input")) /** @type {HTMLInputElement} */ (box).disabled = true;
+          }
         } catch (err) {
           result.replaceChildren(h("p", { class: "error-text", dataset: { code: err.code }, text: errorText(err) }));
         } finally {
@@ -114,9 +169,11 @@ async function openMerge(room, task, reload) {
 function outcomeView(answer, base) {
   const ok = ["fast_forward", "merged", "up_to_date"].includes(answer.outcome);
   const conflicts = answer.conflicts || [];
+  const included = answer.included || [];
+  const leftOut = answer.left_out || [];
   return [
     h("p", { class: ["merge-outcome", ok ? "ok" : "warn"], dataset: { outcome: answer.outcome }, text: hasString(`mergeOutcome.${answer.outcome}`) ? t(`mergeOutcome.${answer.outcome}`, { base: answer.base || base }) : answer.outcome }),
-    answer.committed ? h("p", { class: "muted", text: t("attempt.committed") }) : null,
+    ok && included.length ? h("p", { class: "muted merge-taken", text: leftOut.length ? t("review.takenLeft", { n: included.length, left: leftOut.length }) : t("review.taken", { n: included.length }) }) : null,
     conflicts.length ? h("ul", { class: "merge-conflicts" }, conflicts.map((path) => h("li", {}, h("code", { text: path })))) : null,
     answer.head_oneline ? h("p", { class: "muted merge-head" }, t("attempt.head", { base: answer.base || base }), " ", h("code", { text: answer.head_oneline })) : null,
   ];

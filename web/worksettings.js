@@ -1,5 +1,6 @@
 // What the project's agents may do (docs/agents.md "Project settings"): network for commands,
-// unsandboxed commands, read-only roles and the five work limits, shown to everyone from the
+// unsandboxed commands, read-only roles, the five work limits and the patterns a merge flags as
+// generated (`merge_ignore`, docs/tasks.md "What a merge takes"), shown to everyone from the
 // project object's `settings`; owners change them (`PATCH /api/projects/{id}/settings`, refusals
 // translated by code, the shown values are the answer's). And the worktrees the project's task
 // attempts keep (`GET /api/projects/{id}/worktrees`). Both live in the workspace dialog.
@@ -58,7 +59,13 @@ export function settingsFacts(settings, sandbox) {
         isSet(settings, key)
           ? defaults ? h("span", { class: "muted", text: t("settings.overrides", { value: t(`settings.unit.${key}`, { n: formatNumber(defaults[key]) }) }) }) : null
           : h("span", { class: "muted limit-default", text: t("settings.isDefault") })),
-    ]));
+    ]),
+    Array.isArray(settings.merge_ignore) ? [
+      h("dt", { text: t("settings.mergeIgnore") }),
+      h("dd", { class: "settings-merge-ignore", dataset: { set: String(Boolean(settings.merge_ignore_set)) } },
+        h("span", { text: t("settings.mergeIgnoreCount", { n: settings.merge_ignore.length }) }), " ",
+        h("span", { class: "muted", text: settings.merge_ignore_set ? t("settings.mergeIgnoreCustom") : t("settings.mergeIgnoreDefault") }),
+        h("span", { class: "merge-ignore-list" }, settings.merge_ignore.map((p) => h("code", { text: p }))))] : null);
 }
 
 /** The name of a refused field (`details.field` of a `bad_body`) in the interface language. */
@@ -73,6 +80,10 @@ function fieldName(field) {
 /** A refusal of the settings PATCH in the interface language, from its code. */
 export function settingsErrorText(err) {
   if (err?.code === "bad_body" && err.details?.field) return t("settingsError.bad_value", { field: fieldName(err.details.field) });
+  if (err?.code === "bad_merge_ignore") {
+    const problem = `mergeIgnoreProblem.${err.details?.problem}`;
+    return t("settingsError.bad_merge_ignore", { position: err.details?.position ?? "", pattern: err.details?.pattern ?? "", problem: hasString(problem) ? t(problem) : err.details?.reason || "" });
+  }
   const key = `settingsError.${err?.code}`;
   if (err?.code && hasString(key)) return t(key);
   return errorText(err);
@@ -130,10 +141,22 @@ function settingsForm(room, settings, render) {
           } } })));
     }),
     h("p", { class: "field-hint", text: t("settings.limitsHint") }));
+  const shownIgnore = Array.isArray(settings.merge_ignore) ? settings.merge_ignore : null;
+  const ignoreBox = h("textarea", { id: "settings-merge-ignore", rows: 6, spellcheck: false, value: (shownIgnore || []).join("\n"), attrs: { autocapitalize: "off", autocomplete: "off" } });
+  let ignoreReset = false;
+  ignoreBox.addEventListener("input", () => { ignoreReset = false; });
+  const ignore = shownIgnore === null ? null : h("div", { class: "field settings-merge-ignore-field" },
+    h("label", { htmlFor: "settings-merge-ignore", text: t("settings.mergeIgnoreField") }),
+    ignoreBox,
+    h("p", { class: "field-hint", text: t("settings.mergeIgnoreHint") }),
+    h("button", { type: "button", class: "btn btn-small", dataset: { action: "merge-ignore-default" }, text: t("settings.mergeIgnoreReset"), on: { click: () => {
+      ignoreBox.value = (settings.merge_ignore_default || []).join("\n");
+      ignoreReset = true;
+    } } }));
   const error = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
   const submit = h("button", { type: "submit", class: "btn btn-primary", text: t("settings.save") });
   const form = h("form", { class: "form work-settings-form", attrs: { novalidate: true } },
-    h("h4", { text: t("settings.change") }), network, unsandboxed, roles, limits, error,
+    h("h4", { text: t("settings.change") }), network, unsandboxed, roles, limits, ignore, error,
     h("div", { class: "dialog-actions" }, submit));
   const fail = (text, code = "") => {
     error.textContent = text;
@@ -158,6 +181,11 @@ function settingsForm(room, settings, render) {
         return;
       }
       body.limits[key] = text ? value : null;
+    }
+    if (shownIgnore !== null) {
+      const lines = ignoreBox.value.split("\n").map((line) => line.trim()).filter(Boolean);
+      if (ignoreReset) body.merge_ignore = null;
+      else if (lines.join("\n") !== shownIgnore.join("\n")) body.merge_ignore = lines;
     }
     submit.disabled = true;
     try {

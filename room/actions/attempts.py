@@ -1,6 +1,6 @@
 """Task attempts in git worktrees: made when a member starts a task, kept when it leaves or the
-task is handed off or cancelled, merged into the base branch by a person (docs/tasks.md,
-"Attempts and worktrees").
+task is handed off or cancelled, merged into the base branch by a person
+(:mod:`room.actions.attempt_merge`; docs/tasks.md, "Attempts and worktrees").
 
 How an attempt is made — the worktree first, then the row. Before the ``start`` write job,
 :func:`prepare` checks that the start would be allowed, then (in a worker thread, under the
@@ -26,23 +26,20 @@ from typing import Any
 
 from room.actions import tasks as task_actions
 from room.actions import workspaces as workspace_actions
-from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
+from room.errors import BadRequestError, ConflictError, NotFoundError
 from room.infra import worktrees
 from room.infra.evidence import verify_artifact
 from room.infra.git import Git
 from room.rules.entities import Member, Project
-from room.rules.tasks import TaskEvent, TaskState, allowed_events, authorize
+from room.rules.tasks import TaskEvent, allowed_events, authorize
 from room.services import Services
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
-from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.attempts import AttemptRow
 from room.store.tasks import TaskRow
-
-NOREPLY_DOMAIN = "users.noreply.room.invalid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +54,7 @@ class Prepared:
     reason: str | None = None
 
 
-def _worktree_of(row: AttemptRow, task_key: str, workspace: Path) -> worktrees.Worktree:
+def worktree_of(row: AttemptRow, task_key: str, workspace: Path) -> worktrees.Worktree:
     return worktrees.Worktree(
         project_id=row.project_id, task_key=task_key, attempt=row.attempt,
         name=Path(row.path).name, branch=row.branch, path=Path(row.path), base=row.base,
@@ -165,7 +162,7 @@ def _diff_stats(git: Git, items: list[tuple[dict[str, Any], str, Path]]) -> None
     for attempt, key, workspace in items:
         row = attempt["_row"]
         try:
-            stat = worktrees.diff_stat(_worktree_of(row, key, workspace), git=git)
+            stat = worktrees.diff_stat(worktree_of(row, key, workspace), git=git)
             attempt["diff_stat"] = _stat_wire(stat)
         except (worktrees.WorktreeError, worktrees.GitFailedError) as exc:
             attempt["diff_stat"] = None
@@ -200,25 +197,6 @@ async def add_diff_stats(core: Services, tasks: list[dict[str, Any]]) -> None:
         await asyncio.to_thread(_diff_stats, core.git, items)
     for attempt, _, _ in items:
         attempt.pop("_row", None)
-
-
-async def task_diff(core: Services, member: Member, task_ref: str) -> dict[str, Any]:
-    def read(conn: sqlite3.Connection) -> tuple[TaskRow, AttemptRow | None]:
-        task = task_actions.find_task(conn, member.project_id, task_ref)
-        return task, attempts_store.latest(conn, task.id)
-
-    task, row = await core.db.read(read)
-    if row is None:
-        raise NotFoundError("这个任务没有工作树 (This task has no worktree attempt.)",
-                            code="no_attempt", task=task.key)  # fmt: skip
-    project = await core.db.read(lambda conn: projects_store.get(conn, member.project_id))
-    if project is None:
-        raise NotFoundError("no such project", code="no_project")
-    workspace = workspace_actions.workspace_of(core.settings, project)
-    worktree = _worktree_of(row, task.key, workspace)
-    found = await asyncio.to_thread(partial(worktrees.diff, git=core.git), worktree)
-    return {"task": task.key, "attempt": row.attempt, "branch": row.branch,
-            "text": found.text, "truncated": found.truncated}  # fmt: skip
 
 
 async def list_worktrees(core: Services, member: Member) -> dict[str, Any]:
@@ -301,109 +279,6 @@ def _disk_wire(disk: worktrees.Attempt | None) -> dict[str, Any]:
         return {"on_disk": False}
     return {"on_disk": True, "head": disk.head, "ahead": disk.ahead, "behind": disk.behind,
             "merged": disk.merged, "dirty": disk.dirty, "missing": disk.missing}  # fmt: skip
-
-
-# -- merging ------------------------------------------------------------------------------------
-
-
-async def merge_task(core: Services, member: Member, task_ref: str, mode: str) -> dict[str, Any]:
-    """An owner merges an accepted task's attempt branch into the base (``ff`` or ``merge``):
-    the attempt's work is committed first (authored by its member), conflicts are reported and
-    nothing is forced. Audited; a notice in the room says what happened."""
-    if member.kind != "human" or not member.is_owner:
-        raise ForbiddenError("只有项目所有者可以合并 (Only a project owner merges.)",
-                             code="not_owner")  # fmt: skip
-    if mode not in ("ff", "merge"):
-        raise worktrees.BadRefNameError("mode", mode, "ff 或 merge (ff or merge)")
-    project_id = member.project_id
-
-    def read(conn: sqlite3.Connection) -> tuple[Project, TaskRow, AttemptRow, Member | None]:
-        task = task_actions.find_task(conn, project_id, task_ref)
-        if task.state is not TaskState.ACCEPTED:
-            raise ConflictError(
-                f"任务 {task.key} 处于 {task.state}，验收后才能合并 (Only an accepted task is "
-                "merged.)",
-                code="not_accepted",
-                state=str(task.state),
-            )
-        row = attempts_store.latest(conn, task.id)
-        if row is None:
-            raise NotFoundError("这个任务没有工作树 (This task has no worktree attempt.)",
-                                code="no_attempt", task=task.key)  # fmt: skip
-        if row.state == "merged":
-            raise ConflictError("已合并 (Already merged.)", code="already_merged", task=task.key)
-        project = projects_store.get(conn, project_id)
-        assert project is not None
-        author = members_store.get(conn, row.member_id) if row.member_id else None
-        return project, task, row, author
-
-    project, task, row, author = await core.db.read(read)
-    workspace = workspace_actions.workspace_of(core.settings, project)
-    name = f"{author.display_name} ({author.handle})" if author else "Project Room"
-    email = f"{author.handle if author else 'room'}@{NOREPLY_DOMAIN}"
-    title = f"{task.key}: {task.title}"[:200]
-
-    def run() -> tuple[worktrees.CommitResult, worktrees.MergeResult]:
-        worktree = _worktree_of(row, task.key, workspace)
-        committed = worktrees.commit_all(worktree, title, name, email, git=core.git)
-        merged = worktrees.merge(
-            workspace, row.branch, mode,  # type: ignore[arg-type]
-            f"Merge {row.branch}: {title}", base=row.base, git=core.git,
-            author_name=f"{member.display_name} ({member.handle})",
-            author_email=f"{member.handle}@{NOREPLY_DOMAIN}",
-        )  # fmt: skip
-        return committed, merged
-
-    async with workspace_actions.git_lock(core, project_id):
-        committed, result = await asyncio.to_thread(run)
-    workspace_actions.forget_info(core, project_id)
-    done = result.outcome in ("fast_forward", "merged", "up_to_date")
-
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
-        fx = task_actions.Effects(project_id)
-        if done:
-            attempts_store.end(conn, row.id, "merged", tx.now)
-            fx.tasks.add(task.id)
-        audit_store.record(
-            conn, now=tx.now, actor_kind="human", actor_id=member.id, project_id=project_id,
-            action="task.merge", outcome="ok" if done else result.outcome,
-            detail={"task": task.key, "branch": row.branch, "base": result.base, "mode": mode,
-                    "outcome": result.outcome, "conflicts": list(result.conflicts),
-                    "before": result.before, "after": result.after},
-        )  # fmt: skip
-        task_actions.post_message(
-            conn, tx, fx, _merge_notice(member, task.key, row.branch, result),
-            {**task_actions.task_meta(task, "merge"),
-             "merge": {"outcome": result.outcome, "branch": row.branch,
-                       "conflicts": list(result.conflicts)}},
-        )  # fmt: skip
-        fx.flush(conn, tx)
-
-    await core.db.write(job)
-    return {
-        "outcome": result.outcome,
-        "conflicts": list(result.conflicts),
-        "head_oneline": result.head_oneline,
-        "branch": row.branch,
-        "base": result.base,
-        "committed": committed.committed,
-    }
-
-
-def _merge_notice(member: Member, key: str, branch: str, result: worktrees.MergeResult) -> str:
-    who = f"@{member.handle}"
-    if result.outcome == "conflict":
-        paths = "、".join(f"`{p}`" for p in result.conflicts[:20])
-        return (f"⚠️ {who} 合并任务 `{key}` 的分支 `{branch}` 到 `{result.base}` 时有冲突，"
-                f"未做任何改动 (merge conflict; nothing changed)：{paths}")  # fmt: skip
-    if result.outcome == "not_fast_forward":
-        return (f"⚠️ 任务 `{key}` 的分支 `{branch}` 不能快进合并到 `{result.base}`（基础分支已前进），"
-                "可改用合并提交 (cannot fast-forward; use a merge commit)。")  # fmt: skip
-    if result.outcome == "up_to_date":
-        return f"ℹ️ 任务 `{key}` 的分支 `{branch}` 已在 `{result.base}` 中 (already merged)。"
-    how = "快进 (fast-forward)" if result.outcome == "fast_forward" else "合并提交 (merge commit)"
-    return (f"🔀 {who} 把任务 `{key}` 的分支 `{branch}` 合并到 `{result.base}`（{how}）："
-            f"{result.head_oneline}")  # fmt: skip
 
 
 # -- evidence against the attempt -----------------------------------------------------------------

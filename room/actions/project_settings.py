@@ -1,7 +1,9 @@
 """What an owner may change about how a project's agents work: whether commands may use the
 network (``network``), run without a sandbox where none is available (``unsandboxed``), which
-roles are read-only (``read_only_roles``) and the work limits (``limits``). Stored in the
-project's settings; every change, and every refused attempt, is in the audit log.
+roles are read-only (``read_only_roles``), the work limits (``limits``) and which changed files
+a merge flags as generated (``merge_ignore``, :mod:`room.rules.merging`; ``null`` goes back to
+the default list). Stored in the project's settings; every change, and every refused attempt, is
+in the audit log.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from room.actions.attempt_merge import ignore_patterns
 from room.actions.turns import WORK_LIMITS, limits_of
-from room.errors import ForbiddenError
+from room.errors import BadRequestError, ForbiddenError
+from room.rules import merging
 from room.rules.entities import Member
 from room.services import Services
 from room.settings import Settings
@@ -19,7 +23,7 @@ from room.store import Tx
 from room.store import audit as audit_store
 from room.store import projects as projects_store
 
-SETTING_KEYS = ("network", "unsandboxed", "read_only_roles", "limits")
+SETTING_KEYS = ("network", "unsandboxed", "read_only_roles", "limits", "merge_ignore")
 
 
 def settings_wire(defaults: Settings, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,6 +44,9 @@ def settings_wire(defaults: Settings, stored: Mapping[str, Any]) -> dict[str, An
         "limits": {key: getattr(limits, key) for key in WORK_LIMITS},
         "limit_defaults": {key: getattr(server, key) for key in WORK_LIMITS},
         "limits_set": [key for key in WORK_LIMITS if _usable(given.get(key))],
+        "merge_ignore": list(ignore_patterns(stored)),
+        "merge_ignore_default": list(merging.DEFAULT_MERGE_IGNORE),
+        "merge_ignore_set": isinstance(stored.get("merge_ignore"), list),
     }
 
 
@@ -57,8 +64,18 @@ async def change_settings(
     core: Services, actor: Member, changes: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Apply an owner's ``changes`` (already validated: keys of :data:`SETTING_KEYS`; in
-    ``limits`` a ``None`` goes back to the server's default). People only, owners only."""
+    ``limits`` a ``None`` goes back to the server's default; ``merge_ignore`` is checked here,
+    ``None`` goes back to the default list). People only, owners only."""
     project_id = actor.project_id
+    if changes.get("merge_ignore") is not None:
+        try:
+            changes = {
+                **changes,
+                "merge_ignore": list(merging.check_patterns(changes["merge_ignore"])),
+            }
+        except BadRequestError:
+            await core.db.write(lambda conn, tx: _audit(conn, tx, actor, "refused", dict(changes)))
+            raise
     if actor.kind != "human" or not actor.is_owner:
         await core.db.write(lambda conn, tx: _audit(conn, tx, actor, "refused", dict(changes)))
         if actor.kind != "human":
@@ -69,6 +86,9 @@ async def change_settings(
         projects_store.require_open(conn, project_id)
         before = projects_store.settings(conn, project_id)
         values = {k: v for k, v in changes.items() if k != "limits"}
+        remove = [k for k, v in values.items() if k == "merge_ignore" and v is None]
+        for key in remove:
+            values.pop(key)
         if "read_only_roles" in values:
             values["read_only_roles"] = sorted(set(values["read_only_roles"]))
         if "limits" in changes:
@@ -79,7 +99,7 @@ async def change_settings(
                 else:
                     merged[key] = value
             values["limits"] = merged
-        after = projects_store.update_settings(conn, project_id, values, tx.now)
+        after = projects_store.update_settings(conn, project_id, values, tx.now, remove=remove)
         _audit(conn, tx, actor, "ok", dict(changes))
         return settings_wire(core.settings, after)
 

@@ -313,6 +313,8 @@ class ProjectSettingsIn(BaseModel):
     unsandboxed: StrictBool | None = None
     read_only_roles: list[str] | None = Field(default=None, max_length=len(PRESETS))
     limits: WorkLimitsIn | None = None
+    # checked by room.rules.merging (structured ``bad_merge_ignore``); null: the default list
+    merge_ignore: list[Any] | None = Field(default=None, max_length=1000)
 
     @field_validator("read_only_roles")
     @classmethod
@@ -335,6 +337,8 @@ async def patch_settings(request: Request) -> Response:
             if value is None:
                 raise BadRequestError("limits: give an object of limits", code="bad_body")
             changes["limits"] = {k: getattr(value, k) for k in value.model_fields_set}
+        elif key == "merge_ignore":
+            changes[key] = value
         elif value is None:
             raise BadRequestError(f"{key}: null is not a value here", code="bad_body")
         else:

@@ -3,17 +3,20 @@ kept worktrees (members), a task attempt's diff (members) and merging it (owners
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from room.actions import attempt_merge
 from room.actions import attempts as attempt_actions
 from room.actions import workspaces as workspace_actions
 from room.api.requests import body_of, core_of, identity, member_in, path_id
 from room.rules.entities import Member
+
+MAX_MERGE_PATHS = 10_000
 
 
 class WorkspaceIn(BaseModel):
@@ -22,8 +25,15 @@ class WorkspaceIn(BaseModel):
 
 
 class MergeIn(BaseModel):
+    """``paths``: the changed files to merge, as the review lists them (absent: the ones the
+    task's evidence cites); ``digest``: the review's, to refuse a merge of changes not seen."""
+
     model_config = ConfigDict(extra="forbid")
     mode: Literal["ff", "merge"] = "ff"
+    paths: list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]] | None = Field(
+        default=None, max_length=MAX_MERGE_PATHS
+    )
+    digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 async def _member(request: Request, *, mutation: bool = False) -> Member:
@@ -45,14 +55,17 @@ async def get_worktrees(request: Request) -> Response:
 async def get_diff(request: Request) -> Response:
     member = await _member(request)
     task = request.path_params["task"]
-    return JSONResponse(await attempt_actions.task_diff(core_of(request), member, task))
+    return JSONResponse(await attempt_merge.task_diff(core_of(request), member, task))
 
 
 async def post_merge(request: Request) -> Response:
     member = await _member(request, mutation=True)
     data: MergeIn = await body_of(request, MergeIn)
     task = request.path_params["task"]
-    return JSONResponse(await attempt_actions.merge_task(core_of(request), member, task, data.mode))
+    answer = await attempt_merge.merge_task(
+        core_of(request), member, task, data.mode, data.paths, data.digest
+    )
+    return JSONResponse(answer)
 
 
 # Before the tasks' generic ``/tasks/{task}/{event}`` route.

@@ -27,6 +27,9 @@ Decisions, so callers need not guess them:
   attempt's folder *as it would be committed*: commits, staged and unstaged edits and untracked
   files (``.gitignore`` respected). The snapshot uses a temporary index, so the agent's own index
   is not touched.
+* **What a merge takes** (:func:`read_changes`): the attempt's changes from one snapshot, and
+  a commit on the merge base of only the chosen ones (:meth:`Snapshot.commit`), which
+  :func:`merge` then merges by its id; the attempt's own branch is never merged whole.
 * **Merging** needs the base checked out in the workspace and no changes to tracked files there
   (untracked files are allowed: git itself refuses to overwrite one, and that refusal is reported
   as ``workspace_dirty``). A conflict is aborted with ``git merge --abort`` and returned as
@@ -72,6 +75,7 @@ from room.infra.worktrees._model import (
     sanitize_name,
 )
 from room.infra.worktrees._repo import create_attempt, inspect, list_attempts
+from room.infra.worktrees._review import Snapshot, read_changes
 
 __all__ = [
     "DEFAULT_DIFF_BYTES",
@@ -89,6 +93,7 @@ __all__ = [
     "MergeResult",
     "Mode",
     "RepoInfo",
+    "Snapshot",
     "Worktree",
     "WorktreeError",
     "attempt_names",
@@ -99,5 +104,6 @@ __all__ = [
     "inspect",
     "list_attempts",
     "merge",
+    "read_changes",
     "sanitize_name",
 ]

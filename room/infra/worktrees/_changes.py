@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -39,6 +40,8 @@ from room.infra.worktrees._repo import (
 
 log = logging.getLogger(__name__)
 
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
 
 # ---------------------------------------------------------------- diffs and commits
 
@@ -58,17 +61,22 @@ def _require_on_branch(attempt: Worktree, at: At) -> None:
 
 def _copy_regular(source: Path, target: Path) -> None:
     """Copy ``source`` if it is a regular file, not through a symlink (the index lives in a
-    folder the worktree's writers may have written)."""
+    folder the worktree's writers may have written), with its modification time."""
     try:
         fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return  # no index yet (or not a file): the snapshot starts empty and adds everything
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        found = os.fstat(handle.fileno())
+        if not stat.S_ISREG(found.st_mode):
             return
         with open(target, "wb") as out:
             while chunk := handle.read(1 << 20):
                 out.write(chunk)
+    # The copy keeps the index's time: git compares the contents of an entry as new as the index
+    # ("racy git"); a copy stamped now would make a same-size edit made in the checkout's clock
+    # tick look unchanged, and the review and the merge would miss it.
+    os.utime(target, ns=(found.st_atime_ns, found.st_mtime_ns))
 
 
 @contextmanager
@@ -127,22 +135,21 @@ def diff_stat(attempt: Worktree, *, git: Git) -> DiffStat:
     )
 
 
-def diff(attempt: Worktree, max_bytes: int = DEFAULT_DIFF_BYTES, *, git: Git) -> Diff:
-    """The attempt's unified diff against the merge base, cut at a line end before
-    ``max_bytes`` with a marker line saying so."""
-    with _snapshot(attempt, git) as (at, env, merge_base):
-        data, truncated = git.run_capped(
-            at.cwd,
-            "diff",
-            *_DIFF_FLAGS,
-            merge_base,
-            "--",
-            max_bytes=max(max_bytes, 0),
-            env=env,
-            timeout=GIT_DIFF_TIMEOUT_SECS,
-            writable=at.writable,
-            checked=True,  # by _snapshot's At
-        )
+def diff_text(at: At, env: dict[str, str], merge_base: str, max_bytes: int) -> tuple[str, bool]:
+    """The unified diff of a snapshot (:func:`_snapshot`) against ``merge_base``, cut at a line
+    end before ``max_bytes`` with a marker line saying so; ``(text, truncated)``."""
+    data, truncated = at.git.run_capped(
+        at.cwd,
+        "diff",
+        *_DIFF_FLAGS,
+        merge_base,
+        "--",
+        max_bytes=max(max_bytes, 0),
+        env=env,
+        timeout=GIT_DIFF_TIMEOUT_SECS,
+        writable=at.writable,
+        checked=True,  # by _snapshot's At
+    )
     if truncated:
         cut = data.rfind(b"\n")
         data = data[: cut + 1] if cut >= 0 else b""
@@ -152,6 +159,13 @@ def diff(attempt: Worktree, max_bytes: int = DEFAULT_DIFF_BYTES, *, git: Git) ->
             f"[… 差异已截断，只显示前 {len(data)} 字节 "
             f"(diff truncated: only the first {len(data)} bytes are shown)]\n"
         )
+    return text, truncated
+
+
+def diff(attempt: Worktree, max_bytes: int = DEFAULT_DIFF_BYTES, *, git: Git) -> Diff:
+    """The attempt's unified diff against the merge base (see :func:`diff_text`)."""
+    with _snapshot(attempt, git) as (at, env, merge_base):
+        text, truncated = diff_text(at, env, merge_base, max_bytes)
     return Diff(base=attempt.base, merge_base=merge_base, text=text, truncated=truncated)
 
 
@@ -222,9 +236,12 @@ def merge(
     base: str | None = None,
     author_name: str | None = None,
     author_email: str | None = None,
+    commit: str | None = None,
     git: Git,
 ) -> MergeResult:
-    """Merge ``branch`` into the base branch checked out in ``workspace``.
+    """Merge ``branch`` — or, given, the ``commit`` made from it (a reviewed commit,
+    :meth:`room.infra.worktrees.Snapshot.commit`) — into the base branch checked out in
+    ``workspace``.
 
     ``mode="ff"`` only fast-forwards (``not_fast_forward`` when the base moved on);
     ``mode="merge"`` always makes a merge commit with ``message`` (committed as the given
@@ -243,9 +260,12 @@ def merge(
     if info.branch != info.base:
         raise WorktreeError("base_not_checked_out", f"{info.base} ≠ {info.branch or 'HEAD'}")
     ref = f"refs/heads/{branch}"
-    theirs = rev(at, f"{ref}^{{commit}}")
+    if commit is not None and not _HEX.fullmatch(commit):
+        raise BadRequestError(f"不是提交号 (not a commit id): {commit[:80]!r}", code="bad_commit")
+    theirs = rev(at, f"{commit or ref}^{{commit}}")
     if theirs is None:
-        raise WorktreeError("no_branch", branch)
+        raise WorktreeError("no_branch", commit or branch)
+    ref = theirs if commit is not None else ref
     if mode not in ("ff", "merge"):
         raise BadRequestError(f"未知的合并方式 (unknown merge mode): {mode!r}", code="bad_mode")
     for marker in ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD"):
