@@ -1,4 +1,4 @@
-"""A merge is what a person reviewed (issue 28, item 2), end to end: a server subprocess, a
+"""A merge is what a person reviewed, end to end: a server subprocess, a
 scripted model playing an engineer in its worktree (its own Python run leaves ``__pycache__``,
 its shell leaves build junk and hostile names), real git and bubblewrap. The review lists every
 change with the junk flagged; the merge takes only the reviewed files, names the task, the
@@ -12,27 +12,35 @@ from pathlib import Path
 import pytest
 
 from tests.support.live_room import Room, agent_replies, eventually
-from tests.support.llm_servers import openai_text
-from tests.test_real_work import (  # the fixtures scripts, llm, _hermetic_git, _roots too
+from tests.support.llm_servers import OpenAIServer, openai_text
+from tests.support.work import (
     CALC,
     PYTHON,
     Scripts,
-    _hermetic_git,  # noqa: F401
-    _roots,  # noqa: F401
     agent,
     calls,
     git,
     git_workspace,
-    llm,  # noqa: F401
     plan,
     request,
     review,
-    scripts,  # noqa: F401
     start,
     task,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("hermetic_git", "workspace_roots"),
+]
+
+
+@pytest.fixture
+def llm(scripted_llm: OpenAIServer) -> OpenAIServer:
+    """The ``room`` fixture's model server answers from ``scripts``."""
+    return scripted_llm
+
 
 NEWLINE_NAME = "-rf\nReviewed-by: mallory.py"
 JUNK = (
@@ -53,7 +61,7 @@ def tree(repo: Path) -> list[str]:
 
 async def test_only_the_reviewed_files_of_an_attempt_land_on_the_base(
     room: Room,
-    scripts: Scripts,  # noqa: F811 (the fixture imported above)
+    scripts: Scripts,
     tmp_path: Path,
 ) -> None:
     repo = git_workspace(room, tmp_path)

@@ -23,6 +23,8 @@ import pytest
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text
 from tests.support.work import (
+    CALC,
+    PYTHON,
     Scripts,
     agent,
     calls,
@@ -49,9 +51,6 @@ def llm(scripted_llm: OpenAIServer) -> OpenAIServer:
 
 
 # -- 1. an agent's whole task in its worktree ---------------------------------------------------
-
-PYTHON = "python3 -c \"import sys; sys.path.insert(0, 'src'); import calc; print(calc.add(1, 1))\""
-CALC = "def add(a, b):\n    return a + b\n"
 
 
 async def test_an_agent_works_in_its_worktree_and_acceptance_follows_the_file(

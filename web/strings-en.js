@@ -147,6 +147,7 @@ export const STRINGS_EN = {
   "error.snapshot_mismatch": "The trash snapshot does not match the data",
   "error.state_changed": "The project changed state meanwhile; try again",
   "error.storage_error": "The database refused this",
+  "error.database_unreachable": "The database cannot be reached; the operator should check it, then try again",
   "error.task_actor_forbidden": "You may not do this to this task",
   "error.agents_use_tools": "Agents write memory through their tools, not this endpoint",
   "error.append_only": "The session log is append-only",

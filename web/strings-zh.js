@@ -148,6 +148,7 @@ export const STRINGS_ZH = {
   "error.snapshot_mismatch": "回收站快照与当前数据不一致，拒绝恢复",
   "error.state_changed": "项目状态刚刚变化，请重试",
   "error.storage_error": "数据库拒绝了这个操作",
+  "error.database_unreachable": "连接不上数据库；请管理员检查后再试",
   "error.task_actor_forbidden": "你不能对这个任务执行此操作",
   "error.agents_use_tools": "智能体通过工具写入记忆，不能直接调用这个接口",
   "error.append_only": "会话日志只能追加，不能修改",

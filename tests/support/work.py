@@ -29,6 +29,11 @@ from tests.support.llm_servers import (
 Step = Reply | Callable[[dict[str, Any]], Reply]
 
 
+# An agent's module and the command that runs it, as the real-work tests write them.
+PYTHON = "python3 -c \"import sys; sys.path.insert(0, 'src'); import calc; print(calc.add(1, 1))\""
+CALC = "def add(a, b):\n    return a + b\n"
+
+
 class Scripts:
     """Per-agent scripts behind one model server, and what each agent was shown."""
 
