@@ -6,6 +6,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from email.message import Message
 
 import anyio
@@ -14,6 +15,17 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.support.server import ServerProcess, _NoRedirect
 from tests.support.wsclient import Client
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module: each test signs in afresh with its own link and touches only
+    the people and projects it makes (handles differ from test to test)."""
+    proc = ServerProcess(tmp_path_factory.mktemp("auth") / "data").start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
 
 
 def post_form(
