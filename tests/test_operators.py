@@ -286,3 +286,44 @@ def test_metrics_are_for_server_admins_and_count_what_the_server_did(tmp_path: P
         assert commits["room_writer_commit_seconds_sum"] > 0
         for family in ("room_subscribers", "room_turns", "room_model_calls", "room_model_tokens"):
             assert family in families, family
+
+
+def test_cli_writes_beside_a_running_server_leave_every_lifecycle_operation_working(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``room export``/``import`` and ``room risk`` write the database beside the running
+    server; the server's next writes (messages, notices, every lifecycle step) must not collide
+    on an id it counted before (ids come from the database in each transaction)."""
+    owner = server.login()
+    project = int(server.get_json("/api/me", cookie=owner.cookie)["projects"][0]["id"])
+
+    def post(path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        return server.request("POST", path, body, headers=owner.headers)
+
+    for n in range(3):  # the server counts its ids: messages, events, deliveries, audit
+        assert post(f"/api/projects/{project}/messages", {"body": f"消息 {n}"})[0] == 201
+    data = ["--data", str(server.data)]
+    pack = tmp_path / "p.roompack"
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "room", *argv, *data],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    assert cli("export", str(project), str(pack)).returncode == 0
+    for copy in ("副本一", "副本二"):
+        done = cli("import", str(pack), "--name", copy)
+        assert done.returncode == 0, done.stderr
+    assert cli("risk").returncode in (0, 1), "risk exits 1 only when it found red risks"
+    # The first write after them is a lone job (no batch to retry it in): a lifecycle step.
+    every = ("pause", "resume", "archive", "restore", "resume", "complete", "restore", "abandon")
+    for op in (*every, "restore", "trash", "restore"):
+        body: dict[str, Any] = {"op": op}
+        if op == "complete":
+            body["actual_hours"] = 3
+        status, answer = post(f"/api/projects/{project}/lifecycle", body)
+        assert status == 200 and answer.get("outcome", "ok") == "ok", (op, answer)
+    status, answer = post(f"/api/projects/{project}/lifecycle", {"op": "resume"})
+    assert status == 200, answer
+    assert post(f"/api/projects/{project}/messages", {"body": "还在"})[0] == 201

@@ -60,7 +60,7 @@ def count_agent_turn(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
 
 
 def reset_agent_turns(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None:
-    """Every human message resets the count. A count this writer knows to be zero
+    """Every human message resets the count. A count this transaction knows to be zero
     (``tx.agent_turns``) costs no statement: the send path runs this on every human message."""
     if tx.agent_turns.get(project_id) == 0:
         return

@@ -248,9 +248,9 @@ class Tx:
     effects: list[Effect] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     appends: Appends | None = None
-    # The loop brake's agent-turn count per project as this writer last wrote it (see
-    # room/store/brakes.py): a send that finds it zero costs no statement. Dropped with the id
-    # counters whenever a transaction or savepoint rolls back.
+    # The loop brake's agent-turn count per project as this transaction last wrote it (see
+    # room/store/brakes.py): a send that finds it zero costs no statement. Like the id counters,
+    # it lives for one transaction and is dropped whenever one or a savepoint rolls back.
     agent_turns: dict[int, int] = field(default_factory=dict)
 
     def emit(self, effect: Effect) -> None:
@@ -268,8 +268,11 @@ class Tx:
 
     def next_id(self, conn: sqlite3.Connection, table: str) -> int:
         """The id the next row of ``table`` will take, known before the INSERT (so a row can
-        carry its own id without a second write). Sound because one writer inserts them all;
-        the counters are dropped whenever a transaction or savepoint rolls back."""
+        carry its own id without a second write). The first call per table in a transaction
+        reads ``max(id)``; later ones count on from it. Sound because the transaction holds the
+        database's write lock from its ``BEGIN IMMEDIATE`` (no other process, a CLI import say,
+        can insert in between) and the counters live for one transaction only, dropped at the
+        next one's start and whenever one or a savepoint rolls back."""
         current = self.counters.get(table)
         if current is None:
             current = int(conn.execute(f"SELECT coalesce(max(id), 0) FROM {table}").fetchone()[0])
@@ -362,8 +365,10 @@ class Database:
         self._writes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._counters: dict[str, int] = {}  # writer thread only
-        self._agent_turns: dict[int, int] = {}  # writer thread only
+        # One transaction's counts (Tx.next_id, Tx.agent_turns): writer thread only, cleared
+        # at each BEGIN, since another process may write the file between two transactions.
+        self._counters: dict[str, int] = {}
+        self._agent_turns: dict[int, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -510,6 +515,7 @@ class Database:
         multi-row INSERT could not say whose row it was."""
         appends = None if isolate else Appends()
         conn.execute("BEGIN IMMEDIATE")
+        self._forget_counts()  # counted before this transaction held the lock: maybe stale
         if appends is not None and not self._prefetch(conn, batch, appends):
             return False
         guarded = conn if isinstance(conn, WriterConnection) else None
