@@ -1,3 +1,3 @@
-from room.cli import main
+from room.cli import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

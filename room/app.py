@@ -45,7 +45,7 @@ from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
 from room.auth import credential_rechecks
 from room.errors import RoomError
-from room.infra import blobs
+from room.infra import blobs, perms
 from room.infra.boot import BootTrace, write_report
 from room.infra.git import Git
 from room.infra.hub import Hub
@@ -94,9 +94,14 @@ class RoomServer:
         if self.opened is not None:
             return self.opened
         data = self.settings.data
-        data.mkdir(parents=True, exist_ok=True)
+        data.mkdir(mode=perms.FOLDER_MODE, parents=True, exist_ok=True)
+        # Older releases left the folder 0755 and the database 0644: its owner's alone now.
+        tightened = perms.tighten(perms.private_paths(data))
         self.trace = trace = BootTrace(data)
-        trace.phase("start", data=str(data.resolve()))
+        if tightened:  # said once, in the trace of the start that did it
+            trace.phase("start", data=str(data.resolve()), tightened=tightened)
+        else:
+            trace.phase("start", data=str(data.resolve()))
         try:
             self.lock.acquire(wait_secs=self.settings.lock_wait_secs)
         except RoomError as exc:

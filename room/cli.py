@@ -155,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def entry() -> int:
+    """``room`` and ``python -m room``: :func:`main` under umask 077 (room.infra.perms), so
+    whatever a command creates in the data folder is its owner's alone."""
+    from room.infra.perms import keep_private
+
+    keep_private()
+    return main()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,7 +1,8 @@
 """``room doctor``: read the boot reports and the database (never write), print a health summary.
 
 Healthy means: the last start reached ``ready`` (or the server is running now), the database
-opens, its schema is the one this code expects, and ``PRAGMA quick_check`` says ok.
+opens, its schema is the one this code expects, ``PRAGMA quick_check`` says ok, and nobody but
+its owner may read the data folder (room.infra.perms).
 
 With ``database_url`` (``--database``, ``ROOM_DATABASE_URL``) the database is PostgreSQL: the
 summary names its server version and the migrations applied, and says that serving on it is not
@@ -15,6 +16,7 @@ import json
 import sqlite3
 from typing import Any
 
+from room.infra import perms
 from room.infra.boot import last_start, read_trace
 from room.settings import Settings
 from room.store.lock import is_locked, read_holder_pid
@@ -51,6 +53,17 @@ def collect(settings: Settings) -> dict[str, Any]:
             )
     except (OSError, ValueError):
         problems.append("no boot-report.json: the server has not started here yet")
+    wide = [
+        f"{path} is {mode:04o}"
+        for path, allowed in perms.private_paths(data)
+        if (mode := perms.too_wide(path, allowed)) is not None
+    ]
+    if wide:
+        problems.append(
+            "the data folder holds every conversation and token hash, but others may read it ("
+            + "; ".join(wide)
+            + "): the folder should be 0700 and its files 0600 (the server narrows them at start)"
+        )
     trace = read_trace(data)
     holder = summary["server"]["pid"]
     # A running server is judged by its own start; a later start that died (a second instance

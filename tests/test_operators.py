@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.websockets import WebSocketDisconnect
 
-from room.cli import build_parser, main
+from room.cli import EXIT_UNHEALTHY, build_parser, main
 from room.infra.boot import last_start, read_trace
 from room.infra.frames import CLOSE_SIGNED_OUT
 from room.infra.sandbox import probe
@@ -327,3 +329,53 @@ def test_cli_writes_beside_a_running_server_leave_every_lifecycle_operation_work
     status, answer = post(f"/api/projects/{project}/lifecycle", {"op": "resume"})
     assert status == 200, answer
     assert post(f"/api/projects/{project}/messages", {"body": "还在"})[0] == 201
+
+
+def modes(folder: Path) -> dict[str, str]:
+    """The permission bits of ``folder`` (as ``.``) and of what lies directly in it."""
+    found = {".": f"{stat.S_IMODE(folder.stat().st_mode):04o}"}
+    for entry in folder.iterdir():
+        found[entry.name] = f"{stat.S_IMODE(entry.lstat().st_mode):04o}"
+    return found
+
+
+def test_the_data_folder_is_its_owners_alone(server: ServerProcess) -> None:
+    owner = server.login()
+    project = int(server.get_json("/api/me", cookie=owner.cookie)["projects"][0]["id"])
+    status, _ = server.request(
+        "POST", f"/api/projects/{project}/messages", {"body": "私密"}, headers=owner.headers
+    )
+    assert status == 201
+    found = modes(server.data)
+    assert found["."] == "0700"
+    assert {"room.sqlite", "boot-report.json", "workspaces"} <= set(found)
+    wider = {
+        name: mode for name, mode in found.items() if name != "." and mode not in ("0600", "0700")
+    }
+    assert wider == {}, "made under umask 077: files 0600, folders 0700"
+    _, out = run_cli("doctor", "--data", str(server.data), "--json")
+    assert not [p for p in json.loads(out)["problems"] if "others may read" in p]
+
+
+def test_a_folder_left_readable_is_flagged_and_narrowed_at_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    ServerProcess(data).start().stop()
+    os.chmod(data, 0o755)
+    os.chmod(data / "room.sqlite", 0o644)  # as releases before made them
+    code, out = run_cli("doctor", "--data", str(data), "--json")
+    flagged = [p for p in json.loads(out)["problems"] if "others may read" in p]
+    assert code == EXIT_UNHEALTHY and len(flagged) == 1
+    assert "is 0755" in flagged[0] and "room.sqlite is 0644" in flagged[0]
+    proc = ServerProcess(data).start()
+    try:
+        found = modes(data)
+        assert (found["."], found["room.sqlite"]) == ("0700", "0600")
+        start = [p for p in read_trace(data) if p.get("phase") == "start"][-1]
+        tightened = start["detail"]["tightened"]
+        # (and the journal files the doctor's reading made beside the 0644 database)
+        assert {f"{data} 0755 → 0700", f"{data / 'room.sqlite'} 0644 → 0600"} <= set(tightened)
+        assert all(line.endswith(("→ 0700", "→ 0600")) for line in tightened)
+    finally:
+        proc.stop()
+    code, out = run_cli("doctor", "--data", str(data), "--json")
+    assert not [p for p in json.loads(out)["problems"] if "others may read" in p]

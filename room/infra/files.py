@@ -58,6 +58,7 @@ from room.infra.filewalk import (
     walk,
 )
 from room.infra.fsroot import Found, Root
+from room.infra.perms import new_file_mode
 
 MAX_READ_BYTES = 256 * 1024  # text returned by one read; the model asks for the next lines
 MAX_READ_FILE_BYTES = 16 * 1024 * 1024  # a bigger file is not read at all
@@ -635,7 +636,7 @@ def _replace(
         fd = os.open(
             temp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o666,  # less the umask, like any new file
+            new_file_mode(),  # as under the operator's umask, like any new file of theirs
             dir_fd=dir_fd,
         )
     except OSError as exc:

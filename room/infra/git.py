@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Protocol
 
 from room.errors import RoomError
+from room.infra.perms import workspace_umask
 
 
 def printable(path: str) -> str:
@@ -293,6 +294,7 @@ class Git:
                 self.argv(cwd, args, writable),
                 cwd=cwd,
                 env=git_env(env),
+                umask=workspace_umask(),
                 input=None if stdin is None else stdin.encode("utf-8", "surrogateescape"),
                 stdin=subprocess.DEVNULL if stdin is None else None,
                 capture_output=True,
@@ -335,6 +337,7 @@ class Git:
                     self.argv(cwd, args, writable),
                     cwd=cwd,
                     env=git_env(env),
+                    umask=workspace_umask(),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=errfile,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from room.errors import SandboxSpawnError
+from room.infra.perms import workspace_umask
 
 log = logging.getLogger(__name__)
 
@@ -336,6 +337,7 @@ async def supervise(
             env=dict(env),
             start_new_session=True,
             pass_fds=(*pass_fds, *(gate.pass_fds if gate is not None else ())),
+            umask=workspace_umask(),  # the workspace's files as the operator would make them
         )
     except OSError as exc:
         raise SandboxSpawnError(f"could not start the command: {exc}", argv0=argv[0]) from exc

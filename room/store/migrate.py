@@ -8,6 +8,7 @@ backup API to ``<data>/backups/room-v<N>-<timestamp>.sqlite`` and checked with
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sqlite3
 import time
@@ -37,6 +38,14 @@ def connect(
             f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
         )
     else:
+        # A new database is its owner's alone whatever the umask (SQLite gives its -wal and
+        # -shm files the database's mode): room.infra.perms. Only a new one: closing any
+        # descriptor of an open database drops this process's POSIX locks on it, which would
+        # let another connection's close delete the WAL under the rest.
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            pass
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, factory=factory)
     # The search index's text (room.store.search), callable from SQL: migrations and rebuilds.
     conn.create_function("room_index_text", 1, index_text, deterministic=True)
