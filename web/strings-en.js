@@ -458,6 +458,7 @@ export const STRINGS_EN = {
   "reason.turn_stopped": "the turn was stopped",
   "reason.turn_failed": "the turn failed",
   "reason.restart_in_inbox": "waiting in the inbox at a restart, taken by no turn; dispatched again",
+  "reason.brake_resumed": "the brake that stopped this turn was cleared; dispatched again once",
   "reason.turn_not_started": "the turn could not start",
   "reason.answer_not_posted": "the answer was not posted (the project stopped)",
 
@@ -735,6 +736,7 @@ export const STRINGS_EN = {
   "usage.noMoney": "Tokens only; money is never estimated.",
   "brake.ok": "Not tripped: dispatch is running",
   "brake.tripped": "Tripped: {reason}. Dispatch is paused until a person clears it.",
+  "brake.trippedFor": "Tripped: {reason}. Dispatch to {who} is paused until a person clears it; everyone else works on.",
   "brake.turns": "AI turns in a row",
   "brake.tokens": "Tokens used",
   "brake.steps": "Steps per turn",

@@ -459,6 +459,7 @@ export const STRINGS_ZH = {
   "reason.turn_stopped": "回合已被停止",
   "reason.turn_failed": "回合失败",
   "reason.restart_in_inbox": "重启时仍在待处理队列、未被任何回合取用，已重新投递",
+  "reason.brake_resumed": "打断这一轮的制动已解除，已重新投递一次",
   "reason.turn_not_started": "回合未能开始",
   "reason.answer_not_posted": "回复未能发出（项目已停止）",
 
@@ -736,6 +737,7 @@ export const STRINGS_ZH = {
   "usage.noMoney": "只统计 tokens，不估算费用。",
   "brake.ok": "未触发：派发正常",
   "brake.tripped": "已触发：{reason}。派发已暂停，等待人类解除。",
+  "brake.trippedFor": "已触发：{reason}。已暂停派发给 {who}，其他成员照常工作；等待人类解除。",
   "brake.turns": "AI 连续轮数",
   "brake.tokens": "已用 tokens",
   "brake.steps": "每轮步数上限",

@@ -41,6 +41,31 @@ def set_deliveries(
     publish_deliveries(tx, rows, state, mode, reason, code)
 
 
+def settle_via_unknown(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    ids: Sequence[int],
+    to: DeliveryState,
+    code: Reason,
+    mode: str | None = None,
+    *,
+    why: str,
+) -> None:
+    """Settle rows of a turn that was cut short — by a restart, or by a brake a person then
+    cleared — each through ``unknown`` with two reconcile records (``why``, then ``code``'s
+    text). The one path that may leave ``consumed``: a prompt the turn took in but never
+    answered goes back to ``pending`` (unbound from the turn), to be dispatched once more."""
+    for delivery_id in ids:
+        before = deliveries_store.state_of(conn, delivery_id)
+        deliveries_store.reconcile_record(conn, delivery_id, before, _D.UNKNOWN, why, tx.now)
+        deliveries_store.reconcile_record(
+            conn, delivery_id, _D.UNKNOWN, to, ledger.REASON_TEXTS[code], tx.now
+        )
+    if to is _D.PENDING:
+        deliveries_store.unbind(conn, ids)
+    set_deliveries(conn, tx, ids, to, mode=mode, code=code, allowed_from=ledger.RECONCILE_FROM)
+
+
 def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> Reason | None:
     """:func:`room.rules.ledger.dispatch_blocker` on the facts as this transaction sees them (so a
     pause committed a moment ago counts). A member that does not exist is treated as left."""

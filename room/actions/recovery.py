@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from room.actions import checkpoints
-from room.actions.deliveries import set_deliveries
+from room.actions.deliveries import set_deliveries, settle_via_unknown
 from room.actions.notices import insert_notice
 from room.actions.turns import final_txn
-from room.rules.ledger import REASON_TEXTS, RECONCILE_FROM, DeliveryState, Reason
+from room.rules.ledger import DeliveryState, Reason
 from room.store import Tx
 from room.store import checkpoints as checkpoints_store
 from room.store import deliveries as deliveries_store
@@ -62,16 +62,7 @@ def via_unknown(
     mode: str | None = None,
 ) -> None:
     """Settle rows caught by the restart, each through ``unknown`` with reconcile records."""
-    for delivery_id in ids:
-        before = deliveries_store.state_of(conn, delivery_id)
-        deliveries_store.reconcile_record(conn, delivery_id, before, _D.UNKNOWN, "restart", tx.now)
-        deliveries_store.reconcile_record(
-            conn, delivery_id, _D.UNKNOWN, to, REASON_TEXTS[code], tx.now
-        )
-    if to is _D.PENDING:
-        deliveries_store.unbind(conn, ids)
-    # The one path that may leave 'consumed': a turn the crash cut short is settled here.
-    set_deliveries(conn, tx, ids, to, mode=mode, code=code, allowed_from=RECONCILE_FROM)
+    settle_via_unknown(conn, tx, ids, to, code, mode, why="restart")
 
 
 def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:

@@ -120,7 +120,7 @@ async def begin_turn(core: Services, member_id: int, cap: int) -> TurnStart:
         ids = deliveries_store.pending_of(conn, member_id, 1, unoffered=False)
         if not ids:
             return TurnStart(None)
-        if not brake_actions.count_turn(conn, tx, project_id, cap):
+        if not brake_actions.count_turn(conn, tx, project_id, member_id, cap):
             return TurnStart(None, blocked=Reason.LOOP_BRAKE)
         inbound = claim(conn, tx, member_id)
         turn_id = turns_store.insert_turn(
@@ -188,7 +188,7 @@ async def confirm_external(
         if own and state is _D.CONSUMED and mode != "steer" and turn_cap is not None:
             member = members_store.get(conn, member_id)
             if member is not None:
-                brake_actions.count_external_turn(conn, tx, member.project_id, turn_cap)
+                brake_actions.count_external_turn(conn, tx, member.project_id, member_id, turn_cap)
         return own
 
     return await core.db.write(job)
@@ -413,13 +413,17 @@ async def end_turn(
     notice: str | None,
     brake: tuple[str, dict[str, Any]] | None = None,
     unanswered: str = "fail",
+    interrupted: bool = False,
 ) -> None:
     """End a turn that did not complete. Deliveries it took but no model answered: with
     ``unanswered="fail"`` they become ``failed`` with ``code`` (the work itself failed: the
     provider refused, a person stopped it); with ``"release"`` they go back to wait
     (``held``/``pending``, see :func:`room.actions.deliveries.release`), as when a project pause
     or a brake stopped the turn before they were seen; ``"release_if_closed"`` releases when the
-    project is no longer active and fails otherwise. A notice, if any, says so in the room."""
+    project is no longer active and fails otherwise. A notice, if any, says so in the room.
+    ``brake`` trips the brake for this member's own turn (it holds the member); ``interrupted``
+    records a turn the brake stopped to resume it when a person clears the brake
+    (:func:`room.actions.brakes.interrupted`)."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
         open_ids = [d for d, s in deliveries_store.of_turn(conn, turn_id) if s == _D.DELIVERED]
@@ -436,7 +440,9 @@ async def end_turn(
         )
         checkpoints.record(conn, tx, turn_id, "end", state=state, blocked=detail or "")
         if brake is not None:
-            brake_actions.trip(conn, tx, project_id, brake[0], brake[1])
+            brake_actions.trip(conn, tx, project_id, brake[0], brake[1], held=(member_id,))
+        if interrupted:
+            brake_actions.interrupted(conn, tx, project_id, member_id, turn_id, steps)
         if notice:
             insert_notice(conn, tx, project_id, notice, {"turn_id": turn_id, "state": state})
 

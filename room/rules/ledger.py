@@ -55,8 +55,9 @@ ALLOWED_FROM: Mapping[DeliveryState, frozenset[DeliveryState]] = MappingProxyTyp
     }
 )
 
-# A turn the crash cut short is settled by the start-up reconciliation, the one path that may
-# leave ``consumed`` (a reply posted before the crash settles its deliveries as consumed).
+# A turn the crash cut short is settled by the start-up reconciliation, and a turn a brake cut
+# short by the person clearing it: the one path that may leave ``consumed`` (a reply posted
+# before the crash settles its deliveries as consumed; an unanswered prompt goes back to wait).
 RECONCILE_FROM: frozenset[DeliveryState] = frozenset(
     {_D.PENDING, _D.DELIVERED, _D.CONSUMED, _D.UNKNOWN}
 )
@@ -100,6 +101,7 @@ class Reason(StrEnum):
     TURN_FAILED = "turn_failed"
     TURN_NOT_STARTED = "turn_not_started"
     ANSWER_NOT_POSTED = "answer_not_posted"
+    BRAKE_RESUMED = "brake_resumed"
 
 
 _R = Reason
@@ -129,6 +131,7 @@ REASON_TEXTS: Mapping[Reason, str] = MappingProxyType(
         _R.TURN_FAILED: "internal error",
         _R.TURN_NOT_STARTED: "the turn could not start",
         _R.ANSWER_NOT_POSTED: "answer not posted",
+        _R.BRAKE_RESUMED: "the brake that stopped this turn was cleared; dispatched again once",
     }
 )
 
@@ -160,17 +163,17 @@ def initial_state(project_state: str, member_status: str) -> DeliveryState:
     return _HELD
 
 
-def dispatch_blocker(project_state: str, member_status: str, brake_tripped: bool) -> Reason | None:
+def dispatch_blocker(project_state: str, member_status: str, brake_holds: bool) -> Reason | None:
     """THE dispatch rule: why a member's deliveries may not be handed to its session now, or
     None when they may. Built on lifecycle's admission table (``dispatch_open``), the member's
-    status and the project's loop brake."""
+    status and whether the project's loop brake holds the member (room.rules.brakes)."""
     if not dispatch_open(ProjectState(project_state)):
         return Reason.PROJECT_NOT_ACTIVE
     if member_status == MemberStatus.LEFT:
         return Reason.RECIPIENT_LEFT
     if member_status != MemberStatus.ACTIVE:
         return Reason.MEMBER_PAUSED
-    if brake_tripped:
+    if brake_holds:
         return Reason.LOOP_BRAKE
     return None
 

@@ -376,9 +376,11 @@ def members_with_pending(conn: sqlite3.Connection) -> list[tuple[int, int]]:
 
 def dispatch_facts(conn: sqlite3.Connection, member_id: int) -> tuple[str, str, int, bool] | None:
     """What :func:`room.rules.ledger.dispatch_blocker` decides on, read inside the writer's
-    transaction: (project state, member status, project id, brake tripped)."""
+    transaction: (project state, member status, project id, whether the project's brake holds
+    this member — the whole project, or the loop it is in)."""
     row = conn.execute(
-        "SELECT p.state, m.status, p.id, b.tripped IS NOT NULL FROM members m"
+        "SELECT p.state, m.status, p.id, b.tripped IS NOT NULL AND (b.held_json IS NULL OR"
+        " EXISTS (SELECT 1 FROM json_each(b.held_json) WHERE value = m.id)) FROM members m"
         " JOIN projects p ON p.id = m.project_id"
         " LEFT JOIN project_brakes b ON b.project_id = p.id WHERE m.id = :m",
         {"m": member_id},
