@@ -100,6 +100,10 @@ export const STRINGS_EN = {
   "error.members_running": "Members are still running; stop them first",
   "error.mentions_unresolved": "Some @mentions are not resolved; fix them before sending",
   "error.message_deleted": "This message was deleted",
+  "error.delivery_not_failed": "This delivery has not failed (or was already retried); it is not sent twice",
+  "error.no_delivery": "No such delivery",
+  "error.not_sender": "Only a person or the message's sender can retry a delivery",
+  "error.recipient_left": "The recipient has left the project",
   "error.name_taken": "“{name}” is already a member's name in this project; mentions would be ambiguous. Choose another display name",
   "error.no_decision": "No such decision",
   "error.no_member": "No such member in this project",
@@ -459,6 +463,7 @@ export const STRINGS_EN = {
   "reason.turn_failed": "the turn failed",
   "reason.restart_in_inbox": "waiting in the inbox at a restart, taken by no turn; dispatched again",
   "reason.brake_resumed": "the brake that stopped this turn was cleared; dispatched again once",
+  "reason.retry_requested": "a person asked for this failed delivery again; dispatched once more",
   "reason.turn_not_started": "the turn could not start",
   "reason.answer_not_posted": "the answer was not posted (the project stopped)",
 

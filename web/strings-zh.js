@@ -101,6 +101,10 @@ export const STRINGS_ZH = {
   "error.members_running": "有成员仍在运行，先停止再清除",
   "error.mentions_unresolved": "有无法识别的 @提及，请修改后再发送",
   "error.message_deleted": "这条消息已被删除",
+  "error.delivery_not_failed": "这条投递没有失败（或已经重试过），不会重复投递",
+  "error.no_delivery": "没有这条投递",
+  "error.not_sender": "只有人或这条消息的发送者可以重试投递",
+  "error.recipient_left": "接收者已离开项目",
   "error.name_taken": "「{name}」已是本项目一位成员的名字，提及会有歧义；请换一个显示名称",
   "error.no_decision": "没有这条决定",
   "error.no_member": "本项目中没有这位成员",
@@ -460,6 +464,7 @@ export const STRINGS_ZH = {
   "reason.turn_failed": "回合失败",
   "reason.restart_in_inbox": "重启时仍在待处理队列、未被任何回合取用，已重新投递",
   "reason.brake_resumed": "打断这一轮的制动已解除，已重新投递一次",
+  "reason.retry_requested": "有人要求重试这条失败的投递，已重新投递一次",
   "reason.turn_not_started": "回合未能开始",
   "reason.answer_not_posted": "回复未能发出（项目已停止）",
 

@@ -168,7 +168,7 @@ class Turn:
                 "failed",
                 Reason.TURN_FAILED,
                 f"internal error: {type(exc).__name__}",
-                notice=f"⚠️ @{self.member.handle} 的这一轮出错了，消息未处理。",
+                notice=turn_actions.failure_notice(self.member.handle, "internal"),
             )
             return TurnOutcome("failed", self.steps)
 
@@ -437,8 +437,9 @@ class Turn:
                 "failed",
                 Reason.PROVIDER_ERROR,
                 f"{exc.code}: {exc.message}"[:300],
-                notice=f"⚠️ @{self.member.handle} 调用模型 {route.model_id} 失败（{exc.code}），"
-                "消息未处理。",
+                notice=turn_actions.failure_notice(
+                    self.member.handle, exc.code, f"（模型 {route.model_id}）"
+                ),
             )
             return None
         finally:

@@ -41,8 +41,9 @@ OPEN_STATES: frozenset[DeliveryState] = frozenset({_D.PENDING, _D.HELD, _D.DELIV
 TERMINAL_STATES: frozenset[DeliveryState] = frozenset(DeliveryState) - OPEN_STATES
 
 # The ledger's transitions: a state may only be reached from these. Terminal states (consumed,
-# failed, cancelled) are left only by the start-up reconciliation, which says so explicitly
-# (:data:`RECONCILE_FROM`).
+# failed, cancelled) are left only by the start-up reconciliation and a cleared brake resuming
+# the turns it cut short (:data:`RECONCILE_FROM`), and by a person's retry of a failed delivery
+# (:data:`RETRY_FROM`), each of which says so explicitly with a reconcile record.
 ALLOWED_FROM: Mapping[DeliveryState, frozenset[DeliveryState]] = MappingProxyType(
     {
         _D.PENDING: frozenset({_D.HELD, _D.DELIVERED, _D.UNKNOWN}),
@@ -61,6 +62,9 @@ ALLOWED_FROM: Mapping[DeliveryState, frozenset[DeliveryState]] = MappingProxyTyp
 RECONCILE_FROM: frozenset[DeliveryState] = frozenset(
     {_D.PENDING, _D.DELIVERED, _D.CONSUMED, _D.UNKNOWN}
 )
+
+# A person's retry (``POST /api/deliveries/{id}/retry``) moves a failed delivery back to wait.
+RETRY_FROM: frozenset[DeliveryState] = frozenset({_D.FAILED})
 
 # What an external agent may report about a delivery offered to it, and from where.
 CONFIRM_FROM: Mapping[DeliveryState, frozenset[DeliveryState]] = MappingProxyType(
@@ -102,6 +106,7 @@ class Reason(StrEnum):
     TURN_NOT_STARTED = "turn_not_started"
     ANSWER_NOT_POSTED = "answer_not_posted"
     BRAKE_RESUMED = "brake_resumed"
+    RETRY_REQUESTED = "retry_requested"
 
 
 _R = Reason
@@ -132,6 +137,7 @@ REASON_TEXTS: Mapping[Reason, str] = MappingProxyType(
         _R.TURN_NOT_STARTED: "the turn could not start",
         _R.ANSWER_NOT_POSTED: "answer not posted",
         _R.BRAKE_RESUMED: "the brake that stopped this turn was cleared; dispatched again once",
+        _R.RETRY_REQUESTED: "a person asked for this failed delivery again; dispatched once more",
     }
 )
 

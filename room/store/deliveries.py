@@ -208,13 +208,41 @@ def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any
             "reason_code": r[5],
             "reason_detail": detail_of(r[5], r[4]),
             "updated_at": iso(r[6]),
+            "retries": r[7],
         }
         for r in conn.execute(
-            "SELECT id, recipient_id, state, mode, reason, reason_code, updated_at"
+            "SELECT id, recipient_id, state, mode, reason, reason_code, updated_at,"
+            " (SELECT count(*) FROM reconciliations c WHERE c.delivery_id = deliveries.id"
+            " AND c.from_state = 'failed' AND c.reason LIKE 'retried by %')"
             " FROM deliveries WHERE message_id = :m ORDER BY recipient_id",
             {"m": message_id},
         )
     ]
+
+
+def retry_facts(conn: sqlite3.Connection, delivery_id: int) -> dict[str, Any] | None:
+    """What a retry of ``delivery_id`` decides on: its project, message, sender, recipient,
+    state and reason, and whether its message was deleted."""
+    row = conn.execute(
+        "SELECT m.project_id, d.message_id, m.author_id, d.recipient_id, d.state, d.reason_code,"
+        " m.deleted_at IS NOT NULL FROM deliveries d JOIN messages m ON m.id = d.message_id"
+        " WHERE d.id = :d",
+        {"d": delivery_id},
+    ).fetchone()
+    if row is None:
+        return None
+    keys = ("project_id", "message_id", "author_id", "recipient_id", "state", "reason_code")
+    return {**dict(zip(keys, row[:6], strict=True)), "deleted": bool(row[6])}
+
+
+def retries(conn: sqlite3.Connection, delivery_id: int) -> int:
+    """How many times a person (or the sender) asked for this delivery again."""
+    row = conn.execute(
+        "SELECT count(*) FROM reconciliations WHERE delivery_id = :d AND from_state = 'failed'"
+        " AND reason LIKE 'retried by %'",
+        {"d": delivery_id},
+    ).fetchone()
+    return int(row[0])
 
 
 def recipients(conn: sqlite3.Connection, message_id: int) -> set[int]:
