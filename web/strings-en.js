@@ -746,6 +746,8 @@ export const STRINGS_EN = {
   "brake.tokens": "Tokens used",
   "brake.steps": "Steps per turn",
   "brake.noBudget": "no budget",
+  "delivery.retry": "Retry",
+  "delivery.retried": "Sent again; waiting for the member",
   "brake.clear": "Clear the brake",
   "brake.cleared": "Brake cleared; dispatch resumed",
   "brake.saveLimits": "Save limits",

@@ -747,6 +747,8 @@ export const STRINGS_ZH = {
   "brake.tokens": "已用 tokens",
   "brake.steps": "每轮步数上限",
   "brake.noBudget": "无预算",
+  "delivery.retry": "重试",
+  "delivery.retried": "已重新投递，等待成员处理",
   "brake.clear": "解除制动",
   "brake.cleared": "制动已解除，恢复派发",
   "brake.saveLimits": "保存限额",

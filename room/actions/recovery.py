@@ -99,7 +99,7 @@ def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> No
             who = f"@{member.handle}" if member is not None else "一位成员"
             text = (
                 f"⚠️ 服务器重启打断了 {who} 一轮已产生动作的工作（第 {turn_id} 轮），"
-                "为避免重复不会自动重跑。下一步：看过它已做的事后，在消息的「信息」里点「重试」，"
+                "为避免重复不会自动重跑。下一步：看过它已做的事后，点这条通知上的「重试」，"
                 "或重新 @ 它。"
             )
             meta = {"turn_id": turn_id, "member_id": member_id, "retry": ids}

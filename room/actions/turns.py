@@ -490,7 +490,7 @@ def failure_notice(handle: str, code: str, where: str = "") -> str:
     cause, next_step = FAILURE_WORDS.get(code, _UNKNOWN_FAILURE)
     return (
         f"⚠️ @{handle} 处理消息失败{where}：{cause}（{code}）。"
-        f"下一步：{next_step}（在消息的「信息」里，或这条通知上）。"
+        f"下一步：{next_step}（「重试」在这条通知上）。"
     )
 
 
