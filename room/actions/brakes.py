@@ -16,11 +16,11 @@ import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from room.actions.deliveries import settle_via_unknown
+from room.actions.deliveries import dispatch_blocker, settle_via_unknown
 from room.actions.notices import insert_notice
 from room.rules import brakes as brake_rules
 from room.rules.effects import WakeProject
-from room.rules.ledger import DeliveryState, Reason
+from room.rules.ledger import DeliveryState, Reason, waiting_state
 from room.rules.tasks import TaskState
 from room.services import Services
 from room.store import Tx
@@ -176,9 +176,9 @@ def _resume(conn: sqlite3.Connection, tx: Tx, turns: Sequence[tuple[int, int]]) 
             for d, s in deliveries_store.of_turn(conn, turn_id)
             if s in (_D.DELIVERED, _D.CONSUMED)
         ]
-        settle_via_unknown(
-            conn, tx, ids, _D.PENDING, Reason.BRAKE_RESUMED, why="brake cleared by a person"
-        )
+        # Back to wait: pending, or held while the member or the project is paused.
+        to = waiting_state(dispatch_blocker(conn, member_id))
+        settle_via_unknown(conn, tx, ids, to, Reason.BRAKE_RESUMED, why="brake cleared by a person")
         conn.execute("UPDATE turns SET brake_resume = 2 WHERE id = :t", {"t": turn_id})
         members.append(member_id)
     return members

@@ -60,14 +60,15 @@ def settle_via_unknown(
     """Settle rows of a turn that was cut short — by a restart, or by a brake a person then
     cleared — each through ``unknown`` with two reconcile records (``why``, then ``code``'s
     text). The one path that may leave ``consumed``: a prompt the turn took in but never
-    answered goes back to ``pending`` (unbound from the turn), to be dispatched once more."""
+    answered goes back to wait (``pending``, or ``held`` while its recipient or the project is
+    paused; unbound from the turn), to be dispatched once more."""
     for delivery_id in ids:
         before = deliveries_store.state_of(conn, delivery_id)
         deliveries_store.reconcile_record(conn, delivery_id, before, _D.UNKNOWN, why, tx.now)
         deliveries_store.reconcile_record(
             conn, delivery_id, _D.UNKNOWN, to, ledger.REASON_TEXTS[code], tx.now
         )
-    if to is _D.PENDING:
+    if to in (_D.PENDING, _D.HELD):
         deliveries_store.unbind(conn, ids)
     set_deliveries(conn, tx, ids, to, mode=mode, code=code, allowed_from=ledger.RECONCILE_FROM)
 
