@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from room.errors import AuthError, ForbiddenError
-from room.infra.hub import CLOSE_SIGNED_OUT, Hub
+from room.infra.frames import CLOSE_SIGNED_OUT
+from room.infra.hub import Hub
 from room.rules.entities import Member, User
 from room.services import Services
 from room.store import auth as auth_store
@@ -111,7 +112,7 @@ async def recheck_credentials(core: Services) -> int:
     What the server never hears of — ``room member token``/``revoke`` from the CLI, which
     writes the database beside it, or a session reaching its expiry — is found here."""
     hub: Hub = core.hub
-    sessions, tokens = hub.credentials()
+    sessions, tokens = hub.presence.credentials()
     if not sessions and not tokens:
         return 0
     now = core.clock()
@@ -120,9 +121,11 @@ async def recheck_credentials(core: Services) -> int:
     )
     closed = 0
     for session in sessions - live_sessions:
-        closed += hub.cut_session(session, "signed out", CLOSE_SIGNED_OUT)
+        closed += hub.presence.cut_session(session, "signed out", CLOSE_SIGNED_OUT)
     for token in tokens - live_tokens:
-        closed += hub.cut_session(hub.token_session(token), REVOKED_REASON, CLOSE_SIGNED_OUT)
+        closed += hub.presence.cut_session(
+            hub.presence.token_session(token), REVOKED_REASON, CLOSE_SIGNED_OUT
+        )
     return closed
 
 

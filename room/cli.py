@@ -27,6 +27,8 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_LOCKED = 3
 EXIT_UNHEALTHY = 4
+EXIT_UNREACHABLE = 5  # the PostgreSQL database named by --database cannot be reached
+EXIT_NOT_SERVED = 6  # serving on PostgreSQL is not available yet (docs/storage.md)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,12 +48,22 @@ def build_parser() -> argparse.ArgumentParser:
             help="data folder (default: $ROOM_DATA or ./.room-data)",
         )
 
+    def database_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--database",
+            default=None,
+            metavar="URL",
+            help="a PostgreSQL database, postgresql://… (default: $ROOM_DATABASE_URL, else SQLite "
+            "in the data folder); not served yet: serve exits 6 (docs/storage.md)",
+        )
+
     serve = sub.add_parser(
         "serve",
         help="serve on SQLite in the data folder (creates it and a demo project on first start)",
         description="Serve Project Room. Prints the URL and a one-time owner login link.",
     )
     data_arg(serve)
+    database_arg(serve)
     serve.add_argument("--host", default=None, help="interface (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help=f"port (default {DEFAULT_PORT})")
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
@@ -59,9 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser(
         "doctor",
         help="read the boot reports and the database and print a health summary",
-        description="Exit 0 when healthy, 4 when something needs attention.",
+        description="Exit 0 when healthy, 4 when something needs attention, 5 when the "
+        "PostgreSQL database named by --database cannot be reached.",
     )
     data_arg(doctor)
+    database_arg(doctor)
     doctor.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     link = sub.add_parser(
@@ -150,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from room.doctor import run_doctor
 
-            healthy = run_doctor(_settings(args), as_json=args.json)
+            healthy = run_doctor(_settings(args, database_url=args.database), as_json=args.json)
             return EXIT_OK if healthy else EXIT_UNHEALTHY
         if args.command == "login-link":
             return login_link(_settings(args))
@@ -175,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_agent_command(args.url, args.token, command, state_file=args.state)
     except RoomError as exc:
         print(f"room: {exc.message}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_UNREACHABLE if exc.code == "database_unreachable" else EXIT_ERROR
     parser.print_help()
     return EXIT_USAGE
 
@@ -193,7 +207,9 @@ def serve(args: argparse.Namespace) -> int:
     from room.errors import LockHeldError
     from room.infra.transport import RoomWebSocketProtocol, http_protocol
 
-    settings = _settings(args, host=args.host, port=args.port)
+    settings = _settings(args, host=args.host, port=args.port, database_url=args.database)
+    if settings.database_url is not None:
+        return refuse_postgres(settings)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     server = RoomServer(settings, ws_protocol=RoomWebSocketProtocol)
     try:
@@ -224,6 +240,40 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         server.close()
     return EXIT_OK
+
+
+def refuse_postgres(settings: Settings) -> int:
+    """``serve --database postgresql://…``: the PostgreSQL store is not complete (its schema and
+    dialect are; the store's SQL does not run there yet), so serving is refused before anything
+    starts or changes. The database is reached first, so the operator learns whether it could
+    be (exit 5) and what it is; nothing is written to it. One JSON line on stderr says why."""
+    from room.store.pg import connect, redact, server_version
+    from room.store.pg_migrate import migration_status
+
+    url = redact(settings.database_url or "")
+    refusal: dict[str, Any] = {"backend": "postgresql", "database": url, "docs": "docs/storage.md"}
+    try:
+        conn = connect(settings.database_url or "")
+    except RoomError as exc:
+        refusal |= {"error": exc.code, "message": exc.message, "exit": EXIT_UNREACHABLE}
+        print(f"room: {exc.message}", file=sys.stderr)
+        print(json.dumps(refusal, ensure_ascii=False), file=sys.stderr)
+        return EXIT_UNREACHABLE
+    try:
+        refusal |= {"server_version": server_version(conn), "migrations": migration_status(conn)}
+    finally:
+        conn.close()
+    message = (
+        "serving on PostgreSQL is not available yet: the PostgreSQL schema, migrations and SQL "
+        "dialect exist, but the store's queries and the multi-writer guarantees do not run there "
+        "yet (docs/storage.md, 'PostgreSQL: done and not done'). Nothing was started or "
+        "changed; serve without --database (and without ROOM_DATABASE_URL) to use SQLite in "
+        "the data folder."
+    )
+    refusal |= {"error": "postgres_store_incomplete", "message": message, "exit": EXIT_NOT_SERVED}
+    print(f"room: {message}", file=sys.stderr)
+    print(json.dumps(refusal, ensure_ascii=False), file=sys.stderr)
+    return EXIT_NOT_SERVED
 
 
 def _open_current(settings: Settings) -> sqlite3.Connection:

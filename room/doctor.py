@@ -2,6 +2,11 @@
 
 Healthy means: the last start reached ``ready`` (or the server is running now), the database
 opens, its schema is the one this code expects, and ``PRAGMA quick_check`` says ok.
+
+With ``database_url`` (``--database``, ``ROOM_DATABASE_URL``) the database is PostgreSQL: the
+summary names its server version and the migrations applied, and says that serving on it is not
+available yet (docs/storage.md); a database that cannot be reached raises
+:class:`~room.errors.StorageError` (``database_unreachable``: exit 5).
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ def collect(settings: Settings) -> dict[str, Any]:
         failed = [p for p in phases if not p.get("ok", True)]
         detail = failed[-1].get("detail") if failed else {}
         problems.append(f"the last start stopped at phase {phases[-1].get('phase')!r} ({detail})")
+    if settings.database_url is not None:
+        summary["database"] = _postgres(settings.database_url, problems)
+        return summary
     if not settings.db_path.exists():
         problems.append(f"no database at {settings.db_path}")
         return summary
@@ -85,6 +93,8 @@ def collect(settings: Settings) -> dict[str, Any]:
         problems.append(f"the database does not open: {exc}")
         return summary
     summary["database"] = {
+        "backend": "sqlite",
+        "version": sqlite3.sqlite_version,
         "schema_version": version,
         "expected_schema": SCHEMA_VERSION,
         "quick_check": check,
@@ -100,6 +110,30 @@ def collect(settings: Settings) -> dict[str, Any]:
     if open_deliveries.get("unknown"):
         problems.append(f"{open_deliveries['unknown']} deliveries await reconciliation")
     return summary
+
+
+def _postgres(url: str, problems: list[str]) -> dict[str, Any]:
+    from room.store.pg import connect, redact, server_version
+    from room.store.pg_migrate import migration_status
+
+    conn = connect(url)  # StorageError (database_unreachable) when it cannot be reached
+    try:
+        version, migrations = server_version(conn), migration_status(conn)
+    finally:
+        conn.close()
+    if migrations["unknown"]:
+        problems.append(
+            f"the database has migrations this code does not know: {migrations['unknown']}"
+        )
+    problems.append(
+        "serving on PostgreSQL is not available yet: `room serve` refuses it (docs/storage.md)"
+    )
+    return {
+        "backend": "postgresql",
+        "database": redact(url),
+        "version": version,
+        "migrations": migrations,
+    }
 
 
 def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
@@ -123,10 +157,17 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
                 f"refused:  a later start (pid {refused['pid']}) stopped at "
                 f"{refused['phases'][-1]!r}: {refused['detail']}"
             )
-        if "database" in summary:
-            d = summary["database"]
+        d = summary.get("database")
+        if d and d["backend"] == "postgresql":
+            m = d["migrations"]
             print(
-                f"database: schema {d['schema_version']}, quick_check {d['quick_check']}, {d['counts']}"
+                f"database: postgresql {d['version']} at {d['database']}, migrations applied "
+                f"{len(m['applied'])}, pending {len(m['pending'])}"
+            )
+        elif d:
+            print(
+                f"database: sqlite {d['version']}, schema {d['schema_version']}, "
+                f"quick_check {d['quick_check']}, {d['counts']}"
             )
             if d["deliveries"]:
                 print(f"ledger:   {d['deliveries']}")

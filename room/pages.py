@@ -20,7 +20,7 @@ from room.actions import auth as auth_actions
 from room.auth import SESSION_COOKIE, check_csrf, identity_from_headers
 from room.errors import RoomError
 from room.infra.bodies import read_body
-from room.infra.hub import CLOSE_SIGNED_OUT
+from room.infra.frames import CLOSE_SIGNED_OUT
 from room.rules.entities import User
 from room.services import Services
 from room.store import auth as auth_store
@@ -180,7 +180,7 @@ async def logout(request: Request) -> Response:
         check_csrf(who, {"x-csrf-token": str(form.get("csrf_token", ""))})
         await core.db.write(lambda conn, tx: auth_store.revoke_session(conn, secret, tx.now))
         # The page's live connections end with the session, not at their next reconnect.
-        core.hub.cut_session(auth_store.digest(secret), "signed out", CLOSE_SIGNED_OUT)
+        core.hub.presence.cut_session(auth_store.digest(secret), "signed out", CLOSE_SIGNED_OUT)
     response = RedirectResponse("/", status_code=303, headers=SECURITY_HEADERS)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response

@@ -39,6 +39,13 @@ class Settings(BaseModel):
         "the operator's choice, listed in boot-report.json. A project's default workspace is "
         "always allowed, and a folder belongs to one project whatever the roots.",
     )
+    database_url: str | None = Field(
+        default=None,
+        pattern=r"^postgres(ql)?://",
+        description="A PostgreSQL database (postgresql://user:password@host:port/name) instead "
+        "of SQLite in the data folder. Not served yet: `room serve` refuses it (exit 6) until "
+        "the PostgreSQL store is complete; `room doctor` checks it (docs/storage.md).",
+    )
     synchronous: str = Field(
         default="FULL",
         pattern="^(FULL|NORMAL|EXTRA)$",
@@ -307,6 +314,11 @@ class Settings(BaseModel):
         if self.host in ("127.0.0.1", "localhost", "0.0.0.0", "::") and not self.public_url:
             origins |= {f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"}
         return frozenset(origins)
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` (the data folder's room.sqlite) or ``postgresql`` (``database_url``)."""
+        return "sqlite" if self.database_url is None else "postgresql"
 
     @property
     def db_path(self) -> Path:

@@ -18,9 +18,9 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from room import __version__
+from room.actions import chatter, message_edits, presence, unread
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
-from room.actions import presence, unread
 from room.actions import reactions as reaction_actions
 from room.actions import search as search_actions
 from room.actions import turns as turn_actions
@@ -32,8 +32,11 @@ from room.auth import (
     identity_from_headers,
 )
 from room.errors import AuthError, ForbiddenError, NotFoundError, RateLimitedError, RoomError
-from room.infra.hub import CLOSE_SIGNED_OUT, Outbox, Subscription
+from room.infra.fanout import Subscription
+from room.infra.frames import CLOSE_SIGNED_OUT
+from room.infra.outbox import Outbox
 from room.rules import protocol as p
+from room.rules import resume
 from room.rules.entities import Member
 from room.rules.ledger import DeliveryState
 from room.rules.ops import members_for, project_for, viewer_kind
@@ -42,7 +45,7 @@ from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
-from room.store import projects as projects_store
+from room.store import subscriptions as subscriptions_store
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,6 @@ CLOSE_POLICY = 1008
 CLOSE_UNAUTHENTICATED = 4401
 AUTH_TIMEOUT_SECS = 10.0
 REPLAY_PAGE = 500  # events per batch frame: small enough that live traffic interleaves
-MAX_REPLAY_EVENTS = 200_000
 REPLAY_SEND_SECS = 30.0
 # Sends of one connection queued for commit and not yet acked. Past it the connection stops taking
 # frames until its commits catch up; once room.infra.transport.READ_HIGH_MESSAGES more wait, it
@@ -86,7 +88,7 @@ async def _serve(core: Services, websocket: WebSocket, identity: Identity | None
         await connection.run()
         return
     session = auth_store.digest(secret)
-    core.hub.attach_session(session, connection.outbox)
+    core.hub.presence.attach_session(session, connection.outbox)
     try:
         # Sign-out closes only the sockets attached when it runs: one that signed out between
         # the check above and the attach is caught by checking again now.
@@ -97,7 +99,7 @@ async def _serve(core: Services, websocket: WebSocket, identity: Identity | None
             return
         await connection.run()
     finally:
-        core.hub.detach_session(session, connection.outbox)
+        core.hub.presence.detach_session(session, connection.outbox)
 
 
 def _nothing_queued() -> None:
@@ -182,16 +184,18 @@ class Connection:
             assert self.identity is not None
             if self.identity.user is not None:
                 person = self.identity.user.id
-                if self.core.hub.attach_person(person, self.outbox):
+                if self.core.hub.presence.attach_person(person, self.outbox):
                     await presence.person_changed(self.core, person)
             if self.identity.agent is not None:
                 # Leaving revokes the agent's tokens and closes what they opened; a token
                 # revoked where the server does not hear it is found by the re-check.
-                agent_sessions.append(self.core.hub.agent_session(self.identity.agent.id))
+                agent_sessions.append(self.core.hub.presence.agent_session(self.identity.agent.id))
                 if self.identity.credential is not None:
-                    agent_sessions.append(self.core.hub.token_session(self.identity.credential))
+                    agent_sessions.append(
+                        self.core.hub.presence.token_session(self.identity.credential)
+                    )
                 for key in agent_sessions:
-                    self.core.hub.attach_session(key, self.outbox)
+                    self.core.hub.presence.attach_session(key, self.outbox)
             self._hello()
             await self._attach_external()
             # Frames already queued are taken without a coroutine each (room.infra.transport), and a
@@ -215,11 +219,11 @@ class Connection:
         except WebSocketDisconnect:
             pass
         finally:
-            if person is not None and self.core.hub.detach_person(person, self.outbox):
+            if person is not None and self.core.hub.presence.detach_person(person, self.outbox):
                 unread.forget(self.core, person)
                 await presence.person_changed(self.core, person)
             for key in agent_sessions:
-                self.core.hub.detach_session(key, self.outbox)
+                self.core.hub.presence.detach_session(key, self.outbox)
             for sub in self.subscriptions.values():
                 self.core.hub.unsubscribe(sub)
             if self.external_member is not None:
@@ -440,23 +444,17 @@ class Connection:
     ) -> None:
         project_id = frame.project_id
 
-        def snapshot(conn: Any) -> Any:
-            return (
-                projects_store.get(conn, project_id),
-                members_store.wire_list(conn, project_id),
-                messages_store.read_cursors(conn, project_id),
-            )
-
-        project, members, cursors = await self.core.db.read(snapshot)
+        project, members, cursors = await self.core.db.read(
+            partial(subscriptions_store.snapshot, project_id=project_id)
+        )
         assert project is not None
         roster = await self.core.rosters.get(project_id)
-        reason = None
-        if frame.epoch is not None and frame.epoch != project.epoch:
-            reason = "epoch_changed"
-        elif frame.since is not None and frame.since > project.last_seq:
-            reason = "cursor_ahead"
-        elif frame.since is not None and project.last_seq - frame.since > MAX_REPLAY_EVENTS:
-            reason = "too_far_behind"
+        reason = resume.resync_reason(
+            since=frame.since,
+            epoch=frame.epoch,
+            head_seq=project.last_seq,
+            current_epoch=project.epoch,
+        )
         if reason is not None:
             self.core.hub.unsubscribe(sub)
             del self.subscriptions[project_id]
@@ -492,9 +490,8 @@ class Connection:
                 "head_seq": project.last_seq,
             }
         )
-        last = project.last_seq
+        last = resume.replay_from(frame.since, project.last_seq)
         if frame.since is not None:
-            last = frame.since
             while True:
                 page = await self.core.db.read(
                     partial(
@@ -586,7 +583,7 @@ class Connection:
 
     async def on_edit(self, frame: p.EditFrame) -> None:
         member = await self.member(frame.project_id)
-        result = await message_actions.edit_message(
+        result = await message_edits.edit_message(
             self.core, member, frame.message_id, frame.body, as_plain_text=frame.as_plain_text
         )
         self.push(
@@ -601,7 +598,7 @@ class Connection:
 
     async def on_delete(self, frame: p.DeleteFrame) -> None:
         member = await self.member(frame.project_id)
-        result = await message_actions.delete_message(self.core, member, frame.message_id)
+        result = await message_edits.delete_message(self.core, member, frame.message_id)
         self.push(
             {
                 "type": "ack",
@@ -642,18 +639,18 @@ class Connection:
     async def on_typing(self, frame: p.TypingFrame) -> None:
         member = await self._hinting_member(frame.project_id)
         if member is not None:
-            message_actions.typing(self.core, member, frame.active, exclude=self.outbox)
+            chatter.typing(self.core, member, frame.active, exclude=self.outbox)
 
     async def on_read(self, frame: p.ReadFrame) -> None:
         if frame.unread:  # a person's act, answered (an ack or an error), never dropped
-            cursor = await message_actions.mark_unread(
+            cursor = await chatter.mark_unread(
                 self.core, await self.member(frame.project_id), frame.seq
             )
             self.push({"type": "ack", "req_id": frame.req_id, "read_cursor": cursor})
             return
         hinting = await self._hinting_member(frame.project_id)
         if hinting is not None:
-            await message_actions.mark_read(self.core, hinting, frame.seq)
+            await chatter.mark_read(self.core, hinting, frame.seq)
 
     async def _hinting_member(self, project_id: int) -> Member | None:
         """The member behind a typing hint or read cursor; None (the hint is dropped without
@@ -716,13 +713,13 @@ class Connection:
     async def on_receipts(self, frame: p.ReceiptsFrame) -> None:
         await self.member(frame.project_id)
 
-        def query(conn: Any) -> Any:
-            row = messages_store.get_row(conn, frame.message_id)
-            if row is None or row["project_id"] != frame.project_id:
-                return None
-            return deliveries_store.for_message(conn, frame.message_id)
-
-        rows = await self.core.db.read(query)
+        rows = await self.core.db.read(
+            partial(
+                subscriptions_store.receipts,
+                project_id=frame.project_id,
+                message_id=frame.message_id,
+            )
+        )
         if rows is None:
             raise NotFoundError("no such message in this project", code="no_message")
         self.push(

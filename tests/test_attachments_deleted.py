@@ -5,20 +5,10 @@ author and the project's owners — and refused to every other member, people an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from room.actions import messages as message_actions
-from tests.support.inproc import App, owner_user, running_app
-
-
-@pytest.fixture
-def app(tmp_path: Path) -> Iterator[App]:
-    with running_app(tmp_path / "data") as handle:
-        yield handle
+from room.actions import message_edits
+from tests.support.inproc import App, owner_user
 
 
 def _headers(app: App, cookie: str | None = None, token: str | None = None) -> dict[str, str]:
@@ -71,7 +61,7 @@ def test_a_deleted_messages_file_is_read_only_by_its_author_and_the_owners(app: 
     # Mei's file: everyone reads it while the message stands.
     url, message_id = _send_file(app, cookie, project_id, "梅的文件".encode())
     assert all(_read(app, url, **w)[0] == 200 for w in who.values())
-    app.call(message_actions.delete_message, app.core, members["mei"], message_id)
+    app.call(message_edits.delete_message, app.core, members["mei"], message_id)
     assert _read(app, url, **who["mei"]) == (200, "梅的文件")  # its author
     assert _read(app, url, **who["owner"]) == (200, "梅的文件")  # an owner
     assert _read(app, url, **who["lead"]) == (404, "attachment_deleted")  # any other member
@@ -79,6 +69,6 @@ def test_a_deleted_messages_file_is_read_only_by_its_author_and_the_owners(app: 
     # The owner's file, deleted by the owner: the other person no longer reads it.
     url, message_id = _send_file(app, app.owner_cookie, project_id, b"owner only now")
     assert _read(app, url, **who["mei"])[0] == 200
-    app.call(message_actions.delete_message, app.core, members["owner"], message_id)
+    app.call(message_edits.delete_message, app.core, members["owner"], message_id)
     assert _read(app, url, **who["mei"]) == (404, "attachment_deleted")
     assert _read(app, url, **who["owner"]) == (200, "owner only now")

@@ -14,10 +14,9 @@ from room.actions.messages import append_message
 from room.errors import RoomError
 from room.rules.render import render
 from room.store import Tx
-from tests.test_tasks_actions import World, item, plan, review, submit, world, write_file
+from tests.support.task_world import World, item, plan, review, submit, write_file
 
 pytestmark = pytest.mark.anyio
-__all__ = ["world"]  # the fixture, imported for these tests
 
 
 async def say(world: World, who: str, body: str) -> int:

@@ -13,22 +13,24 @@ import pytest
 
 from room.infra.diskuse import disk_usage
 from tests.support.live_room import Room, agent_replies, eventually
-from tests.support.llm_servers import openai_text
-from tests.test_real_work import (  # the fixtures scripts, llm, _hermetic_git, _roots too
+from tests.support.llm_servers import OpenAIServer, openai_text
+from tests.support.work import (
     Scripts,
-    _hermetic_git,  # noqa: F401
-    _roots,  # noqa: F401
     agent,
     calls,
-    llm,  # noqa: F401
     patch_settings,
     results_in,
-    scripts,  # noqa: F401
     server_answers,
 )
 
 MIB = 1024 * 1024
-pytestmark = [pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("hermetic_git", "workspace_roots")]
+
+
+@pytest.fixture
+def llm(scripted_llm: OpenAIServer) -> OpenAIServer:
+    """The ``room`` fixture's model server answers from ``scripts``."""
+    return scripted_llm
 
 
 def test_usage_counts_blocks_once_per_inode_and_never_follows_links(tmp_path: Path) -> None:
@@ -62,7 +64,7 @@ def fill(rounds: int) -> str:
 @pytest.mark.anyio
 async def test_a_full_folder_stops_the_command_refuses_writes_and_can_be_cleaned(
     room: Room,
-    scripts: Scripts,  # noqa: F811 (the fixture imported above)
+    scripts: Scripts,
 ) -> None:
     folder = Path(room.get(f"/api/projects/{room.project}")["project"]["workspace"]["path"])
     agent(room, "be")

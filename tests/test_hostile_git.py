@@ -17,24 +17,32 @@ from pathlib import Path
 import pytest
 
 from tests.support.live_room import Room, agent_replies, eventually
-from tests.support.llm_servers import openai_text
-from tests.test_real_work import (  # the fixtures scripts, llm, _hermetic_git, _roots too
+from tests.support.llm_servers import OpenAIServer, openai_text
+from tests.support.work import (
     Scripts,
-    _hermetic_git,  # noqa: F401
-    _roots,  # noqa: F401
     agent,
     calls,
     git,
     git_workspace,
-    llm,  # noqa: F401
     plan,
     request,
-    scripts,  # noqa: F401
     start,
     task,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(90)]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.slow,
+    pytest.mark.timeout(90),
+    pytest.mark.usefixtures("hermetic_git", "workspace_roots"),
+]
+
+
+@pytest.fixture
+def llm(scripted_llm: OpenAIServer) -> OpenAIServer:
+    """The ``room`` fixture's model server answers from ``scripts``."""
+    return scripted_llm
+
 
 # The configuration every case tries to get run: a smudge filter (worktree checkouts), a clean
 # filter (status, add, diff) and a post-checkout hook, each leaving a marker on the host.
@@ -104,7 +112,7 @@ def untouched(victim: Path, out: Path) -> None:
 )
 async def test_a_workspace_an_agent_made_a_repository_runs_nothing_it_wrote(
     room: Room,
-    scripts: Scripts,  # noqa: F811 (the fixture imported above)
+    scripts: Scripts,
     how: str,
     out: Path,
     victim: Path,
@@ -143,7 +151,7 @@ async def test_a_workspace_an_agent_made_a_repository_runs_nothing_it_wrote(
 
 async def test_a_repository_from_the_start_keeps_its_git_out_of_reach(
     room: Room,
-    scripts: Scripts,  # noqa: F811 (the fixture imported above)
+    scripts: Scripts,
     tmp_path: Path,
     out: Path,
     victim: Path,

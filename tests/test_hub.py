@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from room.infra.hub import Frame, Hub, Outbox
+from room.infra.frames import Frame
+from room.infra.hub import Hub
+from room.infra.outbox import Outbox
 
 
 async def _noop_send(text: str) -> None:

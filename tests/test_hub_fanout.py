@@ -15,7 +15,10 @@ from typing import NamedTuple
 
 import pytest
 
-from room.infra.hub import CLOSE_SLOW_CONSUMER, Frame, Hub, Outbox, Subscription
+from room.infra.fanout import Subscription
+from room.infra.frames import CLOSE_SLOW_CONSUMER, Frame
+from room.infra.hub import Hub
+from room.infra.outbox import Outbox
 
 pytestmark = pytest.mark.anyio
 

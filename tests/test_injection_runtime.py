@@ -24,7 +24,7 @@ from room.agents.work_tools import WORK_TOOLS
 from room.rules import injection as inj
 from room.rules.entities import Member
 from room.store import members as members_store
-from tests.support.inproc import App, running_app
+from tests.support.inproc import App, running_app, wait_until
 from tests.support.live_room import Room
 from tests.support.llm_servers import (
     TEST_API_KEY,
@@ -56,16 +56,6 @@ def app(tmp_path: Path, llm: OpenAIServer) -> Iterator[App]:
 
 def owner_post(app: App, path: str, body: Any) -> tuple[int, Any]:
     return app.request("POST", path, body, cookie=app.owner_cookie)
-
-
-def wait_until(check: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def member(app: App, handle: str) -> Member:

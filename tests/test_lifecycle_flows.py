@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from room.actions import chatter
 from room.actions import lifecycle as lifecycle_actions
-from room.actions import messages as message_actions
 from room.actions import purge as purge_actions
 from room.actions.purge import PURGE_STEPS, PurgeStep
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext, _spec
@@ -30,7 +31,11 @@ API_KEY = "sk-lifecycle"
 SLOW_SECS = 2.0
 
 
+SLOW_STARTED = threading.Event()  # set by the slow tool as it starts (the app runs in a thread)
+
+
 async def _slow(ctx: ToolContext, args: dict[str, Any]) -> str:
+    SLOW_STARTED.set()
     await asyncio.sleep(SLOW_SECS)  # a tool that takes its time; stops apply at step boundaries
     return '{"ok": true}'
 
@@ -65,16 +70,6 @@ def state_of(app: App, project_id: int = 1) -> str:
         )
 
 
-def wait_until(check: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def start_slow_turn(app: App, llm: OpenAIServer) -> None:
     owner_post(
         app,
@@ -82,9 +77,13 @@ def start_slow_turn(app: App, llm: OpenAIServer) -> None:
         {"scope": "member", "target": "2", "value": "openai/gpt-test", "reason": "测试"},
     )
     llm.push(openai_tool_call("room_members", {}), openai_text("完成"))
+    SLOW_STARTED.clear()
     status, _ = owner_post(app, "/api/projects/1/messages", {"body": "@lead 慢慢做"})
     assert status == 201
-    wait_until(lambda: len(llm.chat_requests) == 1)  # the turn is now inside the slow tool
+    # The turn is inside the slow tool (not still reading the model's answer, where a stop
+    # would be seen at once on a loaded machine).
+    assert SLOW_STARTED.wait(10)
+    assert len(llm.chat_requests) == 1
 
 
 def test_a_stop_that_does_not_confirm_can_be_retried(app: App, llm: OpenAIServer) -> None:
@@ -413,7 +412,7 @@ def test_a_read_cursor_written_late_never_blocks_a_purge(app: App) -> None:
 
     async def scenario() -> dict[str, Any]:
         for _ in range(25):  # past the burst: the next cursor waits, to be written later
-            await message_actions.mark_read(app.core, owner, 0)
+            await chatter.mark_read(app.core, owner, 0)
         assert app.core.deferred_reads
         slow: list[purge_actions.PurgeStep] = []
         for step in purge_actions.PURGE_STEPS:

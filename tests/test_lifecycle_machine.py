@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -44,22 +43,11 @@ from room.rules.lifecycle import (
     project_ops_by_kind,
     state_after_restart,
 )
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
+from tests.support.doctables import read_table as doc_table
 
 
 def read_table(name: str) -> tuple[list[str], list[list[str]]]:
-    """The header and body cells of the Markdown table after ``<!-- table: name -->``."""
-    lines = DOC.read_text(encoding="utf-8").splitlines()
-    start = lines.index(f"<!-- table: {name} -->") + 1
-    rows: list[list[str]] = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip().strip("`") for cell in line.strip().strip("|").split("|")])
-    header, separator, *body = rows
-    assert all(set(cell) <= {"-", ":"} for cell in separator), f"{name}: bad separator"
-    return header, body
+    return doc_table("lifecycle.md", name)
 
 
 class Cell(NamedTuple):

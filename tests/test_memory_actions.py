@@ -13,10 +13,9 @@ from room.actions import memory as memory_actions
 from room.errors import RoomError
 from room.store import Tx
 from room.store import memory as memory_store
-from tests.test_tasks_actions import World, world
+from tests.support.task_world import World
 
 pytestmark = pytest.mark.anyio
-__all__ = ["world"]  # the fixture, imported for these tests
 
 
 async def refused(coro: Any) -> RoomError:

@@ -7,13 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.inproc import App, owner_user, running_app
-
-
-@pytest.fixture
-def app(tmp_path: Any) -> Any:
-    with running_app(tmp_path / "data") as handle:
-        yield handle
+from tests.support.inproc import App, owner_user
 
 
 class People:

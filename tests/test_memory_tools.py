@@ -15,10 +15,9 @@ from room.agents.presets import PRESETS
 from room.agents.tools import Toolbox, ToolContext
 from room.store import Tx
 from room.store import memory as memory_store
-from tests.test_tasks_actions import World, world
+from tests.support.task_world import World
 
 pytestmark = pytest.mark.anyio
-__all__ = ["world"]  # the fixture, imported for these tests
 
 
 async def tool(world: World, who: str, name: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -192,7 +192,7 @@ inputs = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=5, deadline=None, database=None)
+@settings(max_examples=5, deadline=None)  # examples kept as in test_mentions
 @given(batch=st.lists(inputs, min_size=60, max_size=60))
 def test_python_and_js_agree_on_generated_input(
     batch: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory

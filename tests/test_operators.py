@@ -18,7 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from room.cli import build_parser, main
 from room.infra.boot import last_start, read_trace
-from room.infra.hub import CLOSE_SIGNED_OUT
+from room.infra.frames import CLOSE_SIGNED_OUT
 from room.infra.sandbox import probe
 from room.infra.transport import offers_direct_write
 from room.rules.protocol import CLIENT_FRAME_TYPES
@@ -61,6 +61,9 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     assert report["activations"][-1]["pid"] == server.proc.pid
     status, health = server.request("GET", "/healthz")
     assert status == 200 and health["ok"] is True
+    # The store is named (only SQLite is served so far: docs/storage.md).
+    assert report["database"] == {"backend": "sqlite", "version": report["sqlite"]["library"]}
+    assert health["database"] == report["database"]
     code, text = run_cli("doctor", "--data", str(server.data))
     assert code == 0, text
     assert "running, pid" in text and "healthy" in text

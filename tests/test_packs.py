@@ -22,8 +22,8 @@ from room import cli
 from room.actions import attachments as attachment_actions
 from room.actions import decisions as decision_actions
 from room.actions import memory as memory_actions
+from room.actions import message_edits, pack_export, pack_import
 from room.actions import messages as message_actions
-from room.actions import pack_export, pack_import
 from room.actions import reactions as reaction_actions
 from room.actions import routes as route_actions
 from room.actions import task_updates as updates
@@ -42,10 +42,9 @@ from room.store import search as search_store
 from room.store.messages import message_object
 from room.store.migrate import connect
 from tests.support.inproc import App, error, owner_user
-from tests.test_tasks_actions import World, item, plan, review, submit, world, write_file
+from tests.support.task_world import World, item, plan, review, submit, write_file
 
 pytestmark = pytest.mark.anyio
-__all__ = ["world"]  # the fixture, imported for these tests
 
 
 async def build(world: World) -> None:
@@ -71,7 +70,7 @@ async def build(world: World) -> None:
     await message_actions.send_message(
         world.core, world["lin"], client_txn_id="t2", body="收到", reply_to=first.message_id
     )
-    await message_actions.edit_message(world.core, owner, first.message_id, "你好 @lead，先做 API")
+    await message_edits.edit_message(world.core, owner, first.message_id, "你好 @lead，先做 API")
     # Reactions: rows of their own, and who reacted in the message's stored object.
     for who, emoji in (("owner", "👍"), ("lin", "👍"), ("lin", "🎉")):
         await reaction_actions.react(world.core, world[who], first.message_id, emoji)

@@ -14,17 +14,9 @@ import pytest
 from room.store.migrate import migrate
 from room.store.schema import MIGRATIONS
 from tests.support.server import ServerProcess
-from tests.support.wsclient import Client
+from tests.support.wsclient import Client, subscribed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
-
-
-async def subscribed(server: ServerProcess, cookie: str, project_id: int, **sub: Any) -> Client:
-    client = await Client.open(server.ws_url, cookie=cookie, origin=server.origin)
-    await client.wait_for("hello")
-    await client.send({"type": "subscribe", "project_id": project_id, **sub})
-    await client.wait_for("subscribed")
-    return client
 
 
 async def send(client: Client, project: int, body: str, **extra: Any) -> int:

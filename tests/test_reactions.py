@@ -15,7 +15,7 @@ from room.rules.reactions import check_emoji, summarise
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import openai_text, openai_tool_call
 from tests.support.server import ServerProcess
-from tests.support.wsclient import Client
+from tests.support.wsclient import Client, subscribed
 
 
 @pytest.mark.parametrize("emoji", ["👍", "❤️", "👍🏽", "👨‍👩‍👧‍👦", "🇨🇳", "1️⃣", "✅", " 🎉 "])
@@ -40,14 +40,6 @@ def test_summary_keeps_first_use_order() -> None:
 
 def demo_project(server: ServerProcess, cookie: str) -> int:
     return int(server.get_json("/api/me", cookie=cookie)["projects"][0]["id"])
-
-
-async def subscribed(server: ServerProcess, cookie: str, project_id: int, **sub: Any) -> Client:
-    client = await Client.open(server.ws_url, cookie=cookie, origin=server.origin)
-    await client.wait_for("hello")
-    await client.send({"type": "subscribe", "project_id": project_id, **sub})
-    await client.wait_for("subscribed")
-    return client
 
 
 def quiet_lead(server: ServerProcess, cookie: str, headers: dict[str, str], project: int) -> int:

@@ -4,23 +4,19 @@ repositories in tmp_path, and bubblewrap. Nothing of ours is mocked.
 
 Each agent has its own script (:class:`Scripts`): a request is answered from the queue of the
 agent it is for, read from its system prompt, so agents working at the same time cannot take
-each other's steps. When bubblewrap is missing the sandboxed tests fail (``sandboxed`` is false
-and commands are refused), they are not skipped: ``scripts/test`` installs it.
+each other's steps (the helpers are tests.support.work's). When bubblewrap is missing the
+sandboxed tests fail (``sandboxed`` is false and commands are refused), they are not skipped:
+``scripts/test`` installs it.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import hashlib
-import json
 import os
-import re
-import socket
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,169 +24,31 @@ import anyio
 import pytest
 
 from tests.support.live_room import Room, agent_replies, eventually
-from tests.support.llm_servers import (
-    TEST_API_KEY,
-    OpenAIServer,
-    Reply,
-    openai_text,
-    openai_tool_calls,
+from tests.support.llm_servers import OpenAIServer, Reply, openai_text
+from tests.support.work import (
+    Scripts,
+    agent,
+    calls,
+    git,
+    git_workspace,
+    patch_settings,
+    plan,
+    request,
+    results_in,
+    review,
+    server_answers,
+    start,
+    task,
+    worktree_of,
 )
 
-pytestmark = [pytest.mark.anyio]
-
-Step = Reply | Callable[[dict[str, Any]], Reply]
-
-
-class Scripts:
-    """Per-agent scripts behind one model server, and what each agent was shown."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._steps: dict[str, collections.deque[Step]] = collections.defaultdict(collections.deque)
-        self.seen: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-        self.errors: list[str] = []  # a step that raised: checked when the test ends
-
-    def push(self, handle: str, *steps: Step) -> None:
-        with self._lock:
-            self._steps[handle].extend(steps)
-
-    def answer(self, body: dict[str, Any]) -> Reply:
-        found = re.search(r"你是 @([\w.-]+)", str(body["messages"][0]["content"]))
-        handle = found.group(1) if found else "?"
-        with self._lock:
-            self.seen[handle].append(body)
-            step = self._steps[handle].popleft() if self._steps[handle] else None
-        if step is None:
-            return openai_text("好的。")  # an unscripted turn (a notice, say) ends quietly
-        if isinstance(step, Reply):
-            return step
-        try:
-            return step(body)
-        except Exception as exc:  # the client would retry and take the next step: say so
-            self.errors.append(f"{handle}: {exc!r}")
-            raise
-
-    def told(self, handle: str) -> dict[str, dict[str, Any]]:
-        """Every tool result ``handle``'s model was told in its latest turn, by call id."""
-        return results_in(self.seen[handle][-1])
-
-
-def results_in(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {
-        m["tool_call_id"]: json.loads(m["content"])
-        for m in request["messages"]
-        if m["role"] == "tool"
-    }
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> Reply:
-    return openai_tool_calls(list(items))
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("hermetic_git", "workspace_roots")]
 
 
 @pytest.fixture
-def scripts() -> Iterator[Scripts]:
-    found = Scripts()
-    yield found
-    assert not found.errors, found.errors
-
-
-@pytest.fixture
-def llm(scripts: Scripts) -> Iterator[OpenAIServer]:
-    """The ``room`` fixture's model server, answering from :class:`Scripts`."""
-    with OpenAIServer(scripts.answer, api_key=TEST_API_KEY) as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Neither our git nor the server's reads the machine's git configuration (autouse fixtures
-    run before ``room`` starts the server, which inherits this environment)."""
-    config = tmp_path / "gitconfig"
-    config.write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-
-
-@pytest.fixture(autouse=True)
-def _roots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The repositories these tests make are in tmp_path, outside the default roots
-    (<data>/workspaces): the operator's setting allows them (the server inherits it)."""
-    monkeypatch.setenv("ROOM_WORKSPACE_ROOTS", str(tmp_path))
-
-
-def git(cwd: Path, *args: str) -> str:
-    run = subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=20
-    )
-    return run.stdout.strip()
-
-
-def git_workspace(room: Room, tmp_path: Path) -> Path:
-    """A repository with one commit on ``main``, made the project's workspace by its owner."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("# app\n")
-    git(repo, "add", "README.md")
-    git(repo, "-c", "user.name=Owner", "-c", "user.email=owner@example.com",
-        "commit", "-q", "-m", "start")  # fmt: skip
-    status, data = room.server.request(
-        "PUT", f"/api/projects/{room.project}/workspace", {"path": str(repo)},
-        headers=room.owner.headers,
-    )  # fmt: skip
-    assert status == 200, data
-    assert (data["workspace"]["git"], data["workspace"]["mode"]) == (True, "worktrees")
-    return repo
-
-
-def agent(room: Room, handle: str, role: str = "backend") -> int:
-    member_id = room.add_agent(handle, role, handle.upper())
-    room.route(handle)
-    return member_id
-
-
-def plan(room: Room, *items: tuple[str, str]) -> None:
-    """Tasks (key, owner), each with one criterion, started at once: owners get a delivery."""
-    body = {
-        "goal": "做完",
-        "items": [
-            {"key": key, "title": f"做 {key}", "owner": owner, "acceptance": [f"{key} 能用"]}
-            for key, owner in items
-        ],
-        "start": True,
-    }
-    room.post(f"/api/projects/{room.project}/plan", body, expect=201)
-
-
-def task(room: Room, key: str) -> dict[str, Any]:
-    return dict(room.get(f"/api/projects/{room.project}/tasks/{key}"))
-
-
-def start(key: str) -> Reply:
-    return calls(("start", "room_task_update", {"task": key, "action": "start"}))
-
-
-def request(room: Room, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    return room.server.request(method, path, body, headers=room.owner.headers)
-
-
-def patch_settings(room: Room, body: dict[str, Any]) -> None:
-    status, data = request(room, "PATCH", f"/api/projects/{room.project}/settings", body)
-    assert status == 200, data
-
-
-def review(room: Room, key: str) -> tuple[int, Any]:
-    body = {"results": [{"criterion": 1, "passed": True, "evidence": "看过文件和命令输出"}]}
-    return request(room, "POST", f"/api/projects/{room.project}/tasks/{key}/review", body)
-
-
-def worktree_of(room: Room, key: str = "api") -> Path:
-    return Path(task(room, key)["attempt"]["path"])
-
-
-def server_answers(room: Room) -> None:
-    """The server is up and serves a person's request."""
-    assert room.get(f"/api/projects/{room.project}")["project"]["id"] == room.project
+def llm(scripted_llm: OpenAIServer) -> OpenAIServer:
+    """The ``room`` fixture's model server answers from ``scripts``."""
+    return scripted_llm
 
 
 # -- 1. an agent's whole task in its worktree ---------------------------------------------------
@@ -383,35 +241,6 @@ async def test_a_non_git_workspace_says_serial_and_its_writers_take_turns(
 
 
 # -- 4. commands that try to get out ----------------------------------------------------------
-
-
-@pytest.fixture
-def listener() -> Iterator[tuple[int, list[int]]]:
-    """A TCP listener on the host's loopback: (port, connections accepted)."""
-    accepted: list[int] = []
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            accepted.append(1)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield server.getsockname()[1], accepted
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
 
 
 BOMB = "bomb() { bomb | bomb & }; bomb; sleep 30"  # the forks go on while it sleeps

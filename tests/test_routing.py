@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,22 +27,11 @@ from room.rules.routing import (
     resolve_route,
     validate_pool_pick,
 )
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "routing.md"
+from tests.support.doctables import read_table as doc_table
 
 
 def read_table(name: str) -> list[list[str]]:
-    """The body cells of the Markdown table after ``<!-- table: name -->``."""
-    lines = DOC.read_text(encoding="utf-8").splitlines()
-    start = lines.index(f"<!-- table: {name} -->") + 1
-    rows: list[list[str]] = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip().strip("`") for cell in line.strip().strip("|").split("|")])
-    _header, separator, *body = rows
-    assert all(set(cell) <= {"-", ":"} for cell in separator), f"{name}: bad separator"
-    return body
+    return doc_table("routing.md", name)[1]
 
 
 MODEL_ID_ROWS = read_table("model-ids")

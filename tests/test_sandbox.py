@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from room.errors import SandboxPathError, SandboxUnavailableError
-from room.infra.sandbox import CommandLimits, Sandbox, bwrap_argv, probe
+from room.infra.sandbox import Sandbox, bwrap_argv, probe
+from room.infra.supervise import CommandLimits
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30), pytest.mark.slow]  # real processes
 

@@ -6,54 +6,21 @@ on a real server."""
 from __future__ import annotations
 
 import sqlite3
-import urllib.parse
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from room.actions import messages as message_actions
-from room.actions.messages import append_message
+from room.actions import message_edits
 from room.rules.entities import Member
 from room.services import RateLimiter
-from room.store import Tx, indexer
+from room.store import indexer
 from room.store import search as search_store
 from room.store.migrate import _split_sql, connect, migrate
 from room.store.schema import MIGRATIONS
 from tests.support.inproc import App, owner_user, running_app
+from tests.support.search import found_ids, search, search_status, write_message
 from tests.support.server import ServerProcess
 from tests.support.wsclient import Client
-
-
-def write_message(app: App, project_id: int, author: Member, body: str) -> int:
-    """A chat message through the timeline's append (no recipients: no agent answers)."""
-
-    def job(conn: sqlite3.Connection, tx: Tx) -> int:
-        message_id, _, _ = append_message(
-            conn, tx, project_id=project_id, author_id=author.id, kind="chat", body=body, html=""
-        )
-        return message_id
-
-    return app.write(job)
-
-
-def search(app: App, project_id: int, cookie: str | None = None, **params: Any) -> Any:
-    status, body = search_status(app, project_id, cookie, **params)
-    assert status == 200, body
-    return body
-
-
-def search_status(
-    app: App, project_id: int, cookie: str | None = None, **params: Any
-) -> tuple[int, Any]:
-    query = urllib.parse.urlencode(params, doseq=True)
-    return app.request(
-        "GET", f"/api/projects/{project_id}/search?{query}", cookie=cookie or app.owner_cookie
-    )
-
-
-def found_ids(body: Any) -> list[int]:
-    return [r["id"] for r in body["results"]]
 
 
 def member(app: App, project_id: int, handle: str) -> Member:
@@ -155,8 +122,8 @@ def test_deleted_and_edited_messages(app: App, project: tuple[int, int], owner: 
     gone = write_message(app, project_id, owner, "机密的密码是蓝色海豚")
     edited = write_message(app, project_id, owner, "旧的说法：橙色长颈鹿")
     assert found_ids(search(app, project_id, q="海豚")) == [gone]
-    app.call(message_actions.delete_message, app.core, owner, gone)
-    app.call(message_actions.edit_message, app.core, owner, edited, "新的说法：紫色企鹅")
+    app.call(message_edits.delete_message, app.core, owner, gone)
+    app.call(message_edits.edit_message, app.core, owner, edited, "新的说法：紫色企鹅")
     assert search(app, project_id, q="海豚")["results"] == []
     assert search(app, project_id, q="长颈鹿")["results"] == []  # the earlier version
     body = search(app, project_id, q="企鹅")

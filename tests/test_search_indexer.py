@@ -7,12 +7,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from room.actions import messages as message_actions
+from room.actions import message_edits
 from room.store import indexer
 from room.store import search as search_store
 from room.store.migrate import connect, migrate
 from tests.support.inproc import owner_user, running_app
-from tests.test_search import found_ids, search, write_message
+from tests.support.search import found_ids, search, write_message
 
 
 def _database(tmp_path: Path, bodies: list[str]) -> Path:
@@ -75,8 +75,8 @@ def test_an_edited_message_is_left_out_until_reindexed_never_found_by_old_text(
         gone = write_message(app, project_id, me, "要删的：蓝色海豚")
         indexer.catch_up(app.settings.db_path)
         assert found_ids(search(app, project_id, q="长颈鹿")) == [edited]
-        app.call(message_actions.edit_message, app.core, me, edited, "新的说法：紫色企鹅")
-        app.call(message_actions.delete_message, app.core, me, gone)
+        app.call(message_edits.edit_message, app.core, me, edited, "新的说法：紫色企鹅")
+        app.call(message_edits.delete_message, app.core, me, gone)
         # Queued, not yet re-read: neither the earlier nor the new text finds it meanwhile.
         assert indexer.lag(app.settings.db_path)["changes"] == 2
         assert search(app, project_id, q="长颈鹿")["results"] == []

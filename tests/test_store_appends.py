@@ -99,6 +99,89 @@ async def test_a_plain_job_sees_rows_appended_before_it_and_a_bad_row_fails_alon
 
 
 @pytest.mark.anyio
+async def test_an_appending_job_sees_the_rows_earlier_jobs_of_its_batch_left_waiting(
+    tmp_path: Path,
+) -> None:
+    # A job of the batch's appends that reads (or updates) a table whose rows still wait gets
+    # them written first, whether or not it thought of flushing: it never counts past them.
+    db = _database(tmp_path)
+    try:
+        release, held = _held_writer(db)
+        await asyncio.sleep(0.05)
+
+        def count_then_append(conn: sqlite3.Connection, tx: Tx) -> tuple[int, int, bool]:
+            assert tx.appends is not None  # batched: the earlier rows have not been written
+            seen = int(conn.execute("SELECT count(*) FROM users").fetchone()[0])
+            renamed = conn.execute(
+                "UPDATE users SET display_name = 'Ann B.' WHERE handle = 'ann'"
+            ).rowcount
+            tx.appends.add(USERS, ("dan", "dan", tx.now))
+            waits = tx.appends.waits_for("SELECT handle FROM users")
+            return seen, renamed, waits
+
+        first = db.submit(_append_user("ann"), appends=True)
+        second = db.submit(_append_user("bob"), appends=True)
+        reader = db.submit(count_then_append, appends=True)
+        release.set()
+        await held
+        await asyncio.gather(first, second)
+        assert await reader == (2, 1, True)  # ann and bob seen, ann renamed, dan left waiting
+        rows = await db.read(
+            lambda c: [tuple(r) for r in c.execute("SELECT handle, display_name FROM users")]
+        )
+        assert rows == [("ann", "Ann B."), ("bob", "bob"), ("dan", "dan")]
+        assert db.stats.retries == 0  # the batched path, not a retry job by job
+    finally:
+        await db.close()
+
+
+@pytest.mark.anyio
+async def test_a_plain_job_makes_the_batch_forget_its_facts_and_look_up_again(
+    tmp_path: Path,
+) -> None:
+    # A plain job may change what the batch's jobs told each other (it may store a send):
+    # the jobs after it are prefetched again, and none of them sees a fact from before it.
+    db = _database(tmp_path)
+    calls: list[list[Any]] = []
+
+    def prefetch(conn: sqlite3.Connection, appends: Appends, keys: list[Any]) -> None:
+        calls.append(list(keys))
+        for key in keys:
+            appends.remember_sent(0, key, None)
+
+    def tells(key: str) -> Callable[[sqlite3.Connection, Tx], Any]:
+        def job(conn: sqlite3.Connection, tx: Tx) -> Any:
+            assert tx.appends is not None
+            before = tx.appends.sent(0, key)
+            tx.appends.remember_sent(0, key, (1, 1, None, key))
+            return before
+
+        return job
+
+    def plain(conn: sqlite3.Connection, tx: Tx) -> None:
+        assert tx.appends is None
+
+    try:
+        release, held = _held_writer(db)
+        await asyncio.sleep(0.05)
+        futures = [
+            db.submit(tells("a"), appends=True, prefetch=(prefetch, "a")),
+            db.submit(tells("a"), appends=True, prefetch=(prefetch, "a")),
+            db.submit(plain),
+            db.submit(tells("a"), appends=True, prefetch=(prefetch, "a")),
+            db.submit(tells("b"), appends=True, prefetch=(prefetch, "b")),
+        ]
+        release.set()
+        await held
+        told = await asyncio.gather(*futures)
+        # The second job learns the first's send; after the plain job, only the lookup counts.
+        assert told == [None, (1, 1, None, "a"), None, None, None]
+        assert calls == [["a", "a", "a", "b"], ["a", "b"]]
+    finally:
+        await db.close()
+
+
+@pytest.mark.anyio
 async def test_a_row_that_will_not_bind_fails_its_own_job_and_the_writer_lives_on(
     tmp_path: Path,
 ) -> None:
@@ -162,12 +245,13 @@ async def test_prefetch_gets_every_key_of_the_batch_in_one_call(tmp_path: Path) 
     def prefetch(conn: sqlite3.Connection, appends: Appends, keys: list[Any]) -> None:
         calls.append(list(keys))
         for key in keys:
-            appends.memo[key] = f"found {key}"
+            appends.remember_sent(0, key, (0, 0, None, f"found {key}"))
 
     def reads_memo(key: str) -> Callable[[sqlite3.Connection, Tx], Any]:
         def job(conn: sqlite3.Connection, tx: Tx) -> Any:
             assert tx.appends is not None
-            return tx.appends.memo.get(key)
+            sent = tx.appends.sent(0, key)
+            return sent[3] if isinstance(sent, tuple) else sent
 
         return job
 
@@ -305,7 +389,7 @@ def test_a_flush_writes_the_full_text_rows_last_one_row_per_statement(tmp_path: 
     appends.add(search_store.FTS_ROWS, (2, "second message", ""))
     appends.add(USERS, ("bob", "Bob", 1.0))
     appends.add(USERS, ("cat", "Cat", 1.0))
-    appends.at_flush("state", "UPDATE projects SET name = name WHERE 0", ())
+    appends.take_seq(0, 0, 1.0)  # a project's last seq (no project 0: the row stays as it is)
     conn.execute("BEGIN IMMEDIATE")
     conn.set_trace_callback(statements.append)
     appends.flush(conn)

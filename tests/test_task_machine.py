@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,22 +34,11 @@ from room.rules.tasks import (
     transition,
     waiting_on,
 )
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "tasks.md"
+from tests.support.doctables import read_table as doc_table
 
 
 def read_table(name: str) -> tuple[list[str], list[list[str]]]:
-    """The header and body cells of the Markdown table after ``<!-- table: name -->``."""
-    lines = DOC.read_text(encoding="utf-8").splitlines()
-    start = lines.index(f"<!-- table: {name} -->") + 1
-    rows: list[list[str]] = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip().strip("`") for cell in line.strip().strip("|").split("|")])
-    header, separator, *body = rows
-    assert all(set(cell) <= {"-", ":"} for cell in separator), f"{name}: bad separator"
-    return header, body
+    return doc_table("tasks.md", name)
 
 
 DOC_TRANSITIONS = {(row[0], row[1]): row[2] for row in read_table("task-transitions")[1]}

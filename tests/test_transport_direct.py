@@ -22,7 +22,7 @@ import uvicorn
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from room.infra.hub import text_frame
+from room.infra.frames import text_frame
 from room.infra.transport import (
     READ_HIGH_BYTES,
     READ_HIGH_MESSAGES,

@@ -26,7 +26,7 @@ from room.actions import memory as memory_actions
 from room.actions.turns import WORK_LIMITS
 from room.agents.presets import PRESETS
 from room.api.lifecycle import RoleIn
-from room.infra.hub import CLOSE_SIGNED_OUT
+from room.infra.frames import CLOSE_SIGNED_OUT
 from room.rules import mentions, records
 from room.rules.entities import AGENT_ROLES
 from room.rules.ledger import OPEN_STATES, DeliveryState, Reason

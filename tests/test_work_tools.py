@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,35 +176,6 @@ async def test_design_and_read_only_roles_lose_write_and_shell_even_when_forced(
     member = next(m for m in detail["members"] if m["id"] == be)
     assert member["read_only"] is True and member["sandboxed"] is True
     assert detail["project"]["settings"]["read_only_roles"] == ["backend"]
-
-
-@pytest.fixture
-def listener() -> Iterator[tuple[int, list[int]]]:
-    """A TCP listener on the host's loopback: (port, connections accepted)."""
-    accepted: list[int] = []
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            accepted.append(1)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield server.getsockname()[1], accepted
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
 
 
 async def test_commands_cannot_read_secrets_or_reach_the_network_unless_allowed(

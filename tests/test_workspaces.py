@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,23 +20,12 @@ from room.store import members as members_store
 from room.store.migrate import connect, migrate
 from room.store.schema import MIGRATIONS
 from tests.support.inproc import App, running_app
+from tests.support.work import git
 
-pytestmark = pytest.mark.slow  # real git repositories, worktrees and merges
-
-
-@pytest.fixture(autouse=True)
-def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    config = tmp_path / "gitconfig"
-    config.write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-
-
-def git(cwd: Path, *args: str) -> str:
-    run = subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=20
-    )
-    return run.stdout.strip()
+pytestmark = [  # real git repositories, worktrees and merges
+    pytest.mark.slow,
+    pytest.mark.usefixtures("hermetic_git"),
+]
 
 
 def make_repo(path: Path, **files: str) -> Path:

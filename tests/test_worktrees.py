@@ -14,27 +14,16 @@ from room.infra import worktrees as wt
 from room.infra.git import Git, GitFailedError, UnsafeRepositoryError, git_env
 from room.infra.sandbox import probe
 from room.infra.worktrees import BadRefNameError, WorktreeError
+from tests.support.work import git
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # real git, jailed and plain
+pytestmark = [  # real git, jailed and plain
+    pytest.mark.timeout(60),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("hermetic_git"),
+]
 
 PROJECT_ID = 7
 SLUG = "shop"
-
-
-@pytest.fixture(autouse=True)
-def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The machine's own git configuration must not change what these tests see."""
-    config = tmp_path / "gitconfig"
-    config.write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=20
-    )
-    return done.stdout.strip()
 
 
 def porcelain(cwd: Path) -> list[str]:

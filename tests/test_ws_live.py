@@ -22,6 +22,7 @@ from tests.support.live_room import Room, eventually
 from tests.support.llm_servers import OpenAIServer
 from tests.support.server import ServerProcess, start_with_openai
 from tests.support.wsclient import Client, Frame
+from tests.support.wsclient import subscribed as subscribed_only
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
 
@@ -32,11 +33,10 @@ def demo_project(server: ServerProcess, cookie: str) -> int:
 
 
 async def subscribed(server: ServerProcess, cookie: str, project_id: int, **sub: Any) -> Client:
-    client = await Client.open(server.ws_url, cookie=cookie, origin=server.origin)
-    await client.wait_for("hello")
-    await client.send({"type": "subscribe", "project_id": project_id, **sub})
-    await client.wait_for(lambda f: f["type"] in ("subscribed", "resync_required"))
-    return client
+    """Subscribed, or told to resync (a resume these tests ask for may be refused)."""
+    return await subscribed_only(
+        server, cookie, project_id, answers=("subscribed", "resync_required"), **sub
+    )
 
 
 def txn() -> str:

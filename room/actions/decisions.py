@@ -24,7 +24,7 @@ from typing import Any
 from room.actions import memory as memory_actions
 from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
-from room.actions.messages import annotate_message
+from room.actions.message_edits import annotate_message
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
 from room.rules.effects import FollowUp
 from room.rules.entities import Member
@@ -32,9 +32,11 @@ from room.rules.tasks import AFTER_SYNC, TaskEvent, TaskState
 from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
+from room.store import decisions as decisions_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import sync_requests as sync_store
 from room.store import tasks as tasks_store
 from room.store.db import WriteJob
 
@@ -156,7 +158,7 @@ async def propose_decision(
         fx = task_actions.Effects(project_id)
         old = None
         if supersedes is not None:
-            old = tasks_store.decision_by_number(conn, project_id, supersedes)
+            old = decisions_store.decision_by_number(conn, project_id, supersedes)
             if old is None or old.status == "superseded":
                 raise NotFoundError(
                     f"没有可被取代的 ADR-{supersedes:04d} (No live ADR-{supersedes:04d}.)",
@@ -165,18 +167,18 @@ async def propose_decision(
         tasks = [
             task_actions.find_task(conn, project_id, k) for k in dict.fromkeys(task_keys or [])
         ]
-        row = tasks_store.insert_decision(
+        row = decisions_store.insert_decision(
             conn, project_id=project_id, kind="decision", title=title,
             status="accepted" if human else "proposed", created_by=actor.id,
             accepted_by=actor.id if human else None, now=tx.now,
             supersedes=old.id if old else None,
         )  # fmt: skip
-        tasks_store.insert_decision_revision(
+        decisions_store.insert_decision_revision(
             conn, project_id=project_id, decision_id=row.id, revision=1, context=context,
             decision=decision, consequences=consequences, author_id=actor.id, now=tx.now,
             alternatives=rejected, constraints=constraints,
         )  # fmt: skip
-        tasks_store.bind_tasks(conn, project_id, row.id, [t.id for t in tasks])
+        decisions_store.bind_tasks(conn, project_id, row.id, [t.id for t in tasks])
         fx.decisions.add(row.id)
         fx.decisions.update(memory_actions.enforce_cap(conn, tx, project_id, "decision"))
         fx.tasks |= {t.id for t in tasks}
@@ -208,15 +210,15 @@ def _announce(
     """Post the decision's notice, publish what changed, and return the decision as it is now."""
     task_actions.post_message(conn, tx, fx, body, {"decision": label})
     fx.flush(conn, tx)
-    current = tasks_store.get_decision(conn, decision_id)
+    current = decisions_store.get_decision(conn, decision_id)
     assert current is not None
-    return tasks_store.decision_object(conn, current)
+    return decisions_store.decision_object(conn, current)
 
 
 def _supersede(
     conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, old_id: int, new_id: int
 ) -> None:
-    tasks_store.set_decision_status(conn, old_id, "superseded", tx.now, superseded_by=new_id)
+    decisions_store.set_decision_status(conn, old_id, "superseded", tx.now, superseded_by=new_id)
     fx.decisions.add(old_id)
 
 
@@ -230,7 +232,7 @@ async def accept_decision(core: Services, actor: Member, number: int) -> dict[st
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, actor)
-        row = tasks_store.decision_by_number(conn, project_id, number)
+        row = decisions_store.decision_by_number(conn, project_id, number)
         if row is None:
             raise NotFoundError(f"没有 ADR-{number:04d} (No ADR-{number:04d}.)", code="no_decision")
         if row.status != "proposed":
@@ -241,7 +243,7 @@ async def accept_decision(core: Services, actor: Member, number: int) -> dict[st
                 status=row.status,
             )
         fx = task_actions.Effects(project_id)
-        tasks_store.set_decision_status(conn, row.id, "accepted", tx.now, accepted_by=actor.id)
+        decisions_store.set_decision_status(conn, row.id, "accepted", tx.now, accepted_by=actor.id)
         fx.decisions.add(row.id)
         if row.supersedes is not None:
             _supersede(conn, tx, fx, row.supersedes, row.id)
@@ -328,12 +330,12 @@ def _change_message(
 
 def _earlier_change(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
     """The result of the change this message already made (``duplicate: true``), if any."""
-    done = tasks_store.revision_from_message(conn, message_id)
+    done = decisions_store.revision_from_message(conn, message_id)
     if done is None:
         return None
-    decision = tasks_store.get_decision(conn, done[0])
+    decision = decisions_store.get_decision(conn, done[0])
     assert decision is not None
-    syncs = [s for s in tasks_store.sync_requests_of(conn, decision.id)
+    syncs = [s for s in sync_store.sync_requests_of(conn, decision.id)
              if s["revision"] == done[1]]  # fmt: skip
     affected = [s["task"] for s in syncs]
     return _change_result(decision, done[1], affected, [], duplicate=True)
@@ -356,13 +358,13 @@ def _change_of(original: str, target_task_keys: list[str] | None) -> tuple[str, 
 
 def _requirement_to_revise(
     conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, author_member: Member
-) -> tuple[tasks_store.DecisionRow, int]:
+) -> tuple[decisions_store.DecisionRow, int]:
     """The project's requirement decision and the number of the revision this change adds."""
     project_id = author_member.project_id
-    requirement = tasks_store.requirement_decision(conn, project_id)
+    requirement = decisions_store.requirement_decision(conn, project_id)
     if requirement is None and not _project_goal(conn, project_id):
         # Nothing to revise yet: the change itself is the requirement's first revision.
-        requirement = tasks_store.insert_decision(
+        requirement = decisions_store.insert_decision(
             conn, project_id=project_id, kind="requirement", title=plan_actions.REQUIREMENT_TITLE,
             status="accepted", created_by=author_member.id, accepted_by=author_member.id,
             now=tx.now,
@@ -373,15 +375,15 @@ def _requirement_to_revise(
 
 
 def _affected_task_ids(
-    conn: sqlite3.Connection, requirement: tasks_store.DecisionRow, keys: list[str] | None
+    conn: sqlite3.Connection, requirement: decisions_store.DecisionRow, keys: list[str] | None
 ) -> list[int]:
     """The tasks named by ``keys`` (bound to the requirement from now on), or else every task
     already bound to it."""
     if not keys:
-        return tasks_store.bound_tasks(conn, requirement.id)
+        return decisions_store.bound_tasks(conn, requirement.id)
     project_id = requirement.project_id
     targets = [task_actions.find_task(conn, project_id, k) for k in dict.fromkeys(keys)]
-    tasks_store.bind_tasks(conn, project_id, requirement.id, [t.id for t in targets])
+    decisions_store.bind_tasks(conn, project_id, requirement.id, [t.id for t in targets])
     return [t.id for t in targets]
 
 
@@ -389,7 +391,7 @@ def _require_sync(
     conn: sqlite3.Connection,
     tx: Tx,
     fx: task_actions.Effects,
-    requirement: tasks_store.DecisionRow,
+    requirement: decisions_store.DecisionRow,
     revision: int,
     label: str,
     task_ids: list[int],
@@ -404,7 +406,7 @@ def _require_sync(
             skipped.append({"task": task.key, "state": str(task.state)})
             continue
         task_actions.fire(conn, tx, fx, task, TaskEvent.REQUIRE_SYNC, task_actions.SYSTEM, label)
-        tasks_store.insert_sync_request(
+        sync_store.insert_sync_request(
             conn, project_id=requirement.project_id, decision_id=requirement.id,
             revision=revision, task_id=task.id, owner_id=task.owner_id, now=tx.now,
         )  # fmt: skip
@@ -419,7 +421,7 @@ def _record_revision(
     conn: sqlite3.Connection,
     tx: Tx,
     fx: task_actions.Effects,
-    requirement: tasks_store.DecisionRow,
+    requirement: decisions_store.DecisionRow,
     revision: int,
     author_member: Member,
     writer: Member,
@@ -435,7 +437,7 @@ def _record_revision(
     consequences = "需要同步：" + ("、".join(t.key for t in affected) or "无")
     if skipped:
         consequences += "；未中断：" + "、".join(f"{s['task']}（{s['state']}）" for s in skipped)
-    tasks_store.insert_decision_revision(
+    decisions_store.insert_decision_revision(
         conn, project_id=project_id, decision_id=requirement.id, revision=revision,
         context=f"需求变更：{task_actions.actor_of(writer).label} 的消息 #{row['seq']}",
         decision=text, consequences=consequences, author_id=author_member.id, now=tx.now,
@@ -454,7 +456,7 @@ def _post_change_notice(
     conn: sqlite3.Connection,
     tx: Tx,
     fx: task_actions.Effects,
-    requirement: tasks_store.DecisionRow,
+    requirement: decisions_store.DecisionRow,
     revision: int,
     label: str,
     author_member: Member,
@@ -493,7 +495,7 @@ def _post_change_notice(
 
 
 def _change_result(
-    decision: tasks_store.DecisionRow,
+    decision: decisions_store.DecisionRow,
     revision: int,
     affected: list[str],
     skipped: list[dict[str, str]],
@@ -575,5 +577,6 @@ def _project_goal(conn: sqlite3.Connection, project_id: int) -> str:
 
 def decision_log(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
     return [
-        tasks_store.decision_object(conn, d) for d in tasks_store.decisions_of(conn, project_id)
+        decisions_store.decision_object(conn, d)
+        for d in decisions_store.decisions_of(conn, project_id)
     ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from room.actions import presence, unread
-from room.infra.hub import CLOSE_SIGNED_OUT
+from room.infra.frames import CLOSE_SIGNED_OUT
 from room.rules.effects import (
     Broadcast,
     CloseAgentSockets,
@@ -62,7 +62,9 @@ def _apply_one(core: Services, effect: Effect) -> None:
         case CutMember(project_id, member_id):
             hub.cut_member(project_id, member_id)
         case CloseAgentSockets(member_id, reason):
-            hub.cut_session(hub.agent_session(member_id), reason, CLOSE_SIGNED_OUT)
+            hub.presence.cut_session(
+                hub.presence.agent_session(member_id), reason, CLOSE_SIGNED_OUT
+            )
         case FollowUp():
             _follow_up(core, effect)
 

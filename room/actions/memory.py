@@ -25,11 +25,11 @@ from room.rules.records import RecordError
 from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
+from room.store import decisions as decisions_store
 from room.store import members as members_store
 from room.store import memory as memory_store
 from room.store import projects as projects_store
 from room.store import search as search_store
-from room.store import tasks as tasks_store
 
 #: Session-log entries the overview carries (newest first); the rest are a page away.
 OVERVIEW_SESSIONS = 50
@@ -83,10 +83,10 @@ def index_decisions(conn: sqlite3.Connection, decision_ids: set[int]) -> None:
     """(Re)index decisions' current revisions (title, context, decision, consequences, the
     alternatives rejected, constraints) under kind ``decision``."""
     for decision_id in sorted(decision_ids):
-        row = tasks_store.get_decision(conn, decision_id)
+        row = decisions_store.get_decision(conn, decision_id)
         if row is None:
             continue
-        current = tasks_store.revisions_of(conn, decision_id)[-1:]
+        current = decisions_store.revisions_of(conn, decision_id)[-1:]
         parts = [f"{row.label} {row.title}"]
         for rev in current:
             parts += [rev["context"], rev["decision"], rev["consequences"], rev["constraints"]]
@@ -441,13 +441,13 @@ def _decision_page(
 ) -> dict[str, Any]:
     rows = [
         d
-        for d in reversed(tasks_store.decisions_of(conn, project_id))
+        for d in reversed(decisions_store.decisions_of(conn, project_id))
         if bool(d.archived) == archived and (before is None or d.id < before)
     ]
     return {
         "kind": "decision",
         "archived": archived,
-        "entries": [tasks_store.decision_object(conn, d) for d in rows[:limit]],
+        "entries": [decisions_store.decision_object(conn, d) for d in rows[:limit]],
         "has_more": len(rows) > limit,
     }
 

@@ -1,4 +1,5 @@
-"""Sending, editing and deleting messages; read cursors and typing.
+"""Sending messages (editing and deleting them: :mod:`room.actions.message_edits`; read cursors
+and typing: :mod:`room.actions.chatter`).
 
 Every write: validate → one transaction (message + mentions + delivery rows + event) → commit →
 publish to the hub → wake the runtime (docs/architecture.md, "The path of one send"). Recipients
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from room.actions import attachments as attachment_actions
-from room.actions import unread
 from room.errors import (
     BadRequestError,
     ConflictError,
@@ -45,12 +45,9 @@ from room.store import Appends, Tx
 from room.store import attachments as attachments_store
 from room.store import brakes as brakes_store
 from room.store import deliveries as deliveries_store
-from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
-from room.store import reactions as reactions_store
-from room.store import search as search_store
-from room.store.db import Prefetch, WriteJob
+from room.store.db import UNKNOWN, Prefetch, Sent, WriteJob
 
 log = logging.getLogger(__name__)
 
@@ -249,16 +246,15 @@ def _send_job(
     # change): registered on the services, each runs as its own write after this one commits.
     follow_ups = [make for hook in core.send_hooks if (make := hook(sender, body))]
     project_id = sender.project_id
-    txn_key = ("txn", sender.id, client_txn_id)
     mention_rows = [(int(m.member_id), m.via) for m in addressing.resolution.mentions]
 
     def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
         appends = tx.appends
-        earlier = _earlier_send(conn, appends, txn_key, sender.id, client_txn_id)
+        earlier = _earlier_send(conn, appends, sender.id, client_txn_id)
         if earlier is not None:
             return _retransmit_ack(earlier, digest, client_txn_id)
         state = check_posting(conn, sender, appends)
-        excerpt = _reply_excerpt(conn, appends, project_id, reply_to) if reply_to else None
+        excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
         full_meta = meta
         if files:  # the sender's own unsent uploads in this project, or the send is refused
             rows = attachment_actions.check_owned(conn, sender, files)
@@ -287,7 +283,7 @@ def _send_job(
         for make in follow_ups:
             tx.emit(make(message_id))
         if appends is not None:
-            appends.memo[txn_key] = (message_id, seq, digest, obj)
+            appends.remember_sent(sender.id, client_txn_id, (message_id, seq, digest, obj))
         return Ack(message_id, seq, False, obj)
 
     return job, (messages_store.find_txns, (sender.id, client_txn_id))
@@ -332,26 +328,20 @@ def address(
     return addressing
 
 
-TxnRecord = tuple[int, int, str | None, str]  # message id, seq, content digest, wire object
-
-
 def _earlier_send(
-    conn: sqlite3.Connection,
-    appends: Appends | None,
-    txn_key: tuple[str, int, str],
-    sender_id: int,
-    client_txn_id: str,
-) -> TxnRecord | None:
+    conn: sqlite3.Connection, appends: Appends | None, sender_id: int, client_txn_id: str
+) -> Sent | None:
     """The message an earlier send with this ``client_txn_id`` stored, if any. With
-    ``appends=True`` a send's rows may wait for the end of the batch, so the batch's memo is
-    looked in first (it also holds the prefetched lookups)."""
-    if appends is not None and txn_key in appends.memo:
-        earlier: TxnRecord | None = appends.memo[txn_key]
-        return earlier
+    ``appends=True`` the batch is asked first (it knows its own sends and the prefetched
+    lookups)."""
+    if appends is not None:
+        known = appends.sent(sender_id, client_txn_id)
+        if known is not UNKNOWN:
+            return known
     return messages_store.find_txn(conn, sender_id, client_txn_id)
 
 
-def _retransmit_ack(earlier: TxnRecord, digest: str, client_txn_id: str) -> Ack:
+def _retransmit_ack(earlier: Sent, digest: str, client_txn_id: str) -> Ack:
     """A retransmit is acknowledged with the original; reusing the id for other content is
     refused."""
     message_id, seq, old_digest, frame = earlier
@@ -383,7 +373,7 @@ def _store_recipients(
     recipients = addressing.recipients
     if not recipients:
         return
-    states = [(r, _initial_state(roster, r, state)) for r in recipients]
+    states = [(r, initial_state(roster, r, state)) for r in recipients]
     deliveries_store.insert_many(
         conn,
         project_id=project_id,
@@ -459,8 +449,6 @@ def append_message(
         now=tx.now,
         appends=appends,
     )
-    if appends is not None:
-        appends.memo[("message", message_id)] = True  # not in the table until the flush
     tx.emit(Publish(project_id, seq, messages_store.event_frame(project_id, seq, obj)))
     return message_id, seq, obj
 
@@ -499,17 +487,16 @@ def publish_deliveries(
         )
 
 
-def _initial_state(roster: ProjectRoster, member_id: int, project_state: str) -> str:
+def initial_state(roster: ProjectRoster, member_id: int, project_state: str) -> str:
+    """The state a new delivery to ``member_id`` starts in (``held`` while the project or the
+    agent is paused)."""
     member = roster.member(member_id)
     return ledger.initial_state(project_state, member.status if member else "active")
 
 
-def _reply_excerpt(
-    conn: sqlite3.Connection, appends: Appends | None, project_id: int, reply_to: int
-) -> dict[str, Any]:
-    """Who and what a reply answers, shown above it."""
-    if appends is not None and ("message", reply_to) in appends.memo:
-        appends.flush(conn)  # the message replied to is still waiting in the batch
+def _reply_excerpt(conn: sqlite3.Connection, project_id: int, reply_to: int) -> dict[str, Any]:
+    """Who and what a reply answers, shown above it (a message still waiting in the batch is
+    written first: see room.store.db.WriterConnection)."""
     row = messages_store.get_row(conn, reply_to)
     if row is None or row["project_id"] != project_id:
         raise NotFoundError("the message you reply to is not in this project", code="bad_reply_to")
@@ -524,155 +511,11 @@ def excerpt_of(row: dict[str, Any]) -> dict[str, Any]:
     return {"author_id": row["author_id"], "seq": row["seq"], "excerpt": plain_text(row["body"])}
 
 
-def _requote_replies(conn: sqlite3.Connection, message_id: int) -> None:
-    """After an edit or a delete, the replies to ``message_id`` quote what it says now: their
-    stored objects (history pages, replays) change with it, so no earlier or deleted text stays
-    readable in a quote. Clients update the quotes they hold from the ``message_updated`` frame
-    of the message itself (docs/protocol.md, "Message object")."""
-    row = messages_store.get_row(conn, message_id)
-    if row is None:
-        return
-    excerpt = excerpt_of(row)
-    for reply_id, frame in messages_store.replies_to(conn, message_id):
-        obj = json.loads(frame)
-        obj["reply_excerpt"] = excerpt
-        messages_store.set_frame(
-            conn, reply_id, json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-        )
-
-
 async def send_message(
     core: Services, sender: Member, *, client_txn_id: str, body: str, **kwargs: Any
 ) -> Ack:
     roster = await core.rosters.get(sender.project_id)
     return await submit_send(core, sender, roster, client_txn_id=client_txn_id, body=body, **kwargs)
-
-
-async def edit_message(
-    core: Services, editor: Member, message_id: int, body: str, *, as_plain_text: bool = False
-) -> dict[str, Any]:
-    """Edit one's own message. The old text is kept (the original and the latest
-    earlier versions, :data:`room.store.messages.MAX_EDIT_VERSIONS` in all); newly mentioned
-    agents get deliveries. Edits share the sender's rate limit with sends."""
-    check_body(core, body)
-    wait_ms = core.limiter.take(editor.id)
-    if wait_ms:
-        raise RateLimitedError("editing too fast; slow down", retry_after_ms=wait_ms)
-    roster = await core.rosters.get(editor.project_id)
-    addressing = address(editor, body, [], roster, as_plain_text)
-    html = render(body)
-    project_id = editor.project_id
-
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
-        row = _own_message(conn, editor, message_id)
-        messages_store.record_edit(
-            conn,
-            message_id=message_id,
-            old_body=row["body"],
-            action="edit",
-            new_body=body,
-            now=tx.now,
-        )
-        search_store.message_changed(conn, message_id)
-        _requote_replies(conn, message_id)
-        already = deliveries_store.recipients(conn, message_id)
-        new_recipients = [r for r in addressing.recipients if r not in already]
-        state = projects_store.state_of(conn, project_id)
-        if new_recipients and not addressing.to_lead_by_default:
-            deliveries_store.insert_many(
-                conn,
-                project_id=project_id,
-                message_id=message_id,
-                recipients=[(r, _initial_state(roster, r, state or "")) for r in new_recipients],
-                now=tx.now,
-            )
-            messages_store.insert_mentions(
-                conn,
-                message_id,
-                [(int(m.member_id), m.via) for m in addressing.resolution.mentions],
-            )
-        old = json.loads(row["frame"])
-        obj = messages_store.message_object(
-            message_id=message_id,
-            project_id=project_id,
-            seq=row["seq"],
-            author_id=editor.id,
-            kind=row["kind"],
-            body=body,
-            html=html,
-            reply_to=row["reply_to"],
-            reply_excerpt=old.get("reply_excerpt"),
-            mentions=set(old.get("mentions", ())) | set(addressing.mentioned),
-            client_txn_id=row["client_txn_id"],
-            created_at=row["created_at"],
-            edited_at=tx.now,
-            meta=old.get("meta"),
-            reactions=old.get("reactions"),
-        )
-        return publish_update(conn, tx, project_id, message_id, obj, new_recipients)
-
-    return await core.db.write(job)
-
-
-async def delete_message(core: Services, actor: Member, message_id: int) -> dict[str, Any]:
-    """Delete one's own message: the text leaves the timeline (kept in the edit history) and
-    deliveries not yet handed over are cancelled."""
-    project_id = actor.project_id
-
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
-        row = _own_message(conn, actor, message_id)
-        messages_store.record_edit(
-            conn,
-            message_id=message_id,
-            old_body=row["body"],
-            action="delete",
-            new_body="",
-            now=tx.now,
-        )
-        search_store.message_changed(conn, message_id)
-        _requote_replies(conn, message_id)
-        code = ledger.Reason.MESSAGE_DELETED
-        cancelled = deliveries_store.cancel_open_for_message(conn, message_id, code, tx.now)
-        publish_deliveries(
-            tx,
-            [(d, project_id, message_id, r) for d, r in cancelled],
-            "cancelled",
-            reason=ledger.text_of(code),
-            reason_code=code,
-        )
-        old = json.loads(row["frame"])
-        obj = messages_store.message_object(
-            message_id=message_id,
-            project_id=project_id,
-            seq=row["seq"],
-            author_id=actor.id,
-            kind=row["kind"],
-            body="",
-            html="",
-            reply_to=row["reply_to"],
-            reply_excerpt=old.get("reply_excerpt"),
-            mentions=old.get("mentions", ()),
-            client_txn_id=row["client_txn_id"],
-            created_at=row["created_at"],
-            edited_at=row["edited_at"],
-            deleted=True,
-        )
-        reactions_store.delete_for_message(conn, message_id)
-        return publish_update(conn, tx, project_id, message_id, obj, [])
-
-    return await core.db.write(job)
-
-
-def _own_message(conn: sqlite3.Connection, actor: Member, message_id: int) -> dict[str, Any]:
-    row = messages_store.get_row(conn, message_id)
-    if row is None or row["project_id"] != actor.project_id:
-        raise NotFoundError("no such message in this project", code="no_message")
-    if row["author_id"] != actor.id:
-        raise ForbiddenError("you can only change your own messages", code="not_author")
-    if row["deleted_at"] is not None:
-        raise ConflictError("this message was deleted", code="message_deleted")
-    check_posting(conn, actor)
-    return row
 
 
 def check_posting(conn: sqlite3.Connection, member: Member, appends: Appends | None = None) -> str:
@@ -685,145 +528,3 @@ def check_posting(conn: sqlite3.Connection, member: Member, appends: Appends | N
             state=state,
         )
     return state
-
-
-def annotate_message(
-    conn: sqlite3.Connection, tx: Tx, message_id: int, meta: dict[str, Any]
-) -> dict[str, Any]:
-    """Add ``meta`` to a stored message's ``meta`` (its text untouched) and publish the change
-    as ``message_updated``; call inside a write job. Used to mark a person's message as a
-    requirement change, so every page shows its badge."""
-    row = messages_store.get_row(conn, message_id)
-    if row is None:
-        raise NotFoundError("没有这条消息 (No such message.)", code="no_message")
-    obj = json.loads(row["frame"])
-    obj["meta"] = {**(obj.get("meta") or {}), **meta}
-    frame = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return publish_update(conn, tx, int(row["project_id"]), message_id, frame, [])
-
-
-def publish_update(
-    conn: sqlite3.Connection,
-    tx: Tx,
-    project_id: int,
-    message_id: int,
-    obj: str,
-    woken: list[int],
-) -> dict[str, Any]:
-    """Store the message's new wire object and publish it as a sequenced ``message_updated``
-    event (replayed on resume); wake ``woken``. Returns the object with its ``event_seq``."""
-    messages_store.set_frame(conn, message_id, obj)
-    seq = projects_store.next_seq(conn, project_id, tx.now)
-    frame_text = messages_store.update_frame(project_id, seq, obj)
-    messages_store.insert_event(
-        conn,
-        project_id=project_id,
-        seq=seq,
-        kind="message_updated",
-        message_id=message_id,
-        frame=None,  # replays join the message's current object: no earlier text is kept here
-        now=tx.now,
-    )
-    tx.emit(Publish(project_id, seq, frame_text))
-    if woken:
-        tx.emit(Wake(project_id, tuple(woken)))
-    result: dict[str, Any] = json.loads(obj)
-    result["event_seq"] = seq
-    return result
-
-
-async def mark_read(core: Services, member: Member, seq: int) -> int | None:
-    """Move ``member``'s read cursor to ``seq`` (never back). Past the chatter rate the write is
-    deferred, not refused: the newest cursor of the wait is written when it ends (None now), so
-    the last one always lands however many tabs send them."""
-    wait_ms = core.chatter.take((member.id, "read"))
-    if wait_ms:
-        _defer_read(core, member, seq, wait_ms)
-        return None
-    return await _write_read(core, member, seq)
-
-
-async def mark_unread(core: Services, member: Member, seq: int) -> int:
-    """ "Mark as unread": move ``member``'s read cursor back to ``seq`` (the seq before the first
-    message to show as unread). Past the chatter rate it is refused (``rate_limited``), not
-    deferred: it is a person's deliberate act. A forward cursor still waiting out the rate is
-    pulled back too, so it cannot undo this when it lands."""
-    wait_ms = core.chatter.take((member.id, "read"))
-    if wait_ms:
-        raise RateLimitedError("marking as unread too fast; slow down", retry_after_ms=wait_ms)
-    waiting = core.deferred_reads.get(member.id)
-    if waiting is not None:
-        core.deferred_reads[member.id] = (member, min(seq, waiting[1]))
-    return await _write_read(core, member, seq, back=True)
-
-
-def _defer_read(core: Services, member: Member, seq: int, wait_ms: int) -> None:
-    waiting = core.deferred_reads.get(member.id)
-    if waiting is not None:
-        core.deferred_reads[member.id] = (member, max(seq, waiting[1]))
-        return
-    core.deferred_reads[member.id] = (member, seq)
-
-    async def later() -> None:
-        delay_ms = wait_ms
-        while delay_ms:  # the write spends the allowance like any other read
-            await asyncio.sleep(delay_ms / 1000)
-            delay_ms = core.chatter.take((member.id, "read"))
-        member_, seq_ = core.deferred_reads.pop(member.id)
-        try:
-            await _write_read(core, member_, seq_)
-        except Exception:  # the server is stopping, or the project went away meanwhile
-            log.debug("deferred read cursor of member %s not written", member.id, exc_info=True)
-
-    task = asyncio.get_running_loop().create_task(later(), name=f"read cursor {member.id}")
-    core.background.add(task)
-    task.add_done_callback(core.background.discard)
-
-
-async def _write_read(core: Services, member: Member, seq: int, *, back: bool = False) -> int:
-    project_id = member.project_id
-
-    def job(conn: sqlite3.Connection, tx: Tx) -> int:
-        # Checked here, not only when the frame came: a deferred cursor may land after its
-        # member left or while the project is being purged.
-        current = members_store.get(conn, member.id)
-        state = projects_store.state_of(conn, project_id)
-        if (
-            current is None
-            or current.status == "left"
-            or state in (None, "purge_blocked", "purged")
-        ):
-            return 0
-        head = projects_store.head_seq(conn, project_id)
-        cursor = messages_store.set_read_cursor(
-            conn,
-            member_id=member.id,
-            project_id=project_id,
-            seq=min(seq, head),
-            now=tx.now,
-            back=back,
-        )
-        read = encode(
-            {"type": "read", "project_id": project_id, "member_id": member.id, "seq": cursor}
-        )
-        tx.emit(Broadcast(project_id, read))
-        return cursor
-
-    cursor = await core.db.write(job)
-    unread.schedule(core, project_id, member.id)  # the person's other pages hear of it
-    return cursor
-
-
-def typing(core: Services, member: Member, active: bool, exclude: Any = None) -> None:
-    """Ephemeral: never stored, never replayed; past the chatter rate, dropped (a hint only)."""
-    if core.chatter.take((member.id, "typing")):
-        return
-    frame = encode(
-        {
-            "type": "typing",
-            "project_id": member.project_id,
-            "member_id": member.id,
-            "active": active,
-        }
-    )
-    core.hub.broadcast(member.project_id, frame, exclude=exclude, volatile=True)

@@ -25,6 +25,7 @@ from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store
+from room.store import decisions as decisions_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
@@ -99,29 +100,29 @@ def _validate(
 
 def requirement_decision(
     conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, fallback: str | None
-) -> tasks_store.DecisionRow:
+) -> decisions_store.DecisionRow:
     """The project's requirement decision, created if missing: accepted, revision 1 holding the
     project's goal in its creator's words (else ``fallback``, e.g. the plan's goal), authored by
     the project's creator."""
-    found = tasks_store.requirement_decision(conn, fx.project_id)
+    found = decisions_store.requirement_decision(conn, fx.project_id)
     if found is not None:
         return found
     project = projects_store.get(conn, fx.project_id)
     goal = (project.goal if project else "").strip() or (fallback or "").strip()
     creator = project_creator(conn, fx.project_id)
     author = creator.id if creator else None
-    row = tasks_store.insert_decision(
+    row = decisions_store.insert_decision(
         conn, project_id=fx.project_id, kind="requirement", title=REQUIREMENT_TITLE,
         status="accepted", created_by=author, accepted_by=author, now=tx.now,
     )  # fmt: skip
-    tasks_store.insert_decision_revision(
+    decisions_store.insert_decision_revision(
         conn, project_id=fx.project_id, decision_id=row.id, revision=1,
         context="项目目标 (the project's goal)", decision=goal or "（尚未写明 / not stated）",
         consequences="计划中的任务都绑定到此需求 (Every planned task is bound to it.)",
         author_id=author, now=tx.now, original_text=goal or None,
     )  # fmt: skip
     fx.decisions.add(row.id)
-    current = tasks_store.get_decision(conn, row.id)
+    current = decisions_store.get_decision(conn, row.id)
     assert current is not None
     return current
 
@@ -181,7 +182,7 @@ def store_plan(
             to_state=str(TaskState.WAITING), revision=0, actor_kind=actor.kind,
             actor_id=actor.id, note=f"plan v{version}", now=tx.now,
         )  # fmt: skip
-    tasks_store.bind_tasks(conn, project_id, requirement.id, created.values())
+    decisions_store.bind_tasks(conn, project_id, requirement.id, created.values())
     fx.decisions.add(requirement.id)
     fx.tasks |= set(created.values())
     audit_store.record(

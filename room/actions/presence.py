@@ -1,7 +1,7 @@
 """Presence: who is here now, told to each project's subscribers (docs/protocol.md, "Presence").
 
-People are here while they have a socket open (``room.infra.hub`` counts them by user); agents by
-what their session does (``core.agents.running_members``), their external sockets
+People are here while they have a socket open (``room.infra.presence`` counts them by user);
+agents by what their session does (``core.agents.running_members``), their external sockets
 (``core.inboxes``), their status and the project's state; the rule is the pure
 :func:`room.rules.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers
 get a ``presence`` frame with the members whose presence changed since they were last told (the
@@ -31,7 +31,7 @@ def snapshot(core: Services, project_id: int, roster: ProjectRoster, state: str)
         str(m.id): presence_of(
             m,
             state,
-            connected=core.hub.person_online(m.user_id)
+            connected=core.hub.presence.person_online(m.user_id)
             if m.kind == "human"
             else bool(core.inboxes.of(m.id)),
             running=m.id in running,

@@ -14,7 +14,8 @@ import json
 import sqlite3
 from typing import Any
 
-from room.actions.messages import check_posting, publish_update
+from room.actions.message_edits import publish_update
+from room.actions.messages import check_posting
 from room.errors import ConflictError, NotFoundError, RateLimitedError
 from room.rules.entities import Member
 from room.rules.reactions import MAX_KINDS_PER_MESSAGE, check_emoji

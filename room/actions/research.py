@@ -21,7 +21,7 @@ from typing import Any
 
 from room.actions import memory as memory_actions
 from room.actions import tenancy
-from room.actions.messages import annotate_message
+from room.actions.message_edits import annotate_message
 from room.actions.notices import insert_notice
 from room.actions.turns import limits_of
 from room.actions.workspaces import readable_target

@@ -50,11 +50,13 @@ from room.services import Services
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
+from room.store import decisions as decisions_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
+from room.store import sync_requests as sync_store
 from room.store import tasks as tasks_store
 from room.store.tasks import TaskRow
 
@@ -120,8 +122,8 @@ class Effects:
             memory_actions.index_decisions(conn, self.decisions)
             memory_actions.record_written(conn, tx, self.project_id, "decision",
                                           max(self.decisions))  # fmt: skip
-            found = [tasks_store.get_decision(conn, d) for d in sorted(self.decisions)]
-            objects = [tasks_store.decision_object(conn, d) for d in found if d is not None]
+            found = [decisions_store.get_decision(conn, d) for d in sorted(self.decisions)]
+            objects = [decisions_store.decision_object(conn, d) for d in found if d is not None]
             frames.append(
                 encode({"type": "decisions", "project_id": self.project_id, "decisions": objects})
             )
@@ -257,8 +259,8 @@ def task_object(
             c["n"] for c in criteria if c["id"] in missing_criteria(ids, passes, task.revision)
         ],
         "evidence": tasks_store.evidence_of(conn, task.id),
-        "sync": tasks_store.open_sync_requests(conn, task.id),
-        "decisions": tasks_store.decisions_of_task(conn, task.id),
+        "sync": sync_store.open_sync_requests(conn, task.id),
+        "decisions": decisions_store.decisions_of_task(conn, task.id),
         "allowed_events": [str(e) for e in allowed_events(task.state)],
         "event_rules": event_rules(task.state, held=task.held),
         "assumptions": list(task.assumptions),
@@ -399,7 +401,7 @@ def fire(
     if event is _E.SYNC_RECEIPT:
         _synced(conn, tx, fx, new, actor, note)
     if event in (_E.HANDOFF, _E.CANCEL):
-        tasks_store.close_sync_requests(conn, task.id, str(event))
+        sync_store.close_sync_requests(conn, task.id, str(event))
         # Its worktree and branch stay on disk, listed as kept; nothing is deleted.
         attempts_store.keep_open(conn, task_id=task.id, now=tx.now)
     if new.state is not task.state and new.state in (_S.WAITING, _S.READY):
@@ -611,11 +613,11 @@ def _synced(
     conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow, actor: Actor, note: str | None
 ) -> None:
     assert actor.id is not None, "a sync receipt always has an author (the owner)"
-    answered = tasks_store.mark_synced(conn, task.id, actor.id, note, tx.now)
+    answered = sync_store.mark_synced(conn, task.id, actor.id, note, tx.now)
     labels = []
     for decision_id, revision in answered:
         fx.decisions.add(decision_id)
-        decision = tasks_store.get_decision(conn, decision_id)
+        decision = decisions_store.get_decision(conn, decision_id)
         if decision is not None:
             labels.append(f"{decision.label} 第 {revision} 版")
     what = "、".join(labels) or "需求变更"

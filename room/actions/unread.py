@@ -66,7 +66,7 @@ async def _recount(core: Services, project_id: int, only: set[int] | None) -> No
         if m.kind == "human"
         and m.status != "left"
         and m.user_id is not None
-        and core.hub.person_online(m.user_id)
+        and core.hub.presence.person_online(m.user_id)
         and (only is None or m.id in only)
     }
     if not people:
@@ -85,7 +85,7 @@ async def _recount(core: Services, project_id: int, only: set[int] | None) -> No
             continue
         core.unread_told[key] = (unread, mentions)
         frame = {"type": "unread", "project_id": project_id, "unread": unread, "mentions": mentions}
-        core.hub.to_person(user_id, encode(frame))
+        core.hub.presence.to_person(user_id, encode(frame))
 
 
 def forget(core: Services, user_id: int) -> None:

@@ -34,8 +34,8 @@ from room.rules import injection as inj
 from room.rules.entities import Member
 from room.services import Services
 from room.settings import Settings
+from room.store import decisions as decisions_store
 from room.store import memory as memory_store
-from room.store import tasks as tasks_store
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +157,11 @@ def read_records(
 def decisions(conn: sqlite3.Connection, project_id: int) -> list[inj.Decision]:
     """The live decisions (not archived), each at its current revision: the standing ones in
     number order, then those superseded."""
-    rows = [d for d in tasks_store.decisions_of(conn, project_id) if not d.archived]
+    rows = [d for d in decisions_store.decisions_of(conn, project_id) if not d.archived]
     rows.sort(key=lambda d: (d.status == "superseded", d.number))
     out = []
     for row in rows:
-        revisions = tasks_store.revisions_of(conn, row.id)
+        revisions = decisions_store.revisions_of(conn, row.id)
         rev = next((r for r in revisions if r["revision"] == row.revision), None)
         rev = rev or (revisions[-1] if revisions else {})
         constraints = rev.get("constraints") or ""

@@ -24,9 +24,9 @@ from room.errors import RoomError
 from room.providers import ToolSpec
 from room.rules import records
 from room.rules.entities import iso
+from room.store import decisions as decisions_store
 from room.store import memory as memory_store
 from room.store import search as search_store
-from room.store import tasks as tasks_store
 
 READ_DEFAULT = 20
 READ_MAX = 50
@@ -72,8 +72,8 @@ def _compact(entry: dict[str, Any], handles: Mapping[int, str]) -> dict[str, Any
     return data
 
 
-def _decision(conn: sqlite3.Connection, row: tasks_store.DecisionRow) -> dict[str, Any]:
-    current = tasks_store.revisions_of(conn, row.id)[-1:]
+def _decision(conn: sqlite3.Connection, row: decisions_store.DecisionRow) -> dict[str, Any]:
+    current = decisions_store.revisions_of(conn, row.id)[-1:]
     data: dict[str, Any] = {"id": row.id, "kind": "decision", "label": row.label,
                             "title": row.title, "status": row.status, "revision": row.revision}  # fmt: skip
     if current:
@@ -149,7 +149,7 @@ async def _read(ctx: ToolContext, args: dict[str, Any]) -> str:
 
     def read(conn: sqlite3.Connection) -> dict[str, Any]:
         if entry_id is not None and kind == "decision":
-            row = tasks_store.get_decision(conn, entry_id)
+            row = decisions_store.get_decision(conn, entry_id)
             if row is None or row.project_id != project_id:
                 return {"ok": False, "error": "not_found", "message": f"没有决定 {entry_id}"}
             return {"ok": True, "entry": _decision(conn, row)}
@@ -164,7 +164,7 @@ async def _read(ctx: ToolContext, args: dict[str, Any]) -> str:
             records.check_kind(str(kind))
         if kind == "decision":
             rows = [
-                d for d in reversed(tasks_store.decisions_of(conn, project_id))
+                d for d in reversed(decisions_store.decisions_of(conn, project_id))
                 if bool(d.archived) == archived and (before is None or d.id < before)
             ]  # fmt: skip
             return {"ok": True, "kind": kind, "archived": archived,
@@ -233,7 +233,7 @@ def _outline(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
         kind: len(memory_store.live_sizes(conn, project_id, kind)) for kind in records.ENTRY_KINDS
     }
     counts["decision"] = len(
-        [d for d in tasks_store.decisions_of(conn, project_id) if not d.archived]
+        [d for d in decisions_store.decisions_of(conn, project_id) if not d.archived]
     )
     archived = memory_store.archived_counts(conn, project_id)
     return {

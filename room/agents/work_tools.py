@@ -27,7 +27,7 @@ from room.actions.workspaces import WorkDir, work_dir
 from room.agents.tools import Tool, ToolContext, ToolReply
 from room.errors import RoomError
 from room.infra import files
-from room.infra.sandbox import FILE_BYTES, CommandLimits
+from room.infra.supervise import FILE_BYTES, CommandLimits
 from room.providers import ToolSpec
 from room.store import projects as projects_store
 

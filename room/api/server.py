@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -20,6 +22,8 @@ async def healthz(request: Request) -> Response:
         {
             "ok": bool(ok),
             "version": __version__,
+            # The store served on (only SQLite so far: docs/storage.md).
+            "database": {"backend": "sqlite", "version": sqlite3.sqlite_version},
             "connections": core.hub.connections,
             "subscribers": core.hub.subscriber_count(),
             "writer": {

@@ -122,6 +122,8 @@ def write_report(
         "started_at": time.time(),
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "sqlite": {"library": sqlite3.sqlite_version, "module": sqlite3.__file__},
+        # The store this process serves on (only SQLite so far: docs/storage.md).
+        "database": {"backend": "sqlite", "version": sqlite3.sqlite_version},
         "dependencies": dependency_versions(),
         "schema_version": schema_version,
         "settings": settings,

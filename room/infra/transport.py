@@ -77,7 +77,7 @@ def offers_direct_write(protocol: type[Any] | str) -> bool:
 
 OnLink = Callable[
     [Any, Any, Any], None
-]  # room.infra.hub.OnLink (the hub does not import this layer)
+]  # room.infra.frames.OnLink (the hub does not import this layer)
 # The one transport whose write is "send now if nothing is buffered, else buffer": its socket may
 # be written to directly under the same rule.
 PLAIN_TRANSPORT: type | None = getattr(asyncio.selector_events, "_SelectorSocketTransport", None)

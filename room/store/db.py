@@ -8,7 +8,8 @@ statement.
 
 Jobs submitted with ``appends=True`` (sends: the hot path) may leave their INSERTs to the batch
 (:class:`Appends`): the rows of every such job are written with one multi-row statement per
-table just before the commit, or earlier, as soon as a job that may read those tables comes next.
+table just before the commit, or earlier, as soon as a statement names one of those tables or a
+job that may read them comes next.
 
 After the commit, back on the event loop, the effects each job recorded with ``tx.emit``
 (:mod:`room.rules.effects`: frames to publish, members to wake, a roster changed …) go to the one
@@ -21,14 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import enum
 import logging
 import queue
+import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -96,26 +99,55 @@ def _insert_sql(spec: BulkInsert, rows: int) -> str:
     )
 
 
+# What a send stored under a client_txn_id: message id, seq, content digest, wire object.
+Sent = tuple[int, int, str | None, str]
+
+
+class Unknown(enum.Enum):
+    """What :class:`Appends` answers for a fact it was not told (``None`` is a fact too: no
+    earlier send, no such project)."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
+
+
+@lru_cache(maxsize=4096)
+def _names(sql: str) -> frozenset[str]:
+    """Every identifier-like word of a statement, lower-cased (a table it names is one)."""
+    return frozenset(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
+
+
 class Appends:
-    """INSERTs that the append-only jobs of one batch leave to the batch, plus what those jobs
-    may remember in between (``memo``: a project's next seq, its state, the sends taken).
+    """INSERTs that the append-only jobs of one batch leave to the batch, plus the facts those
+    jobs tell each other in between: a project's last seq taken, its state, the sends stored
+    under each ``(author, client_txn_id)`` (or looked up for the whole batch by a prefetch).
 
     A send costs six statements on its own; written per batch, its rows cost a fraction of one,
     and the writer gives up the GIL a few times per batch instead of a few times per send.
     :meth:`flush` writes table by table, in the order each table was first added to (a send
     adds its message row before the rows referring to it), each table's rows in the order they
-    came (a full-text index last: see :class:`BulkInsert`), and forgets the memo, whose facts
-    are then in the tables. The writer flushes before any job not submitted with
-    ``appends=True`` and before the commit; a job that must read what it or an earlier job
-    appended flushes first.
+    came (a full-text index last: see :class:`BulkInsert`), then each project's last seq.
+
+    No job reads past a waiting row: while rows wait, the writer's connection has them written
+    first whenever a statement names one of their tables (:class:`WriterConnection`), whatever
+    the job. The facts stay true across such a flush (only the batch's own jobs ran); before a
+    job not submitted with ``appends=True``, which may change what they say, the writer flushes
+    and drops them (:meth:`forget`), and it flushes before the commit.
     """
 
-    __slots__ = ("_finally", "_rows", "memo")
+    __slots__ = ("_last_seqs", "_rows", "_sends", "_seq_writes", "_states", "_tables")
 
     def __init__(self) -> None:
         self._rows: dict[BulkInsert, list[tuple[Any, ...]]] = {}
-        self._finally: dict[Any, tuple[str, tuple[Any, ...]]] = {}
-        self.memo: dict[Any, Any] = {}
+        self._tables: set[str] = set()  # the tables of the rows waiting
+        self._seq_writes: dict[int, tuple[int, float]] = {}  # project id → (seq, now) to write
+        self._last_seqs: dict[int, int] = {}
+        self._states: dict[int, str | None] = {}
+        self._sends: dict[tuple[int, str], Sent | None] = {}
+
+    # -- rows ------------------------------------------------------------------------------------
 
     def add(self, spec: BulkInsert, row: tuple[Any, ...]) -> None:
         self.extend(spec, [row])
@@ -124,30 +156,86 @@ class Appends:
         waiting = self._rows.get(spec)
         if waiting is None:
             self._rows[spec] = list(rows)
+            self._tables.add(spec.table)
         else:
             waiting += rows
 
-    def at_flush(self, key: Any, sql: str, params: tuple[Any, ...]) -> None:
-        """Run ``sql`` once when flushing, after the rows; a later call with the same ``key``
-        replaces the earlier (a counter's final value is written once)."""
-        self._finally[key] = (sql, params)
+    def waits_for(self, sql: str) -> bool:
+        """Whether ``sql`` names a table some of whose rows are still waiting here."""
+        return bool(self._tables) and not self._tables.isdisjoint(_names(sql))
 
     def flush(self, conn: sqlite3.Connection) -> None:
-        for spec, rows in self._rows.items():
+        """Write every waiting row and seq (the facts stay: they are still true)."""
+        rows, seq_writes = self._rows, self._seq_writes
+        # Taken first: the statements below go through the guarded connection.
+        self._rows, self._seq_writes, self._tables = {}, {}, set()
+        for spec, waiting in rows.items():
             if not spec.fts:
-                for chunk in chunks(rows):
+                for chunk in chunks(waiting):
                     conn.execute(_insert_sql(spec, len(chunk)), [v for row in chunk for v in row])
-        for sql, params in self._finally.values():
-            conn.execute(sql, params)
-        for spec, rows in self._rows.items():
+        for project_id, (seq, now) in seq_writes.items():
+            conn.execute(
+                "UPDATE projects SET last_seq = ?, updated_at = ? WHERE id = ?",
+                (seq, now, project_id),
+            )
+        for spec, waiting in rows.items():
             if spec.fts:
-                conn.executemany(spec.sql, rows)
-        self._rows.clear()
-        self._finally.clear()
-        self.memo.clear()
+                conn.executemany(spec.sql, waiting)
+
+    def forget(self) -> None:
+        """Drop the facts: a job outside the batch's appends may change them."""
+        self._last_seqs.clear()
+        self._states.clear()
+        self._sends.clear()
 
     def __bool__(self) -> bool:
-        return bool(self._rows or self._finally or self.memo)
+        return bool(
+            self._rows or self._seq_writes or self._last_seqs or self._states or self._sends
+        )
+
+    # -- facts -----------------------------------------------------------------------------------
+
+    def last_seq(self, project_id: int) -> int | None:
+        """The last seq a job of this batch took in the project, or None."""
+        return self._last_seqs.get(project_id)
+
+    def take_seq(self, project_id: int, seq: int, now: float) -> None:
+        """Remember ``seq`` as the project's last; the project's row gets it at the flush."""
+        self._last_seqs[project_id] = seq
+        self._seq_writes[project_id] = (seq, now)
+
+    def state(self, project_id: int) -> str | Unknown | None:
+        return self._states.get(project_id, UNKNOWN)
+
+    def remember_state(self, project_id: int, state: str | None) -> None:
+        self._states[project_id] = state
+
+    def sent(self, author_id: int, client_txn_id: str) -> Sent | Unknown | None:
+        """What a send stored under this txn (None: nothing), if this batch knows."""
+        return self._sends.get((author_id, client_txn_id), UNKNOWN)
+
+    def remember_sent(self, author_id: int, client_txn_id: str, sent: Sent | None) -> None:
+        self._sends[(author_id, client_txn_id)] = sent
+
+
+class WriterConnection(sqlite3.Connection):
+    """The writer's connection. While the batch's :class:`Appends` (``appends``) holds rows, a
+    statement that names one of their tables has them written first: a job cannot read, update
+    or count past a row an earlier job of its batch left to the batch."""
+
+    appends: Appends | None = None
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        appends = self.appends
+        if appends is not None and appends.waits_for(sql):
+            appends.flush(self)
+        return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        appends = self.appends
+        if appends is not None and appends.waits_for(sql):
+            appends.flush(self)
+        return super().executemany(sql, parameters)
 
 
 @dataclass(slots=True)
@@ -171,9 +259,11 @@ class Tx:
 
     def write_directly(self, conn: sqlite3.Connection) -> None:
         """From here on this job writes and reads the tables directly: what the batch has
-        appended so far is written first. For a job that goes on to arbitrary work."""
+        appended so far is written first, and the batch forgets its facts (this job may change
+        them). For a job that goes on to arbitrary work."""
         if self.appends is not None:
             self.appends.flush(conn)
+            self.appends.forget()
             self.appends = None
 
     def next_id(self, conn: sqlite3.Connection, table: str) -> int:
@@ -190,7 +280,8 @@ class Tx:
 WriteJob = Callable[[sqlite3.Connection, Tx], R]
 ReadJob = Callable[[sqlite3.Connection], R]
 # Looks up, for a whole batch at once, what each of its jobs would otherwise look up alone:
-# called with every key the batch's jobs gave it, it leaves its findings in ``appends.memo``.
+# called with every key the batch's jobs gave it, it leaves its findings as facts on the
+# ``Appends`` (``remember_sent`` …).
 Prefetch = Callable[[sqlite3.Connection, Appends, list[Any]], None]
 
 
@@ -278,7 +369,7 @@ class Database:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        writer = connect(self.path, synchronous=self.synchronous)
+        writer = connect(self.path, synchronous=self.synchronous, factory=WriterConnection)
         self._threads.append(
             threading.Thread(
                 target=self._write_loop, args=(writer,), name="room-writer", daemon=True
@@ -320,11 +411,12 @@ class Database:
     ) -> asyncio.Future[R]:
         """Queue a write; the future resolves after the commit that holds it (pipelining).
 
-        ``appends=True`` promises that the job reads nothing another such job of the batch may
-        have left in ``tx.appends`` unwritten (or flushes it first): see :class:`Appends`.
+        ``appends=True`` lets the job leave its rows to the batch (``tx.appends``); whatever
+        it reads of their tables has them written first: see :class:`Appends`.
         ``prefetch=(function, key)`` lets the batch look ``key`` up together with the other
         jobs' keys before they run (one query instead of one per job); the job must still
-        look up itself whatever it does not find in the memo (a flush forgets it)."""
+        look up itself whatever the batch does not know (a plain job in between makes it
+        forget, and the jobs after it are prefetched again)."""
         assert self._loop is not None, "Database.start() first"
         future: asyncio.Future[R] = self._loop.create_future()
         self._writes.put(_Pending(job, future, appends, prefetch if appends else None))
@@ -420,9 +512,34 @@ class Database:
         conn.execute("BEGIN IMMEDIATE")
         if appends is not None and not self._prefetch(conn, batch, appends):
             return False
-        for pending in batch:
-            if not pending.appends and appends and not self._flush(conn, appends):
-                return False
+        guarded = conn if isinstance(conn, WriterConnection) else None
+        if guarded is not None:
+            guarded.appends = appends
+        try:
+            return self._run_jobs(conn, batch, appends, isolate)
+        finally:
+            if guarded is not None:
+                guarded.appends = None
+
+    def _run_jobs(
+        self,
+        conn: sqlite3.Connection,
+        batch: list[_Pending[Any]],
+        appends: Appends | None,
+        isolate: bool,
+    ) -> bool:
+        forgotten = False  # the facts were dropped for a plain job: prefetch again
+        for at, pending in enumerate(batch):
+            if appends is not None:
+                if not pending.appends and appends:
+                    if not self._flush(conn, appends):
+                        return False
+                    appends.forget()
+                    forgotten = True
+                elif pending.appends and forgotten:
+                    if not self._prefetch(conn, batch[at:], appends):
+                        return False
+                    forgotten = False
             pending.tx = Tx(
                 now=self.clock(),
                 counters=self._counters,

@@ -4,7 +4,7 @@ Plain functions over a connection; :mod:`room.actions.memory` decides, this modu
 and writes. An entry is a dict ``{id, project_id, kind, rev, body, author_id, updated_by,
 turn_id, archived, created_at, updated_at, archived_at}`` with times as UTC epoch seconds
 (floats, so callers can compare them); :func:`room.actions.memory.entry_wire` makes the wire
-object. Decisions are read through :mod:`room.store.tasks`.
+object. Decisions are read through :mod:`room.store.decisions`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from room.rules.entities import iso
-from room.store.db import Appends, BulkInsert, chunks
+from room.store.db import Appends, BulkInsert, Sent, chunks
 
 # The C implementation behind json.dumps(ensure_ascii=False) for one string.
 _encode_basestring = json.encoder.encode_basestring
@@ -108,9 +108,7 @@ def update_frame(project_id: int, seq: int, message_frame: str) -> str:
     )
 
 
-def find_txn(
-    conn: sqlite3.Connection, author_id: int, client_txn_id: str
-) -> tuple[int, int, str | None, str] | None:
+def find_txn(conn: sqlite3.Connection, author_id: int, client_txn_id: str) -> Sent | None:
     row = conn.execute(
         "SELECT id, seq, txn_digest, frame FROM messages"
         " WHERE author_id = :a AND client_txn_id = :t",
@@ -134,12 +132,12 @@ MENTIONS = BulkInsert("mentions", ("message_id", "member_id", "via"), verb="INSE
 
 
 def find_txns(conn: sqlite3.Connection, appends: Appends, keys: list[tuple[int, str]]) -> None:
-    """:func:`find_txn` for a batch of sends: ``appends.memo[("txn", author, txn)]`` becomes
-    the same tuple or None, a few statements per author instead of one per send."""
+    """:func:`find_txn` for a batch of sends, told to ``appends`` (``remember_sent``): a few
+    statements per author instead of one per send."""
     by_author: dict[int, list[str]] = {}
     for author_id, txn in keys:
         by_author.setdefault(author_id, []).append(txn)
-        appends.memo[("txn", author_id, txn)] = None
+        appends.remember_sent(author_id, txn, None)
     for author_id, txns in by_author.items():
         for chunk in chunks(txns):
             marks = ", ".join("?" * len(chunk))
@@ -149,7 +147,7 @@ def find_txns(conn: sqlite3.Connection, appends: Appends, keys: list[tuple[int, 
                 (author_id, *chunk),
             ):
                 found = (int(row[1]), int(row[2]), row[3], str(row[4]))
-                appends.memo[("txn", author_id, row[0])] = found
+                appends.remember_sent(author_id, str(row[0]), found)
 
 
 def insert(

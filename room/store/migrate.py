@@ -23,14 +23,21 @@ BUSY_TIMEOUT_MS = 5000
 MMAP_BYTES = 1 << 30
 
 
-def connect(path: Path, *, synchronous: str = "FULL", readonly: bool = False) -> sqlite3.Connection:
-    """A connection with the project's pragmas; transactions are explicit (autocommit mode)."""
+def connect(
+    path: Path,
+    *,
+    synchronous: str = "FULL",
+    readonly: bool = False,
+    factory: type[sqlite3.Connection] = sqlite3.Connection,
+) -> sqlite3.Connection:
+    """A connection with the project's pragmas; transactions are explicit (autocommit mode).
+    ``factory``: the connection's class (the writer's guards its batch's waiting rows)."""
     if readonly:
         conn = sqlite3.connect(
             f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
         )
     else:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, factory=factory)
     # The search index's text (room.store.search), callable from SQL: migrations and rebuilds.
     conn.create_function("room_index_text", 1, index_text, deterministic=True)
     conn.create_function("room_index_unigrams", 1, index_unigrams, deterministic=True)

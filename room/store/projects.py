@@ -9,7 +9,7 @@ from typing import Any
 
 from room.errors import ConflictError
 from room.rules.entities import PROJECT_COLUMNS, Project
-from room.store.db import Appends
+from room.store.db import UNKNOWN, Appends
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
 MAX_ROW_ID = 2**63 - 1
@@ -128,16 +128,12 @@ def next_seq(
             {"id": project_id, "now": now},
         ).fetchone()
         return int(row[0])
-    key = ("last_seq", project_id)
-    seq = appends.memo.get(key)
+    seq = appends.last_seq(project_id)
     if seq is None:
         row = conn.execute("SELECT last_seq FROM projects WHERE id = ?", (project_id,)).fetchone()
         seq = int(row[0])
     seq += 1
-    appends.memo[key] = seq
-    appends.at_flush(
-        key, "UPDATE projects SET last_seq = ?, updated_at = ? WHERE id = ?", (seq, now, project_id)
-    )
+    appends.take_seq(project_id, seq, now)
     return int(seq)
 
 
@@ -217,13 +213,14 @@ def state_of(
 ) -> str | None:
     """The project's state (with ``appends``: read once per batch; only a job outside the
     batch's appends can change it, and the batch flushes before such a job)."""
-    key = ("state", project_id)
-    if appends is not None and key in appends.memo:
-        return appends.memo[key]  # type: ignore[no-any-return]
+    if appends is not None:
+        known = appends.state(project_id)
+        if known is not UNKNOWN:
+            return known
     row = conn.execute("SELECT state FROM projects WHERE id = :id", {"id": project_id}).fetchone()
     state = str(row[0]) if row else None
     if appends is not None:
-        appends.memo[key] = state
+        appends.remember_state(project_id, state)
     return state
 
 

@@ -517,7 +517,7 @@ CREATE INDEX deliveries_open ON deliveries(state, recipient_id)
     WHERE state = 'pending' OR state = 'delivered' OR state = 'unknown';
 """
 
-# A brake holds the members of the loop, not the team (issue 28, room.rules.brakes): whom it
+# A brake holds the members of the loop, not the team (room.rules.brakes): whom it
 # holds (``held_json``: a JSON array of member ids, NULL for the whole project), the agent turns
 # of each member since the last human message (``turns_json``: {member id: turns}), and the
 # turns a brake interrupted (``brake_resume``: 1 waiting for the clear, 2 resumed by it).

@@ -1,4 +1,6 @@
-"""SQL of plans, tasks, criteria, verdicts, evidence, command results, decisions and sync receipts.
+"""SQL of plans, tasks, criteria, verdicts, evidence, command results and task events, and the
+digest of a project's task tables (decisions: :mod:`room.store.decisions`; the sync receipts a
+decision asks of tasks: :mod:`room.store.sync_requests`).
 
 Plain functions over a connection; the actions layer decides, this module only reads and writes.
 Read helpers return small frozen rows or wire-ready dicts (times as ISO 8601 UTC).
@@ -18,7 +20,7 @@ from room.rules.tasks import OPEN_STATES, TaskState
 from room.store.schema_tasks import TASK_TABLES
 
 
-def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
+def insert_row(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
     """INSERT one row. Table and column names are this module's own literals, never input."""
     columns = ", ".join(row)
     marks = ", ".join(f":{c}" for c in row)
@@ -27,7 +29,8 @@ def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
     )
 
 
-def _next(conn: sqlite3.Connection, table: str, column: str, project_id: int) -> int:
+def next_number(conn: sqlite3.Connection, table: str, column: str, project_id: int) -> int:
+    """The next per-project number of ``table`` (a task's position, a decision's number)."""
     sql = f"SELECT coalesce(max({column}), 0) + 1 FROM {table} WHERE project_id = :p"
     return int(conn.execute(sql, {"p": project_id}).fetchone()[0])
 
@@ -46,9 +49,9 @@ def insert_plan(
     now: float,
 ) -> tuple[int, int]:
     """Insert a plan with the project's next version; returns (plan id, version)."""
-    version = _next(conn, "plans", "version", project_id)
+    version = next_number(conn, "plans", "version", project_id)
     plan_json = json.dumps(plan, ensure_ascii=False, sort_keys=True)
-    plan_id = _insert(conn, "plans", {
+    plan_id = insert_row(conn, "plans", {
         "project_id": project_id, "version": version, "goal": goal, "plan_json": plan_json,
         "submitted_by": submitted_by, "created_at": now, "started_at": now if started else None,
         "started_by": submitted_by if started else None,
@@ -136,9 +139,9 @@ def insert_task(
     assumptions: Sequence[str],
     now: float,
 ) -> int:
-    return _insert(conn, "tasks", {
+    return insert_row(conn, "tasks", {
         "project_id": project_id, "plan_id": plan_id, "key": key, "title": title,
-        "position": _next(conn, "tasks", "position", project_id), "owner_id": owner_id,
+        "position": next_number(conn, "tasks", "position", project_id), "owner_id": owner_id,
         "reviewer_id": reviewer_id, "state": str(state), "held": int(held),
         "assumptions_json": json.dumps(list(assumptions), ensure_ascii=False),
         "created_at": now, "updated_at": now,
@@ -298,7 +301,7 @@ def insert_verdict(
     reviewer_id: int,
     now: float,
 ) -> int:
-    return _insert(conn, "task_reviews", {
+    return insert_row(conn, "task_reviews", {
         "project_id": project_id, "task_id": task_id, "criterion_id": criterion_id,
         "revision": revision, "passed": int(passed), "note": note, "reviewer_id": reviewer_id,
         "created_at": now,
@@ -326,7 +329,7 @@ def insert_evidence(
     message_id: int | None = None,
     note: str | None = None,
 ) -> int:
-    return _insert(conn, "evidence", {
+    return insert_row(conn, "evidence", {
         "project_id": project_id, "task_id": task_id, "revision": revision,
         "review_id": review_id, "kind": kind, "path": path, "real_path": real_path, "size": size,
         "sha256": sha256, "command_id": command_id, "message_id": message_id, "note": note,
@@ -390,7 +393,7 @@ def insert_command_result(
     output_tail: str,
     now: float,
 ) -> int:
-    return _insert(conn, "command_results", {
+    return insert_row(conn, "command_results", {
         "project_id": project_id, "member_id": member_id, "turn_id": turn_id,
         "command": command, "exit_code": exit_code, "duration_ms": duration_ms,
         "output_bytes": output_bytes, "output_sha256": output_sha256, "output_tail": output_tail,
@@ -423,7 +426,7 @@ def insert_task_event(
     note: str | None,
     now: float,
 ) -> None:
-    _insert(conn, "task_events", {
+    insert_row(conn, "task_events", {
         "project_id": project_id, "task_id": task_id, "event": event, "from_state": from_state,
         "to_state": to_state, "revision": revision, "actor_kind": actor_kind,
         "actor_id": actor_id, "note": note, "created_at": now,
@@ -438,328 +441,6 @@ def task_events(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
             "SELECT event, from_state, to_state, revision, actor_kind, actor_id, note, created_at"
             " FROM task_events WHERE task_id = :t ORDER BY id",
             {"t": task_id},
-        )
-    ]  # fmt: skip
-
-
-# -- decisions ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRow:
-    id: int
-    project_id: int
-    number: int
-    kind: str
-    title: str
-    status: str
-    revision: int
-    supersedes: int | None
-    superseded_by: int | None
-    created_by: int | None
-    accepted_by: int | None
-    created_at: float
-    updated_at: float
-    archived: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"ADR-{self.number:04d}"
-
-
-_DECISION_COLUMNS = (
-    "id, project_id, number, kind, title, status, revision, supersedes, superseded_by,"
-    " created_by,"
-    " accepted_by, created_at, updated_at, archived"
-)
-
-
-def insert_decision(
-    conn: sqlite3.Connection,
-    *,
-    project_id: int,
-    kind: str,
-    title: str,
-    status: str,
-    created_by: int | None,
-    accepted_by: int | None,
-    now: float,
-    supersedes: int | None = None,
-) -> DecisionRow:
-    decision_id = _insert(conn, "decisions", {
-        "project_id": project_id, "number": _next(conn, "decisions", "number", project_id),
-        "kind": kind, "title": title, "status": status, "revision": 1, "supersedes": supersedes,
-        "created_by": created_by, "accepted_by": accepted_by, "created_at": now,
-        "updated_at": now,
-    })  # fmt: skip
-    row = get_decision(conn, decision_id)
-    assert row is not None
-    return row
-
-
-def insert_decision_revision(
-    conn: sqlite3.Connection,
-    *,
-    project_id: int,
-    decision_id: int,
-    revision: int,
-    context: str,
-    decision: str,
-    consequences: str,
-    author_id: int | None,
-    now: float,
-    original_text: str | None = None,
-    source_message_id: int | None = None,
-    alternatives: Sequence[dict[str, str]] = (),
-    constraints: str = "",
-) -> None:
-    """Add a revision and make it the decision's current one. ``alternatives`` are the options
-    rejected, each ``{option, why_rejected}``."""
-    _insert(conn, "decision_revisions", {
-        "project_id": project_id, "decision_id": decision_id, "revision": revision,
-        "context": context, "decision": decision, "consequences": consequences,
-        "original_text": original_text, "source_message_id": source_message_id,
-        "author_id": author_id, "created_at": now,
-        "alternatives_json": json.dumps(list(alternatives), ensure_ascii=False),
-        "constraints": constraints,
-    })  # fmt: skip
-    conn.execute(
-        "UPDATE decisions SET revision = :r, updated_at = :now WHERE id = :d",
-        {"r": revision, "now": now, "d": decision_id},
-    )
-
-
-def get_decision(conn: sqlite3.Connection, decision_id: int) -> DecisionRow | None:
-    row = conn.execute(
-        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE id = :id", {"id": decision_id}
-    ).fetchone()
-    return DecisionRow(*row) if row else None
-
-
-def decision_by_number(
-    conn: sqlite3.Connection, project_id: int, number: int
-) -> DecisionRow | None:
-    row = conn.execute(
-        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE project_id = :p AND number = :n",
-        {"p": project_id, "n": number},
-    ).fetchone()
-    return DecisionRow(*row) if row else None
-
-
-def requirement_decision(conn: sqlite3.Connection, project_id: int) -> DecisionRow | None:
-    """The project's requirement decision (the earliest one not superseded)."""
-    row = conn.execute(
-        f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE project_id = :p"
-        " AND kind = 'requirement' AND status != 'superseded' ORDER BY number LIMIT 1",
-        {"p": project_id},
-    ).fetchone()
-    return DecisionRow(*row) if row else None
-
-
-def decisions_of(conn: sqlite3.Connection, project_id: int) -> list[DecisionRow]:
-    return [
-        DecisionRow(*r)
-        for r in conn.execute(
-            f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE project_id = :p ORDER BY number",
-            {"p": project_id},
-        )
-    ]
-
-
-def set_decision_status(
-    conn: sqlite3.Connection,
-    decision_id: int,
-    status: str,
-    now: float,
-    *,
-    accepted_by: int | None = None,
-    superseded_by: int | None = None,
-) -> None:
-    conn.execute(
-        "UPDATE decisions SET status = :s, accepted_by = coalesce(:acc, accepted_by),"
-        " superseded_by = coalesce(:sup, superseded_by), updated_at = :now WHERE id = :id",
-        {"s": status, "acc": accepted_by, "sup": superseded_by, "now": now, "id": decision_id},
-    )
-
-
-def revisions_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[str, Any]]:
-    return [
-        {"revision": r[0], "context": r[1], "decision": r[2], "consequences": r[3],
-         "original_text": r[4], "source_message_id": r[5], "author_id": r[6],
-         "created_at": iso(r[7]), "alternatives": json.loads(r[8]), "constraints": r[9]}
-        for r in conn.execute(
-            "SELECT revision, context, decision, consequences, original_text, source_message_id,"
-            " author_id, created_at, alternatives_json, constraints FROM decision_revisions"
-            " WHERE decision_id = :d"
-            " ORDER BY revision",
-            {"d": decision_id},
-        )
-    ]  # fmt: skip
-
-
-def revision_from_message(conn: sqlite3.Connection, message_id: int) -> tuple[int, int] | None:
-    """(decision id, revision) created from a message, if any."""
-    row = conn.execute(
-        "SELECT decision_id, revision FROM decision_revisions WHERE source_message_id = :m",
-        {"m": message_id},
-    ).fetchone()
-    return (int(row[0]), int(row[1])) if row else None
-
-
-def bind_tasks(
-    conn: sqlite3.Connection, project_id: int, decision_id: int, task_ids: Iterable[int]
-) -> None:
-    conn.executemany(
-        "INSERT OR IGNORE INTO decision_tasks (project_id, decision_id, task_id) VALUES (?, ?, ?)",
-        [(project_id, decision_id, t) for t in task_ids],
-    )
-
-
-def bound_tasks(conn: sqlite3.Connection, decision_id: int) -> list[int]:
-    return [
-        int(r[0])
-        for r in conn.execute(
-            "SELECT b.task_id FROM decision_tasks b JOIN tasks t ON t.id = b.task_id"
-            " WHERE b.decision_id = :d ORDER BY t.position",
-            {"d": decision_id},
-        )
-    ]
-
-
-def decisions_of_task(conn: sqlite3.Connection, task_id: int) -> list[str]:
-    return [
-        f"ADR-{int(r[0]):04d}"
-        for r in conn.execute(
-            "SELECT d.number FROM decision_tasks b JOIN decisions d ON d.id = b.decision_id"
-            " WHERE b.task_id = :t ORDER BY d.number",
-            {"t": task_id},
-        )
-    ]
-
-
-def _label_of(conn: sqlite3.Connection, decision_id: int | None) -> str | None:
-    if decision_id is None:
-        return None
-    row = conn.execute("SELECT number FROM decisions WHERE id = :id", {"id": decision_id})
-    found = row.fetchone()
-    return f"ADR-{int(found[0]):04d}" if found else None
-
-
-def decision_object(conn: sqlite3.Connection, row: DecisionRow) -> dict[str, Any]:
-    """A decision as the log shows it: every revision, and under each the sync receipts it asked
-    for (who synced, when, or why the request closed unanswered)."""
-    syncs = sync_requests_of(conn, row.id)
-    revisions = revisions_of(conn, row.id)
-    for revision in revisions:
-        revision["sync"] = [s for s in syncs if s["revision"] == revision["revision"]]
-    tasks = [
-        str(r[0])
-        for r in conn.execute(
-            "SELECT t.key FROM decision_tasks b JOIN tasks t ON t.id = b.task_id"
-            " WHERE b.decision_id = :d ORDER BY t.position",
-            {"d": row.id},
-        )
-    ]
-    return {
-        "id": row.id,
-        "number": row.number,
-        "label": row.label,
-        "kind": row.kind,
-        "title": row.title,
-        "status": row.status,
-        "revision": row.revision,
-        "supersedes": _label_of(conn, row.supersedes),
-        "superseded_by": _label_of(conn, row.superseded_by),
-        "created_by": row.created_by,
-        "accepted_by": row.accepted_by,
-        "created_at": iso(row.created_at),
-        "updated_at": iso(row.updated_at),
-        "archived": bool(row.archived),
-        "tasks": tasks,
-        "revisions": revisions,
-        # The receipts the current revision asked for (the log's summary line).
-        "receipts": [
-            {"member_id": s["owner_id"], "task": s["task"], "synced": s["synced"],
-             "synced_at": s["synced_at"], "closed": s["closed"]}
-            for s in syncs
-            if s["revision"] == row.revision
-        ],
-    }  # fmt: skip
-
-
-# -- sync receipts ------------------------------------------------------------------------------
-
-
-def insert_sync_request(
-    conn: sqlite3.Connection,
-    *,
-    project_id: int,
-    decision_id: int,
-    revision: int,
-    task_id: int,
-    owner_id: int,
-    now: float,
-) -> None:
-    # An older request of this task that nobody answered is now moot: the newer one replaces it.
-    conn.execute(
-        "UPDATE sync_requests SET closed = 'superseded' WHERE task_id = :t"
-        " AND synced_at IS NULL AND closed IS NULL",
-        {"t": task_id},
-    )
-    conn.execute(
-        "INSERT OR IGNORE INTO sync_requests (project_id, decision_id, revision, task_id,"
-        " owner_id, requested_at) VALUES (:p, :d, :r, :t, :o, :now)",
-        {"p": project_id, "d": decision_id, "r": revision, "t": task_id, "o": owner_id,
-         "now": now},
-    )  # fmt: skip
-
-
-def open_sync_requests(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
-    return [
-        {"id": r[0], "decision": f"ADR-{int(r[1]):04d}", "revision": r[2], "owner_id": r[3],
-         "requested_at": iso(r[4])}
-        for r in conn.execute(
-            "SELECT s.id, d.number, s.revision, s.owner_id, s.requested_at FROM sync_requests s"
-            " JOIN decisions d ON d.id = s.decision_id WHERE s.task_id = :t"
-            " AND s.synced_at IS NULL AND s.closed IS NULL ORDER BY s.id",
-            {"t": task_id},
-        )
-    ]  # fmt: skip
-
-
-def mark_synced(
-    conn: sqlite3.Connection, task_id: int, by: int, note: str | None, now: float
-) -> list[tuple[int, int]]:
-    """Answer every open request of a task; returns the (decision id, revision) answered."""
-    return [
-        (int(r[0]), int(r[1]))
-        for r in conn.execute(
-            "UPDATE sync_requests SET synced_at = :now, synced_by = :by, note = :note"
-            " WHERE task_id = :t AND synced_at IS NULL AND closed IS NULL"
-            " RETURNING decision_id, revision",
-            {"t": task_id, "by": by, "note": note, "now": now},
-        )
-    ]
-
-
-def close_sync_requests(conn: sqlite3.Connection, task_id: int, reason: str) -> None:
-    conn.execute(
-        "UPDATE sync_requests SET closed = :reason WHERE task_id = :t"
-        " AND synced_at IS NULL AND closed IS NULL",
-        {"t": task_id, "reason": reason},
-    )
-
-
-def sync_requests_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[str, Any]]:
-    return [
-        {"revision": r[0], "task_id": r[1], "task": r[2], "owner_id": r[3],
-         "requested_at": iso(r[4]), "synced": r[5] is not None, "synced_at": iso(r[5]),
-         "synced_by": r[6], "note": r[7], "closed": r[8]}
-        for r in conn.execute(
-            "SELECT s.revision, s.task_id, t.key, s.owner_id, s.requested_at, s.synced_at,"
-            " s.synced_by, s.note, s.closed FROM sync_requests s JOIN tasks t ON t.id = s.task_id"
-            " WHERE s.decision_id = :d ORDER BY s.revision, t.position",
-            {"d": decision_id},
         )
     ]  # fmt: skip
 

@@ -49,7 +49,8 @@ async def _time_async(fn: Callable[[], Awaitable[object]], runs: int) -> list[fl
 
 
 def run(workdir: Path, *, quick: bool = False) -> list[Row]:
-    from room.infra.sandbox import CommandLimits, bwrap_argv, probe
+    from room.infra.sandbox import bwrap_argv, probe
+    from room.infra.supervise import CommandLimits
 
     runs = QUICK_RUNS if quick else RUNS
     sandbox = probe()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -189,3 +190,14 @@ class Team:
 
     def agent(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return self.app.request(method, path, body, token=self.token)
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """``check()``'s first true value, polled every 50 ms (the app's loop runs in its thread)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")

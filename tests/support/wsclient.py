@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from websockets.asyncio.client import ClientConnection, connect
+
+if TYPE_CHECKING:
+    from tests.support.server import ServerProcess
 
 Frame = dict[str, Any]
 
@@ -86,3 +89,20 @@ class Client:
         transport = self.ws.transport
         if transport is not None and not transport.is_closing():
             transport.abort()
+
+
+async def subscribed(
+    server: ServerProcess,
+    cookie: str,
+    project_id: int,
+    *,
+    answers: tuple[str, ...] = ("subscribed",),
+    **sub: Any,
+) -> Client:
+    """A client of ``server`` signed in with ``cookie``, subscribed to ``project_id`` (``sub``:
+    the subscribe frame's other fields) once the server's answer is one of ``answers``."""
+    client = await Client.open(server.ws_url, cookie=cookie, origin=server.origin)
+    await client.wait_for("hello")
+    await client.send({"type": "subscribe", "project_id": project_id, **sub})
+    await client.wait_for(lambda f: f["type"] in answers)
+    return client

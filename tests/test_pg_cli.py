@@ -1,0 +1,119 @@
+"""Choosing PostgreSQL from the command line (docs/storage.md): ``--database`` and
+``ROOM_DATABASE_URL``. Serving on it is refused as not available yet (exit 6) after the database
+was reached and described, with nothing written; a database that cannot be reached is exit 5;
+``room doctor`` names the backend and its version on both stores."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pydantic
+import pytest
+
+from room.cli import EXIT_NOT_SERVED, EXIT_UNHEALTHY, EXIT_UNREACHABLE, main
+from room.settings import load_settings
+from room.store import pg_migrate
+from room.store.migrate import connect as sqlite_connect
+from room.store.migrate import migrate as sqlite_migrate
+from room.store.pg import connect
+from room.store.schema_pg import BASELINE_OF
+
+UNREACHABLE = "postgresql://room:s3cret@127.0.0.1:1/room"
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def refusal(stderr: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(stderr.strip().splitlines()[-1])
+    return found
+
+
+def test_serve_on_postgresql_is_refused_as_not_available_yet(tmp_path: Path, pg_dsn: str) -> None:
+    data = tmp_path / "data"
+    code, out, err = run("serve", "--data", str(data), "--port", "0", "--database", pg_dsn)
+    assert code == EXIT_NOT_SERVED == 6
+    assert "serving on PostgreSQL is not available yet" in err
+    said = refusal(err)
+    assert said["error"] == "postgres_store_incomplete"
+    assert said["backend"] == "postgresql" and said["exit"] == 6
+    assert said["server_version"].split(".")[0].isdigit()
+    assert said["migrations"] == {"applied": [], "pending": [BASELINE_OF], "unknown": []}
+    # Nothing started, nothing written: no data folder, no table in the database.
+    assert out == "" and not data.exists()
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        ).fetchone() == (0,)
+
+
+def test_room_database_url_chooses_postgresql_too(
+    tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROOM_DATABASE_URL", pg_dsn)
+    code, _, err = run("serve", "--data", str(tmp_path / "data"), "--port", "0")
+    assert code == EXIT_NOT_SERVED
+    assert refusal(err)["error"] == "postgres_store_incomplete"
+
+
+def test_an_unreachable_database_is_exit_5_without_its_password(tmp_path: Path) -> None:
+    started = time.monotonic()
+    code, _, err = run("serve", "--data", str(tmp_path / "data"), "--database", UNREACHABLE)
+    assert code == EXIT_UNREACHABLE == 5
+    assert time.monotonic() - started < 15
+    assert "cannot reach the PostgreSQL database at postgresql://room:***@127.0.0.1:1/room" in err
+    assert "s3cret" not in err and "Traceback" not in err
+    said = refusal(err)
+    assert (said["error"], said["exit"]) == ("database_unreachable", 5)
+    code, _, err = run("doctor", "--data", str(tmp_path / "data"), "--database", UNREACHABLE)
+    assert code == EXIT_UNREACHABLE
+    assert "s3cret" not in err
+
+
+def test_doctor_names_postgresql_its_version_and_migrations(tmp_path: Path, pg_dsn: str) -> None:
+    conn = connect(pg_dsn)
+    try:
+        pg_migrate.migrate(conn)
+    finally:
+        conn.close()
+    code, out, _ = run("doctor", "--data", str(tmp_path), "--database", pg_dsn, "--json")
+    assert code == EXIT_UNHEALTHY  # not served yet: said as a problem
+    summary = json.loads(out)
+    database = summary["database"]
+    assert database["backend"] == "postgresql"
+    assert database["version"].split(".")[0].isdigit()
+    assert database["migrations"]["applied"] == [BASELINE_OF]
+    assert any("not available yet" in problem for problem in summary["problems"])
+    code, out, _ = run("doctor", "--data", str(tmp_path), "--database", pg_dsn)
+    assert "database: postgresql " in out and "migrations applied 1, pending 0" in out
+
+
+def test_doctor_names_sqlite_and_its_version(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "room.sqlite"
+    conn = sqlite_connect(path)
+    try:
+        sqlite_migrate(conn, path, time.time())
+    finally:
+        conn.close()
+    _, out, _ = run("doctor", "--data", str(tmp_path), "--json")
+    database = json.loads(out)["database"]
+    assert (database["backend"], database["version"]) == ("sqlite", sqlite3.sqlite_version)
+
+
+def test_only_postgresql_urls_are_accepted() -> None:
+    assert load_settings(env={"ROOM_DATABASE_URL": "postgres://u@h/db"}).backend == "postgresql"
+    assert load_settings(env={}).backend == "sqlite"
+    with pytest.raises(pydantic.ValidationError, match="database_url"):
+        load_settings(env={"ROOM_DATABASE_URL": "mysql://u@h/db"})
