@@ -219,6 +219,7 @@ def create_app(
         configs = default_configs(
             provider_env,
             idle_timeout_secs=settings.provider_idle_timeout_secs,
+            first_byte_timeout_secs=settings.provider_first_byte_timeout_secs,
             connect_timeout_secs=settings.provider_connect_timeout_secs,
             max_retries=settings.provider_max_retries,
         )

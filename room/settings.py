@@ -246,6 +246,14 @@ class Settings(BaseModel):
         description="Seconds a model provider's streamed answer may stay silent between two "
         "chunks (there is no total timeout: an answer that keeps arriving is received).",
     )
+    provider_first_byte_timeout_secs: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="Seconds to wait for the first byte of a model provider's answer once the "
+        "request was sent; past it the call fails (`provider_timeout`) and is never sent again "
+        "(the provider may be running it).",
+    )
     provider_connect_timeout_secs: float = Field(
         default=10.0, gt=0, le=600, description="Seconds to connect to a model provider."
     )
@@ -253,8 +261,9 @@ class Settings(BaseModel):
         default=2,
         ge=0,
         le=10,
-        description="Retries of a model request that failed before its answer started to "
-        "arrive (429, 5xx, no connection); a request whose answer was arriving is never retried.",
+        description="Retries of a model request the provider provably never ran: no connection "
+        "was made, or it answered 429, 503 (529) or 408. Nothing else is sent twice: silence "
+        "after the request was sent, another 5xx, a cut connection fail at once.",
     )
     context_tokens: int = Field(
         default=32_000,

@@ -468,3 +468,44 @@ def test_resume_after_a_dropped_connection(chromium: Browser, room_server: RoomS
         person.assert_clean()
     finally:
         person.close()
+
+
+def test_a_failed_delivery_is_retried_from_its_notice(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    """Issue 28, item 5: the failure notice names the member and the next step, and its 重试
+    button asks for the failed delivery again — dispatched once, answered."""
+    project = room_server.create_project(
+        "重试失败的投递", [{"role": "lead", "handle": "alpha", "display_name": "阿尔法"}]
+    )
+    alpha = room_server.members(project)["alpha"]["id"]
+
+    def route(value: str) -> None:
+        room_server.post(
+            f"/api/projects/{project}/routes",
+            {"scope": "member", "target": str(alpha), "value": value, "reason": "测试"},
+        )
+
+    route("openai/missing")
+    sent = room_server.say(project, "@alpha 第一件事")
+    person = sign_in_owner(chromium, room_server)
+    try:
+        person.open_project(project)
+        page = person.page
+        notice = page.locator(".notice-error", has_text="处理消息失败")
+        expect(notice).to_contain_text("@alpha")
+        expect(notice).to_contain_text("下一步")
+        route("builtin/echo")
+        notice.get_by_role("button", name="重试").click()
+        expect(page.locator(".toast", has_text="已重新投递")).to_be_visible()
+        deadline = time.monotonic() + 10
+        while True:
+            [row] = room_server.get(f"/api/messages/{sent['message_id']}")["deliveries"]
+            if row["state"] == "consumed":
+                break
+            assert time.monotonic() < deadline, row
+            time.sleep(0.05)
+        assert row["retries"] == 1
+        person.assert_clean()
+    finally:
+        person.close()

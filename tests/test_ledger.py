@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from room.actions import brakes as brake_actions
 from room.actions import turns as turn_actions
 from room.rules import ledger
 from room.rules.ledger import (
@@ -27,6 +28,7 @@ from room.rules.ledger import (
     waiting_state,
 )
 from room.rules.lifecycle import MemberStatus, ProjectState
+from room.store import brakes as brakes_store
 from room.store.migrate import connect, migrate
 from room.store.schema import MIGRATIONS
 from tests.support.inproc import App, owner_user, running_app
@@ -321,3 +323,45 @@ async def test_reason_codes_reach_the_delivery_frame_and_the_receipts(room: Room
     assert [d["reason_code"] for d in receipts["deliveries"]] == ["provider_error"]
     [row] = room.deliveries(sent["message_id"])
     assert (row["state"], row["reason_code"]) == ("failed", "provider_error")
+
+
+def test_a_brake_holds_its_loop_a_second_trip_adds_to_it_and_a_budget_holds_everyone(
+    tmp_path: Path,
+) -> None:
+    """Issue 28, item 1, in the store: whom a brake holds, and the notices that say so."""
+    with running_app(tmp_path / "data") as app:
+        project_id, members, _ = app.project_with("p", owner_user(app))
+        lead, other = members["lead"].id, members["lead"].id + 100  # other: any member id
+
+        def held(member_id: int) -> bool:
+            return bool(app.call(app.core.db.read, lambda conn: brakes_store.holds_member(
+                conn, project_id, member_id)))  # fmt: skip
+
+        def trip(reason: str, detail: dict[str, Any], who: list[int] | None) -> None:
+            app.write(
+                lambda conn, tx: brake_actions.trip(conn, tx, project_id, reason, detail, who)
+            )
+
+        def notices() -> list[str]:
+            with app.db() as conn:
+                return [r[0] for r in conn.execute(
+                    "SELECT body FROM messages WHERE kind = 'system' AND body LIKE '%制动%'"
+                    " ORDER BY id")]  # fmt: skip
+
+        trip("repetition", {"handle": "lead", "what": "相同的回复"}, [lead])
+        assert (held(lead), held(other)) == (True, False)
+        [first] = notices()
+        assert "@lead" in first and "其他成员照常工作" in first
+        trip("repetition", {"handle": "lead", "what": "相同的回复"}, [lead])
+        assert len(notices()) == 1  # nothing new: no second notice
+        trip("step_limit", {"handle": "x", "max_steps": 3}, [lead, other])
+        assert held(other) and len(notices()) == 2
+        trip("token_budget", {"tokens_used": 10, "budget": 5}, [lead])  # always everyone
+        assert held(lead + 200)
+        assert "全部派发" in notices()[-1] and "预算" in notices()[-1]
+        with app.db() as conn:
+            row = conn.execute("SELECT tripped, held_json FROM project_brakes").fetchone()
+        assert row == ("repetition", None)  # the first reason stands; now the whole project
+        person = next(m for m in members.values() if m.kind == "human")
+        app.call(brake_actions.clear_brake, app.core, project_id, person.id)
+        assert not held(lead) and not held(other)

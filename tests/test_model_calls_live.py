@@ -91,6 +91,33 @@ async def test_a_slow_answer_that_keeps_streaming_is_paid_for_once(
         server.stop()
 
 
+async def test_a_first_byte_slower_than_its_timeout_reaches_the_provider_once(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    """Issue 28, item 3, end to end: the provider is slow to start answering; the request it
+    received is not sent again. The call is recorded failed with its one attempt, and the
+    room is told."""
+    server = start_with_openai(
+        tmp_path / "data", llm, ROOM_PROVIDER_FIRST_BYTE_TIMEOUT_SECS="0.5",
+        ROOM_PROVIDER_MAX_RETRIES="2",
+    )  # fmt: skip
+    try:
+        room = Room(server, llm)
+        room.route("lead")
+        llm.push(openai_text("太晚了", delay_secs=3.0), openai_text("不该被请求"))
+        room.say("@lead 慢慢来")
+        await eventually(lambda: calls(room))
+        await anyio.sleep(1.0)  # a resend would have come by now
+        assert (len(llm.chat_requests), llm.remaining) == (1, 1)
+        assert calls(room) == [(0, "provider_timeout", 1, 0, 0, 0)]
+        totals = usage(room)
+        assert (totals["requests"], totals["attempts"], totals["failed_requests"]) == (1, 1, 1)
+        notices = [m["body"] for m in room.messages() if m["kind"] == "system"]
+        assert any("provider_timeout" in n and "@lead" in n for n in notices), notices
+    finally:
+        server.stop()
+
+
 async def test_failed_and_retried_calls_are_recorded_with_their_attempts(
     tmp_path: Path, llm: OpenAIServer
 ) -> None:
@@ -98,7 +125,7 @@ async def test_failed_and_retried_calls_are_recorded_with_their_attempts(
     try:
         room = Room(server, llm)
         room.route("lead")
-        llm.push(error(503, "overloaded"), error(502), openai_text("第三次才成功"))
+        llm.push(error(503, "overloaded"), error(429), openai_text("第三次才成功"))
         room.say("@lead 第一件事")
         await eventually(lambda: agent_replies(room, "lead"))
         llm.push(*[error(503, "still overloaded")] * 3, openai_text("not reached"))

@@ -281,17 +281,32 @@ async def test_overloaded_529_is_retried_then_succeeds() -> None:
 
 
 @pytest.mark.anyio
-async def test_gives_up_on_persistent_5xx() -> None:
+async def test_gives_up_on_persistent_overload() -> None:
     sleeps = RecordedSleeps()
-    with AnthropicServer(lambda body: error(500, "internal")) as srv:
+    with AnthropicServer(lambda body: error(529, "Overloaded")) as srv:
         provider = make(srv.base_url, sleeps, max_retries=1)
         try:
             with pytest.raises(ProviderServerError) as caught:
                 await provider.chat(ChatRequest(model="claude-test", messages=OPENING))
         finally:
             await provider.aclose()
-    assert (caught.value.provider, caught.value.status) == ("anthropic", 500)
+    assert (caught.value.provider, caught.value.status) == ("anthropic", 529)
     assert caught.value.details["attempts"] == 2
+
+
+@pytest.mark.anyio
+async def test_a_500_may_have_run_and_is_not_sent_again() -> None:
+    sleeps = RecordedSleeps()
+    with AnthropicServer([error(500, "internal"), anthropic_text("never asked for")]) as srv:
+        provider = make(srv.base_url, sleeps, max_retries=2)
+        try:
+            with pytest.raises(ProviderServerError) as caught:
+                await provider.chat(ChatRequest(model="claude-test", messages=OPENING))
+        finally:
+            await provider.aclose()
+        assert (len(srv.chat_requests), srv.remaining) == (1, 1)
+    assert (caught.value.status, caught.value.details["attempts"]) == (500, 1)
+    assert sleeps.delays == []
 
 
 @pytest.mark.anyio

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from typing import Any
@@ -16,7 +17,7 @@ from room.errors import (
     ProviderServerError,
     ProviderTimeoutError,
 )
-from room.providers import ChatMessage, ChatRequest, ToolCall, ToolSpec, Usage
+from room.providers import CallMeter, ChatMessage, ChatRequest, ToolCall, ToolSpec, Usage
 from room.providers.base import RETRY_AFTER_CAP_SECS
 from room.providers.openai import OpenAIProvider
 from tests.support.llm_servers import (
@@ -219,9 +220,9 @@ async def test_429_is_retried_honouring_retry_after() -> None:
 
 
 @pytest.mark.anyio
-async def test_5xx_and_unreadable_answers_are_retried_with_growing_backoff() -> None:
+async def test_statuses_that_say_nothing_ran_are_resent_with_growing_backoff() -> None:
     sleeps = RecordedSleeps()
-    script = [error(500), raw(200, b"<html>gateway</html>"), error(503), openai_text("ok")]
+    script = [error(503), error(408), error(529, "Overloaded"), openai_text("ok")]
     with OpenAIServer(script) as srv:
         provider = make(srv.base_url, sleeps)
         try:
@@ -233,6 +234,30 @@ async def test_5xx_and_unreadable_answers_are_retried_with_growing_backoff() -> 
     assert 0.25 <= first <= 0.5
     assert 0.5 <= second <= 1.0
     assert 1.0 <= third <= 2.0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [error(500), error(502, "bad gateway"), error(504), raw(200, b"<html>gateway</html>")],
+    ids=["500", "502", "504", "unreadable-200"],
+)
+@pytest.mark.anyio
+async def test_answers_that_do_not_prove_nothing_ran_are_never_sent_again(reply: Any) -> None:
+    """Issue 28, item 3: a 500, a gateway's 502/504 or an unreadable answer may come after the
+    provider ran the request: it fails at once, with the one attempt, and a person decides."""
+    sleeps = RecordedSleeps()
+    with OpenAIServer([reply, openai_text("never asked for")]) as srv:
+        provider = make(srv.base_url, sleeps)
+        meter = CallMeter()
+        try:
+            with pytest.raises(ProviderServerError) as caught:
+                await provider.chat(hello(), meter)
+        finally:
+            await provider.aclose()
+        assert (len(srv.chat_requests), srv.remaining) == (1, 1)
+    err = caught.value
+    assert (err.details["attempts"], meter.attempts, err.retryable) == (1, 1, True)
+    assert sleeps.delays == []
 
 
 @pytest.mark.anyio
@@ -325,20 +350,49 @@ async def test_other_4xx_is_a_request_error_with_the_providers_message() -> None
 
 
 @pytest.mark.anyio
-async def test_a_slow_server_times_out_after_retries() -> None:
+async def test_a_first_byte_slower_than_its_timeout_fails_once_and_is_not_resent() -> None:
+    """Issue 28, item 3: silence after the request was sent is no proof that it never arrived
+    (the provider may be running it, and charging for it): exactly one request reaches it, and
+    the call fails honestly (``provider_timeout``, 1 attempt)."""
     sleeps = RecordedSleeps()
     slow = openai_text("late", delay_secs=2.0)
-    with OpenAIServer([slow, slow]) as srv:
-        provider = make(srv.base_url, sleeps, idle_timeout_secs=0.2, max_retries=1)
+    with OpenAIServer([slow, openai_text("never asked for")]) as srv:
+        provider = make(
+            srv.base_url, sleeps, first_byte_timeout_secs=0.3, idle_timeout_secs=5.0, max_retries=2
+        )
+        meter = CallMeter()
         try:
             with pytest.raises(ProviderTimeoutError) as caught:
-                await provider.chat(hello())
+                await provider.chat(hello(), meter)
         finally:
             await provider.aclose()
-        assert len(srv.chat_requests) == 2
+        assert (len(srv.chat_requests), srv.remaining) == (1, 1)
     err = caught.value
-    assert (err.status, err.retryable, err.details["attempts"]) == (None, True, 2)
-    assert len(sleeps.delays) == 1
+    assert (err.code, err.status, err.retryable) == ("provider_timeout", None, True)
+    assert (err.details["attempts"], meter.attempts, meter.answer_started) == (1, 1, False)
+    assert "no first byte" in err.message and "0.3s" in err.message
+    assert sleeps.delays == []
+
+
+@pytest.mark.anyio
+async def test_the_first_byte_and_the_gaps_between_chunks_have_their_own_timeouts() -> None:
+    """The first byte may take longer than the idle timeout, and once the answer arrives its
+    chunks may be further apart than the first-byte timeout: each bound applies to its phase."""
+    sleeps = RecordedSleeps()
+    late_start = openai_text("慢慢开始", delay_secs=0.8)
+    slow_chunks = dataclasses.replace(openai_text("慢慢地，" * 3), chunk_delay_secs=0.6)
+    with OpenAIServer([late_start, slow_chunks]) as srv:
+        starts_late = make(srv.base_url, sleeps, first_byte_timeout_secs=3.0, idle_timeout_secs=0.4)
+        spaced = make(srv.base_url, sleeps, first_byte_timeout_secs=0.4, idle_timeout_secs=3.0)
+        try:
+            first = await starts_late.chat(hello())
+            second = await spaced.chat(hello())
+        finally:
+            await starts_late.aclose()
+            await spaced.aclose()
+        assert len(srv.chat_requests) == 2
+    assert (first.text, first.attempts) == ("慢慢开始", 1)
+    assert (second.text, second.attempts) == ("慢慢地，" * 3, 1)
 
 
 @pytest.mark.anyio

@@ -11,13 +11,16 @@ sandboxed tests fail (``sandboxed`` is false and commands are refused), they are
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.support.live_room import Room, agent_replies, eventually
@@ -485,3 +488,172 @@ async def test_a_folder_swapped_by_one_agent_never_sends_anothers_read_outside(
     assert outside == [], summary
     assert set(refused) <= {"outside_workspace", "path_missing"}, summary
     assert inside and refused, summary  # the swap really raced the reads
+
+
+# -- 8. a brake holds the loop, not the team (issue 28, item 1) ------------------------------
+
+
+def wait_until(what: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """``what()`` once it is truthy, polled from a model-server thread (not the event loop)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+def last_input(body: dict[str, Any]) -> str:
+    return str(body["messages"][-1]["content"])
+
+
+@pytest.mark.timeout(120)
+async def test_a_brake_holds_the_loop_and_the_work_it_interrupted_resumes_when_cleared(
+    room: Room, scripts: Scripts
+) -> None:
+    """A chatty lead answers an engineer's progress reports with the same line twice: the
+    repetition brake holds the two of them, not the other engineer, who finishes its task while
+    the brake stands. The held engineer's running turn stops at its next step, recorded braked
+    with a notice naming it and its task; once a person clears the brake that turn's prompt is
+    dispatched once more and the engineer finishes from its checkpoint. Short
+    acknowledgements said again and again ("收到。", "收到") trip nothing."""
+    base = f"/api/projects/{room.project}"
+    folder = Path(room.get(base)["project"]["workspace"]["path"])
+    agent(room, "be")
+    agent(room, "fe", "frontend")
+    room.route("lead")
+    be_waits = threading.Event()  # be asked for its next step while the lead answers again
+    progress: list[int] = []
+    again = "@be 请继续，做完再汇报。"
+
+    def lead(body: dict[str, Any]) -> Reply:
+        said = last_input(body)
+        if "你好" in said:
+            return openai_text("收到。" if "一" in said else "收到")
+        if "进度" in said:
+            progress.append(1)
+            if len(progress) == 2:
+                assert be_waits.wait(30)
+            return openai_text(again)
+        return openai_text("好的。")
+
+    scripts.push("lead", *[lead] * 20)
+
+    # Acknowledgements repeated: no brake.
+    def lead_replies(count: int) -> bool:
+        return len(agent_replies(room, "lead")) >= count
+
+    for count, word in enumerate(("一", "二", "三"), start=1):
+        room.say(f"@lead 你好{word}")
+        await eventually(functools.partial(lead_replies, count), timeout=20)
+    assert [r["body"] for r in agent_replies(room, "lead")] == ["收到。", "收到", "收到"]
+    assert room.get(f"{base}/brake")["tripped"] is None
+
+    def brake() -> dict[str, Any]:
+        return dict(room.get(f"{base}/brake"))
+
+    def lead_said_again() -> bool:
+        return any(r["body"] == again for r in agent_replies(room, "lead"))
+
+    def second_report(body: dict[str, Any]) -> Reply:
+        wait_until(lead_said_again)
+        return calls(("p2", "room_send", {"text": "@lead 进度二：接口写了一半"}))
+
+    def write_while_braking(body: dict[str, Any]) -> Reply:
+        be_waits.set()
+        wait_until(lambda: brake()["tripped"])
+        return calls(("w", "fs_write", {"path": "api.txt", "content": "接口的前一半\n"}))
+
+    def resume(body: dict[str, Any]) -> Reply:
+        context = "\n".join(str(m["content"]) for m in body["messages"])
+        assert "被刹车" in context and "api.txt" in context, context[-2000:]
+        return calls(("submit", "room_task_update", {
+            "task": "api", "action": "submit", "summary": "接口写完了", "artifacts": ["api.txt"],
+        }))  # fmt: skip
+
+    scripts.push(
+        "be",
+        start("api"),
+        calls(("p1", "room_send", {"text": "@lead 进度一：开始写接口"})),
+        second_report,
+        write_while_braking,
+        resume,
+        openai_text("api 做完了"),
+    )
+
+    def fe_writes(body: dict[str, Any]) -> Reply:
+        wait_until(lambda: brake()["tripped"])  # works on while the brake stands
+        return calls(("w", "fs_write", {"path": "ui.txt", "content": "界面\n"}))
+
+    fe_submits = {
+        "task": "ui",
+        "action": "submit",
+        "summary": "界面写完了",
+        "artifacts": ["ui.txt"],
+    }
+    scripts.push(
+        "fe",
+        start("ui"),
+        fe_writes,
+        calls(("submit", "room_task_update", fe_submits)),
+        openai_text("ui 做完了，请验收"),
+    )
+    plan(room, ("api", "be"), ("ui", "fe"))
+
+    # The loop is held — the lead and be — and said so; fe is not.
+    held = await eventually(lambda: (b := brake())["tripped"] and b, timeout=40)
+    assert held["tripped"] == "repetition"
+    assert sorted(m["handle"] for m in held["held_members"]) == ["be", "lead"]
+    notices = [m["body"] for m in room.messages() if m["kind"] == "system"]
+    [tripped] = [n for n in notices if "重复制动" in n]
+    assert "@lead" in tripped and "@be" in tripped and "@fe" not in tripped
+    assert "其他成员照常工作" in tripped
+
+    # fe finishes its task while the brake stands.
+    await eventually(lambda: agent_replies(room, "fe"), timeout=30)
+    assert [r["body"] for r in agent_replies(room, "fe")] == ["ui 做完了，请验收"]
+    assert task(room, "ui")["state"] == "in_review"
+    assert scripts.told("fe")["submit"]["ok"] is True
+    assert brake()["tripped"] == "repetition"
+
+    # be's running turn stopped at its next step: braked, named with its task.
+    stopped = await eventually(
+        lambda: [m["body"] for m in room.messages() if "制动打断了 @be" in m["body"]], timeout=30
+    )
+    assert "api" in stopped[0]
+    assert (folder / "api.txt").read_text() == "接口的前一半\n"  # its step ran, then it stopped
+    assert task(room, "api")["state"] == "in_progress"
+    with room.db() as conn:
+        be_turns = conn.execute(
+            "SELECT state FROM turns WHERE member_id = ? ORDER BY id", (room.members["be"]["id"],)
+        ).fetchall()
+    assert [t[0] for t in be_turns] == ["braked"]
+    asked = len(scripts.seen["be"])
+    await anyio.sleep(1.0)
+    assert len(scripts.seen["be"]) == asked  # held: nothing dispatched to it
+
+    # A person clears the brake: be continues from its checkpoint and finishes, once.
+    room.post(f"{base}/brake/clear", {})
+
+    def be_said() -> list[str]:
+        return [r["body"] for r in agent_replies(room, "be")]
+
+    await eventually(lambda: "api 做完了" in be_said(), timeout=30)
+    assert be_said() == ["@lead 进度一：开始写接口", "@lead 进度二：接口写了一半", "api 做完了"]
+    assert scripts.told("be")["submit"]["ok"] is True
+    assert task(room, "api")["state"] == "in_review"
+    cleared = [m["body"] for m in room.messages() if "制动已由人类解除" in m["body"]]
+    assert len(cleared) == 1 and "@be" in cleared[0]
+    await anyio.sleep(1.0)
+    with room.db() as conn:
+        be_turns = conn.execute(
+            "SELECT state, brake_resume FROM turns WHERE member_id = ? ORDER BY id",
+            (room.members["be"]["id"],),
+        ).fetchall()
+        resent = conn.execute(
+            "SELECT count(*) FROM reconciliations WHERE reason LIKE 'the brake that stopped%'"
+        ).fetchone()[0]
+    assert [tuple(t) for t in be_turns] == [("braked", 2), ("completed", 0)]
+    assert resent >= 1  # the prompt it took in, dispatched once more and recorded so
+    assert not scripts.errors

@@ -14,6 +14,7 @@ from room.actions import research as research_actions
 from room.errors import ForbiddenError
 from room.rules.entities import Member
 from room.store import members as members_store
+from room.store import research as research_store
 from tests.support.inproc import App, Team, owner_user, running_app
 
 BUDGET = {"tokens": 5000, "requests": 10, "seconds": 600, "steps": 10}
@@ -102,6 +103,39 @@ def test_only_an_owner_acts_agents_and_members_are_refused(project: Project) -> 
     assert len(refused) == 13
     assert sum(a[2] == "human" for a in refused) == 6
     assert all(a[3] == project.members["lead"].id for a in refused if a[2] == "agent")
+
+
+def test_only_an_owner_settles_a_flowback_into_project_memory(project: Project) -> None:
+    """Issue 28, item 4: accepting a finding writes project memory, so it follows the rule of
+    approval: a plain member is refused (403, structured, audited) and nothing is written."""
+    run = project.propose()
+
+    def finding(conn: Any, tx: Any) -> int:
+        item = research_store.add_item(
+            conn, project_id=project.id, research_id=run["id"], member_id=None,
+            kind="finding", body="配置读了两次", sources=["docs/start.md:3"], now=tx.now,
+        )  # fmt: skip
+        research_store.set_flow(conn, item, "proposed", by=project.members["lead"].id)
+        return item
+
+    item = project.app.write(finding)
+    path = f"/api/research/items/{item}/flowback"
+    for decision in ("accept", "reject"):
+        status, body = project.member("POST", path, {"decision": decision})
+        assert (status, body["error"]["code"]) == (403, "research_not_owner"), body
+        assert "所有者" in body["error"]["message"]
+        assert err(project.agent("POST", path, {"decision": decision})) == (
+            403, "research_people_only")  # fmt: skip
+    facts = project.owner("GET", f"/api/projects/{project.id}/memory")[1]["facts"]
+    assert facts == []
+    refused = [a for a in project.audit() if a[1] == "refused"]
+    assert [a[0] for a in refused if a[2] == "human"] == [
+        "research_flowback_accept", "research_flowback_reject"]  # fmt: skip
+    # The owner's answer is what writes the fact.
+    status, settled = project.owner("POST", path, {"decision": "accept"})
+    assert (status, settled["flow"]) == (200, "accepted"), settled
+    [fact] = project.owner("GET", f"/api/projects/{project.id}/memory")[1]["facts"]
+    assert "配置读了两次" in fact["body"]["text"] and fact["author"]["kind"] == "human"
 
 
 def test_chat_text_saying_i_approve_changes_nothing(project: Project) -> None:

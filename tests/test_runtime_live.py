@@ -332,3 +332,57 @@ async def test_an_external_agents_turns_count_toward_the_loop_brake(room: Room) 
     await agent.send({"type": "consume", "delivery_ids": steered, "mode": "steer"})
     await eventually(lambda: room.deliveries(held["message_id"])[0]["state"] == "consumed")
     assert room.get(f"/api/projects/{room.project}/brake")["tripped"] is None
+
+
+async def test_a_failed_delivery_is_retried_once_by_a_person_and_the_ledger_shows_both(
+    room: Room,
+) -> None:
+    """Issue 28, item 5: a failure notice names the member, the cause in words and the next
+    step; a person asks for the failed delivery again: it is dispatched once, and the ledger
+    keeps the failure and the retry."""
+    room.route("lead")
+    room.llm.push(error(400, "context_length_exceeded: too long"), openai_text("第二次成功"))
+    sent = room.say("@lead 帮忙看看")
+    [notice] = await eventually(
+        lambda: [m for m in room.messages() if m["kind"] == "system" and "失败" in m["body"]]
+    )
+    assert "@lead" in notice["body"] and "provider_request_rejected" in notice["body"]
+    assert "拒绝了这次请求" in notice["body"] and "下一步" in notice["body"]
+    [delivery] = room.deliveries(sent["message_id"])
+    assert delivery["state"] == "failed" and delivery["retries"] == 0
+    assert notice["meta"]["retry"] == [delivery["id"]]
+    path = f"/api/deliveries/{delivery['id']}/retry"
+
+    # An agent that did not send the message may not; an unknown delivery is not found.
+    token = room.server.agent_token("演示项目", "lead")
+    status, body = room.server.request(
+        "POST", path, {}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert (status, body["error"]["code"]) == (403, "not_sender"), body
+    status, body = room.server.request(
+        "POST", "/api/deliveries/999999/retry", {}, headers=room.owner.headers
+    )
+    assert (status, body["error"]["code"]) == (404, "no_delivery"), body
+
+    retried = room.post(path, {})
+    assert retried["delivery"]["state"] == "pending" and retried["delivery"]["retries"] == 1
+    [reply] = await eventually(lambda: agent_replies(room, "lead"))
+    assert reply["body"] == "第二次成功"
+    # Asked again while it is no longer failed: refused, nothing dispatched twice.
+    status, body = room.server.request("POST", path, {}, headers=room.owner.headers)
+    assert (status, body["error"]["code"]) == (409, "delivery_not_failed"), body
+    await anyio.sleep(0.5)
+    assert len(room.llm.chat_requests) == 2
+    [delivery] = room.deliveries(sent["message_id"])
+    assert (delivery["state"], delivery["retries"]) == ("consumed", 1)
+    with room.db() as conn:
+        ledger = conn.execute(
+            "SELECT from_state, to_state, reason FROM reconciliations WHERE delivery_id = ?",
+            (delivery["id"],),
+        ).fetchall()
+        audit = conn.execute(
+            "SELECT count(*) FROM audit_events WHERE action = 'delivery.retry'"
+        ).fetchone()[0]
+    owner = next(m["handle"] for m in room.members.values() if m["kind"] == "human")
+    assert ledger == [("failed", "pending", f"retried by @{owner}")]
+    assert audit == 1

@@ -34,6 +34,7 @@ const timeline = new Timeline($("#timeline"), conn, {
   remove: removeMessage,
   markRequirement,
   clearBrake,
+  retryDeliveries,
 });
 const composer = new Composer($("#composer"), conn, {
   onSent: () => {
@@ -448,6 +449,16 @@ async function markRequirement(message) {
   try {
     await post(`/api/messages/${message.id}/requirement-change`, {});
     toast(t("requirement.done"));
+  } catch (err) {
+    toastError(err);
+  }
+}
+
+/** Ask for failed deliveries again (docs/protocol.md, "Retrying a failed delivery"). */
+async function retryDeliveries(ids) {
+  try {
+    for (const id of ids) await post(`/api/deliveries/${id}/retry`, {});
+    toast(t("delivery.retried"));
   } catch (err) {
     toastError(err);
   }

@@ -257,7 +257,12 @@ function usageView(room, usage) {
 function brakeView(room, brake, owner, done) {
   const limits = brake.limits || {};
   const tripped = brake.tripped;
-  const status = h("p", { class: ["brake-status", tripped ? "is-tripped" : "is-ok"], attrs: { role: "status" }, text: tripped ? t("brake.tripped", { reason: label("brakeReason", tripped) }) : t("brake.ok") });
+  // A brake holds the loop it caught (docs/agents.md, "The loop brake"): say whom, when not everyone.
+  const held = (brake.held_members || []).map((m) => `@${m.handle}`).join("、");
+  const trippedText = held
+    ? t("brake.trippedFor", { reason: label("brakeReason", tripped), who: held })
+    : t("brake.tripped", { reason: label("brakeReason", tripped) });
+  const status = h("p", { class: ["brake-status", tripped ? "is-tripped" : "is-ok"], attrs: { role: "status" }, text: tripped ? trippedText : t("brake.ok") });
   const counters = h("dl", { class: "stats brake-stats" },
     h("dt", { text: t("brake.turns") }), h("dd", { text: `${formatNumber(brake.agent_turns)} / ${formatNumber(limits.agent_turn_cap)}` }),
     h("dt", { text: t("brake.tokens") }), h("dd", { text: `${formatNumber(brake.tokens_used)} / ${limits.token_budget ? formatNumber(limits.token_budget) : t("brake.noBudget")}` }),

@@ -364,7 +364,8 @@ function adjustDialog(room, run, error) {
   });
 }
 
-/** The research view: revisions and everything the sessions recorded, with flowback buttons. */
+/** The research view: revisions and everything the sessions recorded, with flowback buttons for
+ * an owner (accepting a finding writes project memory: the same rule as approval). */
 export async function researchView(room, researchId) {
   const detail = await get(`/api/research/${researchId}`);
   return openDialog({
@@ -374,7 +375,7 @@ export async function researchView(room, researchId) {
     build: () => {
       const items = (detail.items || []).map((item) => {
         const flow = item.flow ? h("span", { class: "badge", dataset: { flow: item.flow }, text: t(`research.flow.${item.flow}`) }) : null;
-        const buttons = item.flow === "proposed" && room.you && mayPost(room.project)
+        const buttons = item.flow === "proposed" && room.you && isOwner(room) && mayPost(room.project)
           ? ["accept", "reject"].map((decision) => h("button", {
             type: "button", class: ["btn", "btn-small", decision === "accept" && "btn-primary"],
             dataset: { action: `flowback-${decision}` }, text: t(`research.flowback.${decision}`),

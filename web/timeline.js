@@ -30,7 +30,7 @@ export class Timeline {
   constructor(el, conn, actions) {
     this.el = el;
     this.conn = conn;
-    this.actions = actions; // {reply(message), mention(memberId), remove(message), markRequirement(message), clearBrake()}
+    this.actions = actions; // {reply(message), mention(memberId), remove(message), markRequirement(message), clearBrake(), retryDeliveries(ids)}
     this.readTimer = null;
     this.pendingRead = null;
     // Leaving the page (reload, close) sends a cursor still waiting for its turn.
@@ -248,8 +248,12 @@ export class Timeline {
   actionsFor(message) {
     const room = this.room;
     if (message.kind === "system") {
+      if (!mayPost(room.project)) return [];
       const tripped = message.meta?.brake && message.meta.brake !== "cleared";
-      return tripped && mayPost(room.project) ? [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }] : [];
+      if (tripped) return [{ id: "clear-brake", label: t("brake.clear"), run: () => this.actions.clearBrake() }];
+      // A failure notice lists the failed deliveries: a person asks for them again (once each).
+      const failed = Array.isArray(message.meta?.retry) ? message.meta.retry : [];
+      return failed.length && room.you ? [{ id: "retry", label: t("delivery.retry"), run: () => this.actions.retryDeliveries(failed) }] : [];
     }
     // Replying, editing, deleting and marking all post into the project: where the server does
     // not offer this viewer `post` (archived, trashed, stopping …), none of them is offered.

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from room.actions.messages import publish_deliveries
+from room.errors import ConflictError, ForbiddenError, NotFoundError
 from room.rules import ledger
+from room.rules.effects import Wake
+from room.rules.entities import Member
 from room.rules.ledger import DeliveryState, Reason
 from room.services import Services
 from room.store import Tx
+from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
+from room.store import projects as projects_store
 from room.store.deliveries import Inbound
 
 _D = DeliveryState
@@ -39,6 +45,32 @@ def set_deliveries(
     )
     reason = detail if detail is not None else ledger.text_of(code)
     publish_deliveries(tx, rows, state, mode, reason, code)
+
+
+def settle_via_unknown(
+    conn: sqlite3.Connection,
+    tx: Tx,
+    ids: Sequence[int],
+    to: DeliveryState,
+    code: Reason,
+    mode: str | None = None,
+    *,
+    why: str,
+) -> None:
+    """Settle rows of a turn that was cut short — by a restart, or by a brake a person then
+    cleared — each through ``unknown`` with two reconcile records (``why``, then ``code``'s
+    text). The one path that may leave ``consumed``: a prompt the turn took in but never
+    answered goes back to wait (``pending``, or ``held`` while its recipient or the project is
+    paused; unbound from the turn), to be dispatched once more."""
+    for delivery_id in ids:
+        before = deliveries_store.state_of(conn, delivery_id)
+        deliveries_store.reconcile_record(conn, delivery_id, before, _D.UNKNOWN, why, tx.now)
+        deliveries_store.reconcile_record(
+            conn, delivery_id, _D.UNKNOWN, to, ledger.REASON_TEXTS[code], tx.now
+        )
+    if to in (_D.PENDING, _D.HELD):
+        deliveries_store.unbind(conn, ids)
+    set_deliveries(conn, tx, ids, to, mode=mode, code=code, allowed_from=ledger.RECONCILE_FROM)
 
 
 def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> Reason | None:
@@ -134,3 +166,68 @@ async def socket_lost(core: Services, member_id: int, handoff: str) -> int:
         return len(ids)
 
     return await core.db.write(job)
+
+
+RETRIED = "retried by {who}"  # the reconcile record of a retry (failed → pending)
+
+
+async def retry_failed(core: Services, actor: Member, delivery_id: int) -> dict[str, Any]:
+    """A person of the project, or the message's sender, asks for a ``failed`` delivery again:
+    it goes back to wait (``pending``, or ``held`` while its recipient or the project is paused)
+    and is dispatched once more — once: a second request finds it no longer failed
+    (``delivery_not_failed``, 409). The retry is recorded in the ledger's reconciliations
+    (``failed → pending``, "retried by @handle") and the audit log."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        row = deliveries_store.retry_facts(conn, delivery_id)
+        if row is None or row["project_id"] != actor.project_id:
+            raise NotFoundError("no such delivery", code="no_delivery")
+        if actor.kind != "human" and row["author_id"] != actor.id:
+            raise ForbiddenError(
+                "only a person, or the message's sender, retries a delivery", code="not_sender"
+            )
+        if row["state"] != _D.FAILED:
+            raise ConflictError(
+                f"only a failed delivery is retried; this one is {row['state']}",
+                code="delivery_not_failed",
+                state=row["state"],
+            )
+        if row["deleted"]:
+            raise ConflictError("the message was deleted", code="message_deleted")
+        projects_store.require_open(conn, actor.project_id)  # archived and trashed: read-only
+        blocker = dispatch_blocker(conn, row["recipient_id"])
+        if blocker is Reason.RECIPIENT_LEFT:
+            raise ConflictError("the recipient left the project", code="recipient_left")
+        to = ledger.waiting_state(blocker)
+        who = f"@{actor.handle}"
+        deliveries_store.reconcile_record(
+            conn, delivery_id, _D.FAILED, to, RETRIED.format(who=who), tx.now
+        )
+        deliveries_store.unbind(conn, [delivery_id])
+        set_deliveries(
+            conn, tx, [delivery_id], to, code=Reason.RETRY_REQUESTED, allowed_from=ledger.RETRY_FROM
+        )
+        audit_store.record(
+            conn,
+            now=tx.now,
+            actor_kind=actor.kind,
+            actor_id=actor.id,
+            project_id=actor.project_id,
+            action="delivery.retry",
+            outcome="ok",
+            detail={"delivery_id": delivery_id, "to": to.value, "was": row["reason_code"]},
+        )
+        tx.emit(Wake(actor.project_id, (row["recipient_id"],)))
+        return {
+            "delivery": {
+                "id": delivery_id,
+                "message_id": row["message_id"],
+                "recipient_id": row["recipient_id"],
+                "state": to.value,
+                "reason_code": Reason.RETRY_REQUESTED.value,
+                "retries": deliveries_store.retries(conn, delivery_id),
+            }
+        }
+
+    result: dict[str, Any] = await core.db.write(job)
+    return result

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from room.actions import checkpoints
-from room.actions.deliveries import set_deliveries
+from room.actions.deliveries import set_deliveries, settle_via_unknown
 from room.actions.notices import insert_notice
 from room.actions.turns import final_txn
-from room.rules.ledger import REASON_TEXTS, RECONCILE_FROM, DeliveryState, Reason
+from room.rules.ledger import DeliveryState, Reason
 from room.store import Tx
 from room.store import checkpoints as checkpoints_store
 from room.store import deliveries as deliveries_store
+from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import turns as turns_store
 
@@ -62,16 +63,7 @@ def via_unknown(
     mode: str | None = None,
 ) -> None:
     """Settle rows caught by the restart, each through ``unknown`` with reconcile records."""
-    for delivery_id in ids:
-        before = deliveries_store.state_of(conn, delivery_id)
-        deliveries_store.reconcile_record(conn, delivery_id, before, _D.UNKNOWN, "restart", tx.now)
-        deliveries_store.reconcile_record(
-            conn, delivery_id, _D.UNKNOWN, to, REASON_TEXTS[code], tx.now
-        )
-    if to is _D.PENDING:
-        deliveries_store.unbind(conn, ids)
-    # The one path that may leave 'consumed': a turn the crash cut short is settled here.
-    set_deliveries(conn, tx, ids, to, mode=mode, code=code, allowed_from=RECONCILE_FROM)
+    settle_via_unknown(conn, tx, ids, to, code, mode, why="restart")
 
 
 def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
@@ -103,11 +95,15 @@ def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> No
         if side_effects:
             via_unknown(conn, tx, ids, _D.FAILED, Reason.RESTART_AFTER_EFFECT)
             report.failed += len(ids)
+            member = members_store.get(conn, member_id)
+            who = f"@{member.handle}" if member is not None else "一位成员"
             text = (
-                f"⚠️ 服务器重启打断了一轮已产生动作的工作（第 {turn_id} 轮），为避免重复不会自动重跑；"
-                "如需继续，请重新 @ 该成员。"
+                f"⚠️ 服务器重启打断了 {who} 一轮已产生动作的工作（第 {turn_id} 轮），"
+                "为避免重复不会自动重跑。下一步：看过它已做的事后，点这条通知上的「重试」，"
+                "或重新 @ 它。"
             )
-            insert_notice(conn, tx, project_id, text, {"turn_id": turn_id})
+            meta = {"turn_id": turn_id, "member_id": member_id, "retry": ids}
+            insert_notice(conn, tx, project_id, text, meta)
             report.notices.append(text)
         else:
             turns_store.supersede_turn_transcript(conn, turn_id)

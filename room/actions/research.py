@@ -721,13 +721,22 @@ def propose_flowback(
 async def settle_flowback(
     core: Services, member: Member, item_id: int, decision: str
 ) -> dict[str, Any]:
-    """A person accepts (the finding becomes a fact in the project memory, written by that person,
-    its sources kept) or rejects a proposed flowback."""
+    """An owner accepts (the finding becomes a fact in the project memory, written by that
+    person, its sources kept) or rejects a proposed flowback. It changes project memory, so it
+    follows the rule of approval: a person who owns the project, anyone else is refused
+    (``research_not_owner``, audited) before the item is read."""
+    if member.is_human:
+        try:
+            _owner(member)
+        except ForbiddenError as exc:
+            await refused(core, member, None, f"flowback_{decision}", exc.code, item_id=item_id)
+            raise
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         if not member.is_human:
             raise ForbiddenError("只有人可以确认 (Only a person accepts.)",
                                  code="research_people_only")  # fmt: skip
+        _owner(member)  # checked again in the write: ownership may have changed meanwhile
         found = research_store.item(conn, item_id)
         if found is None:
             raise NotFoundError(f"没有条目 {item_id} (No item {item_id}.)", code="not_found")

@@ -120,7 +120,7 @@ async def begin_turn(core: Services, member_id: int, cap: int) -> TurnStart:
         ids = deliveries_store.pending_of(conn, member_id, 1, unoffered=False)
         if not ids:
             return TurnStart(None)
-        if not brake_actions.count_turn(conn, tx, project_id, cap):
+        if not brake_actions.count_turn(conn, tx, project_id, member_id, cap):
             return TurnStart(None, blocked=Reason.LOOP_BRAKE)
         inbound = claim(conn, tx, member_id)
         turn_id = turns_store.insert_turn(
@@ -188,7 +188,7 @@ async def confirm_external(
         if own and state is _D.CONSUMED and mode != "steer" and turn_cap is not None:
             member = members_store.get(conn, member_id)
             if member is not None:
-                brake_actions.count_external_turn(conn, tx, member.project_id, turn_cap)
+                brake_actions.count_external_turn(conn, tx, member.project_id, member_id, turn_cap)
         return own
 
     return await core.db.write(job)
@@ -413,13 +413,17 @@ async def end_turn(
     notice: str | None,
     brake: tuple[str, dict[str, Any]] | None = None,
     unanswered: str = "fail",
+    interrupted: bool = False,
 ) -> None:
     """End a turn that did not complete. Deliveries it took but no model answered: with
     ``unanswered="fail"`` they become ``failed`` with ``code`` (the work itself failed: the
     provider refused, a person stopped it); with ``"release"`` they go back to wait
     (``held``/``pending``, see :func:`room.actions.deliveries.release`), as when a project pause
     or a brake stopped the turn before they were seen; ``"release_if_closed"`` releases when the
-    project is no longer active and fails otherwise. A notice, if any, says so in the room."""
+    project is no longer active and fails otherwise. A notice, if any, says so in the room.
+    ``brake`` trips the brake for this member's own turn (it holds the member); ``interrupted``
+    records a turn the brake stopped to resume it when a person clears the brake
+    (:func:`room.actions.brakes.interrupted`)."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> None:
         open_ids = [d for d, s in deliveries_store.of_turn(conn, turn_id) if s == _D.DELIVERED]
@@ -430,17 +434,64 @@ async def end_turn(
             release(conn, tx, member_id, open_ids, code, detail)
         else:
             set_deliveries(conn, tx, open_ids, _D.FAILED, code=code, detail=detail)
+        failed = [] if mode == "release" else open_ids
         error = detail if detail is not None else ledger.text_of(code)
         turns_store.update_turn(
             conn, turn_id, state=state, steps=steps, error=error, ended_at=tx.now
         )
         checkpoints.record(conn, tx, turn_id, "end", state=state, blocked=detail or "")
         if brake is not None:
-            brake_actions.trip(conn, tx, project_id, brake[0], brake[1])
+            brake_actions.trip(conn, tx, project_id, brake[0], brake[1], held=(member_id,))
+        if interrupted:
+            brake_actions.interrupted(conn, tx, project_id, member_id, turn_id, steps)
         if notice:
-            insert_notice(conn, tx, project_id, notice, {"turn_id": turn_id, "state": state})
+            meta: dict[str, Any] = {"turn_id": turn_id, "state": state, "member_id": member_id}
+            if failed:
+                meta["retry"] = failed  # the failed deliveries a person may ask for again
+            insert_notice(conn, tx, project_id, notice, meta)
 
     await core.db.write(job)
+
+
+#: What each failure of a model call means, in words, and what to do next (the notice names the
+#: member too). A failed delivery can be asked for again: ``POST /api/deliveries/{id}/retry``.
+FAILURE_WORDS: Mapping[str, tuple[str, str]] = {
+    "provider_timeout": (
+        "模型服务没有在限定时间内开始回答（请求已送达，为免重复计费没有重发）",
+        "稍后点「重试」；反复出现时请检查模型服务，或调大 provider_first_byte_timeout_secs",
+    ),
+    "provider_rate_limited": (
+        "模型服务限流（请求太多或额度用尽）",
+        "稍等片刻后点「重试」，或检查账户额度",
+    ),
+    "provider_server_error": (
+        "模型服务出错或连接中断",
+        "稍后点「重试」；持续出现时检查模型服务的状态",
+    ),
+    "provider_auth": (
+        "模型服务拒绝了凭据（API key 缺失或无效）",
+        "请管理员配置正确的 API key，然后点「重试」",
+    ),
+    "provider_request_rejected": (
+        "模型服务拒绝了这次请求（例如上下文太长或参数不被接受）",
+        "换一个模型路由，或缩短消息后点「重试」",
+    ),
+    "internal": (
+        "服务器内部出错",
+        "点「重试」；持续出现时请管理员查看服务器日志",
+    ),
+}
+_UNKNOWN_FAILURE = ("模型调用失败", "点「重试」，或请管理员查看服务器日志")
+
+
+def failure_notice(handle: str, code: str, where: str = "") -> str:
+    """The room's notice of a turn that failed: the member, the cause in words (and its code),
+    and the next step."""
+    cause, next_step = FAILURE_WORDS.get(code, _UNKNOWN_FAILURE)
+    return (
+        f"⚠️ @{handle} 处理消息失败{where}：{cause}（{code}）。"
+        f"下一步：{next_step}（「重试」在这条通知上）。"
+    )
 
 
 def final_txn(turn_id: int) -> str:

@@ -52,6 +52,7 @@ from room.providers import (
     ChatResult,
     ProviderRegistry,
 )
+from room.rules import brakes as brake_rules
 from room.rules.attachments import with_attachments
 from room.rules.entities import Member
 from room.rules.ledger import Reason
@@ -167,7 +168,7 @@ class Turn:
                 "failed",
                 Reason.TURN_FAILED,
                 f"internal error: {type(exc).__name__}",
-                notice=f"⚠️ @{self.member.handle} 的这一轮出错了，消息未处理。",
+                notice=turn_actions.failure_notice(self.member.handle, "internal"),
             )
             return TurnOutcome("failed", self.steps)
 
@@ -180,11 +181,16 @@ class Turn:
             if self.stop_requested:
                 await self._end("cancelled", Reason.TURN_STOPPED, unanswered="release_if_closed")
                 return TurnOutcome("cancelled", step - 1)
-            if step > 1 and await brake_tripped(self.core, self.member.project_id):
-                # The brake (a token budget, another agent's loop) is a hard stop: no further
-                # model request from this turn.
+            if step > 1 and await brake_holds(self.core, self.member):
+                # A brake that holds this member (a token budget, a loop it is in) is a hard
+                # stop: no further model request from this turn. It resumes from its
+                # checkpoint when a person clears the brake.
                 await self._end(
-                    "braked", Reason.LOOP_BRAKE, "loop brake tripped", unanswered="release"
+                    "braked",
+                    Reason.LOOP_BRAKE,
+                    "loop brake tripped",
+                    unanswered="release",
+                    interrupted=True,
                 )
                 return TurnOutcome("braked", step - 1, look_again=False)
             result = await self._call(messages, toolbox, limits)
@@ -431,8 +437,9 @@ class Turn:
                 "failed",
                 Reason.PROVIDER_ERROR,
                 f"{exc.code}: {exc.message}"[:300],
-                notice=f"⚠️ @{self.member.handle} 调用模型 {route.model_id} 失败（{exc.code}），"
-                "消息未处理。",
+                notice=turn_actions.failure_notice(
+                    self.member.handle, exc.code, f"（模型 {route.model_id}）"
+                ),
             )
             return None
         finally:
@@ -502,12 +509,14 @@ class Turn:
         await turn_actions.complete_turn(
             self.core, self.member.id, self.turn_id, self.steps, reply_id, text
         )
-        if await repeats_itself(self.core, self.member, text, reply_id):
-            await brake_actions.trip_brake(
+        repeated = await repeats_itself(self.core, self.member, text, reply_id)
+        if repeated and reply_id is not None:
+            await brake_actions.trip_repetition(
                 self.core,
                 self.member.project_id,
-                "repetition",
+                self.member.id,
                 {"handle": self.member.handle, "what": "相同的回复"},
+                [reply_id, *repeated],
             )
         return TurnOutcome("completed", self.steps, reply_id, body)
 
@@ -520,6 +529,7 @@ class Turn:
         notice: str | None = None,
         brake: tuple[str, dict[str, Any]] | None = None,
         unanswered: str = "fail",
+        interrupted: bool = False,
     ) -> None:
         await turn_actions.end_turn(
             self.core,
@@ -533,6 +543,7 @@ class Turn:
             notice=notice,
             brake=brake,
             unanswered=unanswered,
+            interrupted=interrupted,
         )
 
 
@@ -562,9 +573,13 @@ def _metered(call: turn_actions.ModelCall, meter: CallMeter) -> None:
     call.usage_reported = meter.usage is not None
 
 
-async def brake_tripped(core: Services, project_id: int) -> bool:
-    brake = await core.db.read(lambda conn: brakes_store.brake(conn, project_id))
-    return brake["tripped"] is not None
+async def brake_holds(core: Services, member: Member) -> bool:
+    """Whether the project's brake holds ``member`` (the whole project, or a loop it is in)."""
+    return bool(
+        await core.db.read(
+            lambda conn: brakes_store.holds_member(conn, member.project_id, member.id)
+        )
+    )
 
 
 async def route_for(core: Services, member: Member) -> ResolvedRoute:
@@ -573,23 +588,29 @@ async def route_for(core: Services, member: Member) -> ResolvedRoute:
     return resolve_config(config, member)
 
 
-async def repeats_itself(core: Services, member: Member, text: str, reply_id: int | None) -> bool:
-    """The same final answer as one of the member's last three messages."""
+async def repeats_itself(
+    core: Services, member: Member, text: str, reply_id: int | None
+) -> list[int]:
+    """The member's last three messages its final answer repeats (their ids; empty when none
+    does). A short acknowledgement ("收到。", "ok") is not a repetition
+    (:func:`room.rules.brakes.is_acknowledgement`): a team says it again and again."""
+    if not text.strip() or brake_rules.is_acknowledgement(text):
+        return []
     project_id = member.project_id
 
-    def read(conn: Any) -> list[str]:
+    def read(conn: Any) -> list[tuple[int, str]]:
         return [
-            str(r[0])
+            (int(r[0]), str(r[1]))
             for r in conn.execute(
-                "SELECT body FROM messages WHERE project_id = :p AND author_id = :m"
-                " AND id != :r AND deleted_at IS NULL ORDER BY seq DESC LIMIT 3",
+                "SELECT id, body FROM messages WHERE project_id = :p AND author_id = :m"
+                " AND id != :r AND deleted_at IS NULL AND kind = 'chat'"
+                " ORDER BY seq DESC LIMIT 3",
                 {"p": project_id, "m": member.id, "r": reply_id or 0},
             )
         ]
 
     recent = await core.db.read(read)
-    normal = " ".join(text.split())
-    return bool(normal) and any(" ".join(r.split()) == normal for r in recent)
+    return [i for i, body in recent if brake_rules.same_answer(body, text)]
 
 
 def resolve_config(

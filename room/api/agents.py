@@ -241,9 +241,19 @@ async def get_brake(request: Request) -> Response:
     await member_in(core, who, project_id)
     brake = await core.db.read(lambda conn: brakes_store.brake(conn, project_id))
     limits = await turn_actions.limits(core, project_id)
+    roster = await core.rosters.get(project_id)
+    held = brake["held"]
     return JSONResponse(
         {
             **brake,
+            # Whom the brake holds: null while it is clear or when it holds the whole project.
+            "held_members": None
+            if held is None
+            else [
+                {"id": m.id, "handle": m.handle}
+                for m in (roster.member(i) for i in held)
+                if m is not None
+            ],
             "limits": {
                 "agent_turn_cap": limits.agent_turn_cap,
                 "token_budget": limits.token_budget,

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
 from room.actions import reactions as reaction_actions
 from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
@@ -135,6 +136,22 @@ async def message_detail(request: Request) -> Response:
     )
 
 
+async def retry_delivery(request: Request) -> Response:
+    """Ask for a failed delivery again (docs/protocol.md, "Retrying a failed delivery"): a
+    person of its project, or the message's sender; it is dispatched once more."""
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    delivery_id = path_id(request, "delivery_id")
+    facts = await core.db.read(lambda conn: deliveries_store.retry_facts(conn, delivery_id))
+    if facts is None:
+        raise NotFoundError("no such delivery", code="no_delivery")
+    try:
+        member = await member_in(core, who, int(facts["project_id"]))
+    except NotFoundError:
+        raise NotFoundError("no such delivery", code="no_delivery") from None
+    return JSONResponse(await delivery_actions.retry_failed(core, member, delivery_id))
+
+
 class ReactionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     emoji: str = Field(min_length=1, max_length=64)
@@ -160,4 +177,5 @@ endpoints = [
     Route("/api/projects/{project_id:int}/messages", post_message, methods=["POST"]),
     Route("/api/messages/{message_id:int}", message_detail),
     Route("/api/messages/{message_id:int}/reactions", post_reaction, methods=["POST"]),
+    Route("/api/deliveries/{delivery_id:int}/retry", retry_delivery, methods=["POST"]),
 ]

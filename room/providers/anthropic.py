@@ -31,6 +31,7 @@ import httpx
 from room.providers.base import (
     CATALOGUE_TIMEOUT_SECS,
     CONNECT_TIMEOUT_SECS,
+    FIRST_BYTE_TIMEOUT_SECS,
     IDLE_TIMEOUT_SECS,
     MAX_RETRIES,
     STOP_END_TURN,
@@ -276,6 +277,7 @@ class AnthropicProvider:
         key_required: bool = True,
         key_env: str | None = None,
         idle_timeout_secs: float = IDLE_TIMEOUT_SECS,
+        first_byte_timeout_secs: float = FIRST_BYTE_TIMEOUT_SECS,
         connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
         max_retries: int = MAX_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -296,6 +298,7 @@ class AnthropicProvider:
             headers=headers,
             secret=api_key,
             idle_timeout_secs=idle_timeout_secs,
+            first_byte_timeout_secs=first_byte_timeout_secs,
             connect_timeout_secs=connect_timeout_secs,
             max_retries=max_retries,
             transport=transport,

@@ -5,18 +5,32 @@ translates them to and from its own JSON and sends it through :class:`JsonCaller
 timeout, retry and error policy shared by every HTTP provider.
 
 Chat answers are **streamed** (server-sent events): the connection is given
-``connect_timeout_secs`` and then at most ``idle_timeout_secs`` of silence between two chunks —
-there is no total timeout, so a slow answer that keeps arriving is received once. Once a 2xx
-answer has started to arrive the request is **never retried** (the provider is generating, and
-charging, for it); a failure then raises at once, with the usage the stream had reported.
+``connect_timeout_secs``, the answer's first byte (its response headers) at most
+``first_byte_timeout_secs`` once the request was written, and then at most ``idle_timeout_secs``
+of silence between two chunks — there is no total timeout, so a slow answer that keeps arriving
+is received once.
+
+**No request is sent twice without proof that the first never ran.** A request is sent again
+only when the connection failed before any of it was written (``httpx.ConnectError`` — refused,
+unreachable, TLS —, ``ConnectTimeout``, ``PoolTimeout``) or when the provider answered with a
+status that says it did not run it (429, 503, Anthropic's 529 "overloaded", 408 "the request
+did not arrive in time"). Everything else after the request was written fails at once, with the
+attempts made: silence before the first byte (``provider_timeout``, 1 attempt), a connection
+cut before or during the answer, another 5xx (500, 502, 504: the provider, or a gateway's
+upstream, may have run it), an unreadable answer. Such a failure is still ``retryable`` (trying
+later may work): a person decides.
 
 =============================  =========  ==========================================
-answer (before it arrives)     retried?   raised when given up
+answer (before it arrives)     resent?    raised when given up
 =============================  =========  ==========================================
 401, 403                       no         :class:`~room.errors.ProviderAuthError`
 429                            yes (1)    :class:`~room.errors.ProviderRateLimitError`
-408, timeout                   yes        :class:`~room.errors.ProviderTimeoutError`
-5xx, connection failure,       yes        :class:`~room.errors.ProviderServerError`
+408                            yes        :class:`~room.errors.ProviderTimeoutError`
+no first byte in time          no         :class:`~room.errors.ProviderTimeoutError`
+503, 529                       yes        :class:`~room.errors.ProviderServerError`
+connection not made            yes        :class:`~room.errors.ProviderServerError`
+                               (2)
+other 5xx, connection cut,     no         :class:`~room.errors.ProviderServerError`
 unreadable JSON or shape
 other 4xx                      no         :class:`~room.errors.ProviderRequestError`
 =============================  =========  ==========================================
@@ -24,6 +38,7 @@ other 4xx                      no         :class:`~room.errors.ProviderRequestEr
 (1) ``Retry-After`` (seconds or HTTP date) or ``retry-after-ms`` is honoured exactly; when it
 asks for more than :data:`RETRY_AFTER_CAP_SECS` the caller gives up at once instead of sleeping
 through a turn. Without it, waits grow exponentially with jitter.
+(2) A connect error, connect timeout or pool timeout: no byte of the request was written.
 
 While an answer arrives: silence past the idle timeout is a ``ProviderTimeoutError``; a
 connection cut, an unreadable event, an ``error`` event or a stream that ends before its last
@@ -83,6 +98,7 @@ RETRY_MAX_BACKOFF_SECS = 8.0
 RETRY_AFTER_CAP_SECS = 20.0
 CATALOGUE_TIMEOUT_SECS = 10.0
 IDLE_TIMEOUT_SECS = 120.0  # the defaults of the server's provider_* settings
+FIRST_BYTE_TIMEOUT_SECS = 120.0
 CONNECT_TIMEOUT_SECS = 10.0
 MAX_RETRIES = 2
 ERROR_TEXT_MAX_CHARS = 300
@@ -361,7 +377,14 @@ class _Failure:
     retry_after: float | None = None
     started: bool = False  # the answer had started to arrive: never retried
     usage: Usage | None = None
+    unsent: bool = False  # proof the provider never ran it (not connected, 429/503): resent
 
+
+# Statuses that say the provider did not run the request, so it may be sent again: rate limited,
+# unavailable / overloaded (Anthropic's 529), and 408 (the request did not arrive in time).
+NOT_RUN_STATUSES = frozenset({408, 429, 503, 529})
+# Failures before any byte of the request was written: no connection was made.
+_UNSENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 _STREAM_ERROR_KINDS: dict[str, type[ProviderError]] = {
     "rate_limit_error": ProviderRateLimitError,
@@ -392,10 +415,12 @@ class JsonCaller:
         transport: httpx.AsyncBaseTransport | None,
         sleep: Sleep,
         rng: random.Random | None = None,
+        first_byte_timeout_secs: float = FIRST_BYTE_TIMEOUT_SECS,
     ) -> None:
         self.provider = provider
         self._secret = secret
         self._idle_secs = idle_timeout_secs
+        self._first_byte_secs = first_byte_timeout_secs
         self._max_retries = max_retries
         self._sleep = sleep
         self._rng = rng or random.Random()
@@ -403,6 +428,14 @@ class JsonCaller:
         self._timeout = httpx.Timeout(
             connect=connect_timeout_secs,
             read=idle_timeout_secs,
+            write=idle_timeout_secs,
+            pool=connect_timeout_secs,
+        )
+        # A streamed request waits for its first byte (the response headers) with this read
+        # timeout; once they arrived the idle timeout takes over (see _stream_attempt).
+        self._first_byte_timeout = httpx.Timeout(
+            connect=connect_timeout_secs,
+            read=first_byte_timeout_secs,
             write=idle_timeout_secs,
             pool=connect_timeout_secs,
         )
@@ -465,7 +498,8 @@ class JsonCaller:
                 latency_ms = (time.perf_counter() - started) * 1000
                 return Outcome(value=result[0], attempts=attempt, latency_ms=latency_ms)
             failure = result
-            if failure.started or not failure.retryable or attempt > retries:
+            if failure.started or not failure.unsent or attempt > retries:
+                # Only a request the provider provably never ran is sent again.
                 raise self._error(failure, attempt)
             if failure.retry_after is not None:
                 if failure.retry_after > RETRY_AFTER_CAP_SECS:
@@ -497,6 +531,10 @@ class JsonCaller:
                 response = await self._client.request(
                     method, path, json=body, params=params, timeout=limit_secs
                 )
+        except _UNSENT_ERRORS as exc:
+            return _Failure(
+                ProviderServerError, None, f"connection failed: {exc}", True, unsent=True
+            )
         except (httpx.TimeoutException, TimeoutError):
             return _Failure(ProviderTimeoutError, None, f"no answer within {limit_secs:g}s", True)
         except httpx.TransportError as exc:
@@ -523,7 +561,14 @@ class JsonCaller:
             return _Failure(error_type, status, summary, True, started=started, usage=meter.usage)
 
         try:
-            async with self._client.stream("POST", path, json=body) as response:
+            async with self._client.stream(
+                "POST", path, json=body, timeout=self._first_byte_timeout
+            ) as response:
+                # The first byte arrived: from here on the idle timeout bounds each read of the
+                # answer (httpcore reads the request's timeouts when the body is first read).
+                timeouts = response.request.extensions.get("timeout")
+                if isinstance(timeouts, dict):
+                    timeouts["read"] = self._idle_secs
                 status = response.status_code
                 if not 200 <= status < 300:
                     await response.aread()
@@ -555,13 +600,26 @@ class JsonCaller:
                 if not decoder.complete():
                     return cut(ProviderServerError, "the answer ended before its last event")
                 return (decoder.answer(),)
+        except _UNSENT_ERRORS as exc:
+            return _Failure(
+                ProviderServerError, None, f"connection failed: {exc}", True, unsent=True
+            )
         except (httpx.TimeoutException, TimeoutError):
             if started:
                 return cut(
                     ProviderTimeoutError, f"the answer stopped: no data for {self._idle_secs:g}s"
                 )
+            if status is None:
+                # The request was written and nothing came back: it may be running; not resent.
+                return _Failure(
+                    ProviderTimeoutError,
+                    None,
+                    f"no first byte of the answer within {self._first_byte_secs:g}s after the "
+                    "request was sent (not sent again: the provider may be running it)",
+                    True,
+                )
             return _Failure(
-                ProviderTimeoutError, None, f"no answer within {self._idle_secs:g}s", True
+                ProviderTimeoutError, status, f"no answer within {self._idle_secs:g}s", True
             )
         except StreamErrorEvent as exc:
             error_type = _STREAM_ERROR_KINDS.get(exc.kind, ProviderServerError)
@@ -572,7 +630,8 @@ class JsonCaller:
         except httpx.TransportError as exc:
             if started:
                 return cut(ProviderServerError, f"the answer was cut off: {exc}")
-            return _Failure(ProviderServerError, None, f"connection failed: {exc}", True)
+            # Connected and (at least partly) written: the provider may have the request.
+            return _Failure(ProviderServerError, status, f"connection lost: {exc}", True)
         except httpx.RequestError as exc:
             return cut(ProviderServerError, f"unreadable answer: {exc}")
 
@@ -581,15 +640,25 @@ class JsonCaller:
         text = self._scrub(error_text(response))
         if status in (401, 403):
             return _Failure(ProviderAuthError, status, f"credentials refused: {text}", False)
+        unsent = status in NOT_RUN_STATUSES
         if status == 429:
             retry_after = parse_retry_after(response.headers, datetime.now(UTC))
             return _Failure(
-                ProviderRateLimitError, status, f"rate limited: {text}", True, retry_after
+                ProviderRateLimitError,
+                status,
+                f"rate limited: {text}",
+                True,
+                retry_after,
+                unsent=True,
             )
         if status == 408:
-            return _Failure(ProviderTimeoutError, status, f"request timeout: {text}", True)
+            return _Failure(
+                ProviderTimeoutError, status, f"request timeout: {text}", True, unsent=True
+            )
         if status >= 500:
-            return _Failure(ProviderServerError, status, f"server error: {text}", True)
+            return _Failure(
+                ProviderServerError, status, f"server error: {text}", True, unsent=unsent
+            )
         return _Failure(ProviderRequestError, status, f"request rejected: {text}", False)
 
     def _scrub(self, text: str) -> str:

@@ -47,7 +47,13 @@ from room.errors import (
     ProviderRequestError,
 )
 from room.providers.anthropic import DEFAULT_ANTHROPIC_BASE_URL, AnthropicProvider
-from room.providers.base import CONNECT_TIMEOUT_SECS, IDLE_TIMEOUT_SECS, MAX_RETRIES, Provider
+from room.providers.base import (
+    CONNECT_TIMEOUT_SECS,
+    FIRST_BYTE_TIMEOUT_SECS,
+    IDLE_TIMEOUT_SECS,
+    MAX_RETRIES,
+    Provider,
+)
 from room.providers.echo import ECHO_MODEL, EchoProvider
 from room.providers.openai import DEFAULT_OPENAI_BASE_URL, OpenAIProvider
 
@@ -70,6 +76,9 @@ class ProviderConfig(pydantic.BaseModel):
     models: list[str] = []  # used when the server offers no catalogue
     # Seconds of silence allowed between two chunks of an answer (there is no total timeout).
     idle_timeout_secs: float = pydantic.Field(default=IDLE_TIMEOUT_SECS, gt=0)
+    # Seconds to wait for an answer's first byte once the request was sent; past it the call
+    # fails (provider_timeout) and is not sent again.
+    first_byte_timeout_secs: float = pydantic.Field(default=FIRST_BYTE_TIMEOUT_SECS, gt=0)
     connect_timeout_secs: float = pydantic.Field(default=CONNECT_TIMEOUT_SECS, gt=0)
     max_retries: int = pydantic.Field(default=MAX_RETRIES, ge=0, le=10)
     label: str | None = None
@@ -99,6 +108,7 @@ def default_configs(
     env: Mapping[str, str],
     *,
     idle_timeout_secs: float = IDLE_TIMEOUT_SECS,
+    first_byte_timeout_secs: float = FIRST_BYTE_TIMEOUT_SECS,
     connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
     max_retries: int = MAX_RETRIES,
 ) -> list[ProviderConfig]:
@@ -107,6 +117,7 @@ def default_configs(
     configs = [ProviderConfig(name="builtin", kind="echo", label=ECHO_PROVIDER_LABEL)]
     policy = {
         "idle_timeout_secs": idle_timeout_secs,
+        "first_byte_timeout_secs": first_byte_timeout_secs,
         "connect_timeout_secs": connect_timeout_secs,
         "max_retries": max_retries,
     }
@@ -189,6 +200,7 @@ def build_provider(
         key_required=config.key_required,
         key_env=config.api_key_env,
         idle_timeout_secs=config.idle_timeout_secs,
+        first_byte_timeout_secs=config.first_byte_timeout_secs,
         connect_timeout_secs=config.connect_timeout_secs,
         max_retries=config.max_retries,
         transport=transport,

@@ -41,8 +41,9 @@ OPEN_STATES: frozenset[DeliveryState] = frozenset({_D.PENDING, _D.HELD, _D.DELIV
 TERMINAL_STATES: frozenset[DeliveryState] = frozenset(DeliveryState) - OPEN_STATES
 
 # The ledger's transitions: a state may only be reached from these. Terminal states (consumed,
-# failed, cancelled) are left only by the start-up reconciliation, which says so explicitly
-# (:data:`RECONCILE_FROM`).
+# failed, cancelled) are left only by the start-up reconciliation and a cleared brake resuming
+# the turns it cut short (:data:`RECONCILE_FROM`), and by a person's retry of a failed delivery
+# (:data:`RETRY_FROM`), each of which says so explicitly with a reconcile record.
 ALLOWED_FROM: Mapping[DeliveryState, frozenset[DeliveryState]] = MappingProxyType(
     {
         _D.PENDING: frozenset({_D.HELD, _D.DELIVERED, _D.UNKNOWN}),
@@ -55,11 +56,15 @@ ALLOWED_FROM: Mapping[DeliveryState, frozenset[DeliveryState]] = MappingProxyTyp
     }
 )
 
-# A turn the crash cut short is settled by the start-up reconciliation, the one path that may
-# leave ``consumed`` (a reply posted before the crash settles its deliveries as consumed).
+# A turn the crash cut short is settled by the start-up reconciliation, and a turn a brake cut
+# short by the person clearing it: the one path that may leave ``consumed`` (a reply posted
+# before the crash settles its deliveries as consumed; an unanswered prompt goes back to wait).
 RECONCILE_FROM: frozenset[DeliveryState] = frozenset(
     {_D.PENDING, _D.DELIVERED, _D.CONSUMED, _D.UNKNOWN}
 )
+
+# A person's retry (``POST /api/deliveries/{id}/retry``) moves a failed delivery back to wait.
+RETRY_FROM: frozenset[DeliveryState] = frozenset({_D.FAILED})
 
 # What an external agent may report about a delivery offered to it, and from where.
 CONFIRM_FROM: Mapping[DeliveryState, frozenset[DeliveryState]] = MappingProxyType(
@@ -100,6 +105,8 @@ class Reason(StrEnum):
     TURN_FAILED = "turn_failed"
     TURN_NOT_STARTED = "turn_not_started"
     ANSWER_NOT_POSTED = "answer_not_posted"
+    BRAKE_RESUMED = "brake_resumed"
+    RETRY_REQUESTED = "retry_requested"
 
 
 _R = Reason
@@ -129,6 +136,8 @@ REASON_TEXTS: Mapping[Reason, str] = MappingProxyType(
         _R.TURN_FAILED: "internal error",
         _R.TURN_NOT_STARTED: "the turn could not start",
         _R.ANSWER_NOT_POSTED: "answer not posted",
+        _R.BRAKE_RESUMED: "the brake that stopped this turn was cleared; dispatched again once",
+        _R.RETRY_REQUESTED: "a person asked for this failed delivery again; dispatched once more",
     }
 )
 
@@ -160,17 +169,17 @@ def initial_state(project_state: str, member_status: str) -> DeliveryState:
     return _HELD
 
 
-def dispatch_blocker(project_state: str, member_status: str, brake_tripped: bool) -> Reason | None:
+def dispatch_blocker(project_state: str, member_status: str, brake_holds: bool) -> Reason | None:
     """THE dispatch rule: why a member's deliveries may not be handed to its session now, or
     None when they may. Built on lifecycle's admission table (``dispatch_open``), the member's
-    status and the project's loop brake."""
+    status and whether the project's loop brake holds the member (room.rules.brakes)."""
     if not dispatch_open(ProjectState(project_state)):
         return Reason.PROJECT_NOT_ACTIVE
     if member_status == MemberStatus.LEFT:
         return Reason.RECIPIENT_LEFT
     if member_status != MemberStatus.ACTIVE:
         return Reason.MEMBER_PAUSED
-    if brake_tripped:
+    if brake_holds:
         return Reason.LOOP_BRAKE
     return None
 

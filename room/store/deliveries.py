@@ -208,13 +208,41 @@ def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any
             "reason_code": r[5],
             "reason_detail": detail_of(r[5], r[4]),
             "updated_at": iso(r[6]),
+            "retries": r[7],
         }
         for r in conn.execute(
-            "SELECT id, recipient_id, state, mode, reason, reason_code, updated_at"
+            "SELECT id, recipient_id, state, mode, reason, reason_code, updated_at,"
+            " (SELECT count(*) FROM reconciliations c WHERE c.delivery_id = deliveries.id"
+            " AND c.from_state = 'failed' AND c.reason LIKE 'retried by %')"
             " FROM deliveries WHERE message_id = :m ORDER BY recipient_id",
             {"m": message_id},
         )
     ]
+
+
+def retry_facts(conn: sqlite3.Connection, delivery_id: int) -> dict[str, Any] | None:
+    """What a retry of ``delivery_id`` decides on: its project, message, sender, recipient,
+    state and reason, and whether its message was deleted."""
+    row = conn.execute(
+        "SELECT m.project_id, d.message_id, m.author_id, d.recipient_id, d.state, d.reason_code,"
+        " m.deleted_at IS NOT NULL FROM deliveries d JOIN messages m ON m.id = d.message_id"
+        " WHERE d.id = :d",
+        {"d": delivery_id},
+    ).fetchone()
+    if row is None:
+        return None
+    keys = ("project_id", "message_id", "author_id", "recipient_id", "state", "reason_code")
+    return {**dict(zip(keys, row[:6], strict=True)), "deleted": bool(row[6])}
+
+
+def retries(conn: sqlite3.Connection, delivery_id: int) -> int:
+    """How many times a person (or the sender) asked for this delivery again."""
+    row = conn.execute(
+        "SELECT count(*) FROM reconciliations WHERE delivery_id = :d AND from_state = 'failed'"
+        " AND reason LIKE 'retried by %'",
+        {"d": delivery_id},
+    ).fetchone()
+    return int(row[0])
 
 
 def recipients(conn: sqlite3.Connection, message_id: int) -> set[int]:
@@ -376,9 +404,11 @@ def members_with_pending(conn: sqlite3.Connection) -> list[tuple[int, int]]:
 
 def dispatch_facts(conn: sqlite3.Connection, member_id: int) -> tuple[str, str, int, bool] | None:
     """What :func:`room.rules.ledger.dispatch_blocker` decides on, read inside the writer's
-    transaction: (project state, member status, project id, brake tripped)."""
+    transaction: (project state, member status, project id, whether the project's brake holds
+    this member — the whole project, or the loop it is in)."""
     row = conn.execute(
-        "SELECT p.state, m.status, p.id, b.tripped IS NOT NULL FROM members m"
+        "SELECT p.state, m.status, p.id, b.tripped IS NOT NULL AND (b.held_json IS NULL OR"
+        " EXISTS (SELECT 1 FROM json_each(b.held_json) WHERE value = m.id)) FROM members m"
         " JOIN projects p ON p.id = m.project_id"
         " LEFT JOIN project_brakes b ON b.project_id = p.id WHERE m.id = :m",
         {"m": member_id},

@@ -517,6 +517,17 @@ CREATE INDEX deliveries_open ON deliveries(state, recipient_id)
     WHERE state = 'pending' OR state = 'delivered' OR state = 'unknown';
 """
 
+# A brake holds the members of the loop, not the team (room.rules.brakes): whom it
+# holds (``held_json``: a JSON array of member ids, NULL for the whole project), the agent turns
+# of each member since the last human message (``turns_json``: {member id: turns}), and the
+# turns a brake interrupted (``brake_resume``: 1 waiting for the clear, 2 resumed by it).
+BRAKE_HOLDS = """
+ALTER TABLE project_brakes ADD COLUMN held_json TEXT;
+ALTER TABLE project_brakes ADD COLUMN turns_json TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE turns ADD COLUMN brake_resume INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX turns_brake_resume ON turns(project_id) WHERE brake_resume = 1
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -537,6 +548,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0017_research", RESEARCH),
     Migration("0018_search_indexer", SEARCH_INDEXER),
     Migration("0019_send_rows", SEND_ROWS),
+    Migration("0020_brake_holds", BRAKE_HOLDS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

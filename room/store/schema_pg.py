@@ -734,4 +734,15 @@ CREATE TABLE index_state (
 INSERT INTO index_state (id, messages_done, changes_done) VALUES (1, 0, 0);
 """
 
-PG_MIGRATIONS: tuple[Migration, ...] = (Migration(BASELINE_OF, BASELINE),)
+# 0020: a brake holds the members of the loop (room.store.schema.BRAKE_HOLDS).
+BRAKE_HOLDS = """
+ALTER TABLE project_brakes ADD COLUMN held_json text;
+ALTER TABLE project_brakes ADD COLUMN turns_json text NOT NULL DEFAULT '{}';
+ALTER TABLE turns ADD COLUMN brake_resume bigint NOT NULL DEFAULT 0;
+CREATE INDEX turns_brake_resume ON turns (project_id) WHERE brake_resume = 1
+"""
+
+PG_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(BASELINE_OF, BASELINE),
+    Migration("0020_brake_holds", BRAKE_HOLDS),
+)
