@@ -31,7 +31,7 @@ from room.rules.lifecycle import MemberStatus, ProjectState
 from room.store import brakes as brakes_store
 from room.store.migrate import connect, migrate
 from room.store.schema import MIGRATIONS
-from tests.support.inproc import App, owner_user, running_app
+from tests.support.inproc import App, owner_user, running_app, wait_until
 from tests.support.live_room import Room
 from tests.support.llm_servers import error
 from tests.support.wsclient import Client
@@ -196,16 +196,6 @@ def test_the_migration_gives_old_reasons_their_codes(tmp_path: Path) -> None:
 # -- one write opens a turn ------------------------------------------------------------------
 
 
-def _wait(check: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def _say(app: App, project_id: int, body: str) -> int:
     status, sent = app.request(
         "POST",
@@ -236,7 +226,7 @@ def test_the_dispatch_rule_is_checked_once_per_turn(
             with app.db() as conn:
                 return conn.execute("SELECT state FROM turns").fetchall()
 
-        assert _wait(lambda: turns() == [("completed",)])
+        assert wait_until(lambda: turns() == [("completed",)])
         time.sleep(0.3)  # the session looks for more work once more, then idles
     # One turn, one check: the write that claimed its delivery and opened it; then the
     # session's one more look (a write that found nothing pending), and no other check.

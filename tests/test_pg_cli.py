@@ -22,7 +22,7 @@ from room.store import pg_migrate
 from room.store.migrate import connect as sqlite_connect
 from room.store.migrate import migrate as sqlite_migrate
 from room.store.pg import connect
-from room.store.schema_pg import BASELINE_OF
+from room.store.schema_pg import BASELINE_OF, PG_MIGRATIONS
 
 UNREACHABLE = "postgresql://room:s3cret@127.0.0.1:1/room"
 
@@ -48,7 +48,9 @@ def test_serve_on_postgresql_is_refused_as_not_available_yet(tmp_path: Path, pg_
     assert said["error"] == "postgres_store_incomplete"
     assert said["backend"] == "postgresql" and said["exit"] == 6
     assert said["server_version"].split(".")[0].isdigit()
-    assert said["migrations"] == {"applied": [], "pending": [BASELINE_OF], "unknown": []}
+    every = [migration.name for migration in PG_MIGRATIONS]
+    assert every[0] == BASELINE_OF
+    assert said["migrations"] == {"applied": [], "pending": every, "unknown": []}
     # Nothing started, nothing written: no data folder, no table in the database.
     assert out == "" and not data.exists()
     with psycopg.connect(pg_dsn) as conn:
@@ -92,10 +94,13 @@ def test_doctor_names_postgresql_its_version_and_migrations(tmp_path: Path, pg_d
     database = summary["database"]
     assert database["backend"] == "postgresql"
     assert database["version"].split(".")[0].isdigit()
-    assert database["migrations"]["applied"] == [BASELINE_OF]
+    assert database["migrations"]["applied"] == [m.name for m in PG_MIGRATIONS]
     assert any("not available yet" in problem for problem in summary["problems"])
     code, out, _ = run("doctor", "--data", str(tmp_path), "--database", pg_dsn)
-    assert "database: postgresql " in out and "migrations applied 1, pending 0" in out
+    assert (
+        "database: postgresql " in out
+        and f"migrations applied {len(PG_MIGRATIONS)}, pending 0" in out
+    )
 
 
 def test_doctor_names_sqlite_and_its_version(tmp_path: Path) -> None:

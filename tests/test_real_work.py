@@ -16,13 +16,13 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.support.inproc import wait_until
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text
 from tests.support.work import (
@@ -493,17 +493,6 @@ async def test_a_folder_swapped_by_one_agent_never_sends_anothers_read_outside(
 # -- 8. a brake holds the loop, not the team (issue 28, item 1) ------------------------------
 
 
-def wait_until(what: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """``what()`` once it is truthy, polled from a model-server thread (not the event loop)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
-
-
 def last_input(body: dict[str, Any]) -> str:
     return str(body["messages"][-1]["content"])
 
@@ -557,12 +546,12 @@ async def test_a_brake_holds_the_loop_and_the_work_it_interrupted_resumes_when_c
         return any(r["body"] == again for r in agent_replies(room, "lead"))
 
     def second_report(body: dict[str, Any]) -> Reply:
-        wait_until(lead_said_again)
+        wait_until(lead_said_again, timeout=30)
         return calls(("p2", "room_send", {"text": "@lead 进度二：接口写了一半"}))
 
     def write_while_braking(body: dict[str, Any]) -> Reply:
         be_waits.set()
-        wait_until(lambda: brake()["tripped"])
+        wait_until(lambda: brake()["tripped"], timeout=30)
         return calls(("w", "fs_write", {"path": "api.txt", "content": "接口的前一半\n"}))
 
     def resume(body: dict[str, Any]) -> Reply:
@@ -583,7 +572,7 @@ async def test_a_brake_holds_the_loop_and_the_work_it_interrupted_resumes_when_c
     )
 
     def fe_writes(body: dict[str, Any]) -> Reply:
-        wait_until(lambda: brake()["tripped"])  # works on while the brake stands
+        wait_until(lambda: brake()["tripped"], timeout=30)  # works on while the brake stands
         return calls(("w", "fs_write", {"path": "ui.txt", "content": "界面\n"}))
 
     fe_submits = {
