@@ -61,12 +61,12 @@ def insert(
     cur = conn.execute(
         "INSERT INTO task_attempts (project_id, task_id, attempt, member_id, branch, path, base,"
         " fork_point, state, created_at) VALUES (:project_id, :task_id, :attempt, :member_id,"
-        " :branch, :path, :base, :fork_point, 'open', :now)",
+        " :branch, :path, :base, :fork_point, 'open', :now) RETURNING id",
         {"project_id": project_id, "task_id": task_id, "attempt": attempt,
          "member_id": member_id, "branch": branch, "path": path, "base": base,
          "fork_point": fork_point, "now": now},
     )  # fmt: skip
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def latest(conn: sqlite3.Connection, task_id: int) -> AttemptRow | None:

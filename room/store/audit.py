@@ -22,7 +22,7 @@ def record(
     cur = conn.execute(
         "INSERT INTO audit_events (at, actor_kind, actor_id, project_id, action, from_state,"
         " outcome, detail_json) VALUES (:at, :actor_kind, :actor_id, :project_id, :action,"
-        " :from_state, :outcome, :detail)",
+        " :from_state, :outcome, :detail) RETURNING id",
         {
             "at": now,
             "actor_kind": actor_kind,
@@ -34,7 +34,7 @@ def record(
             "detail": json.dumps(detail or {}, ensure_ascii=False, sort_keys=True),
         },
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def list_events(

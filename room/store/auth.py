@@ -18,10 +18,10 @@ def insert_user(
 ) -> int:
     cur = conn.execute(
         "INSERT INTO users (handle, display_name, is_admin, created_at)"
-        " VALUES (:handle, :display_name, :is_admin, :now)",
+        " VALUES (:handle, :display_name, :is_admin, :now) RETURNING id",
         {"handle": handle, "display_name": display_name, "is_admin": int(is_admin), "now": now},
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def get_user(conn: sqlite3.Connection, user_id: int) -> User | None:

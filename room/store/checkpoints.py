@@ -38,7 +38,7 @@ def insert(
         "INSERT INTO checkpoints (project_id, member_id, turn_id, phase, state, step, summary,"
         " did_json, next, blocked, last_tool, pending_tools_json, prompt_json, created_at)"
         " VALUES (:p, :m, :t, :phase, :state, :step, :summary, :did, :next, :blocked, :last,"
-        " :pending, :prompt, :now)",
+        " :pending, :prompt, :now) RETURNING id",
         {
             "p": project_id,
             "m": member_id,
@@ -56,12 +56,13 @@ def insert(
             "now": now,
         },
     )
+    checkpoint_id = int(cur.fetchone()[0])
     conn.execute(
         "DELETE FROM checkpoints WHERE member_id = :m AND id <= (SELECT id FROM checkpoints"
         " WHERE member_id = :m ORDER BY id DESC LIMIT 1 OFFSET :keep)",
         {"m": member_id, "keep": KEEP_PER_MEMBER},
     )
-    return int(cur.lastrowid or 0)
+    return checkpoint_id
 
 
 def _row(r: Sequence[Any]) -> dict[str, Any]:

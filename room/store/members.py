@@ -27,7 +27,7 @@ def insert(
 ) -> int:
     cur = conn.execute(
         "INSERT INTO members (project_id, kind, user_id, role, handle, display_name, created_at)"
-        " VALUES (:project_id, :kind, :user_id, :role, :handle, :display_name, :now)",
+        " VALUES (:project_id, :kind, :user_id, :role, :handle, :display_name, :now) RETURNING id",
         {
             "project_id": project_id,
             "kind": kind,
@@ -38,7 +38,7 @@ def insert(
             "now": now,
         },
     )
-    member_id = int(cur.lastrowid or 0)
+    member_id = int(cur.fetchone()[0])
     names = [(handle, "handle"), (display_name, "display_name")]
     names += [(alias, "alias") for alias in aliases]
     conn.executemany(

@@ -202,10 +202,10 @@ def insert_entry(
         conn.execute(
             "INSERT INTO memory_entries (project_id, kind, rev, body_json, size, author_id,"
             " updated_by, turn_id, ref_key, created_at, updated_at) VALUES (:p, :k, 1, :b, :s,"
-            " :a, :a, :t, :r, :now, :now)",
+            " :a, :a, :t, :r, :now, :now) RETURNING id",
             {"p": project_id, "k": kind, "b": body_json, "s": size, "a": author_id,
              "t": turn_id, "r": ref_key, "now": now},
-        ).lastrowid or 0
+        ).fetchone()[0]
     )  # fmt: skip
     _revision(conn, project_id, entry_id, 1, body_json, author_id, now)
     return entry_id

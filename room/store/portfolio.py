@@ -284,7 +284,7 @@ def record_findings(
             continue
         cur = conn.execute(
             "INSERT INTO risk_log (project_id, rule, level, detail, suggestion, first_at, last_at)"
-            " VALUES (:p, :r, :l, :d, :s, :now, :now)",
+            " VALUES (:p, :r, :l, :d, :s, :now, :now) RETURNING id",
             {
                 "p": project_id,
                 "r": rule,
@@ -294,8 +294,9 @@ def record_findings(
                 "now": now,
             },
         )
+        risk_id = int(cur.fetchone()[0])
         if finding.level == "red":
-            fresh.append((int(cur.lastrowid or 0), finding))
+            fresh.append((risk_id, finding))
     return fresh
 
 

@@ -44,7 +44,8 @@ def insert(
 ) -> int:
     cur = conn.execute(
         "INSERT INTO projects (name, goal, workspace, created_by, settings_json, created_at,"
-        " updated_at) VALUES (:name, :goal, :workspace, :created_by, :settings, :now, :now)",
+        " updated_at) VALUES (:name, :goal, :workspace, :created_by, :settings, :now, :now)"
+        " RETURNING id",
         {
             "name": name,
             "goal": goal,
@@ -54,7 +55,7 @@ def insert(
             "now": now,
         },
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def get(conn: sqlite3.Connection, project_id: int) -> Project | None:

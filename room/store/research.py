@@ -47,11 +47,11 @@ def insert_run(
     cur = conn.execute(
         "INSERT INTO research_runs (project_id, state, rev, question, scope_json, members_json,"
         " budget_json, digest, proposer_id, created_at, updated_at) VALUES (:p, 'proposed', 1,"
-        " :q, :s, :m, :b, :d, :by, :now, :now)",
+        " :q, :s, :m, :b, :d, :by, :now, :now) RETURNING id",
         {"p": project_id, "q": question, "s": _json(scope), "m": _json(members),
          "b": _json(budget), "d": digest, "by": proposer_id, "now": now},
     )  # fmt: skip
-    research_id = int(cur.lastrowid or 0)
+    research_id = int(cur.fetchone()[0])
     add_revision(conn, research_id, author_id=proposer_id, now=now)
     return research_id
 
@@ -185,11 +185,11 @@ def add_item(
 ) -> int:
     cur = conn.execute(
         "INSERT INTO research_items (project_id, research_id, member_id, kind, body,"
-        " sources_json, created_at) VALUES (:p, :r, :m, :k, :b, :s, :now)",
+        " sources_json, created_at) VALUES (:p, :r, :m, :k, :b, :s, :now) RETURNING id",
         {"p": project_id, "r": research_id, "m": member_id, "k": kind, "b": body,
          "s": _json(sources), "now": now},
     )  # fmt: skip
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def items(conn: sqlite3.Connection, research_id: int) -> list[dict[str, Any]]:

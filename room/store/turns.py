@@ -14,10 +14,10 @@ def insert_turn(
 ) -> int:
     cur = conn.execute(
         "INSERT INTO turns (project_id, member_id, state, trigger_message_id, started_at)"
-        " VALUES (:p, :m, 'running', :t, :now)",
+        " VALUES (:p, :m, 'running', :t, :now) RETURNING id",
         {"p": project_id, "m": member_id, "t": trigger, "now": now},
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def update_turn(conn: sqlite3.Connection, turn_id: int, **fields: Any) -> None:
@@ -72,7 +72,7 @@ def append_transcript(
     cur = conn.execute(
         "INSERT INTO transcript_entries (member_id, turn_id, role, content, name,"
         " tool_calls_json, tool_call_id, delivery_id, research_id, created_at) VALUES (:m, :t,"
-        " :role, :content, :name, :calls, :call_id, :d, :research, :now)",
+        " :role, :content, :name, :calls, :call_id, :d, :research, :now) RETURNING id",
         {
             "m": member_id,
             "t": turn_id,
@@ -86,7 +86,7 @@ def append_transcript(
             "now": now,
         },
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def supersede_turn_transcript(conn: sqlite3.Connection, turn_id: int) -> None:

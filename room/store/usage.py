@@ -21,13 +21,14 @@ def record_request(conn: sqlite3.Connection, **row: Any) -> int:
         " error_code, attempts, research_id, created_at) VALUES (:project_id, :member_id,"
         " :turn_id, :model_id, :route_source, :provider, :model_reported, :latency_ms,"
         " :input_tokens, :output_tokens, :usage_reported, :ok, :error_code, :attempts,"
-        " :research_id, :now)",
+        " :research_id, :now) RETURNING id",
         row,
     )
+    request_id = int(cur.fetchone()[0])
     tokens = int(row.get("input_tokens", 0)) + int(row.get("output_tokens", 0))
     if tokens:
         brakes.add_tokens(conn, int(row["project_id"]), tokens)
-    return int(cur.lastrowid or 0)
+    return request_id
 
 
 def observed_route(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
