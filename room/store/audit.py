@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
+
+from room.store.dialect import Connection
 
 
 def record(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     now: float,
     actor_kind: str,
@@ -38,7 +39,7 @@ def record(
 
 
 def list_events(
-    conn: sqlite3.Connection, project_id: int | None = None, limit: int = 200
+    conn: Connection, project_id: int | None = None, limit: int = 200
 ) -> list[dict[str, Any]]:
     sql = (
         "SELECT id, at, actor_kind, actor_id, project_id, action, from_state, outcome, detail_json"

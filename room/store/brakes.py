@@ -4,18 +4,18 @@ used, and whether (and why) it is tripped."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from room.rules.entities import iso
 from room.store.db import Tx
+from room.store.dialect import Connection
 
 
-def ensure_brake(conn: sqlite3.Connection, project_id: int) -> None:
+def ensure_brake(conn: Connection, project_id: int) -> None:
     conn.execute("INSERT OR IGNORE INTO project_brakes (project_id) VALUES (:p)", {"p": project_id})
 
 
-def brake(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+def brake(conn: Connection, project_id: int) -> dict[str, Any]:
     """Read-only: a project whose brake never moved has no row yet."""
     row = conn.execute(
         "SELECT agent_turns, tokens_used, tripped, tripped_detail, tripped_at FROM project_brakes"
@@ -39,7 +39,7 @@ def brake(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
     }
 
 
-def add_tokens(conn: sqlite3.Connection, project_id: int, tokens: int) -> None:
+def add_tokens(conn: Connection, project_id: int, tokens: int) -> None:
     ensure_brake(conn, project_id)
     conn.execute(
         "UPDATE project_brakes SET tokens_used = tokens_used + :n WHERE project_id = :p",
@@ -47,7 +47,7 @@ def add_tokens(conn: sqlite3.Connection, project_id: int, tokens: int) -> None:
     )
 
 
-def count_agent_turn(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
+def count_agent_turn(conn: Connection, tx: Tx, project_id: int) -> int:
     """One more agent turn since the last human message; returns the new count."""
     ensure_brake(conn, project_id)
     row = conn.execute(
@@ -59,7 +59,7 @@ def count_agent_turn(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
     return int(row[0])
 
 
-def reset_agent_turns(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None:
+def reset_agent_turns(conn: Connection, tx: Tx, project_id: int) -> None:
     """Every human message resets the count. A count this writer knows to be zero
     (``tx.agent_turns``) costs no statement: the send path runs this on every human message."""
     if tx.agent_turns.get(project_id) == 0:
@@ -72,7 +72,7 @@ def reset_agent_turns(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None
 
 
 def trip(
-    conn: sqlite3.Connection, project_id: int, reason: str, detail: dict[str, Any], now: float
+    conn: Connection, project_id: int, reason: str, detail: dict[str, Any], now: float
 ) -> bool:
     """Trip the brake; False when it was already tripped (the first reason stands)."""
     ensure_brake(conn, project_id)
@@ -84,7 +84,7 @@ def trip(
     return cur.rowcount == 1
 
 
-def clear_brake(conn: sqlite3.Connection, tx: Tx, project_id: int, by: int) -> None:
+def clear_brake(conn: Connection, tx: Tx, project_id: int, by: int) -> None:
     ensure_brake(conn, project_id)
     conn.execute(
         "UPDATE project_brakes SET tripped = NULL, tripped_detail = NULL, tripped_at = NULL,"

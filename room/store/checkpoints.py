@@ -4,9 +4,10 @@ steps, steers and end, and when a restart cut a turn off (``room.actions.checkpo
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
+
+from room.store.dialect import Connection
 
 KEEP_PER_MEMBER = 50  # older checkpoints of a member are pruned (the turns table keeps history)
 
@@ -17,7 +18,7 @@ _COLUMNS = (
 
 
 def insert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     member_id: int,
@@ -85,7 +86,7 @@ def _row(r: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def latest(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
+def latest(conn: Connection, member_id: int) -> dict[str, Any] | None:
     """The member's newest checkpoint, or None."""
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM checkpoints WHERE member_id = :m ORDER BY id DESC LIMIT 1",
@@ -94,7 +95,7 @@ def latest(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
     return _row(row) if row else None
 
 
-def latest_of_turn(conn: sqlite3.Connection, turn_id: int) -> dict[str, Any] | None:
+def latest_of_turn(conn: Connection, turn_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM checkpoints WHERE turn_id = :t ORDER BY id DESC LIMIT 1",
         {"t": turn_id},
@@ -102,9 +103,7 @@ def latest_of_turn(conn: sqlite3.Connection, turn_id: int) -> dict[str, Any] | N
     return _row(row) if row else None
 
 
-def latest_before_turn(
-    conn: sqlite3.Connection, member_id: int, turn_id: int
-) -> dict[str, Any] | None:
+def latest_before_turn(conn: Connection, member_id: int, turn_id: int) -> dict[str, Any] | None:
     """The member's newest checkpoint of a turn before ``turn_id``."""
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM checkpoints WHERE member_id = :m AND turn_id < :t"
@@ -114,7 +113,7 @@ def latest_before_turn(
     return _row(row) if row else None
 
 
-def of_member(conn: sqlite3.Connection, member_id: int, limit: int = 20) -> list[dict[str, Any]]:
+def of_member(conn: Connection, member_id: int, limit: int = 20) -> list[dict[str, Any]]:
     """The member's checkpoints, newest first."""
     return [
         _row(r)

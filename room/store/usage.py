@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.rules.entities import iso
 from room.store import brakes
+from room.store.dialect import Connection
 
 STOPPED = "stopped"  # error_code of a call abandoned because a person stopped the turn
 
 
-def record_request(conn: sqlite3.Connection, **row: Any) -> int:
+def record_request(conn: Connection, **row: Any) -> int:
     """One model request; ``research_id`` when a research session made it (its usage is the
     research's, and the project's)."""
     row = {"research_id": None, **row}
@@ -31,7 +31,7 @@ def record_request(conn: sqlite3.Connection, **row: Any) -> int:
     return request_id
 
 
-def observed_route(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
+def observed_route(conn: Connection, member_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT model_id, route_source, provider, model_reported, latency_ms, input_tokens,"
         " output_tokens, usage_reported, ok, error_code, attempts, created_at FROM model_requests"
@@ -61,7 +61,7 @@ def observed_route(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] |
     return data
 
 
-def usage(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+def usage(conn: Connection, project_id: int) -> dict[str, Any]:
     """A project's model calls and the tokens the providers reported, per member and in total.
 
     Every call counts, answered or not: ``failed_requests`` gave no answer (a provider error, or
