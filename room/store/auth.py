@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import json
 
 from room.rules.entities import MEMBER_COLUMNS, USER_COLUMNS, Member, User
+from room.store.db import chunks
 from room.store.dialect import Connection, dialect_for
 
 
@@ -160,25 +160,29 @@ def token_member(conn: Connection, secret: str) -> Member | None:
 def live_credentials(
     conn: Connection, sessions: set[str], tokens: set[str], now: float
 ) -> tuple[set[str], set[str]]:
-    """Which of these session and token digests still prove someone (one query each)."""
-    live_sessions = {
-        str(row[0])
-        for row in conn.execute(
-            "SELECT token_hash FROM sessions"
-            " WHERE token_hash IN (SELECT value FROM json_each(:hs))"
-            " AND revoked_at IS NULL AND expires_at > :now",
-            {"hs": json.dumps(sorted(sessions)), "now": now},
+    """Which of these session and token digests still prove someone (a statement per 64)."""
+    live_sessions: set[str] = set()
+    for chunk in chunks(sorted(sessions)):
+        marks = ", ".join("?" * len(chunk))
+        live_sessions.update(
+            str(row[0])
+            for row in conn.execute(
+                f"SELECT token_hash FROM sessions WHERE token_hash IN ({marks})"
+                " AND revoked_at IS NULL AND expires_at > ?",
+                (*chunk, now),
+            )
         )
-    }
-    live_tokens = {
-        str(row[0])
-        for row in conn.execute(
-            "SELECT t.token_hash FROM agent_tokens t JOIN members m ON m.id = t.member_id"
-            " WHERE t.token_hash IN (SELECT value FROM json_each(:hs))"
-            " AND t.revoked_at IS NULL AND m.status != 'left'",
-            {"hs": json.dumps(sorted(tokens))},
+    live_tokens: set[str] = set()
+    for chunk in chunks(sorted(tokens)):
+        marks = ", ".join("?" * len(chunk))
+        live_tokens.update(
+            str(row[0])
+            for row in conn.execute(
+                "SELECT t.token_hash FROM agent_tokens t JOIN members m ON m.id = t.member_id"
+                f" WHERE t.token_hash IN ({marks}) AND t.revoked_at IS NULL AND m.status != 'left'",
+                chunk,
+            )
         )
-    }
     return live_sessions, live_tokens
 
 

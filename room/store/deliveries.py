@@ -13,7 +13,7 @@ from room.rules.entities import iso
 from room.rules.ledger import ALLOWED_FROM, DeliveryState, Reason, detail_of, text_of
 from room.store import attachments as attachments_store
 from room.store.db import Appends, BulkInsert
-from room.store.dialect import Connection
+from room.store.dialect import POSTGRESQL, SQLITE, Connection, Dialect, dialect_for
 
 DELIVERIES = BulkInsert(
     "deliveries",
@@ -60,12 +60,18 @@ class Inbound:
         }
 
 
-_INBOUND = (
-    "SELECT d.id, d.message_id, d.project_id, m.seq, m.author_id, m.body, m.created_at,"
-    " a.handle, a.display_name, COALESCE(json_extract(m.frame, '$.meta.for_agents'), '')"
-    " FROM deliveries d JOIN messages m ON m.id = d.message_id"
-    " LEFT JOIN members a ON a.id = m.author_id"
-)
+def _inbound_sql(dialect: Dialect) -> str:
+    for_agents = dialect.json_text("m.frame", "meta", "for_agents")
+    return (
+        "SELECT d.id, d.message_id, d.project_id, m.seq, m.author_id, m.body, m.created_at,"
+        f" a.handle, a.display_name, COALESCE({for_agents}, '')"
+        " FROM deliveries d JOIN messages m ON m.id = d.message_id"
+        " LEFT JOIN members a ON a.id = m.author_id"
+    )
+
+
+# The SELECT of an inbound delivery, per dialect (the text for agents is read from the frame).
+_INBOUND = {dialect: _inbound_sql(dialect) for dialect in (SQLITE, POSTGRESQL)}
 
 
 def _inbound(conn: Connection, rows: Iterable[Sequence[Any]]) -> list[Inbound]:
@@ -304,7 +310,10 @@ def inbound_by_ids(conn: Connection, ids: Sequence[int]) -> list[Inbound]:
     if not ids:
         return []
     return _inbound(
-        conn, conn.execute(f"{_INBOUND} WHERE d.id IN ({_marks(ids)}) ORDER BY d.id", ids)
+        conn,
+        conn.execute(
+            f"{_INBOUND[dialect_for(conn)]} WHERE d.id IN ({_marks(ids)}) ORDER BY d.id", ids
+        ),
     )
 
 
@@ -313,7 +322,8 @@ def unsettled(conn: Connection, member_id: int) -> list[Inbound]:
     return _inbound(
         conn,
         conn.execute(
-            f"{_INBOUND} WHERE d.recipient_id = :m AND d.state IN ('unknown', 'delivered')"
+            f"{_INBOUND[dialect_for(conn)]} WHERE d.recipient_id = :m"
+            " AND d.state IN ('unknown', 'delivered')"
             " ORDER BY d.id",
             {"m": member_id},
         ),

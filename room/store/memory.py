@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import Any
 
-from room.store.dialect import Connection
+from room.store.dialect import Connection, dialect_for
 from room.store.schema_memory import MEMORY_TABLES
 
 _COLUMNS = (
@@ -154,15 +154,20 @@ def live_sizes(conn: Connection, project_id: int, kind: str) -> list[tuple[int, 
     ]
 
 
+# The texts of a decision whose bytes count toward the decisions cap.
+_DECISION_TEXTS = (
+    "d.title", "r.context", "r.decision", "r.consequences", "r.constraints", "r.alternatives_json",
+)  # fmt: skip
+
+
 def decision_sizes(conn: Connection, project_id: int) -> list[tuple[int, int]]:
     """(id, bytes of the current revision's text) of the live decisions (not the requirement),
     oldest first: what the decisions cap looks at."""
+    size = " + ".join(map(dialect_for(conn).byte_length, _DECISION_TEXTS))
     return [
         (int(r[0]), int(r[1]))
         for r in conn.execute(
-            "SELECT d.id, length(CAST(d.title AS BLOB)) + length(CAST(r.context AS BLOB))"
-            " + length(CAST(r.decision AS BLOB)) + length(CAST(r.consequences AS BLOB))"
-            " + length(CAST(r.constraints AS BLOB)) + length(CAST(r.alternatives_json AS BLOB))"
+            f"SELECT d.id, {size}"
             " FROM decisions d JOIN decision_revisions r ON r.decision_id = d.id"
             " AND r.revision = d.revision WHERE d.project_id = :p AND d.kind = 'decision'"
             " AND d.archived = 0 ORDER BY d.number",
