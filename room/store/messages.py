@@ -320,7 +320,7 @@ def count_before(conn: Connection, project_id: int, seq: int) -> int:
     :data:`COUNT_CAP` (a bounded read however long the project's history)."""
     row = conn.execute(
         "SELECT count(*) FROM (SELECT 1 FROM messages WHERE project_id = :p AND seq < :s"
-        " AND kind != 'tool' AND deleted_at IS NULL LIMIT :cap)",
+        " AND kind != 'tool' AND deleted_at IS NULL LIMIT :cap) AS counted",
         {"p": project_id, "s": seq, "cap": COUNT_CAP},
     ).fetchone()
     return int(row[0])
@@ -378,7 +378,12 @@ def set_read_cursor(
 ) -> int:
     """Move a member's read cursor forward only (to exactly ``seq`` with ``back``: "mark as
     unread"); returns the cursor after the update."""
-    keep = "excluded.seq" if back else "max(seq, excluded.seq)"
+    # (No two-argument max: PostgreSQL spells it greatest. A CASE reads the same on both.)
+    keep = (
+        "excluded.seq"
+        if back
+        else "CASE WHEN excluded.seq > read_cursors.seq THEN excluded.seq ELSE read_cursors.seq END"
+    )
     row = conn.execute(
         "INSERT INTO read_cursors (member_id, project_id, seq, updated_at)"
         " VALUES (:m, :p, :seq, :now) ON CONFLICT (member_id) DO UPDATE SET"
@@ -398,7 +403,7 @@ UNREAD_SCAN = 2_000  # messages looked at after the cursor, at most, per project
 _UNREAD = (
     "SELECT m.id, m.project_id, (SELECT count(*) FROM (SELECT kind, author_id, deleted_at"
     " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
-    " ORDER BY x.seq LIMIT :scan) WHERE kind = 'chat' AND deleted_at IS NULL"
+    " ORDER BY x.seq LIMIT :scan) y WHERE kind = 'chat' AND deleted_at IS NULL"
     " AND (author_id IS NULL OR author_id != m.id)),"
     " (SELECT count(*) FROM (SELECT id, kind, author_id, deleted_at"
     " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
