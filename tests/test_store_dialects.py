@@ -20,11 +20,18 @@ from room.errors import ConflictError
 from room.rules.entities import Member, User
 from room.rules.ledger import DeliveryState, Reason
 from room.store import Appends, Tx
+from room.store import attachments as attachments_store
+from room.store import audit as audit_store
 from room.store import auth as auth_store
+from room.store import brakes as brakes_store
+from room.store import checkpoints as checkpoints_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
+from room.store import memory as memory_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import turns as turns_store
+from room.store import usage as usage_store
 from room.store.dialect import POSTGRESQL, SQLITE, Connection, dialect_for
 from room.store.migrate import connect as sqlite_connect
 from room.store.migrate import migrate as sqlite_migrate
@@ -538,3 +545,142 @@ def test_both_backends_give_the_same_answers(tmp_path: Path, pg_dsn: str) -> Non
         pg.close()
     assert len(on_sqlite["replay"]) == 3 and len(on_sqlite["inbound"]) == 3
     assert on_sqlite == on_postgresql
+
+
+# -- the other modules the port touched ---------------------------------------------------------
+
+
+def test_turns_transcripts_usage_and_audit(conn: Connection) -> None:
+    w = make_world(conn)
+
+    def turn(c: Connection, tx: Tx) -> tuple[int, int]:
+        turn_id = turns_store.insert_turn(
+            c, project_id=w.project_id, member_id=w.agent.id, trigger=None, now=tx.now
+        )
+        entry_id = turns_store.append_transcript(
+            c, member_id=w.agent.id, turn_id=turn_id, role="assistant", content="done 100%",
+            now=tx.now, tool_calls=[{"id": "c1", "name": "fs_read"}],
+        )  # fmt: skip
+        for ok, tokens, code in ((1, 30, None), (0, 12, "stopped"), (1, 0, None)):
+            usage_store.record_request(
+                c, project_id=w.project_id, member_id=w.agent.id, turn_id=turn_id,
+                model_id="m", route_source="project", provider="openai", model_reported="m-1",
+                latency_ms=12.5, input_tokens=tokens, output_tokens=tokens // 3,
+                usage_reported=int(tokens > 0), ok=ok, error_code=code, attempts=2, now=tx.now,
+            )  # fmt: skip
+        return turn_id, entry_id
+
+    turn_id, entry_id = write(conn, turn)
+    assert turns_store.running_turns(conn) == [(turn_id, w.project_id, w.agent.id, 0)]
+    write(
+        conn, lambda c, tx: turns_store.update_turn(c, turn_id, state="completed", ended_at=tx.now)
+    )
+    last = turns_store.last_turn(conn, w.agent.id)
+    assert last is not None and (last["id"], last["state"]) == (turn_id, "completed")
+    assert [e["content"] for e in turns_store.transcript_of_turn(conn, turn_id)] == ["done 100%"]
+    assert entry_id >= 1
+    assert brakes_store.brake(conn, w.project_id)["tokens_used"] == 56  # in + out
+    totals = usage_store.usage(conn, w.project_id)
+    expected = {
+        "requests": 3,
+        "input_tokens": 42,
+        "output_tokens": 14,
+        "requests_without_usage": 1,
+        "attempts": 6,
+        "failed_requests": 1,
+        "stopped_requests": 1,
+    }
+    assert {k: totals[k] for k in expected} == expected
+    assert all(type(totals[k]) is int for k in expected)  # not PostgreSQL's numeric sums
+    assert totals["members"] == {
+        str(w.agent.id): {
+            "requests": 3,
+            "input_tokens": 42,
+            "output_tokens": 14,
+            "attempts": 6,
+            "failed_requests": 1,
+        }
+    }
+    route = usage_store.observed_route(conn, w.agent.id)
+    assert route is not None and (route["ok"], route["latency_ms"]) == (True, 12.5)
+
+    audit_id = write(
+        conn,
+        lambda c, tx: audit_store.record(
+            c,
+            now=tx.now,
+            actor_kind="human",
+            actor_id=w.ann.id,
+            project_id=w.project_id,
+            action="project.pause",
+            outcome="ok",
+            detail={"why": "lunch"},
+        ),
+    )
+    events = audit_store.list_events(conn, w.project_id)
+    assert [(e["id"], e["action"]) for e in events] == [(audit_id, "project.pause")]
+
+
+def test_attachments_memory_and_checkpoints(conn: Connection) -> None:
+    w = make_world(conn)
+
+    def upload(c: Connection, tx: Tx) -> list[dict[str, Any]]:
+        return [
+            attachments_store.insert(
+                c,
+                project_id=w.project_id,
+                uploader_id=w.owner.id,
+                sha256=sha,
+                size=size,
+                name=f"{sha}.png",
+                mime="image/png",
+                kind="image",
+                width=1,
+                height=1,
+                thumb_sha256=None,
+                thumb_mime=None,
+                now=tx.now,
+            )
+            for sha, size in (("a" * 64, 100), ("a" * 64, 100), ("b" * 64, 7))
+        ]
+
+    uploaded = write(conn, upload)
+    assert [a["size"] for a in uploaded] == [100, 100, 7]
+    assert attachments_store.get(conn, uploaded[0]["id"]) == uploaded[0]
+    assert attachments_store.project_bytes(conn, w.project_id) == 107  # each content once
+    post(conn, w, w.owner, "see", message_id=1)
+    write(conn, lambda c, tx: attachments_store.set_message(c, [uploaded[2]["id"]], 1))
+    assert [a["id"] for a in attachments_store.for_messages(conn, [1])[1]] == [uploaded[2]["id"]]
+
+    def remember(c: Connection, tx: Tx) -> tuple[int, int, int]:
+        first = memory_store.insert_entry(
+            c, project_id=w.project_id, kind="fact", body={"text": "ünï"}, size=5,
+            author_id=w.agent.id, now=tx.now,
+        )  # fmt: skip
+        second = memory_store.insert_entry(
+            c, project_id=w.project_id, kind="fact", body={"text": "b"}, size=1,
+            author_id=w.agent.id, now=tx.now,
+        )  # fmt: skip
+        memory_store.bump_version(c, w.project_id, tx.now)
+        return first, second, memory_store.bump_version(c, w.project_id, tx.now)
+
+    first, second, version = write(conn, remember)
+    assert version == 2 and memory_store.memory_version(conn, w.project_id) == 2
+    assert memory_store.live_sizes(conn, w.project_id, "fact") == [(first, 5), (second, 1)]
+    assert [e["id"] for e in memory_store.entries(conn, w.project_id, "fact")] == [second, first]
+    assert [e["id"] for e in memory_store.entries(conn, w.project_id, "fact", limit=1)] == [second]
+    assert memory_store.decision_sizes(conn, w.project_id) == []
+
+    def checkpoint(c: Connection, tx: Tx) -> int:
+        turn_id = turns_store.insert_turn(
+            c, project_id=w.project_id, member_id=w.agent.id, trigger=None, now=tx.now
+        )
+        return checkpoints_store.insert(
+            c, project_id=w.project_id, member_id=w.agent.id, turn_id=turn_id, phase="step",
+            state="running", step=1, summary="s", did=["a"], next="n", blocked="",
+            last_tool="fs_read", pending_tools=[], prompt=[{"seq": 1}], now=tx.now,
+        )  # fmt: skip
+
+    checkpoint_id = write(conn, checkpoint)
+    latest = checkpoints_store.latest(conn, w.agent.id)
+    assert latest is not None and latest["id"] == checkpoint_id

@@ -99,7 +99,7 @@ def project_bytes(conn: Connection, project_id: int) -> int:
     """The bytes a project's uploads hold, each distinct content counted once."""
     row = conn.execute(
         "SELECT COALESCE(SUM(size), 0) FROM"
-        " (SELECT DISTINCT sha256, size FROM attachments WHERE project_id = :p)",
+        " (SELECT DISTINCT sha256, size FROM attachments WHERE project_id = :p) AS contents",
         {"p": project_id},
     ).fetchone()
     return int(row[0])

@@ -183,7 +183,8 @@ def bump_version(conn: Connection, project_id: int, now: float) -> int:
     """One more memory version for the project; returns it."""
     row = conn.execute(
         "INSERT INTO memory_versions (project_id, version, updated_at) VALUES (:p, 1, :now)"
-        " ON CONFLICT (project_id) DO UPDATE SET version = version + 1, updated_at = :now"
+        " ON CONFLICT (project_id) DO UPDATE SET version = memory_versions.version + 1,"
+        " updated_at = :now"
         " RETURNING version",
         {"p": project_id, "now": now},
     ).fetchone()
