@@ -30,6 +30,9 @@ from room.store import members as members_store
 from room.store import memory as memory_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import reactions as reactions_store
+from room.store import research as research_store
+from room.store import routes as routes_store
 from room.store import turns as turns_store
 from room.store import usage as usage_store
 from room.store.dialect import POSTGRESQL, SQLITE, Connection, dialect_for
@@ -684,3 +687,65 @@ def test_attachments_memory_and_checkpoints(conn: Connection) -> None:
     checkpoint_id = write(conn, checkpoint)
     latest = checkpoints_store.latest(conn, w.agent.id)
     assert latest is not None and latest["id"] == checkpoint_id
+
+
+def test_reactions_routes_and_research(conn: Connection) -> None:
+    w = make_world(conn)
+    post(conn, w, w.owner, "hello", message_id=1)
+
+    def react(c: Connection, tx: Tx) -> list[bool]:
+        return [
+            reactions_store.add(c, 1, "👍", w.guest.id, tx.now),
+            reactions_store.add(c, 1, "👍", w.guest.id, tx.now),  # the same again: nothing
+            reactions_store.add(c, 1, "🎉", w.agent.id, tx.now + 1),
+        ]
+
+    assert write(conn, react) == [True, False, True]
+    assert reactions_store.kinds(conn, 1) == {"👍", "🎉"}
+    assert write(conn, lambda c, tx: reactions_store.remove(c, 1, "🎉", w.agent.id))
+    assert [r["emoji"] for r in reactions_store.of_message(conn, 1)] == ["👍"]
+
+    def route(c: Connection, tx: Tx) -> list[int]:
+        return [
+            routes_store.change(
+                c,
+                project_id=w.project_id,
+                scope="role",
+                target="lead",
+                value=value,
+                reason="why",
+                author_kind="human",
+                author_id=w.ann.id,
+                now=tx.now,
+            )
+            for value in ("model-a", "model-b", None)
+        ]
+
+    assert write(conn, route) == [2, 3, 4]  # a project starts at version 1
+    assert routes_store.config_version(conn, w.project_id) == 4
+    assert routes_store.settings(conn, w.project_id) == {}
+    changes = routes_store.history(conn, w.project_id)
+    assert [(c["old_value"], c["new_value"]) for c in changes] == [
+        ("model-b", None),
+        ("model-a", "model-b"),
+        (None, "model-a"),
+    ]
+
+    def research(c: Connection, tx: Tx) -> tuple[int, int]:
+        run_id = research_store.insert_run(
+            c, project_id=w.project_id, question="why?", scope={"paths": ["a"]},
+            members=[w.agent.id], budget={"tokens": 10}, digest="d", proposer_id=w.owner.id,
+            now=tx.now,
+        )  # fmt: skip
+        item_id = research_store.add_item(
+            c, project_id=w.project_id, research_id=run_id, member_id=w.agent.id,
+            kind="finding", body="it is", sources=["a.py"], now=tx.now,
+        )  # fmt: skip
+        return run_id, item_id
+
+    run_id, item_id = write(conn, research)
+    run = research_store.get(conn, run_id)
+    assert run is not None and (run["question"], run["state"]) == ("why?", "proposed")
+    assert [r["rev"] for r in research_store.revisions(conn, run_id)] == [1]
+    assert [i["id"] for i in research_store.items(conn, run_id)] == [item_id]
+    assert [r["id"] for r in research_store.in_states(conn, ("proposed", "running"))] == [run_id]
