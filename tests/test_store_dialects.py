@@ -129,7 +129,7 @@ def test_the_connection_names_its_dialect(conn: Connection, request: pytest.Fixt
     assert dialect_for(conn) is expected
 
 
-# -- users, sessions, links, agent tokens ---------------------------------------------------------
+# -- users, sessions, links, agent tokens ----------------------------------------------------------
 
 
 def test_users_and_their_handles_ignore_ascii_case(conn: Connection) -> None:
@@ -198,7 +198,7 @@ def test_sessions_links_and_tokens(conn: Connection) -> None:
     assert auth_store.live_credentials(conn, sessions, tokens, NOW + 1) == (set(), set())
 
 
-# -- projects ---------------------------------------------------------------------------------------
+# -- projects --------------------------------------------------------------------------------------
 
 
 def test_projects_by_name_ignore_ascii_case_and_seq_is_gap_free(conn: Connection) -> None:
@@ -248,7 +248,7 @@ def test_projects_by_name_ignore_ascii_case_and_seq_is_gap_free(conn: Connection
         projects_store.require_open(conn, w.project_id)
 
 
-# -- members ----------------------------------------------------------------------------------------
+# -- members ---------------------------------------------------------------------------------------
 
 
 def test_members_names_aliases_and_departures(conn: Connection) -> None:
@@ -294,7 +294,7 @@ def test_members_names_aliases_and_departures(conn: Connection) -> None:
     assert found is not None and found.id == newcomer
 
 
-# -- messages ---------------------------------------------------------------------------------------
+# -- messages --------------------------------------------------------------------------------------
 
 
 def send(
@@ -469,7 +469,7 @@ def test_read_cursors_and_unread_counts(conn: Connection) -> None:
     assert messages_store.read_cursors(conn, w.project_id) == {w.guest.id: 1}
 
 
-# -- deliveries -------------------------------------------------------------------------------------
+# -- deliveries ------------------------------------------------------------------------------------
 
 
 def test_deliveries_move_through_the_ledger(conn: Connection) -> None:
@@ -550,7 +550,7 @@ def test_both_backends_give_the_same_answers(tmp_path: Path, pg_dsn: str) -> Non
     assert on_sqlite == on_postgresql
 
 
-# -- the other modules the port touched ---------------------------------------------------------
+# -- the other modules the port touched ------------------------------------------------------------
 
 
 def test_turns_transcripts_usage_and_audit(conn: Connection) -> None:
