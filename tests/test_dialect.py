@@ -9,7 +9,14 @@ import psycopg
 import pytest
 
 from room.errors import StorageError
-from room.store.dialect import POSTGRESQL, SQLITE, Connection, UnsupportedSQLError, dialect_of
+from room.store.dialect import (
+    POSTGRESQL,
+    SQLITE,
+    Connection,
+    UnsupportedSQLError,
+    dialect_for,
+    dialect_of,
+)
 from room.store.pg import connect, redact
 
 pg = POSTGRESQL.adapt
@@ -96,6 +103,15 @@ def test_forms_per_dialect() -> None:
     assert dialect_of("postgresql://u@h/db") is POSTGRESQL
     assert dialect_of("postgres://u@h/db") is POSTGRESQL
     assert dialect_of("/data/room.sqlite") is SQLITE
+    assert SQLITE.json_text("m.frame", "meta", "for_agents") == (
+        "json_extract(m.frame, '$.meta.for_agents')"
+    )
+    assert POSTGRESQL.json_text("m.frame", "meta", "for_agents") == (
+        "(m.frame::jsonb #>> '{meta,for_agents}')"
+    )
+    for bad in ((), ("a'b",), ("a.b",)):
+        with pytest.raises(ValueError, match="plain names"):
+            SQLITE.json_text("x", *bad)
 
 
 def test_sqlite3_connection_is_a_store_connection() -> None:
@@ -108,6 +124,10 @@ def test_sqlite3_connection_is_a_store_connection() -> None:
         assert conn.execute("SELECT k, v FROM t ORDER BY k").fetchall() == [("a", "1"), ("b", "4")]
         where = SQLITE.nocase_equals("k", "?")
         assert conn.execute(f"SELECT count(*) FROM t WHERE {where}", ("A",)).fetchone() == (1,)
+        assert dialect_for(conn) is SQLITE
+        doc = '{"meta": {"for_agents": "hi", "n": null}}'
+        picked = f"SELECT {SQLITE.json_text('?', 'meta', 'for_agents')}, {SQLITE.json_text('?', 'meta', 'n')}"
+        assert conn.execute(picked, (doc, doc)).fetchone() == ("hi", None)
     finally:
         conn.close()
 
@@ -155,5 +175,12 @@ def test_adapted_statements_run_on_postgresql(pg_dsn: str) -> None:
         assert found == (1,)
         cursor = conn.execute("UPDATE t SET v = ? WHERE k = ?", ("y", "b"))
         assert cursor.rowcount == 1
+        assert dialect_for(conn) is POSTGRESQL
+        doc = '{"meta": {"for_agents": "hi", "n": null}}'
+        picked = (
+            f"SELECT {POSTGRESQL.json_text('CAST(? AS text)', 'meta', 'for_agents')},"
+            f" {POSTGRESQL.json_text('CAST(? AS text)', 'meta', 'n')}"
+        )
+        assert conn.execute(picked, (doc, doc)).fetchone() == ("hi", None)
     finally:
         conn.close()

@@ -39,6 +39,7 @@ from room.store import audit as audit_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.attempts import AttemptRow
+from room.store.dialect import dialect_for
 from room.store.tasks import TaskRow
 
 
@@ -126,7 +127,7 @@ def serial_notice(
     """One notice per project and reason: members write one at a time, and why."""
     seen = conn.execute(
         "SELECT 1 FROM audit_events WHERE project_id = :p AND action = 'workspace.serial'"
-        " AND json_extract(detail_json, '$.reason_code') = :c LIMIT 1",
+        f" AND {dialect_for(conn).json_text('detail_json', 'reason_code')} = :c LIMIT 1",
         {"p": project_id, "c": code},
     ).fetchone()
     if seen:

@@ -24,6 +24,7 @@ from room.store import Tx
 from room.store import checkpoints as checkpoints_store
 from room.store import tasks as tasks_store
 from room.store import turns as turns_store
+from room.store.dialect import dialect_for
 
 CUT_OFF = {
     "cancelled": "一位成员停止了这一轮",
@@ -39,7 +40,8 @@ def _prompt(conn: sqlite3.Connection, turn_id: int) -> list[dict[str, Any]]:
     no longer name the turn), oldest first; deleted ones left out."""
     rows = conn.execute(
         "SELECT m.id, m.seq, m.author_id, m.body,"
-        " COALESCE(json_extract(m.frame, '$.meta.for_agents'), '') FROM transcript_entries t"
+        f" COALESCE({dialect_for(conn).json_text('m.frame', 'meta', 'for_agents')}, '')"
+        " FROM transcript_entries t"
         " JOIN deliveries d ON d.id = t.delivery_id JOIN messages m ON m.id = d.message_id"
         " WHERE t.turn_id = :t AND t.role = 'user' AND m.deleted_at IS NULL ORDER BY t.id",
         {"t": turn_id},

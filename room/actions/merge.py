@@ -114,10 +114,9 @@ def merge_records(
         new_id = int(
             conn.execute(
                 f"INSERT INTO memory_entries (project_id, {_ENTRY_COLUMNS}) VALUES"
-                f" (?, {', '.join('?' * len(values))})",
+                f" (?, {', '.join('?' * len(values))}) RETURNING id",
                 [target_id, *values],
-            ).lastrowid
-            or 0
+            ).fetchone()[0]
         )
         conn.execute(
             "INSERT INTO memory_revisions (project_id, entry_id, rev, body_json, author_id, at)"
@@ -198,10 +197,9 @@ def _merge_decisions(
         new_id = int(
             conn.execute(
                 f"INSERT INTO decisions (project_id, {_DECISION_COLUMNS}) VALUES"
-                f" (?, {', '.join('?' * len(row))})",
+                f" (?, {', '.join('?' * len(row))}) RETURNING id",
                 [target_id, *row],
-            ).lastrowid
-            or 0
+            ).fetchone()[0]
         )
         for rev in conn.execute(
             f"SELECT {_REVISION_COLUMNS} FROM decision_revisions WHERE decision_id = :d"

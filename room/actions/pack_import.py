@@ -498,12 +498,13 @@ class Importer:
         try:
             cur = self.conn.execute(
                 f"INSERT INTO projects ({', '.join(values)}) VALUES"
-                f" ({', '.join('?' * len(values))})",
+                f" ({', '.join('?' * len(values))}) RETURNING id",
                 list(values.values()),
             )
+            project_id = int(cur.fetchone()[0])
         except sqlite3.Error as exc:
             raise PackError("bad_row", f"the project row was refused: {exc}") from None
-        self.project_id = int(cur.lastrowid or 0)
+        self.project_id = project_id
         old = row.get("id")
         lead = row.get("lead_member_id")
         if isinstance(lead, int) and "members" in self.ids:
@@ -623,10 +624,11 @@ def _members(imp: Importer, part: _Part, values: list[Any]) -> None:
     # Another person: a placeholder account nobody can sign in to (no session, no link).
     handle = f"imported-{secrets.token_hex(6)}"
     cur = imp.conn.execute(
-        "INSERT INTO users (handle, display_name, is_admin, created_at) VALUES (?, ?, 0, ?)",
+        "INSERT INTO users (handle, display_name, is_admin, created_at) VALUES (?, ?, 0, ?)"
+        " RETURNING id",
         (handle, str(values[ix["display_name"]] or handle)[:64], imp.tx.now),
     )
-    values[ix["user_id"]] = int(cur.lastrowid or 0)
+    values[ix["user_id"]] = int(cur.fetchone()[0])
 
 
 def _member_actor(imp: Importer, kind: Any, value: Any) -> Any:

@@ -480,7 +480,9 @@ def _run_last_step(
 
 def _write_tombstone(conn: sqlite3.Connection, tx: Tx, project: Project, actor: Member) -> None:
     conn.execute(
-        "INSERT OR REPLACE INTO project_tombstones (project_id, name, purged_at, purged_by)"
-        " VALUES (:p, :name, :now, :by)",
+        "INSERT INTO project_tombstones (project_id, name, purged_at, purged_by)"
+        " VALUES (:p, :name, :now, :by) ON CONFLICT (project_id) DO UPDATE"
+        " SET name = excluded.name, purged_at = excluded.purged_at,"
+        " purged_by = excluded.purged_by",
         {"p": project.id, "name": project.name, "now": tx.now, "by": actor.user_id},
     )

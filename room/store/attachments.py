@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
+
+from room.store.dialect import Connection
 
 COLUMNS = (
     "id, project_id, uploader_id, sha256, size, name, mime, kind, width, height, thumb_sha256,"
@@ -12,12 +13,15 @@ COLUMNS = (
 )
 
 
-def _row(cursor: sqlite3.Cursor, row: Sequence[Any]) -> dict[str, Any]:
-    return {d[0]: v for d, v in zip(cursor.description, row, strict=True)}
+_NAMES = tuple(name.strip() for name in COLUMNS.split(","))
+
+
+def _row(row: Sequence[Any]) -> dict[str, Any]:
+    return dict(zip(_NAMES, row, strict=True))
 
 
 def insert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     uploader_id: int,
@@ -52,26 +56,24 @@ def insert(
             "now": now,
         },
     )
-    return _row(cur, cur.fetchone())
+    return _row(cur.fetchone())
 
 
-def get(conn: sqlite3.Connection, attachment_id: int) -> dict[str, Any] | None:
+def get(conn: Connection, attachment_id: int) -> dict[str, Any] | None:
     cur = conn.execute(f"SELECT {COLUMNS} FROM attachments WHERE id = :id", {"id": attachment_id})
     row = cur.fetchone()
-    return _row(cur, row) if row else None
+    return _row(row) if row else None
 
 
-def many(conn: sqlite3.Connection, ids: Sequence[int]) -> list[dict[str, Any]]:
+def many(conn: Connection, ids: Sequence[int]) -> list[dict[str, Any]]:
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
     cur = conn.execute(f"SELECT {COLUMNS} FROM attachments WHERE id IN ({marks})", list(ids))
-    return [_row(cur, r) for r in cur.fetchall()]
+    return [_row(r) for r in cur.fetchall()]
 
 
-def for_messages(
-    conn: sqlite3.Connection, message_ids: Sequence[int]
-) -> dict[int, list[dict[str, Any]]]:
+def for_messages(conn: Connection, message_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
     """Each message's attachments, in upload order."""
     found: dict[int, list[dict[str, Any]]] = {}
     if not message_ids:
@@ -82,28 +84,28 @@ def for_messages(
         list(message_ids),
     )
     for r in cur.fetchall():
-        row = _row(cur, r)
+        row = _row(r)
         found.setdefault(int(row["message_id"]), []).append(row)
     return found
 
 
-def set_message(conn: sqlite3.Connection, ids: Sequence[int], message_id: int) -> None:
+def set_message(conn: Connection, ids: Sequence[int], message_id: int) -> None:
     conn.executemany(
         "UPDATE attachments SET message_id = ? WHERE id = ?", [(message_id, i) for i in ids]
     )
 
 
-def project_bytes(conn: sqlite3.Connection, project_id: int) -> int:
+def project_bytes(conn: Connection, project_id: int) -> int:
     """The bytes a project's uploads hold, each distinct content counted once."""
     row = conn.execute(
         "SELECT COALESCE(SUM(size), 0) FROM"
-        " (SELECT DISTINCT sha256, size FROM attachments WHERE project_id = :p)",
+        " (SELECT DISTINCT sha256, size FROM attachments WHERE project_id = :p) AS contents",
         {"p": project_id},
     ).fetchone()
     return int(row[0])
 
 
-def has_content(conn: sqlite3.Connection, project_id: int, sha256: str) -> bool:
+def has_content(conn: Connection, project_id: int, sha256: str) -> bool:
     row = conn.execute(
         "SELECT 1 FROM attachments WHERE project_id = :p AND sha256 = :s LIMIT 1",
         {"p": project_id, "s": sha256},
@@ -111,7 +113,7 @@ def has_content(conn: sqlite3.Connection, project_id: int, sha256: str) -> bool:
     return row is not None
 
 
-def delete_unsent(conn: sqlite3.Connection, attachment_id: int, uploader_id: int) -> bool:
+def delete_unsent(conn: Connection, attachment_id: int, uploader_id: int) -> bool:
     cur = conn.execute(
         "DELETE FROM attachments WHERE id = :id AND uploader_id = :u AND message_id IS NULL",
         {"id": attachment_id, "u": uploader_id},
@@ -119,7 +121,7 @@ def delete_unsent(conn: sqlite3.Connection, attachment_id: int, uploader_id: int
     return cur.rowcount > 0
 
 
-def delete_project(conn: sqlite3.Connection, project_id: int) -> tuple[int, list[str]]:
+def delete_project(conn: Connection, project_id: int) -> tuple[int, list[str]]:
     """Delete a project's rows; the blobs (content and thumbnails) no row references any more,
     for the caller to remove from disk."""
     shas = {
@@ -137,7 +139,7 @@ def delete_project(conn: sqlite3.Connection, project_id: int) -> tuple[int, list
     return count, sorted(s for s in shas if not referenced(conn, s))
 
 
-def delete_unsent_before(conn: sqlite3.Connection, cutoff: float) -> tuple[int, list[str]]:
+def delete_unsent_before(conn: Connection, cutoff: float) -> tuple[int, list[str]]:
     """Delete uploads no send took that are older than ``cutoff``; the blobs no row uses now."""
     shas = {
         str(r[0])
@@ -154,7 +156,7 @@ def delete_unsent_before(conn: sqlite3.Connection, cutoff: float) -> tuple[int, 
     return count, sorted(s for s in shas if not referenced(conn, s))
 
 
-def referenced(conn: sqlite3.Connection, sha256: str) -> bool:
+def referenced(conn: Connection, sha256: str) -> bool:
     row = conn.execute(
         "SELECT 1 FROM attachments WHERE sha256 = :s OR thumb_sha256 = :s LIMIT 1", {"s": sha256}
     ).fetchone()

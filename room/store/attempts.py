@@ -3,11 +3,11 @@ attempt at a task. Plain functions over a connection; the actions decide."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
 from room.rules.entities import iso
+from room.store.dialect import Connection
 
 _COLUMNS = (
     "id, project_id, task_id, attempt, member_id, branch, path, base, fork_point, state, "
@@ -46,7 +46,7 @@ class AttemptRow:
 
 
 def insert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     task_id: int,
@@ -61,15 +61,15 @@ def insert(
     cur = conn.execute(
         "INSERT INTO task_attempts (project_id, task_id, attempt, member_id, branch, path, base,"
         " fork_point, state, created_at) VALUES (:project_id, :task_id, :attempt, :member_id,"
-        " :branch, :path, :base, :fork_point, 'open', :now)",
+        " :branch, :path, :base, :fork_point, 'open', :now) RETURNING id",
         {"project_id": project_id, "task_id": task_id, "attempt": attempt,
          "member_id": member_id, "branch": branch, "path": path, "base": base,
          "fork_point": fork_point, "now": now},
     )  # fmt: skip
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
-def latest(conn: sqlite3.Connection, task_id: int) -> AttemptRow | None:
+def latest(conn: Connection, task_id: int) -> AttemptRow | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM task_attempts WHERE task_id = :t ORDER BY attempt DESC LIMIT 1",
         {"t": task_id},
@@ -77,14 +77,14 @@ def latest(conn: sqlite3.Connection, task_id: int) -> AttemptRow | None:
     return AttemptRow(*row) if row else None
 
 
-def next_number(conn: sqlite3.Connection, task_id: int) -> int:
+def next_number(conn: Connection, task_id: int) -> int:
     row = conn.execute(
         "SELECT COALESCE(MAX(attempt), 0) + 1 FROM task_attempts WHERE task_id = :t", {"t": task_id}
     ).fetchone()
     return int(row[0])
 
 
-def of_project(conn: sqlite3.Connection, project_id: int) -> list[AttemptRow]:
+def of_project(conn: Connection, project_id: int) -> list[AttemptRow]:
     return [
         AttemptRow(*r)
         for r in conn.execute(
@@ -94,7 +94,7 @@ def of_project(conn: sqlite3.Connection, project_id: int) -> list[AttemptRow]:
     ]
 
 
-def current_for_member(conn: sqlite3.Connection, member_id: int) -> tuple[AttemptRow, str] | None:
+def current_for_member(conn: Connection, member_id: int) -> tuple[AttemptRow, str] | None:
     """The member's latest open attempt of a task it owns that is in progress, with the key."""
     row = conn.execute(
         f"SELECT {', '.join('a.' + c.strip() for c in _COLUMNS.split(','))}, t.key"
@@ -106,7 +106,7 @@ def current_for_member(conn: sqlite3.Connection, member_id: int) -> tuple[Attemp
     return (AttemptRow(*row[:-1]), str(row[-1])) if row else None
 
 
-def end(conn: sqlite3.Connection, attempt_id: int, state: str, now: float) -> None:
+def end(conn: Connection, attempt_id: int, state: str, now: float) -> None:
     conn.execute(
         "UPDATE task_attempts SET state = :s, ended_at = :now WHERE id = :id",
         {"s": state, "now": now, "id": attempt_id},
@@ -114,7 +114,7 @@ def end(conn: sqlite3.Connection, attempt_id: int, state: str, now: float) -> No
 
 
 def keep_open(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     task_id: int | None = None,
     member_id: int | None = None,
@@ -130,7 +130,7 @@ def keep_open(
     return cur.rowcount
 
 
-def delete_project(conn: sqlite3.Connection, project_id: int) -> int:
+def delete_project(conn: Connection, project_id: int) -> int:
     return conn.execute(
         "DELETE FROM task_attempts WHERE project_id = :p", {"p": project_id}
     ).rowcount

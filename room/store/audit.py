@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
+
+from room.store.dialect import Connection
 
 
 def record(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     now: float,
     actor_kind: str,
@@ -22,7 +23,7 @@ def record(
     cur = conn.execute(
         "INSERT INTO audit_events (at, actor_kind, actor_id, project_id, action, from_state,"
         " outcome, detail_json) VALUES (:at, :actor_kind, :actor_id, :project_id, :action,"
-        " :from_state, :outcome, :detail)",
+        " :from_state, :outcome, :detail) RETURNING id",
         {
             "at": now,
             "actor_kind": actor_kind,
@@ -34,11 +35,11 @@ def record(
             "detail": json.dumps(detail or {}, ensure_ascii=False, sort_keys=True),
         },
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
 def list_events(
-    conn: sqlite3.Connection, project_id: int | None = None, limit: int = 200
+    conn: Connection, project_id: int | None = None, limit: int = 200
 ) -> list[dict[str, Any]]:
     sql = (
         "SELECT id, at, actor_kind, actor_id, project_id, action, from_state, outcome, detail_json"

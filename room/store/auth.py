@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import sqlite3
 
 from room.rules.entities import MEMBER_COLUMNS, USER_COLUMNS, Member, User
+from room.store.db import chunks
+from room.store.dialect import Connection, dialect_for
 
 
 def digest(secret: str) -> str:
@@ -14,41 +14,41 @@ def digest(secret: str) -> str:
 
 
 def insert_user(
-    conn: sqlite3.Connection, *, handle: str, display_name: str, is_admin: bool, now: float
+    conn: Connection, *, handle: str, display_name: str, is_admin: bool, now: float
 ) -> int:
     cur = conn.execute(
         "INSERT INTO users (handle, display_name, is_admin, created_at)"
-        " VALUES (:handle, :display_name, :is_admin, :now)",
+        " VALUES (:handle, :display_name, :is_admin, :now) RETURNING id",
         {"handle": handle, "display_name": display_name, "is_admin": int(is_admin), "now": now},
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
-def get_user(conn: sqlite3.Connection, user_id: int) -> User | None:
+def get_user(conn: Connection, user_id: int) -> User | None:
     row = conn.execute(
         f"SELECT {USER_COLUMNS} FROM users WHERE id = :id", {"id": user_id}
     ).fetchone()
     return User.from_row(row) if row else None
 
 
-def admin_user(conn: sqlite3.Connection) -> User | None:
+def admin_user(conn: Connection) -> User | None:
     row = conn.execute(
         f"SELECT {USER_COLUMNS} FROM users WHERE is_admin = 1 ORDER BY id LIMIT 1"
     ).fetchone()
     return User.from_row(row) if row else None
 
 
-def user_handle_taken(conn: sqlite3.Connection, handle: str) -> bool:
-    return (
-        conn.execute("SELECT 1 FROM users WHERE handle = :h", {"h": handle}).fetchone() is not None
-    )
+def user_handle_taken(conn: Connection, handle: str) -> bool:
+    """Whether a person already has ``handle``, ignoring ASCII case (as the unique key does)."""
+    where = dialect_for(conn).nocase_equals("handle", ":h")
+    return conn.execute(f"SELECT 1 FROM users WHERE {where}", {"h": handle}).fetchone() is not None
 
 
 # -- one-time links ------------------------------------------------------------------------------
 
 
 def insert_link(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     secret: str,
     purpose: str,
@@ -77,7 +77,7 @@ def insert_link(
 
 
 def take_link(
-    conn: sqlite3.Connection, secret: str, now: float
+    conn: Connection, secret: str, now: float
 ) -> tuple[str, int | None, int | None, str | None] | None:
     """Mark an unused, unexpired link used; returns (purpose, user_id, project_id, role)."""
     row = conn.execute(
@@ -88,7 +88,7 @@ def take_link(
     return (row[0], row[1], row[2], row[3]) if row else None
 
 
-def mark_link_user(conn: sqlite3.Connection, secret: str, user_id: int) -> None:
+def mark_link_user(conn: Connection, secret: str, user_id: int) -> None:
     conn.execute(
         "UPDATE login_links SET used_by = :u WHERE token_hash = :h",
         {"h": digest(secret), "u": user_id},
@@ -99,7 +99,7 @@ def mark_link_user(conn: sqlite3.Connection, secret: str, user_id: int) -> None:
 
 
 def insert_session(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     secret: str,
     user_id: int,
@@ -120,7 +120,7 @@ def insert_session(
     )
 
 
-def session_user(conn: sqlite3.Connection, secret: str, now: float) -> tuple[User, str] | None:
+def session_user(conn: Connection, secret: str, now: float) -> tuple[User, str] | None:
     row = conn.execute(
         f"SELECT {', '.join('u.' + c.strip() for c in USER_COLUMNS.split(','))}, s.csrf_token"
         " FROM sessions s JOIN users u ON u.id = s.user_id"
@@ -130,7 +130,7 @@ def session_user(conn: sqlite3.Connection, secret: str, now: float) -> tuple[Use
     return (User.from_row(row[:4]), str(row[4])) if row else None
 
 
-def revoke_session(conn: sqlite3.Connection, secret: str, now: float) -> None:
+def revoke_session(conn: Connection, secret: str, now: float) -> None:
     conn.execute(
         "UPDATE sessions SET revoked_at = :now WHERE token_hash = :h",
         {"h": digest(secret), "now": now},
@@ -140,16 +140,14 @@ def revoke_session(conn: sqlite3.Connection, secret: str, now: float) -> None:
 # -- agent tokens --------------------------------------------------------------------------------
 
 
-def insert_agent_token(
-    conn: sqlite3.Connection, *, member_id: int, secret: str, now: float
-) -> None:
+def insert_agent_token(conn: Connection, *, member_id: int, secret: str, now: float) -> None:
     conn.execute(
         "INSERT INTO agent_tokens (member_id, token_hash, created_at) VALUES (:m, :h, :now)",
         {"m": member_id, "h": digest(secret), "now": now},
     )
 
 
-def token_member(conn: sqlite3.Connection, secret: str) -> Member | None:
+def token_member(conn: Connection, secret: str) -> Member | None:
     row = conn.execute(
         f"SELECT {', '.join('m.' + c.strip() for c in MEMBER_COLUMNS.split(','))}"
         " FROM agent_tokens t JOIN members m ON m.id = t.member_id"
@@ -160,31 +158,35 @@ def token_member(conn: sqlite3.Connection, secret: str) -> Member | None:
 
 
 def live_credentials(
-    conn: sqlite3.Connection, sessions: set[str], tokens: set[str], now: float
+    conn: Connection, sessions: set[str], tokens: set[str], now: float
 ) -> tuple[set[str], set[str]]:
-    """Which of these session and token digests still prove someone (one query each)."""
-    live_sessions = {
-        str(row[0])
-        for row in conn.execute(
-            "SELECT token_hash FROM sessions"
-            " WHERE token_hash IN (SELECT value FROM json_each(:hs))"
-            " AND revoked_at IS NULL AND expires_at > :now",
-            {"hs": json.dumps(sorted(sessions)), "now": now},
+    """Which of these session and token digests still prove someone (a statement per 64)."""
+    live_sessions: set[str] = set()
+    for chunk in chunks(sorted(sessions)):
+        marks = ", ".join("?" * len(chunk))
+        live_sessions.update(
+            str(row[0])
+            for row in conn.execute(
+                f"SELECT token_hash FROM sessions WHERE token_hash IN ({marks})"
+                " AND revoked_at IS NULL AND expires_at > ?",
+                (*chunk, now),
+            )
         )
-    }
-    live_tokens = {
-        str(row[0])
-        for row in conn.execute(
-            "SELECT t.token_hash FROM agent_tokens t JOIN members m ON m.id = t.member_id"
-            " WHERE t.token_hash IN (SELECT value FROM json_each(:hs))"
-            " AND t.revoked_at IS NULL AND m.status != 'left'",
-            {"hs": json.dumps(sorted(tokens))},
+    live_tokens: set[str] = set()
+    for chunk in chunks(sorted(tokens)):
+        marks = ", ".join("?" * len(chunk))
+        live_tokens.update(
+            str(row[0])
+            for row in conn.execute(
+                "SELECT t.token_hash FROM agent_tokens t JOIN members m ON m.id = t.member_id"
+                f" WHERE t.token_hash IN ({marks}) AND t.revoked_at IS NULL AND m.status != 'left'",
+                chunk,
+            )
         )
-    }
     return live_sessions, live_tokens
 
 
-def revoke_member_tokens(conn: sqlite3.Connection, member_id: int, now: float) -> int:
+def revoke_member_tokens(conn: Connection, member_id: int, now: float) -> int:
     """Revoke every live token of the member; how many were live."""
     return conn.execute(
         "UPDATE agent_tokens SET revoked_at = :now WHERE member_id = :m AND revoked_at IS NULL",

@@ -4,19 +4,19 @@ used, and whether (and why) it is tripped."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Collection
 from typing import Any
 
 from room.rules.entities import iso
 from room.store.db import Tx
+from room.store.dialect import Connection
 
 
-def ensure_brake(conn: sqlite3.Connection, project_id: int) -> None:
+def ensure_brake(conn: Connection, project_id: int) -> None:
     conn.execute("INSERT OR IGNORE INTO project_brakes (project_id) VALUES (:p)", {"p": project_id})
 
 
-def brake(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+def brake(conn: Connection, project_id: int) -> dict[str, Any]:
     """Read-only: a project whose brake never moved has no row yet. ``held``: the ids of the
     members the brake holds, sorted, or None (the whole project, or nobody while it is clear);
     ``turns_by_member``: agent turns since the last human message, by member id."""
@@ -46,7 +46,7 @@ def brake(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
     }
 
 
-def add_tokens(conn: sqlite3.Connection, project_id: int, tokens: int) -> None:
+def add_tokens(conn: Connection, project_id: int, tokens: int) -> None:
     ensure_brake(conn, project_id)
     conn.execute(
         "UPDATE project_brakes SET tokens_used = tokens_used + :n WHERE project_id = :p",
@@ -54,7 +54,7 @@ def add_tokens(conn: sqlite3.Connection, project_id: int, tokens: int) -> None:
     )
 
 
-def count_agent_turn(conn: sqlite3.Connection, tx: Tx, project_id: int, member_id: int) -> int:
+def count_agent_turn(conn: Connection, tx: Tx, project_id: int, member_id: int) -> int:
     """One more agent turn since the last human message, counted for the project and for
     ``member_id``; returns the project's new count."""
     ensure_brake(conn, project_id)
@@ -69,7 +69,7 @@ def count_agent_turn(conn: sqlite3.Connection, tx: Tx, project_id: int, member_i
     return int(row[0])
 
 
-def reset_agent_turns(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None:
+def reset_agent_turns(conn: Connection, tx: Tx, project_id: int) -> None:
     """Every human message resets the count. A count this transaction knows to be zero
     (``tx.agent_turns``) costs no statement: the send path runs this on every human message."""
     if tx.agent_turns.get(project_id) == 0:
@@ -83,7 +83,7 @@ def reset_agent_turns(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None
 
 
 def trip(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     reason: str,
     detail: dict[str, Any],
@@ -107,7 +107,7 @@ def trip(
     return cur.rowcount == 1
 
 
-def hold(conn: sqlite3.Connection, project_id: int, held: Collection[int] | None) -> None:
+def hold(conn: Connection, project_id: int, held: Collection[int] | None) -> None:
     """A tripped brake now holds ``held`` (None: the whole project)."""
     conn.execute(
         "UPDATE project_brakes SET held_json = :h WHERE project_id = :p AND tripped IS NOT NULL",
@@ -115,7 +115,7 @@ def hold(conn: sqlite3.Connection, project_id: int, held: Collection[int] | None
     )
 
 
-def holds_member(conn: sqlite3.Connection, project_id: int, member_id: int) -> bool:
+def holds_member(conn: Connection, project_id: int, member_id: int) -> bool:
     """Whether the project's brake holds ``member_id`` now."""
     row = conn.execute(
         "SELECT 1 FROM project_brakes WHERE project_id = :p AND tripped IS NOT NULL AND"
@@ -125,7 +125,7 @@ def holds_member(conn: sqlite3.Connection, project_id: int, member_id: int) -> b
     return row is not None
 
 
-def clear_brake(conn: sqlite3.Connection, tx: Tx, project_id: int, by: int) -> None:
+def clear_brake(conn: Connection, tx: Tx, project_id: int, by: int) -> None:
     ensure_brake(conn, project_id)
     conn.execute(
         "UPDATE project_brakes SET tripped = NULL, tripped_detail = NULL, tripped_at = NULL,"

@@ -4,9 +4,10 @@ steps, steers and end, and when a restart cut a turn off (``room.actions.checkpo
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
+
+from room.store.dialect import Connection
 
 KEEP_PER_MEMBER = 50  # older checkpoints of a member are pruned (the turns table keeps history)
 
@@ -17,7 +18,7 @@ _COLUMNS = (
 
 
 def insert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     member_id: int,
@@ -38,7 +39,7 @@ def insert(
         "INSERT INTO checkpoints (project_id, member_id, turn_id, phase, state, step, summary,"
         " did_json, next, blocked, last_tool, pending_tools_json, prompt_json, created_at)"
         " VALUES (:p, :m, :t, :phase, :state, :step, :summary, :did, :next, :blocked, :last,"
-        " :pending, :prompt, :now)",
+        " :pending, :prompt, :now) RETURNING id",
         {
             "p": project_id,
             "m": member_id,
@@ -56,12 +57,13 @@ def insert(
             "now": now,
         },
     )
+    checkpoint_id = int(cur.fetchone()[0])
     conn.execute(
         "DELETE FROM checkpoints WHERE member_id = :m AND id <= (SELECT id FROM checkpoints"
         " WHERE member_id = :m ORDER BY id DESC LIMIT 1 OFFSET :keep)",
         {"m": member_id, "keep": KEEP_PER_MEMBER},
     )
-    return int(cur.lastrowid or 0)
+    return checkpoint_id
 
 
 def _row(r: Sequence[Any]) -> dict[str, Any]:
@@ -84,7 +86,7 @@ def _row(r: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def latest(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
+def latest(conn: Connection, member_id: int) -> dict[str, Any] | None:
     """The member's newest checkpoint, or None."""
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM checkpoints WHERE member_id = :m ORDER BY id DESC LIMIT 1",
@@ -93,7 +95,7 @@ def latest(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
     return _row(row) if row else None
 
 
-def latest_of_turn(conn: sqlite3.Connection, turn_id: int) -> dict[str, Any] | None:
+def latest_of_turn(conn: Connection, turn_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM checkpoints WHERE turn_id = :t ORDER BY id DESC LIMIT 1",
         {"t": turn_id},
@@ -101,9 +103,7 @@ def latest_of_turn(conn: sqlite3.Connection, turn_id: int) -> dict[str, Any] | N
     return _row(row) if row else None
 
 
-def latest_before_turn(
-    conn: sqlite3.Connection, member_id: int, turn_id: int
-) -> dict[str, Any] | None:
+def latest_before_turn(conn: Connection, member_id: int, turn_id: int) -> dict[str, Any] | None:
     """The member's newest checkpoint of a turn before ``turn_id``."""
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM checkpoints WHERE member_id = :m AND turn_id < :t"
@@ -113,7 +113,7 @@ def latest_before_turn(
     return _row(row) if row else None
 
 
-def of_member(conn: sqlite3.Connection, member_id: int, limit: int = 20) -> list[dict[str, Any]]:
+def of_member(conn: Connection, member_id: int, limit: int = 20) -> list[dict[str, Any]]:
     """The member's checkpoints, newest first."""
     return [
         _row(r)

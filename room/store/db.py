@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar
 
 from room.errors import StorageError
 from room.rules.effects import Effect
+from room.store.dialect import Connection
 from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,7 @@ class BulkInsert:
         """The single-row statement (the direct path)."""
         return _insert_sql(self, 1)
 
-    def write(
-        self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]], appends: Appends | None
-    ) -> None:
+    def write(self, conn: Connection, rows: list[tuple[Any, ...]], appends: Appends | None) -> None:
         """Insert ``rows`` now, or leave them to the batch's ``appends`` when there is one."""
         if appends is not None:
             appends.extend(self, rows)

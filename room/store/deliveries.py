@@ -4,7 +4,6 @@ moves a delivery row is here; the rules the moves follow are :mod:`room.rules.le
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,6 +13,7 @@ from room.rules.entities import iso
 from room.rules.ledger import ALLOWED_FROM, DeliveryState, Reason, detail_of, text_of
 from room.store import attachments as attachments_store
 from room.store.db import Appends, BulkInsert
+from room.store.dialect import POSTGRESQL, SQLITE, Connection, Dialect, dialect_for
 
 DELIVERIES = BulkInsert(
     "deliveries",
@@ -60,15 +60,21 @@ class Inbound:
         }
 
 
-_INBOUND = (
-    "SELECT d.id, d.message_id, d.project_id, m.seq, m.author_id, m.body, m.created_at,"
-    " a.handle, a.display_name, COALESCE(json_extract(m.frame, '$.meta.for_agents'), '')"
-    " FROM deliveries d JOIN messages m ON m.id = d.message_id"
-    " LEFT JOIN members a ON a.id = m.author_id"
-)
+def _inbound_sql(dialect: Dialect) -> str:
+    for_agents = dialect.json_text("m.frame", "meta", "for_agents")
+    return (
+        "SELECT d.id, d.message_id, d.project_id, m.seq, m.author_id, m.body, m.created_at,"
+        f" a.handle, a.display_name, COALESCE({for_agents}, '')"
+        " FROM deliveries d JOIN messages m ON m.id = d.message_id"
+        " LEFT JOIN members a ON a.id = m.author_id"
+    )
 
 
-def _inbound(conn: sqlite3.Connection, rows: Iterable[Sequence[Any]]) -> list[Inbound]:
+# The SELECT of an inbound delivery, per dialect (the text for agents is read from the frame).
+_INBOUND = {dialect: _inbound_sql(dialect) for dialect in (SQLITE, POSTGRESQL)}
+
+
+def _inbound(conn: Connection, rows: Iterable[Sequence[Any]]) -> list[Inbound]:
     found = [Inbound(*row) for row in rows]
     files = attachments_store.for_messages(conn, sorted({i.message_id for i in found}))
     if not files:
@@ -93,7 +99,7 @@ def _marks(values: Collection[Any]) -> str:
 
 
 def insert_many(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     message_id: int,
@@ -110,7 +116,7 @@ def insert_many(
 
 
 def set_state(
-    conn: sqlite3.Connection,
+    conn: Connection,
     ids: Sequence[int],
     state: DeliveryState | str,
     now: float,
@@ -148,23 +154,23 @@ def set_state(
     return rows
 
 
-def unbind(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+def unbind(conn: Connection, ids: Sequence[int]) -> None:
     """Forget the turn and the socket a delivery was handed to (it goes back to wait)."""
     conn.executemany(
         "UPDATE deliveries SET turn_id = NULL, handoff = NULL WHERE id = ?", [(i,) for i in ids]
     )
 
 
-def take_into_turn(conn: sqlite3.Connection, ids: Sequence[int], turn_id: int) -> None:
+def take_into_turn(conn: Connection, ids: Sequence[int], turn_id: int) -> None:
     conn.executemany("UPDATE deliveries SET turn_id = ? WHERE id = ?", [(turn_id, i) for i in ids])
 
 
-def mark_offered(conn: sqlite3.Connection, ids: Sequence[int], handoff: str) -> None:
+def mark_offered(conn: Connection, ids: Sequence[int], handoff: str) -> None:
     conn.executemany("UPDATE deliveries SET handoff = ? WHERE id = ?", [(handoff, i) for i in ids])
 
 
 def cancel_open_for_message(
-    conn: sqlite3.Connection, message_id: int, code: Reason, now: float
+    conn: Connection, message_id: int, code: Reason, now: float
 ) -> list[tuple[int, int]]:
     """Retracted before delivery: pending and held rows become ``cancelled``; returns
     (delivery id, recipient id) per row."""
@@ -180,7 +186,7 @@ def cancel_open_for_message(
 
 
 def reconcile_record(
-    conn: sqlite3.Connection,
+    conn: Connection,
     delivery_id: int,
     from_state: str,
     to_state: str,
@@ -197,7 +203,7 @@ def reconcile_record(
 # -- reading rows ------------------------------------------------------------------------------
 
 
-def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:
+def for_message(conn: Connection, message_id: int) -> list[dict[str, Any]]:
     return [
         {
             "id": r[0],
@@ -220,7 +226,7 @@ def for_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any
     ]
 
 
-def retry_facts(conn: sqlite3.Connection, delivery_id: int) -> dict[str, Any] | None:
+def retry_facts(conn: Connection, delivery_id: int) -> dict[str, Any] | None:
     """What a retry of ``delivery_id`` decides on: its project, message, sender, recipient,
     state and reason, and whether its message was deleted."""
     row = conn.execute(
@@ -235,7 +241,7 @@ def retry_facts(conn: sqlite3.Connection, delivery_id: int) -> dict[str, Any] | 
     return {**dict(zip(keys, row[:6], strict=True)), "deleted": bool(row[6])}
 
 
-def retries(conn: sqlite3.Connection, delivery_id: int) -> int:
+def retries(conn: Connection, delivery_id: int) -> int:
     """How many times a person (or the sender) asked for this delivery again."""
     row = conn.execute(
         "SELECT count(*) FROM reconciliations WHERE delivery_id = :d AND from_state = 'failed'"
@@ -245,7 +251,7 @@ def retries(conn: sqlite3.Connection, delivery_id: int) -> int:
     return int(row[0])
 
 
-def recipients(conn: sqlite3.Connection, message_id: int) -> set[int]:
+def recipients(conn: Connection, message_id: int) -> set[int]:
     return {
         int(r[0])
         for r in conn.execute(
@@ -254,14 +260,12 @@ def recipients(conn: sqlite3.Connection, message_id: int) -> set[int]:
     }
 
 
-def state_of(conn: sqlite3.Connection, delivery_id: int) -> str:
+def state_of(conn: Connection, delivery_id: int) -> str:
     row = conn.execute("SELECT state FROM deliveries WHERE id = ?", (delivery_id,)).fetchone()
     return str(row[0]) if row else ""
 
 
-def pending_of(
-    conn: sqlite3.Connection, member_id: int, limit: int, *, unoffered: bool
-) -> list[int]:
+def pending_of(conn: Connection, member_id: int, limit: int, *, unoffered: bool) -> list[int]:
     """The oldest pending deliveries of a member (``unoffered``: not yet offered to a socket)."""
     extra = " AND handoff IS NULL" if unoffered else ""
     return _ids(
@@ -273,7 +277,7 @@ def pending_of(
     )
 
 
-def of_member(conn: sqlite3.Connection, member_id: int, states: Collection[str]) -> list[int]:
+def of_member(conn: Connection, member_id: int, states: Collection[str]) -> list[int]:
     return _ids(
         conn.execute(
             f"SELECT id FROM deliveries WHERE recipient_id = ? AND state IN ({_marks(states)})"
@@ -283,7 +287,7 @@ def of_member(conn: sqlite3.Connection, member_id: int, states: Collection[str])
     )
 
 
-def of_project(conn: sqlite3.Connection, project_id: int, states: Collection[str]) -> list[int]:
+def of_project(conn: Connection, project_id: int, states: Collection[str]) -> list[int]:
     return _ids(
         conn.execute(
             f"SELECT id FROM deliveries WHERE project_id = ? AND state IN ({_marks(states)})"
@@ -293,7 +297,7 @@ def of_project(conn: sqlite3.Connection, project_id: int, states: Collection[str
     )
 
 
-def held_for_active_members(conn: sqlite3.Connection, project_id: int) -> list[int]:
+def held_for_active_members(conn: Connection, project_id: int) -> list[int]:
     """A project's ``held`` rows whose recipient is active (released on resume)."""
     return _ids(
         conn.execute(
@@ -305,7 +309,7 @@ def held_for_active_members(conn: sqlite3.Connection, project_id: int) -> list[i
 
 
 def own_in_states(
-    conn: sqlite3.Connection, member_id: int, ids: Sequence[int], states: Collection[str]
+    conn: Connection, member_id: int, ids: Sequence[int], states: Collection[str]
 ) -> list[int]:
     """Those of ``ids`` addressed to ``member_id`` and in one of ``states``."""
     if not ids:
@@ -319,7 +323,7 @@ def own_in_states(
     )
 
 
-def offered_to(conn: sqlite3.Connection, member_id: int, handoff: str) -> list[int]:
+def offered_to(conn: Connection, member_id: int, handoff: str) -> list[int]:
     """Deliveries offered to one socket that it never confirmed."""
     return _ids(
         conn.execute(
@@ -330,27 +334,31 @@ def offered_to(conn: sqlite3.Connection, member_id: int, handoff: str) -> list[i
     )
 
 
-def inbound_by_ids(conn: sqlite3.Connection, ids: Sequence[int]) -> list[Inbound]:
+def inbound_by_ids(conn: Connection, ids: Sequence[int]) -> list[Inbound]:
     if not ids:
         return []
     return _inbound(
-        conn, conn.execute(f"{_INBOUND} WHERE d.id IN ({_marks(ids)}) ORDER BY d.id", ids)
+        conn,
+        conn.execute(
+            f"{_INBOUND[dialect_for(conn)]} WHERE d.id IN ({_marks(ids)}) ORDER BY d.id", ids
+        ),
     )
 
 
-def unsettled(conn: sqlite3.Connection, member_id: int) -> list[Inbound]:
+def unsettled(conn: Connection, member_id: int) -> list[Inbound]:
     """An external agent's deliveries whose fate it must confirm: ``unknown`` or ``delivered``."""
     return _inbound(
         conn,
         conn.execute(
-            f"{_INBOUND} WHERE d.recipient_id = :m AND d.state IN ('unknown', 'delivered')"
+            f"{_INBOUND[dialect_for(conn)]} WHERE d.recipient_id = :m"
+            " AND d.state IN ('unknown', 'delivered')"
             " ORDER BY d.id",
             {"m": member_id},
         ),
     )
 
 
-def of_turn(conn: sqlite3.Connection, turn_id: int) -> list[tuple[int, str]]:
+def of_turn(conn: Connection, turn_id: int) -> list[tuple[int, str]]:
     """(delivery, state) of the deliveries a turn took."""
     return [
         (int(r[0]), str(r[1]))
@@ -360,7 +368,7 @@ def of_turn(conn: sqlite3.Connection, turn_id: int) -> list[tuple[int, str]]:
     ]
 
 
-def in_builtin_inboxes(conn: sqlite3.Connection) -> list[int]:
+def in_builtin_inboxes(conn: Connection) -> list[int]:
     """Delivered to an in-process session and taken by no turn (its inbox is memory)."""
     return _ids(
         conn.execute(
@@ -370,7 +378,7 @@ def in_builtin_inboxes(conn: sqlite3.Connection) -> list[int]:
     )
 
 
-def handed_to_external(conn: sqlite3.Connection) -> list[int]:
+def handed_to_external(conn: Connection) -> list[int]:
     """Delivered to, or offered to, an external agent and not confirmed consumed."""
     return _ids(
         conn.execute(
@@ -381,7 +389,7 @@ def handed_to_external(conn: sqlite3.Connection) -> list[int]:
     )
 
 
-def paused_projects_with_work(conn: sqlite3.Connection) -> list[int]:
+def paused_projects_with_work(conn: Connection) -> list[int]:
     return _ids(
         conn.execute(
             "SELECT DISTINCT d.project_id FROM deliveries d JOIN projects p ON p.id = d.project_id"
@@ -390,7 +398,7 @@ def paused_projects_with_work(conn: sqlite3.Connection) -> list[int]:
     )
 
 
-def members_with_pending(conn: sqlite3.Connection) -> list[tuple[int, int]]:
+def members_with_pending(conn: Connection) -> list[tuple[int, int]]:
     """(project, member) pairs with pending deliveries in active projects."""
     return [
         (int(r[0]), int(r[1]))
@@ -402,7 +410,7 @@ def members_with_pending(conn: sqlite3.Connection) -> list[tuple[int, int]]:
     ]
 
 
-def dispatch_facts(conn: sqlite3.Connection, member_id: int) -> tuple[str, str, int, bool] | None:
+def dispatch_facts(conn: Connection, member_id: int) -> tuple[str, str, int, bool] | None:
     """What :func:`room.rules.ledger.dispatch_blocker` decides on, read inside the writer's
     transaction: (project state, member status, project id, whether the project's brake holds
     this member — the whole project, or the loop it is in)."""

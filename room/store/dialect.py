@@ -19,7 +19,8 @@ dialect by :meth:`Dialect.adapt`:
 Forms that differ in more than spelling are methods that return the statement *as written*
 (``?``/``:name`` parameters; the connection adapts it when it runs): :meth:`~Dialect.upsert`,
 :meth:`~Dialect.insert_ignore`, :meth:`~Dialect.nocase_equals`, :meth:`~Dialect.byte_length`,
-and the column types. :class:`Connection` is the DB-API surface the store uses, which
+:meth:`~Dialect.json_text`, and the column types; :func:`dialect_for` says which dialect a
+connection speaks. :class:`Connection` is the DB-API surface the store uses, which
 ``sqlite3.Connection`` already has and :class:`room.store.pg.PgConnection` provides over psycopg.
 """
 
@@ -220,9 +221,30 @@ class Dialect:
             return f"length(CAST({expression} AS BLOB))"
         return f"octet_length({expression})"
 
+    def json_text(self, expression: str, *path: str) -> str:
+        """The value at ``path`` (object keys) in the JSON text ``expression``, NULL when there is
+        none. For a string value both dialects give its text; a number or a boolean comes back
+        as SQLite's number and PostgreSQL's text, so compare only strings with it. The JSON
+        is stored as text on both: PostgreSQL parses it (``::jsonb``) each time."""
+        if not path or not all(_JSON_KEY.fullmatch(key) for key in path):
+            raise ValueError(f"JSON path keys must be plain names: {path!r}")
+        if self.name == "sqlite":
+            return f"json_extract({expression}, '$.{'.'.join(path)}')"
+        return f"({expression}::jsonb #>> '{{{','.join(path)}}}')"
+
 
 SQLITE = Dialect("sqlite")
 POSTGRESQL = Dialect("postgresql")
+
+_JSON_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def dialect_for(conn: Connection) -> Dialect:
+    """The dialect ``conn`` speaks: a connection that names one (``PgConnection.dialect``) speaks
+    it; anything else (``sqlite3.Connection``) is SQLite. For the few statements spelled per
+    dialect; the rest are written once and adapted by the connection."""
+    named = getattr(conn, "dialect", None)
+    return named if isinstance(named, Dialect) else SQLITE
 
 
 @lru_cache(maxsize=4096)

@@ -32,6 +32,7 @@ from typing import Any
 
 from room.store import search as search_store
 from room.store.db import chunks
+from room.store.dialect import SQLITE
 from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ def open_index(db_path: Path) -> sqlite3.Connection:
 # bytes) is its own ``body`` and has no ``uni`` (what room.rules.searchtext.index_texts returns for
 # it), so most messages are indexed without a call into Python; the rest go through
 # room_index_text and room_index_unigrams.
-_ASCII = "length(body) = length(CAST(body AS BLOB))"
+# (The index file is SQLite's: its SQL is SQLite's. PostgreSQL's search is not built yet.)
+_ASCII = f"length(body) = {SQLITE.byte_length('body')}"
 _COLUMNS = (
     f"CASE WHEN {_ASCII} THEN body ELSE room_index_text(body) END,"
     f" CASE WHEN {_ASCII} THEN '' ELSE room_index_unigrams(body) END"

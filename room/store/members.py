@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 import unicodedata
 
 from room.rules.entities import MEMBER_COLUMNS, Member
+from room.store.dialect import Connection, dialect_for
 
 
 def name_key(name: str) -> str:
@@ -14,7 +14,7 @@ def name_key(name: str) -> str:
 
 
 def insert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     kind: str,
@@ -27,7 +27,7 @@ def insert(
 ) -> int:
     cur = conn.execute(
         "INSERT INTO members (project_id, kind, user_id, role, handle, display_name, created_at)"
-        " VALUES (:project_id, :kind, :user_id, :role, :handle, :display_name, :now)",
+        " VALUES (:project_id, :kind, :user_id, :role, :handle, :display_name, :now) RETURNING id",
         {
             "project_id": project_id,
             "kind": kind,
@@ -38,7 +38,7 @@ def insert(
             "now": now,
         },
     )
-    member_id = int(cur.lastrowid or 0)
+    member_id = int(cur.fetchone()[0])
     names = [(handle, "handle"), (display_name, "display_name")]
     names += [(alias, "alias") for alias in aliases]
     conn.executemany(
@@ -58,14 +58,14 @@ def insert(
     return member_id
 
 
-def get(conn: sqlite3.Connection, member_id: int) -> Member | None:
+def get(conn: Connection, member_id: int) -> Member | None:
     row = conn.execute(
         f"SELECT {MEMBER_COLUMNS} FROM members WHERE id = :id", {"id": member_id}
     ).fetchone()
     return Member.from_row(row) if row else None
 
 
-def for_user(conn: sqlite3.Connection, project_id: int, user_id: int) -> Member | None:
+def for_user(conn: Connection, project_id: int, user_id: int) -> Member | None:
     row = conn.execute(
         f"SELECT {MEMBER_COLUMNS} FROM members WHERE project_id = :p AND user_id = :u",
         {"p": project_id, "u": user_id},
@@ -73,16 +73,17 @@ def for_user(conn: sqlite3.Connection, project_id: int, user_id: int) -> Member 
     return Member.from_row(row) if row else None
 
 
-def by_handle(conn: sqlite3.Connection, project_id: int, handle: str) -> Member | None:
+def by_handle(conn: Connection, project_id: int, handle: str) -> Member | None:
     row = conn.execute(
         f"SELECT {MEMBER_COLUMNS} FROM members WHERE project_id = :p"
-        " AND handle = :h COLLATE NOCASE ORDER BY status = 'left', id LIMIT 1",
+        f" AND {dialect_for(conn).nocase_equals('handle', ':h')}"
+        " ORDER BY status = 'left', id LIMIT 1",
         {"p": project_id, "h": handle},
     ).fetchone()
     return Member.from_row(row) if row else None
 
 
-def list_for_project(conn: sqlite3.Connection, project_id: int) -> list[Member]:
+def list_for_project(conn: Connection, project_id: int) -> list[Member]:
     rows = conn.execute(
         f"SELECT {MEMBER_COLUMNS} FROM members WHERE project_id = :p ORDER BY id",
         {"p": project_id},
@@ -90,7 +91,7 @@ def list_for_project(conn: sqlite3.Connection, project_id: int) -> list[Member]:
     return [Member.from_row(r) for r in rows]
 
 
-def name_holders(conn: sqlite3.Connection, project_id: int, name: str) -> list[tuple[str, bool]]:
+def name_holders(conn: Connection, project_id: int, name: str) -> list[tuple[str, bool]]:
     """(kind, departed) for every member name in the project equal to ``name`` (by
     ``name_key``): what a new handle, display name or alias would collide with."""
     return [
@@ -102,14 +103,12 @@ def name_holders(conn: sqlite3.Connection, project_id: int, name: str) -> list[t
     ]
 
 
-def handle_reserved(conn: sqlite3.Connection, project_id: int, handle: str) -> bool:
+def handle_reserved(conn: Connection, project_id: int, handle: str) -> bool:
     """Taken by a member, alive or departed (tombstones keep their names)."""
     return bool(name_holders(conn, project_id, handle))
 
 
-def names_for_project(
-    conn: sqlite3.Connection, project_id: int
-) -> list[tuple[int, str, str, bool]]:
+def names_for_project(conn: Connection, project_id: int) -> list[tuple[int, str, str, bool]]:
     """(member_id, name, kind, tombstoned) for every name ever held in the project."""
     return [
         (int(r[0]), str(r[1]), str(r[2]), bool(r[3]))
@@ -120,7 +119,7 @@ def names_for_project(
     ]
 
 
-def aliases_for_project(conn: sqlite3.Connection, project_id: int) -> dict[int, list[str]]:
+def aliases_for_project(conn: Connection, project_id: int) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     for member_id, name in conn.execute(
         "SELECT member_id, name FROM member_names WHERE project_id = :p AND kind = 'alias'"
@@ -131,7 +130,7 @@ def aliases_for_project(conn: sqlite3.Connection, project_id: int) -> dict[int, 
     return out
 
 
-def wire_list(conn: sqlite3.Connection, project_id: int) -> list[dict[str, object]]:
+def wire_list(conn: Connection, project_id: int) -> list[dict[str, object]]:
     """The members as every frame and endpoint sends them, with their aliases (the browser's
     mention resolver needs them to give the same answer as the server's)."""
     aliases = aliases_for_project(conn, project_id)
@@ -141,7 +140,7 @@ def wire_list(conn: sqlite3.Connection, project_id: int) -> list[dict[str, objec
     ]
 
 
-def projects_of_user(conn: sqlite3.Connection, user_id: int) -> list[int]:
+def projects_of_user(conn: Connection, user_id: int) -> list[int]:
     """The projects in which this person is a member (and has not left)."""
     rows = conn.execute(
         "SELECT project_id FROM members WHERE user_id = :u AND status != 'left'", {"u": user_id}
@@ -149,7 +148,7 @@ def projects_of_user(conn: sqlite3.Connection, user_id: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def owned_projects(conn: sqlite3.Connection, user_id: int) -> set[int]:
+def owned_projects(conn: Connection, user_id: int) -> set[int]:
     """The projects in which this person is a member with the owner role."""
     rows = conn.execute(
         "SELECT project_id FROM members"
@@ -159,7 +158,7 @@ def owned_projects(conn: sqlite3.Connection, user_id: int) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def set_status(conn: sqlite3.Connection, member_id: int, status: str, now: float) -> None:
+def set_status(conn: Connection, member_id: int, status: str, now: float) -> None:
     conn.execute(
         "UPDATE members SET status = :status,"
         " left_at = CASE WHEN :status = 'left' THEN :now ELSE left_at END WHERE id = :id",

@@ -14,6 +14,7 @@ import json
 import sqlite3
 from typing import Any
 
+from room.store.dialect import Connection, dialect_for
 from room.store.schema_memory import MEMORY_TABLES
 
 _COLUMNS = (
@@ -46,7 +47,7 @@ def _json(body: dict[str, Any]) -> str:
 # -- reads the other parts call ------------------------------------------------------------------
 
 
-def memory_version(conn: sqlite3.Connection, project_id: int) -> int:
+def memory_version(conn: Connection, project_id: int) -> int:
     """The project's memory version: 0 before any write, then one more for every write."""
     row = conn.execute(
         "SELECT version FROM memory_versions WHERE project_id = :p", {"p": project_id}
@@ -54,7 +55,7 @@ def memory_version(conn: sqlite3.Connection, project_id: int) -> int:
     return int(row[0]) if row else 0
 
 
-def summary(conn: sqlite3.Connection, project_id: int) -> dict[str, Any] | None:
+def summary(conn: Connection, project_id: int) -> dict[str, Any] | None:
     """The project summary entry (``body.sections``, ``updated_at``), or None if never written."""
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM memory_entries WHERE project_id = :p AND kind = 'summary'",
@@ -64,7 +65,7 @@ def summary(conn: sqlite3.Connection, project_id: int) -> dict[str, Any] | None:
 
 
 def entries(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     kind: str,
     *,
@@ -85,14 +86,14 @@ def entries(
     return [_entry(r) for r in conn.execute(sql, params)]
 
 
-def entry(conn: sqlite3.Connection, entry_id: int) -> dict[str, Any] | None:
+def entry(conn: Connection, entry_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM memory_entries WHERE id = :id", {"id": entry_id}
     ).fetchone()
     return _entry(row) if row else None
 
 
-def sessions_since(conn: sqlite3.Connection, project_id: int, since_ts: float) -> int:
+def sessions_since(conn: Connection, project_id: int, since_ts: float) -> int:
     """How many session-log entries (archived ones too) were written after ``since_ts``."""
     row = conn.execute(
         "SELECT count(*) FROM memory_entries WHERE project_id = :p AND kind = 'session'"
@@ -102,7 +103,7 @@ def sessions_since(conn: sqlite3.Connection, project_id: int, since_ts: float) -
     return int(row[0])
 
 
-def archived_counts(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+def archived_counts(conn: Connection, project_id: int) -> dict[str, int]:
     """Archived entries per kind (decisions included), only the kinds that have some."""
     counts = {
         str(r[0]): int(r[1])
@@ -120,7 +121,7 @@ def archived_counts(conn: sqlite3.Connection, project_id: int) -> dict[str, int]
     return counts
 
 
-def revisions(conn: sqlite3.Connection, entry_id: int) -> list[dict[str, Any]]:
+def revisions(conn: Connection, entry_id: int) -> list[dict[str, Any]]:
     """Every revision of an entry, oldest first: ``{rev, body, author_id, at}``."""
     return [
         {"rev": int(r[0]), "body": json.loads(r[1]), "author_id": r[2], "at": float(r[3])}
@@ -132,7 +133,7 @@ def revisions(conn: sqlite3.Connection, entry_id: int) -> list[dict[str, Any]]:
     ]
 
 
-def reference_by_key(conn: sqlite3.Connection, project_id: int, key: str) -> dict[str, Any] | None:
+def reference_by_key(conn: Connection, project_id: int, key: str) -> dict[str, Any] | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM memory_entries WHERE project_id = :p AND kind = 'reference'"
         " AND ref_key = :k",
@@ -141,7 +142,7 @@ def reference_by_key(conn: sqlite3.Connection, project_id: int, key: str) -> dic
     return _entry(row) if row else None
 
 
-def live_sizes(conn: sqlite3.Connection, project_id: int, kind: str) -> list[tuple[int, int]]:
+def live_sizes(conn: Connection, project_id: int, kind: str) -> list[tuple[int, int]]:
     """(id, size) of the live entries of a kind, oldest first (what the caps look at)."""
     return [
         (int(r[0]), int(r[1]))
@@ -153,15 +154,20 @@ def live_sizes(conn: sqlite3.Connection, project_id: int, kind: str) -> list[tup
     ]
 
 
-def decision_sizes(conn: sqlite3.Connection, project_id: int) -> list[tuple[int, int]]:
+# The texts of a decision whose bytes count toward the decisions cap.
+_DECISION_TEXTS = (
+    "d.title", "r.context", "r.decision", "r.consequences", "r.constraints", "r.alternatives_json",
+)  # fmt: skip
+
+
+def decision_sizes(conn: Connection, project_id: int) -> list[tuple[int, int]]:
     """(id, bytes of the current revision's text) of the live decisions (not the requirement),
     oldest first: what the decisions cap looks at."""
+    size = " + ".join(map(dialect_for(conn).byte_length, _DECISION_TEXTS))
     return [
         (int(r[0]), int(r[1]))
         for r in conn.execute(
-            "SELECT d.id, length(CAST(d.title AS BLOB)) + length(CAST(r.context AS BLOB))"
-            " + length(CAST(r.decision AS BLOB)) + length(CAST(r.consequences AS BLOB))"
-            " + length(CAST(r.constraints AS BLOB)) + length(CAST(r.alternatives_json AS BLOB))"
+            f"SELECT d.id, {size}"
             " FROM decisions d JOIN decision_revisions r ON r.decision_id = d.id"
             " AND r.revision = d.revision WHERE d.project_id = :p AND d.kind = 'decision'"
             " AND d.archived = 0 ORDER BY d.number",
@@ -173,11 +179,12 @@ def decision_sizes(conn: sqlite3.Connection, project_id: int) -> list[tuple[int,
 # -- writes ---------------------------------------------------------------------------------------
 
 
-def bump_version(conn: sqlite3.Connection, project_id: int, now: float) -> int:
+def bump_version(conn: Connection, project_id: int, now: float) -> int:
     """One more memory version for the project; returns it."""
     row = conn.execute(
         "INSERT INTO memory_versions (project_id, version, updated_at) VALUES (:p, 1, :now)"
-        " ON CONFLICT (project_id) DO UPDATE SET version = version + 1, updated_at = :now"
+        " ON CONFLICT (project_id) DO UPDATE SET version = memory_versions.version + 1,"
+        " updated_at = :now"
         " RETURNING version",
         {"p": project_id, "now": now},
     ).fetchone()
@@ -185,7 +192,7 @@ def bump_version(conn: sqlite3.Connection, project_id: int, now: float) -> int:
 
 
 def insert_entry(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     kind: str,
@@ -202,17 +209,17 @@ def insert_entry(
         conn.execute(
             "INSERT INTO memory_entries (project_id, kind, rev, body_json, size, author_id,"
             " updated_by, turn_id, ref_key, created_at, updated_at) VALUES (:p, :k, 1, :b, :s,"
-            " :a, :a, :t, :r, :now, :now)",
+            " :a, :a, :t, :r, :now, :now) RETURNING id",
             {"p": project_id, "k": kind, "b": body_json, "s": size, "a": author_id,
              "t": turn_id, "r": ref_key, "now": now},
-        ).lastrowid or 0
+        ).fetchone()[0]
     )  # fmt: skip
     _revision(conn, project_id, entry_id, 1, body_json, author_id, now)
     return entry_id
 
 
 def update_entry(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     entry_id: int,
     project_id: int,
@@ -235,7 +242,7 @@ def update_entry(
 
 
 def _revision(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     entry_id: int,
     rev: int,
@@ -250,21 +257,21 @@ def _revision(
     )
 
 
-def archive(conn: sqlite3.Connection, entry_ids: list[int], now: float) -> None:
+def archive(conn: Connection, entry_ids: list[int], now: float) -> None:
     conn.executemany(
         "UPDATE memory_entries SET archived = 1, archived_at = ? WHERE id = ? AND archived = 0",
         [(now, i) for i in entry_ids],
     )
 
 
-def archive_decisions(conn: sqlite3.Connection, decision_ids: list[int]) -> None:
+def archive_decisions(conn: Connection, decision_ids: list[int]) -> None:
     conn.executemany(
         "UPDATE decisions SET archived = 1 WHERE id = ? AND archived = 0",
         [(i,) for i in decision_ids],
     )
 
 
-def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
+def digest_rows(conn: Connection, project_id: int) -> dict[str, dict[str, Any]]:
     """Row count and SHA-256 of the project's memory rows, for the trash snapshot. A table with
     no rows is left out, so a snapshot written before memory existed still matches."""
     out: dict[str, dict[str, Any]] = {}
@@ -285,7 +292,7 @@ def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str
     return out
 
 
-def delete_project(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+def delete_project(conn: Connection, project_id: int) -> dict[str, int]:
     """Delete every memory row of a project (the purge); returns the counts per table."""
     return {
         table: conn.execute(

@@ -7,7 +7,6 @@ so history pages and resume replays are string joins, never per-row JSON encodin
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,6 +14,7 @@ import orjson
 
 from room.rules.entities import iso
 from room.store.db import Appends, BulkInsert, Sent, chunks
+from room.store.dialect import Connection
 
 # The C implementation behind json.dumps(ensure_ascii=False) for one string.
 _encode_basestring = json.encoder.encode_basestring
@@ -108,7 +108,7 @@ def update_frame(project_id: int, seq: int, message_frame: str) -> str:
     )
 
 
-def find_txn(conn: sqlite3.Connection, author_id: int, client_txn_id: str) -> Sent | None:
+def find_txn(conn: Connection, author_id: int, client_txn_id: str) -> Sent | None:
     row = conn.execute(
         "SELECT id, seq, txn_digest, frame FROM messages"
         " WHERE author_id = :a AND client_txn_id = :t",
@@ -131,7 +131,7 @@ EVENTS_NO_FRAME = BulkInsert("events", ("project_id", "seq", "kind", "message_id
 MENTIONS = BulkInsert("mentions", ("message_id", "member_id", "via"), verb="INSERT OR IGNORE")
 
 
-def find_txns(conn: sqlite3.Connection, appends: Appends, keys: list[tuple[int, str]]) -> None:
+def find_txns(conn: Connection, appends: Appends, keys: list[tuple[int, str]]) -> None:
     """:func:`find_txn` for a batch of sends, told to ``appends`` (``remember_sent``): a few
     statements per author instead of one per send."""
     by_author: dict[int, list[str]] = {}
@@ -151,7 +151,7 @@ def find_txns(conn: sqlite3.Connection, appends: Appends, keys: list[tuple[int, 
 
 
 def insert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     message_id: int,
     project_id: int,
@@ -173,12 +173,12 @@ def insert(
     MESSAGES.write(conn, [row], appends)
 
 
-def set_frame(conn: sqlite3.Connection, message_id: int, frame: str) -> None:
+def set_frame(conn: Connection, message_id: int, frame: str) -> None:
     conn.execute("UPDATE messages SET frame = :f WHERE id = :id", {"f": frame, "id": message_id})
 
 
 def insert_mentions(
-    conn: sqlite3.Connection,
+    conn: Connection,
     message_id: int,
     mentions: Iterable[tuple[int, str]],
     appends: Appends | None = None,
@@ -187,7 +187,7 @@ def insert_mentions(
 
 
 def insert_event(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     seq: int,
@@ -203,7 +203,7 @@ def insert_event(
         EVENTS.write(conn, [(project_id, seq, kind, message_id, frame, now)], appends)
 
 
-def get_row(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
+def get_row(conn: Connection, message_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT id, project_id, seq, author_id, kind, body, reply_to, client_txn_id, frame,"
         " created_at, edited_at, deleted_at FROM messages WHERE id = :id",
@@ -228,7 +228,7 @@ def get_row(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
     return dict(zip(keys, row, strict=True))
 
 
-def id_at_seq(conn: sqlite3.Connection, project_id: int, seq: int) -> int | None:
+def id_at_seq(conn: Connection, project_id: int, seq: int) -> int | None:
     """The id of the project's message at ``seq`` (None: no message there)."""
     row = conn.execute(
         "SELECT id FROM messages WHERE project_id = :p AND seq = :s", {"p": project_id, "s": seq}
@@ -237,7 +237,7 @@ def id_at_seq(conn: sqlite3.Connection, project_id: int, seq: int) -> int | None
 
 
 def record_edit(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     message_id: int,
     old_body: str,
@@ -269,7 +269,7 @@ def record_edit(
         )
 
 
-def replies_to(conn: sqlite3.Connection, message_id: int) -> list[tuple[int, str]]:
+def replies_to(conn: Connection, message_id: int) -> list[tuple[int, str]]:
     """(id, stored object) of the messages replying to ``message_id``."""
     return [
         (int(r[0]), str(r[1]))
@@ -279,9 +279,7 @@ def replies_to(conn: sqlite3.Connection, message_id: int) -> list[tuple[int, str
     ]
 
 
-def edit_history(
-    conn: sqlite3.Connection, message_id: int, *, with_bodies: bool
-) -> list[dict[str, Any]]:
+def edit_history(conn: Connection, message_id: int, *, with_bodies: bool) -> list[dict[str, Any]]:
     """When the message was edited or deleted; the earlier bodies only ``with_bodies`` (its
     author and the project's owners may read them, docs/protocol.md)."""
     return [
@@ -296,7 +294,7 @@ def edit_history(
 
 
 def history(
-    conn: sqlite3.Connection, project_id: int, before: int | None, limit: int
+    conn: Connection, project_id: int, before: int | None, limit: int
 ) -> tuple[list[str], bool]:
     """Up to ``limit`` message objects with seq < before, oldest first; keyset, never OFFSET.
     A ``before`` past any seq (even past SQLite's integers) means "the latest"."""
@@ -315,20 +313,18 @@ def history(
 COUNT_CAP = 10_000
 
 
-def count_before(conn: sqlite3.Connection, project_id: int, seq: int) -> int:
+def count_before(conn: Connection, project_id: int, seq: int) -> int:
     """Chat and system messages (not deleted, no tool activity) before ``seq``, counted up to
     :data:`COUNT_CAP` (a bounded read however long the project's history)."""
     row = conn.execute(
         "SELECT count(*) FROM (SELECT 1 FROM messages WHERE project_id = :p AND seq < :s"
-        " AND kind != 'tool' AND deleted_at IS NULL LIMIT :cap)",
+        " AND kind != 'tool' AND deleted_at IS NULL LIMIT :cap) AS counted",
         {"p": project_id, "s": seq, "cap": COUNT_CAP},
     ).fetchone()
     return int(row[0])
 
 
-def newer(
-    conn: sqlite3.Connection, project_id: int, after: int, limit: int
-) -> tuple[list[str], bool]:
+def newer(conn: Connection, project_id: int, after: int, limit: int) -> tuple[list[str], bool]:
     """Up to ``limit`` message objects with seq > after, oldest first, and whether more follow:
     the page after a window opened around an old message (:func:`around`)."""
     start = max(-1, min(after, 1 << 62))
@@ -340,9 +336,7 @@ def newer(
     return [str(r[0]) for r in rows[:limit]], len(rows) > limit
 
 
-def around(
-    conn: sqlite3.Connection, project_id: int, seq: int, limit: int
-) -> tuple[list[str], bool, bool]:
+def around(conn: Connection, project_id: int, seq: int, limit: int) -> tuple[list[str], bool, bool]:
     """A window of up to ``limit`` messages around ``seq``, oldest first: the message at ``seq``
     (when there is one) and about half the page before it, the rest after. Returns the frames,
     whether older ones exist and whether newer ones exist. A permalink opens here."""
@@ -352,9 +346,7 @@ def around(
     return older + rest, has_more, has_newer
 
 
-def replay(
-    conn: sqlite3.Connection, project_id: int, after_seq: int, limit: int
-) -> list[tuple[int, str]]:
+def replay(conn: Connection, project_id: int, after_seq: int, limit: int) -> list[tuple[int, str]]:
     """Events with seq > after_seq in order, as ready wire frames.
 
     SQLite builds each message event's frame (the same text as :func:`event_frame` or
@@ -374,7 +366,7 @@ def replay(
 
 
 def set_read_cursor(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     member_id: int,
     project_id: int,
@@ -384,7 +376,12 @@ def set_read_cursor(
 ) -> int:
     """Move a member's read cursor forward only (to exactly ``seq`` with ``back``: "mark as
     unread"); returns the cursor after the update."""
-    keep = "excluded.seq" if back else "max(seq, excluded.seq)"
+    # (No two-argument max: PostgreSQL spells it greatest. A CASE reads the same on both.)
+    keep = (
+        "excluded.seq"
+        if back
+        else "CASE WHEN excluded.seq > read_cursors.seq THEN excluded.seq ELSE read_cursors.seq END"
+    )
     row = conn.execute(
         "INSERT INTO read_cursors (member_id, project_id, seq, updated_at)"
         " VALUES (:m, :p, :seq, :now) ON CONFLICT (member_id) DO UPDATE SET"
@@ -404,7 +401,7 @@ UNREAD_SCAN = 2_000  # messages looked at after the cursor, at most, per project
 _UNREAD = (
     "SELECT m.id, m.project_id, (SELECT count(*) FROM (SELECT kind, author_id, deleted_at"
     " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
-    " ORDER BY x.seq LIMIT :scan) WHERE kind = 'chat' AND deleted_at IS NULL"
+    " ORDER BY x.seq LIMIT :scan) y WHERE kind = 'chat' AND deleted_at IS NULL"
     " AND (author_id IS NULL OR author_id != m.id)),"
     " (SELECT count(*) FROM (SELECT id, kind, author_id, deleted_at"
     " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
@@ -415,7 +412,7 @@ _UNREAD = (
 )
 
 
-def unread_for_user(conn: sqlite3.Connection, user_id: int) -> dict[int, tuple[int, int]]:
+def unread_for_user(conn: Connection, user_id: int) -> dict[int, tuple[int, int]]:
     """Per project of ``user_id``: (unread, mentions) — chat messages by others after their read
     cursor, not deleted, up to ``UNREAD_CAP``, and how many of them mention this person. Bounded
     work: a keyset range on ``messages_seq`` over at most the ``UNREAD_SCAN`` messages after the
@@ -430,9 +427,7 @@ def unread_for_user(conn: sqlite3.Connection, user_id: int) -> dict[int, tuple[i
     }
 
 
-def unread_for_members(
-    conn: sqlite3.Connection, member_ids: Iterable[int]
-) -> dict[int, tuple[int, int]]:
+def unread_for_members(conn: Connection, member_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
     """:func:`unread_for_user`'s counts for these members (people of one project), by member."""
     out: dict[int, tuple[int, int]] = {}
     for chunk in chunks(list(member_ids)):
@@ -443,7 +438,7 @@ def unread_for_members(
     return out
 
 
-def read_cursors(conn: sqlite3.Connection, project_id: int) -> dict[int, int]:
+def read_cursors(conn: Connection, project_id: int) -> dict[int, int]:
     return {
         int(r[0]): int(r[1])
         for r in conn.execute(

@@ -3,26 +3,26 @@ docs/portfolio.md). Raw SQL; the rules themselves are in the pure ``room.rules.p
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import date
 from typing import Any
 
 from room.rules.portfolio import Finding, Milestone, PortfolioProject, Timeline
+from room.store.dialect import Connection
 
 
 def _day(text: str | None) -> date | None:
     return date.fromisoformat(text) if text else None
 
 
-def summary(conn: sqlite3.Connection, project_id: int) -> str:
+def summary(conn: Connection, project_id: int) -> str:
     row = conn.execute(
         "SELECT summary FROM project_timelines WHERE project_id = :p", {"p": project_id}
     ).fetchone()
     return str(row[0]) if row else ""
 
 
-def _ensure_row(conn: sqlite3.Connection, project_id: int, by: int | None, now: float) -> None:
+def _ensure_row(conn: Connection, project_id: int, by: int | None, now: float) -> None:
     conn.execute(
         "INSERT INTO project_timelines (project_id, updated_at, updated_by) VALUES (:p, :now, :by)"
         " ON CONFLICT (project_id) DO UPDATE SET updated_at = :now, updated_by = :by",
@@ -31,7 +31,7 @@ def _ensure_row(conn: sqlite3.Connection, project_id: int, by: int | None, now: 
 
 
 def set_summary(
-    conn: sqlite3.Connection, project_id: int, text: str, *, by: int | None, now: float
+    conn: Connection, project_id: int, text: str, *, by: int | None, now: float
 ) -> None:
     _ensure_row(conn, project_id, by, now)
     conn.execute(
@@ -40,7 +40,7 @@ def set_summary(
     )
 
 
-def milestones(conn: sqlite3.Connection, project_id: int) -> tuple[Milestone, ...]:
+def milestones(conn: Connection, project_id: int) -> tuple[Milestone, ...]:
     rows = conn.execute(
         "SELECT name, due, status FROM milestones WHERE project_id = :p ORDER BY position, id",
         {"p": project_id},
@@ -48,7 +48,7 @@ def milestones(conn: sqlite3.Connection, project_id: int) -> tuple[Milestone, ..
     return tuple(Milestone(r[0], date.fromisoformat(r[1]), r[2]) for r in rows)
 
 
-def timeline(conn: sqlite3.Connection, project_id: int) -> Timeline:
+def timeline(conn: Connection, project_id: int) -> Timeline:
     row = conn.execute(
         "SELECT start_date, end_date, hours_estimated, hours_actual FROM project_timelines"
         " WHERE project_id = :p",
@@ -61,7 +61,7 @@ def timeline(conn: sqlite3.Connection, project_id: int) -> Timeline:
 
 
 def save_timeline(
-    conn: sqlite3.Connection, project_id: int, value: Timeline, *, by: int | None, now: float
+    conn: Connection, project_id: int, value: Timeline, *, by: int | None, now: float
 ) -> None:
     """Replace the project's timeline and milestones; a changed milestone count is recorded in
     ``milestone_counts`` (the scope-creep history)."""
@@ -95,7 +95,7 @@ def save_timeline(
         )
 
 
-def _has_counts(conn: sqlite3.Connection, project_id: int) -> bool:
+def _has_counts(conn: Connection, project_id: int) -> bool:
     return (
         conn.execute(
             "SELECT 1 FROM milestone_counts WHERE project_id = :p LIMIT 1", {"p": project_id}
@@ -105,7 +105,7 @@ def _has_counts(conn: sqlite3.Connection, project_id: int) -> bool:
 
 
 def set_actual_hours(
-    conn: sqlite3.Connection, project_id: int, hours: float, *, by: int | None, now: float
+    conn: Connection, project_id: int, hours: float, *, by: int | None, now: float
 ) -> None:
     _ensure_row(conn, project_id, by, now)
     conn.execute(
@@ -114,7 +114,7 @@ def set_actual_hours(
     )
 
 
-def milestone_counts(conn: sqlite3.Connection, project_id: int) -> tuple[int, ...]:
+def milestone_counts(conn: Connection, project_id: int) -> tuple[int, ...]:
     return tuple(
         int(r[0])
         for r in conn.execute(
@@ -127,7 +127,7 @@ def milestone_counts(conn: sqlite3.Connection, project_id: int) -> tuple[int, ..
 # -- dependencies -------------------------------------------------------------------------------
 
 
-def dependencies(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
+def dependencies(conn: Connection, project_id: int) -> list[dict[str, Any]]:
     rows = conn.execute(
         "SELECT d.kind, d.target_project_id, d.name, p.name FROM project_dependencies d"
         " LEFT JOIN projects p ON p.id = d.target_project_id"
@@ -141,7 +141,7 @@ def dependencies(conn: sqlite3.Connection, project_id: int) -> list[dict[str, An
 
 
 def set_dependencies(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     items: Sequence[tuple[str, int | None, str]],
     now: float,
@@ -158,9 +158,7 @@ def set_dependencies(
 # -- tasks' estimated dates ---------------------------------------------------------------------
 
 
-def set_task_dates(
-    conn: sqlite3.Connection, task_id: int, start: date | None, end: date | None
-) -> None:
+def set_task_dates(conn: Connection, task_id: int, start: date | None, end: date | None) -> None:
     conn.execute(
         "UPDATE tasks SET est_start = :s, est_end = :e WHERE id = :t",
         {
@@ -171,9 +169,7 @@ def set_task_dates(
     )
 
 
-def task_dates(
-    conn: sqlite3.Connection, project_id: int
-) -> dict[int, tuple[str | None, str | None]]:
+def task_dates(conn: Connection, project_id: int) -> dict[int, tuple[str | None, str | None]]:
     return {
         int(r[0]): (r[1], r[2])
         for r in conn.execute(
@@ -185,7 +181,7 @@ def task_dates(
 # -- the portfolio ------------------------------------------------------------------------------
 
 
-def last_activity(conn: sqlite3.Connection, project_id: int, created_at: float) -> float:
+def last_activity(conn: Connection, project_id: int, created_at: float) -> float:
     """The last time people or agents moved the project: their latest message (system notices,
     such as the risk scan's own, do not count), a task change, or a timeline edit."""
     times = [created_at]
@@ -201,9 +197,7 @@ def last_activity(conn: sqlite3.Connection, project_id: int, created_at: float) 
     return max(times)
 
 
-def portfolio(
-    conn: sqlite3.Connection, project_ids: Iterable[int] | None = None
-) -> list[PortfolioProject]:
+def portfolio(conn: Connection, project_ids: Iterable[int] | None = None) -> list[PortfolioProject]:
     """What the rules read, for the given projects (default: every project not purged)."""
     if project_ids is None:
         ids = [
@@ -245,7 +239,7 @@ def portfolio(
 
 
 def record_findings(
-    conn: sqlite3.Connection,
+    conn: Connection,
     findings: Sequence[Finding],
     scanned: Iterable[int],
     now: float,
@@ -284,7 +278,7 @@ def record_findings(
             continue
         cur = conn.execute(
             "INSERT INTO risk_log (project_id, rule, level, detail, suggestion, first_at, last_at)"
-            " VALUES (:p, :r, :l, :d, :s, :now, :now)",
+            " VALUES (:p, :r, :l, :d, :s, :now, :now) RETURNING id",
             {
                 "p": project_id,
                 "r": rule,
@@ -294,16 +288,17 @@ def record_findings(
                 "now": now,
             },
         )
+        risk_id = int(cur.fetchone()[0])
         if finding.level == "red":
-            fresh.append((int(cur.lastrowid or 0), finding))
+            fresh.append((risk_id, finding))
     return fresh
 
 
-def mark_noticed(conn: sqlite3.Connection, log_id: int) -> None:
+def mark_noticed(conn: Connection, log_id: int) -> None:
     conn.execute("UPDATE risk_log SET noticed = 1 WHERE id = :id", {"id": log_id})
 
 
-def risk_log(conn: sqlite3.Connection, project_id: int, limit: int = 50) -> list[dict[str, Any]]:
+def risk_log(conn: Connection, project_id: int, limit: int = 50) -> list[dict[str, Any]]:
     """Standing findings first (red before yellow), then the resolved ones, newest first."""
     rows = conn.execute(
         "SELECT id, rule, level, detail, suggestion, first_at, last_at, resolved_at, scans"
@@ -325,7 +320,7 @@ def risk_log(conn: sqlite3.Connection, project_id: int, limit: int = 50) -> list
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
-def red_projects(conn: sqlite3.Connection) -> set[int]:
+def red_projects(conn: Connection) -> set[int]:
     return {
         int(r[0])
         for r in conn.execute(
@@ -343,7 +338,7 @@ PRIVATE_TABLES = (
 )
 
 
-def purge_project(conn: sqlite3.Connection, project_id: int) -> int:
+def purge_project(conn: Connection, project_id: int) -> int:
     """Delete the project's timeline, milestones, dependencies and risk log (purge)."""
     removed = conn.execute(
         "DELETE FROM project_dependencies WHERE target_project_id = :p", {"p": project_id}

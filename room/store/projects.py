@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
 from room.errors import ConflictError
 from room.rules.entities import PROJECT_COLUMNS, Project
 from room.store.db import UNKNOWN, Appends
+from room.store.dialect import Connection, dialect_for
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
 MAX_ROW_ID = 2**63 - 1
@@ -33,7 +33,7 @@ def row_id(text: str) -> int | None:
 
 
 def insert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     name: str,
     goal: str,
@@ -44,7 +44,8 @@ def insert(
 ) -> int:
     cur = conn.execute(
         "INSERT INTO projects (name, goal, workspace, created_by, settings_json, created_at,"
-        " updated_at) VALUES (:name, :goal, :workspace, :created_by, :settings, :now, :now)",
+        " updated_at) VALUES (:name, :goal, :workspace, :created_by, :settings, :now, :now)"
+        " RETURNING id",
         {
             "name": name,
             "goal": goal,
@@ -54,17 +55,17 @@ def insert(
             "now": now,
         },
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
-def get(conn: sqlite3.Connection, project_id: int) -> Project | None:
+def get(conn: Connection, project_id: int) -> Project | None:
     row = conn.execute(
         f"SELECT {PROJECT_COLUMNS} FROM projects WHERE id = :id", {"id": project_id}
     ).fetchone()
     return Project.from_row(row) if row else None
 
 
-def find(conn: sqlite3.Connection, name_or_id: str) -> Project | None:
+def find(conn: Connection, name_or_id: str) -> Project | None:
     """By id (digits) or by name (case-insensitive), ignoring purged tombstones."""
     as_id = row_id(name_or_id)
     if as_id is not None:
@@ -72,24 +73,25 @@ def find(conn: sqlite3.Connection, name_or_id: str) -> Project | None:
         if found is not None:
             return found
     row = conn.execute(
-        f"SELECT {PROJECT_COLUMNS} FROM projects WHERE name = :name COLLATE NOCASE"
-        " AND state != 'purged'",
+        f"SELECT {PROJECT_COLUMNS} FROM projects"
+        f" WHERE {dialect_for(conn).nocase_equals('name', ':name')} AND state != 'purged'",
         {"name": name_or_id},
     ).fetchone()
     return Project.from_row(row) if row else None
 
 
-def name_taken(conn: sqlite3.Connection, name: str) -> bool:
+def name_taken(conn: Connection, name: str) -> bool:
     return (
         conn.execute(
-            "SELECT 1 FROM projects WHERE name = :name COLLATE NOCASE AND state != 'purged'",
+            "SELECT 1 FROM projects"
+            f" WHERE {dialect_for(conn).nocase_equals('name', ':name')} AND state != 'purged'",
             {"name": name},
         ).fetchone()
         is not None
     )
 
 
-def list_for_user(conn: sqlite3.Connection, user_id: int) -> list[Project]:
+def list_for_user(conn: Connection, user_id: int) -> list[Project]:
     rows = conn.execute(
         f"SELECT {', '.join('p.' + c.strip() for c in PROJECT_COLUMNS.split(','))}"
         " FROM projects p JOIN members m ON m.project_id = p.id"
@@ -100,14 +102,14 @@ def list_for_user(conn: sqlite3.Connection, user_id: int) -> list[Project]:
     return [Project.from_row(r) for r in rows]
 
 
-def list_all(conn: sqlite3.Connection) -> list[Project]:
+def list_all(conn: Connection) -> list[Project]:
     return [
         Project.from_row(r)
         for r in conn.execute(f"SELECT {PROJECT_COLUMNS} FROM projects ORDER BY id").fetchall()
     ]
 
 
-def live_workspaces(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+def live_workspaces(conn: Connection) -> list[tuple[int, str]]:
     """``(id, workspace)`` of every project not purged that has a workspace set."""
     rows = conn.execute(
         "SELECT id, workspace FROM projects WHERE state != 'purged' AND workspace IS NOT NULL"
@@ -116,9 +118,7 @@ def live_workspaces(conn: sqlite3.Connection) -> list[tuple[int, str]]:
     return [(int(r[0]), str(r[1])) for r in rows]
 
 
-def next_seq(
-    conn: sqlite3.Connection, project_id: int, now: float, appends: Appends | None = None
-) -> int:
+def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | None = None) -> int:
     """Take the next gap-free seq of a project inside the caller's transaction (with
     ``appends``: counted in the batch, written once when it flushes)."""
     if appends is None:
@@ -137,7 +137,7 @@ def next_seq(
     return int(seq)
 
 
-def set_lead(conn: sqlite3.Connection, project_id: int, member_id: int) -> None:
+def set_lead(conn: Connection, project_id: int, member_id: int) -> None:
     conn.execute(
         "UPDATE projects SET lead_member_id = :member_id WHERE id = :id",
         {"id": project_id, "member_id": member_id},
@@ -145,7 +145,7 @@ def set_lead(conn: sqlite3.Connection, project_id: int, member_id: int) -> None:
 
 
 def set_state(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     *,
     state: str,
@@ -166,14 +166,14 @@ def set_state(
     )
 
 
-def set_state_reason(conn: sqlite3.Connection, project_id: int, reason: str | None) -> None:
+def set_state_reason(conn: Connection, project_id: int, reason: str | None) -> None:
     """The reason shown with the current state (pause, archive, complete, abandon), or None."""
     conn.execute(
         "UPDATE projects SET state_reason = :r WHERE id = :id", {"id": project_id, "r": reason}
     )
 
 
-def settings(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+def settings(conn: Connection, project_id: int) -> dict[str, Any]:
     row = conn.execute(
         "SELECT settings_json FROM projects WHERE id = :id", {"id": project_id}
     ).fetchone()
@@ -181,7 +181,7 @@ def settings(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
 
 
 def update_settings(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     values: dict[str, Any],
     now: float,
@@ -201,16 +201,14 @@ def update_settings(
     return current
 
 
-def lead_of(conn: sqlite3.Connection, project_id: int) -> int | None:
+def lead_of(conn: Connection, project_id: int) -> int | None:
     row = conn.execute(
         "SELECT lead_member_id FROM projects WHERE id = :id", {"id": project_id}
     ).fetchone()
     return int(row[0]) if row and row[0] is not None else None
 
 
-def state_of(
-    conn: sqlite3.Connection, project_id: int, appends: Appends | None = None
-) -> str | None:
+def state_of(conn: Connection, project_id: int, appends: Appends | None = None) -> str | None:
     """The project's state (with ``appends``: read once per batch; only a job outside the
     batch's appends can change it, and the batch flushes before such a job)."""
     if appends is not None:
@@ -224,9 +222,7 @@ def state_of(
     return state
 
 
-def require_open(
-    conn: sqlite3.Connection, project_id: int, allowed: frozenset[str] = OPEN_STATES
-) -> None:
+def require_open(conn: Connection, project_id: int, allowed: frozenset[str] = OPEN_STATES) -> None:
     """Refuse (409 ``project_closed``) unless the project is in ``allowed`` (active or paused by
     default). Called inside the write job of every change to a project's settings, members,
     routes or invites, so a change can never land after an archive or trash committed (and
@@ -243,14 +239,14 @@ def require_open(
     raise ConflictError(hint, code="project_closed", state=state)
 
 
-def head_seq(conn: sqlite3.Connection, project_id: int) -> int:
+def head_seq(conn: Connection, project_id: int) -> int:
     row = conn.execute(
         "SELECT last_seq FROM projects WHERE id = :id", {"id": project_id}
     ).fetchone()
     return int(row[0]) if row else 0
 
 
-def bump_epoch(conn: sqlite3.Connection, project_id: int) -> int:
+def bump_epoch(conn: Connection, project_id: int) -> int:
     """A new epoch: clients holding a cursor must resync (restore from trash, import)."""
     row = conn.execute(
         "UPDATE projects SET epoch = epoch + 1 WHERE id = :id RETURNING epoch", {"id": project_id}
@@ -258,16 +254,14 @@ def bump_epoch(conn: sqlite3.Connection, project_id: int) -> int:
     return int(row[0])
 
 
-def state_at(conn: sqlite3.Connection, project_id: int) -> float | None:
+def state_at(conn: Connection, project_id: int) -> float | None:
     row = conn.execute(
         "SELECT state_at FROM projects WHERE id = :id", {"id": project_id}
     ).fetchone()
     return float(row[0]) if row and row[0] is not None else None
 
 
-def set_workspace(
-    conn: sqlite3.Connection, project_id: int, workspace: str | None, now: float
-) -> None:
+def set_workspace(conn: Connection, project_id: int, workspace: str | None, now: float) -> None:
     conn.execute(
         "UPDATE projects SET workspace = :w, updated_at = :now WHERE id = :id",
         {"id": project_id, "w": workspace, "now": now},

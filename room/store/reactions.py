@@ -4,13 +4,13 @@ is republished as a sequenced ``message_updated`` event (room.actions.reactions)
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.rules.reactions import summarise
+from room.store.dialect import Connection
 
 
-def add(conn: sqlite3.Connection, message_id: int, emoji: str, member_id: int, now: float) -> bool:
+def add(conn: Connection, message_id: int, emoji: str, member_id: int, now: float) -> bool:
     """True when the reaction is new (a second identical one changes nothing)."""
     cur = conn.execute(
         "INSERT OR IGNORE INTO reactions (message_id, emoji, member_id, created_at)"
@@ -20,7 +20,7 @@ def add(conn: sqlite3.Connection, message_id: int, emoji: str, member_id: int, n
     return cur.rowcount > 0
 
 
-def remove(conn: sqlite3.Connection, message_id: int, emoji: str, member_id: int) -> bool:
+def remove(conn: Connection, message_id: int, emoji: str, member_id: int) -> bool:
     cur = conn.execute(
         "DELETE FROM reactions WHERE message_id = :m AND emoji = :e AND member_id = :who",
         {"m": message_id, "e": emoji, "who": member_id},
@@ -28,7 +28,7 @@ def remove(conn: sqlite3.Connection, message_id: int, emoji: str, member_id: int
     return cur.rowcount > 0
 
 
-def kinds(conn: sqlite3.Connection, message_id: int) -> set[str]:
+def kinds(conn: Connection, message_id: int) -> set[str]:
     return {
         str(row[0])
         for row in conn.execute(
@@ -37,7 +37,7 @@ def kinds(conn: sqlite3.Connection, message_id: int) -> set[str]:
     }
 
 
-def of_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]]:
+def of_message(conn: Connection, message_id: int) -> list[dict[str, Any]]:
     """The message's ``reactions`` wire value (room.rules.reactions.summarise)."""
     rows = conn.execute(
         "SELECT emoji, member_id FROM reactions WHERE message_id = :m"
@@ -47,11 +47,11 @@ def of_message(conn: sqlite3.Connection, message_id: int) -> list[dict[str, Any]
     return summarise((str(e), int(m)) for e, m in rows)
 
 
-def delete_for_message(conn: sqlite3.Connection, message_id: int) -> None:
+def delete_for_message(conn: Connection, message_id: int) -> None:
     conn.execute("DELETE FROM reactions WHERE message_id = :m", {"m": message_id})
 
 
-def purge_project(conn: sqlite3.Connection, project_id: int) -> int:
+def purge_project(conn: Connection, project_id: int) -> int:
     cur = conn.execute(
         "DELETE FROM reactions WHERE message_id IN (SELECT id FROM messages WHERE project_id = :p)",
         {"p": project_id},

@@ -10,6 +10,7 @@ import json
 import sqlite3
 from typing import Any
 
+from room.store.dialect import Connection
 from room.store.schema_research import RESEARCH_TABLES
 
 _COLUMNS = (
@@ -33,7 +34,7 @@ def _json(value: Any) -> str:
 
 
 def insert_run(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     question: str,
@@ -47,16 +48,16 @@ def insert_run(
     cur = conn.execute(
         "INSERT INTO research_runs (project_id, state, rev, question, scope_json, members_json,"
         " budget_json, digest, proposer_id, created_at, updated_at) VALUES (:p, 'proposed', 1,"
-        " :q, :s, :m, :b, :d, :by, :now, :now)",
+        " :q, :s, :m, :b, :d, :by, :now, :now) RETURNING id",
         {"p": project_id, "q": question, "s": _json(scope), "m": _json(members),
          "b": _json(budget), "d": digest, "by": proposer_id, "now": now},
     )  # fmt: skip
-    research_id = int(cur.lastrowid or 0)
+    research_id = int(cur.fetchone()[0])
     add_revision(conn, research_id, author_id=proposer_id, now=now)
     return research_id
 
 
-def add_revision(conn: sqlite3.Connection, research_id: int, *, author_id: int, now: float) -> None:
+def add_revision(conn: Connection, research_id: int, *, author_id: int, now: float) -> None:
     """Copy the run's current revision into ``research_revisions``."""
     conn.execute(
         "INSERT INTO research_revisions (project_id, research_id, rev, question, scope_json,"
@@ -68,7 +69,7 @@ def add_revision(conn: sqlite3.Connection, research_id: int, *, author_id: int, 
 
 
 def revise(
-    conn: sqlite3.Connection,
+    conn: Connection,
     research_id: int,
     *,
     question: str,
@@ -95,7 +96,7 @@ def revise(
     return int(run["rev"])
 
 
-def get(conn: sqlite3.Connection, research_id: int) -> dict[str, Any] | None:
+def get(conn: Connection, research_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM research_runs WHERE id = :r", {"r": research_id}
     ).fetchone()
@@ -103,7 +104,7 @@ def get(conn: sqlite3.Connection, research_id: int) -> dict[str, Any] | None:
 
 
 def of_project(
-    conn: sqlite3.Connection, project_id: int, states: tuple[str, ...] | None = None
+    conn: Connection, project_id: int, states: tuple[str, ...] | None = None
 ) -> list[dict[str, Any]]:
     sql = f"SELECT {_COLUMNS} FROM research_runs WHERE project_id = :p"
     params: dict[str, Any] = {"p": project_id}
@@ -114,7 +115,7 @@ def of_project(
     return [_run(r) for r in conn.execute(sql + " ORDER BY id", params)]
 
 
-def in_states(conn: sqlite3.Connection, states: tuple[str, ...]) -> list[dict[str, Any]]:
+def in_states(conn: Connection, states: tuple[str, ...]) -> list[dict[str, Any]]:
     marks = ", ".join(f":s{i}" for i in range(len(states)))
     params = {f"s{i}": s for i, s in enumerate(states)}
     return [
@@ -125,14 +126,14 @@ def in_states(conn: sqlite3.Connection, states: tuple[str, ...]) -> list[dict[st
     ]
 
 
-def update(conn: sqlite3.Connection, research_id: int, now: float, **fields: Any) -> None:
+def update(conn: Connection, research_id: int, now: float, **fields: Any) -> None:
     fields["updated_at"] = now
     sets = ", ".join(f"{k} = :{k}" for k in fields)
     conn.execute(f"UPDATE research_runs SET {sets} WHERE id = :id", {**fields, "id": research_id})
 
 
 def add_spend(
-    conn: sqlite3.Connection,
+    conn: Connection,
     research_id: int,
     *,
     tokens: int,
@@ -148,7 +149,7 @@ def add_spend(
     )
 
 
-def revisions(conn: sqlite3.Connection, research_id: int) -> list[dict[str, Any]]:
+def revisions(conn: Connection, research_id: int) -> list[dict[str, Any]]:
     return [
         {"rev": int(r[0]), "question": r[1], "scope": json.loads(r[2]),
          "members": json.loads(r[3]), "budget": json.loads(r[4]), "digest": r[5],
@@ -173,7 +174,7 @@ def _item(r: Any) -> dict[str, Any]:
 
 
 def add_item(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     research_id: int,
@@ -185,14 +186,14 @@ def add_item(
 ) -> int:
     cur = conn.execute(
         "INSERT INTO research_items (project_id, research_id, member_id, kind, body,"
-        " sources_json, created_at) VALUES (:p, :r, :m, :k, :b, :s, :now)",
+        " sources_json, created_at) VALUES (:p, :r, :m, :k, :b, :s, :now) RETURNING id",
         {"p": project_id, "r": research_id, "m": member_id, "k": kind, "b": body,
          "s": _json(sources), "now": now},
     )  # fmt: skip
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
-def items(conn: sqlite3.Connection, research_id: int) -> list[dict[str, Any]]:
+def items(conn: Connection, research_id: int) -> list[dict[str, Any]]:
     return [
         _item(r)
         for r in conn.execute(
@@ -202,7 +203,7 @@ def items(conn: sqlite3.Connection, research_id: int) -> list[dict[str, Any]]:
     ]
 
 
-def item(conn: sqlite3.Connection, item_id: int) -> dict[str, Any] | None:
+def item(conn: Connection, item_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         f"SELECT {_ITEM_COLUMNS} FROM research_items WHERE id = :i", {"i": item_id}
     ).fetchone()
@@ -210,7 +211,7 @@ def item(conn: sqlite3.Connection, item_id: int) -> dict[str, Any] | None:
 
 
 def set_flow(
-    conn: sqlite3.Connection,
+    conn: Connection,
     item_id: int,
     flow: str,
     *,
@@ -223,7 +224,7 @@ def set_flow(
     )
 
 
-def delete_project(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+def delete_project(conn: Connection, project_id: int) -> dict[str, int]:
     """Delete every research row of a project (the purge); returns the counts per table."""
     return {
         table: conn.execute(

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.rules.entities import iso
+from room.store.dialect import Connection
 
 SCOPES = ("project", "role", "member", "pool", "pool_pick")
 
 
-def settings(conn: sqlite3.Connection, project_id: int) -> dict[tuple[str, str], dict[str, Any]]:
+def settings(conn: Connection, project_id: int) -> dict[tuple[str, str], dict[str, Any]]:
     return {
         (str(r[0]), str(r[1])): {"value": r[2], "reason": r[3], "config_version": r[4]}
         for r in conn.execute(
@@ -21,7 +21,7 @@ def settings(conn: sqlite3.Connection, project_id: int) -> dict[tuple[str, str],
     }
 
 
-def config_version(conn: sqlite3.Connection, project_id: int) -> int:
+def config_version(conn: Connection, project_id: int) -> int:
     row = conn.execute(
         "SELECT config_version FROM projects WHERE id = :p", {"p": project_id}
     ).fetchone()
@@ -29,7 +29,7 @@ def config_version(conn: sqlite3.Connection, project_id: int) -> int:
 
 
 def change(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     scope: str,
@@ -95,7 +95,7 @@ def change(
     return version
 
 
-def history(conn: sqlite3.Connection, project_id: int, limit: int = 100) -> list[dict[str, Any]]:
+def history(conn: Connection, project_id: int, limit: int = 100) -> list[dict[str, Any]]:
     return [
         {
             "id": r[0],

@@ -3,31 +3,31 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from room.rules.entities import iso
+from room.store.dialect import Connection
 
 
 def insert_turn(
-    conn: sqlite3.Connection, *, project_id: int, member_id: int, trigger: int | None, now: float
+    conn: Connection, *, project_id: int, member_id: int, trigger: int | None, now: float
 ) -> int:
     cur = conn.execute(
         "INSERT INTO turns (project_id, member_id, state, trigger_message_id, started_at)"
-        " VALUES (:p, :m, 'running', :t, :now)",
+        " VALUES (:p, :m, 'running', :t, :now) RETURNING id",
         {"p": project_id, "m": member_id, "t": trigger, "now": now},
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
-def update_turn(conn: sqlite3.Connection, turn_id: int, **fields: Any) -> None:
+def update_turn(conn: Connection, turn_id: int, **fields: Any) -> None:
     allowed = {"state", "reply_message_id", "steps", "side_effects", "error", "ended_at"}
     assert set(fields) <= allowed, fields
     assignments = ", ".join(f"{key} = :{key}" for key in fields)
     conn.execute(f"UPDATE turns SET {assignments} WHERE id = :id", {**fields, "id": turn_id})
 
 
-def running_turns(conn: sqlite3.Connection) -> list[tuple[int, int, int, int]]:
+def running_turns(conn: Connection) -> list[tuple[int, int, int, int]]:
     """(turn, project, member, side_effects) of turns left running (by a crash)."""
     return [
         (int(r[0]), int(r[1]), int(r[2]), int(r[3]))
@@ -37,7 +37,7 @@ def running_turns(conn: sqlite3.Connection) -> list[tuple[int, int, int, int]]:
     ]
 
 
-def last_turn(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None:
+def last_turn(conn: Connection, member_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT id, state, steps, error, started_at, ended_at FROM turns WHERE member_id = :m"
         " ORDER BY id DESC LIMIT 1",
@@ -56,7 +56,7 @@ def last_turn(conn: sqlite3.Connection, member_id: int) -> dict[str, Any] | None
 
 
 def append_transcript(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     member_id: int,
     turn_id: int | None,
@@ -72,7 +72,7 @@ def append_transcript(
     cur = conn.execute(
         "INSERT INTO transcript_entries (member_id, turn_id, role, content, name,"
         " tool_calls_json, tool_call_id, delivery_id, research_id, created_at) VALUES (:m, :t,"
-        " :role, :content, :name, :calls, :call_id, :d, :research, :now)",
+        " :role, :content, :name, :calls, :call_id, :d, :research, :now) RETURNING id",
         {
             "m": member_id,
             "t": turn_id,
@@ -86,10 +86,10 @@ def append_transcript(
             "now": now,
         },
     )
-    return int(cur.lastrowid or 0)
+    return int(cur.fetchone()[0])
 
 
-def supersede_turn_transcript(conn: sqlite3.Connection, turn_id: int) -> None:
+def supersede_turn_transcript(conn: Connection, turn_id: int) -> None:
     conn.execute("UPDATE transcript_entries SET superseded = 1 WHERE turn_id = :t", {"t": turn_id})
 
 
@@ -109,7 +109,7 @@ def _entry(r: Any) -> dict[str, Any]:
     }
 
 
-def transcript(conn: sqlite3.Connection, member_id: int, limit: int = 200) -> list[dict[str, Any]]:
+def transcript(conn: Connection, member_id: int, limit: int = 200) -> list[dict[str, Any]]:
     """The member's recent transcript (oldest first), without superseded entries."""
     rows = conn.execute(
         f"SELECT {_TRANSCRIPT_COLUMNS} FROM transcript_entries"
@@ -122,9 +122,7 @@ def transcript(conn: sqlite3.Connection, member_id: int, limit: int = 200) -> li
     return out
 
 
-def research_transcript(
-    conn: sqlite3.Connection, research_id: int, member_id: int
-) -> list[dict[str, Any]]:
+def research_transcript(conn: Connection, research_id: int, member_id: int) -> list[dict[str, Any]]:
     """One member's research-session transcript, oldest first."""
     return [
         _entry(r)
@@ -136,7 +134,7 @@ def research_transcript(
     ]
 
 
-def transcript_of_turn(conn: sqlite3.Connection, turn_id: int) -> list[dict[str, Any]]:
+def transcript_of_turn(conn: Connection, turn_id: int) -> list[dict[str, Any]]:
     """One turn's transcript entries, oldest first."""
     return [
         _entry(r)
