@@ -132,6 +132,16 @@ def read_records(
     # The live log is capped (200 entries): read whole, its length is the count shown.
     log = memory_store.entries(conn, project_id, "session")
     sessions = log[: settings.memory_session_entries]
+    live = memory_store.live_counts(conn, project_id)
+
+    def texts(kind: str) -> list[str]:
+        # Capped by size (conventions 16 KiB, facts 24 KiB): every live one, newest first.
+        return [
+            str(e["body"].get("text") or "") for e in memory_store.entries(conn, project_id, kind)
+        ]
+
+    progress = memory_store.entries(conn, project_id, "progress", limit=inj.PROGRESS_ENTRIES)
+    references = memory_store.entries(conn, project_id, "reference", limit=inj.REFERENCE_ENTRIES)
     return inj.Records(
         summary=summary,
         decisions=decisions(conn, project_id),
@@ -151,14 +161,37 @@ def read_records(
         sessions_total=len(log),
         version=version,
         stale=stale,
+        conventions=texts("convention"),
+        facts=texts("fact"),
+        progress=[
+            inj.Progress(
+                text=str(e["body"].get("text") or ""),
+                stage=str(e["body"].get("stage") or ""),
+                next=str(e["body"].get("next") or ""),
+                at=e["created_at"],
+                tags=tuple(str(t) for t in e["body"].get("tags") or ()),
+            )
+            for e in progress
+        ],
+        progress_total=live.get("progress", 0),
+        references=[
+            inj.Reference(
+                ref_kind=str(e["body"].get("ref_kind") or ""),
+                target=str(e["body"].get("target") or ""),
+                note=str(e["body"].get("note") or ""),
+            )
+            for e in references
+        ],
+        references_total=live.get("reference", 0),
     )
 
 
 def decisions(conn: sqlite3.Connection, project_id: int) -> list[inj.Decision]:
-    """The live decisions (not archived), each at its current revision: the standing ones in
-    number order, then those superseded."""
+    """The live decisions (not archived), each at its current revision, as the section lists
+    them: the standing ones newest first, then those superseded, newest first (so the decision
+    heads a small budget keeps are the newest standing ones)."""
     rows = [d for d in decisions_store.decisions_of(conn, project_id) if not d.archived]
-    rows.sort(key=lambda d: (d.status == "superseded", d.number))
+    rows.sort(key=lambda d: (d.status == "superseded", -d.number))
     out = []
     for row in rows:
         revisions = decisions_store.revisions_of(conn, row.id)

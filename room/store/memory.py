@@ -102,6 +102,18 @@ def sessions_since(conn: sqlite3.Connection, project_id: int, since_ts: float) -
     return int(row[0])
 
 
+def live_counts(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+    """Live (not archived) entries per kind, only the kinds that have some."""
+    return {
+        str(r[0]): int(r[1])
+        for r in conn.execute(
+            "SELECT kind, count(*) FROM memory_entries WHERE project_id = :p AND archived = 0"
+            " GROUP BY kind",
+            {"p": project_id},
+        )
+    }
+
+
 def archived_counts(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
     """Archived entries per kind (decisions included), only the kinds that have some."""
     counts = {
