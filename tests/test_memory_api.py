@@ -228,3 +228,43 @@ def test_trash_snapshots_memory_and_a_restore_checks_it(people: People) -> None:
         conn.execute('UPDATE memory_entries SET body_json = \'{"text": "快照里的事实"}\'')
     status, body = people.owner("POST", f"{path}/lifecycle", {"op": "restore"})
     assert status == 200 and body["project"]["state"] == "paused"
+
+
+def test_an_archived_entry_is_restored_by_a_person_and_audited(people: People) -> None:
+    status, fact = people.owner("POST", f"{people.base}/fact", {"text": "旧事实"})
+    people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
+    version = people.owner("GET", people.base)[1]["version"]
+    assert code(people.app.request("POST", f"/api/memory/{fact['id']}/restore", {},
+                                   token=people.token))[:2] == (403, "agents_use_tools")  # fmt: skip
+    status, restored = people.member("POST", f"/api/memory/{fact['id']}/restore", {})
+    assert status == 200 and restored["archived"] is False and restored["rev"] == 1
+    status, view = people.owner("GET", people.base)
+    assert [f["body"]["text"] for f in view["facts"]] == ["旧事实"]
+    assert view["archived"] == {} and view["version"] == version + 1
+    with people.app.db() as conn:
+        actions = [r[0] for r in conn.execute("SELECT action FROM audit_events")]
+    assert actions.count("memory.restore") == 1
+    # Restoring a live entry changes nothing.
+    assert people.owner("POST", f"/api/memory/{fact['id']}/restore", {})[0] == 200
+    assert people.owner("GET", people.base)[1]["version"] == version + 1
+
+
+def test_references_are_capped_at_200_and_a_restored_one_stays_as_the_newest(
+    people: People,
+) -> None:
+    ids = []
+    for n in range(201):
+        status, ref = people.owner(
+            "POST", f"{people.base}/reference", {"ref_kind": "file", "target": f"docs/{n}.md"}
+        )
+        assert status == 201
+        ids.append(ref["id"])
+    status, view = people.owner("GET", people.base)
+    assert view["archived"] == {"reference": 1}
+    assert view["caps"]["reference"] == {"max_bytes": None, "max_entries": 200}
+    status, page = people.owner("GET", f"{people.base}/reference?archived=1")
+    assert [e["id"] for e in page["entries"]] == [ids[0]]  # the oldest
+    status, restored = people.owner("POST", f"/api/memory/{ids[0]}/restore", {})
+    assert status == 200 and restored["archived"] is False
+    status, page = people.owner("GET", f"{people.base}/reference?archived=1")
+    assert [e["id"] for e in page["entries"]] == [ids[1]]  # the oldest other one took its place

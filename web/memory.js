@@ -238,6 +238,9 @@ export class MemoryTab {
       actions.push(h("button", { type: "button", class: "btn btn-small btn-ghost", text: t("memory.edit"), on: { click: () => this.editEntry(spec, entry) } }));
       actions.push(h("button", { type: "button", class: "btn btn-small btn-ghost", text: t("memory.archive"), on: { click: () => this.archive(entry) } }));
     }
+    if (archived) {
+      actions.push(h("button", { type: "button", class: "btn btn-small btn-ghost memory-restore", text: t("memory.restore"), on: { click: () => this.restore(entry) } }));
+    }
     return h("li", { class: ["memory-entry", `memory-${spec.kind}`, archived && "archived"], dataset: { recordId: String(entry.id), rev: String(entry.rev) } },
       entryContent(spec, body),
       h("div", { class: "memory-meta" }, byline(this.room, entry, archived), h("span", { class: "memory-actions" }, actions)));
@@ -284,6 +287,16 @@ export class MemoryTab {
     if (!ok) return;
     try {
       await post(`/api/memory/${entry.id}/archive`, {});
+      this.load({ background: true });
+    } catch (err) {
+      toastError(err);
+    }
+  }
+
+  /** Back to the live entries, as the newest of its kind (past the cap, the oldest other goes). */
+  async restore(entry) {
+    try {
+      await post(`/api/memory/${entry.id}/restore`, {});
       this.load({ background: true });
     } catch (err) {
       toastError(err);

@@ -1056,6 +1056,7 @@ export const STRINGS_EN = {
   "memory.archivedList": "Archived",
   "memory.archivedBadge": "Archived",
   "memory.archive": "Archive",
+  "memory.restore": "Restore",
   "memory.archiveTitle": "Archive this record?",
   "memory.archiveText": "Archived records are no longer given to agents, but stay searchable and listed under “archived”.",
   "memory.editTitle": "Edit: {kind}",

@@ -1057,6 +1057,7 @@ export const STRINGS_ZH = {
   "memory.archivedList": "已归档",
   "memory.archivedBadge": "已归档",
   "memory.archive": "归档",
+  "memory.restore": "恢复",
   "memory.archiveTitle": "归档这条记录？",
   "memory.archiveText": "归档后它不再注入给智能体，但仍可搜索，也能在“已归档”里查看。",
   "memory.editTitle": "编辑{kind}",

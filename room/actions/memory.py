@@ -98,13 +98,18 @@ def index_decisions(conn: sqlite3.Connection, decision_ids: set[int]) -> None:
         )  # fmt: skip
 
 
-def enforce_cap(conn: sqlite3.Connection, tx: Tx, project_id: int, kind: str) -> list[int]:
+def enforce_cap(
+    conn: sqlite3.Connection, tx: Tx, project_id: int, kind: str, *, newest: int | None = None
+) -> list[int]:
     """Move the oldest live entries of ``kind`` past its cap to the archive; returns their ids.
-    Decisions are capped in the decisions table (the requirement is never archived)."""
+    Decisions are capped in the decisions table (the requirement is never archived).
+    ``newest``: an entry counted as the newest whatever its id (one just restored), so it stays."""
     if kind == "decision":
         sizes = memory_store.decision_sizes(conn, project_id)
     else:
         sizes = memory_store.live_sizes(conn, project_id, kind)
+    if newest is not None:
+        sizes = [s for s in sizes if s[0] != newest] + [s for s in sizes if s[0] == newest]
     drop = records.over_cap(kind, [size for _, size in sizes])
     if not drop:
         return []
@@ -293,6 +298,28 @@ def archive_entry_in(
     return archived
 
 
+def restore_entry_in(
+    conn: sqlite3.Connection, tx: Tx, actor: Member, entry_id: int
+) -> dict[str, Any]:
+    """A person moves an archived entry back to the live ones. It counts as the newest of its
+    kind: when that takes the kind past its cap, the oldest other live entries go to the
+    archive in its place."""
+    current = _in_project(conn, actor, entry_id)
+    check_writable(conn, actor)
+    if current["archived"]:
+        memory_store.restore(conn, entry_id)
+        audit_store.record(
+            conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id,
+            project_id=actor.project_id, action="memory.restore", outcome="ok",
+            detail={"kind": current["kind"], "ids": [entry_id]},
+        )  # fmt: skip
+        enforce_cap(conn, tx, actor.project_id, current["kind"], newest=entry_id)
+        record_written(conn, tx, actor.project_id, current["kind"], entry_id)
+    restored = memory_store.entry(conn, entry_id)
+    assert restored is not None
+    return restored
+
+
 async def add_entry(
     core: Services, actor: Member, kind: str, raw: Mapping[str, Any], *, turn_id: int | None = None
 ) -> dict[str, Any]:
@@ -323,6 +350,12 @@ async def set_summary(
 async def archive_entry(core: Services, actor: Member, entry_id: int) -> dict[str, Any]:
     return await core.db.write(
         lambda conn, tx: entry_wire(conn, archive_entry_in(conn, tx, actor, entry_id))
+    )
+
+
+async def restore_entry(core: Services, actor: Member, entry_id: int) -> dict[str, Any]:
+    return await core.db.write(
+        lambda conn, tx: entry_wire(conn, restore_entry_in(conn, tx, actor, entry_id))
     )
 
 

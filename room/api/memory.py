@@ -210,6 +210,13 @@ async def post_archive(request: Request) -> Response:
     return JSONResponse(entry)
 
 
+async def post_restore(request: Request) -> Response:
+    member, entry_id = await _member_of_entry(request, mutation=True)
+    await _json(request)
+    entry = await memory_actions.restore_entry(core_of(request), member, entry_id)
+    return JSONResponse(entry)
+
+
 endpoints = [
     Route("/api/projects/{project_id:int}/memory", get_memory, methods=["GET"]),
     Route("/api/projects/{project_id:int}/memory/summary", put_summary, methods=["PUT"]),
@@ -219,4 +226,5 @@ endpoints = [
     Route("/api/memory/{entry_id:int}", patch_entry, methods=["PATCH"]),
     Route("/api/memory/{entry_id:int}/history", get_history, methods=["GET"]),
     Route("/api/memory/{entry_id:int}/archive", post_archive, methods=["POST"]),
+    Route("/api/memory/{entry_id:int}/restore", post_restore, methods=["POST"]),
 ]

@@ -85,6 +85,7 @@ CAPS: Mapping[str, Cap] = {
     "decision": Cap(32 * 1024, None),
     "progress": Cap(256 * 1024, 512),
     "session": Cap(None, 200),
+    "reference": Cap(None, 200),
 }
 
 

@@ -269,6 +269,13 @@ def archive(conn: sqlite3.Connection, entry_ids: list[int], now: float) -> None:
     )
 
 
+def restore(conn: sqlite3.Connection, entry_id: int) -> None:
+    conn.execute(
+        "UPDATE memory_entries SET archived = 0, archived_at = NULL WHERE id = :id",
+        {"id": entry_id},
+    )
+
+
 def archive_decisions(conn: sqlite3.Connection, decision_ids: list[int]) -> None:
     conn.executemany(
         "UPDATE decisions SET archived = 1 WHERE id = ? AND archived = 0",
