@@ -291,6 +291,13 @@ def test_archived_entries_and_the_staleness_warning(owner: Person, room_server: 
     expect(archived.locator(".badge")).to_have_text("已归档")
     expect(archived.get_by_role("button", name="编辑")).to_have_count(0)
     screenshot(page, "memory-archived-stale")
+    # 恢复 brings it back to the live facts.
+    archived.get_by_role("button", name="恢复").click()
+    restored = record(panel, fact_id)
+    expect(restored).to_have_count(1)
+    expect(restored.locator(".badge")).to_have_count(0)
+    expect(restored.get_by_role("button", name="编辑")).to_have_count(1)
+    assert room_server.get(f"/api/memory/{fact_id}")["archived"] is False
 
 
 # -- search ---------------------------------------------------------------------------------------

@@ -399,3 +399,9 @@ def test_the_docs_show_a_section_the_code_renders() -> None:
         doc.write_text(text[:start] + shown + text[end:], encoding="utf-8")
         text = doc.read_text(encoding="utf-8")
     assert text[start : start + len(shown)] == shown
+
+
+def test_progress_says_what_blocks_it() -> None:
+    blocked = inj.Progress("接口评审", "验证", "合并", T0, tags=("api",), blocked="等评审\n第二行")
+    text = inj.build(dataclasses.replace(example(), progress=[blocked])).text
+    assert "［验证］接口评审\n  下一步：合并 · 标签：api\n  受阻：等评审\n  第二行\n" in text

@@ -268,3 +268,37 @@ def test_references_are_capped_at_200_and_a_restored_one_stays_as_the_newest(
     assert status == 200 and restored["archived"] is False
     status, page = people.owner("GET", f"{people.base}/reference?archived=1")
     assert [e["id"] for e in page["entries"]] == [ids[1]]  # the oldest other one took its place
+
+
+def test_progress_status_filters(people: People) -> None:
+    base = f"{people.base}/progress"
+    for body in (
+        {"text": "登录页", "stage": "实现", "next": "写测试", "tags": ["ui"]},
+        {"text": "接口评审", "stage": "验证", "next": "合并", "tags": ["api"], "blocked": "等评审"},
+        {"text": "接口实现", "stage": "实现", "next": "评审", "tags": ["api"]},
+    ):
+        assert people.owner("POST", base, body)[0] == 201
+    with people.app.db() as conn:  # the first one was written in October
+        conn.execute(
+            "UPDATE memory_entries SET created_at = 1761955200 WHERE body_json LIKE '%登录页%'"
+        )
+
+    def texts(query: str) -> list[str]:
+        status, page = people.member("GET", f"{base}?{query}")
+        assert status == 200, page
+        return [e["body"]["text"] for e in page["entries"]]
+
+    assert texts("stage=实现") == ["接口实现", "登录页"]
+    assert texts("tag=api") == ["接口实现", "接口评审"]
+    assert texts("blocked=1") == ["接口评审"]
+    assert texts("stage=实现&tag=api") == ["接口实现"]
+    assert texts("since=2025-11-15") == ["接口实现", "接口评审"]
+    assert texts("since=2025-10-01T00:00:00Z&limit=1") == ["接口实现"]
+    status, page = people.member("GET", f"{base}?stage=实现&limit=1")
+    assert status == 200 and page["has_more"] is True
+    status, page = people.member("GET", f"{base}?stage=实现&before={page['entries'][0]['id']}")
+    assert status == 200 and [e["body"]["text"] for e in page["entries"]] == ["登录页"]
+    assert not page["has_more"]
+    assert code(people.member("GET", f"{base}?since=上周")) == (400, "bad_query", "since")
+    assert code(people.member("GET", f"{base}?blocked=maybe")) == (400, "bad_query", "blocked")
+    assert code(people.member("GET", f"{people.base}/fact?tag=api")) == (400, "bad_query", "kind")

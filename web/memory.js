@@ -31,6 +31,7 @@ const KINDS = [
       { name: "stage", required: true },
       { name: "next", lines: 2, required: true },
       { name: "tags", list: true },
+      { name: "blocked", lines: 2 },
     ],
   },
   {
@@ -533,7 +534,8 @@ function entryContent(spec, body) {
       return h("div", { class: "memory-body" },
         h("p", { class: "memory-text", text: body.text || "" }),
         h("p", { class: "memory-line" }, h("span", { class: "badge memory-stage", text: body.stage || "" }), h("span", { class: "muted", text: t("memory.nextLabel") }), h("span", { text: body.next || "" })),
-        (body.tags || []).length ? h("p", { class: "memory-tags" }, body.tags.map((tag) => h("span", { class: "tool-chip", text: tag }))) : null);
+        (body.tags || []).length ? h("p", { class: "memory-tags" }, body.tags.map((tag) => h("span", { class: "tool-chip", text: tag }))) : null,
+        body.blocked ? h("p", { class: "memory-line" }, h("span", { class: "muted", text: t("memory.field.blocked") }), h("span", { class: "memory-text memory-blocked", text: body.blocked })) : null);
     case "session":
       return h("div", { class: "memory-body" },
         h("p", { class: "memory-text memory-strong", text: body.summary || "" }),

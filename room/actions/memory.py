@@ -448,15 +448,15 @@ def page(
     archived: bool,
     before: int | None,
     limit: int,
+    progress: records.ProgressFilter | None = None,
 ) -> dict[str, Any]:
     """A page of one kind, newest first (``GET /api/projects/{id}/memory/{kind}``); for
-    ``decision`` the decisions (full objects), archived or live."""
+    ``decision`` the decisions (full objects), archived or live. ``progress`` filters a page
+    of progress (the status filters)."""
     if kind == "decision":
         return _decision_page(conn, project_id, archived=archived, before=before, limit=limit)
     records.check_kind(kind)
-    rows = memory_store.entries(
-        conn, project_id, kind, archived=archived, before=before, limit=limit + 1
-    )
+    rows = read_page(conn, project_id, kind, archived, before, limit + 1, progress)
     body: dict[str, Any] = {
         "kind": kind,
         "archived": archived,
@@ -467,6 +467,31 @@ def page(
     if count and not archived:
         body["pointer"] = records.archive_pointer(kind, count)
     return body
+
+
+def read_page(
+    conn: sqlite3.Connection,
+    project_id: int,
+    kind: str,
+    archived: bool,
+    before: int | None,
+    limit: int,
+    progress: records.ProgressFilter | None = None,
+) -> list[dict[str, Any]]:
+    """Entries of one kind, newest first; progress through its filter when one is given."""
+    if progress is None or not progress.active:
+        return memory_store.entries(
+            conn, project_id, kind, archived=archived, before=before, limit=limit
+        )
+    if kind != "progress":
+        raise RecordError(
+            "stage、tag、since、blocked 只用于进展 (These filters are for progress only.)",
+            code="bad_query", field="kind",
+        )  # fmt: skip
+    return memory_store.entries_matching(
+        conn, project_id, kind, lambda e: progress.matches(e["body"], e["created_at"]),
+        archived=archived, before=before, limit=limit,
+    )  # fmt: skip
 
 
 def _decision_page(

@@ -170,6 +170,7 @@ def read_records(
                 next=str(e["body"].get("next") or ""),
                 at=e["created_at"],
                 tags=tuple(str(t) for t in e["body"].get("tags") or ()),
+                blocked=str(e["body"].get("blocked") or ""),
             )
             for e in progress
         ],

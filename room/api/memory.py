@@ -145,11 +145,20 @@ async def get_kind(request: Request) -> Response:
     if limit > memory_actions.MAX_PAGE:
         raise BadRequestError(f"limit 最多 {memory_actions.MAX_PAGE}", code="bad_query",
                               field="limit")  # fmt: skip
+    query = request.query_params
+    since = query.get("since") or None
+    progress = records.ProgressFilter(
+        stage=query.get("stage") or None,
+        tag=query.get("tag") or None,
+        since=records.parse_since(since) if since else None,
+        blocked_only=_query_flag(request, "blocked"),
+    )
 
     def read(conn: sqlite3.Connection) -> dict[str, Any]:
         return memory_actions.page(
-            conn, member.project_id, kind, archived=archived, before=before, limit=limit
-        )
+            conn, member.project_id, kind, archived=archived, before=before, limit=limit,
+            progress=progress,
+        )  # fmt: skip
 
     return JSONResponse(await core_of(request).db.read(read))
 

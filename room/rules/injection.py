@@ -104,13 +104,14 @@ class SessionEntry:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """One progress entry: what was done, its stage, the next step, its tags."""
+    """One progress entry: what was done, its stage, the next step, its tags, what blocks it."""
 
     text: str
     stage: str
     next: str
     at: float
     tags: tuple[str, ...] = ()
+    blocked: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +325,8 @@ def _progress_block(progress: Sequence[Progress], total: int) -> str:
         lines.append(f"- {_date(p.at)}［{_one_line(p.stage)}］{_value(p.text)}")
         tags = f" · 标签：{'、'.join(_one_line(t) for t in p.tags)}" if p.tags else ""
         lines.append(f"{INDENT}下一步：{_value(p.next)}{tags}")
+        if p.blocked.strip():
+            lines.append(f"{INDENT}受阻：{_value(p.blocked)}")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from room.store.schema_memory import MEMORY_TABLES
@@ -83,6 +84,28 @@ def entries(
     )  # fmt: skip
     params = {"p": project_id, "k": kind, "a": int(archived), "before": before, "limit": limit}
     return [_entry(r) for r in conn.execute(sql, params)]
+
+
+def entries_matching(
+    conn: sqlite3.Connection,
+    project_id: int,
+    kind: str,
+    match: Callable[[dict[str, Any]], bool],
+    *,
+    archived: bool = False,
+    limit: int,
+    before: int | None = None,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` entries of one kind for which ``match`` holds, newest first, read in
+    batches from ``before`` back (a filter over the JSON bodies, the same on every store)."""
+    out: list[dict[str, Any]] = []
+    while len(out) < limit:
+        batch = entries(conn, project_id, kind, archived=archived, before=before, limit=200)
+        out += [e for e in batch if match(e)]
+        if len(batch) < 200:
+            break
+        before = batch[-1]["id"]
+    return out[:limit]
 
 
 def entry(conn: sqlite3.Connection, entry_id: int) -> dict[str, Any] | None:
