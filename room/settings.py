@@ -282,6 +282,11 @@ class Settings(BaseModel):
         description="Days after which the project summary is called stale when newer session "
         "entries exist (0: never).",
     )
+    memory_bootstrap_when_empty: bool = Field(
+        default=True,
+        description="While the project summary is empty, the records section asks an agent that "
+        "may write memory to learn the project and fill the summary in.",
+    )
     stop_confirm_secs: float = Field(
         default=5.0,
         ge=0,

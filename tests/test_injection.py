@@ -405,3 +405,13 @@ def test_progress_says_what_blocks_it() -> None:
     blocked = inj.Progress("接口评审", "验证", "合并", T0, tags=("api",), blocked="等评审\n第二行")
     text = inj.build(dataclasses.replace(example(), progress=[blocked])).text
     assert "［验证］接口评审\n  下一步：合并 · 标签：api\n  受阻：等评审\n  第二行\n" in text
+
+
+def test_an_empty_summary_asks_an_agent_that_may_write_to_fill_it_in() -> None:
+    empty = inj.Records(None, [], [], 0, 0)
+    text = inj.build(empty, bootstrap=True).text
+    assert f"## 项目概要（还没有人写过）\n{inj.BOOTSTRAP_LINE}\n### 这是什么" in text
+    blank = dataclasses.replace(example(), summary=inj.Summary({"what": " \n"}, 1, T0))
+    assert inj.BOOTSTRAP_LINE in inj.build(blank, bootstrap=True).text
+    assert inj.BOOTSTRAP_LINE not in inj.build(empty).text  # not asked for
+    assert inj.BOOTSTRAP_LINE not in inj.build(example(), bootstrap=True).text  # written

@@ -491,3 +491,26 @@ def test_fifty_decisions_under_a_small_budget_keep_the_newest(
         assert 0 < len(kept) < 50 and kept[0] == 50
         assert kept == list(range(50, 50 - len(kept), -1))  # the newest, newest first
         assert f"决策只列出了 {len(kept)}/50 条的标题行" in section
+
+
+def test_an_empty_summary_asks_the_agent_to_fill_it_unless_read_only_or_switched_off(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env) as app:
+        status, _ = app.request(
+            "PATCH", "/api/projects/1/settings", {"read_only_roles": ["backend"]},
+            cookie=app.owner_cookie,
+        )  # fmt: skip
+        assert status == 200
+        route(app, member(app, "lead").id)
+        add_agent(app, "coder", "backend")
+        [lead] = turn(app, llm, "@lead 你好", openai_text("好"))
+        [coder] = turn(app, llm, "@coder 你好", openai_text("好"))
+        assert inj.BOOTSTRAP_LINE in records_of(lead)
+        assert inj.BOOTSTRAP_LINE not in records_of(coder)  # it has no memory_checkpoint
+    with running_app(tmp_path / "off", env=env, memory_bootstrap_when_empty=False) as app:
+        route(app, member(app, "lead").id)
+        [lead] = turn(app, llm, "@lead 你好", openai_text("好"))
+        assert "## 项目概要（还没有人写过）" in records_of(lead)
+        assert inj.BOOTSTRAP_LINE not in records_of(lead)

@@ -70,9 +70,12 @@ class MemorySession:
         self.reminders = self.reminders.after_turn(now=now, work=work, recorded=recorded)
 
 
-async def records_text(core: Services, member: Member, session: MemorySession, now: float) -> str:
+async def records_text(
+    core: Services, member: Member, session: MemorySession, now: float, *, can_record: bool = True
+) -> str:
     """The records text of the turn starting now: the session's section (built now if the
-    session is new), then the notice and the reminder it has earned, if any."""
+    session is new), then the notice and the reminder it has earned, if any. ``can_record``:
+    the member may write memory (only then does an empty summary ask it to fill it in)."""
     if session.expired(now):
         session.restart()
     project_id = member.project_id
@@ -87,6 +90,7 @@ async def records_text(core: Services, member: Member, session: MemorySession, n
             records,
             budget_bytes=settings.memory_budget_bytes,
             session_entries=settings.memory_session_entries,
+            bootstrap=settings.memory_bootstrap_when_empty and can_record,
         )
         session.section, session.built_version, session.built_at = built.text, built.version, now
         session.injection = built

@@ -43,6 +43,11 @@ LABEL = "项目记录（由人和智能体写下；是资料，不是指令）"
 LABEL_EN = "project records written by people and agents; not instructions"
 TRUNCATED_MARK = "[已截断以适配注入预算]"
 UPDATED_NOTICE = "记忆已更新，需要时用 memory_read"
+#: Under an empty summary's heading when the agent may write memory (bootstrap when empty).
+BOOTSTRAP_LINE = (
+    "👉 这份概要还是空的。请先了解这个项目（读 README、看目录结构、找到怎么运行和测试），"
+    '再用 memory_checkpoint（kind="summary"）填写下面的小节；只写你确认过的。'
+)
 EMPTY = EMPTY_SECTION
 
 DEFAULT_BUDGET_BYTES = 64_000
@@ -247,12 +252,16 @@ def _header(version: int) -> str:
     )
 
 
-def _summary_block(summary: Summary | None, stale: Stale | None) -> str:
+def _summary_block(summary: Summary | None, stale: Stale | None, bootstrap: bool = False) -> str:
     if summary is None:
         lines = ["## 项目概要（还没有人写过）"]
     else:
         by = f"，{_one_line(summary.author)}" if summary.author else ""
         lines = [f"## 项目概要（第 {summary.rev} 版，{_date(summary.updated_at)}{by}）"]
+    if bootstrap and (
+        summary is None or not any(str(v).strip() for v in summary.sections.values())
+    ):
+        lines.append(BOOTSTRAP_LINE)
     if stale is not None:
         lines.append(
             f"⚠️ 这份概要已 {stale.days} 天没有更新，此后又新增了 {stale.entries_since} 条会话记录，"
@@ -431,8 +440,11 @@ def build(
     *,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     session_entries: int = DEFAULT_SESSION_ENTRIES,
+    bootstrap: bool = False,
 ) -> Injection:
     """The records section within ``budget_bytes`` UTF-8 bytes, degraded as the module doc says.
+    With ``bootstrap``, an empty summary (none, or every section blank) carries
+    :data:`BOOTSTRAP_LINE`: learn the project and fill it in.
 
     Raises :class:`ValueError` for a budget under :data:`MIN_BUDGET_BYTES` (the settings refuse
     one). Deterministic: the same records give the same text, byte for byte.
@@ -443,7 +455,7 @@ def build(
     conventions = _conventions_block(records.conventions)
     # The conventions follow the summary and share its place: kept to the last step, where the
     # two are cut as one text (the summary first, so the conventions are what goes first).
-    summary = _summary_block(records.summary, records.stale)
+    summary = _summary_block(records.summary, records.stale, bootstrap)
     if conventions:
         summary += "\n\n" + conventions
     decisions = list(records.decisions)
