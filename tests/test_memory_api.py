@@ -182,6 +182,12 @@ def test_decision_endpoints_take_alternatives_and_constraints(people: People) ->
     bad = {**body, "alternatives": [{"option": "", "why_rejected": "x"}]}
     result = people.owner("POST", f"/api/projects/{people.project_id}/decisions", bad)
     assert code(result) == (400, "empty_field", "alternatives[0].option")
+    for bare in (
+        {k: v for k, v in body.items() if k != "alternatives"},
+        {**body, "alternatives": []},
+    ):
+        result = people.owner("POST", f"/api/projects/{people.project_id}/decisions", bare)
+        assert code(result) == (400, "alternatives_required", "alternatives")
     status, view = people.owner("GET", people.base)
     assert view["version"] == 1
 

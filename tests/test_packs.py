@@ -90,6 +90,7 @@ async def build(world: World) -> None:
     await decision_actions.propose_decision(
         world.core, owner, title="存储 2", context="单机", decision="用 SQLite 的 WAL",
         supersedes=made["number"], task_keys=["api", "ui"],
+        alternatives=[{"option": "默认的日志模式", "why_rejected": "并发读会被写挡住"}],
     )  # fmt: skip
     for kind, body in (
         ("fact", {"text": "端口 8470"}),
@@ -537,15 +538,19 @@ async def test_a_fork_copies_records_and_a_merge_back_deduplicates(world: World)
         world.core, fork_owner, "progress",
         {"text": "API 完成", "stage": "测试", "next": "发布", "tags": []},
     )  # fmt: skip
+    rejected = [{"option": "别的做法", "why_rejected": "更重"}]
     await decision_actions.propose_decision(
-        world.core, fork_owner, title="前端", context="c", decision="用原生 ES 模块"
-    )
+        world.core, fork_owner, title="前端", context="c", decision="用原生 ES 模块",
+        alternatives=rejected,
+    )  # fmt: skip
     await decision_actions.propose_decision(
-        world.core, owner, title="后端", context="c", decision="用 Starlette"
-    )
+        world.core, owner, title="后端", context="c", decision="用 Starlette",
+        alternatives=rejected,
+    )  # fmt: skip
     await decision_actions.propose_decision(
-        world.core, fork_owner, title="重复", context="c", decision="用   starlette"
-    )
+        world.core, fork_owner, title="重复", context="c", decision="用   starlette",
+        alternatives=rejected,
+    )  # fmt: skip
     before = await world.read(lambda c: shape(c, world.project_id))
     report = await world.write(
         lambda c, tx: merge_records(c, tx, world.project_id, fork_id, owner.id)

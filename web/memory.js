@@ -427,7 +427,7 @@ export class MemoryTab {
         field("context", inputs.context),
         field("decision", inputs.decision),
         h("fieldset", { class: "memory-alts" },
-          h("legend", { text: t("memory.field.alternatives") }),
+          h("legend", { text: t("memory.field.alternatives") + " *" }),
           rows,
           h("button", { type: "button", class: "btn btn-small btn-ghost", on: { click: () => addRow().querySelector("input").focus() } }, icon("plus"), h("span", { text: t("memory.addAlternative") }))),
         field("constraints", inputs.constraints),

@@ -1095,6 +1095,7 @@ export const STRINGS_EN = {
   "refKind.url": "URL",
   "refKind.tool": "Tool",
   "error.empty_field": "{field} cannot be empty",
+  "error.alternatives_required": "A decision names at least one alternative it rejected, and why",
   "error.digest_mismatch": "The scope digest does not match the proposal; refresh, then approve",
   "error.flowback_not_open": "Only an unsettled finding can be proposed for memory",
   "error.flowback_not_proposed": "This finding has no pending memory proposal",

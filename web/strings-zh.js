@@ -1096,6 +1096,7 @@ export const STRINGS_ZH = {
   "refKind.url": "网址",
   "refKind.tool": "工具",
   "error.empty_field": "{field}不能为空",
+  "error.alternatives_required": "决定要写明至少一个放弃的方案和放弃的原因",
   "error.digest_mismatch": "范围摘要与提案不符：请刷新后再批准",
   "error.flowback_not_open": "只有尚未处理的发现可以提议写入记忆",
   "error.flowback_not_proposed": "这条发现没有待确认的写入提议",

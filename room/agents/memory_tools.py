@@ -284,7 +284,7 @@ MEMORY_TOOLS: Mapping[str, Tool] = MappingProxyType(
                 "memory_checkpoint",
                 "写项目记忆（人和 AI 都能看到）。kind：session 本轮会话记录（summary 必填，"
                 "did/verified/next/blocked）；decision 提议决定（title、context、decision，"
-                "可附 alternatives 否决的备选、constraints）；summary 修改项目概要的小节"
+                "alternatives 否决的备选必填，至少一个，可附 constraints）；summary 修改项目概要的小节"
                 "（sections）；fact / convention 简短事实、约定（text）；progress 进展（text，"
                 "stage 和 next 必填，tags）；reference 目录、文件、URL、工具（ref_kind、"
                 "target、note；只记元数据，不读取）。给 id 和 rev 则修改已有记录。",
