@@ -415,3 +415,22 @@ def test_an_empty_summary_asks_an_agent_that_may_write_to_fill_it_in() -> None:
     assert inj.BOOTSTRAP_LINE in inj.build(blank, bootstrap=True).text
     assert inj.BOOTSTRAP_LINE not in inj.build(empty).text  # not asked for
     assert inj.BOOTSTRAP_LINE not in inj.build(example(), bootstrap=True).text  # written
+
+
+@pytest.mark.parametrize(
+    ("max_given", "gap_secs", "minutes"),
+    [(0, 600.0, []), (5, 0.0, [0, 5, 10, 15, 20]), (2, 1_800.0, [0, 30])],
+)
+def test_the_reminder_settings_bound_how_many_and_how_often(
+    max_given: int, gap_secs: float, minutes: list[int]
+) -> None:
+    state, given = inj.Reminders(), []
+    for minute in range(0, 120, 5):
+        state = state.after_turn(
+            now=T0 + minute * 60, work=["shell"], recorded=False,
+            max_given=max_given, gap_secs=gap_secs,
+        )  # fmt: skip
+        text, state = state.take()
+        if text:
+            given.append(minute)
+    assert given == minutes

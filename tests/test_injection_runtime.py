@@ -514,3 +514,37 @@ def test_an_empty_summary_asks_the_agent_to_fill_it_unless_read_only_or_switched
         [lead] = turn(app, llm, "@lead 你好", openai_text("好"))
         assert "## 项目概要（还没有人写过）" in records_of(lead)
         assert inj.BOOTSTRAP_LINE not in records_of(lead)
+
+
+def test_with_injection_switched_off_no_records_section_is_sent(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env, memory_inject=False) as app:
+        route(app, member(app, "lead").id)
+        status, _ = owner_post(app, "/api/projects/1/memory/convention", {"text": "提交前跑测试"})
+        assert status == 201
+        [request] = turn(app, llm, "@lead 你好", openai_text("好"))
+        texts = [str(m["content"]) for m in request["messages"]]
+        assert not any(t.startswith(HEADER) for t in texts)
+        assert "提交前跑测试" not in str(request["messages"])
+        assert "memory_read" in str(request["tools"])  # the tools still reach the memory
+
+
+def test_reminders_switched_off_by_the_setting(tmp_path: Path, llm: OpenAIServer) -> None:
+    tools = {
+        **BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS, **MEMORY_TOOLS,
+        "room_task_update": Tool(TASK_TOOLS["room_task_update"].spec, _task_changed, side_effect=True),
+    }  # fmt: skip
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env, tools=tools, memory_reminder_max=0) as app:
+        route(app, member(app, "lead").id)
+        turn(
+            app,
+            llm,
+            "@lead 开始做 T-1",
+            openai_tool_call("room_task_update", {"task": "T-1", "action": "start"}),
+            openai_text("开始了"),
+        )
+        [after] = turn(app, llm, "@lead 然后呢", openai_text("好"))
+        assert "提醒" not in records_of(after)

@@ -64,10 +64,22 @@ class MemorySession:
         self.section, self.injection, self.last_turn_at = None, None, None
         self.reminders = inj.Reminders()
 
-    def after_turn(self, *, now: float, work: Sequence[str], recorded: bool) -> None:
-        """Called when a turn of the session ended, with the tools it called successfully."""
+    def after_turn(
+        self,
+        *,
+        now: float,
+        work: Sequence[str],
+        recorded: bool,
+        max_given: int = inj.MAX_REMINDERS,
+        gap_secs: float = inj.REMINDER_GAP_SECS,
+    ) -> None:
+        """Called when a turn of the session ended, with the tools it called successfully
+        (``max_given`` and ``gap_secs``: the settings ``memory_reminder_max`` and
+        ``memory_reminder_gap_secs``)."""
         self.last_turn_at = now
-        self.reminders = self.reminders.after_turn(now=now, work=work, recorded=recorded)
+        self.reminders = self.reminders.after_turn(
+            now=now, work=work, recorded=recorded, max_given=max_given, gap_secs=gap_secs
+        )
 
 
 async def records_text(
@@ -80,6 +92,9 @@ async def records_text(
         session.restart()
     project_id = member.project_id
     settings = core.settings
+    if not settings.memory_inject:  # switched off: only the reminder, if one was earned
+        reminder, session.reminders = session.reminders.take()
+        return reminder or ""
     if session.section is None:
         roster = await core.rosters.get(project_id)
         names = {m.id: f"@{m.handle}（{m.display_name}）" for m in roster.members.values()}

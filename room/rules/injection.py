@@ -633,17 +633,26 @@ class Reminders:
     last_at: float | None = None
     pending: str | None = None
 
-    def after_turn(self, *, now: float, work: Sequence[str], recorded: bool) -> Reminders:
+    def after_turn(
+        self,
+        *,
+        now: float,
+        work: Sequence[str],
+        recorded: bool,
+        max_given: int = MAX_REMINDERS,
+        gap_secs: float = REMINDER_GAP_SECS,
+    ) -> Reminders:
         """The state after a turn that called the tools ``work`` (successful calls, by name)
         and, when ``recorded``, wrote to memory. A memory write resets the count; a turn that
-        did real work and recorded nothing earns a reminder — at most :data:`MAX_REMINDERS`
-        per session and :data:`REMINDER_GAP_SECS` apart — carried into the next request."""
+        did real work and recorded nothing earns a reminder — at most ``max_given`` per session
+        (:data:`MAX_REMINDERS`; 0: never) and ``gap_secs`` apart (:data:`REMINDER_GAP_SECS`) —
+        carried into the next request."""
         if recorded:
             return Reminders()
         did = list(dict.fromkeys(WORK_TOOLS[name] for name in work if name in WORK_TOOLS))
-        if not did or self.pending is not None or self.given >= MAX_REMINDERS:
+        if not did or self.pending is not None or self.given >= max_given:
             return self
-        if self.last_at is not None and now - self.last_at < REMINDER_GAP_SECS:
+        if self.last_at is not None and now - self.last_at < gap_secs:
             return self
         text = (
             f"提醒：你上一轮{'、'.join(did)}，但没有在项目记忆里留下记录。"
