@@ -300,6 +300,23 @@ def test_archived_entries_and_the_staleness_warning(owner: Person, room_server: 
     assert room_server.get(f"/api/memory/{fact_id}")["archived"] is False
 
 
+def test_an_owner_clears_all_memory_in_two_clicks(owner: Person, room_server: RoomServer) -> None:
+    project = room_server.create_project("清除记忆", TEAM)
+    arrange_memory(room_server, project)
+    page = owner.page
+    owner.open_project(project)
+    panel = open_memory(page)
+    button = panel.get_by_role("button", name="清除全部记忆")
+    button.click()
+    expect(panel.locator(".memory-clear-note")).to_contain_text("不能撤销；决策记录保留")
+    assert room_server.get(f"/api/projects/{project}/memory")["facts"]  # the first click only asks
+    panel.get_by_role("button", name="确认清除").click()
+    expect(panel.locator('[data-kind="fact"] .memory-entry')).to_have_count(0)
+    view = room_server.get(f"/api/projects/{project}/memory")
+    assert view["summary"] is None and view["facts"] == [] and view["references"] == []
+    expect(panel.locator(".memory-decision")).to_have_count(1)  # the decisions stay
+
+
 # -- search ---------------------------------------------------------------------------------------
 
 

@@ -308,3 +308,47 @@ def test_progress_status_filters(people: People) -> None:
     assert code(people.member("GET", f"{base}?since=上周")) == (400, "bad_query", "since")
     assert code(people.member("GET", f"{base}?blocked=maybe")) == (400, "bad_query", "blocked")
     assert code(people.member("GET", f"{people.base}/fact?tag=api")) == (400, "bad_query", "kind")
+
+
+def test_an_owner_clears_all_memory_with_a_confirmation_and_it_is_audited(
+    people: People,
+) -> None:
+    base = people.base
+    people.owner("PUT", f"{base}/summary", {"rev": 0, "sections": {"what": "记账小程序"}})
+    status, fact = people.owner("POST", f"{base}/fact", {"text": "生产库在杭州机房"})
+    people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
+    people.owner("POST", f"{base}/convention", {"text": "提交前跑测试"})
+    people.member("POST", f"{base}/session", {"summary": "写了登录页"})
+    decision = {
+        "title": "存储", "context": "单机", "decision": "SQLite",
+        "alternatives": [{"option": "PostgreSQL", "why_rejected": "多一个服务"}],
+    }  # fmt: skip
+    assert people.owner("POST", f"/api/projects/{people.project_id}/decisions", decision)[0] == 201
+    version = people.owner("GET", base)[1]["version"]
+    search = f"/api/projects/{people.project_id}/search?q=杭州机房"
+    assert people.owner("GET", search)[1]["results"]  # archived entries are searchable
+    clear = f"{base}/clear"
+    assert code(people.member("POST", clear, {"confirm": True}))[:2] == (403, "not_owner")
+    assert code(people.app.request("POST", clear, {"confirm": True}, token=people.token))[:2] == (
+        403,
+        "agents_use_tools",
+    )
+    assert code(people.owner("POST", clear, {})) == (400, "confirm_required", "confirm")
+    assert people.count() == 4  # nothing went yet
+    status, cleared = people.owner("POST", clear, {"confirm": True})
+    assert status == 200 and cleared["version"] == version + 1
+    assert cleared["deleted"] == {"summary": 1, "fact": 1, "convention": 1, "session": 1}
+    status, view = people.owner("GET", base)
+    assert view["summary"] is None and view["facts"] == [] and view["archived"] == {}
+    assert view["conventions"] == [] and view["sessions"] == []
+    assert people.count() == 0
+    with people.app.db() as conn:
+        assert conn.execute("SELECT count(*) FROM memory_revisions").fetchone()[0] == 0
+        [(detail,)] = conn.execute(
+            "SELECT detail_json FROM audit_events WHERE action = 'memory.clear'"
+        ).fetchall()
+    assert '"fact": 1' in detail
+    status, found = people.owner("GET", search)
+    assert status == 200 and found["results"] == []
+    status, log = people.owner("GET", f"/api/projects/{people.project_id}/decisions")
+    assert [d["title"] for d in log["decisions"]] == ["存储"]  # the decision log stays

@@ -12,7 +12,7 @@ import { get, patch, post, put } from "./api.js";
 import { $, h, icon } from "./dom.js";
 import { errorText, formatDateTime, label, t } from "./i18n.js";
 import { clearHighlights, highlightIn } from "./highlight.js";
-import { member } from "./store.js";
+import { isOwner, member } from "./store.js";
 import { confirmDialog, openDialog, toast, toastError } from "./ui.js";
 
 /** The summary's sections, in order (the server's keys). */
@@ -139,8 +139,36 @@ export class MemoryTab {
     for (const spec of KINDS.slice(0, 2)) nodes.push(this.kindSection(spec));
     nodes.push(this.decisionSection());
     for (const spec of KINDS.slice(2)) nodes.push(this.kindSection(spec));
+    if (isOwner(this.room)) nodes.push(this.clearSection());
     this.root.replaceChildren(h("div", { class: "memory" }, nodes));
     this.root.scrollTop = scroll;
+  }
+
+  /** Clearing all memory, apart from the rest and in two clicks: the second one says what goes. */
+  clearSection() {
+    const note = h("p", { class: "muted memory-clear-note", text: t("memory.clearNote"), hidden: true });
+    const button = h("button", { type: "button", class: "btn btn-small btn-danger memory-clear", text: t("memory.clear") });
+    let armed = false;
+    button.addEventListener("click", async () => {
+      if (!armed) {
+        armed = true;
+        button.textContent = t("memory.clearConfirm");
+        note.hidden = false;
+        return;
+      }
+      button.disabled = true;
+      try {
+        await post(`/api/projects/${this.room.id}/memory/clear`, { confirm: true });
+        toast(t("memory.cleared"));
+        this.archived.clear();
+        this.older = null;
+        this.load({ background: true });
+      } catch (err) {
+        toastError(err);
+        button.disabled = false;
+      }
+    });
+    return h("section", { class: "memory-section memory-danger", dataset: { kind: "clear" } }, button, note);
   }
 
   // -- the project summary ------------------------------------------------------------------------

@@ -320,6 +320,42 @@ def restore_entry_in(
     return restored
 
 
+def clear_in(conn: sqlite3.Connection, tx: Tx, actor: Member, confirm: Any) -> dict[str, Any]:
+    """An owner clears the project's memory: every entry of every kind (the summary, facts,
+    conventions, progress, the session log, references), live and archived, with its history
+    and its search index. Decisions stay: they are the decision log of the task board. Needs
+    ``confirm: true`` (the page's second click); audited as ``memory.clear`` with the counts."""
+    if not actor.is_owner:
+        raise ForbiddenError(
+            "只有项目所有者可以清除记忆 (Only a project owner can clear the memory.)",
+            code="not_owner",
+        )
+    if confirm is not True:
+        raise RecordError(
+            "清除全部记忆要确认：confirm 为 true (Clearing all memory needs confirm: true.)",
+            code="confirm_required",
+            field="confirm",
+        )
+    check_writable(conn, actor)
+    gone = memory_store.clear_entries(conn, actor.project_id)
+    for entry_id, kind in gone:
+        search_store.unindex_record(conn, entry_id, kind=kind)
+    counts: dict[str, int] = {}
+    for _, kind in gone:
+        counts[kind] = counts.get(kind, 0) + 1
+    audit_store.record(
+        conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id,
+        project_id=actor.project_id, action="memory.clear", outcome="ok",
+        detail={"counts": counts},
+    )  # fmt: skip
+    version = record_written(conn, tx, actor.project_id, "all", 0)
+    return {"project_id": actor.project_id, "version": version, "deleted": counts}
+
+
+async def clear(core: Services, actor: Member, confirm: Any) -> dict[str, Any]:
+    return await core.db.write(lambda conn, tx: clear_in(conn, tx, actor, confirm))
+
+
 async def add_entry(
     core: Services, actor: Member, kind: str, raw: Mapping[str, Any], *, turn_id: int | None = None
 ) -> dict[str, Any]:

@@ -226,9 +226,17 @@ async def post_restore(request: Request) -> Response:
     return JSONResponse(entry)
 
 
+async def post_clear(request: Request) -> Response:
+    project_id = path_id(request, "project_id")
+    member = await _writer(request, project_id)
+    data = await _json(request)
+    return JSONResponse(await memory_actions.clear(core_of(request), member, data.get("confirm")))
+
+
 endpoints = [
     Route("/api/projects/{project_id:int}/memory", get_memory, methods=["GET"]),
     Route("/api/projects/{project_id:int}/memory/summary", put_summary, methods=["PUT"]),
+    Route("/api/projects/{project_id:int}/memory/clear", post_clear, methods=["POST"]),
     Route("/api/projects/{project_id:int}/memory/{kind}", get_kind, methods=["GET"]),
     Route("/api/projects/{project_id:int}/memory/{kind}", post_entry, methods=["POST"]),
     Route("/api/memory/{entry_id:int}", get_entry, methods=["GET"]),

@@ -327,6 +327,21 @@ def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str
     return out
 
 
+def clear_entries(conn: sqlite3.Connection, project_id: int) -> list[tuple[int, str]]:
+    """Delete every memory entry of a project, live and archived, with their revisions (the
+    version counter stays, so it keeps counting up); returns the ``(id, kind)`` deleted."""
+    gone = [
+        (int(r[0]), str(r[1]))
+        for r in conn.execute(
+            "SELECT id, kind FROM memory_entries WHERE project_id = :p ORDER BY id",
+            {"p": project_id},
+        )
+    ]
+    conn.execute("DELETE FROM memory_revisions WHERE project_id = :p", {"p": project_id})
+    conn.execute("DELETE FROM memory_entries WHERE project_id = :p", {"p": project_id})
+    return gone
+
+
 def delete_project(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
     """Delete every memory row of a project (the purge); returns the counts per table."""
     return {
