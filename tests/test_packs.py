@@ -903,3 +903,63 @@ def test_messages_come_in_id_order_whether_read_in_place_or_sorted(tmp_path: Pat
             import_(pack)
     finally:
         conn.close()
+
+
+def test_a_merge_brings_the_sources_people_and_dependencies(app: App) -> None:
+    """The source's people join as members (its owner too, never as owner here; agents stay);
+    a person whose handle the target has reserved is skipped and named; its dependencies are
+    added, the one on the target itself left out."""
+    owner = owner_user(app)
+    mei, _ = app.new_user("mei", "梅")
+    wang, _ = app.new_user("wang", "小王")
+    lin, _ = app.new_user("lin", "小林")
+    target, _, _ = app.project_with("目标", owner)
+    source, _, _ = app.project_with("来源", mei, wang)
+    with app.db() as conn:  # lin is also in the source; the target holds @lin's name already
+        conn.execute(
+            "INSERT INTO members (project_id, kind, user_id, role, handle, display_name, created_at)"
+            " VALUES (?, 'human', ?, 'member', 'lin', '小林', 0)",
+            (source, lin.id),
+        )
+        conn.execute(
+            "INSERT INTO member_names (project_id, member_id, name, name_key, kind)"
+            " SELECT ?, id, 'lin', 'lin', 'alias' FROM members WHERE project_id = ? AND handle = 'lead'",
+            (target, target),
+        )
+    other, _, _ = app.project_with("别的", owner)
+    deps = {"dependencies": [{"kind": "skill", "name": "Rust"},
+                             {"kind": "project", "project_id": target},
+                             {"kind": "project", "project_id": other}]}  # fmt: skip
+    with app.db() as conn:  # an owner of both merges: the server's owner owns the source too
+        conn.execute(
+            "INSERT INTO members (project_id, kind, user_id, role, handle, display_name, created_at)"
+            " VALUES (?, 'human', ?, 'owner', ?, ?, 0)",
+            (source, owner.id, owner.handle, owner.display_name),
+        )
+    app.core.rosters.invalidate(source)
+    assert app.request("PUT", f"/api/projects/{source}/dependencies", deps,
+                       cookie=app.owner_cookie)[0] == 200  # fmt: skip
+    status, merged = app.request(
+        "POST", f"/api/projects/{target}/merge", {"source_project_id": source},
+        cookie=app.owner_cookie,
+    )  # fmt: skip
+    assert status == 200, merged
+    assert merged["members_added"] == ["mei", "wang"]
+    assert merged["members_skipped"] == [{"handle": "lin", "reason": "handle_taken"}]
+    assert merged["dependencies_added"] == 2
+    with app.db() as conn:
+        people = conn.execute(
+            "SELECT handle, role FROM members WHERE project_id = ? AND kind = 'human' ORDER BY id",
+            (target,),
+        ).fetchall()
+        agents = conn.execute(
+            "SELECT count(*) FROM members WHERE project_id = ? AND kind = 'agent'", (target,)
+        ).fetchone()[0]
+        kinds = conn.execute(
+            "SELECT kind, target_project_id, name FROM project_dependencies WHERE project_id = ?"
+            " ORDER BY kind DESC",
+            (target,),
+        ).fetchall()
+    assert [tuple(p) for p in people] == [("owner", "owner"), ("mei", "member"), ("wang", "member")]
+    assert agents == 1  # the target's own lead; the source's lead is not copied
+    assert [tuple(k) for k in kinds] == [("skill", None, "rust"), ("project", other, "")]
