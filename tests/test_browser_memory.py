@@ -300,6 +300,25 @@ def test_archived_entries_and_the_staleness_warning(owner: Person, room_server: 
     assert room_server.get(f"/api/memory/{fact_id}")["archived"] is False
 
 
+def test_the_memory_status_says_when_memory_last_changed(
+    owner: Person, room_server: RoomServer
+) -> None:
+    project = room_server.create_project("记忆状态", TEAM)
+    arrange_memory(room_server, project)
+    page = owner.page
+    owner.open_project(project)
+    panel = open_memory(page)
+    status = panel.locator(".memory-status")
+    expect(status).to_have_attribute("data-state", "idle")
+    expect(status).to_have_text(re.compile(r"^已同步 · (刚刚|\d+ 秒前)$"))
+    assert "第 " in (status.get_attribute("title") or "")
+    # Someone writes: the page hears of it and says so for a few seconds.
+    room_server.post(f"/api/projects/{project}/memory/fact", {"text": "端口 8470"}, 201)
+    expect(status).to_have_text("更新完毕 · 刚刚")
+    expect(panel.locator('[data-kind="fact"] .memory-entry')).to_have_count(2)
+    expect(status).to_have_attribute("data-state", "idle", timeout=12_000)
+
+
 def test_an_owner_clears_all_memory_in_two_clicks(owner: Person, room_server: RoomServer) -> None:
     project = room_server.create_project("清除记忆", TEAM)
     arrange_memory(room_server, project)

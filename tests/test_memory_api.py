@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from room.rules.entities import iso
 from tests.support.inproc import App, owner_user
 
 
@@ -65,6 +66,9 @@ def test_people_add_edit_and_read_the_history(people: People) -> None:
     assert status == 200 and view["version"] == 2
     assert [f["body"]["text"] for f in view["facts"]] == ["端口 9000"]
     assert view["summary"] is None and view["stale"] is None
+    with people.app.db() as conn:
+        changed = conn.execute("SELECT updated_at FROM memory_versions").fetchone()[0]
+    assert view["changed_at"] == iso(changed)  # the memory status: when it last changed
     assert view["caps"]["session"] == {"max_bytes": None, "max_entries": 200}
 
 

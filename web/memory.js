@@ -60,6 +60,7 @@ const KIND_OF = new Map(KINDS.map((k) => [k.kind, k]));
 const OVERVIEW_SESSIONS = 50; // the newest session-log entries the overview carries
 const ARCHIVE_PAGE = 100;
 const REFRESH_MS = 250; // memory frames come in bursts (an agent's checkpoint writes several)
+const DONE_MS = 8000; // "更新完毕" after a change, then back to "已同步"
 
 export class MemoryTab {
   constructor(root) {
@@ -71,6 +72,39 @@ export class MemoryTab {
     this.older = null; // {entries, hasMore}: session-log entries older than the overview's
     this.timer = null;
     this.loading = null; // the read under way, if any
+    this.writes = 0; // this page's memory writes in flight ("正在记录")
+    this.doneUntil = 0; // "更新完毕" until then (a change was just seen)
+    this.statusTimer = null;
+    this.status = h("p", { class: "memory-status muted", attrs: { role: "status" } });
+  }
+
+  /** Run one of this page's writes, saying 正在记录 while it is under way. */
+  async saving(write) {
+    this.writes += 1;
+    this.renderStatus();
+    try {
+      return await write;
+    } finally {
+      this.writes -= 1;
+      if (this.writes === 0) this.justChanged();
+    }
+  }
+
+  justChanged() {
+    this.doneUntil = Date.now() + DONE_MS;
+    this.renderStatus();
+    clearTimeout(this.statusTimer);
+    this.statusTimer = setTimeout(() => this.renderStatus(), DONE_MS + 50);
+  }
+
+  /** The memory status: 正在记录 / 更新完毕 / 已同步, and when memory last changed. */
+  renderStatus() {
+    const changed = this.data?.changed_at || null;
+    const state = this.writes > 0 ? "recording" : Date.now() < this.doneUntil ? "done" : "idle";
+    const when = state === "idle" ? (changed ? ago(changed) : t("memory.status.never")) : t("memory.status.justNow");
+    this.status.dataset.state = state;
+    this.status.textContent = `${t(`memory.status.${state}`)} · ${when}`;
+    this.status.title = changed ? t("memory.status.title", { at: formatDateTime(changed), version: this.data?.version ?? 0 }) : "";
   }
 
   open(room) {
@@ -93,6 +127,7 @@ export class MemoryTab {
     }
     clearTimeout(this.timer);
     this.timer = setTimeout(() => this.load({ background: true }), REFRESH_MS);
+    this.justChanged();
   }
 
   /** Read the overview (and the decision log) and render; `reveal()` waits for a read under way. */
@@ -140,7 +175,8 @@ export class MemoryTab {
     nodes.push(this.decisionSection());
     for (const spec of KINDS.slice(2)) nodes.push(this.kindSection(spec));
     if (isOwner(this.room)) nodes.push(this.clearSection());
-    this.root.replaceChildren(h("div", { class: "memory" }, nodes));
+    this.renderStatus();
+    this.root.replaceChildren(h("div", { class: "memory" }, this.status, nodes));
     this.root.scrollTop = scroll;
   }
 
@@ -158,7 +194,7 @@ export class MemoryTab {
       }
       button.disabled = true;
       try {
-        await post(`/api/projects/${this.room.id}/memory/clear`, { confirm: true });
+        await this.saving(post(`/api/projects/${this.room.id}/memory/clear`, { confirm: true }));
         toast(t("memory.cleared"));
         this.archived.clear();
         this.older = null;
@@ -206,7 +242,7 @@ export class MemoryTab {
           event.preventDefault();
           const sections = Object.fromEntries([...inputs].map(([key, input]) => [key, input.value]));
           try {
-            await put(`/api/projects/${room.id}/memory/summary`, { rev, sections });
+            await this.saving(put(`/api/projects/${room.id}/memory/summary`, { rev, sections }));
             close(true);
             toast(t("memory.saved"));
             this.load({ background: true });
@@ -288,8 +324,8 @@ export class MemoryTab {
           event.preventDefault();
           const fields = Object.fromEntries(spec.fields.map((f) => [f.name, readField(f, inputs.get(f.name))]));
           try {
-            if (entry) await patch(`/api/memory/${entry.id}`, { rev, ...fields });
-            else await post(`/api/projects/${room.id}/memory/${spec.kind}`, fields);
+            if (entry) await this.saving(patch(`/api/memory/${entry.id}`, { rev, ...fields }));
+            else await this.saving(post(`/api/projects/${room.id}/memory/${spec.kind}`, fields));
             close(true);
             toast(t("memory.saved"));
             this.load({ background: true });
@@ -315,7 +351,7 @@ export class MemoryTab {
     const ok = await confirmDialog({ title: t("memory.archiveTitle"), text: t("memory.archiveText"), confirmLabel: t("memory.archive") });
     if (!ok) return;
     try {
-      await post(`/api/memory/${entry.id}/archive`, {});
+      await this.saving(post(`/api/memory/${entry.id}/archive`, {}));
       this.load({ background: true });
     } catch (err) {
       toastError(err);
@@ -325,7 +361,7 @@ export class MemoryTab {
   /** Back to the live entries, as the newest of its kind (past the cap, the oldest other goes). */
   async restore(entry) {
     try {
-      await post(`/api/memory/${entry.id}/restore`, {});
+      await this.saving(post(`/api/memory/${entry.id}/restore`, {}));
       this.load({ background: true });
     } catch (err) {
       toastError(err);
@@ -443,7 +479,7 @@ export class MemoryTab {
             .filter((a) => a.option || a.why_rejected);
           const body = Object.fromEntries(Object.entries(inputs).map(([k, input]) => [k, input.value]));
           try {
-            await post(`/api/projects/${room.id}/decisions`, { ...body, alternatives });
+            await this.saving(post(`/api/projects/${room.id}/decisions`, { ...body, alternatives }));
             close(true);
             toast(t("memory.saved"));
             this.load({ background: true });
@@ -549,6 +585,16 @@ function authorOf(room, author) {
 function show(value) {
   if (Array.isArray(value)) return value.join("、") || t("memory.none");
   return value === null || value === undefined || value === "" ? t("memory.none") : String(value);
+}
+
+/** How long ago an ISO time was: 刚刚 / N 秒前 / N 分钟前 / N 小时前 / N 天前. */
+function ago(isoTime) {
+  const secs = Math.max(0, Math.floor((Date.now() - Date.parse(isoTime)) / 1000));
+  if (secs < 10) return t("memory.status.justNow");
+  if (secs < 60) return t("memory.status.secs", { n: secs });
+  if (secs < 3600) return t("memory.status.mins", { n: Math.floor(secs / 60) });
+  if (secs < 86400) return t("memory.status.hours", { n: Math.floor(secs / 3600) });
+  return t("memory.status.days", { n: Math.floor(secs / 86400) });
 }
 
 function sectionsOf(body) {

@@ -457,6 +457,7 @@ def overview(
     summary = memory_store.summary(conn, project_id)
     body: dict[str, Any] = {
         "version": memory_store.memory_version(conn, project_id),
+        "changed_at": iso(memory_store.memory_changed_at(conn, project_id)),
         "summary": entry_wire(conn, summary) if summary else None,
     }
     for kind, key in records.LIST_KEYS.items():

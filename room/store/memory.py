@@ -55,6 +55,14 @@ def memory_version(conn: sqlite3.Connection, project_id: int) -> int:
     return int(row[0]) if row else 0
 
 
+def memory_changed_at(conn: sqlite3.Connection, project_id: int) -> float | None:
+    """When the project's memory last changed (its version's time); None before any write."""
+    row = conn.execute(
+        "SELECT updated_at FROM memory_versions WHERE project_id = :p", {"p": project_id}
+    ).fetchone()
+    return float(row[0]) if row else None
+
+
 def summary(conn: sqlite3.Connection, project_id: int) -> dict[str, Any] | None:
     """The project summary entry (``body.sections``, ``updated_at``), or None if never written."""
     row = conn.execute(
