@@ -291,6 +291,26 @@ class Settings(BaseModel):
         description="Days after which the project summary is called stale when newer session "
         "entries exist (0: never).",
     )
+    memory_inject: bool = Field(
+        default=True,
+        description="Give every request of an in-process agent the project records section (off: "
+        "agents read memory only with memory_read and memory_search).",
+    )
+    memory_reminder_max: int = Field(
+        default=3,
+        ge=0,
+        description="Most reminders to record a session per agent session (0: never reminded).",
+    )
+    memory_reminder_gap_secs: float = Field(
+        default=600.0,
+        ge=0,
+        description="Least seconds between two such reminders.",
+    )
+    memory_bootstrap_when_empty: bool = Field(
+        default=True,
+        description="While the project summary is empty, the records section asks an agent that "
+        "may write memory to learn the project and fill the summary in.",
+    )
     stop_confirm_secs: float = Field(
         default=5.0,
         ge=0,

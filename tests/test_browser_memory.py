@@ -291,6 +291,49 @@ def test_archived_entries_and_the_staleness_warning(owner: Person, room_server: 
     expect(archived.locator(".badge")).to_have_text("已归档")
     expect(archived.get_by_role("button", name="编辑")).to_have_count(0)
     screenshot(page, "memory-archived-stale")
+    # 恢复 brings it back to the live facts.
+    archived.get_by_role("button", name="恢复").click()
+    restored = record(panel, fact_id)
+    expect(restored).to_have_count(1)
+    expect(restored.locator(".badge")).to_have_count(0)
+    expect(restored.get_by_role("button", name="编辑")).to_have_count(1)
+    assert room_server.get(f"/api/memory/{fact_id}")["archived"] is False
+
+
+def test_the_memory_status_says_when_memory_last_changed(
+    owner: Person, room_server: RoomServer
+) -> None:
+    project = room_server.create_project("记忆状态", TEAM)
+    arrange_memory(room_server, project)
+    page = owner.page
+    owner.open_project(project)
+    panel = open_memory(page)
+    status = panel.locator(".memory-status")
+    expect(status).to_have_attribute("data-state", "idle")
+    expect(status).to_have_text(re.compile(r"^已同步 · (刚刚|\d+ 秒前)$"))
+    assert "第 " in (status.get_attribute("title") or "")
+    # Someone writes: the page hears of it and says so for a few seconds.
+    room_server.post(f"/api/projects/{project}/memory/fact", {"text": "端口 8470"}, 201)
+    expect(status).to_have_text("更新完毕 · 刚刚")
+    expect(panel.locator('[data-kind="fact"] .memory-entry')).to_have_count(2)
+    expect(status).to_have_attribute("data-state", "idle", timeout=12_000)
+
+
+def test_an_owner_clears_all_memory_in_two_clicks(owner: Person, room_server: RoomServer) -> None:
+    project = room_server.create_project("清除记忆", TEAM)
+    arrange_memory(room_server, project)
+    page = owner.page
+    owner.open_project(project)
+    panel = open_memory(page)
+    button = panel.get_by_role("button", name="清除全部记忆")
+    button.click()
+    expect(panel.locator(".memory-clear-note")).to_contain_text("不能撤销；决策记录保留")
+    assert room_server.get(f"/api/projects/{project}/memory")["facts"]  # the first click only asks
+    panel.get_by_role("button", name="确认清除").click()
+    expect(panel.locator('[data-kind="fact"] .memory-entry')).to_have_count(0)
+    view = room_server.get(f"/api/projects/{project}/memory")
+    assert view["summary"] is None and view["facts"] == [] and view["references"] == []
+    expect(panel.locator(".memory-decision")).to_have_count(1)  # the decisions stay
 
 
 # -- search ---------------------------------------------------------------------------------------

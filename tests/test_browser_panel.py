@@ -141,7 +141,12 @@ def test_decision_log_from_the_server(owner: Person, room_server: RoomServer) ->
     project = room_server.create_project("决策记录", TEAM)
     room_server.post(
         f"/api/projects/{project}/decisions",
-        {"title": "设置页使用新组件库", "context": "旧组件库不再维护", "decision": "迁移"},
+        {
+            "title": "设置页使用新组件库",
+            "context": "旧组件库不再维护",
+            "decision": "迁移",
+            "alternatives": [{"option": "继续修补", "why_rejected": "没人维护"}],
+        },
         expect_status=201,
     )
     owner.open_project(project)

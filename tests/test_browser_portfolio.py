@@ -223,6 +223,10 @@ def test_complete_and_abandon_with_a_reason_from_the_room(
     page.get_by_role("menuitem", name="标记完成…").click()
     dialog = page.get_by_role("dialog")
     dialog.locator("#lifecycle-reason").fill("已经上线，交付验收")
+    # Completing asks for the actual hours, or a tick that they are unknown.
+    dialog.get_by_role("button", name="标记完成").click()
+    expect(dialog.get_by_role("alert")).to_contain_text("填写实际工时，或勾选“不知道实际工时”")
+    expect(dialog.get_by_label("不知道实际工时")).not_to_be_checked()
     dialog.locator("#lifecycle-hours").fill("42.5")
     dialog.get_by_role("button", name="标记完成").click()
     banner = page.locator("#room-banner")

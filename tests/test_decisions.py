@@ -76,8 +76,9 @@ def test_only_a_leading_change_command_counts(body: str, parsed: ChangeCommand |
 
 async def test_people_decide_at_once_agents_propose_and_people_accept(world: World) -> None:
     mine = await decision_actions.propose_decision(
-        world.core, world["owner"], title="用 SQLite", context="单机部署", decision="只用 SQLite"
-    )
+        world.core, world["owner"], title="用 SQLite", context="单机部署", decision="只用 SQLite",
+        alternatives=[{"option": "PostgreSQL", "why_rejected": "多一个服务"}],
+    )  # fmt: skip
     assert (mine["label"], mine["status"], mine["accepted_by"]) == (
         "ADR-0001",
         "accepted",
@@ -86,6 +87,7 @@ async def test_people_decide_at_once_agents_propose_and_people_accept(world: Wor
     proposal = await decision_actions.propose_decision(
         world.core, world["lead"], title="用 PostgreSQL", context="多机", decision="换 PG",
         consequences="要运维数据库", supersedes=1,
+        alternatives=[{"option": "继续用 SQLite", "why_rejected": "多机时写不过来"}],
     )  # fmt: skip
     assert (proposal["label"], proposal["status"], proposal["supersedes"]) == (
         "ADR-0002",
@@ -112,6 +114,17 @@ async def test_people_decide_at_once_agents_propose_and_people_accept(world: Wor
             world.core, world["owner"], title=" ", context="x", decision="y"
         )
     assert empty.value.code == "bad_decision"
+    # A decision says what it chose over what: none rejected is refused, nothing stored.
+    nothing: tuple[list[dict[str, str]] | None, ...] = (None, [])
+    for alternatives in nothing:
+        with pytest.raises(RoomError) as bare:
+            await decision_actions.propose_decision(
+                world.core, world["owner"], title="无备选", context="x", decision="y",
+                alternatives=alternatives,
+            )  # fmt: skip
+        assert (bare.value.code, bare.value.http_status) == ("alternatives_required", 400)
+        assert bare.value.details["field"] == "alternatives"
+    assert len(await decisions(world)) == 2
 
 
 # -- requirement changes ------------------------------------------------------------------------

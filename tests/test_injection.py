@@ -7,6 +7,7 @@ diff before committing).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import unicodedata
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from room.rules import injection as inj
 from room.settings import Settings
-from tests.support.records import T0, records, summary
+from tests.support.records import CONVENTIONS, T0, example, prose, records, summary
 
 GOLDEN = Path(__file__).parent / "golden" / "injection"
 
@@ -118,14 +119,16 @@ def test_every_byte_of_budget_around_multibyte_cuts_stays_whole() -> None:
     assert held_back == {"e", "👍"}
 
 
-def test_many_decisions_keep_the_first_heads_in_half_of_what_is_left() -> None:
+def test_many_decisions_keep_the_newest_heads_in_half_of_what_is_left() -> None:
     data = records(decision_count=60)
     built = inj.build(data, budget_bytes=4_096)
     assert built.step == 5 and built.decision_heads and built.summary_cut
     assert 0 < built.decisions_shown < 60
     assert f"决策只列出了 {built.decisions_shown}/60 条的标题行" in built.text
-    assert "- ADR-0001 " in built.text
-    assert f"- ADR-{built.decisions_shown + 1:04d} " not in built.text
+    kept = [f"- ADR-{n:04d} " for n in range(60, 60 - built.decisions_shown, -1)]
+    assert all(head in built.text for head in kept)
+    assert built.text.index(kept[0]) < built.text.index(kept[-1])  # newest first
+    assert f"- ADR-{60 - built.decisions_shown:04d} " not in built.text
     golden("5-summary-cut-fewer-heads.txt", built.text)
 
 
@@ -275,6 +278,12 @@ def test_no_line_a_record_holds_can_pose_as_a_line_of_the_section() -> None:
         [inj.SessionEntry(1, "@b", T0, forged, did=forged)],
         1,
         1,
+        conventions=[forged],
+        facts=[forged],
+        progress=[inj.Progress(forged, "阶段\n## 决策", forged, T0, tags=("a\n# b",))],
+        progress_total=1,
+        references=[inj.Reference("dir", "src/\n## 参考", forged)],
+        references_total=1,
     )
     text = inj.build(data).text
     starts = [line for line in text.splitlines() if line.startswith(("#", "（注入预算所限）"))]
@@ -286,9 +295,142 @@ def test_no_line_a_record_holds_can_pose_as_a_line_of_the_section() -> None:
         "### 东西都在哪",
         "### 现状",
         "### 坑",
-        "## 决策（共 1 条）",
+        "## 约定（最新的在前，共 1 条）",
+        "## 决策（最新的在前，共 1 条）",
         "### ADR-0001 标题 ## 决策［已接受］",
+        "## 最近的进展（最新的在前，列出 1 条，共 1 条）",
         "## 最近的会话记录（最新的在前，列出 1 条，共 1 条）",
         "### 会话记录 id=1 · 2025-11-24 16:00 UTC · @b",
+        "## 事实（最新的在前，共 1 条）",
+        "## 参考（最新的在前，列出 1 条，共 1 条）",
+    ]
+    entries = [line for line in text.splitlines() if line.startswith("- ")]
+    assert entries == [
+        "- 正常的一行",  # the convention
+        "- 2025-11-24 16:00 UTC［阶段 ## 决策］正常的一行",
+        "- 正常的一行",  # the fact
+        "- dir src/ ## 参考：正常的一行",
     ]
     assert "\n  ### 坑\n  ## 决策\n" in text
+
+
+# -- conventions, progress, facts and references ---------------------------------------------------
+
+
+def _headings(text: str) -> list[str]:
+    return [line.split("（")[0] for line in text.splitlines() if line.startswith("## ")]
+
+
+def test_every_part_is_in_its_documented_order() -> None:
+    built = inj.build(records(extras=True))
+    assert built.step == 1 and built.left_out == ()
+    assert _headings(built.text) == [
+        "## 项目概要",
+        "## 约定",
+        "## 决策",
+        "## 最近的进展",
+        "## 最近的会话记录",
+        "## 事实",
+        "## 参考",
+    ]
+    assert "- 每次提交前先运行 pnpm test。" in built.text
+    assert (
+        "## 最近的进展（最新的在前，列出 5 条，共 12 条；更早的用 memory_read 读取）" in built.text
+    )
+    assert "## 参考（最新的在前，列出 6 条，共 30 条；更早的用 memory_read 读取）" in built.text
+    assert "- 2025-12-13 16:00 UTC［设计］第 5 段进展：" in built.text
+    assert "  下一步：" in built.text and " · 标签：存储、页面" in built.text
+    assert "- dir docs/part-6.md\n- file docs/part-5.md：" in built.text
+
+
+def test_references_facts_and_progress_go_first_each_whole_with_a_line() -> None:
+    data = records(extras=True)
+    full = inj.build(data)
+    seen: list[tuple[str, ...]] = []
+    for budget in range(full.size, inj.MIN_BUDGET_BYTES - 1, -37):
+        built = inj.build(data, budget_bytes=budget)
+        assert built.size <= budget
+        if built.left_out not in seen:
+            seen.append(built.left_out)
+        if len(built.left_out) < 3:  # the seed's steps start only when all three are out
+            assert (built.step, built.sessions_shown) == (1, 15)
+    assert seen == [(), ("reference",), ("reference", "fact"), ("reference", "fact", "progress")]
+    text = inj.build(data, budget_bytes=full.size - 1).text
+    assert "## 参考" not in text and "## 事实" in text
+    assert text.endswith(
+        '（注入预算所限）参考没有列出（共 30 条）；用 memory_read（kind="reference"）读取。'
+    )
+    text = inj.build(data, budget_bytes=7_500).text
+    notes = [line for line in text.splitlines() if line.startswith("（注入预算所限）")]
+    assert notes[:3] == [
+        '（注入预算所限）参考没有列出（共 30 条）；用 memory_read（kind="reference"）读取。',
+        '（注入预算所限）事实没有列出（共 4 条）；用 memory_read（kind="fact"）读取。',
+        '（注入预算所限）进展没有列出（共 12 条）；用 memory_read（kind="progress"）读取。',
+    ]
+
+
+def test_conventions_stay_to_the_last_step_and_are_cut_after_the_summary() -> None:
+    data = records(extras=True)
+    at_heads = inj.build(data, budget_bytes=6_000)
+    assert at_heads.step == 4 and all(c in at_heads.text for c in CONVENTIONS)
+    many = dataclasses.replace(
+        data, summary=summary(1), conventions=[f"约定 {n}：{prose(1, n)}" for n in range(40)]
+    )
+    built = inj.build(many, budget_bytes=4_096)
+    assert built.step == 5 and built.summary_cut and built.size <= 4_096
+    kept = built.text.partition("\n" + inj.TRUNCATED_MARK)[0]
+    assert "## 约定（最新的在前，共 40 条）\n- 约定 0：" in kept  # the whole summary, then some
+    assert "约定 39" not in kept
+    assert "（注入预算所限）项目概要和约定被截断，只列出了前 " in built.text
+    assert 'memory_read（kind="convention"）' in built.text
+
+
+def test_the_docs_show_a_section_the_code_renders() -> None:
+    """docs/memory.md's example is this code's output for ``example()``, byte for byte
+    (``ROOM_UPDATE_GOLDEN=1`` rewrites it)."""
+    built = inj.build(example())
+    assert built.step == 1 and built.left_out == ()
+    doc = Path(__file__).parent.parent / "docs" / "memory.md"
+    text = doc.read_text(encoding="utf-8")
+    start = text.index("<!-- rendered-section -->\n```text\n") + len("<!-- rendered-section -->\n")
+    end = text.index("\n```\n", start + len("```text")) + len("\n```\n")
+    shown = f"```text\n{built.text}\n```\n"
+    if os.environ.get("ROOM_UPDATE_GOLDEN"):
+        doc.write_text(text[:start] + shown + text[end:], encoding="utf-8")
+        text = doc.read_text(encoding="utf-8")
+    assert text[start : start + len(shown)] == shown
+
+
+def test_progress_says_what_blocks_it() -> None:
+    blocked = inj.Progress("接口评审", "验证", "合并", T0, tags=("api",), blocked="等评审\n第二行")
+    text = inj.build(dataclasses.replace(example(), progress=[blocked])).text
+    assert "［验证］接口评审\n  下一步：合并 · 标签：api\n  受阻：等评审\n  第二行\n" in text
+
+
+def test_an_empty_summary_asks_an_agent_that_may_write_to_fill_it_in() -> None:
+    empty = inj.Records(None, [], [], 0, 0)
+    text = inj.build(empty, bootstrap=True).text
+    assert f"## 项目概要（还没有人写过）\n{inj.BOOTSTRAP_LINE}\n### 这是什么" in text
+    blank = dataclasses.replace(example(), summary=inj.Summary({"what": " \n"}, 1, T0))
+    assert inj.BOOTSTRAP_LINE in inj.build(blank, bootstrap=True).text
+    assert inj.BOOTSTRAP_LINE not in inj.build(empty).text  # not asked for
+    assert inj.BOOTSTRAP_LINE not in inj.build(example(), bootstrap=True).text  # written
+
+
+@pytest.mark.parametrize(
+    ("max_given", "gap_secs", "minutes"),
+    [(0, 600.0, []), (5, 0.0, [0, 5, 10, 15, 20]), (2, 1_800.0, [0, 30])],
+)
+def test_the_reminder_settings_bound_how_many_and_how_often(
+    max_given: int, gap_secs: float, minutes: list[int]
+) -> None:
+    state, given = inj.Reminders(), []
+    for minute in range(0, 120, 5):
+        state = state.after_turn(
+            now=T0 + minute * 60, work=["shell"], recorded=False,
+            max_given=max_given, gap_secs=gap_secs,
+        )  # fmt: skip
+        text, state = state.take()
+        if text:
+            given.append(minute)
+    assert given == minutes

@@ -9,6 +9,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,12 @@ from tests.support.llm_servers import (
     openai_text,
     openai_tool_call,
 )
+from tests.support.records import prose, records
 from tests.support.server import ServerProcess
 
 API_KEY = TEST_API_KEY  # the key the server processes of tests.support.server use
 HEADER = f"# {inj.LABEL}\n"
+GOLDEN = Path(__file__).parent / "golden" / "injection"
 
 
 @pytest.fixture
@@ -307,10 +310,22 @@ def test_a_member_that_cannot_write_memory_is_not_reminded(
 
 
 def test_every_memory_read_the_section_names_is_a_kind_the_tool_reads() -> None:
+    texts = [p.read_text(encoding="utf-8") for p in (GOLDEN).glob("*.txt")]
+    # conventions, progress, facts and references left out and cut: every line they add
+    many = replace(records(extras=True), conventions=[prose(3, n) for n in range(30)])
+    texts += [inj.build(many, budget_bytes=budget).text for budget in (4_096, 40_000)]
     named = set()
-    for path in (Path(__file__).parent / "golden" / "injection").glob("*.txt"):
-        named |= set(re.findall(r'memory_read（kind="(\w+)"）', path.read_text(encoding="utf-8")))
-    assert named == {"session", "decision", "summary"}
+    for text in texts:
+        named |= set(re.findall(r'memory_read（kind="(\w+)"）', text))
+    assert named == {
+        "session",
+        "decision",
+        "summary",
+        "convention",
+        "progress",
+        "fact",
+        "reference",
+    }
     assert named <= set(READ_KINDS)
 
 
@@ -403,3 +418,133 @@ def test_a_stale_summary_is_said_in_the_section_and_in_the_memory_payload(
         else:
             assert view["stale"] is None
             assert "没有更新" not in section
+
+
+def test_a_convention_written_by_a_person_is_in_the_next_turns_request(
+    app: App, llm: OpenAIServer
+) -> None:
+    """Written over HTTP by a person, with a fact, progress and a reference: all of them reach
+    the model in the section of the member's next turn, in the documented order."""
+    lead = member(app, "lead")
+    route(app, lead.id)
+    for kind, body in (
+        ("convention", {"text": "每次提交前先运行 pnpm test"}),
+        ("fact", {"text": "生产库在 db-1 上，只读副本在 db-2"}),
+        ("progress", {"text": "登录页完成", "stage": "实现", "next": "写注册页", "tags": ["前端"]}),
+        ("reference", {"ref_kind": "dir", "target": "docs/api", "note": "接口文档"}),
+    ):
+        status, answer = owner_post(app, f"/api/projects/1/memory/{kind}", body)
+        assert status == 201, answer
+    [request] = turn(app, llm, "@lead 开始吧", openai_text("好"))
+    section = records_of(request)
+    assert "## 约定（最新的在前，共 1 条）\n- 每次提交前先运行 pnpm test" in section
+    assert "- 生产库在 db-1 上，只读副本在 db-2" in section
+    assert "［实现］登录页完成\n  下一步：写注册页 · 标签：前端" in section
+    assert "- dir docs/api：接口文档" in section
+    order = [
+        "## 项目概要",
+        "## 约定",
+        "## 决策",
+        "## 最近的进展",
+        "## 最近的会话记录",
+        "## 事实",
+        "## 参考",
+    ]
+    assert [section.index(h) for h in order] == sorted(section.index(h) for h in order)
+    # A convention added during the session arrives as the one line (the section stays as built).
+    status, _ = owner_post(app, "/api/projects/1/memory/convention", {"text": "不要手改生成的文件"})
+    assert status == 201
+    [later] = turn(app, llm, "@lead 继续", openai_text("好"))
+    assert records_of(later) == section + "\n\n" + inj.UPDATED_NOTICE
+
+
+def test_fifty_decisions_under_a_small_budget_keep_the_newest(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env, memory_budget_bytes=20_000) as app:
+        lead = member(app, "lead")
+        route(app, lead.id)
+        sections = {key: prose(40, n)[:2_400] for n, key in enumerate(("what", "run", "where"))}
+        status, _ = app.request(
+            "PUT", "/api/projects/1/memory/summary", {"rev": 0, "sections": sections},
+            cookie=app.owner_cookie,
+        )  # fmt: skip
+        assert status == 200
+        for n in range(1, 51):
+            status, answer = owner_post(
+                app,
+                "/api/projects/1/decisions",
+                {
+                    "title": f"决定 {n}",
+                    "context": prose(1, n),  # 50 stay under the decisions' cap (32 KiB)
+                    "decision": f"第 {n} 个决定：{prose(2, n)}",
+                    "consequences": prose(1, n),
+                    "alternatives": [{"option": "另一种做法", "why_rejected": prose(1, n + 1)}],
+                },
+            )
+            assert status == 201, answer
+        [request] = turn(app, llm, "@lead 看看决策", openai_text("好"))
+        section = records_of(request)
+        assert len(section.encode()) <= 20_000
+        kept = [int(n) for n in re.findall(r"^- ADR-(\d{4}) ", section, re.MULTILINE)]
+        assert 0 < len(kept) < 50 and kept[0] == 50
+        assert kept == list(range(50, 50 - len(kept), -1))  # the newest, newest first
+        assert f"决策只列出了 {len(kept)}/50 条的标题行" in section
+
+
+def test_an_empty_summary_asks_the_agent_to_fill_it_unless_read_only_or_switched_off(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env) as app:
+        status, _ = app.request(
+            "PATCH", "/api/projects/1/settings", {"read_only_roles": ["backend"]},
+            cookie=app.owner_cookie,
+        )  # fmt: skip
+        assert status == 200
+        route(app, member(app, "lead").id)
+        add_agent(app, "coder", "backend")
+        [lead] = turn(app, llm, "@lead 你好", openai_text("好"))
+        [coder] = turn(app, llm, "@coder 你好", openai_text("好"))
+        assert inj.BOOTSTRAP_LINE in records_of(lead)
+        assert inj.BOOTSTRAP_LINE not in records_of(coder)  # it has no memory_checkpoint
+    with running_app(tmp_path / "off", env=env, memory_bootstrap_when_empty=False) as app:
+        route(app, member(app, "lead").id)
+        [lead] = turn(app, llm, "@lead 你好", openai_text("好"))
+        assert "## 项目概要（还没有人写过）" in records_of(lead)
+        assert inj.BOOTSTRAP_LINE not in records_of(lead)
+
+
+def test_with_injection_switched_off_no_records_section_is_sent(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env, memory_inject=False) as app:
+        route(app, member(app, "lead").id)
+        status, _ = owner_post(app, "/api/projects/1/memory/convention", {"text": "提交前跑测试"})
+        assert status == 201
+        [request] = turn(app, llm, "@lead 你好", openai_text("好"))
+        texts = [str(m["content"]) for m in request["messages"]]
+        assert not any(t.startswith(HEADER) for t in texts)
+        assert "提交前跑测试" not in str(request["messages"])
+        assert "memory_read" in str(request["tools"])  # the tools still reach the memory
+
+
+def test_reminders_switched_off_by_the_setting(tmp_path: Path, llm: OpenAIServer) -> None:
+    tools = {
+        **BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS, **MEMORY_TOOLS,
+        "room_task_update": Tool(TASK_TOOLS["room_task_update"].spec, _task_changed, side_effect=True),
+    }  # fmt: skip
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env, tools=tools, memory_reminder_max=0) as app:
+        route(app, member(app, "lead").id)
+        turn(
+            app,
+            llm,
+            "@lead 开始做 T-1",
+            openai_tool_call("room_task_update", {"task": "T-1", "action": "start"}),
+            openai_text("开始了"),
+        )
+        [after] = turn(app, llm, "@lead 然后呢", openai_text("好"))
+        assert "提醒" not in records_of(after)

@@ -220,7 +220,7 @@ async def test_past_the_decisions_cap_the_oldest_decisions_are_archived(world: W
     for n in range(6):  # ~6 KB each: five fit in 32 KiB
         await decision_actions.propose_decision(
             world.core, world["owner"], title=f"决定 {n}", context="背" * 1000,
-            decision="定" * 1000,
+            decision="定" * 1000, alternatives=[{"option": "不定", "why_rejected": "要有结论"}],
         )  # fmt: skip
     log = await world.read(lambda c: decision_actions.decision_log(c, world.project_id))
     assert [(d["title"], d["archived"]) for d in log][:2] == [("决定 0", True), ("决定 1", False)]

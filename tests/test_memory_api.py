@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from room.rules.entities import iso
 from tests.support.inproc import App, owner_user
 
 
@@ -65,6 +66,9 @@ def test_people_add_edit_and_read_the_history(people: People) -> None:
     assert status == 200 and view["version"] == 2
     assert [f["body"]["text"] for f in view["facts"]] == ["端口 9000"]
     assert view["summary"] is None and view["stale"] is None
+    with people.app.db() as conn:
+        changed = conn.execute("SELECT updated_at FROM memory_versions").fetchone()[0]
+    assert view["changed_at"] == iso(changed)  # the memory status: when it last changed
     assert view["caps"]["session"] == {"max_bytes": None, "max_entries": 200}
 
 
@@ -182,6 +186,12 @@ def test_decision_endpoints_take_alternatives_and_constraints(people: People) ->
     bad = {**body, "alternatives": [{"option": "", "why_rejected": "x"}]}
     result = people.owner("POST", f"/api/projects/{people.project_id}/decisions", bad)
     assert code(result) == (400, "empty_field", "alternatives[0].option")
+    for bare in (
+        {k: v for k, v in body.items() if k != "alternatives"},
+        {**body, "alternatives": []},
+    ):
+        result = people.owner("POST", f"/api/projects/{people.project_id}/decisions", bare)
+        assert code(result) == (400, "alternatives_required", "alternatives")
     status, view = people.owner("GET", people.base)
     assert view["version"] == 1
 
@@ -228,3 +238,121 @@ def test_trash_snapshots_memory_and_a_restore_checks_it(people: People) -> None:
         conn.execute('UPDATE memory_entries SET body_json = \'{"text": "快照里的事实"}\'')
     status, body = people.owner("POST", f"{path}/lifecycle", {"op": "restore"})
     assert status == 200 and body["project"]["state"] == "paused"
+
+
+def test_an_archived_entry_is_restored_by_a_person_and_audited(people: People) -> None:
+    status, fact = people.owner("POST", f"{people.base}/fact", {"text": "旧事实"})
+    people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
+    version = people.owner("GET", people.base)[1]["version"]
+    assert code(people.app.request("POST", f"/api/memory/{fact['id']}/restore", {},
+                                   token=people.token))[:2] == (403, "agents_use_tools")  # fmt: skip
+    status, restored = people.member("POST", f"/api/memory/{fact['id']}/restore", {})
+    assert status == 200 and restored["archived"] is False and restored["rev"] == 1
+    status, view = people.owner("GET", people.base)
+    assert [f["body"]["text"] for f in view["facts"]] == ["旧事实"]
+    assert view["archived"] == {} and view["version"] == version + 1
+    with people.app.db() as conn:
+        actions = [r[0] for r in conn.execute("SELECT action FROM audit_events")]
+    assert actions.count("memory.restore") == 1
+    # Restoring a live entry changes nothing.
+    assert people.owner("POST", f"/api/memory/{fact['id']}/restore", {})[0] == 200
+    assert people.owner("GET", people.base)[1]["version"] == version + 1
+
+
+def test_references_are_capped_at_200_and_a_restored_one_stays_as_the_newest(
+    people: People,
+) -> None:
+    ids = []
+    for n in range(201):
+        status, ref = people.owner(
+            "POST", f"{people.base}/reference", {"ref_kind": "file", "target": f"docs/{n}.md"}
+        )
+        assert status == 201
+        ids.append(ref["id"])
+    status, view = people.owner("GET", people.base)
+    assert view["archived"] == {"reference": 1}
+    assert view["caps"]["reference"] == {"max_bytes": None, "max_entries": 200}
+    status, page = people.owner("GET", f"{people.base}/reference?archived=1")
+    assert [e["id"] for e in page["entries"]] == [ids[0]]  # the oldest
+    status, restored = people.owner("POST", f"/api/memory/{ids[0]}/restore", {})
+    assert status == 200 and restored["archived"] is False
+    status, page = people.owner("GET", f"{people.base}/reference?archived=1")
+    assert [e["id"] for e in page["entries"]] == [ids[1]]  # the oldest other one took its place
+
+
+def test_progress_status_filters(people: People) -> None:
+    base = f"{people.base}/progress"
+    for body in (
+        {"text": "登录页", "stage": "实现", "next": "写测试", "tags": ["ui"]},
+        {"text": "接口评审", "stage": "验证", "next": "合并", "tags": ["api"], "blocked": "等评审"},
+        {"text": "接口实现", "stage": "实现", "next": "评审", "tags": ["api"]},
+    ):
+        assert people.owner("POST", base, body)[0] == 201
+    with people.app.db() as conn:  # the first one was written in October
+        conn.execute(
+            "UPDATE memory_entries SET created_at = 1761955200 WHERE body_json LIKE '%登录页%'"
+        )
+
+    def texts(query: str) -> list[str]:
+        status, page = people.member("GET", f"{base}?{query}")
+        assert status == 200, page
+        return [e["body"]["text"] for e in page["entries"]]
+
+    assert texts("stage=实现") == ["接口实现", "登录页"]
+    assert texts("tag=api") == ["接口实现", "接口评审"]
+    assert texts("blocked=1") == ["接口评审"]
+    assert texts("stage=实现&tag=api") == ["接口实现"]
+    assert texts("since=2025-11-15") == ["接口实现", "接口评审"]
+    assert texts("since=2025-10-01T00:00:00Z&limit=1") == ["接口实现"]
+    status, page = people.member("GET", f"{base}?stage=实现&limit=1")
+    assert status == 200 and page["has_more"] is True
+    status, page = people.member("GET", f"{base}?stage=实现&before={page['entries'][0]['id']}")
+    assert status == 200 and [e["body"]["text"] for e in page["entries"]] == ["登录页"]
+    assert not page["has_more"]
+    assert code(people.member("GET", f"{base}?since=上周")) == (400, "bad_query", "since")
+    assert code(people.member("GET", f"{base}?blocked=maybe")) == (400, "bad_query", "blocked")
+    assert code(people.member("GET", f"{people.base}/fact?tag=api")) == (400, "bad_query", "kind")
+
+
+def test_an_owner_clears_all_memory_with_a_confirmation_and_it_is_audited(
+    people: People,
+) -> None:
+    base = people.base
+    people.owner("PUT", f"{base}/summary", {"rev": 0, "sections": {"what": "记账小程序"}})
+    status, fact = people.owner("POST", f"{base}/fact", {"text": "生产库在杭州机房"})
+    people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
+    people.owner("POST", f"{base}/convention", {"text": "提交前跑测试"})
+    people.member("POST", f"{base}/session", {"summary": "写了登录页"})
+    decision = {
+        "title": "存储", "context": "单机", "decision": "SQLite",
+        "alternatives": [{"option": "PostgreSQL", "why_rejected": "多一个服务"}],
+    }  # fmt: skip
+    assert people.owner("POST", f"/api/projects/{people.project_id}/decisions", decision)[0] == 201
+    version = people.owner("GET", base)[1]["version"]
+    search = f"/api/projects/{people.project_id}/search?q=杭州机房"
+    assert people.owner("GET", search)[1]["results"]  # archived entries are searchable
+    clear = f"{base}/clear"
+    assert code(people.member("POST", clear, {"confirm": True}))[:2] == (403, "not_owner")
+    assert code(people.app.request("POST", clear, {"confirm": True}, token=people.token))[:2] == (
+        403,
+        "agents_use_tools",
+    )
+    assert code(people.owner("POST", clear, {})) == (400, "confirm_required", "confirm")
+    assert people.count() == 4  # nothing went yet
+    status, cleared = people.owner("POST", clear, {"confirm": True})
+    assert status == 200 and cleared["version"] == version + 1
+    assert cleared["deleted"] == {"summary": 1, "fact": 1, "convention": 1, "session": 1}
+    status, view = people.owner("GET", base)
+    assert view["summary"] is None and view["facts"] == [] and view["archived"] == {}
+    assert view["conventions"] == [] and view["sessions"] == []
+    assert people.count() == 0
+    with people.app.db() as conn:
+        assert conn.execute("SELECT count(*) FROM memory_revisions").fetchone()[0] == 0
+        [(detail,)] = conn.execute(
+            "SELECT detail_json FROM audit_events WHERE action = 'memory.clear'"
+        ).fetchall()
+    assert '"fact": 1' in detail
+    status, found = people.owner("GET", search)
+    assert status == 200 and found["results"] == []
+    status, log = people.owner("GET", f"/api/projects/{people.project_id}/decisions")
+    assert [d["title"] for d in log["decisions"]] == ["存储"]  # the decision log stays

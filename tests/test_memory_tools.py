@@ -166,3 +166,28 @@ async def test_memory_search_finds_an_archived_entry_and_nothing_of_another_proj
     assert bad["ok"] is False and bad["error"] == "bad_query"
     unknown = await tool(world, "be", "memory_search", {"q": "部署", "kinds": ["memo"]})
     assert unknown["error"] == "unknown_kind"
+
+
+async def test_memory_read_filters_progress_by_stage_tag_since_and_blocked(world: World) -> None:
+    for args in (
+        {"text": "登录页", "stage": "实现", "next": "写测试", "tags": ["ui"]},
+        {"text": "接口评审", "stage": "验证", "next": "合并", "tags": ["api"], "blocked": "等评审"},
+        {"text": "接口实现", "stage": "实现", "next": "评审", "tags": ["api"]},
+    ):
+        wrote = await tool(world, "be", "memory_checkpoint", {"kind": "progress", **args})
+        assert wrote["ok"] is True, wrote
+
+    async def texts(**filters: Any) -> list[str]:
+        read = await tool(world, "lead", "memory_read", {"kind": "progress", **filters})
+        assert read["ok"] is True, read
+        return [e["body"]["text"] for e in read["entries"]]
+
+    assert await texts(stage="实现") == ["接口实现", "登录页"]
+    assert await texts(tag="API", stage="实现") == ["接口实现"]
+    assert await texts(blocked=True) == ["接口评审"]
+    assert await texts(since="2999-01-01") == []
+    assert await texts(since="2000-01-01") == ["接口实现", "接口评审", "登录页"]
+    bad = await tool(world, "lead", "memory_read", {"kind": "progress", "since": "上周"})
+    assert (bad["ok"], bad["error"], bad["details"]["field"]) == (False, "bad_query", "since")
+    bad = await tool(world, "lead", "memory_read", {"kind": "fact", "stage": "实现"})
+    assert (bad["ok"], bad["error"]) == (False, "bad_query")

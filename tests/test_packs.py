@@ -90,6 +90,7 @@ async def build(world: World) -> None:
     await decision_actions.propose_decision(
         world.core, owner, title="存储 2", context="单机", decision="用 SQLite 的 WAL",
         supersedes=made["number"], task_keys=["api", "ui"],
+        alternatives=[{"option": "默认的日志模式", "why_rejected": "并发读会被写挡住"}],
     )  # fmt: skip
     for kind, body in (
         ("fact", {"text": "端口 8470"}),
@@ -537,15 +538,19 @@ async def test_a_fork_copies_records_and_a_merge_back_deduplicates(world: World)
         world.core, fork_owner, "progress",
         {"text": "API 完成", "stage": "测试", "next": "发布", "tags": []},
     )  # fmt: skip
+    rejected = [{"option": "别的做法", "why_rejected": "更重"}]
     await decision_actions.propose_decision(
-        world.core, fork_owner, title="前端", context="c", decision="用原生 ES 模块"
-    )
+        world.core, fork_owner, title="前端", context="c", decision="用原生 ES 模块",
+        alternatives=rejected,
+    )  # fmt: skip
     await decision_actions.propose_decision(
-        world.core, owner, title="后端", context="c", decision="用 Starlette"
-    )
+        world.core, owner, title="后端", context="c", decision="用 Starlette",
+        alternatives=rejected,
+    )  # fmt: skip
     await decision_actions.propose_decision(
-        world.core, fork_owner, title="重复", context="c", decision="用   starlette"
-    )
+        world.core, fork_owner, title="重复", context="c", decision="用   starlette",
+        alternatives=rejected,
+    )  # fmt: skip
     before = await world.read(lambda c: shape(c, world.project_id))
     report = await world.write(
         lambda c, tx: merge_records(c, tx, world.project_id, fork_id, owner.id)
@@ -898,3 +903,63 @@ def test_messages_come_in_id_order_whether_read_in_place_or_sorted(tmp_path: Pat
             import_(pack)
     finally:
         conn.close()
+
+
+def test_a_merge_brings_the_sources_people_and_dependencies(app: App) -> None:
+    """The source's people join as members (its owner too, never as owner here; agents stay);
+    a person whose handle the target has reserved is skipped and named; its dependencies are
+    added, the one on the target itself left out."""
+    owner = owner_user(app)
+    mei, _ = app.new_user("mei", "梅")
+    wang, _ = app.new_user("wang", "小王")
+    lin, _ = app.new_user("lin", "小林")
+    target, _, _ = app.project_with("目标", owner)
+    source, _, _ = app.project_with("来源", mei, wang)
+    with app.db() as conn:  # lin is also in the source; the target holds @lin's name already
+        conn.execute(
+            "INSERT INTO members (project_id, kind, user_id, role, handle, display_name, created_at)"
+            " VALUES (?, 'human', ?, 'member', 'lin', '小林', 0)",
+            (source, lin.id),
+        )
+        conn.execute(
+            "INSERT INTO member_names (project_id, member_id, name, name_key, kind)"
+            " SELECT ?, id, 'lin', 'lin', 'alias' FROM members WHERE project_id = ? AND handle = 'lead'",
+            (target, target),
+        )
+    other, _, _ = app.project_with("别的", owner)
+    deps = {"dependencies": [{"kind": "skill", "name": "Rust"},
+                             {"kind": "project", "project_id": target},
+                             {"kind": "project", "project_id": other}]}  # fmt: skip
+    with app.db() as conn:  # an owner of both merges: the server's owner owns the source too
+        conn.execute(
+            "INSERT INTO members (project_id, kind, user_id, role, handle, display_name, created_at)"
+            " VALUES (?, 'human', ?, 'owner', ?, ?, 0)",
+            (source, owner.id, owner.handle, owner.display_name),
+        )
+    app.core.rosters.invalidate(source)
+    assert app.request("PUT", f"/api/projects/{source}/dependencies", deps,
+                       cookie=app.owner_cookie)[0] == 200  # fmt: skip
+    status, merged = app.request(
+        "POST", f"/api/projects/{target}/merge", {"source_project_id": source},
+        cookie=app.owner_cookie,
+    )  # fmt: skip
+    assert status == 200, merged
+    assert merged["members_added"] == ["mei", "wang"]
+    assert merged["members_skipped"] == [{"handle": "lin", "reason": "handle_taken"}]
+    assert merged["dependencies_added"] == 2
+    with app.db() as conn:
+        people = conn.execute(
+            "SELECT handle, role FROM members WHERE project_id = ? AND kind = 'human' ORDER BY id",
+            (target,),
+        ).fetchall()
+        agents = conn.execute(
+            "SELECT count(*) FROM members WHERE project_id = ? AND kind = 'agent'", (target,)
+        ).fetchone()[0]
+        kinds = conn.execute(
+            "SELECT kind, target_project_id, name FROM project_dependencies WHERE project_id = ?"
+            " ORDER BY kind DESC",
+            (target,),
+        ).fetchall()
+    assert [tuple(p) for p in people] == [("owner", "owner"), ("mei", "member"), ("wang", "member")]
+    assert agents == 1  # the target's own lead; the source's lead is not copied
+    assert [tuple(k) for k in kinds] == [("skill", None, "rust"), ("project", other, "")]

@@ -312,3 +312,31 @@ def test_a_timeline_field_left_out_keeps_its_value(world: World) -> None:
     assert err(world.owner("PUT", base, {"end": day(-20)}))[:2] == (400, "end_before_start")
     status, tl = world.owner("PUT", base, {"hours_actual": None, "milestones": []})
     assert tl["hours_actual"] is None and tl["milestones"] == [] and tl["end"] == day(30)
+
+
+def test_completing_takes_the_actual_hours_or_an_explicit_unknown(world: World) -> None:
+    """The estimates rule reads a complete project's actual hours, and its timeline is read-only
+    from then on: completing without them is refused, unless they are said to be unknown."""
+    path = f"/api/projects/{world.id}/lifecycle"
+    assert err(world.owner("POST", path, {"op": "complete", "reason": "上线了"})) == (
+        400,
+        "actual_hours_required",
+        "actual_hours",
+    )
+    status, project = world.owner("GET", f"/api/projects/{world.id}")
+    assert status == 200 and project["project"]["state"] == "active"
+    assert err(world.owner("POST", path, {"op": "complete", "actual_hours": "不知道"}))[:2] == (
+        400,
+        "bad_body",
+    )
+    status, result = world.owner("POST", path, {"op": "complete", "actual_hours": "unknown"})
+    assert status == 200 and result["project"]["state"] == "complete"
+    status, tl = world.owner("GET", f"/api/projects/{world.id}/timeline")
+    assert tl["hours_actual"] is None
+    with world.app.db() as conn:
+        [(detail,)] = conn.execute(
+            "SELECT detail_json FROM audit_events WHERE project_id = ?"
+            " AND action = 'project.complete' AND outcome = 'ok'",
+            (world.id,),
+        ).fetchall()
+    assert json.loads(detail)["actual_hours"] == "unknown"

@@ -509,6 +509,11 @@ async def test_tools_answer_json_and_refusals_say_what_to_fix(world: World) -> N
     proposed = await run_tool(world, "lead", "room_decision_propose", {
         "title": "接口风格", "context": "统一", "decision": "REST", "tasks": ["api"],
     })  # fmt: skip
+    assert proposed["error"] == "alternatives_required"  # what was rejected, and why
+    proposed = await run_tool(world, "lead", "room_decision_propose", {
+        "title": "接口风格", "context": "统一", "decision": "REST", "tasks": ["api"],
+        "alternatives": [{"option": "GraphQL", "why_rejected": "客户端只有一个"}],
+    })  # fmt: skip
     assert proposed == {"ok": True, "decision": "ADR-0002", "status": "proposed"}
 
 
@@ -524,8 +529,9 @@ async def test_a_plan_with_dependencies_and_a_bound_decision_checks_clean(world:
     (``NULL value in task_deps.project_id``); the link tables keep their key columns first."""
     await plan(world, item("api", "be"), item("ui", "fe", "api"), item("docs", "qa", "api", "ui"))
     await decision_actions.propose_decision(
-        world.core, world["owner"], title="接口", context="c", decision="d", task_keys=["api", "ui"]
-    )
+        world.core, world["owner"], title="接口", context="c", decision="d", task_keys=["api", "ui"],
+        alternatives=[{"option": "e", "why_rejected": "f"}],
+    )  # fmt: skip
     counts = await world.read(
         lambda c: [c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                    for t in ("task_deps", "decision_tasks")]

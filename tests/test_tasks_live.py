@@ -556,7 +556,10 @@ async def test_http_refusals_plan_paths_permissions_and_plan_first(
 
     token = live.http.agent_token("待办应用", "be")
     bearer = {"Authorization": f"Bearer {token}"}
-    proposal = {"title": "用 SQLite", "context": "单机", "decision": "只用 SQLite"}
+    proposal = {
+        "title": "用 SQLite", "context": "单机", "decision": "只用 SQLite",
+        "alternatives": [{"option": "PostgreSQL", "why_rejected": "多一个服务"}],
+    }  # fmt: skip
     made = room.post(f"{room.base}/decisions", proposal, expect=201, headers=bearer)
     assert (made["label"], made["status"]) == ("ADR-0002", "proposed")  # 0001: the requirement
     denied = room.post(f"{room.base}/decisions/2/accept", {}, expect=403, headers=bearer)

@@ -194,11 +194,13 @@ function reasonDialog(project, op) {
     build: (close) => {
       const reason = h("textarea", { id: "lifecycle-reason", rows: 2, maxLength: 500 });
       const hours = op === "complete" ? h("input", { id: "lifecycle-hours", type: "number", min: "0", step: "0.5", attrs: { inputmode: "decimal" } }) : null;
+      const unknown = hours ? h("input", { id: "lifecycle-hours-unknown", type: "checkbox" }) : null;
       const error = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
       const form = h("form", { class: "form" },
         h("p", { class: "dialog-text", text: t(`lifecycle.confirm.${op}.text`) }),
         h("label", { class: "field" }, h("span", { class: "field-label", text: t("lifecycle.reason") }), reason),
-        hours ? h("label", { class: "field" }, h("span", { class: "field-label", text: t("lifecycle.actualHours") }), hours) : null,
+        hours ? h("label", { class: "field" }, h("span", { class: "field-label", text: t("lifecycle.actualHours") + " *" }), hours) : null,
+        unknown ? h("label", { class: "check" }, unknown, h("span", { text: t("lifecycle.hoursUnknown") })) : null,
         error,
         h("div", { class: "dialog-actions" },
           h("button", { type: "button", class: "btn", text: t("common.cancel"), on: { click: () => close() } }),
@@ -215,6 +217,13 @@ function reasonDialog(project, op) {
             return;
           }
           extras.actual_hours = value;
+        } else if (unknown?.checked) {
+          extras.actual_hours = "unknown";
+        } else if (hours) {
+          // Completing records the actual hours (the estimates rule reads them) or says unknown.
+          error.textContent = t("lifecycle.hoursNeeded");
+          error.hidden = false;
+          return;
         }
         close(extras);
       });

@@ -12,7 +12,7 @@ import { get, patch, post, put } from "./api.js";
 import { $, h, icon } from "./dom.js";
 import { errorText, formatDateTime, label, t } from "./i18n.js";
 import { clearHighlights, highlightIn } from "./highlight.js";
-import { member } from "./store.js";
+import { isOwner, member } from "./store.js";
 import { confirmDialog, openDialog, toast, toastError } from "./ui.js";
 
 /** The summary's sections, in order (the server's keys). */
@@ -31,6 +31,7 @@ const KINDS = [
       { name: "stage", required: true },
       { name: "next", lines: 2, required: true },
       { name: "tags", list: true },
+      { name: "blocked", lines: 2 },
     ],
   },
   {
@@ -59,6 +60,7 @@ const KIND_OF = new Map(KINDS.map((k) => [k.kind, k]));
 const OVERVIEW_SESSIONS = 50; // the newest session-log entries the overview carries
 const ARCHIVE_PAGE = 100;
 const REFRESH_MS = 250; // memory frames come in bursts (an agent's checkpoint writes several)
+const DONE_MS = 8000; // "更新完毕" after a change, then back to "已同步"
 
 export class MemoryTab {
   constructor(root) {
@@ -70,6 +72,39 @@ export class MemoryTab {
     this.older = null; // {entries, hasMore}: session-log entries older than the overview's
     this.timer = null;
     this.loading = null; // the read under way, if any
+    this.writes = 0; // this page's memory writes in flight ("正在记录")
+    this.doneUntil = 0; // "更新完毕" until then (a change was just seen)
+    this.statusTimer = null;
+    this.status = h("p", { class: "memory-status muted", attrs: { role: "status" } });
+  }
+
+  /** Run one of this page's writes, saying 正在记录 while it is under way. */
+  async saving(write) {
+    this.writes += 1;
+    this.renderStatus();
+    try {
+      return await write;
+    } finally {
+      this.writes -= 1;
+      if (this.writes === 0) this.justChanged();
+    }
+  }
+
+  justChanged() {
+    this.doneUntil = Date.now() + DONE_MS;
+    this.renderStatus();
+    clearTimeout(this.statusTimer);
+    this.statusTimer = setTimeout(() => this.renderStatus(), DONE_MS + 50);
+  }
+
+  /** The memory status: 正在记录 / 更新完毕 / 已同步, and when memory last changed. */
+  renderStatus() {
+    const changed = this.data?.changed_at || null;
+    const state = this.writes > 0 ? "recording" : Date.now() < this.doneUntil ? "done" : "idle";
+    const when = state === "idle" ? (changed ? ago(changed) : t("memory.status.never")) : t("memory.status.justNow");
+    this.status.dataset.state = state;
+    this.status.textContent = `${t(`memory.status.${state}`)} · ${when}`;
+    this.status.title = changed ? t("memory.status.title", { at: formatDateTime(changed), version: this.data?.version ?? 0 }) : "";
   }
 
   open(room) {
@@ -92,6 +127,7 @@ export class MemoryTab {
     }
     clearTimeout(this.timer);
     this.timer = setTimeout(() => this.load({ background: true }), REFRESH_MS);
+    this.justChanged();
   }
 
   /** Read the overview (and the decision log) and render; `reveal()` waits for a read under way. */
@@ -138,8 +174,37 @@ export class MemoryTab {
     for (const spec of KINDS.slice(0, 2)) nodes.push(this.kindSection(spec));
     nodes.push(this.decisionSection());
     for (const spec of KINDS.slice(2)) nodes.push(this.kindSection(spec));
-    this.root.replaceChildren(h("div", { class: "memory" }, nodes));
+    if (isOwner(this.room)) nodes.push(this.clearSection());
+    this.renderStatus();
+    this.root.replaceChildren(h("div", { class: "memory" }, this.status, nodes));
     this.root.scrollTop = scroll;
+  }
+
+  /** Clearing all memory, apart from the rest and in two clicks: the second one says what goes. */
+  clearSection() {
+    const note = h("p", { class: "muted memory-clear-note", text: t("memory.clearNote"), hidden: true });
+    const button = h("button", { type: "button", class: "btn btn-small btn-danger memory-clear", text: t("memory.clear") });
+    let armed = false;
+    button.addEventListener("click", async () => {
+      if (!armed) {
+        armed = true;
+        button.textContent = t("memory.clearConfirm");
+        note.hidden = false;
+        return;
+      }
+      button.disabled = true;
+      try {
+        await this.saving(post(`/api/projects/${this.room.id}/memory/clear`, { confirm: true }));
+        toast(t("memory.cleared"));
+        this.archived.clear();
+        this.older = null;
+        this.load({ background: true });
+      } catch (err) {
+        toastError(err);
+        button.disabled = false;
+      }
+    });
+    return h("section", { class: "memory-section memory-danger", dataset: { kind: "clear" } }, button, note);
   }
 
   // -- the project summary ------------------------------------------------------------------------
@@ -177,7 +242,7 @@ export class MemoryTab {
           event.preventDefault();
           const sections = Object.fromEntries([...inputs].map(([key, input]) => [key, input.value]));
           try {
-            await put(`/api/projects/${room.id}/memory/summary`, { rev, sections });
+            await this.saving(put(`/api/projects/${room.id}/memory/summary`, { rev, sections }));
             close(true);
             toast(t("memory.saved"));
             this.load({ background: true });
@@ -238,6 +303,9 @@ export class MemoryTab {
       actions.push(h("button", { type: "button", class: "btn btn-small btn-ghost", text: t("memory.edit"), on: { click: () => this.editEntry(spec, entry) } }));
       actions.push(h("button", { type: "button", class: "btn btn-small btn-ghost", text: t("memory.archive"), on: { click: () => this.archive(entry) } }));
     }
+    if (archived) {
+      actions.push(h("button", { type: "button", class: "btn btn-small btn-ghost memory-restore", text: t("memory.restore"), on: { click: () => this.restore(entry) } }));
+    }
     return h("li", { class: ["memory-entry", `memory-${spec.kind}`, archived && "archived"], dataset: { recordId: String(entry.id), rev: String(entry.rev) } },
       entryContent(spec, body),
       h("div", { class: "memory-meta" }, byline(this.room, entry, archived), h("span", { class: "memory-actions" }, actions)));
@@ -256,8 +324,8 @@ export class MemoryTab {
           event.preventDefault();
           const fields = Object.fromEntries(spec.fields.map((f) => [f.name, readField(f, inputs.get(f.name))]));
           try {
-            if (entry) await patch(`/api/memory/${entry.id}`, { rev, ...fields });
-            else await post(`/api/projects/${room.id}/memory/${spec.kind}`, fields);
+            if (entry) await this.saving(patch(`/api/memory/${entry.id}`, { rev, ...fields }));
+            else await this.saving(post(`/api/projects/${room.id}/memory/${spec.kind}`, fields));
             close(true);
             toast(t("memory.saved"));
             this.load({ background: true });
@@ -283,7 +351,17 @@ export class MemoryTab {
     const ok = await confirmDialog({ title: t("memory.archiveTitle"), text: t("memory.archiveText"), confirmLabel: t("memory.archive") });
     if (!ok) return;
     try {
-      await post(`/api/memory/${entry.id}/archive`, {});
+      await this.saving(post(`/api/memory/${entry.id}/archive`, {}));
+      this.load({ background: true });
+    } catch (err) {
+      toastError(err);
+    }
+  }
+
+  /** Back to the live entries, as the newest of its kind (past the cap, the oldest other goes). */
+  async restore(entry) {
+    try {
+      await this.saving(post(`/api/memory/${entry.id}/restore`, {}));
       this.load({ background: true });
     } catch (err) {
       toastError(err);
@@ -401,7 +479,7 @@ export class MemoryTab {
             .filter((a) => a.option || a.why_rejected);
           const body = Object.fromEntries(Object.entries(inputs).map(([k, input]) => [k, input.value]));
           try {
-            await post(`/api/projects/${room.id}/decisions`, { ...body, alternatives });
+            await this.saving(post(`/api/projects/${room.id}/decisions`, { ...body, alternatives }));
             close(true);
             toast(t("memory.saved"));
             this.load({ background: true });
@@ -413,7 +491,7 @@ export class MemoryTab {
         field("context", inputs.context),
         field("decision", inputs.decision),
         h("fieldset", { class: "memory-alts" },
-          h("legend", { text: t("memory.field.alternatives") }),
+          h("legend", { text: t("memory.field.alternatives") + " *" }),
           rows,
           h("button", { type: "button", class: "btn btn-small btn-ghost", on: { click: () => addRow().querySelector("input").focus() } }, icon("plus"), h("span", { text: t("memory.addAlternative") }))),
         field("constraints", inputs.constraints),
@@ -509,6 +587,16 @@ function show(value) {
   return value === null || value === undefined || value === "" ? t("memory.none") : String(value);
 }
 
+/** How long ago an ISO time was: 刚刚 / N 秒前 / N 分钟前 / N 小时前 / N 天前. */
+function ago(isoTime) {
+  const secs = Math.max(0, Math.floor((Date.now() - Date.parse(isoTime)) / 1000));
+  if (secs < 10) return t("memory.status.justNow");
+  if (secs < 60) return t("memory.status.secs", { n: secs });
+  if (secs < 3600) return t("memory.status.mins", { n: Math.floor(secs / 60) });
+  if (secs < 86400) return t("memory.status.hours", { n: Math.floor(secs / 3600) });
+  return t("memory.status.days", { n: Math.floor(secs / 86400) });
+}
+
 function sectionsOf(body) {
   return body?.sections || {};
 }
@@ -520,7 +608,8 @@ function entryContent(spec, body) {
       return h("div", { class: "memory-body" },
         h("p", { class: "memory-text", text: body.text || "" }),
         h("p", { class: "memory-line" }, h("span", { class: "badge memory-stage", text: body.stage || "" }), h("span", { class: "muted", text: t("memory.nextLabel") }), h("span", { text: body.next || "" })),
-        (body.tags || []).length ? h("p", { class: "memory-tags" }, body.tags.map((tag) => h("span", { class: "tool-chip", text: tag }))) : null);
+        (body.tags || []).length ? h("p", { class: "memory-tags" }, body.tags.map((tag) => h("span", { class: "tool-chip", text: tag }))) : null,
+        body.blocked ? h("p", { class: "memory-line" }, h("span", { class: "muted", text: t("memory.field.blocked") }), h("span", { class: "memory-text memory-blocked", text: body.blocked })) : null);
     case "session":
       return h("div", { class: "memory-body" },
         h("p", { class: "memory-text memory-strong", text: body.summary || "" }),

@@ -162,6 +162,16 @@ def redeem_link(
     return NewSession(user, session_secret, csrf, project_id)
 
 
+def join_as(conn: sqlite3.Connection, tx: Tx, user: User, project_id: int, role: str) -> bool:
+    """``user`` joins ``project_id`` with ``role`` (a merge brings its source's people over);
+    False when already in. Refused like an invite: ``handle_taken``, ``name_taken``."""
+    existing = members_store.for_user(conn, project_id, user.id)
+    if existing is not None and existing.status != "left":
+        return False
+    _join_existing(conn, tx, user, project_id, role)
+    return True
+
+
 def _join_existing(
     conn: sqlite3.Connection, tx: Tx, user: User, project_id: int, role: str
 ) -> None:

@@ -150,6 +150,13 @@ async def propose_decision(
     consequences = _text("consequences", consequences, MAX_TEXT_CHARS, required=False)
     constraints = _text("constraints", constraints, MAX_TEXT_CHARS, required=False)
     rejected = alternatives_of(alternatives)
+    if not rejected:  # a decision says what it chose over what (docs/memory.md, "Records")
+        raise BadRequestError(
+            "决定要写明至少一个被否决的方案：alternatives 是 [{option, why_rejected}] "
+            "(A decision names at least one alternative it rejected, and why.)",
+            code="alternatives_required",
+            field="alternatives",
+        )
     project_id = actor.project_id
     human = actor.kind == "human"
 

@@ -172,6 +172,11 @@ class Extras:
 
     reason: str | None = None
     actual_hours: float | None = None
+    hours_unknown: bool = False  # complete with ``actual_hours: "unknown"``, said explicitly
+
+
+#: What ``actual_hours`` says when a person completing a project does not know them.
+HOURS_UNKNOWN = "unknown"
 
 
 def check_extras(op: str, reason: str | None, actual_hours: Any) -> Extras:
@@ -197,7 +202,21 @@ def check_extras(op: str, reason: str | None, actual_hours: Any) -> Extras:
             code="hours_not_accepted",
             field="actual_hours",
         )
+    if actual_hours == HOURS_UNKNOWN:
+        return Extras(reason, None, hours_unknown=True)
     return Extras(reason, parse_hours(actual_hours, "actual_hours"))
+
+
+def require_hours(op: str, extras: Extras) -> None:
+    """Completing a project records its actual hours (the estimates rule reads them; once it is
+    complete its timeline is read-only), or says they are unknown."""
+    if op == ProjectOp.COMPLETE and extras.actual_hours is None and not extras.hours_unknown:
+        raise BadRequestError(
+            '标记完成时要填写实际工时，不知道就填 "unknown" '
+            '(give actual_hours when marking complete, or "unknown")',
+            code="actual_hours_required",
+            field="actual_hours",
+        )
 
 
 async def run(
@@ -225,6 +244,7 @@ async def run(
     if not decision.allowed:
         await refuse(core, actor, project, op, decision.reason or "")
         decision.raise_if_refused()
+    require_hours(op, extras)
     assert decision.target is not None
     try:
         return await _carry_out(core, actor, project, op, decision, extras)
@@ -396,6 +416,8 @@ async def _stop_sequence(
                     conn, project.id, extras.actual_hours, by=actor.id, now=tx.now
                 )
                 detail["actual_hours"] = extras.actual_hours
+            elif reached is ProjectState.COMPLETE and extras.hours_unknown:
+                detail["actual_hours"] = HOURS_UNKNOWN
         insert_notice(
             conn,
             tx,

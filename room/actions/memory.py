@@ -98,13 +98,18 @@ def index_decisions(conn: sqlite3.Connection, decision_ids: set[int]) -> None:
         )  # fmt: skip
 
 
-def enforce_cap(conn: sqlite3.Connection, tx: Tx, project_id: int, kind: str) -> list[int]:
+def enforce_cap(
+    conn: sqlite3.Connection, tx: Tx, project_id: int, kind: str, *, newest: int | None = None
+) -> list[int]:
     """Move the oldest live entries of ``kind`` past its cap to the archive; returns their ids.
-    Decisions are capped in the decisions table (the requirement is never archived)."""
+    Decisions are capped in the decisions table (the requirement is never archived).
+    ``newest``: an entry counted as the newest whatever its id (one just restored), so it stays."""
     if kind == "decision":
         sizes = memory_store.decision_sizes(conn, project_id)
     else:
         sizes = memory_store.live_sizes(conn, project_id, kind)
+    if newest is not None:
+        sizes = [s for s in sizes if s[0] != newest] + [s for s in sizes if s[0] == newest]
     drop = records.over_cap(kind, [size for _, size in sizes])
     if not drop:
         return []
@@ -293,6 +298,64 @@ def archive_entry_in(
     return archived
 
 
+def restore_entry_in(
+    conn: sqlite3.Connection, tx: Tx, actor: Member, entry_id: int
+) -> dict[str, Any]:
+    """A person moves an archived entry back to the live ones. It counts as the newest of its
+    kind: when that takes the kind past its cap, the oldest other live entries go to the
+    archive in its place."""
+    current = _in_project(conn, actor, entry_id)
+    check_writable(conn, actor)
+    if current["archived"]:
+        memory_store.restore(conn, entry_id)
+        audit_store.record(
+            conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id,
+            project_id=actor.project_id, action="memory.restore", outcome="ok",
+            detail={"kind": current["kind"], "ids": [entry_id]},
+        )  # fmt: skip
+        enforce_cap(conn, tx, actor.project_id, current["kind"], newest=entry_id)
+        record_written(conn, tx, actor.project_id, current["kind"], entry_id)
+    restored = memory_store.entry(conn, entry_id)
+    assert restored is not None
+    return restored
+
+
+def clear_in(conn: sqlite3.Connection, tx: Tx, actor: Member, confirm: Any) -> dict[str, Any]:
+    """An owner clears the project's memory: every entry of every kind (the summary, facts,
+    conventions, progress, the session log, references), live and archived, with its history
+    and its search index. Decisions stay: they are the decision log of the task board. Needs
+    ``confirm: true`` (the page's second click); audited as ``memory.clear`` with the counts."""
+    if not actor.is_owner:
+        raise ForbiddenError(
+            "只有项目所有者可以清除记忆 (Only a project owner can clear the memory.)",
+            code="not_owner",
+        )
+    if confirm is not True:
+        raise RecordError(
+            "清除全部记忆要确认：confirm 为 true (Clearing all memory needs confirm: true.)",
+            code="confirm_required",
+            field="confirm",
+        )
+    check_writable(conn, actor)
+    gone = memory_store.clear_entries(conn, actor.project_id)
+    for entry_id, kind in gone:
+        search_store.unindex_record(conn, entry_id, kind=kind)
+    counts: dict[str, int] = {}
+    for _, kind in gone:
+        counts[kind] = counts.get(kind, 0) + 1
+    audit_store.record(
+        conn, now=tx.now, actor_kind=actor.kind, actor_id=actor.id,
+        project_id=actor.project_id, action="memory.clear", outcome="ok",
+        detail={"counts": counts},
+    )  # fmt: skip
+    version = record_written(conn, tx, actor.project_id, "all", 0)
+    return {"project_id": actor.project_id, "version": version, "deleted": counts}
+
+
+async def clear(core: Services, actor: Member, confirm: Any) -> dict[str, Any]:
+    return await core.db.write(lambda conn, tx: clear_in(conn, tx, actor, confirm))
+
+
 async def add_entry(
     core: Services, actor: Member, kind: str, raw: Mapping[str, Any], *, turn_id: int | None = None
 ) -> dict[str, Any]:
@@ -323,6 +386,12 @@ async def set_summary(
 async def archive_entry(core: Services, actor: Member, entry_id: int) -> dict[str, Any]:
     return await core.db.write(
         lambda conn, tx: entry_wire(conn, archive_entry_in(conn, tx, actor, entry_id))
+    )
+
+
+async def restore_entry(core: Services, actor: Member, entry_id: int) -> dict[str, Any]:
+    return await core.db.write(
+        lambda conn, tx: entry_wire(conn, restore_entry_in(conn, tx, actor, entry_id))
     )
 
 
@@ -388,6 +457,7 @@ def overview(
     summary = memory_store.summary(conn, project_id)
     body: dict[str, Any] = {
         "version": memory_store.memory_version(conn, project_id),
+        "changed_at": iso(memory_store.memory_changed_at(conn, project_id)),
         "summary": entry_wire(conn, summary) if summary else None,
     }
     for kind, key in records.LIST_KEYS.items():
@@ -415,15 +485,15 @@ def page(
     archived: bool,
     before: int | None,
     limit: int,
+    progress: records.ProgressFilter | None = None,
 ) -> dict[str, Any]:
     """A page of one kind, newest first (``GET /api/projects/{id}/memory/{kind}``); for
-    ``decision`` the decisions (full objects), archived or live."""
+    ``decision`` the decisions (full objects), archived or live. ``progress`` filters a page
+    of progress (the status filters)."""
     if kind == "decision":
         return _decision_page(conn, project_id, archived=archived, before=before, limit=limit)
     records.check_kind(kind)
-    rows = memory_store.entries(
-        conn, project_id, kind, archived=archived, before=before, limit=limit + 1
-    )
+    rows = read_page(conn, project_id, kind, archived, before, limit + 1, progress)
     body: dict[str, Any] = {
         "kind": kind,
         "archived": archived,
@@ -434,6 +504,31 @@ def page(
     if count and not archived:
         body["pointer"] = records.archive_pointer(kind, count)
     return body
+
+
+def read_page(
+    conn: sqlite3.Connection,
+    project_id: int,
+    kind: str,
+    archived: bool,
+    before: int | None,
+    limit: int,
+    progress: records.ProgressFilter | None = None,
+) -> list[dict[str, Any]]:
+    """Entries of one kind, newest first; progress through its filter when one is given."""
+    if progress is None or not progress.active:
+        return memory_store.entries(
+            conn, project_id, kind, archived=archived, before=before, limit=limit
+        )
+    if kind != "progress":
+        raise RecordError(
+            "stage、tag、since、blocked 只用于进展 (These filters are for progress only.)",
+            code="bad_query", field="kind",
+        )  # fmt: skip
+    return memory_store.entries_matching(
+        conn, project_id, kind, lambda e: progress.matches(e["body"], e["created_at"]),
+        archived=archived, before=before, limit=limit,
+    )  # fmt: skip
 
 
 def _decision_page(

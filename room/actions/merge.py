@@ -7,6 +7,8 @@ has none by that number, else takes the next one: renumbered), progress by time,
 (the author's handle), stage and text, session-log entries by time and summary, references by
 union (kind and target), the summary only when the target has none. Requirements stay with
 their own project. Authors map to the target's member with the same handle (else none).
+The source's people (not its agents) join the target as members unless they are in it
+already; its dependencies are added to the target's (none on the target itself).
 The target records ``merged_from``; the source is kept (the caller may move it to the trash),
 never purged here. One transaction.
 """
@@ -17,12 +19,15 @@ import json
 import sqlite3
 from typing import Any
 
+from room.actions import auth as auth_actions
 from room.actions import memory as memory_actions
 from room.errors import BadRequestError, ConflictError, NotFoundError
 from room.rules import records
 from room.rules.packs import normalized, progress_key
 from room.store import Tx
 from room.store import audit as audit_store
+from room.store import auth as auth_store
+from room.store import members as members_store
 from room.store import projects as projects_store
 
 _ENTRY_COLUMNS = (
@@ -129,6 +134,8 @@ def merge_records(
         report["memory_added"] += 1
     added = _merge_decisions(conn, target_id, source_id, member, report)
     memory_actions.index_decisions(conn, added)
+    _merge_people(conn, tx, target_id, source_id, report)
+    report["dependencies_added"] = _merge_dependencies(conn, target_id, source_id, tx.now)
     merged_from = json.loads(
         conn.execute("SELECT merged_from FROM projects WHERE id = :p", {"p": target_id}).fetchone()[
             0
@@ -151,6 +158,49 @@ def merge_records(
             detail=detail,
         )  # fmt: skip
     return detail
+
+
+def _merge_people(
+    conn: sqlite3.Connection, tx: Tx, target_id: int, source_id: int, report: dict[str, Any]
+) -> None:
+    """The source's people join the target as members (never owners: a merge grants no
+    ownership); one whose handle or name the target holds is skipped and said. Agents are
+    not copied: each is a session with its own token, route and workspace."""
+    report["members_added"], report["members_skipped"] = [], []
+    for m in members_store.list_for_project(conn, source_id):
+        if m.kind != "human" or m.status == "left" or m.user_id is None:
+            continue
+        user = auth_store.get_user(conn, m.user_id)
+        if user is None:
+            continue
+        try:
+            if auth_actions.join_as(conn, tx, user, target_id, "member"):
+                report["members_added"].append(user.handle)
+        except ConflictError as exc:
+            report["members_skipped"].append({"handle": user.handle, "reason": exc.code})
+
+
+def _merge_dependencies(
+    conn: sqlite3.Connection, target_id: int, source_id: int, now: float
+) -> int:
+    """The source's dependencies added to the target's (the same one once; none on the target
+    itself, which the source's would become); returns how many were new."""
+    before = _count_dependencies(conn, target_id)
+    conn.execute(
+        "INSERT OR IGNORE INTO project_dependencies"
+        " (project_id, kind, target_project_id, name, created_at)"
+        " SELECT :t, kind, target_project_id, name, :now FROM project_dependencies"
+        " WHERE project_id = :s AND (target_project_id IS NULL OR target_project_id != :t)",
+        {"t": target_id, "s": source_id, "now": now},
+    )
+    return _count_dependencies(conn, target_id) - before
+
+
+def _count_dependencies(conn: sqlite3.Connection, project_id: int) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM project_dependencies WHERE project_id = :p", {"p": project_id}
+    ).fetchone()
+    return int(row[0])
 
 
 def _merge_decisions(

@@ -100,6 +100,8 @@ class Session:
                             now=time.time(),
                             work=turn.tools_ok if turn.can_record else (),
                             recorded=bool(MEMORY_WRITE_TOOLS & set(turn.tools_ok)),
+                            max_given=core.settings.memory_reminder_max,
+                            gap_secs=core.settings.memory_reminder_gap_secs,
                         )
                         presence.schedule(core, self.project_id)  # idle again
                 # More may have arrived during the turn.

@@ -64,19 +64,37 @@ class MemorySession:
         self.section, self.injection, self.last_turn_at = None, None, None
         self.reminders = inj.Reminders()
 
-    def after_turn(self, *, now: float, work: Sequence[str], recorded: bool) -> None:
-        """Called when a turn of the session ended, with the tools it called successfully."""
+    def after_turn(
+        self,
+        *,
+        now: float,
+        work: Sequence[str],
+        recorded: bool,
+        max_given: int = inj.MAX_REMINDERS,
+        gap_secs: float = inj.REMINDER_GAP_SECS,
+    ) -> None:
+        """Called when a turn of the session ended, with the tools it called successfully
+        (``max_given`` and ``gap_secs``: the settings ``memory_reminder_max`` and
+        ``memory_reminder_gap_secs``)."""
         self.last_turn_at = now
-        self.reminders = self.reminders.after_turn(now=now, work=work, recorded=recorded)
+        self.reminders = self.reminders.after_turn(
+            now=now, work=work, recorded=recorded, max_given=max_given, gap_secs=gap_secs
+        )
 
 
-async def records_text(core: Services, member: Member, session: MemorySession, now: float) -> str:
+async def records_text(
+    core: Services, member: Member, session: MemorySession, now: float, *, can_record: bool = True
+) -> str:
     """The records text of the turn starting now: the session's section (built now if the
-    session is new), then the notice and the reminder it has earned, if any."""
+    session is new), then the notice and the reminder it has earned, if any. ``can_record``:
+    the member may write memory (only then does an empty summary ask it to fill it in)."""
     if session.expired(now):
         session.restart()
     project_id = member.project_id
     settings = core.settings
+    if not settings.memory_inject:  # switched off: only the reminder, if one was earned
+        reminder, session.reminders = session.reminders.take()
+        return reminder or ""
     if session.section is None:
         roster = await core.rosters.get(project_id)
         names = {m.id: f"@{m.handle}（{m.display_name}）" for m in roster.members.values()}
@@ -87,6 +105,7 @@ async def records_text(core: Services, member: Member, session: MemorySession, n
             records,
             budget_bytes=settings.memory_budget_bytes,
             session_entries=settings.memory_session_entries,
+            bootstrap=settings.memory_bootstrap_when_empty and can_record,
         )
         session.section, session.built_version, session.built_at = built.text, built.version, now
         session.injection = built
@@ -132,6 +151,16 @@ def read_records(
     # The live log is capped (200 entries): read whole, its length is the count shown.
     log = memory_store.entries(conn, project_id, "session")
     sessions = log[: settings.memory_session_entries]
+    live = memory_store.live_counts(conn, project_id)
+
+    def texts(kind: str) -> list[str]:
+        # Capped by size (conventions 16 KiB, facts 24 KiB): every live one, newest first.
+        return [
+            str(e["body"].get("text") or "") for e in memory_store.entries(conn, project_id, kind)
+        ]
+
+    progress = memory_store.entries(conn, project_id, "progress", limit=inj.PROGRESS_ENTRIES)
+    references = memory_store.entries(conn, project_id, "reference", limit=inj.REFERENCE_ENTRIES)
     return inj.Records(
         summary=summary,
         decisions=decisions(conn, project_id),
@@ -151,14 +180,38 @@ def read_records(
         sessions_total=len(log),
         version=version,
         stale=stale,
+        conventions=texts("convention"),
+        facts=texts("fact"),
+        progress=[
+            inj.Progress(
+                text=str(e["body"].get("text") or ""),
+                stage=str(e["body"].get("stage") or ""),
+                next=str(e["body"].get("next") or ""),
+                at=e["created_at"],
+                tags=tuple(str(t) for t in e["body"].get("tags") or ()),
+                blocked=str(e["body"].get("blocked") or ""),
+            )
+            for e in progress
+        ],
+        progress_total=live.get("progress", 0),
+        references=[
+            inj.Reference(
+                ref_kind=str(e["body"].get("ref_kind") or ""),
+                target=str(e["body"].get("target") or ""),
+                note=str(e["body"].get("note") or ""),
+            )
+            for e in references
+        ],
+        references_total=live.get("reference", 0),
     )
 
 
 def decisions(conn: sqlite3.Connection, project_id: int) -> list[inj.Decision]:
-    """The live decisions (not archived), each at its current revision: the standing ones in
-    number order, then those superseded."""
+    """The live decisions (not archived), each at its current revision, as the section lists
+    them: the standing ones newest first, then those superseded, newest first (so the decision
+    heads a small budget keeps are the newest standing ones)."""
     rows = [d for d in decisions_store.decisions_of(conn, project_id) if not d.archived]
-    rows.sort(key=lambda d: (d.status == "superseded", d.number))
+    rows.sort(key=lambda d: (d.status == "superseded", -d.number))
     out = []
     for row in rows:
         revisions = decisions_store.revisions_of(conn, row.id)

@@ -137,6 +137,17 @@ async def _checkpoint(ctx: ToolContext, args: dict[str, Any]) -> str:
     return _result(data)
 
 
+def _progress_filter(args: Mapping[str, Any]) -> records.ProgressFilter:
+    """memory_read's status filters for progress (docs/memory.md, "Agent tools")."""
+    since = args.get("since")
+    return records.ProgressFilter(
+        stage=str(args["stage"]) if args.get("stage") else None,
+        tag=str(args["tag"]) if args.get("tag") else None,
+        since=records.parse_since(since) if isinstance(since, str) and since else None,
+        blocked_only=args.get("blocked") is True,
+    )
+
+
 async def _read(ctx: ToolContext, args: dict[str, Any]) -> str:
     project_id = ctx.member.project_id
     kind = args.get("kind")
@@ -170,8 +181,8 @@ async def _read(ctx: ToolContext, args: dict[str, Any]) -> str:
             return {"ok": True, "kind": kind, "archived": archived,
                     "entries": [_decision(conn, d) for d in rows[:limit]],
                     "has_more": len(rows) > limit}  # fmt: skip
-        page = memory_store.entries(
-            conn, project_id, kind, archived=archived, before=before, limit=limit + 1
+        page = memory_actions.read_page(
+            conn, project_id, kind, archived, before, limit + 1, _progress_filter(args)
         )
         data = {"ok": True, "kind": kind, "archived": archived,
                 "entries": [_compact(e, handles) for e in page[:limit]],
@@ -273,7 +284,7 @@ MEMORY_TOOLS: Mapping[str, Tool] = MappingProxyType(
                 "memory_checkpoint",
                 "写项目记忆（人和 AI 都能看到）。kind：session 本轮会话记录（summary 必填，"
                 "did/verified/next/blocked）；decision 提议决定（title、context、decision，"
-                "可附 alternatives 否决的备选、constraints）；summary 修改项目概要的小节"
+                "alternatives 否决的备选必填，至少一个，可附 constraints）；summary 修改项目概要的小节"
                 "（sections）；fact / convention 简短事实、约定（text）；progress 进展（text，"
                 "stage 和 next 必填，tags）；reference 目录、文件、URL、工具（ref_kind、"
                 "target、note；只记元数据，不读取）。给 id 和 rev 则修改已有记录。",
@@ -285,7 +296,7 @@ MEMORY_TOOLS: Mapping[str, Tool] = MappingProxyType(
                     "did": {**_S, "description": "session：做了什么"},
                     "verified": {**_S, "description": "session：怎么验证的"},
                     "next": {**_S, "description": "session / progress：下一步"},
-                    "blocked": {**_S, "description": "session：卡在哪里"},
+                    "blocked": {**_S, "description": "session / progress：卡在哪里"},
                     "text": {**_S, "description": "fact / convention / progress 的正文"},
                     "stage": {**_S, "description": "progress：阶段"},
                     "tags": {"type": "array", "items": _S},
@@ -310,13 +321,18 @@ MEMORY_TOOLS: Mapping[str, Tool] = MappingProxyType(
             _spec(
                 "memory_read",
                 "读项目记忆。不带参数：概要和各类条数；kind 读一类（最新在前，before 为 id 游标，"
-                "limit 最多 50）；id 读一条；archived=true 读已归档的。",
+                "limit 最多 50）；id 读一条；archived=true 读已归档的。kind=progress 时可按 stage、"
+                "tag、since（ISO 日期）筛选，blocked=true 只看受阻的。",
                 {
                     "kind": {"type": "string", "enum": list(READ_KINDS)},
                     "id": {"type": "integer"},
                     "archived": {"type": "boolean"},
                     "before": {"type": "integer", "description": "只看 id 小于它的"},
                     "limit": {"type": "integer", "description": "1–50"},
+                    "stage": {**_S, "description": "progress：只看这个阶段"},
+                    "tag": {**_S, "description": "progress：只看带这个标签的"},
+                    "since": {**_S, "description": "progress：只看这之后的，如 2026-11-01"},
+                    "blocked": {"type": "boolean", "description": "progress：只看受阻的"},
                 },
                 [],
             ),

@@ -193,7 +193,8 @@ async def _decision_propose(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 ALTERNATIVES_SPEC = {
     "type": "array",
-    "description": "否决的备选方案及原因",
+    "description": "否决的备选方案及原因（至少一个）",
+    "minItems": 1,
     "items": {
         "type": "object",
         "properties": {"option": {"type": "string"}, "why_rejected": {"type": "string"}},
@@ -333,7 +334,7 @@ TASK_TOOLS: Mapping[str, Tool] = MappingProxyType(
                         "description": "相关任务 key",
                     },
                 },
-                ["title", "context", "decision"],
+                ["title", "context", "decision", "alternatives"],
             ),
             _decision_propose,
             side_effect=True,

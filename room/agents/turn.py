@@ -390,7 +390,9 @@ class Turn:
         """The project records of this turn's context: the session's section, kept as built,
         and the notices it earned since (room.agents.memory)."""
         try:
-            return await memory_mod.records_text(self.core, self.member, self.memory, time.time())
+            return await memory_mod.records_text(
+                self.core, self.member, self.memory, time.time(), can_record=self.can_record
+            )
         except Exception:  # a fault in reading memory must not silence the agent; it is said
             log.exception("turn %s: project records could not be read", self.turn_id)
             return memory_mod.UNREADABLE

@@ -20,7 +20,7 @@ class LifecycleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     op: str
     reason: str | None = Field(default=None, max_length=2000)
-    actual_hours: float | None = None
+    actual_hours: float | Literal["unknown"] | None = None
 
 
 async def lifecycle(request: Request) -> Response:

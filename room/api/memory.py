@@ -145,11 +145,20 @@ async def get_kind(request: Request) -> Response:
     if limit > memory_actions.MAX_PAGE:
         raise BadRequestError(f"limit 最多 {memory_actions.MAX_PAGE}", code="bad_query",
                               field="limit")  # fmt: skip
+    query = request.query_params
+    since = query.get("since") or None
+    progress = records.ProgressFilter(
+        stage=query.get("stage") or None,
+        tag=query.get("tag") or None,
+        since=records.parse_since(since) if since else None,
+        blocked_only=_query_flag(request, "blocked"),
+    )
 
     def read(conn: sqlite3.Connection) -> dict[str, Any]:
         return memory_actions.page(
-            conn, member.project_id, kind, archived=archived, before=before, limit=limit
-        )
+            conn, member.project_id, kind, archived=archived, before=before, limit=limit,
+            progress=progress,
+        )  # fmt: skip
 
     return JSONResponse(await core_of(request).db.read(read))
 
@@ -210,13 +219,29 @@ async def post_archive(request: Request) -> Response:
     return JSONResponse(entry)
 
 
+async def post_restore(request: Request) -> Response:
+    member, entry_id = await _member_of_entry(request, mutation=True)
+    await _json(request)
+    entry = await memory_actions.restore_entry(core_of(request), member, entry_id)
+    return JSONResponse(entry)
+
+
+async def post_clear(request: Request) -> Response:
+    project_id = path_id(request, "project_id")
+    member = await _writer(request, project_id)
+    data = await _json(request)
+    return JSONResponse(await memory_actions.clear(core_of(request), member, data.get("confirm")))
+
+
 endpoints = [
     Route("/api/projects/{project_id:int}/memory", get_memory, methods=["GET"]),
     Route("/api/projects/{project_id:int}/memory/summary", put_summary, methods=["PUT"]),
+    Route("/api/projects/{project_id:int}/memory/clear", post_clear, methods=["POST"]),
     Route("/api/projects/{project_id:int}/memory/{kind}", get_kind, methods=["GET"]),
     Route("/api/projects/{project_id:int}/memory/{kind}", post_entry, methods=["POST"]),
     Route("/api/memory/{entry_id:int}", get_entry, methods=["GET"]),
     Route("/api/memory/{entry_id:int}", patch_entry, methods=["PATCH"]),
     Route("/api/memory/{entry_id:int}/history", get_history, methods=["GET"]),
     Route("/api/memory/{entry_id:int}/archive", post_archive, methods=["POST"]),
+    Route("/api/memory/{entry_id:int}/restore", post_restore, methods=["POST"]),
 ]

@@ -256,6 +256,7 @@ async def status_md(request: Request) -> Response:
                 for kind in ("convention", "fact")
                 for e in memory_store.entries(conn, project_id, kind, limit=8)
             ],
+            last_activity=portfolio_store.last_activity(conn, project_id, current.created_at),
         )
         return render_status(
             current,
@@ -306,6 +307,7 @@ class StatusExtra:
     timeline: dict[str, Any] = field(default_factory=dict)  # portfolio_actions.timeline_wire
     risks: list[dict[str, Any]] = field(default_factory=list)  # the risk log, newest first
     context: list[str] = field(default_factory=list)  # conventions and facts from memory
+    last_activity: float | None = None  # portfolio_store.last_activity; None: the time generated
 
 
 _PROJECT_STATES = {
@@ -341,7 +343,8 @@ def render_status(
     out = [f"# STATUS — {_one_line(project.name)}", ""]
     out.append(f"_由数据库生成 (generated from the database) · {iso(now)}_")
     out.append("")
-    out.append(f"- 最后更新 (last updated)：{iso(now)}")
+    updated = extra.last_activity if extra.last_activity is not None else now
+    out.append(f"- 最后更新 (last updated)：{iso(updated)}")
     out.append(f"- 提交 (git commit)：`{extra.head}`" if extra.head else "- 提交 (git commit)：—")
     owners = [f"@{m.handle}" for m in members.values() if m.is_owner and m.status != "left"]
     out.append(f"- 负责人 (PM)：{'、'.join(owners) or '—'}")

@@ -334,7 +334,8 @@ RULES: Mapping[str, Rule] = MappingProxyType(
                 "estimates_off",
                 "yellow",
                 "估算偏差：连续两个已完成项目的工时误差超过 50% (estimates off)",
-                "用最近完成项目的实际工时重新校准进行中项目的估算。",
+                "估算乘 1.5 倍安全系数：下一个项目按 1.5 倍排工时，并用最近完成项目的实际工时"
+                "重新校准进行中项目的估算。",
             ),
             Rule(
                 "scope_creep",

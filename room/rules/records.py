@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from room.errors import BadRequestError
@@ -85,6 +86,7 @@ CAPS: Mapping[str, Cap] = {
     "decision": Cap(32 * 1024, None),
     "progress": Cap(256 * 1024, 512),
     "session": Cap(None, 200),
+    "reference": Cap(None, 200),
 }
 
 
@@ -169,7 +171,7 @@ _FIELDS: Mapping[str, tuple[str, ...]] = {
     "summary": ("sections",),
     "fact": ("text",),
     "convention": ("text",),
-    "progress": ("text", "stage", "next", "tags"),
+    "progress": ("text", "stage", "next", "tags", "blocked"),
     "session": SESSION_FIELDS,
     "reference": ("ref_kind", "target", "note"),
 }
@@ -206,6 +208,9 @@ def validate(kind: str, raw: Mapping[str, Any]) -> dict[str, Any]:
             "next": _text(raw, "next", required=True, limit=limit),
             "tags": _tags(raw),
         }
+        blocked = _text(raw, "blocked", required=False, limit=limit)
+        if blocked:  # optional: what holds it up (the status filters' blocked-only)
+            body["blocked"] = blocked
     elif kind == "session":
         body = {f: _text(raw, f, required=f == "summary", limit=limit) for f in SESSION_FIELDS}
     else:
@@ -326,6 +331,49 @@ def over_cap(kind: str, sizes: Sequence[int]) -> int:
             total -= sizes[drop]
             drop += 1
     return drop
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressFilter:
+    """Which progress entries a status read shows: a ``stage`` (case-insensitive), a ``tag``
+    among the entry's tags, written at or after ``since`` (epoch seconds), and with
+    ``blocked_only`` those that say what blocks them."""
+
+    stage: str | None = None
+    tag: str | None = None
+    since: float | None = None
+    blocked_only: bool = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.stage or self.tag or self.since is not None or self.blocked_only)
+
+    def matches(self, body: Mapping[str, Any], created_at: float) -> bool:
+        if self.stage and str(body.get("stage") or "").casefold() != self.stage.casefold():
+            return False
+        if self.tag and self.tag.casefold() not in {
+            str(t).casefold() for t in body.get("tags") or ()
+        }:
+            return False
+        if self.since is not None and created_at < self.since:
+            return False
+        return not self.blocked_only or bool(str(body.get("blocked") or "").strip())
+
+
+def parse_since(text: str) -> float:
+    """``since`` as epoch seconds: an ISO 8601 date (``2026-11-01``, midnight UTC) or date and
+    time (``2026-11-01T08:00:00Z``; without a zone, UTC). Anything else: ``bad_query``."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise RecordError(
+            "since 是 ISO 8601 日期或时间，如 2026-11-01 (since is an ISO 8601 date or time.)",
+            code="bad_query",
+            field="since",
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
 
 
 def archive_pointer(kind: str, count: int) -> str:

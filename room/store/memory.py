@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from room.store.dialect import Connection, dialect_for
@@ -55,6 +56,14 @@ def memory_version(conn: Connection, project_id: int) -> int:
     return int(row[0]) if row else 0
 
 
+def memory_changed_at(conn: Connection, project_id: int) -> float | None:
+    """When the project's memory last changed (its version's time); None before any write."""
+    row = conn.execute(
+        "SELECT updated_at FROM memory_versions WHERE project_id = :p", {"p": project_id}
+    ).fetchone()
+    return float(row[0]) if row else None
+
+
 def summary(conn: Connection, project_id: int) -> dict[str, Any] | None:
     """The project summary entry (``body.sections``, ``updated_at``), or None if never written."""
     row = conn.execute(
@@ -86,6 +95,28 @@ def entries(
     return [_entry(r) for r in conn.execute(sql, params)]
 
 
+def entries_matching(
+    conn: Connection,
+    project_id: int,
+    kind: str,
+    match: Callable[[dict[str, Any]], bool],
+    *,
+    archived: bool = False,
+    limit: int,
+    before: int | None = None,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` entries of one kind for which ``match`` holds, newest first, read in
+    batches from ``before`` back (a filter over the JSON bodies, the same on every store)."""
+    out: list[dict[str, Any]] = []
+    while len(out) < limit:
+        batch = entries(conn, project_id, kind, archived=archived, before=before, limit=200)
+        out += [e for e in batch if match(e)]
+        if len(batch) < 200:
+            break
+        before = batch[-1]["id"]
+    return out[:limit]
+
+
 def entry(conn: Connection, entry_id: int) -> dict[str, Any] | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM memory_entries WHERE id = :id", {"id": entry_id}
@@ -101,6 +132,18 @@ def sessions_since(conn: Connection, project_id: int, since_ts: float) -> int:
         {"p": project_id, "t": since_ts},
     ).fetchone()
     return int(row[0])
+
+
+def live_counts(conn: Connection, project_id: int) -> dict[str, int]:
+    """Live (not archived) entries per kind, only the kinds that have some."""
+    return {
+        str(r[0]): int(r[1])
+        for r in conn.execute(
+            "SELECT kind, count(*) FROM memory_entries WHERE project_id = :p AND archived = 0"
+            " GROUP BY kind",
+            {"p": project_id},
+        )
+    }
 
 
 def archived_counts(conn: Connection, project_id: int) -> dict[str, int]:
@@ -264,6 +307,13 @@ def archive(conn: Connection, entry_ids: list[int], now: float) -> None:
     )
 
 
+def restore(conn: Connection, entry_id: int) -> None:
+    conn.execute(
+        "UPDATE memory_entries SET archived = 0, archived_at = NULL WHERE id = :id",
+        {"id": entry_id},
+    )
+
+
 def archive_decisions(conn: Connection, decision_ids: list[int]) -> None:
     conn.executemany(
         "UPDATE decisions SET archived = 1 WHERE id = ? AND archived = 0",
@@ -290,6 +340,21 @@ def digest_rows(conn: Connection, project_id: int) -> dict[str, dict[str, Any]]:
         if count:
             out[table] = {"count": count, "sha256": digest.hexdigest()}
     return out
+
+
+def clear_entries(conn: Connection, project_id: int) -> list[tuple[int, str]]:
+    """Delete every memory entry of a project, live and archived, with their revisions (the
+    version counter stays, so it keeps counting up); returns the ``(id, kind)`` deleted."""
+    gone = [
+        (int(r[0]), str(r[1]))
+        for r in conn.execute(
+            "SELECT id, kind FROM memory_entries WHERE project_id = :p ORDER BY id",
+            {"p": project_id},
+        )
+    ]
+    conn.execute("DELETE FROM memory_revisions WHERE project_id = :p", {"p": project_id})
+    conn.execute("DELETE FROM memory_entries WHERE project_id = :p", {"p": project_id})
+    return gone
 
 
 def delete_project(conn: Connection, project_id: int) -> dict[str, int]:

@@ -182,14 +182,22 @@ def task_dates(conn: Connection, project_id: int) -> dict[int, tuple[str | None,
 
 
 def last_activity(conn: Connection, project_id: int, created_at: float) -> float:
-    """The last time people or agents moved the project: their latest message (system notices,
-    such as the risk scan's own, do not count), a task change, or a timeline edit."""
+    """The last time people or agents changed the project — the one answer to "最后更新" for
+    the index, the portfolio, STATUS.md and the silent / 可能归档 rules (docs/portfolio.md,
+    "Activity"). Read from the records themselves, so no writer can forget to count: the latest
+    authored message (system notices, such as the risk scan's own, do not count), a task
+    change, any memory write (every kind, session-log entries and summary edits included, and
+    decisions: the memory version's time), a timeline or milestone edit, a dependency set, and
+    a lifecycle change (pause, resume, archive, restore …: the state's time)."""
     times = [created_at]
     for sql in (
         "SELECT created_at FROM messages WHERE project_id = :p AND author_id IS NOT NULL"
         " ORDER BY seq DESC LIMIT 1",
         "SELECT max(updated_at) FROM tasks WHERE project_id = :p",
+        "SELECT updated_at FROM memory_versions WHERE project_id = :p",
         "SELECT updated_at FROM project_timelines WHERE project_id = :p",
+        "SELECT max(created_at) FROM project_dependencies WHERE project_id = :p",
+        "SELECT state_at FROM projects WHERE id = :p",
     ):
         row = conn.execute(sql, {"p": project_id}).fetchone()
         if row is not None and row[0] is not None:
