@@ -18,6 +18,7 @@ from room.agents.tools import bad_arguments, not_run_after_stop
 from room.agents.turn import CUT_ARGUMENTS
 from room.rules import injection as inj
 from room.rules.attachments import with_attachments
+from room.rules.entities import Member
 from room.rules.transcripts import ToolStep, TurnRecord
 from tests.support.doctables import read_table
 
@@ -240,7 +241,10 @@ def test_a_research_session_request_holds_only_documented_texts() -> None:
         "rev": 1,
         "digest": "d",
     }
-    charter = research_run.charter_of(12, stored)
+    member = Member(ME.member_id, 1, "agent", None, "lead", ME.handle, ME.display_name,
+                    "active")  # fmt: skip
+    charter = research_run.charter_of(12, stored, member, "演示项目名")
+    assert charter.startswith("你是 @lead（负责人甲），项目「演示项目名」的研究成员（角色 lead）。")
     written = ["src", "/srv/docs", "/srv/a.txt", "https://example.org", "tokens", "requests"]
     written += ["seconds", "steps"]
     assert left_over([charter], extra=written) == []

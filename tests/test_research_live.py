@@ -97,6 +97,15 @@ async def test_the_lead_proposes_a_person_starts_and_the_report_flows_back(room:
         room, run["id"]))  # fmt: skip
     requests = room.llm.chat_requests[before:]
     assert len(requests) == 8
+    # The session is told who it is, as an ordinary turn is: handle, name, role, project.
+    lead = room.members["lead"]
+    project = room.get(f"/api/projects/{room.project}")["project"]["name"]
+    system = requests[0]["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].startswith(
+        f"你是 @lead（{lead['display_name']}），项目「{project}」的研究成员（角色 lead）。\n"
+        f"你在一个受监督的深入研究会话里（研究 #{run['id']}）"
+    )
     offered = {t["function"]["name"] for t in requests[0]["tools"]}
     assert "shell" not in offered and "room_send" not in offered
     assert "fs_write" not in offered and "room_research_propose" not in offered
