@@ -30,7 +30,7 @@ PROPOSAL = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]}, "
 
 
 def propose(room_server: RoomServer, project: int) -> dict[str, Any]:
-    return dict(room_server.post(f"/api/projects/{project}/research", PROPOSAL, 201))
+    return dict(room_server.post(f"/api/projects/{project}/research", PROPOSAL, 201)["research"])
 
 
 def test_owner_acts_on_the_card_a_member_only_sees_it(
@@ -118,7 +118,7 @@ def test_owner_picks_references_in_the_adjust_dialog_and_the_card_shows_them(
     url = card.locator(f'.research-ref[data-ref="{link["id"]}"]')
     expect(url).to_contain_text("https://example.org/标准")
     expect(url.locator(".research-ref-meta")).to_contain_text("只作参考，不会被读取或抓取")
-    stored = room_server.get(f"/api/research/{run['id']}")
+    stored = room_server.get(f"/api/research/{run['id']}")["research"]
     assert stored["rev"] == 2 and stored["approval"] is None
     assert [r["id"] for r in stored["scope"]["references"]] == sorted([specs["id"], link["id"]])
     # Opening the dialog again shows them ticked; untick one: revision 3 without it.

@@ -27,12 +27,13 @@ class Project(Team):
         super().__init__(app, "研究项目")
 
     def propose(self, **over: Any) -> dict[str, Any]:
-        status, run = self.owner("POST", f"/api/projects/{self.id}/research", PROPOSAL | over)
-        assert status == 201, run
-        return run
+        status, body = self.owner("POST", f"/api/projects/{self.id}/research", PROPOSAL | over)
+        assert status == 201, body
+        return one(body)
 
     def act(self, run: dict[str, Any], op: str, who: str = "owner", **body: Any) -> tuple[int, Any]:
-        return getattr(self, who)("POST", f"/api/research/{run['id']}/{op}", body)
+        status, answer = getattr(self, who)("POST", f"/api/research/{run['id']}/{op}", body)
+        return status, one(answer) if status == 200 else answer
 
     def approve(self, run: dict[str, Any]) -> dict[str, Any]:
         status, body = self.act(run, "approve", rev=run["rev"], scope_digest=run["scope_digest"])
@@ -70,6 +71,14 @@ def project(app: App) -> Project:
     return Project(app)
 
 
+def one(body: Any) -> dict[str, Any]:
+    """A research answer: one run under the key ``research`` (docs/protocol.md, "Answers over HTTP")."""
+    assert isinstance(body, dict) and list(body) == ["research"], body
+    run = body["research"]
+    assert isinstance(run, dict) and isinstance(run["id"], int)
+    return run
+
+
 def err(result: tuple[int, Any]) -> tuple[int, str]:
     status, body = result
     return status, body["error"]["code"]
@@ -86,7 +95,7 @@ def test_a_proposal_posts_a_card_everyone_sees(project: Project) -> None:
     status, listed = project.member("GET", f"/api/projects/{project.id}/research")
     assert status == 200 and [r["id"] for r in listed["research"]] == [run["id"]]
     status, seen = project.agent("GET", f"/api/research/{run['id']}")
-    assert status == 200 and seen["revisions"][0]["digest"] == run["scope_digest"]
+    assert status == 200 and one(seen)["revisions"][0]["digest"] == run["scope_digest"]
 
 
 def test_only_an_owner_acts_agents_and_members_are_refused(project: Project) -> None:
@@ -133,7 +142,8 @@ def test_only_an_owner_settles_a_flowback_into_project_memory(project: Project) 
         "research_flowback_accept", "research_flowback_reject"]  # fmt: skip
     # The owner's answer is what writes the fact.
     status, settled = project.owner("POST", path, {"decision": "accept"})
-    assert (status, settled["flow"]) == (200, "accepted"), settled
+    assert (status, settled["item"]["flow"]) == (200, "accepted"), settled
+    assert list(settled) == ["item"]
     [fact] = project.owner("GET", f"/api/projects/{project.id}/memory")[1]["facts"]
     assert "配置读了两次" in fact["body"]["text"] and fact["author"]["kind"] == "human"
 
@@ -328,6 +338,7 @@ def test_a_reference_is_bound_as_it_resolved_and_an_edit_does_not_change_the_app
                               {"rev": ref["rev"], "target": str(elsewhere)})  # fmt: skip
     assert status == 200
     status, seen = project.owner("GET", f"/api/research/{run['id']}")
+    seen = one(seen)
     assert seen["scope"] == run["scope"] and seen["scope_digest"] == run["scope_digest"]
     with project.app.db() as conn:
         details = [json.loads(r[0]) for r in conn.execute(

@@ -39,11 +39,18 @@ def rooted(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
 
 
 def run_of(room: Room, rid: int) -> dict[str, Any]:
-    return room.get(f"/api/research/{rid}")
+    answer = room.get(f"/api/research/{rid}")
+    assert list(answer) == ["research"], answer  # one run under its name (docs/protocol.md)
+    return dict(answer["research"])
 
 
 def act(room: Room, rid: int, op: str, **body: Any) -> Any:
-    return room.post(f"/api/research/{rid}/{op}", body)
+    return room.post(f"/api/research/{rid}/{op}", body)["research"]
+
+
+def propose(room: Room, body: dict[str, Any]) -> dict[str, Any]:
+    answer = room.post(f"/api/projects/{room.project}/research", body, expect=201)
+    return dict(answer["research"])
 
 
 def approve_and_start(room: Room, run: dict[str, Any]) -> None:
@@ -97,6 +104,15 @@ async def test_the_lead_proposes_a_person_starts_and_the_report_flows_back(room:
         room, run["id"]))  # fmt: skip
     requests = room.llm.chat_requests[before:]
     assert len(requests) == 8
+    # The session is told who it is, as an ordinary turn is: handle, name, role, project.
+    lead = room.members["lead"]
+    project = room.get(f"/api/projects/{room.project}")["project"]["name"]
+    system = requests[0]["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].startswith(
+        f"你是 @lead（{lead['display_name']}），项目「{project}」的研究成员（角色 lead）。\n"
+        f"你在一个受监督的深入研究会话里（研究 #{run['id']}）"
+    )
     offered = {t["function"]["name"] for t in requests[0]["tools"]}
     assert "shell" not in offered and "room_send" not in offered
     assert "fs_write" not in offered and "room_research_propose" not in offered
@@ -126,6 +142,8 @@ async def test_the_lead_proposes_a_person_starts_and_the_report_flows_back(room:
     assert finding["flow"] == "proposed"
     assert room.get(f"/api/projects/{room.project}/memory")["facts"] == []
     accepted = room.post(f"/api/research/items/{finding['id']}/flowback", {"decision": "accept"})
+    assert list(accepted) == ["item"]
+    accepted = accepted["item"]
     assert accepted["flow"] == "accepted" and accepted["memory_id"]
     [fact] = room.get(f"/api/projects/{room.project}/memory")["facts"]
     assert "配置读了两次" in fact["body"]["text"] and fact["author"]["kind"] == "human"
@@ -137,8 +155,7 @@ async def test_the_lead_proposes_a_person_starts_and_the_report_flows_back(room:
 
 
 async def test_a_token_budget_stops_the_run_at_most_one_request_over(room: Room) -> None:
-    run = room.post(f"/api/projects/{room.project}/research",
-                    PROPOSAL | {"budget": BUDGET | {"tokens": 40}}, expect=201)  # fmt: skip
+    run = propose(room, PROPOSAL | {"budget": BUDGET | {"tokens": 40}})
     room.route("lead")
     room.llm.push(*[openai_tool_call("room_research_hypothesis", {"text": f"假设 {i}"},
                                      call_id=f"h{i}") for i in range(6)])  # fmt: skip
@@ -157,7 +174,7 @@ async def test_a_token_budget_stops_the_run_at_most_one_request_over(room: Room)
 
 
 async def test_trash_during_a_run_stops_it_and_revokes_the_approval(room: Room) -> None:
-    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    run = propose(room, PROPOSAL)
     room.route("lead")
     room.llm.push(
         openai_tool_call("room_research_hypothesis", {"text": "慢"}, call_id="t1"),
@@ -180,7 +197,7 @@ async def test_trash_during_a_run_stops_it_and_revokes_the_approval(room: Room) 
 
 
 async def test_a_person_pauses_and_resumes_through_the_gate(room: Room) -> None:
-    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    run = propose(room, PROPOSAL)
     room.route("lead")
     room.llm.push(
         *[openai_tool_calls([(f"p{i}", "room_research_hypothesis", {"text": f"假设 {i}"})],
@@ -217,7 +234,7 @@ async def test_a_run_cut_by_a_restart_waits_in_paused_reconcile(
     data = tmp_path / "data"
     server = start_with_openai(data, llm)
     room = Room(server, llm)
-    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    run = propose(room, PROPOSAL)
     room.route("lead")
     llm.push(Reply(body=openai_text("慢").body, delay_secs=30))
     approve_and_start(room, run)
@@ -241,7 +258,7 @@ async def test_a_run_cut_by_a_restart_waits_in_paused_reconcile(
 
 
 async def test_pausing_the_project_stops_its_running_research_saying_why(room: Room) -> None:
-    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL, expect=201)
+    run = propose(room, PROPOSAL)
     room.route("lead")
     room.llm.push(*[openai_tool_calls([(f"q{i}", "room_research_hypothesis", {"text": f"假设 {i}"})],
                                       delay_secs=0.5) for i in range(6)])  # fmt: skip
@@ -283,8 +300,7 @@ async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_el
     link = reference("url", "https://example.org/spec", "规范")
     notes = reference("dir", "notes/")
     scope = {"references": [docs["id"], via["id"], link["id"], notes["id"]]}
-    run = room.post(f"/api/projects/{room.project}/research", PROPOSAL | {"scope": scope},
-                    expect=201)  # fmt: skip
+    run = propose(room, PROPOSAL | {"scope": scope})
     act(room, run["id"], "approve", rev=run["rev"], scope_digest=run["scope_digest"])
     # After the approval: the reference is edited to point elsewhere, and the symlink another
     # reference named is swapped. Neither widens what the approved run reads.
@@ -361,8 +377,7 @@ async def test_a_reference_folder_another_project_takes_after_the_approval_is_no
     refs = [room.post(f"/api/projects/{room.project}/memory/reference",
                       {"ref_kind": "dir", "target": str(folder)}, expect=201)["id"]
             for folder in (shared, kept)]  # fmt: skip
-    run = room.post(f"/api/projects/{room.project}/research",
-                    PROPOSAL | {"scope": {"references": refs}}, expect=201)  # fmt: skip
+    run = propose(room, PROPOSAL | {"scope": {"references": refs}})
     act(room, run["id"], "approve", rev=run["rev"], scope_digest=run["scope_digest"])
     # After the approval another project makes the folder its workspace (a reference holds no
     # folder, so this is allowed).

@@ -337,8 +337,9 @@ export async function proposeDialog(room) {
     return null;
   }
   drafts.delete(projectId);
-  toast(t("research.proposed", { id: answer.sent.id }));
-  return answer.sent;
+  const { research: run } = answer.sent;
+  toast(t("research.proposed", { id: run.id }));
+  return run;
 }
 
 function adjustDialog(room, run, error) {
@@ -367,7 +368,7 @@ function adjustDialog(room, run, error) {
 /** The research view: revisions and everything the sessions recorded, with flowback buttons for
  * an owner (accepting a finding writes project memory: the same rule as approval). */
 export async function researchView(room, researchId) {
-  const detail = await get(`/api/research/${researchId}`);
+  const { research: detail } = await get(`/api/research/${researchId}`);
   return openDialog({
     title: t("research.title", { id: researchId }),
     wide: true,

@@ -41,12 +41,14 @@ from room.rules.entities import Member
 from room.rules.research import READABLE_REFS, GateFailure, ResearchState
 from room.services import Services
 from room.store import members as members_store
+from room.store import projects as projects_store
 from room.store import research as research_store
 from room.store import turns as turns_store
 from room.store import usage as usage_store
 
 log = logging.getLogger(__name__)
 
+IDENTITY = "你是 @{handle}（{display_name}），项目「{project}」的研究成员（角色 {role}）。\n"
 CHARTER = (
     "你在一个受监督的深入研究会话里（研究 #{id}）。问题：{question}\n"
     "你只能读这些工作区路径：{paths}{roots}。你只有研究工具和只读文件工具，没有 shell，也不能在群里"
@@ -55,8 +57,9 @@ CHARTER = (
 )
 
 
-def charter_of(research_id: int, stored: dict[str, Any]) -> str:
-    """The session's system message: the question, what it may read, the budget."""
+def charter_of(research_id: int, stored: dict[str, Any], member: Member, project: str) -> str:
+    """The session's system message: who the agent is (as an ordinary turn's first line says),
+    the question, what it may read, the budget."""
     p = research_actions.view_of(stored).proposal
     roots = "".join(f"；参考 #{r.id} 的{'目录' if r.kind == 'dir' else '文件'}（绝对路径）：{r.real}"
                     for r in p.read_roots)  # fmt: skip
@@ -64,7 +67,9 @@ def charter_of(research_id: int, stored: dict[str, Any]) -> str:
             if r.kind not in READABLE_REFS]  # fmt: skip
     metadata = (f"\n这些参考只是元数据，不会被读取或抓取（没有网络搜索）：{'、'.join(meta)}"
                 if meta else "")  # fmt: skip
-    return CHARTER.format(
+    identity = IDENTITY.format(handle=member.handle, display_name=member.display_name,
+                               project=project, role=member.role)  # fmt: skip
+    return identity + CHARTER.format(
         id=research_id, question=stored["question"], paths="、".join(p.read_paths) or "（无）",
         roots=roots, budget=json.dumps(stored["budget"], ensure_ascii=False), metadata=metadata,
     )  # fmt: skip
@@ -191,19 +196,21 @@ class ResearchRunner:
     async def _run(self, run: _Run) -> None:
         rid = run.research_id
 
-        def read(conn: Any) -> tuple[dict[str, Any], list[Member]]:
+        def read(conn: Any) -> tuple[dict[str, Any], list[Member], str]:
             stored = research_actions.get_run(conn, rid)
             found = [members_store.get(conn, m) for m in stored["members"]]
-            return stored, [m for m in found if m is not None]
+            project = projects_store.get(conn, int(stored["project_id"]))
+            name = project.name if project is not None else ""
+            return stored, [m for m in found if m is not None], name
 
-        stored, members = await self.core.db.read(read)
+        stored, members, project_name = await self.core.db.read(read)
         run.project_id = int(stored["project_id"])
-        charter = charter_of(rid, stored)
         sessions = []
         for m in members:
             earlier = await self.core.db.read(
                 partial(turns_store.research_transcript, research_id=rid, member_id=m.id)
             )
+            charter = charter_of(rid, stored, m, project_name)
             opening = [ChatMessage("system", charter), ChatMessage("user", stored["question"])]
             sessions.append(_Session(m, opening + replay(earlier)))
         lock = self.locks.setdefault(rid, asyncio.Lock())

@@ -88,7 +88,8 @@ async def propose(request: Request) -> Response:
     await _people_only(request, who, "propose")
     member = await member_in(core, who, path_id(request, "project_id"))
     data = await _json(request)
-    return JSONResponse(await research_actions.propose(core, member, data), status_code=201)
+    run = await research_actions.propose(core, member, data)
+    return JSONResponse({"research": run}, status_code=201)
 
 
 async def get_run(request: Request) -> Response:
@@ -98,7 +99,7 @@ async def get_run(request: Request) -> Response:
     def read(conn: Any) -> dict[str, Any]:
         return research_actions.detail(conn, research_actions.get_run(conn, research_id), now)
 
-    return JSONResponse(await core_of(request).db.read(read))
+    return JSONResponse({"research": await core_of(request).db.read(read)})
 
 
 async def act(request: Request) -> Response:
@@ -111,13 +112,14 @@ async def act(request: Request) -> Response:
         if rev is None:
             raise BadRequestError("rev 是你编辑时看到的版本号 (rev is required.)",
                                   code="bad_body", field="rev")  # fmt: skip
-        return JSONResponse(await research_actions.adjust(core, member, research_id, rev, data))
+        run = await research_actions.adjust(core, member, research_id, rev, data)
+        return JSONResponse({"research": run})
     rev = _int(data, "rev")
     digest = data.pop("scope_digest", None)
     if digest is not None and not isinstance(digest, str):
         raise BadRequestError("scope_digest 是字符串", code="bad_body", field="scope_digest")
     result = await research_actions.act(core, member, research_id, op, rev=rev, digest=digest)
-    return JSONResponse(result)
+    return JSONResponse({"research": result})
 
 
 async def flowback(request: Request) -> Response:
@@ -135,7 +137,8 @@ async def flowback(request: Request) -> Response:
     decision = data.get("decision")
     if decision not in ("accept", "reject"):
         raise BadRequestError("decision 是 accept 或 reject", code="bad_body", field="decision")
-    return JSONResponse(await research_actions.settle_flowback(core, member, item_id, decision))
+    item = await research_actions.settle_flowback(core, member, item_id, decision)
+    return JSONResponse({"item": item})
 
 
 endpoints = [
