@@ -153,7 +153,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data_arg(backup)
     database_arg(backup)
-    backup.add_argument("--to", required=True, type=Path, metavar="FILE", help="the archive")
+    backup.add_argument(
+        "--to",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="the archive; with --every, the folder for room-<UTC time>.tar files",
+    )
+    backup.add_argument(
+        "--every",
+        type=float,
+        default=None,
+        metavar="HOURS",
+        help="keep running: a backup now and every HOURS (fractions allowed) into the --to folder",
+    )
+    backup.add_argument(
+        "--keep",
+        type=int,
+        default=7,
+        metavar="K",
+        help="with --every: keep the K newest scheduled backups in the folder (default 7)",
+    )
     restore = sub.add_parser(
         "restore",
         help="restore a backup into a new or empty data folder (docs/backup.md)",
@@ -214,6 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return import_project(_settings(args), args.file, args.name)
         if args.command == "risk":
             return risk_scan(_settings(args), as_json=args.json)
+        if args.command == "backup" and args.every is not None:
+            if args.every <= 0 or args.keep < 1:
+                parser.error("--every takes a positive number of hours and --keep at least 1")
+            settings = _settings(args, database_url=args.database)
+            return scheduled_backups(settings, args.to, args.every, args.keep)
         if args.command == "backup":
             return backup_data(_settings(args, database_url=args.database), args.to)
         if args.command == "restore":
@@ -504,11 +529,55 @@ def risk_scan(settings: Settings, *, as_json: bool = False) -> int:
 
 
 def backup_data(settings: Settings, target: Path) -> int:
-    from room.actions.backup import write_backup
+    from room.actions.backup import remember, write_backup
 
     if settings.database_url is not None:
         return refuse_postgres_backup(settings, "backup")
     manifest = write_backup(settings.data, target, time.time())
+    remember(settings.data, target, manifest)
+    _said_backup(settings, target, manifest)
+    return EXIT_OK
+
+
+def scheduled_backups(settings: Settings, folder: Path, every_hours: float, keep: int) -> int:
+    """``room backup --every``: a backup now and every ``every_hours``, the ``keep`` newest kept;
+    runs until interrupted. A failed backup is said on stderr and tried again at the next time
+    (``room doctor`` and ``/metrics`` show the last good one's age)."""
+    from room.actions.backup import backup_into, remember
+
+    if settings.database_url is not None:
+        return refuse_postgres_backup(settings, "backup")
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a backup under way removes its temporary files
+
+    signal.signal(signal.SIGTERM, stop)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    period = every_hours * 3600
+    print(
+        f"backing up {settings.data} into {folder} every {every_hours:g} h, keeping {keep}",
+        flush=True,
+    )
+    try:
+        while True:
+            started = time.monotonic()
+            try:
+                target, manifest, removed = backup_into(settings.data, folder, time.time(), keep)
+            except (RoomError, OSError, sqlite3.Error) as exc:
+                print(f"room: backup failed, next try in {every_hours:g} h: {exc}", file=sys.stderr)
+            else:
+                remember(settings.data, target, manifest, every_hours=every_hours, keep=keep)
+                _said_backup(settings, target, manifest)
+                for old in removed:
+                    print(f"removed {old} (keeping the {keep} newest)")
+                sys.stdout.flush()
+            time.sleep(max(0.0, period - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _said_backup(settings: Settings, target: Path, manifest: dict[str, Any]) -> None:
     counts = manifest["counts"]
     found = manifest["attachments"]
     print(
@@ -523,7 +592,6 @@ def backup_data(settings: Settings, target: Path) -> int:
             f"were not in {settings.data / 'attachments'} (listed in the manifest, 'missing')",
             file=sys.stderr,
         )
-    return EXIT_OK
 
 
 def restore_data(settings: Settings, archive: Path) -> int:

@@ -211,10 +211,12 @@ def test_a_restored_folder_serves_everything_the_backup_held(
         ids = {int(i) for (i,) in conn.execute("SELECT id FROM messages")}
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        seqs = {}
         for project_id, low, high, n in conn.execute(
             "SELECT project_id, min(seq), max(seq), count(*) FROM messages GROUP BY project_id"
         ):
             assert (low, high) == (1, n), project_id
+            seqs[int(project_id)] = int(n)
         assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
         written = [
             int(i)
@@ -234,7 +236,16 @@ def test_a_restored_folder_serves_everything_the_backup_held(
         assert status == 401
         owner = restored.login()
         base = f"/api/projects/{backed.project}"
-        listed = restored.get_json(f"{base}/messages?limit=200", cookie=owner.cookie)["messages"]
+        listed: list[dict[str, Any]] = []
+        while True:  # every message, oldest first, page by page
+            after = listed[-1]["seq"] if listed else 0
+            page = restored.get_json(
+                f"{base}/messages?after={after}&limit=200", cookie=owner.cookie
+            )
+            listed += page["messages"]
+            if not page["has_newer"]:
+                break
+        assert [m["seq"] for m in listed] == list(range(1, seqs[backed.project] + 1))
         bodies = {m["body"] for m in listed}
         assert {"第一条：备份前的消息", "second message before the backup", "附件在此"} <= bodies
         picture = next(m for m in listed if m["body"] == "附件在此")["meta"]["attachments"][0]
@@ -370,3 +381,53 @@ def test_postgres_is_refused_with_what_to_run(
     )
     assert code == EXIT_NOT_SERVED and said["run"][0].startswith("pg_restore")
     assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_scheduled_backups_keep_the_newest_and_show_their_age(
+    backed: Backed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, folder = backed.server, tmp_path / "every"
+    (tmp_path / "every").mkdir()
+    (folder / "notes.txt").write_text("not a backup", encoding="utf-8")
+    log = tmp_path / "every.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "room", "backup", "--data", str(server.data), "--to",
+             str(folder), "--every", "0.0003", "--keep", "2"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while log.read_text().count("backed up") < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+    text = log.read_text()
+    assert text.count("backed up") >= 4 and "removed" in text, text
+    names = sorted(p.name for p in folder.iterdir())
+    assert len(names) == 3 and names[0] == "notes.txt", names  # two backups and the stranger
+    assert all(n.startswith("room-") and n.endswith(".tar") for n in names[1:])
+    last = json.loads((server.data / "last-backup.json").read_text(encoding="utf-8"))
+    assert last["every_hours"] == 0.0003 and last["keep"] == 2
+    assert Path(last["file"]).parent == folder.resolve() and Path(last["file"]).name == names[-1]
+    assert stat.S_IMODE((server.data / "last-backup.json").stat().st_mode) == 0o600
+
+    status, metrics = backed.server.request("GET", "/metrics", cookie=backed.owner.cookie)
+    assert status == 200, metrics
+    age = next(
+        float(line.split()[-1])
+        for line in str(metrics).splitlines()
+        if line.startswith("room_backup_age_seconds ")
+    )
+    assert 0 <= age < 30
+
+    assert room_main(["doctor", "--json", "--data", str(server.data)]) in (0, 4)
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["backup"]["every_hours"] == 0.0003 and summary["backup"]["age_secs"] < 30
+    assert not [p for p in summary["problems"] if "backup" in p]
+    # Two periods without a backup: the schedule has stopped, and the doctor says so.
+    stale = {**last, "at": time.time() - 3600}
+    (server.data / "last-backup.json").write_text(json.dumps(stale), encoding="utf-8")
+    assert room_main(["doctor", "--data", str(server.data)]) == 4
+    assert "is `room backup --every` still running?" in capsys.readouterr().out

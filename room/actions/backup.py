@@ -59,6 +59,7 @@ DATABASE = "room.sqlite"
 CHUNK_BYTES = 1 << 20
 MAX_MANIFEST_BYTES = 64 << 20
 _BLOB_MEMBER = re.compile(r"attachments/([0-9a-f]{2})/([0-9a-f]{62})")
+_SCHEDULED = re.compile(r"room-\d{8}T\d{6}Z(-\d+)?\.tar")
 
 NOT_INCLUDED = {
     "search.sqlite": "the search index: rebuilt from the database when the server starts",
@@ -137,11 +138,56 @@ def write_backup(data: Path, target: Path, now: float) -> dict[str, Any]:
     return manifest
 
 
+def remember(data: Path, target: Path, manifest: dict[str, Any], **schedule: Any) -> None:
+    """Note the backup just written in the data folder, for ``/metrics`` and ``room doctor``
+    (room.infra.boot); ``schedule``: ``every_hours`` and ``keep`` of a scheduled one."""
+    counts = manifest["counts"]
+    boot.write_last_backup(
+        data,
+        {
+            "at": manifest["created_at"],
+            "file": str(target.resolve()),
+            "size": target.stat().st_size,
+            "schema_version": manifest["schema_version"],
+            "messages": counts.get("messages", 0),
+            "attachments": manifest["attachments"]["included"],
+            **schedule,
+        },
+    )
+
+
+def scheduled_name(now: float) -> str:
+    return f"room-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}.tar"
+
+
+def backup_into(
+    data: Path, folder: Path, now: float, keep: int
+) -> tuple[Path, dict[str, Any], list[Path]]:
+    """One scheduled backup: ``room-<UTC time>.tar`` in ``folder``, then the oldest of the
+    folder's scheduled backups removed past the ``keep`` newest (files of that name only:
+    nothing else in the folder is touched). The file, its manifest, the files removed."""
+    stem = scheduled_name(now).removesuffix(".tar")
+    target, n = folder / f"{stem}.tar", 1
+    while target.exists():
+        n += 1
+        target = folder / f"{stem}-{n}.tar"
+    manifest = write_backup(data, target, now)
+    ours = sorted(
+        (p for p in folder.iterdir() if _SCHEDULED.fullmatch(p.name) and p.is_file()),
+        key=lambda p: (p.stat().st_mtime, p.name),
+    )
+    removed = ours[: max(0, len(ours) - keep)]
+    for old in removed:
+        old.unlink(missing_ok=True)
+    return target, manifest, removed
+
+
 def _snapshot(db_path: Path, snapshot: Path) -> dict[str, Any]:
     """Copy the live database to ``snapshot`` in one step of the backup API (one read
     transaction: one instant) and read what the archive needs from the copy."""
     source = connect(db_path)
     try:
+        source.execute("PRAGMA mmap_size = 0")  # a whole-database read: its pages out of RSS
         check_version(source, db_path)
         fd = os.open(snapshot, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         os.close(fd)
