@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import uuid
@@ -25,7 +26,9 @@ from PIL import Image
 
 from room.cli import EXIT_BAD_BACKUP, EXIT_NOT_EMPTY, EXIT_NOT_SERVED
 from room.cli import main as room_main
-from tests.support.server import ServerProcess, Session
+from tests.support.live_room import Room, agent_replies, eventually
+from tests.support.llm_servers import OpenAIServer, Reply, openai_text
+from tests.support.server import ServerProcess, Session, start_with_openai
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -278,6 +281,44 @@ def test_a_restored_folder_serves_everything_the_backup_held(
     again.stop()
     report = json.loads((target / "boot-report.json").read_text(encoding="utf-8"))
     assert "restored" not in report["recovery"]
+
+
+@pytest.mark.anyio
+async def test_a_turn_running_at_the_backup_is_settled_by_the_restored_start(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    server = start_with_openai(tmp_path / "data", llm)
+    try:
+        room = Room(server, llm)
+        room.route("lead")
+        llm.push(Reply(body=openai_text("太慢了").body, delay_secs=30))
+        sent = room.say("@lead 做一件事")
+        await eventually(lambda: len(llm.chat_requests) == 1)
+        archive = tmp_path / "mid-turn.tar"
+        done = run_room("backup", "--to", str(archive), "--data", str(server.data))
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
+    with tarfile.open(archive) as tar, tempfile.TemporaryDirectory() as look:
+        tar.extract("room.sqlite", look)
+        with sqlite3.connect(Path(look) / "room.sqlite") as conn:
+            assert conn.execute("SELECT state FROM turns").fetchall() == [("running",)]
+
+    target = tmp_path / "restored"
+    assert run_room("restore", str(archive), "--data", str(target)).returncode == 0
+    llm.push(openai_text("恢复后完成"))
+    restored = start_with_openai(target, llm)
+    try:
+        room.server, room.owner = restored, restored.login()
+        await eventually(lambda: agent_replies(room, "lead"))
+        assert [r["body"] for r in agent_replies(room, "lead")] == ["恢复后完成"]
+        [delivery] = room.deliveries(sent["message_id"])
+        assert delivery["state"] == "consumed"
+        recovery = room.get("/api/recovery")
+        assert recovery["turns_interrupted"] == 1 and recovery["redispatched"] == 1
+        assert recovery["restored"]["archive"] == str(archive.resolve())
+    finally:
+        restored.stop()
 
 
 def refused(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
