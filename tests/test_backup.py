@@ -472,3 +472,14 @@ def test_scheduled_backups_keep_the_newest_and_show_their_age(
     (server.data / "last-backup.json").write_text(json.dumps(stale), encoding="utf-8")
     assert room_main(["doctor", "--data", str(server.data)]) == 4
     assert "is `room backup --every` still running?" in capsys.readouterr().out
+
+
+def test_backup_refuses_a_folder_as_its_file_and_a_folder_without_a_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert room_main(["backup", "--to", str(tmp_path), "--data", str(tmp_path / "d")]) == 1
+    assert "is a folder" in capsys.readouterr().err
+    archive = tmp_path / "b.tar"
+    assert room_main(["backup", "--to", str(archive), "--data", str(tmp_path / "d")]) == 1
+    assert "no database" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == []

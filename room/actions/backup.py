@@ -32,6 +32,7 @@ running at the instant of the copy are settled by that start as after a crash
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from room import __version__
-from room.errors import BackupError, StorageError
+from room.errors import BackupError, BadRequestError, StorageError
 from room.infra import blobs, boot
 from room.store.migrate import check_version, connect, integrity_problems, user_version
 from room.store.schema import SCHEMA_VERSION
@@ -86,6 +87,12 @@ def write_backup(data: Path, target: Path, now: float) -> dict[str, Any]:
     """Write the backup of ``data`` to ``target`` (0600, atomically: a temporary file in the
     same folder renamed over it); returns its manifest."""
     db_path = data / DATABASE
+    if target.is_dir():
+        raise BadRequestError(
+            f"{target} is a folder: name the backup's file (or give --every to write "
+            "scheduled backups into a folder)",
+            code="backup_target_folder",
+        )
     if not db_path.is_file():
         raise StorageError(f"no database in {data}; nothing to back up", code="no_database")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +135,7 @@ def write_backup(data: Path, target: Path, now: float) -> dict[str, Any]:
                 }
                 raw = json.dumps(manifest, ensure_ascii=False, indent=2).encode()
                 info = _info(MANIFEST, len(raw), now)
-                tar.addfile(info, _Reader(_bytes_io(raw)))
+                tar.addfile(info, _Reader(io.BytesIO(raw)))
             out.flush()
             os.fsync(out.fileno())
         os.replace(partial, target)
@@ -252,12 +259,6 @@ class _Reader:
         self.sha.update(chunk)
         self.size += len(chunk)
         return chunk
-
-
-def _bytes_io(raw: bytes) -> IO[bytes]:
-    import io
-
-    return io.BytesIO(raw)
 
 
 def _info(name: str, size: int, now: float) -> tarfile.TarInfo:
