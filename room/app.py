@@ -45,7 +45,7 @@ from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
 from room.auth import credential_rechecks
 from room.errors import RoomError
-from room.infra import blobs, perms
+from room.infra import blobs, boot, perms
 from room.infra.boot import BootTrace, write_report
 from room.infra.git import Git
 from room.infra.hub import Hub
@@ -257,6 +257,9 @@ def create_app(
         recovery = await db.write(reconcile_on_start)
         recovery["stops_unconfirmed"] = unconfirmed
         recovery["research_reconciled"] = reconciled
+        restored = boot.read_restored(settings.data)
+        if restored is not None:  # the first start after `room restore` (docs/backup.md)
+            recovery["restored"] = restored
         scheduler.recovery = recovery
         trace.phase("reconcile", **{k: v for k, v in recovery.items() if k != "notices"})
         providers = await _provider_status(registry)
@@ -277,6 +280,8 @@ def create_app(
             workspaces=workspaces,
         )
         trace.phase("report")
+        if restored is not None:
+            boot.clear_restored(settings.data)
         await scheduler.start()
         # Everything built so far (modules, validators, endpoints, caches) lives as long as the
         # process: freeze it out of future collections, and collect the young generation less

@@ -4,7 +4,9 @@
 server runs: they never take the data-folder lock; the first two write one small row each in
 their own short SQLite transaction (WAL lets them interleave with the server's writer),
 ``export`` reads one snapshot, ``import`` writes its project in one transaction, ``risk`` makes
-one short write, ``doctor`` only reads.
+one short write, ``doctor`` only reads, ``backup`` copies the database with SQLite's online backup
+API (one read transaction). ``restore`` writes only into a new or empty folder
+(docs/backup.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from room import __version__
-from room.errors import RoomError
+from room.errors import BackupError, RoomError
 from room.settings import DEFAULT_PORT, Settings, load_settings
 
 EXIT_OK = 0
@@ -28,7 +30,9 @@ EXIT_USAGE = 2
 EXIT_LOCKED = 3
 EXIT_UNHEALTHY = 4
 EXIT_UNREACHABLE = 5  # the PostgreSQL database named by --database cannot be reached
-EXIT_NOT_SERVED = 6  # serving on PostgreSQL is not available yet (docs/storage.md)
+EXIT_NOT_SERVED = 6  # serving, backup and restore on PostgreSQL: not by room (docs/storage.md)
+EXIT_NOT_EMPTY = 7  # restore: the target folder is not empty (nothing was written)
+EXIT_BAD_BACKUP = 8  # restore: the archive failed a check (nothing was written)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +143,49 @@ def build_parser() -> argparse.ArgumentParser:
     data_arg(risk)
     risk.add_argument("--json", action="store_true", help="print the findings as JSON")
 
+    backup = sub.add_parser(
+        "backup",
+        help="write a consistent backup of the data folder to one file (docs/backup.md)",
+        description="Copy the database with SQLite's online backup API (consistent at one "
+        "instant, while the server runs) and the attachment files it references into FILE, a "
+        "tar with a manifest (versions, rows per table, a SHA-256 per file), written atomically "
+        "and 0600. Not included: the search index (rebuilt at start) and workspaces.",
+    )
+    data_arg(backup)
+    database_arg(backup)
+    backup.add_argument(
+        "--to",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="the archive; with --every, the folder for room-<UTC time>.tar files",
+    )
+    backup.add_argument(
+        "--every",
+        type=float,
+        default=None,
+        metavar="HOURS",
+        help="keep running: a backup now and every HOURS (fractions allowed) into the --to folder",
+    )
+    backup.add_argument(
+        "--keep",
+        type=int,
+        default=7,
+        metavar="K",
+        help="with --every: keep the K newest scheduled backups in the folder (default 7)",
+    )
+    restore = sub.add_parser(
+        "restore",
+        help="restore a backup into a new or empty data folder (docs/backup.md)",
+        description="Check every member of FILE against its manifest, then unpack it into DIR "
+        "(missing or empty: exit 7 otherwise; exit 8 for an archive that fails a check; "
+        "nothing is written either way). Everyone is signed out; the first start says it was "
+        "restored, settles agents' running turns as after a crash and rebuilds the search index.",
+    )
+    restore.add_argument("file", metavar="FILE", type=Path, help="the backup to read")
+    restore.add_argument("--data", type=Path, required=True, help="the folder to restore into")
+    database_arg(restore)
+
     agent = sub.add_parser(
         "agent",
         help="drive an external agent member: run COMMAND for each batch of deliveries",
@@ -187,6 +234,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return import_project(_settings(args), args.file, args.name)
         if args.command == "risk":
             return risk_scan(_settings(args), as_json=args.json)
+        if args.command == "backup" and args.every is not None:
+            if args.every <= 0 or args.keep < 1:
+                parser.error("--every takes a positive number of hours and --keep at least 1")
+            settings = _settings(args, database_url=args.database)
+            return scheduled_backups(settings, args.to, args.every, args.keep)
+        if args.command == "backup":
+            return backup_data(_settings(args, database_url=args.database), args.to)
+        if args.command == "restore":
+            return restore_data(_settings(args, database_url=args.database), args.file)
         if args.command == "agent":
             from room.client import run_agent_command
 
@@ -196,6 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not command:
                 parser.error("agent needs a COMMAND after --")
             return run_agent_command(args.url, args.token, command, state_file=args.state)
+    except BackupError as exc:
+        code = EXIT_NOT_EMPTY if exc.code == "target_not_empty" else EXIT_BAD_BACKUP
+        print(f"room: {exc.message}", file=sys.stderr)
+        print(json.dumps({**exc.to_dict(), "exit": code}, ensure_ascii=False), file=sys.stderr)
+        return code
     except RoomError as exc:
         print(f"room: {exc.message}", file=sys.stderr)
         return EXIT_UNREACHABLE if exc.code == "database_unreachable" else EXIT_ERROR
@@ -465,3 +526,122 @@ def risk_scan(settings: Settings, *, as_json: bool = False) -> int:
     else:
         print(wire["text"])
     return EXIT_UNHEALTHY if wire["red"] else EXIT_OK
+
+
+def backup_data(settings: Settings, target: Path) -> int:
+    from room.actions.backup import remember, write_backup
+
+    if settings.database_url is not None:
+        return refuse_postgres_backup(settings, "backup")
+    manifest = write_backup(settings.data, target, time.time())
+    remember(settings.data, target, manifest)
+    _said_backup(settings, target, manifest)
+    return EXIT_OK
+
+
+def scheduled_backups(settings: Settings, folder: Path, every_hours: float, keep: int) -> int:
+    """``room backup --every``: a backup now and every ``every_hours``, the ``keep`` newest kept;
+    runs until interrupted. A failed backup is said on stderr and tried again at the next time
+    (``room doctor`` and ``/metrics`` show the last good one's age)."""
+    from room.actions.backup import backup_into, remember
+
+    if settings.database_url is not None:
+        return refuse_postgres_backup(settings, "backup")
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a backup under way removes its temporary files
+
+    signal.signal(signal.SIGTERM, stop)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    period = every_hours * 3600
+    print(
+        f"backing up {settings.data} into {folder} every {every_hours:g} h, keeping {keep}",
+        flush=True,
+    )
+    try:
+        while True:
+            started = time.monotonic()
+            try:
+                target, manifest, removed = backup_into(settings.data, folder, time.time(), keep)
+            except (RoomError, OSError, sqlite3.Error) as exc:
+                print(f"room: backup failed, next try in {every_hours:g} h: {exc}", file=sys.stderr)
+            else:
+                remember(settings.data, target, manifest, every_hours=every_hours, keep=keep)
+                _said_backup(settings, target, manifest)
+                for old in removed:
+                    print(f"removed {old} (keeping the {keep} newest)")
+                sys.stdout.flush()
+            time.sleep(max(0.0, period - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _said_backup(settings: Settings, target: Path, manifest: dict[str, Any]) -> None:
+    counts = manifest["counts"]
+    found = manifest["attachments"]
+    print(
+        f"backed up {settings.data} to {target}: {target.stat().st_size} bytes, "
+        f"{counts.get('messages', 0)} messages, {counts.get('tasks', 0)} tasks, "
+        f"{counts.get('memory_entries', 0)} memory records, {found['included']} attachment files "
+        f"(schema {manifest['schema_version']}; the search index and workspaces are not in it)"
+    )
+    if found["missing"]:
+        print(
+            f"room: warning: {len(found['missing'])} attachment file(s) the database references "
+            f"were not in {settings.data / 'attachments'} (listed in the manifest, 'missing')",
+            file=sys.stderr,
+        )
+
+
+def restore_data(settings: Settings, archive: Path) -> int:
+    from room.actions.backup import restore
+
+    if settings.database_url is not None:
+        return refuse_postgres_backup(settings, "restore")
+    done = restore(archive, settings.data, time.time())
+    counts = done.manifest["counts"]
+    print(
+        f"restored {archive} (made {done.manifest['created']}, room "
+        f"{done.manifest['room_version']}) into {settings.data}: {counts.get('messages', 0)} "
+        f"messages, {counts.get('tasks', 0)} tasks, {counts.get('memory_entries', 0)} memory "
+        f"records, {done.manifest['attachments']['included']} attachment files; "
+        f"{done.sessions_ended} session(s) signed out. Start it with "
+        f"`room serve --data {settings.data}` (the search index is rebuilt then)."
+    )
+    return EXIT_OK
+
+
+def refuse_postgres_backup(settings: Settings, command: str) -> int:
+    """``backup``/``restore`` on PostgreSQL: the database is the operator's to dump with
+    PostgreSQL's own tools; say exactly what to run, touch nothing."""
+    from room.store.pg import redact
+
+    url = redact(settings.database_url or "")
+    data = settings.data
+    if command == "backup":
+        steps = [
+            f"pg_dump --format=custom --file=room.pgdump '{url}'",
+            f"tar -C '{data}' -cf attachments.tar attachments",
+        ]
+    else:
+        steps = [
+            f"pg_restore --no-owner --dbname='{url}' room.pgdump (into a new, empty database)",
+            f"mkdir -m 700 -p '{data}' && tar -C '{data}' -xf attachments.tar",
+        ]
+    message = (
+        f"room {command} copies the SQLite data folder only; for PostgreSQL use its own tools "
+        '(docs/backup.md, "PostgreSQL"): ' + "; then ".join(steps) + ". Nothing was done."
+    )
+    refusal = {
+        "backend": "postgresql",
+        "database": url,
+        "error": "postgres_backup_external",
+        "message": message,
+        "run": steps,
+        "exit": EXIT_NOT_SERVED,
+        "docs": "docs/backup.md",
+    }
+    print(f"room: {message}", file=sys.stderr)
+    print(json.dumps(refusal, ensure_ascii=False), file=sys.stderr)
+    return EXIT_NOT_SERVED

@@ -2,7 +2,8 @@
 
 Healthy means: the last start reached ``ready`` (or the server is running now), the database
 opens, its schema is the one this code expects, ``PRAGMA quick_check`` says ok, and nobody but
-its owner may read the data folder (room.infra.perms).
+its owner may read the data folder (room.infra.perms), and a scheduled backup
+(``room backup --every``) is not more than two periods old.
 
 With ``database_url`` (``--database``, ``ROOM_DATABASE_URL``) the database is PostgreSQL: the
 summary names its server version and the migrations applied, and says that serving on it is not
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
+from pathlib import Path
 from typing import Any
 
-from room.infra import perms
+from room.infra import boot, perms
 from room.infra.boot import last_start, read_trace
 from room.settings import Settings
 from room.store.lock import is_locked, read_holder_pid
@@ -82,6 +85,7 @@ def collect(settings: Settings) -> dict[str, Any]:
         failed = [p for p in phases if not p.get("ok", True)]
         detail = failed[-1].get("detail") if failed else {}
         problems.append(f"the last start stopped at phase {phases[-1].get('phase')!r} ({detail})")
+    summary["backup"] = _last_backup(data, problems)
     if settings.database_url is not None:
         summary["database"] = _postgres(settings.database_url, problems)
         return summary
@@ -123,6 +127,22 @@ def collect(settings: Settings) -> dict[str, Any]:
     if open_deliveries.get("unknown"):
         problems.append(f"{open_deliveries['unknown']} deliveries await reconciliation")
     return summary
+
+
+def _last_backup(data: Path, problems: list[str]) -> dict[str, Any] | None:
+    """The last ``room backup`` (room.infra.boot); one scheduled (``--every``) that is more than
+    two periods old is a problem: the schedule has stopped or its backups fail."""
+    last = boot.read_last_backup(data)
+    if last is None:
+        return None
+    age = max(0.0, time.time() - float(last["at"]))
+    every = last.get("every_hours")
+    if isinstance(every, int | float) and age > 2 * every * 3600:
+        problems.append(
+            f"the last backup ({last.get('file')}) is {age / 3600:.1f} h old, but backups run "
+            f"every {every:g} h: is `room backup --every` still running?"
+        )
+    return {**last, "age_secs": round(age)}
 
 
 def _postgres(url: str, problems: list[str]) -> dict[str, Any]:
@@ -184,6 +204,11 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
             )
             if d["deliveries"]:
                 print(f"ledger:   {d['deliveries']}")
+        if b := summary.get("backup"):
+            every = f", every {b['every_hours']:g} h" if b.get("every_hours") else ""
+            print(f"backup:   {b['age_secs'] / 3600:.1f} h ago, {b['file']}{every}")
+        else:
+            print("backup:   none yet (room backup --to FILE; docs/backup.md)")
         for problem in summary["problems"]:
             print(f"PROBLEM:  {problem}")
         print("healthy" if not summary["problems"] else "needs attention")

@@ -24,6 +24,7 @@ or as the JSON body of an HTTP error) and a human ``message``.
     ├── ConflictError              409  the current state does not allow this
     ├── RateLimitedError           429  too many sends; carries ``retry_after_ms``
     ├── BusyError                  503  the server is at a bound of its own; carries ``retry_after_ms``
+    ├── BackupError                400  a backup that cannot be restored, or a restore's target not empty
     ├── StorageError               500  the database refused (integrity, disk)
     │   ├── LockHeldError               another server holds the data folder (names its pid)
     │   └── SchemaTooNewError           the database was written by a newer Project Room
@@ -176,6 +177,15 @@ class BusyError(RoomError):
     def __init__(self, message: str, *, code: str | None = None, retry_after_ms: int) -> None:
         super().__init__(message, code=code, retry_after_ms=retry_after_ms)
         self.retry_after_ms = retry_after_ms
+
+
+class BackupError(RoomError):
+    """A backup refused by ``room restore`` (its ``code`` says why: ``archive_checksum``,
+    ``archive_version`` …) or a target folder that is not empty (``target_not_empty``);
+    nothing was written (room.actions.backup)."""
+
+    code = "backup_refused"
+    http_status = 400
 
 
 class StorageError(RoomError):

@@ -4,14 +4,18 @@ bearer token is not a thing: agents' tokens are refused).
 Read at scrape time, never kept twice: live numbers from the objects that own them (the hub's
 connections and subscribers, the writer's batch and commit-latency histograms, messages
 published since the start) and ledger, turn and model-call totals from the database (one read
-job; those survive restarts, so they count since the database began, and a purge lowers them).
+job; those survive restarts, so they count since the database began, and a purge lowers them),
+and the last backup's time and age from the data folder's note (absent before the first).
 Rendered with ``prometheus_client``'s exposition format from a registry built per scrape: no
 module-level registry for tests to reset.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from room.infra import boot
 from room.services import Services
 from room.store.db import BATCH_BOUNDS, COMMIT_BOUNDS, WriterStats
 
@@ -36,6 +41,7 @@ class Totals:
     deliveries: list[tuple[str, int]]
     turns: list[tuple[str, int]]
     calls: list[tuple[str, bool, int, int, int]]  # provider, ok, calls, tokens in, tokens out
+    last_backup_at: float | None = None  # room.infra.boot's last-backup.json (docs/backup.md)
 
 
 def read_totals(conn: sqlite3.Connection) -> Totals:
@@ -125,10 +131,24 @@ class _Scrape(Collector):
             tokens.add_metric([provider, direction], value)
         yield calls
         yield tokens
+        if totals.last_backup_at is not None:
+            yield GaugeMetricFamily(
+                "room_backup_last_timestamp_seconds",
+                "When the last `room backup` of this data folder was written (Unix time).",
+                value=totals.last_backup_at,
+            )
+            yield GaugeMetricFamily(
+                "room_backup_age_seconds",
+                "Seconds since the last `room backup` of this data folder was written.",
+                value=max(0.0, time.time() - totals.last_backup_at),
+            )
 
 
 async def render(core: Services) -> bytes:
     totals = await core.db.read(read_totals)
+    last = await asyncio.to_thread(boot.read_last_backup, core.settings.data)
+    if last is not None:
+        totals = dataclasses.replace(totals, last_backup_at=float(last["at"]))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Scrape(core, totals, core.db.stats))
     data: Any = generate_latest(registry)

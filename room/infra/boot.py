@@ -5,6 +5,11 @@
 * ``boot-report.json`` — what is really running: versions resolved from the live process (Python,
   the SQLite library, each dependency and the file it was imported from), registered tools,
   capability flags, providers and their availability, and a bounded history of activations.
+* ``last-backup.json`` — the last backup ``room backup`` wrote of this folder: when, where, its
+  size and rows, and the schedule it runs on (``every_hours``), read by ``/metrics`` and
+  ``room doctor``.
+* ``restored.json`` — left by ``room restore`` (room.actions.backup): the first start reports it
+  (``recovery.restored`` in the boot report, a ``restored`` phase in the trace), then removes it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ DEPENDENCIES = (
     ("pillow", "PIL"),
     ("puremagic", "puremagic"),
 )
+RESTORED = "restored.json"
+LAST_BACKUP = "last-backup.json"
 MAX_ACTIVATIONS = 20
 MAX_TRACE_LINES = 2000
 
@@ -138,3 +145,49 @@ def write_report(
     tmp.write_text(json.dumps(report, ensure_ascii=False, indent=2, default=str), encoding="utf-8")
     os.replace(tmp, path)
     return report
+
+
+def _write_private(path: Path, facts: dict[str, Any]) -> None:
+    """``facts`` as JSON in ``path``, 0600, replaced atomically."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(facts, ensure_ascii=False, indent=2))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_restored(data: Path, facts: dict[str, Any]) -> None:
+    """Say that ``data`` was restored from a backup, for its first start to report."""
+    _write_private(data / RESTORED, facts)
+
+
+def write_last_backup(data: Path, facts: dict[str, Any]) -> None:
+    """Remember the backup just written of ``data`` (``at`` in Unix seconds)."""
+    _write_private(data / LAST_BACKUP, facts)
+
+
+def read_last_backup(data: Path) -> dict[str, Any] | None:
+    """The last backup written of ``data``; None when there is none (or the note is
+    unreadable)."""
+    try:
+        facts = json.loads((data / LAST_BACKUP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return facts if isinstance(facts, dict) and isinstance(facts.get("at"), int | float) else None
+
+
+def read_restored(data: Path) -> dict[str, Any] | None:
+    """What ``room restore`` left for this start to report; None when the folder was not just
+    restored (or the note is unreadable: it only informs)."""
+    try:
+        facts = json.loads((data / RESTORED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return facts if isinstance(facts, dict) else None
+
+
+def clear_restored(data: Path) -> None:
+    """The restore has been reported (in the boot report just written): forget the note."""
+    (data / RESTORED).unlink(missing_ok=True)
