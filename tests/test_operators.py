@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -379,3 +380,22 @@ def test_a_folder_left_readable_is_flagged_and_narrowed_at_start(tmp_path: Path)
         proc.stop()
     code, out = run_cli("doctor", "--data", str(data), "--json")
     assert not [p for p in json.loads(out)["problems"] if "others may read" in p]
+
+
+def test_the_harness_restarts_a_server_whose_port_another_process_took(tmp_path: Path) -> None:
+    """tests.support.server: a port found free may be taken before the server binds it; the
+    harness must not take another server's /healthz for this one's (a test then signed in to
+    the wrong server and got 401)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        proc = ServerProcess(tmp_path / "data", port=port).start()
+        try:
+            assert proc.port != port
+            assert proc.get_json("/api/me", cookie=proc.login().cookie)["projects"]
+        finally:
+            proc.stop()
+    finally:
+        taken.close()

@@ -21,7 +21,35 @@ from typing import Any
 from room.cli import main as room_main
 from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
 
+START_ATTEMPTS = 3  # a port taken between free_port() and the bind: start again
 START_TIMEOUT_SECS = 20
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port`` (Linux's /proc)."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port and inode in inodes:
+                return True
+    return False
 
 
 def free_port() -> int:
@@ -64,6 +92,16 @@ class ServerProcess:
         return f"ws://127.0.0.1:{self.port}/ws"
 
     def start(self) -> ServerProcess:
+        """Start the server and wait until it serves on its port. A port found free can be
+        taken by another test's process before this server binds it (the server then exits,
+        and another server would answer on that port): this one starts again on a new port."""
+        for _ in range(START_ATTEMPTS):
+            if self._start_once():
+                return self
+            self.port = free_port()
+        raise RuntimeError(f"no free port was still free when the server bound it:\n{self.log}")
+
+    def _start_once(self) -> bool:
         env = {**os.environ, "ROOM_SEND_RATE_PER_SEC": "1000", "ROOM_SEND_BURST": "2000"}
         env.update(self.env)
         self.log_path = self.data.parent / f"server-{self.port}.log"
@@ -96,8 +134,16 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited during start:\n{text}")
             time.sleep(0.05)
+        # Listening on the port itself: /healthz alone could be answered by whoever took it.
+        while time.monotonic() < deadline and not _listens(self.proc.pid, self.port):
+            if self.proc.poll() is not None:
+                text = self.log_path.read_text()
+                if "address already in use" in text:
+                    return False
+                raise RuntimeError(f"server exited during start:\n{text}")
+            time.sleep(0.05)
         self._wait_healthy(deadline)
-        return self
+        return True
 
     @property
     def log(self) -> str:
