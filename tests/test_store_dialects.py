@@ -19,7 +19,7 @@ import pytest
 from room.errors import ConflictError
 from room.rules.entities import Member, User
 from room.rules.ledger import DeliveryState, Reason
-from room.store import Appends, Tx
+from room.store import Appends, Tx, run_write
 from room.store import attachments as attachments_store
 from room.store import audit as audit_store
 from room.store import auth as auth_store
@@ -68,15 +68,7 @@ def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connection]
 
 def write(conn: Connection, job: Callable[[Connection, Tx], R], now: float = NOW) -> R:
     """One write job in its own transaction, as the writer runs it (``BEGIN IMMEDIATE``)."""
-    tx = Tx(now=now)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = job(conn, tx)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return result
+    return run_write(conn, job, now=now)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from room.store.migrate import attach, connect
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+C = TypeVar("C", bound=Connection)
 T = TypeVar("T")
 
 
@@ -657,13 +658,15 @@ def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | No
 
 
 def run_write(
-    conn: sqlite3.Connection,
-    job: WriteJob[R],
+    conn: C,
+    job: Callable[[C, Tx], R],
     now: float | None = None,
     effects: EffectSink = _no_effects,
 ) -> R:
     """Run one write job synchronously in its own transaction (CLI, start-up, tests); its
-    effects go to ``effects`` after the commit (nobody is listening before the server runs)."""
+    effects go to ``effects`` after the commit (nobody is listening before the server runs).
+    On either store: ``conn`` is any :class:`~room.store.dialect.Connection`, and ``job``
+    takes the same kind."""
     tx = Tx(now=time.time() if now is None else now)
     conn.execute("BEGIN IMMEDIATE")
     try:
