@@ -44,10 +44,10 @@ def test_each_test_gets_an_empty_database_of_its_own(
 
 
 def test_the_server_does_not_run_as_root(pg_dsn: str) -> None:
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(pg_dsn) as conn:  # the backend lives as long as the connection
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    assert row is not None
-    uid = os.stat(f"/proc/{row[0]}").st_uid
+        assert row is not None
+        uid = os.stat(f"/proc/{row[0]}").st_uid
     assert uid != 0
 
 
