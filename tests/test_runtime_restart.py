@@ -221,30 +221,41 @@ async def test_room_agent_command_answers_with_stdout(tmp_path: Path, llm: OpenA
         room = Room(server, llm)
         room.add_agent("cli", "backend", "命令行", driver="external")
         token = server.agent_token("演示项目", "cli")
+        errors = tmp_path / "agent.err"
         script = (
             "import json, sys; batch = json.load(sys.stdin);"
             " print('命令收到：' + batch['deliveries'][-1]['body'])"
         )
-        proc = subprocess.Popen(  # noqa: ASYNC220 - a long-running child, not awaited
-            [
-                sys.executable,
-                "-m",
-                "room",
-                "agent",
-                "--url",
-                server.origin,
-                "--token",
-                token,
-                "--",
-                sys.executable,
-                "-c",
-                script,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        with errors.open("wb") as log:  # the child keeps its own descriptor
+            proc = subprocess.Popen(  # noqa: ASYNC220 - a long-running child, not awaited
+                [
+                    sys.executable,
+                    "-m",
+                    "room",
+                    "agent",
+                    "--url",
+                    server.origin,
+                    "--token",
+                    token,
+                    "--",
+                    sys.executable,
+                    "-c",
+                    script,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         room.say(f"@cli 任务 {uuid.uuid4().hex[:6]}")
-        replies = await eventually(lambda: agent_replies(room, "cli"), timeout=20)
+
+        def answered() -> list[dict[str, object]]:
+            assert proc is not None
+            if proc.poll() is not None:
+                raise AssertionError(f"room agent exited {proc.returncode}: {errors.read_text()}")
+            return agent_replies(room, "cli")
+
+        # The bound is generous: the agent process imports the package and signs in first, which
+        # took over 20 s once under the whole suite's load on two cores. A dead agent fails at once.
+        replies = await eventually(answered, timeout=60)
         assert replies[0]["body"].startswith("命令收到：@cli 任务")
     finally:
         if proc is not None:
