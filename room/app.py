@@ -51,6 +51,7 @@ from room.infra.git import Git
 from room.infra.hub import Hub
 from room.infra.sandbox import Sandbox
 from room.infra.sandbox import probe as sandbox_probe
+from room.infra.supervise import sweep_orphans
 from room.infra.transport import offers_direct_write
 from room.providers import ProviderRegistry, default_configs
 from room.rules.entities import User
@@ -232,7 +233,13 @@ def create_app(
             hidden=[settings.data.resolve()], tmp_bytes=settings.sandbox_tmp_bytes
         )
         core.git = Git(sandbox.git_jail())
-        trace.phase("sandbox", isolated=sandbox.info.isolated, reason=sandbox.info.reason)
+        swept = await asyncio.to_thread(sweep_orphans, sandbox.info.pids_cgroup)
+        trace.phase(
+            "sandbox",
+            isolated=sandbox.info.isolated,
+            reason=sandbox.info.reason,
+            orphans_killed=swept.processes,
+        )
         scheduler = Scheduler(
             core,
             registry,

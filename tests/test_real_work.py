@@ -25,6 +25,7 @@ import pytest
 from tests.support.inproc import wait_until
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text
+from tests.support.processes import running
 from tests.support.work import (
     CALC,
     PYTHON,
@@ -244,18 +245,6 @@ async def test_a_non_git_workspace_says_serial_and_its_writers_take_turns(
 
 BOMB = "bomb() { bomb | bomb & }; bomb; sleep 30"  # the forks go on while it sleeps
 LOOP = "while :; do :; done"
-
-
-def running(marker: str) -> list[int]:
-    """Processes on this machine whose command line holds ``marker`` (read from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.mark.slow

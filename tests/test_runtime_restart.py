@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from room.client import AgentClient, Batch
+from tests.support import processes
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text, openai_tool_call
 from tests.support.server import start_with_openai
@@ -146,6 +147,9 @@ async def test_kill_while_a_command_runs_is_not_rerun(tmp_path: Path, llm: OpenA
         assert phase == "interrupted"  # and its checkpoint names the command that never finished
         assert [p.split()[0] for p in json.loads(pending)] == ["shell"]
         assert mark in pending
+        # Nothing of the command outlives the killed server past the restart (a sandbox a few
+        # milliseconds old can outlive it: the new server's start kills what it left).
+        assert processes.running(f"sleep\x00{mark}\x00") == []
     finally:
         again.stop()
 

@@ -8,7 +8,9 @@ import hashlib
 import os
 import secrets
 import shutil
+import signal
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,7 +20,8 @@ import pytest
 
 from room.errors import SandboxPathError, SandboxUnavailableError
 from room.infra.sandbox import Sandbox, bwrap_argv, probe
-from room.infra.supervise import CommandLimits
+from room.infra.supervise import GROUP_PREFIX, CommandLimits, sweep_orphans
+from tests.support import processes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30), pytest.mark.slow]  # real processes
 
@@ -43,22 +46,6 @@ def ws(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
     path.mkdir()
     return path
-
-
-def survivors(marker: str) -> list[int]:
-    """Pids of live processes whose command line holds ``marker``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def unique_sleep() -> str:
@@ -238,7 +225,7 @@ async def test_process_limit_stops_a_fork_loop(sandbox: Sandbox, ws: Path) -> No
     done = await sandbox.run("python3 forks.py", cwd=ws, limits=limits)
     assert done.output.startswith("refused after "), done.output
     assert int(done.output.split()[2]) < 16
-    assert survivors(mark) == []  # its sleeping children went with it
+    assert processes.running(mark) == []  # its sleeping children went with it
 
 
 @needs_bwrap
@@ -252,13 +239,13 @@ async def test_fork_bomb_is_contained(sandbox: Sandbox, ws: Path) -> None:
     )
     most = 0
     while not bomb.done():
-        most = max(most, len(survivors(name)))
+        most = max(most, len(processes.running(name)))
         await asyncio.sleep(0.005)
     done = await bomb
     assert "Cannot fork" in done.output  # it hit the limit (dash gives up when a fork fails)
     assert most <= 32
     assert done.duration_secs < 5 + 2
-    assert survivors(name) == []
+    assert processes.running(name) == []
     fine = await asyncio.create_subprocess_exec("/bin/echo", "ok", stdout=asyncio.subprocess.PIPE)
     out, _ = await fine.communicate()
     assert out == b"ok\n"  # the server can still fork
@@ -280,7 +267,7 @@ async def test_timeout_kills_the_command(sandbox: Sandbox, ws: Path) -> None:
     assert done.timed_out and done.killed == "timeout" and done.exit_code is None
     assert done.output == "started\n"
     assert done.duration_secs < 0.5 + 2
-    assert survivors(mark) == []
+    assert processes.running(mark) == []
 
 
 async def check_cancel(sandbox: Sandbox, ws: Path, *, allow_unsandboxed: bool = False) -> None:
@@ -291,16 +278,16 @@ async def check_cancel(sandbox: Sandbox, ws: Path, *, allow_unsandboxed: bool = 
         sandbox.run(command, cwd=ws, cancel=cancel, allow_unsandboxed=allow_unsandboxed)
     )
     for _ in range(100):
-        if len(survivors(mark)) >= 4:
+        if len(processes.running(mark)) >= 4:
             break
         await asyncio.sleep(0.05)
-    assert len(survivors(mark)) >= 4  # the command and its (grand)children are running
+    assert len(processes.running(mark)) >= 4  # the command and its (grand)children are running
     asked = time.monotonic()
     cancel.set()
     done = await running
     assert time.monotonic() - asked < 2
     assert done.killed == "stopped" and done.exit_code is None and not done.timed_out
-    assert survivors(mark) == []
+    assert processes.running(mark) == []
 
 
 @needs_bwrap
@@ -407,3 +394,49 @@ async def test_a_protected_git_folder_stays_read_only_inside_the_working_folder(
     assert (ws / "note.txt").read_text() == "ok\n"  # the folder itself is writable
     assert (ws / ".git" / "config").read_text() == "[core]\n"
     assert not (ws / ".g").exists() and ".git" in done.output
+
+
+def dead_pid() -> int:
+    """A pid that no process has now (a child that ran and was reaped)."""
+    probe_child = subprocess.Popen(["true"])
+    probe_child.wait()
+    return probe_child.pid
+
+
+def test_leftovers_of_a_dead_server_are_killed_and_their_groups_removed(tmp_path: Path) -> None:
+    """What a server killed mid-command left running (bubblewrap's parent-death signal misses a
+    sandbox a few milliseconds old) is killed at the next start; a live server's group is not
+    touched."""
+    parent = probe().info.pids_cgroup
+    if parent is None:
+        pytest.skip("no pids cgroup to make command groups in")
+    marker = unique_sleep()
+    dead = parent / f"{GROUP_PREFIX}{dead_pid()}-{secrets.token_hex(6)}"
+    live = parent / f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+    empty = parent / f"{GROUP_PREFIX}{dead_pid()}-{secrets.token_hex(6)}"
+    for group in (dead, live, empty):
+        group.mkdir()
+    left = subprocess.Popen(["sleep", marker])
+    kept = subprocess.Popen(["sleep", marker])
+    try:
+        (dead / "cgroup.procs").write_text(str(left.pid))
+        (live / "cgroup.procs").write_text(str(kept.pid))
+        swept = sweep_orphans(parent)
+        assert left.wait(timeout=5) == -signal.SIGKILL
+        assert swept.processes >= 1 and swept.groups >= 2  # other tests' leftovers count too
+        assert not dead.exists() and not empty.exists()
+        assert live.exists() and kept.poll() is None  # a running server's command lives on
+    finally:
+        for proc in (left, kept):
+            proc.kill()
+            proc.wait()
+        for group in (dead, live, empty):
+            for _ in range(100):
+                try:
+                    group.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+    assert processes.running(marker) == []

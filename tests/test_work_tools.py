@@ -14,6 +14,7 @@ import pytest
 from tests.support.inproc import App, error, owner_user
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import TEST_API_KEY, Reply, openai_text, openai_tool_calls
+from tests.support.processes import running
 
 pytestmark = [pytest.mark.anyio]
 
@@ -215,15 +216,8 @@ SLEEP = f"100.{os.getpid()}"
 
 
 def sleeping() -> bool:
-    """This test's ``sleep`` process exists on this machine (read from /proc)."""
-    wanted = f"sleep\x00{SLEEP}\x00".encode()
-    for entry in Path("/proc").iterdir():
-        try:
-            if (entry / "cmdline").read_bytes() == wanted:
-                return True
-        except OSError:
-            continue
-    return False
+    """This test's ``sleep`` process exists on this machine."""
+    return bool(running(f"sleep\x00{SLEEP}\x00"))
 
 
 async def test_stopping_the_member_kills_its_command_within_two_seconds(room: Room) -> None:

@@ -14,9 +14,10 @@ keeps (there is no module-level state). :meth:`Sandbox.run` runs ``/bin/sh -c CO
   ``/dev/null`` for a file). The sandbox root is then remounted read-only.
 * **bounded** by ``prlimit`` (CPU seconds, address space, file size, no core dumps) and, where the
   server may create one, a pids cgroup of its own (``pids.max``): ``RLIMIT_NPROC`` does not
-  apply to root and counts every process of the user, so it is used only as a fallback (joining
-  a cgroup-v1 group waits for an RCU grace period, 10-20 ms: bwrap is held with ``--block-fd``
-  while the server moves it in, so that wait overlaps bwrap's own set-up). A
+  apply to root and counts every process of the user, so it is used only as a fallback. The
+  command line joins the group before bubblewrap starts (:func:`room.infra.supervise.joining`):
+  whatever instant the server dies at, nothing of the command runs outside it, and the next
+  start kills what is left (:func:`room.infra.supervise.sweep_orphans`). A
   wall-clock timeout and a ``cancel`` event stop the command: SIGTERM to every process of the
   command, SIGKILL after :data:`room.infra.supervise.KILL_GRACE_SECS`. When the command ends its background processes
   end with it (the pid namespace, the cgroup or the process group is emptied).
@@ -28,7 +29,7 @@ unless ``allow_unsandboxed`` is true; then the command runs plainly (same limits
 environment) and the result says ``sandboxed=False``.
 
 This module finds the machine's means and builds the command line (the jail's layout, the
-limits); :mod:`room.infra.supervise` runs it: the cgroup, bubblewrap's gate, the wall clock,
+limits); :mod:`room.infra.supervise` runs it: the cgroup (joined before bubblewrap starts), the wall clock,
 the kill and the captured output.
 """
 
@@ -52,7 +53,7 @@ from room.errors import SandboxPathError, SandboxUnavailableError
 from room.infra.supervise import (
     CommandLimits,
     CommandResult,
-    Gate,
+    joining,
     make_group,
     remove_group,
     supervise,
@@ -436,7 +437,6 @@ class Sandbox:
         path = _SYSTEM_PATH + (f":{prefix / 'bin'}" if prefix else "")
         group = make_group(info.pids_cgroup, limits.processes)
         scratch: str | None = None
-        gate: Gate | None = None
         copies: _EtcCopies | None = None
         try:
             inner = [
@@ -463,21 +463,15 @@ class Sandbox:
                 scratch = tempfile.mkdtemp(prefix="room-command-")
                 full_env = command_env(scratch, path) | dict(env or {})
                 argv = inner
-            if group is not None and info.isolated:  # bwrap waits while we move it in
-                gate = Gate(group)
-                argv = [argv[0], *gate.bwrap_args(), *argv[1:]]
-            elif group is not None:  # join the cgroup before anything can fork
-                argv = ["/bin/sh", "-c", 'echo $$ >"$0" && exec "$@"', str(group / "cgroup.procs"),
-                        *argv]  # fmt: skip
+            if group is not None:  # joined before anything can fork
+                argv = joining(group, argv)
             return await supervise(
                 argv, cwd=cwd, env=full_env, limits=limits, cancel=cancel, group=group,
-                sandboxed=info.isolated, gate=gate, pass_fds=copies.fds if copies else (),
+                sandboxed=info.isolated, pass_fds=copies.fds if copies else (),
             )  # fmt: skip
         finally:
             if copies is not None:
                 copies.close()
-            if gate is not None:
-                gate.close()
             if group is not None:
                 await remove_group(group)
             if scratch is not None:
