@@ -132,10 +132,23 @@ def aliases_for_project(conn: Connection, project_id: int) -> dict[int, list[str
 
 def wire_list(conn: Connection, project_id: int) -> list[dict[str, object]]:
     """The members as every frame and endpoint sends them, with their aliases (the browser's
-    mention resolver needs them to give the same answer as the server's)."""
+    mention resolver needs them to give the same answer as the server's) and ``disabled: true``
+    for a person whose account an operator disabled (``room users disable``)."""
     aliases = aliases_for_project(conn, project_id)
+    disabled = {
+        int(r[0])
+        for r in conn.execute(
+            "SELECT m.id FROM members m JOIN users u ON u.id = m.user_id"
+            " WHERE m.project_id = :p AND u.disabled_at IS NOT NULL",
+            {"p": project_id},
+        )
+    }
     return [
-        {**m.to_wire(), "aliases": aliases.get(m.id, [])}
+        {
+            **m.to_wire(),
+            "aliases": aliases.get(m.id, []),
+            **({"disabled": True} if m.id in disabled else {}),
+        }
         for m in list_for_project(conn, project_id)
     ]
 

@@ -1,0 +1,75 @@
+"""A person an operator disabled (`room users disable`, docs/operators.md) reads 已停用 in the
+roster of a page already open, pushed live, in Chinese and in English; the message they wrote
+keeps its author, and the page no longer offers to mention them."""
+
+# The fixtures chromium, room_server and owner are imported from tests/support/browser.py and
+# used as test arguments, which linters read as unused imports redefined.
+# ruff: noqa: F401, F811
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from room.cli import main as room_main
+from tests.support.browser import (
+    Person,
+    RoomServer,
+    chromium,
+    owner,
+    room_server,
+    screenshot,
+    sign_in_owner,
+)
+
+pytestmark = pytest.mark.browser
+
+ENGLISH = "localStorage.setItem('room.lang', JSON.stringify('en'))"
+
+
+def users(room_server: RoomServer, *argv: str) -> None:
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert room_main(["users", argv[0], "--data", str(room_server.server.data), *argv[1:]]) == 0
+
+
+def test_a_disabled_person_reads_disabled_in_the_roster(
+    chromium: Browser, owner: Person, room_server: RoomServer
+) -> None:
+    project = room_server.create_project("停用的人", [{"role": "lead", "handle": "lead",
+                                                      "display_name": "负责人"}])  # fmt: skip
+    bob = room_server.invite_session(project, "bob", "小博")
+    room_server.say(project, "交接文档在 wiki", session=bob)
+    bob_id = room_server.members(project)["bob"]["id"]
+    owner.open_project(project)
+    page = owner.page
+    row = page.locator(f'#tab-members .member-row[data-member-id="{bob_id}"]')
+    expect(row.locator(".status-text")).not_to_have_text("已停用")
+
+    users(room_server, "disable", "bob")
+    expect(row.locator(".status-text")).to_have_text("已停用")  # pushed: no reload
+    expect(row).to_have_class(r"member-row is-active is-disabled")
+    said = page.locator(f'.msg[data-author="{bob_id}"]')
+    expect(said).to_have_count(1)
+    expect(said).to_contain_text("交接文档在 wiki")
+    expect(said).to_have_attribute("aria-label", re.compile("^小博 "))
+    row.locator(".avatar").click()
+    expect(page.get_by_role("menuitem", name="@ 他")).to_be_disabled()
+    screenshot(page, "users-disabled-roster-zh")
+    page.keyboard.press("Escape")
+
+    english = sign_in_owner(chromium, room_server, setup=lambda p: p.add_init_script(ENGLISH))
+    try:
+        english.open_project(project)
+        en_row = english.page.locator(f'#tab-members .member-row[data-member-id="{bob_id}"]')
+        expect(en_row.locator(".status-text")).to_have_text("Disabled")
+        screenshot(english.page, "users-disabled-roster-en")
+        users(room_server, "enable", "bob")
+        expect(en_row.locator(".status-text")).not_to_have_text("Disabled")
+        english.assert_clean()
+    finally:
+        english.close()
+    expect(row.locator(".status-text")).not_to_have_text("已停用")
