@@ -127,7 +127,7 @@ class ServerProcess:
         deadline = time.monotonic() + START_TIMEOUT_SECS
         while time.monotonic() < deadline:
             text = self.log_path.read_text()
-            found = re.search(r"(http://\S+/login/\S+)", text)
+            found = re.search(r"(https?://\S+/login/\S+)", text)
             if found:
                 self.login_url = found.group(1)
                 break
