@@ -121,6 +121,17 @@ async def test_a_disabled_person_is_cut_off_at_once_and_keeps_their_history(
             (d["code"], d["name"], d["blocking"]) for d in refusal["details"]["diagnostics"]
         ] == [("disabled", "小博", True)]
 
+        # Nor given a task: a plan naming them as owner is refused.
+        item = {"key": "handover", "title": "交接", "owner": "bob", "acceptance": ["写完"]}
+        status, body = server.request(
+            "POST", f"/api/projects/{pid}/plan", {"goal": "交接", "items": [item]},
+            headers=owner.headers,
+        )  # fmt: skip
+        assert (status, body["error"]["code"]) == (400, "plan_invalid")
+        problems = body["error"]["details"]["problems"]
+        assert [(p["code"], p["item"]) for p in problems] == [("inactive_owner", "handover")]
+        assert "disabled" in problems[0]["message"]
+
         # A login link is refused while disabled; the list says so.
         code, _, err = run_cli("users", "login-link", "--data", data, "bob")
         assert code == 1 and "user_disabled" in err
