@@ -1,6 +1,7 @@
 """A person an operator disabled (`room users disable`, docs/operators.md) reads 已停用 in the
 roster of a page already open, pushed live, in Chinese and in English; the message they wrote
-keeps its author, and the page no longer offers to mention them."""
+keeps its author, and the page no longer offers to mention them. Their own open page is signed
+out at once and says why."""
 
 # The fixtures chromium, room_server and owner are imported from tests/support/browser.py and
 # used as test arguments, which linters read as unused imports redefined.
@@ -20,6 +21,7 @@ from tests.support.browser import (
     Person,
     RoomServer,
     chromium,
+    join,
     owner,
     room_server,
     screenshot,
@@ -79,3 +81,26 @@ def test_a_disabled_person_reads_disabled_in_the_roster(
     finally:
         english.close()
     expect(row.locator(".status-text")).not_to_have_text("已停用")
+
+
+def test_the_disabled_person_s_own_page_says_why_it_signed_out(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    project = room_server.create_project("被停用者的页面", [])
+    carl = join(chromium, room_server, project, "carl", "小卡")
+    try:
+        carl.open_project(project)
+        users(room_server, "disable", "carl")
+        card = carl.page.locator("#signed-out")
+        expect(card).to_be_visible()  # the socket closed (4401, "account disabled")
+        expect(card.locator("h1")).to_have_text("账号已停用")
+        expect(card).to_contain_text("你的消息都还在")
+        expect(carl.page.locator("#app")).to_be_hidden()
+        screenshot(carl.page, "users-disabled-own-page")
+        carl.page.reload()  # its next request: 401 account_disabled
+        expect(carl.page.locator("#signed-out h1")).to_have_text("账号已停用")
+        carl.allow(r"Failed to load resource.*401")
+        carl.assert_clean()
+    finally:
+        carl.close()
+        users(room_server, "enable", "carl")

@@ -5,6 +5,8 @@ export const STRINGS_EN = {
   "auth.logout": "Sign out",
   "auth.signedOutTitle": "Please sign in",
   "auth.signedOutText": "Open the one-time login link the server printed when it started, or run room login-link on the server for a new one.",
+  "auth.disabledTitle": "Account disabled",
+  "auth.disabledText": "The server's operator disabled your account; your messages stay. Ask them to enable it again.",
   "lang.switch": "中文",
 
   "common.add": "Add",

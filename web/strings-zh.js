@@ -6,6 +6,8 @@ export const STRINGS_ZH = {
   "auth.logout": "退出",
   "auth.signedOutTitle": "请先登录",
   "auth.signedOutText": "打开服务器启动时打印的一次性登录链接，或在服务器上运行 room login-link 获取新链接。",
+  "auth.disabledTitle": "账号已停用",
+  "auth.disabledText": "服务器管理员停用了你的账号，你的消息都还在。如需恢复，请联系管理员。",
   "lang.switch": "English",
 
   "common.add": "添加",
