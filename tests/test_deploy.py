@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -214,6 +215,31 @@ def proxied(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proxy]:
                 proxy.kill()
                 proxy.wait()
         server.stop()
+
+
+def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
+    """systemd-analyze verify finds nothing to say about the doc's unit (a misspelt key, a bad
+    value or a missing program would be said), run with this venv's ``room`` as its program."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian's systemd package)")
+    [unit] = blocks("ini")
+    program = Path(sys.executable).with_name("room")
+    assert program.exists(), program
+    unit = templated(unit, {"/srv/room/venv/bin/room": str(program)})
+    (tmp_path / "room.service").write_text(unit)
+    done = subprocess.run(
+        [analyze, "verify", str(tmp_path / "room.service")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")
+    # The same check speaks up when the unit is wrong.
+    (tmp_path / "room.service").write_text(unit.replace("UMask=0077", "UMask=0o77"))
+    done = subprocess.run(
+        [analyze, "verify", str(tmp_path / "room.service")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "Failed to parse mode value, ignoring: 0o77" in done.stderr
 
 
 def test_the_doc_s_upload_limit_is_the_server_s() -> None:
