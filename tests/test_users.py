@@ -69,6 +69,8 @@ async def test_a_disabled_person_is_cut_off_at_once_and_keeps_their_history(
         bob = server.invite(owner, pid, "bob", "小博")
 
         # Who may create projects: the owner always, bob is not listed.
+        assert server.get_json("/api/me", cookie=bob.cookie)["may_create_projects"] is False
+        assert server.get_json("/api/me", cookie=owner.cookie)["may_create_projects"] is True
         status, body = server.request(
             "POST", "/api/projects", {"name": "鲍勃的项目"}, headers=bob.headers
         )

@@ -91,6 +91,8 @@ async function boot() {
   setCsrf(me.csrf_token);
   for (const project of me.projects) upsertProject(project);
   app.trashRetentionDays = me.trash_retention_days ?? null;
+  // Only the people the operator lists may create projects (setting project_creators).
+  $("#new-project").hidden = me.may_create_projects === false;
   $("#app").hidden = false;
   $("#me-name").textContent = me.identity.display_name;
   $("#me-handle").textContent = `@${me.identity.handle}`;
