@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
@@ -27,6 +28,7 @@ from tests.support.browser import (
     screenshot,
     sign_in_owner,
 )
+from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.browser
 
@@ -104,3 +106,25 @@ def test_the_disabled_person_s_own_page_says_why_it_signed_out(
     finally:
         carl.close()
         users(room_server, "enable", "carl")
+
+
+def test_only_listed_people_see_new_project(chromium: Browser, tmp_path: Path) -> None:
+    """Setting project_creators: the owner and the people listed see 新建项目; others do not."""
+    process = ServerProcess(tmp_path / "data", env={"ROOM_PROJECT_CREATORS": "dana"}).start()
+    try:
+        server = RoomServer(process)
+        project = server.create_project("谁能建项目", [])
+        owner_page = sign_in_owner(chromium, server)
+        eve = join(chromium, server, project, "eve", "小伊")
+        dana = join(chromium, server, project, "dana", "小丹")
+        try:
+            expect(owner_page.page.locator("#new-project")).to_be_visible()
+            expect(dana.page.locator("#new-project")).to_be_visible()
+            expect(eve.page.locator("#new-project")).to_be_hidden()
+            for person in (owner_page, eve, dana):
+                person.assert_clean()
+        finally:
+            for person in (owner_page, eve, dana):
+                person.close()
+    finally:
+        process.stop()
