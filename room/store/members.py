@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 from room.rules.entities import MEMBER_COLUMNS, Member
+from room.store import users as users_store
 from room.store.dialect import Connection, dialect_for
 
 
@@ -135,14 +136,7 @@ def wire_list(conn: Connection, project_id: int) -> list[dict[str, object]]:
     mention resolver needs them to give the same answer as the server's) and ``disabled: true``
     for a person whose account an operator disabled (``room users disable``)."""
     aliases = aliases_for_project(conn, project_id)
-    disabled = {
-        int(r[0])
-        for r in conn.execute(
-            "SELECT m.id FROM members m JOIN users u ON u.id = m.user_id"
-            " WHERE m.project_id = :p AND u.disabled_at IS NOT NULL",
-            {"p": project_id},
-        )
-    }
+    disabled = users_store.disabled_members(conn, project_id)
     return [
         {
             **m.to_wire(),
