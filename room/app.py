@@ -43,7 +43,7 @@ from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
-from room.auth import credential_rechecks
+from room.auth import credential_rechecks, user_change_watch
 from room.errors import RoomError
 from room.infra import blobs, boot, perms
 from room.infra.boot import BootTrace, write_report
@@ -308,12 +308,15 @@ def create_app(
         rechecks = asyncio.create_task(
             credential_rechecks(core, settings.credential_recheck_secs), name="credentials"
         )
+        user_watch = asyncio.create_task(
+            user_change_watch(core, settings.user_watch_secs), name="user-changes"
+        )
         trace.phase("ready", origin=settings.origin)
         try:
             yield {"core": core}
         finally:
             trace.phase("stopping")
-            for task in (daily, rechecks):
+            for task in (daily, rechecks, user_watch):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from room.actions import users as user_actions
 from room.errors import AuthError, ForbiddenError
 from room.infra.frames import CLOSE_SIGNED_OUT
 from room.infra.hub import Hub
 from room.rules.entities import Member, User
 from room.services import Services
 from room.store import auth as auth_store
+from room.store import users as users_store
 
 SESSION_COOKIE = "room_session"
 CSRF_HEADER = "x-csrf-token"
@@ -69,6 +71,11 @@ async def authenticate_session(core: Services, secret: str) -> Identity:
     now = core.clock()
     found = await core.db.read(lambda conn: auth_store.session_user(conn, secret, now))
     if found is None:
+        digest = auth_store.digest(secret)
+        if await core.db.read(lambda conn: users_store.is_disabled_session(conn, digest)):
+            raise AuthError(
+                "your account was disabled by the server's operator", code="account_disabled"
+            )
         raise AuthError("your session expired; sign in again", code="session_expired")
     user, csrf = found
     return Identity(user=user, csrf_token=csrf, credential=auth_store.digest(secret))
@@ -105,7 +112,7 @@ def check_csrf(identity: Identity, headers: Mapping[str, str]) -> None:
 # -- open sockets outlive nothing that proved them -------------------------------------------------
 
 
-async def recheck_credentials(core: Services) -> int:
+async def recheck_credentials(core: Services, reason: str = "signed out") -> int:
     """Close every open socket whose session or token has ended since it connected; how many.
 
     Sign-out, leaving and the owner's rotate/revoke close their sockets at once (an effect).
@@ -121,7 +128,7 @@ async def recheck_credentials(core: Services) -> int:
     )
     closed = 0
     for session in sessions - live_sessions:
-        closed += hub.presence.cut_session(session, "signed out", CLOSE_SIGNED_OUT)
+        closed += hub.presence.cut_session(session, reason, CLOSE_SIGNED_OUT)
     for token in tokens - live_tokens:
         closed += hub.presence.cut_session(
             hub.presence.token_session(token), REVOKED_REASON, CLOSE_SIGNED_OUT
@@ -140,3 +147,22 @@ async def credential_rechecks(core: Services, period: float) -> None:
             continue
         if closed:
             log.info("closed %d socket(s) whose session or token ended", closed)
+
+
+async def user_change_watch(core: Services, period: float) -> None:
+    """The loop behind setting ``user_watch_secs``: a person an operator disabled or enabled
+    beside the server (``room users``, which writes the database and a ``user_changes`` row) has
+    their ended sessions' sockets closed (4401) and their projects' rosters sent again."""
+    seen = await core.db.read(users_store.last_change)
+    while True:
+        await asyncio.sleep(period)
+        try:
+            latest = await core.db.read(users_store.last_change)
+            if latest == seen:
+                continue
+            seen, changes = await user_actions.apply_user_changes(core, seen)
+            if any(action == "disable" for _, action in changes):
+                closed = await recheck_credentials(core, reason="account disabled")
+                log.info("closed %d socket(s) of disabled people", closed)
+        except Exception:  # pragma: no cover - a failed check must not end the loop
+            log.exception("user change watch failed")

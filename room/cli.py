@@ -1,7 +1,7 @@
 """The ``room`` command. ``main(argv)`` returns an exit code, so tests run it in-process.
 
-``login-link``, ``member token``, ``export``, ``import``, ``risk`` and ``doctor`` work while a
-server runs: they never take the data-folder lock; the first two write one small row each in
+``login-link``, ``member token``, ``users``, ``export``, ``import``, ``risk`` and ``doctor``
+work while a server runs: they never take the data-folder lock; the first two write one small row each in
 their own short SQLite transaction (WAL lets them interleave with the server's writer),
 ``export`` reads one snapshot, ``import`` writes its project in one transaction, ``risk`` makes
 one short write, ``doctor`` only reads, ``backup`` copies the database with SQLite's online backup
@@ -111,6 +111,26 @@ def build_parser() -> argparse.ArgumentParser:
     data_arg(revoke)
     revoke.add_argument("project", metavar="PROJECT", help="project name or id")
     revoke.add_argument("handle", metavar="HANDLE", help="the agent's handle")
+
+    users = sub.add_parser(
+        "users",
+        help="list, disable and enable people; a login link for any person (docs/operators.md)",
+        description="Administer the server's people. Works while the server runs: a disabled "
+        "person's sessions end and their open sockets close within a second; they stay a member "
+        "(messages and authorship kept), shown as disabled. Every action is audited.",
+    )
+    users_sub = users.add_subparsers(dest="users_command", metavar="SUBCOMMAND")
+    users_list = users_sub.add_parser("list", help="every person, with their state")
+    data_arg(users_list)
+    users_list.add_argument("--json", action="store_true", help="print the list as JSON")
+    for name, text in (
+        ("disable", "disable a person: sessions end, sockets close, sign-in refused"),
+        ("enable", "enable a disabled person again"),
+        ("login-link", "print a fresh one-time login link for a person"),
+    ):
+        one = users_sub.add_parser(name, help=text, description=text + ".")
+        data_arg(one)
+        one.add_argument("who", metavar="PERSON", help="a handle (@ optional) or a user id")
 
     export = sub.add_parser(
         "export",
@@ -228,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return member_token(_settings(args), args.project, args.handle)
         if args.command == "member" and args.member_command == "revoke":
             return member_revoke(_settings(args), args.project, args.handle)
+        if args.command == "users" and args.users_command is not None:
+            return users_command(_settings(args), args)
         if args.command == "export":
             return export_project(_settings(args), args.project, args.file)
         if args.command == "import":
@@ -419,6 +441,63 @@ def member_revoke(settings: Settings, project: str, handle: str) -> int:
     finally:
         conn.close()
     print(f"revoked {revoked} token(s) of @{handle.lstrip('@')}")
+    return EXIT_OK
+
+
+def users_command(settings: Settings, args: argparse.Namespace) -> int:
+    """``room users list|disable|enable|login-link``: each in its own short transaction. A
+    refusal prints its message and one JSON line (``code``, ``message``, ``details``, ``exit``)
+    on stderr."""
+    try:
+        return _users_command(settings, args)
+    except RoomError as exc:
+        print(f"room: {exc.message}", file=sys.stderr)
+        print(
+            json.dumps({**exc.to_dict(), "exit": EXIT_ERROR}, ensure_ascii=False), file=sys.stderr
+        )
+        return EXIT_ERROR
+
+
+def _users_command(settings: Settings, args: argparse.Namespace) -> int:
+    from room.actions import users as user_actions
+    from room.store import run_write
+
+    conn = _open_current(settings)
+    try:
+        if args.users_command == "list":
+            people = user_actions.list_users(conn, time.time())
+            if args.json:
+                print(json.dumps({"users": people}, ensure_ascii=False, indent=2))
+                return EXIT_OK
+            for p in people:
+                state = "disabled" if p["disabled_at"] else "active"
+                role = " owner" if p["admin"] else ""
+                print(
+                    f"{p['id']:>5}  @{p['handle']:<20} {p['display_name']}  [{state}{role}]"
+                    f"  projects {p['projects']}  sessions {p['sessions']}"
+                    f"  last sign-in {p['last_sign_in'] or '-'}"
+                )
+            return EXIT_OK
+        if args.users_command == "login-link":
+            minutes = settings.login_link_minutes
+            secret = run_write(
+                conn, lambda c, tx: user_actions.user_login_link(c, tx, args.who, minutes)
+            )
+            if isinstance(secret, RoomError):
+                raise secret
+            print(f"{_origin(settings)}/login/{secret}")
+            return EXIT_OK
+        change = (
+            user_actions.disable_user
+            if args.users_command == "disable"
+            else (user_actions.enable_user)
+        )
+        result = run_write(conn, lambda c, tx: change(c, tx, args.who))
+    finally:
+        conn.close()
+    if isinstance(result, RoomError):
+        raise result
+    print(json.dumps(result, ensure_ascii=False))
     return EXIT_OK
 
 

@@ -21,6 +21,7 @@ from room.settings import Settings
 from room.store import Database
 from room.store import members as members_store
 from room.store import projects as projects_store
+from room.store import users as users_store
 from room.store.indexer import SearchIndexer
 
 
@@ -120,6 +121,8 @@ class ProjectRoster:
     members: dict[int, Member]
     roster: Roster
     lead_id: int | None
+    # People whose accounts an operator disabled (room users): members still, never mentioned.
+    disabled: frozenset[int] = frozenset()
 
     def member(self, member_id: int) -> Member | None:
         return self.members.get(member_id)
@@ -138,14 +141,15 @@ class RosterCache:
         if cached is not None:
             return cached
         generation = self._generation.get(project_id, 0)
-        members, names, lead_id = await self._db.read(
+        members, names, lead_id, disabled = await self._db.read(
             lambda conn: (
                 members_store.list_for_project(conn, project_id),
                 members_store.names_for_project(conn, project_id),
                 projects_store.lead_of(conn, project_id),
+                users_store.disabled_members(conn, project_id),
             )
         )
-        built = build_roster(members, names, lead_id)
+        built = build_roster(members, names, lead_id, disabled)
         if self._generation.get(project_id, 0) == generation:
             self._cache[project_id] = built
         return built
@@ -159,7 +163,10 @@ class RosterCache:
 
 
 def build_roster(
-    members: list[Member], names: list[tuple[int, str, str, bool]], lead_id: int | None
+    members: list[Member],
+    names: list[tuple[int, str, str, bool]],
+    lead_id: int | None,
+    disabled: frozenset[int] = frozenset(),
 ) -> ProjectRoster:
     aliases: dict[int, list[str]] = {}
     tombstones: list[Tombstone] = []
@@ -183,7 +190,7 @@ def build_roster(
         ],
         tombstones,
     )
-    return ProjectRoster({m.id: m for m in members}, roster, lead_id)
+    return ProjectRoster({m.id: m for m in members}, roster, lead_id, disabled)
 
 
 @dataclass(slots=True)

@@ -166,6 +166,20 @@ class Settings(BaseModel):
         default=30, ge=1, description="Shown as the retention hint in the trash; never auto-purges."
     )
     demo: bool = Field(default=True, description="Create the demo project on first start.")
+    project_creators: tuple[str, ...] = Field(
+        default=(),
+        description="Handles of the people who may create projects (comma-separated in env); "
+        "empty: anyone signed in. The server's owner always may; anyone else is refused "
+        "(403 not_a_creator, audited).",
+    )
+    user_watch_secs: float = Field(
+        default=0.25,
+        gt=0,
+        le=5,
+        description="How often the server looks for people an operator changed beside it "
+        "(`room users disable`/`enable`): a disabled person's open sockets close and the "
+        "rosters change within this many seconds.",
+    )
     credential_recheck_secs: float = Field(
         default=10.0,
         gt=0,

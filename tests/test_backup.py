@@ -1,4 +1,4 @@
-"""`room backup` of a live server while a sender writes, and `room restore` into a new folder
+"""`room backup` of a live server while six senders write, and `room restore` into a new folder
 that a second server then serves (docs/backup.md); the refusals write nothing."""
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from tests.support.llm_servers import OpenAIServer, Reply, openai_text
 from tests.support.server import ServerProcess, Session, start_with_openai
 
 pytestmark = pytest.mark.timeout(180)
+
+SENDERS = 6
 
 
 def run_room(*args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +108,7 @@ class Backed:
     picture_id: int
     first_ids: list[int]
     acked_before: set[int]
-    acked: list[int]
+    acked: dict[str, list[int]]  # each sender's acked message ids, in the order acked
     stdout: str
 
 
@@ -145,17 +147,24 @@ def backed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backed]:
         )
         assert status == 201, body
 
-        sender = Sender(server, owner, project, owner.user["handle"])
-        thread = threading.Thread(target=sender.run, daemon=True)
-        thread.start()
-        while len(sender.acked) < 20:
+        # Six senders, each a person of the project posting notes to self at once.
+        people = [owner] + [
+            server.invite(owner, project, f"sender{i}", f"写入者{i}") for i in range(1, SENDERS)
+        ]
+        senders = [Sender(server, who, project, who.user["handle"]) for who in people]
+        threads = [threading.Thread(target=s.run, daemon=True) for s in senders]
+        for thread in threads:
+            thread.start()
+        while min(len(s.acked) for s in senders) < 5:
             time.sleep(0.01)
         started = time.time()
         archive = root / "out" / "room.tar"
         done = run_room("backup", "--to", str(archive), "--data", str(server.data))
         time.sleep(0.2)
-        sender.stop.set()
-        thread.join(timeout=10)
+        for sender in senders:
+            sender.stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
         assert done.returncode == 0, done.stderr
         yield Backed(
             server=server,
@@ -165,8 +174,8 @@ def backed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backed]:
             picture=picture,
             picture_id=int(attachment["id"]),
             first_ids=first_ids,
-            acked_before={i for i, at in sender.acked if at < started},
-            acked=[i for i, _ in sender.acked],
+            acked_before={i for s in senders for i, at in s.acked if at < started},
+            acked={s.handle: [i for i, _ in s.acked] for s in senders},
             stdout=done.stdout,
         )
     finally:
@@ -221,16 +230,31 @@ def test_a_restored_folder_serves_everything_the_backup_held(
             assert (low, high) == (1, n), project_id
             seqs[int(project_id)] = int(n)
         assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
-        written = [
-            int(i)
-            for (i,) in conn.execute(
-                "SELECT id FROM messages WHERE body LIKE '%并发写入%' ORDER BY id"
-            )
-        ]
+        written = {
+            handle: [
+                int(i)
+                for (i,) in conn.execute(
+                    "SELECT id FROM messages WHERE body LIKE :mine ORDER BY id",
+                    {"mine": f"@{handle} 并发写入 %"},
+                )
+            ]
+            for handle in backed.acked
+        }
     assert set(backed.first_ids) | backed.acked_before <= ids
-    assert len(backed.acked_before) >= 20
-    # One sender, one message at a time: the backup holds a prefix of its acks, in order.
-    assert written == backed.acked[: len(written)]
+    assert len(backed.acked) == SENDERS and len(backed.acked_before) >= 5 * SENDERS
+    # Each sender sends one message at a time: the backup holds a prefix of its acks, in order,
+    # and nothing that was never acked.
+    for handle, acked in backed.acked.items():
+        assert written[handle] == acked[: len(written[handle])], handle
+    # Attachment files byte-identical to the live server's.
+    restored_files = {
+        p.relative_to(target): p.read_bytes()
+        for p in (target / "attachments").rglob("*")
+        if p.is_file()
+    }
+    assert len(restored_files) == 2  # the picture and its thumbnail
+    for relative, content in restored_files.items():
+        assert (backed.server.data / relative).read_bytes() == content, relative
 
     restored = ServerProcess(target).start()
     try:

@@ -31,6 +31,7 @@ OWNERS: Mapping[str, OwnerInfo] = {
     "ann": OwnerInfo(MemberStatus.ACTIVE, "human"),
     "resting": OwnerInfo(MemberStatus.PAUSED, "agent"),
     "gone": OwnerInfo(MemberStatus.LEFT, "agent"),
+    "bob": OwnerInfo(MemberStatus.ACTIVE, "human", disabled=True),  # room users disable
 }
 
 
@@ -196,7 +197,12 @@ def test_duplicate_key_is_reported_on_the_later_item_only() -> None:
 
 @pytest.mark.parametrize(
     ("owner", "code"),
-    [("ghost", "unknown_owner"), ("resting", "inactive_owner"), ("gone", "inactive_owner")],
+    [
+        ("ghost", "unknown_owner"),
+        ("resting", "inactive_owner"),
+        ("gone", "inactive_owner"),
+        ("bob", "inactive_owner"),
+    ],
 )
 def test_owner_problems(owner: str, code: str) -> None:
     problems = problems_of({"items": [item("a", owner=owner)]})

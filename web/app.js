@@ -82,7 +82,7 @@ async function boot() {
   try {
     me = await get("/api/me");
   } catch (err) {
-    if (err.status === 401) return signedOut();
+    if (err.status === 401) return signedOut(err.code === "account_disabled");
     $("#boot-error").hidden = false;
     $("#boot-error").textContent = errorText(err);
     return;
@@ -91,6 +91,8 @@ async function boot() {
   setCsrf(me.csrf_token);
   for (const project of me.projects) upsertProject(project);
   app.trashRetentionDays = me.trash_retention_days ?? null;
+  // Only the people the operator lists may create projects (setting project_creators).
+  $("#new-project").hidden = me.may_create_projects === false;
   $("#app").hidden = false;
   $("#me-name").textContent = me.identity.display_name;
   $("#me-handle").textContent = `@${me.identity.handle}`;
@@ -148,9 +150,14 @@ async function boot() {
   navigate();
 }
 
-function signedOut() {
+/** The sign-in card; for a person an operator disabled (`room users disable`) it says so. */
+function signedOut(disabled = false) {
   $("#app").hidden = true;
   $("#signed-out").hidden = false;
+  if (disabled) {
+    $("#signed-out h1").textContent = t("auth.disabledTitle");
+    $("#signed-out p").textContent = t("auth.disabledText");
+  }
 }
 
 /** Projects created elsewhere (another tab, an invite, the CLI) appear on the next look. */
@@ -162,7 +169,7 @@ async function refreshProjects() {
     renderProjects($("#project-groups"), app.room?.id);
     renderTitle();
   } catch (err) {
-    if (err.status === 401) signedOut();
+    if (err.status === 401) signedOut(err.code === "account_disabled");
   }
 }
 
@@ -400,12 +407,12 @@ function onError(frame) {
 }
 
 function onStatus(status, attempt) {
-  if (status === "signed_out") return signedOut();
+  if (status === "signed_out") return signedOut(conn.closeReason === "account disabled");
   const el = $("#conn-state");
   el.dataset.status = status;
   el.textContent = t(`conn.${status}`);
   if (status === "reconnecting" && attempt === 3) {
-    get("/api/me").catch((err) => err.status === 401 && signedOut());
+    get("/api/me").catch((err) => err.status === 401 && signedOut(err.code === "account_disabled"));
   }
 }
 

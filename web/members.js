@@ -61,7 +61,7 @@ export class Members {
     const you = m.id === this.room.you;
     return h(
       "li",
-      { class: ["member-row", `is-${m.status}`], dataset: { memberId: String(m.id) } },
+      { class: ["member-row", `is-${m.status}`, m.disabled && "is-disabled"], dataset: { memberId: String(m.id) } },
       avatar(this.room, m.id, "sm"),
       h("button", { type: "button", class: "member-name", on: { click: () => this.card(m.id) } },
         h("span", { class: "name", text: you ? t("members.youSuffix", { name: m.display_name }) : m.display_name }),
@@ -79,7 +79,7 @@ export class Members {
     const you = m.id === room.you;
     /** @type {import("./ui.js").MenuEntry[]} */
     const items = [
-      { id: "mention", icon: "at", label: you ? t("menu.mentionSelf") : t("menu.mention"), disabled: m.status === "left", run: () => this.composer.insertMention(m.id) },
+      { id: "mention", icon: "at", label: you ? t("menu.mentionSelf") : t("menu.mention"), disabled: m.status === "left" || Boolean(m.disabled), run: () => this.composer.insertMention(m.id) },
       { id: "view", icon: "user", label: t("menu.view"), run: () => this.card(m.id) },
     ];
     if (m.kind === "agent") {

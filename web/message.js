@@ -52,8 +52,10 @@ export function paintPresence(room, root = document) {
   }
 }
 
-/** What the presence of a member reads as ("在线", "工作中" …); a paused person says so. */
+/** What the presence of a member reads as ("在线", "工作中" …); a paused person says so, and
+ * one whose account an operator disabled reads 已停用 (`disabled` on the wire member). */
 export function presenceLabel(room, m) {
+  if (m.disabled && m.status !== "left") return label("memberStatus", "disabled");
   if (m.kind !== "agent" && m.status === "paused") return label("memberStatus", "paused");
   const state = presenceOf(room, m.id);
   return state === "left" ? label("memberStatus", "left") : label("presence", state);

@@ -110,7 +110,8 @@ export class Picker {
           h("span", { class: "picker-name", text: m.display_name }),
           h("span", { class: "picker-handle", text: `@${m.handle}` }),
           h("span", { class: "picker-meta", text: m.kind === "agent" ? `AI · ${label("role", m.role)}` : label("role", m.role) }),
-          m.status === "paused" ? h("span", { class: "badge", text: label("memberStatus", "paused") }) : null,
+          m.disabled ? h("span", { class: "badge", text: label("memberStatus", "disabled") })
+            : m.status === "paused" ? h("span", { class: "badge", text: label("memberStatus", "paused") }) : null,
         ]);
       }
       this.list.append(option);

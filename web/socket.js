@@ -17,6 +17,7 @@ export class Connection {
     this.onStatus = onStatus; // (status, attempt) => void
     this.ws = null;
     this.projectId = null;
+    this.closeReason = ""; // why the server ended the session ("account disabled" …)
     this.lastSeq = null; // the resume cursor: the highest seq applied
     this.epoch = null;
     this.attempt = 0;
@@ -93,6 +94,7 @@ export class Connection {
       }
       if (event.code === CLOSE_SIGNED_OUT) {
         this.signedOut = true;
+        this.closeReason = event.reason;
         this.setStatus("signed_out");
         return;
       }

@@ -150,6 +150,10 @@ def redeem_link(
     user = auth_store.get_user(conn, user_id)
     if user is None:
         raise AuthError("the account of this link no longer exists", code="link_invalid")
+    if user.disabled_at is not None:
+        raise AuthError(
+            "your account was disabled by the server's operator", code="account_disabled"
+        )
     session_secret, csrf = new_secret(), new_secret()
     auth_store.insert_session(
         conn,

@@ -19,7 +19,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from room.actions import attachments as attachment_actions
@@ -64,7 +64,7 @@ _PENDING = ledger.DeliveryState.PENDING  # read once (an enum's attributes are s
 
 # Diagnostics that stop a send unless the sender explicitly sends as plain text.
 BLOCKING_DIAGNOSTICS = frozenset(
-    {"needs_boundary", "ambiguous", "unknown", "departed", "all_not_allowed"}
+    {"needs_boundary", "ambiguous", "unknown", "departed", "disabled", "all_not_allowed"}
 )
 
 
@@ -137,6 +137,8 @@ def resolve_recipients(
     note_to_self = False
     if resolution.mentioned:  # most messages name nobody: no generator runs for them
         mentioned = tuple(sorted(int(m) for m in resolution.mentioned if int(m) != sender.id))
+    if roster.disabled and mentioned:
+        resolution, mentioned = _without_disabled(resolution, mentioned, roster)
     if resolution.diagnostics:
         blocking = tuple(d for d in resolution.diagnostics if d.code in BLOCKING_DIAGNOSTICS)
         note_to_self = any(d.code == "self" for d in resolution.diagnostics)
@@ -161,6 +163,38 @@ def resolve_recipients(
         if member is not None and member.kind == "agent" and member.status != "left":
             recipients.append(member_id)
     return Addressing(resolution, mentioned, tuple(recipients), blocking, to_lead_by_default)
+
+
+def _without_disabled(
+    resolution: mention_rules.Resolution, mentioned: tuple[int, ...], roster: ProjectRoster
+) -> tuple[mention_rules.Resolution, tuple[int, ...]]:
+    """People whose accounts are disabled are not reached: one named on purpose (by name or
+    chip) is a blocking ``disabled`` diagnostic; one in ``@all``/``@humans`` is left out."""
+    diagnostics = list(resolution.diagnostics)
+    named: set[int] = set()
+    for m in resolution.mentions:
+        member_id = int(m.member_id)
+        if (
+            member_id in roster.disabled
+            and m.via not in ("all", "humans")
+            and member_id not in named
+        ):
+            named.add(member_id)
+            person = roster.member(member_id)
+            name = person.display_name if person is not None else m.member_id
+            diagnostics.append(
+                # A diagnostic (SPEC §7, translated as diag.<code>), not an error code.
+                mention_rules.Diagnostic(
+                    "disabled",
+                    name,
+                    m.start,
+                    m.end,
+                    f"{name} 的账号已停用，不会收到这条消息",
+                    (m.member_id,),
+                )
+            )
+    kept = tuple(m for m in mentioned if m not in roster.disabled)
+    return replace(resolution, diagnostics=tuple(diagnostics)), kept
 
 
 _PLAIN_HEAD = b"None|[]|0|"  # _digest's head for a send with no reply, chips, flag or files

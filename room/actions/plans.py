@@ -30,6 +30,7 @@ from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
+from room.store import users as users_store
 
 GOAL_TXN = "goal-{project_id}"
 REQUIREMENT_TITLE = "项目需求 (Project requirement)"
@@ -82,8 +83,16 @@ def _validate(
     conn: sqlite3.Connection, project_id: int, raw: Any
 ) -> tuple[ValidatedPlan, dict[str, list[str]], dict[str, Member]]:
     members = task_actions.members_by_id(conn, project_id)
-    owners = {m.handle.lower(): OwnerInfo(MemberStatus(m.status), m.kind) for m in members.values()}
-    by_handle = {m.handle.lower(): m for m in members.values() if m.status == "active"}
+    disabled = users_store.disabled_members(conn, project_id)
+    owners = {
+        m.handle.lower(): OwnerInfo(MemberStatus(m.status), m.kind, m.id in disabled)
+        for m in members.values()
+    }
+    by_handle = {
+        m.handle.lower(): m
+        for m in members.values()
+        if m.status == "active" and m.id not in disabled
+    }
     stripped, external, clashes = _split_external(raw, tasks_store.task_keys(conn, project_id))
     try:
         validated = validate_plan(stripped, owners)

@@ -11,10 +11,11 @@ import regex
 from room.actions import plans as plan_actions
 from room.actions import tenancy
 from room.actions import workspaces as workspace_actions
-from room.errors import BadRequestError, ConflictError
+from room.errors import BadRequestError, ConflictError, ForbiddenError
 from room.rules.entities import AGENT_ROLES, Project, User
 from room.rules.mentions import EVERYONE_NAMES, HUMANS_NAMES
 from room.services import Services
+from room.settings import Settings
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
@@ -198,6 +199,37 @@ def insert_agent(conn: sqlite3.Connection, tx: Tx, project_id: int, spec: AgentS
     )
 
 
+def may_create_projects(settings: Settings, user: User) -> bool:
+    """Setting ``project_creators``: empty, anyone signed in; else the people listed (by handle)
+    and the server's owner."""
+    if not settings.project_creators or user.is_admin:
+        return True
+    allowed = {h.strip().lstrip("@").lower() for h in settings.project_creators}
+    return user.handle.lower() in allowed
+
+
+async def check_may_create(core: Services, user: User) -> None:
+    """Refuse (403 ``not_a_creator``, audited) a person the setting does not let create."""
+    if may_create_projects(core.settings, user):
+        return
+    await core.db.write(
+        lambda conn, tx: audit_store.record(
+            conn,
+            now=tx.now,
+            actor_kind="human",
+            actor_id=user.id,
+            project_id=None,
+            action="project.create",
+            outcome="refused",
+            detail={"user_id": user.id, "handle": user.handle, "reason": "not_a_creator"},
+        )
+    )
+    raise ForbiddenError(
+        "only the people the operator lists may create projects (setting project_creators)",
+        code="not_a_creator",
+    )
+
+
 async def create_project(
     core: Services,
     creator: User,
@@ -211,7 +243,9 @@ async def create_project(
     """Create a project with its creator as owner. A goal is delivered to the lead at once;
     with ``plan_first`` the lead's plan is stored and nothing is dispatched until a person
     starts it. A ``workspace`` another live project holds is refused in the write that creates
-    the project (``workspace_in_use``, :mod:`room.actions.tenancy`)."""
+    the project (``workspace_in_use``, :mod:`room.actions.tenancy`). Who may create is the
+    setting ``project_creators`` (:func:`check_may_create`)."""
+    await check_may_create(core, creator)
     name = check_project_name(name)
     workspace = await workspace_actions.checked_workspace(core.settings, workspace)
     specs = agents if agents is not None else [AgentSpec("lead", "lead", "负责人")]

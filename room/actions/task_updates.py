@@ -39,6 +39,7 @@ from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
+from room.store import users as users_store
 from room.store.tasks import TaskRow
 
 COMMAND_TAIL_CHARS = 4000
@@ -255,7 +256,11 @@ async def _precheck(core: Services, member: Member, task_ref: str | int, event: 
 def _reassign(conn: sqlite3.Connection, tx: Tx, task: TaskRow, owner: str | None) -> TaskRow:
     handle = (owner or "").strip().lstrip("@＠")
     found = members_store.by_handle(conn, task.project_id, handle) if handle else None
-    if found is None or found.status != "active":
+    if (
+        found is None
+        or found.status != "active"
+        or found.id in users_store.disabled_members(conn, task.project_id)
+    ):
         raise BadRequestError(
             f"reassign 需要一个在职成员的 handle：{handle[:40] or '（空）'} "
             "(reassign needs the handle of an active member.)",

@@ -65,6 +65,9 @@ async def me(request: Request) -> Response:
             ],
             # The trash shows how long a project is kept restorable; nothing is purged by itself.
             "trash_retention_days": core.settings.trash_retention_days,
+            # Setting project_creators: whether POST /api/projects would be allowed.
+            "may_create_projects": who.user is not None
+            and project_actions.may_create_projects(core.settings, who.user),
         }
     )
 

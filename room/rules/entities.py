@@ -41,13 +41,14 @@ class User:
     handle: str
     display_name: str
     is_admin: bool
+    disabled_at: float | None = None  # when an operator disabled the person (room users)
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> User:
-        return cls(row[0], row[1], row[2], bool(row[3]))
+        return cls(row[0], row[1], row[2], bool(row[3]), row[4])
 
 
-USER_COLUMNS = "id, handle, display_name, is_admin"
+USER_COLUMNS = "id, handle, display_name, is_admin, disabled_at"
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ PROBLEM_CODES: Mapping[str, str] = MappingProxyType(
         "duplicate_key": "两个条目使用同一个 key (Two items share a key.)",
         "missing_criteria": "没有验收标准，或有空的标准 (No acceptance criteria, or an empty one.)",
         "unknown_owner": "负责人不是本项目成员 (The owner is not a member of this project.)",
-        "inactive_owner": "负责人已暂停或已离开 (The owner is paused or has left.)",
+        "inactive_owner": "负责人已暂停、已离开或账号已停用 (The owner is paused, has left, or their account was disabled by the operator.)",
         "unknown_dependency": "依赖的 key 不在计划中 (A dependency names no item of the plan.)",
         "self_dependency": "条目依赖它自己 (An item depends on itself.)",
         "cycle": "依赖形成环 (Dependencies form a cycle.)",
@@ -81,6 +81,7 @@ class OwnerInfo:
 
     status: MemberStatus
     kind: Literal["human", "agent"]
+    disabled: bool = False  # a person whose account an operator disabled (room users)
 
 
 def _clean_text(value: str, limit: int) -> str:
@@ -270,6 +271,14 @@ def _owner_problem(draft: _Draft, owners: Mapping[str, OwnerInfo]) -> PlanProble
             draft.index,
             f"条目 {label} 的负责人 @{handle} 不是本项目成员 (Owner @{handle} is not a member.)",
             "换成一个在职成员的 handle，或先邀请该成员 (Use an active member's handle, or invite them first.)",
+        )
+    if info.disabled:
+        return _problem(
+            "inactive_owner",
+            label,
+            draft.index,
+            f"条目 {label} 的负责人 @{handle} 的账号已停用 (Owner @{handle}'s account is disabled.)",
+            "换一个在职成员 (Pick an active member.)",
         )
     if info.status is not MemberStatus.ACTIVE:
         hint = (

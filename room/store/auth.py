@@ -124,10 +124,11 @@ def session_user(conn: Connection, secret: str, now: float) -> tuple[User, str] 
     row = conn.execute(
         f"SELECT {', '.join('u.' + c.strip() for c in USER_COLUMNS.split(','))}, s.csrf_token"
         " FROM sessions s JOIN users u ON u.id = s.user_id"
-        " WHERE s.token_hash = :h AND s.revoked_at IS NULL AND s.expires_at > :now",
+        " WHERE s.token_hash = :h AND s.revoked_at IS NULL AND s.expires_at > :now"
+        " AND u.disabled_at IS NULL",
         {"h": digest(secret), "now": now},
     ).fetchone()
-    return (User.from_row(row[:4]), str(row[4])) if row else None
+    return (User.from_row(row[:5]), str(row[5])) if row else None
 
 
 def revoke_session(conn: Connection, secret: str, now: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 from room.rules.entities import MEMBER_COLUMNS, Member
+from room.store import users as users_store
 from room.store.dialect import Connection, dialect_for
 
 
@@ -132,10 +133,16 @@ def aliases_for_project(conn: Connection, project_id: int) -> dict[int, list[str
 
 def wire_list(conn: Connection, project_id: int) -> list[dict[str, object]]:
     """The members as every frame and endpoint sends them, with their aliases (the browser's
-    mention resolver needs them to give the same answer as the server's)."""
+    mention resolver needs them to give the same answer as the server's) and ``disabled: true``
+    for a person whose account an operator disabled (``room users disable``)."""
     aliases = aliases_for_project(conn, project_id)
+    disabled = users_store.disabled_members(conn, project_id)
     return [
-        {**m.to_wire(), "aliases": aliases.get(m.id, [])}
+        {
+            **m.to_wire(),
+            "aliases": aliases.get(m.id, []),
+            **({"disabled": True} if m.id in disabled else {}),
+        }
         for m in list_for_project(conn, project_id)
     ]
 

@@ -14,6 +14,7 @@ from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
+from room.store.schema_users import USERS_ADMIN
 
 
 class Migration(NamedTuple):
@@ -549,6 +550,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0018_search_indexer", SEARCH_INDEXER),
     Migration("0019_send_rows", SEND_ROWS),
     Migration("0020_brake_holds", BRAKE_HOLDS),
+    Migration("0021_users_admin", USERS_ADMIN),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -79,6 +79,9 @@ class ServerProcess:
     data: Path
     port: int = field(default_factory=free_port)
     env: dict[str, str] = field(default_factory=dict)
+    # Where ``python -m room`` runs: another tree's ``room`` package is imported from there
+    # (tests/test_upgrade.py runs an older release so); None is this checkout's.
+    cwd: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = Path()
     login_url: str = ""
@@ -123,11 +126,12 @@ class ServerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
+                cwd=self.cwd,
             )
         deadline = time.monotonic() + START_TIMEOUT_SECS
         while time.monotonic() < deadline:
             text = self.log_path.read_text()
-            found = re.search(r"(http://\S+/login/\S+)", text)
+            found = re.search(r"(https?://\S+/login/\S+)", text)
             if found:
                 self.login_url = found.group(1)
                 break
