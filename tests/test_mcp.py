@@ -4,10 +4,11 @@ refusals, resources and their notifications, revocation."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,14 +18,27 @@ import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from room.agents.presets import WORK_TOOLS, preset_for
 from room.agents.tools import BUILTIN_TOOLS
-from tests.support.live_room import Room
-from tests.support.server import ServerProcess
+from room.cli import main as room_main
+from tests.support.live_room import Room, eventually
+from tests.support.llm_servers import OpenAIServer
+from tests.support.server import ServerProcess, start_with_openai
 from tests.support.wsclient import Client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
+
+
+@pytest.fixture
+def room(tmp_path: Path, llm: OpenAIServer) -> Iterator[Room]:
+    """The ``room`` of tests/conftest.py, re-checking credentials every half second."""
+    server = start_with_openai(tmp_path / "data", llm, ROOM_CREDENTIAL_RECHECK_SECS="0.5")
+    try:
+        yield Room(server, llm)
+    finally:
+        server.stop()
 
 
 @asynccontextmanager
@@ -170,3 +184,117 @@ async def test_no_token_or_a_person_is_refused_with_the_api_error(room: Room) ->
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def test_task_evidence_is_rehashed_by_the_server(room: Room) -> None:
+    _, token = external(room, "coder")
+    plan = {"items": [{"key": "api", "title": "写接口", "owner": "coder", "acceptance": ["有"]}]}
+    room.post(f"/api/projects/{room.project}/plan", plan, expect=201)
+    workspace = Path(room.get(f"/api/projects/{room.project}")["project"]["workspace"]["path"])
+    async with mcp_session(room.server, token) as client:
+        started = await client.call_tool("room_task_update", {"task": "api", "action": "start"})
+        assert payload(started)["ok"] is True, payload(started)
+        (workspace / "api.py").write_text("def items():\n    return []\n")
+        claimed = await client.call_tool(
+            "room_task_update",
+            {"task": "api", "action": "submit", "summary": "写好了", "commands": [1]},
+        )
+        # Command evidence exists only for commands the server ran: a client cannot cite one.
+        assert claimed.is_error and payload(claimed)["error"] == "bad_evidence_command"
+        submitted = await client.call_tool(
+            "room_task_update",
+            {
+                "task": "api",
+                "action": "submit",
+                "summary": "写好了",
+                "artifacts": ["api.py"],
+                "sha256": "0" * 64,  # not a parameter: the server hashes the file itself
+            },
+        )
+        assert payload(submitted)["ok"] is True, payload(submitted)
+    task = next(t for t in room.get(f"/api/projects/{room.project}/tasks")["tasks"])
+    assert task["state"] == "in_review"
+    (artifact,) = [e for e in task["evidence"] if e["kind"] == "artifact"]
+    assert artifact["path"] == "api.py"
+    assert artifact["sha256"] == sha256(workspace / "api.py")
+    assert artifact["size"] == (workspace / "api.py").stat().st_size
+
+
+async def test_a_revoked_token_ends_its_session(room: Room) -> None:
+    _, token = external(room, "coder")
+    async with mcp_session(room.server, token) as client:
+        await client.list_tools()
+        health = room.server.get_json("/healthz")
+        assert health["mcp"]["sessions"] == 1
+        # Revoked from the CLI, beside the running server: the server hears nothing of it and
+        # finds it at its re-check (credential_recheck_secs, 0.5 s for this server).
+        assert (
+            room_main(["member", "revoke", "--data", str(room.server.data), "演示项目", "coder"])
+            == 0
+        )
+        await eventually(lambda: room.server.get_json("/healthz")["mcp"]["sessions"] == 0)
+        with pytest.raises(MCPError):  # the server answered 401 (bad_token)
+            await client.list_tools()
+    async with httpx2.AsyncClient() as http:
+        again = await http.post(
+            f"{room.server.origin}/mcp", json={}, headers={"Authorization": f"Bearer {token}"}
+        )
+    assert again.status_code == 401 and again.json()["error"]["code"] == "bad_token"
+
+
+async def read_json(client: ClientSession, uri: str) -> dict[str, Any]:
+    contents = (await client.read_resource(uri)).contents
+    assert len(contents) == 1 and isinstance(contents[0], types.TextResourceContents)
+    assert contents[0].mime_type == "application/json"
+    data: dict[str, Any] = json.loads(contents[0].text)
+    return data
+
+
+async def test_a_mention_notifies_and_reading_the_inbox_takes_it_once(room: Room) -> None:
+    coder_id, token = external(room, "coder")
+    updates: list[str] = []
+    updated = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            updates.append(str(message.params.uri))
+            updated.set()
+
+    watcher = await Client.open(
+        room.server.ws_url, cookie=room.owner.cookie, origin=room.server.origin
+    )
+    await watcher.send({"type": "subscribe", "project_id": room.project})
+    await watcher.wait_for("subscribed")
+    async with mcp_session(room.server, token, message_handler=on_message) as client:
+        listed = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert listed == {"room://project", "room://task", "room://inbox"}
+        # The handshake-era subscription (what today's coding agents speak); the SDK warns that
+        # protocol 2026-07-28 replaces it with subscriptions/listen, which /mcp does not serve yet.
+        with pytest.warns(MCPDeprecationWarning):
+            await client.subscribe_resource("room://inbox")
+        assert await read_json(client, "room://inbox") == {"deliveries": []}
+        said = room.say("@coder 请看一下接口，谢谢")
+        await asyncio.wait_for(updated.wait(), 10)
+        assert updates == ["room://inbox"]
+        (delivery,) = (await read_json(client, "room://inbox"))["deliveries"]
+        assert delivery["message_id"] == said["message_id"]
+        assert delivery["body"] == "@coder 请看一下接口，谢谢"
+        assert delivery["author_handle"] == room.owner.user["handle"]
+        assert await read_json(client, "room://inbox") == {"deliveries": []}  # taken once
+        project = await read_json(client, "room://project")
+        assert project["you"] == {"id": coder_id, "handle": "coder", "role": "backend"}
+        assert {m["handle"] for m in project["members"]} >= {"coder", "lead"}
+        task = await read_json(client, "room://task")
+        assert task["tasks"] == [] and task["workdir"]["mode"] == "serial"
+    (row,) = [d for d in room.deliveries(said["message_id"]) if d["recipient_id"] == coder_id]
+    assert (row["state"], row["mode"]) == ("consumed", "queue")
+    await watcher.wait_for(
+        lambda f: f.get("type") == "delivery" and f["delivery_id"] == row["id"]
+        and f["state"] == "consumed"
+    )  # fmt: skip
+    moves = [
+        f["state"]
+        for f in watcher.frames
+        if f.get("type") == "delivery" and f["delivery_id"] == row["id"]
+    ]
+    assert moves == ["delivered", "consumed"]
