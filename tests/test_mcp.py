@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -17,6 +19,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
@@ -26,9 +29,11 @@ from room.cli import main as room_main
 from tests.support.live_room import Room, eventually
 from tests.support.llm_servers import OpenAIServer
 from tests.support.server import ServerProcess, start_with_openai
+from tests.support.work import git_workspace
 from tests.support.wsclient import Client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -298,3 +303,110 @@ async def test_a_mention_notifies_and_reading_the_inbox_takes_it_once(room: Room
         if f.get("type") == "delivery" and f["delivery_id"] == row["id"]
     ]
     assert moves == ["delivered", "consumed"]
+
+
+async def test_the_stdio_bridge_relays_the_members_session(room: Room) -> None:
+    coder_id, token = external(room, "coder")
+    updated = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            updated.set()
+
+    bridge = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "room", "mcp", "--url", room.server.origin, "--token", token],
+        cwd=str(ROOT),
+    )
+    async with (
+        stdio_client(bridge) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as client,
+    ):
+        await client.initialize()
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == set(preset_for("backend").tools) - set(WORK_TOOLS)
+        with pytest.warns(MCPDeprecationWarning):
+            await client.subscribe_resource("room://inbox")
+        said = room.say("@coder 经过桥也能收到吗")
+        await asyncio.wait_for(updated.wait(), 10)
+        (delivery,) = (await read_json(client, "room://inbox"))["deliveries"]
+        assert delivery["message_id"] == said["message_id"]
+        sent = payload(
+            await client.call_tool(
+                "room_send", {"text": "收到了，经过 stdio 桥", "reply_to": said["message_id"]}
+            )
+        )
+        assert sent["ok"] is True
+        refused = await client.call_tool("room_plan_submit", {"tasks": []})
+        assert refused.is_error and payload(refused)["error"] == "tool_refused"
+    (reply,) = [m for m in room.messages() if m["id"] == sent["message_id"]]
+    assert (reply["author_id"], reply["reply_to"]) == (coder_id, said["message_id"])
+    (row,) = [d for d in room.deliveries(said["message_id"]) if d["recipient_id"] == coder_id]
+    assert row["state"] == "consumed"
+
+
+FAKE_CODING_AGENT = """
+import asyncio, json, os, sys
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    path = sys.argv[1]
+    assert os.environ["ROOM_MCP_CONFIG"] == path
+    server = json.load(open(path))["mcpServers"]["room"]
+    batch = json.loads(sys.stdin.read())
+    last = batch["deliveries"][-1]
+    async with (
+        httpx2.AsyncClient(headers=server["headers"]) as http,
+        streamable_http_client(server["url"], http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        text = f"已处理 #{last['seq']}，目录 {os.getcwd()}"
+        await session.call_tool("room_send", {"text": text, "reply_to": last["message_id"]})
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.usefixtures("hermetic_git", "workspace_roots")
+async def test_room_agent_mcp_runs_the_coding_agent_in_its_task_worktree(
+    room: Room, tmp_path: Path
+) -> None:
+    git_workspace(room, tmp_path)
+    coder_id, token = external(room, "coder")
+    plan = {"items": [{"key": "api", "title": "写接口", "owner": "coder", "acceptance": ["有"]}]}
+    room.post(f"/api/projects/{room.project}/plan", plan, expect=201)
+    async with mcp_session(room.server, token) as client:
+        started = await client.call_tool("room_task_update", {"task": "api", "action": "start"})
+        assert payload(started)["ok"] is True, payload(started)
+        workdir = (await read_json(client, "room://task"))["workdir"]
+    assert workdir["mode"] == "worktree" and workdir["task"] == "api"
+    script = tmp_path / "fake_agent.py"
+    script.write_text(FAKE_CODING_AGENT)
+    elsewhere = tmp_path / "started-here"
+    elsewhere.mkdir()
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "room", "agent", "--mcp", "--url", room.server.origin,
+        "--token", token, "--", sys.executable, str(script), "{mcp_config}",
+        cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        said = room.say("@coder 接口做到哪了？")
+
+        def answered() -> list[dict[str, Any]]:
+            return [
+                m for m in room.messages()
+                if m["author_id"] == coder_id and m["reply_to"] == said["message_id"]
+            ]  # fmt: skip
+
+        (reply,) = await eventually(answered, timeout=30)
+    finally:
+        runner.terminate()
+        _, errors = await asyncio.wait_for(runner.communicate(), 10)
+    assert reply["body"] == f"已处理 #{said['seq']}，目录 {workdir['path']}", errors
+    (row,) = [d for d in room.deliveries(said["message_id"]) if d["recipient_id"] == coder_id]
+    assert (row["state"], row["mode"]) == ("consumed", "queue")

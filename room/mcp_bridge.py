@@ -1,0 +1,257 @@
+"""The client side of the room's MCP server (``/mcp``, :mod:`room.mcp_server`), with the official
+``mcp`` SDK: ``room mcp`` and ``room agent --mcp`` (docs/agents.md, "Coding agents over MCP").
+
+* :func:`bridge` — ``room mcp --url … --token …``: an MCP server on stdin/stdout for clients that
+  only start stdio servers, relaying every JSON-RPC message to ``/mcp`` (Streamable HTTP, the
+  token in ``Authorization``) and back. The bridge adds nothing and decides nothing: the room
+  authenticates, authorizes and answers.
+* :func:`run_coding_agent` — ``room agent --mcp … -- COMMAND``: waits for the member's unread
+  deliveries (subscribed to ``room://inbox``), takes them by reading it (delivered → consumed, as
+  ``room agent`` confirms them), and runs COMMAND once per batch with the batch as JSON on stdin,
+  a temporary MCP config naming the room (``{mcp_config}`` in the arguments, and
+  ``ROOM_MCP_CONFIG`` in its environment), in the worktree of the member's task when it has one
+  (``room://task``), else where it was started. The command speaks in the room through its tools
+  (``room_send`` …); its stdout is not posted. A failure (non-zero exit, timeout) is posted as a
+  warning replying to the batch's last message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.message import ClientMessageMetadata, SessionMessage
+
+log = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+SERVER_KEY = "room"  # the server's name in an MCP config file
+CONFIG_PLACEHOLDER = "{mcp_config}"
+COMMAND_TIMEOUT_SECS = 1800.0
+POLL_SECS = 30.0  # a missed notification costs at most this long
+PROTOCOL_HEADER = "mcp-protocol-version"
+
+
+def mcp_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not a server URL: {url!r}")
+    return f"{parts.scheme}://{parts.netloc}{MCP_PATH}"
+
+
+def http_client(token: str) -> httpx2.AsyncClient:
+    # Long reads: the server holds the notification stream open.
+    return httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300)
+    )
+
+
+def mcp_config(url: str, token: str) -> dict[str, Any]:
+    """An MCP config naming the room (the ``mcpServers`` shape Claude Code's ``--mcp-config``
+    and most clients read)."""
+    return {
+        "mcpServers": {
+            SERVER_KEY: {
+                "type": "http",
+                "url": mcp_url(url),
+                "headers": {"Authorization": f"Bearer {token}"},
+            }
+        }
+    }
+
+
+# -- room mcp: the stdio bridge -------------------------------------------------------------------
+
+
+async def bridge(url: str, token: str) -> None:
+    """Relay MCP between this process's stdin/stdout and the room's ``/mcp`` until stdin ends."""
+    version: str | None = None
+
+    async with (
+        http_client(token) as http,
+        stdio_server() as (local_read, local_write),
+        streamable_http_client(mcp_url(url), http_client=http) as (remote_read, remote_write),
+        anyio.create_task_group() as tg,
+    ):
+
+        async def up() -> None:
+            async for item in local_read:
+                if isinstance(item, Exception):
+                    log.warning("unreadable message from the client: %s", item)
+                    continue
+                # The negotiated version on every later request, as the SDK's own client does.
+                if version is not None and not _is_initialize(item):
+                    item = SessionMessage(
+                        item.message, ClientMessageMetadata(headers={PROTOCOL_HEADER: version})
+                    )
+                await remote_write.send(item)
+            tg.cancel_scope.cancel()  # the client closed stdin: done
+
+        async def down() -> None:
+            nonlocal version
+            async for item in remote_read:
+                if isinstance(item, Exception):
+                    log.warning("the room's side failed: %s", item)
+                    continue
+                version = _negotiated(item) or version
+                await local_write.send(item)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(up)
+        tg.start_soon(down)
+
+
+def _is_initialize(item: SessionMessage) -> bool:
+    message = item.message
+    return isinstance(message, types.JSONRPCRequest) and message.method == "initialize"
+
+
+def _negotiated(item: SessionMessage) -> str | None:
+    message = item.message
+    if isinstance(message, types.JSONRPCResponse) and isinstance(message.result, dict):
+        found = message.result.get("protocolVersion")
+        return str(found) if isinstance(found, str) else None
+    return None
+
+
+def run_bridge(url: str, token: str) -> int:
+    logging.basicConfig(level="WARNING", format="room mcp: %(message)s", stream=sys.stderr)
+    try:
+        asyncio.run(bridge(url, token))
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+# -- room agent --mcp: a coding agent per batch ----------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def session(url: str, token: str, **options: Any) -> AsyncIterator[ClientSession]:
+    async with (
+        http_client(token) as http,
+        streamable_http_client(mcp_url(url), http_client=http) as (read, write),
+        ClientSession(read, write, **options) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+async def read_json(client: ClientSession, uri: str) -> dict[str, Any]:
+    contents = (await client.read_resource(uri)).contents
+    text = (
+        contents[0].text if contents and isinstance(contents[0], types.TextResourceContents) else ""
+    )
+    data = json.loads(text or "{}")
+    return data if isinstance(data, dict) else {}
+
+
+def command_argv(argv: Sequence[str], config_path: Path) -> list[str]:
+    return [arg.replace(CONFIG_PLACEHOLDER, str(config_path)) for arg in argv]
+
+
+async def run_coding_agent(
+    url: str,
+    token: str,
+    argv: Sequence[str],
+    *,
+    timeout_secs: float = COMMAND_TIMEOUT_SECS,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve the member until ``stop`` is set (or forever): one COMMAND run per batch."""
+    stop = stop or asyncio.Event()
+    wake = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            wake.set()
+
+    async with session(url, token, message_handler=on_message) as client:
+        with warnings.catch_warnings():
+            # Handshake-era subscription; the SDK warns that protocol 2026-07-28 replaces it.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await client.subscribe_resource("room://inbox")
+        while not stop.is_set():
+            wake.clear()
+            batch = await read_json(client, "room://inbox")
+            if batch.get("deliveries"):
+                await _run_once(client, url, token, argv, batch, timeout_secs)
+                continue  # more may have come meanwhile
+            stopper = asyncio.ensure_future(stop.wait())
+            woken = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait(
+                    {stopper, woken}, timeout=POLL_SECS, return_when="FIRST_COMPLETED"
+                )
+            finally:
+                stopper.cancel()
+                woken.cancel()
+
+
+async def _run_once(
+    client: ClientSession,
+    url: str,
+    token: str,
+    argv: Sequence[str],
+    batch: dict[str, Any],
+    timeout_secs: float,
+) -> None:
+    task = await read_json(client, "room://task")
+    where = task.get("workdir") or {}
+    cwd = Path(where["path"]) if where.get("mode") == "worktree" and where.get("path") else None
+    with tempfile.TemporaryDirectory(prefix="room-mcp-") as folder:
+        config = Path(folder) / "mcp.json"
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the token
+        with os.fdopen(fd, "w") as out:
+            json.dump(mcp_config(url, token), out)
+        command = command_argv(argv, config)
+        log.info("running %s for %d message(s) in %s", command[0], len(batch["deliveries"]),
+                 cwd or Path.cwd())  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=None,  # the agent's own output stays on this terminal
+            cwd=cwd,
+            env={**os.environ, "ROOM_MCP_CONFIG": str(config)},
+        )
+        failure = None
+        try:
+            await asyncio.wait_for(
+                proc.communicate(json.dumps(batch, ensure_ascii=False).encode()), timeout_secs
+            )
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            failure = f"⚠️ 命令 {argv[0]} 超过 {timeout_secs:.0f} 秒未结束，已终止。"
+        else:
+            if proc.returncode != 0:
+                failure = f"⚠️ 命令 {argv[0]} 以退出码 {proc.returncode} 结束。"
+    if failure is not None:
+        last = batch["deliveries"][-1]
+        await client.call_tool("room_send", {"text": failure, "reply_to": last["message_id"]})
+
+
+def run_agent_mcp(url: str, token: str, argv: Sequence[str]) -> int:
+    logging.basicConfig(level="INFO", format="%(asctime)s room agent: %(message)s")
+    try:
+        asyncio.run(run_coding_agent(url, token, argv))
+    except KeyboardInterrupt:
+        return 0
+    return 0
