@@ -254,6 +254,12 @@ class McpRoom:
         sid = request.headers.get(MCP_SESSION_ID_HEADER) if request is not None else None
         return self.sessions.get(sid) if sid else None
 
+    def _take_call(self, member: Member) -> None:
+        """Tool calls and resource reads share one bucket per member, at the send rate."""
+        wait_ms = self._core().limiter.take(("mcp", member.id))
+        if wait_ms:
+            raise RateLimitedError("calling the room too fast; slow down", retry_after_ms=wait_ms)
+
     async def toolbox(self, member: Member) -> Toolbox:
         """What ``member``'s MCP client may call: its in-process toolbox less :data:`WITHHELD`."""
         box = await toolbox_for(self._core(), self.tools, member)
@@ -276,10 +282,10 @@ class McpRoom:
         core = self._core()
         member = await self._member(ctx)
         name, args = params.name, dict(params.arguments or {})
-        wait_ms = core.limiter.take(("mcp", member.id))
-        if wait_ms:
+        try:
+            self._take_call(member)
+        except RateLimitedError as exc:
             # Not recorded: writing a refusal per call would be the load the limit prevents.
-            exc = RateLimitedError("calling tools too fast; slow down", retry_after_ms=wait_ms)
             return _tool_error(exc)
         box = await self.toolbox(member)
         context = ToolContext(core, member, None, uuid.uuid4().hex, {})
@@ -320,14 +326,18 @@ class McpRoom:
     ) -> types.ReadResourceResult:
         member = await self._member(ctx)
         uri = str(params.uri)
-        if uri == PROJECT_URI:
-            data = await self._project(member)
-        elif uri == TASK_URI:
-            data = await self._task(member)
-        elif uri == INBOX_URI:
-            data = await self._inbox(member, self._session_of(ctx))
-        else:
-            raise MCPError(types.INVALID_PARAMS, f"no resource {uri}; see resources/list")
+        try:
+            self._take_call(member)
+            if uri == PROJECT_URI:
+                data = await self._project(member)
+            elif uri == TASK_URI:
+                data = await self._task(member)
+            elif uri == INBOX_URI:
+                data = await self._inbox(_external(member), self._session_of(ctx))
+            else:
+                raise MCPError(types.INVALID_PARAMS, f"no resource {uri}; see resources/list")
+        except RoomError as exc:
+            raise _refusal(exc) from exc
         return types.ReadResourceResult(
             contents=[
                 types.TextResourceContents(
@@ -395,6 +405,10 @@ class McpRoom:
         member = await self._member(ctx)
         if str(params.uri) != INBOX_URI:
             raise MCPError(types.INVALID_PARAMS, f"only {INBOX_URI} sends updates")
+        try:
+            _external(member)
+        except RoomError as exc:
+            raise _refusal(exc) from exc
         session = self._session_of(ctx)
         if session is None:
             raise MCPError(types.INVALID_REQUEST, "subscribing needs a session (Mcp-Session-Id)")
@@ -434,6 +448,20 @@ class McpRoom:
         except Exception:  # the session's stream is gone: it is forgotten
             log.info("MCP session %s no longer takes notifications", session.id[:8])
             self._forget(session.id)
+
+
+def _external(member: Member) -> Member:
+    """Only an external agent takes its deliveries itself: an in-process agent's are its
+    session's (the same rule as ``/ws``'s ``not_external``)."""
+    if member.driver != "external":
+        raise ForbiddenError("only an external agent takes its own deliveries", code="not_external")
+    return member
+
+
+def _refusal(exc: RoomError) -> MCPError:
+    """A refusal of a request other than a tool call: a JSON-RPC error whose ``data`` is the
+    HTTP API's structured error."""
+    return MCPError(types.INVALID_REQUEST, exc.message, data={"error": exc.to_dict()})
 
 
 def _tool_error(exc: RoomError) -> types.CallToolResult:

@@ -410,3 +410,64 @@ async def test_room_agent_mcp_runs_the_coding_agent_in_its_task_worktree(
     assert reply["body"] == f"已处理 #{said['seq']}，目录 {workdir['path']}", errors
     (row,) = [d for d in room.deliveries(said["message_id"]) if d["recipient_id"] == coder_id]
     assert (row["state"], row["mode"]) == ("consumed", "queue")
+
+
+async def test_calls_and_reads_are_rate_limited_per_member(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    server = start_with_openai(
+        tmp_path / "data", llm, ROOM_SEND_BURST="3", ROOM_SEND_RATE_PER_SEC="0.01"
+    )
+    try:
+        room = Room(server, llm)
+        _, token = external(room, "coder")
+        async with mcp_session(server, token) as client:
+            for _ in range(3):
+                assert not (await client.call_tool("room_members", {})).is_error
+            limited = await client.call_tool("room_members", {})
+            assert limited.is_error
+            refusal = payload(limited)
+            assert refusal["error"] == "rate_limited"
+            assert refusal["details"]["retry_after_ms"] > 0
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource("room://project")
+            assert refused.value.data["error"]["code"] == "rate_limited"
+    finally:
+        server.stop()
+
+
+async def test_a_session_belongs_to_its_token_and_the_inbox_to_external_agents(
+    room: Room,
+) -> None:
+    _, token = external(room, "coder")
+    _, other = external(room, "helper")
+    room.add_agent("inside", "backend", "内部")  # an in-process agent: its session takes them
+    inside_token = room.server.agent_token("演示项目", "inside")
+    opening = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient(base_url=room.server.origin) as http:
+        opened = await http.post(
+            "/mcp", json=opening, headers={**accept, "Authorization": f"Bearer {token}"}
+        )
+        assert opened.status_code == 200, opened.text
+        session_id = opened.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        stolen = await http.post(
+            "/mcp",
+            json=listing,
+            headers={**accept, "Authorization": f"Bearer {other}", "Mcp-Session-Id": session_id},
+        )
+        assert stolen.status_code == 404  # as if the session did not exist
+    async with mcp_session(room.server, inside_token) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource("room://inbox")
+        assert refused.value.data["error"]["code"] == "not_external"
