@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -92,6 +93,11 @@ async def test_lists_exactly_the_roles_tools_from_the_same_specs(room: Room) -> 
         lead_names = {t.name for t in (await client.list_tools()).tools}
     assert lead_names == set(preset_for("lead").tools) - set(WORK_TOOLS)
     assert "room_plan_submit" in lead_names
+    # The boot report names the SDK serving /mcp, and where it was imported from.
+    report = json.loads((room.server.data / "boot-report.json").read_text())
+    sdk = report["dependencies"]["mcp"]
+    assert sdk["version"] == importlib.metadata.version("mcp")
+    assert sdk["file"].endswith("/mcp/__init__.py")
 
 
 async def test_a_message_is_authored_by_the_member_with_mentions_resolved(room: Room) -> None:
