@@ -223,6 +223,15 @@ async def test_task_evidence_is_rehashed_by_the_server(room: Room) -> None:
             },
         )
         assert payload(submitted)["ok"] is True, payload(submitted)
+        # Its session record in project memory, outside any turn of the server's.
+        noted = await client.call_tool(
+            "memory_checkpoint",
+            {"kind": "session", "summary": "写了 api.py", "verified": "提交了证据"},
+        )
+        assert payload(noted)["ok"] is True, payload(noted)
+        found = payload(await client.call_tool("memory_search", {"q": "提交了证据"}))
+        assert found["ok"] is not False, found
+        assert "写了 api.py" in json.dumps(found, ensure_ascii=False)
     task = next(t for t in room.get(f"/api/projects/{room.project}/tasks")["tasks"])
     assert task["state"] == "in_review"
     (artifact,) = [e for e in task["evidence"] if e["kind"] == "artifact"]
