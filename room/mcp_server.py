@@ -41,6 +41,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
@@ -125,7 +126,11 @@ class McpRoom:
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
+            on_subscriptions_listen=self._listen,
         )
+        # Protocol 2026-07-28's subscriptions/listen: one bus per member, since room://inbox
+        # names each member's own inbox.
+        self.listens: dict[int, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
         self.manager = StreamableHTTPSessionManager(self.server)
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -145,6 +150,8 @@ class McpRoom:
                     await rechecks
                 for sid in list(self.sessions):
                     self._forget(sid)
+                for _, handler in self.listens.values():
+                    handler.close()  # each listen stream ends with its result, not a drop
 
     def session_count(self) -> int:
         return len(self.sessions)
@@ -435,6 +442,39 @@ class McpRoom:
             session.push = None
             presence.schedule(self._core(), session.project_id)
         return types.EmptyResult()
+
+    async def _listen(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """A ``subscriptions/listen`` stream (protocol 2026-07-28): ``room://inbox`` updates while
+        it is open, as a handshake-era session's ``resources/subscribe`` gets them."""
+        member = await self._member(ctx)
+        if member.id not in self.listens:
+            bus = InMemorySubscriptionBus()
+            self.listens[member.id] = (bus, ListenHandler(bus))
+        bus, handler = self.listens[member.id]
+        if INBOX_URI not in (params.notifications.resource_subscriptions or ()):
+            return await handler(ctx, params)
+        try:
+            _external(member)
+        except RoomError as exc:
+            raise _refusal(exc) from exc
+        core = self._core()
+
+        async def push(member_id: int) -> None:
+            if await mcp_calls.has_unread(core, member_id):
+                await bus.publish(ResourceUpdated(uri=INBOX_URI))
+
+        core.inboxes.open(member.id, push)
+        presence.schedule(core, member.project_id)
+        # Something may wait already; it runs once the handler has subscribed to the bus.
+        first = asyncio.ensure_future(push(member.id))
+        try:
+            return await handler(ctx, params)
+        finally:
+            first.cancel()
+            core.inboxes.close(member.id, push)
+            presence.schedule(core, member.project_id)
 
     async def _notify(self, session: McpSession) -> None:
         """Tell a subscribed session its inbox has something, once until it reads it."""

@@ -19,10 +19,12 @@ from typing import Any
 import httpx2
 import mcp_types as types
 import pytest
+from mcp import Client as SdkClient
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 
 from room.agents.presets import WORK_TOOLS, preset_for
 from room.agents.tools import BUILTIN_TOOLS
@@ -289,7 +291,7 @@ async def test_a_mention_notifies_and_reading_the_inbox_takes_it_once(room: Room
         listed = {str(r.uri) for r in (await client.list_resources()).resources}
         assert listed == {"room://project", "room://task", "room://inbox"}
         # The handshake-era subscription (what today's coding agents speak); the SDK warns that
-        # protocol 2026-07-28 replaces it with subscriptions/listen, which /mcp does not serve yet.
+        # protocol 2026-07-28 replaces it with subscriptions/listen (tested below).
         with pytest.warns(MCPDeprecationWarning):
             await client.subscribe_resource("room://inbox")
         assert await read_json(client, "room://inbox") == {"deliveries": []}
@@ -486,3 +488,33 @@ async def test_a_session_belongs_to_its_token_and_the_inbox_to_external_agents(
         with pytest.raises(MCPError) as refused:
             await client.read_resource("room://inbox")
         assert refused.value.data["error"]["code"] == "not_external"
+
+
+async def test_the_sdks_high_level_client_on_the_newest_protocol(room: Room) -> None:
+    coder_id, token = external(room, "coder")
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+    transport = streamable_http_client(f"{room.server.origin}/mcp", http_client=http)
+    async with http, SdkClient(transport) as client:  # mode "auto": server/discover first
+        assert client.session.protocol_version == "2026-07-28"
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == set(preset_for("backend").tools) - set(WORK_TOOLS)
+        sent = await client.call_tool("room_send", {"text": "新协议也能说话"})
+        assert not sent.is_error, sent
+        project = json.loads(
+            (await client.read_resource("room://project")).contents[0].text  # type: ignore[union-attr]
+        )
+        assert project["you"]["id"] == coder_id
+        # Its notifications come on a subscriptions/listen stream (no standing GET stream).
+        async with client.listen(resource_subscriptions=["room://inbox"]) as listening:
+            assert listening.honored.resource_subscriptions == ["room://inbox"]
+            said = room.say("@coder 新协议收得到吗")
+            event = await asyncio.wait_for(anext(aiter(listening)), 10)
+        assert event == ResourceUpdated(uri="room://inbox")
+        inbox = json.loads(
+            (await client.read_resource("room://inbox")).contents[0].text  # type: ignore[union-attr]
+        )
+        assert [d["message_id"] for d in inbox["deliveries"]] == [said["message_id"]]
+    (message,) = [m for m in room.messages() if m["body"] == "新协议也能说话"]
+    assert message["author_id"] == coder_id
+    (row,) = [d for d in room.deliveries(said["message_id"]) if d["recipient_id"] == coder_id]
+    assert (row["state"], row["mode"]) == ("consumed", "queue")
