@@ -46,6 +46,7 @@ SERVER_KEY = "room"  # the server's name in an MCP config file
 CONFIG_PLACEHOLDER = "{mcp_config}"
 COMMAND_TIMEOUT_SECS = 1800.0
 POLL_SECS = 30.0  # a missed notification costs at most this long
+RECONNECT_MAX_SECS = 30.0
 PROTOCOL_HEADER = "mcp-protocol-version"
 
 
@@ -167,6 +168,23 @@ def command_argv(argv: Sequence[str], config_path: Path) -> list[str]:
     return [arg.replace(CONFIG_PLACEHOLDER, str(config_path)) for arg in argv]
 
 
+class RefusedError(Exception):
+    """The room refused the token (401/403): retrying cannot help."""
+
+
+async def check_token(url: str, token: str) -> None:
+    """Ask ``/mcp`` once, outside MCP, whether it takes the token (its error body says why not)."""
+    async with http_client(token) as http:
+        answer = await http.post(mcp_url(url), json={})
+    if answer.status_code in (401, 403):
+        try:
+            error = answer.json()["error"]
+            why = f"{error['code']}: {error['message']}"
+        except (ValueError, KeyError, TypeError):
+            why = f"HTTP {answer.status_code}"
+        raise RefusedError(why)
+
+
 async def run_coding_agent(
     url: str,
     token: str,
@@ -175,8 +193,28 @@ async def run_coding_agent(
     timeout_secs: float = COMMAND_TIMEOUT_SECS,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve the member until ``stop`` is set (or forever): one COMMAND run per batch."""
+    """Serve the member until ``stop`` is set (or forever): one COMMAND run per batch. A lost
+    connection is made again with backoff (as ``room agent`` does); a refused token ends it
+    (:class:`RefusedError`)."""
     stop = stop or asyncio.Event()
+    delay = 0.5
+    while not stop.is_set():
+        await check_token(url, token)
+        try:
+            await _serve(url, token, argv, timeout_secs, stop)
+            return
+        except RefusedError:
+            raise
+        except Exception as exc:  # the server went away, a stream broke: connect again
+            log.warning("connection lost (%s); connecting again in %.1f s", exc, delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(RECONNECT_MAX_SECS, delay * 2)
+
+
+async def _serve(
+    url: str, token: str, argv: Sequence[str], timeout_secs: float, stop: asyncio.Event
+) -> None:
     wake = asyncio.Event()
 
     async def on_message(message: Any) -> None:
@@ -254,4 +292,7 @@ def run_agent_mcp(url: str, token: str, argv: Sequence[str]) -> int:
         asyncio.run(run_coding_agent(url, token, argv))
     except KeyboardInterrupt:
         return 0
+    except RefusedError as exc:
+        print(f"room agent: the server refused the token ({exc})", file=sys.stderr)
+        return 1
     return 0

@@ -518,3 +518,14 @@ async def test_the_sdks_high_level_client_on_the_newest_protocol(room: Room) -> 
     assert message["author_id"] == coder_id
     (row,) = [d for d in room.deliveries(said["message_id"]) if d["recipient_id"] == coder_id]
     assert (row["state"], row["mode"]) == ("consumed", "queue")
+
+
+async def test_room_agent_mcp_stops_when_its_token_is_refused(room: Room) -> None:
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "room", "agent", "--mcp", "--url", room.server.origin,
+        "--token", "not-a-token", "--", "true",
+        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, errors = await asyncio.wait_for(runner.communicate(), 30)
+    assert runner.returncode == 1
+    assert "the server refused the token (bad_token" in errors.decode()
