@@ -226,9 +226,12 @@ class McpRoom:
             await _error_body(exc)(scope, receive, send)
             return
         member, credential = who.agent, who.credential
-        # The SDK binds a session to the principal that opened it and answers 404 to any other.
+        # The SDK binds a session to the principal that opened it and answers 404 to any other:
+        # the member and the very token (a rotated token opens a session of its own).
         scope["user"] = AuthenticatedUser(
-            AccessToken(token=credential, client_id=f"member-{member.id}", scopes=[])
+            AccessToken(
+                token=credential, client_id=f"member-{member.id}", scopes=[], subject=credential
+            )
         )
         scope["room.member"] = member
         opening = MCP_SESSION_ID_HEADER not in headers

@@ -484,6 +484,14 @@ async def test_a_session_belongs_to_its_token_and_the_inbox_to_external_agents(
             headers={**accept, "Authorization": f"Bearer {other}", "Mcp-Session-Id": session_id},
         )
         assert stolen.status_code == 404  # as if the session did not exist
+        # A rotated token is the member's, but the session was the old token's.
+        rotated = room.server.agent_token("演示项目", "coder")
+        carried_over = await http.post(
+            "/mcp",
+            json=listing,
+            headers={**accept, "Authorization": f"Bearer {rotated}", "Mcp-Session-Id": session_id},
+        )
+        assert carried_over.status_code == 404
     async with mcp_session(room.server, inside_token) as client:
         with pytest.raises(MCPError) as refused:
             await client.read_resource("room://inbox")
