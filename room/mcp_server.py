@@ -5,8 +5,9 @@ official ``mcp`` SDK (docs/agents.md, "Coding agents over MCP").
   token, the same one ``room agent`` uses (rotation and revocation included). It is checked on
   each request, so a revoked token is refused at once (401 ``bad_token``, the HTTP API's error
   body); a session (``Mcp-Session-Id``) is bound to the token that opened it (the SDK answers 404
-  to any other), and the periodic re-check (``credential_recheck_secs``) ends the sessions whose
-  token was revoked where the server did not hear it (``room member revoke`` from the CLI).
+  to any other) and is attached to the hub's presence like a socket (:class:`SessionCloser`):
+  an owner's revoke, a rotation or a departure ends it at once, and ``room.auth``'s periodic
+  re-check (``credential_recheck_secs``) a revocation the server did not hear (the CLI's).
   Cookies are not read here: people use the page.
 * **Tools** are the member's own: its role's toolbox as an in-process turn gets it
   (:func:`room.agents.turn.toolbox_for`: the preset, less the write tools for a read-only role),
@@ -19,7 +20,8 @@ official ``mcp`` SDK (docs/agents.md, "Coding agents over MCP").
 * **Resources**: ``room://project`` (the project, you, its members), ``room://task`` (your open
   tasks and where you work), ``room://inbox`` (your unread deliveries: reading it takes them,
   delivered → consumed, as ``room agent`` does). A session subscribed to ``room://inbox`` gets
-  ``notifications/resources/updated`` when a delivery waits for it.
+  ``notifications/resources/updated`` when a delivery waits for it (``resources/subscribe``, or
+  a ``subscriptions/listen`` stream on protocol 2026-07-28).
 """
 
 from __future__ import annotations
@@ -58,7 +60,6 @@ from room.auth import identity_from_headers
 from room.errors import AuthError, ForbiddenError, RateLimitedError, RoomError
 from room.rules.entities import Member
 from room.services import Services
-from room.store import auth as auth_store
 from room.store import projects as projects_store
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,23 @@ class McpSession:
     notifier: ServerSession | None = None
     push: Any = None  # the inbox push registered on core.inboxes while subscribed
     notified: set[str] = field(default_factory=set)
+    closer: SessionCloser | None = None
+
+
+class SessionCloser:
+    """Ends one MCP session when the credential it rests on ends, as a socket's outbox is cut
+    (:class:`room.infra.presence.Presence`): attached under the member's and the token's keys,
+    so an owner's revoke or rotate and a departure end it at once, and a revocation the server
+    only reads later (the CLI's) at the next credential re-check."""
+
+    def __init__(self, room: McpRoom, sid: str) -> None:
+        self.room, self.sid = room, sid
+
+    def cut(self, reason: str, code: int = 0) -> None:
+        core = self.room._core()
+        task = asyncio.get_running_loop().create_task(self.room.terminate(self.sid, reason))
+        core.background.add(task)
+        task.add_done_callback(core.background.discard)
 
 
 def _error_body(exc: RoomError) -> JSONResponse:
@@ -139,15 +157,17 @@ class McpRoom:
     async def run(self, core: Services) -> AsyncIterator[None]:
         self.core = core
         async with self.manager.run():
-            rechecks = asyncio.create_task(
-                self._rechecks(core.settings.credential_recheck_secs), name="mcp-credentials"
+            # Sessions the SDK ended (a client's DELETE, its idle timeout) are forgotten here;
+            # a credential that ended is found by room.auth's re-check (SessionCloser).
+            sweeps = asyncio.create_task(
+                self._sweeps(core.settings.credential_recheck_secs), name="mcp-sweeps"
             )
             try:
                 yield
             finally:
-                rechecks.cancel()
+                sweeps.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await rechecks
+                    await sweeps
                 for sid in list(self.sessions):
                     self._forget(sid)
                 for _, handler in self.listens.values():
@@ -156,38 +176,17 @@ class McpRoom:
     def session_count(self) -> int:
         return len(self.sessions)
 
-    async def _rechecks(self, period: float) -> None:
+    async def _sweeps(self, period: float) -> None:
         while True:
             await asyncio.sleep(period)
-            try:
-                await self.recheck()
-            except Exception:  # pragma: no cover - a failed check must not end the loop
-                log.exception("MCP credential re-check failed")
+            self._sweep()
 
-    async def recheck(self) -> int:
-        """End every session whose token no longer proves its member; how many."""
-        core = self._core()
-        self._sweep()
-        tokens = {s.credential for s in self.sessions.values()}
-        if not tokens:
-            return 0
-        _, live = await core.db.read(
-            lambda conn: auth_store.live_credentials(conn, set(), tokens, core.clock())
-        )
-        ended = 0
-        for sid, session in list(self.sessions.items()):
-            if session.credential not in live:
-                await self._terminate(sid)
-                ended += 1
-        if ended:
-            log.info("ended %d MCP session(s) whose token was revoked", ended)
-        return ended
-
-    async def _terminate(self, sid: str) -> None:
-        # The SDK has no public way to end one session from the server's side; its transport's
-        # terminate() closes the session's streams and its server task then forgets it.
+    async def terminate(self, sid: str, reason: str) -> None:
+        """End a session from the server's side. The SDK has no public way to: its transport's
+        terminate() closes the session's streams, and its server task then forgets it."""
         transport = self.manager._server_instances.get(sid)
         if transport is not None:
+            log.info("ending MCP session %s: %s", sid[:8], reason)
             await transport.terminate()
         self._forget(sid)
 
@@ -199,9 +198,27 @@ class McpRoom:
 
     def _forget(self, sid: str) -> None:
         session = self.sessions.pop(sid, None)
-        if session is not None and session.push is not None and self.core is not None:
+        if session is None or self.core is None:
+            return
+        if session.closer is not None:
+            hub_presence = self.core.hub.presence
+            hub_presence.detach_session(
+                hub_presence.agent_session(session.member_id), session.closer
+            )
+            hub_presence.detach_session(
+                hub_presence.token_session(session.credential), session.closer
+            )
+        if session.push is not None:
             self.core.inboxes.close(session.member_id, session.push)
             presence.schedule(self.core, session.project_id)
+
+    def _open(self, sid: str, member: Member, credential: str) -> None:
+        session = McpSession(sid, member.id, member.project_id, credential)
+        session.closer = SessionCloser(self, sid)
+        self.sessions[sid] = session
+        hub_presence = self._core().hub.presence
+        hub_presence.attach_session(hub_presence.agent_session(member.id), session.closer)
+        hub_presence.attach_session(hub_presence.token_session(credential), session.closer)
 
     def _core(self) -> Services:
         if self.core is None:
@@ -237,13 +254,10 @@ class McpRoom:
         opening = MCP_SESSION_ID_HEADER not in headers
 
         async def watch(message: Message) -> None:
-            if opening and message["type"] == "http.response.start":
+            if opening and message["type"] == "http.response.start" and message["status"] < 400:
                 for key, value in message.get("headers", ()):
                     if key.decode("latin-1").lower() == MCP_SESSION_ID_HEADER:
-                        sid = value.decode("latin-1")
-                        self.sessions[sid] = McpSession(
-                            sid, member.id, member.project_id, credential
-                        )
+                        self._open(value.decode("latin-1"), member, credential)
             await send(message)
 
         await self.manager.handle_request(scope, receive, watch)

@@ -264,6 +264,37 @@ async def test_a_revoked_token_ends_its_session(room: Room) -> None:
     assert again.status_code == 401 and again.json()["error"]["code"] == "bad_token"
 
 
+async def test_an_owners_revoke_or_a_departure_ends_the_session_at_once(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    # No re-check within the test: only the revoke's and the departure's own effects can end it.
+    server = start_with_openai(tmp_path / "data", llm, ROOM_CREDENTIAL_RECHECK_SECS="600")
+    try:
+        room = Room(server, llm)
+        helper_id, token = external(room, "helper")
+        coder_id, coder_token = external(room, "coder")
+        async with (
+            mcp_session(server, token) as helper,
+            mcp_session(server, coder_token) as coder,
+        ):
+            await helper.list_tools()
+            await coder.list_tools()
+            assert server.get_json("/healthz")["mcp"]["sessions"] == 2
+            status, _ = server.request(
+                "DELETE",
+                f"/api/projects/{room.project}/members/{helper_id}/token",
+                headers=room.owner.headers,
+            )
+            assert status == 200
+            await eventually(lambda: server.get_json("/healthz")["mcp"]["sessions"] == 1)
+            room.post(f"/api/projects/{room.project}/members/{coder_id}/leave", {})
+            await eventually(lambda: server.get_json("/healthz")["mcp"]["sessions"] == 0)
+            with pytest.raises(MCPError):
+                await coder.list_tools()
+    finally:
+        server.stop()
+
+
 async def read_json(client: ClientSession, uri: str) -> dict[str, Any]:
     contents = (await client.read_resource(uri)).contents
     assert len(contents) == 1 and isinstance(contents[0], types.TextResourceContents)
