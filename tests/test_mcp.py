@@ -95,6 +95,19 @@ async def test_lists_exactly_the_roles_tools_from_the_same_specs(room: Room) -> 
         lead_names = {t.name for t in (await client.list_tools()).tools}
     assert lead_names == set(preset_for("lead").tools) - set(WORK_TOOLS)
     assert "room_plan_submit" in lead_names
+    # A role the owner marks read-only loses the memory-writing tool here as in-process.
+    status, body = room.server.request(
+        "PATCH",
+        f"/api/projects/{room.project}/settings",
+        {"read_only_roles": ["backend"]},
+        headers=room.owner.headers,
+    )
+    assert status == 200, body
+    async with mcp_session(room.server, token) as client:
+        read_only = {t.name for t in (await client.list_tools()).tools}
+        refused = await client.call_tool("memory_checkpoint", {"kind": "fact", "text": "x"})
+    assert read_only == names - {"memory_checkpoint"}
+    assert refused.is_error and payload(refused)["error"] == "tool_refused"
     # The boot report names the SDK serving /mcp, and where it was imported from.
     report = json.loads((room.server.data / "boot-report.json").read_text())
     sdk = report["dependencies"]["mcp"]
