@@ -254,6 +254,9 @@ async def _run_once(
     task = await read_json(client, "room://task")
     where = task.get("workdir") or {}
     cwd = Path(where["path"]) if where.get("mode") == "worktree" and where.get("path") else None
+    if cwd is not None and not cwd.is_dir():  # the server's worktree is not on this machine
+        log.warning("the task's worktree %s is not here; running where room agent started", cwd)
+        cwd = None
     with tempfile.TemporaryDirectory(prefix="room-mcp-") as folder:
         config = Path(folder) / "mcp.json"
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the token
@@ -262,6 +265,23 @@ async def _run_once(
         command = command_argv(argv, config)
         log.info("running %s for %d message(s) in %s", command[0], len(batch["deliveries"]),
                  cwd or Path.cwd())  # fmt: skip
+        failure = await _run_command(command, cwd, config, batch, timeout_secs)
+    if failure is not None:
+        last = batch["deliveries"][-1]
+        await client.call_tool("room_send", {"text": failure, "reply_to": last["message_id"]})
+
+
+async def _run_command(
+    command: list[str],
+    cwd: Path | None,
+    config: Path,
+    batch: dict[str, Any],
+    timeout_secs: float,
+) -> str | None:
+    """Run one batch; the warning to post when it failed (the batch is taken: a command that
+    could not run must say so in the room, never leave it silently consumed)."""
+    name = command[0]
+    try:
         proc = await asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.PIPE,
@@ -269,21 +289,19 @@ async def _run_once(
             cwd=cwd,
             env={**os.environ, "ROOM_MCP_CONFIG": str(config)},
         )
-        failure = None
-        try:
-            await asyncio.wait_for(
-                proc.communicate(json.dumps(batch, ensure_ascii=False).encode()), timeout_secs
-            )
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            failure = f"⚠️ 命令 {argv[0]} 超过 {timeout_secs:.0f} 秒未结束，已终止。"
-        else:
-            if proc.returncode != 0:
-                failure = f"⚠️ 命令 {argv[0]} 以退出码 {proc.returncode} 结束。"
-    if failure is not None:
-        last = batch["deliveries"][-1]
-        await client.call_tool("room_send", {"text": failure, "reply_to": last["message_id"]})
+    except OSError as exc:
+        return f"⚠️ 命令 {name} 无法启动：{exc.strerror or exc}"
+    try:
+        await asyncio.wait_for(
+            proc.communicate(json.dumps(batch, ensure_ascii=False).encode()), timeout_secs
+        )
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return f"⚠️ 命令 {name} 超过 {timeout_secs:.0f} 秒未结束，已终止。"
+    if proc.returncode != 0:
+        return f"⚠️ 命令 {name} 以退出码 {proc.returncode} 结束。"
+    return None
 
 
 def run_agent_mcp(url: str, token: str, argv: Sequence[str]) -> int:

@@ -581,3 +581,27 @@ async def test_room_agent_mcp_stops_when_its_token_is_refused(room: Room) -> Non
     _, errors = await asyncio.wait_for(runner.communicate(), 30)
     assert runner.returncode == 1
     assert "the server refused the token (bad_token" in errors.decode()
+
+
+async def test_room_agent_mcp_says_so_when_its_command_cannot_run(room: Room) -> None:
+    coder_id, token = external(room, "coder")
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "room", "agent", "--mcp", "--url", room.server.origin,
+        "--token", token, "--", "/nonexistent/coding-agent", "{mcp_config}",
+        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        said = room.say("@coder 在吗")
+
+        def warned() -> list[dict[str, Any]]:
+            return [
+                m for m in room.messages()
+                if m["author_id"] == coder_id and m["reply_to"] == said["message_id"]
+            ]  # fmt: skip
+
+        (warning,) = await eventually(warned, timeout=30)
+    finally:
+        runner.terminate()
+        await asyncio.wait_for(runner.wait(), 10)
+    # The batch was taken (consumed) and the room is told it was not handled.
+    assert warning["body"].startswith("⚠️ 命令 /nonexistent/coding-agent 无法启动")
