@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -216,7 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
         "['mcp', '--url', 'http://127.0.0.1:8470', '--token', 'T'].",
     )
     bridge.add_argument("--url", required=True, help="server URL, e.g. http://127.0.0.1:8470")
-    bridge.add_argument("--token", required=True, help="the member's bearer token")
+    bridge.add_argument(
+        "--token",
+        default=os.environ.get("ROOM_TOKEN"),
+        help="the member's bearer token (default: $ROOM_TOKEN, which keeps it out of the process "
+        "list); write --token=T when it starts with '-'",
+    )
     return parser
 
 
@@ -277,6 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "mcp":
             from room.mcp_bridge import run_bridge
 
+            if not args.token:
+                parser.error("mcp needs --token or ROOM_TOKEN")
             return run_bridge(args.url, args.token)
     except BackupError as exc:
         code = EXIT_NOT_EMPTY if exc.code == "target_not_empty" else EXIT_BAD_BACKUP

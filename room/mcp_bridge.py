@@ -37,6 +37,13 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.inbound import (
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    NAME_BEARING_METHODS,
+    encode_header_value,
+)
 from mcp.shared.message import ClientMessageMetadata, SessionMessage
 
 log = logging.getLogger(__name__)
@@ -47,7 +54,7 @@ CONFIG_PLACEHOLDER = "{mcp_config}"
 COMMAND_TIMEOUT_SECS = 1800.0
 POLL_SECS = 30.0  # a missed notification costs at most this long
 RECONNECT_MAX_SECS = 30.0
-PROTOCOL_HEADER = "mcp-protocol-version"
+PROTOCOL_HEADER = MCP_PROTOCOL_VERSION_HEADER
 
 
 def mcp_url(url: str) -> str:
@@ -97,11 +104,9 @@ async def bridge(url: str, token: str) -> None:
                 if isinstance(item, Exception):
                     log.warning("unreadable message from the client: %s", item)
                     continue
-                # The negotiated version on every later request, as the SDK's own client does.
-                if version is not None and not _is_initialize(item):
-                    item = SessionMessage(
-                        item.message, ClientMessageMetadata(headers={PROTOCOL_HEADER: version})
-                    )
+                headers = http_headers(item, version)
+                if headers:
+                    item = SessionMessage(item.message, ClientMessageMetadata(headers=headers))
                 await remote_write.send(item)
             tg.cancel_scope.cancel()  # the client closed stdin: done
 
@@ -119,9 +124,25 @@ async def bridge(url: str, token: str) -> None:
         tg.start_soon(down)
 
 
-def _is_initialize(item: SessionMessage) -> bool:
+def http_headers(item: SessionMessage, negotiated: str | None) -> dict[str, str]:
+    """The HTTP headers the SDK's own client sends with this message over Streamable HTTP: on
+    protocol 2026-07-28 each request names its version (in ``_meta``), method and target; on a
+    handshake version every message after ``initialize`` carries the negotiated version."""
     message = item.message
-    return isinstance(message, types.JSONRPCRequest) and message.method == "initialize"
+    if not isinstance(message, types.JSONRPCRequest | types.JSONRPCNotification):
+        return {PROTOCOL_HEADER: negotiated} if negotiated else {}
+    params = message.params if isinstance(message.params, dict) else {}
+    meta = params.get("_meta")
+    modern = meta.get(types.PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+    if isinstance(modern, str):
+        headers = {PROTOCOL_HEADER: modern, MCP_METHOD_HEADER: message.method}
+        name_key = NAME_BEARING_METHODS.get(message.method)
+        if name_key is not None and isinstance(name := params.get(name_key), str):
+            headers[MCP_NAME_HEADER] = encode_header_value(name)
+        return headers
+    if negotiated and message.method != "initialize":
+        return {PROTOCOL_HEADER: negotiated}
+    return {}
 
 
 def _negotiated(item: SessionMessage) -> str | None:

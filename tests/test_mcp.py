@@ -21,7 +21,7 @@ import mcp_types as types
 import pytest
 from mcp import Client as SdkClient
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
@@ -376,7 +376,7 @@ async def test_the_stdio_bridge_relays_the_members_session(room: Room) -> None:
 
     bridge = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "room", "mcp", "--url", room.server.origin, "--token", token],
+        args=["-m", "room", "mcp", "--url", room.server.origin, f"--token={token}"],
         cwd=str(ROOT),
     )
     async with (
@@ -410,7 +410,7 @@ FAKE_CODING_AGENT = """
 import asyncio, json, os, sys
 import httpx2
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 async def main():
@@ -451,7 +451,7 @@ async def test_room_agent_mcp_runs_the_coding_agent_in_its_task_worktree(
     elsewhere.mkdir()
     runner = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "room", "agent", "--mcp", "--url", room.server.origin,
-        "--token", token, "--", sys.executable, str(script), "{mcp_config}",
+        f"--token={token}", "--", sys.executable, str(script), "{mcp_config}",
         cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -587,7 +587,7 @@ async def test_room_agent_mcp_says_so_when_its_command_cannot_run(room: Room) ->
     coder_id, token = external(room, "coder")
     runner = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "room", "agent", "--mcp", "--url", room.server.origin,
-        "--token", token, "--", "/nonexistent/coding-agent", "{mcp_config}",
+        f"--token={token}", "--", "/nonexistent/coding-agent", "{mcp_config}",
         cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -605,3 +605,27 @@ async def test_room_agent_mcp_says_so_when_its_command_cannot_run(room: Room) ->
         await asyncio.wait_for(runner.wait(), 10)
     # The batch was taken (consumed) and the room is told it was not handled.
     assert warning["body"].startswith("⚠️ 命令 /nonexistent/coding-agent 无法启动")
+
+
+async def test_the_stdio_bridge_relays_the_newest_protocol(room: Room) -> None:
+    coder_id, token = external(room, "coder")
+    bridge = StdioServerParameters(  # the token from the environment, not the process list
+        command=sys.executable,
+        args=["-m", "room", "mcp", "--url", room.server.origin],
+        cwd=str(ROOT),
+        env={**get_default_environment(), "ROOM_TOKEN": token},
+    )
+    async with SdkClient(bridge) as client:  # mode "auto": server/discover through the bridge
+        assert client.session.protocol_version == "2026-07-28"
+        sent = await client.call_tool("room_send", {"text": "经过桥，用新协议"})
+        assert not sent.is_error, sent
+        async with client.listen(resource_subscriptions=["room://inbox"]) as listening:
+            said = room.say("@coder 桥上的新协议收得到吗")
+            event = await asyncio.wait_for(anext(aiter(listening)), 10)
+        assert event == ResourceUpdated(uri="room://inbox")
+        inbox = json.loads(
+            (await client.read_resource("room://inbox")).contents[0].text  # type: ignore[union-attr]
+        )
+        assert [d["message_id"] for d in inbox["deliveries"]] == [said["message_id"]]
+    (message,) = [m for m in room.messages() if m["body"] == "经过桥，用新协议"]
+    assert message["author_id"] == coder_id
