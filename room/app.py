@@ -23,7 +23,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import WebSocketRoute
+from starlette.routing import Route, WebSocketRoute
 
 from room import pages
 from room.actions import attachments as attachment_actions
@@ -53,6 +53,7 @@ from room.infra.sandbox import Sandbox
 from room.infra.sandbox import probe as sandbox_probe
 from room.infra.supervise import sweep_orphans
 from room.infra.transport import offers_direct_write
+from room.mcp_server import MCP_PATH, McpRoom
 from room.providers import ProviderRegistry, default_configs
 from room.rules.entities import User
 from room.rules.protocol import CLIENT_FRAME_TYPES
@@ -185,6 +186,13 @@ def create_app(
     ``tools`` replaces the agents' room tools (tests inject slow or failing ones)."""
     server = server or RoomServer(settings)
     provider_env = os.environ if env is None else env
+    agent_tools = (
+        {**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS, **MEMORY_TOOLS, **PROPOSE_TOOLS}
+        if tools is None
+        else tools
+    )
+    # External agents' MCP clients get the same tools as the in-process turns (one source).
+    mcp_room = McpRoom(agent_tools)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
@@ -248,9 +256,7 @@ def create_app(
                 context_tokens=settings.context_tokens,
                 stop_confirm_secs=settings.stop_confirm_secs,
             ),
-            tools={**BUILTIN_TOOLS, **TASK_TOOLS, **WORK_TOOLS, **MEMORY_TOOLS, **PROPOSE_TOOLS}
-            if tools is None
-            else tools,
+            tools=agent_tools,
             sandbox=sandbox,
         )
         core.agents = scheduler
@@ -311,11 +317,15 @@ def create_app(
         user_watch = asyncio.create_task(
             user_change_watch(core, settings.user_watch_secs), name="user-changes"
         )
+        mcp_running = contextlib.AsyncExitStack()
+        await mcp_running.enter_async_context(mcp_room.run(core))
+        app.state.mcp = mcp_room
         trace.phase("ready", origin=settings.origin)
         try:
             yield {"core": core}
         finally:
             trace.phase("stopping")
+            await mcp_running.aclose()
             for task in (daily, rechecks, user_watch):
                 if task is not None:
                     task.cancel()
@@ -331,7 +341,12 @@ def create_app(
             trace.phase("stopped")
 
     app = Starlette(
-        routes=[*pages.endpoints, *api_endpoints, WebSocketRoute("/ws", ws_endpoint)],
+        routes=[
+            *pages.endpoints,
+            *api_endpoints,
+            WebSocketRoute("/ws", ws_endpoint),
+            Route(MCP_PATH, mcp_room),
+        ],
         lifespan=lifespan,
         exception_handlers={RoomError: _room_error},  # type: ignore[dict-item]
     )

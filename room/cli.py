@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -218,7 +219,30 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--state", type=Path, default=None, help="file remembering handled deliveries"
     )
+    agent.add_argument(
+        "--mcp",
+        action="store_true",
+        help="run a coding agent with the room's MCP server configured: COMMAND runs once per "
+        "batch in the member's task worktree (if any), with {mcp_config} in its arguments "
+        "replaced by a temporary MCP config file; it speaks through the room's tools, e.g. "
+        "-- claude -p 'answer the room' --mcp-config {mcp_config}",
+    )
     agent.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS]")
+
+    bridge = sub.add_parser(
+        "mcp",
+        help="the room's MCP server on stdin/stdout, for MCP clients that only start stdio servers",
+        description="Relay MCP between stdin/stdout and the room's /mcp endpoint (Streamable "
+        "HTTP) as agent member TOKEN. Example MCP client entry: command 'room', args "
+        "['mcp', '--url', 'http://127.0.0.1:8470', '--token', 'T'].",
+    )
+    bridge.add_argument("--url", required=True, help="server URL, e.g. http://127.0.0.1:8470")
+    bridge.add_argument(
+        "--token",
+        default=os.environ.get("ROOM_TOKEN"),
+        help="the member's bearer token (default: $ROOM_TOKEN, which keeps it out of the process "
+        "list); write --token=T when it starts with '-'",
+    )
     return parser
 
 
@@ -273,7 +297,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 command = command[1:]
             if not command:
                 parser.error("agent needs a COMMAND after --")
+            if args.mcp:
+                from room.mcp_bridge import run_agent_mcp
+
+                return run_agent_mcp(args.url, args.token, command)
             return run_agent_command(args.url, args.token, command, state_file=args.state)
+        if args.command == "mcp":
+            from room.mcp_bridge import run_bridge
+
+            if not args.token:
+                parser.error("mcp needs --token or ROOM_TOKEN")
+            return run_bridge(args.url, args.token)
     except BackupError as exc:
         code = EXIT_NOT_EMPTY if exc.code == "target_not_empty" else EXIT_BAD_BACKUP
         print(f"room: {exc.message}", file=sys.stderr)

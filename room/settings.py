@@ -185,7 +185,8 @@ class Settings(BaseModel):
         gt=0,
         description="How often open sockets are checked against their session or token: one "
         "revoked where the server does not hear it (`room member token`/`revoke` from the CLI) "
-        "or a session past its expiry is closed within this many seconds.",
+        "or a session past its expiry is closed within this many seconds; so are the MCP "
+        "sessions (`/mcp`) of a revoked token.",
     )
     risk_scan_daily: bool = Field(
         default=False,

@@ -498,7 +498,8 @@ def final_txn(turn_id: int) -> str:
     return FINAL_TXN.format(turn_id=turn_id)
 
 
-def tool_txn(turn_id: int, call_id: str) -> str:
-    # Stable per tool call: a retried call in the same turn cannot post twice.
+def tool_txn(turn_id: int | None, call_id: str) -> str:
+    # Stable per tool call: a retried call in the same turn cannot post twice. A call from
+    # outside a turn (an MCP client's) is named by its own call id alone.
     digest = uuid.uuid5(uuid.NAMESPACE_URL, call_id).hex[:16]
-    return f"turn-{turn_id}-{digest}"
+    return f"turn-{turn_id}-{digest}" if turn_id is not None else f"call-{digest}"

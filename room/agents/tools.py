@@ -62,9 +62,12 @@ class TurnWork:
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
+    """What one call runs with. ``turn_id`` is None for a call from outside a turn: an external
+    agent's MCP client (:mod:`room.mcp_server`), which the server runs no turn for."""
+
     core: Services
     member: Member
-    turn_id: int
+    turn_id: int | None
     call_id: str
     extra: Mapping[str, Any]
     work: WorkEnv | None = None

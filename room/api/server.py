@@ -17,6 +17,7 @@ from room.errors import ForbiddenError
 
 async def healthz(request: Request) -> Response:
     core = core_of(request)
+    mcp = getattr(request.app.state, "mcp", None)
     ok = await core.db.read(lambda conn: conn.execute("SELECT 1").fetchone()[0] == 1)
     return JSONResponse(
         {
@@ -26,6 +27,8 @@ async def healthz(request: Request) -> Response:
             "database": {"backend": "sqlite", "version": sqlite3.sqlite_version},
             "connections": core.hub.connections,
             "subscribers": core.hub.subscriber_count(),
+            # Open MCP sessions of external agents (room.mcp_server, set on the app by its lifespan).
+            "mcp": {"sessions": mcp.session_count() if mcp is not None else 0},
             "writer": {
                 "batches": core.db.stats.batches,
                 "jobs": core.db.stats.jobs,

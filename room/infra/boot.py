@@ -39,6 +39,7 @@ DEPENDENCIES = (
     ("nh3", "nh3"),
     ("pillow", "PIL"),
     ("puremagic", "puremagic"),
+    ("mcp", "mcp"),  # the SDK serving /mcp (room.mcp_server)
 )
 RESTORED = "restored.json"
 LAST_BACKUP = "last-backup.json"

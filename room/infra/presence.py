@@ -4,15 +4,24 @@ them)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from room.infra.frames import Frame
 from room.infra.outbox import Outbox
+
+
+class Closable(Protocol):
+    """What a credential's connection must do when the credential ends: a socket's outbox, or
+    an MCP session (room.mcp_server)."""
+
+    def cut(self, reason: str, code: int = ...) -> None: ...
 
 
 class Presence:
     def __init__(self) -> None:
         # Connections by the digest of the browser session that opened them (or an agent's
         # ``agent_session`` key), so signing out (or leaving) closes them too.
-        self._sessions: dict[str, set[Outbox]] = {}
+        self._sessions: dict[str, set[Closable]] = {}
         # Each person's open connections by user id: presence (a person with one is online)
         # and the frames addressed to a person wherever they look (unread counts).
         self._people: dict[int, set[Outbox]] = {}
@@ -70,10 +79,10 @@ class Presence:
                 sessions.add(key)
         return sessions, tokens
 
-    def attach_session(self, session: str, outbox: Outbox) -> None:
+    def attach_session(self, session: str, outbox: Closable) -> None:
         self._sessions.setdefault(session, set()).add(outbox)
 
-    def detach_session(self, session: str, outbox: Outbox) -> None:
+    def detach_session(self, session: str, outbox: Closable) -> None:
         outboxes = self._sessions.get(session)
         if outboxes is not None:
             outboxes.discard(outbox)
