@@ -25,6 +25,7 @@ AGED = {
     "memory_versions": ("project_id", ("updated_at",)),
     "project_timelines": ("project_id", ("updated_at",)),
     "project_dependencies": ("project_id", ("created_at",)),
+    "audit_events": ("project_id", ("at",)),
 }
 
 
@@ -202,3 +203,18 @@ def test_changes_to_what_was_posted_count(team: Portfolio, change: Any) -> None:
     assert team.silent() == {team.idle}
     assert team.portfolio()["勤快的项目"][:10] == day_of(time.time())
     assert team.index_rows()[0].startswith("| 勤快的项目 |")
+
+
+def test_a_member_added_counts_and_an_export_does_not(team: Portfolio) -> None:
+    team.age(team.id, 40)
+    team.age(team.idle, 40)
+    status, export = team.app.request(
+        "GET", f"/api/projects/{team.id}/export", cookie=team.app.owner_cookie
+    )
+    assert status == 200 and export
+    assert team.silent() == {team.id, team.idle}  # reading the project changes nothing
+    body = {"role": "backend", "handle": "be2", "display_name": "后端二号"}
+    status, added = team.owner("POST", f"/api/projects/{team.id}/members", body)
+    assert status == 201, added
+    assert team.silent() == {team.idle}
+    assert team.portfolio()["勤快的项目"][:10] == day_of(time.time())

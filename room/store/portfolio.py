@@ -195,8 +195,10 @@ def last_activity(conn: Connection, project_id: int, created_at: float) -> float
     mark, a research card's progress: each is a sequenced ``message_updated`` event), a task
     change (its dates included), any memory write (every kind, session-log entries and summary
     edits included, and decisions: the memory version's time), a timeline or milestone edit, a
-    dependency set, and a lifecycle change (pause, resume, archive, restore …: the state's
-    time)."""
+    dependency set, a lifecycle change (pause, resume, archive, restore …: the state's time),
+    and any other act of a person or an agent the audit log recorded as done (a member added
+    or changed, a route, the settings, the workspace, research …; not an export or a fork,
+    which only read the project)."""
     times = [created_at]
     last = conn.execute(
         "SELECT created_at, seq FROM messages WHERE project_id = :p AND author_id IS NOT NULL"
@@ -211,6 +213,17 @@ def last_activity(conn: Connection, project_id: int, created_at: float) -> float
         "SELECT max(created_at) FROM events WHERE project_id = :p AND seq > :after"
         " AND kind = 'message_updated'",
         {"p": project_id, "after": int(last[1]) if last is not None else 0},
+    ).fetchone()
+    if row is not None and row[0] is not None:
+        times.append(float(row[0]))
+    # Every other act of a person or an agent is in the audit log (members added or changed,
+    # routes, settings, the workspace, research, a brake cleared …): the newest one that
+    # succeeded and changed something (an export or a fork only read the project).
+    row = conn.execute(
+        "SELECT at FROM audit_events WHERE project_id = :p AND outcome = 'ok'"
+        " AND actor_kind IN ('human', 'agent') AND action NOT IN ('project.export', 'project.fork')"
+        " ORDER BY id DESC LIMIT 1",
+        {"p": project_id},
     ).fetchone()
     if row is not None and row[0] is not None:
         times.append(float(row[0]))
