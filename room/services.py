@@ -277,3 +277,6 @@ class Services:
     unread_due: dict[int, set[int] | None] = field(default_factory=dict)
     unread_running: set[int] = field(default_factory=set)
     unread_told: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    # Streamed partial answers (room.agents.drafts): the last ``draft`` frame shown of each
+    # running answer, project → member → frame, for a client that subscribes meanwhile.
+    drafts: dict[int, dict[int, str]] = field(default_factory=dict)

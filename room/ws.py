@@ -24,6 +24,7 @@ from room.actions import messages as message_actions
 from room.actions import reactions as reaction_actions
 from room.actions import search as search_actions
 from room.actions import turns as turn_actions
+from room.agents import drafts
 from room.auth import (
     SESSION_COOKIE,
     Identity,
@@ -518,6 +519,11 @@ class Connection:
                     self.outbox.cut("slow consumer during replay; resume with since")
                     break
         self.core.hub.go_live(sub, last)
+        # An answer streaming now: its draft, after the replay (room.agents.drafts: forgotten
+        # before the answer is posted, so never beside the message it becomes).
+        if sub.active:
+            for draft in drafts.current(self.core, project_id):
+                self.outbox.push(draft)
 
     async def on_unsubscribe(self, frame: p.UnsubscribeFrame) -> None:
         sub = self.subscriptions.pop(frame.project_id, None)

@@ -51,7 +51,7 @@ def arrange_memory(room_server: RoomServer, project: int) -> dict[str, Any]:
         "status": "迁移过半",
     }
     call(room_server, "PUT", f"{base}/summary", {"rev": 0, "sections": sections}, 200)
-    fact = room_server.post(f"{base}/fact", {"text": "生产环境部署在杭州机房"}, 201)
+    fact = room_server.post(f"{base}/fact", {"text": "生产环境部署在杭州机房"}, 201)["entry"]
     room_server.post(f"{base}/convention", {"text": "提交信息写清楚为什么改"}, 201)
     progress = {
         "text": "设置页表单已迁移",
@@ -297,7 +297,7 @@ def test_archived_entries_and_the_staleness_warning(owner: Person, room_server: 
     expect(restored).to_have_count(1)
     expect(restored.locator(".badge")).to_have_count(0)
     expect(restored.get_by_role("button", name="编辑")).to_have_count(1)
-    assert room_server.get(f"/api/memory/{fact_id}")["archived"] is False
+    assert room_server.get(f"/api/memory/{fact_id}")["entry"]["archived"] is False
 
 
 def test_the_memory_status_says_when_memory_last_changed(
@@ -352,7 +352,7 @@ def history_project(room_server: RoomServer) -> Iterator[dict[str, Any]]:
         f"/api/projects/{project}/memory/fact",
         {"text": "回滚脚本在 ops/rollback.sh，部署失败时先跑它"},
         201,
-    )
+    )["entry"]
     yield {"project": project, "old": old, "fact": fact}
 
 

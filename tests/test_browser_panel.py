@@ -67,7 +67,7 @@ def plan_and_review(room_server: RoomServer, project: int, workspace: Path) -> d
         {"criterion": 2, "passed": False, "evidence": "Tab 键跳过了保存按钮"},
     ]
     reviewed = room_server.post(f"{base}/tasks/settings/review", {"results": verdicts})
-    assert reviewed["state"] == "changes_requested", reviewed
+    assert reviewed["task"]["state"] == "changes_requested", reviewed
     (workspace / "artifacts" / "settings.png").write_bytes(b"a newer screenshot")
     return cited
 

@@ -89,9 +89,9 @@ def test_owner_picks_references_in_the_adjust_dialog_and_the_card_shows_them(
     project = room_server.create_project("研究参考", TEAM)
     memory = f"/api/projects/{project}/memory/reference"
     specs = room_server.post(memory, {"ref_kind": "dir", "target": "docs/specs/",
-                                      "note": "规格说明"}, 201)  # fmt: skip
+                                      "note": "规格说明"}, 201)["entry"]  # fmt: skip
     link = room_server.post(memory, {"ref_kind": "url", "target": "https://example.org/标准",
-                                     "note": "外部标准"}, 201)  # fmt: skip
+                                     "note": "外部标准"}, 201)["entry"]  # fmt: skip
     run = propose(room_server, project)
     owner.open_project(project)
     card = owner.page.locator(f'.research-card[data-research="{run["id"]}"]')
@@ -223,7 +223,7 @@ def test_a_person_proposes_research_from_the_room_and_everyone_sees_the_card(
     project = room_server.create_project("发起研究", team)
     memory = f"/api/projects/{project}/memory/reference"
     specs = room_server.post(memory, {"ref_kind": "dir", "target": "docs/specs/",
-                                      "note": "规格说明"}, 201)  # fmt: skip
+                                      "note": "规格说明"}, 201)["entry"]  # fmt: skip
     members = room_server.members(project)
     member = join(chromium, room_server, project, "wang", "小王", width=600, height=900)
     try:

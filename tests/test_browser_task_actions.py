@@ -35,7 +35,7 @@ def plan(room_server: RoomServer, project: int, *items: dict[str, Any]) -> None:
 
 
 def task(room_server: RoomServer, project: int, key: str) -> dict[str, Any]:
-    return dict(room_server.get(f"/api/projects/{project}/tasks/{key}"))
+    return dict(room_server.get(f"/api/projects/{project}/tasks/{key}")["task"])
 
 
 def test_a_person_works_a_task_through_review_on_its_card(

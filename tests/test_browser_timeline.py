@@ -310,7 +310,7 @@ def test_tool_activity_and_system_notices(chromium: Browser, room_server: RoomSe
     room_server.say(project, "@alpha @beta 开始")  # two agent turns: the second trips the brake
     # Pause beta only once both turns were tried: a pause first would hold its delivery.
     deadline = time.monotonic() + 10
-    while not room_server.get(f"/api/projects/{project}/brake")["tripped"]:
+    while not room_server.get(f"/api/projects/{project}/brake")["brake"]["tripped"]:
         assert time.monotonic() < deadline, "the loop brake never tripped"
         time.sleep(0.05)
     members = room_server.members(project)

@@ -74,7 +74,7 @@ class Board:
     def start(self, key: str) -> Path:
         """Start the task (as its owner): its attempt gets a worktree; returns the folder."""
         self.server.post(f"{self.base}/tasks/{key}/start", {})
-        attempt = self.server.get(f"{self.base}/tasks/{key}")["attempt"]
+        attempt = self.server.get(f"{self.base}/tasks/{key}")["task"]["attempt"]
         assert attempt is not None and attempt["state"] == "open", attempt
         return Path(attempt["path"])
 
@@ -83,7 +83,10 @@ class Board:
             f"{self.base}/tasks/{key}/submit", {"summary": "完成", "artifacts": list(files)}
         )
         verdict = {"results": [{"criterion": 1, "passed": True, "evidence": "看过了"}]}
-        assert self.server.post(f"{self.base}/tasks/{key}/review", verdict)["state"] == "accepted"
+        assert (
+            self.server.post(f"{self.base}/tasks/{key}/review", verdict)["task"]["state"]
+            == "accepted"
+        )
 
 
 def test_a_task_card_shows_its_worktree_diff_and_merges_fast_forward(

@@ -5,7 +5,6 @@ What the model receives is read from the requests that server recorded."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from room.agents.memory_tools import MEMORY_TOOLS, READ_KINDS
 from room.agents.task_tools import TASK_TOOLS
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext
 from room.agents.work_tools import WORK_TOOLS
+from room.rules import deltas
 from room.rules import injection as inj
 from room.rules.entities import Member
 from room.store import members as members_store
@@ -97,7 +97,7 @@ def set_summary(app: App, what: str) -> None:
     app.call(memory_actions.set_summary, app.core, owner, None, {"what": what})
 
 
-def test_the_section_is_built_once_and_a_person_edit_arrives_as_one_line(
+def test_the_section_is_built_once_and_a_person_edit_arrives_as_the_changed_record(
     app: App, llm: OpenAIServer
 ) -> None:
     lead = member(app, "lead")
@@ -111,11 +111,15 @@ def test_the_section_is_built_once_and_a_person_edit_arrives_as_one_line(
     # Nothing changed: the next turn starts from the very same bytes.
     [second] = turn(app, llm, "@lead 还在吗", openai_text("在"))
     assert records_of(second) == section
-    # A person edits the summary: the next turn gets the same section and one line more.
+    # A person edits the summary: the next turn gets the same section, then the changed record.
     set_summary(app, "改过的概要：现在支持项目记忆")
     [third] = turn(app, llm, "@lead 概要改了", openai_text("知道了"))
-    assert records_of(third) == section + "\n\n" + inj.UPDATED_NOTICE
-    assert "改过的概要" not in str(third["messages"])
+    assert records_of(third) == (
+        section
+        + "\n\n"
+        + deltas.HEADING
+        + "\n- 改动的项目概要：这是什么：改过的概要：现在支持项目记忆"
+    )
     # The section sits right after the system message.
     assert third["messages"][0]["role"] == "system"
     assert str(third["messages"][1]["content"]).startswith(HEADER)
@@ -386,8 +390,12 @@ def test_over_http_a_person_edit_of_the_summary_reaches_the_next_turn_as_one_lin
             section = ask("你好")
             assert "### 这是什么\n  第一版：群聊服务器" in section
             put_summary(1, "第二版：加上了项目记忆")
-            assert ask("概要改了") == section + "\n\n" + inj.UPDATED_NOTICE
-            assert "第二版" not in json.dumps(llm.chat_requests[-1], ensure_ascii=False)
+            assert ask("概要改了") == (
+                section
+                + "\n\n"
+                + deltas.HEADING
+                + "\n- 改动的项目概要：这是什么：第二版：加上了项目记忆"
+            )
         finally:
             server.stop()
 
@@ -451,11 +459,21 @@ def test_a_convention_written_by_a_person_is_in_the_next_turns_request(
         "## 参考",
     ]
     assert [section.index(h) for h in order] == sorted(section.index(h) for h in order)
-    # A convention added during the session arrives as the one line (the section stays as built).
+    # A convention added during the session arrives itself, after the section as built.
     status, _ = owner_post(app, "/api/projects/1/memory/convention", {"text": "不要手改生成的文件"})
     assert status == 201
     [later] = turn(app, llm, "@lead 继续", openai_text("好"))
-    assert records_of(later) == section + "\n\n" + inj.UPDATED_NOTICE
+    assert records_of(later) == section + "\n\n" + deltas.HEADING + "\n- 新约定：不要手改生成的文件"
+    # and on every later request of the session, with what changed after it, newest first
+    status, _ = owner_post(app, "/api/projects/1/memory/fact", {"text": "测试库每晚重置"})
+    assert status == 201
+    [last] = turn(app, llm, "@lead 再继续", openai_text("好"))
+    assert records_of(last) == (
+        section
+        + "\n\n"
+        + deltas.HEADING
+        + "\n- 新事实：测试库每晚重置\n- 新约定：不要手改生成的文件"
+    )
 
 
 def test_fifty_decisions_under_a_small_budget_keep_the_newest(
@@ -548,3 +566,39 @@ def test_reminders_switched_off_by_the_setting(tmp_path: Path, llm: OpenAIServer
         )
         [after] = turn(app, llm, "@lead 然后呢", openai_text("好"))
         assert "提醒" not in records_of(after)
+
+
+def test_changes_mid_session_stay_within_the_records_budget(
+    tmp_path: Path, llm: OpenAIServer
+) -> None:
+    env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
+    with running_app(tmp_path / "data", env=env, memory_budget_bytes=4096) as app:
+        lead = member(app, "lead")
+        route(app, lead.id)
+        [first] = turn(app, llm, "@lead 你好", openai_text("好"))
+        section = records_of(first)
+        for n in range(20):
+            body = {"text": f"约定{n:02d}：" + "提交前先跑完整的测试并写清楚改了什么" * 4}
+            status, answer = owner_post(app, "/api/projects/1/memory/convention", body)
+            assert status == 201, answer
+        # another agent's decision, recorded after the conventions: the newest change
+        add_agent(app, "coder", "backend")
+        app.call(
+            decision_actions.propose_decision,
+            app.core,
+            member(app, "coder"),
+            title="接口用 JSON",
+            context="前后端分开",
+            decision="所有接口都返回 JSON 对象",
+            alternatives=[{"option": "XML", "why_rejected": "太啰嗦"}],
+        )
+        [later] = turn(app, llm, "@lead 继续", openai_text("好"))
+        text = records_of(later)
+        assert text.startswith(section + "\n\n" + deltas.HEADING + "\n")
+        assert len(text.encode()) <= 4096
+        lines = text[len(section) + 2 :].splitlines()
+        assert lines[1] == "- 新决定 ADR-0001：接口用 JSON［提议中］：所有接口都返回 JSON 对象"
+        assert lines[2].startswith("- 新约定：约定19：")
+        shown = len(lines) - 3
+        # 21 changes in all: the decision, the conventions shown, the count of the rest
+        assert 0 < shown < 20 and lines[-1] == deltas.MORE_LINE.format(n=20 - shown)

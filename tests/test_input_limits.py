@@ -141,8 +141,8 @@ def test_a_null_limit_goes_back_to_the_server_default(app: App, project: tuple[i
     assert post(app, limits, {"agent_turn_cap": None}) == (200, {"limits": {"max_steps": 5}})
     status, brake = app.request("GET", f"/api/projects/{project_id}/brake", cookie=app.owner_cookie)
     assert status == 200
-    assert brake["limits"]["agent_turn_cap"] == app.settings.agent_turn_cap
-    assert brake["limits"]["max_steps"] == 5
+    assert brake["brake"]["limits"]["agent_turn_cap"] == app.settings.agent_turn_cap
+    assert brake["brake"]["limits"]["max_steps"] == 5
 
 
 @pytest.mark.parametrize("value", ["5", 5.0, True, 0, 10_001])

@@ -49,10 +49,12 @@ def code(result: tuple[int, Any]) -> tuple[int, str, Any]:
 
 def test_people_add_edit_and_read_the_history(people: People) -> None:
     status, fact = people.owner("POST", f"{people.base}/fact", {"text": "端口是 8470"})
+    fact = fact["entry"]
     assert status == 201 and fact["author"]["handle"] == "owner" and fact["rev"] == 1
     status, edited = people.member(
         "PATCH", f"/api/memory/{fact['id']}", {"rev": 1, "text": "端口 9000"}
     )
+    edited = edited["entry"]
     assert status == 200 and edited["rev"] == 2 and edited["body"]["text"] == "端口 9000"
     assert code(people.owner("PATCH", f"/api/memory/{fact['id']}", {"rev": 1, "text": "x"})) == (
         409, "stale_revision", None,
@@ -76,22 +78,26 @@ def test_the_summary_sessions_and_progress(people: People) -> None:
     status, summary = people.owner(
         "PUT", f"{people.base}/summary", {"rev": 0, "sections": {"what": "聊天室"}}
     )
+    summary = summary["entry"]
     assert status == 200 and summary["body"]["labels"]["what"] == "这是什么"
     assert list(summary["body"]["sections"]) == ["what", "run", "where", "status", "pitfalls"]
     status, summary = people.member(
         "PUT", f"{people.base}/summary", {"rev": 1, "sections": {"pitfalls": "别用 lockf"}}
     )
+    summary = summary["entry"]
     assert status == 200 and summary["body"]["sections"]["what"] == "聊天室"
     assert code(people.owner("PUT", f"{people.base}/summary", {"rev": 1, "sections": {}}))[1] == (
         "stale_revision"
     )
     status, session = people.owner("POST", f"{people.base}/session", {"summary": "评审了 API"})
+    session = session["entry"]
     assert status == 201
     assert code(people.owner("PATCH", f"/api/memory/{session['id']}", {"rev": 1, "summary": "x"})) == (
         409, "append_only", None,
     )  # fmt: skip
     body = {"text": "登录页", "stage": "实现中", "next": "写测试", "tags": ["ui"]}
     status, progress = people.member("POST", f"{people.base}/progress", body)
+    progress = progress["entry"]
     assert status == 201 and progress["body"]["tags"] == ["ui"]
 
 
@@ -136,6 +142,7 @@ def test_agents_read_but_write_only_through_tools(people: People) -> None:
 def test_nobody_reaches_another_projects_memory(people: People) -> None:
     app = people.app
     status, fact = people.owner("POST", f"{people.base}/fact", {"text": "秘密"})
+    fact = fact["entry"]
     entry = f"/api/memory/{fact['id']}"
     stranger = people.stranger_cookie
     for method, path, body in [
@@ -152,12 +159,14 @@ def test_nobody_reaches_another_projects_memory(people: People) -> None:
         assert "秘密" not in str(answer)
     status, answer = app.request("GET", entry, token=people.other_token)
     assert status == 404 and "秘密" not in str(answer)
-    assert people.owner("GET", entry)[1]["body"]["text"] == "秘密"
+    assert people.owner("GET", entry)[1]["entry"]["body"]["text"] == "秘密"
 
 
 def test_archived_entries_are_listed_with_archived_1(people: People) -> None:
     status, fact = people.owner("POST", f"{people.base}/fact", {"text": "旧事实"})
+    fact = fact["entry"]
     status, archived = people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
+    archived = archived["entry"]
     assert status == 200 and archived["archived"] is True
     status, page = people.owner("GET", f"{people.base}/fact")
     assert page["entries"] == [] and "memory_read" in page["pointer"]
@@ -180,7 +189,7 @@ def test_decision_endpoints_take_alternatives_and_constraints(people: People) ->
     }  # fmt: skip
     status, made = people.owner("POST", f"/api/projects/{people.project_id}/decisions", body)
     assert status == 201
-    assert made["revisions"][0]["alternatives"] == body["alternatives"]
+    assert made["decision"]["revisions"][0]["alternatives"] == body["alternatives"]
     status, log = people.owner("GET", f"/api/projects/{people.project_id}/decisions")
     assert log["decisions"][0]["revisions"][0]["constraints"] == "一台机器"
     bad = {**body, "alternatives": [{"option": "", "why_rejected": "x"}]}
@@ -242,11 +251,13 @@ def test_trash_snapshots_memory_and_a_restore_checks_it(people: People) -> None:
 
 def test_an_archived_entry_is_restored_by_a_person_and_audited(people: People) -> None:
     status, fact = people.owner("POST", f"{people.base}/fact", {"text": "旧事实"})
+    fact = fact["entry"]
     people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
     version = people.owner("GET", people.base)[1]["version"]
     assert code(people.app.request("POST", f"/api/memory/{fact['id']}/restore", {},
                                    token=people.token))[:2] == (403, "agents_use_tools")  # fmt: skip
     status, restored = people.member("POST", f"/api/memory/{fact['id']}/restore", {})
+    restored = restored["entry"]
     assert status == 200 and restored["archived"] is False and restored["rev"] == 1
     status, view = people.owner("GET", people.base)
     assert [f["body"]["text"] for f in view["facts"]] == ["旧事实"]
@@ -268,13 +279,14 @@ def test_references_are_capped_at_200_and_a_restored_one_stays_as_the_newest(
             "POST", f"{people.base}/reference", {"ref_kind": "file", "target": f"docs/{n}.md"}
         )
         assert status == 201
-        ids.append(ref["id"])
+        ids.append(ref["entry"]["id"])
     status, view = people.owner("GET", people.base)
     assert view["archived"] == {"reference": 1}
     assert view["caps"]["reference"] == {"max_bytes": None, "max_entries": 200}
     status, page = people.owner("GET", f"{people.base}/reference?archived=1")
     assert [e["id"] for e in page["entries"]] == [ids[0]]  # the oldest
     status, restored = people.owner("POST", f"/api/memory/{ids[0]}/restore", {})
+    restored = restored["entry"]
     assert status == 200 and restored["archived"] is False
     status, page = people.owner("GET", f"{people.base}/reference?archived=1")
     assert [e["id"] for e in page["entries"]] == [ids[1]]  # the oldest other one took its place
@@ -320,6 +332,7 @@ def test_an_owner_clears_all_memory_with_a_confirmation_and_it_is_audited(
     base = people.base
     people.owner("PUT", f"{base}/summary", {"rev": 0, "sections": {"what": "记账小程序"}})
     status, fact = people.owner("POST", f"{base}/fact", {"text": "生产库在杭州机房"})
+    fact = fact["entry"]
     people.owner("POST", f"/api/memory/{fact['id']}/archive", {})
     people.owner("POST", f"{base}/convention", {"text": "提交前跑测试"})
     people.member("POST", f"{base}/session", {"summary": "写了登录页"})

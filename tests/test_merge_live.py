@@ -87,7 +87,7 @@ async def test_only_the_reviewed_files_of_an_attempt_land_on_the_base(
     assert "__pycache__" in told["junk"]["output"]  # python really left its bytecode
     assert told["submit"]["ok"] is True, told["submit"]
     status, data = review(room, "api")
-    assert (status, data["state"]) == (200, "accepted"), data
+    assert (status, data["task"]["state"]) == (200, "accepted"), data
 
     # The review: every change, the junk flagged, only the cited file ticked.
     diff = room.get(f"/api/projects/{room.project}/tasks/api/diff")

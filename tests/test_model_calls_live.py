@@ -175,7 +175,9 @@ async def test_a_stopped_calls_reported_usage_is_not_lost(
             assert (totals["requests"], totals["stopped_requests"]) == (1, 1)
             assert (totals["input_tokens"], totals["output_tokens"]) == (13, 1)
             brake = await eventually(
-                lambda: (b := room.get(f"/api/projects/{room.project}/brake"))["tripped"] and b
+                lambda: (
+                    (b := room.get(f"/api/projects/{room.project}/brake")["brake"])["tripped"] and b
+                )
             )
             # The budget sees what the stopped call cost, and is spent by it.
             assert (brake["tokens_used"], brake["tripped"]) == (14, "token_budget")

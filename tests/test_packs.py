@@ -625,8 +625,9 @@ def test_http_export_import_fork_merge_are_for_owners(app: App, tmp_path: Path) 
     forged = upload(pack.replace(b"room.project-pack", b"room.other-pack", 1), app.owner_cookie)
     assert forged.status_code == 400 and forged.json()["error"]["details"]["reason"] == "bad_kind"
     made = upload(pack, app.owner_cookie)
-    assert made.status_code == 201 and made.json()["name"] == "导入"
-    new_id = made.json()["project_id"]
+    assert made.status_code == 201 and made.json()["project"]["name"] == "导入"
+    assert made.json()["project"]["state"] == "paused" and made.json()["rows"]["milestones"] == 1
+    new_id = made.json()["project"]["id"]
     _, copied = app.request("GET", f"/api/projects/{new_id}/timeline", cookie=app.owner_cookie)
     assert [m["name"] for m in copied["milestones"]] == ["设计"]
     with app.db() as conn:
@@ -636,14 +637,15 @@ def test_http_export_import_fork_merge_are_for_owners(app: App, tmp_path: Path) 
     assert [tuple(k) for k in kinds] == [("skill", "rust")]
     assert not list((app.settings.data / "tmp").iterdir())  # the upload's temp file is gone
     status, forked = app.request("POST", f"{path}/fork", {"name": "分支"}, cookie=app.owner_cookie)
-    assert status == 201 and forked["name"] == "分支"
+    assert status == 201 and forked["project"]["name"] == "分支", forked
+    fork_id = forked["project"]["id"]
     status, merged = app.request(
-        "POST", f"{path}/merge", {"source_project_id": forked["project_id"], "trash_source": True},
+        "POST", f"{path}/merge", {"source_project_id": fork_id, "trash_source": True},
         cookie=app.owner_cookie,
     )  # fmt: skip
     assert status == 200, merged
     with app.db() as conn:
-        state = conn.execute("SELECT state FROM projects WHERE id = ?", (forked["project_id"],))
+        state = conn.execute("SELECT state FROM projects WHERE id = ?", (fork_id,))
         assert state.fetchone()[0] == "trashed"
     with app.db() as conn:
         trail = conn.execute(

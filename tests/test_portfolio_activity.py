@@ -11,18 +11,21 @@ from typing import Any
 
 import pytest
 
+from room.actions import message_edits
 from tests.support.inproc import App, Team, owner_user, running_app
 
 DAY = 86400.0
 # Every time column that could hold a project's activity; the test moves them all into the past.
 AGED = {
     "projects": ("id", ("created_at", "updated_at", "state_at")),
-    "messages": ("project_id", ("created_at",)),
+    "messages": ("project_id", ("created_at", "edited_at", "deleted_at")),
+    "events": ("project_id", ("created_at",)),
     "tasks": ("project_id", ("created_at", "updated_at")),
     "memory_entries": ("project_id", ("created_at", "updated_at")),
     "memory_versions": ("project_id", ("updated_at",)),
     "project_timelines": ("project_id", ("updated_at",)),
     "project_dependencies": ("project_id", ("created_at",)),
+    "audit_events": ("project_id", ("at",)),
 }
 
 
@@ -144,3 +147,74 @@ def test_status_md_says_when_the_project_last_changed_not_when_it_was_generated(
     # the index and STATUS.md agree
     row = next(r for r in team.index_rows() if "勤快的项目" in r)
     assert f"| {day_of(time.time() - 40 * DAY)} |" in row
+
+
+def _owner(team: Portfolio) -> Any:
+    return next(m for m in team.members.values() if m.is_owner)
+
+
+def _edit(team: Portfolio, message_id: int) -> None:
+    team.app.call(message_edits.edit_message, team.app.core, _owner(team), message_id, "改过的话")
+
+
+def _delete(team: Portfolio, message_id: int) -> None:
+    team.app.call(message_edits.delete_message, team.app.core, _owner(team), message_id)
+
+
+def _react(team: Portfolio, message_id: int) -> None:
+    path = f"/api/messages/{message_id}/reactions"
+    status, answer = team.member("POST", path, {"emoji": "👍"})
+    assert status == 200 and answer["changed"] is True, answer
+
+
+def _unreact(team: Portfolio, message_id: int) -> None:
+    """A reaction added before the project went quiet, taken back now."""
+    path = f"/api/messages/{message_id}/reactions"
+    team.member("POST", path, {"emoji": "👍"})
+    team.age(team.id, 40)
+    status, answer = team.member("POST", path, {"emoji": "👍", "remove": True})
+    assert status == 200 and answer["changed"] is True, answer
+
+
+def _task_dates(team: Portfolio, message_id: int) -> None:
+    status, dates = team.owner(
+        "PUT", f"/api/projects/{team.id}/tasks/api/dates", {"est_start": None, "est_end": None}
+    )
+    assert status == 200, dates
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_edit, _delete, _react, _unreact, _task_dates],
+    ids=["edit", "delete", "reaction", "reaction_removed", "task_dates"],
+)
+def test_changes_to_what_was_posted_count(team: Portfolio, change: Any) -> None:
+    # a task a person owns and a message to a person: no agent is woken to answer meanwhile
+    plan = {"goal": "g", "items": [{"key": "api", "title": "接口", "owner": "zhang",
+                                     "acceptance": ["能用"]}]}  # fmt: skip
+    assert team.owner("POST", f"/api/projects/{team.id}/plan", plan)[0] == 201
+    status, sent = team.owner("POST", f"/api/projects/{team.id}/messages", {"body": "@小张 看看"})
+    assert status in (200, 201), sent
+    message_id = int(sent["message_id"])
+    team.age(team.id, 40)
+    team.age(team.idle, 40)
+    assert team.id in team.silent()
+    change(team, message_id)
+    assert team.silent() == {team.idle}
+    assert team.portfolio()["勤快的项目"][:10] == day_of(time.time())
+    assert team.index_rows()[0].startswith("| 勤快的项目 |")
+
+
+def test_a_member_added_counts_and_an_export_does_not(team: Portfolio) -> None:
+    team.age(team.id, 40)
+    team.age(team.idle, 40)
+    status, export = team.app.request(
+        "GET", f"/api/projects/{team.id}/export", cookie=team.app.owner_cookie
+    )
+    assert status == 200 and export
+    assert team.silent() == {team.id, team.idle}  # reading the project changes nothing
+    body = {"role": "backend", "handle": "be2", "display_name": "后端二号"}
+    status, added = team.owner("POST", f"/api/projects/{team.id}/members", body)
+    assert status == 201, added
+    assert team.silent() == {team.idle}
+    assert team.portfolio()["勤快的项目"][:10] == day_of(time.time())

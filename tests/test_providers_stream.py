@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -256,3 +257,24 @@ async def test_streamed_text_holds_no_lone_surrogates() -> None:
         finally:
             await provider.aclose()
     assert result.text == "笑😀 半个\ufffd"
+
+
+@BOTH
+@pytest.mark.anyio
+async def test_the_meter_follows_the_text_as_it_streams(kind: str) -> None:
+    # What the room shows while an answer streams (room.agents.drafts): after each event the
+    # meter's text() is the answer so far, one growing beginning of the whole.
+    seen: list[str] = []
+    meter = CallMeter()
+    meter.on_progress = lambda: seen.append(meter.text())
+    with serve(kind, [text_reply(kind, LONG)]) as srv:
+        provider = make(kind, srv, RecordedSleeps())
+        try:
+            result = await provider.chat(hello(), meter)
+        finally:
+            await provider.aclose()
+    assert result.text == LONG and meter.text() == LONG
+    grown = [t for a, t in pairwise(["", *seen]) if t != a]
+    assert len(grown) == 12  # one per text event of 4 characters
+    assert all(LONG.startswith(t) for t in grown) and grown[-1] == LONG
+    assert all(len(a) < len(b) for a, b in pairwise(grown))

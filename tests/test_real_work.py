@@ -113,12 +113,12 @@ async def test_an_agent_works_in_its_worktree_and_acceptance_follows_the_file(
     assert (artifact["path"], artifact["sha256"]) == ("src/calc.py", sha256(CALC))
     assert (command["id"], command["exit_code"], command["output_tail"]) == (cited[0], 0, "2\n")
     status, data = review(room, "api")
-    assert (status, data["state"]) == (200, "accepted"), data
+    assert (status, data["task"]["state"]) == (200, "accepted"), data
 
     # Reopened, resubmitted with the same evidence, then the file changes: no acceptance.
     status, data = request(room, "POST", f"/api/projects/{room.project}/tasks/api/reopen",
                            {"reason": "再确认一次"})  # fmt: skip
-    assert (status, data["state"]) == (200, "changes_requested"), data
+    assert (status, data["task"]["state"]) == (200, "changes_requested"), data
     scripts.push("be", submit, openai_text("重新提交了"))
     room.say("@be 请按原样重新提交")
     await eventually(lambda: task(room, "api")["state"] == "in_review", timeout=20)
@@ -137,7 +137,7 @@ async def test_an_agent_works_in_its_worktree_and_acceptance_follows_the_file(
     # Put back what was submitted: the same review now accepts it.
     (worktree / "src/calc.py").write_text(CALC)
     status, data = review(room, "api")
-    assert (status, data["state"]) == (200, "accepted"), data
+    assert (status, data["task"]["state"]) == (200, "accepted"), data
 
 
 def sha256(text: str) -> str:
@@ -526,10 +526,10 @@ async def test_a_brake_holds_the_loop_and_the_work_it_interrupted_resumes_when_c
         room.say(f"@lead 你好{word}")
         await eventually(functools.partial(lead_replies, count), timeout=20)
     assert [r["body"] for r in agent_replies(room, "lead")] == ["收到。", "收到", "收到"]
-    assert room.get(f"{base}/brake")["tripped"] is None
+    assert room.get(f"{base}/brake")["brake"]["tripped"] is None
 
     def brake() -> dict[str, Any]:
-        return dict(room.get(f"{base}/brake"))
+        return dict(room.get(f"{base}/brake")["brake"])
 
     def lead_said_again() -> bool:
         return any(r["body"] == again for r in agent_replies(room, "lead"))

@@ -16,6 +16,7 @@ from room.agents.context import Checkpoint, ContextInput, Line, Person
 from room.agents.presets import PRESETS, ROOM_RULES
 from room.agents.tools import bad_arguments, not_run_after_stop
 from room.agents.turn import CUT_ARGUMENTS
+from room.rules import deltas
 from room.rules import injection as inj
 from room.rules.attachments import with_attachments
 from room.rules.entities import Member
@@ -204,8 +205,35 @@ def test_every_state_and_edge_of_the_sections_is_documented() -> None:
     assert left_over(texts) == []
 
 
+def changed_records() -> str:
+    """The records changed mid-session as a request carries them: every kind, every way a record
+    changes, a decision, a requirement, a record with no text, and some that did not fit."""
+    stored: list[tuple[str, dict[str, Any]]] = [
+        ("summary", {"sections": {k: "时间线里的话" for k in ("what", "run", "where", "status", "pitfalls")}}),
+        ("fact", {"text": "时间线里的话"}),
+        ("convention", {"text": ""}),
+        ("progress", {"text": "修复接口", "stage": "跑测试", "next": "写好接口", "blocked": "等待评审"}),
+        ("session", {"summary": "修复接口", "did": "跑测试", "verified": "测试全部通过", "next": "写好接口", "blocked": "等待评审"}),
+        ("reference", {"ref_kind": "shell", "target": "修复接口", "note": "文件内容"}),
+    ]  # fmt: skip
+    changes = [
+        deltas.Delta(kind, what, float(n), deltas.text_of(kind, body), "id=3")
+        for n, (kind, body) in enumerate(stored)
+        for what in ("new", "edited", "archived")
+    ]
+    for n, (status, kind) in enumerate(
+        [("proposed", "decision"), ("accepted", "requirement"), ("superseded", "decision")]
+    ):
+        text = deltas.decision_text("修复接口", status, "写好接口", kind)
+        changes.append(deltas.Delta("decision", "new", 100.0 + n, text, "ADR-0001"))
+    changes += [deltas.Delta("fact", "new", 0.5, "修复接口" * 100)] * 200  # past the budget
+    text = deltas.render(changes, budget_bytes=20_000)
+    assert "（还有" in text and all(f"- {w}" in text for w in ("新", "改动的", "已归档的"))
+    return text
+
+
 def test_the_records_notices_and_tool_wrappers_are_documented() -> None:
-    texts = [memory_mod.UNREADABLE, inj.notices(built_version=1, version=2)]
+    texts = [memory_mod.UNREADABLE, inj.notices(built_version=1, version=2), changed_records()]
     texts += [
         not_run_after_stop().text,
         bad_arguments("arguments were not valid JSON").text,
@@ -214,7 +242,20 @@ def test_the_records_notices_and_tool_wrappers_are_documented() -> None:
     # the section's own lines are documented in docs/memory.md: only its label is checked here
     assert inj.LABEL in " ".join(row[0] for row in read_table("agents.md", "request-texts")[1])
     assert (
-        left_over(texts, extra=["stopped", "bad_arguments", "ok", "false", "error", "message"])
+        left_over(
+            texts,
+            # ... and the changed records' labels (a decision's number, a session entry's id)
+            extra=[
+                "stopped",
+                "bad_arguments",
+                "ok",
+                "false",
+                "error",
+                "message",
+                "ADR-0001",
+                "id=3",
+            ],
+        )
         == []
     )
 

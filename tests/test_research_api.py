@@ -277,7 +277,7 @@ def add_reference(project: Project, kind: str, target: str, note: str = "") -> d
     status, entry = project.owner("POST", f"/api/projects/{project.id}/memory/reference",
                                   {"ref_kind": kind, "target": target, "note": note})  # fmt: skip
     assert status == 201, entry
-    return dict(entry)
+    return dict(entry["entry"])
 
 
 def test_unknown_archived_and_unreadable_references_and_the_web_are_refused(
@@ -293,7 +293,7 @@ def test_unknown_archived_and_unreadable_references_and_the_web_are_refused(
     escape = add_reference(project, "file", "../secret.txt")
     cases = [
         ({"references": [99_999]}, "research_unknown_reference"),
-        ({"references": [fact["id"]]}, "research_unknown_reference"),
+        ({"references": [fact["entry"]["id"]]}, "research_unknown_reference"),
         ({"references": [archived["id"]]}, "research_reference_archived"),
         ({"references": [outside["id"]]}, "research_reference_outside"),
         ({"references": [missing["id"]]}, "research_reference_missing"),
@@ -311,7 +311,7 @@ def test_unknown_archived_and_unreadable_references_and_the_web_are_refused(
                                    {"ref_kind": "dir", "target": "src"})  # fmt: skip
     assert status == 201
     status, body = project.owner("POST", f"/api/projects/{project.id}/research",
-                                 PROPOSAL | {"scope": {"references": [theirs["id"]]}})  # fmt: skip
+                                 PROPOSAL | {"scope": {"references": [theirs["entry"]["id"]]}})  # fmt: skip
     assert (status, body["error"]["code"]) == (400, "research_unknown_reference")
     with project.app.db() as conn:
         assert conn.execute("SELECT count(*) FROM research_runs").fetchone()[0] == 0

@@ -293,7 +293,8 @@ async def test_a_reference_scoped_run_reads_inside_its_references_and_nothing_el
 
     def reference(kind: str, target: str, note: str = "") -> dict[str, Any]:
         return dict(room.post(f"/api/projects/{room.project}/memory/reference",
-                              {"ref_kind": kind, "target": target, "note": note}, expect=201))  # fmt: skip
+                              {"ref_kind": kind, "target": target, "note": note},
+                              expect=201)["entry"])  # fmt: skip
 
     docs = reference("dir", str(refdocs), "设计笔记")
     via = reference("dir", str(tmp_path / "via"))
@@ -375,7 +376,7 @@ async def test_a_reference_folder_another_project_takes_after_the_approval_is_no
     (shared / "notes.md").write_text("隔壁项目的文件\n", encoding="utf-8")
     (kept / "notes.md").write_text("仍可读的参考\n", encoding="utf-8")
     refs = [room.post(f"/api/projects/{room.project}/memory/reference",
-                      {"ref_kind": "dir", "target": str(folder)}, expect=201)["id"]
+                      {"ref_kind": "dir", "target": str(folder)}, expect=201)["entry"]["id"]
             for folder in (shared, kept)]  # fmt: skip
     run = propose(room, PROPOSAL | {"scope": {"references": refs}})
     act(room, run["id"], "approve", rev=run["rev"], scope_digest=run["scope_digest"])

@@ -170,7 +170,7 @@ async def test_loop_brake_stops_two_agents_that_keep_mentioning_each_other(room:
     calls = len(room.llm.chat_requests)
     await anyio.sleep(1.0)
     assert len(room.llm.chat_requests) == calls == 4  # dispatch really stopped
-    brake = room.get(f"/api/projects/{room.project}/brake")
+    brake = room.get(f"/api/projects/{room.project}/brake")["brake"]
     assert brake["tripped"] == "agent_turn_cap"
     pending = [
         d for m in room.messages() for d in room.deliveries(m["id"]) if d["state"] == "pending"
@@ -267,10 +267,10 @@ async def test_the_token_budget_stops_the_turn_at_the_next_step(
         openai_text("不该走到这里"),
     )
     room.say("@lead 用掉预算")
-    await eventually(lambda: room.get(f"/api/projects/{room.project}/brake")["tripped"])
+    await eventually(lambda: room.get(f"/api/projects/{room.project}/brake")["brake"]["tripped"])
     await anyio.sleep(1.0)
     assert len(llm.chat_requests) == 1  # no request after the budget was spent
-    assert room.get(f"/api/projects/{room.project}/brake")["tripped"] == "token_budget"
+    assert room.get(f"/api/projects/{room.project}/brake")["brake"]["tripped"] == "token_budget"
     assert agent_replies(room, "lead") == []
 
 
@@ -292,7 +292,7 @@ async def test_a_message_steered_at_the_last_step_waits_instead_of_failing(
 
 async def test_a_null_limit_falls_back_to_the_default(room: Room) -> None:
     room.post(f"/api/projects/{room.project}/limits", {"agent_turn_cap": None})
-    brake = room.get(f"/api/projects/{room.project}/brake")
+    brake = room.get(f"/api/projects/{room.project}/brake")["brake"]
     assert brake["limits"]["agent_turn_cap"] == 12
     sent = room.say("限额之后的消息")
     await eventually(lambda: agent_replies(room, "lead"))
@@ -316,7 +316,7 @@ async def test_an_external_agents_turns_count_toward_the_loop_brake(room: Room) 
     for delivery_id in ids:
         await agent.send({"type": "consume", "delivery_ids": [delivery_id]})
     brake = await eventually(
-        lambda: (b := room.get(f"/api/projects/{room.project}/brake"))["tripped"] and b
+        lambda: (b := room.get(f"/api/projects/{room.project}/brake")["brake"])["tripped"] and b
     )
     assert brake["tripped"] == "agent_turn_cap"
     # Braked: a new mention waits, it is not offered.
@@ -331,7 +331,7 @@ async def test_an_external_agents_turns_count_toward_the_loop_brake(room: Room) 
     steered = [d["delivery_id"] for d in frame["deliveries"]]
     await agent.send({"type": "consume", "delivery_ids": steered, "mode": "steer"})
     await eventually(lambda: room.deliveries(held["message_id"])[0]["state"] == "consumed")
-    assert room.get(f"/api/projects/{room.project}/brake")["tripped"] is None
+    assert room.get(f"/api/projects/{room.project}/brake")["brake"]["tripped"] is None
 
 
 async def test_a_failed_delivery_is_retried_once_by_a_person_and_the_ledger_shows_both(

@@ -373,7 +373,7 @@ async def test_goal_to_plan_to_dispatch_in_order_to_evidence_to_acceptance(
         assert item["verified"] is True
         assert item["size"] == (workspace / path).stat().st_size
     assert all(c["passed"] and c["verdict"]["revision"] == 1 for c in api["criteria"])
-    detail = room.get(f"{room.base}/tasks/api")
+    detail = room.get(f"{room.base}/tasks/api")["task"]
     assert [h["event"] for h in detail["history"]] == [
         "created", "deps_accepted", "start", "submit", "accept",
     ]  # fmt: skip
@@ -418,7 +418,7 @@ async def test_requirement_change_over_http_invalidates_a_pass_and_needs_receipt
     room.post(f"{room.base}/plan", plan, expect=201)
     await eventually(lambda: room.task("api")["state"] == "in_review")
     review = {"results": [{"criterion": 1, "passed": True, "evidence": "curl 看过"}]}
-    api = room.post(f"{room.base}/tasks/api/review", review)
+    api = room.post(f"{room.base}/tasks/api/review", review)["task"]
     assert api["state"] == "in_review" and [c["passed"] for c in api["criteria"]] == [True, None]
 
     before = (room.board(), room.get(f"{room.base}/decisions"))
@@ -447,7 +447,7 @@ async def test_requirement_change_over_http_invalidates_a_pass_and_needs_receipt
     assert api["criteria"][0]["verdict"]["counts"] is False
     doc = room.task("doc")
     assert doc["state"] == "needs_sync" and doc["sync"][0]["revision"] == 2
-    receipt = room.post(f"{room.base}/tasks/doc/sync-receipt", {"note": "已读"})
+    receipt = room.post(f"{room.base}/tasks/doc/sync-receipt", {"note": "已读"})["task"]
     assert receipt["state"] == "ready" and receipt["sync"] == []
 
     [requirement] = room.get(f"{room.base}/decisions")["decisions"]
@@ -463,7 +463,7 @@ async def test_requirement_change_over_http_invalidates_a_pass_and_needs_receipt
     assert any(b.startswith("✅ @owner 已同步 ADR-0001 第 2 版") for b in timeline)
 
     all_pass = {"results": [{"criterion": n, "passed": True, "evidence": "复查"} for n in (1, 2)]}
-    assert room.post(f"{room.base}/tasks/api/review", all_pass)["state"] == "accepted"
+    assert room.post(f"{room.base}/tasks/api/review", all_pass)["task"]["state"] == "accepted"
 
 
 async def test_a_change_sent_over_the_socket_marks_the_bound_tasks_needs_sync(
@@ -543,7 +543,7 @@ async def test_http_refusals_plan_paths_permissions_and_plan_first(
     refused = room.post(f"{room.base}/tasks/doc/start", {}, expect=409)["error"]
     assert refused["code"] == "plan_not_started"
     room.post(f"{room.base}/plan/start", {})
-    assert room.post(f"{room.base}/tasks/doc/start", {})["state"] == "in_progress"
+    assert room.post(f"{room.base}/tasks/doc/start", {})["task"]["state"] == "in_progress"
 
     outside = workspace.parent / "secret.txt"
     (workspace / "out.txt").symlink_to(outside)
@@ -560,12 +560,14 @@ async def test_http_refusals_plan_paths_permissions_and_plan_first(
         "title": "用 SQLite", "context": "单机", "decision": "只用 SQLite",
         "alternatives": [{"option": "PostgreSQL", "why_rejected": "多一个服务"}],
     }  # fmt: skip
-    made = room.post(f"{room.base}/decisions", proposal, expect=201, headers=bearer)
+    made = room.post(f"{room.base}/decisions", proposal, expect=201, headers=bearer)["decision"]
     assert (made["label"], made["status"]) == ("ADR-0002", "proposed")  # 0001: the requirement
     denied = room.post(f"{room.base}/decisions/2/accept", {}, expect=403, headers=bearer)
     assert denied["error"]["code"] == "human_only"
-    assert room.post(f"{room.base}/decisions/2/accept", {})["status"] == "accepted"
-    mine = room.post(f"{room.base}/decisions", {**proposal, "title": "人类决定"}, expect=201)
+    assert room.post(f"{room.base}/decisions/2/accept", {})["decision"]["status"] == "accepted"
+    mine = room.post(f"{room.base}/decisions", {**proposal, "title": "人类决定"}, expect=201)[
+        "decision"
+    ]
     assert mine["status"] == "accepted"
     no_csrf = live.http.request(
         "POST", f"{room.base}/decisions", proposal, cookie=room.owner.cookie

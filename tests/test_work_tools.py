@@ -129,7 +129,7 @@ async def test_a_backend_agent_writes_edits_searches_runs_and_cites_its_command(
 
     # The recorded command was accepted as the submission's evidence.
     assert seen["t2"]["ok"] is True, seen["t2"]
-    task = room.get(f"/api/projects/{room.project}/tasks/api")
+    task = room.get(f"/api/projects/{room.project}/tasks/api")["task"]
     assert task["state"] == "in_review"
     with room.db() as conn:
         row = conn.execute(
@@ -336,6 +336,6 @@ async def test_a_turn_past_its_tool_call_limit_is_braked_with_a_notice(room: Roo
         lambda: [m for m in room.messages() if m["kind"] == "system" and "工具制动" in m["body"]]
     )
     assert "调用了 3 次工具（上限 2）" in notice[0]["body"]
-    assert room.get(f"/api/projects/{room.project}/brake")["tripped"] == "tool_calls"
+    assert room.get(f"/api/projects/{room.project}/brake")["brake"]["tripped"] == "tool_calls"
     assert not (workspace(room) / "late.txt").exists()  # the call past the limit never ran
     assert len(room.llm.chat_requests) == 2 and agent_replies(room, "be") == []

@@ -319,8 +319,9 @@ def test_a_fork_starts_in_its_own_default_workspace(app: App, work: Path) -> Non
     source = a.new_project("甲方项目", work / "a")
     status, fork = a.request("POST", f"/api/projects/{source}/fork", {})
     assert status == 201, fork
-    assert a.workspace(fork["project_id"]) | {"default": True} == a.workspace(fork["project_id"])
-    assert a.workspace(fork["project_id"])["path"] == str(slots_of(app) / str(fork["project_id"]))
+    fork_id = fork["project"]["id"]
+    assert a.workspace(fork_id) | {"default": True} == a.workspace(fork_id)
+    assert a.workspace(fork_id)["path"] == str(slots_of(app) / str(fork_id))
     assert a.workspace(source)["path"] == str((work / "a").resolve())
 
 
@@ -349,12 +350,12 @@ def propose(person: Person, project_id: int, kind: str, target: Path) -> tuple[i
     status, ref = person.request("POST", f"/api/projects/{project_id}/memory/reference",
                                  {"ref_kind": kind, "target": str(target)})  # fmt: skip
     assert status == 201, ref
-    body = {"question": "启动为什么慢？", "scope": {"references": [ref["id"]]},
+    body = {"question": "启动为什么慢？", "scope": {"references": [ref["entry"]["id"]]},
             "members": ["lead"], "budget": BUDGET}  # fmt: skip
     status, run = person.request("POST", f"/api/projects/{project_id}/research", body)
     if status == 409:
         assert run["error"]["details"]["field"] == "scope.references"
-        assert run["error"]["details"]["reference"] == ref["id"]
+        assert run["error"]["details"]["reference"] == ref["entry"]["id"]
     return status, run
 
 

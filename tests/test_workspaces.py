@@ -96,7 +96,7 @@ class Project:
     def start(self, handle: str, key: str) -> dict[str, Any]:
         status, data = self.agent(handle, "POST", f"/api/projects/{self.id}/tasks/{key}/start", {})
         assert status == 200, data
-        return dict(data)
+        return dict(data["task"])
 
     def submit(self, handle: str, key: str, *files: str) -> dict[str, Any]:
         body = {"summary": "完成", "artifacts": list(files)}
@@ -104,7 +104,7 @@ class Project:
             handle, "POST", f"/api/projects/{self.id}/tasks/{key}/submit", body
         )
         assert status == 200, data
-        return dict(data)
+        return dict(data["task"])
 
     def review(self, key: str) -> tuple[int, Any]:
         body = {"results": [{"criterion": 1, "passed": True, "evidence": "看过了"}]}
@@ -312,7 +312,7 @@ def _accepted(project: Project, repo: Path, key: str, owner: str, name: str, tex
     (path / name).write_text(text)
     project.submit(owner, key, name)
     status, data = project.review(key)
-    assert status == 200 and data["state"] == "accepted", data
+    assert status == 200 and data["task"]["state"] == "accepted", data
     return Path(path)
 
 
@@ -333,7 +333,8 @@ def test_merging_an_accepted_task_fast_forwards_the_base_branch(app: App, tmp_pa
         "后端 (be) <be@users.noreply.room.invalid>"
     )
     assert git(repo, "status", "--porcelain") == ""
-    status, task = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    status, found = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    task = found["task"]
     assert task["attempt"]["state"] == "merged"
     assert any("合并到 `main`" in n for n in project.notices())
 
@@ -355,7 +356,8 @@ def test_a_conflicting_merge_reports_the_paths_and_leaves_the_base_clean(
     assert git(repo, "rev-parse", "HEAD") == before and git(repo, "status", "--porcelain") == ""
     assert (repo / "app.py").read_text() == "v = 2\n"
     assert any("有冲突" in n and "`app.py`" in n for n in project.notices())
-    status, task = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    status, found = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    task = found["task"]
     assert task["attempt"]["state"] == "open"
 
 
@@ -419,7 +421,8 @@ def test_a_merge_takes_the_cited_files_by_default_and_names_the_review(
     # The attempt keeps what was not merged.
     assert (path / "build.tmp").exists() and (path / "notes.md").exists()
     assert any("合并了 1 个文件" in n and "4 个未选的改动" in n for n in project.notices())
-    status, task = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    status, found = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    task = found["task"]
     assert task["attempt"]["state"] == "merged"
 
 
@@ -528,7 +531,8 @@ def test_a_file_changed_after_submission_refuses_acceptance_naming_it(
     status, data = project.review("api")
     assert (status, data["error"]["code"]) == (409, "artifact_changed")
     assert data["error"]["details"]["path"] == "api.py" and "api.py" in data["error"]["message"]
-    status, task = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    status, found = project.owner("GET", f"/api/projects/{project.id}/tasks/api")
+    task = found["task"]
     assert task["state"] == "in_review"
     (path / "api.py").unlink()
     status, data = project.owner("POST", f"/api/projects/{project.id}/tasks/api/accept", {})

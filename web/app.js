@@ -6,6 +6,7 @@
 import { get, post, setCsrf } from "./api.js";
 import { applyUnread, bindNotifyToggle, renderNotifyToggle, renderTitle, setTitle } from "./attention.js";
 import { Composer } from "./composer.js";
+import { Drafts } from "./drafts.js";
 import { $, debounce } from "./dom.js";
 import { applyStatic, errorText, label, onLang, t } from "./i18n.js";
 import { closeDrawer, initLayout, openDrawerOf } from "./layout.js";
@@ -51,6 +52,7 @@ const members = new Members($("#tab-members"), {
   },
 });
 const models = new ModelRoutesTab($("#tab-models"));
+const drafts = new Drafts($("#drafts"));
 const memory = new MemoryTab($("#tab-memory"));
 const panel = new Panel($("#panel-col"), { members, models, memory });
 const search = new SearchBox($("#search"), { room: () => app.room, open: openResult });
@@ -246,6 +248,7 @@ function openProject(id) {
   $("#room-main").hidden = false;
   renderHeader();
   timeline.open(room);
+  drafts.open(room);
   composer.open(room);
   lifecycle.open(room);
   panel.open(room);
@@ -287,6 +290,7 @@ function onFrame(frame) {
   switch (frame.type) {
     case "subscribed":
       room.you = frame.you;
+      drafts.reset();
       setPresence(room, frame.presence);
       setMembers(room, frame.members);
       room.readCursors = new Map(Object.entries(frame.read_cursors || {}).map(([k, v]) => [Number(k), v]));
@@ -304,6 +308,7 @@ function onFrame(frame) {
     case "message_updated":
       if (frame.message.author_id !== null && !member(room, frame.message.author_id)) refreshMembers();
       timeline.apply(frame);
+      drafts.onMessage(frame.message);
       if (composer.replyTo?.id === frame.message.id) composer.renderQuote(); // edited or deleted
       upsertProject({ id: room.id, head_seq: frame.seq });
       if (frame.message.meta?.route_change && panel.current === "models") models.load(room, { background: true });
@@ -348,6 +353,9 @@ function onFrame(frame) {
       break;
     case "delivery":
       if (frame.project_id === room.id) timeline.onDelivery(frame);
+      break;
+    case "draft":
+      drafts.onFrame(frame);
       break;
     case "typing":
       if (frame.project_id !== room.id || frame.member_id === room.you) break;

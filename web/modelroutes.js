@@ -76,7 +76,7 @@ export class ModelRoutesTab {
       const [routes, usage, brake] = await Promise.all([
         get(`/api/projects/${room.id}/routes`),
         get(`/api/projects/${room.id}/usage`),
-        get(`/api/projects/${room.id}/brake`),
+        get(`/api/projects/${room.id}/brake`).then((data) => data.brake),
         loadProviders(),
       ]);
       if (room !== this.room) return;

@@ -538,6 +538,7 @@ export const STRINGS_EN = {
   "composerNote.purged": "The project was purged.",
   "composer.rateLimited": "Sending too fast; retrying in {s} s",
   "composer.unresolved": "Some @mentions could not be resolved; your draft is back. Fix them or send as plain text.",
+  "draft.writing": "writing…",
   "typing.some": "{names} typing…",
 
   "picker.label": "Choose a member to mention",

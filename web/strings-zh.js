@@ -539,6 +539,7 @@ export const STRINGS_ZH = {
   "composerNote.purged": "项目已彻底清除。",
   "composer.rateLimited": "发送过快，{s} 秒后自动重试",
   "composer.unresolved": "有 @ 提及无法确定对象，已退回草稿：请按提示修改，或按纯文本发送。",
+  "draft.writing": "正在回答…",
   "typing.some": "{names} 正在输入…",
 
   "picker.label": "选择要提及的成员",

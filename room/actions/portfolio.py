@@ -189,7 +189,7 @@ async def set_task_dates(
         task = tasks_store.task_by_key(conn, project_id, key)
         if task is None:
             raise NotFoundError(f"没有任务 {key} (no such task)", code="no_task", key=key)
-        portfolio_store.set_task_dates(conn, task.id, s, e)
+        portfolio_store.set_task_dates(conn, task.id, s, e, now=tx.now)
         _audit(conn, tx, actor, "task.dates", key=key, start=start, end=end)
         return {
             "key": key,

@@ -6,8 +6,9 @@ An in-process agent's session (:class:`room.agents.drivers.Session`) keeps one
 section (:func:`room.rules.injection.build`, within ``memory_budget_bytes``); the session keeps that
 text and the memory version it was built from, so every later turn's request starts with the
 very same bytes (a provider's prompt cache keeps working). When memory changed since (its
-version moved: an agent's checkpoint, a person's edit of the summary), a turn only gets the
-one line ``记忆已更新，需要时用 memory_read`` after the section, never the section again.
+version moved: an agent's checkpoint, a person's edit of the summary), a turn gets, after the
+section, the changed records themselves (:func:`read_deltas`, rendered by
+:func:`room.rules.deltas.render` within what is left of the budget), never the section again.
 
 A session — and with it the section, the reminder count — starts anew when the server starts
 and when the member was idle for :data:`SESSION_IDLE_SECS` (an hour: providers keep a prompt
@@ -30,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from room.rules import deltas
 from room.rules import injection as inj
 from room.rules.entities import Member
 from room.services import Services
@@ -116,9 +118,47 @@ async def records_text(
         version = built.version
     else:
         version = await core.db.read(lambda conn: memory_store.memory_version(conn, project_id))
+    changes = None
+    if version != session.built_version:
+        # What changed since the section was built, the records themselves, within what is
+        # left of the budget (room.rules.deltas); the section itself stays as built.
+        since, me = session.built_at, member.id
+        found = await core.db.read(lambda conn: read_deltas(conn, project_id, since, me))
+        room_left = settings.memory_budget_bytes - len(session.section.encode())
+        changes = deltas.render(found, budget_bytes=room_left)
     reminder, session.reminders = session.reminders.take()
-    notices = inj.notices(built_version=session.built_version, version=version, reminder=reminder)
+    notices = inj.notices(
+        built_version=session.built_version, version=version, reminder=reminder, changes=changes
+    )
     return session.section + ("\n\n" + notices if notices else "")
+
+
+def read_deltas(
+    conn: sqlite3.Connection, project_id: int, since: float, member_id: int
+) -> list[deltas.Delta]:
+    """The memory records changed after ``since`` by anyone but ``member_id`` (what the member
+    wrote itself is in its own transcript), decisions included."""
+    out = []
+    for e in memory_store.changed_since(conn, project_id, since):
+        if (e["updated_by"] or e["author_id"]) == member_id and not e["archived"]:
+            continue
+        if e["archived"] and (e["archived_at"] or 0.0) > since:
+            what, at = "archived", float(e["archived_at"])
+        else:
+            what, at = ("new" if e["created_at"] > since else "edited"), e["updated_at"]
+        label = f"id={e['id']}" if e["kind"] == "session" else ""
+        out.append(deltas.Delta(e["kind"], what, at, deltas.text_of(e["kind"], e["body"]), label))
+    for row in decisions_store.decisions_of(conn, project_id):
+        if row.updated_at <= since or row.archived:
+            continue
+        revisions = decisions_store.revisions_of(conn, row.id)
+        rev = next((r for r in revisions if r["revision"] == row.revision), None) or {}
+        if row.created_by == member_id and row.updated_at == row.created_at:
+            continue  # proposed by the member itself, nothing done to it since
+        text = deltas.decision_text(row.title, row.status, str(rev.get("decision") or ""), row.kind)
+        what = "new" if row.created_at > since else "edited"
+        out.append(deltas.Delta("decision", what, row.updated_at, text, row.label))
+    return out
 
 
 def read_records(

@@ -33,6 +33,7 @@ from room.actions.turns import Limits, TurnStart
 from room.actions.workspaces import work_dir
 from room.agents import context as ctx_mod
 from room.agents import memory as memory_mod
+from room.agents.drafts import DraftStream
 from room.agents.presets import MEMORY_WRITE_TOOLS, ROOM_RULES, preset_for
 from room.agents.tools import (
     Tool,
@@ -137,6 +138,8 @@ class Turn:
         self.memory = memory if memory is not None else memory_mod.MemorySession()
         self.tools_ok: list[str] = []  # the tools this turn called successfully, by name
         self.can_record = False  # its member may write to memory (so a reminder makes sense)
+        # What the member is writing, shown while each answer streams (room.agents.drafts).
+        self.draft = DraftStream(env.core, member, start.turn_id)
 
     def stopped(self) -> bool:
         """Whether a person asked this turn to stop (read anew: it changes across awaits)."""
@@ -154,6 +157,7 @@ class Turn:
         try:
             return await self._loop(self.limits)
         except asyncio.CancelledError:
+            self.draft.end()
             if self.env.closing():
                 # Server shutdown: leave the turn 'running'; the next start reconciles it from
                 # the session's record (re-run if it had no effect), as after a crash.
@@ -164,6 +168,7 @@ class Turn:
             raise
         except Exception as exc:  # a bug must not leave deliveries stuck
             log.exception("turn %s failed", self.turn_id)
+            self.draft.end()
             await self._end(
                 "failed",
                 Reason.TURN_FAILED,
@@ -200,6 +205,7 @@ class Turn:
                 return await self._finish(
                     result.text, truncated=result.stop_reason == STOP_MAX_TOKENS
                 )
+            self.draft.end()  # text before tool calls: its preview gives way to the tools
             self.tool_calls += len(result.tool_calls)
             if self.tool_calls > limits.tool_calls_per_turn:
                 return await self._brake_work(
@@ -412,7 +418,7 @@ class Turn:
             model_reported=None,
             latency_ms=None,
         )
-        meter = CallMeter()
+        meter = self.draft.watch(CallMeter())
         try:
             provider = self.env.registry.get(route.provider)
             request = ChatRequest(
@@ -432,6 +438,7 @@ class Turn:
                 await turn_actions.record_model_call(self.core, call, limits.token_budget)
             raise
         except (ProviderError, RoomError) as exc:
+            self.draft.end()
             call.ok, call.error_code = False, exc.code
             _metered(call, meter)
             await turn_actions.record_model_call(self.core, call, limits.token_budget)
@@ -490,6 +497,9 @@ class Turn:
             # so neither people nor the agents reading it later take it for a whole answer.
             body = f"{text}\n\n{TRUNCATED_NOTE}"
             meta["truncated"] = STOP_MAX_TOKENS
+        # Forgotten before it is posted: a client subscribing from here on replays the answer
+        # and is not handed its draft as well.
+        self.draft.forget()
         try:
             ack = await message_actions.send_message(
                 self.core,
@@ -506,8 +516,10 @@ class Turn:
             # The project stopped (or the member left) while the model was answering: the
             # answer cannot be posted, so the turn did not complete.
             log.info("turn %s could not post its answer: %s", self.turn_id, exc.message)
+            self.draft.end()
             await self._end("cancelled", Reason.ANSWER_NOT_POSTED, f"answer not posted: {exc.code}")
             return TurnOutcome("cancelled", self.steps)
+        self.draft.end(reply_id)
         await turn_actions.complete_turn(
             self.core, self.member.id, self.turn_id, self.steps, reply_id, text
         )

@@ -245,20 +245,22 @@ async def get_brake(request: Request) -> Response:
     held = brake["held"]
     return JSONResponse(
         {
-            **brake,
-            # Whom the brake holds: null while it is clear or when it holds the whole project.
-            "held_members": None
-            if held is None
-            else [
-                {"id": m.id, "handle": m.handle}
-                for m in (roster.member(i) for i in held)
-                if m is not None
-            ],
-            "limits": {
-                "agent_turn_cap": limits.agent_turn_cap,
-                "token_budget": limits.token_budget,
-                "max_steps": limits.max_steps,
-            },
+            "brake": {
+                **brake,
+                # Whom the brake holds: null while it is clear or when it holds the whole project.
+                "held_members": None
+                if held is None
+                else [
+                    {"id": m.id, "handle": m.handle}
+                    for m in (roster.member(i) for i in held)
+                    if m is not None
+                ],
+                "limits": {
+                    "agent_turn_cap": limits.agent_turn_cap,
+                    "token_budget": limits.token_budget,
+                    "max_steps": limits.max_steps,
+                },
+            }
         }
     )
 
@@ -271,7 +273,7 @@ async def clear_brake(request: Request) -> Response:
     if actor.kind != "human":
         raise ForbiddenError("only a person clears the loop brake", code="human_only")
     brake = await brake_actions.clear_brake(core, project_id, actor.id)
-    return JSONResponse(brake)
+    return JSONResponse({"brake": brake})
 
 
 class LimitsIn(BaseModel):

@@ -169,7 +169,7 @@ async def post_entry(request: Request) -> Response:
     data = await _json(request)
     kind = str(request.path_params["kind"])
     entry = await memory_actions.add_entry(core_of(request), member, kind, data)
-    return JSONResponse(entry, status_code=200 if entry.get("duplicate") else 201)
+    return JSONResponse({"entry": entry}, status_code=200 if entry.get("duplicate") else 201)
 
 
 async def put_summary(request: Request) -> Response:
@@ -185,7 +185,7 @@ async def put_summary(request: Request) -> Response:
         raise RecordError("sections 是对象 (sections is an object.)", code="bad_field",
                           field="sections")  # fmt: skip
     entry = await memory_actions.set_summary(core_of(request), member, rev, sections)
-    return JSONResponse(entry)
+    return JSONResponse({"entry": entry})
 
 
 async def get_entry(request: Request) -> Response:
@@ -193,7 +193,7 @@ async def get_entry(request: Request) -> Response:
     body = await core_of(request).db.read(
         lambda conn: memory_actions.entry_for(conn, member, entry_id)
     )
-    return JSONResponse(body)
+    return JSONResponse({"entry": body})
 
 
 async def patch_entry(request: Request) -> Response:
@@ -201,7 +201,7 @@ async def patch_entry(request: Request) -> Response:
     data = await _json(request)
     rev = _rev(data)
     entry = await memory_actions.edit_entry(core_of(request), member, entry_id, rev, data)
-    return JSONResponse(entry)
+    return JSONResponse({"entry": entry})
 
 
 async def get_history(request: Request) -> Response:
@@ -216,14 +216,14 @@ async def post_archive(request: Request) -> Response:
     member, entry_id = await _member_of_entry(request, mutation=True)
     await _json(request)
     entry = await memory_actions.archive_entry(core_of(request), member, entry_id)
-    return JSONResponse(entry)
+    return JSONResponse({"entry": entry})
 
 
 async def post_restore(request: Request) -> Response:
     member, entry_id = await _member_of_entry(request, mutation=True)
     await _json(request)
     entry = await memory_actions.restore_entry(core_of(request), member, entry_id)
-    return JSONResponse(entry)
+    return JSONResponse({"entry": entry})
 
 
 async def post_clear(request: Request) -> Response:

@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -25,10 +26,21 @@ from room.actions import pack_export, pack_import
 from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, ForbiddenError, PayloadTooLargeError, RoomError
 from room.rules.entities import Member
+from room.rules.lifecycle import ActorKind
+from room.rules.ops import project_for
+from room.store import projects as projects_store
 from room.store.migrate import connect
 
 # The largest pack an upload may be (a 1,000,000-message project is about 1 GiB).
 MAX_PACK_BYTES = 4 * 1024**3
+
+
+def _made(conn: Any, result: dict[str, Any]) -> dict[str, Any]:
+    """A new project's answer (an import, a fork): the project as its owner sees it, as
+    ``POST /api/projects`` answers it, beside the rows copied of each part."""
+    project = projects_store.get(conn, int(result["project_id"]))
+    assert project is not None
+    return {"project": project_for(project, ActorKind.OWNER), "rows": result["rows"]}
 
 
 def _owner(member: Member, what: str) -> None:
@@ -101,7 +113,8 @@ async def import_project(request: Request) -> Response:
 
         def job(conn, tx):  # type: ignore[no-untyped-def]
             with path.open("rb") as pack:
-                return pack_import.import_pack(conn, tx, pack_import.read_lines(pack), options)
+                lines = pack_import.read_lines(pack)
+                return _made(conn, pack_import.import_pack(conn, tx, lines, options))
 
         result = await core.db.write(job)
     finally:
@@ -125,7 +138,9 @@ async def fork_project(request: Request) -> Response:
     if name is not None and (not name or "/" in name or "\n" in name):
         raise BadRequestError("a project name is one line, without '/'", code="bad_project_name")
     result = await core.db.write(
-        lambda conn, tx: pack_import.fork_project(conn, tx, project_id, member.id, name)
+        lambda conn, tx: _made(
+            conn, pack_import.fork_project(conn, tx, project_id, member.id, name)
+        )
     )
     return JSONResponse(result, status_code=201)
 

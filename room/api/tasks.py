@@ -141,7 +141,7 @@ async def get_task(request: Request) -> Response:
 
     data = await core.db.read(read)
     await attempt_actions.add_diff_stats(core, [data])
-    return JSONResponse(data)
+    return JSONResponse({"task": data})
 
 
 async def post_plan(request: Request) -> Response:
@@ -170,7 +170,9 @@ async def post_task_event(request: Request) -> Response:
             )
             for v in data.results or []
         ]
-        return JSONResponse(await update_actions.review_task(core, member, task, verdicts))
+        return JSONResponse(
+            {"task": await update_actions.review_task(core, member, task, verdicts)}
+        )
     evidence = update_actions.EvidenceInput(
         (data.summary or "").strip() or None,
         tuple(data.artifacts),
@@ -180,7 +182,7 @@ async def post_task_event(request: Request) -> Response:
     result = await update_actions.change_task(
         core, member, task, event, note=data.reason, evidence=evidence, owner=data.owner
     )
-    return JSONResponse(result)
+    return JSONResponse({"task": result})
 
 
 async def post_sync_receipt(request: Request) -> Response:
@@ -189,7 +191,7 @@ async def post_sync_receipt(request: Request) -> Response:
     result = await update_actions.change_task(
         core_of(request), member, request.path_params["task"], "sync_receipt", note=data.note
     )
-    return JSONResponse(result)
+    return JSONResponse({"task": result})
 
 
 async def get_decisions(request: Request) -> Response:
@@ -208,14 +210,15 @@ async def post_decision(request: Request) -> Response:
         decision=data.decision, consequences=data.consequences, task_keys=data.tasks,
         supersedes=data.supersedes, alternatives=data.alternatives, constraints=data.constraints,
     )  # fmt: skip
-    return JSONResponse(result, status_code=201)
+    return JSONResponse({"decision": result}, status_code=201)
 
 
 async def post_decision_accept(request: Request) -> Response:
     member = await _member(request, mutation=True)
     await body_of(request, _In)
     number = path_id(request, "number")
-    return JSONResponse(await decision_actions.accept_decision(core_of(request), member, number))
+    accepted = await decision_actions.accept_decision(core_of(request), member, number)
+    return JSONResponse({"decision": accepted})
 
 
 async def post_requirement_change(request: Request) -> Response:

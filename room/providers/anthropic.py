@@ -237,6 +237,13 @@ class StreamingAnswer:
     def complete(self) -> bool:
         return self._done
 
+    def text(self) -> str:
+        return "".join(
+            str(block.get("text", ""))
+            for _, block in sorted(self._blocks.items())
+            if block.get("type") == "text"
+        )
+
     def answer(self) -> Answer:
         content = []
         for index, block in sorted(self._blocks.items()):

@@ -171,16 +171,26 @@ class ChatResult:
     attempts: int
 
 
+def _no_text() -> str:
+    return ""
+
+
 @dataclass(slots=True)
 class CallMeter:
     """What one ``chat`` call has done so far, kept up to date by the provider as it goes, so
     that a failed or abandoned call can be recorded honestly: the HTTP requests sent
     (``attempts``), whether an answer had started to arrive, and the usage the provider had
-    reported (``None``: none yet)."""
+    reported (``None``: none yet).
+
+    It also lets the caller follow a streamed answer: ``text()`` is the answer's text so far
+    (joined only when asked), and ``on_progress``, when given, is called after each event that
+    arrived (it must be cheap and must not raise: it runs inside the read loop)."""
 
     attempts: int = 0
     answer_started: bool = False
     usage: Usage | None = None
+    on_progress: Callable[[], None] | None = None
+    text: Callable[[], str] = _no_text
 
 
 class Provider(Protocol):
@@ -229,6 +239,9 @@ class StreamDecoder(Protocol):
 
     def complete(self) -> bool:
         """Whether the stream's last event has arrived."""
+
+    def text(self) -> str:
+        """The answer's text so far (what a person may be shown while it streams)."""
 
     def answer(self) -> Answer:
         """The answer the events built."""
@@ -587,12 +600,15 @@ class JsonCaller:
                     meter.usage = answer.usage if answer.usage.reported else None
                     return (answer,)
                 started = meter.answer_started = True
+                meter.text = decoder.text
                 parser = SseParser()
                 async for line in response.aiter_lines():
                     event = parser.feed(line)
                     if event is not None:
                         decoder.feed(event.event, event.data)
                         meter.usage = decoder.usage()
+                        if meter.on_progress is not None:
+                            meter.on_progress()
                 last = parser.flush()
                 if last is not None:
                     decoder.feed(last.event, last.data)

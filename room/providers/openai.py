@@ -249,6 +249,11 @@ class StreamingAnswer:
     def complete(self) -> bool:
         return self._done or self._finish is not None
 
+    def text(self) -> str:
+        if len(self._text) > 1:  # joined once per read, not once per chunk
+            self._text = ["".join(self._text)]
+        return self._text[0] if self._text else ""
+
     def answer(self) -> Answer:
         message: dict[str, Any] = {"content": "".join(self._text)}
         if self._calls:

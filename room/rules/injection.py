@@ -597,13 +597,16 @@ def staleness(
 # -- what a session adds after its section ----------------------------------------------------------
 
 
-def notices(*, built_version: int, version: int, reminder: str | None = None) -> str:
+def notices(
+    *, built_version: int, version: int, reminder: str | None = None, changes: str | None = None
+) -> str:
     """The lines a session adds after its section (which stays as built, so a prompt prefix
-    holds): the one-line notice when memory changed since the section was built, and a
-    reminder carried over from the session's previous turn."""
+    holds): when memory changed since the section was built, ``changes`` — the changed records
+    (:func:`room.rules.deltas.render`) — or else the one-line notice; and a reminder carried
+    over from the session's previous turn."""
     lines = []
     if version != built_version:
-        lines.append(UPDATED_NOTICE)
+        lines.append(changes or UPDATED_NOTICE)
     if reminder:
         lines.append(reminder)
     return "\n".join(lines)

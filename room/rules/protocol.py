@@ -244,6 +244,7 @@ SERVER_FRAME_TYPES: tuple[str, ...] = (
     "tasks",
     "decisions",
     "memory",
+    "draft",
     "resync_required",
     "search_results",
     "pong",

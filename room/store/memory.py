@@ -56,6 +56,23 @@ def memory_version(conn: Connection, project_id: int) -> int:
     return int(row[0]) if row else 0
 
 
+def changed_since(
+    conn: Connection, project_id: int, since: float, *, limit: int = 200
+) -> list[dict[str, Any]]:
+    """Entries written, edited or archived after ``since`` (live and archived ones), the
+    newest change first, at most ``limit``."""
+    rows = [
+        _entry(r)
+        for r in conn.execute(
+            f"SELECT {_COLUMNS} FROM memory_entries WHERE project_id = :p"
+            " AND (updated_at > :s OR archived_at > :s)",
+            {"p": project_id, "s": since},
+        )
+    ]
+    rows.sort(key=lambda e: -max(e["updated_at"], e["archived_at"] or 0.0))
+    return rows[:limit]
+
+
 def memory_changed_at(conn: Connection, project_id: int) -> float | None:
     """When the project's memory last changed (its version's time); None before any write."""
     row = conn.execute(

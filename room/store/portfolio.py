@@ -158,11 +158,16 @@ def set_dependencies(
 # -- tasks' estimated dates ---------------------------------------------------------------------
 
 
-def set_task_dates(conn: Connection, task_id: int, start: date | None, end: date | None) -> None:
+def set_task_dates(
+    conn: Connection, task_id: int, start: date | None, end: date | None, *, now: float
+) -> None:
+    """Set a task's estimated dates; a change of the task like any other (``updated_at``, which
+    :func:`last_activity` reads)."""
     conn.execute(
-        "UPDATE tasks SET est_start = :s, est_end = :e WHERE id = :t",
+        "UPDATE tasks SET est_start = :s, est_end = :e, updated_at = :now WHERE id = :t",
         {
             "t": task_id,
+            "now": now,
             "s": start.isoformat() if start else None,
             "e": end.isoformat() if end else None,
         },
@@ -185,14 +190,44 @@ def last_activity(conn: Connection, project_id: int, created_at: float) -> float
     """The last time people or agents changed the project — the one answer to "最后更新" for
     the index, the portfolio, STATUS.md and the silent / 可能归档 rules (docs/portfolio.md,
     "Activity"). Read from the records themselves, so no writer can forget to count: the latest
-    authored message (system notices, such as the risk scan's own, do not count), a task
-    change, any memory write (every kind, session-log entries and summary edits included, and
-    decisions: the memory version's time), a timeline or milestone edit, a dependency set, and
-    a lifecycle change (pause, resume, archive, restore …: the state's time)."""
+    authored message (system notices, such as the risk scan's own, do not count), a change of a
+    message already posted (an edit, a deletion, a reaction added or removed, a requirement-change
+    mark, a research card's progress: each is a sequenced ``message_updated`` event), a task
+    change (its dates included), any memory write (every kind, session-log entries and summary
+    edits included, and decisions: the memory version's time), a timeline or milestone edit, a
+    dependency set, a lifecycle change (pause, resume, archive, restore …: the state's time),
+    and any other act of a person or an agent the audit log recorded as done (a member added
+    or changed, a route, the settings, the workspace, research …; not an export or a fork,
+    which only read the project)."""
     times = [created_at]
-    for sql in (
-        "SELECT created_at FROM messages WHERE project_id = :p AND author_id IS NOT NULL"
+    last = conn.execute(
+        "SELECT created_at, seq FROM messages WHERE project_id = :p AND author_id IS NOT NULL"
         " ORDER BY seq DESC LIMIT 1",
+        {"p": project_id},
+    ).fetchone()
+    if last is not None:
+        times.append(float(last[0]))
+    # Events are in commit order, so an update before the last authored message is older than
+    # it: only the events after it are read (a short walk, not the project's whole stream).
+    row = conn.execute(
+        "SELECT max(created_at) FROM events WHERE project_id = :p AND seq > :after"
+        " AND kind = 'message_updated'",
+        {"p": project_id, "after": int(last[1]) if last is not None else 0},
+    ).fetchone()
+    if row is not None and row[0] is not None:
+        times.append(float(row[0]))
+    # Every other act of a person or an agent is in the audit log (members added or changed,
+    # routes, settings, the workspace, research, a brake cleared …): the newest one that
+    # succeeded and changed something (an export or a fork only read the project).
+    row = conn.execute(
+        "SELECT at FROM audit_events WHERE project_id = :p AND outcome = 'ok'"
+        " AND actor_kind IN ('human', 'agent') AND action NOT IN ('project.export', 'project.fork')"
+        " ORDER BY id DESC LIMIT 1",
+        {"p": project_id},
+    ).fetchone()
+    if row is not None and row[0] is not None:
+        times.append(float(row[0]))
+    for sql in (
         "SELECT max(updated_at) FROM tasks WHERE project_id = :p",
         "SELECT updated_at FROM memory_versions WHERE project_id = :p",
         "SELECT updated_at FROM project_timelines WHERE project_id = :p",

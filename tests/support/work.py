@@ -125,7 +125,7 @@ def plan(room: Room, *items: tuple[str, str]) -> None:
 
 
 def task(room: Room, key: str) -> dict[str, Any]:
-    return dict(room.get(f"/api/projects/{room.project}/tasks/{key}"))
+    return dict(room.get(f"/api/projects/{room.project}/tasks/{key}")["task"])
 
 
 def start(key: str) -> Reply:
