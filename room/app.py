@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -57,7 +57,7 @@ from room.rules.entities import User
 from room.rules.protocol import CLIENT_FRAME_TYPES
 from room.services import RateLimiter, RosterCache, Services
 from room.settings import Settings
-from room.store import Database, DataLock, Tx, indexer, run_write
+from room.store import Database, DataLock, Tx, indexer, pg, pg_migrate, run_write
 from room.store import projects as projects_store
 from room.store.migrate import connect, migrate
 from room.store.schema import SCHEMA_VERSION
@@ -117,6 +117,8 @@ class RoomServer:
         return self.opened
 
     def _open_database(self, trace: BootTrace) -> Opened:
+        if self.settings.database_url is not None:
+            return self._open_postgres(trace, self.settings.database_url)
         conn = connect(self.settings.db_path, synchronous=self.settings.synchronous)
         try:
             trace.phase("database", path=str(self.settings.db_path))
@@ -135,6 +137,35 @@ class RoomServer:
             owner, demo_id = run_write(conn, self._seed)
             secret = run_write(
                 conn,
+                lambda c, tx: auth_actions.create_login_link(
+                    c, tx, owner.id, self.settings.login_link_minutes
+                ),
+            )
+            trace.phase("seed", demo_project_id=demo_id)
+        finally:
+            conn.close()
+        return Opened(owner, secret, demo_id, applied)
+
+    def _open_postgres(self, trace: BootTrace, url: str) -> Opened:
+        """The PostgreSQL store (docs/storage.md): reached (exit 5 when it cannot be), migrated
+        under the advisory lock (several processes may start together), seeded. The messages'
+        search index on PostgreSQL is not built by this process yet: search answers 503
+        ``search_unavailable`` (docs/storage.md, "PostgreSQL: done and not done")."""
+        conn = pg.connect(url, statement_timeout_ms=self.settings.database_statement_timeout_ms)
+        try:
+            trace.phase(
+                "database",
+                backend="postgresql",
+                url=pg.redact(url),
+                version=pg.server_version(conn),
+            )
+            applied = pg_migrate.migrate(conn, now=_now())
+            trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
+            trace.phase("search_index", skipped="not built on PostgreSQL yet")
+            typed = cast(sqlite3.Connection, conn)  # the store's functions run on both
+            owner, demo_id = run_write(typed, self._seed)
+            secret = run_write(
+                typed,
                 lambda c, tx: auth_actions.create_login_link(
                     c, tx, owner.id, self.settings.login_link_minutes
                 ),
@@ -191,16 +222,21 @@ def create_app(
         trace = server.trace
         assert trace is not None
         await asyncio.to_thread(blobs.sweep_tmp, settings.data)
+        on_postgres = settings.database_url is not None
         db = Database(
             settings.db_path,
+            url=settings.database_url,
             synchronous=settings.synchronous,
             max_batch=settings.max_batch,
             readers=settings.reader_threads,
-            attach=indexer.prepare(settings.db_path),
+            # SQLite's search index is a file of its own the readers attach; on PostgreSQL the
+            # index is not built by this process yet (search answers search_unavailable).
+            attach=None if on_postgres else indexer.prepare(settings.db_path),
+            statement_timeout_ms=settings.database_statement_timeout_ms,
         )
         db.start(asyncio.get_running_loop())
         search_indexer = None
-        if settings.search_index_messages:
+        if settings.search_index_messages and not on_postgres:
             search_indexer = indexer.SearchIndexer(settings.db_path)
             search_indexer.start(asyncio.get_running_loop())
         core = Services(
@@ -275,6 +311,7 @@ def create_app(
             schema_version=SCHEMA_VERSION,
             tools=sorted(scheduler.tools),
             capabilities=_capabilities(app, server, db, sandbox),
+            database=db.info,
             providers=providers,
             recovery=recovery,
             workspaces=workspaces,
@@ -361,6 +398,8 @@ def _capabilities(
 
 def _public_settings(settings: Settings) -> dict[str, Any]:
     data = settings.model_dump(mode="json")
+    if settings.database_url is not None:  # never its password
+        data["database_url"] = pg.redact(settings.database_url)
     data["origin"] = settings.origin
     return data
 

@@ -511,6 +511,8 @@ export const STRINGS_EN = {
   "error.empty_file": "The file is empty",
   "error.uploads_busy": "The server is receiving as many uploads as it can; try again shortly",
   "error.busy": "The server is busy; try again shortly",
+  "error.database_unavailable": "The database cannot be reached right now; nothing was saved, try again",
+  "error.search_unavailable": "Search is not available on this server's database yet",
   "composer.label": "Message",
   "composer.placeholder": "Write a message, @ to mention",
   "composer.help": "Enter to send · Shift+Enter for a new line · @ to mention",

@@ -203,7 +203,7 @@ def submit_send(
     The keyword arguments are :func:`_send_job`'s.
     """
     job, prefetch = _send_job(core, sender, roster, **kwargs)
-    return core.db.submit(job, appends=True, prefetch=prefetch)
+    return core.db.submit(job, appends=True, prefetch=prefetch, locks=(sender.project_id,))
 
 
 def queue_send(
@@ -212,7 +212,7 @@ def queue_send(
     """:func:`submit_send` that calls ``on_done(ack, error)`` after the commit instead of
     resolving a future (a connection's sends: no future, no extra loop turn per ack)."""
     job, prefetch = _send_job(core, sender, roster, **kwargs)
-    core.db.submit_then(job, on_done, appends=True, prefetch=prefetch)
+    core.db.submit_then(job, on_done, appends=True, prefetch=prefetch, locks=(sender.project_id,))
 
 
 def _send_job(

@@ -115,6 +115,7 @@ def write_report(
     providers: list[dict[str, Any]],
     recovery: dict[str, Any] | None = None,
     workspaces: dict[str, Any] | None = None,
+    database: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     path = data / "boot-report.json"
     try:
@@ -129,8 +130,8 @@ def write_report(
         "started_at": time.time(),
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "sqlite": {"library": sqlite3.sqlite_version, "module": sqlite3.__file__},
-        # The store this process serves on (only SQLite so far: docs/storage.md).
-        "database": {"backend": "sqlite", "version": sqlite3.sqlite_version},
+        # The store this process serves on (docs/storage.md): SQLite unless told.
+        "database": database or {"backend": "sqlite", "version": sqlite3.sqlite_version},
         "dependencies": dependency_versions(),
         "schema_version": schema_version,
         "settings": settings,

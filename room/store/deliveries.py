@@ -414,9 +414,10 @@ def dispatch_facts(conn: Connection, member_id: int) -> tuple[str, str, int, boo
     """What :func:`room.rules.ledger.dispatch_blocker` decides on, read inside the writer's
     transaction: (project state, member status, project id, whether the project's brake holds
     this member — the whole project, or the loop it is in)."""
+    holds = dialect_for(conn).json_int_array_has("b.held_json", "m.id")
     row = conn.execute(
         "SELECT p.state, m.status, p.id, b.tripped IS NOT NULL AND (b.held_json IS NULL OR"
-        " EXISTS (SELECT 1 FROM json_each(b.held_json) WHERE value = m.id)) FROM members m"
+        f" {holds}) FROM members m"
         " JOIN projects p ON p.id = m.project_id"
         " LEFT JOIN project_brakes b ON b.project_id = p.id WHERE m.id = :m",
         {"m": member_id},

@@ -130,7 +130,12 @@ def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | N
         return int(row[0])
     seq = appends.last_seq(project_id)
     if seq is None:
-        row = conn.execute("SELECT last_seq FROM projects WHERE id = ?", (project_id,)).fetchone()
+        # PostgreSQL: the row stays locked to this transaction until it commits, so no other
+        # process takes the same seq (the batch usually locked it already at its start).
+        lock = " FOR UPDATE" if dialect_for(conn).name == "postgresql" else ""
+        row = conn.execute(
+            f"SELECT last_seq FROM projects WHERE id = ?{lock}", (project_id,)
+        ).fetchone()
         seq = int(row[0])
     seq += 1
     appends.take_seq(project_id, seq, now)
