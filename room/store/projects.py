@@ -118,6 +118,15 @@ def live_workspaces(conn: Connection) -> list[tuple[int, str]]:
     return [(int(r[0]), str(r[1])) for r in rows]
 
 
+def lock_project(conn: Connection, project_id: int) -> None:
+    """PostgreSQL: lock the project's row until this transaction ends, so what the caller reads
+    and numbers next (``max + 1`` of a per-project number) no other process's transaction can
+    number too (docs/storage.md, "Several writers"). SQLite: nothing to do, its write
+    transaction holds the whole file."""
+    if dialect_for(conn).name == "postgresql":
+        conn.execute("SELECT id FROM projects WHERE id = ? FOR UPDATE", (project_id,)).fetchall()
+
+
 def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | None = None) -> int:
     """Take the next gap-free seq of a project inside the caller's transaction (with
     ``appends``: counted in the batch, written once when it flushes)."""
