@@ -233,6 +233,7 @@ def create_app(
             # index is not built by this process yet (search answers search_unavailable).
             attach=None if on_postgres else indexer.prepare(settings.db_path),
             statement_timeout_ms=settings.database_statement_timeout_ms,
+            node=boot.node_id(settings.data),
         )
         db.start(asyncio.get_running_loop())
         search_indexer = None

@@ -120,6 +120,9 @@ class ProjectRoster:
     members: dict[int, Member]
     roster: Roster
     lead_id: int | None
+    # projects.roster_version when it was read (None: built without one, never checked). A
+    # send checks it under the project's lock: a roster changed by any process since is stale.
+    version: int | None = None
 
     def member(self, member_id: int) -> Member | None:
         return self.members.get(member_id)
@@ -138,14 +141,16 @@ class RosterCache:
         if cached is not None:
             return cached
         generation = self._generation.get(project_id, 0)
-        members, names, lead_id = await self._db.read(
+        members, names, lead_id, version = await self._db.read(
             lambda conn: (
                 members_store.list_for_project(conn, project_id),
                 members_store.names_for_project(conn, project_id),
                 projects_store.lead_of(conn, project_id),
+                projects_store.roster_version(conn, project_id),
             )
         )
         built = build_roster(members, names, lead_id)
+        built.version = version
         if self._generation.get(project_id, 0) == generation:
             self._cache[project_id] = built
         return built

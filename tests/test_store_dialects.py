@@ -825,3 +825,36 @@ def test_plans_tasks_decisions_and_the_brakes_json(conn: Connection) -> None:
     assert deliveries_store.dispatch_facts(conn, guest) == (
         "active", "active", w.project_id, False,
     )  # fmt: skip
+
+
+# -- several writers: the constraints and versions both stores keep ---------------------------------
+
+
+def test_one_running_turn_per_member_owners_and_the_roster_version(conn: Connection) -> None:
+    w = make_world(conn)
+
+    def open_turn(owner: str | None, member_id: int) -> Callable[[Connection, Tx], int]:
+        def job(c: Connection, tx: Tx) -> int:
+            return turns_store.insert_turn(
+                c, project_id=w.project_id, member_id=member_id, trigger=None, now=tx.now,
+                owner=owner,
+            )  # fmt: skip
+
+        return job
+
+    mine = write(conn, open_turn("node-a", w.agent.id))
+    with pytest.raises(DUPLICATE):  # a database constraint on both stores, not a convention
+        write(conn, open_turn("node-b", w.agent.id))
+    theirs = write(conn, open_turn("node-b", w.guest.id))
+    assert turns_store.running_of(conn, w.agent.id) == mine
+    # A start settles its own node's turns (and those that name none), never another's.
+    assert [t[0] for t in turns_store.running_turns(conn, "node-a")] == [mine]
+    assert [t[0] for t in turns_store.running_turns(conn, "node-b")] == [theirs]
+    write(conn, lambda c, tx: turns_store.update_turn(c, mine, state="completed", ended_at=tx.now))
+    again = write(conn, open_turn("node-b", w.agent.id))  # the member's next turn may run
+    assert turns_store.running_of(conn, w.agent.id) == again
+
+    before = projects_store.roster_version(conn, w.project_id)
+    write(conn, lambda c, tx: projects_store.bump_roster(c, w.project_id))
+    assert projects_store.roster_version(conn, w.project_id) == before + 1
+    assert projects_store.roster_version(conn, 999) == -1

@@ -513,6 +513,7 @@ export const STRINGS_EN = {
   "error.busy": "The server is busy; try again shortly",
   "error.database_unavailable": "The database cannot be reached right now; nothing was saved, try again",
   "error.search_unavailable": "Search is not available on this server's database yet",
+  "error.roster_changed": "The project's members just changed; send again",
   "composer.label": "Message",
   "composer.placeholder": "Write a message, @ to mention",
   "composer.help": "Enter to send · Shift+Enter for a new line · @ to mention",

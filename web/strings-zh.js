@@ -514,6 +514,7 @@ export const STRINGS_ZH = {
   "error.busy": "服务器繁忙，请稍后再试",
   "error.database_unavailable": "暂时连不上数据库，这次没有保存；请稍后重试",
   "error.search_unavailable": "这台服务器的数据库上还不能搜索",
+  "error.roster_changed": "项目成员刚刚变了，请重新发送",
   "composer.label": "消息",
   "composer.placeholder": "输入消息，@ 提及成员",
   "composer.help": "Enter 发送 · Shift+Enter 换行 · @ 提及成员",

@@ -67,7 +67,9 @@ def via_unknown(
 
 
 def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
-    for turn_id, project_id, member_id, side_effects in turns_store.running_turns(conn):
+    # Only this node's turns (and those that name none): another server on the same database
+    # may be running its own right now (docs/storage.md, "Several writers").
+    for turn_id, project_id, member_id, side_effects in turns_store.running_turns(conn, tx.node):
         report.turns_interrupted += 1
         ids = [
             d

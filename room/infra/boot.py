@@ -22,6 +22,7 @@ import platform
 import sqlite3
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -148,15 +149,33 @@ def write_report(
     return report
 
 
-def _write_private(path: Path, facts: dict[str, Any]) -> None:
-    """``facts`` as JSON in ``path``, 0600, replaced atomically."""
+def _write_private(path: Path, facts: dict[str, Any] | str) -> None:
+    """``facts`` as JSON (a string as it is) in ``path``, 0600, replaced atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(facts, ensure_ascii=False, indent=2))
+        fh.write(
+            facts if isinstance(facts, str) else json.dumps(facts, ensure_ascii=False, indent=2)
+        )
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def node_id(data: Path) -> str:
+    """This server's name among the servers of one database, kept in ``<data>/node-id`` and
+    the same across its restarts (a data folder is one server's: its lock). A turn records the
+    node that runs it; a start settles only its own node's turns (docs/storage.md)."""
+    path = data / "node-id"
+    try:
+        found = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        found = ""
+    if found:
+        return found
+    made = uuid.uuid4().hex
+    _write_private(path, made)
+    return made
 
 
 def write_restored(data: Path, facts: dict[str, Any]) -> None:

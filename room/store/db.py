@@ -141,7 +141,15 @@ class Appends:
     and drops them (:meth:`forget`), and it flushes before the commit.
     """
 
-    __slots__ = ("_last_seqs", "_rows", "_sends", "_seq_writes", "_states", "_tables")
+    __slots__ = (
+        "_last_seqs",
+        "_rosters",
+        "_rows",
+        "_sends",
+        "_seq_writes",
+        "_states",
+        "_tables",
+    )
 
     def __init__(self) -> None:
         self._rows: dict[BulkInsert, list[tuple[Any, ...]]] = {}
@@ -149,6 +157,7 @@ class Appends:
         self._seq_writes: dict[int, tuple[int, float]] = {}  # project id → (seq, now) to write
         self._last_seqs: dict[int, int] = {}
         self._states: dict[int, str | None] = {}
+        self._rosters: dict[int, int] = {}
         self._sends: dict[tuple[int, str], Sent | None] = {}
 
     # -- rows ------------------------------------------------------------------------------------
@@ -190,11 +199,17 @@ class Appends:
         """Drop the facts: a job outside the batch's appends may change them."""
         self._last_seqs.clear()
         self._states.clear()
+        self._rosters.clear()
         self._sends.clear()
 
     def __bool__(self) -> bool:
         return bool(
-            self._rows or self._seq_writes or self._last_seqs or self._states or self._sends
+            self._rows
+            or self._seq_writes
+            or self._last_seqs
+            or self._states
+            or self._rosters
+            or self._sends
         )
 
     # -- facts -----------------------------------------------------------------------------------
@@ -213,6 +228,12 @@ class Appends:
 
     def remember_state(self, project_id: int, state: str | None) -> None:
         self._states[project_id] = state
+
+    def roster_version(self, project_id: int) -> int | None:
+        return self._rosters.get(project_id)
+
+    def remember_roster_version(self, project_id: int, version: int) -> None:
+        self._rosters[project_id] = version
 
     def sent(self, author_id: int, client_txn_id: str) -> Sent | Unknown | None:
         """What a send stored under this txn (None: nothing), if this batch knows."""
@@ -277,6 +298,9 @@ class Tx:
     # room/store/brakes.py): a send that finds it zero costs no statement. Like the id counters,
     # it lives for one transaction and is dropped whenever one or a savepoint rolls back.
     agent_turns: dict[int, int] = field(default_factory=dict)
+    # The node (server) whose writer runs the job (room.infra.boot.node_id): a turn records it,
+    # and a start settles only its own node's turns. None outside a server (CLI, tests).
+    node: str | None = None
 
     def emit(self, effect: Effect) -> None:
         """Record what must happen once this job has committed (dropped if it rolls back)."""
@@ -394,6 +418,7 @@ class Database:
         attach: Mapping[str, Path] | None = None,
         statement_timeout_ms: int = 0,
         reconnect_secs: float = 0.5,
+        node: str | None = None,
     ) -> None:
         self.path = path
         self.url = url
@@ -408,6 +433,7 @@ class Database:
         self.clock = clock
         self.statement_timeout_ms = statement_timeout_ms
         self.reconnect_secs = reconnect_secs
+        self.node = node
         self.stats = WriterStats()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._writes: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -707,6 +733,7 @@ class Database:
                 counters=self._counters,
                 agent_turns=self._agent_turns,
                 appends=appends if pending.appends else None,
+                node=self.node,
             )
             pending.result, pending.error = None, None
             if isolate:

@@ -222,6 +222,31 @@ def lead_of(conn: Connection, project_id: int) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
+def roster_version(conn: Connection, project_id: int, appends: Appends | None = None) -> int:
+    """The version of the project's roster, raised by every change to it (:func:`bump_roster`),
+    read inside the caller's transaction (with ``appends``: once per batch, like the state).
+    -1 for a project that does not exist."""
+    if appends is not None:
+        known = appends.roster_version(project_id)
+        if known is not None:
+            return known
+    row = conn.execute(
+        "SELECT roster_version FROM projects WHERE id = :id", {"id": project_id}
+    ).fetchone()
+    version = int(row[0]) if row else -1
+    if appends is not None:
+        appends.remember_roster_version(project_id, version)
+    return version
+
+
+def bump_roster(conn: Connection, project_id: int) -> None:
+    """The project's roster changed in this transaction: raise its version (docs/storage.md,
+    "Several writers": a roster cached by any process is checked against it under the lock)."""
+    conn.execute(
+        "UPDATE projects SET roster_version = roster_version + 1 WHERE id = :id", {"id": project_id}
+    )
+
+
 def state_of(conn: Connection, project_id: int, appends: Appends | None = None) -> str | None:
     """The project's state (with ``appends``: read once per batch; only a job outside the
     batch's appends can change it, and the batch flushes before such a job)."""
