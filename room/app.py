@@ -35,6 +35,7 @@ from room.actions import tenancy, wiring
 from room.actions import workspaces as workspace_actions
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
+from room.actions.relay import Relay
 from room.agents import AgentSettings, Scheduler
 from room.agents.memory_tools import MEMORY_TOOLS
 from room.agents.research_run import ResearchRunner
@@ -249,6 +250,11 @@ def create_app(
             uploads=RateLimiter(settings.attachment_rate_per_min / 60, settings.attachment_burst),
             search_indexer=search_indexer,
         )
+        relay = None
+        if on_postgres:  # other servers may write the same projects: read their events back
+            relay = Relay(db, core.hub)
+            relay.start()
+            core.relay = relay
         wiring.install(core)
         app.state.core = core
         app.state.server = server
@@ -354,6 +360,8 @@ def create_app(
             await scheduler.close()
             if search_indexer is not None:
                 await search_indexer.close()
+            if relay is not None:
+                await relay.close()
             await db.close()
             server.close()
             trace.phase("stopped")

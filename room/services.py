@@ -224,6 +224,14 @@ class RateLimiter:
         return max(1, int((1.0 - bucket.tokens) / self.rate * 1000))
 
 
+class EventRelay(Protocol):
+    """room.actions.relay.Relay, as the services see it."""
+
+    def publish(self, project_id: int, seq: int, frame: str) -> None: ...
+
+    def went_live(self, project_id: int, last_seq: int) -> None: ...
+
+
 @dataclass(slots=True)
 class Services:
     """The database, the hub, the caches and rate limits, and the hooks other parts registered:
@@ -247,6 +255,9 @@ class Services:
     purging: set[int] = field(default_factory=set)  # projects with a purge under way
     # The messages' search indexer (room.store.indexer); None with search_index_messages off.
     search_indexer: SearchIndexer | None = None
+    # Several servers on one PostgreSQL database: the events other servers committed, read back
+    # in seq order for this one's sockets (room.actions.relay.Relay); None on SQLite.
+    relay: EventRelay | None = None
     # Read cursors waiting out the chatter rate: member id → (member, newest seq).
     deferred_reads: dict[int, tuple[Member, int]] = field(default_factory=dict)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # fire-and-forget tasks

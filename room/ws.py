@@ -518,6 +518,8 @@ class Connection:
                     self.outbox.cut("slow consumer during replay; resume with since")
                     break
         self.core.hub.go_live(sub, last)
+        if self.core.relay is not None:  # what it had, buffered frames included
+            self.core.relay.went_live(project_id, sub.last_seq)
 
     async def on_unsubscribe(self, frame: p.UnsubscribeFrame) -> None:
         sub = self.subscriptions.pop(frame.project_id, None)
