@@ -17,6 +17,7 @@ import pytest
 
 from room.store import Database, Tx
 from room.store import auth as auth_store
+from room.store.db import BulkInsert
 from room.store.migrate import connect as sqlite_connect
 from room.store.migrate import migrate as sqlite_migrate
 from room.store.pg import connect as pg_connect
@@ -103,3 +104,28 @@ async def test_the_readers_cannot_write(db: Database) -> None:
             )
         )
     assert db.info["backend"] == ("sqlite" if db.url is None else "postgresql")
+
+
+USERS = BulkInsert("users", ("handle", "display_name", "is_admin", "created_at"))
+
+
+def append_user(handle: str) -> Any:
+    def job(conn: sqlite3.Connection, tx: Tx) -> str:
+        USERS.write(conn, [(handle, handle, 0, tx.now)], tx.appends)
+        return handle
+
+    return job
+
+
+async def test_rows_refused_at_the_batch_flush_fail_only_their_job(db: Database) -> None:
+    """The batch's rows go out together at the flush (one pipeline on PostgreSQL); a duplicate
+    among them fails the flush, and the batch runs again job by job: only that job fails."""
+    handles = ["p", "q", "p", "r"]
+    futures = [db.submit(append_user(h), appends=True) for h in handles]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert [isinstance(r, DUPLICATE) for r in results] == [False, False, True, False]
+    stored = await db.read(
+        lambda conn: [h for (h,) in conn.execute("SELECT handle FROM users ORDER BY handle")]
+    )
+    assert stored == ["p", "q", "r"]
+    assert db.stats.retries >= 1

@@ -182,6 +182,17 @@ class Appends:
         rows, seq_writes = self._rows, self._seq_writes
         # Taken first: the statements below go through the guarded connection.
         self._rows, self._seq_writes, self._tables = {}, {}, set()
+        # PostgreSQL: the statements go out in one pipeline (psycopg's pipeline mode), not one
+        # round trip each; an error among them is raised when the pipeline ends.
+        with conn.raw.pipeline() if isinstance(conn, pg.PgConnection) else contextlib.nullcontext():
+            self._write(conn, rows, seq_writes)
+
+    @staticmethod
+    def _write(
+        conn: Connection,
+        rows: dict[BulkInsert, list[tuple[Any, ...]]],
+        seq_writes: dict[int, tuple[int, float]],
+    ) -> None:
         for spec, waiting in rows.items():
             if not spec.fts:
                 for chunk in chunks(waiting):
@@ -652,9 +663,12 @@ class Database:
                 self.stats.retries += 1
                 self._attempt(conn, batch, isolate=True)
         except Exception as exc:  # the driver's, or anything else: the writer must live on
-            log.exception("group commit failed")
             self._forget_counts()
             broken = bool(getattr(conn, "broken", False))
+            if broken:  # said once, without a trace: the reconnection follows
+                log.warning("group commit failed: the connection to the database was lost")
+            else:
+                log.exception("group commit failed")
             if not broken:
                 try:
                     if conn.in_transaction:
