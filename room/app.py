@@ -67,6 +67,9 @@ from room.ws import ws_endpoint
 log = logging.getLogger(__name__)
 
 GC_GEN0_THRESHOLD = 100_000
+# pg_advisory_xact_lock's key for seeding the owner and the demo project on PostgreSQL: "room"
+# then "seed" in ASCII (the migrations' lock is "room" "migr").
+SEED_LOCK_KEY = 0x726F6F6D_73656564
 DEMO_PROJECT = "演示项目"
 DEMO_GOAL = "熟悉 Project Room：在时间线里 @ 成员，看看离线回显路由如何回复。"
 
@@ -164,7 +167,14 @@ class RoomServer:
             trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
             trace.phase("search_index", skipped="not built on PostgreSQL yet")
             typed = cast(sqlite3.Connection, conn)  # the store's functions run on both
-            owner, demo_id = run_write(typed, self._seed)
+
+            def seed(c: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
+                # Servers starting together seed one at a time: the second finds the owner
+                # and the demo project the first made (held until this transaction ends).
+                c.execute("SELECT pg_advisory_xact_lock(?)", (SEED_LOCK_KEY,))
+                return self._seed(c, tx)
+
+            owner, demo_id = run_write(typed, seed)
             secret = run_write(
                 typed,
                 lambda c, tx: auth_actions.create_login_link(

@@ -23,10 +23,6 @@ SENDS_PER_SERVER = 40
 NOT_STREAM = {"ack", "history", "subscribed", "batch", "hello", "error"}
 
 
-def pg_server(data: Path, dsn: str) -> ServerProcess:
-    return ServerProcess(data, env={"ROOM_DATABASE_URL": dsn}).start()
-
-
 def sign_in(server: ServerProcess) -> Session:
     return server.login(server.login_url.rsplit("/", 1)[-1])
 
@@ -55,8 +51,12 @@ async def burst(client: Client, project: int, prefix: str, count: int) -> dict[s
 async def test_two_servers_on_one_database_keep_one_gap_free_stream(
     tmp_path: Path, pg_dsn: str
 ) -> None:
-    a = pg_server(tmp_path / "a", pg_dsn)
-    b = pg_server(tmp_path / "b", pg_dsn)  # migrates nothing more, seeds no second demo
+    # Started together on an empty database: one migrates and seeds, the other waits for it
+    # (advisory locks) and finds the owner and the one demo project.
+    a, b = (ServerProcess(tmp_path / n, env={"ROOM_DATABASE_URL": pg_dsn}) for n in "ab")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, a.start)
+        tg.start_soon(anyio.to_thread.run_sync, b.start)
     try:
         on_a, on_b = sign_in(a), sign_in(b)
         project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
