@@ -267,6 +267,14 @@ def dialect_for(conn: Connection) -> Dialect:
     return named if isinstance(named, Dialect) else SQLITE
 
 
+def locks_rows(conn: Connection) -> bool:
+    """Whether a statement on ``conn`` should lock the rows it reads (``FOR UPDATE``) to keep
+    other processes' transactions out until this one ends: on PostgreSQL, outside a read-only
+    connection (a reader: the lock is for writers, and a read-only transaction refuses it).
+    SQLite's write transaction already holds the whole file."""
+    return dialect_for(conn).name == "postgresql" and not getattr(conn, "readonly", False)
+
+
 @lru_cache(maxsize=4096)
 def _adapt_pg(sql: str) -> str:
     return _pg(sql)

@@ -27,8 +27,9 @@ class PgConnection:
 
     dialect = POSTGRESQL
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], *, readonly: bool = False) -> None:
         self.raw = raw
+        self.readonly = readonly  # every transaction read-only (default_transaction_read_only)
 
     @property
     def in_transaction(self) -> bool:
@@ -89,7 +90,7 @@ def connect(
             code="database_unreachable",
             url=redact(url),
         ) from exc
-    return factory(raw)
+    return factory(raw, readonly=readonly)
 
 
 def server_version(conn: PgConnection) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from room.errors import ConflictError
 from room.rules.entities import PROJECT_COLUMNS, Project
 from room.store.db import UNKNOWN, Appends
-from room.store.dialect import Connection, dialect_for
+from room.store.dialect import Connection, dialect_for, locks_rows
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
 MAX_ROW_ID = 2**63 - 1
@@ -123,7 +123,7 @@ def lock_project(conn: Connection, project_id: int) -> None:
     and numbers next (``max + 1`` of a per-project number) no other process's transaction can
     number too (docs/storage.md, "Several writers"). SQLite: nothing to do, its write
     transaction holds the whole file."""
-    if dialect_for(conn).name == "postgresql":
+    if locks_rows(conn):
         conn.execute("SELECT id FROM projects WHERE id = ? FOR UPDATE", (project_id,)).fetchall()
 
 
@@ -141,7 +141,7 @@ def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | N
     if seq is None:
         # PostgreSQL: the row stays locked to this transaction until it commits, so no other
         # process takes the same seq (the batch usually locked it already at its start).
-        lock = " FOR UPDATE" if dialect_for(conn).name == "postgresql" else ""
+        lock = " FOR UPDATE" if locks_rows(conn) else ""
         row = conn.execute(
             f"SELECT last_seq FROM projects WHERE id = ?{lock}", (project_id,)
         ).fetchone()

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from room.rules.entities import iso
-from room.store.dialect import Connection, dialect_for
+from room.store.dialect import Connection, locks_rows
 
 
 def insert_turn(
@@ -40,7 +40,7 @@ def running_of(conn: Connection, member_id: int) -> int | None:
 def lock_member(conn: Connection, member_id: int) -> None:
     """PostgreSQL: lock the member's row until the transaction ends (the writers of several
     processes open a member's turns one at a time); SQLite's write transaction holds the file."""
-    if dialect_for(conn).name == "postgresql":
+    if locks_rows(conn):
         conn.execute("SELECT id FROM members WHERE id = ? FOR UPDATE", (member_id,)).fetchall()
 
 
