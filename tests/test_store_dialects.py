@@ -858,3 +858,29 @@ def test_one_running_turn_per_member_owners_and_the_roster_version(conn: Connect
     write(conn, lambda c, tx: projects_store.bump_roster(c, w.project_id))
     assert projects_store.roster_version(conn, w.project_id) == before + 1
     assert projects_store.roster_version(conn, 999) == -1
+
+
+def test_a_start_leaves_the_inbox_of_a_member_another_node_runs(conn: Connection) -> None:
+    w = make_world(conn)
+    post(conn, w, w.owner, "@Lead 在吗", mentions=(w.agent,), message_id=1)
+    [delivery] = deliveries_store.pending_of(conn, w.agent.id, 10, unoffered=False)
+    write(
+        conn,
+        lambda c, tx: deliveries_store.set_state(c, [delivery], DeliveryState.DELIVERED, tx.now),
+    )
+    # In an in-process session's inbox and no turn runs: every start's to settle.
+    assert deliveries_store.in_builtin_inboxes(conn, "node-a") == [delivery]
+    write(
+        conn,
+        lambda c, tx: turns_store.insert_turn(
+            c,
+            project_id=w.project_id,
+            member_id=w.agent.id,
+            trigger=None,
+            now=tx.now,
+            owner="node-b",
+        ),
+    )
+    # Node b runs the member's turn, whose session holds the inbox: a start of node a leaves it.
+    assert deliveries_store.in_builtin_inboxes(conn, "node-a") == []
+    assert deliveries_store.in_builtin_inboxes(conn, "node-b") == [delivery]

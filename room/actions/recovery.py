@@ -115,7 +115,7 @@ def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> No
 
 def return_inboxes(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
     """In-process inboxes are memory: what no turn took is still unseen by the session's record."""
-    inbox = deliveries_store.in_builtin_inboxes(conn)
+    inbox = deliveries_store.in_builtin_inboxes(conn, tx.node)
     via_unknown(conn, tx, inbox, _D.PENDING, Reason.RESTART_IN_INBOX)
     report.redispatched += len(inbox)
 

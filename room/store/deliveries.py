@@ -368,12 +368,17 @@ def of_turn(conn: Connection, turn_id: int) -> list[tuple[int, str]]:
     ]
 
 
-def in_builtin_inboxes(conn: Connection) -> list[int]:
-    """Delivered to an in-process session and taken by no turn (its inbox is memory)."""
+def in_builtin_inboxes(conn: Connection, node: str | None = None) -> list[int]:
+    """Delivered to an in-process session and taken by no turn (its inbox is memory), except
+    for a member whose running turn another node owns: that node's session holds the inbox,
+    and it is live (a member's inbox fills while its turn runs; one turn runs per member)."""
     return _ids(
         conn.execute(
             "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
             " WHERE d.state = 'delivered' AND d.turn_id IS NULL AND m.driver = 'builtin'"
+            " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.member_id = d.recipient_id"
+            " AND t.state = 'running' AND t.owner IS NOT NULL AND t.owner <> :node)",
+            {"node": node},
         )
     )
 
