@@ -129,3 +129,23 @@ async def test_rows_refused_at_the_batch_flush_fail_only_their_job(db: Database)
     )
     assert stored == ["p", "q", "r"]
     assert db.stats.retries >= 1
+
+
+async def test_a_statement_past_the_timeout_fails_its_job_and_the_writer_goes_on(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    pg.close()
+    database = Database(tmp_path / "unused.sqlite", url=pg_dsn, readers=1, statement_timeout_ms=300)
+    database.start(asyncio.get_running_loop())
+    try:
+        slow = database.submit(lambda conn, tx: conn.execute("SELECT pg_sleep(5)").fetchone())
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            await slow
+        assert isinstance(await database.write(add_user("after")), int)
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            await database.read(lambda conn: conn.execute("SELECT pg_sleep(5)").fetchone())
+        assert await database.read(lambda conn: conn.execute("SELECT 1").fetchone()[0]) == 1
+    finally:
+        await database.close()

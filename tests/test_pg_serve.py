@@ -39,8 +39,16 @@ async def test_serve_on_postgresql_chats_and_keeps_it_across_a_restart(
 ) -> None:
     # The cluster trusts 127.0.0.1: a password is accepted and ignored, and must appear nowhere.
     pg_dsn = pg_dsn.replace("://room@", "://room:s3cret@")
-    server = pg_server(tmp_path / "data", pg_dsn)
+    server = pg_server(tmp_path / "data", pg_dsn, ROOM_READER_THREADS="3")
     try:
+        # The connection limit is a setting: a writer and reader_threads readers, no more.
+        with psycopg.connect(pg_dsn) as conn:
+            names = conn.execute(
+                "SELECT application_name, count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name LIKE 'room%%'"
+                " GROUP BY application_name ORDER BY 1"
+            ).fetchall()
+        assert names == [("room-reader", 3), ("room-writer", 1)]
         health = server.get_json("/healthz")
         assert health["database"]["backend"] == "postgresql"
         assert health["database"]["version"].split(".")[0].isdigit()
