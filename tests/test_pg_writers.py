@@ -97,7 +97,15 @@ async def test_two_servers_on_one_database_keep_one_gap_free_stream(
             True, first["seq"], first["message_id"],
         )  # fmt: skip
 
-        top = first["seq"]
+        # The same txn reaching both servers at once: one stores it, the other acknowledges it.
+        both = uuid.uuid4().hex
+        await send_a.send(send_frame(project, "同时到达", both))
+        await send_b.send(send_frame(project, "同时到达", both))
+        pair = [await send_a.wait_for("ack"), await send_b.wait_for("ack")]
+        assert sorted(ack["duplicate"] for ack in pair) == [False, True]
+        assert pair[0]["seq"] == pair[1]["seq"] == first["seq"] + 1
+
+        top = first["seq"] + 1
         assert sorted(acked.values()) == sorted(set(acked.values()))  # no seq acked twice
         for client, head in zip(readers, heads, strict=True):
             with anyio.fail_after(20):
@@ -124,5 +132,5 @@ async def test_two_servers_on_one_database_keep_one_gap_free_stream(
     assert seqs == list(range(1, len(seqs) + 1))
     stored = [t for _, t in rows if t is not None]
     assert len(stored) == len(set(stored))
-    assert set(acked) | {txn} <= set(stored)
+    assert set(acked) | {txn, both} <= set(stored)
     assert {t: s for s, t in rows if t in acked} == acked
