@@ -1,7 +1,7 @@
-"""A project's pack (``GET /api/projects/{id}/export``, docs/packs.md) read from either store: the
-same scenario through the in-process app on SQLite and on PostgreSQL exports the same parts,
-with the same columns and the same number of rows, and the messages' bodies in seq order. (The
-pack's import on PostgreSQL is not done: docs/storage.md.)"""
+"""A project's pack (docs/packs.md) on either store: the same scenario through the in-process app
+on SQLite and on PostgreSQL exports the same parts, with the same columns and the same number
+of rows, and the messages' bodies in seq order; the pack imported again and the project forked
+take fresh ids that later rows (numbered by PostgreSQL's sequences) do not collide with."""
 
 from __future__ import annotations
 
@@ -30,6 +30,30 @@ def export_of(data: Path, url: str | None) -> list[dict[str, Any]]:
             f"{path}/export", headers={"Cookie": f"room_session={app.owner_cookie}"}
         )
         assert response.status_code == 200, response.text
+        # Imported and forked on the same store, then written to: no id is taken twice.
+        made = app.client.post(
+            "/api/projects/import?name=再导入",
+            content=response.content,
+            headers={
+                "Origin": app.settings.origin,
+                "Cookie": f"room_session={app.owner_cookie}",
+                "X-CSRF-Token": app.csrf[app.owner_cookie],
+            },
+        )
+        assert made.status_code == 201, made.text
+        status, forked = app.request(
+            "POST", f"{path}/fork", {"name": "分叉"}, cookie=app.owner_cookie
+        )
+        assert status == 201, forked
+        for copy in (made.json()["project_id"], forked["project_id"]):
+            member = app.request("GET", f"/api/projects/{copy}", cookie=app.owner_cookie)[1]
+            assert member["project"]["state"] in ("active", "paused")
+            for project in (copy, project_id):
+                status, sent = app.request(
+                    "POST", f"/api/projects/{project}/messages",
+                    {"body": "之后", "client_txn_id": uuid.uuid4().hex}, cookie=app.owner_cookie,
+                )  # fmt: skip
+                assert status in (201, 409), sent  # 409: an imported project lands paused
     lines = [json.loads(line) for line in response.content.splitlines()]
     assert lines[0]["kind"] == "room.project-pack"
     parts: list[dict[str, Any]] = []
