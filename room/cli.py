@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pack. Works while the server runs (it reads one snapshot).",
     )
     data_arg(export)
+    database_arg(export)
     export.add_argument("project", metavar="PROJECT", help="project name or id")
     export.add_argument("file", metavar="FILE", type=Path, help="the pack to write")
     import_ = sub.add_parser(
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "server runs.",
     )
     data_arg(import_)
+    database_arg(import_)
     import_.add_argument("file", metavar="FILE", type=Path, help="the pack to read")
     import_.add_argument("--name", default=None, help="name of the new project")
     risk = sub.add_parser(
@@ -232,9 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "member" and args.member_command == "revoke":
             return member_revoke(_settings(args), args.project, args.handle)
         if args.command == "export":
-            return export_project(_settings(args), args.project, args.file)
+            settings = _settings(args, database_url=args.database)
+            return export_project(settings, args.project, args.file)
         if args.command == "import":
-            return import_project(_settings(args), args.file, args.name)
+            settings = _settings(args, database_url=args.database)
+            return import_project(settings, args.file, args.name)
         if args.command == "risk":
             return risk_scan(_settings(args), as_json=args.json)
         if args.command == "backup" and args.every is not None:
@@ -441,7 +445,8 @@ def export_project(settings: Settings, project: str, file: Path) -> int:
     from room.store import run_write
 
     conn = _open_current(settings)
-    conn.execute("PRAGMA mmap_size = 0")  # a whole-database read: keep its pages out of RSS
+    if settings.database_url is None:  # a whole-database read: keep its pages out of RSS
+        conn.execute("PRAGMA mmap_size = 0")
     partial = file.with_name(file.name + ".partial")
     try:
         found = projects_store.find(conn, project)
@@ -473,7 +478,8 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
         raise BadRequestError(f"no pack at {file}", code="no_file")
     _warn_if_serving(settings, file)
     conn = _open_current(settings)
-    conn.execute("PRAGMA mmap_size = 0")  # a large write: keep the database's pages out of RSS
+    if settings.database_url is None:  # a large write: keep the database's pages out of RSS
+        conn.execute("PRAGMA mmap_size = 0")
     try:
 
         def job(c: sqlite3.Connection, tx: Any) -> dict[str, Any]:

@@ -110,3 +110,40 @@ def test_only_postgresql_urls_are_accepted() -> None:
     assert load_settings(env={}).backend == "sqlite"
     with pytest.raises(pydantic.ValidationError, match="database_url"):
         load_settings(env={"ROOM_DATABASE_URL": "mysql://u@h/db"})
+
+
+def test_export_and_import_a_pack_from_the_command_line_on_postgresql(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    from room.actions import auth as auth_actions
+    from room.actions import projects as project_actions
+    from room.store import run_write
+
+    conn = connect(pg_dsn)
+    try:
+        pg_migrate.migrate(conn)
+
+        def job(c: Any, tx: Any) -> int:
+            owner = auth_actions.ensure_owner(c, tx)
+            project_id, _ = project_actions.insert_project(
+                c, tx, owner, name="命令行", goal="g", workspace=None,
+                agents=[project_actions.AgentSpec("lead", "lead", "负责人")],
+            )  # fmt: skip
+            return int(project_id)
+
+        project_id = run_write(conn, job)
+    finally:
+        conn.close()
+    data, pack = str(tmp_path / "data"), tmp_path / "p.jsonl"
+    code, out, err = run("export", "--data", data, "--database", pg_dsn, "命令行", str(pack))
+    assert code == 0, err
+    assert f"exported project {project_id} (命令行)" in out
+    assert json.loads(pack.read_text().splitlines()[0])["kind"] == "room.project-pack"
+    code, out, err = run(
+        "import", "--data", data, "--database", pg_dsn, str(pack), "--name", "副本"
+    )
+    assert code == 0, err
+    assert "(副本), paused" in out
+    with psycopg.connect(pg_dsn) as raw:
+        names = [n for (n,) in raw.execute("SELECT name FROM projects ORDER BY id")]
+    assert names == ["命令行", "副本"]

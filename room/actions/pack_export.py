@@ -196,8 +196,9 @@ def write_pack(
     ``data``: the data folder (the attachments' files)."""
     written = 0
     own = not conn.in_transaction  # a reader of the server's pool is in one already
-    if own:
-        conn.execute("BEGIN")
+    if own:  # one snapshot (SQLite's read transactions are; PostgreSQL's when asked)
+        snapshot = dialect_for(conn).name == "postgresql"
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN")
     try:
         for text in export_lines(conn, project_id, now, data=data):
             out.write(text)

@@ -837,7 +837,10 @@ class Database:
     @staticmethod
     def _read_once(conn: Connection, job: ReadJob[Any]) -> tuple[Any, BaseException | None]:
         try:
-            conn.execute("BEGIN")
+            # A read job sees one snapshot, as SQLite's read transaction does (PostgreSQL's
+            # default, READ COMMITTED, takes a new one per statement).
+            snapshot = dialect_for(conn).name == "postgresql"
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN")
             try:
                 return job(cast(sqlite3.Connection, conn)), None
             finally:
