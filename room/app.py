@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -35,6 +35,7 @@ from room.actions import tenancy, wiring
 from room.actions import workspaces as workspace_actions
 from room.actions.lifecycle import restart_stops
 from room.actions.recovery import reconcile_on_start
+from room.actions.relay import Relay
 from room.agents import AgentSettings, Scheduler
 from room.agents.memory_tools import MEMORY_TOOLS
 from room.agents.research_run import ResearchRunner
@@ -59,7 +60,7 @@ from room.rules.entities import User
 from room.rules.protocol import CLIENT_FRAME_TYPES
 from room.services import RateLimiter, RosterCache, Services
 from room.settings import Settings
-from room.store import Database, DataLock, Tx, indexer, run_write
+from room.store import Database, DataLock, Tx, indexer, pg, pg_migrate, run_write
 from room.store import projects as projects_store
 from room.store.migrate import connect, migrate
 from room.store.schema import SCHEMA_VERSION
@@ -68,6 +69,9 @@ from room.ws import ws_endpoint
 log = logging.getLogger(__name__)
 
 GC_GEN0_THRESHOLD = 100_000
+# pg_advisory_xact_lock's key for seeding the owner and the demo project on PostgreSQL: "room"
+# then "seed" in ASCII (the migrations' lock is "room" "migr").
+SEED_LOCK_KEY = 0x726F6F6D_73656564
 DEMO_PROJECT = "演示项目"
 DEMO_GOAL = "熟悉 Project Room：在时间线里 @ 成员，看看离线回显路由如何回复。"
 
@@ -119,6 +123,8 @@ class RoomServer:
         return self.opened
 
     def _open_database(self, trace: BootTrace) -> Opened:
+        if self.settings.database_url is not None:
+            return self._open_postgres(trace, self.settings.database_url)
         conn = connect(self.settings.db_path, synchronous=self.settings.synchronous)
         try:
             trace.phase("database", path=str(self.settings.db_path))
@@ -137,6 +143,42 @@ class RoomServer:
             owner, demo_id = run_write(conn, self._seed)
             secret = run_write(
                 conn,
+                lambda c, tx: auth_actions.create_login_link(
+                    c, tx, owner.id, self.settings.login_link_minutes
+                ),
+            )
+            trace.phase("seed", demo_project_id=demo_id)
+        finally:
+            conn.close()
+        return Opened(owner, secret, demo_id, applied)
+
+    def _open_postgres(self, trace: BootTrace, url: str) -> Opened:
+        """The PostgreSQL store (docs/storage.md): reached (exit 5 when it cannot be), migrated
+        under the advisory lock (several processes may start together), seeded. The messages'
+        search index on PostgreSQL is not built by this process yet: search answers 503
+        ``search_unavailable`` (docs/storage.md, "PostgreSQL: done and not done")."""
+        conn = pg.connect(url, statement_timeout_ms=self.settings.database_statement_timeout_ms)
+        try:
+            trace.phase(
+                "database",
+                backend="postgresql",
+                url=pg.redact(url),
+                version=pg.server_version(conn),
+            )
+            applied = pg_migrate.migrate(conn, now=_now())
+            trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
+            trace.phase("search_index", skipped="not built on PostgreSQL yet")
+            typed = cast(sqlite3.Connection, conn)  # the store's functions run on both
+
+            def seed(c: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
+                # Servers starting together seed one at a time: the second finds the owner
+                # and the demo project the first made (held until this transaction ends).
+                c.execute("SELECT pg_advisory_xact_lock(?)", (SEED_LOCK_KEY,))
+                return self._seed(c, tx)
+
+            owner, demo_id = run_write(typed, seed)
+            secret = run_write(
+                typed,
                 lambda c, tx: auth_actions.create_login_link(
                     c, tx, owner.id, self.settings.login_link_minutes
                 ),
@@ -200,16 +242,22 @@ def create_app(
         trace = server.trace
         assert trace is not None
         await asyncio.to_thread(blobs.sweep_tmp, settings.data)
+        on_postgres = settings.database_url is not None
         db = Database(
             settings.db_path,
+            url=settings.database_url,
             synchronous=settings.synchronous,
             max_batch=settings.max_batch,
             readers=settings.reader_threads,
-            attach=indexer.prepare(settings.db_path),
+            # SQLite's search index is a file of its own the readers attach; on PostgreSQL the
+            # index is not built by this process yet (search answers search_unavailable).
+            attach=None if on_postgres else indexer.prepare(settings.db_path),
+            statement_timeout_ms=settings.database_statement_timeout_ms,
+            node=boot.node_id(settings.data),
         )
         db.start(asyncio.get_running_loop())
         search_indexer = None
-        if settings.search_index_messages:
+        if settings.search_index_messages and not on_postgres:
             search_indexer = indexer.SearchIndexer(settings.db_path)
             search_indexer.start(asyncio.get_running_loop())
         core = Services(
@@ -221,6 +269,11 @@ def create_app(
             uploads=RateLimiter(settings.attachment_rate_per_min / 60, settings.attachment_burst),
             search_indexer=search_indexer,
         )
+        relay = None
+        if on_postgres:  # other servers may write the same projects: read their events back
+            relay = Relay(db, core.hub)
+            relay.start()
+            core.relay = relay
         wiring.install(core)
         app.state.core = core
         app.state.server = server
@@ -288,6 +341,7 @@ def create_app(
             schema_version=SCHEMA_VERSION,
             tools=sorted(scheduler.tools),
             capabilities=_capabilities(app, server, db, sandbox),
+            database=db.info,
             providers=providers,
             recovery=recovery,
             workspaces=workspaces,
@@ -336,6 +390,8 @@ def create_app(
             await scheduler.close()
             if search_indexer is not None:
                 await search_indexer.close()
+            if relay is not None:
+                await relay.close()
             await db.close()
             server.close()
             trace.phase("stopped")
@@ -386,6 +442,8 @@ def _capabilities(
 
 def _public_settings(settings: Settings) -> dict[str, Any]:
     data = settings.model_dump(mode="json")
+    if settings.database_url is not None:  # never its password
+        data["database_url"] = pg.redact(settings.database_url)
     data["origin"] = settings.origin
     return data
 

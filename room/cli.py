@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from room import __version__
 from room.errors import BackupError, RoomError
@@ -31,7 +31,7 @@ EXIT_USAGE = 2
 EXIT_LOCKED = 3
 EXIT_UNHEALTHY = 4
 EXIT_UNREACHABLE = 5  # the PostgreSQL database named by --database cannot be reached
-EXIT_NOT_SERVED = 6  # serving, backup and restore on PostgreSQL: not by room (docs/storage.md)
+EXIT_NOT_SERVED = 6  # backup and restore on PostgreSQL: not by room (docs/storage.md)
 EXIT_NOT_EMPTY = 7  # restore: the target folder is not empty (nothing was written)
 EXIT_BAD_BACKUP = 8  # restore: the archive failed a check (nothing was written)
 
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             metavar="URL",
             help="a PostgreSQL database, postgresql://… (default: $ROOM_DATABASE_URL, else SQLite "
-            "in the data folder); not served yet: serve exits 6 (docs/storage.md)",
+            "in the data folder); exit 5 when it cannot be reached (docs/storage.md)",
         )
 
     serve = sub.add_parser(
@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Works while the server runs.",
     )
     data_arg(link)
+    database_arg(link)
 
     member = sub.add_parser("member", help="member tools")
     member_sub = member.add_subparsers(dest="member_command", metavar="SUBCOMMAND")
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "it reconnects (the owner's API call cuts it at once).",
     )
     data_arg(token)
+    database_arg(token)
     token.add_argument("project", metavar="PROJECT", help="project name or id")
     token.add_argument("handle", metavar="HANDLE", help="the agent's handle")
     revoke = member_sub.add_parser(
@@ -141,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pack. Works while the server runs (it reads one snapshot).",
     )
     data_arg(export)
+    database_arg(export)
     export.add_argument("project", metavar="PROJECT", help="project name or id")
     export.add_argument("file", metavar="FILE", type=Path, help="the pack to write")
     import_ = sub.add_parser(
@@ -151,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         "server runs.",
     )
     data_arg(import_)
+    database_arg(import_)
     import_.add_argument("file", metavar="FILE", type=Path, help="the pack to read")
     import_.add_argument("--name", default=None, help="name of the new project")
     risk = sub.add_parser(
@@ -267,17 +271,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             healthy = run_doctor(_settings(args, database_url=args.database), as_json=args.json)
             return EXIT_OK if healthy else EXIT_UNHEALTHY
         if args.command == "login-link":
-            return login_link(_settings(args))
+            return login_link(_settings(args, database_url=args.database))
         if args.command == "member" and args.member_command == "token":
-            return member_token(_settings(args), args.project, args.handle)
+            settings = _settings(args, database_url=args.database)
+            return member_token(settings, args.project, args.handle)
         if args.command == "member" and args.member_command == "revoke":
             return member_revoke(_settings(args), args.project, args.handle)
         if args.command == "users" and args.users_command is not None:
             return users_command(_settings(args), args)
         if args.command == "export":
-            return export_project(_settings(args), args.project, args.file)
+            settings = _settings(args, database_url=args.database)
+            return export_project(settings, args.project, args.file)
         if args.command == "import":
-            return import_project(_settings(args), args.file, args.name)
+            settings = _settings(args, database_url=args.database)
+            return import_project(settings, args.file, args.name)
         if args.command == "risk":
             return risk_scan(_settings(args), as_json=args.json)
         if args.command == "backup" and args.every is not None:
@@ -334,8 +341,6 @@ def serve(args: argparse.Namespace) -> int:
     from room.infra.transport import RoomWebSocketProtocol, http_protocol
 
     settings = _settings(args, host=args.host, port=args.port, database_url=args.database)
-    if settings.database_url is not None:
-        return refuse_postgres(settings)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     server = RoomServer(settings, ws_protocol=RoomWebSocketProtocol)
     try:
@@ -343,6 +348,10 @@ def serve(args: argparse.Namespace) -> int:
     except LockHeldError as exc:
         print(f"room: {exc.message}", file=sys.stderr)
         return EXIT_LOCKED
+    except RoomError as exc:
+        if exc.code == "database_unreachable":
+            return unreachable(settings, exc)
+        raise
     print(f"Project Room {__version__} — data in {settings.data.resolve()}")
     if opened.demo_project_id is not None:
         print("Created the demo project 演示项目 (lead agent on the offline builtin/echo route).")
@@ -368,38 +377,22 @@ def serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def refuse_postgres(settings: Settings) -> int:
-    """``serve --database postgresql://…``: the PostgreSQL store is not complete (its schema and
-    dialect are; the store's SQL does not run there yet), so serving is refused before anything
-    starts or changes. The database is reached first, so the operator learns whether it could
-    be (exit 5) and what it is; nothing is written to it. One JSON line on stderr says why."""
-    from room.store.pg import connect, redact, server_version
-    from room.store.pg_migrate import migration_status
+def unreachable(settings: Settings, exc: RoomError) -> int:
+    """``serve --database postgresql://…`` that cannot reach the database: exit 5, the message
+    and one JSON line on stderr for scripts (the URL without its password); nothing started."""
+    from room.store.pg import redact
 
-    url = redact(settings.database_url or "")
-    refusal: dict[str, Any] = {"backend": "postgresql", "database": url, "docs": "docs/storage.md"}
-    try:
-        conn = connect(settings.database_url or "")
-    except RoomError as exc:
-        refusal |= {"error": exc.code, "message": exc.message, "exit": EXIT_UNREACHABLE}
-        print(f"room: {exc.message}", file=sys.stderr)
-        print(json.dumps(refusal, ensure_ascii=False), file=sys.stderr)
-        return EXIT_UNREACHABLE
-    try:
-        refusal |= {"server_version": server_version(conn), "migrations": migration_status(conn)}
-    finally:
-        conn.close()
-    message = (
-        "serving on PostgreSQL is not available yet: the PostgreSQL schema, migrations and SQL "
-        "dialect exist, but the store's queries and the multi-writer guarantees do not run there "
-        "yet (docs/storage.md, 'PostgreSQL: done and not done'). Nothing was started or "
-        "changed; serve without --database (and without ROOM_DATABASE_URL) to use SQLite in "
-        "the data folder."
-    )
-    refusal |= {"error": "postgres_store_incomplete", "message": message, "exit": EXIT_NOT_SERVED}
-    print(f"room: {message}", file=sys.stderr)
-    print(json.dumps(refusal, ensure_ascii=False), file=sys.stderr)
-    return EXIT_NOT_SERVED
+    said = {
+        "backend": "postgresql",
+        "database": redact(settings.database_url or ""),
+        "error": exc.code,
+        "message": exc.message,
+        "exit": EXIT_UNREACHABLE,
+        "docs": "docs/storage.md",
+    }
+    print(f"room: {exc.message}", file=sys.stderr)
+    print(json.dumps(said, ensure_ascii=False), file=sys.stderr)
+    return EXIT_UNREACHABLE
 
 
 def _open_current(settings: Settings) -> sqlite3.Connection:
@@ -407,6 +400,8 @@ def _open_current(settings: Settings) -> sqlite3.Connection:
     from room.store.migrate import check_version, connect
     from room.store.schema import SCHEMA_VERSION
 
+    if settings.database_url is not None:
+        return _open_postgres(settings.database_url)
     if not settings.db_path.exists():
         raise StorageError(
             f"no database in {settings.data}; start the server once with `room serve`"
@@ -420,6 +415,25 @@ def _open_current(settings: Settings) -> sqlite3.Connection:
             "start the server once to migrate it"
         )
     return conn
+
+
+def _open_postgres(url: str) -> sqlite3.Connection:
+    """The PostgreSQL store for a short command, refused unless fully migrated (by a server)."""
+    from room.errors import StorageError
+    from room.store.pg import connect
+    from room.store.pg_migrate import migration_status
+
+    conn = connect(url)
+    status = migration_status(conn)
+    if status["pending"] or status["unknown"]:
+        conn.close()
+        raise StorageError(
+            "the PostgreSQL database is not at this room's schema (pending: "
+            f"{status['pending'] or 'none'}, unknown: {status['unknown'] or 'none'}); start "
+            "`room serve --database …` once to migrate it"
+        )
+    # The store's functions run on both connections (docs/storage.md).
+    return cast(sqlite3.Connection, conn)
 
 
 def _origin(settings: Settings) -> str:
@@ -544,7 +558,8 @@ def export_project(settings: Settings, project: str, file: Path) -> int:
     from room.store import run_write
 
     conn = _open_current(settings)
-    conn.execute("PRAGMA mmap_size = 0")  # a whole-database read: keep its pages out of RSS
+    if settings.database_url is None:  # a whole-database read: keep its pages out of RSS
+        conn.execute("PRAGMA mmap_size = 0")
     partial = file.with_name(file.name + ".partial")
     try:
         found = projects_store.find(conn, project)
@@ -576,7 +591,8 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
         raise BadRequestError(f"no pack at {file}", code="no_file")
     _warn_if_serving(settings, file)
     conn = _open_current(settings)
-    conn.execute("PRAGMA mmap_size = 0")  # a large write: keep the database's pages out of RSS
+    if settings.database_url is None:  # a large write: keep the database's pages out of RSS
+        conn.execute("PRAGMA mmap_size = 0")
     try:
 
         def job(c: sqlite3.Connection, tx: Any) -> dict[str, Any]:

@@ -6,8 +6,8 @@ its owner may read the data folder (room.infra.perms), and a scheduled backup
 (``room backup --every``) is not more than two periods old.
 
 With ``database_url`` (``--database``, ``ROOM_DATABASE_URL``) the database is PostgreSQL: the
-summary names its server version and the migrations applied, and says that serving on it is not
-available yet (docs/storage.md); a database that cannot be reached raises
+summary names its server version and the migrations applied (pending ones are applied by the next
+`room serve`: docs/storage.md); a database that cannot be reached raises
 :class:`~room.errors.StorageError` (``database_unreachable``: exit 5).
 """
 
@@ -158,9 +158,6 @@ def _postgres(url: str, problems: list[str]) -> dict[str, Any]:
         problems.append(
             f"the database has migrations this code does not know: {migrations['unknown']}"
         )
-    problems.append(
-        "serving on PostgreSQL is not available yet: `room serve` refuses it (docs/storage.md)"
-    )
     return {
         "backend": "postgresql",
         "database": redact(url),

@@ -123,6 +123,9 @@ class ProjectRoster:
     lead_id: int | None
     # People whose accounts an operator disabled (room users): members still, never mentioned.
     disabled: frozenset[int] = frozenset()
+    # projects.roster_version when it was read (None: built without one, never checked). A
+    # send checks it under the project's lock: a roster changed by any process since is stale.
+    version: int | None = None
 
     def member(self, member_id: int) -> Member | None:
         return self.members.get(member_id)
@@ -141,15 +144,17 @@ class RosterCache:
         if cached is not None:
             return cached
         generation = self._generation.get(project_id, 0)
-        members, names, lead_id, disabled = await self._db.read(
+        members, names, lead_id, disabled, version = await self._db.read(
             lambda conn: (
                 members_store.list_for_project(conn, project_id),
                 members_store.names_for_project(conn, project_id),
                 projects_store.lead_of(conn, project_id),
                 users_store.disabled_members(conn, project_id),
+                projects_store.roster_version(conn, project_id),
             )
         )
         built = build_roster(members, names, lead_id, disabled)
+        built.version = version
         if self._generation.get(project_id, 0) == generation:
             self._cache[project_id] = built
         return built
@@ -226,6 +231,14 @@ class RateLimiter:
         return max(1, int((1.0 - bucket.tokens) / self.rate * 1000))
 
 
+class EventRelay(Protocol):
+    """room.actions.relay.Relay, as the services see it."""
+
+    def publish(self, project_id: int, seq: int, frame: str) -> None: ...
+
+    def went_live(self, project_id: int, last_seq: int) -> None: ...
+
+
 @dataclass(slots=True)
 class Services:
     """The database, the hub, the caches and rate limits, and the hooks other parts registered:
@@ -249,6 +262,9 @@ class Services:
     purging: set[int] = field(default_factory=set)  # projects with a purge under way
     # The messages' search indexer (room.store.indexer); None with search_index_messages off.
     search_indexer: SearchIndexer | None = None
+    # Several servers on one PostgreSQL database: the events other servers committed, read back
+    # in seq order for this one's sockets (room.actions.relay.Relay); None on SQLite.
+    relay: EventRelay | None = None
     # Read cursors waiting out the chatter rate: member id → (member, newest seq).
     deferred_reads: dict[int, tuple[Member, int]] = field(default_factory=dict)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # fire-and-forget tasks

@@ -43,8 +43,14 @@ class Settings(BaseModel):
         default=None,
         pattern=r"^postgres(ql)?://",
         description="A PostgreSQL database (postgresql://user:password@host:port/name) instead "
-        "of SQLite in the data folder. Not served yet: `room serve` refuses it (exit 6) until "
-        "the PostgreSQL store is complete; `room doctor` checks it (docs/storage.md).",
+        "of SQLite in the data folder; several servers (each with its own data folder) may "
+        "share one (docs/storage.md).",
+    )
+    database_statement_timeout_ms: int = Field(
+        default=30_000,
+        ge=0,
+        description="PostgreSQL only: the server cancels a statement of this process running "
+        "longer than this (ms; 0: never). A write cancelled this way fails with its batch.",
     )
     synchronous: str = Field(
         default="FULL",
@@ -54,7 +60,14 @@ class Settings(BaseModel):
     max_batch: int = Field(
         default=512, ge=1, description="Most writes committed together in one group commit."
     )
-    reader_threads: int = Field(default=2, ge=1, le=16, description="SQLite reader threads.")
+    reader_threads: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Reader threads, each with its own connection. On PostgreSQL a server "
+        "opens this many connections plus one for the writer (and one at start-up): the "
+        "connection limit per process.",
+    )
     search_index_messages: bool = Field(
         default=True,
         description="Run the search indexer, which indexes committed messages in the background "

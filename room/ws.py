@@ -519,6 +519,8 @@ class Connection:
                     self.outbox.cut("slow consumer during replay; resume with since")
                     break
         self.core.hub.go_live(sub, last)
+        if self.core.relay is not None:  # what it had, buffered frames included
+            self.core.relay.went_live(project_id, sub.last_seq)
         # An answer streaming now: its draft, after the replay (room.agents.drafts: forgotten
         # before the answer is posted, so never beside the message it becomes).
         if sub.active:

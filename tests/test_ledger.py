@@ -196,6 +196,12 @@ def test_the_migration_gives_old_reasons_their_codes(tmp_path: Path) -> None:
 # -- one write opens a turn ------------------------------------------------------------------
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """The in-process app's store: SQLite in its data folder, or a fresh PostgreSQL database."""
+    return None if request.param == "sqlite" else str(request.getfixturevalue("pg_dsn"))
+
+
 def _say(app: App, project_id: int, body: str) -> int:
     status, sent = app.request(
         "POST",
@@ -208,7 +214,7 @@ def _say(app: App, project_id: int, body: str) -> int:
 
 
 def test_the_dispatch_rule_is_checked_once_per_turn(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store_url: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[tuple[str, str, bool]] = []
     rule = ledger.dispatch_blocker
@@ -218,7 +224,7 @@ def test_the_dispatch_rule_is_checked_once_per_turn(
         return rule(project_state, member_status, tripped)
 
     monkeypatch.setattr(ledger, "dispatch_blocker", counted)
-    with running_app(tmp_path / "data") as app:
+    with running_app(tmp_path / "data", database_url=store_url) as app:
         project_id, _, _ = app.project_with("p", owner_user(app))
         _say(app, project_id, "@lead 你好")
 
@@ -233,8 +239,10 @@ def test_the_dispatch_rule_is_checked_once_per_turn(
     assert calls == [("active", "active", False)] * 2
 
 
-def test_a_member_paused_before_its_turn_opens_is_never_started(tmp_path: Path) -> None:
-    with running_app(tmp_path / "data") as app:
+def test_a_member_paused_before_its_turn_opens_is_never_started(
+    tmp_path: Path, store_url: str | None
+) -> None:
+    with running_app(tmp_path / "data", database_url=store_url) as app:
         project_id, members, _ = app.project_with("p", owner_user(app))
         lead = members["lead"]
         app.write(lambda conn, tx: conn.execute("UPDATE projects SET state = 'paused'"))
@@ -262,8 +270,8 @@ def test_a_member_paused_before_its_turn_opens_is_never_started(tmp_path: Path) 
         assert state == ("pending", None)
 
 
-def test_a_brake_past_its_cap_claims_nothing(tmp_path: Path) -> None:
-    with running_app(tmp_path / "data") as app:
+def test_a_brake_past_its_cap_claims_nothing(tmp_path: Path, store_url: str | None) -> None:
+    with running_app(tmp_path / "data", database_url=store_url) as app:
         project_id, members, _ = app.project_with("p", owner_user(app))
         lead = members["lead"]
         app.write(
@@ -317,9 +325,10 @@ async def test_reason_codes_reach_the_delivery_frame_and_the_receipts(room: Room
 
 def test_a_brake_holds_its_loop_a_second_trip_adds_to_it_and_a_budget_holds_everyone(
     tmp_path: Path,
+    store_url: str | None,
 ) -> None:
     """Issue 28, item 1, in the store: whom a brake holds, and the notices that say so."""
-    with running_app(tmp_path / "data") as app:
+    with running_app(tmp_path / "data", database_url=store_url) as app:
         project_id, members, _ = app.project_with("p", owner_user(app))
         lead, other = members["lead"].id, members["lead"].id + 100  # other: any member id
 

@@ -22,6 +22,7 @@ from room.actions.purge import PURGE_STEPS, PurgeStep
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext, _spec
 from room.errors import ConflictError
 from room.rules.entities import Member, Project
+from room.store.dialect import dialect_for
 from tests.support.inproc import App, owner_user, post, running_app
 from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
 
@@ -52,10 +53,14 @@ def llm() -> Iterator[OpenAIServer]:
         yield server
 
 
-@pytest.fixture
-def app(tmp_path: Path, llm: OpenAIServer) -> Iterator[App]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def app(request: pytest.FixtureRequest, tmp_path: Path, llm: OpenAIServer) -> Iterator[App]:
+    """The in-process app on each store (``[sqlite]``, ``[postgresql]``: a fresh database)."""
     env = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": API_KEY}
-    with running_app(tmp_path / "data", env=env, tools=TOOLS, stop_confirm_secs=0.3) as handle:
+    url = None if request.param == "sqlite" else str(request.getfixturevalue("pg_dsn"))
+    with running_app(
+        tmp_path / "data", env=env, tools=TOOLS, stop_confirm_secs=0.3, database_url=url
+    ) as handle:
         yield handle
 
 
@@ -277,8 +282,9 @@ def count(app: App, sql: str, *args: Any) -> int:
 
 def audit(app: App, project_id: int, action: str) -> list[tuple[str, str | None]]:
     with app.db() as conn:
+        reason = dialect_for(conn).json_text("detail_json", "reason")
         rows = conn.execute(
-            "SELECT outcome, json_extract(detail_json, '$.reason') FROM audit_events"
+            f"SELECT outcome, {reason} FROM audit_events"
             " WHERE project_id = ? AND action = ? ORDER BY id",
             (project_id, action),
         ).fetchall()

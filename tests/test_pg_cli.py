@@ -1,7 +1,7 @@
 """Choosing PostgreSQL from the command line (docs/storage.md): ``--database`` and
-``ROOM_DATABASE_URL``. Serving on it is refused as not available yet (exit 6) after the database
-was reached and described, with nothing written; a database that cannot be reached is exit 5;
-``room doctor`` names the backend and its version on both stores."""
+``ROOM_DATABASE_URL`` (serving on it: tests/test_pg_serve.py); a database that cannot be reached
+is exit 5; ``room doctor`` names the backend and its version on both stores; ``login-link`` runs
+on it once a server migrated it."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import psycopg
 import pydantic
 import pytest
 
-from room.cli import EXIT_NOT_SERVED, EXIT_UNHEALTHY, EXIT_UNREACHABLE, main
+from room.cli import EXIT_UNHEALTHY, EXIT_UNREACHABLE, main
 from room.settings import load_settings
 from room.store import pg_migrate
 from room.store.migrate import connect as sqlite_connect
 from room.store.migrate import migrate as sqlite_migrate
 from room.store.pg import connect
-from room.store.schema_pg import BASELINE_OF, PG_MIGRATIONS
+from room.store.schema_pg import PG_MIGRATIONS
 
 UNREACHABLE = "postgresql://room:s3cret@127.0.0.1:1/room"
 
@@ -39,33 +39,21 @@ def refusal(stderr: str) -> dict[str, Any]:
     return found
 
 
-def test_serve_on_postgresql_is_refused_as_not_available_yet(tmp_path: Path, pg_dsn: str) -> None:
-    data = tmp_path / "data"
-    code, out, err = run("serve", "--data", str(data), "--port", "0", "--database", pg_dsn)
-    assert code == EXIT_NOT_SERVED == 6
-    assert "serving on PostgreSQL is not available yet" in err
-    said = refusal(err)
-    assert said["error"] == "postgres_store_incomplete"
-    assert said["backend"] == "postgresql" and said["exit"] == 6
-    assert said["server_version"].split(".")[0].isdigit()
-    every = [migration.name for migration in PG_MIGRATIONS]
-    assert every[0] == BASELINE_OF
-    assert said["migrations"] == {"applied": [], "pending": every, "unknown": []}
-    # Nothing started, nothing written: no data folder, no table in the database.
-    assert out == "" and not data.exists()
-    with psycopg.connect(pg_dsn) as conn:
-        assert conn.execute(
-            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
-        ).fetchone() == (0,)
-
-
-def test_room_database_url_chooses_postgresql_too(
-    tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ROOM_DATABASE_URL", pg_dsn)
-    code, _, err = run("serve", "--data", str(tmp_path / "data"), "--port", "0")
-    assert code == EXIT_NOT_SERVED
-    assert refusal(err)["error"] == "postgres_store_incomplete"
+def test_login_link_and_member_token_work_on_postgresql(tmp_path: Path, pg_dsn: str) -> None:
+    """The short commands beside a server reach the same store (``--database``); before a
+    server migrated it they refuse, naming what is pending, and change nothing."""
+    data = str(tmp_path / "data")
+    code, _, err = run("login-link", "--data", data, "--database", pg_dsn)
+    assert code == 1 and "pending" in err and "room serve --database" in err
+    conn = connect(pg_dsn)
+    try:
+        pg_migrate.migrate(conn)
+    finally:
+        conn.close()
+    code, out, _ = run("login-link", "--data", data, "--database", pg_dsn)
+    assert code == 0 and "/login/" in out
+    with psycopg.connect(pg_dsn) as raw:
+        assert raw.execute("SELECT count(*) FROM login_links").fetchone() == (1,)
 
 
 def test_an_unreachable_database_is_exit_5_without_its_password(tmp_path: Path) -> None:
@@ -89,13 +77,13 @@ def test_doctor_names_postgresql_its_version_and_migrations(tmp_path: Path, pg_d
     finally:
         conn.close()
     code, out, _ = run("doctor", "--data", str(tmp_path), "--database", pg_dsn, "--json")
-    assert code == EXIT_UNHEALTHY  # not served yet: said as a problem
     summary = json.loads(out)
     database = summary["database"]
     assert database["backend"] == "postgresql"
     assert database["version"].split(".")[0].isdigit()
     assert database["migrations"]["applied"] == [m.name for m in PG_MIGRATIONS]
-    assert any("not available yet" in problem for problem in summary["problems"])
+    assert not any("PostgreSQL" in problem for problem in summary["problems"])
+    assert code == EXIT_UNHEALTHY  # no server has started in this data folder: that one
     code, out, _ = run("doctor", "--data", str(tmp_path), "--database", pg_dsn)
     assert (
         "database: postgresql " in out
@@ -122,3 +110,40 @@ def test_only_postgresql_urls_are_accepted() -> None:
     assert load_settings(env={}).backend == "sqlite"
     with pytest.raises(pydantic.ValidationError, match="database_url"):
         load_settings(env={"ROOM_DATABASE_URL": "mysql://u@h/db"})
+
+
+def test_export_and_import_a_pack_from_the_command_line_on_postgresql(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    from room.actions import auth as auth_actions
+    from room.actions import projects as project_actions
+    from room.store import run_write
+
+    conn = connect(pg_dsn)
+    try:
+        pg_migrate.migrate(conn)
+
+        def job(c: Any, tx: Any) -> int:
+            owner = auth_actions.ensure_owner(c, tx)
+            project_id, _ = project_actions.insert_project(
+                c, tx, owner, name="命令行", goal="g", workspace=None,
+                agents=[project_actions.AgentSpec("lead", "lead", "负责人")],
+            )  # fmt: skip
+            return int(project_id)
+
+        project_id = run_write(conn, job)
+    finally:
+        conn.close()
+    data, pack = str(tmp_path / "data"), tmp_path / "p.jsonl"
+    code, out, err = run("export", "--data", data, "--database", pg_dsn, "命令行", str(pack))
+    assert code == 0, err
+    assert f"exported project {project_id} (命令行)" in out
+    assert json.loads(pack.read_text().splitlines()[0])["kind"] == "room.project-pack"
+    code, out, err = run(
+        "import", "--data", data, "--database", pg_dsn, str(pack), "--name", "副本"
+    )
+    assert code == 0, err
+    assert "(副本), paused" in out
+    with psycopg.connect(pg_dsn) as raw:
+        names = [n for (n,) in raw.execute("SELECT name FROM projects ORDER BY id")]
+    assert names == ["命令行", "副本"]

@@ -19,12 +19,14 @@ import pytest
 from room.errors import ConflictError
 from room.rules.entities import Member, User
 from room.rules.ledger import DeliveryState, Reason
+from room.rules.tasks import TaskState
 from room.store import Appends, Tx, run_write
 from room.store import attachments as attachments_store
 from room.store import audit as audit_store
 from room.store import auth as auth_store
 from room.store import brakes as brakes_store
 from room.store import checkpoints as checkpoints_store
+from room.store import decisions as decisions_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import memory as memory_store
@@ -33,6 +35,7 @@ from room.store import projects as projects_store
 from room.store import reactions as reactions_store
 from room.store import research as research_store
 from room.store import routes as routes_store
+from room.store import tasks as tasks_store
 from room.store import turns as turns_store
 from room.store import usage as usage_store
 from room.store.dialect import POSTGRESQL, SQLITE, Connection, dialect_for
@@ -742,3 +745,142 @@ def test_reactions_routes_and_research(conn: Connection) -> None:
     assert [r["rev"] for r in research_store.revisions(conn, run_id)] == [1]
     assert [i["id"] for i in research_store.items(conn, run_id)] == [item_id]
     assert [r["id"] for r in research_store.in_states(conn, ("proposed", "running"))] == [run_id]
+
+
+# -- plans, tasks, decisions, the loop brake's JSON ------------------------------------------------
+
+
+def test_plans_tasks_decisions_and_the_brakes_json(conn: Connection) -> None:
+    w = make_world(conn)
+    agent, guest = w.agent.id, w.guest.id
+
+    def plan_and_tasks(c: Connection, tx: Tx) -> tuple[list[int], list[int], list[int]]:
+        typed = cast(sqlite3.Connection, c)
+        one, _ = tasks_store.insert_plan(
+            typed, project_id=w.project_id, goal="g", plan={"a": 1}, submitted_by=agent,
+            started=False, now=tx.now,
+        )  # fmt: skip
+        two, version = tasks_store.insert_plan(
+            typed, project_id=w.project_id, goal=None, plan={}, submitted_by=agent,
+            started=False, now=tx.now,
+        )  # fmt: skip
+        assert version == 2
+        tasks = [
+            tasks_store.insert_task(
+                typed,
+                project_id=w.project_id,
+                plan_id=one,
+                key=f"T{i}",
+                title=f"t{i}",
+                owner_id=agent,
+                reviewer_id=None,
+                state=TaskState.READY,
+                held=False,
+                assumptions=(),
+                now=tx.now,
+            )
+            for i in range(3)
+        ]
+        # No plan named: every unstarted plan of the project (the `:plan IS NULL` form).
+        started = tasks_store.start_plans(typed, w.project_id, None, agent, tx.now)
+        return [one, two], tasks, started
+
+    plans, tasks, started = write(conn, plan_and_tasks)
+    assert started == plans and tasks == sorted(tasks) and len(set(tasks)) == 3
+    typed = cast(sqlite3.Connection, conn)
+    assert [t.position for t in tasks_store.tasks_of(typed, w.project_id)] == [1, 2, 3]
+
+    def decide(c: Connection, tx: Tx) -> list[int]:
+        typed = cast(sqlite3.Connection, c)
+        return [
+            decisions_store.insert_decision(
+                typed,
+                project_id=w.project_id,
+                kind="decision",
+                title=f"d{i}",
+                status="accepted",
+                created_by=agent,
+                accepted_by=agent,
+                now=tx.now,
+            ).number
+            for i in range(2)
+        ]
+
+    assert write(conn, decide) == [1, 2]
+
+    def turns(c: Connection, tx: Tx) -> dict[str, Any]:
+        brakes_store.count_agent_turn(c, tx, w.project_id, agent)
+        brakes_store.count_agent_turn(c, tx, w.project_id, agent)
+        brakes_store.count_agent_turn(c, tx, w.project_id, guest)
+        brakes_store.trip(c, w.project_id, "loop", {"n": 3}, tx.now, held=[agent])
+        return brakes_store.brake(c, w.project_id)
+
+    brake = write(conn, turns)
+    assert brake["agent_turns"] == 3
+    assert brake["turns_by_member"] == {agent: 2, guest: 1}
+    assert brake["held"] == [agent]
+    assert brakes_store.holds_member(conn, w.project_id, agent) is True
+    assert brakes_store.holds_member(conn, w.project_id, guest) is False
+    assert deliveries_store.dispatch_facts(conn, agent) == ("active", "active", w.project_id, True)
+    assert deliveries_store.dispatch_facts(conn, guest) == (
+        "active", "active", w.project_id, False,
+    )  # fmt: skip
+
+
+# -- several writers: the constraints and versions both stores keep ---------------------------------
+
+
+def test_one_running_turn_per_member_owners_and_the_roster_version(conn: Connection) -> None:
+    w = make_world(conn)
+
+    def open_turn(owner: str | None, member_id: int) -> Callable[[Connection, Tx], int]:
+        def job(c: Connection, tx: Tx) -> int:
+            return turns_store.insert_turn(
+                c, project_id=w.project_id, member_id=member_id, trigger=None, now=tx.now,
+                owner=owner,
+            )  # fmt: skip
+
+        return job
+
+    mine = write(conn, open_turn("node-a", w.agent.id))
+    with pytest.raises(DUPLICATE):  # a database constraint on both stores, not a convention
+        write(conn, open_turn("node-b", w.agent.id))
+    theirs = write(conn, open_turn("node-b", w.guest.id))
+    assert turns_store.running_of(conn, w.agent.id) == mine
+    # A start settles its own node's turns (and those that name none), never another's.
+    assert [t[0] for t in turns_store.running_turns(conn, "node-a")] == [mine]
+    assert [t[0] for t in turns_store.running_turns(conn, "node-b")] == [theirs]
+    write(conn, lambda c, tx: turns_store.update_turn(c, mine, state="completed", ended_at=tx.now))
+    again = write(conn, open_turn("node-b", w.agent.id))  # the member's next turn may run
+    assert turns_store.running_of(conn, w.agent.id) == again
+
+    before = projects_store.roster_version(conn, w.project_id)
+    write(conn, lambda c, tx: projects_store.bump_roster(c, w.project_id))
+    assert projects_store.roster_version(conn, w.project_id) == before + 1
+    assert projects_store.roster_version(conn, 999) == -1
+
+
+def test_a_start_leaves_the_inbox_of_a_member_another_node_runs(conn: Connection) -> None:
+    w = make_world(conn)
+    post(conn, w, w.owner, "@Lead 在吗", mentions=(w.agent,), message_id=1)
+    [delivery] = deliveries_store.pending_of(conn, w.agent.id, 10, unoffered=False)
+    write(
+        conn,
+        lambda c, tx: deliveries_store.set_state(c, [delivery], DeliveryState.DELIVERED, tx.now),
+    )
+    # In an in-process session's inbox and no turn runs: every start's to settle.
+    assert deliveries_store.in_builtin_inboxes(conn, "node-a") == [delivery]
+    write(
+        conn,
+        lambda c, tx: turns_store.insert_turn(
+            c,
+            project_id=w.project_id,
+            member_id=w.agent.id,
+            trigger=None,
+            now=tx.now,
+            owner="node-b",
+        ),
+    )
+    # Node b runs the member's turn, whose session holds the inbox: a start of node a leaves it.
+    assert deliveries_store.in_builtin_inboxes(conn, "node-a") == []
+    assert deliveries_store.in_builtin_inboxes(conn, "node-b") == [delivery]

@@ -10,6 +10,7 @@ import hashlib
 import json
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,18 @@ from room.store.portfolio import PRIVATE_TABLES as PORTFOLIO_TABLES
 from room.store.schema import MIGRATIONS
 from room.store.schema_memory import MEMORY_TABLES
 from room.store.schema_tasks import TASK_TABLES
-from tests.support.task_world import World, item, plan, review, submit, write_file
+from tests.support.task_world import World, item, make_world, plan, review, submit, write_file
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[World]:
+    """conftest's world, on each store (``[sqlite]``, ``[postgresql]``: a fresh database)."""
+    url = None if request.param == "sqlite" else str(request.getfixturevalue("pg_dsn"))
+    async for found in make_world(tmp_path, url):
+        yield found
+
 
 # -- schema -------------------------------------------------------------------------------------
 
@@ -524,6 +534,7 @@ def _checks(conn: sqlite3.Connection) -> list[str]:
     return [conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("quick_check", "integrity_check")]
 
 
+@pytest.mark.parametrize("world", ["sqlite"], indirect=True)  # SQLite's integrity checks
 async def test_a_plan_with_dependencies_and_a_bound_decision_checks_clean(world: World) -> None:
     """SQLite 3.40 misreads a WITHOUT ROWID table whose non-key column stands before a key column
     (``NULL value in task_deps.project_id``); the link tables keep their key columns first."""

@@ -44,7 +44,10 @@ def _apply_one(core: Services, effect: Effect) -> None:
     hub = core.hub
     match effect:
         case Publish(project_id, seq, frame):
-            hub.publish(project_id, seq, frame)
+            if core.relay is not None:  # several servers: in seq order with theirs
+                core.relay.publish(project_id, seq, frame)
+            else:
+                hub.publish(project_id, seq, frame)
             if frame.startswith(NEW_MESSAGE):
                 hub.messages += 1
             unread.schedule(core, project_id)  # a message, an edit or a delete

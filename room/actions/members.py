@@ -48,6 +48,7 @@ def announce_members(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None:
     gets the new ``members`` frame."""
     members = members_store.wire_list(conn, project_id)
     state = projects_store.state_of(conn, project_id) or "purged"
+    projects_store.bump_roster(conn, project_id)
     tx.emit(RosterChanged(project_id))
     tx.emit(Broadcast(project_id, encode(members_frame(project_id, members, state))))
 

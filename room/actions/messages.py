@@ -228,6 +228,17 @@ def check_body(core: Services, body: str, has_attachments: bool = False) -> str:
 SendDone = Callable[[Ack | None, BaseException | None], None]
 
 
+class StaleRosterError(ConflictError):
+    """The roster a send was addressed with changed before its job ran (a member joined or
+    left, in this process or another): the send is addressed again with the new roster."""
+
+    code = "roster_changed"
+
+
+# How many times a send is addressed again when its roster changed under it each time.
+STALE_ROSTER_RETRIES = 3
+
+
 def submit_send(
     core: Services, sender: Member, roster: ProjectRoster, **kwargs: Any
 ) -> asyncio.Future[Ack]:
@@ -236,17 +247,59 @@ def submit_send(
     Raises at once (nothing queued) for bad input, rate limiting and unresolved mentions.
     The keyword arguments are :func:`_send_job`'s.
     """
-    job, prefetch = _send_job(core, sender, roster, **kwargs)
-    return core.db.submit(job, appends=True, prefetch=prefetch)
+    future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+
+    def done(ack: Ack | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            assert ack is not None
+            future.set_result(ack)
+
+    queue_send(core, sender, roster, done, **kwargs)
+    return future
 
 
 def queue_send(
-    core: Services, sender: Member, roster: ProjectRoster, on_done: SendDone, **kwargs: Any
+    core: Services,
+    sender: Member,
+    roster: ProjectRoster,
+    on_done: SendDone,
+    *,
+    retries: int = STALE_ROSTER_RETRIES,
+    **kwargs: Any,
 ) -> None:
     """:func:`submit_send` that calls ``on_done(ack, error)`` after the commit instead of
-    resolving a future (a connection's sends: no future, no extra loop turn per ack)."""
+    resolving a future (a connection's sends: no future, no extra loop turn per ack).
+
+    A send whose roster changed before its job ran (:class:`StaleRosterError`) is addressed
+    again with the fresh roster (at most ``retries`` times, not rate limited again); its
+    caller sees only the final outcome."""
     job, prefetch = _send_job(core, sender, roster, **kwargs)
-    core.db.submit_then(job, on_done, appends=True, prefetch=prefetch)
+
+    def done(ack: Ack | None, error: BaseException | None) -> None:
+        if isinstance(error, StaleRosterError) and retries > 0:
+            core.rosters.invalidate(sender.project_id)
+            readdress = _readdress(core, sender, on_done, retries - 1, kwargs)
+            asyncio.get_running_loop().create_task(readdress)
+            return
+        on_done(ack, error)
+
+    core.db.submit_then(job, done, appends=True, prefetch=prefetch, locks=(sender.project_id,))
+
+
+async def _readdress(
+    core: Services, sender: Member, on_done: SendDone, retries: int, kwargs: dict[str, Any]
+) -> None:
+    try:
+        fresh = await core.rosters.get(sender.project_id)
+        member = fresh.member(sender.id) or sender
+        again = {**kwargs, "rate_limited": False}
+        queue_send(core, member, fresh, on_done, retries=retries, **again)
+    except Exception as exc:  # refused with the new roster (a member left …): said to the caller
+        on_done(None, exc)
 
 
 def _send_job(
@@ -288,6 +341,15 @@ def _send_job(
         if earlier is not None:
             return _retransmit_ack(earlier, digest, client_txn_id)
         state = check_posting(conn, sender, appends)
+        if roster.version is not None:
+            # Under the project's lock: no other transaction changes the roster until the
+            # commit, so a version that still matches is the roster the message reaches.
+            found = projects_store.roster_version(conn, project_id, appends)
+            if found != roster.version:
+                raise StaleRosterError(
+                    "the project's members changed; addressing the message again",
+                    version=found,
+                )
         excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
         full_meta = meta
         if files:  # the sender's own unsent uploads in this project, or the send is refused

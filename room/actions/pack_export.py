@@ -38,6 +38,7 @@ from room.rules.packs import (
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import projects as projects_store
+from room.store.dialect import dialect_for
 from room.store.schema import SCHEMA_VERSION
 
 EXPORT_FETCH = 2_000
@@ -54,6 +55,13 @@ def _line(obj: Any) -> bytes:
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    if dialect_for(conn).name == "postgresql":
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema ="
+            " current_schema() AND table_name = ? ORDER BY ordinal_position",
+            (table,),
+        )
+        return [str(r[0]) for r in rows]
     return [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
 
 
@@ -63,7 +71,7 @@ def _select(conn: sqlite3.Connection, table: PackTable, columns: list[str], proj
     order with no sort, where the project index would hand its rows over in another order and
     leave SQLite to sort them all (a temporary B-tree of the whole part)."""
     select = f"SELECT {', '.join('t.' + c for c in columns)} FROM {table.name} t"
-    if table.dense:
+    if table.dense and dialect_for(conn).name == "sqlite":  # NOT INDEXED is SQLite's hint
         count, low, high = conn.execute(
             f"SELECT count(*), min(t.id), max(t.id) FROM {table.name} t WHERE {table.where}",
             {"p": project_id},
@@ -188,8 +196,9 @@ def write_pack(
     ``data``: the data folder (the attachments' files)."""
     written = 0
     own = not conn.in_transaction  # a reader of the server's pool is in one already
-    if own:
-        conn.execute("BEGIN")
+    if own:  # one snapshot (SQLite's read transactions are; PostgreSQL's when asked)
+        snapshot = dialect_for(conn).name == "postgresql"
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN")
     try:
         for text in export_lines(conn, project_id, now, data=data):
             out.write(text)

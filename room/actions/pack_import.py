@@ -51,6 +51,7 @@ from room.store import Tx
 from room.store import attachments as attachments_store
 from room.store import audit as audit_store
 from room.store import projects as projects_store
+from room.store.dialect import dialect_for
 
 INSERT_CHUNK = 500
 # The longest line an import reads: far past any row (a message's body, its rendered HTML and
@@ -251,6 +252,7 @@ class Importer:
                 "truncated", f"the pack stops before its end (in or before {missing})",
                 part=missing,
             )  # fmt: skip
+        _advance_sequences(self.conn, self.ids)  # before _finish writes rows numbered by them
         return self._finish()
 
     def _open(self, table: PackTable, columns: Any, lineno: int) -> _Part:
@@ -305,8 +307,7 @@ class Importer:
                 raise PackError("bad_row", f"{table.name}.{table.key} is not an id: {old!r}")
             if ids.first is None:
                 ids.first = old
-                top = self.conn.execute(f"SELECT coalesce(max(id), 0) FROM {table.name}")
-                ids.offset = int(top.fetchone()[0]) + 1 - old
+                ids.offset = _largest_id(self.conn, table.name) + 1 - old
             elif old <= (ids.last or 0):
                 raise PackError("bad_row", f"{table.name} ids are not increasing at {old}")
             ids.last = old
@@ -757,6 +758,34 @@ def import_pack(
         importer.discard_files()
         raise
     return result
+
+
+def _largest_id(conn: sqlite3.Connection, table: str) -> int:
+    """The largest id ``table`` holds, or (PostgreSQL) its identity sequence has handed out,
+    whichever is larger: the pack's rows are numbered past it."""
+    sql = f"SELECT coalesce(max(id), 0) FROM {table}"
+    if dialect_for(conn).name == "postgresql":
+        sql = (
+            f"SELECT greatest(coalesce(max(id), 0), coalesce(pg_sequence_last_value("
+            f"pg_get_serial_sequence('{table}', 'id')::regclass), 0)) FROM {table}"
+        )
+    return int(conn.execute(sql).fetchone()[0])
+
+
+def _advance_sequences(conn: sqlite3.Connection, ids: dict[str, _Ids]) -> None:
+    """PostgreSQL: the rows were written with ids of their own (past each table's largest), which
+    a table's identity sequence does not see; it is moved past them, or the next row numbered
+    by the sequence would collide. (SQLite numbers from the table's largest id.) Another
+    server inserting into the same table meanwhile makes the import fail on a duplicate id,
+    whole: docs/storage.md, "Several writers"."""
+    if dialect_for(conn).name != "postgresql":
+        return
+    for table in sorted(name for name, found in ids.items() if found.last is not None):
+        conn.execute(
+            f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), greatest(1,"
+            f" (SELECT max(id) FROM {table}), coalesce(pg_sequence_last_value("
+            f"pg_get_serial_sequence('{table}', 'id')::regclass), 0)))"
+        ).fetchone()
 
 
 def fork_project(

@@ -453,6 +453,7 @@ def _finish(
     )
     frame = encode(project_frame({"id": project_id, "state": state}))
     tx.emit(Broadcast(project_id, frame))
+    projects_store.bump_roster(conn, project_id)
     tx.emit(RosterChanged(project_id))
     return state, done_now, failure
 

@@ -67,7 +67,9 @@ def via_unknown(
 
 
 def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
-    for turn_id, project_id, member_id, side_effects in turns_store.running_turns(conn):
+    # Only this node's turns (and those that name none): another server on the same database
+    # may be running its own right now (docs/storage.md, "Several writers").
+    for turn_id, project_id, member_id, side_effects in turns_store.running_turns(conn, tx.node):
         report.turns_interrupted += 1
         ids = [
             d
@@ -113,7 +115,7 @@ def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> No
 
 def return_inboxes(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
     """In-process inboxes are memory: what no turn took is still unseen by the session's record."""
-    inbox = deliveries_store.in_builtin_inboxes(conn)
+    inbox = deliveries_store.in_builtin_inboxes(conn, tx.node)
     via_unknown(conn, tx, inbox, _D.PENDING, Reason.RESTART_IN_INBOX)
     report.redispatched += len(inbox)
 

@@ -110,6 +110,12 @@ async def begin_turn(core: Services, member_id: int, cap: int) -> TurnStart:
     ``pending``, dispatched once a person clears it)."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> TurnStart:
+        # One running turn per member, across processes: under the member's row lock a turn
+        # another process opened is seen, and the unique index turns_one_running refuses any
+        # second one regardless.
+        turns_store.lock_member(conn, member_id)
+        if turns_store.running_of(conn, member_id) is not None:
+            return TurnStart(None)
         facts = deliveries_store.dispatch_facts(conn, member_id)
         if facts is None:
             return TurnStart(None, blocked=Reason.RECIPIENT_LEFT)
@@ -129,6 +135,7 @@ async def begin_turn(core: Services, member_id: int, cap: int) -> TurnStart:
             member_id=member_id,
             trigger=inbound[-1].message_id,
             now=tx.now,
+            owner=tx.node,
         )
         _take(conn, tx, member_id, turn_id, inbound)
         checkpoints.record(conn, tx, turn_id, "start")

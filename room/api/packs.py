@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -28,6 +29,8 @@ from room.errors import BadRequestError, ForbiddenError, PayloadTooLargeError, R
 from room.rules.entities import Member
 from room.rules.lifecycle import ActorKind
 from room.rules.ops import project_for
+from room.services import Services
+from room.store import pg
 from room.store import projects as projects_store
 from room.store.migrate import connect
 
@@ -41,6 +44,18 @@ def _made(conn: Any, result: dict[str, Any]) -> dict[str, Any]:
     project = projects_store.get(conn, int(result["project_id"]))
     assert project is not None
     return {"project": project_for(project, ActorKind.OWNER), "rows": result["rows"]}
+
+
+def _snapshot(core: Services) -> sqlite3.Connection:
+    """A connection of its own for a whole download, reading one snapshot."""
+    if core.db.url is not None:
+        pg_conn = pg.connect(core.db.url, application_name="room-export", readonly=True)
+        pg_conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        return cast(sqlite3.Connection, pg_conn)  # the store's reads run on both
+    conn = connect(core.settings.db_path, readonly=True)
+    conn.execute("PRAGMA mmap_size = 0")  # a whole-project read: keep its pages out of RSS
+    conn.execute("BEGIN")  # one snapshot for the whole download
+    return conn
 
 
 def _owner(member: Member, what: str) -> None:
@@ -57,10 +72,8 @@ async def export_project(request: Request) -> Response:
     await core.db.write(
         lambda conn, tx: pack_export.record_export(conn, tx, project_id, ("human", member.id))
     )
-    conn = connect(core.settings.db_path, readonly=True)
+    conn = _snapshot(core)
     try:
-        conn.execute("PRAGMA mmap_size = 0")  # a whole-project read: keep its pages out of RSS
-        conn.execute("BEGIN")  # one snapshot for the whole download
         lines = pack_export.export_lines(conn, project_id, time.time(), data=core.settings.data)
         first = next(lines)  # a missing project fails here, before the response starts
     except BaseException:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -23,8 +21,8 @@ async def healthz(request: Request) -> Response:
         {
             "ok": bool(ok),
             "version": __version__,
-            # The store served on (only SQLite so far: docs/storage.md).
-            "database": {"backend": "sqlite", "version": sqlite3.sqlite_version},
+            # The store served on (docs/storage.md): its backend and the server's version.
+            "database": core.db.info,
             "connections": core.hub.connections,
             "subscribers": core.hub.subscriber_count(),
             # Open MCP sessions of external agents (room.mcp_server, set on the app by its lifespan).

@@ -22,6 +22,7 @@ import platform
 import sqlite3
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,7 @@ def write_report(
     providers: list[dict[str, Any]],
     recovery: dict[str, Any] | None = None,
     workspaces: dict[str, Any] | None = None,
+    database: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     path = data / "boot-report.json"
     try:
@@ -130,8 +132,8 @@ def write_report(
         "started_at": time.time(),
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "sqlite": {"library": sqlite3.sqlite_version, "module": sqlite3.__file__},
-        # The store this process serves on (only SQLite so far: docs/storage.md).
-        "database": {"backend": "sqlite", "version": sqlite3.sqlite_version},
+        # The store this process serves on (docs/storage.md): SQLite unless told.
+        "database": database or {"backend": "sqlite", "version": sqlite3.sqlite_version},
         "dependencies": dependency_versions(),
         "schema_version": schema_version,
         "settings": settings,
@@ -148,15 +150,33 @@ def write_report(
     return report
 
 
-def _write_private(path: Path, facts: dict[str, Any]) -> None:
-    """``facts`` as JSON in ``path``, 0600, replaced atomically."""
+def _write_private(path: Path, facts: dict[str, Any] | str) -> None:
+    """``facts`` as JSON (a string as it is) in ``path``, 0600, replaced atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(facts, ensure_ascii=False, indent=2))
+        fh.write(
+            facts if isinstance(facts, str) else json.dumps(facts, ensure_ascii=False, indent=2)
+        )
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def node_id(data: Path) -> str:
+    """This server's name among the servers of one database, kept in ``<data>/node-id`` and
+    the same across its restarts (a data folder is one server's: its lock). A turn records the
+    node that runs it; a start settles only its own node's turns (docs/storage.md)."""
+    path = data / "node-id"
+    try:
+        found = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        found = ""
+    if found:
+        return found
+    made = uuid.uuid4().hex
+    _write_private(path, made)
+    return made
 
 
 def write_restored(data: Path, facts: dict[str, Any]) -> None:

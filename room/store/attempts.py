@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from room.rules.entities import iso
-from room.store.dialect import Connection
+from room.store.dialect import Connection, locks_rows
 
 _COLUMNS = (
     "id, project_id, task_id, attempt, member_id, branch, path, base, fork_point, state, "
@@ -78,6 +78,10 @@ def latest(conn: Connection, task_id: int) -> AttemptRow | None:
 
 
 def next_number(conn: Connection, task_id: int) -> int:
+    """The task's next attempt number: ``max + 1`` under the task's row lock on PostgreSQL
+    (SQLite's write transaction holds the whole file)."""
+    if locks_rows(conn):
+        conn.execute("SELECT id FROM tasks WHERE id = ? FOR UPDATE", (task_id,)).fetchall()
     row = conn.execute(
         "SELECT COALESCE(MAX(attempt), 0) + 1 FROM task_attempts WHERE task_id = :t", {"t": task_id}
     ).fetchone()

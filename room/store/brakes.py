@@ -9,7 +9,7 @@ from typing import Any
 
 from room.rules.entities import iso
 from room.store.db import Tx
-from room.store.dialect import Connection
+from room.store.dialect import Connection, dialect_for
 
 
 def ensure_brake(conn: Connection, project_id: int) -> None:
@@ -58,10 +58,9 @@ def count_agent_turn(conn: Connection, tx: Tx, project_id: int, member_id: int) 
     """One more agent turn since the last human message, counted for the project and for
     ``member_id``; returns the project's new count."""
     ensure_brake(conn, project_id)
+    turns = dialect_for(conn).json_count_up("turns_json", ":m")
     row = conn.execute(
-        "UPDATE project_brakes SET agent_turns = agent_turns + 1,"
-        " turns_json = json_set(turns_json, '$.\"' || :m || '\"',"
-        " COALESCE(json_extract(turns_json, '$.\"' || :m || '\"'), 0) + 1)"
+        f"UPDATE project_brakes SET agent_turns = agent_turns + 1, turns_json = {turns}"
         " WHERE project_id = :p RETURNING agent_turns",
         {"p": project_id, "m": member_id},
     ).fetchone()
@@ -117,9 +116,10 @@ def hold(conn: Connection, project_id: int, held: Collection[int] | None) -> Non
 
 def holds_member(conn: Connection, project_id: int, member_id: int) -> bool:
     """Whether the project's brake holds ``member_id`` now."""
+    holds = dialect_for(conn).json_int_array_has("held_json", ":m")
     row = conn.execute(
         "SELECT 1 FROM project_brakes WHERE project_id = :p AND tripped IS NOT NULL AND"
-        " (held_json IS NULL OR EXISTS (SELECT 1 FROM json_each(held_json) WHERE value = :m))",
+        f" (held_json IS NULL OR {holds})",
         {"p": project_id, "m": member_id},
     ).fetchone()
     return row is not None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import enum
 import logging
 import queue
@@ -33,11 +34,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
+
+import psycopg
 
 from room.errors import StorageError
 from room.rules.effects import Effect
-from room.store.dialect import Connection
+from room.store import pg
+from room.store.dialect import Connection, Cursor, Params, dialect_for
 from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
@@ -137,7 +141,15 @@ class Appends:
     and drops them (:meth:`forget`), and it flushes before the commit.
     """
 
-    __slots__ = ("_last_seqs", "_rows", "_sends", "_seq_writes", "_states", "_tables")
+    __slots__ = (
+        "_last_seqs",
+        "_rosters",
+        "_rows",
+        "_sends",
+        "_seq_writes",
+        "_states",
+        "_tables",
+    )
 
     def __init__(self) -> None:
         self._rows: dict[BulkInsert, list[tuple[Any, ...]]] = {}
@@ -145,6 +157,7 @@ class Appends:
         self._seq_writes: dict[int, tuple[int, float]] = {}  # project id → (seq, now) to write
         self._last_seqs: dict[int, int] = {}
         self._states: dict[int, str | None] = {}
+        self._rosters: dict[int, int] = {}
         self._sends: dict[tuple[int, str], Sent | None] = {}
 
     # -- rows ------------------------------------------------------------------------------------
@@ -164,11 +177,22 @@ class Appends:
         """Whether ``sql`` names a table some of whose rows are still waiting here."""
         return bool(self._tables) and not self._tables.isdisjoint(_names(sql))
 
-    def flush(self, conn: sqlite3.Connection) -> None:
+    def flush(self, conn: Connection) -> None:
         """Write every waiting row and seq (the facts stay: they are still true)."""
         rows, seq_writes = self._rows, self._seq_writes
         # Taken first: the statements below go through the guarded connection.
         self._rows, self._seq_writes, self._tables = {}, {}, set()
+        # PostgreSQL: the statements go out in one pipeline (psycopg's pipeline mode), not one
+        # round trip each; an error among them is raised when the pipeline ends.
+        with conn.raw.pipeline() if isinstance(conn, pg.PgConnection) else contextlib.nullcontext():
+            self._write(conn, rows, seq_writes)
+
+    @staticmethod
+    def _write(
+        conn: Connection,
+        rows: dict[BulkInsert, list[tuple[Any, ...]]],
+        seq_writes: dict[int, tuple[int, float]],
+    ) -> None:
         for spec, waiting in rows.items():
             if not spec.fts:
                 for chunk in chunks(waiting):
@@ -186,11 +210,17 @@ class Appends:
         """Drop the facts: a job outside the batch's appends may change them."""
         self._last_seqs.clear()
         self._states.clear()
+        self._rosters.clear()
         self._sends.clear()
 
     def __bool__(self) -> bool:
         return bool(
-            self._rows or self._seq_writes or self._last_seqs or self._states or self._sends
+            self._rows
+            or self._seq_writes
+            or self._last_seqs
+            or self._states
+            or self._rosters
+            or self._sends
         )
 
     # -- facts -----------------------------------------------------------------------------------
@@ -209,6 +239,12 @@ class Appends:
 
     def remember_state(self, project_id: int, state: str | None) -> None:
         self._states[project_id] = state
+
+    def roster_version(self, project_id: int) -> int | None:
+        return self._rosters.get(project_id)
+
+    def remember_roster_version(self, project_id: int, version: int) -> None:
+        self._rosters[project_id] = version
 
     def sent(self, author_id: int, client_txn_id: str) -> Sent | Unknown | None:
         """What a send stored under this txn (None: nothing), if this batch knows."""
@@ -238,6 +274,27 @@ class WriterConnection(sqlite3.Connection):
         return super().executemany(sql, parameters)
 
 
+class PgWriterConnection(pg.PgConnection):
+    """:class:`WriterConnection` on PostgreSQL: the same guard over a psycopg connection."""
+
+    appends: Appends | None = None
+
+    def execute(self, sql: str, parameters: Params = (), /) -> Cursor:
+        appends = self.appends
+        if appends is not None and appends.waits_for(sql):
+            appends.flush(self)
+        return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> Cursor:
+        appends = self.appends
+        if appends is not None and appends.waits_for(sql):
+            appends.flush(self)
+        return super().executemany(sql, parameters)
+
+
+_Guarded = (WriterConnection, PgWriterConnection)
+
+
 @dataclass(slots=True)
 class Tx:
     """What a write job sees besides the connection: the time, the effects it records for after
@@ -252,12 +309,15 @@ class Tx:
     # room/store/brakes.py): a send that finds it zero costs no statement. Like the id counters,
     # it lives for one transaction and is dropped whenever one or a savepoint rolls back.
     agent_turns: dict[int, int] = field(default_factory=dict)
+    # The node (server) whose writer runs the job (room.infra.boot.node_id): a turn records it,
+    # and a start settles only its own node's turns. None outside a server (CLI, tests).
+    node: str | None = None
 
     def emit(self, effect: Effect) -> None:
         """Record what must happen once this job has committed (dropped if it rolls back)."""
         self.effects.append(effect)
 
-    def write_directly(self, conn: sqlite3.Connection) -> None:
+    def write_directly(self, conn: Connection) -> None:
         """From here on this job writes and reads the tables directly: what the batch has
         appended so far is written first, and the batch forgets its facts (this job may change
         them). For a job that goes on to arbitrary work."""
@@ -266,13 +326,23 @@ class Tx:
             self.appends.forget()
             self.appends = None
 
-    def next_id(self, conn: sqlite3.Connection, table: str) -> int:
+    def next_id(self, conn: Connection, table: str) -> int:
         """The id the next row of ``table`` will take, known before the INSERT (so a row can
-        carry its own id without a second write). The first call per table in a transaction
-        reads ``max(id)``; later ones count on from it. Sound because the transaction holds the
-        database's write lock from its ``BEGIN IMMEDIATE`` (no other process, a CLI import say,
-        can insert in between) and the counters live for one transaction only, dropped at the
-        next one's start and whenever one or a savepoint rolls back."""
+        carry its own id without a second write).
+
+        SQLite: the first call per table in a transaction reads ``max(id)``; later ones count
+        on from it. Sound because the transaction holds the database's write lock from its
+        ``BEGIN IMMEDIATE`` (no other process, a CLI import say, can insert in between) and
+        the counters live for one transaction only, dropped at the next one's start and
+        whenever one or a savepoint rolls back.
+
+        PostgreSQL: the table's identity sequence (``nextval``), which several processes share
+        safely; an id taken by a transaction that rolls back is a hole, never a duplicate."""
+        if dialect_for(conn).name == "postgresql":
+            row = conn.execute(
+                "SELECT nextval(pg_get_serial_sequence(?, 'id'))", (table,)
+            ).fetchone()
+            return int(row[0])
         current = self.counters.get(table)
         if current is None:
             current = int(conn.execute(f"SELECT coalesce(max(id), 0) FROM {table}").fetchone()[0])
@@ -304,6 +374,9 @@ class _Pending(Generic[R]):
     future: asyncio.Future[R] | None
     appends: bool = False
     prefetch: tuple[Prefetch, Any] | None = None
+    # The projects whose rows the job will lock (PostgreSQL: taken for the whole batch at its
+    # start, in id order, so two processes' batches never wait for each other in a cycle).
+    locks: tuple[int, ...] = ()
     tx: Tx | None = None
     result: Any = None
     error: BaseException | None = None
@@ -340,51 +413,113 @@ class WriterStats:
 
 
 class Database:
+    """The writer and the readers of one database: SQLite's file at ``path`` (the default), or
+    the PostgreSQL database at ``url`` (docs/storage.md). The same jobs run on both."""
+
     def __init__(
         self,
         path: Path,
         *,
+        url: str | None = None,
         synchronous: str = "FULL",
         max_batch: int = 512,
         readers: int = 2,
         clock: Callable[[], float] = time.time,
         effects: EffectSink = _no_effects,
         attach: Mapping[str, Path] | None = None,
+        statement_timeout_ms: int = 0,
+        reconnect_secs: float = 0.5,
+        node: str | None = None,
     ) -> None:
         self.path = path
+        self.url = url
         # Other database files the readers see under these schema names (the messages'
         # search index, room.store.search.attach_index); the writer never touches them.
+        # SQLite's only: on PostgreSQL the index lives in the database itself.
         self.attach = dict(attach or {})
         self.effects = effects
         self.synchronous = synchronous
         self.max_batch = max_batch
         self.n_readers = readers
         self.clock = clock
+        self.statement_timeout_ms = statement_timeout_ms
+        self.reconnect_secs = reconnect_secs
+        self.node = node
         self.stats = WriterStats()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._writes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
         # One transaction's counts (Tx.next_id, Tx.agent_turns): writer thread only, cleared
         # at each BEGIN, since another process may write the file between two transactions.
         self._counters: dict[str, int] = {}
         self._agent_turns: dict[int, int] = {}
+        # The store served on, for /healthz and the boot report (the version read at start).
+        self.info: dict[str, str] = {"backend": "sqlite", "version": sqlite3.sqlite_version}
+
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.url is None else "postgresql"
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _connect_writer(self) -> Connection:
+        if self.url is None:
+            return connect(self.path, synchronous=self.synchronous, factory=WriterConnection)
+        return pg.connect(
+            self.url,
+            application_name="room-writer",
+            statement_timeout_ms=self.statement_timeout_ms,
+            factory=PgWriterConnection,
+        )
+
+    def _connect_reader(self) -> Connection:
+        if self.url is None:
+            conn = connect(self.path, synchronous=self.synchronous)
+            for name, path in self.attach.items():
+                attach(conn, name, path)
+            conn.execute("PRAGMA query_only = ON")
+            return conn
+        return pg.connect(
+            self.url,
+            application_name="room-reader",
+            statement_timeout_ms=self.statement_timeout_ms,
+            readonly=True,
+        )
+
+    def _reconnect(self, conn: Connection | None, role: str) -> Connection | None:
+        """``conn`` if it still works, else a new connection (None while the database cannot
+        be reached). SQLite's connections do not break; a PostgreSQL one does when the server
+        restarts or the network cuts it."""
+        if conn is not None and not getattr(conn, "broken", False):
+            return conn
+        if conn is not None:
+            log.warning("the %s's connection to the database was lost; reconnecting", role)
+            with _suppressed():
+                conn.close()
+        try:
+            fresh = self._connect_writer() if role == "writer" else self._connect_reader()
+        except StorageError as exc:
+            log.warning("the %s cannot reach the database: %s", role, exc.message)
+            return None
+        log.info("the %s is connected to the database again", role)
+        return fresh
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        writer = connect(self.path, synchronous=self.synchronous, factory=WriterConnection)
+        writer = self._connect_writer()
+        if isinstance(writer, pg.PgConnection):
+            self.info = {"backend": "postgresql", "version": pg.server_version(writer)}
         self._threads.append(
             threading.Thread(
                 target=self._write_loop, args=(writer,), name="room-writer", daemon=True
             )
         )
         for i in range(self.n_readers):
-            conn = connect(self.path, synchronous=self.synchronous)
-            for name, path in self.attach.items():
-                attach(conn, name, path)
-            conn.execute("PRAGMA query_only = ON")
+            conn = self._connect_reader()
             self._threads.append(
                 threading.Thread(
                     target=self._read_loop, args=(conn,), name=f"room-reader-{i}", daemon=True
@@ -394,6 +529,7 @@ class Database:
             thread.start()
 
     async def close(self) -> None:
+        self._stopping.set()
         self._writes.put(_STOP)
         for _ in range(self.n_readers):
             self._reads.put(_STOP)
@@ -413,6 +549,7 @@ class Database:
         *,
         appends: bool = False,
         prefetch: tuple[Prefetch, Any] | None = None,
+        locks: tuple[int, ...] = (),
     ) -> asyncio.Future[R]:
         """Queue a write; the future resolves after the commit that holds it (pipelining).
 
@@ -421,10 +558,13 @@ class Database:
         ``prefetch=(function, key)`` lets the batch look ``key`` up together with the other
         jobs' keys before they run (one query instead of one per job); the job must still
         look up itself whatever the batch does not know (a plain job in between makes it
-        forget, and the jobs after it are prefetched again)."""
+        forget, and the jobs after it are prefetched again).
+        ``locks``: the projects the job takes a seq in. On PostgreSQL the batch locks their
+        rows at its start, every batch in project id order (docs/storage.md, "Several
+        writers"); a job may still lock others as it goes (a deadlock reruns the batch)."""
         assert self._loop is not None, "Database.start() first"
         future: asyncio.Future[R] = self._loop.create_future()
-        self._writes.put(_Pending(job, future, appends, prefetch if appends else None))
+        self._writes.put(_Pending(job, future, appends, prefetch if appends else None, locks))
         return future
 
     def submit_then(
@@ -434,12 +574,15 @@ class Database:
         *,
         appends: bool = False,
         prefetch: tuple[Prefetch, Any] | None = None,
+        locks: tuple[int, ...] = (),
     ) -> None:
         """:meth:`submit` for a caller that only needs to be told: ``on_done(result, error)``
         runs on the event loop right after the commit's effects, with no future and no
         extra turn of the loop (a connection's acks: one per send)."""
         assert self._loop is not None, "Database.start() first"
-        pending = _Pending(job, None, appends, prefetch if appends else None, on_done=on_done)
+        pending = _Pending(
+            job, None, appends, prefetch if appends else None, locks, on_done=on_done
+        )
         self._writes.put(pending)
 
     async def write(self, job: WriteJob[R]) -> R:
@@ -453,7 +596,8 @@ class Database:
 
     # -- threads -------------------------------------------------------------------------------
 
-    def _write_loop(self, conn: sqlite3.Connection) -> None:
+    def _write_loop(self, first_conn: Connection) -> None:
+        conn: Connection | None = first_conn
         try:
             while True:
                 first = self._writes.get()
@@ -470,44 +614,83 @@ class Database:
                         stop = True
                         break
                     batch.append(item)
-                self._run_batch(conn, batch)
+                conn = self._reconnect(conn, "writer")
+                if conn is None:
+                    self._refuse(batch)
+                    self._stopping.wait(self.reconnect_secs)
+                else:
+                    self._run_batch(conn, batch)
                 if stop:
                     return
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
 
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Pending[Any]]) -> None:
-        started = time.perf_counter()
-        try:
-            # Optimistic first: no savepoints, which cost two statements per job. Jobs rarely
-            # fail; when one does, the whole attempt is rolled back and the batch runs again
-            # with a savepoint around each job, so the failure stays that job's alone.
-            # A lone job that failed has its error already; anything else (several jobs, or
-            # appended rows refused at the flush) is retried job by job.
-            if not self._attempt(conn, batch, isolate=False) and (
-                len(batch) > 1 or batch[0].error is None
-            ):
-                self.stats.retries += 1
-                self._attempt(conn, batch, isolate=True)
-        except Exception as exc:  # sqlite3's, or anything else: the writer must live on
-            log.exception("group commit failed")
-            self._forget_counts()
-            try:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-            except Exception:
-                log.exception("rolling back the failed group commit failed too")
-            error = StorageError(f"the database refused the write: {exc}")
-            for pending in batch:
-                pending.result, pending.error, pending.tx = None, error, None
-        self.stats.observe(len(batch), time.perf_counter() - started)
+    def _refuse(self, batch: list[_Pending[Any]]) -> None:
+        """The database cannot be reached: every job of the batch fails at once with a clear
+        error (its client may retry; a send's retry is made exactly-once by its txn id)."""
+        error = StorageError(
+            "the database cannot be reached; nothing was written, try again",
+            code="database_unavailable",
+        )
+        for pending in batch:
+            pending.result, pending.error, pending.tx = None, error, None
+        self._hand_back(batch)
+
+    def _hand_back(self, batch: list[_Pending[Any]]) -> None:
         assert self._loop is not None
         try:
             self._loop.call_soon_threadsafe(_complete, batch, self.effects)
         except RuntimeError:  # the loop closed under us during shutdown
             pass
 
-    def _attempt(self, conn: sqlite3.Connection, batch: list[_Pending[Any]], isolate: bool) -> bool:
+    def _run_batch(self, conn: Connection, batch: list[_Pending[Any]]) -> None:
+        started = time.perf_counter()
+        try:
+            # Optimistic first: no savepoints, which cost two statements per job. Jobs rarely
+            # fail; when one does, the whole attempt is rolled back and the batch runs again
+            # with a savepoint around each job, so the failure stays that job's alone.
+            # A lone job that failed has its error already; anything else (several jobs, or
+            # appended rows refused at the flush) is retried job by job. On PostgreSQL a
+            # deadlock between two processes' batches (a job locking a project the batch
+            # did not declare) reruns the batch: one of the two gave way.
+            for attempt in range(_RETRIES_AFTER_DEADLOCK + 1):
+                done = self._attempt(conn, batch, isolate=False)
+                if done or attempt == _RETRIES_AFTER_DEADLOCK or not _lost_a_race(batch):
+                    break
+                self.stats.retries += 1
+            if not done and (len(batch) > 1 or batch[0].error is None):
+                self.stats.retries += 1
+                self._attempt(conn, batch, isolate=True)
+        except Exception as exc:  # the driver's, or anything else: the writer must live on
+            self._forget_counts()
+            broken = bool(getattr(conn, "broken", False))
+            if broken:  # said once, without a trace: the reconnection follows
+                log.warning("group commit failed: the connection to the database was lost")
+            else:
+                log.exception("group commit failed")
+            if not broken:
+                try:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                except Exception:
+                    log.exception("rolling back the failed group commit failed too")
+            if broken:
+                # Whether the COMMIT reached the server before the connection went is unknown:
+                # a send retried with its txn id is acknowledged once either way.
+                error = StorageError(
+                    "the connection to the database was lost; the write may not have been "
+                    "saved, try again",
+                    code="database_unavailable",
+                )
+            else:
+                error = StorageError(f"the database refused the write: {exc}")
+            for pending in batch:
+                pending.result, pending.error, pending.tx = None, error, None
+        self.stats.observe(len(batch), time.perf_counter() - started)
+        self._hand_back(batch)
+
+    def _attempt(self, conn: Connection, batch: list[_Pending[Any]], isolate: bool) -> bool:
         """Run the batch in one transaction and commit; False if a job failed (not isolated:
         then nothing was committed and the caller retries isolated).
 
@@ -516,9 +699,11 @@ class Database:
         appends = None if isolate else Appends()
         conn.execute("BEGIN IMMEDIATE")
         self._forget_counts()  # counted before this transaction held the lock: maybe stale
+        if dialect_for(conn).name == "postgresql":
+            self._lock_projects(conn, batch)
         if appends is not None and not self._prefetch(conn, batch, appends):
             return False
-        guarded = conn if isinstance(conn, WriterConnection) else None
+        guarded = conn if isinstance(conn, _Guarded) else None
         if guarded is not None:
             guarded.appends = appends
         try:
@@ -527,9 +712,20 @@ class Database:
             if guarded is not None:
                 guarded.appends = None
 
+    @staticmethod
+    def _lock_projects(conn: Connection, batch: list[_Pending[Any]]) -> None:
+        """Lock the rows of the projects the batch's jobs declared, in id order: a project's
+        seq is then read and taken by one transaction at a time across every process."""
+        ids = sorted({project_id for pending in batch for project_id in pending.locks})
+        for part in chunks(ids):
+            marks = ", ".join("?" * len(part))
+            conn.execute(
+                f"SELECT id FROM projects WHERE id IN ({marks}) ORDER BY id FOR UPDATE", part
+            ).fetchall()
+
     def _run_jobs(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         batch: list[_Pending[Any]],
         appends: Appends | None,
         isolate: bool,
@@ -551,15 +747,20 @@ class Database:
                 counters=self._counters,
                 agent_turns=self._agent_turns,
                 appends=appends if pending.appends else None,
+                node=self.node,
             )
             pending.result, pending.error = None, None
             if isolate:
                 conn.execute("SAVEPOINT job")
             try:
-                pending.result = pending.job(conn, pending.tx)
+                # A job is typed on sqlite3's connection (most of the store still says so); on
+                # PostgreSQL it gets a PgConnection, which has the part of it the store uses.
+                pending.result = pending.job(cast(sqlite3.Connection, conn), pending.tx)
             except BaseException as exc:  # one job's failure must not sink the batch
                 pending.error, pending.tx = exc, None
                 self._forget_counts()
+                if getattr(conn, "broken", False):
+                    raise  # nothing more can run on this connection: the batch fails whole
                 if not isolate:
                     conn.execute("ROLLBACK")
                     return False
@@ -575,9 +776,7 @@ class Database:
         self._counters.clear()
         self._agent_turns.clear()
 
-    def _prefetch(
-        self, conn: sqlite3.Connection, batch: list[_Pending[Any]], appends: Appends
-    ) -> bool:
+    def _prefetch(self, conn: Connection, batch: list[_Pending[Any]], appends: Appends) -> bool:
         keys: dict[Prefetch, list[Any]] = {}
         for pending in batch:
             if pending.prefetch is not None:
@@ -585,17 +784,21 @@ class Database:
                 keys.setdefault(function, []).append(key)
         try:
             for function, found in keys.items():
-                function(conn, appends, found)
+                function(cast(sqlite3.Connection, conn), appends, found)
         except Exception:  # not only sqlite3's: whatever it is, the jobs alone will meet it
+            if getattr(conn, "broken", False):
+                raise
             log.warning("a batch's prefetch failed; retrying job by job", exc_info=True)
             conn.execute("ROLLBACK")
             return False
         return True
 
-    def _flush(self, conn: sqlite3.Connection, appends: Appends) -> bool:
+    def _flush(self, conn: Connection, appends: Appends) -> bool:
         try:
             appends.flush(conn)
         except Exception:
+            if getattr(conn, "broken", False):
+                raise
             # Whose row broke a constraint (or would not bind) is unknown here: the batch runs
             # again isolated, where each job meets its own error.
             log.warning("a batch's appended rows were refused; retrying job by job", exc_info=True)
@@ -604,28 +807,80 @@ class Database:
             return False
         return True
 
-    def _read_loop(self, conn: sqlite3.Connection) -> None:
+    def _read_loop(self, first_conn: Connection) -> None:
+        conn: Connection | None = first_conn
         try:
             while True:
                 item = self._reads.get()
                 if item is _STOP:
                     return
                 job, future = item
-                try:
-                    conn.execute("BEGIN")
-                    try:
-                        result, error = job(conn), None
-                    finally:
-                        conn.execute("COMMIT")
-                except BaseException as exc:
-                    result, error = None, exc
+                result: Any = None
+                error: BaseException | None = None
+                conn = self._reconnect(conn, "reader")
+                if conn is None:
+                    error = StorageError(
+                        "the database cannot be reached; try again",
+                        code="database_unavailable",
+                    )
+                else:
+                    result, error = self._read_once(conn, job)
                 assert self._loop is not None
                 try:
                     self._loop.call_soon_threadsafe(_resolve, future, result, error)
                 except RuntimeError:
                     pass
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
+
+    @staticmethod
+    def _read_once(conn: Connection, job: ReadJob[Any]) -> tuple[Any, BaseException | None]:
+        try:
+            # A read job sees one snapshot, as SQLite's read transaction does (PostgreSQL's
+            # default, READ COMMITTED, takes a new one per statement).
+            snapshot = dialect_for(conn).name == "postgresql"
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN")
+            try:
+                return job(cast(sqlite3.Connection, conn)), None
+            finally:
+                if getattr(conn, "broken", False):
+                    pass  # the server is gone: so is the transaction
+                elif dialect_for(conn).name == "postgresql" and conn.in_transaction:
+                    conn.execute("ROLLBACK")  # a failed read aborted it: COMMIT would fail
+                else:
+                    conn.execute("COMMIT")
+        except psycopg.OperationalError as exc:
+            if getattr(conn, "broken", False):
+                return None, StorageError(
+                    "the connection to the database was lost; try again",
+                    code="database_unavailable",
+                )
+            return None, exc
+        except BaseException as exc:
+            return None, exc
+
+
+# How often a batch that lost a deadlock to another process's is run again before its jobs
+# are retried one by one (each then meets its own error).
+_RETRIES_AFTER_DEADLOCK = 3
+
+
+def _lost_a_race(batch: list[_Pending[Any]]) -> bool:
+    """Whether a job of the failed attempt met a deadlock or a serialization failure (another
+    process's transaction won): running the batch again is the cure."""
+    return any(
+        isinstance(p.error, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
+        for p in batch
+    )
+
+
+@contextlib.contextmanager
+def _suppressed() -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        log.debug("ignored while closing a lost connection", exc_info=True)
 
 
 def _complete(batch: list[_Pending[Any]], sink: EffectSink) -> None:

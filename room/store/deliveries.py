@@ -368,12 +368,17 @@ def of_turn(conn: Connection, turn_id: int) -> list[tuple[int, str]]:
     ]
 
 
-def in_builtin_inboxes(conn: Connection) -> list[int]:
-    """Delivered to an in-process session and taken by no turn (its inbox is memory)."""
+def in_builtin_inboxes(conn: Connection, node: str | None = None) -> list[int]:
+    """Delivered to an in-process session and taken by no turn (its inbox is memory), except
+    for a member whose running turn another node owns: that node's session holds the inbox,
+    and it is live (a member's inbox fills while its turn runs; one turn runs per member)."""
     return _ids(
         conn.execute(
             "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
             " WHERE d.state = 'delivered' AND d.turn_id IS NULL AND m.driver = 'builtin'"
+            " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.member_id = d.recipient_id"
+            " AND t.state = 'running' AND t.owner IS NOT NULL AND t.owner <> :node)",
+            {"node": node},
         )
     )
 
@@ -414,9 +419,10 @@ def dispatch_facts(conn: Connection, member_id: int) -> tuple[str, str, int, boo
     """What :func:`room.rules.ledger.dispatch_blocker` decides on, read inside the writer's
     transaction: (project state, member status, project id, whether the project's brake holds
     this member — the whole project, or the loop it is in)."""
+    holds = dialect_for(conn).json_int_array_has("b.held_json", "m.id")
     row = conn.execute(
         "SELECT p.state, m.status, p.id, b.tripped IS NOT NULL AND (b.held_json IS NULL OR"
-        " EXISTS (SELECT 1 FROM json_each(b.held_json) WHERE value = m.id)) FROM members m"
+        f" {holds}) FROM members m"
         " JOIN projects p ON p.id = m.project_id"
         " LEFT JOIN project_brakes b ON b.project_id = p.id WHERE m.id = :m",
         {"m": member_id},

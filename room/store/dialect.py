@@ -232,6 +232,26 @@ class Dialect:
             return f"json_extract({expression}, '$.{'.'.join(path)}')"
         return f"({expression}::jsonb #>> '{{{','.join(path)}}}')"
 
+    def json_int_array_has(self, array: str, value: str) -> str:
+        """Whether the JSON text ``array`` (a list of integers) holds the integer ``value`` (a
+        column or a parameter, as written in the statement)."""
+        if self.name == "sqlite":
+            return f"EXISTS (SELECT 1 FROM json_each({array}) WHERE value = {value})"
+        return f"({array}::jsonb @> jsonb_build_array(CAST({value} AS bigint)))"
+
+    def json_count_up(self, column: str, key: str) -> str:
+        """The JSON text ``column`` (an object of counters, NULL as ``{}``) with the counter
+        under ``key`` (an integer parameter, its decimal text the key) one higher."""
+        if self.name == "sqlite":
+            at = f"'$.\"' || {key} || '\"'"
+            return f"json_set({column}, {at}, COALESCE(json_extract({column}, {at}), 0) + 1)"
+        name = f"CAST({key} AS text)"
+        current = f"coalesce({column}, '{{}}')::jsonb"
+        return (
+            f"jsonb_set({current}, ARRAY[{name}],"
+            f" to_jsonb(coalesce(({current} ->> {name})::bigint, 0) + 1))::text"
+        )
+
 
 SQLITE = Dialect("sqlite")
 POSTGRESQL = Dialect("postgresql")
@@ -245,6 +265,14 @@ def dialect_for(conn: Connection) -> Dialect:
     dialect; the rest are written once and adapted by the connection."""
     named = getattr(conn, "dialect", None)
     return named if isinstance(named, Dialect) else SQLITE
+
+
+def locks_rows(conn: Connection) -> bool:
+    """Whether a statement on ``conn`` should lock the rows it reads (``FOR UPDATE``) to keep
+    other processes' transactions out until this one ends: on PostgreSQL, outside a read-only
+    connection (a reader: the lock is for writers, and a read-only transaction refuses it).
+    SQLite's write transaction already holds the whole file."""
+    return dialect_for(conn).name == "postgresql" and not getattr(conn, "readonly", False)
 
 
 @lru_cache(maxsize=4096)

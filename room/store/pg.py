@@ -27,8 +27,9 @@ class PgConnection:
 
     dialect = POSTGRESQL
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], *, readonly: bool = False) -> None:
         self.raw = raw
+        self.readonly = readonly  # every transaction read-only (default_transaction_read_only)
 
     @property
     def in_transaction(self) -> bool:
@@ -50,18 +51,38 @@ class PgConnection:
     def close(self) -> None:
         self.raw.close()
 
+    @property
+    def broken(self) -> bool:
+        """Whether the connection to the server is lost (a restart, a network cut): only a
+        new connection can go on."""
+        return self.raw.closed or self.raw.broken
 
-def connect(url: str, *, application_name: str = "room") -> PgConnection:
+
+def connect(
+    url: str,
+    *,
+    application_name: str = "room",
+    statement_timeout_ms: int = 0,
+    readonly: bool = False,
+    factory: type[PgConnection] = PgConnection,
+) -> PgConnection:
     """A connection to the PostgreSQL database at ``url`` (a libpq URL or key=value string).
 
+    ``statement_timeout_ms``: PostgreSQL cancels a statement running longer (0: never).
+    ``readonly``: every transaction of the connection is read-only (the readers').
+    ``factory``: the connection's class (the writer's guards its batch's waiting rows).
     Raises :class:`~room.errors.StorageError` (``database_unreachable``) naming the server
     when it cannot be reached, never psycopg's own exception."""
+    options = [f"-c statement_timeout={int(statement_timeout_ms)}"]
+    if readonly:
+        options.append("-c default_transaction_read_only=on")
     try:
         raw = psycopg.connect(
             url,
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_SECS,
             application_name=application_name,
+            options=" ".join(options),
         )
     except psycopg.Error as exc:
         raise StorageError(
@@ -69,7 +90,7 @@ def connect(url: str, *, application_name: str = "room") -> PgConnection:
             code="database_unreachable",
             url=redact(url),
         ) from exc
-    return PgConnection(raw)
+    return factory(raw, readonly=readonly)
 
 
 def server_version(conn: PgConnection) -> str:

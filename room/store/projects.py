@@ -9,7 +9,7 @@ from typing import Any
 from room.errors import ConflictError
 from room.rules.entities import PROJECT_COLUMNS, Project
 from room.store.db import UNKNOWN, Appends
-from room.store.dialect import Connection, dialect_for
+from room.store.dialect import Connection, dialect_for, locks_rows
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
 MAX_ROW_ID = 2**63 - 1
@@ -118,6 +118,15 @@ def live_workspaces(conn: Connection) -> list[tuple[int, str]]:
     return [(int(r[0]), str(r[1])) for r in rows]
 
 
+def lock_project(conn: Connection, project_id: int) -> None:
+    """PostgreSQL: lock the project's row until this transaction ends, so what the caller reads
+    and numbers next (``max + 1`` of a per-project number) no other process's transaction can
+    number too (docs/storage.md, "Several writers"). SQLite: nothing to do, its write
+    transaction holds the whole file."""
+    if locks_rows(conn):
+        conn.execute("SELECT id FROM projects WHERE id = ? FOR UPDATE", (project_id,)).fetchall()
+
+
 def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | None = None) -> int:
     """Take the next gap-free seq of a project inside the caller's transaction (with
     ``appends``: counted in the batch, written once when it flushes)."""
@@ -130,7 +139,12 @@ def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | N
         return int(row[0])
     seq = appends.last_seq(project_id)
     if seq is None:
-        row = conn.execute("SELECT last_seq FROM projects WHERE id = ?", (project_id,)).fetchone()
+        # PostgreSQL: the row stays locked to this transaction until it commits, so no other
+        # process takes the same seq (the batch usually locked it already at its start).
+        lock = " FOR UPDATE" if locks_rows(conn) else ""
+        row = conn.execute(
+            f"SELECT last_seq FROM projects WHERE id = ?{lock}", (project_id,)
+        ).fetchone()
         seq = int(row[0])
     seq += 1
     appends.take_seq(project_id, seq, now)
@@ -206,6 +220,31 @@ def lead_of(conn: Connection, project_id: int) -> int | None:
         "SELECT lead_member_id FROM projects WHERE id = :id", {"id": project_id}
     ).fetchone()
     return int(row[0]) if row and row[0] is not None else None
+
+
+def roster_version(conn: Connection, project_id: int, appends: Appends | None = None) -> int:
+    """The version of the project's roster, raised by every change to it (:func:`bump_roster`),
+    read inside the caller's transaction (with ``appends``: once per batch, like the state).
+    -1 for a project that does not exist."""
+    if appends is not None:
+        known = appends.roster_version(project_id)
+        if known is not None:
+            return known
+    row = conn.execute(
+        "SELECT roster_version FROM projects WHERE id = :id", {"id": project_id}
+    ).fetchone()
+    version = int(row[0]) if row else -1
+    if appends is not None:
+        appends.remember_roster_version(project_id, version)
+    return version
+
+
+def bump_roster(conn: Connection, project_id: int) -> None:
+    """The project's roster changed in this transaction: raise its version (docs/storage.md,
+    "Several writers": a roster cached by any process is checked against it under the lock)."""
+    conn.execute(
+        "UPDATE projects SET roster_version = roster_version + 1 WHERE id = :id", {"id": project_id}
+    )
 
 
 def state_of(conn: Connection, project_id: int, appends: Appends | None = None) -> str | None:

@@ -529,6 +529,21 @@ ALTER TABLE turns ADD COLUMN brake_resume INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX turns_brake_resume ON turns(project_id) WHERE brake_resume = 1
 """
 
+# Several writers, the same guarantees (docs/storage.md, "Several writers"): one running turn
+# per member is a constraint (older duplicates, which the scheduler never made, are settled
+# first so the index can be built), a turn names the node that runs it (the start-up
+# reconciliation settles only its own), and a project's roster carries a version that every
+# roster change raises in its transaction (a send checks it under the project's lock).
+MULTI_WRITER = """
+UPDATE turns SET state = 'interrupted', error = 'another turn of the member was running',
+    ended_at = started_at
+  WHERE state = 'running' AND id NOT IN
+    (SELECT max(id) FROM turns WHERE state = 'running' GROUP BY member_id);
+CREATE UNIQUE INDEX turns_one_running ON turns(member_id) WHERE state = 'running';
+ALTER TABLE turns ADD COLUMN owner TEXT;
+ALTER TABLE projects ADD COLUMN roster_version INTEGER NOT NULL DEFAULT 0
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_foundation", FOUNDATION),
     Migration("0002_runtime", RUNTIME),
@@ -551,6 +566,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0019_send_rows", SEND_ROWS),
     Migration("0020_brake_holds", BRAKE_HOLDS),
     Migration("0021_users_admin", USERS_ADMIN),
+    Migration("0022_multi_writer", MULTI_WRITER),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -743,8 +743,20 @@ ALTER TABLE turns ADD COLUMN brake_resume bigint NOT NULL DEFAULT 0;
 CREATE INDEX turns_brake_resume ON turns (project_id) WHERE brake_resume = 1
 """
 
+# 0021: several writers, the same guarantees (room.store.schema.MULTI_WRITER).
+MULTI_WRITER = """
+UPDATE turns SET state = 'interrupted', error = 'another turn of the member was running',
+    ended_at = started_at
+  WHERE state = 'running' AND id NOT IN
+    (SELECT max(id) FROM turns WHERE state = 'running' GROUP BY member_id);
+CREATE UNIQUE INDEX turns_one_running ON turns(member_id) WHERE state = 'running';
+ALTER TABLE turns ADD COLUMN owner text;
+ALTER TABLE projects ADD COLUMN roster_version bigint NOT NULL DEFAULT 0
+"""
+
 PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(BASELINE_OF, BASELINE),
     Migration("0020_brake_holds", BRAKE_HOLDS),
     Migration("0021_users_admin", USERS_ADMIN_PG),
+    Migration("0022_multi_writer", MULTI_WRITER),
 )

@@ -17,6 +17,7 @@ from typing import Any
 
 from room.rules.entities import iso
 from room.rules.tasks import OPEN_STATES, TaskState
+from room.store.projects import lock_project
 from room.store.schema_tasks import TASK_TABLES
 
 
@@ -24,13 +25,16 @@ def insert_row(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int
     """INSERT one row. Table and column names are this module's own literals, never input."""
     columns = ", ".join(row)
     marks = ", ".join(f":{c}" for c in row)
-    return int(
-        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", row).lastrowid or 0
-    )
+    sql = f"INSERT INTO {table} ({columns}) VALUES ({marks}) RETURNING id"
+    return int(conn.execute(sql, row).fetchone()[0])
 
 
 def next_number(conn: sqlite3.Connection, table: str, column: str, project_id: int) -> int:
-    """The next per-project number of ``table`` (a task's position, a decision's number)."""
+    """The next per-project number of ``table`` (a task's position, a decision's number).
+
+    ``max + 1`` is sound while one transaction at a time numbers a project's rows: SQLite's
+    whole-file write lock; on PostgreSQL the project's row, locked here until the commit."""
+    lock_project(conn, project_id)
     sql = f"SELECT coalesce(max({column}), 0) + 1 FROM {table} WHERE project_id = :p"
     return int(conn.execute(sql, {"p": project_id}).fetchone()[0])
 
@@ -79,7 +83,8 @@ def start_plans(
     """Mark unstarted plans (one, or all of the project) started; returns their ids."""
     rows = conn.execute(
         "UPDATE plans SET started_at = :now, started_by = :by WHERE project_id = :p"
-        " AND started_at IS NULL AND (:plan IS NULL OR id = :plan) RETURNING id",
+        " AND started_at IS NULL AND (CAST(:plan AS BIGINT) IS NULL OR id = :plan)"
+        " RETURNING id",
         {"p": project_id, "plan": plan_id, "by": by, "now": now},
     ).fetchall()
     return sorted(int(r[0]) for r in rows)

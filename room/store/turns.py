@@ -6,18 +6,42 @@ import json
 from typing import Any
 
 from room.rules.entities import iso
-from room.store.dialect import Connection
+from room.store.dialect import Connection, locks_rows
 
 
 def insert_turn(
-    conn: Connection, *, project_id: int, member_id: int, trigger: int | None, now: float
+    conn: Connection,
+    *,
+    project_id: int,
+    member_id: int,
+    trigger: int | None,
+    now: float,
+    owner: str | None = None,
 ) -> int:
+    """A running turn of ``member_id``, run by the node ``owner``. At most one turn of a member
+    runs: the unique index ``turns_one_running`` refuses a second (a duplicate key error)."""
     cur = conn.execute(
-        "INSERT INTO turns (project_id, member_id, state, trigger_message_id, started_at)"
-        " VALUES (:p, :m, 'running', :t, :now) RETURNING id",
-        {"p": project_id, "m": member_id, "t": trigger, "now": now},
+        "INSERT INTO turns (project_id, member_id, state, trigger_message_id, started_at, owner)"
+        " VALUES (:p, :m, 'running', :t, :now, :o) RETURNING id",
+        {"p": project_id, "m": member_id, "t": trigger, "now": now, "o": owner},
     )
     return int(cur.fetchone()[0])
+
+
+def running_of(conn: Connection, member_id: int) -> int | None:
+    """The member's running turn, if any (on PostgreSQL after :func:`lock_member`, so no other
+    process opens one in between)."""
+    row = conn.execute(
+        "SELECT id FROM turns WHERE member_id = :m AND state = 'running'", {"m": member_id}
+    ).fetchone()
+    return int(row[0]) if row else None
+
+
+def lock_member(conn: Connection, member_id: int) -> None:
+    """PostgreSQL: lock the member's row until the transaction ends (the writers of several
+    processes open a member's turns one at a time); SQLite's write transaction holds the file."""
+    if locks_rows(conn):
+        conn.execute("SELECT id FROM members WHERE id = ? FOR UPDATE", (member_id,)).fetchall()
 
 
 def update_turn(conn: Connection, turn_id: int, **fields: Any) -> None:
@@ -27,12 +51,16 @@ def update_turn(conn: Connection, turn_id: int, **fields: Any) -> None:
     conn.execute(f"UPDATE turns SET {assignments} WHERE id = :id", {**fields, "id": turn_id})
 
 
-def running_turns(conn: Connection) -> list[tuple[int, int, int, int]]:
-    """(turn, project, member, side_effects) of turns left running (by a crash)."""
+def running_turns(conn: Connection, owner: str | None = None) -> list[tuple[int, int, int, int]]:
+    """(turn, project, member, side_effects) of the turns node ``owner`` left running (by a
+    crash), and of those that name no node (opened before turns named theirs). Another node's
+    running turns are its own: it may be running them now."""
     return [
         (int(r[0]), int(r[1]), int(r[2]), int(r[3]))
         for r in conn.execute(
             "SELECT id, project_id, member_id, side_effects FROM turns WHERE state = 'running'"
+            " AND (owner IS NULL OR owner = :o) ORDER BY id",
+            {"o": owner},
         )
     ]
 

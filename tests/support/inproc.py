@@ -25,6 +25,8 @@ from room.settings import Settings
 from room.store import Tx
 from room.store import auth as auth_store
 from room.store import members as members_store
+from room.store.pg import PgConnection
+from room.store.pg import connect as pg_connect
 
 T = TypeVar("T")
 
@@ -133,8 +135,21 @@ class App:
 
         return self.write(job)
 
-    def db(self) -> sqlite3.Connection:
+    def db(self) -> Any:
+        """A connection of the test's own to the app's store, as a context manager: SQLite's
+        file, or the PostgreSQL database (``database_url``; closed at the block's end)."""
+        if self.settings.database_url is not None:
+            return _pg_db(self.settings.database_url)
         return sqlite3.connect(self.settings.db_path)
+
+
+@contextmanager
+def _pg_db(url: str) -> Iterator[PgConnection]:
+    conn = pg_connect(url)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 @contextmanager

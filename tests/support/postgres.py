@@ -184,14 +184,25 @@ class PostgresCluster:
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
 
-    def _launch(self, account: _Account | None) -> None:
+    def restart(self) -> None:
+        """Stop the server as an operator's restart does (fast shutdown: every connection is
+        cut, open transactions roll back) and start it again on the same port and data: a
+        PostgreSQL restart under the clients' feet."""
+        proc = self._proc
+        assert proc is not None and self.folder is not None
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=STOP_TIMEOUT_SECS)
+        self._launch(_server_account(), port=self.port)
+        self._wait_ready()
+
+    def _launch(self, account: _Account | None, port: int | None = None) -> None:
         assert self.folder is not None
-        self.port = _free_port()
+        self.port = port or _free_port()
         args = [str(self.bin_dir / "postgres"), "-D", str(self.folder / "data")]
         args += ["-h", "127.0.0.1", "-p", str(self.port), "-k", str(self.folder)]
         for setting in SERVER_SETTINGS:
             args += ["-c", setting]
-        with open(self.folder / "server.log", "wb") as logfile:  # the server keeps its own fd
+        with open(self.folder / "server.log", "ab") as logfile:  # the server keeps its own fd
             self._proc = subprocess.Popen(
                 args,
                 cwd=self.folder,

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from room.actions import auth as auth_actions
 from room.actions import plans as plan_actions
@@ -32,6 +32,8 @@ from room.store import Database, Tx, indexer, run_write
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store.migrate import connect, migrate
+from room.store.pg import connect as pg_connect
+from room.store.pg_migrate import migrate as pg_migrate
 
 R = TypeVar("R")
 
@@ -160,17 +162,27 @@ class World:
         return [f for f in self.sink.frames if f["type"] == kind]
 
 
-async def make_world(tmp_path: Path) -> AsyncIterator[World]:
-    """The world of the ``world`` fixture, closed when the iteration ends."""
+async def make_world(tmp_path: Path, url: str | None = None) -> AsyncIterator[World]:
+    """The world of the ``world`` fixture, closed when the iteration ends; on the PostgreSQL
+    database ``url`` when given (no search index there yet: docs/storage.md)."""
     path = tmp_path / "room.sqlite"
-    conn = connect(path)
-    migrate(conn, path, now=time.time())
-    owner = run_write(conn, auth_actions.ensure_owner)
-    conn.close()
-    db = Database(path, attach=indexer.prepare(path))
-    db.start(asyncio.get_running_loop())
-    search_indexer = indexer.SearchIndexer(path)  # as the server runs it
-    search_indexer.start(asyncio.get_running_loop())
+    search_indexer = None
+    if url is None:
+        conn = connect(path)
+        migrate(conn, path, now=time.time())
+        owner = run_write(conn, auth_actions.ensure_owner)
+        conn.close()
+        db = Database(path, attach=indexer.prepare(path))
+        db.start(asyncio.get_running_loop())
+        search_indexer = indexer.SearchIndexer(path)  # as the server runs it
+        search_indexer.start(asyncio.get_running_loop())
+    else:
+        pg = pg_connect(url)
+        pg_migrate(pg, now=time.time())
+        owner = run_write(cast(sqlite3.Connection, pg), auth_actions.ensure_owner)
+        pg.close()
+        db = Database(path, url=url)
+        db.start(asyncio.get_running_loop())
     runtime = WakeRecorder()
     core = Services(
         # The workspace (tmp_path/ws) is outside the default roots (<data>/workspaces).
@@ -204,7 +216,8 @@ async def make_world(tmp_path: Path) -> AsyncIterator[World]:
         core.hub.go_live(sub, 0)
         yield found
     finally:
-        await search_indexer.close()
+        if search_indexer is not None:
+            await search_indexer.close()
         await db.close()
 
 
