@@ -651,6 +651,15 @@ export const STRINGS_EN = {
   "tasks.emptyOwner": "This member has no tasks.",
   "tasks.filteredBy": "Tasks of {name}",
   "tasks.clearFilter": "Show all",
+  // search across projects (issue 30, item 5)
+  "search.scope.all": "All projects",
+  "search.scope.room": "This project",
+  "search.recent": "Recent searches",
+  "search.operator.empty": "{operator}: needs a value",
+  "search.operator.unknown_value": "{operator}:{value} is not known (use has:file, is:mention)",
+  "search.operator.repeated": "{operator}: may be used once",
+  "search.operator.bad_time": "{operator}: needs a date, such as 2026-12-01",
+  "search.operator.before_after": "The after: date must come before the before: date",
   // tasks by hand and the board (issue 30, item 4)
   "taskForm.new": "New task",
   "taskForm.edit": "Edit",

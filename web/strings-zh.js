@@ -652,6 +652,15 @@ export const STRINGS_ZH = {
   "tasks.emptyOwner": "这位成员目前没有任务。",
   "tasks.filteredBy": "只看 {name} 的任务",
   "tasks.clearFilter": "显示全部",
+  // search across projects (issue 30, item 5)
+  "search.scope.all": "所有项目",
+  "search.scope.room": "本项目",
+  "search.recent": "最近的搜索",
+  "search.operator.empty": "{operator}: 后面需要写一个值",
+  "search.operator.unknown_value": "不认识 {operator}:{value}（可用 has:file、is:mention）",
+  "search.operator.repeated": "{operator}: 只能用一次",
+  "search.operator.bad_time": "{operator}: 需要日期，例如 2026-12-01",
+  "search.operator.before_after": "after: 的日期要早于 before:",
   // tasks by hand and the board (issue 30, item 4)
   "taskForm.new": "新建任务",
   "taskForm.edit": "编辑",
