@@ -136,6 +136,21 @@ def test_create_edit_depend_reorder_and_drag_on_the_board(
     expect(board.locator(".board-ok")).to_have_text("task-2 已移到「已取消」")
     assert task(room_server, project, "task-2")["note"] == "先不做页面"
 
+    # In English the refusal is in English words (the server's codes, the page's labels).
+    board.get_by_role("button", name="关闭").click()
+    page.get_by_role("button", name="English").click()
+    panel = page.get_by_role("tabpanel", name="Tasks")
+    panel.get_by_role("button", name="Board").click()
+    board = page.get_by_role("dialog", name="Task board")
+    doing = board.locator('.board-column[data-state="in_progress"]')
+    doing.locator('.board-card[data-key="api"]').drag_to(
+        board.locator('.board-column[data-state="ready"]')
+    )
+    expect(board.locator(".board-refusal")).to_have_text(
+        "api cannot move from “In progress” to “Ready”; it can move to: In review, Blocked, Cancelled"
+    )
+    screenshot(page, "task-board-refused-en-1440")
+
     # 600 px: the columns scroll inside the dialog; the page itself does not.
     page.set_viewport_size({"width": 600, "height": 900})
     expect(board.locator(".board-column")).to_have_count(10)

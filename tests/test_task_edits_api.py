@@ -4,11 +4,15 @@ dependencies and cycles, dates, and every refusal's field."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from room.actions import auth as auth_actions
+from room.store import Tx
+from room.store import members as members_store
 from tests.support.inproc import App, Team, running_app
 
 
@@ -219,3 +223,20 @@ def test_moving_a_card_asks_for_the_event(team: Team) -> None:
 
 def test_app_is_app(team: Team) -> None:
     assert isinstance(team.app, App)
+
+
+def test_an_agent_that_is_not_the_lead_creates_nothing(team: Team) -> None:
+    def job(conn: sqlite3.Connection, tx: Tx) -> str:
+        members_store.insert(
+            conn, project_id=team.id, kind="agent", user_id=None, role="backend", handle="be",
+            display_name="后端", now=tx.now,
+        )  # fmt: skip
+        return auth_actions.issue_agent_token(conn, tx, str(team.id), "be")
+
+    token = team.app.write(job)
+    team.app.core.rosters.invalidate(team.id)  # the member was written behind its back
+    body = {"title": "t", "owner": "be", "acceptance": ["a"]}
+    status, answer = team.app.request("POST", f"/api/projects/{team.id}/tasks", body, token=token)
+    assert (status, answer["error"]["code"]) == (403, "plan_forbidden")
+    status, board = team.owner("GET", f"/api/projects/{team.id}/tasks")
+    assert board["tasks"] == []

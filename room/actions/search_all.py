@@ -16,7 +16,7 @@ import sqlite3
 import unicodedata
 from typing import Any
 
-from room.actions.search import SEARCH_BURST, SEARCH_PER_SEC, settle_index
+from room.actions.search import settle_index
 from room.errors import BadQueryError, NotFoundError, RateLimitedError
 from room.rules.entities import Member, Project
 from room.rules.searchquery import SearchQuery, parse_search, snippet_markdown
@@ -26,8 +26,6 @@ from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import search as search_store
 from room.store import search_filters
-
-__all__ = ["SEARCH_BURST", "SEARCH_PER_SEC", "search_projects"]
 
 
 def _fold(text: str) -> str:

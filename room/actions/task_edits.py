@@ -108,6 +108,11 @@ async def create_task(
 
     Refused with ``plan_invalid`` whose problems also name the ``field`` they concern.
     """
+    if member.kind == "agent" and member.role != "lead":
+        raise ForbiddenError(
+            "只有人类和负责人（lead）可以创建任务 (Only people and the lead agent create tasks.)",
+            code="plan_forbidden",
+        )
     dates = _dates(est_start, est_end, member)
     project_id = member.project_id
 
