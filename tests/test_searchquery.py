@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from room.rules.searchquery import (
     SearchOperatorError,
@@ -101,3 +104,47 @@ def test_snippet_markdown_renders_inline_marks_and_drops_cut_markers() -> None:
     assert snippet_markdown("2*3*4 snake_case a * b") == "2*3*4 snake_case a * b"
     assert snippet_markdown("&lt;b&gt;x&lt;/b&gt;") == "&lt;b&gt;x&lt;/b&gt;"
     assert plain_words(snippet_markdown("**<mark>部署</mark>** &amp;")) == "部署 &"
+
+
+OPERATOR_TEXT = st.lists(
+    st.sampled_from(
+        [
+            "from:",
+            "FROM：",
+            "has:",
+            "has:file",
+            "is:mention",
+            "in:",
+            'in:"',
+            "「",
+            "」",
+            "before:",
+            "after:2026-01-01",
+            "2026-13-40",
+            "数据",
+            "@lead",
+            " ",
+            " ",
+            '"',
+            "：",
+            "-x",
+            "OR",
+        ]
+    ),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPERATOR_TEXT | st.text(max_size=60))
+def test_any_text_is_split_or_refused_with_a_documented_reason(q: str) -> None:
+    """Fuzz: an operator query is parsed or refused with ``bad_operator`` and one of its reasons;
+    what remains as words never starts a word with a known operator."""
+    try:
+        parsed = parse_search(q)
+    except SearchOperatorError as exc:
+        assert exc.details["reason"] in {
+            "empty", "unknown_value", "repeated", "bad_time", "before_after"}  # fmt: skip
+        return
+    for word in parsed.words.split():
+        assert not re.match(r"(?i)(from|has|before|after|in|is)[:：]", word), (q, parsed)

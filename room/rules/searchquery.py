@@ -4,7 +4,7 @@
 :func:`parse_search` splits a query into its words (left to
 :func:`room.rules.searchtext.parse_query`, unchanged) and its operators. An operator is one of
 :data:`OPERATORS` followed by ``:`` (or the full-width ``：`` a Chinese IME types) at the start
-of a word; its value is the rest of the word, or a quoted value (``"…"``, ``“…”``, ``「…」``)
+of a word (or right after a quoted value's closing quote); its value is the rest of the word, or a quoted value (``"…"``, ``“…”``, ``「…」``)
 for one with spaces: ``in:"Project Room 网站"``, ``from:「张 三」``. The name is matched
 case-insensitively; anything else with a colon (``http://…``, ``时间:3点``) stays a word.
 
@@ -41,7 +41,8 @@ _EPSILON_SECS = 1e-6
 
 _QUOTES = {'"': '"', "“": "”", "「": "」", "『": "』"}
 _OPERATOR = re.compile(
-    r"(?<!\S)(?P<name>" + "|".join(OPERATORS) + r")[:：]"
+    # At a word's start, or right after a quoted value's closing quote (``in:"a"from:b``).
+    r"(?:(?<!\S)|(?<=[\"”」』]))(?P<name>" + "|".join(OPERATORS) + r")[:：]"
     r"(?:(?P<open>[\"“「『])(?P<quoted>[^\"”」』]*)(?P<close>[\"”」』])?|(?P<bare>\S*))",
     re.IGNORECASE,
 )
