@@ -98,6 +98,17 @@ def test_create_edit_depend_reorder_and_drag_on_the_board(
     form.get_by_role("button", name="保存").click()
     expect(form).to_be_hidden()
     expect(api.locator(".task-title")).to_have_text("写列表接口")
+    # Dates (the owner's), through the same form; shown on the card.
+    api.get_by_role("button", name="编辑").click()
+    form = page.get_by_role("dialog", name="编辑任务 api")
+    form.get_by_label("预计开始").fill("2030-01-02")
+    form.get_by_label("预计结束").fill("2030-01-01")
+    form.get_by_role("button", name="保存").click()
+    expect(form.locator('[data-error-for="est_end"]')).to_contain_text("预计结束早于开始")
+    form.get_by_label("预计结束").fill("2030-01-05")
+    form.get_by_role("button", name="保存").click()
+    expect(form).to_be_hidden()
+    expect(api.locator(".task-dates")).to_have_text("预计 2030-01-02 → 2030-01-05")
 
     # Reorder: task-2 up.
     ui.get_by_role("button", name="把 task-2 上移").click()

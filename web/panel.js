@@ -8,7 +8,7 @@ import { errorText, label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { member, upsertProject } from "./store.js";
 import { acceptanceProgress, planStartBar, taskActions } from "./taskactions.js";
-import { taskEditControls, taskToolbar } from "./taskboard.js";
+import { taskDates, taskEditControls, taskToolbar } from "./taskboard.js";
 import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
@@ -160,6 +160,7 @@ function taskCard(room, task, reload, order) {
     h("div", { class: "task-owner" },
       owner ? avatar(room, owner.id, "xs") : null,
       h("span", { text: owner ? owner.display_name : task.owner?.display_name || t("tasks.noOwner") })),
+    taskDates(task),
     acceptanceProgress(task),
     taskActions(room, task, reload),
     taskEditControls(room, task, order, reload),

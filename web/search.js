@@ -104,6 +104,7 @@ export class SearchBox {
       } },
     }));
     filters?.prepend(...this.scopeButtons, h("span", { class: "search-filter-gap", attrs: { "aria-hidden": "true" } }));
+    filters?.after(h("p", { class: "search-hint muted", text: t("search.operatorsHint") }));
     this.list.addEventListener("click", (event) => {
       const option = event.target.closest("[role=option]");
       if (!option) return;

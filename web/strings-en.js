@@ -654,6 +654,7 @@ export const STRINGS_EN = {
   // search across projects (issue 30, item 5)
   "search.scope.all": "All projects",
   "search.scope.room": "This project",
+  "search.operatorsHint": "Operators: from:member has:file before:2026-12-01 after:… in:project is:mention",
   "search.recent": "Recent searches",
   "search.operator.empty": "{operator}: needs a value",
   "search.operator.unknown_value": "{operator}:{value} is not known (use has:file, is:mention)",
@@ -678,6 +679,7 @@ export const STRINGS_EN = {
   "taskForm.start": "Estimated start",
   "taskForm.end": "Estimated end",
   "taskForm.datesOwners": "Only the project's owners set dates",
+  "taskForm.dates": "Planned {start} → {end}",
   "taskForm.save": "Save",
   "taskForm.create": "Create",
   "board.open": "Board",

@@ -655,6 +655,7 @@ export const STRINGS_ZH = {
   // search across projects (issue 30, item 5)
   "search.scope.all": "所有项目",
   "search.scope.room": "本项目",
+  "search.operatorsHint": "可用：from:成员 has:file before:2026-12-01 after:… in:项目 is:mention",
   "search.recent": "最近的搜索",
   "search.operator.empty": "{operator}: 后面需要写一个值",
   "search.operator.unknown_value": "不认识 {operator}:{value}（可用 has:file、is:mention）",
@@ -679,6 +680,7 @@ export const STRINGS_ZH = {
   "taskForm.start": "预计开始",
   "taskForm.end": "预计结束",
   "taskForm.datesOwners": "日期只有项目所有者可以设定",
+  "taskForm.dates": "预计 {start} → {end}",
   "taskForm.save": "保存",
   "taskForm.create": "创建",
   "board.open": "看板",

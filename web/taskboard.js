@@ -31,6 +31,12 @@ export function taskToolbar(room, tasks, reload) {
       } } }));
 }
 
+/** "预计 2026-12-01 → 2026-12-05" on a card with estimated dates, or null. */
+export function taskDates(task) {
+  if (!task.est_start && !task.est_end) return null;
+  return h("p", { class: "task-dates muted", text: t("taskForm.dates", { start: task.est_start || "—", end: task.est_end || "—" }) });
+}
+
 /** 编辑 and ↑ ↓ on a list card, or null. */
 export function taskEditControls(room, task, tasks, reload) {
   if (!room.you || !mayPost(room.project)) return null;
