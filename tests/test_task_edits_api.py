@@ -126,10 +126,20 @@ def test_edit_title_acceptance_owner_dates_and_history(team: Team) -> None:
     row = board["tasks"][0]
     assert (row["est_start"], row["est_end"]) == ("2030-01-02", "2030-01-05")
     assert code(team.member("PATCH", url, {"est_end": "2030-02-01"})) == (403, "not_owner")
+    # A date not given keeps its value; the pair is checked as it will be stored.
+    status, _ = team.owner("PATCH", url, {"est_end": "2030-01-09"})
+    status, board = team.owner("GET", f"/api/projects/{team.id}/tasks")
+    assert (board["tasks"][0]["est_start"], board["tasks"][0]["est_end"]) == (
+        "2030-01-02",
+        "2030-01-09",
+    )
+    assert problems(team.owner("PATCH", url, {"est_end": "2030-01-01"})) == [
+        ("end_before_start", "est_end")
+    ]
     assert problems(team.owner("PATCH", url, {"est_start": "2030-13-01"}))[0][1] == "est_start"
     status, one = team.owner("GET", url)
     edits = [h for h in one["history"] if h["event"] == "edited"]
-    assert [h["note"] for h in edits] == ["title, acceptance, owner", "dates"]
+    assert [h["note"] for h in edits] == ["title, acceptance, owner", "dates", "dates"]
     # Nothing, or an unknown field, is refused with nothing changed.
     assert problems(team.owner("PATCH", url, {})) == [("empty_edit", None)]
     assert problems(

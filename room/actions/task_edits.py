@@ -62,9 +62,12 @@ def _human(member: Member) -> None:
         )
 
 
-def _dates(start: Any, end: Any, member: Member) -> tuple[Any, Any] | None:
+def _dates(
+    start: Any, end: Any, member: Member, current: tuple[Any, Any] = (None, None)
+) -> tuple[Any, Any] | None:
     """Parsed dates (or ``None`` when neither is given), refused for non-owners like
-    ``PUT …/tasks/{key}/dates``; a bad date is a problem under its field."""
+    ``PUT …/tasks/{key}/dates``; one not given keeps its ``current`` value (ISO text or None).
+    A bad date is a problem under its field."""
     if start is _NOT_SET and end is _NOT_SET:
         return None
     if not member.is_owner:
@@ -74,7 +77,7 @@ def _dates(start: Any, end: Any, member: Member) -> tuple[Any, Any] | None:
         )
     try:
         return pf.parse_task_dates(
-            None if start is _NOT_SET else start, None if end is _NOT_SET else end
+            current[0] if start is _NOT_SET else start, current[1] if end is _NOT_SET else end
         )
     except RoomError as exc:
         field = str(exc.details.get("field") or "est_start")
@@ -219,8 +222,11 @@ async def edit_task(
         fx = task_actions.Effects(project_id)
         task = _apply(conn, tx, fx, member, task, edit)
         changed = edit.changed
-        if dates is not None:
-            portfolio_store.set_task_dates(conn, task.id, *dates)
+        if dates is not None:  # again, with what the task has now for a date not given
+            current = portfolio_store.task_dates(conn, project_id).get(task.id, (None, None))
+            merged = _dates(est_start, est_end, member, current)
+            assert merged is not None
+            portfolio_store.set_task_dates(conn, task.id, *merged)
             changed.append("dates")
         if changed:
             tasks_store.insert_task_event(
