@@ -380,6 +380,8 @@ def test_search_from_the_header_opens_an_old_message(
     expect(search_box(page)).to_be_focused()
     search_box(page).fill("部署")
     results = page.get_by_role("listbox", name="搜索结果")
+    # Other tests' projects on this server say 部署 too: this project only (all is the default).
+    page.get_by_role("button", name="本项目").click()
     # Both the message and the fact say 部署; the 消息 filter keeps the messages.
     expect(results.get_by_role("option")).to_have_count(2)
     expect(results.locator('[data-kind="fact"]')).to_contain_text("ops/rollback.sh")
@@ -451,7 +453,7 @@ def test_a_record_result_opens_the_memory_tab(
     page.keyboard.press("Control+k")
     search_box(page).fill("回滚")
     option = page.get_by_role("option").filter(has_text="ops/rollback.sh")
-    expect(option.locator(".badge")).to_have_text("事实")
+    expect(option.locator(".search-record-badge")).to_have_text("事实")
     option.click()
     panel = page.get_by_role("tabpanel", name="记忆")
     entry = panel.locator(f'.memory-entry[data-record-id="{fact["id"]}"]')
@@ -538,6 +540,8 @@ def test_search_at_every_width_and_theme(
             page.keyboard.press("Control+k")
         expect(search_box(page)).to_be_focused()
         page.keyboard.type("部署")
+        page.get_by_role("button", name="本项目").click()  # not other tests' projects
+        search_box(page).focus()
         options = page.get_by_role("listbox", name="搜索结果").get_by_role("option")
         expect(options).to_have_count(2)
         assert layout_problems(page) == []

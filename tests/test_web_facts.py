@@ -402,6 +402,11 @@ def test_task_buttons_cover_every_event_a_person_may_ask_for() -> None:
         assert set(actions) <= string_keys(lang, "taskAction"), lang
 
 
+def test_the_board_has_a_column_for_every_task_state() -> None:
+    columns = js_const("taskboard.js", "BOARD_STATES")
+    assert sorted(columns) == sorted(values(TaskState)) and len(columns) == len(TaskState)
+
+
 def test_research_buttons_budget_and_states_are_the_servers() -> None:
     by_owner = {str(e) for e, who in EVENT_ACTORS.items() if ResearchActor.OWNER in who}
     buttons = js_const("research.js", "BUTTONS")

@@ -214,6 +214,12 @@ function runPendingJump() {
 function openResult(result, terms, query) {
   const room = app.room;
   if (!room) return;
+  if (result.project && result.project.id !== room.id) {
+    // Another of the person's projects: its permalink opens it and the message (or its 记忆).
+    const q = query ? `?${new URLSearchParams({ q: query })}` : "";
+    location.hash = result.kind === "message" ? `#/p/${result.project.id}/m/${result.message_id ?? result.id}${q}` : `#/p/${result.project.id}`;
+    return;
+  }
   if (result.kind === "message") {
     const messageId = result.message_id ?? result.id;
     const q = query ? `?${new URLSearchParams({ q: query })}` : "";

@@ -1,7 +1,8 @@
 // Search highlights. A result's `snippet_html` is escaped text with <mark>…</mark> around the
-// matches; it is never given to innerHTML: snippetNodes() splits it on the two tags, decodes the
-// entities of each piece and builds text nodes and <mark> elements, so anything else in the
-// string stays visible text. highlightIn() marks the same words inside a message or record.
+// matches (and, across projects, <code>/<strong>/<em>/<del> for its inline markdown); it is never
+// given to innerHTML: snippetNodes() splits it on those tags, decodes the entities of each piece
+// and builds text nodes and elements, so anything else in the string stays visible text.
+// highlightIn() marks the same words inside a message or record.
 
 import { h } from "./dom.js";
 
@@ -17,20 +18,48 @@ export function decodeEntities(text) {
   });
 }
 
+// The elements a snippet may carry (docs/search.md): <mark> around matches, and the inline
+// markdown the cross-project search renders. Any other text that looks like a tag stays text.
+const SNIPPET_TAGS = ["mark", "code", "strong", "em", "del"];
+const TAG = new RegExp(`(</?(?:${SNIPPET_TAGS.join("|")})>)`, "i");
+
 /** The pieces of a snippet: [{text, marked}], marked inside <mark>…</mark>. */
 export function snippetParts(html) {
   const parts = [];
   let marked = false;
-  for (const piece of String(html || "").split(/(<mark>|<\/mark>)/i)) {
+  for (const piece of String(html || "").split(TAG)) {
     if (/^<mark>$/i.test(piece)) marked = true;
     else if (/^<\/mark>$/i.test(piece)) marked = false;
+    else if (TAG.test(piece) && /^<\/?[a-z]+>$/i.test(piece)) continue;
     else if (piece) parts.push({ text: decodeEntities(piece), marked });
   }
   return parts;
 }
 
+/** DOM nodes for a snippet: text nodes and the allow-listed elements, nested as the tags say
+ * (a closing tag closes back to its element; a stray one is dropped). Never innerHTML. */
 export function snippetNodes(html) {
-  return snippetParts(html).map((p) => (p.marked ? h("mark", { text: p.text }) : document.createTextNode(p.text)));
+  const root = document.createDocumentFragment();
+  /** @type {Array<Node>} */
+  const stack = [root];
+  for (const piece of String(html || "").split(TAG)) {
+    if (!piece) continue;
+    const tag = /^<(\/?)([a-z]+)>$/i.exec(piece);
+    if (tag && SNIPPET_TAGS.includes(tag[2].toLowerCase())) {
+      const name = tag[2].toLowerCase();
+      if (!tag[1]) {
+        const el = h(name, {});
+        stack[stack.length - 1].appendChild(el);
+        stack.push(el);
+      } else {
+        const at = stack.findLastIndex((node) => node instanceof Element && node.localName === name);
+        if (at > 0) stack.length = at;
+      }
+      continue;
+    }
+    stack[stack.length - 1].appendChild(document.createTextNode(decodeEntities(piece)));
+  }
+  return [...root.childNodes];
 }
 
 /** The words to mark: what the snippet marked, else the query's words without operators. */

@@ -8,6 +8,7 @@ import { errorText, label, t } from "./i18n.js";
 import { avatar } from "./message.js";
 import { member, upsertProject } from "./store.js";
 import { acceptanceProgress, planStartBar, taskActions } from "./taskactions.js";
+import { taskDates, taskEditControls, taskToolbar } from "./taskboard.js";
 import { openWorkspace, workspaceBar } from "./workspace.js";
 
 export class Panel {
@@ -101,10 +102,14 @@ export class Panel {
           this.loadTasks();
         } } })));
     }
+    const reload = () => this.loadTasks();
+    const all = data.tasks || [];
+    const toolbar = taskToolbar(room, all, reload);
+    if (toolbar) nodes.push(toolbar);
     const planBar = planStartBar(room, tasks, () => this.loadTasks());
     if (planBar) nodes.push(planBar);
     if (!tasks.length) nodes.push(empty("tasks.emptyTitle", this.ownerFilter !== null ? "tasks.emptyOwner" : "tasks.empty"));
-    for (const task of tasks) nodes.push(taskCard(room, task, () => this.loadTasks()));
+    for (const task of tasks) nodes.push(taskCard(room, task, reload, this.ownerFilter === null ? all : [task]));
     box.replaceChildren(...nodes);
   }
 
@@ -138,7 +143,7 @@ function empty(titleKey, textKey) {
 /** Criteria are reviewed (and shown) while a verdict on them can count. */
 const JUDGED = new Set(["in_review", "changes_requested", "accepted"]);
 
-function taskCard(room, task, reload) {
+function taskCard(room, task, reload, order) {
   const owner = member(room, task.owner_id);
   const criteria = task.criteria || [];
   const passed = criteria.filter((c) => c.passed === true).length;
@@ -155,8 +160,10 @@ function taskCard(room, task, reload) {
     h("div", { class: "task-owner" },
       owner ? avatar(room, owner.id, "xs") : null,
       h("span", { text: owner ? owner.display_name : task.owner?.display_name || t("tasks.noOwner") })),
+    taskDates(task),
     acceptanceProgress(task),
     taskActions(room, task, reload),
+    taskEditControls(room, task, order, reload),
     attemptSection(room, task, reload),
     task.waiting_on?.length ? h("p", { class: "task-waiting" }, icon("pause"), h("span", { text: t("tasks.waitingOn", { keys: task.waiting_on.join("、") }) })) : null,
     task.note ? h("p", { class: "task-note", text: t("tasks.note", { note: task.note }) }) : null,

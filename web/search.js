@@ -1,19 +1,47 @@
 // The search box in the room header: Ctrl+K (⌘K) focuses it anywhere, `/` when the reader is not
-// typing. It asks `GET /api/projects/{id}/search` as the query settles (never mid-composition:
-// Chinese input confirms candidates with Enter and Space) and lists the ranked results with their
-// highlighted snippets; choosing one opens the message in the timeline (a permalink,
-// `#/p/<project>/m/<message>?q=<query>`) or the record in the 记忆 tab, with the match marked.
+// typing. It asks `GET /api/search` — all of the person's projects, or only the open one (the
+// 所有项目 / 本项目 toggle) — as the query settles (never mid-composition: Chinese input confirms
+// candidates with Enter and Space); the query may carry operators (`from:` `has:file` `before:`
+// `after:` `in:` `is:mention`, docs/search.md). It lists the ranked results with their project
+// and their snippets (highlights and inline markdown, built as nodes); choosing one opens the
+// message in the timeline (a permalink, `#/p/<project>/m/<message>?q=<query>`) or the record in
+// the 记忆 tab, with the match marked. Recent searches are kept in this browser (localStorage,
+// per person; docs/search.md says why) and offered while the box is empty.
 
 import { get } from "./api.js";
 import { $, debounce, h } from "./dom.js";
-import { errorText, formatDateTime, t } from "./i18n.js";
+import { errorText, formatDateTime, hasString, t } from "./i18n.js";
 import { isComposing, trackComposition } from "./ime.js";
 import { snippetNodes, termsOf } from "./highlight.js";
-import { member } from "./store.js";
+import { app, member } from "./store.js";
 
 const RECORD_KINDS = ["summary", "fact", "convention", "decision", "progress", "session", "reference"];
 const SETTLE_MS = 250;
 const LIMIT = 20;
+const RECENT_MAX = 10;
+
+/** This person's recent searches, newest first (localStorage; none if it is unavailable). */
+export function recentSearches() {
+  try {
+    const list = JSON.parse(localStorage.getItem(recentKey()) || "[]");
+    return Array.isArray(list) ? list.filter((q) => typeof q === "string").slice(0, RECENT_MAX) : [];
+  } catch {
+    return [];
+  }
+}
+
+function recentKey() {
+  return `room.recentSearches.${app.identity?.user_id ?? "anon"}`;
+}
+
+function remember(q) {
+  const list = [q, ...recentSearches().filter((old) => old !== q)].slice(0, RECENT_MAX);
+  try {
+    localStorage.setItem(recentKey(), JSON.stringify(list));
+  } catch {
+    // private mode or full: recent searches are a convenience
+  }
+}
 
 export class SearchBox {
   /** `open(result, terms)` shows a chosen result; `room()` is the open project or null. */
@@ -26,6 +54,8 @@ export class SearchBox {
     this.room = room;
     this.onOpen = open;
     this.filter = "all";
+    this.scope = "all"; // all of the person's projects, or "room": the open one
+    this.recent = [];
     this.results = [];
     this.active = -1;
     this.asked = 0; // answers to older questions are dropped
@@ -46,6 +76,7 @@ export class SearchBox {
     this.input.addEventListener("focus", () => {
       form.classList.add("is-open");
       if (this.input.value.trim() && this.results.length) this.show(true);
+      else if (!this.input.value.trim()) this.showRecent();
     });
     // On a narrow screen the box covers the header while it is in use; leaving it closes it.
     this.input.addEventListener("blur", () => setTimeout(() => {
@@ -61,9 +92,24 @@ export class SearchBox {
         this.input.focus();
       });
     }
+    const filters = $(".search-filters", form);
+    this.scopeButtons = ["all", "room"].map((scope) => h("button", {
+      type: "button", class: "search-filter search-scope", dataset: { scope }, text: t(`search.scope.${scope}`),
+      on: { click: () => {
+        this.scope = scope;
+        this.lastQuery = null;
+        this.renderFilters();
+        this.search();
+        this.input.focus();
+      } },
+    }));
+    filters?.prepend(...this.scopeButtons, h("span", { class: "search-filter-gap", attrs: { "aria-hidden": "true" } }));
+    filters?.after(h("p", { class: "search-hint muted", text: t("search.operatorsHint") }));
     this.list.addEventListener("click", (event) => {
       const option = event.target.closest("[role=option]");
-      if (option) this.choose(Number(option.dataset.index));
+      if (!option) return;
+      if (option.dataset.recent !== undefined) this.useRecent(Number(option.dataset.recent));
+      else this.choose(Number(option.dataset.index));
     });
     // Results stay while the pointer or focus is inside the box; anywhere else closes them.
     document.addEventListener("pointerdown", (event) => {
@@ -104,12 +150,17 @@ export class SearchBox {
     if (isComposing(event, this.ime)) return; // Enter and arrows belong to the IME
     const n = this.results.length;
     if (event.key === "ArrowDown" || event.key === "ArrowUp") {
-      if (!n) return;
+      const options = this.list.querySelectorAll("[role=option]").length;
+      if (!options) return;
       event.preventDefault();
       this.show(true);
-      this.setActive((this.active + (event.key === "ArrowDown" ? 1 : -1) + n) % n);
+      this.setActive((this.active + (event.key === "ArrowDown" ? 1 : -1) + options) % options);
     } else if (event.key === "Enter") {
       event.preventDefault();
+      if (!this.input.value.trim() && this.recent.length) {
+        this.useRecent(Math.max(this.active, 0));
+        return;
+      }
       // Enter opens the chosen result, or the first one once the results answer this query.
       const current = this.room() && this.lastQuery === this.keyOf(this.room(), this.input.value.trim());
       if (current && n && this.results === this.shown) this.choose(Math.max(this.active, 0));
@@ -124,15 +175,39 @@ export class SearchBox {
     }
   }
 
-  params(q) {
+  params(q, room) {
     const params = new URLSearchParams({ q, limit: String(LIMIT) });
+    if (this.scope === "room") params.set("project", String(room.id));
     if (this.filter === "message") params.set("kind", "message");
     if (this.filter === "memory") params.set("kind", RECORD_KINDS.join(","));
     return params;
   }
 
   keyOf(room, q) {
-    return `${room.id}|${this.filter}|${q}`;
+    return `${room.id}|${this.scope}|${this.filter}|${q}`;
+  }
+
+  /** The recent searches as options (while the box is empty), or nothing. */
+  showRecent() {
+    this.recent = recentSearches();
+    this.results = [];
+    this.active = -1;
+    if (!this.recent.length) return this.close(false);
+    this.setStatus(t("search.recent"));
+    this.list.replaceChildren(...this.recent.map((q, i) => h("li", {
+      id: `search-recent-${i}`, class: "search-result search-recent", dataset: { recent: String(i) },
+      attrs: { role: "option", "aria-selected": "false" },
+    }, h("span", { class: "search-recent-text", text: q }))));
+    this.show(true);
+  }
+
+  useRecent(index) {
+    const q = this.recent[index];
+    if (!q) return;
+    this.input.value = q;
+    this.recent = [];
+    this.settle.flush();
+    this.search();
   }
 
   async search() {
@@ -142,9 +217,11 @@ export class SearchBox {
     if (!q) {
       this.results = [];
       this.lastQuery = null;
-      this.close(false);
+      if (document.activeElement === this.input) this.showRecent();
+      else this.close(false);
       return;
     }
+    this.recent = [];
     const key = this.keyOf(room, q);
     if (key === this.lastQuery) {
       this.show(true);
@@ -156,13 +233,13 @@ export class SearchBox {
     this.show(true);
     let answer;
     try {
-      answer = await get(`/api/projects/${room.id}/search?${this.params(q)}`);
+      answer = await get(`/api/search?${this.params(q, room)}`);
     } catch (err) {
       if (asked !== this.asked) return;
       this.results = [];
       this.lastQuery = null;
       this.list.replaceChildren();
-      this.setStatus(err.code === "bad_query" ? t("search.badQuery") : errorText(err), true);
+      this.setStatus(err.code === "bad_query" ? t("search.badQuery") : err.code === "bad_operator" ? operatorText(err) : errorText(err), true);
       return;
     }
     if (asked !== this.asked) return;
@@ -179,13 +256,16 @@ export class SearchBox {
     const count = this.results.length ? t("search.count", { n: this.results.length }) : t("search.none");
     // Only the newest matches were ranked: say so, a narrower query finds older ones.
     this.setStatus(this.capped ? `${count} · ${t("search.capped")}` : count);
-    this.list.replaceChildren(...this.results.map((r, i) => resultItem(room, r, i)));
+    this.list.replaceChildren(...this.results.map((r, i) => resultItem(room, r, i, this.scope === "all")));
     this.show(true);
   }
 
   renderFilters() {
     for (const button of this.form.querySelectorAll("[data-filter]")) {
       button.setAttribute("aria-pressed", String(button.dataset.filter === this.filter));
+    }
+    for (const button of this.scopeButtons || []) {
+      button.setAttribute("aria-pressed", String(button.dataset.scope === this.scope));
     }
   }
 
@@ -219,6 +299,7 @@ export class SearchBox {
     const result = this.results[index];
     if (!result) return;
     const terms = termsOf(result.snippet_html, this.query);
+    remember(this.query);
     this.close(true);
     this.onOpen(result, terms, this.query);
   }
@@ -233,7 +314,14 @@ export class SearchBox {
   }
 }
 
-function resultItem(room, r, index) {
+/** A refused operator, in words: which one and why. */
+function operatorText(err) {
+  const d = err.details || {};
+  const key = `search.operator.${d.reason}`;
+  return hasString(key) ? t(key, { operator: d.operator, value: d.value }) : errorText(err);
+}
+
+function resultItem(room, r, index, showProject) {
   const who = r.author ? r.author.display_name || member(room, r.author.id)?.display_name : null;
   const kindText = r.kind === "message" ? t("search.kind.message") : t(r.kind === "summary" ? "memory.summary" : `memory.kind.${r.kind}`);
   return h("li", {
@@ -244,6 +332,7 @@ function resultItem(room, r, index) {
   },
   h("div", { class: "search-result-head" },
     h("span", { class: ["badge", r.kind === "message" ? null : "search-record-badge"], text: kindText }),
+    showProject && r.project ? h("span", { class: "badge search-project", dataset: { projectId: String(r.project.id) }, text: r.project.name }) : null,
     who ? h("span", { class: "search-author", text: who }) : null,
     r.at ? h("time", { class: "muted", text: formatDateTime(r.at) }) : null),
   h("p", { class: "search-snippet" }, snippetNodes(r.snippet_html)));

@@ -17,6 +17,7 @@ from room.api import (
     research,
     search,
     server,
+    task_edits,
     tasks,
     workspaces,
 )
@@ -35,12 +36,13 @@ __all__ = [
     "research",
     "search",
     "server",
+    "task_edits",
     "tasks",
     "workspaces",
 ]
 
 # The member role endpoint must come before the generic member operation endpoint, the task
-# diff and merge endpoints before the generic task event endpoint.
+# diff and merge endpoints and the card move before the generic task event endpoint.
 endpoints = [
     *server.endpoints,
     *projects.endpoints,
@@ -50,6 +52,7 @@ endpoints = [
     *workspaces.endpoints,
     *search.endpoints,
     *portfolio.endpoints,
+    *task_edits.endpoints,
     *tasks.endpoints,
     *memory.endpoints,
     *packs.endpoints,

@@ -1,4 +1,5 @@
-"""``GET /api/projects/{id}/search``: full-text search of one project (docs/search.md)."""
+"""``GET /api/projects/{id}/search``: full-text search of one project; ``GET /api/search``:
+across all of the person's projects, with operators (docs/search.md)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from room.actions import search as search_actions
+from room.actions import search_all
 from room.api.requests import core_of, identity, member_in, path_id
-from room.errors import BadRequestError
+from room.errors import BadRequestError, ForbiddenError
 from room.store.search import DEFAULT_LIMIT, MAX_LIMIT
 
 
@@ -40,4 +42,43 @@ async def search(request: Request) -> Response:
     return JSONResponse(body)
 
 
-endpoints = [Route("/api/projects/{project_id:int}/search", search, methods=["GET"])]
+def _limit(request: Request) -> int:
+    try:
+        limit = int(request.query_params.get("limit", str(DEFAULT_LIMIT)))
+    except ValueError:
+        raise BadRequestError("limit is an integer", code="bad_limit") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadRequestError(f"limit is 1–{MAX_LIMIT}", code="bad_limit", max=MAX_LIMIT)
+    return limit
+
+
+async def search_everywhere(request: Request) -> Response:
+    """``?q=&project=&kind=&limit=``: the person's projects (``project`` — repeatable or
+    comma-separated ids — narrows them, as ``in:`` does inside ``q``); people only."""
+    who = await identity(request)
+    if who.user is None:
+        raise ForbiddenError("cross-project search is for people", code="human_only")
+    params = request.query_params
+    kinds = [k.strip() for value in params.getlist("kind") for k in value.split(",") if k.strip()]
+    ids: list[int] = []
+    for value in params.getlist("project"):
+        for part in value.split(","):
+            if part.strip():
+                if not part.strip().isdigit():
+                    raise BadRequestError("project is a project id", code="bad_project")
+                ids.append(int(part))
+    body = await search_all.search_projects(
+        core_of(request),
+        who.user.id,
+        params.get("q", ""),
+        project_ids=ids or None,
+        kinds=kinds or None,
+        limit=_limit(request),
+    )
+    return JSONResponse(body)
+
+
+endpoints = [
+    Route("/api/projects/{project_id:int}/search", search, methods=["GET"]),
+    Route("/api/search", search_everywhere, methods=["GET"]),
+]

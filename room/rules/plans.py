@@ -60,6 +60,7 @@ class PlanProblem(TypedDict):
     message: str
     hint: str
     keys: NotRequired[list[str]]  # a cycle, in dependency order
+    field: NotRequired[str | None]  # the item's field a schema problem concerns
 
 
 class PlanInvalidError(BadRequestError):
@@ -233,7 +234,9 @@ def _schema_problems(raw: Any, index: int, errors: Iterable[Any]) -> list[PlanPr
         else:
             detail = str(error["msg"]).removeprefix("Value error, ")
             message = f"条目 {label} 的 {where} 无效 (Item {label}: {where}: {detail}.)"
-        problems.append(_problem(code, label, index, message, hint))
+        problem = _problem(code, label, index, message, hint)
+        problem["field"] = field or None
+        problems.append(problem)
     return problems
 
 

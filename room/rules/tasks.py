@@ -336,3 +336,54 @@ def settle(state: TaskState, dep_states: Mapping[str, TaskState]) -> TaskEvent |
     if state is _S.READY and pending:
         return _E.DEPS_REOPENED
     return None
+
+
+# -- moving a card on the board -------------------------------------------------------------------
+
+
+class TaskMoveError(ConflictError):
+    """No event a member may ask for moves a task from ``state`` to ``target``; ``reachable``
+    lists the states that can be reached from here (a person's board offers those columns)."""
+
+    code = "invalid_task_move"
+
+    def __init__(self, state: TaskState, target: TaskState, reachable: Sequence[TaskState]) -> None:
+        names = ", ".join(reachable) or "-"
+        super().__init__(
+            f"任务不能从 {state} 直接移到 {target}；可移到：{names} "
+            f"(A task in {state} cannot move to {target}; it can move to: {names}.)",
+            state=str(state),
+            to=str(target),
+            reachable=[str(s) for s in reachable],
+        )
+
+
+def _asked_for(event: TaskEvent) -> bool:
+    """Events a member may ask for (not the server's own reactions)."""
+    return TASK_EVENT_ACTORS[event] != frozenset({_SYS})
+
+
+def move_targets(state: TaskState, prior: TaskState | None = None) -> dict[TaskState, TaskEvent]:
+    """Target state → the member event that leads there from ``state`` (first in
+    :class:`TaskEvent` order when two would). ``prior`` is the state a sync interrupted."""
+    targets: dict[TaskState, TaskEvent] = {}
+    for event in allowed_events(state):
+        if not _asked_for(event):
+            continue
+        if event is _E.SYNC_RECEIPT and prior is None:
+            continue
+        targets.setdefault(transition(state, event, prior=prior), event)
+    return targets
+
+
+def move_event(state: TaskState, target: TaskState, prior: TaskState | None = None) -> TaskEvent:
+    """The event a drag from column ``state`` to column ``target`` asks for, or
+    :class:`TaskMoveError` listing the reachable columns. Who may ask for it, and the note it
+    needs, are checked afterwards like any event (:func:`authorize`, :func:`check_note`)."""
+    state, target = TaskState(state), TaskState(target)
+    targets = move_targets(state, prior)
+    event = targets.get(target)
+    if event is None or target is state:
+        reachable = [s for s in TaskState if s in targets and s is not state]
+        raise TaskMoveError(state, target, reachable)
+    return event

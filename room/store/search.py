@@ -157,6 +157,8 @@ def search(
     since: float | None = None,
     until: float | None = None,
     limit: int = DEFAULT_LIMIT,
+    has_file: bool = False,
+    mentioning: int | None = None,
 ) -> dict[str, Any]:
     """Search one project's live messages and memory records (archived ones included).
 
@@ -167,10 +169,14 @@ def search(
     (:func:`room.rules.searchtext.parse_query`: :class:`~room.errors.BadQueryError` when there is
     nothing to look for); ``kinds`` limits the kinds (unknown ones are ``unknown_kind``),
     ``author_id`` the author, ``since``/``until`` the time (epoch seconds, inclusive), ``limit`` is
-    clamped to 1–``MAX_LIMIT``.
+    clamped to 1–``MAX_LIMIT``. ``has_file`` keeps messages with an attachment and
+    ``mentioning`` those mentioning that member (the ``has:file`` and ``is:mention`` operators,
+    :mod:`room.rules.searchquery`); either leaves memory records out.
     """
     query = parse_query(q)
     wanted = _kinds(kinds)
+    if has_file or mentioning is not None:
+        wanted = tuple(k for k in wanted if k == "message")
     limit = max(1, min(int(limit), MAX_LIMIT))
     params: dict[str, Any] = {
         "q": query.fts(),
@@ -184,7 +190,7 @@ def search(
     found: list[dict[str, Any]] = []
     capped = False
     if "message" in wanted:
-        rows, capped = _messages(conn, params)
+        rows, capped = _messages(conn, params | {"file": has_file, "me": mentioning})
         found += rows
     records = [k for k in wanted if k != "message"]
     if records:
@@ -222,6 +228,14 @@ _FILTERS = (
 )
 
 
+# has:file and is:mention (:file, :me); shared with room.store.search_filters.
+MESSAGE_FILTERS = (
+    " AND (NOT :file OR EXISTS (SELECT 1 FROM attachments a WHERE a.message_id = m.id))"
+    " AND (:me IS NULL OR EXISTS"
+    " (SELECT 1 FROM mentions mm WHERE mm.message_id = m.id AND mm.member_id = :me))"
+)
+
+
 def _messages(
     conn: sqlite3.Connection, params: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], bool]:
@@ -234,6 +248,7 @@ def _messages(
         " FROM ix.message_fts AS f JOIN messages m ON m.id = f.rowid"
         " WHERE f.message_fts MATCH :q AND m.project_id = :p AND m.deleted_at IS NULL"
         + _FILTERS.format(author="m.author_id", at="m.created_at")
+        + MESSAGE_FILTERS
         + _pending_changes(conn, params)
         + " ORDER BY f.rowid DESC LIMIT :window) ORDER BY score, id DESC LIMIT :limit",
         params,

@@ -216,14 +216,60 @@ def open_tasks_of(conn: sqlite3.Connection, project_id: int, owner_id: int) -> l
 
 
 def update_task(conn: sqlite3.Connection, task_id: int, now: float, **fields: Any) -> None:
-    """Set ``fields`` (state, revision, sync_prior, held, note, owner_id, reviewer_id)."""
-    allowed = {"state", "revision", "sync_prior", "held", "note", "owner_id", "reviewer_id"}
+    """Set ``fields`` (state, revision, sync_prior, held, note, owner_id, reviewer_id, title)."""
+    allowed = {
+        "state",
+        "revision",
+        "sync_prior",
+        "held",
+        "note",
+        "owner_id",
+        "reviewer_id",
+        "title",
+    }
     assert set(fields) <= allowed, fields
     values = {k: (str(v) if isinstance(v, TaskState) else v) for k, v in fields.items()}
     sets = ", ".join(f"{k} = :{k}" for k in values)
     conn.execute(
         f"UPDATE tasks SET {sets}, updated_at = :now WHERE id = :id",
         {**values, "now": now, "id": task_id},
+    )
+
+
+def replace_criteria(
+    conn: sqlite3.Connection, project_id: int, task_id: int, texts: Sequence[str]
+) -> None:
+    """New acceptance criteria for a task nobody has submitted yet (no verdict or evidence
+    points at its criteria: ``room.rules.taskedits`` allows this at revision 0 only)."""
+    conn.execute("DELETE FROM task_criteria WHERE task_id = :t", {"t": task_id})
+    insert_criteria(conn, project_id, task_id, texts)
+
+
+def replace_deps(
+    conn: sqlite3.Connection, project_id: int, task_id: int, depends_on: Iterable[int]
+) -> None:
+    conn.execute("DELETE FROM task_deps WHERE task_id = :t", {"t": task_id})
+    insert_deps(conn, project_id, task_id, depends_on)
+
+
+def dependency_graph(conn: sqlite3.Connection, project_id: int) -> dict[str, list[str]]:
+    """Every task key of the project → the keys it depends on (board order)."""
+    graph: dict[str, list[str]] = {key: [] for key in task_keys(conn, project_id)}
+    for key, dep in conn.execute(
+        "SELECT t.key, d2.key FROM task_deps d JOIN tasks t ON t.id = d.task_id"
+        " JOIN tasks d2 ON d2.id = d.depends_on_id WHERE d.project_id = :p"
+        " ORDER BY t.position, d2.position",
+        {"p": project_id},
+    ):
+        graph[str(key)].append(str(dep))
+    return graph
+
+
+def set_positions(conn: sqlite3.Connection, task_ids: Sequence[int], now: float) -> None:
+    """Board order: the tasks get positions 1, 2, … in the order given."""
+    conn.executemany(
+        "UPDATE tasks SET position = ?, updated_at = ? WHERE id = ?",
+        [(n, now, task_id) for n, task_id in enumerate(task_ids, start=1)],
     )
 
 
