@@ -133,7 +133,7 @@ async def create_task(
             raise
         task = result["tasks"][0]
         if dates is not None:
-            portfolio_store.set_task_dates(conn, task["id"], *dates)
+            portfolio_store.set_task_dates(conn, task["id"], *dates, now=tx.now)
         fx.flush(conn, tx)
         return {"plan": result["plan"], "task": task_actions.current_object(
             conn, project_id, task["id"])}  # fmt: skip
@@ -226,7 +226,7 @@ async def edit_task(
             current = portfolio_store.task_dates(conn, project_id).get(task.id, (None, None))
             merged = _dates(est_start, est_end, member, current)
             assert merged is not None
-            portfolio_store.set_task_dates(conn, task.id, *merged)
+            portfolio_store.set_task_dates(conn, task.id, *merged, now=tx.now)
             changed.append("dates")
         if changed:
             tasks_store.insert_task_event(
