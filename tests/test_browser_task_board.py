@@ -38,7 +38,7 @@ def open_tasks(page: Page) -> Locator:
 
 
 def task(room_server: RoomServer, project: int, key: str) -> dict[str, Any]:
-    return dict(room_server.get(f"/api/projects/{project}/tasks/{key}"))
+    return dict(room_server.get(f"/api/projects/{project}/tasks/{key}")["task"])
 
 
 def test_create_edit_depend_reorder_and_drag_on_the_board(

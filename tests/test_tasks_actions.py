@@ -66,7 +66,7 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     assert with_tasks - earlier == set(TASK_TABLES)
     # Later migrations: 0006 the worktree of each attempt, 0008 agents' task checkpoints,
     # 0009 memory records, 0010 search, 0014 attachments, 0015 timelines, dependencies and the risk
-    # log, 0016 reactions, 0017 research.
+    # log, 0016 reactions, 0017 research, 0021 the people an operator changed beside the server.
     later = {t for t in tables - with_tasks if not t.startswith("search_")}
     assert later == {
         "task_attempts",
@@ -78,6 +78,7 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
         "research_runs",
         "research_revisions",
         "research_items",
+        "user_changes",
     }
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
