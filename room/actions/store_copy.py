@@ -26,7 +26,7 @@ The copy:
   order with the source's; any difference rolls everything back (``copy_mismatch``);
 * rebuilds what is derived rather than copied: the memory records' search rows (from
   ``search_records``), then the messages' index (the indexer catches up; on SQLite the index
-  file ``search.sqlite``).
+  file ``search.sqlite``), and on PostgreSQL the planner's statistics (``ANALYZE``).
 
 Not copied: the files of the data folder (attachments' blobs, workspaces, backups): a server
 on the target uses the same data folder, or they are copied with it.
@@ -468,6 +468,10 @@ def _copy(source: Side, target: Side, now: float, started: float) -> CopyReport:
             source.conn.execute("ROLLBACK")
     at = time.monotonic()
     indexer.catch_up(target.index_target)
+    if target.is_pg:
+        # Planner statistics for the loaded tables (autovacuum would take its time): without
+        # them a search's GIN index may be passed over for a scan of every row.
+        target.conn.execute("ANALYZE")
     report.indexed_seconds = time.monotonic() - at
     report.seconds = time.monotonic() - started
     return report

@@ -24,7 +24,8 @@ from typing import Any
 from room.rules.searchtext import index_texts
 from room.rules.searchtokens import index_row
 from room.store.db import chunks
-from room.store.dialect import Connection
+from room.store.dialect import POSTGRESQL, Connection
+from room.store.pg import PgConnection
 
 # The author and time filters, typed: PostgreSQL cannot type a bare ``NULL`` parameter.
 FILTERS = (
@@ -44,10 +45,21 @@ def write_record(conn: Connection, rowid: int, text: str) -> None:
     )
 
 
+def _planned_each_time(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+    """Run a ranked query with a plan made for its words. psycopg prepares a statement on its
+    fifth run, and PostgreSQL may then keep a generic plan, which cannot know how common
+    ``tsv @@ $1`` is: it walked the ``rowid`` index backwards testing every row (60 ms for a
+    rare word in 20,000 messages, against 0.5 ms through the GIN index)."""
+    if isinstance(conn, PgConnection):
+        return conn.raw.execute(POSTGRESQL.adapt(sql), params, prepare=False).fetchall()
+    return conn.execute(sql, params).fetchall()
+
+
 def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
     """``(id, score, window size)`` of the best ``limit`` among the newest ``window`` matches
     of the project's live messages (as :func:`room.store.search._messages` on SQLite)."""
-    return conn.execute(
+    return _planned_each_time(
+        conn,
         "SELECT id, score, count(*) OVER () FROM (SELECT m.id AS id,"
         " ts_rank(f.tsv, CAST(:q AS tsquery)) AS score"
         " FROM message_fts AS f JOIN messages m ON m.id = f.rowid"
@@ -57,13 +69,14 @@ def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
         + " ORDER BY f.rowid DESC LIMIT :window) AS ranked ORDER BY score DESC, id DESC"
         " LIMIT :limit",
         params,
-    ).fetchall()
+    )
 
 
 def pending_changes(conn: Connection, params: dict[str, Any]) -> str:
     """The condition leaving out messages edited since the indexer last looked, or nothing."""
-    done = conn.execute("SELECT changes_done FROM index_state").fetchone()[0]
-    last = conn.execute("SELECT coalesce(max(seq), 0) FROM search_changes").fetchone()[0]
+    done, last = conn.execute(
+        "SELECT changes_done, (SELECT coalesce(max(seq), 0) FROM search_changes) FROM index_state"
+    ).fetchone()
     if last <= done:
         return ""
     params["done"] = done
@@ -73,7 +86,8 @@ def pending_changes(conn: Connection, params: dict[str, Any]) -> str:
 def best_records(conn: Connection, params: dict[str, Any], kinds: list[str]) -> list[Any]:
     """``(id, score, window size)`` of the best memory records (their ``search_records`` id)."""
     marks = ", ".join(f":k{i}" for i in range(len(kinds)))
-    return conn.execute(
+    return _planned_each_time(
+        conn,
         "SELECT id, score, count(*) OVER () FROM (SELECT r.id AS id, r.at AS at,"
         " ts_rank(f.tsv, CAST(:q AS tsquery)) AS score"
         " FROM search_fts AS f JOIN search_records r ON r.id = -f.rowid"
@@ -82,7 +96,7 @@ def best_records(conn: Connection, params: dict[str, Any], kinds: list[str]) -> 
         + FILTERS.format(author="r.author_id", at="r.at")
         + " ORDER BY f.rowid LIMIT :window) AS ranked ORDER BY score DESC, at DESC LIMIT :limit",
         params | {f"k{i}": k for i, k in enumerate(kinds)},
-    ).fetchall()
+    )
 
 
 # -- the indexer -------------------------------------------------------------------------------
