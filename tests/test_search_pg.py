@@ -8,6 +8,7 @@ what a person expects, so two backends wrong the same way still fail."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,3 +287,29 @@ def test_postgresql_stores_the_tokens_fts5_makes(sides: tuple[Side, Side]) -> No
         for r in pg.conn.execute("SELECT rowid, tsvector_to_array(tsv) FROM message_fts")
     }
     assert stored == {mid: sorted({t.split(":", 1)[1] for t in toks}) for mid, toks in ours.items()}
+
+
+def test_the_indexer_thread_and_its_housekeeping_on_postgresql(sides: tuple[Side, Side]) -> None:
+    """The server's indexing thread given a postgresql:// URL (as a server on PostgreSQL
+    will run it), and the start-up clean-up of applied changes."""
+    _, pg = sides
+
+    async def index_in_the_thread() -> bool:
+        thread = indexer.SearchIndexer(pg.db)
+        thread.start(asyncio.get_running_loop())
+        try:
+            return await thread.settle(10)
+        finally:
+            await thread.close()
+
+    assert indexer.lag(pg.db) == {"messages": len(CORPUS), "changes": 0}
+    assert asyncio.run(index_in_the_thread())
+    assert indexer.lag(pg.db) == {"messages": 0, "changes": 0}
+    assert pg.hits("数据") == EXPECTED["数据"]
+    pg.conn.execute("BEGIN")
+    for mid in (1, 2, 3):
+        search_store.message_changed(pg.conn, mid)
+    pg.conn.execute("COMMIT")
+    pg.index()
+    assert indexer.forget_applied_changes(pg.conn, Path("unused")) == 2  # the newest stays
+    assert [r[0] for r in pg.conn.execute("SELECT message_id FROM search_changes")] == [3]
