@@ -64,7 +64,7 @@ def databases() -> Iterator[Callable[[], str]]:
 
     # Started from this process, the cluster inherits its core (the generator's): a query and
     # its backend take turns on one core, as the in-process SQLite reference runs there too.
-    # (Pinned to the other core, each of a search's seven round trips waited for a core the
+    # (Pinned to the other core, each of a search's round trips waited for a core the
     # machine's other processes were using: 60 ms medians for 5 ms of work.)
     with PostgresCluster(find_bin_dir()) as cluster:
         yield lambda: cluster.dsn(cluster.create_database())
