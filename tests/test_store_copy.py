@@ -143,3 +143,47 @@ def test_a_target_that_holds_anything_is_refused_unchanged(
     with pytest.raises(CopyError) as stale:
         copy_store(str(old), str(tmp_path / "t2"))
     assert stale.value.code == "source_not_current"
+
+
+def test_a_copy_that_differs_from_its_source_is_rolled_back(
+    tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check before the commit catches a row lost on the way (here: the writer made to
+    drop the last message) and nothing of the copy stays."""
+    from room.actions import store_copy
+    from room.store.migrate import migrate
+
+    source = tmp_path / "src"
+    source.mkdir()
+    conn = sqlite_connect(source / "room.sqlite")
+    migrate(conn, source / "room.sqlite", now=0.0)
+    conn.execute("INSERT INTO projects (id, name, created_at, updated_at) VALUES (1, 'p', 0, 0)")
+    for i in range(1, 4):
+        conn.execute(
+            "INSERT INTO messages (id, project_id, seq, body, frame, created_at)"
+            " VALUES (?, 1, ?, ?, '{}', 0)",
+            (i, i, f"message {i}"),
+        )
+    conn.close()
+    real_write = store_copy._write
+
+    def lossy(target: Side, table: str, names: list[str], rows: Any) -> None:
+        got = list(rows)
+        real_write(target, table, names, got[:-1] if table == "messages" else got)
+
+    monkeypatch.setattr(store_copy, "_write", lossy)
+    with pytest.raises(CopyError) as wrong:
+        copy_store(str(source), pg_dsn)
+    assert wrong.value.code == "copy_mismatch"
+    assert wrong.value.details["tables"] == {
+        "messages": {"rows": 3, "target_rows": 2},
+        "messages.body": "sha256 differs",
+    }
+    pg = pg_connect(pg_dsn)
+    try:
+        counts = [
+            pg.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("projects", "messages")
+        ]
+        assert counts == [0, 0]
+    finally:
+        pg.close()
