@@ -232,11 +232,12 @@ _FILTERS = (
 
 
 def _messages(conn: Connection, params: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
-    if dialect_for(conn) is POSTGRESQL:
-        best = search_pg.best_messages(conn, params)
+    if dialect_for(conn) is POSTGRESQL:  # ranked and read in one round trip
+        read = search_pg.best_messages(conn, params)
+        rows, best = [r[:-1] for r in read], [(r[0], r[-2], r[-1]) for r in read]
     else:
         best = _best_messages(conn, params)
-    rows = _read(conn, "SELECT id, seq, kind, author_id, created_at, body FROM messages", best)
+        rows = _read(conn, "SELECT id, seq, kind, author_id, created_at, body FROM messages", best)
     found = [
         {
             "kind": "message",
@@ -289,11 +290,14 @@ def _pending_changes(conn: Connection, params: dict[str, Any]) -> str:
 def _records(
     conn: Connection, params: dict[str, Any], kinds: list[str]
 ) -> tuple[list[dict[str, Any]], bool]:
-    if dialect_for(conn) is POSTGRESQL:
-        best = search_pg.best_records(conn, params, kinds)
+    if dialect_for(conn) is POSTGRESQL:  # ranked and read in one round trip
+        read = search_pg.best_records(conn, params, kinds)
+        rows, best = [r[:-1] for r in read], [(r[0], r[-2], r[-1]) for r in read]
     else:
         best = _best_records(conn, params, kinds)
-    rows = _read(conn, "SELECT id, kind, record_id, author_id, at, body FROM search_records", best)
+        rows = _read(
+            conn, "SELECT id, kind, record_id, author_id, at, body FROM search_records", best
+        )
     found = [
         {
             "kind": r[1],

@@ -56,18 +56,20 @@ def _planned_each_time(conn: Connection, sql: str, params: dict[str, Any]) -> li
 
 
 def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
-    """``(id, score, window size)`` of the best ``limit`` among the newest ``window`` matches
-    of the project's live messages (as :func:`room.store.search._messages` on SQLite)."""
+    """The best ``limit`` among the newest ``window`` matches of the project's live messages
+    (as :func:`room.store.search._messages` on SQLite), read in the same statement (a round
+    trip saved): ``(id, seq, kind, author_id, created_at, body, score, window size)``."""
     return _planned_each_time(
         conn,
-        "SELECT id, score, count(*) OVER () FROM (SELECT m.id AS id,"
+        "SELECT m.id, m.seq, m.kind, m.author_id, m.created_at, m.body, b.score, b.total FROM"
+        " (SELECT id, score, count(*) OVER () AS total FROM (SELECT m.id AS id,"
         " ts_rank(f.tsv, CAST(:q AS tsquery)) AS score"
         " FROM message_fts AS f JOIN messages m ON m.id = f.rowid"
         " WHERE f.tsv @@ CAST(:q AS tsquery) AND m.project_id = :p AND m.deleted_at IS NULL"
         + FILTERS.format(author="m.author_id", at="m.created_at")
         + pending_changes(conn, params)
         + " ORDER BY f.rowid DESC LIMIT :window) AS ranked ORDER BY score DESC, id DESC"
-        " LIMIT :limit",
+        " LIMIT :limit) AS b JOIN messages m ON m.id = b.id ORDER BY b.score DESC, b.id DESC",
         params,
     )
 
@@ -84,17 +86,20 @@ def pending_changes(conn: Connection, params: dict[str, Any]) -> str:
 
 
 def best_records(conn: Connection, params: dict[str, Any], kinds: list[str]) -> list[Any]:
-    """``(id, score, window size)`` of the best memory records (their ``search_records`` id)."""
+    """The best memory records, read in the same statement: ``(id, kind, record_id,
+    author_id, at, body, score, window size)`` (``id`` of ``search_records``)."""
     marks = ", ".join(f":k{i}" for i in range(len(kinds)))
     return _planned_each_time(
         conn,
-        "SELECT id, score, count(*) OVER () FROM (SELECT r.id AS id, r.at AS at,"
+        "SELECT r.id, r.kind, r.record_id, r.author_id, r.at, r.body, b.score, b.total FROM"
+        " (SELECT id, score, at, count(*) OVER () AS total FROM (SELECT r.id AS id, r.at AS at,"
         " ts_rank(f.tsv, CAST(:q AS tsquery)) AS score"
         " FROM search_fts AS f JOIN search_records r ON r.id = -f.rowid"
         " WHERE f.tsv @@ CAST(:q AS tsquery) AND f.rowid < 0"
         f" AND r.project_id = :p AND r.kind IN ({marks})"
         + FILTERS.format(author="r.author_id", at="r.at")
-        + " ORDER BY f.rowid LIMIT :window) AS ranked ORDER BY score DESC, at DESC LIMIT :limit",
+        + " ORDER BY f.rowid LIMIT :window) AS ranked ORDER BY score DESC, at DESC LIMIT :limit)"
+        " AS b JOIN search_records r ON r.id = b.id ORDER BY b.score DESC, b.at DESC",
         params | {f"k{i}": k for i, k in enumerate(kinds)},
     )
 
