@@ -313,3 +313,33 @@ def test_the_indexer_thread_and_its_housekeeping_on_postgresql(sides: tuple[Side
     pg.index()
     assert indexer.forget_applied_changes(pg.conn, Path("unused")) == 2  # the newest stays
     assert [r[0] for r in pg.conn.execute("SELECT message_id FROM search_changes")] == [3]
+
+
+def test_the_indexer_thread_reconnects_when_postgresql_drops_it(
+    sides: tuple[Side, Side], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its backend ended (as by a restart of the server): the thread opens a new connection
+    and goes on from the watermark in the database."""
+    _, pg = sides
+
+    async def scenario() -> tuple[bool, bool]:
+        thread = indexer.SearchIndexer(pg.db)
+        thread.start(asyncio.get_running_loop())
+        try:
+            first = await thread.settle(10)
+            pg.write(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'room-search-indexer'"
+            )
+            pg.write(
+                "INSERT INTO messages (id, project_id, seq, author_id, body, frame, created_at)"
+                " VALUES (20, 1, 20, 1, '断线以后的消息', '{}', ?)",
+                (NOW + 20,),
+            )
+            return first, await thread.settle(15)
+        finally:
+            await thread.close()
+
+    assert asyncio.run(scenario()) == (True, True)
+    assert pg.hits("断线") == {("message", 20)}
+    assert "indexing messages for search failed" in caplog.text

@@ -269,6 +269,7 @@ class SearchIndexer:
                     log.exception("indexing messages for search failed; trying again")
                     done = False
                     self._wake.wait(RETRY_SECS)
+                    ix = self._reconnected(ix)
                 if done:
                     self._answer(waiting)
                     self._wake.wait(POLL_SECS)
@@ -277,6 +278,19 @@ class SearchIndexer:
                         self._waiters[:0] = waiting
         finally:
             ix.close()
+
+    def _reconnected(self, ix: Connection) -> Connection:
+        """On PostgreSQL, a new connection when the old one is lost (the server restarted, the
+        backend was ended); the next step starts again from the watermark in the database."""
+        if not isinstance(ix, pg.PgConnection) or not (ix.raw.closed or ix.raw.broken):
+            return ix
+        try:
+            fresh = open_index(self.db_path)
+        except Exception:
+            log.warning("the search indexer cannot reach the database yet; trying again")
+            return ix
+        ix.close()
+        return fresh
 
     def _answer(self, waiting: list[asyncio.Future[None]]) -> None:
         if not waiting or self._loop is None:
