@@ -155,8 +155,7 @@ class RoomServer:
     def _open_postgres(self, trace: BootTrace, url: str) -> Opened:
         """The PostgreSQL store (docs/storage.md): reached (exit 5 when it cannot be), migrated
         under the advisory lock (several processes may start together), seeded. The messages'
-        search index on PostgreSQL is not built by this process yet: search answers 503
-        ``search_unavailable`` (docs/storage.md, "PostgreSQL: done and not done")."""
+        search index lives in the same database (room.store.search_pg)."""
         conn = pg.connect(url, statement_timeout_ms=self.settings.database_statement_timeout_ms)
         try:
             trace.phase(
@@ -167,8 +166,17 @@ class RoomServer:
             )
             applied = pg_migrate.migrate(conn, now=_now())
             trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
-            trace.phase("search_index", skipped="not built on PostgreSQL yet")
             typed = cast(sqlite3.Connection, conn)  # the store's functions run on both
+            behind = indexer.lag(url)
+            forgotten = run_write(
+                typed, lambda c, tx: indexer.forget_applied_changes(c, self.settings.db_path)
+            )
+            trace.phase(
+                "search_index",
+                behind=behind["messages"],
+                changes=behind["changes"],
+                changes_forgotten=forgotten,
+            )
 
             def seed(c: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
                 # Servers starting together seed one at a time: the second finds the owner
@@ -249,16 +257,16 @@ def create_app(
             synchronous=settings.synchronous,
             max_batch=settings.max_batch,
             readers=settings.reader_threads,
-            # SQLite's search index is a file of its own the readers attach; on PostgreSQL the
-            # index is not built by this process yet (search answers search_unavailable).
+            # SQLite's search index is a file of its own the readers attach; PostgreSQL's is
+            # in the same database.
             attach=None if on_postgres else indexer.prepare(settings.db_path),
             statement_timeout_ms=settings.database_statement_timeout_ms,
             node=boot.node_id(settings.data),
         )
         db.start(asyncio.get_running_loop())
         search_indexer = None
-        if settings.search_index_messages and not on_postgres:
-            search_indexer = indexer.SearchIndexer(settings.db_path)
+        if settings.search_index_messages:
+            search_indexer = indexer.SearchIndexer(settings.database_url or settings.db_path)
             search_indexer.start(asyncio.get_running_loop())
         core = Services(
             settings=settings,

@@ -157,6 +157,18 @@ def build_parser() -> argparse.ArgumentParser:
     database_arg(import_)
     import_.add_argument("file", metavar="FILE", type=Path, help="the pack to read")
     import_.add_argument("--name", default=None, help="name of the new project")
+    copy = sub.add_parser(
+        "copy",
+        help="copy a whole server's database into an empty store, SQLite or PostgreSQL "
+        "(docs/storage.md)",
+        description="Copy every table of the database at --from (a data folder, or "
+        "postgresql://…) into the empty store at --to, ids kept, in one transaction; rows and "
+        "digests of every table are compared before it commits. The source is only read. "
+        "Exit 7: the target is not empty (nothing written); 5: a database cannot be reached.",
+    )
+    copy.add_argument("--from", dest="source", required=True, metavar="FOLDER|URL")
+    copy.add_argument("--to", dest="target", required=True, metavar="FOLDER|URL")
+    copy.add_argument("--json", action="store_true", help="print the report as JSON only")
     risk = sub.add_parser(
         "risk",
         help="run the risk scan over every project and print it grouped 🔴 / 🟡 / 🟢",
@@ -285,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "import":
             settings = _settings(args, database_url=args.database)
             return import_project(settings, args.file, args.name)
+        if args.command == "copy":
+            return copy_stores(args.source, args.target, as_json=args.json)
         if args.command == "risk":
             return risk_scan(_settings(args), as_json=args.json)
         if args.command == "backup" and args.every is not None:
@@ -638,6 +652,29 @@ def _warn_if_serving(settings: Settings, file: Path) -> None:
         "/api/projects/import) or stop the server first.",
         file=sys.stderr,
     )
+
+
+def copy_stores(source: str, target: str, *, as_json: bool = False) -> int:
+    """``room copy``: room.actions.store_copy; a refusal is one JSON line on stderr."""
+    from room.actions.store_copy import CopyError, copy_store
+
+    try:
+        report = copy_store(source, target).to_dict()
+    except CopyError as exc:
+        code = EXIT_NOT_EMPTY if exc.code == "target_not_empty" else EXIT_ERROR
+        print(f"room: {exc.message}", file=sys.stderr)
+        print(json.dumps({**exc.to_dict(), "exit": code}, ensure_ascii=False), file=sys.stderr)
+        return code
+    if as_json:
+        print(json.dumps(report, ensure_ascii=False))
+        return EXIT_OK
+    print(f"Copied {report['source']} → {report['target']} in {report['secs']} s")
+    for name, table in report["tables"].items():
+        if table["rows"]:
+            print(f"  {name:<24} {table['rows']:>10} rows (target {table['target_rows']})")
+    print(f"  {report['rows']} rows; every table's rows and digest equal on both")
+    print(f"  message bodies sha256 {report['message_bodies_sha256']}")
+    return EXIT_OK
 
 
 def risk_scan(settings: Settings, *, as_json: bool = False) -> int:

@@ -100,11 +100,14 @@ async def test_serve_on_postgresql_chats_and_keeps_it_across_a_restart(
         assert bodies.count("@wang 只一次") == 1 and "@wang 第0条" in bodies and "在吗" in bodies
         assert bodies[-1] == answer["message"]["body"] and "在吗" in bodies[-1]
         last_seq = history["messages"][-1]["seq"]
-        # Search on PostgreSQL is another branch's (docs/storage.md): a clear 503 until then.
-        status, refused = server.request(
-            "GET", f"/api/projects/{project}/search?q=wang", cookie=owner.cookie
+        # Search on the same database: the server's indexer has indexed what was just sent.
+        status, found = server.request(
+            "GET", f"/api/projects/{project}/search?q=只一次", cookie=owner.cookie
         )
-        assert status == 503 and refused["error"]["code"] == "search_unavailable", refused
+        assert status == 200, found
+        assert [r["seq"] for r in found["results"]] == [
+            m["seq"] for m in history["messages"] if m["body"] == "@wang 只一次"
+        ]
         a.drop()
         b.drop()
     finally:

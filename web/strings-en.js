@@ -522,7 +522,6 @@ export const STRINGS_EN = {
   "error.uploads_busy": "The server is receiving as many uploads as it can; try again shortly",
   "error.busy": "The server is busy; try again shortly",
   "error.database_unavailable": "The database cannot be reached right now; nothing was saved, try again",
-  "error.search_unavailable": "Search is not available on this server's database yet",
   "error.roster_changed": "The project's members just changed; send again",
   "composer.label": "Message",
   "composer.placeholder": "Write a message, @ to mention",

@@ -523,7 +523,6 @@ export const STRINGS_ZH = {
   "error.uploads_busy": "服务器正在接收其他上传，请稍后再试",
   "error.busy": "服务器繁忙，请稍后再试",
   "error.database_unavailable": "暂时连不上数据库，这次没有保存；请稍后重试",
-  "error.search_unavailable": "这台服务器的数据库上还不能搜索",
   "error.roster_changed": "项目成员刚刚变了，请重新发送",
   "composer.label": "消息",
   "composer.placeholder": "输入消息，@ 提及成员",

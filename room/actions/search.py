@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from room.errors import BadRequestError, BusyError, NotFoundError, RateLimitedError
+from room.errors import BadRequestError, NotFoundError, RateLimitedError
 from room.rules.entities import Member
 from room.rules.searchtext import parse_query, parse_time
 from room.services import Services
@@ -19,7 +19,6 @@ from room.store import search as search_store
 SEARCH_PER_SEC = 4.0
 SEARCH_BURST = 20
 # What a search on PostgreSQL answers to retry after (it will not work before an upgrade).
-SEARCH_UNAVAILABLE_RETRY_MS = 3_600_000
 # How long a search waits for the indexer to reach the messages committed before it (a
 # message just sent is found); past it, the search reads what is indexed (docs/search.md).
 SETTLE_SECS = 0.5
@@ -41,13 +40,6 @@ async def search(
     Refused before any reading: a query with nothing to look for (``bad_query``), a bad time
     (``bad_time``), an unknown kind (``unknown_kind``) or author (``unknown_author``), and past
     ``SEARCH_PER_SEC`` per member (``rate_limited``, with ``retry_after_ms``)."""
-    if core.db.url is not None:
-        # The PostgreSQL store has no messages' index yet (docs/storage.md): said, not faked.
-        raise BusyError(
-            "search is not available on PostgreSQL yet (docs/storage.md)",
-            code="search_unavailable",
-            retry_after_ms=SEARCH_UNAVAILABLE_RETRY_MS,
-        )
     parse_query(q)  # bad_query before spending the allowance or a reader
     since_at, until_at = parse_time(since), parse_time(until, end=True)
     wait_ms = core.chatter.take((member.id, "search"))

@@ -19,6 +19,9 @@ their ids given out again), the step first drops what lies past the newest messa
 database another one (restored from a backup: the message at the watermark is not the one
 indexed, or the queue of changes is behind the index's: a restored backup), the index is
 built afresh.
+
+On PostgreSQL (``db`` a ``postgresql://`` URL instead of a path) the index is in the same
+database and a step is :func:`room.store.search_pg.index_step` (docs/storage.md).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from room.store import pg, search_pg
 from room.store import search as search_store
 from room.store.db import chunks
-from room.store.dialect import SQLITE
+from room.store.dialect import POSTGRESQL, SQLITE, Connection, dialect_for, dialect_of
 from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
@@ -42,9 +46,21 @@ POLL_SECS = 0.2  # how often the indexer looks for new messages (a search asks a
 RETRY_SECS = 1.0  # after a step failed (a locked or unreadable file): try again
 
 
-def open_index(db_path: Path) -> sqlite3.Connection:
+# Where the messages are: a SQLite database's path, or a PostgreSQL database's URL.
+Store = Path | str
+
+
+def _is_pg(db: Store) -> bool:
+    return isinstance(db, str) and dialect_of(db) is POSTGRESQL
+
+
+def open_index(db: Store) -> Connection:
     """The index file, with its tables (built afresh when they are of another version), and
-    the main database attached as ``src`` to read the messages from (only ever read)."""
+    the main database attached as ``src`` to read the messages from (only ever read); on
+    PostgreSQL a connection to the database, which holds the index."""
+    if _is_pg(db):
+        return pg.connect(str(db), application_name="room-search-indexer")
+    db_path = Path(db)
     conn = connect(search_store.index_path(db_path), synchronous="NORMAL")
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version != search_store.INDEX_VERSION:
@@ -60,7 +76,7 @@ def open_index(db_path: Path) -> sqlite3.Connection:
 # bytes) is its own ``body`` and has no ``uni`` (what room.rules.searchtext.index_texts returns for
 # it), so most messages are indexed without a call into Python; the rest go through
 # room_index_text and room_index_unigrams.
-# (The index file is SQLite's: its SQL is SQLite's. PostgreSQL's search is not built yet.)
+# (The index file is SQLite's: its SQL is SQLite's. PostgreSQL's is in room.store.search_pg.)
 _ASCII = f"length(body) = {SQLITE.byte_length('body')}"
 _COLUMNS = (
     f"CASE WHEN {_ASCII} THEN body ELSE room_index_text(body) END,"
@@ -68,12 +84,14 @@ _COLUMNS = (
 )
 
 
-def index_step(ix: sqlite3.Connection, limit: int = BATCH) -> bool:
+def index_step(ix: Connection, limit: int = BATCH) -> bool:
     """Index what was committed since the last step (at most ``limit`` messages and changes),
     on a connection from :func:`open_index`; True when nothing is left behind.
 
     One transaction: the main database is read from one snapshot, the index file written
     (the only file it writes: a deferred transaction takes no lock on the main one)."""
+    if dialect_for(ix) is POSTGRESQL:
+        return search_pg.index_step(ix, limit)
     ix.execute("BEGIN")
     try:
         done, changes_done, done_at = ix.execute(
@@ -134,9 +152,9 @@ def prepare(db_path: Path) -> dict[str, Path]:
     return {"ix": search_store.index_path(db_path)}
 
 
-def catch_up(db_path: Path) -> None:
+def catch_up(db: Store) -> None:
     """Index everything committed so far, in this thread (tests, the bench, the CLI)."""
-    ix = open_index(db_path)
+    ix = open_index(db)
     try:
         while not index_step(ix):
             pass
@@ -144,9 +162,11 @@ def catch_up(db_path: Path) -> None:
         ix.close()
 
 
-def forget_applied_changes(conn: sqlite3.Connection, db_path: Path) -> int:
+def forget_applied_changes(conn: Connection, db_path: Path) -> int:
     """Delete the queued changes the index has applied (at start, before the writer runs),
     keeping the newest row so that new changes never reuse a number. Returns how many."""
+    if dialect_for(conn) is POSTGRESQL:
+        return search_pg.forget_applied_changes(conn)
     probe = connect(db_path)
     try:
         search_store.attach_index(probe, db_path)
@@ -163,9 +183,16 @@ def forget_applied_changes(conn: sqlite3.Connection, db_path: Path) -> int:
     ).rowcount
 
 
-def lag(db_path: Path) -> dict[str, int]:
+def lag(db: Store) -> dict[str, int]:
     """How far behind the index is: messages past its watermark, changes not yet applied
     (only reads: the server's indexer may be writing)."""
+    if _is_pg(db):
+        pg_conn = pg.connect(str(db))
+        try:
+            return search_pg.lag(pg_conn)
+        finally:
+            pg_conn.close()
+    db_path = Path(db)
     conn = connect(db_path)
     try:
         search_store.attach_index(conn, db_path)
@@ -188,7 +215,7 @@ def lag(db_path: Path) -> dict[str, int]:
 class SearchIndexer:
     """The indexing thread of a running server (started and stopped with its database)."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Store) -> None:
         self.db_path = db_path
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -228,7 +255,7 @@ class SearchIndexer:
             return False
         return True
 
-    def _run(self, ix: sqlite3.Connection) -> None:
+    def _run(self, ix: Connection) -> None:
         try:
             while not self._stop:
                 self._wake.clear()
@@ -242,6 +269,7 @@ class SearchIndexer:
                     log.exception("indexing messages for search failed; trying again")
                     done = False
                     self._wake.wait(RETRY_SECS)
+                    ix = self._reconnected(ix)
                 if done:
                     self._answer(waiting)
                     self._wake.wait(POLL_SECS)
@@ -250,6 +278,19 @@ class SearchIndexer:
                         self._waiters[:0] = waiting
         finally:
             ix.close()
+
+    def _reconnected(self, ix: Connection) -> Connection:
+        """On PostgreSQL, a new connection when the old one is lost (the server restarted, the
+        backend was ended); the next step starts again from the watermark in the database."""
+        if not isinstance(ix, pg.PgConnection) or not (ix.raw.closed or ix.raw.broken):
+            return ix
+        try:
+            fresh = open_index(self.db_path)
+        except Exception:
+            log.warning("the search indexer cannot reach the database yet; trying again")
+            return ix
+        ix.close()
+        return fresh
 
     def _answer(self, waiting: list[asyncio.Future[None]]) -> None:
         if not waiting or self._loop is None:

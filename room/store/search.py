@@ -24,7 +24,10 @@ from typing import Any
 from room.errors import BadRequestError
 from room.rules.entities import iso
 from room.rules.searchtext import index_texts, parse_query, snippet_html
+from room.rules.searchtokens import tsquery
+from room.store import search_pg
 from room.store.db import BulkInsert
+from room.store.dialect import POSTGRESQL, Connection, dialect_for
 from room.store.migrate import attach
 
 FTS_ROWS = BulkInsert("search_fts", ("rowid", "body", "uni"), fts=True)
@@ -74,7 +77,7 @@ def attach_index(conn: sqlite3.Connection, db_path: Path) -> None:
     attach(conn, "ix", index_path(db_path))
 
 
-def message_changed(conn: sqlite3.Connection, message_id: int) -> None:
+def message_changed(conn: Connection, message_id: int) -> None:
     """An edit, a delete: the indexer re-reads the message (the earlier versions, kept in the
     edit history, are never findable; until it has, a search leaves the message out)."""
     conn.execute("INSERT INTO search_changes (message_id) VALUES (:id)", {"id": message_id})
@@ -84,7 +87,7 @@ def message_changed(conn: sqlite3.Connection, message_id: int) -> None:
 
 
 def index_record(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     record_id: int,
@@ -106,11 +109,14 @@ def index_record(
         {"p": project_id, "kind": kind, "r": record_id, "a": author_id, "at": at, "body": text},
     ).fetchone()
     rowid = -int(row[0])
+    if dialect_for(conn) is POSTGRESQL:
+        search_pg.write_record(conn, rowid, text)
+        return
     conn.execute("DELETE FROM search_fts WHERE rowid = :id", {"id": rowid})
     FTS_ROWS.write(conn, [(rowid, *index_texts(text))], None)
 
 
-def unindex_record(conn: sqlite3.Connection, record_id: int, *, kind: str | None = None) -> None:
+def unindex_record(conn: Connection, record_id: int, *, kind: str | None = None) -> None:
     """Remove a record from the index. Without ``kind``, every kind's record of that id (ids
     of one records table are unique; pass ``kind`` when another table's ids may collide)."""
     where = "record_id = :r" + ("" if kind is None else " AND kind = :kind")
@@ -125,7 +131,7 @@ def unindex_record(conn: sqlite3.Connection, record_id: int, *, kind: str | None
 # -- projects ----------------------------------------------------------------------------------
 
 
-def purge_project(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+def purge_project(conn: Connection, project_id: int) -> dict[str, int]:
     """Remove a project's records from the index, and queue its messages for the indexer to
     remove (before the purge deletes them; searches never return them: they join the live
     messages)."""
@@ -148,7 +154,7 @@ def purge_project(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
 
 
 def search(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     q: str,
     *,
@@ -172,6 +178,9 @@ def search(
     clamped to 1–``MAX_LIMIT``. ``has_file`` keeps messages with an attachment and
     ``mentioning`` those mentioning that member (the ``has:file`` and ``is:mention`` operators,
     :mod:`room.rules.searchquery`); either leaves memory records out.
+
+    On PostgreSQL (:mod:`room.store.search_pg`) the same results are found; ``rank`` is
+    ``ts_rank`` there, so their order may differ (docs/storage.md).
     """
     query = parse_query(q)
     wanted = _kinds(kinds)
@@ -179,7 +188,7 @@ def search(
         wanted = tuple(k for k in wanted if k == "message")
     limit = max(1, min(int(limit), MAX_LIMIT))
     params: dict[str, Any] = {
-        "q": query.fts(),
+        "q": tsquery(query) if dialect_for(conn) is POSTGRESQL else query.fts(),
         "p": project_id,
         "a": author_id,
         "since": since,
@@ -228,22 +237,46 @@ _FILTERS = (
 )
 
 
-# has:file and is:mention (:file, :me); shared with room.store.search_filters.
-MESSAGE_FILTERS = (
-    " AND (NOT :file OR EXISTS (SELECT 1 FROM attachments a WHERE a.message_id = m.id))"
-    " AND (:me IS NULL OR EXISTS"
-    " (SELECT 1 FROM mentions mm WHERE mm.message_id = m.id AND mm.member_id = :me))"
-)
+# has:file and is:mention (:file, :me), typed for both stores; shared with
+# room.store.search_filters.
+MESSAGE_FILTERS = search_pg.MESSAGE_FILTERS
 
 
-def _messages(
-    conn: sqlite3.Connection, params: dict[str, Any]
-) -> tuple[list[dict[str, Any]], bool]:
+def _messages(conn: Connection, params: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    if dialect_for(conn) is POSTGRESQL:  # ranked and read in one round trip
+        read = search_pg.best_messages(conn, params)
+        rows, best = [r[:-1] for r in read], [(r[0], r[-2], r[-1]) for r in read]
+    else:
+        best = _best_messages(conn, params)
+        rows = _read(conn, "SELECT id, seq, kind, author_id, created_at, body FROM messages", best)
+    found = [
+        {
+            "kind": "message",
+            "id": int(r[0]),
+            "message_id": int(r[0]),
+            "seq": int(r[1]),
+            "message_kind": r[2],
+            "_body": str(r[5]),
+            "rank": _rank(conn, r[-1]),
+            "_author": r[3],
+            "_at": float(r[4]),
+        }
+        for r in rows
+    ]
+    return found, _capped(best, params["window"])
+
+
+def _rank(conn: Connection, score: Any) -> float:
+    """Higher is better: minus FTS5's BM25 rank, or PostgreSQL's ``ts_rank`` as it is."""
+    return float(score) if dialect_for(conn) is POSTGRESQL else -float(score)
+
+
+def _best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
     # The newest RANK_WINDOW matches are ranked (FTS5 walks the doclist backwards by rowid,
     # which is the message id; BM25 is computed only for rows past the project and filters),
     # the best ``limit`` of them are picked inside SQLite with the window's size (for
     # ``capped``), and only they are read in full: no per-match work in Python.
-    best = conn.execute(
+    return conn.execute(
         "SELECT id, score, count(*) OVER () FROM (SELECT m.id AS id, f.rank AS score"
         " FROM ix.message_fts AS f JOIN messages m ON m.id = f.rowid"
         " WHERE f.message_fts MATCH :q AND m.project_id = :p AND m.deleted_at IS NULL"
@@ -253,25 +286,9 @@ def _messages(
         + " ORDER BY f.rowid DESC LIMIT :window) ORDER BY score, id DESC LIMIT :limit",
         params,
     ).fetchall()
-    rows = _read(conn, "SELECT id, seq, kind, author_id, created_at, body FROM messages", best)
-    found = [
-        {
-            "kind": "message",
-            "id": int(r[0]),
-            "message_id": int(r[0]),
-            "seq": int(r[1]),
-            "message_kind": r[2],
-            "_body": str(r[5]),
-            "rank": -float(r[-1]),
-            "_author": r[3],
-            "_at": float(r[4]),
-        }
-        for r in rows
-    ]
-    return found, _capped(best, params["window"])
 
 
-def _pending_changes(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
+def _pending_changes(conn: Connection, params: dict[str, Any]) -> str:
     """The condition leaving out messages edited since the indexer last looked (their indexed
     text may be an earlier version), or nothing when it is up to date (the usual case)."""
     done = conn.execute("SELECT changes_done FROM ix.index_state").fetchone()[0]
@@ -283,27 +300,23 @@ def _pending_changes(conn: sqlite3.Connection, params: dict[str, Any]) -> str:
 
 
 def _records(
-    conn: sqlite3.Connection, params: dict[str, Any], kinds: list[str]
+    conn: Connection, params: dict[str, Any], kinds: list[str]
 ) -> tuple[list[dict[str, Any]], bool]:
-    marks = ", ".join(f":k{i}" for i in range(len(kinds)))
-    # A record's rowid is minus its search_records id: ascending rowid is newest first.
-    best = conn.execute(
-        "SELECT id, score, count(*) OVER () FROM (SELECT r.id AS id, search_fts.rank AS score,"
-        " r.at AS at FROM search_fts JOIN search_records r"
-        " ON r.id = -search_fts.rowid WHERE search_fts MATCH :q AND search_fts.rowid < 0"
-        f" AND r.project_id = :p AND r.kind IN ({marks})"
-        + _FILTERS.format(author="r.author_id", at="r.at")
-        + " ORDER BY search_fts.rowid LIMIT :window) ORDER BY score, at DESC LIMIT :limit",
-        params | {f"k{i}": k for i, k in enumerate(kinds)},
-    ).fetchall()
-    rows = _read(conn, "SELECT id, kind, record_id, author_id, at, body FROM search_records", best)
+    if dialect_for(conn) is POSTGRESQL:  # ranked and read in one round trip
+        read = search_pg.best_records(conn, params, kinds)
+        rows, best = [r[:-1] for r in read], [(r[0], r[-2], r[-1]) for r in read]
+    else:
+        best = _best_records(conn, params, kinds)
+        rows = _read(
+            conn, "SELECT id, kind, record_id, author_id, at, body FROM search_records", best
+        )
     found = [
         {
             "kind": r[1],
             "id": int(r[2]),
             "record_id": int(r[2]),
             "_body": str(r[5]),
-            "rank": -float(r[-1]),
+            "rank": _rank(conn, r[-1]),
             "_author": r[3],
             "_at": float(r[4]),
         }
@@ -312,13 +325,27 @@ def _records(
     return found, _capped(best, params["window"])
 
 
+def _best_records(conn: Connection, params: dict[str, Any], kinds: list[str]) -> list[Any]:
+    marks = ", ".join(f":k{i}" for i in range(len(kinds)))
+    # A record's rowid is minus its search_records id: ascending rowid is newest first.
+    return conn.execute(
+        "SELECT id, score, count(*) OVER () FROM (SELECT r.id AS id, search_fts.rank AS score,"
+        " r.at AS at FROM search_fts JOIN search_records r"
+        " ON r.id = -search_fts.rowid WHERE search_fts MATCH :q AND search_fts.rowid < 0"
+        f" AND r.project_id = :p AND r.kind IN ({marks})"
+        + _FILTERS.format(author="r.author_id", at="r.at")
+        + " ORDER BY search_fts.rowid LIMIT :window) ORDER BY score, at DESC LIMIT :limit",
+        params | {f"k{i}": k for i, k in enumerate(kinds)},
+    ).fetchall()
+
+
 def _capped(best: list[Any], window: int) -> bool:
     """Whether the ranked window was full (more may have matched): the window's size is the
     last column of every row of the best ones."""
     return bool(best) and int(best[0][-1]) >= window
 
 
-def _read(conn: sqlite3.Connection, select: str, best: list[Any]) -> list[Any]:
+def _read(conn: Connection, select: str, best: list[Any]) -> list[Any]:
     """The full rows of the best ones (``select`` without its WHERE), in their order. Readers
     run in one transaction (:meth:`room.store.db.Database.read`), so both statements see the
     same rows; one that is gone anyway is left out rather than failing the search."""
@@ -329,7 +356,7 @@ def _read(conn: sqlite3.Connection, select: str, best: list[Any]) -> list[Any]:
     return [rows[b[0]] + (b[1],) for b in best if b[0] in rows]
 
 
-def _authors(conn: sqlite3.Connection, ids: set[int]) -> dict[int, dict[str, Any]]:
+def _authors(conn: Connection, ids: set[int]) -> dict[int, dict[str, Any]]:
     if not ids:
         return {}
     marks = ", ".join("?" * len(ids))

@@ -9,12 +9,13 @@ id index), so it reads the same on both stores.
 from __future__ import annotations
 
 import html
-import sqlite3
 from typing import Any
 
 from room.rules.entities import iso
 from room.rules.searchtext import SNIPPET_CHARS
 from room.store import search as search_store
+from room.store import search_pg
+from room.store.dialect import Connection
 
 
 def _snippet(text: str) -> str:
@@ -24,7 +25,7 @@ def _snippet(text: str) -> str:
 
 
 def list_messages(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     *,
     author_id: int | None = None,
@@ -44,9 +45,8 @@ def list_messages(
     rows = conn.execute(
         "SELECT m.id, m.seq, m.kind, m.author_id, m.created_at, m.body FROM messages m"
         " WHERE m.project_id = :p AND m.deleted_at IS NULL"
-        " AND (:a IS NULL OR m.author_id = :a)"
-        " AND (:since IS NULL OR m.created_at >= :since)"
-        " AND (:until IS NULL OR m.created_at <= :until)"
+        # typed for PostgreSQL, which cannot type a bare NULL parameter; SQLite reads them alike
+        + search_pg.FILTERS.format(author="m.author_id", at="m.created_at")
         + search_store.MESSAGE_FILTERS
         + " ORDER BY m.id DESC LIMIT :limit",
         params,
