@@ -41,14 +41,15 @@ async def test_serve_on_postgresql_chats_and_keeps_it_across_a_restart(
     pg_dsn = pg_dsn.replace("://room@", "://room:s3cret@")
     server = pg_server(tmp_path / "data", pg_dsn, ROOM_READER_THREADS="3")
     try:
-        # The connection limit is a setting: a writer and reader_threads readers, no more.
+        # The connection limit is a setting: a writer, reader_threads readers and the search
+        # indexer (the index lives in the same database), no more.
         with psycopg.connect(pg_dsn) as conn:
             names = conn.execute(
                 "SELECT application_name, count(*) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND application_name LIKE 'room%%'"
                 " GROUP BY application_name ORDER BY 1"
             ).fetchall()
-        assert names == [("room-reader", 3), ("room-writer", 1)]
+        assert names == [("room-reader", 3), ("room-search-indexer", 1), ("room-writer", 1)]
         health = server.get_json("/healthz")
         assert health["database"]["backend"] == "postgresql"
         assert health["database"]["version"].split(".")[0].isdigit()
