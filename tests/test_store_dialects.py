@@ -884,3 +884,18 @@ def test_a_start_leaves_the_inbox_of_a_member_another_node_runs(conn: Connection
     # Node b runs the member's turn, whose session holds the inbox: a start of node a leaves it.
     assert deliveries_store.in_builtin_inboxes(conn, "node-a") == []
     assert deliveries_store.in_builtin_inboxes(conn, "node-b") == [delivery]
+
+
+def test_a_start_leaves_the_hand_offs_of_another_nodes_sockets(conn: Connection) -> None:
+    w = make_world(conn)
+    write(conn, lambda c, tx: c.execute("UPDATE members SET driver = 'external' WHERE id = ?",
+                                         (w.agent.id,)))  # fmt: skip
+    for i in (1, 2, 3):
+        post(conn, w, w.owner, f"@Lead {i}", mentions=(w.agent,), message_id=i)
+    mine, theirs, old = deliveries_store.pending_of(conn, w.agent.id, 10, unoffered=False)
+    write(conn, lambda c, tx: deliveries_store.mark_offered(c, [mine], "node-a:sock1"))
+    write(conn, lambda c, tx: deliveries_store.mark_offered(c, [theirs], "node-b:sock2"))
+    write(conn, lambda c, tx: deliveries_store.mark_offered(c, [old], "sock3"))  # before nodes
+    assert deliveries_store.handed_to_external(conn, "node-a") == [mine, old]
+    assert deliveries_store.handed_to_external(conn, "node-b") == [theirs, old]
+    assert deliveries_store.handed_to_external(conn) == [mine, theirs, old]
