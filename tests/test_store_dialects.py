@@ -899,3 +899,25 @@ def test_a_start_leaves_the_hand_offs_of_another_nodes_sockets(conn: Connection)
     assert deliveries_store.handed_to_external(conn, "node-a") == [mine, old]
     assert deliveries_store.handed_to_external(conn, "node-b") == [theirs, old]
     assert deliveries_store.handed_to_external(conn) == [mine, theirs, old]
+
+
+def test_a_start_settles_only_its_own_nodes_research_runs(conn: Connection) -> None:
+    w = make_world(conn)
+
+    def runs(c: Connection, tx: Tx) -> list[int]:
+        made = []
+        for owner in ("node-a", "node-b", None):
+            run_id = research_store.insert_run(
+                c, project_id=w.project_id, question="why?", scope={}, members=[w.agent.id],
+                budget={"tokens": 10}, digest="d", proposer_id=w.owner.id, now=tx.now,
+            )  # fmt: skip
+            research_store.update(c, run_id, tx.now, state="running", owner=owner)
+            made.append(run_id)
+        return made
+
+    a, b, old = write(conn, runs)
+
+    def ids(owner: str | None) -> list[int]:
+        return [r["id"] for r in research_store.in_states(conn, ("running",), owner)]
+
+    assert (ids("node-a"), ids("node-b"), ids(None)) == ([a, old], [b, old], [a, b, old])
