@@ -154,7 +154,10 @@ class Connection:
             "search": self.on_search,
             "ping": self.on_ping,
         }
-        self.handoff = uuid.uuid4().hex
+        # Names this socket's hand-offs to an external agent, after the node (server) that
+        # holds the socket: a start of another server leaves them alone (docs/storage.md).
+        node = core.db.node
+        self.handoff = f"{node}:{uuid.uuid4().hex}" if node else uuid.uuid4().hex
         self._inflight = 0
         self._send_room = asyncio.Event()
         self._send_room.set()

@@ -884,3 +884,40 @@ def test_a_start_leaves_the_inbox_of_a_member_another_node_runs(conn: Connection
     # Node b runs the member's turn, whose session holds the inbox: a start of node a leaves it.
     assert deliveries_store.in_builtin_inboxes(conn, "node-a") == []
     assert deliveries_store.in_builtin_inboxes(conn, "node-b") == [delivery]
+
+
+def test_a_start_leaves_the_hand_offs_of_another_nodes_sockets(conn: Connection) -> None:
+    w = make_world(conn)
+    write(conn, lambda c, tx: c.execute("UPDATE members SET driver = 'external' WHERE id = ?",
+                                         (w.agent.id,)))  # fmt: skip
+    for i in (1, 2, 3):
+        post(conn, w, w.owner, f"@Lead {i}", mentions=(w.agent,), message_id=i)
+    mine, theirs, old = deliveries_store.pending_of(conn, w.agent.id, 10, unoffered=False)
+    write(conn, lambda c, tx: deliveries_store.mark_offered(c, [mine], "node-a:sock1"))
+    write(conn, lambda c, tx: deliveries_store.mark_offered(c, [theirs], "node-b:sock2"))
+    write(conn, lambda c, tx: deliveries_store.mark_offered(c, [old], "sock3"))  # before nodes
+    assert deliveries_store.handed_to_external(conn, "node-a") == [mine, old]
+    assert deliveries_store.handed_to_external(conn, "node-b") == [theirs, old]
+    assert deliveries_store.handed_to_external(conn) == [mine, theirs, old]
+
+
+def test_a_start_settles_only_its_own_nodes_research_runs(conn: Connection) -> None:
+    w = make_world(conn)
+
+    def runs(c: Connection, tx: Tx) -> list[int]:
+        made = []
+        for owner in ("node-a", "node-b", None):
+            run_id = research_store.insert_run(
+                c, project_id=w.project_id, question="why?", scope={}, members=[w.agent.id],
+                budget={"tokens": 10}, digest="d", proposer_id=w.owner.id, now=tx.now,
+            )  # fmt: skip
+            research_store.update(c, run_id, tx.now, state="running", owner=owner)
+            made.append(run_id)
+        return made
+
+    a, b, old = write(conn, runs)
+
+    def ids(owner: str | None) -> list[int]:
+        return [r["id"] for r in research_store.in_states(conn, ("running",), owner)]
+
+    assert (ids("node-a"), ids("node-b"), ids(None)) == ([a, old], [b, old], [a, b, old])

@@ -121,7 +121,7 @@ def return_inboxes(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
 
 
 def await_external_agents(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
-    external = deliveries_store.handed_to_external(conn)
+    external = deliveries_store.handed_to_external(conn, tx.node)
     for delivery_id in external:
         deliveries_store.reconcile_record(
             conn,

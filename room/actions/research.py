@@ -440,6 +440,7 @@ async def act(
             if failure is not None:
                 raise GateRefusedError(failure)
             fields["running_since"] = tx.now
+            fields["owner"] = tx.node  # this server's runner runs it (a start settles its own)
             detail |= {"digest": run["digest"], "scope": run["scope"]}
             if ev is _E.START:
                 fields["reserved_tokens"] = int(run["budget"]["tokens"])
@@ -649,7 +650,9 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx) -> list[int]:
     ``paused_reconcile`` until a person resumes or stops it. Its running span is counted up to
     its last recorded step (when the server went down is not known)."""
     out = []
-    for run in research_store.in_states(conn, (ResearchState.RUNNING.value,)):
+    # Only this server's runs (and those naming none): another server's runner may be running
+    # its own right now.
+    for run in research_store.in_states(conn, (ResearchState.RUNNING.value,), tx.node):
         transition(ResearchState.RUNNING, _E.RECONCILE, ResearchActor.SYSTEM)
         research_store.update(conn, int(run["id"]), tx.now,
                               state=ResearchState.PAUSED_RECONCILE.value,

@@ -383,13 +383,19 @@ def in_builtin_inboxes(conn: Connection, node: str | None = None) -> list[int]:
     )
 
 
-def handed_to_external(conn: Connection) -> list[int]:
-    """Delivered to, or offered to, an external agent and not confirmed consumed."""
+def handed_to_external(conn: Connection, node: str | None = None) -> list[int]:
+    """Delivered to, or offered to, an external agent and not confirmed consumed, except what
+    another node's socket was handed (``handoff`` is ``<node>:<socket>``; that server holds the
+    socket and may be running)."""
+    mine = f"{node}:%" if node else "%"
     return _ids(
         conn.execute(
             "SELECT d.id FROM deliveries d JOIN members m ON m.id = d.recipient_id"
             " WHERE m.driver = 'external' AND (d.state = 'delivered'"
             " OR (d.state = 'pending' AND d.handoff IS NOT NULL))"
+            " AND NOT (d.handoff IS NOT NULL AND d.handoff LIKE '%:%'"
+            " AND d.handoff NOT LIKE :mine)",
+            {"mine": mine},
         )
     )
 

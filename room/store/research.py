@@ -115,13 +115,21 @@ def of_project(
     return [_run(r) for r in conn.execute(sql + " ORDER BY id", params)]
 
 
-def in_states(conn: Connection, states: tuple[str, ...]) -> list[dict[str, Any]]:
+def in_states(
+    conn: Connection, states: tuple[str, ...], owner: str | None = None
+) -> list[dict[str, Any]]:
+    """Runs in ``states``; with ``owner``, only those node ``owner`` started (or resumed) and
+    those naming no node (docs/storage.md, "Several writers")."""
     marks = ", ".join(f":s{i}" for i in range(len(states)))
-    params = {f"s{i}": s for i, s in enumerate(states)}
+    params: dict[str, Any] = {f"s{i}": s for i, s in enumerate(states)}
+    mine = ""
+    if owner is not None:
+        mine, params["owner"] = " AND (owner IS NULL OR owner = :owner)", owner
     return [
         _run(r)
         for r in conn.execute(
-            f"SELECT {_COLUMNS} FROM research_runs WHERE state IN ({marks}) ORDER BY id", params
+            f"SELECT {_COLUMNS} FROM research_runs WHERE state IN ({marks}){mine} ORDER BY id",
+            params,
         )
     ]
 

@@ -531,8 +531,8 @@ CREATE INDEX turns_brake_resume ON turns(project_id) WHERE brake_resume = 1
 
 # Several writers, the same guarantees (docs/storage.md, "Several writers"): one running turn
 # per member is a constraint (older duplicates, which the scheduler never made, are settled
-# first so the index can be built), a turn names the node that runs it (the start-up
-# reconciliation settles only its own), and a project's roster carries a version that every
+# first so the index can be built), a turn and a research run name the node that runs them (the
+# start-up reconciliation settles only its own), and a project's roster carries a version that every
 # roster change raises in its transaction (a send checks it under the project's lock).
 MULTI_WRITER = """
 UPDATE turns SET state = 'interrupted', error = 'another turn of the member was running',
@@ -541,6 +541,7 @@ UPDATE turns SET state = 'interrupted', error = 'another turn of the member was 
     (SELECT max(id) FROM turns WHERE state = 'running' GROUP BY member_id);
 CREATE UNIQUE INDEX turns_one_running ON turns(member_id) WHERE state = 'running';
 ALTER TABLE turns ADD COLUMN owner TEXT;
+ALTER TABLE research_runs ADD COLUMN owner TEXT;
 ALTER TABLE projects ADD COLUMN roster_version INTEGER NOT NULL DEFAULT 0
 """
 

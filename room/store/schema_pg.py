@@ -751,6 +751,7 @@ UPDATE turns SET state = 'interrupted', error = 'another turn of the member was 
     (SELECT max(id) FROM turns WHERE state = 'running' GROUP BY member_id);
 CREATE UNIQUE INDEX turns_one_running ON turns(member_id) WHERE state = 'running';
 ALTER TABLE turns ADD COLUMN owner text;
+ALTER TABLE research_runs ADD COLUMN owner text;
 ALTER TABLE projects ADD COLUMN roster_version bigint NOT NULL DEFAULT 0
 """
 
