@@ -401,7 +401,7 @@ export const STRINGS_EN = {
   "timeline.empty": "No messages yet. Say hello, or @ a member to start.",
   "timeline.unread": "New messages",
   "timeline.latest": "Jump to latest",
-  "timeline.newMessages": "{n} new messages",
+  "timeline.newMessages": "Jump to latest ({n})",
   "timeline.quotedGone": "The original message is not in the loaded history",
   "timeline.messageGone": "This message does not exist, was deleted, or is not in this project",
   "msg.quoteDeleted": "The original message was deleted",

@@ -402,7 +402,7 @@ export const STRINGS_ZH = {
   "timeline.empty": "还没有消息。打个招呼，或 @ 一位成员开始工作。",
   "timeline.unread": "以下为新消息",
   "timeline.latest": "回到最新",
-  "timeline.newMessages": "{n} 条新消息",
+  "timeline.newMessages": "回到最新（{n}）",
   "timeline.quotedGone": "原消息不在已加载的历史中",
   "timeline.messageGone": "这条消息不存在、已删除，或不在这个项目里",
   "msg.quoteDeleted": "原消息已删除",

@@ -7,6 +7,12 @@
 //
 // Entries are cached per message (rebuilt only when the message or the roster changes) and
 // reconciled into the list in seq order, so live updates never disturb focus or an open editor.
+//
+// Where the view rests is pinned (`pin`): to the bottom, or to an entry (the unread marker, a
+// message opened by link) at its offset from the top. Content that grows after the view was placed
+// — delivery labels answered after an entry comes into view, images, fonts, a resized window —
+// would otherwise push the newest message off screen (it stopped 40–130 px short); a
+// ResizeObserver puts the view back where it was pinned until the reader scrolls it elsewhere.
 
 import { get } from "./api.js";
 import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./delivery.js";
@@ -22,6 +28,7 @@ import { startEdit } from "./editor.js";
 
 const PAGE = 50;
 const NEAR_BOTTOM_PX = 80;
+const PINNED_PX = 4; // scrolled this close to the end by the reader, the view stays at the end
 const LOAD_OLDER_PX = 300;
 const GROUP_GAP_MS = 5 * 60_000;
 const READ_EVERY_MS = 250; // read cursors go out at most this often (the last one always does)
@@ -44,6 +51,11 @@ export class Timeline {
     this.newCount = 0;
     this.pendingReceipts = new Map(); // message id -> delivery frames seen while asking
     this.jump = $("#jump-latest");
+    /** @type {"bottom" | {el: Element, offset: number} | null} where the view rests */
+    this.pin = null;
+    this.placedTop = null; // the scrollTop this code last set: any other is the reader's scroll
+    this.resizes = new ResizeObserver(() => this.keepPinned());
+    this.resizes.observe(el);
     this.observer = new IntersectionObserver((entries) => this.onVisible(entries), { root: el });
     el.addEventListener("scroll", () => this.onScroll(), { passive: true });
     el.addEventListener("keydown", (event) => this.onKey(event));
@@ -67,6 +79,9 @@ export class Timeline {
     this.days.clear();
     this.active = null;
     this.newCount = 0;
+    this.pin = null;
+    this.resizes.disconnect(); // entries of the previous project are let go
+    this.resizes.observe(this.el);
     this.el.replaceChildren(h("div", { class: "timeline-loading", text: t("timeline.loading") }));
     this.updateJump();
   }
@@ -87,8 +102,12 @@ export class Timeline {
     const firstUnread = sortedMessages(room).find((m) => m.seq > myRead && m.kind === "chat" && m.author_id !== room.you);
     room.unreadFromSeq = firstUnread ? firstUnread.seq : null;
     this.render();
-    if (room.unreadFromSeq !== null) this.unreadEl.scrollIntoView({ block: "start" });
-    else this.scrollToBottom(false);
+    if (room.unreadFromSeq !== null) {
+      this.pinTo(this.unreadEl, 0);
+      this.newCount = sortedMessages(room).filter((m) => m.seq >= room.unreadFromSeq && m.kind === "chat" && m.author_id !== room.you).length;
+      if (this.atBottom()) this.newCount = 0;
+      this.updateJump();
+    } else this.scrollToBottom(false);
     this.fillViewport();
     this.markRead();
   }
@@ -115,12 +134,14 @@ export class Timeline {
   async loadOlder() {
     const room = this.room;
     if (!room || !room.historyLoaded || !room.hasMore || room.loadingHistory || room.oldestSeq === null) return;
-    const anchor = this.firstVisible();
-    const offset = anchor ? anchor.getBoundingClientRect().top : 0;
     await this.loadPage(room.oldestSeq);
     if (room !== this.room) return;
+    // Where the reader is now (they may have scrolled while the page was asked for) stays put.
+    const anchor = this.firstVisible();
+    const offset = anchor ? anchor.getBoundingClientRect().top : 0;
     this.render();
-    if (anchor && anchor.isConnected) this.el.scrollTop += anchor.getBoundingClientRect().top - offset;
+    if (anchor && anchor.isConnected) this.placeScroll(this.el.scrollTop + anchor.getBoundingClientRect().top - offset);
+    this.keepPinned();
   }
 
   fillViewport() {
@@ -200,6 +221,7 @@ export class Timeline {
     for (const [txn, pending] of room.pending) nodes.push(this.pendingFor(txn, pending));
     if (!nodes.length) nodes.push(h("div", { class: "timeline-empty", text: t("timeline.empty") }));
     reconcile(this.el, nodes);
+    for (const node of nodes) this.resizes.observe(node);
     if (!this.active || !this.active.isConnected) {
       const entries = this.entries();
       if (entries.length) this.setActive(entries[entries.length - 1]);
@@ -405,7 +427,8 @@ export class Timeline {
       this.loadLatest().then(() => this.scrollToBottom(focusLast));
       return;
     }
-    this.el.scrollTop = this.el.scrollHeight;
+    this.pin = "bottom";
+    this.placeScroll(this.el.scrollHeight);
     this.newCount = 0;
     this.updateJump();
     if (focusLast) {
@@ -414,7 +437,41 @@ export class Timeline {
     }
   }
 
+  /** Set scrollTop and remember it, so `onScroll` can tell it from the reader's own scrolling. */
+  placeScroll(top) {
+    this.el.scrollTop = top;
+    this.placedTop = this.el.scrollTop;
+  }
+
+  /** Scroll so `el` is `offset` px below the timeline's top, and keep it there. */
+  pinTo(el, offset) {
+    this.pin = { el, offset };
+    this.placeScroll(this.el.scrollTop + el.getBoundingClientRect().top - this.el.getBoundingClientRect().top - offset);
+    if (this.atBottom()) this.pin = "bottom";
+  }
+
+  /** Put the view back where it is pinned after something changed size. */
+  keepPinned() {
+    const pin = this.pin;
+    if (!pin || !this.room?.historyLoaded) return;
+    if (pin === "bottom") {
+      if (this.room.detached) return;
+      if (this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight > 0.5) this.placeScroll(this.el.scrollHeight);
+    } else if (!pin.el.isConnected) this.pin = null;
+    else {
+      const drift = pin.el.getBoundingClientRect().top - this.el.getBoundingClientRect().top - pin.offset;
+      if (Math.abs(drift) > 0.5) this.placeScroll(this.el.scrollTop + drift);
+    }
+    this.updateJump();
+  }
+
   onScroll() {
+    // The reader's own scroll (not one this code placed) unpins: at the bottom it pins there.
+    if (this.placedTop === null || Math.abs(this.el.scrollTop - this.placedTop) > 1) {
+      this.placedTop = null;
+      const rest = this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight;
+      this.pin = rest < PINNED_PX && !this.room?.detached ? "bottom" : null;
+    }
     if (this.el.scrollTop < LOAD_OLDER_PX) this.loadOlder();
     if (this.room?.detached && this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < LOAD_OLDER_PX) this.loadNewer();
     if (this.atBottom()) {
@@ -538,6 +595,7 @@ export class Timeline {
     const mark = highlightIn(body, terms);
     el.scrollIntoView({ block: "center" });
     mark?.scrollIntoView({ block: "nearest" });
+    this.pinTo(el, el.getBoundingClientRect().top - this.el.getBoundingClientRect().top);
     el.classList.add("flash");
     setTimeout(() => el.classList.remove("flash"), 1600);
     el.focus({ preventScroll: true });
