@@ -432,6 +432,10 @@ export const STRINGS_EN = {
   "edit.savePlain": "Save as plain text",
   "tool.unknown": "a tool",
   "tool.used": "used {tool}",
+  "tool.run": "{n} tool steps in a row",
+  "filter.peopleOnly": "People only (hide AI members, tool activity and notices)",
+  "filter.note": "Showing what people wrote",
+  "filter.showAll": "Show everything",
 
   "notice.info": "System",
   "notice.brake": "Brake",

@@ -433,6 +433,10 @@ export const STRINGS_ZH = {
   "edit.savePlain": "按纯文本保存",
   "tool.unknown": "工具",
   "tool.used": "使用了 {tool}",
+  "tool.run": "连续 {n} 次工具活动",
+  "filter.peopleOnly": "只看人的发言（隐藏 AI 成员、工具活动和系统通知）",
+  "filter.note": "只显示人的发言",
+  "filter.showAll": "显示全部",
 
   "notice.info": "系统",
   "notice.brake": "制动",

@@ -16,13 +16,13 @@
 
 import { get } from "./api.js";
 import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./delivery.js";
-import { $, h } from "./dom.js";
+import { $, h, icon, local } from "./dom.js";
 import { clearHighlights, highlightIn } from "./highlight.js";
-import { dayKey, formatDay, t } from "./i18n.js";
+import { dayKey, formatDay, formatTime, t } from "./i18n.js";
 import { openMessageInfo } from "./info.js";
-import { excerptOf, renderMessage } from "./message.js";
+import { authorName, excerptOf, renderMessage } from "./message.js";
 import { openPicker, sendReaction } from "./reactions.js";
-import { bus, isOwner, mayChange, mayPost, sortedMessages } from "./store.js";
+import { bus, isOwner, mayChange, mayPost, member, sortedMessages } from "./store.js";
 import { openMenu, toast, toastError } from "./ui.js";
 import { startEdit } from "./editor.js";
 
@@ -32,6 +32,7 @@ const PINNED_PX = 4; // scrolled this close to the end by the reader, the view s
 const LOAD_OLDER_PX = 300;
 const GROUP_GAP_MS = 5 * 60_000;
 const READ_EVERY_MS = 250; // read cursors go out at most this often (the last one always does)
+const FILTER_KEY = "room.timelineFilter"; // "people": only what people wrote; else everyone
 
 export class Timeline {
   constructor(el, conn, actions) {
@@ -68,6 +69,13 @@ export class Timeline {
       if (jump) this.jumpTo(Number(jump.dataset.jump));
     });
     this.jump.addEventListener("click", () => this.scrollToBottom(true));
+    // People only / everyone: agents' messages, tool activity and notices hidden, kept per browser.
+    this.filter = local.get(FILTER_KEY) === "people" ? "people" : "all";
+    this.filterButton = $("#timeline-filter");
+    this.filterNote = $("#timeline-filter-note");
+    this.filterButton.addEventListener("click", () => this.setFilter(this.filter === "people" ? "all" : "people"));
+    $("#timeline-filter-off").addEventListener("click", () => this.setFilter("all"));
+    this.showFilter();
     for (const type of ["focus", "visibilitychange"]) (type === "focus" ? window : document).addEventListener(type, () => this.markRead());
   }
 
@@ -204,14 +212,29 @@ export class Timeline {
     this.topEl.classList.toggle("has-more", room.hasMore);
     if (room.messages.size || room.hasMore) nodes.push(this.topEl);
     let prev = null;
-    for (const message of sortedMessages(room)) {
+    let marked = false;
+    const shown = sortedMessages(room).filter((m) => this.shows(m));
+    for (let i = 0; i < shown.length; i += 1) {
+      const message = shown[i];
       const day = dayKey(message.created_at);
       const newDay = !prev || dayKey(prev.created_at) !== day;
       if (newDay) nodes.push(this.dayEl(message.created_at, day));
-      const unread = room.unreadFromSeq === message.seq;
+      // Before the first unread message shown (the filter may hide the first unread one).
+      const unread = !marked && room.unreadFromSeq !== null && message.seq >= room.unreadFromSeq;
       if (unread) {
+        marked = true;
         this.unreadEl.firstChild.textContent = t("timeline.unread");
         nodes.push(this.unreadEl);
+      }
+      // Consecutive tool activity (the same day, not across the unread marker) is one line.
+      let end = i;
+      while (message.kind === "tool" && shown[end + 1]?.kind === "tool" && dayKey(shown[end + 1].created_at) === day &&
+        !(room.unreadFromSeq !== null && !marked && shown[end + 1].seq >= room.unreadFromSeq)) end += 1;
+      if (end > i) {
+        nodes.push(this.toolRunFor(shown.slice(i, end + 1)));
+        prev = shown[end];
+        i = end;
+        continue;
       }
       const el = this.entryFor(message);
       el.classList.toggle("cont", !newDay && !unread && continues(prev, message));
@@ -226,6 +249,63 @@ export class Timeline {
       const entries = this.entries();
       if (entries.length) this.setActive(entries[entries.length - 1]);
     }
+  }
+
+  /** Whether the filter shows `message`: people only shows what people (not agents) wrote. */
+  shows(message) {
+    if (this.filter !== "people") return true;
+    if (message.kind !== "chat" || message.author_id === null) return false;
+    return member(this.room, message.author_id)?.kind !== "agent";
+  }
+
+  setFilter(filter) {
+    if (filter === this.filter) return;
+    this.filter = filter;
+    local.set(FILTER_KEY, filter);
+    this.showFilter();
+    const atEnd = this.atBottom();
+    this.render();
+    if (atEnd) this.scrollToBottom(false);
+    else this.updateJump();
+  }
+
+  showFilter() {
+    const on = this.filter === "people";
+    this.filterButton.setAttribute("aria-pressed", String(on));
+    this.filterNote.hidden = !on;
+  }
+
+  /** Several tool entries in a row: one expandable line (who, how many, the last time), the
+   * entries inside. Cached by its first message, so an open run stays open as it grows. */
+  toolRunFor(run) {
+    const key = `run:${run[0].id}`;
+    let cached = this.cache.get(key);
+    if (!cached) {
+      const summary = h("summary", {});
+      const body = h("div", { class: "tool-run-body" });
+      cached = { el: h("details", { class: "tool-run" }, summary, body), version: "" };
+      this.cache.set(key, cached);
+    }
+    const { el } = cached;
+    const last = run[run.length - 1];
+    el.dataset.seq = String(run[0].seq);
+    el.dataset.id = key;
+    const who = [...new Set(run.map((m) => authorName(this.room, m.author_id)))].join("、");
+    const entries = run.map((m) => this.entryFor(m));
+    const failed = entries.some((entry) => entry.querySelector(":scope > summary .badge-warn"));
+    const version = `${who}|${run.length}|${last.id}|${failed}|${this.room.membersVersion}`;
+    if (cached.version !== version) {
+      cached.version = version;
+      el.firstElementChild.replaceChildren(
+        icon("tool"),
+        h("span", { class: "tool-who", text: who }),
+        h("span", { class: "tool-name", text: t("tool.run", { n: run.length }) }),
+        failed ? h("span", { class: "badge badge-warn", text: t("tool.failed") }) : null,
+        h("time", { dateTime: last.created_at, text: formatTime(last.created_at) }),
+      );
+    }
+    reconcile(el.lastElementChild, entries);
+    return el;
   }
 
   dayEl(iso, key) {
