@@ -215,10 +215,11 @@ function addCopyButton(pre) {
       },
     },
   });
+  // The language and the copy button sit in a strip above the code, never over its first line.
+  const head = h("div", { class: "code-head" }, pre.dataset.lang ? h("span", { class: "code-lang", text: pre.dataset.lang }) : null, button);
   const wrap = h("div", { class: "code-block" });
-  if (pre.dataset.lang) wrap.append(h("span", { class: "code-lang", text: pre.dataset.lang }));
   pre.replaceWith(wrap);
-  wrap.append(pre, button);
+  wrap.append(head, pre);
 }
 
 const SKIP = new Set(["CODE", "PRE", "BLOCKQUOTE"]);

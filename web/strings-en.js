@@ -336,7 +336,7 @@ export const STRINGS_EN = {
   "notify.unsupportedHint": "This browser has no desktop notifications",
   "notify.title": "Someone mentioned you in “{name}”",
   "notify.body": "{n} unread messages mention you",
-  "projects.trashNote": "Restorable for {days} days; never purged automatically.",
+  "projects.trashNote": "Projects here can be restored until someone purges them; the server never purges on its own (suggested: decide within {days} days).",
   "projects.noneTitle": "No projects yet",
   "projects.noneText": "Create a project and work on it with people and AI members.",
 

@@ -337,7 +337,7 @@ export const STRINGS_ZH = {
   "notify.unsupportedHint": "这个浏览器不支持桌面通知",
   "notify.title": "「{name}」中有人提到了你",
   "notify.body": "{n} 条提到你的消息未读",
-  "projects.trashNote": "可在 {days} 天内恢复；不会自动清除。",
+  "projects.trashNote": "回收站里的项目随时可以恢复，直到有人“彻底清除”；服务器从不自动清除（建议 {days} 天内处理）。",
   "projects.noneTitle": "还没有项目",
   "projects.noneText": "新建一个项目，邀请成员和 AI 一起工作。",
 
