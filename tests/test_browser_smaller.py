@@ -137,3 +137,53 @@ def test_the_trash_note_says_it_is_never_purged_on_its_own(
     # The server's own notice in the trashed project says the same.
     notices = [m["body"] for m in room_server.messages(trashed) if m["kind"] == "system"]
     assert any("从不自动清除" in body and "天内可恢复" not in body for body in notices), notices
+
+
+# Scope paths and whether the server's check_path calls them outside the workspace.
+SCOPE_PATHS = ["docs", "./docs", "docs/../src", "a/b/../../c", "..", "../etc", "docs/../../x",
+               "/etc", "C:/x", "c:", "\\\\share", "..\\up", "a/..", "a/./../..", "./../x"]  # fmt: skip
+
+
+def test_the_research_scope_is_checked_before_sending(
+    owner: Person, room_server: RoomServer
+) -> None:
+    from room.rules.research import ResearchInputError, check_path
+
+    def server_says_outside(path: str) -> bool:
+        try:
+            check_path(path)
+        except ResearchInputError as exc:
+            return exc.code == "research_scope_outside"
+        return False
+
+    project = room_server.create_project("研究范围", [{"role": "lead", "handle": "lead", "display_name": "负责人"}])  # fmt: skip
+    owner.open_project(project)
+    page = owner.page
+    page_says = page.evaluate(
+        "async (paths) => { const { outsideWorkspace } = await import('/static/research.js');"
+        " return paths.map(outsideWorkspace); }",
+        SCOPE_PATHS,
+    )
+    assert page_says == [server_says_outside(p) for p in SCOPE_PATHS]
+    asked: list[str] = []
+    page.on(
+        "request",
+        lambda r: asked.append(r.url) if r.method == "POST" and "/research" in r.url else None,
+    )
+    page.locator("#lifecycle-menu").click()
+    page.get_by_role("menuitem", name="发起研究…").click()
+    dialog = page.get_by_role("dialog", name="发起研究")
+    dialog.get_by_label("问题").fill("为什么慢")
+    paths = dialog.get_by_label("范围：工作区路径")
+    paths.fill("docs, ../etc")
+    paths.press("Tab")  # leaving the field checks it: nothing submitted yet
+    error = dialog.locator('[data-error-for="paths"]')
+    expect(error).to_have_text("研究范围里的路径不能在工作区之外：../etc")
+    expect(paths).to_have_attribute("aria-invalid", "true")
+    dialog.get_by_role("button", name="提交提案").click()
+    expect(error).to_be_visible()
+    assert asked == []  # refused in the page: the server was not asked
+    paths.fill("docs")
+    paths.press("Tab")
+    expect(error).to_be_hidden()
+    screenshot(page, "smaller-research-scope")
