@@ -187,3 +187,49 @@ def test_the_research_scope_is_checked_before_sending(
     paths.press("Tab")
     expect(error).to_be_hidden()
     screenshot(page, "smaller-research-scope")
+
+
+@pytest.mark.parametrize("width", [1440, 600])
+def test_overview_bars_dates_and_named_milestones(
+    chromium: Browser, room_server: RoomServer, width: int
+) -> None:
+    from tests.test_browser_portfolio import day, put
+
+    project = room_server.create_project(f"总览细节 {width}")
+    put(room_server, f"/api/projects/{project}/timeline", {
+        "start": day(-5), "end": day(20),
+        "milestones": [{"name": "原型评审", "date": day(2), "status": "pending"}],
+    })  # fmt: skip
+    plan = {"goal": "试", "items": [
+        {"key": "todo", "title": "没排期的任务", "owner": "owner", "acceptance": ["完成"]},
+    ]}  # fmt: skip
+    room_server.post(f"/api/projects/{project}/plan", plan, 201)
+    person = sign_in_owner(chromium, room_server, width=width)
+    page = person.page
+    try:
+        page.goto(f"{room_server.origin}/overview")
+        expect(page.locator("body")).to_have_attribute("data-ready", "true")
+        row = page.locator(f'#ov-index tr[data-project-id="{project}"]')
+        bar = row.locator("progress")
+        expect(bar).to_have_attribute("max", "100")
+        expect(bar).to_have_accessible_name(f"总览细节 {width} 的进度")
+        expect(row.locator(".ov-progress-text")).to_have_text("0%")
+        assert "░" not in row.inner_text()
+        chart = page.locator(f'#ov-gantt g.gantt-row[data-row-id="p{project}"]')
+        expect(chart.locator("text.gantt-ms-label")).to_have_text("原型评审")
+        # The task Gantt: the unscheduled task reads 未排期, not "? → ?".
+        row.get_by_role("button", name="任务甘特").click()
+        task = page.locator('#ov-task-dates li[data-task="todo"]')
+        expect(task).to_contain_text("没排期的任务 · 未排期")
+        assert "?" not in task.inner_text()
+        task.get_by_role("button", name="编辑日期").click()
+        expect(page.locator("#task-start")).to_have_attribute("type", "date")
+        page.locator("#task-end").fill(day(3))
+        page.get_by_role("dialog").get_by_role("button", name="保存").click()
+        expect(task).to_contain_text(f"未定开始，{day(3)} 截止")
+        page.evaluate("() => window.scrollTo(0, 0)")
+        screenshot(page, f"smaller-overview-{width}")
+        assert layout_problems(page) == []
+        person.assert_clean()
+    finally:
+        person.close()
