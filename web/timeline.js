@@ -33,6 +33,9 @@ const LOAD_OLDER_PX = 300;
 const GROUP_GAP_MS = 5 * 60_000;
 const READ_EVERY_MS = 250; // read cursors go out at most this often (the last one always does)
 const FILTER_KEY = "room.timelineFilter"; // "people": only what people wrote; else everyone
+// What can take focus inside an entry. The timeline is one Tab stop (the active entry, a roving
+// tabindex): these stay out of the Tab order until the reader enters the entry with Enter.
+const INNER = "a[href], button, summary, input, select, textarea, [tabindex]";
 
 export class Timeline {
   constructor(el, conn, actions) {
@@ -54,6 +57,7 @@ export class Timeline {
     this.jump = $("#jump-latest");
     /** @type {"bottom" | {el: Element, offset: number} | null} where the view rests */
     this.pin = null;
+    this.entered = null; // the entry whose controls are in the Tab order (Enter on it)
     this.placedTop = null; // the scrollTop this code last set: any other is the reader's scroll
     this.resizes = new ResizeObserver(() => this.keepPinned());
     this.resizes.observe(el);
@@ -61,8 +65,13 @@ export class Timeline {
     el.addEventListener("scroll", () => this.onScroll(), { passive: true });
     el.addEventListener("keydown", (event) => this.onKey(event));
     el.addEventListener("focusin", (event) => {
-      const entry = event.target.closest("[data-seq]");
+      const entry = event.target.closest("#timeline > [data-seq]");
       if (entry) this.setActive(entry);
+    });
+    // Focus leaving an entered entry: its controls leave the Tab order again.
+    el.addEventListener("focusout", (event) => {
+      const entered = this.entered;
+      if (entered && !(event.relatedTarget instanceof Node && entered.contains(event.relatedTarget))) this.leave();
     });
     el.addEventListener("click", (event) => {
       const jump = event.target.closest("[data-jump]");
@@ -305,6 +314,7 @@ export class Timeline {
       );
     }
     reconcile(el.lastElementChild, entries);
+    quiet(el.firstElementChild);
     return el;
   }
 
@@ -322,11 +332,13 @@ export class Timeline {
     const cached = this.cache.get(message.id);
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
     const el = renderMessage(room, message, { actions: this.actionsFor(message), reactions: this.reactionsFor(message) });
+    quiet(el);
     if (cached && cached.el === this.active) this.active = el;
     this.cache.set(message.id, { el, version });
     const slot = el.querySelector(".msg-delivery");
     if (slot) {
       renderDelivery(slot, room, message.id);
+      quiet(slot);
       this.observer.observe(el);
     }
     return el;
@@ -492,8 +504,11 @@ export class Timeline {
   }
 
   refreshDelivery(messageId) {
-    const slot = this.cache.get(messageId)?.el.querySelector(".msg-delivery");
-    if (slot) renderDelivery(slot, this.room, messageId);
+    const entry = this.cache.get(messageId)?.el;
+    const slot = entry?.querySelector(".msg-delivery");
+    if (!slot) return;
+    renderDelivery(slot, this.room, messageId);
+    if (entry !== this.entered) quiet(slot);
   }
 
   // -- scrolling, reading, keyboard --------------------------------------------------------------
@@ -610,36 +625,70 @@ export class Timeline {
     return [...this.el.querySelectorAll(":scope > [data-seq]")];
   }
 
+  /** The one entry in the Tab order (roving tabindex). */
   setActive(el) {
     if (this.active === el) return;
-    if (this.active) {
-      this.active.tabIndex = -1;
-      for (const b of this.active.querySelectorAll(".msg-actions button")) b.tabIndex = -1;
-    }
+    if (this.active) this.active.tabIndex = -1;
+    if (this.entered && this.entered !== el) this.leave();
     this.active = el;
     el.tabIndex = 0;
-    for (const b of el.querySelectorAll(".msg-actions button")) b.tabIndex = 0;
+  }
+
+  /** Enter an entry: its controls (actions, links, reactions, delivery details) join the Tab
+   * order until focus leaves it or Escape; the first one gets focus. */
+  enter(entry) {
+    this.entered = entry;
+    const inner = [...entry.querySelectorAll(INNER)].filter((node) => node !== entry);
+    for (const node of inner) node.tabIndex = 0;
+    // Its actions first (the bar is drawn over the bubble), else the first control shown.
+    const first = entry.querySelector(".msg-actions button") || inner.find((node) => node.getClientRects().length);
+    if (first instanceof HTMLElement) first.focus();
+  }
+
+  leave() {
+    const entry = this.entered;
+    this.entered = null;
+    if (entry) quiet(entry);
   }
 
   onKey(event) {
-    const entry = event.target.closest("[data-seq]");
+    const entry = event.target.closest("#timeline > [data-seq]");
     if (!entry || event.target.closest("textarea, input")) return;
     if (event.key === "Escape" && event.target !== entry) {
+      this.leave();
       entry.focus();
       return;
     }
-    if (event.target !== entry) return;
+    if (event.target !== entry || event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return;
     const entries = this.entries();
     const index = entries.indexOf(entry);
-    const go = { ArrowUp: index - 1, ArrowDown: index + 1, Home: 0, End: entries.length - 1 }[event.key];
-    if (go === undefined) return;
-    event.preventDefault();
-    const target = entries[Math.max(0, Math.min(go, entries.length - 1))];
-    if (target) {
-      target.focus();
-      target.scrollIntoView({ block: "nearest" });
+    const keys = { ArrowUp: index - 1, k: index - 1, ArrowDown: index + 1, j: index + 1, Home: 0, End: entries.length - 1 };
+    const go = keys[event.key];
+    if (go !== undefined) {
+      event.preventDefault();
+      const target = entries[Math.max(0, Math.min(go, entries.length - 1))];
+      if (target) {
+        target.focus();
+        target.scrollIntoView({ block: "nearest" });
+      }
+      if (go < 0) this.loadOlder();
+      return;
     }
-    if (go < 0) this.loadOlder();
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      if (entry instanceof HTMLDetailsElement) entry.open = !entry.open; // tool activity
+      else if (event.key === "Enter") this.enter(entry);
+      return;
+    }
+    // Single keys on the focused message: r reply, e edit (my own), + react, c copy its link.
+    const message = this.room?.messages.get(Number(entry.dataset.id));
+    if (!message || message.kind !== "chat") return;
+    const action = { r: "reply", e: "edit", "+": "react", c: "link" }[event.key];
+    const found = action && this.actionsFor(message).find((a) => a.id === action);
+    if (!found) return;
+    event.preventDefault();
+    const anchor = entry.querySelector(`[data-action="${action}"]`) || entry;
+    found.run({ currentTarget: anchor });
   }
 
   /**
@@ -753,6 +802,11 @@ async function copyLink(room, message) {
   } catch {
     toast(url, { timeout: 15000 });
   }
+}
+
+/** Take an entry's controls out of the Tab order (the timeline is one Tab stop). */
+function quiet(root) {
+  for (const node of root.querySelectorAll(INNER)) node.tabIndex = -1;
 }
 
 function continues(prev, message) {
