@@ -1,0 +1,112 @@
+"""The interface language comes from the browser until the person chooses one, and the sign-in
+pages (login, join, a refused link) read in both languages."""
+
+# The fixtures chromium and room_server are imported from tests/support/browser.py and used as
+# test arguments, which linters read as unused imports redefined.
+# ruff: noqa: F401, F811
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.support.browser import (
+    Person,
+    RoomServer,
+    chromium,
+    layout_problems,
+    new_person,
+    room_server,
+    screenshot,
+)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.mark.parametrize(("locale", "width"), [("en-US", 1440), ("fr-FR", 1024), ("en-GB", 600)])
+def test_an_english_browser_signs_in_and_reads_english(
+    chromium: Browser, room_server: RoomServer, locale: str, width: int
+) -> None:
+    context, page, errors = new_person(chromium, room_server, locale=locale, width=width)
+    person = Person(context, page, "owner", errors)
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        expect(page.locator("html")).to_have_attribute("lang", "en")
+        expect(page.locator("h1")).to_have_text("Sign in to Project Room")
+        expect(page.get_by_role("link", name="中文")).to_be_visible()
+        screenshot(page, f"language-login-{locale}-{width}")
+        assert layout_problems(page) == []
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#app")).to_be_visible()
+        expect(page.locator("html")).to_have_attribute("lang", "en")
+        expect(page.locator("#send")).to_have_text("Send")
+        # The person's choice wins over the browser's, and is kept.
+        page.locator("#lang-toggle").dispatch_event("click")  # in the drawer at 600 px
+        expect(page.locator("#send")).to_have_text("发送")
+        page.reload()
+        expect(page.locator("#send")).to_have_text("发送")
+        person.assert_clean()
+    finally:
+        person.close()
+
+
+def test_a_chinese_browser_reads_chinese_and_may_switch_the_page(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    context, page, errors = new_person(chromium, room_server, width=600)
+    person = Person(context, page, "owner", errors)
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+        expect(page.locator("h1")).to_have_text("登录 Project Room")
+        expect(page.get_by_role("button", name="登录")).to_be_visible()
+        page.get_by_role("link", name="English").click()
+        expect(page).to_have_url(re.compile(r"\?lang=en$"))
+        expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#app")).to_be_visible()
+        expect(page.locator("#send")).to_have_text("发送")  # the room follows the browser
+        person.assert_clean()
+    finally:
+        person.close()
+
+
+@pytest.mark.parametrize(("locale", "width"), [("en-US", 1024), ("zh-CN", 1440)])
+def test_the_join_page_and_a_used_link_in_both_languages(
+    chromium: Browser, room_server: RoomServer, locale: str, width: int
+) -> None:
+    project = room_server.create_project(f"邀请 {locale}")
+    url = room_server.invite_url(project)
+    context, page, errors = new_person(chromium, room_server, locale=locale, width=width)
+    person = Person(context, page, "guest", errors)
+    english = locale.startswith("en")
+    try:
+        page.goto(url)
+        expect(page.locator("h1")).to_have_text("Join a project" if english else "加入项目")
+        page.get_by_label("Handle (Latin letters" if english else "用户名（英文").fill(
+            f"guest{width}"
+        )
+        page.get_by_label("Display name" if english else "显示名称").fill("访客")
+        screenshot(page, f"language-join-{locale}-{width}")
+        assert layout_problems(page) == []
+        page.get_by_role("button", name="Join" if english else "加入").click()
+        expect(page.locator("#app")).to_be_visible()
+        # The same link again, signed out: refused, in the visitor's language.
+        page.context.clear_cookies()
+        page.goto(url)
+        page.get_by_label("Display name" if english else "显示名称").fill("又来")
+        page.get_by_label("Handle (Latin letters" if english else "用户名（英文").fill("again")
+        person.allow("Failed to load resource")
+        page.get_by_role("button", name="Join" if english else "加入").click()
+        expect(page.locator("h1")).to_have_text("Cannot sign in" if english else "无法登录")
+        body = page.locator("main").inner_text()
+        if english:
+            assert not re.search(r"[\u4e00-\u9fff]", body), body  # no Chinese half
+        else:
+            assert not re.search(r"Ask the project|[(]", body), body  # no English half
+        screenshot(page, f"language-refused-{locale}-{width}")
+        person.assert_clean()
+    finally:
+        person.close()
