@@ -110,3 +110,52 @@ def test_the_join_page_and_a_used_link_in_both_languages(
         person.assert_clean()
     finally:
         person.close()
+
+
+@pytest.mark.parametrize(("locale", "width"), [("en-US", 1440), ("zh-CN", 600)])
+def test_the_risk_scan_reads_in_the_readers_language(
+    chromium: Browser, room_server: RoomServer, locale: str, width: int
+) -> None:
+    from tests.test_browser_portfolio import day, put
+
+    project = room_server.create_project(f"逾期 {locale}")
+    put(room_server, f"/api/projects/{project}/timeline", {
+        "start": day(-20), "end": day(-2),
+        "milestones": [{"name": "上线", "date": day(-3), "status": "pending"}],
+    })  # fmt: skip
+    room_server.post("/api/risk-scan", {})  # posts the 🔴 notice into the project
+    english = locale.startswith("en")
+    context, page, errors = new_person(chromium, room_server, locale=locale, width=width)
+    person = Person(context, page, "owner", errors)
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        page.get_by_role("button", name="Sign in" if english else "登录").click()
+        expect(page.locator("#app")).to_be_visible()
+        person.open_project(project)
+        notice = page.locator(".notice", has_text=re.compile("Risk scan|风险扫描"))
+        if english:
+            expect(notice).to_contain_text("Risk scan: Overdue: past the estimated end")
+            expect(notice).to_contain_text(f"estimated end {day(-2)}, 0% done")
+        else:
+            expect(notice).to_contain_text("风险扫描：已逾期：已过预计结束日期且进度未到 100%")
+            expect(notice).not_to_contain_text("(overdue)")
+        screenshot(page, f"language-risk-notice-{locale}-{width}")
+        page.goto(f"{room_server.origin}/overview")
+        expect(page.locator("body")).to_have_attribute("data-ready", "true")
+        page.get_by_role("button", name="Run risk scan" if english else "运行风险扫描").click()
+        found = page.locator('.ov-scan-group[data-level="red"] li[data-rule="overdue"]').filter(
+            has_text=f"逾期 {locale}"
+        )
+        if english:
+            expect(found).to_contain_text("Overdue: past the estimated end and not 100% done")
+            expect(found).to_contain_text("Suggestion: Reschedule")
+            assert not re.search(
+                r"[\u4e00-\u9fff]", found.inner_text().replace(f"逾期 {locale}", "")
+            )
+        else:
+            expect(found).to_contain_text("已逾期")
+            expect(found).not_to_contain_text("(overdue)")
+        screenshot(page, f"language-risk-overview-{locale}-{width}")
+        person.assert_clean()
+    finally:
+        person.close()

@@ -8,6 +8,7 @@ import { renderAttachments } from "./attachments.js";
 import { h, icon } from "./dom.js";
 import { formatDateTime, formatTime, label, t } from "./i18n.js";
 import { resolve } from "./mentions.js";
+import { noticeText } from "./notices.js";
 import { reactionsRow } from "./reactions.js";
 import { researchCard } from "./research.js";
 import { member, presenceOf, roster } from "./store.js";
@@ -290,7 +291,9 @@ const LEADING_EMOJI = /^\p{Extended_Pictographic}\uFE0F?\s*/u;
 function renderNotice(room, message, actions, reactions) {
   const kind = noticeKind(message);
   const body = h("div", { class: "notice-body" });
-  body.innerHTML = message.html; // sanitised by the server
+  const worded = noticeText(message); // a coded notice, in the reader's language
+  if (worded !== null) body.append(h("p", { text: worded }));
+  else body.innerHTML = message.html; // sanitised by the server
   // The kind already has an icon and a word; drop the body's own leading emoji (⛔ 🔀 ✅ …).
   const first = /** @type {Text | null} */ (document.createTreeWalker(body, NodeFilter.SHOW_TEXT).nextNode());
   if (first) first.data = first.data.replace(LEADING_EMOJI, "");

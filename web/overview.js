@@ -7,6 +7,7 @@
 import { get, post, put, setCsrf } from "./api.js";
 import { $, h } from "./dom.js";
 import { ganttSvg } from "./gantt.js";
+import { riskWords } from "./notices.js";
 import { applyStatic, errorText, label, onLang, t } from "./i18n.js";
 import { openDialog, toast, toastError } from "./ui.js";
 
@@ -169,9 +170,13 @@ function drawScan() {
   const group = (level, mark, items, item) => h("div", { class: `ov-scan-group ov-scan-${level}`, dataset: { level } },
     h("h3", { text: `${mark} ${t(`overview.level.${level}`)} · ${items.length}` }),
     h("ul", {}, items.map(item)));
-  const finding = (f) => h("li", {},
-    h("strong", { text: f.project }), " ", h("span", { text: f.title }), h("span", { class: "muted", text: ` — ${f.detail}` }),
-    h("div", { class: "ov-suggestion", text: t("overview.suggestion", { text: f.suggestion }) }));
+  const finding = (f) => {
+    // Worded from the rule and its facts in the reader's language; else the server's words.
+    const words = riskWords(f.rule, f.params || {}) || f;
+    return h("li", { dataset: { rule: f.rule } },
+      h("strong", { text: f.project }), " ", h("span", { class: "ov-finding-title", text: words.title }), h("span", { class: "muted", text: ` — ${words.detail}` }),
+      h("div", { class: "ov-suggestion", text: t("overview.suggestion", { text: words.suggestion }) }));
+  };
   $("#ov-scan-groups").replaceChildren(
     group("red", "🔴", scan.red, finding),
     group("yellow", "🟡", scan.yellow, finding),
