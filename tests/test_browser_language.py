@@ -159,3 +159,24 @@ def test_the_risk_scan_reads_in_the_readers_language(
         person.assert_clean()
     finally:
         person.close()
+
+
+@pytest.mark.parametrize(
+    ("locale", "lead", "frontend"), [("en-US", "Lead", "Frontend"), ("zh-CN", "负责人", "前端")]
+)
+def test_default_member_names_in_the_readers_language(
+    chromium: Browser, room_server: RoomServer, locale: str, lead: str, frontend: str
+) -> None:
+    context, page, errors = new_person(chromium, room_server, locale=locale, width=1024)
+    person = Person(context, page, "owner", errors)
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        page.locator("form button[type=submit]").click()
+        expect(page.locator("#app")).to_be_visible()
+        page.locator("#new-project").click()
+        expect(page.locator("#create-display-lead")).to_have_value(lead)
+        expect(page.locator("#create-display-frontend")).to_have_value(frontend)
+        screenshot(page, f"language-create-{locale}-1024")
+        person.assert_clean()
+    finally:
+        person.close()
