@@ -464,6 +464,7 @@ export const STRINGS_EN = {
   "filter.peopleOnly": "People only (hide AI members, tool activity and notices)",
   "filter.note": "Showing what people wrote",
   "filter.showAll": "Show everything",
+  "filter.short": "People only",
 
   "notice.info": "System",
   "notice.brake": "Brake",

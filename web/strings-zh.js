@@ -465,6 +465,7 @@ export const STRINGS_ZH = {
   "filter.peopleOnly": "只看人的发言（隐藏 AI 成员、工具活动和系统通知）",
   "filter.note": "只显示人的发言",
   "filter.showAll": "显示全部",
+  "filter.short": "只看人",
 
   "notice.info": "系统",
   "notice.brake": "制动",
