@@ -180,3 +180,30 @@ def test_default_member_names_in_the_readers_language(
         person.assert_clean()
     finally:
         person.close()
+
+
+def test_a_research_notice_reads_in_english(chromium: Browser, room_server: RoomServer) -> None:
+    from tests.test_browser_research import TEAM, propose
+
+    project = room_server.create_project("研究通知", TEAM)
+    run = propose(room_server, project)
+    room_server.post(
+        f"/api/research/{run['id']}/approve",
+        {"rev": run["rev"], "scope_digest": run["scope_digest"]},
+    )
+    context, page, errors = new_person(chromium, room_server, locale="en-US", width=1024)
+    person = Person(context, page, "owner", errors)
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#app")).to_be_visible()
+        person.open_project(project)
+        notice = page.locator(".notice", has_text="Research approved")
+        expect(notice).to_contain_text("Research approved, ready to start (")
+        assert "研究已批准" not in notice.inner_text()
+        page.locator("#lang-toggle").click()
+        expect(page.locator(".notice", has_text="研究已批准，待开始（")).to_be_visible()
+        screenshot(page, "language-research-notice-zh-1024")
+        person.assert_clean()
+    finally:
+        person.close()

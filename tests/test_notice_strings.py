@@ -57,3 +57,17 @@ def test_every_risk_template_is_filled_by_its_findings() -> None:
         assert "(overdue)" not in tables["zh"][f"risk.{finding.rule}.title"]
     for lang, strings in tables.items():
         assert "noticeText.risk_found" in strings, lang
+
+
+def test_every_research_state_notice_is_worded() -> None:
+    from room.actions.research import STATE_TEXT
+
+    for lang, path in TABLES.items():
+        strings = table(path)
+        assert "noticeText.research_state" in strings, lang
+        missing = {s for s in STATE_TEXT if f"researchNotice.{s}" not in strings}
+        assert not missing, (lang, missing)
+    # The Chinese words are the server's own, without its leading emoji.
+    zh = table(TABLES["zh"])
+    for state, text in STATE_TEXT.items():
+        assert text.endswith(zh[f"researchNotice.{state}"]), state

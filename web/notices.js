@@ -24,5 +24,9 @@ export function noticeText(message) {
     const words = riskWords(params.rule, params);
     return words ? t("noticeText.risk_found", words) : null;
   }
+  if (notice.code === "research_state") {
+    if (!hasString(`researchNotice.${params.state}`)) return null;
+    return t("noticeText.research_state", { ...params, state: t(`researchNotice.${params.state}`) });
+  }
   return t(`noticeText.${notice.code}`, params);
 }
