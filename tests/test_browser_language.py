@@ -207,3 +207,41 @@ def test_a_research_notice_reads_in_english(chromium: Browser, room_server: Room
         person.assert_clean()
     finally:
         person.close()
+
+
+@pytest.mark.parametrize(("locale", "width"), [("en-US", 1440), ("zh-CN", 600)])
+def test_a_submitted_plan_reads_in_the_readers_language(
+    chromium: Browser, room_server: RoomServer, locale: str, width: int
+) -> None:
+    project = room_server.create_project(f"计划通知 {locale}")
+    plan = {"goal": "接口", "items": [
+        {"key": "schema", "title": "数据结构", "owner": "owner", "acceptance": ["有文档"]},
+        {"key": "api", "title": "接口实现", "owner": "owner", "acceptance": ["能调用"],
+         "depends_on": ["schema"]},
+    ]}  # fmt: skip
+    room_server.post(f"/api/projects/{project}/plan", plan, 201)
+    english = locale.startswith("en")
+    context, page, errors = new_person(chromium, room_server, locale=locale, width=width)
+    person = Person(context, page, "owner", errors)
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        page.locator("form button[type=submit]").click()
+        expect(page.locator("#app")).to_be_visible()
+        person.open_project(project)
+        notice = page.locator(".notice", has_text=re.compile("submitted plan|提交了计划"))
+        if english:
+            expect(notice.locator(".notice-body p")).to_have_text([
+                "@owner submitted plan v1 (2 tasks):",
+                "1. schema 数据结构 — @owner",
+                "2. api 接口实现 — @owner (after schema)",
+            ])  # fmt: skip
+        else:
+            expect(notice.locator(".notice-body p")).to_have_text([
+                "@owner 提交了计划 v1（2 项）：",
+                "1. schema 数据结构 — @owner",
+                "2. api 接口实现 — @owner（依赖 schema）",
+            ])  # fmt: skip
+        screenshot(page, f"language-plan-notice-{locale}-{width}")
+        person.assert_clean()
+    finally:
+        person.close()

@@ -292,7 +292,7 @@ function renderNotice(room, message, actions, reactions) {
   const kind = noticeKind(message);
   const body = h("div", { class: "notice-body" });
   const worded = noticeText(message); // a coded notice, in the reader's language
-  if (worded !== null) body.append(h("p", { text: worded }));
+  if (worded !== null) for (const line of worded.split("\n")) body.append(h("p", { text: line }));
   else body.innerHTML = message.html; // sanitised by the server
   // The kind already has an icon and a word; drop the body's own leading emoji (⛔ 🔀 ✅ …).
   const first = /** @type {Text | null} */ (document.createTreeWalker(body, NodeFilter.SHOW_TEXT).nextNode());

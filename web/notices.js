@@ -15,7 +15,19 @@ export function riskWords(rule, params = {}) {
   };
 }
 
-/** What a system message says in the reader's language, or null to show the server's text. */
+/** A plan as submitted: the headline, one line per task, and whether it waits to be started. */
+function planLines(params) {
+  const lines = [t("noticeText.plan_submitted", params)];
+  (Array.isArray(params.items) ? params.items : []).forEach((item, i) => {
+    const after = Array.isArray(item.after) && item.after.length ? t("noticeText.planAfter", { deps: item.after.join(", ") }) : "";
+    lines.push(t("noticeText.planItem", { n: i + 1, key: item.key, title: item.title, owner: item.owner, after }));
+  });
+  if (params.started === false) lines.push(t("noticeText.planWaiting"));
+  return lines.join("\n");
+}
+
+/** What a system message says in the reader's language (lines apart by "\n"), or null to show
+ * the server's text. */
 export function noticeText(message) {
   const notice = message.meta?.notice;
   if (!notice || typeof notice.code !== "string" || !hasString(`noticeText.${notice.code}`)) return null;
@@ -24,6 +36,7 @@ export function noticeText(message) {
     const words = riskWords(params.rule, params);
     return words ? t("noticeText.risk_found", words) : null;
   }
+  if (notice.code === "plan_submitted") return planLines(params);
   if (notice.code === "research_state") {
     if (!hasString(`researchNotice.${params.state}`)) return null;
     return t("noticeText.research_state", { ...params, state: t(`researchNotice.${params.state}`) });
