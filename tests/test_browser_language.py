@@ -241,6 +241,18 @@ def test_a_submitted_plan_reads_in_the_readers_language(
                 "1. schema 数据结构 — @owner",
                 "2. api 接口实现 — @owner（依赖 schema）",
             ])  # fmt: skip
+        ready = page.locator(".notice", has_text=re.compile("is ready|已就绪")).first
+        if english:
+            expect(ready.locator(".notice-body p")).to_have_text([
+                "Task schema is ready — @owner, please start", "数据结构",
+                "Acceptance criteria:", "1. 有文档",
+                "Next: press Start on the task board; when done, submit it for review with evidence.",
+            ])  # fmt: skip
+        else:
+            expect(ready.locator(".notice-body p")).to_have_text([
+                "任务 schema 已就绪 — @owner 请开始", "数据结构", "验收标准：", "1. 有文档",
+                "下一步：在任务看板上点「开始」，完成后附证据提交评审。",
+            ])  # fmt: skip
         screenshot(page, f"language-plan-notice-{locale}-{width}")
         person.assert_clean()
     finally:

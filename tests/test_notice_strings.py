@@ -71,3 +71,25 @@ def test_every_research_state_notice_is_worded() -> None:
     zh = table(TABLES["zh"])
     for state, text in STATE_TEXT.items():
         assert text.endswith(zh[f"researchNotice.{state}"]), state
+
+
+def test_the_task_ready_next_steps_are_the_servers() -> None:
+    import inspect
+
+    from room.actions import tasks
+
+    zh = table(TABLES["zh"])
+    source = inspect.getsource(tasks.next_step)
+    # The page's Chinese next steps are the server's own words (for people and for agents).
+    assert f'"start": "{zh["noticeText.next.start_person"]}"' in source
+    assert f'"start": "{zh["noticeText.next.start_agent"]}"' in source
+    en = table(TABLES["en"])
+    for key in (
+        "task_ready",
+        "criteria",
+        "assumptions",
+        "deps",
+        "next.start_person",
+        "next.start_agent",
+    ):
+        assert f"noticeText.{key}" in en, key

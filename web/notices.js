@@ -26,6 +26,18 @@ function planLines(params) {
   return lines.join("\n");
 }
 
+/** A task made ready: what it is, its criteria, assumptions and accepted dependencies, and the
+ * owner's next step. */
+function readyLines(params) {
+  const list = (value) => (Array.isArray(value) ? value : []);
+  const lines = [t("noticeText.task_ready", params), String(params.title ?? "")];
+  lines.push(t("noticeText.criteria"), ...list(params.criteria).map((text, i) => `${i + 1}. ${text}`));
+  if (list(params.assumptions).length) lines.push(t("noticeText.assumptions"), ...list(params.assumptions).map((a) => `- ${a}`));
+  if (list(params.deps).length) lines.push(t("noticeText.deps", { deps: list(params.deps).join(", ") }));
+  if (hasString(`noticeText.next.${params.next}`)) lines.push(t(`noticeText.next.${params.next}`));
+  return lines.join("\n");
+}
+
 /** What a system message says in the reader's language (lines apart by "\n"), or null to show
  * the server's text. */
 export function noticeText(message) {
@@ -37,6 +49,7 @@ export function noticeText(message) {
     return words ? t("noticeText.risk_found", words) : null;
   }
   if (notice.code === "plan_submitted") return planLines(params);
+  if (notice.code === "task_ready") return readyLines(params);
   if (notice.code === "research_state") {
     if (!hasString(`researchNotice.${params.state}`)) return null;
     return t("noticeText.research_state", { ...params, state: t(`researchNotice.${params.state}`) });
