@@ -257,3 +257,39 @@ def test_a_submitted_plan_reads_in_the_readers_language(
         person.assert_clean()
     finally:
         person.close()
+
+
+@pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
+def test_a_route_change_reads_in_the_readers_language(
+    chromium: Browser, room_server: RoomServer, locale: str
+) -> None:
+    project = room_server.create_project(
+        f"路由通知 {locale}", [{"handle": "dev", "role": "backend", "display_name": "开发"}]
+    )
+    dev = room_server.members(project)["dev"]["id"]
+    room_server.post(f"/api/projects/{project}/routes", {
+        "scope": "member", "target": str(dev), "value": "builtin/echo", "reason": "回显"})  # fmt: skip
+    room_server.post(f"/api/projects/{project}/routes", {
+        "scope": "role", "target": "backend", "value": None, "reason": "恢复默认"})  # fmt: skip
+    context, page, errors = new_person(chromium, room_server, locale=locale, width=1024)
+    person = Person(context, page, "owner", errors)
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        page.locator("form button[type=submit]").click()
+        expect(page.locator("#app")).to_be_visible()
+        person.open_project(project)
+        notes = page.locator(".notice-route .notice-body")
+        if locale == "en-US":
+            expect(notes).to_have_text([
+                "@owner changed the model route of @dev (Member lock): builtin/echo. Reason: 回显",
+                "@owner changed the model route of the Backend role (Role default): (cleared)."
+                " Reason: 恢复默认",
+            ])  # fmt: skip
+        else:
+            expect(notes).to_have_text([
+                "@owner 修改了 @dev 的模型路由（成员固定）：builtin/echo。理由：回显",
+                "@owner 修改了角色 后端 的模型路由（角色默认）：（清除）。理由：恢复默认",
+            ])  # fmt: skip
+        person.assert_clean()
+    finally:
+        person.close()

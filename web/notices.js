@@ -3,7 +3,7 @@
 // web/strings-*.js (`noticeText.<code>`); one this page has no words for shows the server's own
 // text, as before. The risk scan's findings ({rule, params}) are worded the same way on /overview.
 
-import { hasString, t } from "./i18n.js";
+import { hasString, label, t } from "./i18n.js";
 
 /** A risk finding's title, detail and suggestion from its rule and facts (null: unknown rule). */
 export function riskWords(rule, params = {}) {
@@ -38,6 +38,20 @@ function readyLines(params) {
   return lines.join("\n");
 }
 
+/** A model route changed: who, what for (the project, the pool, a role, a member), to what, why. */
+function routeLine(params) {
+  const scope = params.scope === "pool_pick" ? "member" : params.scope;
+  if (!hasString(`noticeText.routeSubject.${scope}`)) return null;
+  const subject = t(`noticeText.routeSubject.${scope}`, { role: label("role", params.subject), handle: params.subject });
+  return t("noticeText.route_change", {
+    actor: params.actor,
+    subject,
+    source: label("routeSource", params.source),
+    value: params.value ?? t("noticeText.routeCleared"),
+    reason: params.reason,
+  });
+}
+
 /** What a system message says in the reader's language (lines apart by "\n"), or null to show
  * the server's text. */
 export function noticeText(message) {
@@ -50,6 +64,7 @@ export function noticeText(message) {
   }
   if (notice.code === "plan_submitted") return planLines(params);
   if (notice.code === "task_ready") return readyLines(params);
+  if (notice.code === "route_change") return routeLine(params);
   if (notice.code === "research_state") {
     if (!hasString(`researchNotice.${params.state}`)) return null;
     return t("noticeText.research_state", { ...params, state: t(`researchNotice.${params.state}`) });
