@@ -233,3 +233,32 @@ def test_overview_bars_dates_and_named_milestones(
         person.assert_clean()
     finally:
         person.close()
+
+
+@pytest.mark.parametrize("width", [1440, 1024, 600])
+def test_the_hover_actions_of_a_short_message_stay_in_the_timeline(
+    chromium: Browser, room_server: RoomServer, width: int
+) -> None:
+    project = room_server.create_project(f"短消息 {width}")
+    room_server.say(project, "好")
+    bob = room_server.invite_session(project, f"short{width}", "短")
+    room_server.say(project, "行", session=bob)
+    person = sign_in_owner(chromium, room_server, width=width)
+    page = person.page
+    try:
+        person.open_project(project)
+        area = page.locator("#timeline").bounding_box()
+        assert area is not None
+        for selector in (".msg.mine", ".msg:not(.mine)"):
+            entry = page.locator(selector).last
+            entry.hover()
+            bar = entry.locator(".msg-actions")
+            expect(bar).to_have_css("opacity", "1")
+            box = bar.bounding_box()
+            assert box is not None
+            assert area["x"] <= box["x"] and box["x"] + box["width"] <= area["x"] + area["width"], (
+                selector, box, area)  # fmt: skip
+        screenshot(page, f"smaller-actions-{width}")
+        person.assert_clean()
+    finally:
+        person.close()
