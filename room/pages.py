@@ -22,6 +22,7 @@ from room.errors import RoomError
 from room.infra.bodies import read_body
 from room.infra.frames import CLOSE_SIGNED_OUT
 from room.rules.entities import User
+from room.rules.languages import Language, pick_language
 from room.services import Services
 from room.store import auth as auth_store
 
@@ -53,14 +54,73 @@ async def form_fields(request: Request) -> dict[str, str]:
     return {key: values[0] for key, values in parsed.items()}
 
 
-def page(title: str, body: str, status: int = 200) -> HTMLResponse:
+# The sign-in pages in both languages (the room itself has web/strings-*.js). The language is
+# the visitor's choice (?lang=zh|en, offered on each page) or their browser's (Accept-Language).
+TEXTS: dict[Language, dict[str, str]] = {
+    "zh": {
+        "html_lang": "zh-CN",
+        "other": "English",
+        "login_title": "登录",
+        "login_h1": "登录 Project Room",
+        "login_p": "这是一次性登录链接。点击下方按钮登录本机的 Project Room。",
+        "login_button": "登录",
+        "join_title": "加入项目",
+        "join_h1": "加入项目",
+        "join_as": "你已以 {name} 登录，将用这个身份加入。",
+        "join_button": "加入",
+        "join_other": "想用另一个身份加入？先退出登录，再打开这个链接。",
+        "handle": "用户名（英文，@ 提及时使用）",
+        "display_name": "显示名称",
+        "refused_title": "无法登录",
+        "bad_origin": "请求来源不被允许。",
+        "new_link": "请向项目负责人索取新的链接，或在服务器上运行 <code>room login-link</code>。",
+    },
+    "en": {
+        "html_lang": "en",
+        "other": "中文",
+        "login_title": "Sign in",
+        "login_h1": "Sign in to Project Room",
+        "login_p": "This is a one-time sign-in link. Press the button to sign in to this Project Room.",
+        "login_button": "Sign in",
+        "join_title": "Join a project",
+        "join_h1": "Join a project",
+        "join_as": "You are signed in as {name} and will join as yourself.",
+        "join_button": "Join",
+        "join_other": "To join as someone else, sign out first, then open this link again.",
+        "handle": "Handle (Latin letters, used in @mentions)",
+        "display_name": "Display name",
+        "refused_title": "Cannot sign in",
+        "bad_origin": "The request came from a site that is not allowed.",
+        "new_link": "Ask the project's owner for a new link, or run <code>room login-link</code> on the server.",
+    },
+}
+
+
+def language(request: Request) -> Language:
+    """The visitor's choice (``?lang=``) or, failing that, their browser's ``Accept-Language``."""
+    return pick_language(request.headers.get("accept-language"), request.query_params.get("lang"))
+
+
+def page(
+    title: str, body: str, status: int = 200, lang: Language = "zh", switch: bool = True
+) -> HTMLResponse:
+    """A small server-rendered page; `switch` offers the other language (a GET page only: the
+    link reloads it with ``?lang=``)."""
+    texts = TEXTS[lang]
+    other: Language = "en" if lang == "zh" else "zh"
+    offer = (
+        f'<p class="lang-switch"><a href="?lang={other}" hreflang="{TEXTS[other]["html_lang"]}">'
+        f"{texts['other']}</a></p>"
+        if switch
+        else ""
+    )
     doc = f"""<!doctype html>
-<html lang="zh-CN"><head><meta charset="utf-8">
+<html lang="{texts["html_lang"]}"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)} · Project Room</title>
 <link rel="icon" href="/favicon.ico" type="image/svg+xml">
 <link rel="stylesheet" href="/static/style.css"></head>
-<body class="simple-page"><main class="card">{body}</main></body></html>"""
+<body class="simple-page"><main class="card">{body}{offer}</main></body></html>"""
     return HTMLResponse(doc, status_code=status, headers=SECURITY_HEADERS)
 
 
@@ -84,12 +144,15 @@ async def favicon(request: Request) -> Response:
 
 async def login_form(request: Request) -> Response:
     secret = html.escape(request.path_params["secret"], quote=True)
+    lang = language(request)
+    say = TEXTS[lang]
     return page(
-        "登录",
-        f"""<h1>登录 Project Room</h1>
-<p>这是一次性登录链接。点击下方按钮登录本机的 Project Room。</p>
-<form method="post" action="/login"><input type="hidden" name="secret" value="{secret}">
-<button type="submit" autofocus>登录 / Sign in</button></form>""",
+        say["login_title"],
+        f"""<h1>{say["login_h1"]}</h1>
+<p>{say["login_p"]}</p>
+<form method="post" action="/login?lang={lang}"><input type="hidden" name="secret" value="{secret}">
+<button type="submit" autofocus>{say["login_button"]}</button></form>""",
+        lang=lang,
     )
 
 
@@ -103,34 +166,42 @@ async def _signed_in(core: Services, request: Request) -> User | None:
 
 async def join_form(request: Request) -> Response:
     secret = html.escape(request.path_params["secret"], quote=True)
+    lang = language(request)
+    say = TEXTS[lang]
     user = await _signed_in(request.app.state.core, request)
     if user is not None:
-        name = html.escape(f"{user.display_name}（@{user.handle}）")
+        brackets = "（@{}）" if lang == "zh" else " (@{})"
+        name = html.escape(user.display_name + brackets.format(user.handle))
         return page(
-            "加入项目",
-            f"""<h1>加入项目 / Join a project</h1>
-<p>你已以 {name} 登录，将用这个身份加入。</p>
-<form method="post" action="/login"><input type="hidden" name="secret" value="{secret}">
-<button type="submit" autofocus>加入 / Join</button></form>
-<p>想用另一个身份加入？先退出登录，再打开这个链接。</p>""",
+            say["join_title"],
+            f"""<h1>{say["join_h1"]}</h1>
+<p>{say["join_as"].format(name=name)}</p>
+<form method="post" action="/login?lang={lang}"><input type="hidden" name="secret" value="{secret}">
+<button type="submit" autofocus>{say["join_button"]}</button></form>
+<p>{say["join_other"]}</p>""",
+            lang=lang,
         )
     return page(
-        "加入项目",
-        f"""<h1>加入项目 / Join a project</h1>
-<form method="post" action="/login"><input type="hidden" name="secret" value="{secret}">
-<label>用户名（英文，@ 提及时使用）<input name="handle" required pattern="[A-Za-z][A-Za-z0-9_\\-]{{0,31}}"
+        say["join_title"],
+        f"""<h1>{say["join_h1"]}</h1>
+<form method="post" action="/login?lang={lang}"><input type="hidden" name="secret" value="{secret}">
+<label>{say["handle"]}<input name="handle" required pattern="[A-Za-z][A-Za-z0-9_\\-]{{0,31}}"
  autocomplete="username"></label>
-<label>显示名称<input name="display_name" required maxlength="64"></label>
-<button type="submit">加入 / Join</button></form>""",
+<label>{say["display_name"]}<input name="display_name" required maxlength="64"></label>
+<button type="submit">{say["join_button"]}</button></form>""",
+        lang=lang,
     )
 
 
 async def login(request: Request) -> Response:
     core: Services = request.app.state.core
+    lang = language(request)
+    say = TEXTS[lang]
+    refused = f"<h1>{say['refused_title']}</h1>"
     origin = request.headers.get("origin")
     if origin is not None and origin.rstrip("/") not in core.settings.allowed_origins:
         # Login CSRF: another site must not sign a visitor in to an account of its choosing.
-        return page("无法登录", "<h1>无法登录</h1><p>请求来源不被允许。</p>", status=403)
+        return page(say["refused_title"], f"{refused}<p>{say['bad_origin']}</p>", 403, lang, False)
     form = await form_fields(request)
     secret = form.get("secret", "")
     handle = form.get("handle")
@@ -150,10 +221,11 @@ async def login(request: Request) -> Response:
         )
     except RoomError as exc:
         return page(
-            "无法登录",
-            f"<h1>无法登录</h1><p>{html.escape(exc.message)}</p>"
-            "<p>请向项目负责人索取新的链接，或在服务器上运行 <code>room login-link</code>。</p>",
-            status=exc.http_status,
+            say["refused_title"],
+            f"{refused}<p>{html.escape(half(exc.message, lang))}</p><p>{say['new_link']}</p>",
+            exc.http_status,
+            lang,
+            switch=False,
         )
     target = f"/#/p/{session.project_id}" if session.project_id else "/"
     response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
@@ -169,6 +241,14 @@ async def login(request: Request) -> Response:
         path="/",
     )
     return response
+
+
+def half(message: str, lang: Language) -> str:
+    """The language's half of a server message written "中文 (English)" (else all of it)."""
+    chinese, sep, rest = message.partition(" (")
+    if not sep or not rest.endswith(")"):
+        return message
+    return chinese if lang == "zh" else rest[:-1]
 
 
 async def logout(request: Request) -> Response:

@@ -124,7 +124,7 @@ def test_overview_gantt_scan_and_index(owner: Person, room_server: RoomServer) -
     dialog = page.get_by_role("dialog")
     dialog.get_by_role("button", name="+ 添加里程碑").click()
     dialog.locator(".ms-row").last.locator(".ms-name").fill("远期验收")
-    dialog.locator(".ms-row").last.locator(".ms-date").fill("10000-01-01")
+    # The date picker cannot give a malformed date; left empty, the server names the field.
     owner.allow("Failed to load resource.*400")
     dialog.get_by_role("button", name="保存").click()
     expect(dialog.locator("#tl-error")).to_contain_text("milestones[2].date")

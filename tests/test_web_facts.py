@@ -274,7 +274,12 @@ def test_agent_roles_are_the_servers_in_its_order() -> None:
 
 
 def test_the_create_dialogs_default_names_are_the_presets_titles() -> None:
-    assert js_const("projects.js", "DEFAULT_NAMES") == {r: PRESETS[r].title for r in AGENT_ROLES}
+    # The dialog names a new agent by its role in the reader's language (issue 30: English
+    # readers got Chinese names); in Chinese that is the preset's title, as the server's.
+    text = _source("strings-zh.js")
+    zh = dict(re.findall(r'^\s*"role\.(\w+)": "([^"]*)"', text, re.M))
+    assert {r: zh[r] for r in AGENT_ROLES} == {r: PRESETS[r].title for r in AGENT_ROLES}
+    assert 'value: label("role", role)' in _source("projects.js")
 
 
 def test_every_role_has_a_label() -> None:

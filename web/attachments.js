@@ -55,7 +55,7 @@ function typeLabel(mime, name) {
 
 /** The composer's files: `ready()` are the uploaded attachments a send names. */
 export class AttachTray {
-  constructor(form, input, { roomId, onChange }) {
+  constructor(form, input, { roomId, onChange, dropZones = [] }) {
     this.form = form;
     this.roomId = roomId;
     this.onChange = onChange;
@@ -82,23 +82,31 @@ export class AttachTray {
       event.preventDefault(); // the file, not its name as text
       this.add(files);
     });
+    // Files dropped on the composer or anywhere on the timeline (`dropZones`) go to the tray.
+    for (const zone of [form, ...dropZones]) this.acceptDrops(zone);
+  }
+
+  acceptDrops(zone) {
     let depth = 0;
-    form.addEventListener("dragenter", (event) => {
-      if (!hasFiles(event)) return;
-      depth += 1;
-      form.dataset.dropLabel = t("attach.drop");
-      form.classList.add("is-dropping");
-    });
-    form.addEventListener("dragleave", () => {
-      depth = Math.max(0, depth - 1);
-      if (!depth) form.classList.remove("is-dropping");
-    });
-    form.addEventListener("dragover", (event) => {
-      if (hasFiles(event)) event.preventDefault();
-    });
-    form.addEventListener("drop", (event) => {
+    const done = () => {
       depth = 0;
-      form.classList.remove("is-dropping");
+      zone.classList.remove("is-dropping");
+    };
+    zone.addEventListener("dragenter", (event) => {
+      if (!hasFiles(event) || this.button.disabled) return;
+      depth += 1;
+      zone.dataset.dropLabel = t("attach.drop");
+      zone.classList.add("is-dropping");
+    });
+    zone.addEventListener("dragleave", () => {
+      depth = Math.max(0, depth - 1);
+      if (!depth) zone.classList.remove("is-dropping");
+    });
+    zone.addEventListener("dragover", (event) => {
+      if (hasFiles(event) && !this.button.disabled) event.preventDefault();
+    });
+    zone.addEventListener("drop", (event) => {
+      done();
       const files = [...(event.dataTransfer?.files || [])];
       if (!files.length) return;
       event.preventDefault();

@@ -58,7 +58,11 @@ export class Composer {
       this.submit(false);
     });
     $("#quote-cancel", form).addEventListener("click", () => this.setReply(null));
-    this.tray = new AttachTray(form, this.input, { roomId: () => this.room?.id, onChange: () => this.onFiles() });
+    this.tray = new AttachTray(form, this.input, {
+      roomId: () => this.room?.id,
+      onChange: () => this.onFiles(),
+      dropZones: [$(".timeline-wrap")],
+    });
   }
 
   /** The tray's files changed: a note while uploads run, and the send button follows. */

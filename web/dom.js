@@ -87,6 +87,8 @@ const ICONS = {
   plus: { paths: ["M12 5v14M5 12h14"] },
   panel: { paths: ["M4 5h16v14H4z", "M15 5v14"] },
   check: { paths: ["M5 12l5 5 9-10"] },
+  checks: { paths: ["M2 12l5 5 9-10", "M12 16l1 1 9-10"] },
+  clock: { paths: ["M12 21a9 9 0 1 0 0-18 9 9 0 0 0 0 18z", "M12 7v5l3 2"] },
   alert: { paths: ["M12 3l10 18H2L12 3z", "M12 10v5", "M12 18v.01"] },
   tool: { paths: ["M14.5 5.5a4 4 0 0 0-5 5L4 16l4 4 5.5-5.5a4 4 0 0 0 5-5l-3 3-3-1-1-3 3-3z"] },
   chevron: { paths: ["M6 9l6 6 6-6"] },

@@ -6,6 +6,7 @@
 const SVG_NS = "http://www.w3.org/2000/svg";
 const DAY_MS = 86_400_000;
 const ROW = 34;
+const ROW_NAMED = 46; // a row whose milestones are named under the bar
 const AXIS = 26;
 const PAD = 8;
 
@@ -73,7 +74,8 @@ export function ganttSvg({ rows, today, width, labels }) {
   const chartLeft = labelWidth + PAD;
   const chartWidth = Math.max(120, width - chartLeft - PAD);
   const x = (day) => chartLeft + ((day - lo) / (hi - lo)) * chartWidth;
-  const height = AXIS + Math.max(1, rows.length) * ROW + PAD;
+  const rowHeight = rows.some((row) => row.milestones.length) ? ROW_NAMED : ROW;
+  const height = AXIS + Math.max(1, rows.length) * rowHeight + PAD;
 
   const svg = el("svg", {
     class: "gantt-svg",
@@ -104,10 +106,10 @@ export function ganttSvg({ rows, today, width, labels }) {
   svg.append(axis);
 
   rows.forEach((row, i) => {
-    const top = AXIS + i * ROW;
+    const top = AXIS + i * rowHeight;
     const mid = top + ROW / 2;
     const g = el("g", { class: ["gantt-row", row.overdue && "is-overdue", row.atRisk && "is-at-risk"].filter(Boolean).join(" "), "data-row-id": row.id });
-    if (i % 2 === 1) g.append(el("rect", { x: 0, y: top, width, height: ROW, class: "gantt-stripe" }));
+    if (i % 2 === 1) g.append(el("rect", { x: 0, y: top, width, height: rowHeight, class: "gantt-stripe" }));
     const maxChars = Math.floor((labelWidth - 8) / 7.2);
     const name = text({ x: 4, y: mid - (row.sub ? 3 : -4), class: "gantt-label" }, fit(row.label, maxChars));
     name.append(tooltip(row.label));
@@ -121,7 +123,7 @@ export function ganttSvg({ rows, today, width, labels }) {
       const x1 = Math.max(x0 + 3, x(e ?? s) + (e !== null ? chartWidth / (hi - lo) : 0));
       const kind = row.overdue ? "overdue" : row.atRisk ? "at-risk" : "normal";
       const track = el("rect", { x: x0, y: mid - 7, width: x1 - x0, height: 14, rx: 3, class: `gantt-track gantt-${kind}` });
-      track.append(tooltip(`${row.label}: ${row.start || "?"} → ${row.end || "?"} · ${row.progress ?? 0}%`));
+      track.append(tooltip(`${row.label}: ${row.start || "…"} → ${row.end || "…"} · ${row.progress ?? 0}%`));
       g.append(track);
       const done = Math.max(0, Math.min(100, row.progress ?? 0)) / 100;
       if (done > 0) g.append(el("rect", { x: x0, y: mid - 7, width: (x1 - x0) * done, height: 14, rx: 3, class: `gantt-done gantt-${kind}` }));
@@ -140,6 +142,12 @@ export function ganttSvg({ rows, today, width, labels }) {
       });
       diamond.append(tooltip(`◆ ${m.name} · ${m.date} · ${labels.status[m.status] || m.status}`));
       g.append(diamond);
+      // Named on the chart (it showed only diamonds): below the bar, left of the diamond when
+      // it would run past the right edge.
+      const room = width - PAD - cx;
+      const name = fit(m.name, 16);
+      const anchor = room < name.length * 7 + 10 ? "end" : "start";
+      g.append(text({ x: anchor === "end" ? cx - r - 2 : cx + r + 2, y: mid + 17, class: `gantt-ms-label ms-${m.status}`, "text-anchor": anchor }, name));
     }
     svg.append(g);
   });

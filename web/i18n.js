@@ -1,4 +1,6 @@
-// Interface strings. Chinese (zh-CN) is the default; English is a local choice (localStorage).
+// Interface strings in Chinese (zh-CN) or English: the person's choice (localStorage) or, until
+// they make one, their browser's (navigator.languages: the first Chinese or English tag; a list
+// naming neither reads English) — the rule of room/rules/languages.py for the sign-in pages.
 // Server-written notices are shown as the server wrote them; server errors are worded from their
 // code (errorText).
 //
@@ -14,7 +16,18 @@ const LANG_KEY = "room.lang";
 const DICTS = { "zh-CN": STRINGS_ZH, en: STRINGS_EN };
 const listeners = new Set();
 
-let lang = DICTS[local.get(LANG_KEY)] ? local.get(LANG_KEY) : "zh-CN";
+/** The language a browser asks for, by the rule above. */
+export function browserLang(tags = navigator.languages?.length ? navigator.languages : [navigator.language]) {
+  const named = tags.filter(Boolean);
+  for (const tag of named) {
+    const base = String(tag).toLowerCase().replace("_", "-").split("-")[0];
+    if (base === "zh") return "zh-CN";
+    if (base === "en") return "en";
+  }
+  return named.length ? "en" : "zh-CN";
+}
+
+let lang = DICTS[local.get(LANG_KEY)] ? local.get(LANG_KEY) : browserLang();
 
 export function getLang() {
   return lang;

@@ -88,10 +88,15 @@ export class Members {
     }
     const ops = opsOf(m).filter((op) => OP_LOOK[op]);
     if (ops.length) items.push("-");
+    /** @type {import("./ui.js").MenuEntry[]} */
+    const dangers = [];
     for (const op of ops) {
       const [iconName, text, danger] = OP_LOOK[op](you);
-      items.push({ id: op, icon: iconName, label: text, danger, run: () => this.op(m, op) });
+      (danger ? dangers : items).push({ id: op, icon: iconName, label: text, danger, run: () => this.op(m, op) });
     }
+    // The red one last, after a separator, not between pause and stop.
+    if (dangers.length && items.at(-1) !== "-") items.push("-");
+    items.push(...dangers);
     openMenu(at, items, { label: t("member.menuFor", { name: m.display_name }) });
   }
 
@@ -173,16 +178,21 @@ export class Members {
       done: refresh,
     });
     const ops = h("div", { class: "card-ops" });
+    // Removing someone is apart from pause and stop, under what it does: not one slip away.
+    const away = h("div", { class: "card-danger" });
     const you = m.id === room.you;
     for (const op of opsOf(m).filter((name) => OP_LOOK[name])) {
       const [iconName, text, danger] = OP_LOOK[op](you);
-      ops.append(h("button", { type: "button", class: ["btn", "btn-small", danger && "btn-danger"], dataset: { op }, on: { click: async () => {
+      const button = h("button", { type: "button", class: ["btn", "btn-small", danger && "btn-danger"], dataset: { op }, on: { click: async () => {
         await this.op(m, op);
         refresh();
-      } } }, icon(iconName), text));
+      } } }, icon(iconName), text);
+      if (danger) away.append(h("p", { class: "muted", text: t("confirm.leaveText") }), button);
+      else ops.append(button);
     }
     nodes.push(h("h3", { text: t("card.route") }), routeFacts, h("h3", { text: t("card.switchModel") }), owner ? form : h("p", { class: "muted", text: t("models.ownerOnly") }));
     if (ops.childElementCount) nodes.push(h("h3", { text: t("card.operations") }), ops);
+    if (away.childElementCount) nodes.push(away);
     return nodes;
   }
 

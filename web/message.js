@@ -8,6 +8,7 @@ import { renderAttachments } from "./attachments.js";
 import { h, icon } from "./dom.js";
 import { formatDateTime, formatTime, label, t } from "./i18n.js";
 import { resolve } from "./mentions.js";
+import { noticeText } from "./notices.js";
 import { reactionsRow } from "./reactions.js";
 import { researchCard } from "./research.js";
 import { member, presenceOf, roster } from "./store.js";
@@ -217,10 +218,11 @@ function addCopyButton(pre) {
       },
     },
   });
+  // The language and the copy button sit in a strip above the code, never over its first line.
+  const head = h("div", { class: "code-head" }, pre.dataset.lang ? h("span", { class: "code-lang", text: pre.dataset.lang }) : null, button);
   const wrap = h("div", { class: "code-block" });
-  if (pre.dataset.lang) wrap.append(h("span", { class: "code-lang", text: pre.dataset.lang }));
   pre.replaceWith(wrap);
-  wrap.append(pre, button);
+  wrap.append(head, pre);
 }
 
 const SKIP = new Set(["CODE", "PRE", "BLOCKQUOTE"]);
@@ -291,7 +293,9 @@ const LEADING_EMOJI = /^\p{Extended_Pictographic}\uFE0F?\s*/u;
 function renderNotice(room, message, actions, reactions) {
   const kind = noticeKind(message);
   const body = h("div", { class: "notice-body" });
-  body.innerHTML = message.html; // sanitised by the server
+  const worded = noticeText(message); // a coded notice, in the reader's language
+  if (worded !== null) for (const line of worded.split("\n")) body.append(h("p", { text: line }));
+  else body.innerHTML = message.html; // sanitised by the server
   // The kind already has an icon and a word; drop the body's own leading emoji (⛔ 🔀 ✅ …).
   const first = /** @type {Text | null} */ (document.createTreeWalker(body, NodeFilter.SHOW_TEXT).nextNode());
   if (first) first.data = first.data.replace(LEADING_EMOJI, "");

@@ -7,6 +7,7 @@
 import { get, post, put, setCsrf } from "./api.js";
 import { $, h } from "./dom.js";
 import { ganttSvg } from "./gantt.js";
+import { riskWords } from "./notices.js";
 import { applyStatic, errorText, label, onLang, t } from "./i18n.js";
 import { openDialog, toast, toastError } from "./ui.js";
 
@@ -71,10 +72,26 @@ function drawGantt() {
   const names = new Map(data.projects.map((p) => [p.id, p.name]));
   $("#ov-task-dates").replaceChildren(...(focus && project?.owner ? state.timeline.tasks.map((task) =>
     h("li", { dataset: { task: task.key } },
-      h("span", { text: `${task.key} ${task.title} · ${task.est_start || "?"} → ${task.est_end || "?"}` }), " ",
+      h("span", { text: `${task.key} ${task.title} · ${datesText(task.est_start, task.est_end)}` }), " ",
       h("button", { type: "button", class: "btn btn-small btn-ghost", text: t("overview.editDates"), on: { click: () => editTaskDates(project, task) } }))) : []));
   $("#ov-conflicts").replaceChildren(...(focus ? [] : data.conflicts.map((c) =>
     h("li", { class: "ov-conflict", text: t("overview.conflict", { date: c.date, names: c.project_ids.map((id) => names.get(id) || `#${id}`).join("、") }) }))));
+}
+
+/** A task's dates in words: "未排期" when it has none (it read "? → ?"), one end named alone. */
+function datesText(start, end) {
+  if (start && end) return `${start} → ${end}`;
+  if (start) return t("overview.startsOn", { date: start });
+  if (end) return t("overview.dueOn", { date: end });
+  return t("overview.unscheduled");
+}
+
+/** A real progress bar (it was drawn with █ and ░ characters), with the percentage beside it. */
+function progressBar(percent, name) {
+  const value = Math.max(0, Math.min(100, Number(percent) || 0));
+  return h("span", { class: "ov-progress" },
+    h("progress", { max: 100, value, attrs: { "aria-label": t("overview.progressOf", { name }) } }),
+    h("span", { class: "ov-progress-text", text: `${value}%` }));
 }
 
 async function focusProject(id) {
@@ -113,7 +130,7 @@ function drawIndex() {
       h("td", { class: "ov-name" },
         p.red ? h("span", { class: "ov-red", text: "🔴 ", attrs: { title: t("overview.red") } }) : null,
         h("a", { href: `/#/p/${p.id}`, text: p.name }),
-        h("code", { class: "ov-bar", text: ` ${p.bar} ${p.progress}%` })),
+        progressBar(p.progress, p.name)),
       h("td", { class: "ov-folder" }, h("code", { text: p.folder })),
       h("td", { class: "ov-updated", text: (p.last_activity || "").slice(0, 10) }),
       h("td", {}, h("span", { class: ["state-badge", `state-${p.state}`], text: label("projectState", p.state) })),
@@ -153,9 +170,13 @@ function drawScan() {
   const group = (level, mark, items, item) => h("div", { class: `ov-scan-group ov-scan-${level}`, dataset: { level } },
     h("h3", { text: `${mark} ${t(`overview.level.${level}`)} · ${items.length}` }),
     h("ul", {}, items.map(item)));
-  const finding = (f) => h("li", {},
-    h("strong", { text: f.project }), " ", h("span", { text: f.title }), h("span", { class: "muted", text: ` — ${f.detail}` }),
-    h("div", { class: "ov-suggestion", text: t("overview.suggestion", { text: f.suggestion }) }));
+  const finding = (f) => {
+    // Worded from the rule and its facts in the reader's language; else the server's words.
+    const words = riskWords(f.rule, f.params || {}) || f;
+    return h("li", { dataset: { rule: f.rule } },
+      h("strong", { text: f.project }), " ", h("span", { class: "ov-finding-title", text: words.title }), h("span", { class: "muted", text: ` — ${words.detail}` }),
+      h("div", { class: "ov-suggestion", text: t("overview.suggestion", { text: words.suggestion }) }));
+  };
   $("#ov-scan-groups").replaceChildren(
     group("red", "🔴", scan.red, finding),
     group("yellow", "🟡", scan.yellow, finding),
@@ -210,8 +231,8 @@ async function editTaskDates(project, task) {
   const saved = await openDialog({
     title: t("overview.editDatesTitle", { key: task.key }),
     build: (close) => {
-      const start = h("input", { id: "task-start", value: task.est_start || "", attrs: { placeholder: "YYYY-MM-DD", autocomplete: "off" } });
-      const end = h("input", { id: "task-end", value: task.est_end || "", attrs: { placeholder: "YYYY-MM-DD", autocomplete: "off" } });
+      const start = h("input", { id: "task-start", type: "date", value: task.est_start || "", attrs: { autocomplete: "off" } });
+      const end = h("input", { id: "task-end", type: "date", value: task.est_end || "", attrs: { autocomplete: "off" } });
       const error = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
       const form = h("form", { class: "form" },
         h("div", { class: "tl-grid" },
@@ -257,7 +278,7 @@ function milestoneRow(m = { name: "", date: "", status: "pending" }) {
     ["pending", "in_progress", "done"].map((s) => h("option", { value: s, text: t(`overview.ms.${s}`), selected: s === m.status })));
   const row = h("li", { class: "ms-row" },
     h("input", { class: "ms-name", value: m.name, maxLength: 200, attrs: { "aria-label": t("overview.msName"), placeholder: t("overview.msName") } }),
-    h("input", { class: "ms-date", value: m.date, attrs: { "aria-label": t("overview.msDate"), placeholder: "YYYY-MM-DD", inputmode: "numeric" } }),
+    h("input", { class: "ms-date", type: "date", value: m.date, attrs: { "aria-label": t("overview.msDate") } }),
     status,
     h("button", { type: "button", class: "btn btn-small btn-ghost", text: "✕", attrs: { "aria-label": t("overview.msRemove") }, on: { click: () => row.remove() } }));
   return row;
@@ -276,15 +297,15 @@ async function editTimeline(p) {
     wide: true,
     className: "timeline-dialog",
     build: (close) => {
-      const field = (id, key, value, attrs = {}) => h("label", { class: "field" },
+      const field = (id, key, value, attrs = {}, type = "text") => h("label", { class: "field" },
         h("span", { class: "field-label", text: t(key) }),
-        h("input", { id, value: value ?? "", attrs: { autocomplete: "off", ...attrs } }));
+        h("input", { id, type, value: value ?? "", attrs: { autocomplete: "off", ...attrs } }));
       const list = h("ol", { class: "ms-list" }, current.milestones.map((m) => milestoneRow(m)));
       const error = h("p", { id: "tl-error", class: "error-text", attrs: { role: "alert" }, hidden: true });
       const form = h("form", { class: "form" },
         h("div", { class: "tl-grid" },
-          field("tl-start", "overview.start", current.start, { placeholder: "YYYY-MM-DD" }),
-          field("tl-end", "overview.end", current.end, { placeholder: "YYYY-MM-DD" }),
+          field("tl-start", "overview.start", current.start, {}, "date"),
+          field("tl-end", "overview.end", current.end, {}, "date"),
           field("tl-hours", "overview.hoursEstimated", current.hours_estimated, { inputmode: "decimal" })),
         field("tl-deps", "overview.dependencies", formatDependencies(current.dependencies), { placeholder: "12, skill:rust, external:支付网关" }),
         h("h3", { text: t("overview.milestones") }),

@@ -68,7 +68,6 @@ function unreadBadge(project, current) {
     h("span", { class: "unread-badge", text: count, attrs: { "aria-label": label } }));
 }
 
-const DEFAULT_NAMES = { lead: "负责人", frontend: "前端", backend: "后端", tester: "测试", devops: "运维", design: "设计", docs: "文档" };
 
 export async function createProjectDialog() {
   try {
@@ -151,7 +150,8 @@ export function duplicateName(members) {
 function memberRow(role) {
   const include = h("input", { type: "checkbox", id: `create-include-${role}`, checked: role === "lead", attrs: { "aria-label": t("create.includeRole", { role: label("role", role) }) } });
   const handle = h("input", { id: `create-handle-${role}`, value: role, maxLength: 32, attrs: { "aria-label": t("create.handleOf", { role: label("role", role) }), spellcheck: "false" } });
-  const name = h("input", { id: `create-display-${role}`, value: DEFAULT_NAMES[role], maxLength: 64, attrs: { "aria-label": t("create.displayNameOf", { role: label("role", role) }) } });
+  // The default name is the role in the reader's language (in Chinese, the preset's title).
+  const name = h("input", { id: `create-display-${role}`, value: label("role", role), maxLength: 64, attrs: { "aria-label": t("create.displayNameOf", { role: label("role", role) }) } });
   const model = routeSelect({ id: `create-model-${role}`, none: t("create.modelDefault"), labelText: t("create.modelOf", { role: label("role", role) }) });
   const sync = () => {
     for (const el of [handle, name, model]) el.disabled = !include.checked;

@@ -134,6 +134,20 @@ function splitPaths(text) {
   return text.split(/[,，、\n]/).map((p) => p.trim()).filter(Boolean);
 }
 
+/** The server's check_path (room/rules/research.py), asked before sending: a scope path that is
+ * absolute, a drive path, or climbs out with `..` is outside the workspace. */
+export function outsideWorkspace(path) {
+  const raw = path.trim().replaceAll("\\", "/");
+  if (raw.startsWith("/") || (raw.length > 1 && raw[1] === ":")) return true;
+  const parts = [];
+  for (const part of raw.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === ".." && parts.length && parts.at(-1) !== "..") parts.pop();
+    else parts.push(part);
+  }
+  return parts[0] === "..";
+}
+
 let formSeq = 0;
 
 /**
@@ -244,9 +258,32 @@ export function researchForm(room, /** @type {{ projectId: number, values?: Reco
     const sent = body();
     if (!sent.question.trim()) return showAt("question", t("research.questionRequired")), false;
     if (!sent.scope.paths.length && !sent.scope.references.length) return showAt("paths", t("research.scopeRequired")), false;
+    const outside = sent.scope.paths.find(outsideWorkspace);
+    if (outside !== undefined) return showAt("paths", errorText({ code: "research_scope_outside", details: { path: outside } })), false;
     if (!sent.members.length) return showAt("members", t("research.membersRequired")), false;
+    for (const k of BUDGET_KEYS) {
+      const value = sent.budget[k];
+      if (value !== null && (!Number.isInteger(value) || value < 1 || (caps[k] && value > caps[k]))) {
+        return showAt(`budget.${k}`, errorText({ code: "research_bad_budget", details: {} })), false;
+      }
+    }
     return true;
   };
+  // The scope is checked as it is typed (when the field is left), not only on submit.
+  paths.addEventListener("change", () => {
+    const outside = splitPaths(paths.value).find(outsideWorkspace);
+    const el = errors.get("paths");
+    if (outside !== undefined) {
+      el.textContent = errorText({ code: "research_scope_outside", details: { path: outside } });
+      el.hidden = false;
+      paths.setAttribute("aria-invalid", "true");
+      paths.setAttribute("aria-describedby", el.id);
+    } else if (paths.getAttribute("aria-invalid")) {
+      el.hidden = true;
+      el.textContent = "";
+      paths.removeAttribute("aria-invalid");
+    }
+  });
   const showError = (err) => {
     clearErrors();
     // The form sends members by id: name the one refused by its handle.

@@ -1,6 +1,8 @@
 // Keyboard shortcuts: the project switcher (Ctrl+P / ⌘P: Ctrl+K is the search box's), `?` for
-// the list of shortcuts, Alt+↑/↓ for the previous/next project in the projects column. Esc
-// closes a drawer (layout.js), a dialog or a menu (ui.js).
+// the list of shortcuts, Alt+↑/↓ for the previous/next project in the projects column and
+// Alt+Shift+↑/↓ for the previous/next one with unread messages. Esc closes a drawer (layout.js),
+// a dialog or a menu (ui.js). Keys on a focused message (j/k, r, e, +, c, Enter) are the
+// timeline's (timeline.js); they are listed here.
 //
 // The switcher matches fuzzily and by characters, so Chinese names match by any of their
 // characters in order (「前端重构」 ← "前重"), Latin ones case- and width-insensitively; it
@@ -70,7 +72,7 @@ export function initShortcuts({ go }) {
     if (modal || document.querySelector(".menu")) return;
     if (event.altKey && !event.ctrlKey && !event.metaKey && (event.key === "ArrowUp" || event.key === "ArrowDown")) {
       event.preventDefault();
-      step(event.key === "ArrowDown" ? 1 : -1, go);
+      step(event.key === "ArrowDown" ? 1 : -1, go, event.shiftKey);
       return;
     }
     if (event.key === "?" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event.target)) {
@@ -80,13 +82,21 @@ export function initShortcuts({ go }) {
   });
 }
 
-/** The previous/next project as the projects column lists them. */
-function step(delta, go) {
+/** The previous/next project as the projects column lists them; with `unread`, the next one
+ * (round the list) that has unread messages or mentions of me, if any. */
+function step(delta, go, unread = false) {
   const ids = $$("#project-groups .project-link").map((a) => Number(a.dataset.projectId));
   if (!ids.length) return;
   const at = ids.indexOf(app.room?.id ?? -1);
-  const next = ids[(at + delta + ids.length) % ids.length];
-  if (next !== undefined && next !== app.room?.id) go(next);
+  for (let i = 1; i <= ids.length; i += 1) {
+    const next = ids[(at + delta * i + ids.length * i) % ids.length];
+    if (next === app.room?.id) return;
+    const p = app.projects.get(next);
+    if (!unread || (p && (p.unread > 0 || p.mentions > 0))) {
+      go(next);
+      return;
+    }
+  }
 }
 
 export function openSwitcher(go) {
@@ -167,12 +177,18 @@ const SHORTCUTS = [
   ["Ctrl+P / ⌘P", "shortcuts.switcher"],
   ["Ctrl+K / ⌘K, /", "shortcuts.search"],
   ["Alt+↑ / Alt+↓", "shortcuts.nextProject"],
+  ["Alt+Shift+↑ / Alt+Shift+↓", "shortcuts.nextUnread"],
   ["?", "shortcuts.help"],
   ["Esc", "shortcuts.close"],
   ["Enter", "shortcuts.send"],
   ["Shift+Enter", "shortcuts.newline"],
   ["↑", "shortcuts.editLast"],
-  ["↑ / ↓, Home / End", "shortcuts.moveInTimeline"],
+  ["j / k, ↑ / ↓, Home / End", "shortcuts.moveInTimeline"],
+  ["Enter", "shortcuts.enterMessage"],
+  ["r", "shortcuts.reply"],
+  ["e", "shortcuts.edit"],
+  ["+", "shortcuts.react"],
+  ["c", "shortcuts.copyLink"],
 ];
 
 export function openHelp() {

@@ -7,24 +7,35 @@
 //
 // Entries are cached per message (rebuilt only when the message or the roster changes) and
 // reconciled into the list in seq order, so live updates never disturb focus or an open editor.
+//
+// Where the view rests is pinned (`pin`): to the bottom, or to an entry (the unread marker, a
+// message opened by link) at its offset from the top. Content that grows after the view was placed
+// — delivery labels answered after an entry comes into view, images, fonts, a resized window —
+// would otherwise push the newest message off screen (it stopped 40–130 px short); a
+// ResizeObserver puts the view back where it was pinned until the reader scrolls it elsewhere.
 
 import { get } from "./api.js";
 import { applyDelivery, OPEN_STATES, renderDelivery, setReceipts } from "./delivery.js";
-import { $, h } from "./dom.js";
+import { $, h, icon, local } from "./dom.js";
 import { clearHighlights, highlightIn } from "./highlight.js";
-import { dayKey, formatDay, t } from "./i18n.js";
+import { dayKey, formatDay, formatTime, t } from "./i18n.js";
 import { openMessageInfo } from "./info.js";
-import { excerptOf, renderMessage } from "./message.js";
+import { authorName, excerptOf, renderMessage } from "./message.js";
 import { openPicker, sendReaction } from "./reactions.js";
-import { bus, isOwner, mayChange, mayPost, sortedMessages } from "./store.js";
+import { bus, isOwner, mayChange, mayPost, member, sortedMessages } from "./store.js";
 import { openMenu, toast, toastError } from "./ui.js";
 import { startEdit } from "./editor.js";
 
 const PAGE = 50;
 const NEAR_BOTTOM_PX = 80;
+const PINNED_PX = 4; // scrolled this close to the end by the reader, the view stays at the end
 const LOAD_OLDER_PX = 300;
 const GROUP_GAP_MS = 5 * 60_000;
 const READ_EVERY_MS = 250; // read cursors go out at most this often (the last one always does)
+const FILTER_KEY = "room.timelineFilter"; // "people": only what people wrote; else everyone
+// What can take focus inside an entry. The timeline is one Tab stop (the active entry, a roving
+// tabindex): these stay out of the Tab order until the reader enters the entry with Enter.
+const INNER = "a[href], button, summary, input, select, textarea, [tabindex]";
 
 export class Timeline {
   constructor(el, conn, actions) {
@@ -44,18 +55,36 @@ export class Timeline {
     this.newCount = 0;
     this.pendingReceipts = new Map(); // message id -> delivery frames seen while asking
     this.jump = $("#jump-latest");
+    /** @type {"bottom" | {el: Element, offset: number} | null} where the view rests */
+    this.pin = null;
+    this.entered = null; // the entry whose controls are in the Tab order (Enter on it)
+    this.placedTop = null; // the scrollTop this code last set: any other is the reader's scroll
+    this.resizes = new ResizeObserver(() => this.keepPinned());
+    this.resizes.observe(el);
     this.observer = new IntersectionObserver((entries) => this.onVisible(entries), { root: el });
     el.addEventListener("scroll", () => this.onScroll(), { passive: true });
     el.addEventListener("keydown", (event) => this.onKey(event));
     el.addEventListener("focusin", (event) => {
-      const entry = event.target.closest("[data-seq]");
+      const entry = event.target.closest("#timeline > [data-seq]");
       if (entry) this.setActive(entry);
+    });
+    // Focus leaving an entered entry: its controls leave the Tab order again.
+    el.addEventListener("focusout", (event) => {
+      const entered = this.entered;
+      if (entered && !(event.relatedTarget instanceof Node && entered.contains(event.relatedTarget))) this.leave();
     });
     el.addEventListener("click", (event) => {
       const jump = event.target.closest("[data-jump]");
       if (jump) this.jumpTo(Number(jump.dataset.jump));
     });
     this.jump.addEventListener("click", () => this.scrollToBottom(true));
+    // People only / everyone: agents' messages, tool activity and notices hidden, kept per browser.
+    this.filter = local.get(FILTER_KEY) === "people" ? "people" : "all";
+    this.filterButton = $("#timeline-filter");
+    this.filterNote = $("#timeline-filter-note");
+    this.filterButton.addEventListener("click", () => this.setFilter(this.filter === "people" ? "all" : "people"));
+    $("#timeline-filter-off").addEventListener("click", () => this.setFilter("all"));
+    this.showFilter();
     for (const type of ["focus", "visibilitychange"]) (type === "focus" ? window : document).addEventListener(type, () => this.markRead());
   }
 
@@ -67,6 +96,9 @@ export class Timeline {
     this.days.clear();
     this.active = null;
     this.newCount = 0;
+    this.pin = null;
+    this.resizes.disconnect(); // entries of the previous project are let go
+    this.resizes.observe(this.el);
     this.el.replaceChildren(h("div", { class: "timeline-loading", text: t("timeline.loading") }));
     this.updateJump();
   }
@@ -87,8 +119,12 @@ export class Timeline {
     const firstUnread = sortedMessages(room).find((m) => m.seq > myRead && m.kind === "chat" && m.author_id !== room.you);
     room.unreadFromSeq = firstUnread ? firstUnread.seq : null;
     this.render();
-    if (room.unreadFromSeq !== null) this.unreadEl.scrollIntoView({ block: "start" });
-    else this.scrollToBottom(false);
+    if (room.unreadFromSeq !== null) {
+      this.pinTo(this.unreadEl, 0);
+      this.newCount = sortedMessages(room).filter((m) => m.seq >= room.unreadFromSeq && m.kind === "chat" && m.author_id !== room.you).length;
+      if (this.atBottom()) this.newCount = 0;
+      this.updateJump();
+    } else this.scrollToBottom(false);
     this.fillViewport();
     this.markRead();
   }
@@ -115,12 +151,14 @@ export class Timeline {
   async loadOlder() {
     const room = this.room;
     if (!room || !room.historyLoaded || !room.hasMore || room.loadingHistory || room.oldestSeq === null) return;
-    const anchor = this.firstVisible();
-    const offset = anchor ? anchor.getBoundingClientRect().top : 0;
     await this.loadPage(room.oldestSeq);
     if (room !== this.room) return;
+    // Where the reader is now (they may have scrolled while the page was asked for) stays put.
+    const anchor = this.firstVisible();
+    const offset = anchor ? anchor.getBoundingClientRect().top : 0;
     this.render();
-    if (anchor && anchor.isConnected) this.el.scrollTop += anchor.getBoundingClientRect().top - offset;
+    if (anchor && anchor.isConnected) this.placeScroll(this.el.scrollTop + anchor.getBoundingClientRect().top - offset);
+    this.keepPinned();
   }
 
   fillViewport() {
@@ -183,14 +221,29 @@ export class Timeline {
     this.topEl.classList.toggle("has-more", room.hasMore);
     if (room.messages.size || room.hasMore) nodes.push(this.topEl);
     let prev = null;
-    for (const message of sortedMessages(room)) {
+    let marked = false;
+    const shown = sortedMessages(room).filter((m) => this.shows(m));
+    for (let i = 0; i < shown.length; i += 1) {
+      const message = shown[i];
       const day = dayKey(message.created_at);
       const newDay = !prev || dayKey(prev.created_at) !== day;
       if (newDay) nodes.push(this.dayEl(message.created_at, day));
-      const unread = room.unreadFromSeq === message.seq;
+      // Before the first unread message shown (the filter may hide the first unread one).
+      const unread = !marked && room.unreadFromSeq !== null && message.seq >= room.unreadFromSeq;
       if (unread) {
+        marked = true;
         this.unreadEl.firstChild.textContent = t("timeline.unread");
         nodes.push(this.unreadEl);
+      }
+      // Consecutive tool activity (the same day, not across the unread marker) is one line.
+      let end = i;
+      while (message.kind === "tool" && shown[end + 1]?.kind === "tool" && dayKey(shown[end + 1].created_at) === day &&
+        !(room.unreadFromSeq !== null && !marked && shown[end + 1].seq >= room.unreadFromSeq)) end += 1;
+      if (end > i) {
+        nodes.push(this.toolRunFor(shown.slice(i, end + 1)));
+        prev = shown[end];
+        i = end;
+        continue;
       }
       const el = this.entryFor(message);
       el.classList.toggle("cont", !newDay && !unread && continues(prev, message));
@@ -200,10 +253,69 @@ export class Timeline {
     for (const [txn, pending] of room.pending) nodes.push(this.pendingFor(txn, pending));
     if (!nodes.length) nodes.push(h("div", { class: "timeline-empty", text: t("timeline.empty") }));
     reconcile(this.el, nodes);
+    for (const node of nodes) this.resizes.observe(node);
     if (!this.active || !this.active.isConnected) {
       const entries = this.entries();
       if (entries.length) this.setActive(entries[entries.length - 1]);
     }
+  }
+
+  /** Whether the filter shows `message`: people only shows what people (not agents) wrote. */
+  shows(message) {
+    if (this.filter !== "people") return true;
+    if (message.kind !== "chat" || message.author_id === null) return false;
+    return member(this.room, message.author_id)?.kind !== "agent";
+  }
+
+  setFilter(filter) {
+    if (filter === this.filter) return;
+    this.filter = filter;
+    local.set(FILTER_KEY, filter);
+    this.showFilter();
+    const atEnd = this.atBottom();
+    this.render();
+    if (atEnd) this.scrollToBottom(false);
+    else this.updateJump();
+  }
+
+  showFilter() {
+    const on = this.filter === "people";
+    this.filterButton.setAttribute("aria-pressed", String(on));
+    this.filterNote.hidden = !on;
+  }
+
+  /** Several tool entries in a row: one expandable line (who, how many, the last time), the
+   * entries inside. Cached by its first message, so an open run stays open as it grows. */
+  toolRunFor(run) {
+    const key = `run:${run[0].id}`;
+    let cached = this.cache.get(key);
+    if (!cached) {
+      const summary = h("summary", {});
+      const body = h("div", { class: "tool-run-body" });
+      cached = { el: h("details", { class: "tool-run" }, summary, body), version: "" };
+      this.cache.set(key, cached);
+    }
+    const { el } = cached;
+    const last = run[run.length - 1];
+    el.dataset.seq = String(run[0].seq);
+    el.dataset.id = key;
+    const who = [...new Set(run.map((m) => authorName(this.room, m.author_id)))].join("、");
+    const entries = run.map((m) => this.entryFor(m));
+    const failed = entries.some((entry) => entry.querySelector(":scope > summary .badge-warn"));
+    const version = `${who}|${run.length}|${last.id}|${failed}|${this.room.membersVersion}`;
+    if (cached.version !== version) {
+      cached.version = version;
+      el.firstElementChild.replaceChildren(
+        icon("tool"),
+        h("span", { class: "tool-who", text: who }),
+        h("span", { class: "tool-name", text: t("tool.run", { n: run.length }) }),
+        failed ? h("span", { class: "badge badge-warn", text: t("tool.failed") }) : null,
+        h("time", { dateTime: last.created_at, text: formatTime(last.created_at) }),
+      );
+    }
+    reconcile(el.lastElementChild, entries);
+    quiet(el.firstElementChild);
+    return el;
   }
 
   dayEl(iso, key) {
@@ -220,11 +332,13 @@ export class Timeline {
     const cached = this.cache.get(message.id);
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
     const el = renderMessage(room, message, { actions: this.actionsFor(message), reactions: this.reactionsFor(message) });
+    quiet(el);
     if (cached && cached.el === this.active) this.active = el;
     this.cache.set(message.id, { el, version });
     const slot = el.querySelector(".msg-delivery");
     if (slot) {
       renderDelivery(slot, room, message.id);
+      quiet(slot);
       this.observer.observe(el);
     }
     return el;
@@ -390,8 +504,11 @@ export class Timeline {
   }
 
   refreshDelivery(messageId) {
-    const slot = this.cache.get(messageId)?.el.querySelector(".msg-delivery");
-    if (slot) renderDelivery(slot, this.room, messageId);
+    const entry = this.cache.get(messageId)?.el;
+    const slot = entry?.querySelector(".msg-delivery");
+    if (!slot) return;
+    renderDelivery(slot, this.room, messageId);
+    if (entry !== this.entered) quiet(slot);
   }
 
   // -- scrolling, reading, keyboard --------------------------------------------------------------
@@ -405,7 +522,8 @@ export class Timeline {
       this.loadLatest().then(() => this.scrollToBottom(focusLast));
       return;
     }
-    this.el.scrollTop = this.el.scrollHeight;
+    this.pin = "bottom";
+    this.placeScroll(this.el.scrollHeight);
     this.newCount = 0;
     this.updateJump();
     if (focusLast) {
@@ -414,7 +532,41 @@ export class Timeline {
     }
   }
 
+  /** Set scrollTop and remember it, so `onScroll` can tell it from the reader's own scrolling. */
+  placeScroll(top) {
+    this.el.scrollTop = top;
+    this.placedTop = this.el.scrollTop;
+  }
+
+  /** Scroll so `el` is `offset` px below the timeline's top, and keep it there. */
+  pinTo(el, offset) {
+    this.pin = { el, offset };
+    this.placeScroll(this.el.scrollTop + el.getBoundingClientRect().top - this.el.getBoundingClientRect().top - offset);
+    if (this.atBottom()) this.pin = "bottom";
+  }
+
+  /** Put the view back where it is pinned after something changed size. */
+  keepPinned() {
+    const pin = this.pin;
+    if (!pin || !this.room?.historyLoaded) return;
+    if (pin === "bottom") {
+      if (this.room.detached) return;
+      if (this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight > 0.5) this.placeScroll(this.el.scrollHeight);
+    } else if (!pin.el.isConnected) this.pin = null;
+    else {
+      const drift = pin.el.getBoundingClientRect().top - this.el.getBoundingClientRect().top - pin.offset;
+      if (Math.abs(drift) > 0.5) this.placeScroll(this.el.scrollTop + drift);
+    }
+    this.updateJump();
+  }
+
   onScroll() {
+    // The reader's own scroll (not one this code placed) unpins: at the bottom it pins there.
+    if (this.placedTop === null || Math.abs(this.el.scrollTop - this.placedTop) > 1) {
+      this.placedTop = null;
+      const rest = this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight;
+      this.pin = rest < PINNED_PX && !this.room?.detached ? "bottom" : null;
+    }
     if (this.el.scrollTop < LOAD_OLDER_PX) this.loadOlder();
     if (this.room?.detached && this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < LOAD_OLDER_PX) this.loadNewer();
     if (this.atBottom()) {
@@ -473,36 +625,70 @@ export class Timeline {
     return [...this.el.querySelectorAll(":scope > [data-seq]")];
   }
 
+  /** The one entry in the Tab order (roving tabindex). */
   setActive(el) {
     if (this.active === el) return;
-    if (this.active) {
-      this.active.tabIndex = -1;
-      for (const b of this.active.querySelectorAll(".msg-actions button")) b.tabIndex = -1;
-    }
+    if (this.active) this.active.tabIndex = -1;
+    if (this.entered && this.entered !== el) this.leave();
     this.active = el;
     el.tabIndex = 0;
-    for (const b of el.querySelectorAll(".msg-actions button")) b.tabIndex = 0;
+  }
+
+  /** Enter an entry: its controls (actions, links, reactions, delivery details) join the Tab
+   * order until focus leaves it or Escape; the first one gets focus. */
+  enter(entry) {
+    this.entered = entry;
+    const inner = [...entry.querySelectorAll(INNER)].filter((node) => node !== entry);
+    for (const node of inner) node.tabIndex = 0;
+    // Its actions first (the bar is drawn over the bubble), else the first control shown.
+    const first = entry.querySelector(".msg-actions button") || inner.find((node) => node.getClientRects().length);
+    if (first instanceof HTMLElement) first.focus();
+  }
+
+  leave() {
+    const entry = this.entered;
+    this.entered = null;
+    if (entry) quiet(entry);
   }
 
   onKey(event) {
-    const entry = event.target.closest("[data-seq]");
+    const entry = event.target.closest("#timeline > [data-seq]");
     if (!entry || event.target.closest("textarea, input")) return;
     if (event.key === "Escape" && event.target !== entry) {
+      this.leave();
       entry.focus();
       return;
     }
-    if (event.target !== entry) return;
+    if (event.target !== entry || event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return;
     const entries = this.entries();
     const index = entries.indexOf(entry);
-    const go = { ArrowUp: index - 1, ArrowDown: index + 1, Home: 0, End: entries.length - 1 }[event.key];
-    if (go === undefined) return;
-    event.preventDefault();
-    const target = entries[Math.max(0, Math.min(go, entries.length - 1))];
-    if (target) {
-      target.focus();
-      target.scrollIntoView({ block: "nearest" });
+    const keys = { ArrowUp: index - 1, k: index - 1, ArrowDown: index + 1, j: index + 1, Home: 0, End: entries.length - 1 };
+    const go = keys[event.key];
+    if (go !== undefined) {
+      event.preventDefault();
+      const target = entries[Math.max(0, Math.min(go, entries.length - 1))];
+      if (target) {
+        target.focus();
+        target.scrollIntoView({ block: "nearest" });
+      }
+      if (go < 0) this.loadOlder();
+      return;
     }
-    if (go < 0) this.loadOlder();
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      if (entry instanceof HTMLDetailsElement) entry.open = !entry.open; // tool activity
+      else if (event.key === "Enter") this.enter(entry);
+      return;
+    }
+    // Single keys on the focused message: r reply, e edit (my own), + react, c copy its link.
+    const message = this.room?.messages.get(Number(entry.dataset.id));
+    if (!message || message.kind !== "chat") return;
+    const action = { r: "reply", e: "edit", "+": "react", c: "link" }[event.key];
+    const found = action && this.actionsFor(message).find((a) => a.id === action);
+    if (!found) return;
+    event.preventDefault();
+    const anchor = entry.querySelector(`[data-action="${action}"]`) || entry;
+    found.run({ currentTarget: anchor });
   }
 
   /**
@@ -538,6 +724,7 @@ export class Timeline {
     const mark = highlightIn(body, terms);
     el.scrollIntoView({ block: "center" });
     mark?.scrollIntoView({ block: "nearest" });
+    this.pinTo(el, el.getBoundingClientRect().top - this.el.getBoundingClientRect().top);
     el.classList.add("flash");
     setTimeout(() => el.classList.remove("flash"), 1600);
     el.focus({ preventScroll: true });
@@ -615,6 +802,11 @@ async function copyLink(room, message) {
   } catch {
     toast(url, { timeout: 15000 });
   }
+}
+
+/** Take an entry's controls out of the Tab order (the timeline is one Tab stop). */
+function quiet(root) {
+  for (const node of root.querySelectorAll(INNER)) node.tabIndex = -1;
 }
 
 function continues(prev, message) {

@@ -201,17 +201,29 @@ def store_plan(
                 "started": started},
     )  # fmt: skip
     lines = []
+    items = []  # the same facts, for the page to word in the reader's language
     for n, item in enumerate(validated.items, start=1):
         shown = [*item.depends_on, *external.get(item.key, [])]
         after = f"（依赖 {', '.join(shown)}）" if shown else ""
         lines.append(f"{n}. `{item.key}` {item.title} — @{owners[item.owner].handle}{after}")
+        items.append(
+            {"key": item.key, "title": item.title, "owner": owners[item.owner].handle,
+             "after": shown}
+        )  # fmt: skip
     body = (
         f"🗺️ {task_actions.actor_of(actor).label} 提交了计划 v{version}（{len(lines)} 项）：\n"
         + "\n".join(lines)
     )
     if not started:
         body += "\n\n⏸️ 计划优先模式：计划已保存，等待人类在任务看板上开始，暂不派发。"
-    task_actions.post_message(conn, tx, fx, body, {"plan": {"id": plan_id, "version": version}})
+    notice = {
+        "code": "plan_submitted",
+        "params": {"by": task_actions.actor_of(actor).label, "version": version,
+                   "count": len(lines), "items": items, "started": started},
+    }  # fmt: skip
+    task_actions.post_message(
+        conn, tx, fx, body, {"plan": {"id": plan_id, "version": version}, "notice": notice}
+    )
     for task_id in created.values():
         row = tasks_store.get_task(conn, task_id)
         assert row is not None

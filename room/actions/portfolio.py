@@ -221,7 +221,15 @@ def scan_job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
             tx,
             finding.project_id,
             notice_text(finding),
-            {"risk": finding.rule, "risk_log_id": log_id},
+            {
+                "risk": finding.rule,
+                "risk_log_id": log_id,
+                # Worded by the page in the reader's language (web/notices.js).
+                "notice": {
+                    "code": "risk_found",
+                    "params": {"rule": finding.rule, **finding.to_wire()["params"]},
+                },
+            },
         )
         portfolio_store.mark_noticed(conn, log_id)
     return {

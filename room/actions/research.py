@@ -213,10 +213,19 @@ def _audit(
 
 
 def _notice(
-    conn: sqlite3.Connection, tx: Tx, run: Mapping[str, Any], text: str, **meta: Any
+    conn: sqlite3.Connection,
+    tx: Tx,
+    run: Mapping[str, Any],
+    text: str,
+    notice: dict[str, Any] | None = None,
+    **meta: Any,
 ) -> None:
-    insert_notice(conn, tx, int(run["project_id"]), text,
-                  {"research_event": {"id": int(run["id"]), **meta}})  # fmt: skip
+    """A research notice; `notice` ({code, params}) lets the page word it in the reader's
+    language (web/notices.js), `text` is the server's Chinese for everything else."""
+    stored: dict[str, Any] = {"research_event": {"id": int(run["id"]), **meta}}
+    if notice is not None:
+        stored["notice"] = notice
+    insert_notice(conn, tx, int(run["project_id"]), text, stored)
 
 
 # -- proposals ------------------------------------------------------------------------------------
@@ -453,7 +462,11 @@ async def act(
         _audit(conn, tx, member, member.project_id, ev.value, "ok", from_state=state.value,
                **detail)  # fmt: skip
         text = STATE_TEXT[target.value]
-        _notice(conn, tx, run, f"{text}（{member.display_name}）", event=ev.value,
+        coded = {
+            "code": "research_state",
+            "params": {"state": target.value, "by": member.display_name, "id": int(run["id"])},
+        }
+        _notice(conn, tx, run, f"{text}（{member.display_name}）", coded, event=ev.value,
                 state=target.value)  # fmt: skip
         return wire(conn, get_run(conn, research_id), tx.now)
 

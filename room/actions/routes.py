@@ -139,7 +139,19 @@ async def change_route(
                     "target": checked_target,
                     "value": value,
                     "config_version": version,
-                }
+                },
+                # Worded by the page in the reader's language (web/notices.js).
+                "notice": {
+                    "code": "route_change",
+                    "params": {
+                        "actor": actor.handle,
+                        "scope": scope,
+                        "subject": _subject_key(conn, scope, checked_target),
+                        "source": _SOURCE[scope].value,
+                        "value": value,
+                        "reason": reason,
+                    },
+                },
             },
         )
         return {"config_version": version, "scope": scope, "target": checked_target, "value": value}
@@ -154,6 +166,16 @@ _SOURCE = {
     "pool": RouteSource.POOL,
     "pool_pick": RouteSource.POOL,
 }
+
+
+def _subject_key(conn: sqlite3.Connection, scope: str, target: str) -> str:
+    """What a route change is about, as data: a role's code, a member's handle, or ''."""
+    if scope == "role":
+        return target
+    if scope in ("member", "pool_pick"):
+        member = members_store.get(conn, int(target))
+        return member.handle if member else f"#{target}"
+    return ""
 
 
 def _subject(conn: sqlite3.Connection, scope: str, target: str) -> str:

@@ -555,6 +555,19 @@ def dispatch_ready(conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow)
     step = next_step(owner, "start", task)
     parts.append(step.people)
     meta = task_meta(task, "ready")
+    # The same facts for the page to word in the reader's language (web/notices.js).
+    meta["notice"] = {
+        "code": "task_ready",
+        "params": {
+            "key": task.key,
+            "title": task.title,
+            "owner": owner.handle,
+            "criteria": [text for _, _, text in tasks_store.criteria_of(conn, task.id)],
+            "assumptions": list(task.assumptions or []),
+            "deps": deps,
+            "next": "start_person" if owner.kind == "human" else "start_agent",
+        },
+    }
     post_message(conn, tx, fx, "\n\n".join(parts), meta, to=[owner], for_agents=step.agents)
 
 

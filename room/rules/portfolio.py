@@ -367,11 +367,26 @@ RULES: Mapping[str, Rule] = MappingProxyType(
 )
 
 
+# What a rule's title says in numbers: the page words a finding from its rule and these
+# (web/strings-*.js risk.<rule>.*), in the reader's language; `title` and `detail` stay the
+# server's Chinese for the CLI, index.md and an older page.
+RULE_PARAMS: Mapping[str, Mapping[str, int]] = MappingProxyType(
+    {
+        "silent": {"days": SILENT_DAYS},
+        "no_milestones": {"days": NO_MILESTONE_DAYS},
+        "single_dependency": {"projects": SINGLE_DEPENDENCY_PROJECTS},
+        "delay_risk": {"days": AT_RISK_DAYS, "progress": AT_RISK_PROGRESS},
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     project_id: int
     rule: str
     detail: str
+    # The detail's facts, for wording it in another language (names, dates, numbers).
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def level(self) -> str:
@@ -386,6 +401,7 @@ class Finding:
             "title": rule.title,
             "detail": self.detail,
             "suggestion": rule.suggestion,
+            "params": {**RULE_PARAMS.get(self.rule, {}), **self.params},
         }
 
 
@@ -421,11 +437,19 @@ def scan(projects: Sequence[PortfolioProject], *, today: date, now: float) -> li
     for p in live:
         idle = now - p.last_activity
         if idle > SILENT_DAYS * DAY_SECS:
-            findings.append(Finding(p.id, "silent", f"{int(idle // DAY_SECS)} 天没有更新"))
+            idle_days = int(idle // DAY_SECS)
+            findings.append(
+                Finding(p.id, "silent", f"{idle_days} 天没有更新", {"idle_days": idle_days})
+            )
         started = p.timeline.start or today_of(p.created_at)
         if not p.timeline.milestones and (today - started).days > NO_MILESTONE_DAYS:
             findings.append(
-                Finding(p.id, "no_milestones", f"开始于 {started.isoformat()}，没有里程碑")
+                Finding(
+                    p.id,
+                    "no_milestones",
+                    f"开始于 {started.isoformat()}，没有里程碑",
+                    {"started": started.isoformat()},
+                )
             )
 
     needed: dict[str, list[int]] = {}
@@ -440,7 +464,12 @@ def scan(projects: Sequence[PortfolioProject], *, today: date, now: float) -> li
                 name = target.name if target else f"#{name}"
             for project_id in ids:
                 findings.append(
-                    Finding(project_id, "single_dependency", f"{len(ids)} 个项目依赖 {name}")
+                    Finding(
+                        project_id,
+                        "single_dependency",
+                        f"{len(ids)} 个项目依赖 {name}",
+                        {"count": len(ids), "name": name},
+                    )
                 )
 
     done = sorted(
@@ -456,31 +485,50 @@ def scan(projects: Sequence[PortfolioProject], *, today: date, now: float) -> li
                     done[i].id,
                     "estimates_off",
                     f"{done[i - 1].name} 误差 {a:.0%}，{done[i].name} 误差 {b:.0%}",
+                    {
+                        "first": done[i - 1].name,
+                        "first_error": f"{a:.0%}",
+                        "second": done[i].name,
+                        "second_error": f"{b:.0%}",
+                    },
                 )
             )
 
     for p in live:
         if scope_crept(p.milestone_counts):
             counts = " → ".join(str(c) for c in p.milestone_counts)
-            findings.append(Finding(p.id, "scope_creep", f"里程碑数 {counts}"))
+            findings.append(Finding(p.id, "scope_creep", f"里程碑数 {counts}", {"counts": counts}))
 
     graph = {p.id: [d for d in p.depends_on if d in by_id] for p in projects if p.live}
     for cycle in cycles(graph):
         names = " → ".join(by_id[i].name for i in cycle if i in by_id)
         for project_id in cycle:
             if project_id in by_id and by_id[project_id].live:
-                findings.append(Finding(project_id, "dependency_cycle", names))
+                findings.append(Finding(project_id, "dependency_cycle", names, {"names": names}))
 
     for p in live:
         end, pct = p.timeline.end, p.progress
         if at_risk(today, end, pct):
             assert end is not None
+            left = days_left(today, end)
             findings.append(
-                Finding(p.id, "delay_risk", f"剩 {days_left(today, end)} 天，进度 {pct}%")
+                Finding(
+                    p.id,
+                    "delay_risk",
+                    f"剩 {left} 天，进度 {pct}%",
+                    {"left": left, "percent": pct},
+                )
             )
         if overdue(today, end, pct):
             assert end is not None
-            findings.append(Finding(p.id, "overdue", f"预计结束 {end.isoformat()}，进度 {pct}%"))
+            findings.append(
+                Finding(
+                    p.id,
+                    "overdue",
+                    f"预计结束 {end.isoformat()}，进度 {pct}%",
+                    {"end": end.isoformat(), "percent": pct},
+                )
+            )
 
     order = {rule: i for i, rule in enumerate(RULES)}
     return sorted(findings, key=lambda f: (f.project_id, order[f.rule]))

@@ -159,7 +159,15 @@ def migrate(conn: sqlite3.Connection, path: Path, now: float) -> list[str]:
             conn.execute("ROLLBACK")
             raise
         applied.append(migration.name)
-        log.info("applied migration %s", migration.name)
+        log.debug("applied migration %s", migration.name)
+    # One line, not one per migration: a fresh data folder printed twenty before the URL.
+    if applied:
+        log.info(
+            "applied %d migration%s (%s)",
+            len(applied),
+            "" if len(applied) == 1 else "s",
+            applied[0] if len(applied) == 1 else f"{applied[0]} … {applied[-1]}",
+        )
     return applied
 
 

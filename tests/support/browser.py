@@ -179,12 +179,13 @@ def new_person(
     height: int = 900,
     color_scheme: str = "light",
     setup: Callable[[Page], Any] | None = None,
+    locale: str = "zh-CN",
     **context_options: Any,
 ) -> tuple[BrowserContext, Page, list[str]]:
     context = chromium.new_context(
         viewport={"width": width, "height": height},
         color_scheme=color_scheme,  # type: ignore[arg-type]
-        locale="zh-CN",
+        locale=locale,  # the browser's language: Accept-Language and navigator.languages
         timezone_id="Asia/Shanghai",
         **context_options,
     )
