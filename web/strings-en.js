@@ -1318,4 +1318,17 @@ export const STRINGS_EN = {
   "shortcuts.moveInTimeline": "Move in the timeline",
   "shortcuts.note": "On macOS use ⌘ instead of Ctrl.",
   "shortcuts.button": "Keyboard shortcuts",
+  // threads (issue 30 item 2)
+  "error.not_a_person": "Only people can follow threads",
+  "thread.replies": "{n} replies",
+  "thread.lastReply": "last reply {time}",
+  "thread.open": "Open thread",
+  "thread.title": "Thread",
+  "thread.close": "Close thread",
+  "thread.follow": "Follow thread",
+  "thread.unfollow": "Unfollow",
+  "thread.following": "Following",
+  "thread.older": "Earlier replies",
+  "thread.placeholder": "Reply in thread…",
+  "thread.empty": "No replies yet",
 };

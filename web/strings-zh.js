@@ -1319,4 +1319,17 @@ export const STRINGS_ZH = {
   "shortcuts.moveInTimeline": "在时间线中移动",
   "shortcuts.note": "在 macOS 上用 ⌘ 代替 Ctrl。",
   "shortcuts.button": "键盘快捷键",
+  // threads (issue 30 item 2)
+  "error.not_a_person": "只有人类成员可以关注话题",
+  "thread.replies": "{n} 条回复",
+  "thread.lastReply": "最后回复 {time}",
+  "thread.open": "查看话题",
+  "thread.title": "话题",
+  "thread.close": "关闭话题",
+  "thread.follow": "关注话题",
+  "thread.unfollow": "取消关注",
+  "thread.following": "已关注",
+  "thread.older": "更早的回复",
+  "thread.placeholder": "在话题中回复…",
+  "thread.empty": "还没有回复",
 };

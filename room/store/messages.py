@@ -54,6 +54,7 @@ def message_object(
     deleted: bool = False,
     meta: dict[str, Any] | None = None,
     reactions: list[dict[str, Any]] | None = None,
+    thread: dict[str, Any] | None = None,
 ) -> str:
     """The message's wire object as compact JSON (the key order is part of the format).
 
@@ -76,6 +77,8 @@ def message_object(
     ]
     if meta:
         parts.append(f',"meta":{_any(meta)}')
+    if thread:  # a thread's root: its summary (room.store.threads)
+        parts.append(f',"thread":{_any(thread)}')
     if reactions and not deleted:
         parts.append(f',"reactions":{_any(reactions)}')
     parts.append("}")

@@ -14,6 +14,7 @@ from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
+from room.store.schema_threads import THREADS
 from room.store.schema_users import USERS_ADMIN
 
 
@@ -551,6 +552,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0019_send_rows", SEND_ROWS),
     Migration("0020_brake_holds", BRAKE_HOLDS),
     Migration("0021_users_admin", USERS_ADMIN),
+    # (0022 is another branch's: the names are fixed so the branches merge without a clash.)
+    Migration("0023_threads", THREADS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
