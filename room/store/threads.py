@@ -106,6 +106,16 @@ def page(conn: Connection, root_id: int, before: int | None, limit: int) -> tupl
     return frames, len(rows) > limit
 
 
+def count_before(conn: Connection, root_id: int, before: int | None) -> int:
+    """How many replies of the thread have an id below ``before`` (None: all of them)."""
+    end = 1 << 62 if before is None else before
+    row = conn.execute(
+        "SELECT count(*) FROM thread_replies WHERE root_id = :r AND message_id < :before",
+        {"r": root_id, "before": end},
+    ).fetchone()
+    return int(row[0])
+
+
 def follow(
     conn: Connection, root_id: int, member_id: int, following: bool, now: float, *, keep: bool
 ) -> None:
