@@ -22,6 +22,7 @@ import { SearchBox } from "./search.js";
 import { initShortcuts, openHelp } from "./shortcuts.js";
 import { Connection } from "./socket.js";
 import { app, createRoom, member, mergePresence, setMembers, setPresence, upsertProject, upsertProjectFrame } from "./store.js";
+import { ThreadPane } from "./thread.js";
 import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
@@ -42,6 +43,12 @@ const composer = new Composer($("#composer"), conn, {
     timeline.scrollToBottom(false);
   },
   onEditLast: () => timeline.editLast(),
+});
+// The thread pane (issue 30 item 2): opened from a root's reply count in the timeline.
+const threads = new ThreadPane(conn, { onSent: () => timeline.render() });
+$("#timeline").addEventListener("click", (event) => {
+  const opener = event.target.closest("[data-thread-open]");
+  if (opener && app.room) threads.open(app.room, Number(opener.dataset.threadOpen));
 });
 const members = new Members($("#tab-members"), {
   composer,
@@ -245,6 +252,7 @@ function openProject(id) {
   $("#no-project").hidden = true;
   $("#room-main").hidden = false;
   renderHeader();
+  threads.close();
   timeline.open(room);
   composer.open(room);
   lifecycle.open(room);
@@ -304,6 +312,7 @@ function onFrame(frame) {
     case "message_updated":
       if (frame.message.author_id !== null && !member(room, frame.message.author_id)) refreshMembers();
       timeline.apply(frame);
+      threads.apply(frame);
       if (composer.replyTo?.id === frame.message.id) composer.renderQuote(); // edited or deleted
       upsertProject({ id: room.id, head_seq: frame.seq });
       if (frame.message.meta?.route_change && panel.current === "models") models.load(room, { background: true });
@@ -398,7 +407,7 @@ function onError(frame) {
     return;
   }
   if (txn) {
-    composer.restore(txn);
+    (threads.wrote(txn) ? threads.composer : composer).restore(txn);
     timeline.render();
     toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : errorText(frame), { kind: "error", timeout: 8000 });
     return;
