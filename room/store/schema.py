@@ -10,6 +10,7 @@ from typing import NamedTuple
 from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
+from room.store.schema_notify import NOTIFY
 from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
@@ -554,6 +555,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0021_users_admin", USERS_ADMIN),
     # (0022 is another branch's: the names are fixed so the branches merge without a clash.)
     Migration("0023_threads", THREADS),
+    Migration("0024_notifications", NOTIFY),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
