@@ -13,6 +13,7 @@ import { Lifecycle } from "./lifecycle.js";
 import { MemoryTab } from "./memory.js";
 import { termsOf } from "./highlight.js";
 import { Members } from "./members.js";
+import { levelDialog, openInbox } from "./notify.js";
 import { avatar, noticeKind, paintPresence } from "./message.js";
 import { loadProviders, ModelRoutesTab } from "./modelroutes.js";
 import { Panel } from "./panel.js";
@@ -44,6 +45,23 @@ const composer = new Composer($("#composer"), conn, {
   },
   onEditLast: () => timeline.editLast(),
 });
+$("#inbox-open").addEventListener("click", () => openInbox());
+// The open project's notification level (issue 30 item 6): a button in the sidebar's foot.
+$("#notify-level").addEventListener("click", () => {
+  if (!app.room) return;
+  levelDialog(app.room.project, () => {
+    renderProjects($("#project-groups"), app.room?.id);
+    renderTitle();
+    renderBell();
+  });
+});
+function renderBell() {
+  const level = app.room?.project.notify || "all";
+  const button = $("#notify-level");
+  button.hidden = !app.room;
+  button.dataset.level = level;
+  button.title = `${t("notifyLevel.title")}: ${t(`notifyLevel.${level}`)}`;
+}
 // The thread pane (issue 30 item 2): opened from a root's reply count in the timeline.
 const threads = new ThreadPane(conn, { onSent: () => timeline.render() });
 $("#timeline").addEventListener("click", (event) => {
@@ -253,6 +271,7 @@ function openProject(id) {
   $("#room-main").hidden = false;
   renderHeader();
   threads.close();
+  renderBell();
   timeline.open(room);
   composer.open(room);
   lifecycle.open(room);

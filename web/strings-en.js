@@ -1333,6 +1333,7 @@ export const STRINGS_EN = {
   "thread.empty": "No replies yet",
   // notifications (issue 30 item 6)
   "error.bad_level": "The level is one of: all, mentions, none",
+  "notifyLevel.button": "Notifications here",
   "notifyLevel.menu": "Notifications…",
   "notifyLevel.title": "Notifications for this project",
   "notifyLevel.all": "All messages",

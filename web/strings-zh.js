@@ -1334,6 +1334,7 @@ export const STRINGS_ZH = {
   "thread.empty": "还没有回复",
   // notifications (issue 30 item 6)
   "error.bad_level": "通知级别只能是：全部、仅提及、关闭",
+  "notifyLevel.button": "本项目通知",
   "notifyLevel.menu": "通知设置…",
   "notifyLevel.title": "本项目的通知",
   "notifyLevel.all": "全部消息",
