@@ -28,6 +28,7 @@ from starlette.routing import WebSocketRoute
 from room import pages
 from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
+from room.actions import digest as digest_actions
 from room.actions import portfolio as portfolio_actions
 from room.actions import projects as project_actions
 from room.actions import research as research_actions
@@ -311,12 +312,18 @@ def create_app(
         user_watch = asyncio.create_task(
             user_change_watch(core, settings.user_watch_secs), name="user-changes"
         )
+        # The email digest of unread mentions: off unless the operator names an SMTP server.
+        digests = (
+            asyncio.create_task(digest_actions.digest_loop(core), name="digests")
+            if settings.digest_smtp_host
+            else None
+        )
         trace.phase("ready", origin=settings.origin)
         try:
             yield {"core": core}
         finally:
             trace.phase("stopping")
-            for task in (daily, rechecks, user_watch):
+            for task in (daily, rechecks, user_watch, digests):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

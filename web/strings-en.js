@@ -1343,6 +1343,8 @@ export const STRINGS_EN = {
   "notifyLevel.none": "Off",
   "notifyLevel.noneHint": "No unread count, no alerts",
   "notifyLevel.muted": "Notifications off",
+  "error.bad_email": "That is not an email address",
+  "error.bad_lang": "The language is zh or en",
   "inbox.open": "Inbox",
   "inbox.title": "Inbox: unread mentions and thread replies",
   "inbox.empty": "No unread mentions or thread replies",

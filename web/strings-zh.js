@@ -1344,6 +1344,8 @@ export const STRINGS_ZH = {
   "notifyLevel.none": "关闭",
   "notifyLevel.noneHint": "不显示未读数，不提醒",
   "notifyLevel.muted": "已关闭通知",
+  "error.bad_email": "这不是有效的邮箱地址",
+  "error.bad_lang": "语言只能是 zh 或 en",
   "inbox.open": "收件箱",
   "inbox.title": "收件箱：未读的提及和话题回复",
   "inbox.empty": "没有未读的提及或话题回复",

@@ -69,3 +69,48 @@ def inbox(conn: Connection, user_id: int, limit: int) -> list[dict[str, Any]]:
         }
         for r in conn.execute(_INBOX, {"u": user_id, "scan": INBOX_SCAN, "limit": limit})
     ]
+
+
+def set_contact(conn: Connection, user_id: int, email: str | None, lang: str) -> None:
+    conn.execute(
+        "UPDATE users SET email = :e, lang = :l WHERE id = :u",
+        {"e": email, "l": lang, "u": user_id},
+    )
+
+
+def contact(conn: Connection, user_id: int) -> dict[str, Any]:
+    row = conn.execute("SELECT email, lang FROM users WHERE id = :u", {"u": user_id}).fetchone()
+    return {"email": row[0], "lang": row[1]} if row else {"email": None, "lang": "zh"}
+
+
+def digest_due(conn: Connection, now: float, away_secs: float) -> list[dict[str, Any]]:
+    """People with an email address, not disabled, whose last activity (a read cursor moved, a
+    message written, in any project) is ``away_secs`` old or more: ``{user_id, email, lang,
+    name, since}`` (``since``: mentions after this time are news — the later of the last
+    digest and the last activity)."""
+    rows = conn.execute(
+        "SELECT u.id, u.email, u.lang, u.display_name, coalesce(u.digest_at, 0),"
+        " coalesce((SELECT max(rc.updated_at) FROM read_cursors rc JOIN members m"
+        "  ON m.id = rc.member_id WHERE m.user_id = u.id), 0),"
+        " coalesce((SELECT max(x.created_at) FROM messages x JOIN members m"
+        "  ON m.id = x.author_id WHERE m.user_id = u.id), 0)"
+        " FROM users u WHERE u.email IS NOT NULL AND u.disabled_at IS NULL",
+    ).fetchall()
+    due = []
+    for r in rows:
+        active = max(float(r[5]), float(r[6]))
+        if now - active >= away_secs:
+            due.append(
+                {
+                    "user_id": int(r[0]),
+                    "email": str(r[1]),
+                    "lang": str(r[2]),
+                    "name": str(r[3]),
+                    "since": max(float(r[4]), active),
+                }
+            )
+    return due
+
+
+def mark_digest(conn: Connection, user_id: int, at: float) -> None:
+    conn.execute("UPDATE users SET digest_at = :at WHERE id = :u", {"at": at, "u": user_id})
