@@ -100,3 +100,23 @@ async def test_levels_inbox_and_followed_threads(server: ServerProcess) -> None:
     await eventually(lambda: server.get_json("/api/inbox", cookie=wang.cookie)["items"] == [])
     status, body = server.request("GET", "/api/inbox?limit=0", headers=wang_headers)
     assert status == 400 and body["error"]["code"] == "bad_query"
+
+    # Purging the project takes its threads, follows and levels with it (they refer to its
+    # messages and members).
+    owner_headers = headers_of(server, owner.cookie)
+    name = project_entry(server, owner.cookie, project)["name"]
+    status, body = server.request(
+        "POST", f"/api/projects/{project}/lifecycle", {"op": "trash"}, headers=owner_headers
+    )
+    assert status in (200, 202), body
+    await eventually(lambda: project_entry(server, owner.cookie, project)["state"] == "trashed")
+    status, body = server.request(
+        "POST",
+        f"/api/projects/{project}/purge",
+        {"confirm_name": name, "confirmed": True},
+        headers=owner_headers,
+    )
+    assert status == 200, body
+    assert project not in {
+        p["id"] for p in server.get_json("/api/me", cookie=wang.cookie)["projects"]
+    }

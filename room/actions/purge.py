@@ -167,6 +167,12 @@ def _members(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str,
         # Again here: a cursor written late (a deferred read) must not hold the members back.
         "read_cursors": _delete(conn, "DELETE FROM read_cursors WHERE project_id = :p", project_id),
         "member_names": _delete(conn, "DELETE FROM member_names WHERE project_id = :p", project_id),
+        "notification_levels": _delete(
+            conn,
+            "DELETE FROM notification_levels"
+            " WHERE member_id IN (SELECT id FROM members WHERE project_id = :p)",
+            project_id,
+        ),
         "members": _delete(conn, "DELETE FROM members WHERE project_id = :p", project_id),
     }
 
