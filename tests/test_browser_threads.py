@@ -54,8 +54,8 @@ def test_the_thread_pane_at_1440(owner: Person, room_server: RoomServer) -> None
     page = owner.page
     owner.open_project(project)
     summary = page.locator(f'#timeline .msg[data-id="{root}"] .thread-summary')
-    expect(summary.locator(".thread-count")).to_have_text("2 条回复")
-    expect(summary.locator(".thread-last")).to_contain_text("最后回复")
+    expect(summary.locator(".thread-count")).to_have_text("2 条跟帖")
+    expect(summary.locator(".thread-last")).to_contain_text("最新")
     summary.click()
     pane = page.locator("#thread-pane")
     expect(pane).to_be_visible()
@@ -78,7 +78,7 @@ def test_the_thread_pane_at_1440(owner: Person, room_server: RoomServer) -> None
     draft.press("Enter")
     expect(pane.locator(".msg .msg-body").last).to_have_text("周五我值班")
     expect(draft).to_have_value("")
-    expect(summary.locator(".thread-count")).to_have_text("3 条回复")  # live on the parent
+    expect(summary.locator(".thread-count")).to_have_text("3 条跟帖")  # live on the parent
     sent = room_server.messages(project)[-1]
     assert sent["body"] == "周五我值班" and sent["reply_to"] == root
     # A reply by someone else arrives in the open pane.
@@ -86,7 +86,7 @@ def test_the_thread_pane_at_1440(owner: Person, room_server: RoomServer) -> None
         project, "收到", room_server.invite_session(project, "wang", "小王"), reply_to=root
     )
     expect(pane.locator(".msg .msg-body").last).to_have_text("收到")
-    expect(summary.locator(".thread-count")).to_have_text("4 条回复")
+    expect(summary.locator(".thread-count")).to_have_text("4 条跟帖")
 
     follow.click()
     expect(follow).to_have_text("关注话题")

@@ -1323,6 +1323,7 @@ export const STRINGS_EN = {
   "thread.replies": "{n} replies",
   "thread.lastReply": "last reply {time}",
   "thread.open": "Open thread",
+  "thread.openCount": "Open thread: {n} replies",
   "thread.title": "Thread",
   "thread.close": "Close thread",
   "thread.follow": "Follow thread",

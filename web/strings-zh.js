@@ -1321,9 +1321,10 @@ export const STRINGS_ZH = {
   "shortcuts.button": "键盘快捷键",
   // threads (issue 30 item 2)
   "error.not_a_person": "只有人类成员可以关注话题",
-  "thread.replies": "{n} 条回复",
-  "thread.lastReply": "最后回复 {time}",
+  "thread.replies": "{n} 条跟帖",
+  "thread.lastReply": "最新 {time}",
   "thread.open": "查看话题",
+  "thread.openCount": "查看话题：{n} 条跟帖",
   "thread.title": "话题",
   "thread.close": "关闭话题",
   "thread.follow": "关注话题",
