@@ -426,7 +426,7 @@ function onError(frame) {
     return;
   }
   if (txn) {
-    (threads.wrote(txn) ? threads.composer : composer).restore(txn);
+    (threads.wrote(txn) && threads.composer ? threads.composer : composer).restore(txn);
     timeline.render();
     toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : errorText(frame), { kind: "error", timeout: 8000 });
     return;

@@ -36,12 +36,20 @@ function composerForm() {
 
 export class ThreadPane {
   constructor(conn, { onSent }) {
+    this.conn = conn;
+    this.onSent = onSent;
     this.room = null;
     this.rootId = null;
     this.ids = new Set(); // the root and the replies shown: a new message replying to one joins
     this.replies = [];
     this.hasMore = false;
     this.following = false;
+    this.sent = new Set(); // this composer's sends: a refused one comes back here
+    this.el = null; // built when a thread is first opened (no second composer in the page before)
+    this.composer = null;
+  }
+
+  build() {
     this.list = h("div", { class: "thread-list", attrs: { role: "log", "aria-live": "polite" } });
     this.older = h("button", { type: "button", class: "btn btn-small btn-ghost thread-older", text: t("thread.older"), hidden: true, on: { click: () => this.loadOlder() } });
     this.follow = h("button", { type: "button", class: "btn btn-small thread-follow", attrs: { "aria-pressed": "false" }, on: { click: () => this.toggleFollow() } });
@@ -58,12 +66,11 @@ export class ThreadPane {
     this.el.addEventListener("keydown", (event) => {
       if (event.key === "Escape" && !event.defaultPrevented) this.close();
     });
-    this.sent = new Set(); // this composer's sends: a refused one comes back here
     const sent = (txn) => {
       this.sent.add(txn);
-      onSent?.();
+      this.onSent?.();
     };
-    this.composer = new Composer(form, conn, { prefix: "thread-", thread: true, onSent: sent, onEditLast: () => {} });
+    this.composer = new Composer(form, this.conn, { prefix: "thread-", thread: true, onSent: sent, onEditLast: () => {} });
   }
 
   /** Whether the send `txn` was written in this pane's composer. */
@@ -72,7 +79,7 @@ export class ThreadPane {
   }
 
   get isOpen() {
-    return !this.el.hidden;
+    return Boolean(this.el) && !this.el.hidden;
   }
 
   async open(room, messageId) {
@@ -84,6 +91,7 @@ export class ThreadPane {
       toastError(err);
       return;
     }
+    if (!this.el) this.build();
     this.rootId = page.root_id;
     this.root = page.root;
     this.replies = page.replies;
