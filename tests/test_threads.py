@@ -183,6 +183,7 @@ async def test_the_migration_puts_earlier_replies_in_threads(
 
     path = server.data / "room.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = ON")  # as the server migrates
     before = json.loads(
         conn.execute("SELECT frame FROM messages WHERE id = ?", (root,)).fetchone()[0]
     )

@@ -40,23 +40,28 @@ CREATE INDEX thread_follows_member ON thread_follows(member_id) WHERE following 
 
 # Every existing reply, walked down from the roots it hangs under; the counts and the newest
 # reply are of the replies not deleted; the people who wrote the root or a reply follow.
-_BACKFILL = """
-WITH RECURSIVE chain(id, root_id) AS (
+_CHAIN = """WITH RECURSIVE chain(id, root_id) AS (
     SELECT id, id FROM messages WHERE reply_to IS NULL
         AND id IN (SELECT reply_to FROM messages WHERE reply_to IS NOT NULL)
     UNION ALL
     SELECT m.id, c.root_id FROM messages m JOIN chain c ON m.reply_to = c.id
-)
-INSERT INTO thread_replies (message_id, root_id) SELECT id, root_id FROM chain WHERE id != root_id;
+)"""
+
+# (The threads first: the replies' rows refer to them.)
+_BACKFILL = f"""
+{_CHAIN}
 INSERT INTO threads (root_id, project_id, replies, last_reply_id, last_reply_at)
     SELECT g.root_id, g.project_id, g.replies, g.last_id, l.created_at FROM (
-        SELECT r.root_id AS root_id, root.project_id AS project_id,
+        SELECT c.root_id AS root_id, root.project_id AS project_id,
             sum(CASE WHEN y.deleted_at IS NULL THEN 1 ELSE 0 END) AS replies,
             max(CASE WHEN y.deleted_at IS NULL THEN y.id END) AS last_id
-        FROM thread_replies r JOIN messages root ON root.id = r.root_id
-        JOIN messages y ON y.id = r.message_id
-        GROUP BY r.root_id, root.project_id
+        FROM chain c JOIN messages root ON root.id = c.root_id
+        JOIN messages y ON y.id = c.id
+        WHERE c.id != c.root_id
+        GROUP BY c.root_id, root.project_id
     ) g LEFT JOIN messages l ON l.id = g.last_id;
+{_CHAIN}
+INSERT INTO thread_replies (message_id, root_id) SELECT id, root_id FROM chain WHERE id != root_id;
 INSERT INTO thread_follows (root_id, member_id, following, updated_at)
     SELECT f.root_id, f.author_id, 1, 0 FROM (
         SELECT t.root_id AS root_id, m.author_id AS author_id
