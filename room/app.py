@@ -28,6 +28,7 @@ from starlette.routing import Route, WebSocketRoute
 from room import pages
 from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
+from room.actions import digest as digest_actions
 from room.actions import portfolio as portfolio_actions
 from room.actions import projects as project_actions
 from room.actions import research as research_actions
@@ -382,13 +383,19 @@ def create_app(
         mcp_running = contextlib.AsyncExitStack()
         await mcp_running.enter_async_context(mcp_room.run(core))
         app.state.mcp = mcp_room
+        # The email digest of unread mentions: off unless the operator names an SMTP server.
+        digests = (
+            asyncio.create_task(digest_actions.digest_loop(core), name="digests")
+            if settings.digest_smtp_host
+            else None
+        )
         trace.phase("ready", origin=settings.origin)
         try:
             yield {"core": core}
         finally:
             trace.phase("stopping")
             await mcp_running.aclose()
-            for task in (daily, rechecks, user_watch):
+            for task in (daily, rechecks, user_watch, digests):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

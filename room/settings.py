@@ -193,6 +193,35 @@ class Settings(BaseModel):
         "(`room users disable`/`enable`): a disabled person's open sockets close and the "
         "rosters change within this many seconds.",
     )
+    digest_smtp_host: str | None = Field(
+        default=None,
+        description="SMTP server for the email digest of unread mentions (docs/protocol.md, "
+        '"Notifications"); unset: no digest is sent (the default).',
+    )
+    digest_smtp_port: int = Field(default=25, ge=1, le=65535, description="The SMTP server's port.")
+    digest_smtp_user: str | None = Field(
+        default=None, description="SMTP login (with digest_smtp_password); unset: no login."
+    )
+    digest_smtp_password: str | None = Field(
+        default=None, description="SMTP password; never logged or reported."
+    )
+    digest_smtp_starttls: bool = Field(
+        default=False, description="Upgrade the SMTP connection with STARTTLS before sending."
+    )
+    digest_from: str = Field(
+        default="project-room@localhost", description="The digest's From address."
+    )
+    digest_away_secs: float = Field(
+        default=3600.0,
+        ge=0,
+        description="A person gets a digest of unread mentions once they have been away (no read, "
+        "no message in any project) this long, and has an email address set.",
+    )
+    digest_every_secs: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often the server looks for people who are due a digest.",
+    )
     credential_recheck_secs: float = Field(
         default=10.0,
         gt=0,

@@ -255,7 +255,7 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
                  "task_deps", "evidence", "task_reviews", "decisions", "decision_revisions",
                  "route_settings", "route_changes", "memory_entries", "memory_revisions",
                  "decision_tasks", "audit_events", "plans", "task_criteria",
-                 "attachments", "reactions"):  # fmt: skip
+                 "attachments", "reactions", "threads", "thread_replies", "thread_follows"):  # fmt: skip
         assert old[part], part
     seqs = [r["seq"] for r in old["messages"]]
     assert [r["seq"] for r in new["messages"]] == seqs and seqs == sorted(seqs)

@@ -90,7 +90,8 @@ async def test_a_deleted_message_leaves_its_text_nowhere(server: ServerProcess) 
     ]:
         assert "机密" not in raw
     replayed = [f for f in resumed.frames if f.get("type") == "message_updated"]
-    assert len(replayed) == 2 and all(f["message"]["deleted"] for f in replayed)
+    # The reply's thread count on the root, the edit, the delete: each replays the current object.
+    assert len(replayed) == 3 and all(f["message"]["deleted"] for f in replayed)
     # Nor does the HTTP history.
     listed = server.get_json(f"/api/projects/{project}/messages", cookie=reader.cookie)
     assert "机密" not in json.dumps(listed, ensure_ascii=False)

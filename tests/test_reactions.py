@@ -260,8 +260,13 @@ async def test_an_agent_acknowledges_with_a_reaction(room: Room) -> None:
     calls_before = len(room.llm.chat_requests)
     second = room.say("@lead 再看一下")
     await eventually(lambda: len(agent_replies(room, "lead")) >= 2)
+    # (The agent's answer, a reply, also updates the message's thread count: not this one.)
     update = await watcher.wait_for(
-        lambda f: f.get("type") == "message_updated" and f["message"]["id"] == sent["message_id"]
+        lambda f: (
+            f.get("type") == "message_updated"
+            and f["message"]["id"] == sent["message_id"]
+            and "reactions" in f["message"]
+        )
     )
     [eyes] = update["message"]["reactions"]
     assert eyes["emoji"] == "👀" and eyes["members"] == [room.members["lead"]["id"]]

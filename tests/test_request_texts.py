@@ -58,6 +58,8 @@ WRITTEN = [
     "等待评审",
     "被中断前的请求",
     "上一轮的问题",
+    "话题的开头",
+    "话题里的回复",
     *(p.handle for p in PEOPLE),
     *(p.display_name for p in PEOPLE),
     *(p.role for p in PEOPLE),
@@ -113,7 +115,8 @@ def records_text() -> str:
 
 def full_context(**changes: Any) -> ContextInput:
     """A context with every section: records, a cut-off checkpoint with its pending prompt, the
-    agent's own turns (in full and summarised, some left out), a timeline with lines left out,
+    agent's own turns (in full and summarised, some left out), the thread of the message to
+    answer (replies left out), a timeline with lines left out,
     messages with no author, an unknown author and a file, and several new messages."""
     attachment = {
         "id": 7,
@@ -177,6 +180,8 @@ def full_context(**changes: Any) -> ContextInput:
             prompt=(Line(15, OWNER.member_id, "被中断前的请求"),),
         ),
         "earlier_omitted": 40,
+        "thread": (Line(2, OWNER.member_id, "话题的开头"), Line(6, BE.member_id, "话题里的回复")),
+        "thread_omitted": 3,
     }
     base.update(changes)
     return ContextInput(**base)

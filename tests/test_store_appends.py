@@ -359,12 +359,23 @@ def test_sends_in_one_batch_keep_exactly_once_replies_and_gap_free_seqs(tmp_path
         assert '"excerpt":"第二条"' in reply.frame
         conn = app.db()
         events = [
-            r[0]
+            (r[0], r[1], r[2])
             for r in conn.execute(
-                "SELECT seq FROM events WHERE project_id = 1 AND seq > ? ORDER BY seq", (head,)
+                "SELECT seq, kind, message_id FROM events WHERE project_id = 1 AND seq > ?"
+                " ORDER BY seq",
+                (head,),
             )
         ]
-        assert events == [head + i for i in range(1, 5)]
+        assert [e[0] for e in events] == [head + i for i in range(1, 6)]
+        # The reply's thread count on its root (unwritten in the batch too): the fifth event.
+        assert events[4][1:] == ("message_updated", second.message_id)
+        root_frame = conn.execute(
+            "SELECT frame FROM messages WHERE id = ?", (second.message_id,)
+        ).fetchone()[0]
+        assert (
+            '"thread":{"replies":1,' in root_frame
+            and f'"last_reply_id":{reply.message_id}}}' in root_frame
+        )
         # Every human message reached the lead through the ledger, once.
         delivered = conn.execute(
             "SELECT count(*), count(DISTINCT message_id) FROM deliveries WHERE message_id IN"

@@ -14,6 +14,7 @@ import { Lifecycle } from "./lifecycle.js";
 import { MemoryTab } from "./memory.js";
 import { termsOf } from "./highlight.js";
 import { Members } from "./members.js";
+import { levelDialog, openInbox } from "./notify.js";
 import { avatar, noticeKind, paintPresence } from "./message.js";
 import { loadProviders, ModelRoutesTab } from "./modelroutes.js";
 import { Panel } from "./panel.js";
@@ -23,6 +24,7 @@ import { SearchBox } from "./search.js";
 import { initShortcuts, openHelp } from "./shortcuts.js";
 import { Connection } from "./socket.js";
 import { app, createRoom, member, mergePresence, setMembers, setPresence, upsertProject, upsertProjectFrame } from "./store.js";
+import { ThreadPane } from "./thread.js";
 import { Timeline } from "./timeline.js";
 import { confirmDialog, onContextGesture, toast, toastError } from "./ui.js";
 
@@ -43,6 +45,29 @@ const composer = new Composer($("#composer"), conn, {
     timeline.scrollToBottom(false);
   },
   onEditLast: () => timeline.editLast(),
+});
+$("#inbox-open").addEventListener("click", () => openInbox());
+// The open project's notification level (issue 30 item 6): a button in the sidebar's foot.
+$("#notify-level").addEventListener("click", () => {
+  if (!app.room) return;
+  levelDialog(app.room.project, () => {
+    renderProjects($("#project-groups"), app.room?.id);
+    renderTitle();
+    renderBell();
+  });
+});
+function renderBell() {
+  const level = app.room?.project.notify || "all";
+  const button = $("#notify-level");
+  button.hidden = !app.room;
+  button.dataset.level = level;
+  button.title = `${t("notifyLevel.title")}: ${t(`notifyLevel.${level}`)}`;
+}
+// The thread pane (issue 30 item 2): opened from a root's reply count in the timeline.
+const threads = new ThreadPane(conn, { onSent: () => timeline.render() });
+$("#timeline").addEventListener("click", (event) => {
+  const opener = event.target.closest("[data-thread-open]");
+  if (opener && app.room) threads.open(app.room, Number(opener.dataset.threadOpen));
 });
 const members = new Members($("#tab-members"), {
   composer,
@@ -253,6 +278,8 @@ function openProject(id) {
   $("#no-project").hidden = true;
   $("#room-main").hidden = false;
   renderHeader();
+  threads.close();
+  renderBell();
   timeline.open(room);
   drafts.open(room);
   composer.open(room);
@@ -315,6 +342,7 @@ function onFrame(frame) {
       if (frame.message.author_id !== null && !member(room, frame.message.author_id)) refreshMembers();
       timeline.apply(frame);
       drafts.onMessage(frame.message);
+      threads.apply(frame);
       if (composer.replyTo?.id === frame.message.id) composer.renderQuote(); // edited or deleted
       upsertProject({ id: room.id, head_seq: frame.seq });
       if (frame.message.meta?.route_change && panel.current === "models") models.load(room, { background: true });
@@ -412,7 +440,7 @@ function onError(frame) {
     return;
   }
   if (txn) {
-    composer.restore(txn);
+    (threads.wrote(txn) && threads.composer ? threads.composer : composer).restore(txn);
     timeline.render();
     toast(frame.code === "mentions_unresolved" ? t("composer.unresolved") : errorText(frame), { kind: "error", timeout: 8000 });
     return;

@@ -5,6 +5,7 @@
 
 import { $, local } from "./dom.js";
 import { t } from "./i18n.js";
+import { alertsOn, shownCounts } from "./notify.js";
 import { app } from "./store.js";
 
 const NOTIFY_KEY = "room.notify";
@@ -17,7 +18,7 @@ export function applyUnread(frame) {
   const before = project.mentions || 0;
   project.unread = frame.unread;
   project.mentions = frame.mentions;
-  if (frame.mentions > before && !looking(project.id)) notifyMention(project, frame.mentions);
+  if (frame.mentions > before && !looking(project.id) && alertsOn(project)) notifyMention(project, frame.mentions);
   renderTitle();
   return true;
 }
@@ -33,8 +34,9 @@ export function totals() {
   let mentions = 0;
   for (const p of app.projects.values()) {
     if (looking(p.id)) continue;
-    unread += p.unread || 0;
-    mentions += p.mentions || 0;
+    const shown = shownCounts(p); // under the project's notification level
+    unread += shown.unread;
+    mentions += shown.mentions;
   }
   return { unread, mentions };
 }

@@ -26,12 +26,18 @@ const NAME_END = /[,;)\]}>"'*~([{<（［｛〈《「『【〔〖“‘）］｝�
 const BOUNDARY_BEFORE = /[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000([{<"'*~,;（［｛〈《「『【〔〖“‘）］｝〉》」』】〕〗”’，。、；：！？…—～]/;
 
 export class Composer {
-  constructor(form, conn, { onSent, onEditLast }) {
+  /** `prefix`: the ids of this composer's parts start with it (a second composer on the page,
+   * the thread pane's: "thread-"). `thread`: that composer replies in a thread; its drafts are
+   * kept apart from the timeline's and each send replies to the thread (see setThread). */
+  constructor(form, conn, { onSent, onEditLast, prefix = "", thread = false }) {
     this.form = form;
     this.conn = conn;
     this.onSent = onSent;
     this.onEditLast = onEditLast;
-    this.input = $("#draft", form);
+    this.prefix = prefix;
+    this.thread = thread;
+    this.fixedReply = null; // the thread's root, in a thread composer
+    this.input = this.part("draft");
     this.room = null;
     this.chips = []; // [{id, token}] picked from the picker or the avatar menu
     this.replyTo = null; // {id, author_id, excerpt}
@@ -40,7 +46,7 @@ export class Composer {
     this.sending = false;
     this.askPreview = debounce(() => this.previewOf(this.draftState()), PREVIEW_AFTER_MS);
     this.ime = trackComposition(this.input);
-    this.picker = new Picker($("#picker", form), this.input, (item) => this.pickItem(item));
+    this.picker = new Picker(this.part("picker"), this.input, (item) => this.pickItem(item));
     this.mentionStart = null;
     this.unmatched = null; // "@zzz": Enter was pressed while the picker matched nobody
     this.lastTyping = 0;
@@ -57,17 +63,30 @@ export class Composer {
       event.preventDefault();
       this.submit(false);
     });
-    $("#quote-cancel", form).addEventListener("click", () => this.setReply(null));
+    this.part("quote-cancel").addEventListener("click", () => this.setReply(null));
     this.tray = new AttachTray(form, this.input, {
       roomId: () => this.room?.id,
       onChange: () => this.onFiles(),
-      dropZones: [$(".timeline-wrap")],
+      // Files dropped anywhere on the timeline go to the timeline's composer, not the thread's.
+      dropZones: thread ? [] : [$(".timeline-wrap")],
     });
+  }
+
+  /** One part of this composer's form, by its id without the prefix. */
+  part(name) {
+    return $(`#${this.prefix}${name}`, this.form);
+  }
+
+  /** A thread composer: every send replies to `root` (null: no thread open). */
+  setThread(root) {
+    this.fixedReply = root ? { id: root.id, author_id: root.author_id, excerpt: "" } : null;
+    this.replyTo = this.fixedReply;
+    this.renderQuote();
   }
 
   /** The tray's files changed: a note while uploads run, and the send button follows. */
   onFiles() {
-    const note = $("#composer-note", this.form);
+    const note = this.part("composer-note");
     if (this.tray.busy()) {
       note.textContent = t("attach.waitUploads");
       note.hidden = false;
@@ -84,7 +103,7 @@ export class Composer {
     const draft = local.get(this.draftKey(), null);
     this.input.value = draft?.text || "";
     this.chips = draft?.chips || [];
-    this.replyTo = draft?.replyTo || null;
+    this.replyTo = this.thread ? this.fixedReply : draft?.replyTo || null;
     this.unmatched = null;
     this.picker.close();
     this.refresh();
@@ -92,13 +111,14 @@ export class Composer {
   }
 
   draftKey() {
-    return `room.draft.${app.identity?.user_id}.${this.room?.id}`;
+    const key = `room.draft.${app.identity?.user_id}.${this.room?.id}`;
+    return this.thread ? `${key}.thread.${this.fixedReply?.id}` : key;
   }
 
   storeDraft() {
     if (!this.room) return;
     const text = this.input.value;
-    const empty = !text && !this.replyTo;
+    const empty = !text && (this.thread || !this.replyTo);
     local.set(this.draftKey(), empty ? null : { text, chips: this.chips, replyTo: this.replyTo });
   }
 
@@ -110,8 +130,8 @@ export class Composer {
     const open = mayPostHere && Boolean(this.room.you);
     this.input.disabled = !open;
     this.tray.disabled = !open;
-    $("#send", this.form).disabled = !open;
-    const note = $("#composer-note", this.form);
+    this.part("send").disabled = !open;
+    const note = this.part("composer-note");
     if (!mayPostHere) note.textContent = t(`composerNote.${state}`);
     else note.textContent = state === "paused" ? t("composer.pausedNote") : "";
     note.hidden = !note.textContent;
@@ -254,9 +274,9 @@ export class Composer {
   }
 
   renderQuote() {
-    const bar = $("#quote-bar", this.form);
-    bar.hidden = !this.replyTo;
-    if (!this.replyTo) return;
+    const bar = this.part("quote-bar");
+    bar.hidden = !this.replyTo || this.thread; // in a thread the pane says what is answered
+    if (bar.hidden) return;
     const who = member(this.room, this.replyTo.author_id);
     $(".quote-label", bar).textContent = t("composer.replyingTo", { name: who ? who.display_name : `#${this.replyTo.author_id}` });
     const quoted = this.room?.messages.get(this.replyTo.id);
@@ -290,14 +310,14 @@ export class Composer {
       this.render(this.answer.preview, draft.body);
       return;
     }
-    for (const id of ["#recipients", "#diagnostics"]) $(id, this.form).classList.add("is-stale");
+    for (const id of ["recipients", "diagnostics"]) this.part(id).classList.add("is-stale");
     this.askPreview();
   }
 
   render(preview, text) {
-    for (const id of ["#recipients", "#diagnostics"]) $(id, this.form).classList.remove("is-stale");
-    renderRecipients($("#recipients", this.form), this.room, preview);
-    renderDiagnostics($("#diagnostics", this.form), preview, {
+    for (const id of ["recipients", "diagnostics"]) this.part(id).classList.remove("is-stale");
+    renderRecipients(this.part("recipients"), this.room, preview);
+    renderDiagnostics(this.part("diagnostics"), preview, {
       text,
       room: this.room,
       unmatched: this.unmatched,
@@ -355,7 +375,7 @@ export class Composer {
       }
       if (this.draftState().key !== draft.key) return; // edited while waiting: not this text
       if (isBlocked(preview)) {
-        const list = $("#diagnostics", this.form);
+        const list = this.part("diagnostics");
         list.classList.remove("shake");
         void list.offsetWidth; // restart the animation
         list.classList.add("shake");
@@ -376,7 +396,7 @@ export class Composer {
     this.unmatched = null;
     this.input.value = "";
     this.chips = [];
-    this.replyTo = null;
+    this.replyTo = this.thread ? this.fixedReply : null;
     this.storeDraft();
     this.typing(false);
     this.refresh();

@@ -12,6 +12,7 @@ import { noticeText } from "./notices.js";
 import { reactionsRow } from "./reactions.js";
 import { researchCard } from "./research.js";
 import { member, presenceOf, roster } from "./store.js";
+import { threadSummary } from "./threadsummary.js";
 
 const AVATAR_COLOURS = 8;
 
@@ -116,6 +117,8 @@ export function renderMessage(room, message, { actions = [], pending = null, rea
     const row = reactionsRow(room, message, reactions);
     if (row) main.append(row);
   }
+  const thread = threadSummary(message);
+  if (thread) main.append(thread);
   if (pending) {
     main.append(h("div", { class: "msg-state", text: pending.failed ? pending.failed : t("msg.sending") }));
   }

@@ -8,6 +8,7 @@ import { errorText, label, t } from "./i18n.js";
 import { field } from "./members.js";
 import { AGENT_ROLES, loadProviders, routeSelect } from "./modelroutes.js";
 import { app, upsertProject } from "./store.js";
+import { shownCounts } from "./notify.js";
 import { openDialog } from "./ui.js";
 
 const GROUPS = [
@@ -58,8 +59,8 @@ export function renderProjects(nav, currentId) {
 /** Chat messages by others after my read cursor (the server counts up to 100), and how many of
  * them mention me, apart (pushed by the server: `unread` frames). */
 function unreadBadge(project, current) {
-  const n = project.unread || 0;
-  const m = project.mentions || 0;
+  const { unread: n, mentions: m } = shownCounts(project); // under the project's level
+  if (project.notify === "none" && !current) return h("span", { class: "muted-mark", attrs: { title: t("notifyLevel.muted"), "aria-label": t("notifyLevel.muted") }, text: "🔕" });
   if (current || n <= 0) return null;
   const count = n > 99 ? "99+" : String(n);
   const label = m ? t("projects.unreadMentions", { n: count, m }) : t("projects.unread", { n: count });

@@ -328,7 +328,7 @@ export class Timeline {
   entryFor(message) {
     const room = this.room;
     const quote = message.reply_excerpt ? `${message.reply_excerpt.deleted ? "-" : ""}${message.reply_excerpt.excerpt}` : "";
-    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${quote}|${JSON.stringify(message.reactions || [])}|${message.meta?.research ? JSON.stringify(message.meta.research) : ""}|${isOwner(room) ? 1 : 0}`;
+    const version = `${room.membersVersion}|${room.project.state}|${message.edited_at}|${message.deleted}|${message.html}|${message.meta?.requirement_change ? 1 : 0}|${quote}|${JSON.stringify(message.reactions || [])}|${message.meta?.research ? JSON.stringify(message.meta.research) : ""}|${isOwner(room) ? 1 : 0}|${JSON.stringify(message.thread || null)}`;
     const cached = this.cache.get(message.id);
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
     const el = renderMessage(room, message, { actions: this.actionsFor(message), reactions: this.reactionsFor(message) });

@@ -9,6 +9,7 @@ import json
 import sqlite3
 from typing import Any
 
+from room.actions import threads as thread_actions
 from room.actions.messages import (
     address,
     check_body,
@@ -91,6 +92,7 @@ async def edit_message(
             edited_at=tx.now,
             meta=old.get("meta"),
             reactions=old.get("reactions"),
+            thread=old.get("thread"),
         )
         return publish_update(conn, tx, project_id, message_id, obj, new_recipients)
 
@@ -139,8 +141,10 @@ async def delete_message(core: Services, actor: Member, message_id: int) -> dict
             created_at=row["created_at"],
             edited_at=row["edited_at"],
             deleted=True,
+            thread=old.get("thread"),  # a deleted root keeps its replies
         )
         reactions_store.delete_for_message(conn, message_id)
+        thread_actions.after_delete(conn, tx, project_id, message_id)
         return publish_update(conn, tx, project_id, message_id, obj, [])
 
     return await core.db.write(job)

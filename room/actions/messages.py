@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from room.actions import attachments as attachment_actions
+from room.actions import threads as thread_actions
 from room.errors import (
     BadRequestError,
     ConflictError,
@@ -47,6 +48,7 @@ from room.store import brakes as brakes_store
 from room.store import deliveries as deliveries_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import threads as threads_store
 from room.store.db import UNKNOWN, Prefetch, Sent, WriteJob
 
 log = logging.getLogger(__name__)
@@ -351,6 +353,7 @@ def _send_job(
                     version=found,
                 )
         excerpt = _reply_excerpt(conn, project_id, reply_to) if reply_to else None
+        root_id = threads_store.root_of(conn, reply_to) if reply_to else None
         full_meta = meta
         if files:  # the sender's own unsent uploads in this project, or the send is refused
             rows = attachment_actions.check_owned(conn, sender, files)
@@ -372,6 +375,11 @@ def _send_job(
         )
         if files:
             attachments_store.set_message(conn, files, message_id)
+        if root_id is not None:
+            thread_actions.record_reply(
+                conn, tx, project_id=project_id, root_id=root_id, message_id=message_id,
+                sender=sender,
+            )  # fmt: skip
         if sender.kind == "human":
             # The loop brake counts agent turns since the last human message.
             brakes_store.reset_agent_turns(conn, tx, project_id)

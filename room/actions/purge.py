@@ -43,6 +43,7 @@ from room.store import projects as projects_store
 from room.store import reactions as reactions_store
 from room.store import research as research_store
 from room.store import search as search_store
+from room.store import threads as threads_store
 from room.store.schema_tasks import TASK_TABLES
 
 StepFn = Callable[[sqlite3.Connection, int, Path], dict[str, Any]]
@@ -120,6 +121,7 @@ def _search(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, 
 def _messages(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
     messages = "(SELECT id FROM messages WHERE project_id = :p)"
     counts = {
+        **threads_store.purge_project(conn, project_id),
         "reactions": reactions_store.purge_project(conn, project_id),
         "mentions": _delete(
             conn, f"DELETE FROM mentions WHERE message_id IN {messages}", project_id
@@ -165,6 +167,12 @@ def _members(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str,
         # Again here: a cursor written late (a deferred read) must not hold the members back.
         "read_cursors": _delete(conn, "DELETE FROM read_cursors WHERE project_id = :p", project_id),
         "member_names": _delete(conn, "DELETE FROM member_names WHERE project_id = :p", project_id),
+        "notification_levels": _delete(
+            conn,
+            "DELETE FROM notification_levels"
+            " WHERE member_id IN (SELECT id FROM members WHERE project_id = :p)",
+            project_id,
+        ),
         "members": _delete(conn, "DELETE FROM members WHERE project_id = :p", project_id),
     }
 

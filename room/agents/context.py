@@ -6,9 +6,12 @@ In order, within ``budget_tokens`` (the system message and the new messages are 
 2. ``records``: the project's memory section, already rendered (counted first, never cut here);
 3. the member's last checkpoint: its current task, and the prompt a cut-off turn left pending;
 4. its own earlier turns from its transcript (tool calls and results; older ones summarised);
-5. the recent timeline before the new messages, newest kept first; what does not fit is
-   announced by one line (how many, and how to read them) instead of vanishing;
-6. the new messages, the last one marked as the one to answer.
+5. when the message to answer is a reply in a thread: the thread — its root and its newest
+   replies before the new messages (the replies left out are counted in one line);
+6. the recent timeline before the new messages, newest kept first (without the thread's lines);
+   what does not fit is announced by one line (how many, and how to read them) instead of
+   vanishing;
+7. the new messages, the last one marked as the one to answer.
 
 Every message names its sender *in the content* (the providers send no ``name``): display name,
 handle and whether a person or an agent, as ``张三（zhangsan，人类）``. The handle is written
@@ -99,6 +102,10 @@ class ContextInput:
     transcript: Sequence[TurnRecord] = field(default_factory=tuple)  # oldest first
     checkpoint: Checkpoint | None = None
     earlier_omitted: int = 0  # timeline messages before ``timeline`` that were not even read
+    # The thread the message to answer is a reply in: its root, then its replies before the new
+    # messages, oldest first (empty: not in a thread); ``thread_omitted`` older replies not read.
+    thread: Sequence[Line] = ()
+    thread_omitted: int = 0
 
 
 def person_of(member: Member) -> Person:
@@ -167,7 +174,13 @@ def build_messages(ci: ContextInput) -> list[ChatMessage]:
         if text:
             background.append(text)
             used += estimate_tokens(text) + 8
-    timeline = render_timeline(ci, people, ci.budget_tokens - used)
+    shown: frozenset[int] = frozenset()
+    if ci.thread:
+        text, shown = render_thread(ci, people, ci.budget_tokens - used)
+        if text:
+            background.append(text)
+            used += estimate_tokens(text) + 8
+    timeline = render_timeline(ci, people, ci.budget_tokens - used, shown)
     if timeline:
         background.append(timeline)
     messages = [ChatMessage(role="system", content=system)]
@@ -179,12 +192,52 @@ def build_messages(ci: ContextInput) -> list[ChatMessage]:
     return messages + _merge_inputs(inputs)
 
 
-def render_timeline(ci: ContextInput, people: Mapping[int, Person], room: int) -> str:
-    """The newest timeline lines that fit in ``room`` tokens; the rest announced by one line."""
+THREAD_HEADER = "（这一轮要回答的消息在一个话题里；话题的第一条和最近的回复，最早的在前）"
+
+
+def render_thread(
+    ci: ContextInput, people: Mapping[int, Person], room: int
+) -> tuple[str, frozenset[int]]:
+    """The thread of the message to answer within ``room`` tokens: its root (when it fits) and
+    its newest replies; the replies left out counted in one line. Returns the text and the seqs
+    it shows (the timeline leaves them out)."""
+    if not ci.thread:
+        return "", frozenset()
+    root, replies = ci.thread[0], ci.thread[1:]
+    used = estimate_tokens(THREAD_HEADER) + 30  # the announcement line's share
+    head = render_line(root, people, ci.me)
+    if used + estimate_tokens(head) + 2 > room:
+        return "", frozenset()
+    used += estimate_tokens(head) + 2
+    kept: list[Line] = []
+    for line in reversed(replies):
+        cost = estimate_tokens(render_line(line, people, ci.me)) + 2
+        if used + cost > room:
+            break
+        kept.append(line)
+        used += cost
+    kept.reverse()
+    lines = [THREAD_HEADER, head]
+    left_out = len(replies) - len(kept) + ci.thread_omitted
+    if left_out:
+        lines.append(f"（话题中更早的 {left_out} 条回复未放入上下文）")
+    lines += [render_line(line, people, ci.me) for line in kept]
+    return "\n".join(lines), frozenset([root.seq, *(line.seq for line in kept)])
+
+
+def render_timeline(
+    ci: ContextInput,
+    people: Mapping[int, Person],
+    room: int,
+    shown: frozenset[int] = frozenset(),
+) -> str:
+    """The newest timeline lines that fit in ``room`` tokens (but those the thread section
+    ``shown``); the rest announced by one line."""
     header = "（最近的时间线，仅供参考，最早的在前）"
     used = estimate_tokens(header) + 40  # the announcement line's share
     kept: list[str] = []
-    for line in reversed(ci.timeline):
+    timeline = [line for line in ci.timeline if line.seq not in shown] if shown else ci.timeline
+    for line in reversed(timeline):
         text = render_line(line, people, ci.me)
         cost = estimate_tokens(text) + 2
         if used + cost > room:
@@ -192,13 +245,13 @@ def render_timeline(ci: ContextInput, people: Mapping[int, Person], room: int) -
         kept.append(text)
         used += cost
     kept.reverse()
-    left_out = len(ci.timeline) - len(kept) + ci.earlier_omitted
+    left_out = len(timeline) - len(kept) + ci.earlier_omitted
     if not kept and not left_out:
         return ""
     lines = [header]
     if left_out:
         if kept:
-            first: int | None = ci.timeline[len(ci.timeline) - len(kept)].seq
+            first: int | None = timeline[len(timeline) - len(kept)].seq
         else:
             first = ci.inputs[0].seq if ci.inputs else None
         where = f"before={first}" if first is not None else "before=消息序号"

@@ -65,6 +65,7 @@ from room.store import checkpoints as checkpoints_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
+from room.store import threads as threads_store
 from room.store import turns as turns_store
 from room.store import usage as usage_store
 
@@ -72,6 +73,7 @@ log = logging.getLogger(__name__)
 
 REPEAT_LIMIT = 3  # the same tool call this many times in one turn trips the brake
 TIMELINE_MESSAGES = 60
+THREAD_MESSAGES = 40  # replies of the thread read for a request (the budget keeps the newest)
 TRANSCRIPT_ENTRIES = 200  # the member's own newest transcript rows read for its next turn
 TRUNCATED_NOTE = "⚠️ 回答达到模型的长度上限（max_tokens），在此处被截断，并不完整。"
 CUT_ARGUMENTS = (
@@ -336,11 +338,29 @@ class Turn:
             checkpoint = checkpoints_store.latest(conn, member_id)
             if checkpoint is not None and checkpoint["turn_id"] == turn_id:
                 checkpoint = checkpoints_store.latest_before_turn(conn, member_id, turn_id)
-            return project, history, earlier, own, checkpoint
+            return project, history, earlier, own, checkpoint, thread_of(conn)
 
-        project, history, earlier, own, checkpoint = await self.core.db.read(read)
+        def thread_of(conn: Any) -> tuple[list[dict[str, Any]], int]:
+            """The thread the message to answer is a reply in: its root and the replies before
+            the new messages (oldest first), and whether older replies were not read."""
+            if last_id is None:
+                return [], 0
+            root_id = threads_store.thread_of(conn, last_id)
+            root = messages_store.get_row(conn, root_id) if root_id is not None else None
+            if root_id is None or root is None or (first_id is not None and root_id >= first_id):
+                return [], 0  # (a root among the new messages is read there)
+            frames, more = threads_store.page(conn, root_id, first_id, THREAD_MESSAGES)
+            lines = [json.loads(root["frame"]), *(json.loads(f) for f in frames)]
+            older = threads_store.count_before(conn, root_id, first_id) - len(frames) if more else 0
+            return lines, older
+
+        first_id = self.inbound[0].message_id if self.inbound else None
+        last_id = self.inbound[-1].message_id if self.inbound else None
+        project, history, earlier, own, checkpoint, (thread, thread_more) = await self.core.db.read(
+            read
+        )
         paths = await self._attachment_paths(
-            [_files_of(m) for m in history] + [list(i.attachments) for i in self.inbound]
+            [_files_of(m) for m in history + thread] + [list(i.attachments) for i in self.inbound]
         )
         roster = await self.core.rosters.get(project_id)
         people = [ctx_mod.person_of(m) for m in roster.members.values()]
@@ -377,6 +397,18 @@ class Turn:
             transcript=turn_records(own, skip_turn=self.turn_id),
             checkpoint=ctx_mod.checkpoint_from_row(checkpoint) if checkpoint else None,
             earlier_omitted=earlier,
+            thread=[
+                ctx_mod.Line(
+                    m["seq"],
+                    m["author_id"],
+                    with_attachments(m["body"], _files_of(m), paths),
+                    m["kind"],
+                    (m.get("meta") or {}).get("for_agents", ""),
+                )
+                for m in thread
+                if not m["deleted"]
+            ],
+            thread_omitted=thread_more,
         )
         return ctx_mod.build_messages(ci)
 

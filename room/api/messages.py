@@ -14,6 +14,7 @@ from starlette.routing import Route
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
 from room.actions import reactions as reaction_actions
+from room.actions import threads as thread_actions
 from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
 from room.errors import BadRequestError, NotFoundError
 from room.rules.protocol import MAX_ATTACHMENTS, MAX_CHIPS, MAX_HISTORY_LIMIT
@@ -172,10 +173,52 @@ async def post_reaction(request: Request) -> Response:
     return JSONResponse(result)
 
 
+async def get_thread(request: Request) -> Response:
+    """A page of the thread of a message (its root or a reply in it): the root, the replies
+    before ``before`` (a message id; none: the newest), oldest first (docs/protocol.md,
+    "Threads")."""
+    who = await identity(request)
+    core = core_of(request)
+    message_id = path_id(request, "message_id")
+    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
+    if row is None:
+        raise NotFoundError("no such message", code="no_message")
+    member = await member_in(core, who, int(row["project_id"]))
+    params = request.query_params
+    try:
+        before = int(params["before"]) if "before" in params else None
+        limit = int(params.get("limit", "50"))
+    except ValueError:
+        raise BadRequestError("before and limit are integers", code="bad_query") from None
+    return JSONResponse(await thread_actions.thread_page(core, member, message_id, before, limit))
+
+
+class FollowIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    following: bool
+
+
+async def put_follow(request: Request) -> Response:
+    """Follow or stop following the thread of a message (a person only)."""
+    who = await identity(request, mutation=True)
+    core = core_of(request)
+    message_id = path_id(request, "message_id")
+    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
+    if row is None:
+        raise NotFoundError("no such message", code="no_message")
+    member = await member_in(core, who, int(row["project_id"]))
+    data: FollowIn = await body_of(request, FollowIn)
+    return JSONResponse(
+        await thread_actions.set_following(core, member, message_id, data.following)
+    )
+
+
 endpoints = [
     Route("/api/projects/{project_id:int}/messages", list_messages, methods=["GET"]),
     Route("/api/projects/{project_id:int}/messages", post_message, methods=["POST"]),
     Route("/api/messages/{message_id:int}", message_detail),
     Route("/api/messages/{message_id:int}/reactions", post_reaction, methods=["POST"]),
+    Route("/api/messages/{message_id:int}/thread", get_thread, methods=["GET"]),
+    Route("/api/messages/{message_id:int}/thread/follow", put_follow, methods=["PUT"]),
     Route("/api/deliveries/{delivery_id:int}/retry", retry_delivery, methods=["POST"]),
 ]

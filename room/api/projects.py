@@ -24,6 +24,7 @@ from room.rules.ops import members_for, project_for, viewer_kind
 from room.store import audit as audit_store
 from room.store import members as members_store
 from room.store import messages as messages_store
+from room.store import notifications as notifications_store
 from room.store import projects as projects_store
 
 
@@ -31,19 +32,21 @@ async def me(request: Request) -> Response:
     who = await identity(request)
     core = core_of(request)
     unread: dict[int, tuple[int, int]] = {}
+    levels: dict[int, str] = {}
     if who.user is not None:
         user_id = who.user.id
 
         def read(
             conn: sqlite3.Connection,
-        ) -> tuple[list[Project], dict[int, tuple[int, int]], set[int]]:
+        ) -> tuple[list[Project], dict[int, tuple[int, int]], set[int], dict[int, str]]:
             return (
                 projects_store.list_for_user(conn, user_id),
                 messages_store.unread_for_user(conn, user_id),
                 members_store.owned_projects(conn, user_id),
+                notifications_store.levels_for_user(conn, user_id),
             )
 
-        projects, unread, owned = await core.db.read(read)
+        projects, unread, owned, levels = await core.db.read(read)
         kinds = {p.id: ActorKind.OWNER if p.id in owned else ActorKind.MEMBER for p in projects}
     else:
         assert who.agent is not None
@@ -61,6 +64,8 @@ async def me(request: Request) -> Response:
             "projects": [
                 project_for(p, kinds[p.id], extras[p.id])
                 | dict(zip(("unread", "mentions"), unread.get(p.id, (0, 0)), strict=True))
+                # ``notify``: your notification level here (docs/protocol.md, "Notifications").
+                | {"notify": levels.get(p.id, notifications_store.DEFAULT_LEVEL)}
                 for p in projects
             ],
             # The trash shows how long a project is kept restorable; nothing is purged by itself.

@@ -55,6 +55,7 @@ class PackTable:
 
 
 _MESSAGES = "t.message_id IN (SELECT id FROM messages WHERE project_id = :p)"
+_THREADS = "t.root_id IN (SELECT root_id FROM threads WHERE project_id = :p)"
 
 PACK_TABLES: tuple[PackTable, ...] = (
     PackTable(
@@ -96,6 +97,34 @@ PACK_TABLES: tuple[PackTable, ...] = (
         key=None,
         order="t.message_id, t.emoji, t.member_id",
         refs={"message_id": "messages", "member_id": "members"},
+    ),
+    # Threads (room.store.threads): keyed by their root's message id.
+    PackTable(
+        "threads",
+        key=None,
+        order="t.root_id",
+        refs={"root_id": "messages", "last_reply_id": "messages"},
+    ),
+    PackTable(
+        "thread_replies",
+        where=_THREADS,
+        key=None,
+        order="t.message_id",
+        refs={"message_id": "messages", "root_id": "messages"},
+    ),
+    PackTable(
+        "thread_follows",
+        where=_THREADS,
+        key=None,
+        order="t.root_id, t.member_id",
+        refs={"root_id": "messages", "member_id": "members"},
+    ),
+    PackTable(
+        "notification_levels",
+        where="t.member_id IN (SELECT id FROM members WHERE project_id = :p)",
+        key=None,
+        order="t.member_id",
+        refs={"member_id": "members"},
     ),
     PackTable("events", key=None, order="t.seq", refs={"message_id": "messages"}),
     PackTable("read_cursors", key=None, order="t.member_id", refs={"member_id": "members"}),
@@ -195,7 +224,8 @@ PART_ORDER: tuple[str, ...] = tuple(
 # before them simply has none of their rows).
 LATER_TABLES = frozenset(
     {"project_timelines", "milestones", "milestone_counts", "project_dependencies", "risk_log",
-     "attachments", FILES_PART, "reactions"}
+     "attachments", FILES_PART, "reactions", "threads", "thread_replies", "thread_follows",
+     "notification_levels"}
 )  # fmt: skip
 
 # Every version-1 pack has these parts.
@@ -264,8 +294,8 @@ _META_REFS = {
 
 def remap_message(obj: dict[str, Any], project_id: int, ids: IdMap) -> dict[str, Any]:
     """A message's wire object (``messages.frame``) with its ids replaced: its own, the
-    project, the author, the reply and its excerpt's author, the mentions, who reacted, and ids
-    named in ``meta`` (turns are not carried: their ids become null)."""
+    project, the author, the reply and its excerpt's author, the mentions, who reacted, a
+    thread's newest reply, and ids named in ``meta`` (turns are not carried: their ids become null)."""
     out = dict(obj)
     out["id"] = ids("messages", obj.get("id"))
     out["project_id"] = project_id
@@ -285,6 +315,9 @@ def remap_message(obj: dict[str, Any], project_id: int, ids: IdMap) -> dict[str,
             else r
             for r in reactions
         ]
+    thread = obj.get("thread")
+    if isinstance(thread, dict):  # a thread's root: its newest reply
+        out["thread"] = {**thread, "last_reply_id": ids("messages", thread.get("last_reply_id"))}
     if "meta" in obj:
         out["meta"] = meta = _remap_meta(obj["meta"], ids)
         files = obj["meta"].get("attachments") if isinstance(obj["meta"], dict) else None

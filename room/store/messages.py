@@ -54,6 +54,7 @@ def message_object(
     deleted: bool = False,
     meta: dict[str, Any] | None = None,
     reactions: list[dict[str, Any]] | None = None,
+    thread: dict[str, Any] | None = None,
 ) -> str:
     """The message's wire object as compact JSON (the key order is part of the format).
 
@@ -76,6 +77,8 @@ def message_object(
     ]
     if meta:
         parts.append(f',"meta":{_any(meta)}')
+    if thread:  # a thread's root: its summary (room.store.threads)
+        parts.append(f',"thread":{_any(thread)}')
     if reactions and not deleted:
         parts.append(f',"reactions":{_any(reactions)}')
     parts.append("}")
@@ -397,7 +400,7 @@ UNREAD_SCAN = 2_000  # messages looked at after the cursor, at most, per project
 
 
 # Per member: (chat messages by others after the read cursor, not deleted; how many of those
-# mention the member), over at most UNREAD_SCAN messages after the cursor, each capped.
+# mention the member or reply in a thread it follows), over at most UNREAD_SCAN messages after the cursor, each capped.
 _UNREAD = (
     "SELECT m.id, m.project_id, (SELECT count(*) FROM (SELECT kind, author_id, deleted_at"
     " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
@@ -407,7 +410,11 @@ _UNREAD = (
     " FROM messages x WHERE x.project_id = m.project_id AND x.seq > coalesce(rc.seq, 0)"
     " ORDER BY x.seq LIMIT :scan) y WHERE kind = 'chat' AND deleted_at IS NULL"
     " AND (author_id IS NULL OR author_id != m.id)"
-    " AND EXISTS (SELECT 1 FROM mentions WHERE message_id = y.id AND member_id = m.id))"
+    " AND (EXISTS (SELECT 1 FROM mentions WHERE message_id = y.id AND member_id = m.id)"
+    # A reply in a thread the member follows counts as a mention (issue 30: "followed threads
+    # notify like mentions").
+    "  OR EXISTS (SELECT 1 FROM thread_replies r JOIN thread_follows f ON f.root_id = r.root_id"
+    "   WHERE r.message_id = y.id AND f.member_id = m.id AND f.following = 1)))"
     " FROM members m LEFT JOIN read_cursors rc ON rc.member_id = m.id"
 )
 

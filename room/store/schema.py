@@ -10,10 +10,12 @@ from typing import NamedTuple
 from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
+from room.store.schema_notify import NOTIFY
 from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
+from room.store.schema_threads import THREADS
 from room.store.schema_users import USERS_ADMIN
 
 
@@ -568,6 +570,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0020_brake_holds", BRAKE_HOLDS),
     Migration("0021_users_admin", USERS_ADMIN),
     Migration("0022_multi_writer", MULTI_WRITER),
+    Migration("0023_threads", THREADS),
+    Migration("0024_notifications", NOTIFY),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -26,6 +26,8 @@ the suite. What is spelled differently, and why:
 from __future__ import annotations
 
 from room.store.schema import Migration
+from room.store.schema_notify import NOTIFY_PG
+from room.store.schema_threads import THREADS_PG
 from room.store.schema_users import USERS_ADMIN_PG
 
 BASELINE_OF = "0019_send_rows"  # the SQLite migration this baseline equals
@@ -760,4 +762,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0020_brake_holds", BRAKE_HOLDS),
     Migration("0021_users_admin", USERS_ADMIN_PG),
     Migration("0022_multi_writer", MULTI_WRITER),
+    Migration("0023_threads", THREADS_PG),
+    Migration("0024_notifications", NOTIFY_PG),
 )
