@@ -77,8 +77,11 @@ THREADS = (
     + """
 UPDATE messages SET frame = json_set(frame, '$.thread', json_object(
         'replies', (SELECT replies FROM threads WHERE root_id = messages.id),
-        'last_reply_at', strftime('%Y-%m-%dT%H:%M:%fZ',
-            (SELECT last_reply_at FROM threads WHERE root_id = messages.id), 'unixepoch'),
+        -- milliseconds as room.rules.entities.iso makes them (microseconds rounded, then
+        -- cut), not strftime's rounding
+        'last_reply_at', strftime('%Y-%m-%dT%H:%M:%fZ', (CAST(round(
+            (SELECT last_reply_at FROM threads WHERE root_id = messages.id) * 1000000)
+            AS INTEGER) / 1000) / 1000.0, 'unixepoch'),
         'last_reply_id', (SELECT last_reply_id FROM threads WHERE root_id = messages.id)))
     WHERE id IN (SELECT root_id FROM threads);
 """
