@@ -13,8 +13,8 @@ threads would: ``room.store.messages.history`` (+ the ``/ws`` page string) and
 The cluster is the tests' (tests/support/postgres.py: ``initdb`` in /tmp, 127.0.0.1, ``fsync``
 and ``synchronous_commit`` off — these are reads), on the generator's core like the SQLite
 reference, or the database at ``$ROOM_BENCH_PG_URL`` (emptied first: it must be one made for the bench). The
-durable acked sends/s on PostgreSQL ÷ a raw psycopg reference needs the server's writer on
-PostgreSQL, which is not built yet (docs/storage.md): not measured here.
+durable acked sends/s on PostgreSQL ÷ a raw psycopg reference is :mod:`benchlib.pgdurable`
+(``--only pgdurable``), on a cluster of :func:`databases` with ``durable=True``.
 """
 
 from __future__ import annotations
