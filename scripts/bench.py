@@ -24,6 +24,8 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
 * ``uploads``   a 100 MB attachment upload vs ``cp``, server RSS growth     (benchlib/uploads.py)
 * ``postgresql`` history page and search p50/p99 on PostgreSQL beside SQLite on the same data,
                 ``--pg-messages`` of them (default 100,000), and ``room copy``'s time (benchlib/pgstore.py)
+* ``pgdurable`` durable acked sends/s on PostgreSQL (10 senders) vs raw psycopg batched, SQLite's
+                beside it, on a private cluster with fsync on                (benchlib/pgdurable.py)
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
 server the bench starts with py-spy (``$PY_SPY`` or ``py-spy`` on PATH) and prints the hot spots.
@@ -67,6 +69,7 @@ WORKLOADS = (
     "packs",
     "uploads",
     "postgresql",
+    "pgdurable",
 )
 
 
@@ -197,6 +200,7 @@ def workload_functions(
         "postgresql": lambda: module("pgstore").run(
             workdir, CACHE, quick=quick, messages=pg_messages
         ),
+        "pgdurable": lambda: module("pgdurable").run(workdir, quick=quick),
     }
 
 

@@ -9,6 +9,7 @@ import json
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -103,7 +104,7 @@ async def test_serve_on_postgresql_chats_and_keeps_it_across_a_restart(
         last_seq = history["messages"][-1]["seq"]
         # Search on the same database: the server's indexer has indexed what was just sent.
         status, found = server.request(
-            "GET", f"/api/projects/{project}/search?q=只一次", cookie=owner.cookie
+            "GET", f"/api/projects/{project}/search?q={quote('只一次')}", cookie=owner.cookie
         )
         assert status == 200, found
         assert [r["seq"] for r in found["results"]] == [

@@ -18,6 +18,8 @@ from pathlib import Path
 from room.app import RoomServer
 from room.rules.render import render
 from room.settings import load_settings
+from room.store import pg
+from room.store.dialect import Connection
 from room.store.messages import message_object
 from room.store.migrate import connect
 
@@ -64,18 +66,24 @@ def parse_probe(payload: bytes) -> tuple[int, int] | None:
         return None
 
 
-def make_data_folder(data: Path, *, pause_lead: bool = True) -> tuple[int, int]:
+def make_data_folder(
+    data: Path, *, pause_lead: bool = True, database_url: str | None = None
+) -> tuple[int, int]:
     """A fresh data folder as the server makes it; returns (owner member id, lead member id).
 
     With ``pause_lead`` the demo project's lead agent is paused (as ``room`` does it: its member
     status): a human message still writes its delivery row to the lead — in state ``held`` —
     but no agent turn runs and no reply is posted, so a workload measures exactly the messages
-    it sends.
+    it sends. With ``database_url`` the store is that (empty) PostgreSQL database instead of the
+    folder's room.sqlite, seeded the same way.
     """
-    server = RoomServer(load_settings({"data": data}, env={}))
+    options: dict[str, object] = {"data": data}
+    if database_url:
+        options["database_url"] = database_url
+    server = RoomServer(load_settings(options, env={}))
     server.open()
     server.close()
-    conn = connect(data / "room.sqlite")
+    conn: Connection = pg.connect(database_url) if database_url else connect(data / "room.sqlite")
     try:
         owner = conn.execute(
             "SELECT id FROM members WHERE project_id = ? AND kind = 'human'", (PROJECT_ID,)

@@ -13,8 +13,8 @@ threads would: ``room.store.messages.history`` (+ the ``/ws`` page string) and
 The cluster is the tests' (tests/support/postgres.py: ``initdb`` in /tmp, 127.0.0.1, ``fsync``
 and ``synchronous_commit`` off — these are reads), on the generator's core like the SQLite
 reference, or the database at ``$ROOM_BENCH_PG_URL`` (emptied first: it must be one made for the bench). The
-durable acked sends/s on PostgreSQL ÷ a raw psycopg reference needs the server's writer on
-PostgreSQL, which is not built yet (docs/storage.md): not measured here.
+durable acked sends/s on PostgreSQL ÷ a raw psycopg reference is :mod:`benchlib.pgdurable`
+(``--only pgdurable``), on a cluster of :func:`databases` with ``durable=True``.
 """
 
 from __future__ import annotations
@@ -42,9 +42,23 @@ DEFAULT_MESSAGES = 100_000
 URL_ENV = "ROOM_BENCH_PG_URL"
 
 
+# A cluster that commits durably (for the durable sends): the tests' settings with fsync,
+# synchronous_commit and full_page_writes on, as PostgreSQL ships them.
+DURABLE_SETTINGS = (
+    "fsync=on",
+    "synchronous_commit=on",
+    "full_page_writes=on",
+    "max_connections=50",
+    "shared_buffers=128MB",
+)
+
+
 @contextmanager
-def databases() -> Iterator[Callable[[], str]]:
-    """A maker of fresh empty databases: the private cluster's, or ``$ROOM_BENCH_PG_URL``."""
+def databases(*, durable: bool = False) -> Iterator[Callable[[], str]]:
+    """A maker of fresh empty databases: the private cluster's, or ``$ROOM_BENCH_PG_URL``.
+
+    ``durable``: the private cluster runs with :data:`DURABLE_SETTINGS` instead of the tests'
+    (``$ROOM_BENCH_PG_URL``'s settings are its own: the durable workload reports them)."""
     url = os.environ.get(URL_ENV)
     if url:
 
@@ -60,14 +74,25 @@ def databases() -> Iterator[Callable[[], str]]:
         yield reuse
         return
     _without_pytest()
+    from tests.support import postgres
     from tests.support.postgres import PostgresCluster, find_bin_dir
 
     # Started from this process, the cluster inherits its core (the generator's): a query and
     # its backend take turns on one core, as the in-process SQLite reference runs there too.
     # (Pinned to the other core, each of a search's round trips waited for a core the
     # machine's other processes were using: 60 ms medians for 5 ms of work.)
-    with PostgresCluster(find_bin_dir()) as cluster:
+    # The cluster reads the module's settings when it launches: swapped for this cluster only.
+    saved = postgres.SERVER_SETTINGS
+    if durable:
+        postgres.SERVER_SETTINGS = DURABLE_SETTINGS
+    try:
+        cluster = PostgresCluster(find_bin_dir()).start()
+    finally:
+        postgres.SERVER_SETTINGS = saved
+    try:
         yield lambda: cluster.dsn(cluster.create_database())
+    finally:
+        cluster.stop()
 
 
 def _without_pytest() -> None:

@@ -158,13 +158,22 @@ class RoomServer:
     cookie: str = ""
     profile: Any = None
     pinned: bool = True
+    # An empty PostgreSQL database: seeded as the data folder would be, and served from
+    # (``--database``; the folder still holds the lock and reports).
+    database_url: str = ""
 
     def start(self) -> RoomServer:
-        if not (self.data / "room.sqlite").exists():
+        if self.database_url:
+            from benchlib.corpus import make_data_folder  # imports room: only when needed
+
+            make_data_folder(self.data, database_url=self.database_url)
+        elif not (self.data / "room.sqlite").exists():
             from benchlib.corpus import make_data_folder  # imports room: only when needed
 
             make_data_folder(self.data)
         argv = [sys.executable, "-m", "room", "serve", "--data", str(self.data.resolve())]
+        if self.database_url:
+            argv += ["--database", self.database_url]
         argv += ["--port", str(self.port), "--log-level", "warning"]
         self.process = Process(
             argv,
