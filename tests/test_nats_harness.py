@@ -14,6 +14,10 @@ from tests.support.nats import NatsServer
 pytestmark = pytest.mark.anyio
 
 
+def up(server: NatsServer) -> bool:
+    return server.running
+
+
 async def test_a_private_server_carries_messages_and_comes_back(nats_server: NatsServer) -> None:
     assert nats_server.running and nats_server.version
     folder = nats_server.folder
@@ -31,11 +35,11 @@ async def test_a_private_server_carries_messages_and_comes_back(nats_server: Nat
         await pub_client.close()
     port = nats_server.port
     nats_server.stop_for_now()
-    assert not nats_server.running
+    assert not up(nats_server)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     nats_server.resume()
-    assert nats_server.port == port
+    assert nats_server.port == port and up(nats_server)
     again = await nats.connect(nats_server.url)
     await again.close()
     nats_server.stop()
