@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from starlette.applications import Starlette
@@ -29,6 +30,7 @@ from room import pages
 from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
 from room.actions import portfolio as portfolio_actions
+from room.actions import presence as presence_actions
 from room.actions import projects as project_actions
 from room.actions import research as research_actions
 from room.actions import tenancy, wiring
@@ -48,6 +50,7 @@ from room.auth import credential_rechecks, user_change_watch
 from room.errors import RoomError
 from room.infra import blobs, boot, perms
 from room.infra.boot import BootTrace, write_report
+from room.infra.bus import Bus, ClusterHub
 from room.infra.git import Git
 from room.infra.hub import Hub
 from room.infra.sandbox import Sandbox
@@ -260,10 +263,13 @@ def create_app(
         if settings.search_index_messages and not on_postgres:
             search_indexer = indexer.SearchIndexer(settings.db_path)
             search_indexer.start(asyncio.get_running_loop())
+        bus = None
+        if on_postgres and settings.bus_url is not None:  # a cluster: hints between the nodes
+            bus = Bus(settings.bus_url, boot.node_id(settings.data))
         core = Services(
             settings=settings,
             db=db,
-            hub=Hub(),
+            hub=Hub() if bus is None else ClusterHub(bus),
             rosters=RosterCache(db),
             limiter=RateLimiter(settings.send_rate_per_sec, settings.send_burst),
             uploads=RateLimiter(settings.attachment_rate_per_min / 60, settings.attachment_burst),
@@ -271,7 +277,13 @@ def create_app(
         )
         relay = None
         if on_postgres:  # other servers may write the same projects: read their events back
-            relay = Relay(db, core.hub)
+            relay = Relay(
+                db,
+                core.hub,
+                bus=bus,
+                bus_poll_secs=settings.bus_poll_secs,
+                on_roster=partial(_roster_heard, core),
+            )
             relay.start()
             core.relay = relay
         wiring.install(core)
@@ -446,6 +458,12 @@ def _public_settings(settings: Settings) -> dict[str, Any]:
         data["database_url"] = pg.redact(settings.database_url)
     data["origin"] = settings.origin
     return data
+
+
+def _roster_heard(core: Services, project_id: int) -> None:
+    """Another server changed the project's roster: the cached one goes, presence follows."""
+    core.rosters.invalidate(project_id)
+    presence_actions.schedule(core, project_id)
 
 
 def _now() -> float:

@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data_arg(serve)
     database_arg(serve)
+    serve.add_argument(
+        "--bus",
+        default=None,
+        metavar="URL",
+        help="a NATS server, nats://… the servers on one PostgreSQL database share "
+        "(default: $ROOM_BUS_URL; docs/cluster.md)",
+    )
     serve.add_argument("--host", default=None, help="interface (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help=f"port (default {DEFAULT_PORT})")
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
@@ -340,7 +347,9 @@ def serve(args: argparse.Namespace) -> int:
     from room.errors import LockHeldError
     from room.infra.transport import RoomWebSocketProtocol, http_protocol
 
-    settings = _settings(args, host=args.host, port=args.port, database_url=args.database)
+    settings = _settings(
+        args, host=args.host, port=args.port, database_url=args.database, bus_url=args.bus
+    )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     server = RoomServer(settings, ws_protocol=RoomWebSocketProtocol)
     try:

@@ -238,6 +238,10 @@ class EventRelay(Protocol):
 
     def went_live(self, project_id: int, last_seq: int) -> None: ...
 
+    def roster_changed(self, project_id: int) -> None: ...
+
+    def stats(self) -> dict[str, float]: ...
+
 
 @dataclass(slots=True)
 class Services:

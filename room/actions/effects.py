@@ -59,6 +59,8 @@ def _apply_one(core: Services, effect: Effect) -> None:
             core.agents.wake_project(project_id)
         case RosterChanged(project_id):
             core.rosters.invalidate(project_id)
+            if core.relay is not None:  # several servers with a bus: theirs too
+                core.relay.roster_changed(project_id)
             presence.schedule(core, project_id)
         case PresenceChanged(project_id):
             presence.schedule(core, project_id)

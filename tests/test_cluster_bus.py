@@ -1,0 +1,180 @@
+"""The cluster's bus (docs/cluster.md): two room servers on one PostgreSQL database and one
+private nats-server, real WebSocket clients on both.
+
+The servers check the database for events whose hint never came only every
+``ROOM_BUS_POLL_SECS`` = 60 s while the bus is up, far beyond the tests' waits: what reaches the
+other server's sockets while the bus is up came over the bus. With the bus stopped, the 50 ms
+poll carries everything (in order, nothing twice); once it is back, the bus does again."""
+
+from __future__ import annotations
+
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.support.nats import NatsServer
+from tests.support.server import ServerProcess, Session
+from tests.support.wsclient import Client, subscribed
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
+
+NOT_STREAM = {"ack", "history", "subscribed", "batch", "hello", "error"}
+WAIT = 20.0  # generous: the bus delivers in milliseconds, the long poll comes after 60 s
+
+
+def node(data: Path, dsn: str, bus: NatsServer) -> ServerProcess:
+    env = {
+        "ROOM_DATABASE_URL": dsn,
+        "ROOM_BUS_URL": bus.url,
+        "ROOM_BUS_POLL_SECS": "60",
+        "ROOM_CREDENTIAL_RECHECK_SECS": "600",  # a sign-out elsewhere is heard on the bus
+    }
+    return ServerProcess(data, env=env)
+
+
+async def two_nodes(tmp_path: Path, dsn: str, bus: NatsServer) -> tuple[ServerProcess, ...]:
+    a, b = node(tmp_path / "a", dsn, bus), node(tmp_path / "b", dsn, bus)
+    await anyio.to_thread.run_sync(a.start)  # one after the other: 2 shared cores
+    try:
+        await anyio.to_thread.run_sync(b.start)
+    except BaseException:
+        a.stop()
+        raise
+    return a, b
+
+
+def sign_in(server: ServerProcess) -> Session:
+    return server.login(server.login_url.rsplit("/", 1)[-1])
+
+
+def stream_seqs(client: Client) -> list[int]:
+    return [f["seq"] for f in client.frames if f.get("type") not in NOT_STREAM and "seq" in f]
+
+
+def pause_lead(server: ServerProcess, owner: Session, project: int) -> None:
+    members = server.get_json(f"/api/projects/{project}", cookie=owner.cookie)["members"]
+    lead = next(m["id"] for m in members if m["handle"] == "lead")
+    status, _ = server.request(
+        "POST", f"/api/projects/{project}/members/{lead}/pause", {}, headers=owner.headers
+    )
+    assert status == 200
+
+
+async def send_some(client: Client, project: int, prefix: str, count: int) -> list[int]:
+    seqs = []
+    for n in range(count):
+        txn = f"{prefix}-{n}-{uuid.uuid4().hex[:6]}"
+        body = {"type": "send", "project_id": project, "client_txn_id": txn, "body": txn}
+        await client.send(body)
+        ack = await client.wait_for("ack", timeout=WAIT)
+        seqs.append(int(ack["seq"]))
+    return seqs
+
+
+async def until_seq(client: Client, top: int) -> list[int]:
+    with anyio.fail_after(WAIT):
+        while not stream_seqs(client) or stream_seqs(client)[-1] < top:
+            await client.recv(timeout=WAIT)
+    return stream_seqs(client)
+
+
+async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    try:
+        on_a, on_b = sign_in(a), sign_in(b)
+        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
+        pause_lead(a, on_a, project)
+        reader = await subscribed(b, on_b.cookie, project)
+        head = reader.frames[-1].get("head_seq")
+        sender = await subscribed(a, on_a.cookie, project)
+        acked = await send_some(sender, project, "A", 30)
+        seqs = await until_seq(reader, acked[-1])
+        # Every one, once, in order, from just after the head it subscribed at.
+        assert seqs == list(range(seqs[0], acked[-1] + 1)), seqs
+        assert head is None or seqs[0] == head + 1
+
+        # Typing on A shows on B (a frame outside the stream: only the bus carries it).
+        await sender.send({"type": "typing", "project_id": project, "active": True})
+        typing = await reader.wait_for(lambda f: f.get("type") == "typing", timeout=WAIT)
+        assert typing["project_id"] == project and typing["active"] is True
+
+        # The owner signs out on A: the same session's socket on B is cut at once.
+        same_session = await subscribed(b, on_a.cookie, project)
+        data = urllib.parse.urlencode({"csrf_token": on_a.csrf}).encode()
+        request = urllib.request.Request(
+            f"{a.origin}/logout",
+            data=data,
+            headers={"Origin": a.origin, "Cookie": f"room_session={on_a.cookie}"},
+        )
+        opener = urllib.request.build_opener(_NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as redirect:
+            opener.open(request, timeout=10)
+        redirect.value.close()
+        assert redirect.value.code == 303
+        with anyio.fail_after(WAIT), pytest.raises(ConnectionClosed) as closed:
+            while True:
+                await same_session.recv(timeout=WAIT)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+        # The owner's other session (signed in on B) goes on.
+        await reader.send({"type": "typing", "project_id": project, "active": False})
+        for client in (reader, sender):
+            client.drop()
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_the_poll_covers_for_a_stopped_bus_and_the_bus_takes_over_again(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    try:
+        on_a, on_b = sign_in(a), sign_in(b)
+        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
+        pause_lead(a, on_a, project)
+        reader = await subscribed(b, on_b.cookie, project)
+        sender = await subscribed(a, on_a.cookie, project)
+        first = await send_some(sender, project, "before", 10)
+        await until_seq(reader, first[-1])
+
+        nats_server.stop_for_now()  # mid-burst: the hints of these are lost
+        during = await send_some(sender, project, "during", 20)
+        seqs = await until_seq(reader, during[-1])  # over the 50 ms poll
+        assert seqs == list(range(seqs[0], during[-1] + 1)), seqs
+
+        nats_server.resume()
+        await wait_bus_up(a, on_a)
+        await wait_bus_up(b, on_b)
+        after = await send_some(sender, project, "after", 10)
+        seqs = await until_seq(reader, after[-1])  # the long poll is 60 s away: the bus
+        assert seqs == list(range(seqs[0], after[-1] + 1)), seqs
+        for client in (reader, sender):
+            client.drop()
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def wait_bus_up(server: ServerProcess, admin: Session) -> None:
+    """Until the server's /metrics says its bus is connected (it reconnects every 0.5 s)."""
+    with anyio.fail_after(WAIT):
+        while True:
+            status, text = await anyio.to_thread.run_sync(
+                lambda: server.request("GET", "/metrics", cookie=admin.cookie)
+            )
+            if status == 200 and "room_bus_up 1.0" in str(text):
+                return
+            await anyio.sleep(0.1)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
