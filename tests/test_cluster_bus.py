@@ -178,3 +178,41 @@ async def wait_bus_up(server: ServerProcess, admin: Session) -> None:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
+
+
+async def test_a_node_killed_mid_burst_costs_its_sockets_a_resume_elsewhere(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    try:
+        on_a, on_b = sign_in(a), sign_in(b)
+        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
+        pause_lead(a, on_a, project)
+        doomed = await subscribed(a, on_a.cookie, project)  # a reader on the node that dies
+        subscribed_frame = next(f for f in doomed.frames if f.get("type") == "subscribed")
+        epoch = subscribed_frame["project"]["epoch"]
+        head = int(subscribed_frame.get("head_seq") or 0)
+        survivor = await subscribed(b, on_b.cookie, project)
+        sender = await subscribed(b, on_b.cookie, project)
+        acked = await send_some(sender, project, "one", 15)
+        await until_seq(doomed, acked[-1])
+
+        a.kill9()  # mid-burst: the sender goes on on B
+        acked += await send_some(sender, project, "two", 15)
+        seen = stream_seqs(doomed)
+        cursor = seen[-1]
+        # The doomed reader resumes on B from its cursor: no gap, no duplicate.
+        resumed = await subscribed(b, on_b.cookie, project, since=cursor, epoch=epoch)
+        acked += await send_some(sender, project, "three", 5)
+        after = await until_seq(resumed, acked[-1])
+        assert seen + after == list(range(head + 1, acked[-1] + 1)), (seen, after)
+        # The survivor's subscriber on B got everything, once each and in order.
+        seqs = await until_seq(survivor, acked[-1])
+        assert seqs == list(range(seqs[0], acked[-1] + 1)), seqs
+        assert sorted(acked) == list(range(acked[0], acked[-1] + 1))
+        for client in (resumed, survivor, sender):
+            client.drop()
+        doomed.drop()
+    finally:
+        a.stop()
+        b.stop()
