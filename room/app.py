@@ -325,6 +325,8 @@ def create_app(
             sandbox=sandbox,
         )
         core.agents = scheduler
+        if relay is not None:  # wakes and stop requests from the other servers
+            relay.handlers.append(partial(_agents_heard, core, scheduler))
         unsent = await attachment_actions.sweep_unsent(core)
         trace.phase("attachments", unsent_removed=unsent)
         research = ResearchRunner(core, registry, closing=lambda: scheduler.closing)
@@ -458,6 +460,21 @@ def _public_settings(settings: Settings) -> dict[str, Any]:
         data["database_url"] = pg.redact(settings.database_url)
     data["origin"] = settings.origin
     return data
+
+
+def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, hint: Any) -> bool:
+    """Another server woke agents (only the external ones whose sockets are here are pushed:
+    an in-process agent runs where it was woken) or asked a turn to stop (it may run here)."""
+    kind = hint.get("k")
+    if kind == "w":
+        local = [int(m) for m in hint.get("m", ()) if core.inboxes.of(int(m))]
+        if local:
+            scheduler.wake(int(hint["p"]), local)
+        return True
+    if kind == "s":
+        scheduler.stop_member(int(hint["m"]))
+        return True
+    return False
 
 
 def _roster_heard(core: Services, project_id: int) -> None:

@@ -8,6 +8,8 @@ poll carries everything (in order, nothing twice); once it is back, the bus does
 
 from __future__ import annotations
 
+import contextlib
+import io
 import urllib.parse
 import urllib.request
 import uuid
@@ -18,6 +20,7 @@ import anyio
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from room.cli import main as room_main
 from tests.support.nats import NatsServer
 from tests.support.server import ServerProcess, Session
 from tests.support.wsclient import Client, subscribed
@@ -213,6 +216,44 @@ async def test_a_node_killed_mid_burst_costs_its_sockets_a_resume_elsewhere(
         for client in (resumed, survivor, sender):
             client.drop()
         doomed.drop()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def agent_token(server: ServerProcess, dsn: str, handle: str) -> str:
+    out = io.StringIO()
+    args = ["member", "token", "--data", str(server.data), "--database", dsn, "演示项目", handle]
+    with contextlib.redirect_stdout(out):
+        assert room_main(args) == 0
+    return out.getvalue().strip()
+
+
+async def test_an_external_agent_on_one_node_is_woken_by_a_mention_on_the_other(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    try:
+        on_a = sign_in(a)
+        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
+        pause_lead(a, on_a, project)
+        member = {"role": "backend", "handle": "outside", "display_name": "外部"}
+        status, made = a.request(
+            "POST", f"/api/projects/{project}/members", {**member, "driver": "external"},
+            headers=on_a.headers,
+        )  # fmt: skip
+        assert status == 201, made
+        token = await anyio.to_thread.run_sync(agent_token, b, pg_dsn, "outside")
+        agent = await Client.open(b.ws_url, token=token)  # its socket is on B
+        await agent.wait_for("hello")
+        status, sent = a.request(
+            "POST", f"/api/projects/{project}/messages",
+            {"body": "@outside 在吗", "client_txn_id": uuid.uuid4().hex}, headers=on_a.headers,
+        )  # fmt: skip
+        assert status == 201, sent
+        inbox = await agent.wait_for("inbox", timeout=WAIT)  # A's wake, over the bus
+        assert inbox["deliveries"][0]["message_id"] == sent["message_id"]
+        agent.drop()
     finally:
         a.stop()
         b.stop()

@@ -71,6 +71,9 @@ class Relay:
         self.hints_applied = 0  # events published from a hint (``/metrics``)
         self.hints_dropped = 0  # hints of a seq already published
         self.refills = 0  # catch-ups from the database (a gap, the poll, a sweep)
+        # What else the bus brings (the agents' wakes and stop requests, room/app.py): each
+        # handler says whether the hint was its.
+        self.handlers: list[Callable[[int | None, dict[str, Any]], bool]] = []
         if bus is not None:
             bus.on_hint = self._heard
             bus.on_reconnect = self.sweep
@@ -138,8 +141,22 @@ class Relay:
             self._sequence(project_id, int(hint["s"]), str(hint["f"]))
         elif kind == "r" and project_id is not None:
             self.on_roster(project_id)
-        elif isinstance(self.hub, ClusterHub):
-            self.hub.heard(project_id, hint)
+        elif isinstance(self.hub, ClusterHub) and self.hub.heard(project_id, hint):
+            return
+        else:
+            for handler in self.handlers:
+                if handler(project_id, hint):
+                    return
+
+    def wake_elsewhere(self, project_id: int, member_ids: list[int]) -> None:
+        """Agents woken here: an external one's socket may be on another server."""
+        if self.bus is not None and member_ids:
+            self.bus.send(None, {"k": "w", "p": project_id, "m": member_ids})
+
+    def stop_elsewhere(self, member_id: int) -> None:
+        """A stop request for a turn that does not run here: it may run on another server."""
+        if self.bus is not None:
+            self.bus.send(None, {"k": "s", "m": member_id})
 
     def _sequence(self, project_id: int, seq: int, frame: str) -> None:
         """Another server's event ``seq``: the sequencer."""
