@@ -257,3 +257,37 @@ async def test_an_external_agent_on_one_node_is_woken_by_a_mention_on_the_other(
     finally:
         a.stop()
         b.stop()
+
+
+async def test_a_roster_change_on_one_node_drops_the_other_nodes_cached_roster(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    try:
+        on_a, on_b = sign_in(a), sign_in(b)
+        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
+        pause_lead(a, on_a, project)
+        before = await subscribed(b, on_b.cookie, project)  # B caches the project's roster
+        first = next(f for f in before.frames if f.get("type") == "subscribed")
+        member = {"role": "backend", "handle": "helper", "display_name": "帮手"}
+        status, made = a.request(
+            "POST", f"/api/projects/{project}/members", {**member, "driver": "external"},
+            headers=on_a.headers,
+        )  # fmt: skip
+        assert status == 201, made
+        helper = str(made["member"]["id"])
+        assert helper not in first["presence"]
+        # B's presence snapshot is built from its cached roster: the new member shows once the
+        # bus's invalidation came (never, if B kept the roster it cached).
+        with anyio.fail_after(WAIT):
+            while True:
+                again = await subscribed(b, on_b.cookie, project)
+                frame = next(f for f in again.frames if f.get("type") == "subscribed")
+                again.drop()
+                if helper in frame["presence"]:
+                    break
+                await anyio.sleep(0.1)
+        before.drop()
+    finally:
+        a.stop()
+        b.stop()
