@@ -152,8 +152,17 @@ def _relay_metrics(stats: dict[str, float], bus_url: str | None) -> Iterator[Met
         yield GaugeMetricFamily(
             "room_bus_up", "1 while this server's NATS bus is connected.", value=stats["bus_up"]
         )
+        yield GaugeMetricFamily(
+            "room_bus_peers",
+            "Other servers heard on the bus within the last 6 s (their heartbeats).",
+            value=stats["peers"],
+        )
         for name, key, text in (
-            ("room_bus_hints_published", "bus_published", "Hints this server sent on the bus."),
+            (
+                "room_bus_hints_published",
+                "bus_published",
+                "Hints (and heartbeats) this server sent on the bus.",
+            ),
             ("room_bus_hints_received", "bus_received", "Hints heard from the other servers."),
             ("room_bus_hints_unsent", "bus_unsent", "Hints not sent: the bus was down."),
             ("room_bus_events_applied", "hints_applied", "Events published from a hint."),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import urllib.parse
 import urllib.request
 import uuid
@@ -104,6 +105,25 @@ async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
         assert seqs == list(range(seqs[0], acked[-1] + 1)), seqs
         assert head is None or seqs[0] == head + 1
 
+        # Each node hears the other's heartbeat.
+        await wait_bus_up(a, on_a, "room_bus_peers 1.0")
+        await wait_bus_up(b, on_b, "room_bus_peers 1.0")
+
+        # `room cluster status` hears both, and names the data folder's own.
+        out = io.StringIO()
+        args = ["cluster", "status", "--json", "--data", str(a.data), "--database", pg_dsn]
+        args += ["--bus", nats_server.url]
+
+        def status() -> int:
+            with contextlib.redirect_stdout(out):
+                return room_main(args)
+
+        assert await anyio.to_thread.run_sync(status) == 0
+        found = json.loads(out.getvalue())
+        ids = [(s.data / "node-id").read_text().strip() for s in (a, b)]
+        assert found["node"] == ids[0] and found["problems"] == []
+        assert found["bus"]["reached"] and sorted(found["bus"]["nodes"]) == sorted(ids)
+
         # Typing on A shows on B (a frame outside the stream: only the bus carries it).
         await sender.send({"type": "typing", "project_id": project, "active": True})
         typing = await reader.wait_for(lambda f: f.get("type") == "typing", timeout=WAIT)
@@ -166,14 +186,15 @@ async def test_the_poll_covers_for_a_stopped_bus_and_the_bus_takes_over_again(
         b.stop()
 
 
-async def wait_bus_up(server: ServerProcess, admin: Session) -> None:
-    """Until the server's /metrics says its bus is connected (it reconnects every 0.5 s)."""
+async def wait_bus_up(server: ServerProcess, admin: Session, line: str = "room_bus_up 1.0") -> None:
+    """Until the server's /metrics says its bus is connected (it reconnects every 0.5 s), or
+    shows another ``line``."""
     with anyio.fail_after(WAIT):
         while True:
             status, text = await anyio.to_thread.run_sync(
                 lambda: server.request("GET", "/metrics", cookie=admin.cookie)
             )
-            if status == 200 and "room_bus_up 1.0" in str(text):
+            if status == 200 and line in str(text):
                 return
             await anyio.sleep(0.1)
 

@@ -121,6 +121,7 @@ class Relay:
             "hints_dropped": float(self.hints_dropped),
             "refills": float(self.refills),
             "followed": float(len(self._published)),
+            "peers": float(len(bus.peers()) if bus else 0),
         }
 
     def roster_changed(self, project_id: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 PROJECT_SUBJECT = "room.p."  # + the project's id
 NODES_SUBJECT = "room.nodes"
 RECONNECT_WAIT_SECS = 0.5
+HEARTBEAT_SECS = 2.0  # each node says it is there on NODES_SUBJECT this often
+PEER_LAPSE_SECS = 3 * HEARTBEAT_SECS  # a peer unheard for this long is not counted
 CONNECT_TIMEOUT_SECS = 2.0
 
 Hint = dict[str, Any]
@@ -56,6 +59,8 @@ class Bus:
         self._subs: dict[int, NatsSubscription | None] = {}
         self._connecting: asyncio.Task[None] | None = None
         self._up = False
+        self._beating: asyncio.Task[None] | None = None
+        self._peers: dict[str, float] = {}  # another node's id → when it was last heard
         self.published = 0  # hints sent (``/metrics``)
         self.received = 0  # hints heard from the other nodes
         self.unsent = 0  # hints not sent: the bus was down (the poll covers them)
@@ -67,6 +72,17 @@ class Bus:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._connecting = loop.create_task(self._connect(), name="bus-connect")
+        self._beating = loop.create_task(self._heartbeat(), name="bus-heartbeat")
+
+    async def _heartbeat(self) -> None:
+        while True:
+            self.send(None, {"k": "hb", "n": self.node})
+            await asyncio.sleep(HEARTBEAT_SECS)
+
+    def peers(self) -> list[str]:
+        """The other nodes heard from lately (their heartbeats on the bus)."""
+        now = time.monotonic()
+        return sorted(n for n, at in self._peers.items() if now - at < PEER_LAPSE_SECS)
 
     async def _connect(self) -> None:
         while True:
@@ -109,10 +125,11 @@ class Bus:
         log.debug("bus: %s", exc)
 
     async def close(self) -> None:
-        if self._connecting is not None:
-            self._connecting.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._connecting
+        for task in (self._connecting, self._beating):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         nc, self._nc = self._nc, None
         self._up = False
         if nc is not None:
@@ -159,6 +176,9 @@ class Bus:
                 project_id = int(msg.subject[len(PROJECT_SUBJECT) :])
             except ValueError:
                 return
+        if project_id is None and hint.get("k") == "hb":
+            self._peers[str(hint.get("n"))] = time.monotonic()
+            return
         self.received += 1
         try:
             self.on_hint(project_id, hint)
@@ -169,7 +189,8 @@ class Bus:
         """Publish a hint after the commit it is about (fire and forget: a hint may be lost)."""
         nc = self._nc
         if nc is None or not self._up:
-            self.unsent += 1
+            if hint.get("k") != "hb":
+                self.unsent += 1
             return
         subject = NODES_SUBJECT if project_id is None else f"{PROJECT_SUBJECT}{project_id}"
         asyncio.get_running_loop().create_task(self._publish(nc, subject, orjson.dumps(hint)))
