@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 from websockets.exceptions import ConnectionClosed
 
 from room.cli import main as room_main
+from tests.support.llm_servers import TEST_API_KEY, OpenAIServer, openai_text
 from tests.support.nats import NatsServer
 from tests.support.server import ServerProcess, Session
 from tests.support.wsclient import Client, subscribed
@@ -309,6 +311,62 @@ async def test_a_roster_change_on_one_node_drops_the_other_nodes_cached_roster(
                     break
                 await anyio.sleep(0.1)
         before.drop()
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
+) -> None:
+    provider = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": TEST_API_KEY}
+    a, b = (node(tmp_path / n, pg_dsn, nats_server) for n in "ab")
+    a.env.update(provider)
+    b.env.update(provider)
+    a.start()
+    try:
+        b.start()
+        on_a, on_b = sign_in(a), sign_in(b)
+        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
+        members = a.get_json(f"/api/projects/{project}", cookie=on_a.cookie)["members"]
+        lead = next(m["id"] for m in members if m["handle"] == "lead")
+        route = {"scope": "member", "target": str(lead), "value": "openai/gpt-test"}
+        status, body = a.request(
+            "POST", f"/api/projects/{project}/routes", {**route, "reason": "测试"},
+            headers=on_a.headers,
+        )  # fmt: skip
+        assert status in (200, 201), body
+        llm.push(openai_text("太慢了", delay_secs=120))  # the model takes its time
+        status, sent = b.request(
+            "POST", f"/api/projects/{project}/messages",
+            {"body": "@lead 慢慢来", "client_txn_id": uuid.uuid4().hex}, headers=on_b.headers,
+        )  # fmt: skip
+        assert status == 201, sent
+        node_b = (b.data / "node-id").read_text().strip()
+
+        def turn_state() -> list[tuple[str, str]]:
+            with psycopg.connect(pg_dsn) as conn:
+                rows = conn.execute(
+                    "SELECT state, coalesce(owner, '') FROM turns WHERE member_id = %s", (lead,)
+                ).fetchall()
+            return [(str(s), str(o)) for s, o in rows]
+
+        with anyio.fail_after(WAIT):
+            while True:  # the turn runs on B (woken there)
+                if turn_state() == [("running", node_b)]:
+                    break
+                await anyio.sleep(0.1)
+        status, answer = a.request(
+            "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_a.headers
+        )
+        assert status == 200, answer
+        assert answer["stop_requested"] is False  # nothing ran on A: the request went on
+        with anyio.fail_after(WAIT):  # B stops it (the model would answer in 120 s)
+            while True:
+                if turn_state()[0][0] != "running":
+                    break
+                await anyio.sleep(0.1)
+        assert turn_state() == [("cancelled", node_b)]
     finally:
         a.stop()
         b.stop()
