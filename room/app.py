@@ -355,7 +355,13 @@ def create_app(
             schema_version=SCHEMA_VERSION,
             tools=sorted(scheduler.tools),
             capabilities=_capabilities(app, server, db, sandbox),
-            database=db.info,
+            database=db.info
+            if relay is None
+            else {  # a cluster's node: its id, and its bus (docs/cluster.md)
+                **db.info,
+                "node": boot.node_id(settings.data),
+                "bus": None if settings.bus_url is None else pg.redact(settings.bus_url),
+            },
             providers=providers,
             recovery=recovery,
             workspaces=workspaces,
@@ -458,6 +464,8 @@ def _public_settings(settings: Settings) -> dict[str, Any]:
     data = settings.model_dump(mode="json")
     if settings.database_url is not None:  # never its password
         data["database_url"] = pg.redact(settings.database_url)
+    if settings.bus_url is not None:
+        data["bus_url"] = pg.redact(settings.bus_url)
     data["origin"] = settings.origin
     return data
 

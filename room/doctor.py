@@ -88,6 +88,12 @@ def collect(settings: Settings) -> dict[str, Any]:
         problems.append(f"the last start stopped at phase {phases[-1].get('phase')!r} ({detail})")
     summary["backup"] = _last_backup(data, problems)
     if settings.database_url is not None:
+        node_file = data / "node-id"  # a cluster's node (docs/cluster.md): `room cluster status`
+        summary["node"] = node_file.read_text().strip() if node_file.exists() else None
+        if settings.bus_url is not None:
+            from room.store.pg import redact
+
+            summary["bus"] = redact(settings.bus_url)
         summary["database"] = _postgres(settings.database_url, problems)
         return summary
     if not settings.db_path.exists():
@@ -188,6 +194,8 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
                 f"refused:  a later start (pid {refused['pid']}) stopped at "
                 f"{refused['phases'][-1]!r}: {refused['detail']}"
             )
+        if summary.get("node"):
+            print(f"node:     {summary['node']}, bus {summary.get('bus') or 'none'}")
         d = summary.get("database")
         if d and d["backend"] == "postgresql":
             m = d["migrations"]
@@ -236,9 +244,10 @@ def cluster_status(settings: Settings) -> dict[str, Any]:
     status["bus"] = None
     if settings.bus_url is not None:
         heard, error = asyncio.run(_listen_for_nodes(settings.bus_url))
-        status["bus"] = {"url": settings.bus_url, "reached": error is None, "nodes": heard}
+        shown = redact(settings.bus_url)
+        status["bus"] = {"url": shown, "reached": error is None, "nodes": heard}
         if error is not None:
-            problems.append(f"the bus {settings.bus_url} cannot be reached: {error}")
+            problems.append(f"the bus {shown} cannot be reached: {error}")
     status["problems"] = problems
     return status
 

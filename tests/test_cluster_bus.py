@@ -125,6 +125,9 @@ async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
         ids = [(s.data / "node-id").read_text().strip() for s in (a, b)]
         assert found["node"] == ids[0] and found["problems"] == []
         assert found["bus"]["reached"] and sorted(found["bus"]["nodes"]) == sorted(ids)
+        report = json.loads((a.data / "boot-report.json").read_text())
+        assert report["database"]["node"] == ids[0]
+        assert report["database"]["bus"] == nats_server.url
 
         # Typing on A shows on B (a frame outside the stream: only the bus carries it).
         await sender.send({"type": "typing", "project_id": project, "active": True})

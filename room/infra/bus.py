@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import nats
 import orjson
@@ -51,6 +52,7 @@ class Bus:
 
     def __init__(self, url: str, node: str) -> None:
         self.url = url
+        self.shown = _redact(url)  # for the logs: never a password
         self.node = node
         self.on_hint: Callable[[int | None, Hint], None] = lambda project_id, hint: None
         self.on_reconnect: Callable[[], None] = lambda: None
@@ -101,24 +103,24 @@ class Bus:
                 )
                 break
             except Exception as exc:  # nats-py's NoServersError and the socket's errors
-                log.warning("the bus %s cannot be reached (%s); trying again", self.url, exc)
+                log.warning("the bus %s cannot be reached (%s); trying again", self.shown, exc)
                 await asyncio.sleep(RECONNECT_WAIT_SECS)
         self._up = True
         await self._nc.subscribe(NODES_SUBJECT, cb=self._heard)
         for project_id in list(self._subs):
             await self._subscribe(project_id)
-        log.info("the bus %s is up", self.url)
+        log.info("the bus %s is up", self.shown)
         self.on_reconnect()  # hints may have been missed before: the sweep catches them
 
     async def _disconnected(self) -> None:
         if self._up:
-            log.warning("the bus %s went down; the database poll covers for it", self.url)
+            log.warning("the bus %s went down; the database poll covers for it", self.shown)
         self._up = False
         self.on_disconnect()
 
     async def _reconnected(self) -> None:
         self._up = True
-        log.info("the bus %s is back", self.url)
+        log.info("the bus %s is back", self.shown)
         self.on_reconnect()
 
     async def _error(self, exc: Exception) -> None:
@@ -202,6 +204,15 @@ class Bus:
         except Exception as exc:
             self.unsent += 1
             log.debug("a hint on %s not sent: %s", subject, exc)
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 async def _unsubscribe(sub: NatsSubscription) -> None:
