@@ -105,9 +105,14 @@ class Relay:
     def went_live(self, project_id: int, last_seq: int) -> None:
         """A subscriber went live having had everything up to ``last_seq``. The first one of a
         project starts its relay there (a later one's replay ended at or after it)."""
-        self._published.setdefault(project_id, last_seq)
+        if project_id in self._published:
+            return
+        self._published[project_id] = last_seq
         if self.bus is not None:
             self.bus.follow(project_id)
+            # Hints that came before this server followed the project are not held anywhere:
+            # one read now, rather than waiting for the next hint or the long poll.
+            self._pump(project_id)
 
     def stats(self) -> dict[str, float]:
         """What ``/metrics`` shows of the relay and the bus (docs/cluster.md)."""

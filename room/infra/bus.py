@@ -8,8 +8,8 @@ subject per project (``room.p.<id>``), which a node subscribes to while it has l
 to the project; one subject for every node (``room.nodes``) for what is not a project's (a
 session's sockets cut). ``no_echo``: a node never hears its own publishes.
 
-:class:`ClusterHub` is the hub whose frames outside the stream (typing, presence, delivery
-labels, drafts) and socket cuts (a member removed, a project purged, a session signed out or a
+:class:`ClusterHub` is the hub whose frames outside the stream (typing, read cursors, delivery
+labels, drafts; not presence, see :data:`LOCAL_ONLY`) and socket cuts (a member removed, a project purged, a session signed out or a
 token rotated) go to the other nodes' sockets too; what comes from the bus is applied here only.
 """
 
@@ -44,6 +44,10 @@ PEER_LAPSE_SECS = 3 * HEARTBEAT_SECS  # a peer unheard for this long is not coun
 CONNECT_TIMEOUT_SECS = 2.0
 
 Hint = dict[str, Any]
+# Presence is computed from one node's own sockets: sent to the others it would contradict
+# theirs (a person connected to B shown offline by A). It stays on its node until presence is
+# merged across nodes (docs/cluster.md, "Not done yet").
+LOCAL_ONLY = '{"type":"presence",'
 
 
 class Bus:
@@ -257,6 +261,8 @@ class ClusterHub(Hub):
             project_id, frame, exclude=exclude, only_members=members, volatile=volatile
         )
         text = frame.text if isinstance(frame, Frame) else frame
+        if text.startswith(LOCAL_ONLY):
+            return
         self.bus.send(project_id, {"k": "b", "f": text, "m": members, "v": volatile})
 
     def cut_member(self, project_id: int, member_id: int) -> None:
