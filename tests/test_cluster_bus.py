@@ -373,3 +373,30 @@ async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
     finally:
         a.stop()
         b.stop()
+
+
+async def test_nodes_started_while_the_bus_is_down_serve_on_the_poll_then_join_it(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    nats_server.stop_for_now()
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)  # they start all the same
+    try:
+        on_a, on_b = sign_in(a), sign_in(b)
+        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
+        pause_lead(a, on_a, project)
+        reader = await subscribed(b, on_b.cookie, project)
+        sender = await subscribed(a, on_a.cookie, project)
+        during = await send_some(sender, project, "down", 10)
+        seqs = await until_seq(reader, during[-1])  # the 50 ms poll
+        assert seqs == list(range(seqs[0], during[-1] + 1)), seqs
+        nats_server.resume()
+        await wait_bus_up(a, on_a)
+        await wait_bus_up(b, on_b)
+        after = await send_some(sender, project, "up", 10)
+        seqs = await until_seq(reader, after[-1])  # the bus (the long poll is 60 s away)
+        assert seqs == list(range(seqs[0], after[-1] + 1)), seqs
+        for client in (reader, sender):
+            client.drop()
+    finally:
+        a.stop()
+        b.stop()
