@@ -482,6 +482,16 @@ def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, 
     if kind == "s":
         scheduler.stop_member(int(hint["m"]))
         return True
+    if kind == "sp":  # not scheduler.stop_project: that would tell the others again
+        project = int(hint["p"])
+
+        async def stop() -> None:
+            await scheduler.in_process.stop_project(project, 0)
+
+        task = asyncio.get_running_loop().create_task(stop())
+        core.background.add(task)
+        task.add_done_callback(core.background.discard)
+        return True
     return False
 
 

@@ -319,8 +319,9 @@ async def test_a_roster_change_on_one_node_drops_the_other_nodes_cached_roster(
         b.stop()
 
 
+@pytest.mark.parametrize("how", ["member_stop", "project_archive"])
 async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
-    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer, how: str
 ) -> None:
     provider = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": TEST_API_KEY}
     a, b = (node(tmp_path / n, pg_dsn, nats_server) for n in "ab")
@@ -359,11 +360,18 @@ async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
                 if turn_state() == [("running", node_b)]:
                     break
                 await anyio.sleep(0.1)
-        status, answer = a.request(
-            "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_a.headers
-        )
-        assert status == 200, answer
-        assert answer["stop_requested"] is False  # nothing ran on A: the request went on
+        if how == "member_stop":
+            status, answer = a.request(
+                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_a.headers
+            )
+            assert status == 200, answer
+            assert answer["stop_requested"] is False  # nothing ran on A: the request went on
+        else:  # archiving the project stops all its turns, wherever they run
+            status, answer = a.request(
+                "POST", f"/api/projects/{project}/lifecycle", {"op": "archive"},
+                headers=on_a.headers,
+            )  # fmt: skip
+            assert status == 200, answer
         with anyio.fail_after(WAIT):  # B stops it (the model would answer in 120 s)
             while True:
                 if turn_state()[0][0] != "running":

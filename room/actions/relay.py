@@ -159,6 +159,13 @@ class Relay:
         if self.bus is not None and member_ids:
             self.bus.send(None, {"k": "w", "p": project_id, "m": member_ids})
 
+    def stop_project_elsewhere(self, project_id: int) -> None:
+        """Every turn of the project is asked to stop (archive, trash, purge): some may run on
+        other servers. Only this server's are confirmed by the stop; the others' end at their
+        next step boundary, as a stop requested here does."""
+        if self.bus is not None:
+            self.bus.send(None, {"k": "sp", "p": project_id})
+
     def stop_elsewhere(self, member_id: int) -> None:
         """A stop request for a turn that does not run here: it may run on another server."""
         if self.bus is not None:
