@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from starlette.applications import Starlette
@@ -30,6 +31,7 @@ from room.actions import attachments as attachment_actions
 from room.actions import auth as auth_actions
 from room.actions import digest as digest_actions
 from room.actions import portfolio as portfolio_actions
+from room.actions import presence as presence_actions
 from room.actions import projects as project_actions
 from room.actions import research as research_actions
 from room.actions import tenancy, wiring
@@ -49,6 +51,7 @@ from room.auth import credential_rechecks, user_change_watch
 from room.errors import RoomError
 from room.infra import blobs, boot, perms
 from room.infra.boot import BootTrace, write_report
+from room.infra.bus import Bus, ClusterHub
 from room.infra.git import Git
 from room.infra.hub import Hub
 from room.infra.sandbox import Sandbox
@@ -269,10 +272,13 @@ def create_app(
         if settings.search_index_messages:
             search_indexer = indexer.SearchIndexer(settings.database_url or settings.db_path)
             search_indexer.start(asyncio.get_running_loop())
+        bus = None
+        if on_postgres and settings.bus_url is not None:  # a cluster: hints between the nodes
+            bus = Bus(settings.bus_url, boot.node_id(settings.data))
         core = Services(
             settings=settings,
             db=db,
-            hub=Hub(),
+            hub=Hub() if bus is None else ClusterHub(bus),
             rosters=RosterCache(db),
             limiter=RateLimiter(settings.send_rate_per_sec, settings.send_burst),
             uploads=RateLimiter(settings.attachment_rate_per_min / 60, settings.attachment_burst),
@@ -280,7 +286,13 @@ def create_app(
         )
         relay = None
         if on_postgres:  # other servers may write the same projects: read their events back
-            relay = Relay(db, core.hub)
+            relay = Relay(
+                db,
+                core.hub,
+                bus=bus,
+                bus_poll_secs=settings.bus_poll_secs,
+                on_roster=partial(_roster_heard, core),
+            )
             relay.start()
             core.relay = relay
         wiring.install(core)
@@ -322,6 +334,8 @@ def create_app(
             sandbox=sandbox,
         )
         core.agents = scheduler
+        if relay is not None:  # wakes and stop requests from the other servers
+            relay.handlers.append(partial(_agents_heard, core, scheduler))
         unsent = await attachment_actions.sweep_unsent(core)
         trace.phase("attachments", unsent_removed=unsent)
         research = ResearchRunner(core, registry, closing=lambda: scheduler.closing)
@@ -350,7 +364,13 @@ def create_app(
             schema_version=SCHEMA_VERSION,
             tools=sorted(scheduler.tools),
             capabilities=_capabilities(app, server, db, sandbox),
-            database=db.info,
+            database=db.info
+            if relay is None
+            else {  # a cluster's node: its id, and its bus (docs/cluster.md)
+                **db.info,
+                "node": boot.node_id(settings.data),
+                "bus": None if settings.bus_url is None else pg.redact(settings.bus_url),
+            },
             providers=providers,
             recovery=recovery,
             workspaces=workspaces,
@@ -459,8 +479,41 @@ def _public_settings(settings: Settings) -> dict[str, Any]:
     data = settings.model_dump(mode="json")
     if settings.database_url is not None:  # never its password
         data["database_url"] = pg.redact(settings.database_url)
+    if settings.bus_url is not None:
+        data["bus_url"] = pg.redact(settings.bus_url)
     data["origin"] = settings.origin
     return data
+
+
+def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, hint: Any) -> bool:
+    """Another server woke agents (only the external ones whose sockets are here are pushed:
+    an in-process agent runs where it was woken) or asked a turn to stop (it may run here)."""
+    kind = hint.get("k")
+    if kind == "w":
+        local = [int(m) for m in hint.get("m", ()) if core.inboxes.of(int(m))]
+        if local:
+            scheduler.wake(int(hint["p"]), local)
+        return True
+    if kind == "s":
+        scheduler.stop_member(int(hint["m"]))
+        return True
+    if kind == "sp":  # not scheduler.stop_project: that would tell the others again
+        project = int(hint["p"])
+
+        async def stop() -> None:
+            await scheduler.in_process.stop_project(project, 0)
+
+        task = asyncio.get_running_loop().create_task(stop())
+        core.background.add(task)
+        task.add_done_callback(core.background.discard)
+        return True
+    return False
+
+
+def _roster_heard(core: Services, project_id: int) -> None:
+    """Another server changed the project's roster: the cached one goes, presence follows."""
+    core.rosters.invalidate(project_id)
+    presence_actions.schedule(core, project_id)
 
 
 def _now() -> float:

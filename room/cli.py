@@ -69,9 +69,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data_arg(serve)
     database_arg(serve)
+    serve.add_argument(
+        "--bus",
+        default=None,
+        metavar="URL",
+        help="a NATS server, nats://… the servers on one PostgreSQL database share "
+        "(default: $ROOM_BUS_URL; docs/cluster.md)",
+    )
     serve.add_argument("--host", default=None, help="interface (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help=f"port (default {DEFAULT_PORT})")
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+
+    cluster = sub.add_parser(
+        "cluster",
+        help="the servers sharing a PostgreSQL database and a bus (docs/cluster.md)",
+    )
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
+    status = cluster_sub.add_parser(
+        "status",
+        help="the nodes heard on the bus and their running turns",
+        description="Exit 0 when the database and the bus answer, 4 when the bus cannot be "
+        "reached, 5 when the database cannot.",
+    )
+    data_arg(status)
+    database_arg(status)
+    status.add_argument(
+        "--bus", default=None, metavar="URL", help="the NATS server (default: $ROOM_BUS_URL)"
+    )
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
 
     doctor = sub.add_parser(
         "doctor",
@@ -282,6 +307,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             healthy = run_doctor(_settings(args, database_url=args.database), as_json=args.json)
             return EXIT_OK if healthy else EXIT_UNHEALTHY
+        if args.command == "cluster" and args.cluster_command == "status":
+            from room.doctor import cluster_status, print_cluster_status
+
+            settings = _settings(args, database_url=args.database, bus_url=args.bus)
+            if settings.database_url is None:
+                print("room: cluster status needs --database (or $ROOM_DATABASE_URL): the "
+                      "servers of a cluster share one PostgreSQL database", file=sys.stderr)  # fmt: skip
+                return EXIT_USAGE
+            found = cluster_status(settings)
+            print_cluster_status(found, as_json=args.json)
+            return EXIT_UNHEALTHY if found["problems"] else EXIT_OK
         if args.command == "login-link":
             return login_link(_settings(args, database_url=args.database))
         if args.command == "member" and args.member_command == "token":
@@ -354,7 +390,9 @@ def serve(args: argparse.Namespace) -> int:
     from room.errors import LockHeldError
     from room.infra.transport import RoomWebSocketProtocol, http_protocol
 
-    settings = _settings(args, host=args.host, port=args.port, database_url=args.database)
+    settings = _settings(
+        args, host=args.host, port=args.port, database_url=args.database, bus_url=args.bus
+    )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     server = RoomServer(settings, ws_protocol=RoomWebSocketProtocol)
     try:

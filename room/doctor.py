@@ -13,6 +13,7 @@ summary names its server version and the migrations applied (pending ones are ap
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import time
@@ -87,6 +88,12 @@ def collect(settings: Settings) -> dict[str, Any]:
         problems.append(f"the last start stopped at phase {phases[-1].get('phase')!r} ({detail})")
     summary["backup"] = _last_backup(data, problems)
     if settings.database_url is not None:
+        node_file = data / "node-id"  # a cluster's node (docs/cluster.md): `room cluster status`
+        summary["node"] = node_file.read_text().strip() if node_file.exists() else None
+        if settings.bus_url is not None:
+            from room.store.pg import redact
+
+            summary["bus"] = redact(settings.bus_url)
         summary["database"] = _postgres(settings.database_url, problems)
         return summary
     if not settings.db_path.exists():
@@ -187,6 +194,8 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
                 f"refused:  a later start (pid {refused['pid']}) stopped at "
                 f"{refused['phases'][-1]!r}: {refused['detail']}"
             )
+        if summary.get("node"):
+            print(f"node:     {summary['node']}, bus {summary.get('bus') or 'none'}")
         d = summary.get("database")
         if d and d["backend"] == "postgresql":
             m = d["migrations"]
@@ -210,3 +219,83 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
             print(f"PROBLEM:  {problem}")
         print("healthy" if not summary["problems"] else "needs attention")
     return not summary["problems"]
+
+
+def cluster_status(settings: Settings) -> dict[str, Any]:
+    """``room cluster status`` (docs/cluster.md): this data folder's node id, the database and
+    its running turns by node, and the nodes heard on the bus (their heartbeats, listened to for
+    a little over one period). Only reads; a node's turns are those naming it (``turns.owner``)."""
+    from room.store.pg import connect, redact
+
+    assert settings.database_url is not None  # the command refuses to run without it
+    problems: list[str] = []
+    node_file = settings.data / "node-id"
+    here = node_file.read_text(encoding="utf-8").strip() if node_file.exists() else None
+    status: dict[str, Any] = {"node": here, "database": redact(settings.database_url)}
+    conn = connect(settings.database_url)  # StorageError (database_unreachable)
+    try:
+        rows = conn.execute(
+            "SELECT coalesce(owner, ''), count(*) FROM turns WHERE state = 'running' "
+            "GROUP BY owner ORDER BY 1"
+        ).fetchall()
+    finally:
+        conn.close()
+    status["running_turns"] = {str(owner) or "(none)": int(count) for owner, count in rows}
+    status["bus"] = None
+    if settings.bus_url is not None:
+        heard, error = asyncio.run(_listen_for_nodes(settings.bus_url))
+        shown = redact(settings.bus_url)
+        status["bus"] = {"url": shown, "reached": error is None, "nodes": heard}
+        if error is not None:
+            problems.append(f"the bus {shown} cannot be reached: {error}")
+    status["problems"] = problems
+    return status
+
+
+async def _listen_for_nodes(url: str) -> tuple[list[str], str | None]:
+    import nats
+
+    from room.infra.bus import HEARTBEAT_SECS, NODES_SUBJECT
+
+    heard: set[str] = set()
+
+    async def on_msg(msg: Any) -> None:
+        try:
+            hint = json.loads(msg.data)
+        except ValueError:
+            return
+        if isinstance(hint, dict) and hint.get("k") == "hb":
+            heard.add(str(hint.get("n")))
+
+    try:
+        nc = await asyncio.wait_for(
+            nats.connect(servers=[url], allow_reconnect=False, connect_timeout=2),
+            timeout=5,
+        )
+    except Exception as exc:  # nats-py's NoServersError, the socket's errors, the timeout
+        return [], str(exc) or type(exc).__name__
+    try:
+        await nc.subscribe(NODES_SUBJECT, cb=on_msg)
+        await asyncio.sleep(HEARTBEAT_SECS + 0.5)
+    finally:
+        await nc.close()
+    return sorted(heard), None
+
+
+def print_cluster_status(status: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(status, ensure_ascii=False, indent=2))
+        return
+    print(f"node:     {status['node'] or '(this data folder has not served yet)'}")
+    print(f"database: {status['database']}")
+    bus = status["bus"]
+    if bus is None:
+        print("bus:      none (the servers poll the database for each other's events)")
+    else:
+        print(f"bus:      {bus['url']} ({'reached' if bus['reached'] else 'NOT reached'})")
+        for node in bus["nodes"]:
+            mark = " (this data folder's)" if node == status["node"] else ""
+            turns = status["running_turns"].get(node, 0)
+            print(f"  node {node}{mark}: up, {turns} running turn(s)")
+    for problem in status["problems"]:
+        print(f"problem:  {problem}")

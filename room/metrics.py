@@ -131,6 +131,8 @@ class _Scrape(Collector):
             tokens.add_metric([provider, direction], value)
         yield calls
         yield tokens
+        if self.core.relay is not None:  # several servers on one PostgreSQL database
+            yield from _relay_metrics(self.core.relay.stats(), self.core.settings.bus_url)
         if totals.last_backup_at is not None:
             yield GaugeMetricFamily(
                 "room_backup_last_timestamp_seconds",
@@ -142,6 +144,39 @@ class _Scrape(Collector):
                 "Seconds since the last `room backup` of this data folder was written.",
                 value=max(0.0, time.time() - totals.last_backup_at),
             )
+
+
+def _relay_metrics(stats: dict[str, float], bus_url: str | None) -> Iterator[Metric]:
+    """The relay between the servers on one database and their bus (docs/cluster.md)."""
+    if bus_url is not None:
+        yield GaugeMetricFamily(
+            "room_bus_up", "1 while this server's NATS bus is connected.", value=stats["bus_up"]
+        )
+        yield GaugeMetricFamily(
+            "room_bus_peers",
+            "Other servers heard on the bus within the last 6 s (their heartbeats).",
+            value=stats["peers"],
+        )
+        for name, key, text in (
+            (
+                "room_bus_hints_published",
+                "bus_published",
+                "Hints (and heartbeats) this server sent on the bus.",
+            ),
+            ("room_bus_hints_received", "bus_received", "Hints heard from the other servers."),
+            ("room_bus_hints_unsent", "bus_unsent", "Hints not sent: the bus was down."),
+            ("room_bus_events_applied", "hints_applied", "Events published from a hint."),
+            ("room_bus_hints_dropped", "hints_dropped", "Hints of an event already published."),
+        ):
+            yield CounterMetricFamily(name, text, value=stats[key])
+    yield CounterMetricFamily(
+        "room_relay_refills",
+        "Catch-ups of a project's events from the database (a gap, the poll, a bus sweep).",
+        value=stats["refills"],
+    )
+    yield GaugeMetricFamily(
+        "room_relay_projects", "Projects with live subscribers here.", value=stats["followed"]
+    )
 
 
 async def render(core: Services) -> bytes:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_PORT = 8470
 
@@ -45,6 +45,21 @@ class Settings(BaseModel):
         description="A PostgreSQL database (postgresql://user:password@host:port/name) instead "
         "of SQLite in the data folder; several servers (each with its own data folder) may "
         "share one (docs/storage.md).",
+    )
+    bus_url: str | None = Field(
+        default=None,
+        pattern=r"^nats://",
+        description="PostgreSQL only: a NATS server (nats://host:port) the servers on one "
+        "database share as their bus: each commit's event, typing, presence, roster changes "
+        "and socket cuts reach the other servers' sockets at once (docs/cluster.md). Without "
+        "it, the servers read each other's events on a short poll of the database.",
+    )
+    bus_poll_secs: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="With a bus: how often a server still checks the database for events whose "
+        "hint never came (the bus down meanwhile it checks every 50 ms).",
     )
     database_statement_timeout_ms: int = Field(
         default=30_000,
@@ -391,6 +406,15 @@ class Settings(BaseModel):
         if self.host in ("127.0.0.1", "localhost", "0.0.0.0", "::") and not self.public_url:
             origins |= {f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"}
         return frozenset(origins)
+
+    @model_validator(mode="after")
+    def _bus_needs_postgres(self) -> Settings:
+        if self.bus_url is not None and self.database_url is None:
+            raise ValueError(
+                "bus_url (--bus, ROOM_BUS_URL) joins servers that share a PostgreSQL database: "
+                "set database_url (--database, ROOM_DATABASE_URL) too (docs/cluster.md)"
+            )
+        return self
 
     @property
     def backend(self) -> str:

@@ -11,6 +11,7 @@ import pytest
 from tests.support.inproc import App, owner_user, running_app
 from tests.support.live_room import Room
 from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
+from tests.support.nats import nats_server  # noqa: F401 (fixture: a private nats-server)
 from tests.support.postgres import pg_cluster, pg_dsn  # noqa: F401 (fixtures: a private PostgreSQL)
 from tests.support.server import ServerProcess, start_with_openai
 from tests.support.task_world import World, make_world

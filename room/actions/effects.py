@@ -55,10 +55,14 @@ def _apply_one(core: Services, effect: Effect) -> None:
             hub.broadcast(project_id, frame)
         case Wake(project_id, member_ids):
             core.agents.wake(project_id, member_ids)
+            if core.relay is not None:  # an external agent's socket may be on another server
+                core.relay.wake_elsewhere(project_id, list(member_ids))
         case WakeProject(project_id):
             core.agents.wake_project(project_id)
         case RosterChanged(project_id):
             core.rosters.invalidate(project_id)
+            if core.relay is not None:  # several servers with a bus: theirs too
+                core.relay.roster_changed(project_id)
             presence.schedule(core, project_id)
         case PresenceChanged(project_id):
             presence.schedule(core, project_id)

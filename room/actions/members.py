@@ -119,6 +119,8 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
             )
             raise early
         stopped = core.agents.stop_member(target_id)
+        if not stopped and core.relay is not None:  # the turn may run on another server
+            core.relay.stop_elsewhere(target_id)
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any] | RoomError:
         refusal = _refusal(conn, actor, target_id, member_op_)

@@ -9,8 +9,17 @@ came in between), and on a short poll of ``projects.last_seq`` of the projects i
 subscribers to. A lost race costs latency, never an event or an order: nothing is published
 below or beside what this server already published for a project.
 
-What stays per server: the frames outside the stream (typing, delivery labels, rosters,
-presence) reach only the sockets of the server whose effect made them.
+With a bus (``--bus nats://…``, room.infra.bus, docs/cluster.md) a server also publishes each
+of its commits as a hint on the project's subject, and the hints of the others feed a
+per-project sequencer here: a seq already published is dropped, the next one goes out (and the
+held ones that follow it), a gap waits briefly (:data:`GAP_WAIT_SECS`) for the hint in flight and
+is then refilled from the database. The poll stays as the safety net at a much longer period
+(``bus_poll_secs``) while the bus is up, back to :data:`POLL_SECS` while it is down, and every
+project is swept when the bus (re)connects: a hint that never came costs latency only.
+
+Without a bus, the frames outside the stream (typing, delivery labels, rosters, presence) reach
+only the sockets of the server whose effect made them; with one, room.infra.bus.ClusterHub
+carries them, and a roster change is told to the others (:meth:`Relay.roster_changed`).
 """
 
 from __future__ import annotations
@@ -18,8 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
+from room.infra.bus import Bus, ClusterHub
 from room.infra.hub import Hub
 from room.store import Database
 from room.store import messages as messages_store
@@ -30,15 +42,42 @@ log = logging.getLogger(__name__)
 
 POLL_SECS = 0.05  # how often the projects with live subscribers are checked for others' events
 PAGE = 500  # events read per statement while catching up
+GAP_WAIT_SECS = 0.02  # a hint ahead of the next seq waits this long for the ones in flight
 
 
 class Relay:
     """One per server on PostgreSQL (``Services.relay``); SQLite's single server needs none."""
 
-    def __init__(self, db: Database, hub: Hub, poll_secs: float = POLL_SECS) -> None:
+    def __init__(
+        self,
+        db: Database,
+        hub: Hub,
+        poll_secs: float = POLL_SECS,
+        *,
+        bus: Bus | None = None,
+        bus_poll_secs: float = 1.0,
+        on_roster: Callable[[int], None] = lambda project_id: None,
+    ) -> None:
         self.db = db
         self.hub = hub
         self.poll_secs = poll_secs
+        self.bus = bus
+        self.bus_poll_secs = bus_poll_secs
+        self.on_roster = on_roster
+        # The sequencer's hints that came ahead of the next seq: project → seq → frame.
+        self._held: dict[int, dict[int, str]] = {}
+        self._gap_timers: dict[int, asyncio.TimerHandle] = {}
+        self._wake = asyncio.Event()
+        self.hints_applied = 0  # events published from a hint (``/metrics``)
+        self.hints_dropped = 0  # hints of a seq already published
+        self.refills = 0  # catch-ups from the database (a gap, the poll, a sweep)
+        # What else the bus brings (the agents' wakes and stop requests, room/app.py): each
+        # handler says whether the hint was its.
+        self.handlers: list[Callable[[int | None, dict[str, Any]], bool]] = []
+        if bus is not None:
+            bus.on_hint = self._heard
+            bus.on_reconnect = self.sweep
+            bus.on_disconnect = self._wake.set
         # Project → the highest seq published to this server's hub; a project is here while
         # it has had a live subscriber here (from the first one's replay end on).
         self._published: dict[int, int] = {}
@@ -48,8 +87,14 @@ class Relay:
 
     def start(self) -> None:
         self._poller = asyncio.get_running_loop().create_task(self._poll(), name="relay-poll")
+        if self.bus is not None:
+            self.bus.start()
 
     async def close(self) -> None:
+        for timer in self._gap_timers.values():
+            timer.cancel()
+        if self.bus is not None:
+            await self.bus.close()
         tasks = [t for t in (self._poller, *self._pumping.values()) if t is not None]
         for task in tasks:
             task.cancel()
@@ -60,11 +105,123 @@ class Relay:
     def went_live(self, project_id: int, last_seq: int) -> None:
         """A subscriber went live having had everything up to ``last_seq``. The first one of a
         project starts its relay there (a later one's replay ended at or after it)."""
-        self._published.setdefault(project_id, last_seq)
+        if project_id in self._published:
+            return
+        self._published[project_id] = last_seq
+        if self.bus is not None:
+            self.bus.follow(project_id)
+            # Hints that came before this server followed the project are not held anywhere:
+            # one read now, rather than waiting for the next hint or the long poll.
+            self._pump(project_id)
+
+    def stats(self) -> dict[str, float]:
+        """What ``/metrics`` shows of the relay and the bus (docs/cluster.md)."""
+        bus = self.bus
+        return {
+            "bus_up": float(bus is not None and bus.up),
+            "bus_published": float(bus.published if bus else 0),
+            "bus_received": float(bus.received if bus else 0),
+            "bus_unsent": float(bus.unsent if bus else 0),
+            "hints_applied": float(self.hints_applied),
+            "hints_dropped": float(self.hints_dropped),
+            "refills": float(self.refills),
+            "followed": float(len(self._published)),
+            "peers": float(len(bus.peers()) if bus else 0),
+        }
+
+    def roster_changed(self, project_id: int) -> None:
+        """This server changed the project's roster: the others drop their cached one."""
+        if self.bus is not None:
+            self.bus.send(project_id, {"k": "r"})
+
+    def sweep(self) -> None:
+        """Catch up every followed project from the database (the bus came (back) up: hints
+        may have been lost meanwhile)."""
+        self._wake.set()
+        for project_id in list(self._published):
+            self._pump(project_id)
+
+    def _heard(self, project_id: int | None, hint: dict[str, Any]) -> None:
+        kind = hint.get("k")
+        if kind == "e" and project_id is not None:
+            self._sequence(project_id, int(hint["s"]), str(hint["f"]))
+        elif kind == "r" and project_id is not None:
+            self.on_roster(project_id)
+        elif isinstance(self.hub, ClusterHub) and self.hub.heard(project_id, hint):
+            return
+        else:
+            for handler in self.handlers:
+                if handler(project_id, hint):
+                    return
+
+    def wake_elsewhere(self, project_id: int, member_ids: list[int]) -> None:
+        """Agents woken here: an external one's socket may be on another server."""
+        if self.bus is not None and member_ids:
+            self.bus.send(None, {"k": "w", "p": project_id, "m": member_ids})
+
+    def stop_project_elsewhere(self, project_id: int) -> None:
+        """Every turn of the project is asked to stop (archive, trash, purge): some may run on
+        other servers. Only this server's are confirmed by the stop; the others' end at their
+        next step boundary, as a stop requested here does."""
+        if self.bus is not None:
+            self.bus.send(None, {"k": "sp", "p": project_id})
+
+    def stop_elsewhere(self, member_id: int) -> None:
+        """A stop request for a turn that does not run here: it may run on another server."""
+        if self.bus is not None:
+            self.bus.send(None, {"k": "s", "m": member_id})
+
+    def _sequence(self, project_id: int, seq: int, frame: str) -> None:
+        """Another server's event ``seq``: the sequencer."""
+        top = self._published.get(project_id)
+        if top is None:  # nobody live here (yet): a replay reads it from the database
+            return
+        if seq <= top:
+            self.hints_dropped += 1
+            return
+        if seq > top + 1:  # one before it is in flight, or lost: wait briefly, then refill
+            self._held.setdefault(project_id, {})[seq] = frame
+            if project_id not in self._gap_timers:
+                loop = asyncio.get_running_loop()
+                self._gap_timers[project_id] = loop.call_later(
+                    GAP_WAIT_SECS, self._gap_expired, project_id
+                )
+            return
+        self._published[project_id] = seq
+        self.hub.publish(project_id, seq, frame)
+        self.hints_applied += 1
+        self._drain(project_id)
+
+    def _drain(self, project_id: int) -> None:
+        """Publish the held hints that follow on from what was published; forget the older."""
+        held = self._held.get(project_id)
+        if held is None:
+            return
+        top = self._published.get(project_id)
+        while top is not None and (frame := held.pop(top + 1, None)) is not None:
+            top += 1
+            self._published[project_id] = top
+            self.hub.publish(project_id, top, frame)
+            self.hints_applied += 1
+        for seq in [s for s in held if top is None or s <= top]:
+            del held[seq]
+        if not held:
+            del self._held[project_id]
+            timer = self._gap_timers.pop(project_id, None)
+            if timer is not None:
+                timer.cancel()
+
+    def _gap_expired(self, project_id: int) -> None:
+        self._gap_timers.pop(project_id, None)
+        if project_id in self._held:
+            self._pump(project_id)
 
     def publish(self, project_id: int, seq: int, frame: str) -> None:
         """This server committed event ``seq``: published now if it follows on, else read back
-        in order with the events before it that another server committed."""
+        in order with the events before it that another server committed. With a bus, the
+        others hear of it."""
+        if self.bus is not None:
+            self.bus.send(project_id, {"k": "e", "s": seq, "f": frame})
         top = self._published.get(project_id)
         if top is None:
             # Nobody live here yet: a subscriber still replaying gets it in its buffer.
@@ -73,6 +230,7 @@ class Relay:
         if seq == top + 1:
             self._published[project_id] = seq
             self.hub.publish(project_id, seq, frame)
+            self._drain(project_id)
         elif seq > top:
             self._pump(project_id)
 
@@ -82,6 +240,7 @@ class Relay:
             return
         task = asyncio.get_running_loop().create_task(self._catch_up(project_id))
         self._pumping[project_id] = task
+        self.refills += 1
 
     async def _catch_up(self, project_id: int) -> None:
         try:
@@ -100,6 +259,7 @@ class Relay:
                     if seq == current + 1:
                         self._published[project_id] = seq
                         self.hub.publish(project_id, seq, frame)
+                self._drain(project_id)
                 if len(page) < PAGE and project_id not in self._again:
                     return
         except Exception:
@@ -110,9 +270,15 @@ class Relay:
 
     async def _poll(self) -> None:
         while True:
-            await asyncio.sleep(self.poll_secs)
+            period = self.bus_poll_secs if self.bus is not None and self.bus.up else self.poll_secs
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):  # the bus went down: the short period now
+                await asyncio.wait_for(self._wake.wait(), period)
             for project_id in [p for p in self._published if not self.hub.subscriber_count(p)]:
                 del self._published[project_id]  # nobody here any more: a new first one starts it
+                self._held.pop(project_id, None)
+                if self.bus is not None:
+                    self.bus.unfollow(project_id)
             ids = sorted(self._published)
             if not ids:
                 continue

@@ -89,6 +89,8 @@ class Scheduler:
         """Request every running turn of a project to stop; True once all are confirmed
         stopped (re-read from the sessions themselves), False if any is still running."""
         wait = self.settings.stop_confirm_secs if wait_secs is None else wait_secs
+        if self.core.relay is not None:  # a cluster: the project's turns may run elsewhere
+            self.core.relay.stop_project_elsewhere(project_id)
         return await self.in_process.stop_project(project_id, wait)
 
     def running_members(self, project_id: int) -> list[int]:

@@ -1,0 +1,300 @@
+"""The cluster's bus: NATS core between room servers (nodes) on one PostgreSQL database
+(docs/cluster.md).
+
+What rides it is a *hint*, never the record: the ``events``/``messages`` tables are the log of
+record, and a hint that is lost (NATS down, a node killed between its commit and its publish)
+costs latency only, because every node checks the database too (room.actions.relay). One
+subject per project (``room.p.<id>``), which a node subscribes to while it has live subscribers
+to the project; one subject for every node (``room.nodes``) for what is not a project's (a
+session's sockets cut). ``no_echo``: a node never hears its own publishes.
+
+:class:`ClusterHub` is the hub whose frames outside the stream (typing, read cursors, delivery
+labels, drafts; not presence, see :data:`LOCAL_ONLY`) and socket cuts (a member removed, a project purged, a session signed out or a
+token rotated) go to the other nodes' sockets too; what comes from the bus is applied here only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import nats
+import orjson
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as NatsSubscription
+
+from room.infra.frames import Frame
+from room.infra.hub import Hub
+from room.infra.outbox import Outbox
+from room.infra.presence import Presence
+
+log = logging.getLogger(__name__)
+
+PROJECT_SUBJECT = "room.p."  # + the project's id
+NODES_SUBJECT = "room.nodes"
+RECONNECT_WAIT_SECS = 0.5
+HEARTBEAT_SECS = 2.0  # each node says it is there on NODES_SUBJECT this often
+PEER_LAPSE_SECS = 3 * HEARTBEAT_SECS  # a peer unheard for this long is not counted
+CONNECT_TIMEOUT_SECS = 2.0
+
+Hint = dict[str, Any]
+# Presence is computed from one node's own sockets: sent to the others it would contradict
+# theirs (a person connected to B shown offline by A). It stays on its node until presence is
+# merged across nodes (docs/cluster.md, "Not done yet").
+LOCAL_ONLY = '{"type":"presence",'
+
+
+class Bus:
+    """One NATS connection per node. :meth:`start` connects in the background (a node whose
+    bus is down at its start serves on the database poll meanwhile) and reconnects forever."""
+
+    def __init__(self, url: str, node: str) -> None:
+        self.url = url
+        self.shown = _redact(url)  # for the logs: never a password
+        self.node = node
+        self.on_hint: Callable[[int | None, Hint], None] = lambda project_id, hint: None
+        self.on_reconnect: Callable[[], None] = lambda: None
+        self.on_disconnect: Callable[[], None] = lambda: None
+        self._nc: NatsClient | None = None
+        self._subs: dict[int, NatsSubscription | None] = {}
+        self._connecting: asyncio.Task[None] | None = None
+        self._up = False
+        self._beating: asyncio.Task[None] | None = None
+        self._peers: dict[str, float] = {}  # another node's id → when it was last heard
+        self.published = 0  # hints sent (``/metrics``)
+        self.received = 0  # hints heard from the other nodes
+        self.unsent = 0  # hints not sent: the bus was down (the poll covers them)
+
+    @property
+    def up(self) -> bool:
+        return self._up
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._connecting = loop.create_task(self._connect(), name="bus-connect")
+        self._beating = loop.create_task(self._heartbeat(), name="bus-heartbeat")
+
+    async def _heartbeat(self) -> None:
+        while True:
+            self.send(None, {"k": "hb", "n": self.node})
+            await asyncio.sleep(HEARTBEAT_SECS)
+
+    def peers(self) -> list[str]:
+        """The other nodes heard from lately (their heartbeats on the bus)."""
+        now = time.monotonic()
+        return sorted(n for n, at in self._peers.items() if now - at < PEER_LAPSE_SECS)
+
+    async def _connect(self) -> None:
+        while True:
+            try:
+                self._nc = await nats.connect(
+                    servers=[self.url],
+                    name=f"room {self.node}",
+                    no_echo=True,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=RECONNECT_WAIT_SECS,
+                    connect_timeout=CONNECT_TIMEOUT_SECS,
+                    disconnected_cb=self._disconnected,
+                    reconnected_cb=self._reconnected,
+                    error_cb=self._error,
+                )
+                break
+            except Exception as exc:  # nats-py's NoServersError and the socket's errors
+                log.warning("the bus %s cannot be reached (%s); trying again", self.shown, exc)
+                await asyncio.sleep(RECONNECT_WAIT_SECS)
+        self._up = True
+        await self._nc.subscribe(NODES_SUBJECT, cb=self._heard)
+        for project_id in list(self._subs):
+            await self._subscribe(project_id)
+        log.info("the bus %s is up", self.shown)
+        self.on_reconnect()  # hints may have been missed before: the sweep catches them
+
+    async def _disconnected(self) -> None:
+        if self._up:
+            log.warning("the bus %s went down; the database poll covers for it", self.shown)
+        self._up = False
+        self.on_disconnect()
+
+    async def _reconnected(self) -> None:
+        self._up = True
+        log.info("the bus %s is back", self.shown)
+        self.on_reconnect()
+
+    async def _error(self, exc: Exception) -> None:
+        log.debug("bus: %s", exc)
+
+    async def close(self) -> None:
+        for task in (self._connecting, self._beating):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        nc, self._nc = self._nc, None
+        self._up = False
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    def follow(self, project_id: int) -> None:
+        """Hear the project's hints (this node has live subscribers to it)."""
+        if project_id in self._subs:
+            return
+        self._subs[project_id] = None
+        if self._nc is not None and self._up:
+            asyncio.get_running_loop().create_task(self._subscribe(project_id))
+
+    def unfollow(self, project_id: int) -> None:
+        sub = self._subs.pop(project_id, None)
+        if sub is not None:
+            asyncio.get_running_loop().create_task(_unsubscribe(sub))
+
+    async def _subscribe(self, project_id: int) -> None:
+        if self._nc is None or project_id not in self._subs or self._subs[project_id]:
+            return
+        try:
+            sub = await self._nc.subscribe(f"{PROJECT_SUBJECT}{project_id}", cb=self._heard)
+        except Exception as exc:
+            log.warning("subscribing to project %d's hints failed: %s", project_id, exc)
+            return
+        if project_id in self._subs:
+            self._subs[project_id] = sub
+        else:  # unfollowed meanwhile
+            await _unsubscribe(sub)
+
+    async def _heard(self, msg: Msg) -> None:
+        try:
+            hint = orjson.loads(msg.data)
+        except orjson.JSONDecodeError:
+            log.warning("an unreadable hint on %s ignored", msg.subject)
+            return
+        if not isinstance(hint, dict):
+            return
+        project_id: int | None = None
+        if msg.subject.startswith(PROJECT_SUBJECT):
+            try:
+                project_id = int(msg.subject[len(PROJECT_SUBJECT) :])
+            except ValueError:
+                return
+        if project_id is None and hint.get("k") == "hb":
+            self._peers[str(hint.get("n"))] = time.monotonic()
+            return
+        self.received += 1
+        try:
+            self.on_hint(project_id, hint)
+        except Exception:
+            log.exception("applying a hint from the bus failed")
+
+    def send(self, project_id: int | None, hint: Hint) -> None:
+        """Publish a hint after the commit it is about (fire and forget: a hint may be lost)."""
+        nc = self._nc
+        if nc is None or not self._up:
+            if hint.get("k") != "hb":
+                self.unsent += 1
+            return
+        subject = NODES_SUBJECT if project_id is None else f"{PROJECT_SUBJECT}{project_id}"
+        asyncio.get_running_loop().create_task(self._publish(nc, subject, orjson.dumps(hint)))
+
+    async def _publish(self, nc: NatsClient, subject: str, data: bytes) -> None:
+        try:
+            await nc.publish(subject, data)
+            self.published += 1
+        except Exception as exc:
+            self.unsent += 1
+            log.debug("a hint on %s not sent: %s", subject, exc)
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+async def _unsubscribe(sub: NatsSubscription) -> None:
+    with contextlib.suppress(Exception):
+        await sub.unsubscribe()
+
+
+class ClusterPresence(Presence):
+    """Presence whose session cuts (sign-out, token rotation) reach the other nodes too."""
+
+    def __init__(self, bus: Bus) -> None:
+        super().__init__()
+        self.bus = bus
+
+    def cut_session(self, session: str, reason: str, code: int) -> int:
+        self.bus.send(None, {"k": "cs", "s": session, "r": reason, "c": code})
+        return super().cut_session(session, reason, code)
+
+    def cut_session_here(self, session: str, reason: str, code: int) -> int:
+        return super().cut_session(session, reason, code)
+
+
+class ClusterHub(Hub):
+    """The hub of a node with a bus: what it broadcasts or cuts, the other nodes do too."""
+
+    def __init__(self, bus: Bus) -> None:
+        super().__init__()
+        self.bus = bus
+        self.cluster_presence = self.presence = ClusterPresence(bus)
+
+    def broadcast(
+        self,
+        project_id: int,
+        frame: Frame | str,
+        *,
+        exclude: Outbox | None = None,
+        only_members: Iterable[int] | None = None,
+        volatile: bool = False,
+    ) -> None:
+        members = None if only_members is None else sorted(only_members)
+        super().broadcast(
+            project_id, frame, exclude=exclude, only_members=members, volatile=volatile
+        )
+        text = frame.text if isinstance(frame, Frame) else frame
+        if text.startswith(LOCAL_ONLY):
+            return
+        self.bus.send(project_id, {"k": "b", "f": text, "m": members, "v": volatile})
+
+    def cut_member(self, project_id: int, member_id: int) -> None:
+        super().cut_member(project_id, member_id)
+        self.bus.send(project_id, {"k": "cm", "m": member_id})
+
+    def cut_project(self, project_id: int, reason: str) -> None:
+        super().cut_project(project_id, reason)
+        self.bus.send(project_id, {"k": "cp", "r": reason})
+
+    def heard(self, project_id: int | None, hint: Hint) -> bool:
+        """Apply another node's frame or cut to this node's sockets only; False: not one."""
+        kind = hint.get("k")
+        if project_id is None:
+            if kind == "cs":
+                self.cluster_presence.cut_session_here(
+                    str(hint["s"]), str(hint["r"]), int(hint["c"])
+                )
+                return True
+            return False
+        if kind == "b":
+            Hub.broadcast(
+                self,
+                project_id,
+                str(hint["f"]),
+                only_members=hint.get("m"),
+                volatile=bool(hint.get("v")),
+            )
+        elif kind == "cm":
+            Hub.cut_member(self, project_id, int(hint["m"]))
+        elif kind == "cp":
+            Hub.cut_project(self, project_id, str(hint["r"]))
+        else:
+            return False
+        return True
