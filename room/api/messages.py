@@ -15,7 +15,7 @@ from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
 from room.actions import reactions as reaction_actions
 from room.actions import threads as thread_actions
-from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
+from room.api.requests import RowId, body_of, core_of, identity, member_in, message_of, path_id
 from room.errors import BadRequestError, NotFoundError
 from room.rules.protocol import MAX_ATTACHMENTS, MAX_CHIPS, MAX_HISTORY_LIMIT
 from room.store import deliveries as deliveries_store
@@ -109,13 +109,7 @@ async def post_message(request: Request) -> Response:
 async def message_detail(request: Request) -> Response:
     """Deliveries (the ledger's labels) and edit history of one message (earlier bodies for its
     author and the project's owners only)."""
-    who = await identity(request)
-    core = core_of(request)
-    message_id = path_id(request, "message_id")
-    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
-    if row is None:
-        raise NotFoundError("no such message", code="no_message")
-    member = await member_in(core, who, int(row["project_id"]))
+    core, member, message_id, row = await message_of(request)
     # Earlier versions (and a deleted message's text) are its author's and the owners' only.
     with_bodies = member.id == row["author_id"] or member.is_owner
 
@@ -161,13 +155,7 @@ class ReactionIn(BaseModel):
 
 async def post_reaction(request: Request) -> Response:
     """Add (or remove) your emoji reaction on a message (docs/protocol.md, "Reactions")."""
-    who = await identity(request, mutation=True)
-    core = core_of(request)
-    message_id = path_id(request, "message_id")
-    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
-    if row is None:
-        raise NotFoundError("no such message", code="no_message")
-    member = await member_in(core, who, int(row["project_id"]))
+    core, member, message_id, _row = await message_of(request, mutation=True)
     data: ReactionIn = await body_of(request, ReactionIn)
     result = await reaction_actions.react(core, member, message_id, data.emoji, remove=data.remove)
     return JSONResponse(result)
@@ -177,13 +165,7 @@ async def get_thread(request: Request) -> Response:
     """A page of the thread of a message (its root or a reply in it): the root, the replies
     before ``before`` (a message id; none: the newest), oldest first (docs/protocol.md,
     "Threads")."""
-    who = await identity(request)
-    core = core_of(request)
-    message_id = path_id(request, "message_id")
-    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
-    if row is None:
-        raise NotFoundError("no such message", code="no_message")
-    member = await member_in(core, who, int(row["project_id"]))
+    core, member, message_id, _row = await message_of(request)
     params = request.query_params
     try:
         before = int(params["before"]) if "before" in params else None
@@ -200,13 +182,7 @@ class FollowIn(BaseModel):
 
 async def put_follow(request: Request) -> Response:
     """Follow or stop following the thread of a message (a person only)."""
-    who = await identity(request, mutation=True)
-    core = core_of(request)
-    message_id = path_id(request, "message_id")
-    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
-    if row is None:
-        raise NotFoundError("no such message", code="no_message")
-    member = await member_in(core, who, int(row["project_id"]))
+    core, member, message_id, _row = await message_of(request, mutation=True)
     data: FollowIn = await body_of(request, FollowIn)
     return JSONResponse(
         await thread_actions.set_following(core, member, message_id, data.following)

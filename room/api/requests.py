@@ -21,6 +21,7 @@ from room.rules.entities import Member
 from room.rules.protocol import AUTHOR_FIELDS
 from room.services import Services
 from room.store import members as members_store
+from room.store import messages as messages_store
 from room.store import projects as projects_store
 
 MAX_JSON_BYTES = 256 * 1024
@@ -109,3 +110,19 @@ async def member_in(core: Services, who: Identity, project_id: int) -> Member:
     if member is None or member.status == "left":
         raise ForbiddenError("you are not a member of this project", code="not_member")
     return member
+
+
+async def message_of(
+    request: Request, *, mutation: bool = False
+) -> tuple[Services, Member, int, dict[str, Any]]:
+    """The message named by the path's ``message_id`` and the caller's membership of its
+    project: ``(core, member, message_id, row)``; ``no_message`` when there is none, and
+    ``not_member`` as :func:`member_in` says."""
+    who = await identity(request, mutation=mutation)
+    core = core_of(request)
+    message_id = path_id(request, "message_id")
+    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
+    if row is None:
+        raise NotFoundError("没有这条消息 (No such message.)", code="no_message")
+    member = await member_in(core, who, int(row["project_id"]))
+    return core, member, message_id, row

@@ -25,7 +25,7 @@ from room.actions import portfolio as portfolio_actions
 from room.actions import task_updates as update_actions
 from room.actions import tasks as task_actions
 from room.actions import workspaces as workspace_actions
-from room.api.requests import RowId, body_of, core_of, identity, member_in, path_id
+from room.api.requests import RowId, body_of, core_of, identity, member_in, message_of, path_id
 from room.errors import NotFoundError
 from room.infra.evidence import verify_artifact
 from room.rules.entities import Member, Project, iso
@@ -33,7 +33,6 @@ from room.rules.portfolio import today_of
 from room.rules.tasks import TaskState
 from room.store import members as members_store
 from room.store import memory as memory_store
-from room.store import messages as messages_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
@@ -222,13 +221,7 @@ async def post_decision_accept(request: Request) -> Response:
 
 
 async def post_requirement_change(request: Request) -> Response:
-    who = await identity(request, mutation=True)
-    core = core_of(request)
-    message_id = path_id(request, "message_id")
-    row = await core.db.read(lambda conn: messages_store.get_row(conn, message_id))
-    if row is None:
-        raise NotFoundError("没有这条消息 (No such message.)", code="no_message")
-    member = await member_in(core, who, int(row["project_id"]))
+    core, member, message_id, _row = await message_of(request, mutation=True)
     data: ChangeIn = await body_of(request, ChangeIn)
     result = await decision_actions.mark_requirement_change(core, member, message_id, data.tasks)
     body = {"message_id": message_id, "requirement_change": True, **result}
