@@ -210,8 +210,8 @@ class Settings(BaseModel):
     )
     digest_smtp_host: str | None = Field(
         default=None,
-        description="SMTP server for the email digest of unread mentions (docs/protocol.md, "
-        '"Notifications"); unset: no digest is sent (the default).',
+        description="SMTP server for the email digest of unread mentions "
+        '(docs/protocol.md, "Notifications"); unset: no digest is sent (the default).',
     )
     digest_smtp_port: int = Field(default=25, ge=1, le=65535, description="The SMTP server's port.")
     digest_smtp_user: str | None = Field(

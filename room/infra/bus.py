@@ -5,7 +5,7 @@ What rides it is a *hint*, never the record: the ``events``/``messages`` tables 
 record, and a hint that is lost (NATS down, a node killed between its commit and its publish)
 costs latency only, because every node checks the database too (room.actions.relay). One
 subject per project (``room.p.<id>``), which a node subscribes to while it has live subscribers
-to the project; one subject for every node (``room.nodes``) for what is not a project's (a
+to the project; one subject for every node ("room.nodes") for what is not a project's (a
 session's sockets cut). ``no_echo``: a node never hears its own publishes.
 
 :class:`ClusterHub` is the hub whose frames outside the stream (typing, read cursors, delivery
@@ -46,7 +46,7 @@ CONNECT_TIMEOUT_SECS = 2.0
 Hint = dict[str, Any]
 # Presence is computed from one node's own sockets: sent to the others it would contradict
 # theirs (a person connected to B shown offline by A). It stays on its node until presence is
-# merged across nodes (docs/cluster.md, "Not done yet").
+# merged across nodes (docs/cluster.md, "What else rides the bus").
 LOCAL_ONLY = '{"type":"presence",'
 
 

@@ -411,8 +411,8 @@ _UNREAD = (
     " ORDER BY x.seq LIMIT :scan) y WHERE kind = 'chat' AND deleted_at IS NULL"
     " AND (author_id IS NULL OR author_id != m.id)"
     " AND (EXISTS (SELECT 1 FROM mentions WHERE message_id = y.id AND member_id = m.id)"
-    # A reply in a thread the member follows counts as a mention (issue 30: "followed threads
-    # notify like mentions").
+    # A reply in a thread the member follows counts as a mention (docs/protocol.md,
+    # "Notifications": followed threads notify like mentions).
     "  OR EXISTS (SELECT 1 FROM thread_replies r JOIN thread_follows f ON f.root_id = r.root_id"
     "   WHERE r.message_id = y.id AND f.member_id = m.id AND f.following = 1)))"
     " FROM members m LEFT JOIN read_cursors rc ON rc.member_id = m.id"
