@@ -381,7 +381,7 @@ def test_search_from_the_header_opens_an_old_message(
     search_box(page).fill("部署")
     results = page.get_by_role("listbox", name="搜索结果")
     # Other tests' projects on this server say 部署 too: this project only (all is the default).
-    page.get_by_role("button", name="本项目").click()
+    page.get_by_role("button", name="本项目", exact=True).click()
     # Both the message and the fact say 部署; the 消息 filter keeps the messages.
     expect(results.get_by_role("option")).to_have_count(2)
     expect(results.locator('[data-kind="fact"]')).to_contain_text("ops/rollback.sh")
@@ -540,7 +540,7 @@ def test_search_at_every_width_and_theme(
             page.keyboard.press("Control+k")
         expect(search_box(page)).to_be_focused()
         page.keyboard.type("部署")
-        page.get_by_role("button", name="本项目").click()  # not other tests' projects
+        page.get_by_role("button", name="本项目", exact=True).click()  # not other tests' projects
         search_box(page).focus()
         options = page.get_by_role("listbox", name="搜索结果").get_by_role("option")
         expect(options).to_have_count(2)

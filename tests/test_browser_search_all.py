@@ -59,7 +59,7 @@ def test_search_across_projects_with_operators_and_recent_searches(
     expect(options).to_have_count(1)
     expect(options.first).to_contain_text("网站")
     search_box(page).fill(word)
-    page.get_by_role("button", name="本项目").click()
+    page.get_by_role("button", name="本项目", exact=True).click()
     expect(options).to_have_count(1)
     expect(options.first).to_contain_text("先备份")
     page.get_by_role("button", name="所有项目").click()
