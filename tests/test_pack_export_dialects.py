@@ -50,7 +50,7 @@ def export_of(data: Path, url: str | None) -> list[dict[str, Any]]:
             "POST", f"{path}/fork", {"name": "分叉"}, cookie=app.owner_cookie
         )
         assert status == 201, forked
-        for copy in (made.json()["project_id"], forked["project_id"]):
+        for copy in (made.json()["project"]["id"], forked["project"]["id"]):
             member = app.request("GET", f"/api/projects/{copy}", cookie=app.owner_cookie)[1]
             assert member["project"]["state"] in ("active", "paused")
             for project in (copy, project_id):

@@ -423,7 +423,9 @@ def test_leftovers_of_a_dead_server_are_killed_and_their_groups_removed(tmp_path
         (live / "cgroup.procs").write_text(str(kept.pid))
         swept = sweep_orphans(parent)
         assert left.wait(timeout=5) == -signal.SIGKILL
-        assert swept.processes >= 1 and swept.groups >= 2  # other tests' leftovers count too
+        # Another server starting meanwhile may sweep the same groups: what counts is that they
+        # are gone, whoever removed them (and that this sweep killed what it found).
+        assert swept.processes >= 1
         assert not dead.exists() and not empty.exists()
         assert live.exists() and kept.poll() is None  # a running server's command lives on
     finally:
