@@ -148,6 +148,9 @@ def test_text_size_is_saved_locally(owner: Person, busy_project: int) -> None:
 def test_colours_follow_the_system(chromium: Browser, room_server: RoomServer, scheme: str) -> None:
     person = sign_in_owner(chromium, room_server, color_scheme=scheme)
     try:
+        # The module script shows #app without waiting for the stylesheets (Chromium runs it
+        # once parsed); the page's load event is the one that waits for them.
+        person.page.wait_for_load_state("load")
         background = person.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
         channels = [int(c) for c in re.findall(r"\d+", background)[:3]]
         assert (sum(channels) / 3 < 60) if scheme == "dark" else (sum(channels) / 3 > 220), (
