@@ -29,6 +29,7 @@ from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import turns as turns_store
+from room.store.dialect import POSTGRESQL, Connection, dialect_for
 
 _D = DeliveryState
 
@@ -66,10 +67,20 @@ def via_unknown(
     settle_via_unknown(conn, tx, ids, to, code, mode, why="restart")
 
 
+def settling_node(conn: Connection, tx: Tx) -> str | None:
+    """Whose leftovers a start settles: on PostgreSQL this node's (and those naming none), since
+    another server on the database may be running its own; on SQLite all of them (None): the
+    database file is one server's (its data lock), and a restored or copied folder holds the
+    turns of a node id it no longer has."""
+    return tx.node if dialect_for(conn) is POSTGRESQL else None
+
+
 def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
     # Only this node's turns (and those that name none): another server on the same database
     # may be running its own right now (docs/storage.md, "Several writers").
-    for turn_id, project_id, member_id, side_effects in turns_store.running_turns(conn, tx.node):
+    for turn_id, project_id, member_id, side_effects in turns_store.running_turns(
+        conn, settling_node(conn, tx)
+    ):
         report.turns_interrupted += 1
         ids = [
             d
@@ -115,13 +126,13 @@ def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> No
 
 def return_inboxes(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
     """In-process inboxes are memory: what no turn took is still unseen by the session's record."""
-    inbox = deliveries_store.in_builtin_inboxes(conn, tx.node)
+    inbox = deliveries_store.in_builtin_inboxes(conn, settling_node(conn, tx))
     via_unknown(conn, tx, inbox, _D.PENDING, Reason.RESTART_IN_INBOX)
     report.redispatched += len(inbox)
 
 
 def await_external_agents(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
-    external = deliveries_store.handed_to_external(conn, tx.node)
+    external = deliveries_store.handed_to_external(conn, settling_node(conn, tx))
     for delivery_id in external:
         deliveries_store.reconcile_record(
             conn,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from room.actions import memory as memory_actions
-from room.actions import tenancy
+from room.actions import recovery, tenancy
 from room.actions.message_edits import annotate_message
 from room.actions.notices import insert_notice
 from room.actions.turns import limits_of
@@ -665,7 +665,9 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx) -> list[int]:
     out = []
     # Only this server's runs (and those naming none): another server's runner may be running
     # its own right now.
-    for run in research_store.in_states(conn, (ResearchState.RUNNING.value,), tx.node):
+    for run in research_store.in_states(
+        conn, (ResearchState.RUNNING.value,), recovery.settling_node(conn, tx)
+    ):
         transition(ResearchState.RUNNING, _E.RECONCILE, ResearchActor.SYSTEM)
         research_store.update(conn, int(run["id"]), tx.now,
                               state=ResearchState.PAUSED_RECONCILE.value,

@@ -53,13 +53,16 @@ def update_turn(conn: Connection, turn_id: int, **fields: Any) -> None:
 
 def running_turns(conn: Connection, owner: str | None = None) -> list[tuple[int, int, int, int]]:
     """(turn, project, member, side_effects) of the turns node ``owner`` left running (by a
-    crash), and of those that name no node (opened before turns named theirs). Another node's
-    running turns are its own: it may be running them now."""
+    crash), and of those that name no node (opened before turns named theirs); every running
+    turn when ``owner`` is None. Another node's running turns are its own: it may be running
+    them now."""
+    mine = " AND (owner IS NULL OR owner = :o)" if owner is not None else ""
     return [
         (int(r[0]), int(r[1]), int(r[2]), int(r[3]))
         for r in conn.execute(
             "SELECT id, project_id, member_id, side_effects FROM turns WHERE state = 'running'"
-            " AND (owner IS NULL OR owner = :o) ORDER BY id",
+            + mine
+            + " ORDER BY id",
             {"o": owner},
         )
     ]
