@@ -222,6 +222,14 @@ def test_everything_is_reachable_by_keyboard_with_visible_focus(
         )
         assert outline[0] != "none" and outline[1] != "0px", (selector, outline)
 
+    # The timeline's Tab stop redrawn (here a reaction comes in on it) stays the Tab stop.
+    stop = page.locator('#timeline > [data-seq][tabindex="0"]')
+    expect(stop).to_have_count(1)
+    stop_id = stop.get_attribute("data-id")
+    room_server.post(f"/api/messages/{stop_id}/reactions", {"emoji": "👍"})
+    expect(page.locator(f'.msg[data-id="{stop_id}"]')).to_contain_text("👍")
+    expect(stop).to_have_count(1)
+
     # Tab walks the whole page: projects, header tools, the timeline, the composer, the panel.
     page.locator("#new-project").focus()
     seen = set()

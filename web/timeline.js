@@ -333,7 +333,10 @@ export class Timeline {
     if (cached && (cached.version === version || cached.el.classList.contains("editing"))) return cached.el;
     const el = renderMessage(room, message, { actions: this.actionsFor(message), reactions: this.reactionsFor(message) });
     quiet(el);
-    if (cached && cached.el === this.active) this.active = el;
+    if (cached && cached.el === this.active) {
+      this.active = el; // the redrawn entry keeps the timeline's one Tab stop
+      el.tabIndex = 0;
+    }
     this.cache.set(message.id, { el, version });
     const slot = el.querySelector(".msg-delivery");
     if (slot) {
