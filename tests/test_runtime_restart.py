@@ -239,8 +239,7 @@ async def test_room_agent_command_answers_with_stdout(tmp_path: Path, llm: OpenA
                     "agent",
                     "--url",
                     server.origin,
-                    "--token",
-                    token,
+                    f"--token={token}",  # one argument: a token may start with "-"
                     "--",
                     sys.executable,
                     "-c",
