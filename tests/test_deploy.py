@@ -30,7 +30,8 @@ from playwright.sync_api import Browser, expect
 
 from room.settings import Settings
 from tests.support.browser import EXPECT_TIMEOUT_MS, chromium, screenshot
-from tests.support.server import ServerProcess, free_port
+from tests.support.procs import free_port
+from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.browser
 

@@ -20,7 +20,8 @@ from room.rules.digest import MAX_ITEMS, Mention, render_digest
 from room.settings import Settings
 from room.store import notifications as notifications_store
 from tests.support.live_room import eventually
-from tests.support.server import ServerProcess, free_port
+from tests.support.procs import free_port
+from tests.support.server import ServerProcess
 
 
 class Inbox:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from room.cli import main as room_main
 from tests.support.llm_servers import TEST_API_KEY, OpenAIServer
+from tests.support.procs import die_with_parent, free_port
 
 START_ATTEMPTS = 3  # a port taken between free_port() and the bind: start again
 # A bound for a start that fails, not a speed target: a start takes 2-3 s on this machine under
@@ -52,12 +52,6 @@ def _listens(pid: int, port: int) -> bool:
             if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port and inode in inodes:
                 return True
     return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -129,6 +123,9 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=self.cwd,
+                # A pytest that is killed takes its servers with it (SIGTERM: they shut down
+                # as an operator's stop would).
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
         deadline = time.monotonic() + START_TIMEOUT_SECS
         while time.monotonic() < deadline:
