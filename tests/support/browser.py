@@ -210,6 +210,9 @@ def sign_in_owner(chromium: Browser, server: RoomServer, **options: Any) -> Pers
     page.goto(f"{server.origin}/login/{server.server.fresh_login_secret()}")
     page.get_by_role("button", name=re.compile("登录")).click()
     expect(page.locator("#app")).to_be_visible()
+    # "load" waits for the stylesheets too: a test that reads computed styles next would
+    # otherwise race them.
+    page.wait_for_load_state("load")
     return Person(context, page, "owner", errors)
 
 
@@ -224,6 +227,7 @@ def join(
     page.locator("input[name=display_name]").fill(name)
     page.get_by_role("button", name=re.compile("加入")).click()
     expect(page.locator("#app")).to_be_visible()
+    page.wait_for_load_state("load")  # the stylesheets too (see sign_in_owner)
     return Person(context, page, handle, errors)
 
 
