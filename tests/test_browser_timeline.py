@@ -178,8 +178,8 @@ def test_reply_hover_actions_edit_and_delete(owner: Person, room_server: RoomSer
 
 
 def _inject_tool_message(ws: WebSocketRoute) -> None:
-    """The server does not post tool activity to the timeline yet (reported to the lead): add one
-    tool message to history pages on the way to the page, to check how it is shown."""
+    """One tool message added to history pages on the way to the page, to check how a lone one is
+    shown without running an agent (a real agent's, folded, are in test_browser_mcp)."""
     server = ws.connect_to_server()
 
     def to_page(raw: str | bytes) -> None:
