@@ -1,11 +1,13 @@
 """An axe-core run (issue 30) in real Chromium against a real server: the login page, the room
 with messages, a thread pane, the task board, the notification dialog, the inbox, search results
-and /overview, in Chinese and in English, each with no ``serious`` or ``critical`` violation.
+and /overview, in Chinese and in English (and in Chinese in the dark scheme, whose colours
+differ), each with no ``serious`` or ``critical`` violation.
 
 axe-core comes from the npm registry (package.json's devDependencies; ``./scripts/test``
 installs it with ``npm ci``), and is injected into the page as a script tag from the test, not
-served by the room (the context bypasses the page's CSP for that). The rules axe runs are its defaults (WCAG 2 A and AA, and its best
-practices); a violation is printed with its rule, help text and the elements it names."""
+served by the room (the context bypasses the page's CSP for that). The rules axe runs are its
+defaults (WCAG 2 A and AA, and its best practices); a violation is printed with its rule, help
+text and the elements it names."""
 
 # The fixtures chromium and room_server are imported from tests/support/browser.py and used as
 # test arguments, which linters read as unused imports redefined.
@@ -67,8 +69,9 @@ class Axe:
     """Runs axe on each view and keeps its serious and critical violations; :meth:`assert_none`
     reports every view's at once (one run shows all that is left to fix)."""
 
-    def __init__(self, page: Page) -> None:
+    def __init__(self, page: Page, scheme: str) -> None:
         self.page = page
+        self.scheme = scheme
         self.found: dict[str, list[dict[str, Any]]] = {}
 
     def check(self, where: str, within: str | None = None) -> None:
@@ -76,7 +79,7 @@ class Axe:
             self.page.add_script_tag(content=axe_source())
         violations = self.page.evaluate(RUN_AXE_JS, within)
         blocking = [v for v in violations if v["impact"] in BLOCKING]
-        screenshot(self.page, f"a11y-{where}")
+        screenshot(self.page, f"a11y-{where}-{self.scheme}")
         if blocking:
             self.found[where] = blocking
 
@@ -106,15 +109,22 @@ def arrange(room_server: RoomServer, name: str, lang: str) -> tuple[int, int]:
     return project, root
 
 
-@pytest.mark.parametrize(("locale", "lang"), [("zh-CN", "zh"), ("en-US", "en")], ids=["zh", "en"])
+@pytest.mark.parametrize(
+    ("locale", "scheme"),
+    [("zh-CN", "light"), ("en-US", "light"), ("zh-CN", "dark")],
+    ids=["zh", "en", "zh-dark"],
+)
 def test_no_serious_violations(
-    chromium: Browser, room_server: RoomServer, locale: str, lang: str
+    chromium: Browser, room_server: RoomServer, locale: str, scheme: str
 ) -> None:
-    project, root = arrange(room_server, f"无障碍 {lang}", lang)
+    lang = locale[:2]
+    project, root = arrange(room_server, f"无障碍 {lang} {scheme}", f"{lang}{scheme}")
     # The room's CSP (script-src 'self') would refuse the injected script: this context only.
-    context, page, errors = new_person(chromium, room_server, locale=locale, bypass_csp=True)
+    context, page, errors = new_person(
+        chromium, room_server, locale=locale, color_scheme=scheme, bypass_csp=True
+    )
     person = Person(context, page, "owner", errors)
-    axe = Axe(page)
+    axe = Axe(page, scheme)
     try:
         page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
         expect(page.locator("html")).to_have_attribute("lang", "en" if lang == "en" else "zh-CN")
