@@ -1,7 +1,8 @@
 """An axe-core run (issue 30) in real Chromium against a real server: the login page, the room
 with messages, a thread pane, the task board, the notification dialog, the inbox, search results
 and /overview, in Chinese and in English (and in Chinese in the dark scheme, whose colours
-differ), each with no ``serious`` or ``critical`` violation.
+differ), at 1440 px, and the narrow layout at 600 px (the room, the thread pane over the
+timeline, the search box over the header), each with no ``serious`` or ``critical`` violation.
 
 axe-core comes from the npm registry (package.json's devDependencies; ``./scripts/test``
 installs it with ``npm ci``), and is injected into the page as a script tag from the test, not
@@ -173,6 +174,38 @@ def test_no_serious_violations(
         page.goto(f"{room_server.origin}/overview")
         expect(page.locator("body")).to_have_attribute("data-ready", "true")
         axe.check(f"overview-{lang}")
+        axe.assert_none()
+        person.assert_clean()
+    finally:
+        person.close()
+
+
+def test_no_serious_violations_at_600_px(chromium: Browser, room_server: RoomServer) -> None:
+    """The narrow layout: the room with its drawers closed, the thread pane over the timeline,
+    the search box opened over the header."""
+    project, root = arrange(room_server, "无障碍 窄屏", "narrow")
+    context, page, errors = new_person(
+        chromium, room_server, locale="en-US", width=600, bypass_csp=True
+    )
+    person = Person(context, page, "owner", errors)
+    axe = Axe(page, "600")
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        axe.check("login-en")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#app")).to_be_visible()
+        person.open_project(project)
+        expect(page.locator("#timeline .msg", has_text="请看一下")).to_be_visible()
+        axe.check("room-en")
+        page.locator(f'#timeline .msg[data-id="{root}"] .thread-summary').click()
+        expect(page.locator("#thread-pane .msg", has_text="回滚脚本")).to_be_visible()
+        axe.check("thread-en")
+        page.locator("#thread-pane .thread-close").click()
+        expect(page.locator("#thread-pane")).to_be_hidden()
+        page.keyboard.press("Control+k")
+        page.locator("#search-input").fill("回滚")
+        expect(page.locator("#search-results [role=option]").first).to_be_visible()
+        axe.check("search-en")
         axe.assert_none()
         person.assert_clean()
     finally:
