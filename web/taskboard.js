@@ -190,7 +190,7 @@ function refusalText(err, task, to) {
 
 /** Why a new order was refused, in words: for `bad_order`, the cards the board did not know of
  * (someone added or removed a task since it loaded) or had twice. */
-export function reorderRefusalText(err, task) {
+function reorderRefusalText(err, task) {
   const d = err.details || {};
   const sep = getLang() === "en" ? ", " : "、";
   const parts = [errorText(err)];
