@@ -167,3 +167,71 @@ def test_create_edit_depend_reorder_and_drag_on_the_board(
     expect(board.locator(".board-column")).to_have_count(10)
     screenshot(page, "task-board-600")
     assert layout_problems(page) == []
+
+
+def keys_in(room_server: RoomServer, project: int) -> list[str]:
+    return [t["key"] for t in room_server.get(f"/api/projects/{project}/tasks")["tasks"]]
+
+
+def test_reorder_within_a_board_column(owner: Person, room_server: RoomServer) -> None:
+    """Dropping a card on another card of its column asks the server for the new order; ↑ ↓ on
+    the card are the keyboard's way (focus stays on the card); a board that missed a new task
+    is refused (bad_order) in words, naming the task, and reloads."""
+    project = room_server.create_project("看板排序")
+    for title in ("甲", "乙", "丙"):
+        room_server.post(
+            f"/api/projects/{project}/tasks",
+            {"title": title, "owner": "owner", "acceptance": ["能用"]},
+            201,
+        )
+    assert keys_in(room_server, project) == ["task-1", "task-2", "task-3"]
+    page = owner.page
+    owner.allow("status of 400")  # the refused order, as Chromium logs it
+    owner.open_project(project)
+    panel = open_tasks(page)
+    panel.get_by_role("button", name="看板").click()
+    board = page.get_by_role("dialog", name="任务看板")
+    ready = board.locator('.board-column[data-state="ready"]')
+    cards = ready.locator(".board-card")
+    expect(cards).to_have_count(3)
+
+    # Up the column: task-3 takes task-1's place.
+    cards.nth(2).drag_to(cards.nth(0))
+    expect(board.locator(".board-ok")).to_have_text("task-3 现在是「可开始」的第 1 张（共 3 张）")
+    assert keys_in(room_server, project) == ["task-3", "task-1", "task-2"]
+    expect(cards.nth(0)).to_have_attribute("data-key", "task-3")
+    # Down the column: task-3 takes task-2's place (after it).
+    cards.nth(0).drag_to(cards.nth(2))
+    expect(board.locator(".board-ok")).to_have_text("task-3 现在是「可开始」的第 3 张（共 3 张）")
+    assert keys_in(room_server, project) == ["task-1", "task-2", "task-3"]
+
+    # The keyboard: ↓ on task-1, twice with Enter; the focus stays on task-1's arrows.
+    down = board.get_by_role("button", name="把 task-1 下移")
+    down.focus()
+    page.keyboard.press("Enter")
+    expect(board.locator(".board-ok")).to_contain_text("task-1 现在是「可开始」的第 2 张")
+    assert keys_in(room_server, project) == ["task-2", "task-1", "task-3"]
+    expect(board.get_by_role("button", name="把 task-1 下移")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(board.locator(".board-ok")).to_contain_text("task-1 现在是「可开始」的第 3 张")
+    expect(board.get_by_role("button", name="把 task-1 上移")).to_be_focused()  # ↓ is off
+    expect(board.get_by_role("button", name="把 task-1 下移")).to_be_disabled()
+    assert keys_in(room_server, project) == ["task-2", "task-3", "task-1"]
+
+    # Someone adds a task the open board has not seen: the server refuses the order, in words.
+    room_server.post(
+        f"/api/projects/{project}/tasks",
+        {"key": "late", "title": "丁", "owner": "owner", "acceptance": ["能用"]},
+        201,
+    )
+    cards.nth(2).drag_to(cards.nth(0))
+    expect(board.locator(".board-refusal")).to_have_text(
+        "task-1 没有重新排序：顺序必须恰好列出每个任务一次；看板少了 late（有人刚改过任务，已重新载入）"
+    )
+    assert keys_in(room_server, project) == ["task-2", "task-3", "task-1", "late"]
+    expect(cards).to_have_count(4)  # reloaded: the next try has every task
+    cards.nth(3).drag_to(cards.nth(0))
+    expect(board.locator(".board-ok")).to_have_text("late 现在是「可开始」的第 1 张（共 4 张）")
+    assert keys_in(room_server, project) == ["late", "task-2", "task-3", "task-1"]
+    assert layout_problems(page) == []
+    screenshot(page, "task-board-reorder-1440")

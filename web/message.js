@@ -160,9 +160,10 @@ function quoteOf(room, message) {
       type: "button",
       class: "msg-quote",
       dataset: { jump: String(message.reply_to) },
-      attrs: { "aria-label": t("msg.jumpToQuoted", { name: authorName(room, ex.author_id) }) },
     },
     icon("reply"),
+    // Named by what it shows, after what it does (axe: the visible text is in the name).
+    h("span", { class: "visually-hidden", text: t("msg.jumpToQuoted") }),
     h("span", { class: "quote-author", text: authorName(room, ex.author_id) }),
     ex.deleted
       ? h("span", { class: "quote-text quote-deleted", text: t("msg.quoteDeleted") })

@@ -1,8 +1,10 @@
 // Tasks by hand (docs/tasks.md "Tasks by hand"): the 新建任务 / 看板 bar atop the task list, the
 // task form (create and edit: title, acceptance, owner, dependencies, dates) with each refusal
 // shown under the field it concerns, moving a card up or down the list, and the board: a column
-// per task state where dropping a card asks the server for the move (`POST …/tasks/{key}/move`)
-// and shows a refusal in words. The server decides everything; nothing here copies its rules.
+// per task state where dropping a card in another column asks the server for the move
+// (`POST …/tasks/{key}/move`), dropping it on a card of its own column (or its ↑ ↓ buttons, the
+// keyboard's way) asks for the new order (`PUT …/tasks/order`), and a refusal is shown in words.
+// The server decides everything; nothing here copies its rules.
 
 import { get, patch, post, put } from "./api.js";
 import { h } from "./dom.js";
@@ -186,6 +188,39 @@ function refusalText(err, task, to) {
   return t("board.refused", { key: task.key, why: errorText(err) });
 }
 
+/** Why a new order was refused, in words: for `bad_order`, the cards the board did not know of
+ * (someone added or removed a task since it loaded) or had twice. */
+function reorderRefusalText(err, task) {
+  const d = err.details || {};
+  const sep = getLang() === "en" ? ", " : "、";
+  const parts = [errorText(err)];
+  if (err.code === "bad_order") {
+    if (d.missing?.length) parts.push(t("board.orderMissing", { keys: d.missing.join(sep) }));
+    if (d.unknown?.length) parts.push(t("board.orderUnknown", { keys: d.unknown.join(sep) }));
+    if (d.repeated?.length) parts.push(t("board.orderRepeated", { keys: d.repeated.join(sep) }));
+  }
+  return t("board.notReordered", { key: task.key, why: parts.join(getLang() === "en" ? "; " : "；") });
+}
+
+/**
+ * The project's keys with `key` moved within its column to `target`'s place (after it when
+ * moving down, before it when moving up), or to the end of the column when `target` is null.
+ * @param {{key: string, state: string}[]} tasks the board, in its order
+ * @param {string} key
+ * @param {string | null} target
+ */
+export function reorderedKeys(tasks, key, target) {
+  const keys = tasks.map((task) => task.key);
+  const from = keys.indexOf(key);
+  if (from < 0 || key === target) return keys;
+  // The place to take, in the old order: the target's, or the column's last card's.
+  const to = target === null ? tasks.map((task) => task.state).lastIndexOf(tasks[from].state) : keys.indexOf(target);
+  if (to < 0) return keys;
+  keys.splice(from, 1);
+  keys.splice(to, 0, key); // moving down: after the target (it shifted up); up: before it
+  return keys;
+}
+
 /** The board in a wide dialog: a column per state; resolves when it is closed. */
 export function openBoard(room) {
   return openDialog({
@@ -224,6 +259,25 @@ export function openBoard(room) {
           say(refusalText(err, task, to), "error", err.code === "note_required" && err.details?.note === "reason" ? reasonForm(task, to) : null);
         }
       };
+      const reorder = async (task, target, focus = null) => {
+        const keys = reorderedKeys(tasks, task.key, target);
+        if (keys.every((key, i) => key === tasks[i].key)) return;
+        try {
+          await put(`/api/projects/${room.id}/tasks/order`, { keys });
+          await load();
+          const column = tasks.filter((other) => other.state === task.state).map((other) => other.key);
+          say(t("board.reordered", { key: task.key, n: column.indexOf(task.key) + 1, of: column.length, state: label("taskState", task.state) }), "ok");
+          // The keyboard's way: focus stays on the card that moved (its other arrow at an end).
+          if (focus) {
+            const steps = [...columns.querySelectorAll(`.board-card[data-key="${CSS.escape(task.key)}"] .board-step`)];
+            const button = /** @type {HTMLButtonElement | undefined} */ (steps.find((b) => b instanceof HTMLButtonElement && b.dataset.action === focus && !b.disabled) || steps.find((b) => b instanceof HTMLButtonElement && !b.disabled));
+            button?.focus();
+          }
+        } catch (err) {
+          say(reorderRefusalText(err, task), "error");
+          await load(); // the order the server has, for the next try
+        }
+      };
       const reasonForm = (task, to) => {
         const input = h("input", { class: "board-reason", maxLength: 2000, attrs: { "aria-label": t("taskDialog.reason"), placeholder: t("taskDialog.reason") } });
         const form = h("form", { class: "board-reason-form" }, input,
@@ -252,7 +306,11 @@ export function openBoard(room) {
           col.classList.remove("drop-target");
           const task = dragged;
           dragged = null;
-          if (task) move(task, state);
+          if (!task) return;
+          if (task.state !== state) return move(task, state);
+          // Within its own column: onto a card takes that card's place; elsewhere, the end.
+          const onto = /** @type {Element} */ (e.target).closest?.(".board-card");
+          reorder(task, onto instanceof HTMLElement ? onto.dataset.key || null : null);
         });
         return col;
       };
@@ -260,8 +318,18 @@ export function openBoard(room) {
         const select = h("select", { class: "board-move", attrs: { "aria-label": t("board.moveTo", { key: task.key }) } },
           BOARD_STATES.map((s) => h("option", { value: s, text: label("taskState", s), selected: s === task.state })));
         select.addEventListener("change", () => move(task, select.value));
+        const inColumn = tasks.filter((other) => other.state === task.state);
+        const at = inColumn.indexOf(task);
+        const step = (delta) => h("button", {
+          type: "button", class: "btn btn-small btn-ghost board-step", dataset: { action: delta < 0 ? "board-up" : "board-down" },
+          disabled: delta < 0 ? at <= 0 : at >= inColumn.length - 1,
+          attrs: { "aria-label": t(delta < 0 ? "taskForm.up" : "taskForm.down", { key: task.key }), title: t(delta < 0 ? "taskForm.up" : "taskForm.down", { key: task.key }) },
+          text: delta < 0 ? "↑" : "↓",
+          on: { click: () => reorder(task, inColumn[at + delta].key, delta < 0 ? "board-up" : "board-down") },
+        });
         const el = h("article", { class: "board-card", draggable: true, dataset: { key: task.key, state: task.state } },
-          h("span", { class: "task-key", text: task.key }),
+          h("div", { class: "board-card-head" }, h("span", { class: "task-key", text: task.key }),
+            inColumn.length > 1 ? h("span", { class: "board-steps" }, step(-1), step(1)) : null),
           h("p", { class: "board-card-title", text: task.title }),
           h("p", { class: "muted board-card-owner", text: task.owner?.display_name || "" }),
           select);

@@ -11,8 +11,10 @@ export function threadSummary(message) {
   const last = thread.last_reply_at ? ` · ${t("thread.lastReply", { time: formatTime(thread.last_reply_at) })}` : "";
   return h(
     "button",
-    { type: "button", class: "thread-summary", dataset: { threadOpen: String(message.id) }, attrs: { "aria-label": t("thread.openCount", { n: thread.replies }) } },
+    // Named by what it shows, after a word for readers (axe: the visible text is in the name).
+    { type: "button", class: "thread-summary", dataset: { threadOpen: String(message.id) } },
     icon("reply"),
+    h("span", { class: "visually-hidden", text: t("thread.openPrefix") }),
     h("span", { class: "thread-count", text: t("thread.replies", { n: thread.replies }) }),
     h("span", { class: "thread-last", text: last }),
   );

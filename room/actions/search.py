@@ -7,14 +7,19 @@ is ever looked at, and a purged project has no members and nothing in the index.
 
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from room.errors import BadRequestError, NotFoundError, RateLimitedError
 from room.rules.entities import Member
+from room.rules.searchquery import SearchOperatorError, SearchQuery, parse_search
 from room.rules.searchtext import parse_query, parse_time
 from room.services import Services
 from room.store import members as members_store
+from room.store import projects as projects_store
 from room.store import search as search_store
+from room.store import search_filters
 
 SEARCH_PER_SEC = 4.0
 SEARCH_BURST = 20
@@ -34,32 +39,129 @@ async def search(
     since: str | float | None = None,
     until: str | float | None = None,
     limit: int = search_store.DEFAULT_LIMIT,
+    rate_limited: bool = True,
 ) -> dict[str, Any]:
-    """Search ``member``'s project: ``{"query", "results"}`` (see the store's function).
+    """Search ``member``'s project: ``{"query", "words", "operators", "results", "capped"}``
+    (the results as the store's function gives them).
 
-    Refused before any reading: a query with nothing to look for (``bad_query``), a bad time
-    (``bad_time``), an unknown kind (``unknown_kind``) or author (``unknown_author``), and past
-    ``SEARCH_PER_SEC`` per member (``rate_limited``, with ``retry_after_ms``)."""
-    parse_query(q)  # bad_query before spending the allowance or a reader
+    ``q`` may carry the operators of :mod:`room.rules.searchquery` (docs/search.md, "In one
+    project"): ``from:`` (a handle or display name of this project), ``has:file``, ``before:``
+    / ``after:`` (applied together with ``since`` / ``until``: both bounds hold), ``is:mention``
+    (mentioning ``member``: for an agent, itself), and ``in:`` only naming this project (its id
+    or name). A query of operators alone lists the newest messages they select.
+
+    Refused before any reading: a bad operator (``bad_operator``; also ``in:`` naming another
+    project, reason ``other_project``, and ``from:`` with ``by``, reason ``conflict``), a query
+    with nothing to look for (``bad_query``), a bad time (``bad_time``), an unknown kind
+    (``unknown_kind``) or author (``unknown_author``), and past ``SEARCH_PER_SEC`` per member
+    (``rate_limited``, with ``retry_after_ms``; not for an agent's tool, ``rate_limited=False``)."""
+    query = parse_search(q)
+    if query.words or not query.has_operators:
+        parse_query(query.words)  # bad_query before spending the allowance or a reader
     since_at, until_at = parse_time(since), parse_time(until, end=True)
-    wait_ms = core.chatter.take((member.id, "search"))
-    if wait_ms:
-        raise RateLimitedError("searching too fast; slow down", retry_after_ms=wait_ms)
+    since_at = _tighter(since_at, query.since, max)
+    until_at = _tighter(until_at, query.until, min)
+    if query.author is not None and by not in (None, ""):
+        raise SearchOperatorError(
+            "from", query.author, "conflict",
+            "from: 与 by 不能同时使用 (from: and by cannot be used together.)",
+        )  # fmt: skip
+    if rate_limited:
+        wait_ms = core.chatter.take((member.id, "search"))
+        if wait_ms:
+            raise RateLimitedError("searching too fast; slow down", retry_after_ms=wait_ms)
     project_id = member.project_id
-    author_id = await _author(core, project_id, by)
-    await settle_index(core)
-    return await core.db.read(
-        lambda conn: search_store.search(
-            conn,
-            project_id,
-            q,
-            kinds=kinds,
-            author_id=author_id,
-            since=since_at,
-            until=until_at,
-            limit=limit,
+    if query.projects:
+        await _only_this_project(core, project_id, query.projects)
+    if query.author is not None:
+        author_id: int | None = await _named(core, project_id, query.author)
+    else:
+        author_id = await _author(core, project_id, by)
+    filters: dict[str, Any] = {
+        "author_id": author_id,
+        "since": since_at,
+        "until": until_at,
+        "has_file": query.has_file,
+        "mentioning": member.id if query.mentions_me else None,
+        "limit": limit,
+    }
+    if query.words:
+        await settle_index(core)
+        answer = await core.db.read(
+            lambda conn: search_store.search(conn, project_id, query.words, kinds=kinds, **filters)
         )
-    )
+    else:  # operators alone read the messages table, not the index
+        answer = await core.db.read(
+            lambda conn: search_filters.list_messages(conn, project_id, **filters)
+        )
+    return {
+        **answer,
+        "query": q,
+        "words": query.words,
+        "operators": operators_of(query),
+    }
+
+
+def operators_of(query: SearchQuery) -> dict[str, Any]:
+    """What the operators were read as (the page shows them as chips)."""
+    return {
+        "from": query.author,
+        "has": "file" if query.has_file else None,
+        "before": query.before,
+        "after": query.after,
+        "in": list(query.projects),
+        "is": "mention" if query.mentions_me else None,
+    }
+
+
+def _tighter(
+    given: float | None, operator: float | None, pick: Callable[[float, float], float]
+) -> float | None:
+    if given is None or operator is None:
+        return operator if given is None else given
+    return pick(given, operator)
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold().strip()
+
+
+async def _only_this_project(core: Services, project_id: int, named: tuple[str, ...]) -> None:
+    """``in:`` in a search of one project: only that project, by id or name; another is
+    refused rather than ignored (its results would be this project's)."""
+    project = await core.db.read(lambda conn: projects_store.get(conn, project_id))
+    for value in named:
+        if project is None or (value != str(project_id) and _fold(value) != _fold(project.name)):
+            raise SearchOperatorError(
+                "in", value, "other_project",
+                f"这里只搜本项目，in:{value[:80]} 不是它；跨项目请用 GET /api/search "
+                f"(This search is of one project and in:{value[:80]} is not it; search across "
+                "projects with GET /api/search.)",
+            )  # fmt: skip
+
+
+def member_named(conn: Any, project_id: int, name: str) -> Member | None:
+    """The member ``from:`` names in a project: a handle (``@`` already taken off), then a
+    display name (NFKC, case folded); ``None`` when nobody has that name."""
+    found = members_store.by_handle(conn, project_id, name)
+    if found is not None:
+        return found
+    folded = _fold(name)
+    for member in members_store.list_for_project(conn, project_id):
+        if _fold(member.display_name) == folded:
+            return member
+    return None
+
+
+async def _named(core: Services, project_id: int, name: str) -> int:
+    found = await core.db.read(lambda conn: member_named(conn, project_id, name))
+    if found is None:
+        raise NotFoundError(
+            f"本项目没有成员 {name[:40]} (No member {name[:40]} in this project.)",
+            code="unknown_author",
+            value=name[:40],
+        )
+    return found.id
 
 
 async def settle_index(core: Services) -> bool:

@@ -16,9 +16,9 @@ import sqlite3
 import unicodedata
 from typing import Any
 
-from room.actions.search import settle_index
+from room.actions.search import member_named, operators_of, settle_index
 from room.errors import BadQueryError, NotFoundError, RateLimitedError
-from room.rules.entities import Member, Project
+from room.rules.entities import Project
 from room.rules.searchquery import SearchQuery, parse_search, snippet_markdown
 from room.rules.searchtext import parse_query
 from room.services import Services
@@ -63,17 +63,6 @@ def _chosen(
     return [p for p in mine if p.id in chosen]
 
 
-def _author(conn: sqlite3.Connection, project_id: int, name: str) -> Member | None:
-    found = members_store.by_handle(conn, project_id, name)
-    if found is not None:
-        return found
-    folded = _fold(name)
-    for member in members_store.list_for_project(conn, project_id):
-        if _fold(member.display_name) == folded:
-            return member
-    return None
-
-
 async def search_projects(
     core: Services,
     user_id: int,
@@ -112,7 +101,7 @@ async def search_projects(
                 continue
             author_id = None
             if query.author is not None:
-                author = _author(conn, project.id, query.author)
+                author = member_named(conn, project.id, query.author)
                 if author is None:
                     continue
                 author_found, author_id = True, author.id
@@ -147,22 +136,10 @@ async def search_projects(
         return {
             "query": q,
             "words": query.words,
-            "operators": _operators(query),
+            "operators": operators_of(query),
             "projects": [{"id": p.id, "name": p.name} for p in projects],
             "results": found[: max(1, min(int(limit), search_store.MAX_LIMIT))],
             "capped": capped,
         }
 
     return await core.db.read(read)
-
-
-def _operators(query: SearchQuery) -> dict[str, Any]:
-    """What the operators were read as (the page shows them as chips)."""
-    return {
-        "from": query.author,
-        "has": "file" if query.has_file else None,
-        "before": query.before,
-        "after": query.after,
-        "in": list(query.projects),
-        "is": "mention" if query.mentions_me else None,
-    }

@@ -26,7 +26,6 @@ from room.rules import records
 from room.rules.entities import iso
 from room.store import decisions as decisions_store
 from room.store import memory as memory_store
-from room.store import search as search_store
 
 READ_DEFAULT = 20
 READ_MAX = 50
@@ -204,17 +203,15 @@ async def _search(ctx: ToolContext, args: dict[str, Any]) -> str:
     if isinstance(kinds, str):
         kinds = [kinds]
     limit = max(1, min(SEARCH_MAX, _int(args.get("limit")) or SEARCH_DEFAULT))
-    project_id = ctx.member.project_id
-
-    def read(conn: sqlite3.Connection) -> dict[str, Any]:
-        return search_store.search(
-            conn, project_id, str(q or ""),
-            kinds=[str(k) for k in kinds] if isinstance(kinds, list) else None, limit=limit,
-        )  # fmt: skip
-
-    await search_actions.settle_index(ctx.core)  # what was just said is found
     try:
-        found = await ctx.core.db.read(read)
+        # The project search's own rules, operators included (from:, has:file, before:,
+        # after:, is:mention — the agent's own mentions — and in: only for this project); an
+        # agent's tool is not rate limited. It waits for the indexer: what was just said is found.
+        found = await search_actions.search(
+            ctx.core, ctx.member, str(q or ""),
+            kinds=[str(k) for k in kinds] if isinstance(kinds, list) else None,
+            limit=limit, rate_limited=False,
+        )  # fmt: skip
     except RoomError as exc:
         return _refusal(exc)
     results = []
@@ -227,8 +224,14 @@ async def _search(ctx: ToolContext, args: dict[str, Any]) -> str:
             if hit.get(key) is not None:
                 item[key] = hit[key]
         results.append(item)
-    return _result({"ok": True, "query": found["query"], "results": results,
+    return _result({"ok": True, "query": found["query"], "operators": _given(found["operators"]),
+                    "results": results,
                     "next": "记录用 memory_read(id=…) 读全文，消息用 room_history"})  # fmt: skip
+
+
+def _given(operators: dict[str, Any]) -> dict[str, Any]:
+    """The operators the query carried (the others left out, for a short answer)."""
+    return {name: value for name, value in operators.items() if value not in (None, [])}
 
 
 def _plain(snippet_html: str) -> str:
@@ -344,9 +347,16 @@ MEMORY_TOOLS: Mapping[str, Tool] = MappingProxyType(
                 "memory_search",
                 "全文搜索本项目的消息和记忆记录（含已归档的），按相关度排序。中文两个字以上即可"
                 "命中词中的片段。kinds 只搜某几类：message、summary、fact、convention、"
-                "decision、progress、session、reference。",
+                "decision、progress、session、reference。q 里可加筛选："
+                "from:成员（handle 或名字）、has:file（带附件的消息）、before:/after:"
+                "（YYYY-MM-DD 或 ISO 时间）、is:mention（提及你的消息）；只有筛选没有词时列出"
+                "最新的相符消息。has:file 和 is:mention 只找消息。",
                 {
-                    "q": {"type": "string", "description": "要找的词；多个词都要出现"},
+                    "q": {
+                        "type": "string",
+                        "description": "要找的词（多个词都要出现），可带 from: has:file before: "
+                        "after: is:mention",
+                    },
                     "kinds": {"type": "array", "items": {"type": "string"}},
                     "limit": {"type": "integer", "description": f"1–{SEARCH_MAX}"},
                 },

@@ -15,6 +15,7 @@ from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
+from room.store.schema_thread_frames import THREAD_FRAMES
 from room.store.schema_threads import THREADS
 from room.store.schema_users import USERS_ADMIN
 
@@ -572,6 +573,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS),
     Migration("0024_notifications", NOTIFY),
+    # 0025–0027 are taken on other branches; renumbered at merge if need be.
+    Migration("0028_thread_frames", THREAD_FRAMES),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
