@@ -1,11 +1,11 @@
-"""Migration ``0028_thread_frames`` (room.store.schema_thread_frames): roots written before
+"""Migration ``0025_thread_frames`` (room.store.schema_thread_frames): roots written before
 0023 on PostgreSQL get their ``thread`` summary in their stored frame, byte for byte what the
 live path writes; on SQLite, where 0023 did it, the migration changes nothing.
 
 The PostgreSQL side runs the real app on the tests' private cluster (tests/support/postgres.py):
 threads made by real replies (one root with a reaction, whose ``reactions`` stay the last key;
 one reply to a reply; a message followed before any reply), then the roots' summaries taken out
-of their frames as a database migrated through 0023 holds them, and 0028 applied again."""
+of their frames as a database migrated through 0023 holds them, and 0025 applied again."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from room.store.pg import connect
 from room.store.schema import MIGRATIONS
 from tests.support.inproc import App, running_app
 
-NAME = "0028_thread_frames"
+NAME = "0025_thread_frames"
 
 
 def post(app: App, path: str, body: dict[str, Any], status: int = 201) -> Any:

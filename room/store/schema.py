@@ -573,8 +573,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS),
     Migration("0024_notifications", NOTIFY),
-    # 0025–0027 are taken on other branches; renumbered at merge if need be.
-    Migration("0028_thread_frames", THREAD_FRAMES),
+    Migration("0025_thread_frames", THREAD_FRAMES),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

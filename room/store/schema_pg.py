@@ -765,5 +765,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS_PG),
     Migration("0024_notifications", NOTIFY_PG),
-    Migration("0028_thread_frames", THREAD_FRAMES_PG),
+    Migration("0025_thread_frames", THREAD_FRAMES_PG),
 )

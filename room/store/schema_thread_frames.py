@@ -1,4 +1,4 @@
-"""0028: the ``thread`` summary on the stored wire object of roots written before 0023 on
+"""0025: the ``thread`` summary on the stored wire object of roots written before 0023 on
 PostgreSQL (docs/storage.md, "Threads before 0023 on PostgreSQL").
 
 ``0023_threads`` put earlier replies in their threads on both stores, but wrote the roots'
