@@ -4,8 +4,8 @@
 Content-Type; the server types it from its content), streamed to disk: a declared
 ``Content-Length`` past the limit is refused (413) before anything is read. Members read a
 project's sent attachments, and their own unsent uploads, at ``/attachments/{id}/{name}``
-(``/attachments/{id}/thumb/{name}`` for an image's thumbnail); the name in the path is only for
-the browser's sake.
+(``/attachments/{id}/thumb/{name}`` for an image's thumbnail or the picture of a PDF's first
+page, under the same policy); the name in the path is only for the browser's sake.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ async def thumb(request: Request) -> Response:
     if not row["thumb_sha256"]:
         raise NotFoundError("this attachment has no thumbnail", code="no_thumbnail")
     path = blobs.path_of(core_of(request).settings.data, str(row["thumb_sha256"]))
-    name = f"thumb-{row['name']}"
+    # A PDF's preview is a picture of its first page: saved, it is named as one.
+    name = f"thumb-{row['name']}" + (".png" if row["mime"] == "application/pdf" else "")
     return FileResponse(path, media_type=str(row["thumb_mime"]), headers=_headers(name, True))
 
 

@@ -106,6 +106,9 @@ def wire(row: Mapping[str, Any]) -> dict[str, Any]:
         "inline": shows_inline(str(row["mime"])),
         "url": url_of(attachment_id, name),
         "thumb_url": url_of(attachment_id, name, thumb=True) if row["thumb_sha256"] else None,
+        # A PDF's page count, beside the picture of its first page at ``thumb_url`` (whose size
+        # ``width`` and ``height`` then are); None for anything else or a PDF without a preview.
+        "pages": row.get("pages"),
     }
 
 

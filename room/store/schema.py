@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from room.store.schema_attachments import ATTACHMENTS
+from room.store.schema_attachments import ATTACHMENTS, PDF_PREVIEWS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
 from room.store.schema_notify import NOTIFY
@@ -572,6 +572,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS),
     Migration("0024_notifications", NOTIFY),
+    Migration("0030_pdf_previews", PDF_PREVIEWS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
