@@ -121,3 +121,15 @@ def test_png_size_reads_only_a_png_header() -> None:
     assert png_size(b"\x89PNG\r\n\x1a\n") is None
     header = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\x02\xa7\0\0\x03\xc0"
     assert png_size(header) == (679, 960)
+
+
+def test_doctor_says_whether_pdfs_get_a_preview(monkeypatch: pytest.MonkeyPatch) -> None:
+    from room import doctor
+
+    monkeypatch.setattr(doctor, "find_poppler", lambda: ("/usr/bin/pdfinfo", None))
+    assert doctor.pdf_previews("on").startswith("off: pdfinfo/pdftoppm not found")
+    assert "poppler-utils" in doctor.pdf_previews(None)
+    monkeypatch.setattr(doctor, "find_poppler", lambda: ("/usr/bin/pdfinfo", "/usr/bin/pdftoppm"))
+    assert doctor.pdf_previews("on").startswith("on: ")
+    assert doctor.pdf_previews("no_sandbox").startswith("off: no sandbox")
+    assert doctor.pdf_previews("no_poppler").startswith("poppler-utils found: on from the next")
