@@ -101,6 +101,43 @@ def test_the_preview_is_served_like_a_thumbnail_to_the_pdfs_readers_only(
     assert headers["Content-Security-Policy"] == "default-src 'none'; sandbox"
 
 
+def test_a_pdf_opens_inline_only_in_a_sandboxed_unframeable_document(
+    server: ServerProcess, owner: Session
+) -> None:
+    pid = new_project(server, owner, "在新标签页打开")
+    guest = server.invite(owner, pid, "viewer", "读者")
+    content = pdfs.document(pages=1, title="Invoice")
+    status, body = upload(server, owner, "invoice.pdf", content, pid)
+    assert status == 201, body
+    pdf = body["attachment"]
+    assert pdf["view_url"] == f"/attachments/{pdf['id']}/view/invoice.pdf"
+    code, headers, served = fetch(server, owner, pdf["view_url"])
+    assert code == 200 and served == content
+    assert headers["Content-Type"] == "application/pdf"
+    assert headers["Content-Disposition"].startswith("inline;")
+    assert headers["Content-Security-Policy"] == (
+        "default-src 'none'; frame-ancestors 'none'; sandbox"
+    )
+    assert headers["X-Frame-Options"] == "DENY"
+    assert headers["Referrer-Policy"] == "no-referrer"
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert fetch(server, guest, pdf["view_url"])[0] == 404  # not sent yet: the uploader's alone
+    assert fetch(server, None, pdf["view_url"])[0] == 401
+
+    # Anything not typed a PDF from its content is the ordinary download there, whatever its
+    # name: an HTML page named .pdf is served as bytes to save, never as a document.
+    page = b"<html><body><script>alert(document.cookie)</script>%PDF-1.4</body></html>"
+    status, body = upload(server, owner, "trap.pdf", page, pid)
+    assert status == 201, body
+    trap = body["attachment"]
+    assert trap["mime"] == "text/html" and trap["view_url"] is None
+    code, headers, served = fetch(server, owner, f"/attachments/{trap['id']}/view/trap.pdf")
+    assert code == 200 and served == page
+    assert headers["Content-Type"] == "application/octet-stream"
+    assert headers["Content-Disposition"].startswith("attachment;")
+    assert headers["Content-Security-Policy"] == "default-src 'none'; sandbox"
+
+
 def test_the_same_pdf_again_is_drawn_once(server: ServerProcess, owner: Session) -> None:
     pid = new_project(server, owner, "再传一次")
     content = pdfs.document(pages=2, title="Minutes")
