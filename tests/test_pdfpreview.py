@@ -77,6 +77,15 @@ async def test_a_one_page_document(sandbox: Sandbox, data: Path) -> None:
 
 
 @needs_tools
+async def test_a_giant_page_is_drawn_no_larger_than_the_bound(sandbox: Sandbox, data: Path) -> None:
+    found = await PdfPreviewer(sandbox).render(write(data, "poster.pdf", pdfs.giant_page()))
+    assert isinstance(found, PdfPreview), found
+    assert (found.width, found.height) == (PREVIEW_PX, PREVIEW_PX)
+    with Image.open(write(data, "poster.png", found.content)) as im:
+        assert im.convert("RGB").getpixel((PREVIEW_PX // 2, PREVIEW_PX // 2)) == (51, 153, 51)
+
+
+@needs_tools
 async def test_malformed_pdf_gives_no_preview_and_a_reason(sandbox: Sandbox, data: Path) -> None:
     found = await PdfPreviewer(sandbox).render(write(data, "bad.pdf", pdfs.malformed()))
     assert found == PreviewFailure("unreadable", "pdftoppm exit 1")
@@ -133,3 +142,39 @@ def test_doctor_says_whether_pdfs_get_a_preview(monkeypatch: pytest.MonkeyPatch)
     assert doctor.pdf_previews("on").startswith("on: ")
     assert doctor.pdf_previews("no_sandbox").startswith("off: no sandbox")
     assert doctor.pdf_previews("no_poppler").startswith("poppler-utils found: on from the next")
+
+
+@needs_tools
+async def test_the_sandbox_gets_the_bytes_not_the_stored_file(
+    sandbox: Sandbox, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a render that poppler's bugs let a PDF take over could try: write through the
+    # descriptors it was given (reopened by /proc, where the sandbox's user owns what the server
+    # owns: a descriptor of the stored file, even read-only, would let it rewrite the file).
+    # They are pipes: the stored file is out of reach.
+    def hostile(pdfinfo: str, pdftoppm: str, info_fd: int, page_fd: int) -> str:
+        return (
+            f"echo overwritten >/proc/self/fd/{info_fd}; echo more >>/proc/self/fd/{page_fd}\n"
+            f"head -c 5 /proc/self/fd/{page_fd}; echo; echo render=1\n"
+        )
+
+    monkeypatch.setattr("room.infra.pdfpreview._script", hostile)
+    content = pdfs.document(pages=1)
+    path = write(data, "report.pdf", content)
+    found = await PdfPreviewer(sandbox).render(path)
+    assert found == PreviewFailure("unreadable", "pdftoppm exit 1")
+    assert path.read_bytes() == content
+
+
+@needs_tools
+async def test_a_link_left_for_the_picture_is_not_followed(
+    sandbox: Sandbox, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = write(data, "secret.png", pdfs.document(pages=1))  # any file of the server's
+
+    def planted(pdfinfo: str, pdftoppm: str, info_fd: int, page_fd: int) -> str:
+        return f"ln -s {secret} page.png; echo pages=1; echo render=0\n"
+
+    monkeypatch.setattr("room.infra.pdfpreview._script", planted)
+    found = await PdfPreviewer(sandbox).render(write(data, "report.pdf", pdfs.document(pages=1)))
+    assert found == PreviewFailure("bad_output", "no picture")

@@ -7,11 +7,12 @@ and ``pdftoppm`` (Debian ``poppler-utils``) inside the bubblewrap sandbox the ag
 use (:mod:`room.infra.sandbox`): no network, no data folder (nor any other folder of the host
 but ``/usr`` and a few harmless ``/etc`` entries), no capabilities, a user of its own, and
 bounded by :data:`PREVIEW_LIMITS` (wall clock, CPU seconds, address space, processes, and the
-largest file it may write, which caps the picture). The PDF comes in only as two read-only
-descriptors (poppler's ``fd://N``), one per tool; the picture goes to an empty scratch folder
+largest file it may write, which caps the picture). The PDF comes in only as two pipes
+(poppler's ``fd://N``), one per tool, fed by the server — not a descriptor of the stored file,
+which the sandbox's user could reopen for writing; the picture goes to an empty scratch folder
 that is the sandbox's only writable place besides its RAM-backed ``/tmp``. What comes back is
-checked before it is kept: a PNG, no larger than :data:`PREVIEW_BYTES`, at most
-:data:`PREVIEW_PX` on its longer side.
+checked before it is kept: a regular file (a link planted there is not followed), a PNG, no
+larger than :data:`PREVIEW_BYTES`, at most :data:`PREVIEW_PX` on its longer side.
 
 Without bubblewrap, or without poppler, there is no preview (never an unsandboxed parse): the
 result is a :class:`PreviewFailure` whose ``reason`` says why, as it is for a damaged or
@@ -23,13 +24,15 @@ sandbox itself could not run).
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import os
 import re
 import shutil
+import stat
 import struct
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -55,6 +58,7 @@ PREVIEW_TMP_BYTES = 64 * 1024 * 1024  # the sandbox's /tmp and /dev/shm for a re
 # Read-only in the sandbox: fontconfig's configuration and its cache (no secrets in either).
 FONT_CONFIG = (Path("/etc/fonts"), Path("/var/cache/fontconfig"))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_FEED_BYTES = 1024 * 1024
 _PICTURE = "page.png"  # pdftoppm -singlefile writes <root>.png
 _PAGES = re.compile(r"^pages=(\d{1,9})$", re.MULTILINE)
 _RENDER = re.compile(r"^render=(\d+)$", re.MULTILINE)
@@ -145,22 +149,31 @@ class PdfPreviewer:
         return f"PDF previews on: {self.pdftoppm}, in the sandbox"
 
     async def render(self, path: Path) -> PdfPreview | PreviewFailure:
-        """The preview of the PDF at ``path`` (opened here, read-only, and handed over as
-        descriptors: the sandbox never sees the folder it lives in)."""
+        """The preview of the PDF at ``path`` (opened here, read-only, and fed to the tools
+        through pipes: the sandbox never sees the file or the folder it lives in)."""
         reason = self.reason
         if reason:
             return PreviewFailure("no_poppler" if reason == "no_poppler" else "no_sandbox")
         assert self.sandbox is not None and self.pdfinfo and self.pdftoppm
-        scratch = Path(tempfile.mkdtemp(prefix="room-pdf-"))
-        fds: list[int] = []
         try:
-            flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-            fds = [os.open(path, flags), os.open(path, flags)]
+            source = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as exc:
+            return PreviewFailure("failed", str(exc)[:200])
+        scratch = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="room-pdf-"))
+        pipes = [os.pipe(), os.pipe()]  # (read, write) each; one per tool
+        feeders = [
+            threading.Thread(target=_feed, args=(source, write), daemon=True, name="pdf-feed")
+            for _, write in pipes
+        ]
+        readers = [read for read, _ in pipes]
+        try:
+            for feeder in feeders:
+                feeder.start()
             result = await self.sandbox.run(
-                _script(self.pdfinfo, self.pdftoppm, fds[0], fds[1]),
+                _script(self.pdfinfo, self.pdftoppm, readers[0], readers[1]),
                 cwd=scratch,
                 limits=self.limits,
-                pass_fds=fds,
+                pass_fds=readers,
             )
             if result.killed is not None:
                 return PreviewFailure("limit", result.killed)
@@ -172,25 +185,60 @@ class PdfPreviewer:
                 if code is not None and code > 128:
                     return PreviewFailure("limit", f"pdftoppm ended by signal {code - 128}")
                 return PreviewFailure("unreadable", f"pdftoppm exit {code}")
-            return _picture(scratch / _PICTURE, result.output)
+            return await asyncio.to_thread(_picture, scratch, result.output)
         except (OSError, SandboxError) as exc:
             log.warning("PDF preview could not run: %s", exc)
             return PreviewFailure("failed", str(exc)[:200])
         finally:
-            for fd in fds:
-                os.close(fd)
-            with contextlib.suppress(OSError):
-                shutil.rmtree(scratch)
+            # The tools are gone: a feeder still writing gets EPIPE now and ends.
+            for read in readers:
+                os.close(read)
+            for feeder in feeders:
+                if feeder.is_alive():
+                    await asyncio.to_thread(feeder.join, 5.0)
+            os.close(source)
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
 
 
-def _picture(path: Path, output: str) -> PdfPreview | PreviewFailure:
+def _feed(source: int, pipe: int) -> None:
+    """Copy the PDF into one tool's pipe, in a thread of its own (it blocks while the tool
+    reads). A pipe, not a descriptor of the stored file: the sandbox's user owns what the server
+    owns, so a descriptor of the file could be reopened for writing through ``/proc``; a pipe
+    holds only the bytes. Ends at the end of the file, or when the tool stopped reading."""
+    offset = 0
     try:
-        size = path.stat().st_size
-        if size > PREVIEW_BYTES:
-            return PreviewFailure("bad_output", f"{size} bytes")
-        content = path.read_bytes()
+        while chunk := os.pread(source, _FEED_BYTES, offset):
+            offset += len(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(pipe, view) :]
+    except OSError:
+        pass  # EPIPE: the tool failed, was stopped, or did not need the rest
+    finally:
+        os.close(pipe)
+
+
+def _picture(scratch: Path, output: str) -> PdfPreview | PreviewFailure:
+    """The picture the render left in ``scratch``: a regular file (never followed through a
+    link the sandbox could have put there), at most :data:`PREVIEW_BYTES`, a PNG within
+    :data:`PREVIEW_PX` a side."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(scratch / _PICTURE, flags)
     except OSError:
         return PreviewFailure("bad_output", "no picture")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return PreviewFailure("bad_output", "not a file")
+        if info.st_size > PREVIEW_BYTES:
+            return PreviewFailure("bad_output", f"{info.st_size} bytes")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            content = file.read(PREVIEW_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(content) > PREVIEW_BYTES:
+        return PreviewFailure("bad_output", "grew past the cap")
     dims = png_size(content)
     if dims is None:
         return PreviewFailure("bad_output", "not a PNG")

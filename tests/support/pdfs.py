@@ -90,6 +90,18 @@ def nested_forms(depth: int = 12, fan_out: int = 10) -> bytes:
     return assemble(objects)
 
 
+def giant_page(side: int = 14400) -> bytes:
+    """One page ``side`` points square (the largest PDF allows: 200 inches), filled: drawn at
+    the resolution of an ordinary page it would be billions of pixels."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] /Contents 4 0 R >>" % (side, side),
+        _stream(b"0.2 0.6 0.2 rg 0 0 %d %d re f\n" % (side, side)),
+    ]
+    return assemble(objects)
+
+
 def malformed() -> bytes:
     """Starts like a PDF, then is nothing a reader can make a page of."""
     return b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog /Pages 9 0 R\nthis is not a pdf at all\n" * 20
