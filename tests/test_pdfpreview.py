@@ -3,6 +3,7 @@ made in the sandbox from descriptors; damaged and hostile PDFs give no preview a
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from PIL import Image
 
 from room.infra.pdfpreview import (
+    MAX_RENDERS,
     PREVIEW_PX,
     PdfPreview,
     PdfPreviewer,
@@ -178,3 +180,24 @@ async def test_a_link_left_for_the_picture_is_not_followed(
     monkeypatch.setattr("room.infra.pdfpreview._script", planted)
     found = await PdfPreviewer(sandbox).render(write(data, "report.pdf", pdfs.document(pages=1)))
     assert found == PreviewFailure("bad_output", "no picture")
+
+
+async def test_at_most_two_renders_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    running, most = 0, 0
+
+    async def render(self: PdfPreviewer, path: Path) -> PreviewFailure:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        return PreviewFailure("unreadable")
+
+    monkeypatch.setattr(PdfPreviewer, "_render", render)
+    tools = ("/usr/bin/pdfinfo", "/usr/bin/pdftoppm")
+    previewer = PdfPreviewer(
+        Sandbox(SandboxInfo(True, "", "/usr/bin/bwrap", None, None)), tools=tools
+    )
+    found = await asyncio.gather(*(previewer.render(Path(f"/x/{i}.pdf")) for i in range(6)))
+    assert found == [PreviewFailure("unreadable")] * 6
+    assert most == MAX_RENDERS == 2

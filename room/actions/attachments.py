@@ -275,8 +275,8 @@ def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[
 
 async def _pdf_preview(core: Services, sha256: str) -> dict[str, Any]:
     """The columns of a PDF's preview (its first page's picture and page count), or none: drawn
-    in the sandbox by ``room.infra.pdfpreview`` (never here), once per content. The upload holds
-    its slot meanwhile, so ``attachment_concurrent_uploads`` bounds the renders too. A PDF
+    in the sandbox by ``room.infra.pdfpreview`` (never here; at most two at once), once per
+    content. The upload holds its slot meanwhile. A PDF
     without a preview (damaged, encrypted, stopped by a limit, no poppler or no sandbox on this
     server) is kept as a plain file, its reason logged."""
     if core.pdfs is None:

@@ -55,6 +55,9 @@ PREVIEW_LIMITS = CommandLimits(
     output_bytes=16 * 1024,
 )
 PREVIEW_TMP_BYTES = 64 * 1024 * 1024  # the sandbox's /tmp and /dev/shm for a render
+# Renders at once on the server (the others wait their turn): each may take a CPU for its
+# limit and up to its address space, so a burst of hostile uploads holds two, not eight.
+MAX_RENDERS = 2
 # Read-only in the sandbox: fontconfig's configuration and its cache (no secrets in either).
 FONT_CONFIG = (Path("/etc/fonts"), Path("/var/cache/fontconfig"))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -118,6 +121,7 @@ class PdfPreviewer:
     ) -> None:
         self.pdfinfo, self.pdftoppm = find_poppler() if tools is None else tools
         self.limits = limits
+        self.slots = asyncio.Semaphore(MAX_RENDERS)
         # Its own scratch size, and the fonts' configuration (a PDF that names a standard font
         # without embedding it is drawn with the machine's); the data folder stays hidden.
         fonts = [p for p in FONT_CONFIG if p.is_dir()]
@@ -154,6 +158,10 @@ class PdfPreviewer:
         reason = self.reason
         if reason:
             return PreviewFailure("no_poppler" if reason == "no_poppler" else "no_sandbox")
+        async with self.slots:
+            return await self._render(path)
+
+    async def _render(self, path: Path) -> PdfPreview | PreviewFailure:
         assert self.sandbox is not None and self.pdfinfo and self.pdftoppm
         try:
             source = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
