@@ -70,9 +70,12 @@ def test_a_pdf_shows_its_first_page_and_opens_in_the_browsers_viewer(
 ) -> None:
     project = room_server.create_project("PDF 预览")
     guest = join(chromium, room_server, project, "reader", "读者", width=600, height=900)
+    english = join(chromium, room_server, project, "anna", "Anna", width=1024, height=800)
     try:
         owner.open_project(project)
         guest.open_project(project)
+        english.open_project(project)
+        english.page.get_by_role("button", name="English").click()
         page = owner.page
         page.evaluate(DROP_JS, [b64(pdfs.document(pages=3)), "季度报告.pdf", "application/pdf"])
         tray = page.locator(".attach-tray")
@@ -94,6 +97,19 @@ def test_a_pdf_shows_its_first_page_and_opens_in_the_browsers_viewer(
                 "() => { const i = document.querySelector('.msg .attach-pdf img');"
                 " return [i.naturalWidth, i.naturalHeight]; }"
             ) == [679, 960]
+        # In English, at 1024 px.
+        card_en = english.page.locator(".msg", has_text="三季度的报告").locator(".attach-pdf")
+        expect(card_en).to_contain_text("PDF · 3 pages")
+        expect(card_en.get_by_role("link", name="Open")).to_have_attribute(
+            "title", "Open 季度报告.pdf in a new tab, in the browser's PDF viewer"
+        )
+        english.page.wait_for_function(LOADED_JS, arg=".msg .attach-pdf img")
+        card_en.get_by_role("button", name="First page of 季度报告.pdf").click()
+        expect(english.page.locator("dialog.pdf-dialog")).to_contain_text("Page 1 of 3")
+        screenshot(english.page, "pdf-preview-dialog-1024-en")
+        english.page.keyboard.press("Escape")
+        screenshot(english.page, "pdf-preview-1024-en")
+        assert layout_problems(english.page) == []
         screenshot(owner.page, "pdf-preview-1440")
         screenshot(guest.page, "pdf-preview-600")
         assert layout_problems(owner.page) == []
@@ -130,5 +146,7 @@ def test_a_pdf_shows_its_first_page_and_opens_in_the_browsers_viewer(
             tab.close()
         owner.assert_clean()
         guest.assert_clean()
+        english.assert_clean()
     finally:
         guest.close()
+        english.close()
