@@ -4,7 +4,9 @@ made in the sandbox from descriptors; damaged and hostile PDFs give no preview a
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,30 @@ async def test_at_most_two_renders_run_at_once(monkeypatch: pytest.MonkeyPatch) 
     found = await asyncio.gather(*(previewer.render(Path(f"/x/{i}.pdf")) for i in range(6)))
     assert found == [PreviewFailure("unreadable")] * 6
     assert most == MAX_RENDERS == 2
+
+
+@needs_tools
+async def test_renders_leave_no_descriptor_or_scratch_folder_behind(
+    sandbox: Sandbox, data: Path
+) -> None:
+    def scratch_folders() -> set[str]:
+        return {p.name for p in Path(tempfile.gettempdir()).glob("room-pdf-*")}
+
+    previewer = PdfPreviewer(sandbox, limits=CommandLimits(timeout_secs=4, cpu_secs=1))
+    inputs = [
+        write(data, "ok.pdf", pdfs.document(pages=1)),
+        write(data, "bad.pdf", pdfs.malformed()),
+        write(data, "bomb.pdf", pdfs.nested_forms()),
+        data / "missing.pdf",
+    ]
+    await previewer.render(inputs[0])  # the first render opens what stays open (loggers …)
+    fds, folders = set(os.listdir("/proc/self/fd")), scratch_folders()
+    found = [await previewer.render(path) for path in inputs]
+    assert [type(f).__name__ for f in found] == [
+        "PdfPreview", "PreviewFailure", "PreviewFailure", "PreviewFailure"
+    ]  # fmt: skip
+    assert found[3] == PreviewFailure(
+        "failed", f"[Errno 2] No such file or directory: '{inputs[3]}'"
+    )
+    assert set(os.listdir("/proc/self/fd")) == fds
+    assert scratch_folders() == folders

@@ -163,20 +163,25 @@ class PdfPreviewer:
 
     async def _render(self, path: Path) -> PdfPreview | PreviewFailure:
         assert self.sandbox is not None and self.pdfinfo and self.pdftoppm
+        source = -1
+        scratch: Path | None = None
+        readers: list[int] = []
+        feeders: list[threading.Thread] = []
         try:
             source = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError as exc:
-            return PreviewFailure("failed", str(exc)[:200])
-        scratch = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="room-pdf-"))
-        pipes = [os.pipe(), os.pipe()]  # (read, write) each; one per tool
-        feeders = [
-            threading.Thread(target=_feed, args=(source, write), daemon=True, name="pdf-feed")
-            for _, write in pipes
-        ]
-        readers = [read for read, _ in pipes]
-        try:
-            for feeder in feeders:
-                feeder.start()
+            scratch = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="room-pdf-"))
+            for _ in range(2):  # one pipe per tool, each fed by a thread of its own
+                read, write = os.pipe()
+                readers.append(read)
+                feeder = threading.Thread(
+                    target=_feed, args=(source, write), daemon=True, name="pdf-feed"
+                )
+                try:
+                    feeder.start()
+                except BaseException:
+                    os.close(write)
+                    raise
+                feeders.append(feeder)
             result = await self.sandbox.run(
                 _script(self.pdfinfo, self.pdftoppm, readers[0], readers[1]),
                 cwd=scratch,
@@ -194,7 +199,7 @@ class PdfPreviewer:
                     return PreviewFailure("limit", f"pdftoppm ended by signal {code - 128}")
                 return PreviewFailure("unreadable", f"pdftoppm exit {code}")
             return await asyncio.to_thread(_picture, scratch, result.output)
-        except (OSError, SandboxError) as exc:
+        except (OSError, RuntimeError, SandboxError) as exc:  # RuntimeError: no thread
             log.warning("PDF preview could not run: %s", exc)
             return PreviewFailure("failed", str(exc)[:200])
         finally:
@@ -204,8 +209,10 @@ class PdfPreviewer:
             for feeder in feeders:
                 if feeder.is_alive():
                     await asyncio.to_thread(feeder.join, 5.0)
-            os.close(source)
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
+            if source >= 0:
+                os.close(source)
+            if scratch is not None:
+                await asyncio.to_thread(shutil.rmtree, scratch, True)
 
 
 def _feed(source: int, pipe: int) -> None:
