@@ -418,6 +418,8 @@ class Sandbox:
         read-only (a mount point can be neither renamed nor removed), elsewhere they are readable.
         ``pass_fds`` stay open, under the same numbers, in the command: an input it reads by
         descriptor (``/proc/self/fd/N``, or a tool's own ``fd://N``) without its folder bound.
+        Pass pipes, not descriptors of files: the command's user owns what the server owns, so
+        it may reopen a file's descriptor through ``/proc`` for writing, read-only or not.
 
         Without isolation this raises :class:`SandboxUnavailableError` unless
         ``allow_unsandboxed``; then ``network`` cannot be withheld and the result says
