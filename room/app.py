@@ -54,6 +54,7 @@ from room.infra.boot import BootTrace, write_report
 from room.infra.bus import Bus, ClusterHub
 from room.infra.git import Git
 from room.infra.hub import Hub
+from room.infra.pdfpreview import PdfPreviewer
 from room.infra.sandbox import Sandbox
 from room.infra.sandbox import probe as sandbox_probe
 from room.infra.supervise import sweep_orphans
@@ -315,12 +316,15 @@ def create_app(
             hidden=[settings.data.resolve()], tmp_bytes=settings.sandbox_tmp_bytes
         )
         core.git = Git(sandbox.git_jail())
+        # Uploaded PDFs are parsed only in that sandbox, with poppler when it is installed.
+        core.pdfs = PdfPreviewer(sandbox)
         swept = await asyncio.to_thread(sweep_orphans, sandbox.info.pids_cgroup)
         trace.phase(
             "sandbox",
             isolated=sandbox.info.isolated,
             reason=sandbox.info.reason,
             orphans_killed=swept.processes,
+            pdf_previews=core.pdfs.reason or "on",
         )
         scheduler = Scheduler(
             core,
@@ -363,7 +367,7 @@ def create_app(
             settings=_public_settings(settings),
             schema_version=SCHEMA_VERSION,
             tools=sorted(scheduler.tools),
-            capabilities=_capabilities(app, server, db, sandbox),
+            capabilities=_capabilities(app, server, db, sandbox, core.pdfs),
             database=db.info
             if relay is None
             else {  # a cluster's node: its id, and its bus (docs/cluster.md)
@@ -449,7 +453,7 @@ async def _room_error(request: Request, exc: RoomError) -> Response:
 
 
 def _capabilities(
-    app: Starlette, server: RoomServer, db: Database, sandbox: Sandbox
+    app: Starlette, server: RoomServer, db: Database, sandbox: Sandbox, pdfs: PdfPreviewer
 ) -> dict[str, Any]:
     """What this process really does, read from the objects that do it."""
     serves_ws = any(
@@ -472,6 +476,9 @@ def _capabilities(
             "reason": sandbox.info.reason or None,
             "process_limit": sandbox.info.process_limit,
         },
+        # An uploaded PDF's first page, drawn by poppler in that sandbox (never outside it):
+        # "on", or why not ("no_poppler", "no_sandbox").
+        "pdf_previews": pdfs.reason or "on",
     }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from room.infra import boot, perms
 from room.infra.boot import last_start, read_trace
+from room.infra.pdfpreview import find_poppler
 from room.settings import Settings
 from room.store.lock import is_locked, read_holder_pid
 from room.store.migrate import integrity_problems
@@ -56,7 +57,9 @@ def collect(settings: Settings) -> dict[str, Any]:
                 "each sets a folder of its own"
             )
     except (OSError, ValueError):
+        report = {}
         problems.append("no boot-report.json: the server has not started here yet")
+    summary["pdf_previews"] = pdf_previews(report.get("capabilities", {}).get("pdf_previews"))
     wide = [
         f"{path} is {mode:04o}"
         for path, allowed in perms.private_paths(data)
@@ -136,6 +139,24 @@ def collect(settings: Settings) -> dict[str, Any]:
     return summary
 
 
+def pdf_previews(at_start: str | None) -> str:
+    """One line on PDF previews (optional: without them a PDF is a download only, never a
+    problem): whether poppler is installed now, and what the last start found."""
+    if None in find_poppler():
+        return (
+            "off: pdfinfo/pdftoppm not found (Debian: apt-get install poppler-utils); PDFs are "
+            "downloads without a preview"
+        )
+    if at_start == "no_sandbox":
+        return (
+            "off: no sandbox at the last start (bubblewrap); PDFs are parsed only inside it, "
+            "so they are downloads without a preview"
+        )
+    if at_start == "on":
+        return "on: a PDF's first page is drawn by poppler in the sandbox"
+    return "poppler-utils found: on from the next start where the sandbox works"
+
+
 def _last_backup(data: Path, problems: list[str]) -> dict[str, Any] | None:
     """The last ``room backup`` (room.infra.boot); one scheduled (``--every``) that is more than
     two periods old is a problem: the schedule has stopped or its backups fail."""
@@ -210,6 +231,7 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
             )
             if d["deliveries"]:
                 print(f"ledger:   {d['deliveries']}")
+        print(f"pdf:      {summary['pdf_previews']}")
         if b := summary.get("backup"):
             every = f", every {b['every_hours']:g} h" if b.get("every_hours") else ""
             print(f"backup:   {b['age_secs'] / 3600:.1f} h ago, {b['file']}{every}")

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from room.infra.git import Git
 from room.infra.hub import Hub
+from room.infra.pdfpreview import PdfPreviewer
 from room.rules.effects import FollowUp
 from room.rules.entities import Member
 from room.rules.mentions import Roster, RosterMember, Tombstone
@@ -293,6 +294,9 @@ class Services:
     upload_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     # How many uploads may be received at once (attachment_concurrent_uploads), made at first use.
     upload_slots: asyncio.Semaphore | None = None
+    # Draws an uploaded PDF's first page in the sandbox (room.infra.pdfpreview); set at start-up,
+    # None before (no preview).
+    pdfs: PdfPreviewer | None = None
     # Presence (room.actions.presence): the map each project's subscribers were last told, the
     # projects with an announcement due, and those whose announcer runs.
     presence_told: dict[int, dict[str, str]] = field(default_factory=dict)

@@ -18,6 +18,7 @@ from room.rules.attachments import (
     disposition,
     served_type,
     url_of,
+    views_inline,
     with_attachments,
 )
 
@@ -98,3 +99,11 @@ def test_the_name_only_chooses_among_what_the_content_allows() -> None:
     assert blobs.detect_bytes(zipped, "paper.docx").endswith("wordprocessingml.document")
     # A name the content does not allow changes nothing.
     assert blobs.detect_bytes(zipped, "photo.png") != "image/png"
+
+
+def test_only_a_pdf_by_type_and_by_its_bytes_opens_in_the_viewer() -> None:
+    assert views_inline("application/pdf", b"%PDF-")
+    assert not views_inline("application/pdf", b"<html")  # typed so, but the bytes say otherwise
+    assert not views_inline("application/pdf", b"")
+    assert not views_inline("text/html", b"%PDF-")
+    assert not views_inline("image/svg+xml", b"%PDF-")

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import stat
@@ -70,6 +71,9 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     code, text = run_cli("doctor", "--data", str(server.data))
     assert code == 0, text
     assert "running, pid" in text and "healthy" in text
+    if probe().info.isolated and shutil.which("pdftoppm"):  # PDFs drawn in the sandbox
+        assert report["capabilities"]["pdf_previews"] == "on"
+        assert "pdf:      on: a PDF's first page is drawn by poppler in the sandbox" in text
     code, text = run_cli("doctor", "--data", str(server.data), "--json")
     summary = json.loads(text)
     assert summary["problems"] == [] and summary["database"]["quick_check"] == "ok"

@@ -5,7 +5,10 @@
 // An upload is the raw file as the body of POST /api/projects/{id}/attachments?name=… (XHR, for
 // its upload progress); the server types it from its content and answers the attachment the
 // `send` frame then names by id. Files are served from /attachments/{id}/{name}: only PNG, JPEG,
-// GIF and WebP are shown; everything else (an SVG above all) is a download.
+// GIF and WebP are shown; everything else (an SVG above all) is a download. A PDF shows the
+// picture of its first page that the server drew in its sandbox (its `thumb_url`), opens in a
+// dialog at full size, and "Open" takes it to a tab of its own (`view_url`: the browser's PDF
+// viewer in a sandboxed document, never a frame of this page; docs/protocol.md, "PDF previews").
 
 import { csrf } from "./api.js";
 import { h } from "./dom.js";
@@ -268,7 +271,12 @@ function hasFiles(event) {
 export function renderAttachments(message) {
   const files = message.meta?.attachments;
   if (!files?.length || message.deleted) return null;
-  return h("div", { class: "msg-attachments" }, files.map((file) => (file.thumb_url ? imageOf(file) : cardOf(file))));
+  return h("div", { class: "msg-attachments" }, files.map(fileOf));
+}
+
+function fileOf(file) {
+  if (file.mime === "application/pdf" && file.thumb_url) return pdfOf(file);
+  return file.thumb_url ? imageOf(file) : cardOf(file);
 }
 
 function imageOf(file) {
@@ -323,6 +331,75 @@ function openImage(file) {
         { class: "image-info" },
         `${file.width}×${file.height} · ${formatSize(file.size)} · `,
         h("a", { href: file.url, attrs: { download: file.name }, text: t("attach.downloadShort") }),
+      ),
+    ],
+  });
+}
+
+function pagesText(pages) {
+  if (!pages) return null;
+  return pages === 1 ? t("attach.pdfOnePage") : t("attach.pdfPages", { n: pages });
+}
+
+function pdfLinks(file) {
+  return [
+    file.view_url
+      ? h("a", {
+          class: "attach-pdf-open",
+          href: file.view_url,
+          target: "_blank",
+          rel: "noopener noreferrer",
+          text: t("attach.pdfOpen"),
+          attrs: { title: t("attach.pdfOpenTitle", { name: file.name }) },
+        })
+      : null,
+    h("a", { href: file.url, text: t("attach.downloadShort"), attrs: { download: file.name, title: t("attach.download", { name: file.name }) } }),
+  ];
+}
+
+/** A PDF with a preview: the picture of its first page (a button that opens it larger), its
+ * name, page count and size, and its two links. */
+function pdfOf(file) {
+  const img = h("img", { src: file.thumb_url, alt: "", loading: "lazy", decoding: "async" });
+  if (file.width && file.height) img.style.aspectRatio = `${file.width} / ${file.height}`;
+  const info = ["PDF", pagesText(file.pages), formatSize(file.size)].filter(Boolean).join(" · ");
+  return h(
+    "div",
+    { class: "attach-pdf" },
+    h(
+      "button",
+      {
+        type: "button",
+        class: "attach-pdf-page",
+        attrs: { "aria-label": t("attach.pdfPreview", { name: file.name }), title: file.name },
+        on: { click: () => openPdf(file) },
+      },
+      img,
+    ),
+    h(
+      "span",
+      { class: "attach-pdf-meta" },
+      h("span", { class: "attach-name", text: file.name, attrs: { title: file.name } }),
+      h("span", { class: "attach-card-info", text: info }),
+      h("span", { class: "attach-pdf-links" }, ...pdfLinks(file)),
+    ),
+  );
+}
+
+function openPdf(file) {
+  openDialog({
+    title: file.name,
+    wide: true,
+    className: "image-dialog pdf-dialog",
+    build: () => [
+      h("img", { class: "image-full pdf-page-full", src: file.thumb_url, alt: t("attach.pdfPreview", { name: file.name }) }),
+      h(
+        "p",
+        { class: "image-info" },
+        [file.pages ? t("attach.pdfFirstPage", { n: file.pages }) : null, formatSize(file.size)].filter(Boolean).join(" · ") + " · ",
+        ...pdfLinks(file)
+          .filter(Boolean)
+          .flatMap((link, i) => (i ? [" · ", link] : [link])),
       ),
     ],
   });

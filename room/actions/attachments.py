@@ -43,6 +43,7 @@ from room.errors import (
 from room.infra import blobs
 from room.infra.bodies import BodyInto
 from room.infra.evidence import EvidenceError, open_workspace
+from room.infra.pdfpreview import PreviewFailure
 from room.rules.attachments import MAX_PER_MESSAGE, clean_name, wire
 from room.rules.entities import Member
 from room.rules.lifecycle import ActorKind, ProjectState, posting_open
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 BUFFER_BYTES = 4 * 1024 * 1024
 BUFFERS = 4  # received, being written, being hashed, and one spare for the slower half
 AGENT_DIR = Path(".room") / "attachments"
+PDF_TYPE = "application/pdf"
 # The states a member of each kind may upload in: those it may post in.
 POSTING_STATES = {
     "human": frozenset(s.value for s in ProjectState if posting_open(s, ActorKind.MEMBER)),
@@ -162,6 +164,8 @@ async def _upload(
             row = await asyncio.to_thread(
                 _finish, part, data, file_name, settings.attachment_max_pixels
             )
+            if row["mime"] == PDF_TYPE:
+                row.update(await _pdf_preview(core, str(row["sha256"])))
         except BaseException:
             await asyncio.to_thread(part.discard)
             raise
@@ -266,6 +270,34 @@ def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[
         "height": thumb.height if thumb else None,
         "thumb_sha256": thumb_sha,
         "thumb_mime": thumb.mime if thumb else None,
+    }
+
+
+async def _pdf_preview(core: Services, sha256: str) -> dict[str, Any]:
+    """The columns of a PDF's preview (its first page's picture and page count), or none: drawn
+    in the sandbox by ``room.infra.pdfpreview`` (never here; at most two at once), once per
+    content. The upload holds its slot meanwhile. A PDF
+    without a preview (damaged, encrypted, stopped by a limit, no poppler or no sandbox on this
+    server) is kept as a plain file, its reason logged."""
+    if core.pdfs is None:
+        return {}
+    known = await core.db.read(lambda conn: store.pdf_preview(conn, sha256))
+    if known is not None:
+        return known
+    data = core.settings.data
+    found = await core.pdfs.render(blobs.path_of(data, sha256))
+    if isinstance(found, PreviewFailure):
+        # One that a limit stopped may be an attack (or a limit too tight): the operator's to see.
+        level = logging.WARNING if found.reason in ("limit", "failed") else logging.INFO
+        log.log(level, "no preview of PDF %s…: %s %s", sha256[:12], found.reason, found.detail)
+        return {}
+    thumb_sha = await asyncio.to_thread(blobs.put_bytes, data, found.content)
+    return {
+        "thumb_sha256": thumb_sha,
+        "thumb_mime": found.mime,
+        "width": found.width,
+        "height": found.height,
+        "pages": found.pages,
     }
 
 

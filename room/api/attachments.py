@@ -4,13 +4,17 @@
 Content-Type; the server types it from its content), streamed to disk: a declared
 ``Content-Length`` past the limit is refused (413) before anything is read. Members read a
 project's sent attachments, and their own unsent uploads, at ``/attachments/{id}/{name}``
-(``/attachments/{id}/thumb/{name}`` for an image's thumbnail); the name in the path is only for
-the browser's sake.
+(``/attachments/{id}/thumb/{name}`` for an image's thumbnail or the picture of a PDF's first
+page, under the same policy; ``/attachments/{id}/view/{name}`` for a PDF opened in the
+browser's own viewer: docs/protocol.md, "PDF previews"); the name in the path is only for the
+browser's sake.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -22,7 +26,16 @@ from room.api.requests import core_of, identity, member_in, path_id
 from room.errors import BadRequestError, NotFoundError
 from room.infra import blobs
 from room.infra.bodies import body_into
-from room.rules.attachments import ATTACHMENT_CSP, disposition, served_type, shows_inline
+from room.rules.attachments import (
+    ATTACHMENT_CSP,
+    PDF_MAGIC,
+    PDF_TYPE,
+    PDF_VIEW_CSP,
+    disposition,
+    served_type,
+    shows_inline,
+    views_inline,
+)
 from room.store import attachments as attachments_store
 
 log = logging.getLogger(__name__)
@@ -95,8 +108,36 @@ async def thumb(request: Request) -> Response:
     if not row["thumb_sha256"]:
         raise NotFoundError("this attachment has no thumbnail", code="no_thumbnail")
     path = blobs.path_of(core_of(request).settings.data, str(row["thumb_sha256"]))
-    name = f"thumb-{row['name']}"
+    # A PDF's preview is a picture of its first page: saved, it is named as one.
+    name = f"thumb-{row['name']}" + (".png" if row["mime"] == "application/pdf" else "")
     return FileResponse(path, media_type=str(row["thumb_mime"]), headers=_headers(name, True))
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as file:
+            return file.read(len(PDF_MAGIC))
+    except OSError:
+        return b""
+
+
+async def view(request: Request) -> Response:
+    """A PDF for the browser's own viewer, in a tab of its own: inline only when it was typed a
+    PDF and its bytes start as one; anything else is the usual download."""
+    row = await _row(request)
+    mime, name = str(row["mime"]), str(row["name"])
+    path = blobs.path_of(core_of(request).settings.data, str(row["sha256"]))
+    if not views_inline(mime, await asyncio.to_thread(_head, path)):
+        return FileResponse(
+            path, media_type=served_type(mime), headers=_headers(name, shows_inline(mime))
+        )
+    headers = {
+        **_headers(name, True),
+        "Content-Security-Policy": PDF_VIEW_CSP,
+        "X-Frame-Options": "DENY",
+        "Referrer-Policy": "no-referrer",  # a link in the PDF does not learn the file's address
+    }
+    return FileResponse(path, media_type=PDF_TYPE, headers=headers)
 
 
 endpoints = [
@@ -105,5 +146,6 @@ endpoints = [
         "/api/projects/{project_id:int}/attachments/{attachment_id:int}", remove, methods=["DELETE"]
     ),
     Route("/attachments/{attachment_id:int}/thumb/{name}", thumb),
+    Route("/attachments/{attachment_id:int}/view/{name}", view),
     Route("/attachments/{attachment_id:int}/{name}", serve),
 ]

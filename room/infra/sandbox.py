@@ -411,10 +411,15 @@ class Sandbox:
         allow_unsandboxed: bool = False,
         env: Mapping[str, str] | None = None,
         protected: Sequence[Path] = (),
+        pass_fds: Sequence[int] = (),
     ) -> CommandResult:
         """Run ``/bin/sh -c command`` in ``cwd``; see the module docstring for what that means.
         ``protected`` paths are bound read-only last: inside a writable folder they stay
         read-only (a mount point can be neither renamed nor removed), elsewhere they are readable.
+        ``pass_fds`` stay open, under the same numbers, in the command: an input it reads by
+        descriptor (``/proc/self/fd/N``, or a tool's own ``fd://N``) without its folder bound.
+        Pass pipes, not descriptors of files: the command's user owns what the server owns, so
+        it may reopen a file's descriptor through ``/proc`` for writing, read-only or not.
 
         Without isolation this raises :class:`SandboxUnavailableError` unless
         ``allow_unsandboxed``; then ``network`` cannot be withheld and the result says
@@ -467,7 +472,7 @@ class Sandbox:
                 argv = joining(group, argv)
             return await supervise(
                 argv, cwd=cwd, env=full_env, limits=limits, cancel=cancel, group=group,
-                sandboxed=info.isolated, pass_fds=copies.fds if copies else (),
+                sandboxed=info.isolated, pass_fds=[*(copies.fds if copies else ()), *pass_fds],
             )  # fmt: skip
         finally:
             if copies is not None:

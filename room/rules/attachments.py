@@ -7,6 +7,8 @@ sends and copies by ``room.actions.attachments``. The type of a file is what its
 download's file name, never to decide how the browser treats it. Only the images in
 :data:`INLINE_IMAGE_TYPES` are served for the browser to show; everything else — an SVG above
 all, which can carry script — is served as a download, with ``nosniff`` and a sandboxing CSP.
+The one exception is a PDF opened on purpose at its ``view_url``: inline for the browser's own
+PDF viewer, under :data:`PDF_VIEW_CSP` (docs/protocol.md, "PDF previews").
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ PLAIN_TYPES = frozenset(
 OCTET_STREAM = "application/octet-stream"
 # The policy of every attachment response: no script, no plugin, no same-origin document.
 ATTACHMENT_CSP = "default-src 'none'; sandbox"
+PDF_TYPE = "application/pdf"
+PDF_MAGIC = b"%PDF-"
+# A PDF opened in a tab of its own (``view_url``): the browser's PDF viewer draws it, in a
+# sandboxed document of an opaque origin (no script, no same-origin access, cookies withheld),
+# which no page may frame. Chromium's viewer renders under it (tests/test_browser_pdf.py).
+PDF_VIEW_CSP = "default-src 'none'; frame-ancestors 'none'; sandbox"
 
 
 def clean_name(raw: str | None) -> str:
@@ -87,9 +95,16 @@ def disposition(name: str, inline: bool) -> str:
     return f"{kind}; filename=\"{fallback}\"; filename*=UTF-8''{quoted}"
 
 
-def url_of(attachment_id: int, name: str, thumb: bool = False) -> str:
+def url_of(attachment_id: int, name: str, thumb: bool = False, view: bool = False) -> str:
     quoted = urllib.parse.quote(name, safe="")
-    return f"/attachments/{attachment_id}/{'thumb/' if thumb else ''}{quoted}"
+    part = "thumb/" if thumb else "view/" if view else ""
+    return f"/attachments/{attachment_id}/{part}{quoted}"
+
+
+def views_inline(mime: str, head: bytes) -> bool:
+    """Whether an attachment may be opened in the browser's PDF viewer: typed a PDF from its
+    content, and its bytes really start as one (checked again as it is served)."""
+    return mime == PDF_TYPE and head.startswith(PDF_MAGIC)
 
 
 def wire(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,6 +121,11 @@ def wire(row: Mapping[str, Any]) -> dict[str, Any]:
         "inline": shows_inline(str(row["mime"])),
         "url": url_of(attachment_id, name),
         "thumb_url": url_of(attachment_id, name, thumb=True) if row["thumb_sha256"] else None,
+        # A PDF's page count, beside the picture of its first page at ``thumb_url`` (whose size
+        # ``width`` and ``height`` then are); None for anything else or a PDF without a preview.
+        "pages": row.get("pages"),
+        # A PDF opens in a tab of its own, in the browser's viewer, under PDF_VIEW_CSP.
+        "view_url": url_of(attachment_id, name, view=True) if row["mime"] == PDF_TYPE else None,
     }
 
 

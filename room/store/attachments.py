@@ -9,7 +9,7 @@ from room.store.dialect import Connection
 
 COLUMNS = (
     "id, project_id, uploader_id, sha256, size, name, mime, kind, width, height, thumb_sha256,"
-    " thumb_mime, message_id, created_at"
+    " thumb_mime, message_id, created_at, pages"
 )
 
 
@@ -35,11 +35,12 @@ def insert(
     thumb_sha256: str | None,
     thumb_mime: str | None,
     now: float,
+    pages: int | None = None,
 ) -> dict[str, Any]:
     cur = conn.execute(
         "INSERT INTO attachments (project_id, uploader_id, sha256, size, name, mime, kind,"
-        " width, height, thumb_sha256, thumb_mime, created_at)"
-        " VALUES (:p, :u, :sha, :size, :name, :mime, :kind, :w, :h, :thumb, :tmime, :now)"
+        " width, height, thumb_sha256, thumb_mime, created_at, pages)"
+        " VALUES (:p, :u, :sha, :size, :name, :mime, :kind, :w, :h, :thumb, :tmime, :now, :pages)"
         f" RETURNING {COLUMNS}",
         {
             "p": project_id,
@@ -54,6 +55,7 @@ def insert(
             "thumb": thumb_sha256,
             "tmime": thumb_mime,
             "now": now,
+            "pages": pages,
         },
     )
     return _row(cur.fetchone())
@@ -161,3 +163,16 @@ def referenced(conn: Connection, sha256: str) -> bool:
         "SELECT 1 FROM attachments WHERE sha256 = :s OR thumb_sha256 = :s LIMIT 1", {"s": sha256}
     ).fetchone()
     return row is not None
+
+
+def pdf_preview(conn: Connection, sha256: str) -> dict[str, Any] | None:
+    """The preview another upload of the same PDF already has (its picture's blob, type, size
+    and page count): the same content draws the same first page, so it is drawn once."""
+    row = conn.execute(
+        "SELECT thumb_sha256, thumb_mime, width, height, pages FROM attachments"
+        " WHERE sha256 = :s AND thumb_sha256 IS NOT NULL AND pages IS NOT NULL LIMIT 1",
+        {"s": sha256},
+    ).fetchone()
+    if row is None:
+        return None
+    return dict(zip(("thumb_sha256", "thumb_mime", "width", "height", "pages"), row, strict=True))

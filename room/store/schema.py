@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from room.store.schema_attachments import ATTACHMENTS
+from room.store.schema_attachments import ATTACHMENTS, PDF_PREVIEWS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
 from room.store.schema_notify import NOTIFY
@@ -574,6 +574,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0023_threads", THREADS),
     Migration("0024_notifications", NOTIFY),
     Migration("0025_thread_frames", THREAD_FRAMES),
+    Migration("0026_pdf_previews", PDF_PREVIEWS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

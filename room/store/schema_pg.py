@@ -26,6 +26,7 @@ the suite. What is spelled differently, and why:
 from __future__ import annotations
 
 from room.store.schema import Migration
+from room.store.schema_attachments import PDF_PREVIEWS_PG
 from room.store.schema_notify import NOTIFY_PG
 from room.store.schema_thread_frames import THREAD_FRAMES_PG
 from room.store.schema_threads import THREADS_PG
@@ -766,4 +767,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0023_threads", THREADS_PG),
     Migration("0024_notifications", NOTIFY_PG),
     Migration("0025_thread_frames", THREAD_FRAMES_PG),
+    Migration("0026_pdf_previews", PDF_PREVIEWS_PG),
 )
