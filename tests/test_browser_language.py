@@ -321,6 +321,9 @@ def test_lifecycle_member_and_failure_notices_read_in_english(
     room_server.post(f"/api/projects/{project}/lifecycle", {"op": "pause", "reason": "lunch"})
     room_server.post(f"/api/projects/{project}/lifecycle", {"op": "resume"})
     room_server.post(f"/api/projects/{project}/members/{alpha}/pause", {})
+    decision = {"title": "Use SQLite", "context": "one machine", "decision": "SQLite only",
+                "alternatives": [{"option": "PostgreSQL", "why_rejected": "one more service"}]}  # fmt: skip
+    room_server.post(f"/api/projects/{project}/decisions", decision, expect_status=201)
     context, page, errors = new_person(chromium, room_server, locale="en-US", width=1024)
     person = Person(context, page, "owner", errors)
     try:
@@ -343,8 +346,11 @@ def test_lifecycle_member_and_failure_notices_read_in_english(
             "Project resumed; held messages are dispatched in order. ("
         )
         expect(page.locator(".notice-member")).to_contain_text(" paused @alpha")
+        expect(page.locator(".notice", has_text="recorded decision")).to_contain_text(
+            "@owner recorded decision ADR-0001 “Use SQLite” (accepted)."
+        )
         timeline = page.locator("#timeline").inner_text()
-        for chinese in ("处理消息失败", "项目已暂停", "项目已恢复", "暂停了"):
+        for chinese in ("处理消息失败", "项目已暂停", "项目已恢复", "暂停了", "记录了决定"):
             assert chinese not in timeline, chinese
         screenshot(page, "language-notices-en-1024")
         page.locator("#lang-toggle").click()

@@ -174,6 +174,19 @@ def test_the_bodies_read_as_before_and_fill_every_placeholder() -> None:
             evidence=evidence,
         ),
         n.sync_receipt("@dev", "T1", [("需求", 2)], None),
+        n.plan_started("@ann", [1, 2]),
+        n.task_reviewed(
+            "T1",
+            2,
+            "@rev",
+            [{"n": 1, "text": "能登录", "passed": False, "evidence": "登录失败"}],
+            outcome="changes",
+            owner="dev",
+            next_step="resubmit_agent",
+        ),
+        n.decision("decision_recorded", "@ann", "ADR-0001", "用 SQLite"),
+        n.decision("decision_proposed", "@lead", "ADR-0002", "用 uv"),
+        n.decision("decision_accepted", "@ann", "ADR-0002", "用 uv"),
     ]
     assert {b.code for b in built} == n.CODES - {
         "project_complete", "project_abandoned", "project_archived", "project_stop_unconfirmed",
@@ -202,3 +215,8 @@ def test_the_bodies_read_as_before_and_fill_every_placeholder() -> None:
         "提交说明：好了", "", "证据：", "- 📄 a.py（3 字节，sha256 abc…）", "- 💬 消息 #4",
         "- ⚙️ 命令 `pytest` 退出码 0", "", "验收标准：", "1. 能登录",
     ]  # fmt: skip
+    assert bodies[21] == "▶️ @ann 开始了计划 v1、v2，就绪的任务开始派发。"
+    assert bodies[22] == (
+        "🔍 @rev 评审任务 `T1` 第 2 版：\n- ❌ 1. 能登录 — 登录失败\n\n结果：需要修改 — @dev\n\n"
+        "下一步：修改后重新提交（新版本的每条标准都要重新评审）。"
+    )

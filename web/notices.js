@@ -99,7 +99,8 @@ function failedLine(params) {
   });
 }
 
-/** The task notices beyond task_ready (room.rules.notices.task_* and friends). */
+/** The task notices beyond task_ready, plans started, reviews and decisions
+ * (room.rules.notices.task_* and friends). */
 function taskLines(code, params) {
   const who = by(params);
   const next = hasString(`noticeText.next.${params.next}`) ? t(`noticeText.next.${params.next}`) : "";
@@ -134,6 +135,21 @@ function taskLines(code, params) {
       const what = answered.length ? answered.join(", ") : t("noticeText.syncedAny");
       return t(`noticeText.${code}`, { by: who, what, key: params.key }) + (params.note ? t("noticeText.syncNote", params) : "");
     }
+    case "plan_started":
+      return t(`noticeText.${code}`, { by: who, versions: list(params.versions).map((v) => `v${v}`).join(", ") });
+    case "task_reviewed": {
+      const lines = [t(`noticeText.${code}`, { ...params, by: who })];
+      lines.push(...list(params.verdicts).map((v) => t("noticeText.verdict", { ...v, mark: v.passed ? "✅" : "❌" })));
+      if (params.outcome === "changes" && params.owner && next) lines.push(t("noticeText.reviewChangesFor", params), next);
+      else if (params.outcome === "changes") lines.push(t("noticeText.reviewChanges"));
+      else if (params.outcome === "accepted") lines.push(t("noticeText.reviewAccepted"));
+      else lines.push(t("noticeText.reviewLeft", params));
+      return lines.join("\n");
+    }
+    case "decision_recorded":
+    case "decision_proposed":
+    case "decision_accepted":
+      return t(`noticeText.${code}`, { ...params, by: who });
     default:
       return null;
   }
@@ -154,7 +170,7 @@ export function noticeText(message) {
   if (!hasString(`noticeText.${code}`)) return null;
   if (code.startsWith("project_")) return lifecycleLine(code, params);
   if (code.startsWith("member_")) return t(`noticeText.${code}`, params);
-  if (code.startsWith("task_") || code === "tasks_handed_off" || code === "review_requested" || code === "sync_receipt") {
+  if (/^(task_|tasks_|review_|sync_|plan_started|decision_)/.test(code)) {
     const worded = taskLines(code, params);
     if (worded !== null) return worded;
   }

@@ -26,6 +26,7 @@ from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
 from room.actions.message_edits import annotate_message
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
+from room.rules import notices
 from room.rules.effects import FollowUp
 from room.rules.entities import Member
 from room.rules.tasks import AFTER_SYNC, TaskEvent, TaskState
@@ -196,12 +197,11 @@ async def propose_decision(
             action="decision.accept" if human else "decision.propose", outcome="ok",
             detail={"decision": row.label, "title": title},
         )  # fmt: skip
-        who = task_actions.actor_of(actor).label
-        if human:
-            body = f"📐 {who} 记录了决定 {row.label}「{title}」（已接受）。"
-        else:
-            body = f"📐 {who} 提议了决定 {row.label}「{title}」，等待人类接受。"
-        return _announce(conn, tx, fx, row.id, row.label, body)
+        who = task_actions.actor_of(actor).handle_or_none
+        code = "decision_recorded" if human else "decision_proposed"
+        return _announce(
+            conn, tx, fx, row.id, row.label, notices.decision(code, who, row.label, title)
+        )
 
     return await core.db.write(job)
 
@@ -212,10 +212,12 @@ def _announce(
     fx: task_actions.Effects,
     decision_id: int,
     label: str,
-    body: str,
+    notice: notices.Notice,
 ) -> dict[str, Any]:
     """Post the decision's notice, publish what changed, and return the decision as it is now."""
-    task_actions.post_message(conn, tx, fx, body, {"decision": label})
+    task_actions.post_message(
+        conn, tx, fx, notice.body, {"decision": label, "notice": notice.meta()}
+    )
     fx.flush(conn, tx)
     current = decisions_store.get_decision(conn, decision_id)
     assert current is not None
@@ -259,8 +261,9 @@ async def accept_decision(core: Services, actor: Member, number: int) -> dict[st
             action="decision.accept", from_state="proposed", outcome="ok",
             detail={"decision": row.label},
         )  # fmt: skip
-        body = f"✅ {task_actions.actor_of(actor).label} 接受了决定 {row.label}「{row.title}」。"
-        return _announce(conn, tx, fx, row.id, row.label, body)
+        who = task_actions.actor_of(actor).handle_or_none
+        notice = notices.decision("decision_accepted", who, row.label, row.title)
+        return _announce(conn, tx, fx, row.id, row.label, notice)
 
     return await core.db.write(job)
 

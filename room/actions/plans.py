@@ -17,6 +17,7 @@ from typing import Any
 
 from room.actions import tasks as task_actions
 from room.errors import ForbiddenError, NotFoundError
+from room.rules import notices
 from room.rules.entities import Member
 from room.rules.lifecycle import MemberStatus
 from room.rules.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
@@ -286,11 +287,10 @@ async def start_plan(core: Services, actor: Member, plan_id: int | None = None) 
             conn, now=tx.now, actor_kind="human", actor_id=actor.id, project_id=project_id,
             action="plan.start", outcome="ok", detail={"plans": started},
         )  # fmt: skip
-        shown = "、".join(f"v{v}" for v in versions)
+        notice = notices.plan_started(task_actions.actor_of(actor).handle_or_none, versions)
         task_actions.post_message(
-            conn, tx, fx, f"▶️ {task_actions.actor_of(actor).label} 开始了计划 {shown}，就绪的任务开始派发。",
-            {"plan_start": started},
-        )  # fmt: skip
+            conn, tx, fx, notice.body, {"plan_start": started, "notice": notice.meta()}
+        )
         for task in released:
             tasks_store.update_task(conn, task.id, tx.now, held=0)
             fx.tasks.add(task.id)

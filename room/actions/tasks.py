@@ -477,7 +477,7 @@ def _announce(
     elif event is _E.REQUEST_CHANGES and owner is not None:
         step = next_step(owner, "resubmit", task)
         notice = notices.task_changes_requested(
-            key, task.revision, by, owner.handle, note, _next_code(owner, "resubmit")
+            key, task.revision, by, owner.handle, note, next_code(owner, "resubmit")
         )
         meta = _noticed(task_meta(task, str(event)), notice)
         post_message(conn, tx, fx, notice.body, meta, to=[owner], for_agents=step.agents)
@@ -502,7 +502,7 @@ def _announce(
         if to and owner is not None:
             step = next_step(owner, "resubmit", task)
             notice = notices.task_noted(
-                "task_reopened", key, by, note, owner.handle, _next_code(owner, "resubmit")
+                "task_reopened", key, by, note, owner.handle, next_code(owner, "resubmit")
             )
         meta = _noticed(task_meta(task, str(event)), notice)
         post_message(conn, tx, fx, notice.body, meta, to=to, for_agents=step.agents)
@@ -522,7 +522,7 @@ class Step:
     agents: str
 
 
-def _next_code(owner: Member, step: str) -> str:
+def next_code(owner: Member, step: str) -> str:
     """The next step's code (``start_person``, ``resubmit_agent`` …), worded by
     :mod:`room.rules.notices` and the page."""
     return f"{step}_{'person' if owner.kind == 'human' else 'agent'}"
@@ -534,7 +534,7 @@ def _noticed(meta: dict[str, Any], notice: notices.Notice) -> dict[str, Any]:
 
 def next_step(owner: Member, step: str, task: TaskRow) -> Step:
     key = task.key
-    people = notices.word(f"next.{_next_code(owner, step)}")
+    people = notices.word(f"next.{next_code(owner, step)}")
     if owner.kind == "human":
         return Step(people, "")
     agents = {

@@ -111,6 +111,17 @@ TEXTS: Mapping[str, str] = MappingProxyType(
         "noticeText.syncedRevision": "{label} 第 {revision} 版",
         "noticeText.syncedAny": "需求变更",
         "noticeText.syncNote": "：{note}",
+        # -- plans, reviews, decisions
+        "noticeText.plan_started": "▶️ {by} 开始了计划 {versions}，就绪的任务开始派发。",
+        "noticeText.task_reviewed": "🔍 {by} 评审任务 `{key}` 第 {revision} 版：",
+        "noticeText.verdict": "- {mark} {n}. {text} — {evidence}",
+        "noticeText.reviewChanges": "结果：需要修改",
+        "noticeText.reviewChangesFor": "结果：需要修改 — @{owner}",
+        "noticeText.reviewAccepted": "结果：全部标准通过，任务通过验收 ✅",
+        "noticeText.reviewLeft": "结果：还有 {left} 条标准未评审",
+        "noticeText.decision_recorded": "📐 {by} 记录了决定 {label}「{title}」（已接受）。",
+        "noticeText.decision_proposed": "📐 {by} 提议了决定 {label}「{title}」，等待人类接受。",
+        "noticeText.decision_accepted": "✅ {by} 接受了决定 {label}「{title}」。",
     }
 )
 
@@ -124,7 +135,8 @@ CODES = frozenset(
         "turn_failed", "restart_interrupted",
         "task_changes_requested", "task_accepted", "task_blocked", "task_cancelled",
         "task_reopened", "task_reassigned", "tasks_handed_off", "review_requested",
-        "sync_receipt",
+        "sync_receipt", "plan_started", "task_reviewed",
+        "decision_recorded", "decision_proposed", "decision_accepted",
     }
 )  # fmt: skip
 
@@ -370,3 +382,47 @@ def sync_receipt(
     params = {"by": by, "key": key, "answered": [{"label": lb, "revision": r} for lb, r in answered],
               "note": note}  # fmt: skip
     return Notice(text, "sync_receipt", params)
+
+
+# -- plans, reviews, decisions -------------------------------------------------------------------
+
+
+def plan_started(by: str | None, versions: Sequence[int]) -> Notice:
+    """A person started plans waiting in plan-first mode (``versions``)."""
+    shown = "、".join(f"v{v}" for v in versions)
+    text = word("plan_started", by=by_word(by), versions=shown)
+    return Notice(text, "plan_started", {"by": by, "versions": list(versions)})
+
+
+def task_reviewed(
+    key: str, revision: int, by: str | None, verdicts: Sequence[Mapping[str, Any]], *,
+    outcome: str, owner: str | None = None, next_step: str | None = None, left: int = 0,
+) -> Notice:  # fmt: skip
+    """A reviewer's verdicts (``{n, text, passed, evidence}`` each) and the outcome: ``changes``
+    (to ``owner``, with their ``next_step``), ``accepted`` or ``partial`` (``left`` criteria
+    not reviewed yet)."""
+    lines = [word("task_reviewed", by=by_word(by), key=key, revision=revision)]
+    lines += [
+        word("verdict", mark="✅" if v["passed"] else "❌", n=v["n"], text=v["text"],
+             evidence=v["evidence"])
+        for v in verdicts
+    ]  # fmt: skip
+    if outcome == "changes" and owner is not None and next_step is not None:
+        tail = word("reviewChangesFor", owner=owner) + "\n\n" + word(f"next.{next_step}")
+    elif outcome == "changes":
+        tail = word("reviewChanges")
+    elif outcome == "accepted":
+        tail = word("reviewAccepted")
+    else:
+        tail = word("reviewLeft", left=left)
+    params = {
+        "key": key, "revision": revision, "by": by, "verdicts": [dict(v) for v in verdicts],
+        "outcome": outcome, "owner": owner, "next": next_step, "left": left,
+    }  # fmt: skip
+    return Notice("\n".join(lines) + "\n\n" + tail, "task_reviewed", params)
+
+
+def decision(code: str, by: str | None, label: str, title: str) -> Notice:
+    """A decision recorded (accepted at once), proposed, or accepted (``code``)."""
+    text = word(code, by=by_word(by), label=label, title=title)
+    return Notice(text, code, {"by": by, "label": label, "title": title})
