@@ -324,6 +324,7 @@ def test_lifecycle_member_and_failure_notices_read_in_english(
     decision = {"title": "Use SQLite", "context": "one machine", "decision": "SQLite only",
                 "alternatives": [{"option": "PostgreSQL", "why_rejected": "one more service"}]}  # fmt: skip
     room_server.post(f"/api/projects/{project}/decisions", decision, expect_status=201)
+    room_server.say(project, "/change dark mode only")
     context, page, errors = new_person(chromium, room_server, locale="en-US", width=1024)
     person = Person(context, page, "owner", errors)
     try:
@@ -349,8 +350,21 @@ def test_lifecycle_member_and_failure_notices_read_in_english(
         expect(page.locator(".notice", has_text="recorded decision")).to_contain_text(
             "@owner recorded decision ADR-0001 “Use SQLite” (accepted)."
         )
+        change = page.locator(".notice", has_text="Requirement change")
+        expect(change).to_contain_text(
+            re.compile(r"Requirement change ADR-\d+ revision 1 \(@owner\):")
+        )
+        expect(change).to_contain_text("> dark mode only")
+        expect(change).to_contain_text("No task needs to sync.")
         timeline = page.locator("#timeline").inner_text()
-        for chinese in ("处理消息失败", "项目已暂停", "项目已恢复", "暂停了", "记录了决定"):
+        for chinese in (
+            "处理消息失败",
+            "项目已暂停",
+            "项目已恢复",
+            "暂停了",
+            "记录了决定",
+            "需求变更",
+        ):
             assert chinese not in timeline, chinese
         screenshot(page, "language-notices-en-1024")
         page.locator("#lang-toggle").click()

@@ -187,6 +187,10 @@ def test_the_bodies_read_as_before_and_fill_every_placeholder() -> None:
         n.decision("decision_recorded", "@ann", "ADR-0001", "用 SQLite"),
         n.decision("decision_proposed", "@lead", "ADR-0002", "用 uv"),
         n.decision("decision_accepted", "@ann", "ADR-0002", "用 uv"),
+        n.requirement_changed(
+            "REQ-0001", 2, "@ann", "改成暗色", [("T1", "dev")], [{"task": "T2", "state": "done"}]
+        ),
+        n.requirement_change_failed("no_task", "没有任务 T9 (No task T9.)"),
     ]
     assert {b.code for b in built} == n.CODES - {
         "project_complete", "project_abandoned", "project_archived", "project_stop_unconfirmed",
@@ -220,3 +224,10 @@ def test_the_bodies_read_as_before_and_fill_every_placeholder() -> None:
         "🔍 @rev 评审任务 `T1` 第 2 版：\n- ❌ 1. 能登录 — 登录失败\n\n结果：需要修改 — @dev\n\n"
         "下一步：修改后重新提交（新版本的每条标准都要重新评审）。"
     )
+    assert bodies[26].split("\n\n") == [
+        "📝 需求变更 REQ-0001 第 2 版（@ann）：\n> 改成暗色",
+        "需同步的任务：`T1` @dev",
+        "负责人请阅读新需求后确认同步（人类在任务看板上点「已同步」）。确认前任务保持「需同步需求」，"
+        "不会继续推进。",
+        "未中断（如需按新需求返工，请先 reopen）：`T2`（done）",
+    ]

@@ -3,7 +3,7 @@
 // here from web/strings-*.js (`noticeText.<code>` and its parts), composed as the server composes
 // its Chinese body; one this page has no words for shows the server's own text. The risk scan's findings ({rule, params}) are worded the same way on /overview.
 
-import { hasString, label, t } from "./i18n.js";
+import { errorText, hasString, label, t } from "./i18n.js";
 
 /** A risk finding's title, detail and suggestion from its rule and facts (null: unknown rule). */
 export function riskWords(rule, params = {}) {
@@ -150,6 +150,18 @@ function taskLines(code, params) {
     case "decision_proposed":
     case "decision_accepted":
       return t(`noticeText.${code}`, { ...params, by: who });
+    case "requirement_changed": {
+      const which = t("noticeText.syncedRevision", { label: params.label, revision: params.revision });
+      const lines = [t(`noticeText.${code}`, { label: which, by: who }), ...String(params.excerpt ?? "").split("\n").map((l) => `> ${l}`)];
+      const affected = list(params.affected).map((a) => t("noticeText.changeTask", a));
+      if (affected.length) lines.push(t("noticeText.changeTasks", { tasks: affected.join(", ") }), t("noticeText.changeNext"));
+      else lines.push(t("noticeText.changeNone"));
+      const skipped = list(params.skipped).map((s) => t("noticeText.changeSkippedTask", { task: s.task, state: label("taskState", s.state) }));
+      if (skipped.length) lines.push(t("noticeText.changeSkipped", { tasks: skipped.join(", ") }));
+      return lines.join("\n");
+    }
+    case "requirement_change_failed":
+      return t(`noticeText.${code}`, { message: errorText({ code: params.code, message: params.message }) });
     default:
       return null;
   }
@@ -170,7 +182,7 @@ export function noticeText(message) {
   if (!hasString(`noticeText.${code}`)) return null;
   if (code.startsWith("project_")) return lifecycleLine(code, params);
   if (code.startsWith("member_")) return t(`noticeText.${code}`, params);
-  if (/^(task_|tasks_|review_|sync_|plan_started|decision_)/.test(code)) {
+  if (/^(task_|tasks_|review_|sync_|plan_started|decision_|requirement_)/.test(code)) {
     const worded = taskLines(code, params);
     if (worded !== null) return worded;
   }

@@ -478,26 +478,15 @@ def _post_change_notice(
 ) -> None:
     """One notice, in reply to the message, that reaches every affected owner."""
     excerpt = text if len(text) <= 300 else text[:299] + "…"
-    parts = [f"📝 需求变更 {label}（{task_actions.actor_of(author_member).label}）：\n> {excerpt}"]
-    if affected:
-        listed = "、".join(
-            f"`{t.key}` @{owners[t.owner_id].handle}" for t in affected if t.owner_id in owners
-        )
-        parts.append(f"需同步的任务：{listed}")
-        parts.append(
-            "负责人请阅读新需求后确认同步（人类在任务看板上点「已同步」）。"
-            "确认前任务保持「需同步需求」，不会继续推进。"
-        )
-    else:
-        parts.append("没有需要同步的任务。")
-    if skipped:
-        parts.append(
-            "未中断（如需按新需求返工，请先 reopen）："
-            + "、".join(f"`{s['task']}`（{s['state']}）" for s in skipped)
-        )
+    notice = notices.requirement_changed(
+        requirement.label, revision, task_actions.actor_of(author_member).handle_or_none, excerpt,
+        [(t.key, owners[t.owner_id].handle) for t in affected if t.owner_id in owners],
+        skipped,
+    )  # fmt: skip
     task_actions.post_message(
-        conn, tx, fx, "\n\n".join(parts),
-        {"requirement_change": {"decision": requirement.label, "revision": revision}},
+        conn, tx, fx, notice.body,
+        {"requirement_change": {"decision": requirement.label, "revision": revision},
+         "notice": notice.meta()},
         to=list(owners.values()), reply_to=message_id,
         for_agents='工具调用：读完新需求后用 room_task_update(task="<任务 key>", action="sync", '
         'reason="同步了什么") 确认同步。' if affected else "",
@@ -547,13 +536,14 @@ def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
         def on_error(error: BaseException) -> WriteJob[int] | None:
             if not isinstance(error, RoomError):
                 return None
-            text = f"⚠️ 需求变更没有记录：{error.message}"
+            notice = notices.requirement_change_failed(error.code, error.message)
 
             def report(conn: sqlite3.Connection, tx: Tx) -> int:
                 task_actions.check_open(conn, sender)  # nothing is said in a closed project
                 return task_actions.post_message(
-                    conn, tx, task_actions.Effects(sender.project_id), text,
-                    {"requirement_change_failed": error.code}, reply_to=message_id,
+                    conn, tx, task_actions.Effects(sender.project_id), notice.body,
+                    {"requirement_change_failed": error.code, "notice": notice.meta()},
+                    reply_to=message_id,
                 )  # fmt: skip
 
             return report

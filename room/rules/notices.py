@@ -122,6 +122,14 @@ TEXTS: Mapping[str, str] = MappingProxyType(
         "noticeText.decision_recorded": "📐 {by} 记录了决定 {label}「{title}」（已接受）。",
         "noticeText.decision_proposed": "📐 {by} 提议了决定 {label}「{title}」，等待人类接受。",
         "noticeText.decision_accepted": "✅ {by} 接受了决定 {label}「{title}」。",
+        "noticeText.requirement_changed": "📝 需求变更 {label}（{by}）：",
+        "noticeText.changeTasks": "需同步的任务：{tasks}",
+        "noticeText.changeTask": "`{key}` @{owner}",
+        "noticeText.changeNext": "负责人请阅读新需求后确认同步（人类在任务看板上点「已同步」）。确认前任务保持「需同步需求」，不会继续推进。",
+        "noticeText.changeNone": "没有需要同步的任务。",
+        "noticeText.changeSkipped": "未中断（如需按新需求返工，请先 reopen）：{tasks}",
+        "noticeText.changeSkippedTask": "`{task}`（{state}）",
+        "noticeText.requirement_change_failed": "⚠️ 需求变更没有记录：{message}",
     }
 )
 
@@ -137,6 +145,7 @@ CODES = frozenset(
         "task_reopened", "task_reassigned", "tasks_handed_off", "review_requested",
         "sync_receipt", "plan_started", "task_reviewed",
         "decision_recorded", "decision_proposed", "decision_accepted",
+        "requirement_changed", "requirement_change_failed",
     }
 )  # fmt: skip
 
@@ -426,3 +435,37 @@ def decision(code: str, by: str | None, label: str, title: str) -> Notice:
     """A decision recorded (accepted at once), proposed, or accepted (``code``)."""
     text = word(code, by=by_word(by), label=label, title=title)
     return Notice(text, code, {"by": by, "label": label, "title": title})
+
+
+def requirement_changed(
+    label: str, revision: int, by: str | None, excerpt: str,
+    affected: Sequence[tuple[str, str]], skipped: Sequence[Mapping[str, str]],
+) -> Notice:  # fmt: skip
+    """A person's ``/change`` revised requirement ``label`` (now ``revision``): the new text
+    (``excerpt``), the
+    tasks whose owners must sync (``affected``: key, owner handle) and the tasks it did not
+    interrupt (``skipped``: ``{task, state}``)."""
+    which = word("syncedRevision", label=label, revision=revision)
+    paragraphs = [word("requirement_changed", label=which, by=by_word(by)) + "\n> " + excerpt]
+    if affected:
+        listed = "、".join(word("changeTask", key=k, owner=o) for k, o in affected)
+        paragraphs += [word("changeTasks", tasks=listed), word("changeNext")]
+    else:
+        paragraphs.append(word("changeNone"))
+    if skipped:
+        listed = "、".join(
+            word("changeSkippedTask", task=s["task"], state=s["state"]) for s in skipped
+        )
+        paragraphs.append(word("changeSkipped", tasks=listed))
+    params = {
+        "label": label, "revision": revision, "by": by, "excerpt": excerpt,
+        "affected": [{"key": k, "owner": o} for k, o in affected],
+        "skipped": [dict(s) for s in skipped],
+    }  # fmt: skip
+    return _task("requirement_changed", paragraphs, params)
+
+
+def requirement_change_failed(code: str, message: str) -> Notice:
+    """A ``/change`` that could not be recorded: the error's ``code`` and its words."""
+    text = word("requirement_change_failed", message=message)
+    return Notice(text, "requirement_change_failed", {"code": code, "message": message})
