@@ -302,7 +302,7 @@ def requirement_change_from_message(
                                               affected_ids)  # fmt: skip
     _record_revision(conn, tx, fx, requirement, revision, author_member, writer, message_id,
                      row, text, affected, skipped)  # fmt: skip
-    _post_change_notice(conn, tx, fx, requirement, revision, label, author_member, message_id,
+    _post_change_notice(conn, tx, fx, requirement, revision, author_member, message_id,
                         text, affected, skipped, owners)  # fmt: skip
     # The message itself now says it changed the requirement (the page shows a badge on it).
     marked = {"decision": requirement.label, "revision": revision}
@@ -468,7 +468,6 @@ def _post_change_notice(
     fx: task_actions.Effects,
     requirement: decisions_store.DecisionRow,
     revision: int,
-    label: str,
     author_member: Member,
     message_id: int,
     text: str,
