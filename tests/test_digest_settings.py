@@ -78,3 +78,26 @@ def test_bad_settings_are_refused_with_their_code(
 def test_without_smtp_the_page_is_told_no_digest_is_sent(tmp_path: Path) -> None:
     with running_app(tmp_path / "data") as app:
         assert call(app, "GET", "/api/me/digest")[1]["enabled"] is False
+
+
+@pytest.mark.parametrize(
+    ("lang", "head", "ask"),
+    [
+        (
+            "zh",
+            "🎯 项目目标：",
+            "@lead 请把目标拆成计划（每项：key、标题、负责人、依赖、验收标准）。",
+        ),
+        ("en", "🎯 Project goal:", "@lead please break the goal into a plan (each item: key,"),
+    ],
+)
+def test_a_new_projects_goal_is_worded_in_its_creators_language(
+    app: App, lang: str, head: str, ask: str
+) -> None:
+    assert call(app, "PUT", "/api/me/lang", {"lang": lang})[0] == 200
+    status, made = call(app, "POST", "/api/projects", {"name": f"目标 {lang}", "goal": "Ship v1"})
+    assert status == 201, made
+    status, history = call(app, "GET", f"/api/projects/{made['project']['id']}/messages")
+    assert status == 200, history
+    [goal] = [m for m in history["messages"] if m["meta"].get("goal")]
+    assert goal["body"].startswith(f"{head}\n\nShip v1\n\n{ask}")

@@ -469,3 +469,28 @@ def requirement_change_failed(code: str, message: str) -> Notice:
     """A ``/change`` that could not be recorded: the error's ``code`` and its words."""
     text = word("requirement_change_failed", message=message)
     return Notice(text, "requirement_change_failed", {"code": code, "message": message})
+
+
+# -- a new project's goal ------------------------------------------------------------------------
+
+#: The words around a new project's goal, posted as its creator's own message (not a notice): in
+#: the creator's language (``users.lang``, the language their page shows). ``for_agents`` is what
+#: only the lead reads.
+GOAL_WORDS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "zh": {
+            "head": "🎯 项目目标：",
+            "ask": "@{lead} 请把目标拆成计划（每项：key、标题、负责人、依赖、验收标准）。",
+            "plan_first": "计划优先：计划保存后等人类确认开始，才会派发。",
+            "for_agents": "工具调用：用 room_plan_submit 提交计划。",
+        },
+        "en": {
+            "head": "🎯 Project goal:",
+            "ask": "@{lead} please break the goal into a plan (each item: key, title, owner, "
+            "dependencies, acceptance criteria).",
+            "plan_first": " Plan first: the saved plan waits for a person to start it before "
+            "anything is dispatched.",
+            "for_agents": "Tool call: submit the plan with room_plan_submit.",
+        },
+    }
+)
