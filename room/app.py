@@ -82,6 +82,33 @@ DEMO_GOAL = "熟悉 Project Room：在时间线里 @ 成员，看看离线回显
 
 
 @dataclass(frozen=True, slots=True)
+class Demo:
+    """The demo project's words in one language (setting ``lang``)."""
+
+    name: str
+    goal: str
+    lead: str
+    lead_aliases: tuple[str, ...]
+    owner: str
+
+
+#: The demo project and the owner as first made, in the server's language (setting ``lang``):
+#: a newcomer reads their own language from the first screen; made once, they are the
+#: project's own data (renamed, exported, purged like any other).
+DEMOS: Mapping[str, Demo] = {
+    "zh": Demo(DEMO_PROJECT, DEMO_GOAL, "负责人", ("队长",), "管理员"),
+    "en": Demo(
+        "Demo project",
+        "Get to know Project Room: @mention a member in the timeline and see how the offline "
+        "echo route answers.",
+        "Lead",
+        ("Captain",),
+        "Admin",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class Opened:
     owner: User
     login_secret: str
@@ -208,17 +235,18 @@ class RoomServer:
         return indexer.lag(self.settings.db_path)
 
     def _seed(self, conn: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
-        owner = auth_actions.ensure_owner(conn, tx)
+        demo = DEMOS[self.settings.lang]
+        owner = auth_actions.ensure_owner(conn, tx, demo.owner)
         if not self.settings.demo or projects_store.list_all(conn):
             return owner, None
         project_id, _ = project_actions.insert_project(
             conn,
             tx,
             owner,
-            name=DEMO_PROJECT,
-            goal=DEMO_GOAL,
+            name=demo.name,
+            goal=demo.goal,
             workspace=None,
-            agents=[project_actions.AgentSpec("lead", "lead", "负责人", ("队长",))],
+            agents=[project_actions.AgentSpec("lead", "lead", demo.lead, demo.lead_aliases)],
         )
         return owner, project_id
 

@@ -386,7 +386,7 @@ def serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from room.app import RoomServer, create_app
+    from room.app import DEMOS, RoomServer, create_app
     from room.errors import LockHeldError
     from room.infra.transport import RoomWebSocketProtocol, http_protocol
 
@@ -406,7 +406,8 @@ def serve(args: argparse.Namespace) -> int:
         raise
     print(f"Project Room {__version__} — data in {settings.data.resolve()}")
     if opened.demo_project_id is not None:
-        print("Created the demo project 演示项目 (lead agent on the offline builtin/echo route).")
+        name = DEMOS[settings.lang].name
+        print(f"Created the demo project {name} (lead agent on the offline builtin/echo route).")
     print(f"  URL:        {settings.origin}/")
     print(f"  Owner login (one-time, {settings.login_link_minutes} min): {server.login_url()}")
     sys.stdout.flush()

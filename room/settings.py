@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -194,6 +194,14 @@ class Settings(BaseModel):
         default=30, ge=1, description="Shown as the retention hint in the trash; never auto-purges."
     )
     demo: bool = Field(default=True, description="Create the demo project on first start.")
+    lang: Literal["zh", "en"] = Field(
+        default="zh",
+        description="The server's language for what it writes before anyone has chosen one: the "
+        "demo project (its name, goal and lead) and the owner's name, made on first start. "
+        "`./scripts/serve` sets it from the shell's locale (`LC_ALL`, `LC_MESSAGES`, `LANG`: "
+        "Chinese for `zh_*`, `C` or none, else English) unless `ROOM_LANG` is set. Each person's "
+        "page and digest follow their own choice.",
+    )
     project_creators: tuple[str, ...] = Field(
         default=(),
         description="Handles of the people who may create projects (comma-separated in env); "

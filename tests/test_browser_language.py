@@ -293,3 +293,87 @@ def test_a_route_change_reads_in_the_readers_language(
         person.assert_clean()
     finally:
         person.close()
+
+
+def test_lifecycle_member_and_failure_notices_read_in_english(
+    chromium: Browser, room_server: RoomServer
+) -> None:
+    """Issue 30, item 8: the server's notices are stored with a code and worded by the page in
+    the reader's language — a pause with its reason, a resume, a member paused, and a delivery
+    that failed (its cause, code and next step)."""
+    import time
+
+    project = room_server.create_project(
+        "通知语言", [{"role": "lead", "handle": "alpha", "display_name": "阿尔法"}]
+    )
+    alpha = room_server.members(project)["alpha"]["id"]
+    room_server.post(
+        f"/api/projects/{project}/routes",
+        {"scope": "member", "target": str(alpha), "value": "openai/missing", "reason": "test"},
+    )
+    sent = room_server.say(project, "@alpha hello")
+    deadline = time.monotonic() + 10
+    while room_server.get(f"/api/messages/{sent['message_id']}")["deliveries"][0]["state"] != (
+        "failed"
+    ):
+        assert time.monotonic() < deadline, "the delivery never failed"
+        time.sleep(0.05)
+    room_server.post(f"/api/projects/{project}/lifecycle", {"op": "pause", "reason": "lunch"})
+    room_server.post(f"/api/projects/{project}/lifecycle", {"op": "resume"})
+    room_server.post(f"/api/projects/{project}/members/{alpha}/pause", {})
+    decision = {"title": "Use SQLite", "context": "one machine", "decision": "SQLite only",
+                "alternatives": [{"option": "PostgreSQL", "why_rejected": "one more service"}]}  # fmt: skip
+    room_server.post(f"/api/projects/{project}/decisions", decision, expect_status=201)
+    room_server.say(project, "/change dark mode only")
+    context, page, errors = new_person(chromium, room_server, locale="en-US", width=1024)
+    person = Person(context, page, "owner", errors)
+    try:
+        page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#app")).to_be_visible()
+        person.open_project(project)
+        failed = page.locator(".notice-error", has_text="could not handle the message")
+        expect(failed).to_contain_text(
+            "@alpha could not handle the message (model openai/missing): "
+        )
+        expect(failed).to_contain_text("Next: ")
+        expect(failed).to_contain_text("(“Retry” is on this notice).")
+        paused = page.locator(".notice-lifecycle", has_text="Project paused")
+        expect(paused).to_contain_text(
+            "Project paused: nothing is dispatched to AI members; people's messages are kept"
+            " and delivered after resume. Reason: lunch ("
+        )
+        expect(page.locator(".notice-lifecycle", has_text="Project resumed")).to_contain_text(
+            "Project resumed; held messages are dispatched in order. ("
+        )
+        expect(page.locator(".notice-member")).to_contain_text(" paused @alpha")
+        expect(page.locator(".notice", has_text="recorded decision")).to_contain_text(
+            "@owner recorded decision ADR-0001 “Use SQLite” (accepted)."
+        )
+        change = page.locator(".notice", has_text="Requirement change")
+        expect(change).to_contain_text(
+            re.compile(r"Requirement change ADR-\d+ revision 1 \(@owner\):")
+        )
+        expect(change).to_contain_text("> dark mode only")
+        expect(change).to_contain_text("No task needs to sync.")
+        timeline = page.locator("#timeline").inner_text()
+        for chinese in (
+            "处理消息失败",
+            "项目已暂停",
+            "项目已恢复",
+            "暂停了",
+            "记录了决定",
+            "需求变更",
+        ):
+            assert chinese not in timeline, chinese
+        screenshot(page, "language-notices-en-1024")
+        page.locator("#lang-toggle").click()
+        expect(page.locator(".notice-error", has_text="处理消息失败")).to_contain_text("下一步：")
+        expect(page.locator(".notice-lifecycle", has_text="项目已暂停")).to_contain_text(
+            "原因：lunch（"
+        )
+        expect(page.locator(".notice-member")).to_contain_text("暂停了 @alpha")
+        screenshot(page, "language-notices-zh-1024")
+        person.assert_clean()
+    finally:
+        person.close()

@@ -15,6 +15,7 @@ import { MemoryTab } from "./memory.js";
 import { termsOf } from "./highlight.js";
 import { Members } from "./members.js";
 import { levelDialog, openInbox } from "./notify.js";
+import { openDigest, syncLanguage } from "./digest.js";
 import { avatar, noticeKind, paintPresence } from "./message.js";
 import { loadProviders, ModelRoutesTab } from "./modelroutes.js";
 import { Panel } from "./panel.js";
@@ -47,6 +48,8 @@ const composer = new Composer($("#composer"), conn, {
   onEditLast: () => timeline.editLast(),
 });
 $("#inbox-open").addEventListener("click", () => openInbox());
+// The person's email digest: its address, in the page's language (issue 30 item 8).
+$("#digest-open").addEventListener("click", () => openDigest());
 // The open project's notification level (issue 30 item 6): a button in the sidebar's foot.
 $("#notify-level").addEventListener("click", () => {
   if (!app.room) return;
@@ -124,6 +127,7 @@ async function boot() {
   $("#me-name").textContent = me.identity.display_name;
   $("#me-handle").textContent = `@${me.identity.handle}`;
   $("#logout-csrf").value = me.csrf_token;
+  if (me.identity.kind === "human") syncLanguage(); // the digest is written in the page's language
   initLayout();
   bindProjectsColumn((project) => {
     location.hash = `#/p/${project.id}`;

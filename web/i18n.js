@@ -1,7 +1,7 @@
 // Interface strings in Chinese (zh-CN) or English: the person's choice (localStorage) or, until
 // they make one, their browser's (navigator.languages: the first Chinese or English tag; a list
 // naming neither reads English) — the rule of room/rules/languages.py for the sign-in pages.
-// Server-written notices are shown as the server wrote them; server errors are worded from their
+// Server-written notices with a code are worded from it (notices.js); server errors are worded from their
 // code (errorText).
 //
 // Static markup marks its strings with data-i18n (textContent), data-i18n-label (aria-label and

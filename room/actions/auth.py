@@ -29,13 +29,13 @@ def new_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
-def ensure_owner(conn: sqlite3.Connection, tx: Tx) -> User:
-    """The server's first human (its admin); created on first start."""
+def ensure_owner(conn: sqlite3.Connection, tx: Tx, display_name: str = "管理员") -> User:
+    """The server's first human (its admin); created on first start, named ``display_name``."""
     owner = auth_store.admin_user(conn)
     if owner is not None:
         return owner
     user_id = auth_store.insert_user(
-        conn, handle="owner", display_name="管理员", is_admin=True, now=tx.now
+        conn, handle="owner", display_name=display_name, is_admin=True, now=tx.now
     )
     user = auth_store.get_user(conn, user_id)
     assert user is not None

@@ -17,8 +17,9 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from room.actions.deliveries import dispatch_blocker, settle_via_unknown
-from room.actions.notices import insert_notice
+from room.actions.notices import post_notice
 from room.rules import brakes as brake_rules
+from room.rules import notices
 from room.rules.effects import WakeProject
 from room.rules.ledger import DeliveryState, Reason, waiting_state
 from room.rules.tasks import TaskState
@@ -32,20 +33,6 @@ from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 
 _D = DeliveryState
-
-BRAKE_NOTICES = {
-    "agent_turn_cap": "⛔ 循环制动：自上一条人类消息以来 AI 成员已运行 {agent_turns} 轮（上限 {cap}）。",
-    "token_budget": "⛔ 预算制动：本项目已用 {tokens_used} tokens（预算 {budget}）。",
-    "step_limit": "⛔ 步数制动：@{handle} 的一轮达到 {max_steps} 步上限仍未给出答复。",
-    "repetition": "⛔ 重复制动：@{handle} 在重复同样的动作（{what}）。",
-    "tool_calls": "⛔ 工具制动：@{handle} 的一轮调用了 {calls} 次工具（上限 {cap}）。",
-    "command_time": "⛔ 命令时间制动：@{handle} 的一轮命令已运行 {secs} 秒（上限 {cap:g} 秒）。",
-}
-HELD_SOME = (
-    "已暂停派发给 {who}，其他成员照常工作；请人类查看后在界面上解除（解除后被打断的工作会继续）。"
-)
-HELD_ALL = "已暂停本项目的全部派发，请人类查看后解除。"
-HELD_ALL_BUDGET = "已暂停本项目的全部派发，请人类调整预算或解除。"
 
 
 def trip(
@@ -70,13 +57,8 @@ def trip(
     else:
         brakes_store.hold(conn, project_id, after)
     handles = _handles(conn, sorted(added)) if added is not None else None
-    if handles is None:
-        tail = HELD_ALL_BUDGET if reason == "token_budget" else HELD_ALL
-    else:
-        tail = HELD_SOME.format(who="、".join(f"@{h}" for h in handles))
-    text = BRAKE_NOTICES[reason].format(**detail) + tail
     meta = {"brake": reason, **detail, "held": sorted(added) if added is not None else None}
-    insert_notice(conn, tx, project_id, text, meta)
+    post_notice(conn, tx, project_id, notices.brake_tripped(reason, detail, handles), meta)
     audit_store.record(
         conn,
         now=tx.now,
@@ -144,13 +126,12 @@ def interrupted(
     conn.execute("UPDATE turns SET brake_resume = 1 WHERE id = :t", {"t": turn_id})
     member = members_store.get(conn, member_id)
     handle = member.handle if member is not None else str(member_id)
-    task = _task_words(conn, project_id, member_id)
-    insert_notice(
+    tasks = _working_on(conn, project_id, member_id)
+    post_notice(
         conn,
         tx,
         project_id,
-        f"⏸️ 制动打断了 @{handle} 正在进行的工作{task}（第 {turn_id} 轮，做到第 {step} 步）。"
-        "解除制动后它会从检查点继续，未回答的消息会再投递一次。",
+        notices.brake_interrupted(handle, tasks, turn_id, step),
         {"brake": "interrupted", "turn_id": turn_id, "member_id": member_id},
     )
     if not brakes_store.holds_member(conn, project_id, member_id):
@@ -158,12 +139,11 @@ def interrupted(
         tx.emit(WakeProject(project_id))
 
 
-def _task_words(conn: sqlite3.Connection, project_id: int, member_id: int) -> str:
+def _working_on(conn: sqlite3.Connection, project_id: int, member_id: int) -> list[tuple[str, str]]:
+    """(key, title) of the tasks the member is at (in progress, else open), three at most."""
     tasks = tasks_store.open_tasks_of(conn, project_id, member_id)
     working = [t for t in tasks if t.state == TaskState.IN_PROGRESS] or tasks
-    if not working:
-        return ""
-    return "（任务 " + "、".join(f"{t.key}「{t.title}」" for t in working[:3]) + "）"
+    return [(t.key, t.title) for t in working[:3]]
 
 
 def _resume(conn: sqlite3.Connection, tx: Tx, turns: Sequence[tuple[int, int]]) -> list[int]:
@@ -235,11 +215,8 @@ async def clear_brake(core: Services, project_id: int, human_member_id: int) -> 
         )
         tx.emit(WakeProject(project_id))  # dispatch may reopen: everything pending is looked at
         if before["tripped"] or resumed:
-            text = "✅ 制动已由人类解除，恢复派发。"
-            if resumed:
-                who = "、".join(f"@{h}" for h in _handles(conn, sorted(set(resumed))))
-                text += f"继续被打断的工作：{who}。"
-            insert_notice(conn, tx, project_id, text, {"brake": "cleared", "resumed": resumed})
+            notice = notices.brake_cleared(_handles(conn, sorted(set(resumed))))
+            post_notice(conn, tx, project_id, notice, {"brake": "cleared", "resumed": resumed})
         return brakes_store.brake(conn, project_id)
 
     return await core.db.write(job)

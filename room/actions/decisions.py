@@ -26,6 +26,7 @@ from room.actions import plans as plan_actions
 from room.actions import tasks as task_actions
 from room.actions.message_edits import annotate_message
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
+from room.rules import notices
 from room.rules.effects import FollowUp
 from room.rules.entities import Member
 from room.rules.tasks import AFTER_SYNC, TaskEvent, TaskState
@@ -196,12 +197,11 @@ async def propose_decision(
             action="decision.accept" if human else "decision.propose", outcome="ok",
             detail={"decision": row.label, "title": title},
         )  # fmt: skip
-        who = task_actions.actor_of(actor).label
-        if human:
-            body = f"📐 {who} 记录了决定 {row.label}「{title}」（已接受）。"
-        else:
-            body = f"📐 {who} 提议了决定 {row.label}「{title}」，等待人类接受。"
-        return _announce(conn, tx, fx, row.id, row.label, body)
+        who = task_actions.actor_of(actor).handle_or_none
+        code = "decision_recorded" if human else "decision_proposed"
+        return _announce(
+            conn, tx, fx, row.id, row.label, notices.decision(code, who, row.label, title)
+        )
 
     return await core.db.write(job)
 
@@ -212,10 +212,12 @@ def _announce(
     fx: task_actions.Effects,
     decision_id: int,
     label: str,
-    body: str,
+    notice: notices.Notice,
 ) -> dict[str, Any]:
     """Post the decision's notice, publish what changed, and return the decision as it is now."""
-    task_actions.post_message(conn, tx, fx, body, {"decision": label})
+    task_actions.post_message(
+        conn, tx, fx, notice.body, {"decision": label, "notice": notice.meta()}
+    )
     fx.flush(conn, tx)
     current = decisions_store.get_decision(conn, decision_id)
     assert current is not None
@@ -259,8 +261,9 @@ async def accept_decision(core: Services, actor: Member, number: int) -> dict[st
             action="decision.accept", from_state="proposed", outcome="ok",
             detail={"decision": row.label},
         )  # fmt: skip
-        body = f"✅ {task_actions.actor_of(actor).label} 接受了决定 {row.label}「{row.title}」。"
-        return _announce(conn, tx, fx, row.id, row.label, body)
+        who = task_actions.actor_of(actor).handle_or_none
+        notice = notices.decision("decision_accepted", who, row.label, row.title)
+        return _announce(conn, tx, fx, row.id, row.label, notice)
 
     return await core.db.write(job)
 
@@ -299,7 +302,7 @@ def requirement_change_from_message(
                                               affected_ids)  # fmt: skip
     _record_revision(conn, tx, fx, requirement, revision, author_member, writer, message_id,
                      row, text, affected, skipped)  # fmt: skip
-    _post_change_notice(conn, tx, fx, requirement, revision, label, author_member, message_id,
+    _post_change_notice(conn, tx, fx, requirement, revision, author_member, message_id,
                         text, affected, skipped, owners)  # fmt: skip
     # The message itself now says it changed the requirement (the page shows a badge on it).
     marked = {"decision": requirement.label, "revision": revision}
@@ -465,7 +468,6 @@ def _post_change_notice(
     fx: task_actions.Effects,
     requirement: decisions_store.DecisionRow,
     revision: int,
-    label: str,
     author_member: Member,
     message_id: int,
     text: str,
@@ -475,26 +477,15 @@ def _post_change_notice(
 ) -> None:
     """One notice, in reply to the message, that reaches every affected owner."""
     excerpt = text if len(text) <= 300 else text[:299] + "…"
-    parts = [f"📝 需求变更 {label}（{task_actions.actor_of(author_member).label}）：\n> {excerpt}"]
-    if affected:
-        listed = "、".join(
-            f"`{t.key}` @{owners[t.owner_id].handle}" for t in affected if t.owner_id in owners
-        )
-        parts.append(f"需同步的任务：{listed}")
-        parts.append(
-            "负责人请阅读新需求后确认同步（人类在任务看板上点「已同步」）。"
-            "确认前任务保持「需同步需求」，不会继续推进。"
-        )
-    else:
-        parts.append("没有需要同步的任务。")
-    if skipped:
-        parts.append(
-            "未中断（如需按新需求返工，请先 reopen）："
-            + "、".join(f"`{s['task']}`（{s['state']}）" for s in skipped)
-        )
+    notice = notices.requirement_changed(
+        requirement.label, revision, task_actions.actor_of(author_member).handle_or_none, excerpt,
+        [(t.key, owners[t.owner_id].handle) for t in affected if t.owner_id in owners],
+        skipped,
+    )  # fmt: skip
     task_actions.post_message(
-        conn, tx, fx, "\n\n".join(parts),
-        {"requirement_change": {"decision": requirement.label, "revision": revision}},
+        conn, tx, fx, notice.body,
+        {"requirement_change": {"decision": requirement.label, "revision": revision},
+         "notice": notice.meta()},
         to=list(owners.values()), reply_to=message_id,
         for_agents='工具调用：读完新需求后用 room_task_update(task="<任务 key>", action="sync", '
         'reason="同步了什么") 确认同步。' if affected else "",
@@ -544,13 +535,14 @@ def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
         def on_error(error: BaseException) -> WriteJob[int] | None:
             if not isinstance(error, RoomError):
                 return None
-            text = f"⚠️ 需求变更没有记录：{error.message}"
+            notice = notices.requirement_change_failed(error.code, error.message)
 
             def report(conn: sqlite3.Connection, tx: Tx) -> int:
                 task_actions.check_open(conn, sender)  # nothing is said in a closed project
                 return task_actions.post_message(
-                    conn, tx, task_actions.Effects(sender.project_id), text,
-                    {"requirement_change_failed": error.code}, reply_to=message_id,
+                    conn, tx, task_actions.Effects(sender.project_id), notice.body,
+                    {"requirement_change_failed": error.code, "notice": notice.meta()},
+                    reply_to=message_id,
                 )  # fmt: skip
 
             return report

@@ -4,7 +4,8 @@
 Every ``digest_every_secs`` the server looks for people who have an email address and have been
 away (no read cursor moved, no message written, in any project) ``digest_away_secs`` or longer,
 and mails each of them their unread mentions that arrived since they left or since their last
-digest, in their language (``users.lang``: zh or en; text in room.rules.digest), through the
+digest, in their language (``users.lang``: zh or en, the language their page shows — the page
+sends it, ``PUT /api/me/lang``; text in room.rules.digest), through the
 operator's SMTP server. A mention is mailed once: ``users.digest_at`` moves to the send time.
 """
 
@@ -36,10 +37,35 @@ MAX_EMAIL_CHARS = 254
 SMTP_TIMEOUT_SECS = 20.0
 
 
-async def set_contact(core: Services, user_id: int, email: str | None, lang: str) -> dict[str, Any]:
-    """A person's digest address (None: no digest) and language."""
+def _check_lang(lang: str) -> None:
     if lang not in LANGS:
         raise BadRequestError("lang is zh or en", code="bad_lang", allowed=list(LANGS))
+
+
+async def contact(core: Services, user_id: int) -> dict[str, Any]:
+    """A person's digest address and language, and whether this server sends digests at all
+    (``enabled``: setting ``digest_smtp_host``)."""
+    found = await core.db.read(lambda conn: notifications_store.contact(conn, user_id))
+    return {**found, "enabled": core.settings.digest_smtp_host is not None}
+
+
+async def set_lang(core: Services, user_id: int, lang: str) -> dict[str, Any]:
+    """The language a person reads (the page's choice, sent by the page): their digest's."""
+    _check_lang(lang)
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+        notifications_store.set_lang(conn, user_id, lang)
+
+    await core.db.write(job)
+    return {"lang": lang}
+
+
+async def set_contact(
+    core: Services, user_id: int, email: str | None, lang: str | None = None
+) -> dict[str, Any]:
+    """A person's digest address (None: no digest) and language (None: as it was)."""
+    if lang is not None:
+        _check_lang(lang)
     if email is not None:
         email = email.strip()
         if not email:
@@ -51,7 +77,7 @@ async def set_contact(core: Services, user_id: int, email: str | None, lang: str
 
     def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
         notifications_store.set_contact(conn, user_id, email, lang)
-        return {"email": email, "lang": lang}
+        return {"email": email, "lang": notifications_store.contact(conn, user_id)["lang"]}
 
     result: dict[str, Any] = await core.db.write(job)
     return result

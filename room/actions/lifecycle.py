@@ -32,8 +32,9 @@ from room.actions import research as research_actions
 from room.actions import tasks as task_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
-from room.actions.notices import insert_notice
+from room.actions.notices import post_notice
 from room.errors import BadRequestError, ConflictError, NotFoundError
+from room.rules import notices
 from room.rules.effects import Broadcast, PresenceChanged, WakeProject
 from room.rules.entities import Member, Project
 from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
@@ -57,17 +58,6 @@ from room.store import deliveries as deliveries_store
 from room.store import memory as memory_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
-
-NOTICES = {
-    "paused": "⏸ 项目已暂停：不再派发给 AI 成员，人类消息会保留到恢复后再送达。",
-    "active": "▶️ 项目已恢复，暂存的消息按顺序派发。",
-    "archived": "🗄 项目已归档。",
-    "complete": "✅ 项目已完成。",
-    "abandoned": "⛔ 项目已放弃。",
-    "trashed": "🗑 项目已移入回收站：有人彻底清除之前随时可以恢复（服务器从不自动清除；建议 {days} 天内处理）。",
-    "stop_unconfirmed": "⚠️ 停止未确认：仍有成员的工作没有确认停止。可重试检查，或取消回到原状态。",
-    "restored": "♻️ 项目已从{where}恢复为暂停状态；旧的待处理请求不会恢复。",
-}
 
 # What the trash digest covers: (name, SQL selecting the rows of one project, deterministic).
 DIGEST_QUERIES: tuple[tuple[str, str], ...] = (
@@ -311,25 +301,13 @@ def _direct(
         detail["released"] = released
         tx.emit(WakeProject(project.id))
     _audit(conn, tx, actor, project.id, op, project.state, "ok", to=target.value, **detail)
-    if op == ProjectOp.RESTORE:
-        where = {
-            "trashed": "回收站",
-            "archived": "归档",
-            "complete": "已完成",
-            "abandoned": "已放弃",
-        }[project.state]
-        text = NOTICES["restored"].format(where=where)
-    elif op == ProjectOp.CANCEL_STOP:
-        text = f"↩️ 已取消停止，项目回到 {target.value}。"
-    else:
-        text = NOTICES[target.value]
-    insert_notice(
-        conn,
-        tx,
-        project.id,
-        f"{text}（{actor.display_name}）",
-        {"lifecycle": op, "state": target.value},
+    notice = notices.lifecycle(
+        target.value,
+        actor.display_name,
+        restored_from=project.state if op == ProjectOp.RESTORE else None,
+        cancelled=op == ProjectOp.CANCEL_STOP,
     )
+    post_notice(conn, tx, project.id, notice, {"lifecycle": op, "state": target.value})
     updated = _publish_project(conn, tx, project.id)
     return {"project": project_for(updated, actor_kind(actor)), "outcome": "ok", **detail}
 
@@ -395,7 +373,6 @@ async def _stop_sequence(
                 stop_target=target.value,
                 now=tx.now,
             )
-            text = NOTICES["stop_unconfirmed"]
         else:
             projects_store.set_state(
                 conn, project.id, state=reached.value, state_from=None, stop_target=None, now=tx.now
@@ -403,14 +380,11 @@ async def _stop_sequence(
             if reached is ProjectState.TRASHED:
                 detail["cancelled"] = _cancel_open(conn, tx, project.id)
                 detail["invites_revoked"] = _revoke_invites(conn, tx, project.id)
-                text = NOTICES["trashed"].format(days=core.settings.trash_retention_days)
             else:
                 detail["held"] = _hold_pending(conn, tx, project.id)
-                text = NOTICES[reached.value]
             projects_store.set_state_reason(conn, project.id, extras.reason)
             if extras.reason:
                 detail["reason"] = extras.reason
-                text += f"原因：{extras.reason}"
             if reached is ProjectState.COMPLETE and extras.actual_hours is not None:
                 portfolio_store.set_actual_hours(
                     conn, project.id, extras.actual_hours, by=actor.id, now=tx.now
@@ -418,13 +392,13 @@ async def _stop_sequence(
                 detail["actual_hours"] = extras.actual_hours
             elif reached is ProjectState.COMPLETE and extras.hours_unknown:
                 detail["actual_hours"] = HOURS_UNKNOWN
-        insert_notice(
-            conn,
-            tx,
-            project.id,
-            f"{text}（{actor.display_name}）",
-            {"lifecycle": op, "state": reached.value},
+        notice = notices.lifecycle(
+            reached.value,
+            actor.display_name,
+            reason=extras.reason if reached is not ProjectState.STOP_UNCONFIRMED else None,
+            days=core.settings.trash_retention_days,
         )
+        post_notice(conn, tx, project.id, notice, {"lifecycle": op, "state": reached.value})
         if reached is ProjectState.TRASHED:
             # Taken last, so the snapshot holds exactly what restore will find.
             snapshot = digest(conn, project.id)

@@ -14,9 +14,10 @@ from typing import Any
 
 from room.actions import tasks as task_actions
 from room.actions.deliveries import set_deliveries
-from room.actions.notices import insert_notice
+from room.actions.notices import post_notice
 from room.actions.projects import AgentSpec, insert_agent
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError, RoomError
+from room.rules import notices
 from room.rules.effects import Broadcast, CloseAgentSockets, CutMember, RosterChanged, Wake
 from room.rules.entities import Member
 from room.rules.ledger import OPEN_STATES, DeliveryState, Reason
@@ -155,17 +156,11 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
             outcome="ok",
             detail={k: v for k, v in result.items() if k != "op"},
         )
-        verb = {
-            "pause": "暂停了",
-            "resume": "恢复了",
-            "stop": "停止了当前工作：",
-            "leave": "移出了",
-        }[op]
-        insert_notice(
+        post_notice(
             conn,
             tx,
             project_id,
-            f"{actor.display_name} {verb} @{target.handle}",
+            notices.member_op(op, actor.display_name, target.handle),
             {"member_op": op, "member_id": target_id},
         )
         announce_members(conn, tx, project_id)

@@ -6,6 +6,7 @@ import sqlite3
 from typing import Any
 
 from room.actions.messages import append_message
+from room.rules.notices import Notice
 from room.rules.render import render
 from room.store import Tx
 
@@ -25,3 +26,11 @@ def insert_notice(
         meta=meta,
     )
     return message_id
+
+
+def post_notice(
+    conn: sqlite3.Connection, tx: Tx, project_id: int, notice: Notice, meta: dict[str, Any]
+) -> int:
+    """A coded notice (:mod:`room.rules.notices`): its Chinese body, and ``meta.notice`` for the
+    page to word in the reader's language."""
+    return insert_notice(conn, tx, project_id, notice.body, {**meta, "notice": notice.meta()})

@@ -17,6 +17,7 @@ from typing import Any
 
 from room.actions import tasks as task_actions
 from room.errors import ForbiddenError, NotFoundError
+from room.rules import notices
 from room.rules.entities import Member
 from room.rules.lifecycle import MemberStatus
 from room.rules.plans import OwnerInfo, PlanInvalidError, PlanProblem, ValidatedPlan, validate_plan
@@ -28,6 +29,7 @@ from room.store import brakes as brakes_store
 from room.store import decisions as decisions_store
 from room.store import members as members_store
 from room.store import messages as messages_store
+from room.store import notifications as notifications_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store import users as users_store
@@ -286,11 +288,10 @@ async def start_plan(core: Services, actor: Member, plan_id: int | None = None) 
             conn, now=tx.now, actor_kind="human", actor_id=actor.id, project_id=project_id,
             action="plan.start", outcome="ok", detail={"plans": started},
         )  # fmt: skip
-        shown = "、".join(f"v{v}" for v in versions)
+        notice = notices.plan_started(task_actions.actor_of(actor).handle_or_none, versions)
         task_actions.post_message(
-            conn, tx, fx, f"▶️ {task_actions.actor_of(actor).label} 开始了计划 {shown}，就绪的任务开始派发。",
-            {"plan_start": started},
-        )  # fmt: skip
+            conn, tx, fx, notice.body, {"plan_start": started, "notice": notice.meta()}
+        )
         for task in released:
             tasks_store.update_task(conn, task.id, tx.now, held=0)
             fx.tasks.add(task.id)
@@ -339,14 +340,22 @@ def deliver_goal(
     lead = members.get(lead_id) if lead_id is not None else None
     # The goal is posted in the person's name: it holds their words and a request anyone can
     # read; the tool to use is said to the lead alone (meta.for_agents).
-    parts = [f"🎯 项目目标：\n\n{goal}"]
+    # In the creator's language: it is their message (a person's page sends the language it
+    # shows, PUT /api/me/lang).
+    lang = (
+        notifications_store.contact(conn, creator.user_id)["lang"]
+        if creator.user_id is not None
+        else "zh"
+    )
+    words = notices.GOAL_WORDS.get(lang, notices.GOAL_WORDS["zh"])
+    parts = [f"{words['head']}\n\n{goal}"]
     for_agents = ""
     if lead is not None:
-        step = f"@{lead.handle} 请把目标拆成计划（每项：key、标题、负责人、依赖、验收标准）。"
+        step = words["ask"].format(lead=lead.handle)
         if plan_first:
-            step += "计划优先：计划保存后等人类确认开始，才会派发。"
+            step += words["plan_first"]
         parts.append(step)
-        for_agents = "工具调用：用 room_plan_submit 提交计划。"
+        for_agents = words["for_agents"]
     fx = task_actions.Effects(project_id)
     message_id = task_actions.post_message(
         conn, tx, fx, "\n\n".join(parts), {"goal": True, "plan_first": bool(plan_first)},

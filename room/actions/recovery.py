@@ -20,8 +20,9 @@ from typing import Any
 
 from room.actions import checkpoints
 from room.actions.deliveries import set_deliveries, settle_via_unknown
-from room.actions.notices import insert_notice
+from room.actions.notices import post_notice
 from room.actions.turns import final_txn
+from room.rules import notices
 from room.rules.ledger import DeliveryState, Reason
 from room.store import Tx
 from room.store import checkpoints as checkpoints_store
@@ -109,15 +110,10 @@ def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> No
             via_unknown(conn, tx, ids, _D.FAILED, Reason.RESTART_AFTER_EFFECT)
             report.failed += len(ids)
             member = members_store.get(conn, member_id)
-            who = f"@{member.handle}" if member is not None else "一位成员"
-            text = (
-                f"⚠️ 服务器重启打断了 {who} 一轮已产生动作的工作（第 {turn_id} 轮），"
-                "为避免重复不会自动重跑。下一步：看过它已做的事后，点这条通知上的「重试」，"
-                "或重新 @ 它。"
-            )
+            notice = notices.restart_interrupted(member.handle if member else None, turn_id)
             meta = {"turn_id": turn_id, "member_id": member_id, "retry": ids}
-            insert_notice(conn, tx, project_id, text, meta)
-            report.notices.append(text)
+            post_notice(conn, tx, project_id, notice, meta)
+            report.notices.append(notice.body)
         else:
             turns_store.supersede_turn_transcript(conn, turn_id)
             via_unknown(conn, tx, ids, _D.PENDING, Reason.RESTART_BEFORE_EFFECT)

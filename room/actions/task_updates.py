@@ -23,6 +23,7 @@ from room.actions import tasks as task_actions
 from room.actions.workspaces import workspace_of
 from room.errors import BadRequestError, ConflictError, ForbiddenError
 from room.infra.evidence import Artifact, inspect_artifact
+from room.rules import notices
 from room.rules.entities import Member
 from room.rules.tasks import (
     TaskEvent,
@@ -339,7 +340,7 @@ async def review_task(
                 code="bad_criterion",
                 criteria=unknown,
             )
-        lines = []
+        lines: list[dict[str, Any]] = []
         for verdict in sorted(results, key=lambda r: r.criterion):
             criterion_id, text = criteria[verdict.criterion]
             review_id = tasks_store.insert_verdict(
@@ -352,34 +353,39 @@ async def review_task(
                 conn, tx, task, task.revision, member, cited, artifacts[verdict.criterion],
                 review_id,
             )  # fmt: skip
-            mark = "✅" if verdict.passed else "❌"
-            lines.append(f"- {mark} {verdict.criterion}. {text} — {verdict.evidence.strip()}")
+            lines.append({"n": verdict.criterion, "text": text, "passed": verdict.passed,
+                          "evidence": verdict.evidence.strip()})  # fmt: skip
         verdicts = tasks_store.latest_verdicts(conn, task.id)
         passes = {c: (v.revision, v.passed) for c, v in verdicts.items()}
         ids = [cid for cid, _ in criteria.values()]
         failed = [r for r in results if not r.passed]
         owner = _member_of(conn, task.owner_id)
         fx = task_actions.Effects(project_id)
-        head = f"🔍 {task_actions.actor_of(member).label} 评审任务 `{task.key}` 第 {task.revision} 版："
+        by = task_actions.actor_of(member).handle_or_none
         event: TaskEvent | None = None
         to: list[Member] = []
         for_agents = ""
         if failed:
             event = _E.REQUEST_CHANGES
-            tail = "结果：需要修改"
+            next_code = None
             if owner is not None:
                 to = [owner]
-                step = task_actions.next_step(owner, "resubmit", task)
-                tail += f" — @{owner.handle}\n\n{step.people}"
-                for_agents = step.agents
+                for_agents = task_actions.next_step(owner, "resubmit", task).agents
+                next_code = task_actions.next_code(owner, "resubmit")
+            notice = notices.task_reviewed(
+                task.key, task.revision, by, lines, outcome="changes",
+                owner=owner.handle if owner is not None else None, next_step=next_code,
+            )  # fmt: skip
         elif acceptance_complete(ids, passes, task.revision):
-            event, tail = _E.ACCEPT, "结果：全部标准通过，任务通过验收 ✅"
+            event = _E.ACCEPT
+            notice = notices.task_reviewed(task.key, task.revision, by, lines, outcome="accepted")
         else:
             left = len(missing_criteria(ids, passes, task.revision))
-            tail = f"结果：还有 {left} 条标准未评审"
-        body = head + "\n" + "\n".join(lines) + "\n\n" + tail
-        meta = task_actions.task_meta(task, "review")
-        task_actions.post_message(conn, tx, fx, body, meta, to=to, for_agents=for_agents)
+            notice = notices.task_reviewed(
+                task.key, task.revision, by, lines, outcome="partial", left=left
+            )
+        meta = {**task_actions.task_meta(task, "review"), "notice": notice.meta()}
+        task_actions.post_message(conn, tx, fx, notice.body, meta, to=to, for_agents=for_agents)
         if event is not None:
             reason = "；".join(f"{r.criterion}. {r.evidence.strip()}" for r in failed) or None
             task_actions.fire(

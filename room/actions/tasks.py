@@ -26,6 +26,7 @@ from typing import Any
 from room.actions import memory as memory_actions
 from room.actions.messages import append_message, excerpt_of
 from room.errors import ConflictError, ForbiddenError, NotFoundError
+from room.rules import notices
 from room.rules.effects import Broadcast, Wake
 from room.rules.entities import Member, iso
 from room.rules.ledger import initial_state
@@ -83,6 +84,11 @@ class Actor:
     @property
     def label(self) -> str:
         return f"@{self.member.handle}" if self.member else "系统"
+
+    @property
+    def handle_or_none(self) -> str | None:
+        """``@handle``, or None for the server itself (the notice words it)."""
+        return f"@{self.member.handle}" if self.member else None
 
 
 SYSTEM = Actor("system")
@@ -463,46 +469,48 @@ def _announce(
     note: str | None,
 ) -> None:
     owner = _member(conn, task.owner_id)
-    key = f"`{task.key}`"
+    key, by = task.key, actor.handle_or_none
     if event is _E.DEPS_ACCEPTED and not task.held:
         dispatch_ready(conn, tx, fx, task)
     elif event is _E.SUBMIT:
         request_review(conn, tx, fx, task, actor)
     elif event is _E.REQUEST_CHANGES and owner is not None:
         step = next_step(owner, "resubmit", task)
-        body = (
-            f"↩️ 任务 {key} 第 {task.revision} 版需要修改（{actor.label}）— @{owner.handle}\n\n"
-            f"原因：{note}\n\n{step.people}"
+        notice = notices.task_changes_requested(
+            key, task.revision, by, owner.handle, note, next_code(owner, "resubmit")
         )
-        meta = task_meta(task, str(event))
-        post_message(conn, tx, fx, body, meta, to=[owner], for_agents=step.agents)
+        meta = _noticed(task_meta(task, str(event)), notice)
+        post_message(conn, tx, fx, notice.body, meta, to=[owner], for_agents=step.agents)
     elif event is _E.ACCEPT:
-        body = f"✅ 任务 {key}「{task.title}」第 {task.revision} 版通过验收（{actor.label}）。"
-        post_message(conn, tx, fx, body, task_meta(task, str(event)))
+        notice = notices.task_accepted(key, task.title, task.revision, by)
+        post_message(conn, tx, fx, notice.body, _noticed(task_meta(task, str(event)), notice))
     elif event is _E.BLOCK:
         reviewer = _member(conn, task.reviewer_id)
         to = [reviewer] if reviewer is not None and reviewer.id != actor.id else []
-        body = f"⛔ 任务 {key} 受阻（{actor.label}）：{note}"
-        post_message(conn, tx, fx, body, task_meta(task, str(event)), to=to)
+        notice = notices.task_noted("task_blocked", key, by, note)
+        meta = _noticed(task_meta(task, str(event)), notice)
+        post_message(conn, tx, fx, notice.body, meta, to=to)
     elif event is _E.CANCEL:
         to = [owner] if owner is not None and owner.id != actor.id else []
-        body = f"🚫 任务 {key} 已取消（{actor.label}）：{note}"
-        post_message(conn, tx, fx, body, task_meta(task, str(event)), to=to)
+        notice = notices.task_noted("task_cancelled", key, by, note)
+        meta = _noticed(task_meta(task, str(event)), notice)
+        post_message(conn, tx, fx, notice.body, meta, to=to)
     elif event is _E.REOPEN:
         to = [owner] if owner is not None and task.state is _S.CHANGES_REQUESTED else []
-        body = f"🔁 任务 {key} 重新打开（{actor.label}）：{note}"
         step = Step("", "")
+        notice = notices.task_noted("task_reopened", key, by, note)
         if to and owner is not None:
             step = next_step(owner, "resubmit", task)
-            body += f"\n\n@{owner.handle} {step.people}"
-        meta = task_meta(task, str(event))
-        post_message(conn, tx, fx, body, meta, to=to, for_agents=step.agents)
+            notice = notices.task_noted(
+                "task_reopened", key, by, note, owner.handle, next_code(owner, "resubmit")
+            )
+        meta = _noticed(task_meta(task, str(event)), notice)
+        post_message(conn, tx, fx, notice.body, meta, to=to, for_agents=step.agents)
     elif event is _E.REASSIGN and owner is not None:
         was = _member(conn, before.owner_id)
-        body = f"👤 任务 {key} 由 {actor.label} 指派给 @{owner.handle}" + (
-            f"（原负责人 @{was.handle}）" if was is not None and was.id != owner.id else ""
-        )
-        post_message(conn, tx, fx, body, task_meta(task, str(event)))
+        earlier = was.handle if was is not None and was.id != owner.id else None
+        notice = notices.task_reassigned(key, by, owner.handle, earlier)
+        post_message(conn, tx, fx, notice.body, _noticed(task_meta(task, str(event)), notice))
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,20 +522,21 @@ class Step:
     agents: str
 
 
+def next_code(owner: Member, step: str) -> str:
+    """The next step's code (``start_person``, ``resubmit_agent`` …), worded by
+    :mod:`room.rules.notices` and the page."""
+    return f"{step}_{'person' if owner.kind == 'human' else 'agent'}"
+
+
+def _noticed(meta: dict[str, Any], notice: notices.Notice) -> dict[str, Any]:
+    return {**meta, "notice": notice.meta()}
+
+
 def next_step(owner: Member, step: str, task: TaskRow) -> Step:
     key = task.key
+    people = notices.word(f"next.{next_code(owner, step)}")
     if owner.kind == "human":
-        return Step(
-            {
-                "start": "下一步：在任务看板上点「开始」，完成后附证据提交评审。",
-                "resubmit": "下一步：修改后在任务看板上重新提交（新版本的每条标准都要重新评审）。",
-            }[step],
-            "",
-        )
-    people = {
-        "start": "下一步：开始任务，完成后附证据提交评审。",
-        "resubmit": "下一步：修改后重新提交（新版本的每条标准都要重新评审）。",
-    }[step]
+        return Step(people, "")
     agents = {
         "start": f'工具调用：room_task_update(task="{key}", action="start") 开始；完成后 '
         f'action="submit"，附 summary 和 artifacts（工作区内的相对路径）提交评审。',
@@ -571,21 +580,23 @@ def dispatch_ready(conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow)
     post_message(conn, tx, fx, "\n\n".join(parts), meta, to=[owner], for_agents=step.agents)
 
 
-def _evidence_lines(conn: sqlite3.Connection, task: TaskRow) -> list[str]:
-    lines = []
+def _evidence(conn: sqlite3.Connection, task: TaskRow) -> list[dict[str, Any]]:
+    """The evidence of the task's current revision, as :func:`room.rules.notices.review_requested`
+    lists it."""
+    found: list[dict[str, Any]] = []
     for item in tasks_store.evidence_of(conn, task.id):
         if item["revision"] != task.revision or item["review_id"] is not None:
             continue
         if item["kind"] == "artifact":
-            lines.append(
-                f"- 📄 {item['path']}（{item['size']} 字节，sha256 {item['sha256'][:12]}…）"
-            )
+            found.append({"kind": "artifact", "path": item["path"], "size": item["size"],
+                          "sha": item["sha256"][:12]})  # fmt: skip
         elif item["kind"] == "message":
-            lines.append(f"- 💬 消息 #{item['seq']}")
+            found.append({"kind": "message", "seq": item["seq"]})
         elif item["kind"] == "command":
             command = item["command"]
-            lines.append(f"- ⚙️ 命令 `{command['command'][:80]}` 退出码 {command['exit_code']}")
-    return lines
+            found.append({"kind": "command", "command": command["command"][:80],
+                          "exit_code": command["exit_code"]})  # fmt: skip
+    return found
 
 
 def request_review(
@@ -594,8 +605,6 @@ def request_review(
     reviewer = _member(conn, task.reviewer_id)
     if reviewer is not None and (reviewer.id == task.owner_id or reviewer.status == "left"):
         reviewer = None
-    who = f"@{reviewer.handle} 请评审" if reviewer else "请人类在任务看板上评审"
-    parts = [f"🔍 任务 `{task.key}` 第 {task.revision} 版已提交评审（{actor.label}）— {who}"]
     summary = next(
         (
             e["note"]
@@ -604,22 +613,22 @@ def request_review(
         ),
         None,
     )
-    if summary:
-        parts.append(f"提交说明：{summary}")
-    lines = _evidence_lines(conn, task)
-    if lines:
-        parts.append("证据：\n" + "\n".join(lines))
-    parts.append("验收标准：\n" + _criteria_lines(conn, task))
+    agent_reviewer = reviewer is not None and reviewer.kind == "agent"
+    notice = notices.review_requested(
+        task.key, task.revision, actor.handle_or_none, reviewer.handle if reviewer else None,
+        summary=summary, evidence=_evidence(conn, task),
+        criteria=[text for _, _, text in tasks_store.criteria_of(conn, task.id)],
+        agent_reviewer=agent_reviewer,
+    )  # fmt: skip
     for_agents = ""
-    if reviewer is not None and reviewer.kind == "agent":
-        parts.append("下一步：逐条评审验收标准，给出结论和依据。")
+    if agent_reviewer:
         for_agents = (
             f'工具调用：room_task_review(task="{task.key}", results=[{{"criterion": 1, '
             '"passed": true, "evidence": "依据"}, …]) 逐条给出结论和依据。'
         )
     to = [reviewer] if reviewer is not None else []
-    meta = task_meta(task, "submit")
-    post_message(conn, tx, fx, "\n\n".join(parts), meta, to=to, for_agents=for_agents)
+    meta = _noticed(task_meta(task, "submit"), notice)
+    post_message(conn, tx, fx, notice.body, meta, to=to, for_agents=for_agents)
 
 
 def _synced(
@@ -632,10 +641,9 @@ def _synced(
         fx.decisions.add(decision_id)
         decision = decisions_store.get_decision(conn, decision_id)
         if decision is not None:
-            labels.append(f"{decision.label} 第 {revision} 版")
-    what = "、".join(labels) or "需求变更"
-    body = f"✅ {actor.label} 已同步 {what}（任务 `{task.key}`）" + (f"：{note}" if note else "")
-    post_message(conn, tx, fx, body, task_meta(task, "sync_receipt"))
+            labels.append((decision.label, revision))
+    notice = notices.sync_receipt(actor.handle_or_none, task.key, labels, note)
+    post_message(conn, tx, fx, notice.body, _noticed(task_meta(task, "sync_receipt"), notice))
 
 
 # -- hooks --------------------------------------------------------------------------------------
@@ -662,11 +670,11 @@ def handoff_open_tasks(conn: sqlite3.Connection, tx: Tx, project_id: int, member
     fx.tasks |= set(reviewed)
     if tasks:
         leaver = _member(conn, member_id)
-        who = f"@{leaver.handle}" if leaver else f"#{member_id}"
-        keys = "、".join(f"`{t.key}`" for t in tasks)
-        body = f"📦 {who} 已离开，其未完成的任务转为待移交：{keys}。请人类在任务看板上重新指派。"
+        notice = notices.tasks_handed_off(
+            leaver.handle if leaver else f"#{member_id}", [t.key for t in tasks]
+        )
         meta = {"handoff": {"member_id": member_id, "tasks": [t.key for t in tasks]}}
-        post_message(conn, tx, fx, body, meta)
+        post_message(conn, tx, fx, notice.body, _noticed(meta, notice))
     fx.flush(conn, tx)
     return len(tasks)
 

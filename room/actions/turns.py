@@ -18,9 +18,10 @@ from room.actions import brakes as brake_actions
 from room.actions import checkpoints
 from room.actions.deliveries import claim, confirm, dispatch_blocker, release, set_deliveries
 from room.actions.messages import append_message
-from room.actions.notices import insert_notice
-from room.rules import ledger
+from room.actions.notices import post_notice
+from room.rules import ledger, notices
 from room.rules.ledger import DeliveryState, Reason
+from room.rules.notices import Notice
 from room.rules.render import render
 from room.services import Services
 from room.settings import Settings
@@ -417,7 +418,7 @@ async def end_turn(
     steps: int,
     code: Reason,
     detail: str | None = None,
-    notice: str | None,
+    notice: Notice | None,
     brake: tuple[str, dict[str, Any]] | None = None,
     unanswered: str = "fail",
     interrupted: bool = False,
@@ -455,50 +456,16 @@ async def end_turn(
             meta: dict[str, Any] = {"turn_id": turn_id, "state": state, "member_id": member_id}
             if failed:
                 meta["retry"] = failed  # the failed deliveries a person may ask for again
-            insert_notice(conn, tx, project_id, notice, meta)
+            post_notice(conn, tx, project_id, notice, meta)
 
     await core.db.write(job)
 
 
-#: What each failure of a model call means, in words, and what to do next (the notice names the
-#: member too). A failed delivery can be asked for again: ``POST /api/deliveries/{id}/retry``.
-FAILURE_WORDS: Mapping[str, tuple[str, str]] = {
-    "provider_timeout": (
-        "模型服务没有在限定时间内开始回答（请求已送达，为免重复计费没有重发）",
-        "稍后点「重试」；反复出现时请检查模型服务，或调大 provider_first_byte_timeout_secs",
-    ),
-    "provider_rate_limited": (
-        "模型服务限流（请求太多或额度用尽）",
-        "稍等片刻后点「重试」，或检查账户额度",
-    ),
-    "provider_server_error": (
-        "模型服务出错或连接中断",
-        "稍后点「重试」；持续出现时检查模型服务的状态",
-    ),
-    "provider_auth": (
-        "模型服务拒绝了凭据（API key 缺失或无效）",
-        "请管理员配置正确的 API key，然后点「重试」",
-    ),
-    "provider_request_rejected": (
-        "模型服务拒绝了这次请求（例如上下文太长或参数不被接受）",
-        "换一个模型路由，或缩短消息后点「重试」",
-    ),
-    "internal": (
-        "服务器内部出错",
-        "点「重试」；持续出现时请管理员查看服务器日志",
-    ),
-}
-_UNKNOWN_FAILURE = ("模型调用失败", "点「重试」，或请管理员查看服务器日志")
-
-
-def failure_notice(handle: str, code: str, where: str = "") -> str:
+def failure_notice(handle: str, code: str, model: str | None = None) -> Notice:
     """The room's notice of a turn that failed: the member, the cause in words (and its code),
-    and the next step."""
-    cause, next_step = FAILURE_WORDS.get(code, _UNKNOWN_FAILURE)
-    return (
-        f"⚠️ @{handle} 处理消息失败{where}：{cause}（{code}）。"
-        f"下一步：{next_step}（「重试」在这条通知上）。"
-    )
+    and the next step (:func:`room.rules.notices.turn_failed`). A failed delivery can be asked
+    for again: ``POST /api/deliveries/{id}/retry``."""
+    return notices.turn_failed(handle, code, model)
 
 
 def final_txn(turn_id: int) -> str:

@@ -57,6 +57,7 @@ from room.rules import brakes as brake_rules
 from room.rules.attachments import with_attachments
 from room.rules.entities import Member
 from room.rules.ledger import Reason
+from room.rules.notices import Notice
 from room.rules.routing import Pool, PoolPick, ResolvedRoute, resolve_route
 from room.rules.transcripts import ToolStep, arguments_text, tool_digest, turn_records
 from room.services import Services
@@ -478,9 +479,7 @@ class Turn:
                 "failed",
                 Reason.PROVIDER_ERROR,
                 f"{exc.code}: {exc.message}"[:300],
-                notice=turn_actions.failure_notice(
-                    self.member.handle, exc.code, f"（模型 {route.model_id}）"
-                ),
+                notice=turn_actions.failure_notice(self.member.handle, exc.code, route.model_id),
             )
             return None
         finally:
@@ -561,7 +560,7 @@ class Turn:
                 self.core,
                 self.member.project_id,
                 self.member.id,
-                {"handle": self.member.handle, "what": "相同的回复"},
+                {"handle": self.member.handle, "what": "相同的回复", "same_reply": True},
                 [reply_id, *repeated],
             )
         return TurnOutcome("completed", self.steps, reply_id, body)
@@ -572,7 +571,7 @@ class Turn:
         code: Reason,
         detail: str | None = None,
         *,
-        notice: str | None = None,
+        notice: Notice | None = None,
         brake: tuple[str, dict[str, Any]] | None = None,
         unanswered: str = "fail",
         interrupted: bool = False,

@@ -41,11 +41,19 @@ async def get_inbox(request: Request) -> Response:
 class ContactIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     email: str | None = None
-    lang: str = "zh"
+    lang: str | None = None
+
+
+async def get_contact(request: Request) -> Response:
+    """Your email digest's address, its language, and whether this server sends digests."""
+    who = await identity(request)
+    if who.user is None:
+        raise ForbiddenError("the digest is a person's", code="not_a_person")
+    return JSONResponse(await digest_actions.contact(core_of(request), who.user.id))
 
 
 async def put_contact(request: Request) -> Response:
-    """Your email digest's address (null: none) and language (zh or en)."""
+    """Your email digest's address (null: none) and language (zh or en; absent: unchanged)."""
     who = await identity(request, mutation=True)
     if who.user is None:
         raise ForbiddenError("the digest is a person's", code="not_a_person")
@@ -55,8 +63,24 @@ async def put_contact(request: Request) -> Response:
     )
 
 
+class LangIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lang: str
+
+
+async def put_lang(request: Request) -> Response:
+    """The language your page shows (zh or en): your digest is written in it."""
+    who = await identity(request, mutation=True)
+    if who.user is None:
+        raise ForbiddenError("a language is a person's", code="not_a_person")
+    data: LangIn = await body_of(request, LangIn)
+    return JSONResponse(await digest_actions.set_lang(core_of(request), who.user.id, data.lang))
+
+
 endpoints = [
+    Route("/api/me/digest", get_contact, methods=["GET"]),
     Route("/api/me/digest", put_contact, methods=["PUT"]),
+    Route("/api/me/lang", put_lang, methods=["PUT"]),
     Route("/api/projects/{project_id:int}/notifications", put_level, methods=["PUT"]),
     Route("/api/inbox", get_inbox, methods=["GET"]),
 ]

@@ -9,6 +9,7 @@ or, failing that, from their browser's preference list (``Accept-Language`` on t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 Language = Literal["zh", "en"]
@@ -65,3 +66,15 @@ def pick_language(accept_language: str | None, chosen: str | None = None) -> Lan
         if found is not None:
             return found
     return "en" if tags else DEFAULT
+
+
+def locale_language(env: Mapping[str, str]) -> Language:
+    """The language of a shell's locale (``LC_ALL``, else ``LC_MESSAGES``, else ``LANG``, the
+    POSIX order): Chinese for ``zh_*`` and for no locale, ``C`` or ``POSIX`` (the default),
+    English for any other — as a browser naming neither language reads English. ``./scripts/serve``
+    sets the server's ``lang`` from it."""
+    value = next((env[k] for k in ("LC_ALL", "LC_MESSAGES", "LANG") if env.get(k)), "")
+    base = value.split(".", 1)[0].split("@", 1)[0]
+    if base in ("", "C", "POSIX"):
+        return DEFAULT
+    return language_of(base) or "en"

@@ -71,11 +71,16 @@ def inbox(conn: Connection, user_id: int, limit: int) -> list[dict[str, Any]]:
     ]
 
 
-def set_contact(conn: Connection, user_id: int, email: str | None, lang: str) -> None:
+def set_contact(conn: Connection, user_id: int, email: str | None, lang: str | None) -> None:
+    """The digest's address (None: none) and language (None: unchanged)."""
     conn.execute(
-        "UPDATE users SET email = :e, lang = :l WHERE id = :u",
+        "UPDATE users SET email = :e, lang = coalesce(:l, lang) WHERE id = :u",
         {"e": email, "l": lang, "u": user_id},
     )
+
+
+def set_lang(conn: Connection, user_id: int, lang: str) -> None:
+    conn.execute("UPDATE users SET lang = :l WHERE id = :u", {"l": lang, "u": user_id})
 
 
 def contact(conn: Connection, user_id: int) -> dict[str, Any]:
