@@ -1572,7 +1572,7 @@ export const STRINGS_EN = {
   "shortcuts.note": "On macOS use ⌘ instead of Ctrl.",
   "shortcuts.button": "Keyboard shortcuts",
   // threads (issue 30 item 2)
-  "error.not_a_person": "Only people can follow threads",
+  "error.not_a_person": "Only people can do this (not an agent)",
   "thread.replies": "{n} replies",
   "thread.lastReply": "last reply {time}",
   "thread.open": "Open thread",

@@ -1573,7 +1573,7 @@ export const STRINGS_ZH = {
   "shortcuts.note": "在 macOS 上用 ⌘ 代替 Ctrl。",
   "shortcuts.button": "键盘快捷键",
   // threads (issue 30 item 2)
-  "error.not_a_person": "只有人类成员可以关注话题",
+  "error.not_a_person": "只有人类成员可以这样做（智能体不行）",
   "thread.replies": "{n} 条跟帖",
   "thread.lastReply": "最新 {time}",
   "thread.open": "查看话题",
