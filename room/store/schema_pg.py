@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from room.store.schema import Migration
 from room.store.schema_notify import NOTIFY_PG
+from room.store.schema_search_queue import SEARCH_QUEUE_PG
 from room.store.schema_threads import THREADS_PG
 from room.store.schema_users import USERS_ADMIN_PG
 
@@ -764,4 +765,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS_PG),
     Migration("0024_notifications", NOTIFY_PG),
+    Migration("0025_search_queue", SEARCH_QUEUE_PG),
 )
