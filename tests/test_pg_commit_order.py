@@ -1,7 +1,7 @@
 """Ids that commit out of order on PostgreSQL (docs/storage.md, "Several writers"): ids come
 from sequences, so with several writers a lower id can commit after a higher one. Whatever is
 read by a watermark of ids must not pass over it: the search indexer reads a queue instead
-(migration ``0025_search_queue``, room.store.search_pg), and the people's change log
+(migration ``0025_pg_parity``, room.store.search_pg), and the people's change log
 (``user_changes``) hands out an id only when no other change is in flight."""
 
 from __future__ import annotations
@@ -98,11 +98,11 @@ def test_messages_the_old_watermark_passed_over_are_queued_by_the_migration(
         indexer.catch_up(pg_dsn)
         # An index as the watermark left it: message 5's row never written.
         conn.execute("DELETE FROM message_fts WHERE rowid = 5")
-        conn.execute("DELETE FROM schema_migrations WHERE name = '0025_search_queue'")
+        conn.execute("DELETE FROM schema_migrations WHERE name = '0025_pg_parity'")
         conn.execute("DROP TRIGGER messages_search_queue ON messages")
         conn.execute("DROP FUNCTION room_queue_new_messages()")
         assert hits(conn, "index_step") == set()
-        assert pg_migrate(conn, now=NOW) == ["0025_search_queue"]
+        assert pg_migrate(conn, now=NOW) == ["0025_pg_parity"]
         indexer.catch_up(pg_dsn)
         assert hits(conn, "index_step") == {5}
     finally:

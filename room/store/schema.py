@@ -11,10 +11,10 @@ from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
 from room.store.schema_notify import NOTIFY
+from room.store.schema_pg_parity import PG_PARITY
 from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
-from room.store.schema_search_queue import SEARCH_QUEUE
 from room.store.schema_tasks import TASKS
 from room.store.schema_threads import THREADS
 from room.store.schema_users import USERS_ADMIN
@@ -573,7 +573,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS),
     Migration("0024_notifications", NOTIFY),
-    Migration("0025_search_queue", SEARCH_QUEUE),
+    Migration("0025_pg_parity", PG_PARITY),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -129,7 +129,7 @@ def index_step(conn: Connection, limit: int) -> bool:
 
     No watermark: ids come from sequences and several servers write, so a lower id may commit
     after a higher one. The step reads the queue (``search_changes``: every inserted message,
-    queued by the trigger of migration ``0025_search_queue``, and every edit, delete and purge),
+    queued by the trigger of migration ``0025_pg_parity``, and every edit, delete and purge),
     writes the rows of the messages it names as they are now, and deletes the queue rows it
     read, in one transaction: a row is taken once it is visible, and stays until a step that
     read it commits. Indexers take turns on ``index_state``'s row: a step's reads start after
