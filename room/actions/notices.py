@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.actions.messages import append_message
 from room.rules.render import render
 from room.store import Tx
+from room.store.dialect import Connection
 
 
 def insert_notice(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, body: str, meta: dict[str, Any]
+    conn: Connection, tx: Tx, project_id: int, body: str, meta: dict[str, Any]
 ) -> int:
     """A system message in the timeline (no author, wakes nobody)."""
     message_id, _, _ = append_message(

@@ -12,7 +12,6 @@ then a display name); a project where nobody has that name is skipped.
 
 from __future__ import annotations
 
-import sqlite3
 import unicodedata
 from typing import Any
 
@@ -26,6 +25,7 @@ from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import search as search_store
 from room.store import search_filters
+from room.store.dialect import Connection
 
 
 def _fold(text: str) -> str:
@@ -33,7 +33,7 @@ def _fold(text: str) -> str:
 
 
 def _chosen(
-    conn: sqlite3.Connection, user_id: int, query: SearchQuery, project_ids: list[int] | None
+    conn: Connection, user_id: int, query: SearchQuery, project_ids: list[int] | None
 ) -> list[Project]:
     mine = [
         p
@@ -63,7 +63,7 @@ def _chosen(
     return [p for p in mine if p.id in chosen]
 
 
-def _author(conn: sqlite3.Connection, project_id: int, name: str) -> Member | None:
+def _author(conn: Connection, project_id: int, name: str) -> Member | None:
     found = members_store.by_handle(conn, project_id, name)
     if found is not None:
         return found
@@ -101,7 +101,7 @@ async def search_projects(
     if query.words:  # operators alone read the messages table, not the index
         await settle_index(core)
 
-    def read(conn: sqlite3.Connection) -> dict[str, Any]:
+    def read(conn: Connection) -> dict[str, Any]:
         projects = _chosen(conn, user_id, query, project_ids)
         found: list[dict[str, Any]] = []
         capped = False
