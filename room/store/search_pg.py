@@ -141,19 +141,21 @@ def index_step(conn: Connection, limit: int) -> bool:
         queued = conn.execute(
             "SELECT seq, message_id FROM search_changes ORDER BY seq LIMIT ?", (limit,)
         ).fetchall()
-        for part in chunks(sorted({int(m) for _, m in queued})):
-            marks = ", ".join("?" * len(part))
-            conn.execute(f"DELETE FROM message_fts WHERE rowid IN ({marks})", part)
+        if queued:
+            # One array parameter per statement (PostgreSQL's ``= ANY``), not 64-id chunks: a
+            # step of 2,000 new messages is four statements and the 64-row INSERTs.
+            ids = sorted({int(m) for _, m in queued})
+            conn.execute("DELETE FROM message_fts WHERE rowid = ANY(?)", (ids,))
             _write_messages(
                 conn,
                 conn.execute(
-                    f"SELECT id, body FROM messages WHERE id IN ({marks}) AND deleted_at IS NULL",
-                    part,
+                    "SELECT id, body FROM messages WHERE id = ANY(?) AND deleted_at IS NULL"
+                    " ORDER BY id",
+                    (ids,),
                 ).fetchall(),
             )
-        for part in chunks([int(seq) for seq, _ in queued]):
-            marks = ", ".join("?" * len(part))
-            conn.execute(f"DELETE FROM search_changes WHERE seq IN ({marks})", part)
+            seqs = [int(seq) for seq, _ in queued]
+            conn.execute("DELETE FROM search_changes WHERE seq = ANY(?)", (seqs,))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
