@@ -6,6 +6,8 @@ read by a watermark of ids must not pass over it: the search indexer reads a que
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -157,3 +159,51 @@ def test_user_changes_commit_in_id_order(db: str) -> None:
     finally:
         for c in (first, second, poll, conn):
             c.close()
+
+
+def test_two_indexers_take_turns_and_index_everything_once(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two servers' indexer threads on one database, two writers committing out of id order,
+    edits among them: every live message has its one row, as it is now; no step failed."""
+    writers = [pg_connect(db), pg_connect(db)]
+    reader = pg_connect(db)
+
+    async def scenario() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        threads = [indexer.SearchIndexer(db), indexer.SearchIndexer(db)]
+        for thread in threads:
+            thread.start(loop)
+        try:
+            for round_ in range(20):
+                low, high = 100 + 2 * round_, 101 + 2 * round_
+                first, second = writers[round_ % 2], writers[(round_ + 1) % 2]
+                first.execute("BEGIN")
+                first.execute(INSERT, (low, low, f"round{round_} low 第{round_}轮", NOW))
+                second.execute("BEGIN")
+                second.execute(INSERT, (high, high, f"round{round_} high", NOW))
+                second.execute("COMMIT")
+                await threads[round_ % 2].settle(10)
+                if round_ % 3 == 0:  # an edit of an indexed message, with the lower id
+                    first.execute("UPDATE messages SET body = 'edited words' WHERE id = ?", (low,))
+                    search_store.message_changed(first, low)
+                first.execute("COMMIT")
+            return await threads[0].settle(15), await threads[1].settle(15)
+        finally:
+            for thread in threads:
+                await thread.close()
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="room.store.indexer"):
+            assert asyncio.run(scenario()) == (True, True)
+        assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+        rows = dict(reader.execute("SELECT rowid, body FROM message_fts WHERE rowid >= 100"))
+        assert sorted(rows) == list(range(100, 140))
+        edited = {100 + 2 * r for r in range(20) if r % 3 == 0}
+        assert {i for i, body in rows.items() if body == "edited words"} == edited
+        assert hits(reader, "high") == set(range(101, 140, 2))
+        assert hits(reader, "low") == {100 + 2 * r for r in range(20)} - edited
+        assert reader.execute("SELECT count(*) FROM search_changes").fetchone()[0] == 0
+    finally:
+        for conn in (*writers, reader):
+            conn.close()
