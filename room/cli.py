@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         "were live. Issue a new one with 'room member token'.",
     )
     data_arg(revoke)
+    database_arg(revoke)
     revoke.add_argument("project", metavar="PROJECT", help="project name or id")
     revoke.add_argument("handle", metavar="HANDLE", help="the agent's handle")
 
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     users_sub = users.add_subparsers(dest="users_command", metavar="SUBCOMMAND")
     users_list = users_sub.add_parser("list", help="every person, with their state")
     data_arg(users_list)
+    database_arg(users_list)
     users_list.add_argument("--json", action="store_true", help="print the list as JSON")
     for name, text in (
         ("disable", "disable a person: sessions end, sockets close, sign-in refused"),
@@ -158,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         one = users_sub.add_parser(name, help=text, description=text + ".")
         data_arg(one)
+        database_arg(one)
         one.add_argument("who", metavar="PERSON", help="a handle (@ optional) or a user id")
 
     export = sub.add_parser(
@@ -324,9 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = _settings(args, database_url=args.database)
             return member_token(settings, args.project, args.handle)
         if args.command == "member" and args.member_command == "revoke":
-            return member_revoke(_settings(args), args.project, args.handle)
+            settings = _settings(args, database_url=args.database)
+            return member_revoke(settings, args.project, args.handle)
         if args.command == "users" and args.users_command is not None:
-            return users_command(_settings(args), args)
+            return users_command(_settings(args, database_url=args.database), args)
         if args.command == "export":
             settings = _settings(args, database_url=args.database)
             return export_project(settings, args.project, args.file)
@@ -552,11 +556,10 @@ def users_command(settings: Settings, args: argparse.Namespace) -> int:
     try:
         return _users_command(settings, args)
     except RoomError as exc:
+        code = EXIT_UNREACHABLE if exc.code == "database_unreachable" else EXIT_ERROR
         print(f"room: {exc.message}", file=sys.stderr)
-        print(
-            json.dumps({**exc.to_dict(), "exit": EXIT_ERROR}, ensure_ascii=False), file=sys.stderr
-        )
-        return EXIT_ERROR
+        print(json.dumps({**exc.to_dict(), "exit": code}, ensure_ascii=False), file=sys.stderr)
+        return code
 
 
 def _users_command(settings: Settings, args: argparse.Namespace) -> int:

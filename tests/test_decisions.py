@@ -14,7 +14,15 @@ from room.actions.messages import append_message
 from room.errors import RoomError
 from room.rules.render import render
 from room.store import Tx
-from tests.support.task_world import World, item, plan, review, submit, write_file
+from tests.support.task_world import (
+    World,
+    item,
+    plan,
+    review,
+    submit,
+    world_on_both_stores,  # noqa: F401 (the fixture)
+    write_file,
+)
 
 pytestmark = pytest.mark.anyio
 

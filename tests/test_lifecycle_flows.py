@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from room.actions.purge import PURGE_STEPS, PurgeStep
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext, _spec
 from room.errors import ConflictError
 from room.rules.entities import Member, Project
-from room.store.dialect import dialect_for
+from room.store.dialect import Connection, dialect_for
 from tests.support.inproc import App, owner_user, post, running_app
 from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
 
@@ -367,7 +366,7 @@ def test_purge_writes_purge_blocked_first_so_restore_is_refused(app: App) -> Non
     trash(app, project_id)
     seen: list[str] = []
 
-    def probe(conn: sqlite3.Connection, pid: int, data: Path) -> dict[str, Any]:
+    def probe(conn: Connection, pid: int, data: Path) -> dict[str, Any]:
         seen.append(conn.execute("SELECT state FROM projects WHERE id = ?", (pid,)).fetchone()[0])
         raise OSError("stop here")
 
@@ -424,9 +423,7 @@ def test_a_read_cursor_written_late_never_blocks_a_purge(app: App) -> None:
         for step in purge_actions.PURGE_STEPS:
             if step.name == "settings":  # long enough for the deferred write to land
 
-                def held(
-                    conn: sqlite3.Connection, pid: int, data: Path, run: Any = step.run
-                ) -> Any:
+                def held(conn: Connection, pid: int, data: Path, run: Any = step.run) -> Any:
                     time.sleep(0.5)
                     return run(conn, pid, data)
 

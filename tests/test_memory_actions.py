@@ -13,7 +13,10 @@ from room.actions import memory as memory_actions
 from room.errors import RoomError
 from room.store import Tx
 from room.store import memory as memory_store
-from tests.support.task_world import World
+from tests.support.task_world import (
+    World,
+    world_on_both_stores,  # noqa: F401 (the fixture)
+)
 
 pytestmark = pytest.mark.anyio
 

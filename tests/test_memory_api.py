@@ -3,12 +3,14 @@ read, nobody reaches another project, bad input is refused with nothing lost."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from room.rules.entities import iso
-from tests.support.inproc import App, owner_user
+from tests.support.inproc import App, owner_user, running_app
 
 
 class People:
@@ -34,6 +36,14 @@ class People:
     def count(self) -> int:
         with self.app.db() as conn:
             return int(conn.execute("SELECT count(*) FROM memory_entries").fetchone()[0])
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
+    """conftest's app on each store (``[postgresql]``: a fresh database of the tests' cluster)."""
+    url = None if request.param == "sqlite" else str(request.getfixturevalue("pg_dsn"))
+    with running_app(tmp_path / "data", database_url=url) as handle:
+        yield handle
 
 
 @pytest.fixture

@@ -15,7 +15,10 @@ from room.agents.presets import PRESETS
 from room.agents.tools import Toolbox, ToolContext
 from room.store import Tx
 from room.store import memory as memory_store
-from tests.support.task_world import World
+from tests.support.task_world import (
+    World,
+    world_on_both_stores,  # noqa: F401 (the fixture)
+)
 
 pytestmark = pytest.mark.anyio
 

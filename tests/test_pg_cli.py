@@ -147,3 +147,103 @@ def test_export_and_import_a_pack_from_the_command_line_on_postgresql(
     with psycopg.connect(pg_dsn) as raw:
         names = [n for (n,) in raw.execute("SELECT name FROM projects ORDER BY id")]
     assert names == ["命令行", "副本"]
+
+
+def value(cursor: Any) -> Any:
+    row = cursor.fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_users_commands_work_on_postgresql(tmp_path: Path, pg_dsn: str) -> None:
+    """``room users list|disable|enable|login-link --database``: the same people, refusals and
+    change log as on SQLite (tests/test_users.py), on the shared store; an unreachable one is
+    exit 5."""
+    from room.actions import auth as auth_actions
+    from room.actions import projects as project_actions
+    from room.store import run_write
+
+    conn = connect(pg_dsn)
+    try:
+        pg_migrate.migrate(conn)
+
+        def job(c: Any, tx: Any) -> int:
+            owner = auth_actions.ensure_owner(c, tx)
+            project_id, _ = project_actions.insert_project(
+                c, tx, owner, name="人员", goal="g", workspace=None,
+                agents=[project_actions.AgentSpec("lead", "lead", "负责人")],
+            )  # fmt: skip
+            return int(project_id)
+
+        project_id = run_write(conn, job)
+    finally:
+        conn.close()
+    now = time.time()
+    with psycopg.connect(pg_dsn) as raw:
+        bo = value(
+            raw.execute(
+                "INSERT INTO users (handle, display_name, created_at) VALUES ('Bo', '小博', %s)"
+                " RETURNING id",
+                (now,),
+            )
+        )
+        raw.execute(
+            "INSERT INTO members (project_id, kind, user_id, role, handle, display_name,"
+            " created_at) VALUES (%s, 'human', %s, 'member', 'bo', '小博', %s)",
+            (project_id, bo, now),
+        )
+        raw.execute(
+            "INSERT INTO sessions (token_hash, user_id, csrf_token, created_at, expires_at)"
+            " VALUES ('h', %s, 'c', %s, %s)",
+            (bo, now, now + 3600),
+        )
+        roster = "SELECT roster_version FROM projects WHERE id = %s"
+        version_before = value(raw.execute(roster, (project_id,)))
+    data = str(tmp_path / "data")
+    pg = ("--data", data, "--database", pg_dsn)
+
+    code, out, err = run("users", "list", *pg, "--json")
+    assert code == 0, err
+    people = {p["handle"]: p for p in json.loads(out)["users"]}
+    assert people["Bo"]["projects"] == 1 and people["Bo"]["sessions"] == 1
+    assert people["Bo"]["disabled_at"] is None and not people["Bo"]["admin"]
+    assert any(p["admin"] for p in people.values())
+
+    code, out, err = run("users", "disable", *pg, "@bo")  # the handle's case ignored
+    assert code == 0, err
+    assert json.loads(out) == {
+        "user": "Bo", "changed": True, "sessions_ended": 1, "links_voided": 0,
+    }  # fmt: skip
+    code, _, err = run("users", "login-link", *pg, "bo")
+    assert (code, refusal(err)["code"], refusal(err)["exit"]) == (1, "user_disabled", 1)
+    owner = next(h for h, p in people.items() if p["admin"])
+    code, _, err = run("users", "disable", *pg, owner)
+    assert (code, refusal(err)["code"]) == (1, "user_is_owner")
+    code, _, err = run("users", "enable", *pg, "nobody")
+    assert (code, refusal(err)["code"]) == (1, "no_user")
+    code, out, err = run("users", "enable", *pg, str(bo))  # by id
+    assert code == 0, err
+    assert json.loads(out) == {"user": "Bo", "changed": True}
+    code, out, err = run("users", "login-link", *pg, "BO")
+    assert code == 0, err
+    assert "/login/" in out
+
+    with psycopg.connect(pg_dsn) as raw:
+        changes = raw.execute("SELECT user_id, action FROM user_changes ORDER BY id").fetchall()
+        assert changes == [(bo, "disable"), (bo, "enable")]
+        assert raw.execute(
+            "SELECT count(*) FROM login_links WHERE user_id = %s AND used_at IS NULL", (bo,)
+        ).fetchone() == (1,)
+        version_after = value(raw.execute(roster, (project_id,)))
+        assert version_after == version_before + 2  # each change sends the roster again
+        audited = raw.execute(
+            "SELECT action, outcome FROM audit_events WHERE action LIKE 'user.%' ORDER BY id"
+        ).fetchall()
+    assert audited == [
+        ("user.disable", "ok"), ("user.login_link", "refused"), ("user.disable", "refused"),
+        ("user.enable", "ok"), ("user.login_link", "ok"),
+    ]  # fmt: skip
+
+    code, _, err = run("users", "list", "--data", data, "--database", UNREACHABLE)
+    assert code == EXIT_UNREACHABLE
+    assert refusal(err)["exit"] == EXIT_UNREACHABLE and "s3cret" not in err

@@ -23,6 +23,7 @@ import pytest
 
 from room.errors import SchemaTooNewError
 from room.store import pg_migrate
+from room.store.dialect import ASCII_LOWER
 from room.store.migrate import connect as sqlite_connect
 from room.store.migrate import migrate as sqlite_migrate
 from room.store.pg import PgConnection, connect
@@ -56,8 +57,9 @@ KEYS_THE_STORE_WRITES = {
     ("index_state", "id"),
 }
 # Spelled differently, compared as equal by the normalisation below:
-# * ``x COLLATE NOCASE`` in an index (or a unique column declared NOCASE) is ``lower(x)`` on
-#   PostgreSQL (users.handle, projects_name); IFNULL is coalesce; != is <>.
+# * ``x COLLATE NOCASE`` in an index (or a unique column declared NOCASE) is ``ASCII_LOWER`` of x
+#   on PostgreSQL (users.handle, projects_name: A–Z folded in any locale), both compared as
+#   ``lower(x)``; IFNULL is coalesce; != is <>.
 # * A primary key column is NOT NULL on both (SQLite's table_info reports 0 for a rowid alias,
 #   which cannot hold NULL; the store writes no NULL key anywhere).
 # * The search index file's tables (message_fts, index_state; search.sqlite beside the SQLite
@@ -85,6 +87,10 @@ _CAST = re.compile(r"::(?:text|bigint|integer|double precision|numeric|regconfig
 _ANY = re.compile(r"(\w+) = ANY \(ARRAY\[(.*?)\]\)")
 
 
+# ASCII_LOWER (room.store.dialect) of a column, PostgreSQL's spelling of NOCASE.
+_ASCII_LOWER = re.escape(ASCII_LOWER).replace(re.escape("{}"), r"(\w+)").replace(r"\ ", r"\s*")
+
+
 def norm(expression: str | None) -> str | None:
     """An expression as both catalogs can agree on it: no casts, IN lists, no parentheses,
     no spaces, lower case."""
@@ -93,6 +99,7 @@ def norm(expression: str | None) -> str | None:
     text = _CAST.sub("", expression)
     text = _ANY.sub(r"\1 IN (\2)", text)
     text = re.sub(r"(\w+) COLLATE NOCASE", r"lower(\1)", text, flags=re.IGNORECASE)
+    text = re.sub(_ASCII_LOWER, r"lower(\1)", text)
     text = re.sub(r"\bIFNULL\(", "coalesce(", text, flags=re.IGNORECASE)
     text = text.replace("!=", "<>").replace('"', "")  # "position": a quoted keyword
     text = re.sub(r"'(-?\d+(?:\.\d+)?)'", r"\1", text)  # '0' (a cast number) is 0

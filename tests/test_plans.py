@@ -210,6 +210,17 @@ def test_owner_problems(owner: str, code: str) -> None:
     assert f"@{owner}" in problems[0]["message"]
 
 
+def test_an_owner_is_named_ignoring_ascii_case_only() -> None:
+    """As the mentions and both stores compare handles: a Kelvin sign (which ``str.lower``
+    makes a ``k``) names nobody."""
+    owners = {"kai": OwnerInfo(MemberStatus.ACTIVE, "agent")}
+    plan = validate_plan({"items": [item("a", owner="@KAI")]}, owners)
+    assert plan.items[0].owner == "kai"
+    with pytest.raises(PlanInvalidError) as caught:
+        validate_plan({"items": [item("a", owner="\u212aai")]}, owners)
+    assert [p["code"] for p in caught.value.problems] == ["unknown_owner"]
+
+
 def test_dependency_problems() -> None:
     problems = problems_of({"items": [item("a", "a", "nope", "b"), item("b")]})
     assert codes(problems) == [("self_dependency", "a"), ("unknown_dependency", "a")]

@@ -58,11 +58,15 @@ class Project(Team):
                                     (run["id"],)).fetchone()[0])  # fmt: skip
 
 
-@pytest.fixture
-def app(tmp_path: Path) -> Any:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     # The references these tests make are in tmp_path, outside the default roots
-    # (<data>/workspaces): the operator's setting allows them.
-    with running_app(tmp_path / "data", workspace_roots=(str(tmp_path),)) as handle:
+    # (<data>/workspaces): the operator's setting allows them. On each store (``[postgresql]``:
+    # a fresh database of the tests' private cluster).
+    url = None if request.param == "sqlite" else str(request.getfixturevalue("pg_dsn"))
+    with running_app(
+        tmp_path / "data", workspace_roots=(str(tmp_path),), database_url=url
+    ) as handle:
         yield handle
 
 

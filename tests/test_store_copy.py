@@ -71,7 +71,7 @@ async def test_a_server_copies_to_postgresql_and_back_with_everything(
         assert {t for t, r in rows.items() if r} >= {
             "users", "projects", "members", "messages", "message_edits", "deliveries",
             "tasks", "decisions", "memory_entries", "search_records", "reactions",
-            "attachments", "route_changes", "audit_events", "search_changes",
+            "attachments", "route_changes", "audit_events",
         }  # fmt: skip
         assert everything(pg) == rows
         assert everything(copy) == rows

@@ -102,10 +102,12 @@ def work(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def app(tmp_path: Path, work: Path) -> Iterator[App]:
-    """The operator allows folders in ``work``."""
-    with running_app(tmp_path / "data", workspace_roots=(str(work),)) as handle:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def app(request: pytest.FixtureRequest, tmp_path: Path, work: Path) -> Iterator[App]:
+    """The operator allows folders in ``work``; on each store (``[postgresql]``: a fresh
+    database of the tests' private cluster)."""
+    url = None if request.param == "sqlite" else str(request.getfixturevalue("pg_dsn"))
+    with running_app(tmp_path / "data", workspace_roots=(str(work),), database_url=url) as handle:
         yield handle
 
 

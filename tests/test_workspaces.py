@@ -40,11 +40,15 @@ def make_repo(path: Path, **files: str) -> Path:
     return path
 
 
-@pytest.fixture
-def app(tmp_path: Path) -> Iterator[App]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     # The repositories these tests make are in tmp_path, outside the default roots (only
-    # <data>/workspaces): the operator's setting allows them.
-    with running_app(tmp_path / "data", workspace_roots=(str(tmp_path),)) as found:
+    # <data>/workspaces): the operator's setting allows them. On each store (``[postgresql]``:
+    # a fresh database of the tests' private cluster).
+    url = None if request.param == "sqlite" else str(request.getfixturevalue("pg_dsn"))
+    with running_app(
+        tmp_path / "data", workspace_roots=(str(tmp_path),), database_url=url
+    ) as found:
         yield found
 
 

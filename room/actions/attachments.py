@@ -24,7 +24,6 @@ import logging
 import os
 import secrets
 import shutil
-import sqlite3
 import stat
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +51,7 @@ from room.store import Tx
 from room.store import attachments as store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ async def _upload(
     project_id = member.project_id
     quota = settings.attachment_project_bytes
 
-    def check(conn: sqlite3.Connection) -> tuple[str | None, int]:
+    def check(conn: Connection) -> tuple[str | None, int]:
         return projects_store.state_of(conn, project_id), store.project_bytes(conn, project_id)
 
     # The room an upload may take is reserved before its first byte is read, under the project's
@@ -170,7 +170,7 @@ async def _upload(
             await asyncio.to_thread(part.discard)
             raise
 
-        def record(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        def record(conn: Connection, tx: Tx) -> dict[str, Any]:
             return store.insert(
                 conn, project_id=project_id, uploader_id=member.id, now=tx.now, **row
             )
@@ -302,7 +302,7 @@ async def _pdf_preview(core: Services, sha256: str) -> dict[str, Any]:
 
 
 def take(
-    conn: sqlite3.Connection, sender: Member, ids: Sequence[int], message_id: int
+    conn: Connection, sender: Member, ids: Sequence[int], message_id: int
 ) -> list[dict[str, Any]]:
     """Inside a send's transaction: attach ``ids`` (the sender's own unsent uploads in this
     project) to ``message_id``; their wire objects, in the order given."""
@@ -311,9 +311,7 @@ def take(
     return [wire(r) for r in rows]
 
 
-def check_owned(
-    conn: sqlite3.Connection, sender: Member, ids: Sequence[int]
-) -> list[dict[str, Any]]:
+def check_owned(conn: Connection, sender: Member, ids: Sequence[int]) -> list[dict[str, Any]]:
     if len(ids) > MAX_PER_MESSAGE:
         raise BadRequestError(
             f"a message may carry at most {MAX_PER_MESSAGE} attachments",
@@ -346,7 +344,7 @@ async def discard(core: Services, member: Member, attachment_id: int) -> None:
     """Remove one's own upload before it is sent (its content stays if anything else uses it)."""
     data = core.settings.data
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> list[str]:
+    def job(conn: Connection, tx: Tx) -> list[str]:
         row = store.get(conn, attachment_id)
         if row is None or row["project_id"] != member.project_id:
             raise NotFoundError("no such attachment", code="no_attachment")
@@ -367,7 +365,7 @@ async def readable(core: Services, member: Member, attachment_id: int) -> dict[s
     that message's text (its author and the project's owners, as with the edit history) may
     read its files; to everyone else it is gone (404 ``attachment_deleted``)."""
 
-    def query(conn: sqlite3.Connection) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def query(conn: Connection) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         row = store.get(conn, attachment_id)
         if row is None or row["message_id"] is None:
             return row, None
@@ -391,7 +389,7 @@ async def readable(core: Services, member: Member, attachment_id: int) -> dict[s
     return row
 
 
-def purge_project(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def purge_project(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     """Purge step: the project's rows, and the files no other project's row still uses."""
     count, orphans = store.delete_project(conn, project_id)
     removed = sum(1 for sha256 in orphans if blobs.remove(data, sha256))
@@ -405,7 +403,7 @@ async def sweep_unsent(core: Services) -> int:
     """At start-up: forget uploads no message took within a day (a draft left behind), so they
     hold neither disk nor the project's quota; their files go unless another upload uses them."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> tuple[int, list[str]]:
+    def job(conn: Connection, tx: Tx) -> tuple[int, list[str]]:
         return store.delete_unsent_before(conn, tx.now - UNSENT_KEEP_SECS)
 
     count, orphans = await core.db.write(job)
@@ -414,7 +412,7 @@ async def sweep_unsent(core: Services) -> int:
     return count
 
 
-def purge_preview(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+def purge_preview(conn: Connection, project_id: int) -> dict[str, Any]:
     """What :func:`purge_project` would delete, without deleting (the caller's savepoint)."""
     count, orphans = store.delete_project(conn, project_id)
     return {"attachments": count, "attachment_files": len(orphans)}
@@ -428,7 +426,7 @@ async def copy_for_agent(
     if not items:
         return {}
 
-    def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    def read(conn: Connection) -> list[dict[str, Any]]:
         return store.many(conn, [int(i["id"]) for i in items])
 
     rows = await core.db.read(read)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import sqlite3
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -37,6 +36,7 @@ from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.attempts import AttemptRow
+from room.store.dialect import Connection
 from room.store.tasks import TaskRow
 
 NOREPLY_DOMAIN = "users.noreply.room.invalid"
@@ -63,7 +63,7 @@ def _cited(evidence: Sequence[dict[str, Any]], revision: int) -> dict[str, str |
 
 
 def _read(
-    conn: sqlite3.Connection, member: Member, task_ref: str
+    conn: Connection, member: Member, task_ref: str
 ) -> tuple[Project, TaskRow, AttemptRow, dict[str, str | None]]:
     task = task_actions.find_task(conn, member.project_id, task_ref)
     row = attempts_store.latest(conn, task.id)
@@ -129,7 +129,7 @@ async def merge_task(
         raise worktrees.BadRefNameError("mode", mode, "ff 或 merge (ff or merge)")
     project_id = member.project_id
 
-    def read(conn: sqlite3.Connection) -> tuple[Any, ...]:
+    def read(conn: Connection) -> tuple[Any, ...]:
         project, task, row, cited = _read(conn, member, task_ref)
         if task.state is not TaskState.ACCEPTED:
             raise ConflictError(
@@ -183,7 +183,7 @@ async def merge_task(
     taken = [c.shown for c in included]
     left = [c.shown for c in left_out]
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         fx = task_actions.Effects(project_id)
         if done:
             attempts_store.end(conn, row.id, "merged", tx.now)

@@ -18,7 +18,6 @@ so and why.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -39,7 +38,7 @@ from room.store import audit as audit_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store.attempts import AttemptRow
-from room.store.dialect import dialect_for
+from room.store.dialect import Connection, dialect_for
 from room.store.tasks import TaskRow
 
 
@@ -66,7 +65,7 @@ def worktree_of(row: AttemptRow, task_key: str, workspace: Path) -> worktrees.Wo
 async def prepare(core: Services, member: Member, task_ref: str | int) -> Prepared:
     """Before a ``start``: the attempt's worktree, made now if the start would be allowed."""
 
-    def read(conn: sqlite3.Connection) -> tuple[Project | None, TaskRow, AttemptRow | None, int]:
+    def read(conn: Connection) -> tuple[Project | None, TaskRow, AttemptRow | None, int]:
         task = task_actions.find_task(conn, member.project_id, task_ref)
         authorize(TaskEvent.START, task_actions.roles_of(member, task))
         return (
@@ -100,7 +99,7 @@ async def prepare(core: Services, member: Member, task_ref: str | int) -> Prepar
 
 
 def record(
-    conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, task: TaskRow, prepared: Prepared
+    conn: Connection, tx: Tx, fx: task_actions.Effects, task: TaskRow, prepared: Prepared
 ) -> None:
     """Inside the ``start`` write job, after the event fired: record the attempt, or say once
     per project and reason that work is serial."""
@@ -117,7 +116,7 @@ def record(
 
 
 def serial_notice(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: task_actions.Effects,
     project_id: int,
@@ -173,7 +172,7 @@ def _diff_stats(git: Git, items: list[tuple[dict[str, Any], str, Path]]) -> None
 async def add_diff_stats(core: Services, tasks: list[dict[str, Any]]) -> None:
     """Fill ``attempt.diff_stat`` of tasks whose attempt is not merged (in a worker thread)."""
 
-    def read(conn: sqlite3.Connection) -> tuple[dict[int, AttemptRow | None], dict[int, Project]]:
+    def read(conn: Connection) -> tuple[dict[int, AttemptRow | None], dict[int, Project]]:
         rows = {t["id"]: attempts_store.latest(conn, t["id"]) for t in tasks if t.get("attempt")}
         projects = {}
         for row in rows.values():
@@ -204,7 +203,7 @@ async def list_worktrees(core: Services, member: Member) -> dict[str, Any]:
     """The project's attempts (rows) joined with what git keeps on disk."""
     project_id = member.project_id
 
-    def read(conn: sqlite3.Connection) -> tuple[Project | None, list[AttemptRow], dict[int, str]]:
+    def read(conn: Connection) -> tuple[Project | None, list[AttemptRow], dict[int, str]]:
         rows = attempts_store.of_project(conn, project_id)
         keys = {t.id: t.key for t in tasks_store.tasks_of(conn, project_id)}
         return projects_store.get(conn, project_id), rows, keys
@@ -224,7 +223,7 @@ async def list_worktrees(core: Services, member: Member) -> dict[str, Any]:
 async def kept_worktrees(core: Services, project_id: int) -> list[dict[str, Any]]:
     """Every worktree and branch of the project on disk (the purge's preview lists them)."""
 
-    def read(conn: sqlite3.Connection) -> tuple[Project | None, list[AttemptRow], dict[int, str]]:
+    def read(conn: Connection) -> tuple[Project | None, list[AttemptRow], dict[int, str]]:
         keys = {t.id: t.key for t in tasks_store.tasks_of(conn, project_id)}
         return (
             projects_store.get(conn, project_id),
@@ -289,7 +288,7 @@ async def evidence_root(core: Services, project_id: int, task_ref: str | int) ->
     """Where a task's cited files live: its attempt's worktree while it is not merged, else
     the project's workspace."""
 
-    def read(conn: sqlite3.Connection) -> tuple[Project | None, AttemptRow | None]:
+    def read(conn: Connection) -> tuple[Project | None, AttemptRow | None]:
         project = projects_store.get(conn, project_id)
         try:
             task = task_actions.find_task(conn, project_id, task_ref)
@@ -309,7 +308,7 @@ async def check_artifacts_unchanged(core: Services, project_id: int, task_ref: s
     """Re-hash every artifact cited for the task's current revision; a changed or missing file
     refuses with ``artifact_changed`` naming it (review and acceptance call this)."""
 
-    def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    def read(conn: Connection) -> list[dict[str, Any]]:
         task = task_actions.find_task(conn, project_id, task_ref)
         return [
             e

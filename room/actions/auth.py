@@ -7,7 +7,6 @@ inside a writer job (``conn, tx``) so the CLI can run them in its own short tran
 from __future__ import annotations
 
 import secrets
-import sqlite3
 from dataclasses import dataclass
 
 from room.actions.members import announce_members
@@ -21,6 +20,7 @@ from room.store import auth as auth_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 SECONDS_PER_DAY = 86_400
 
@@ -29,7 +29,7 @@ def new_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
-def ensure_owner(conn: sqlite3.Connection, tx: Tx, display_name: str = "管理员") -> User:
+def ensure_owner(conn: Connection, tx: Tx, display_name: str = "管理员") -> User:
     """The server's first human (its admin); created on first start, named ``display_name``."""
     owner = auth_store.admin_user(conn)
     if owner is not None:
@@ -43,7 +43,7 @@ def ensure_owner(conn: sqlite3.Connection, tx: Tx, display_name: str = "管理�
 
 
 def create_login_link(
-    conn: sqlite3.Connection, tx: Tx, user_id: int, minutes: int, created_by: int | None = None
+    conn: Connection, tx: Tx, user_id: int, minutes: int, created_by: int | None = None
 ) -> str:
     secret = new_secret()
     auth_store.insert_link(
@@ -61,7 +61,7 @@ def create_login_link(
 
 
 def create_invite(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, inviter: Member, role: str, days: int
+    conn: Connection, tx: Tx, project_id: int, inviter: Member, role: str, days: int
 ) -> str:
     if not inviter.is_owner:
         raise ConflictError("only a project owner can invite", code="not_owner")
@@ -100,7 +100,7 @@ class NewSession:
 
 
 def redeem_link(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     secret: str,
     session_days: int,
@@ -166,7 +166,7 @@ def redeem_link(
     return NewSession(user, session_secret, csrf, project_id)
 
 
-def join_as(conn: sqlite3.Connection, tx: Tx, user: User, project_id: int, role: str) -> bool:
+def join_as(conn: Connection, tx: Tx, user: User, project_id: int, role: str) -> bool:
     """``user`` joins ``project_id`` with ``role`` (a merge brings its source's people over);
     False when already in. Refused like an invite: ``handle_taken``, ``name_taken``."""
     existing = members_store.for_user(conn, project_id, user.id)
@@ -176,9 +176,7 @@ def join_as(conn: sqlite3.Connection, tx: Tx, user: User, project_id: int, role:
     return True
 
 
-def _join_existing(
-    conn: sqlite3.Connection, tx: Tx, user: User, project_id: int, role: str
-) -> None:
+def _join_existing(conn: Connection, tx: Tx, user: User, project_id: int, role: str) -> None:
     existing = members_store.for_user(conn, project_id, user.id)
     if existing is not None and existing.status != "left":
         return  # already in: the invite is simply used
@@ -193,7 +191,7 @@ def _join_existing(
 
 
 def _insert_person(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     project_id: int,
     user_id: int,
@@ -235,23 +233,21 @@ def _insert_person(
     announce_members(conn, tx, project_id)
 
 
-def issue_agent_token(conn: sqlite3.Connection, tx: Tx, project: str, handle: str) -> str:
+def issue_agent_token(conn: Connection, tx: Tx, project: str, handle: str) -> str:
     """``room member token``: a fresh bearer token for an agent member, by project name or id
     and handle. Its older tokens are revoked (a rotation), so a leaked token ends here."""
     member = _agent_by_handle(conn, project, handle)
     return rotate_agent_token(conn, tx, member, actor_kind="operator", actor_id=None)
 
 
-def revoke_agent_tokens_by_handle(
-    conn: sqlite3.Connection, tx: Tx, project: str, handle: str
-) -> int:
+def revoke_agent_tokens_by_handle(conn: Connection, tx: Tx, project: str, handle: str) -> int:
     """``room member revoke``: every token of the agent stops working; its handle stays."""
     member = _agent_by_handle(conn, project, handle)
     return revoke_agent_tokens(conn, tx, member, actor_kind="operator", actor_id=None)
 
 
 def rotate_agent_token(
-    conn: sqlite3.Connection, tx: Tx, member: Member, *, actor_kind: str, actor_id: int | None
+    conn: Connection, tx: Tx, member: Member, *, actor_kind: str, actor_id: int | None
 ) -> str:
     """Revoke the agent's tokens and issue one new one, in one transaction. Sockets opened with an
     old token are closed once this commits (when the writer is the server itself)."""
@@ -265,7 +261,7 @@ def rotate_agent_token(
 
 
 def revoke_agent_tokens(
-    conn: sqlite3.Connection, tx: Tx, member: Member, *, actor_kind: str, actor_id: int | None
+    conn: Connection, tx: Tx, member: Member, *, actor_kind: str, actor_id: int | None
 ) -> int:
     _require_agent(member)
     revoked = auth_store.revoke_member_tokens(conn, member.id, tx.now)
@@ -274,7 +270,7 @@ def revoke_agent_tokens(
     return revoked
 
 
-def _agent_by_handle(conn: sqlite3.Connection, project: str, handle: str) -> Member:
+def _agent_by_handle(conn: Connection, project: str, handle: str) -> Member:
     found = projects_store.find(conn, project)
     if found is None:
         raise NotFoundError(f"no project {project!r}", code="no_project")
@@ -294,7 +290,7 @@ def _require_agent(member: Member) -> None:
 
 
 def _audit_token(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     member: Member,
     action: str,

@@ -12,7 +12,6 @@ turn starts from the turn's checkpoint.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -31,12 +30,13 @@ from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
+from room.store.dialect import Connection
 
 _D = DeliveryState
 
 
 def trip(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     project_id: int,
     reason: str,
@@ -71,12 +71,12 @@ def trip(
     )
 
 
-def _handles(conn: sqlite3.Connection, member_ids: Sequence[int]) -> list[str]:
+def _handles(conn: Connection, member_ids: Sequence[int]) -> list[str]:
     found = (members_store.get(conn, m) for m in member_ids)
     return [m.handle for m in found if m is not None]
 
 
-def count_turn(conn: sqlite3.Connection, tx: Tx, project_id: int, member_id: int, cap: int) -> bool:
+def count_turn(conn: Connection, tx: Tx, project_id: int, member_id: int, cap: int) -> bool:
     """Count one more agent turn of ``member_id``; past ``cap`` the brake holds the loop
     (:func:`room.rules.brakes.cap_loop`), and the turn is refused (False) if its member is in it."""
     count = brakes_store.count_agent_turn(conn, tx, project_id, member_id)
@@ -88,7 +88,7 @@ def count_turn(conn: sqlite3.Connection, tx: Tx, project_id: int, member_id: int
 
 
 def count_external_turn(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, member_id: int, cap: int
+    conn: Connection, tx: Tx, project_id: int, member_id: int, cap: int
 ) -> None:
     """An external agent's ``queue`` consume is the start of one of its own turns. It already
     began (a consume is a report), so an external agent may run one turn more than an
@@ -101,7 +101,7 @@ def count_external_turn(
         trip(conn, tx, project_id, "agent_turn_cap", {"agent_turns": count, "cap": cap}, loop)
 
 
-def repetition_partners(conn: sqlite3.Connection, message_ids: Sequence[int]) -> list[int]:
+def repetition_partners(conn: Connection, message_ids: Sequence[int]) -> list[int]:
     """The agents the messages ``message_ids`` replied to (their authors) or woke (their
     recipients): with the author who repeats them, the loop a repetition brake holds."""
     found: set[int] = set()
@@ -118,7 +118,7 @@ def repetition_partners(conn: sqlite3.Connection, message_ids: Sequence[int]) ->
 
 
 def interrupted(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, member_id: int, turn_id: int, step: int
+    conn: Connection, tx: Tx, project_id: int, member_id: int, turn_id: int, step: int
 ) -> None:
     """A held member's running turn stopped at a step boundary: recorded to resume when the
     brake is cleared, with a notice naming the member and its task. Should the brake be gone
@@ -139,14 +139,14 @@ def interrupted(
         tx.emit(WakeProject(project_id))
 
 
-def _working_on(conn: sqlite3.Connection, project_id: int, member_id: int) -> list[tuple[str, str]]:
+def _working_on(conn: Connection, project_id: int, member_id: int) -> list[tuple[str, str]]:
     """(key, title) of the tasks the member is at (in progress, else open), three at most."""
     tasks = tasks_store.open_tasks_of(conn, project_id, member_id)
     working = [t for t in tasks if t.state == TaskState.IN_PROGRESS] or tasks
     return [(t.key, t.title) for t in working[:3]]
 
 
-def _resume(conn: sqlite3.Connection, tx: Tx, turns: Sequence[tuple[int, int]]) -> list[int]:
+def _resume(conn: Connection, tx: Tx, turns: Sequence[tuple[int, int]]) -> list[int]:
     """Dispatch once more what each interrupted turn took in and left unanswered; returns the
     members resumed."""
     members = []
@@ -180,7 +180,7 @@ async def trip_repetition(
     """A member's final answer repeats ``repeated`` (its new message first): the brake holds it
     and the agents those answers replied to or woke."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         loop = brake_rules.repetition_loop(member_id, repetition_partners(conn, repeated))
         trip(conn, tx, project_id, "repetition", detail, loop)
 
@@ -188,7 +188,7 @@ async def trip_repetition(
 
 
 async def clear_brake(core: Services, project_id: int, human_member_id: int) -> dict[str, Any]:
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         # Archived and trashed projects are read-only: a clearing notice would change the
         # messages the trash snapshot hashed.
         projects_store.require_open(conn, project_id)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from typing import Any
 
 from room.actions import unread
@@ -19,6 +18,7 @@ from room.store import Tx
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def _defer_read(core: Services, member: Member, seq: int, wait_ms: int) -> None:
 async def _write_read(core: Services, member: Member, seq: int, *, back: bool = False) -> int:
     project_id = member.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> int:
+    def job(conn: Connection, tx: Tx) -> int:
         # Checked here, not only when the frame came: a deferred cursor may land after its
         # member left or while the project is being purged.
         current = members_store.get(conn, member.id)

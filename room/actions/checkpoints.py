@@ -15,7 +15,6 @@ the same thing whoever writes it:
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +23,7 @@ from room.store import Tx
 from room.store import checkpoints as checkpoints_store
 from room.store import tasks as tasks_store
 from room.store import turns as turns_store
-from room.store.dialect import dialect_for
+from room.store.dialect import Connection, dialect_for
 
 CUT_OFF = {
     "cancelled": "一位成员停止了这一轮",
@@ -35,7 +34,7 @@ CUT_OFF = {
 }
 
 
-def _prompt(conn: sqlite3.Connection, turn_id: int) -> list[dict[str, Any]]:
+def _prompt(conn: Connection, turn_id: int) -> list[dict[str, Any]]:
     """The messages the turn took in (through its transcript: deliveries released back to wait
     no longer name the turn), oldest first; deleted ones left out."""
     rows = conn.execute(
@@ -60,7 +59,7 @@ def _blocked(state: str, detail: str) -> str:
 
 
 def record(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     turn_id: int,
     phase: str,

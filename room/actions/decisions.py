@@ -16,7 +16,6 @@ are not interrupted (a person reopens accepted work first); they are listed as `
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ from room.store import projects as projects_store
 from room.store import sync_requests as sync_store
 from room.store import tasks as tasks_store
 from room.store.db import WriteJob
+from room.store.dialect import Connection
 
 MAX_TITLE_CHARS = 200
 MAX_TEXT_CHARS = 8000
@@ -161,7 +161,7 @@ async def propose_decision(
     project_id = actor.project_id
     human = actor.kind == "human"
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, actor)
         fx = task_actions.Effects(project_id)
         old = None
@@ -207,7 +207,7 @@ async def propose_decision(
 
 
 def _announce(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: task_actions.Effects,
     decision_id: int,
@@ -225,7 +225,7 @@ def _announce(
 
 
 def _supersede(
-    conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, old_id: int, new_id: int
+    conn: Connection, tx: Tx, fx: task_actions.Effects, old_id: int, new_id: int
 ) -> None:
     decisions_store.set_decision_status(conn, old_id, "superseded", tx.now, superseded_by=new_id)
     fx.decisions.add(old_id)
@@ -239,7 +239,7 @@ async def accept_decision(core: Services, actor: Member, number: int) -> dict[st
         )
     project_id = actor.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, actor)
         row = decisions_store.decision_by_number(conn, project_id, number)
         if row is None:
@@ -269,7 +269,7 @@ async def accept_decision(core: Services, actor: Member, number: int) -> dict[st
 
 
 def requirement_change_from_message(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     message_id: int,
     author_member: Member,
@@ -313,7 +313,7 @@ def requirement_change_from_message(
 
 
 def _change_message(
-    conn: sqlite3.Connection, message_id: int, author_member: Member
+    conn: Connection, message_id: int, author_member: Member
 ) -> tuple[dict[str, Any], Member]:
     """The message a person marks, and its writer: a live message of the same project, written
     by a person."""
@@ -338,7 +338,7 @@ def _change_message(
     return row, writer
 
 
-def _earlier_change(conn: sqlite3.Connection, message_id: int) -> dict[str, Any] | None:
+def _earlier_change(conn: Connection, message_id: int) -> dict[str, Any] | None:
     """The result of the change this message already made (``duplicate: true``), if any."""
     done = decisions_store.revision_from_message(conn, message_id)
     if done is None:
@@ -367,7 +367,7 @@ def _change_of(original: str, target_task_keys: list[str] | None) -> tuple[str, 
 
 
 def _requirement_to_revise(
-    conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, author_member: Member
+    conn: Connection, tx: Tx, fx: task_actions.Effects, author_member: Member
 ) -> tuple[decisions_store.DecisionRow, int]:
     """The project's requirement decision and the number of the revision this change adds."""
     project_id = author_member.project_id
@@ -385,7 +385,7 @@ def _requirement_to_revise(
 
 
 def _affected_task_ids(
-    conn: sqlite3.Connection, requirement: decisions_store.DecisionRow, keys: list[str] | None
+    conn: Connection, requirement: decisions_store.DecisionRow, keys: list[str] | None
 ) -> list[int]:
     """The tasks named by ``keys`` (bound to the requirement from now on), or else every task
     already bound to it."""
@@ -398,7 +398,7 @@ def _affected_task_ids(
 
 
 def _require_sync(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: task_actions.Effects,
     requirement: decisions_store.DecisionRow,
@@ -428,7 +428,7 @@ def _require_sync(
 
 
 def _record_revision(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: task_actions.Effects,
     requirement: decisions_store.DecisionRow,
@@ -463,7 +463,7 @@ def _record_revision(
 
 
 def _post_change_notice(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: task_actions.Effects,
     requirement: decisions_store.DecisionRow,
@@ -526,7 +526,7 @@ def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
         )
 
     def follow_up(message_id: int) -> FollowUp:
-        def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+        def job(conn: Connection, tx: Tx) -> dict[str, Any]:
             # The project may have closed since the send committed: a closed project changes
             # no tasks (as the UI's mark does).
             task_actions.check_open(conn, sender)
@@ -537,7 +537,7 @@ def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
                 return None
             notice = notices.requirement_change_failed(error.code, error.message)
 
-            def report(conn: sqlite3.Connection, tx: Tx) -> int:
+            def report(conn: Connection, tx: Tx) -> int:
                 task_actions.check_open(conn, sender)  # nothing is said in a closed project
                 return task_actions.post_message(
                     conn, tx, task_actions.Effects(sender.project_id), notice.body,
@@ -562,19 +562,19 @@ async def mark_requirement_change(
 ) -> dict[str, Any]:
     """The UI action: a person marks an existing message as a requirement change."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, member)
         return requirement_change_from_message(conn, tx, message_id, member, task_keys)
 
     return await core.db.write(job)
 
 
-def _project_goal(conn: sqlite3.Connection, project_id: int) -> str:
+def _project_goal(conn: Connection, project_id: int) -> str:
     project = projects_store.get(conn, project_id)
     return project.goal.strip() if project else ""
 
 
-def decision_log(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
+def decision_log(conn: Connection, project_id: int) -> list[dict[str, Any]]:
     return [
         decisions_store.decision_object(conn, d)
         for d in decisions_store.decisions_of(conn, project_id)

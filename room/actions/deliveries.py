@@ -7,7 +7,6 @@ announced to the project's subscribers as an ephemeral ``delivery`` frame after 
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -23,13 +22,14 @@ from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
 from room.store import projects as projects_store
 from room.store.deliveries import Inbound
+from room.store.dialect import Connection
 
 _D = DeliveryState
 CLAIM_LIMIT = 50
 
 
 def set_deliveries(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     ids: Sequence[int],
     state: DeliveryState,
@@ -48,7 +48,7 @@ def set_deliveries(
 
 
 def settle_via_unknown(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     ids: Sequence[int],
     to: DeliveryState,
@@ -73,7 +73,7 @@ def settle_via_unknown(
     set_deliveries(conn, tx, ids, to, mode=mode, code=code, allowed_from=ledger.RECONCILE_FROM)
 
 
-def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> Reason | None:
+def dispatch_blocker(conn: Connection, member_id: int) -> Reason | None:
     """:func:`room.rules.ledger.dispatch_blocker` on the facts as this transaction sees them (so a
     pause committed a moment ago counts). A member that does not exist is treated as left."""
     facts = deliveries_store.dispatch_facts(conn, member_id)
@@ -84,7 +84,7 @@ def dispatch_blocker(conn: sqlite3.Connection, member_id: int) -> Reason | None:
 
 
 def release(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     member_id: int,
     ids: Sequence[int],
@@ -100,7 +100,7 @@ def release(
     set_deliveries(conn, tx, ids, to, code=code, detail=detail)
 
 
-def claim(conn: sqlite3.Connection, tx: Tx, member_id: int) -> list[Inbound]:
+def claim(conn: Connection, tx: Tx, member_id: int) -> list[Inbound]:
     """pending → delivered, the oldest first: the deliveries now sit in the in-process session.
     The caller has checked the dispatch rule in this same write."""
     ids = deliveries_store.pending_of(conn, member_id, CLAIM_LIMIT, unoffered=False)
@@ -119,7 +119,7 @@ async def offer(core: Services, member_id: int, handoff: str) -> list[Inbound]:
     """Pending deliveries handed to an external agent's socket (still pending until receipt);
     only while dispatch is open, each to one socket."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> list[Inbound]:
+    def job(conn: Connection, tx: Tx) -> list[Inbound]:
         if dispatch_blocker(conn, member_id) is not None:
             return []
         ids = deliveries_store.pending_of(conn, member_id, CLAIM_LIMIT, unoffered=True)
@@ -130,7 +130,7 @@ async def offer(core: Services, member_id: int, handoff: str) -> list[Inbound]:
 
 
 def confirm(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     member_id: int,
     delivery_ids: Sequence[int],
@@ -156,7 +156,7 @@ def confirm(
 async def socket_lost(core: Services, member_id: int, handoff: str) -> int:
     """An external agent's socket closed: hand-offs it never confirmed become ``unknown``."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> int:
+    def job(conn: Connection, tx: Tx) -> int:
         ids = deliveries_store.offered_to(conn, member_id, handoff)
         for delivery_id in ids:
             deliveries_store.reconcile_record(
@@ -178,7 +178,7 @@ async def retry_failed(core: Services, actor: Member, delivery_id: int) -> dict[
     (``delivery_not_failed``, 409). The retry is recorded in the ledger's reconciliations
     (``failed → pending``, "retried by @handle") and the audit log."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         row = deliveries_store.retry_facts(conn, delivery_id)
         if row is None or row["project_id"] != actor.project_id:
             raise NotFoundError("no such delivery", code="no_delivery")

@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import smtplib
-import sqlite3
 from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
@@ -29,6 +28,7 @@ from room.store import Tx
 from room.store import members as members_store
 from room.store import notifications as notifications_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ async def set_lang(core: Services, user_id: int, lang: str) -> dict[str, Any]:
     """The language a person reads (the page's choice, sent by the page): their digest's."""
     _check_lang(lang)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         notifications_store.set_lang(conn, user_id, lang)
 
     await core.db.write(job)
@@ -75,7 +75,7 @@ async def set_contact(
         ):
             raise BadRequestError("not an email address", code="bad_email")
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         notifications_store.set_contact(conn, user_id, email, lang)
         return {"email": email, "lang": notifications_store.contact(conn, user_id)["lang"]}
 
@@ -87,7 +87,7 @@ def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def collect(conn: sqlite3.Connection, now: float, away_secs: float) -> list[dict[str, Any]]:
+def collect(conn: Connection, now: float, away_secs: float) -> list[dict[str, Any]]:
     """Who is due a digest now, with their new mentions (people with none are left out)."""
     out = []
     for person in notifications_store.digest_due(conn, now, away_secs):
@@ -150,7 +150,7 @@ async def send_due(core: Services, now: float) -> int:
             continue
         user_id = person["user_id"]
 
-        def mark(conn: sqlite3.Connection, tx: Tx, user_id: int = user_id) -> None:
+        def mark(conn: Connection, tx: Tx, user_id: int = user_id) -> None:
             notifications_store.mark_digest(conn, user_id, now)
 
         await core.db.write(mark)

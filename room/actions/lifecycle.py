@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +57,7 @@ from room.store import deliveries as deliveries_store
 from room.store import memory as memory_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 # What the trash digest covers: (name, SQL selecting the rows of one project, deterministic).
 DIGEST_QUERIES: tuple[tuple[str, str], ...] = (
@@ -81,7 +81,7 @@ DIGEST_QUERIES: tuple[tuple[str, str], ...] = (
 _D = DeliveryState
 
 
-def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
+def digest(conn: Connection, project_id: int) -> dict[str, dict[str, Any]]:
     """Counts and SHA-256 of the project's rows, table by table."""
     out: dict[str, dict[str, Any]] = {}
     for name, sql in DIGEST_QUERIES:
@@ -96,7 +96,7 @@ def digest(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any
     return out
 
 
-def _publish_project(conn: sqlite3.Connection, tx: Tx, project_id: int) -> Project:
+def _publish_project(conn: Connection, tx: Tx, project_id: int) -> Project:
     project = projects_store.get(conn, project_id)
     assert project is not None
     frame = encode(project_frame(project.to_wire()))
@@ -106,7 +106,7 @@ def _publish_project(conn: sqlite3.Connection, tx: Tx, project_id: int) -> Proje
 
 
 def _audit(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     actor: Member,
     project_id: int,
@@ -267,7 +267,7 @@ async def _carry_out(
 
 
 def _direct(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     actor: Member,
     project: Project,
@@ -324,7 +324,7 @@ async def _stop_sequence(
     assert target is not None and decision.from_state is not None
     from_state = decision.from_state
 
-    def begin(conn: sqlite3.Connection, tx: Tx) -> None:
+    def begin(conn: Connection, tx: Tx) -> None:
         current = projects_store.get(conn, project.id)
         if current is None or current.state != project.state:
             raise ConflictError(
@@ -349,7 +349,7 @@ async def _stop_sequence(
     running = core.agents.running_members(project.id)
     reached = finish_stop(target, all_stopped and not running)
 
-    def finish(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def finish(conn: Connection, tx: Tx) -> dict[str, Any]:
         detail: dict[str, Any] = {"still_running": running}
         if reached in (
             ProjectState.TRASHED, ProjectState.ARCHIVED, ProjectState.COMPLETE,
@@ -423,26 +423,26 @@ async def _stop_sequence(
     return await core.db.write(finish)
 
 
-def _hold_pending(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
+def _hold_pending(conn: Connection, tx: Tx, project_id: int) -> int:
     ids = deliveries_store.of_project(conn, project_id, (_D.PENDING,))
     set_deliveries(conn, tx, ids, _D.HELD, code=Reason.PROJECT_NOT_ACTIVE)
     return len(ids)
 
 
-def _release_held(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
+def _release_held(conn: Connection, tx: Tx, project_id: int) -> int:
     ids = deliveries_store.held_for_active_members(conn, project_id)
     deliveries_store.unbind(conn, ids)
     set_deliveries(conn, tx, ids, _D.PENDING)
     return len(ids)
 
 
-def _cancel_open(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
+def _cancel_open(conn: Connection, tx: Tx, project_id: int) -> int:
     ids = deliveries_store.of_project(conn, project_id, OPEN_STATES)
     set_deliveries(conn, tx, ids, _D.CANCELLED, code=Reason.PROJECT_TRASHED)
     return len(ids)
 
 
-def _revoke_invites(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
+def _revoke_invites(conn: Connection, tx: Tx, project_id: int) -> int:
     """Open invite links die with the trash (marked used): a restore does not revive them."""
     return conn.execute(
         "UPDATE login_links SET used_at = :now WHERE project_id = :p AND purpose = 'invite'"
@@ -451,7 +451,7 @@ def _revoke_invites(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
     ).rowcount
 
 
-def _verify_snapshot(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+def _verify_snapshot(conn: Connection, project_id: int) -> dict[str, Any]:
     row = conn.execute(
         "SELECT digest_json FROM project_snapshots WHERE project_id = :p ORDER BY id DESC LIMIT 1",
         {"p": project_id},
@@ -468,7 +468,7 @@ def _verify_snapshot(conn: sqlite3.Connection, project_id: int) -> dict[str, Any
     return {"ok": not differences, "differences": differences}
 
 
-def restart_stops(conn: sqlite3.Connection, tx: Tx) -> list[int]:
+def restart_stops(conn: Connection, tx: Tx) -> list[int]:
     """After a crash, a ``stopping`` project never confirmed its stop: ``stop_unconfirmed``."""
     ids = [int(r[0]) for r in conn.execute("SELECT id FROM projects WHERE state = 'stopping'")]
     conn.executemany(

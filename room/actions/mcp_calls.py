@@ -8,7 +8,6 @@ the record is written here.
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from room.store import audit as audit_store
 from room.store import deliveries as deliveries_store
 from room.store import projects as projects_store
 from room.store.deliveries import Inbound
+from room.store.dialect import Connection
 from room.store.projects import OPEN_STATES
 
 #: The audit log's action for one MCP tool call; ``outcome`` is ``ok``, ``failed`` (the tool
@@ -55,7 +55,7 @@ async def record_call(
     )
     meta["tool"]["via"] = "mcp"
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         audit_store.record(
             conn,
             now=tx.now,
@@ -82,7 +82,7 @@ async def record_call(
 
 
 def take_inbox_in(
-    conn: sqlite3.Connection, tx: Tx, member: Member, handoff: str, turn_cap: int | None
+    conn: Connection, tx: Tx, member: Member, handoff: str, turn_cap: int | None
 ) -> list[Inbound]:
     """An MCP client reads its unread deliveries (the ``room://inbox`` resource): in this one
     write they are handed to it and taken, pending → delivered → consumed (mode ``queue``), each
@@ -114,7 +114,7 @@ async def has_unread(core: Services, member_id: int) -> bool:
     """Whether an MCP client reading its inbox now would get something (what a resource update
     notification promises)."""
 
-    def read(conn: sqlite3.Connection) -> bool:
+    def read(conn: Connection) -> bool:
         if dispatch_blocker(conn, member_id) is not None:
             return False
         return bool(deliveries_store.pending_of(conn, member_id, 1, unoffered=True))

@@ -8,7 +8,6 @@ owner can neither leave nor give up the role.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection
 from typing import Any
 
@@ -31,6 +30,7 @@ from room.store import auth as auth_store
 from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 LAST_OWNER = (
     "项目至少保留一位所有者：请先让另一位成员成为所有者"
@@ -44,7 +44,7 @@ def actor_kind(actor: Member) -> ActorKind:
     return viewer_kind(actor)
 
 
-def announce_members(conn: sqlite3.Connection, tx: Tx, project_id: int) -> None:
+def announce_members(conn: Connection, tx: Tx, project_id: int) -> None:
     """The roster changed: after the commit the cached roster is dropped and every subscriber
     gets the new ``members`` frame."""
     members = members_store.wire_list(conn, project_id)
@@ -59,7 +59,7 @@ async def add_agent(core: Services, actor: Member, spec: AgentSpec, driver: str)
         raise ForbiddenError("only a project owner adds members", code="not_owner")
     project_id = actor.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> Member:
+    def job(conn: Connection, tx: Tx) -> Member:
         projects_store.require_open(conn, project_id)
         member_id = insert_agent(conn, tx, project_id, spec)
         conn.execute(
@@ -123,7 +123,7 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
         if not stopped and core.relay is not None:  # the turn may run on another server
             core.relay.stop_elsewhere(target_id)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any] | RoomError:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any] | RoomError:
         refusal = _refusal(conn, actor, target_id, member_op_)
         if refusal is not None:
             _audit_refused(conn, tx, actor, target, op, refusal.code)
@@ -181,9 +181,7 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
     return outcome
 
 
-def _refusal(
-    conn: sqlite3.Connection, actor: Member, target_id: int, op: MemberOp
-) -> RoomError | None:
+def _refusal(conn: Connection, actor: Member, target_id: int, op: MemberOp) -> RoomError | None:
     """Why ``op`` cannot run now, checked again inside the write (the roster read before it may
     be stale): the project closed, the member changed status, or the last owner would leave."""
     try:
@@ -211,7 +209,7 @@ def _refusal(
 
 
 def _audit_refused(
-    conn: sqlite3.Connection, tx: Tx, actor: Member, target: Member, op: str, reason: str
+    conn: Connection, tx: Tx, actor: Member, target: Member, op: str, reason: str
 ) -> None:
     audit_store.record(
         conn,
@@ -227,7 +225,7 @@ def _audit_refused(
 
 
 def _move(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     member_id: int,
     from_states: Collection[DeliveryState],
@@ -245,7 +243,7 @@ async def set_role(core: Services, actor: Member, target_id: int, role: str) -> 
     """Grant or withdraw the owner role of a person (owners only; never the last owner)."""
     project_id = actor.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         target = members_store.get(conn, target_id)
         refusal = None
         state = projects_store.state_of(conn, project_id) or "purged"
@@ -292,7 +290,7 @@ async def set_role(core: Services, actor: Member, target_id: int, role: str) -> 
     return result
 
 
-def _owner_count(conn: sqlite3.Connection, project_id: int) -> int:
+def _owner_count(conn: Connection, project_id: int) -> int:
     return int(
         conn.execute(
             "SELECT count(*) FROM members WHERE project_id = :p AND kind = 'human'"

@@ -11,7 +11,6 @@ Session-log entries are append-only; references are deduplicated on their kind a
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +29,7 @@ from room.store import members as members_store
 from room.store import memory as memory_store
 from room.store import projects as projects_store
 from room.store import search as search_store
+from room.store.dialect import Connection
 
 #: Session-log entries the overview carries (newest first); the rest are a page away.
 OVERVIEW_SESSIONS = 50
@@ -39,7 +39,7 @@ MAX_PAGE = 200
 # -- writes ---------------------------------------------------------------------------------------
 
 
-def check_writable(conn: sqlite3.Connection, member: Member) -> None:
+def check_writable(conn: Connection, member: Member) -> None:
     """Memory changes only while the project accepts messages from this kind of member."""
     state = projects_store.state_of(conn, member.project_id) or "purged"
     poster = ActorKind.AGENT if member.kind == "agent" else ActorKind.MEMBER
@@ -54,9 +54,7 @@ def check_writable(conn: sqlite3.Connection, member: Member) -> None:
         raise ForbiddenError("你已离开本项目 (You have left this project.)", code="member_left")
 
 
-def record_written(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, kind: str, record_id: int
-) -> int:
+def record_written(conn: Connection, tx: Tx, project_id: int, kind: str, record_id: int) -> int:
     """Bump the project's memory version and announce it (the ``memory`` frame, after the
     commit). Every memory write calls it once, decisions included; returns the new version."""
     version = memory_store.bump_version(conn, project_id, tx.now)
@@ -66,7 +64,7 @@ def record_written(
     return version
 
 
-def index_entry(conn: sqlite3.Connection, entry_id: int) -> dict[str, Any]:
+def index_entry(conn: Connection, entry_id: int) -> dict[str, Any]:
     """(Re)index an entry's current text for search, in the write's transaction; returns it.
     Archived entries stay indexed: the archive is searchable."""
     found = memory_store.entry(conn, entry_id)
@@ -79,7 +77,7 @@ def index_entry(conn: sqlite3.Connection, entry_id: int) -> dict[str, Any]:
     return found
 
 
-def index_decisions(conn: sqlite3.Connection, decision_ids: set[int]) -> None:
+def index_decisions(conn: Connection, decision_ids: set[int]) -> None:
     """(Re)index decisions' current revisions (title, context, decision, consequences, the
     alternatives rejected, constraints) under kind ``decision``."""
     for decision_id in sorted(decision_ids):
@@ -99,7 +97,7 @@ def index_decisions(conn: sqlite3.Connection, decision_ids: set[int]) -> None:
 
 
 def enforce_cap(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, kind: str, *, newest: int | None = None
+    conn: Connection, tx: Tx, project_id: int, kind: str, *, newest: int | None = None
 ) -> list[int]:
     """Move the oldest live entries of ``kind`` past its cap to the archive; returns their ids.
     Decisions are capped in the decisions table (the requirement is never archived).
@@ -126,7 +124,7 @@ def enforce_cap(
     return ids
 
 
-def _in_project(conn: sqlite3.Connection, member: Member, entry_id: int) -> dict[str, Any]:
+def _in_project(conn: Connection, member: Member, entry_id: int) -> dict[str, Any]:
     found = memory_store.entry(conn, entry_id)
     if found is None or found["project_id"] != member.project_id:
         raise NotFoundError(f"没有记录 {entry_id} (No record {entry_id} here.)", code="not_found")
@@ -134,7 +132,7 @@ def _in_project(conn: sqlite3.Connection, member: Member, entry_id: int) -> dict
 
 
 def add_entry_in(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     actor: Member,
     kind: str,
@@ -174,7 +172,7 @@ def add_entry_in(
 
 
 def _update(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     actor: Member,
     current: dict[str, Any],
@@ -214,7 +212,7 @@ def _check_rev(current: dict[str, Any] | None, rev: int | None) -> None:
 
 
 def edit_entry_in(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     actor: Member,
     entry_id: int,
@@ -250,7 +248,7 @@ def edit_entry_in(
 
 
 def set_summary_in(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     actor: Member,
     rev: int | None,
@@ -277,9 +275,7 @@ def set_summary_in(
     return _update(conn, tx, actor, current, body)
 
 
-def archive_entry_in(
-    conn: sqlite3.Connection, tx: Tx, actor: Member, entry_id: int
-) -> dict[str, Any]:
+def archive_entry_in(conn: Connection, tx: Tx, actor: Member, entry_id: int) -> dict[str, Any]:
     """A person moves an entry to the archive (it stays readable and searchable)."""
     current = _in_project(conn, actor, entry_id)
     if current["kind"] == "summary":
@@ -298,9 +294,7 @@ def archive_entry_in(
     return archived
 
 
-def restore_entry_in(
-    conn: sqlite3.Connection, tx: Tx, actor: Member, entry_id: int
-) -> dict[str, Any]:
+def restore_entry_in(conn: Connection, tx: Tx, actor: Member, entry_id: int) -> dict[str, Any]:
     """A person moves an archived entry back to the live ones. It counts as the newest of its
     kind: when that takes the kind past its cap, the oldest other live entries go to the
     archive in its place."""
@@ -320,7 +314,7 @@ def restore_entry_in(
     return restored
 
 
-def clear_in(conn: sqlite3.Connection, tx: Tx, actor: Member, confirm: Any) -> dict[str, Any]:
+def clear_in(conn: Connection, tx: Tx, actor: Member, confirm: Any) -> dict[str, Any]:
     """An owner clears the project's memory: every entry of every kind (the summary, facts,
     conventions, progress, the session log, references), live and archived, with its history
     and its search index. Decisions stay: they are the decision log of the task board. Needs
@@ -361,7 +355,7 @@ async def add_entry(
 ) -> dict[str, Any]:
     """Add an entry; returns its wire object."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         return entry_wire(conn, add_entry_in(conn, tx, actor, kind, raw, turn_id=turn_id))
 
     return await core.db.write(job)
@@ -398,7 +392,7 @@ async def restore_entry(core: Services, actor: Member, entry_id: int) -> dict[st
 # -- reads ----------------------------------------------------------------------------------------
 
 
-def _author(conn: sqlite3.Connection, member_id: int | None) -> dict[str, Any] | None:
+def _author(conn: Connection, member_id: int | None) -> dict[str, Any] | None:
     if member_id is None:
         return None
     found = members_store.get(conn, member_id)
@@ -408,7 +402,7 @@ def _author(conn: sqlite3.Connection, member_id: int | None) -> dict[str, Any] |
             "kind": found.kind}  # fmt: skip
 
 
-def entry_wire(conn: sqlite3.Connection, entry: dict[str, Any]) -> dict[str, Any]:
+def entry_wire(conn: Connection, entry: dict[str, Any]) -> dict[str, Any]:
     """An entry as the API, the page and the tools see it (times ISO 8601 UTC)."""
     body = dict(entry["body"])
     if entry["kind"] == "summary":
@@ -434,7 +428,7 @@ def entry_wire(conn: sqlite3.Connection, entry: dict[str, Any]) -> dict[str, Any
 
 
 def staleness(
-    conn: sqlite3.Connection, project_id: int, now: float, stale_days: int
+    conn: Connection, project_id: int, now: float, stale_days: int
 ) -> dict[str, int] | None:
     """``{days, entries_since}`` when the summary is older than ``stale_days`` while newer
     session-log entries exist; None otherwise, or when ``stale_days`` is 0 (off)."""
@@ -450,9 +444,7 @@ def staleness(
     return None if stale is None else {"days": stale.days, "entries_since": stale.entries_since}
 
 
-def overview(
-    conn: sqlite3.Connection, project_id: int, *, now: float, stale_days: int
-) -> dict[str, Any]:
+def overview(conn: Connection, project_id: int, *, now: float, stale_days: int) -> dict[str, Any]:
     """Everything the 记忆 tab shows at once (``GET /api/projects/{id}/memory``)."""
     summary = memory_store.summary(conn, project_id)
     body: dict[str, Any] = {
@@ -478,7 +470,7 @@ def overview(
 
 
 def page(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     kind: str,
     *,
@@ -507,7 +499,7 @@ def page(
 
 
 def read_page(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     kind: str,
     archived: bool,
@@ -532,7 +524,7 @@ def read_page(
 
 
 def _decision_page(
-    conn: sqlite3.Connection, project_id: int, *, archived: bool, before: int | None, limit: int
+    conn: Connection, project_id: int, *, archived: bool, before: int | None, limit: int
 ) -> dict[str, Any]:
     rows = [
         d
@@ -547,7 +539,7 @@ def _decision_page(
     }
 
 
-def history(conn: sqlite3.Connection, member: Member, entry_id: int) -> dict[str, Any]:
+def history(conn: Connection, member: Member, entry_id: int) -> dict[str, Any]:
     """Every revision of an entry, oldest first."""
     _in_project(conn, member, entry_id)
     return {
@@ -564,5 +556,5 @@ def history(conn: sqlite3.Connection, member: Member, entry_id: int) -> dict[str
     }
 
 
-def entry_for(conn: sqlite3.Connection, member: Member, entry_id: int) -> dict[str, Any]:
+def entry_for(conn: Connection, member: Member, entry_id: int) -> dict[str, Any]:
     return entry_wire(conn, _in_project(conn, member, entry_id))

@@ -16,7 +16,6 @@ never purged here. One transaction.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from room.actions import auth as auth_actions
@@ -29,6 +28,7 @@ from room.store import audit as audit_store
 from room.store import auth as auth_store
 from room.store import members as members_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 _ENTRY_COLUMNS = (
     "kind, rev, body_json, size, author_id, ref_key, archived, archived_at, created_at,"
@@ -44,7 +44,7 @@ _REVISION_COLUMNS = (
 )
 
 
-def _handles(conn: sqlite3.Connection, project_id: int) -> dict[int, str]:
+def _handles(conn: Connection, project_id: int) -> dict[int, str]:
     rows = conn.execute("SELECT id, handle FROM members WHERE project_id = :p", {"p": project_id})
     return {int(r[0]): str(r[1]) for r in rows}
 
@@ -62,7 +62,7 @@ def _entry_key(kind: str, body: dict[str, Any], created_at: float, author: str |
 
 
 def merge_records(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     target_id: int,
     source_id: int,
@@ -161,7 +161,7 @@ def merge_records(
 
 
 def _merge_people(
-    conn: sqlite3.Connection, tx: Tx, target_id: int, source_id: int, report: dict[str, Any]
+    conn: Connection, tx: Tx, target_id: int, source_id: int, report: dict[str, Any]
 ) -> None:
     """The source's people join the target as members (never owners: a merge grants no
     ownership); one whose handle or name the target holds is skipped and said. Agents are
@@ -180,9 +180,7 @@ def _merge_people(
             report["members_skipped"].append({"handle": user.handle, "reason": exc.code})
 
 
-def _merge_dependencies(
-    conn: sqlite3.Connection, target_id: int, source_id: int, now: float
-) -> int:
+def _merge_dependencies(conn: Connection, target_id: int, source_id: int, now: float) -> int:
     """The source's dependencies added to the target's (the same one once; none on the target
     itself, which the source's would become); returns how many were new."""
     before = _count_dependencies(conn, target_id)
@@ -196,7 +194,7 @@ def _merge_dependencies(
     return _count_dependencies(conn, target_id) - before
 
 
-def _count_dependencies(conn: sqlite3.Connection, project_id: int) -> int:
+def _count_dependencies(conn: Connection, project_id: int) -> int:
     row = conn.execute(
         "SELECT count(*) FROM project_dependencies WHERE project_id = :p", {"p": project_id}
     ).fetchone()
@@ -204,7 +202,7 @@ def _count_dependencies(conn: sqlite3.Connection, project_id: int) -> int:
 
 
 def _merge_decisions(
-    conn: sqlite3.Connection, target_id: int, source_id: int, member: Any, report: dict[str, Any]
+    conn: Connection, target_id: int, source_id: int, member: Any, report: dict[str, Any]
 ) -> set[int]:
     def current_texts(project_id: int) -> dict[int, str]:
         rows = conn.execute(

@@ -6,7 +6,6 @@ replies quoting the message quote what it says now (docs/protocol.md, "Message o
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from room.actions import threads as thread_actions
@@ -30,6 +29,7 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import reactions as reactions_store
 from room.store import search as search_store
+from room.store.dialect import Connection
 
 
 async def edit_message(
@@ -47,7 +47,7 @@ async def edit_message(
     html = render(body)
     project_id = editor.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         row = _own_message(conn, editor, message_id)
         messages_store.record_edit(
             conn,
@@ -104,7 +104,7 @@ async def delete_message(core: Services, actor: Member, message_id: int) -> dict
     deliveries not yet handed over are cancelled."""
     project_id = actor.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         row = _own_message(conn, actor, message_id)
         messages_store.record_edit(
             conn,
@@ -150,7 +150,7 @@ async def delete_message(core: Services, actor: Member, message_id: int) -> dict
     return await core.db.write(job)
 
 
-def _own_message(conn: sqlite3.Connection, actor: Member, message_id: int) -> dict[str, Any]:
+def _own_message(conn: Connection, actor: Member, message_id: int) -> dict[str, Any]:
     row = messages_store.get_row(conn, message_id)
     if row is None or row["project_id"] != actor.project_id:
         raise NotFoundError("no such message in this project", code="no_message")
@@ -162,7 +162,7 @@ def _own_message(conn: sqlite3.Connection, actor: Member, message_id: int) -> di
     return row
 
 
-def _requote_replies(conn: sqlite3.Connection, message_id: int) -> None:
+def _requote_replies(conn: Connection, message_id: int) -> None:
     """After an edit or a delete, the replies to ``message_id`` quote what it says now: their
     stored objects (history pages, replays) change with it, so no earlier or deleted text stays
     readable in a quote. Clients update the quotes they hold from the ``message_updated`` frame
@@ -180,7 +180,7 @@ def _requote_replies(conn: sqlite3.Connection, message_id: int) -> None:
 
 
 def annotate_message(
-    conn: sqlite3.Connection, tx: Tx, message_id: int, meta: dict[str, Any]
+    conn: Connection, tx: Tx, message_id: int, meta: dict[str, Any]
 ) -> dict[str, Any]:
     """Add ``meta`` to a stored message's ``meta`` (its text untouched) and publish the change
     as ``message_updated``; call inside a write job. Used to mark a person's message as a
@@ -195,7 +195,7 @@ def annotate_message(
 
 
 def publish_update(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     project_id: int,
     message_id: int,

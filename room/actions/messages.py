@@ -17,7 +17,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -50,6 +49,7 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import threads as threads_store
 from room.store.db import UNKNOWN, Prefetch, Sent, WriteJob
+from room.store.dialect import Connection
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ def _send_job(
     project_id = sender.project_id
     mention_rows = [(int(m.member_id), m.via) for m in addressing.resolution.mentions]
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> Ack:
+    def job(conn: Connection, tx: Tx) -> Ack:
         appends = tx.appends
         earlier = _earlier_send(conn, appends, sender.id, client_txn_id)
         if earlier is not None:
@@ -433,7 +433,7 @@ def address(
 
 
 def _earlier_send(
-    conn: sqlite3.Connection, appends: Appends | None, sender_id: int, client_txn_id: str
+    conn: Connection, appends: Appends | None, sender_id: int, client_txn_id: str
 ) -> Sent | None:
     """The message an earlier send with this ``client_txn_id`` stored, if any. With
     ``appends=True`` the batch is asked first (it knows its own sends and the prefetched
@@ -459,7 +459,7 @@ def _retransmit_ack(earlier: Sent, digest: str, client_txn_id: str) -> Ack:
 
 
 def _store_recipients(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     project_id: int,
     message_id: int,
@@ -492,7 +492,7 @@ def _store_recipients(
 
 
 def append_message(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     *,
     project_id: int,
@@ -598,7 +598,7 @@ def initial_state(roster: ProjectRoster, member_id: int, project_state: str) -> 
     return ledger.initial_state(project_state, member.status if member else "active")
 
 
-def _reply_excerpt(conn: sqlite3.Connection, project_id: int, reply_to: int) -> dict[str, Any]:
+def _reply_excerpt(conn: Connection, project_id: int, reply_to: int) -> dict[str, Any]:
     """Who and what a reply answers, shown above it (a message still waiting in the batch is
     written first: see room.store.db.WriterConnection)."""
     row = messages_store.get_row(conn, reply_to)
@@ -622,7 +622,7 @@ async def send_message(
     return await submit_send(core, sender, roster, client_txn_id=client_txn_id, body=body, **kwargs)
 
 
-def check_posting(conn: sqlite3.Connection, member: Member, appends: Appends | None = None) -> str:
+def check_posting(conn: Connection, member: Member, appends: Appends | None = None) -> str:
     """The project's state, if ``member`` may post or change messages in it now."""
     state = projects_store.state_of(conn, member.project_id, appends) or "purged"
     if state not in POSTING_STATES[member.kind]:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.actions.messages import append_message
 from room.rules.notices import Notice
 from room.rules.render import render
 from room.store import Tx
+from room.store.dialect import Connection
 
 
 def insert_notice(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, body: str, meta: dict[str, Any]
+    conn: Connection, tx: Tx, project_id: int, body: str, meta: dict[str, Any]
 ) -> int:
     """A system message in the timeline (no author, wakes nobody)."""
     message_id, _, _ = append_message(
@@ -29,7 +29,7 @@ def insert_notice(
 
 
 def post_notice(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, notice: Notice, meta: dict[str, Any]
+    conn: Connection, tx: Tx, project_id: int, notice: Notice, meta: dict[str, Any]
 ) -> int:
     """A coded notice (:mod:`room.rules.notices`): its Chinese body, and ``meta.notice`` for the
     page to word in the reader's language."""

@@ -11,7 +11,6 @@ the inbox lists unread mentions and followed-thread replies of every project wha
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from room.errors import BadRequestError
@@ -20,6 +19,7 @@ from room.services import Services
 from room.store import Tx
 from room.store import notifications as notifications_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 MAX_INBOX = 200
 
@@ -35,7 +35,7 @@ async def set_level(core: Services, member: Member, level: str) -> dict[str, Any
     if member.kind != "human":
         raise BadRequestError("notification levels are people's", code="not_a_person")
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         notifications_store.set_level(conn, member.id, level, tx.now)
         return {"project_id": member.project_id, "level": level}
 
@@ -49,7 +49,7 @@ async def inbox(core: Services, user_id: int, limit: int = 50) -> dict[str, Any]
     if not 1 <= limit <= MAX_INBOX:
         raise BadRequestError(f"limit is 1–{MAX_INBOX}", code="bad_query")
 
-    def read(conn: sqlite3.Connection) -> dict[str, Any]:
+    def read(conn: Connection) -> dict[str, Any]:
         items = notifications_store.inbox(conn, user_id, limit)
         names = {p.id: p.name for p in projects_store.list_for_user(conn, user_id)}
         return {

@@ -14,7 +14,6 @@ from __future__ import annotations
 import binascii
 import json
 import os
-import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -38,7 +37,7 @@ from room.rules.packs import (
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import projects as projects_store
-from room.store.dialect import dialect_for
+from room.store.dialect import Connection, dialect_for
 from room.store.schema import SCHEMA_VERSION
 
 EXPORT_FETCH = 2_000
@@ -54,7 +53,7 @@ def _line(obj: Any) -> bytes:
     return _dumps(obj, option=_NEWLINE)
 
 
-def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
+def table_columns(conn: Connection, table: str) -> list[str]:
     if dialect_for(conn).name == "postgresql":
         rows = conn.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_schema ="
@@ -65,7 +64,7 @@ def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
 
 
-def _select(conn: sqlite3.Connection, table: PackTable, columns: list[str], project_id: int) -> str:
+def _select(conn: Connection, table: PackTable, columns: list[str], project_id: int) -> str:
     """The query of one part. A ``dense`` table whose rows of this project fill at least half
     of their id range is read along that range of the table itself (``NOT INDEXED``): in id
     order with no sort, where the project index would hand its rows over in another order and
@@ -92,13 +91,13 @@ FILES_SQL = (
 )
 
 
-def _file_names(conn: sqlite3.Connection, project_id: int) -> Iterator[str]:
+def _file_names(conn: Connection, project_id: int) -> Iterator[str]:
     where = TABLES_BY_NAME["attachments"].where
     for (sha,) in conn.execute(FILES_SQL.format(where=where), {"p": project_id}):
         yield str(sha)
 
 
-def _check_files(conn: sqlite3.Connection, project_id: int, data: Path) -> None:
+def _check_files(conn: Connection, project_id: int, data: Path) -> None:
     """Every file the pack will carry is in the store (checked before the first line, so an
     export that could only end cut short is refused instead)."""
     for sha in _file_names(conn, project_id):
@@ -110,7 +109,7 @@ def _check_files(conn: sqlite3.Connection, project_id: int, data: Path) -> None:
             )  # fmt: skip
 
 
-def _file_rows(conn: sqlite3.Connection, project_id: int, data: Path) -> Iterator[bytes]:
+def _file_rows(conn: Connection, project_id: int, data: Path) -> Iterator[bytes]:
     """The files part's rows: each file in chunks of base64, one row per chunk."""
     for sha in _file_names(conn, project_id):
         with blobs.path_of(data, sha).open("rb") as f:
@@ -127,7 +126,7 @@ def _file_rows(conn: sqlite3.Connection, project_id: int, data: Path) -> Iterato
 
 
 def export_lines(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     now: float,
     parts: Iterable[str] | None = None,
@@ -189,9 +188,7 @@ def export_lines(
     yield _line({"end_pack": True, "rows": total})
 
 
-def write_pack(
-    conn: sqlite3.Connection, project_id: int, out: IO[bytes], now: float, data: Path
-) -> int:
+def write_pack(conn: Connection, project_id: int, out: IO[bytes], now: float, data: Path) -> int:
     """Write the pack of ``project_id`` to ``out`` from one read transaction; returns bytes.
     ``data``: the data folder (the attachments' files)."""
     written = 0
@@ -209,9 +206,7 @@ def write_pack(
     return written
 
 
-def record_export(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, actor: tuple[str, int | None]
-) -> None:
+def record_export(conn: Connection, tx: Tx, project_id: int, actor: tuple[str, int | None]) -> None:
     audit_store.record(
         conn, now=tx.now, actor_kind=actor[0], actor_id=actor[1], project_id=project_id,
         action="project.export", outcome="ok",

@@ -51,7 +51,7 @@ from room.store import Tx
 from room.store import attachments as attachments_store
 from room.store import audit as audit_store
 from room.store import projects as projects_store
-from room.store.dialect import dialect_for
+from room.store.dialect import Connection, Cursor, dialect_for
 
 INSERT_CHUNK = 500
 # The longest line an import reads: far past any row (a message's body, its rendered HTML and
@@ -142,7 +142,7 @@ class Importer:
     transaction. Any problem raises :class:`PackError` (or the database's error) and the
     caller's rollback leaves nothing."""
 
-    def __init__(self, conn: sqlite3.Connection, tx: Tx, options: ImportOptions) -> None:
+    def __init__(self, conn: Connection, tx: Tx, options: ImportOptions) -> None:
         self.conn, self.tx, self.options = conn, tx, options
         self.ids: dict[str, _Ids] = {}
         self.parts: list[str] = []
@@ -154,7 +154,7 @@ class Importer:
         self.pack_project: dict[str, Any] = {}
         self.token = secrets.token_hex(8)  # names this import's staged files
         self.file: _File | None = None
-        self.expected_files: sqlite3.Cursor | None = None
+        self.expected_files: Cursor | None = None
 
     # -- id mapping
 
@@ -592,7 +592,7 @@ class Importer:
         memory_actions.index_decisions(self.conn, {int(r[0]) for r in decisions.fetchall()})
 
 
-def _free_name(conn: sqlite3.Connection, name: str) -> str:
+def _free_name(conn: Connection, name: str) -> str:
     name = name.strip()[:70] or "imported"
     if not projects_store.name_taken(conn, name):
         return name
@@ -745,7 +745,7 @@ def read_lines(pack: IO[bytes]) -> Iterator[bytes]:
 
 
 def import_pack(
-    conn: sqlite3.Connection, tx: Tx, lines: Iterable[bytes | str], options: ImportOptions
+    conn: Connection, tx: Tx, lines: Iterable[bytes | str], options: ImportOptions
 ) -> dict[str, Any]:
     """Write the pack in ``lines`` (:func:`read_lines` of a file) as a new project inside the
     caller's transaction."""
@@ -760,7 +760,7 @@ def import_pack(
     return result
 
 
-def _largest_id(conn: sqlite3.Connection, table: str) -> int:
+def _largest_id(conn: Connection, table: str) -> int:
     """The largest id ``table`` holds, or (PostgreSQL) its identity sequence has handed out,
     whichever is larger: the pack's rows are numbered past it."""
     sql = f"SELECT coalesce(max(id), 0) FROM {table}"
@@ -772,7 +772,7 @@ def _largest_id(conn: sqlite3.Connection, table: str) -> int:
     return int(conn.execute(sql).fetchone()[0])
 
 
-def _advance_sequences(conn: sqlite3.Connection, ids: dict[str, _Ids]) -> None:
+def _advance_sequences(conn: Connection, ids: dict[str, _Ids]) -> None:
     """PostgreSQL: the rows were written with ids of their own (past each table's largest), which
     a table's identity sequence does not see; it is moved past them, or the next row numbered
     by the sequence would collide. (SQLite numbers from the table's largest id.) Another
@@ -789,7 +789,7 @@ def _advance_sequences(conn: sqlite3.Connection, ids: dict[str, _Ids]) -> None:
 
 
 def fork_project(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, actor_member: int, name: str | None
+    conn: Connection, tx: Tx, project_id: int, actor_member: int, name: str | None
 ) -> dict[str, Any]:
     """A new project from this one's records (docs/packs.md, "Fork"): its export restricted to
     :data:`room.rules.packs.FORK_TABLES`, imported on the same server (the same people). It starts

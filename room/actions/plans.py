@@ -12,7 +12,6 @@ and nothing is dispatched until a person starts the plan.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.actions import tasks as task_actions
@@ -33,12 +32,13 @@ from room.store import notifications as notifications_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store import users as users_store
+from room.store.dialect import Connection
 
 GOAL_TXN = "goal-{project_id}"
 REQUIREMENT_TITLE = "项目需求 (Project requirement)"
 
 
-def plan_first(conn: sqlite3.Connection, project_id: int) -> bool:
+def plan_first(conn: Connection, project_id: int) -> bool:
     return bool(projects_store.settings(conn, project_id).get("plan_first", False))
 
 
@@ -82,7 +82,7 @@ def _split_external(
 
 
 def _validate(
-    conn: sqlite3.Connection, project_id: int, raw: Any
+    conn: Connection, project_id: int, raw: Any
 ) -> tuple[ValidatedPlan, dict[str, list[str]], dict[str, Member]]:
     members = task_actions.members_by_id(conn, project_id)
     disabled = users_store.disabled_members(conn, project_id)
@@ -110,7 +110,7 @@ def _validate(
 
 
 def requirement_decision(
-    conn: sqlite3.Connection, tx: Tx, fx: task_actions.Effects, fallback: str | None
+    conn: Connection, tx: Tx, fx: task_actions.Effects, fallback: str | None
 ) -> decisions_store.DecisionRow:
     """The project's requirement decision, created if missing: accepted, revision 1 holding the
     project's goal in its creator's words (else ``fallback``, e.g. the plan's goal), authored by
@@ -138,7 +138,7 @@ def requirement_decision(
     return current
 
 
-def project_creator(conn: sqlite3.Connection, project_id: int) -> Member | None:
+def project_creator(conn: Connection, project_id: int) -> Member | None:
     row = conn.execute("SELECT created_by FROM projects WHERE id = :id", {"id": project_id})
     found = row.fetchone()
     if found is None or found[0] is None:
@@ -147,7 +147,7 @@ def project_creator(conn: sqlite3.Connection, project_id: int) -> Member | None:
 
 
 def store_plan(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: task_actions.Effects,
     actor: Member,
@@ -253,7 +253,7 @@ async def submit_plan(
         )
     project_id = actor.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, actor)
         fx = task_actions.Effects(project_id)
         result = store_plan(conn, tx, fx, actor, raw, start)
@@ -272,7 +272,7 @@ async def start_plan(core: Services, actor: Member, plan_id: int | None = None) 
         )
     project_id = actor.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, actor)
         started = tasks_store.start_plans(conn, project_id, plan_id, actor.id, tx.now)
         if not started:
@@ -308,7 +308,7 @@ async def start_plan(core: Services, actor: Member, plan_id: int | None = None) 
 
 
 def deliver_goal(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     project_id: int,
     creator_member_id: int,

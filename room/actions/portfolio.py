@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import unicodedata
 from typing import Any
 
@@ -25,6 +24,7 @@ from room.store import audit as audit_store
 from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
+from room.store.dialect import Connection
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def _require_owner(actor: Member) -> None:
         )
 
 
-def _audit(conn: sqlite3.Connection, tx: Tx, actor: Member, action: str, **detail: Any) -> None:
+def _audit(conn: Connection, tx: Tx, actor: Member, action: str, **detail: Any) -> None:
     audit_store.record(
         conn,
         now=tx.now,
@@ -53,7 +53,7 @@ def _audit(conn: sqlite3.Connection, tx: Tx, actor: Member, action: str, **detai
     )
 
 
-def timeline_wire(conn: sqlite3.Connection, project_id: int, today: Any) -> dict[str, Any]:
+def timeline_wire(conn: Connection, project_id: int, today: Any) -> dict[str, Any]:
     """A project's timeline as the page and the API show it, with progress and flags."""
     tl = portfolio_store.timeline(conn, project_id)
     pct = pf.progress(tl.milestones)
@@ -75,7 +75,7 @@ async def update_timeline(
     _require_owner(actor)
     pf.parse_timeline(data)  # refuse bad input before taking the writer
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         projects_store.require_open(conn, project_id)
         current = portfolio_store.timeline(conn, project_id).to_wire()
         current["milestones"] = [
@@ -108,7 +108,7 @@ async def set_summary(core: Services, actor: Member, project_id: int, text: str)
     _require_owner(actor)
     value = clean_summary(text)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         projects_store.require_open(conn, project_id)
         portfolio_store.set_summary(conn, project_id, value, by=actor.id, now=tx.now)
         _audit(conn, tx, actor, "project.summary", summary=value)
@@ -157,7 +157,7 @@ async def set_dependencies(
         )
     parsed = [_dependency(item, i) for i, item in enumerate(items)]
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         projects_store.require_open(conn, project_id)
         for kind, target, _ in parsed:
             if kind != "project":
@@ -184,7 +184,7 @@ async def set_task_dates(
     _require_owner(actor)
     s, e = pf.parse_task_dates(start, end)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         projects_store.require_open(conn, project_id)
         task = tasks_store.task_by_key(conn, project_id, key)
         if task is None:
@@ -208,7 +208,7 @@ def notice_text(finding: pf.Finding) -> str:
     return f"🔴 风险扫描：{rule.title} — {finding.detail}。建议：{rule.suggestion}"
 
 
-def scan_job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+def scan_job(conn: Connection, tx: Tx) -> dict[str, Any]:
     """Scan every project (not purged or trashed), write the risk logs, post the new 🔴 notices."""
     projects = [
         p for p in portfolio_store.portfolio(conn) if p.state not in ("trashed", "purge_blocked")

@@ -8,7 +8,6 @@ in the audit log.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +21,7 @@ from room.settings import Settings
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 SETTING_KEYS = ("network", "unsandboxed", "read_only_roles", "limits", "merge_ignore")
 
@@ -82,7 +82,7 @@ async def change_settings(
             raise ForbiddenError("only a person changes project settings", code="human_only")
         raise ForbiddenError("only a project owner changes project settings", code="not_owner")
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         projects_store.require_open(conn, project_id)
         before = projects_store.settings(conn, project_id)
         values = {k: v for k, v in changes.items() if k != "limits"}
@@ -106,9 +106,7 @@ async def change_settings(
     return await core.db.write(job)
 
 
-def _audit(
-    conn: sqlite3.Connection, tx: Tx, actor: Member, outcome: str, changes: dict[str, Any]
-) -> None:
+def _audit(conn: Connection, tx: Tx, actor: Member, outcome: str, changes: dict[str, Any]) -> None:
     audit_store.record(
         conn,
         now=tx.now,

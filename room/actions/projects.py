@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 from room.store.members import name_key
 
 HANDLE_RE = regex.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
@@ -68,7 +68,7 @@ def check_display_name(name: str) -> str:
 
 
 def check_aliases(
-    conn: sqlite3.Connection,
+    conn: Connection,
     project_id: int,
     handle: str,
     display_name: str,
@@ -116,7 +116,7 @@ def check_project_name(name: str) -> str:
 
 
 def insert_project(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     creator: User,
     *,
@@ -161,7 +161,7 @@ def insert_project(
     return project_id, owner_id
 
 
-def insert_agent(conn: sqlite3.Connection, tx: Tx, project_id: int, spec: AgentSpec) -> int:
+def insert_agent(conn: Connection, tx: Tx, project_id: int, spec: AgentSpec) -> int:
     check_handle(spec.handle)
     if spec.role not in AGENT_ROLES:
         raise BadRequestError(
@@ -250,7 +250,7 @@ async def create_project(
     workspace = await workspace_actions.checked_workspace(core.settings, workspace)
     specs = agents if agents is not None else [AgentSpec("lead", "lead", "负责人")]
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> Project:
+    def job(conn: Connection, tx: Tx) -> Project:
         if workspace is not None:
             tenancy.ensure_free(conn, core.settings, workspace, project_id=None, user_id=creator.id)
         project_id, owner_id = insert_project(

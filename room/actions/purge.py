@@ -17,7 +17,6 @@ Members go last: until they are gone the owner can still reach the project to re
 from __future__ import annotations
 
 import shutil
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -44,9 +43,10 @@ from room.store import reactions as reactions_store
 from room.store import research as research_store
 from room.store import search as search_store
 from room.store import threads as threads_store
+from room.store.dialect import Connection
 from room.store.schema_tasks import TASK_TABLES
 
-StepFn = Callable[[sqlite3.Connection, int, Path], dict[str, Any]]
+StepFn = Callable[[Connection, int, Path], dict[str, Any]]
 Failure = tuple[str, str]  # the step's name, the error
 
 
@@ -57,11 +57,11 @@ class PurgeStep:
     run: StepFn
 
 
-def _delete(conn: sqlite3.Connection, sql: str, project_id: int) -> int:
+def _delete(conn: Connection, sql: str, project_id: int) -> int:
     return conn.execute(sql, {"p": project_id}).rowcount
 
 
-def _sessions(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _sessions(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     members = "(SELECT id FROM members WHERE project_id = :p)"
     return {
         "transcript_entries": _delete(
@@ -75,7 +75,7 @@ def _sessions(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str
     }
 
 
-def _tokens(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _tokens(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     members = "(SELECT id FROM members WHERE project_id = :p)"
     return {
         "agent_tokens": _delete(
@@ -85,7 +85,7 @@ def _tokens(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, 
     }
 
 
-def _deliveries(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _deliveries(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     return {
         "reconciliations": _delete(
             conn,
@@ -97,7 +97,7 @@ def _deliveries(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[s
     }
 
 
-def _tasks(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _tasks(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     # The attempt rows only: their worktrees and branches stay on disk (listed in the preview).
     counts = {"task_attempts": attempts_store.delete_project(conn, project_id)}
     return counts | {
@@ -106,19 +106,19 @@ def _tasks(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, A
     }
 
 
-def _memory(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _memory(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     return memory_store.delete_project(conn, project_id)
 
 
-def _research(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _research(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     return research_store.delete_project(conn, project_id)
 
 
-def _search(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _search(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     return search_store.purge_project(conn, project_id)
 
 
-def _messages(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _messages(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     messages = "(SELECT id FROM messages WHERE project_id = :p)"
     counts = {
         **threads_store.purge_project(conn, project_id),
@@ -137,13 +137,13 @@ def _messages(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str
     return counts
 
 
-def _attachments(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _attachments(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     """The project's uploads; their files unless another project still has the same content
     (files are content-addressed and shared)."""
     return attachment_actions.purge_project(conn, project_id, data)
 
 
-def _settings(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _settings(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     return {
         "route_settings": _delete(
             conn, "DELETE FROM route_settings WHERE project_id = :p", project_id
@@ -162,7 +162,7 @@ def _settings(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str
     }
 
 
-def _members(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _members(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     return {
         # Again here: a cursor written late (a deferred read) must not hold the members back.
         "read_cursors": _delete(conn, "DELETE FROM read_cursors WHERE project_id = :p", project_id),
@@ -181,7 +181,7 @@ def project_files(data: Path, project_id: int) -> Path:
     return data / "projects" / str(project_id)
 
 
-def _files(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _files(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     """Files the server keeps for the project under the data folder — nothing else, ever."""
     folder = project_files(data, project_id)
     root = data.resolve()
@@ -223,7 +223,7 @@ KEPT = (
 )
 
 
-def preview(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
+def preview(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     """What a purge would delete (counts) and what it keeps; changes nothing."""
     conn.execute("SAVEPOINT preview")
     try:
@@ -348,7 +348,7 @@ async def _begin(core: Services, actor: Member, project_id: int) -> set[str]:
     return set(started)
 
 
-def _start(conn: sqlite3.Connection, tx: Tx, *, actor: Member, project_id: int) -> list[str] | str:
+def _start(conn: Connection, tx: Tx, *, actor: Member, project_id: int) -> list[str] | str:
     """Audit the start and enter ``purge_blocked``; the finished steps, or the state that
     refuses the purge."""
     state = projects_store.state_of(conn, project_id) or ProjectState.PURGED.value
@@ -401,7 +401,7 @@ async def _run_steps(
 
 
 def _run_step(
-    conn: sqlite3.Connection, tx: Tx, *, project_id: int, data: Path, step: PurgeStep
+    conn: Connection, tx: Tx, *, project_id: int, data: Path, step: PurgeStep
 ) -> dict[str, Any]:
     """One step, recorded in ``purge_steps`` so a retry continues after it."""
     counts = step.run(conn, project_id, data)
@@ -414,7 +414,7 @@ def _run_step(
 
 
 def _finish(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     *,
     actor: Member,
@@ -467,7 +467,7 @@ def _finish(
 
 
 def _run_last_step(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     project_id: int,
     data: Path,
@@ -487,7 +487,7 @@ def _run_last_step(
     return failure
 
 
-def _write_tombstone(conn: sqlite3.Connection, tx: Tx, project: Project, actor: Member) -> None:
+def _write_tombstone(conn: Connection, tx: Tx, project: Project, actor: Member) -> None:
     conn.execute(
         "INSERT INTO project_tombstones (project_id, name, purged_at, purged_by)"
         " VALUES (:p, :name, :now, :by) ON CONFLICT (project_id) DO UPDATE"

@@ -11,7 +11,6 @@ stored wire object carries its ``reactions`` and each change is published as a s
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from room.actions.message_edits import publish_update
@@ -23,6 +22,7 @@ from room.services import Services
 from room.store import Tx
 from room.store import messages as messages_store
 from room.store import reactions as reactions_store
+from room.store.dialect import Connection
 
 REACTABLE_KINDS = frozenset({"chat", "system"})
 
@@ -39,7 +39,7 @@ async def react(
         raise RateLimitedError("reacting too fast; slow down", retry_after_ms=wait_ms)
     project_id = member.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         row = messages_store.get_row(conn, message_id)
         if row is None or row["project_id"] != project_id:
             raise NotFoundError("no such message in this project", code="no_message")

@@ -14,7 +14,6 @@ Every row passes through ``unknown`` with a reconcile record.
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +45,7 @@ class Report:
     paused_projects_with_work: list[int] = field(default_factory=list)
 
 
-def reconcile_on_start(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+def reconcile_on_start(conn: Connection, tx: Tx) -> dict[str, Any]:
     """Run every step of the reconciliation in one write; returns its report (also audited)."""
     report = Report()
     settle_running_turns(conn, tx, report)
@@ -57,7 +56,7 @@ def reconcile_on_start(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
 
 
 def via_unknown(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     ids: list[int],
     to: DeliveryState,
@@ -76,7 +75,7 @@ def settling_node(conn: Connection, tx: Tx) -> str | None:
     return tx.node if dialect_for(conn) is POSTGRESQL else None
 
 
-def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
+def settle_running_turns(conn: Connection, tx: Tx, report: Report) -> None:
     # Only this node's turns (and those that name none): another server on the same database
     # may be running its own right now (docs/storage.md, "Several writers").
     for turn_id, project_id, member_id, side_effects in turns_store.running_turns(
@@ -120,14 +119,14 @@ def settle_running_turns(conn: sqlite3.Connection, tx: Tx, report: Report) -> No
             report.redispatched += len(ids)
 
 
-def return_inboxes(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
+def return_inboxes(conn: Connection, tx: Tx, report: Report) -> None:
     """In-process inboxes are memory: what no turn took is still unseen by the session's record."""
     inbox = deliveries_store.in_builtin_inboxes(conn, settling_node(conn, tx))
     via_unknown(conn, tx, inbox, _D.PENDING, Reason.RESTART_IN_INBOX)
     report.redispatched += len(inbox)
 
 
-def await_external_agents(conn: sqlite3.Connection, tx: Tx, report: Report) -> None:
+def await_external_agents(conn: Connection, tx: Tx, report: Report) -> None:
     external = deliveries_store.handed_to_external(conn, settling_node(conn, tx))
     for delivery_id in external:
         deliveries_store.reconcile_record(
@@ -142,7 +141,7 @@ def await_external_agents(conn: sqlite3.Connection, tx: Tx, report: Report) -> N
     report.awaiting_external = len(external)
 
 
-def _audit(conn: sqlite3.Connection, tx: Tx, report: Report) -> dict[str, Any]:
+def _audit(conn: Connection, tx: Tx, report: Report) -> dict[str, Any]:
     data: dict[str, Any] = {
         "turns_interrupted": report.turns_interrupted,
         "redispatched": report.redispatched,

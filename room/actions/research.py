@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +60,7 @@ from room.store import members as members_store
 from room.store import memory as memory_store
 from room.store import projects as projects_store
 from room.store import research as research_store
+from room.store.dialect import Connection
 
 _E = ResearchEvent
 #: The events a person asks for over HTTP (the rest are the system's).
@@ -112,9 +112,7 @@ def spend_now(run: Mapping[str, Any], now: float) -> float:
     return float(run["run_secs"]) + (max(0.0, now - float(since)) if since is not None else 0.0)
 
 
-def wire(
-    conn: sqlite3.Connection, run: Mapping[str, Any], now: float | None = None
-) -> dict[str, Any]:
+def wire(conn: Connection, run: Mapping[str, Any], now: float | None = None) -> dict[str, Any]:
     """A run as the card and the research view show it."""
     names = {m.id: (m.handle, m.display_name) for m in members_store.list_for_project(
         conn, int(run["project_id"]))}  # fmt: skip
@@ -164,7 +162,7 @@ def wire(
     }
 
 
-def detail(conn: sqlite3.Connection, run: Mapping[str, Any], now: float) -> dict[str, Any]:
+def detail(conn: Connection, run: Mapping[str, Any], now: float) -> dict[str, Any]:
     """The research view: the card's fields, every revision and every item."""
     out = wire(conn, run, now)
     out["revisions"] = research_store.revisions(conn, int(run["id"]))
@@ -173,9 +171,7 @@ def detail(conn: sqlite3.Connection, run: Mapping[str, Any], now: float) -> dict
     return out
 
 
-def get_run(
-    conn: sqlite3.Connection, research_id: int, project_id: int | None = None
-) -> dict[str, Any]:
+def get_run(conn: Connection, research_id: int, project_id: int | None = None) -> dict[str, Any]:
     run = research_store.get(conn, research_id)
     if run is None or (project_id is not None and run["project_id"] != project_id):
         raise NotFoundError(f"没有研究 {research_id} (No research {research_id}.)",
@@ -186,7 +182,7 @@ def get_run(
 # -- the card -------------------------------------------------------------------------------------
 
 
-def refresh_card(conn: sqlite3.Connection, tx: Tx, research_id: int) -> None:
+def refresh_card(conn: Connection, tx: Tx, research_id: int) -> None:
     """Rewrite the card's ``meta.research`` (everyone's page redraws it)."""
     run = research_store.get(conn, research_id)
     assert run is not None
@@ -195,7 +191,7 @@ def refresh_card(conn: sqlite3.Connection, tx: Tx, research_id: int) -> None:
 
 
 def _audit(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     actor: Member | None,
     project_id: int,
@@ -213,7 +209,7 @@ def _audit(
 
 
 def _notice(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     run: Mapping[str, Any],
     text: str,
@@ -231,12 +227,12 @@ def _notice(
 # -- proposals ------------------------------------------------------------------------------------
 
 
-def _agents_of(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+def _agents_of(conn: Connection, project_id: int) -> dict[str, int]:
     return {m.handle: m.id for m in members_store.list_for_project(conn, project_id)
             if m.kind == "agent" and m.status != "left"}  # fmt: skip
 
 
-def _may_propose(conn: sqlite3.Connection, member: Member) -> None:
+def _may_propose(conn: Connection, member: Member) -> None:
     if member.status == "left":
         raise ForbiddenError("你已离开本项目 (You have left this project.)", code="member_left")
     if member.kind == "agent" and projects_store.lead_of(conn, member.project_id) != member.id:
@@ -271,7 +267,7 @@ async def resolve_references(
 
 
 def _still_resolved(
-    conn: sqlite3.Connection, core: Services, member: Member, refs: Mapping[int, ScopeRef]
+    conn: Connection, core: Services, member: Member, refs: Mapping[int, ScopeRef]
 ) -> None:
     """In the write: each reference still reads as it did when resolved (an edit in between
     would make the digest bind something nobody saw), and no absolute one is, lies inside or
@@ -299,7 +295,7 @@ async def propose(core: Services, member: Member, data: Mapping[str, Any]) -> di
     reference is refused as not the lead, not told about the reference), and again in the
     write."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         _may_propose(conn, member)
         _still_resolved(conn, core, member, refs)
         p = check_proposal(data, _agents_of(conn, member.project_id), refs)
@@ -333,7 +329,7 @@ async def propose(core: Services, member: Member, data: Mapping[str, Any]) -> di
 async def refused(
     core: Services, actor: Member, research_id: int | None, action: str, code: str, **detail: Any
 ) -> None:
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         _audit(conn, tx, actor, actor.project_id, action, "refused", research_id=research_id,
                reason=code, **detail)  # fmt: skip
 
@@ -361,7 +357,7 @@ async def adjust(
         raise
     refs = await resolve_references(core, member.project_id, data)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         _owner(member)
         run = get_run(conn, research_id, member.project_id)
         projects_store.require_open(conn, member.project_id)
@@ -419,7 +415,7 @@ async def act(
         raise BadRequestError(f"unknown research action {event!r}", code="bad_op",
                               allowed=sorted(e.value for e in PERSON_EVENTS))  # fmt: skip
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         assert ev is not None
         _owner(member)
         run = get_run(conn, research_id, member.project_id)
@@ -501,7 +497,7 @@ class GateRefusedError(ConflictError):
 async def _gate_refused(
     core: Services, member: Member, research_id: int, exc: GateRefusedError
 ) -> None:
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         _audit(conn, tx, member, member.project_id, "gate", "refused", research_id=research_id,
                failure=exc.failure.value)  # fmt: skip
         run = research_store.get(conn, research_id)
@@ -512,9 +508,7 @@ async def _gate_refused(
     await core.db.write(job)
 
 
-def tokens_left(
-    conn: sqlite3.Connection, core: Services, project_id: int, research_id: int
-) -> int | None:
+def tokens_left(conn: Connection, core: Services, project_id: int, research_id: int) -> int | None:
     """What the project's own token budget has left, less what other active runs reserved
     (None: the project has no token budget)."""
     budget = limits_of(core.settings, projects_store.settings(conn, project_id)).token_budget
@@ -529,7 +523,7 @@ def tokens_left(
     return budget - used - reserved
 
 
-def budget_form(conn: sqlite3.Connection, core: Services, project_id: int) -> dict[str, Any]:
+def budget_form(conn: Connection, core: Services, project_id: int) -> dict[str, Any]:
     """What a proposal form offers: each budget item's suggested value (the
     ``research_budget_*`` settings, held to its cap and, for tokens, to what the project's own
     token budget has left, which the start gate would reserve) and its cap."""
@@ -542,7 +536,7 @@ def budget_form(conn: sqlite3.Connection, core: Services, project_id: int) -> di
 
 
 def _start_failure(
-    conn: sqlite3.Connection, core: Services, run: Mapping[str, Any], now: float, *, resuming: bool
+    conn: Connection, core: Services, run: Mapping[str, Any], now: float, *, resuming: bool
 ) -> GateFailure | None:
     project = projects_store.get(conn, int(run["project_id"]))
     assert project is not None
@@ -559,7 +553,7 @@ def _close_span(run: Mapping[str, Any], now: float) -> dict[str, Any]:
 # -- the runner's side -----------------------------------------------------------------------------
 
 
-def pre_step(conn: sqlite3.Connection, research_id: int, now: float) -> GateFailure | None:
+def pre_step(conn: Connection, research_id: int, now: float) -> GateFailure | None:
     """The pre-step gate, read in one transaction: state, project, approval, budget (with the
     wall-clock spent up to ``now``)."""
     run = research_store.get(conn, research_id)
@@ -573,14 +567,14 @@ def pre_step(conn: sqlite3.Connection, research_id: int, now: float) -> GateFail
 
 
 def record_step(
-    conn: sqlite3.Connection, tx: Tx, research_id: int, *, tokens: int, requests: int, steps: int
+    conn: Connection, tx: Tx, research_id: int, *, tokens: int, requests: int, steps: int
 ) -> None:
     research_store.add_spend(conn, research_id, tokens=tokens, requests=requests, steps=steps,
                              now=tx.now)  # fmt: skip
     refresh_card(conn, tx, research_id)
 
 
-def halt(conn: sqlite3.Connection, tx: Tx, research_id: int, failure: GateFailure) -> bool:
+def halt(conn: Connection, tx: Tx, research_id: int, failure: GateFailure) -> bool:
     """The pre-step gate failed: a running run stops, with a notice saying which check."""
     run = research_store.get(conn, research_id)
     if run is None or run["state"] != ResearchState.RUNNING:
@@ -598,9 +592,7 @@ def halt(conn: sqlite3.Connection, tx: Tx, research_id: int, failure: GateFailur
     return True
 
 
-def halt_project(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, failure: GateFailure
-) -> list[int]:
+def halt_project(conn: Connection, tx: Tx, project_id: int, failure: GateFailure) -> list[int]:
     """The project stopped (paused) under its running research: each running run stops, with the
     notice saying why. Returns their ids."""
     return [
@@ -610,7 +602,7 @@ def halt_project(
     ]
 
 
-def finish(conn: sqlite3.Connection, tx: Tx, research_id: int, member: Member, report: str,
+def finish(conn: Connection, tx: Tx, research_id: int, member: Member, report: str,
            sources: list[str]) -> int | None:  # fmt: skip
     """A member filed the report: the run is done, the report is posted in the room as a message
     from the research (its sources listed). Returns the report message id."""
@@ -631,9 +623,7 @@ def finish(conn: sqlite3.Connection, tx: Tx, research_id: int, member: Member, r
     return message_id
 
 
-def revoke_project(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, actor: Member | None
-) -> list[int]:
+def revoke_project(conn: Connection, tx: Tx, project_id: int, actor: Member | None) -> list[int]:
     """The project was archived or trashed: every run not over is revoked (stopped, its approval
     voided, its reservation released). Returns the ids of the runs that were active."""
     was_active: list[int] = []
@@ -658,7 +648,7 @@ def revoke_project(
 _REVOCABLE = frozenset(k for k in TRANSITIONS if k[1] is _E.REVOKE)
 
 
-def reconcile_on_start(conn: sqlite3.Connection, tx: Tx) -> list[int]:
+def reconcile_on_start(conn: Connection, tx: Tx) -> list[int]:
     """At start-up: a run still ``running`` was cut by the stop; it waits in
     ``paused_reconcile`` until a person resumes or stops it. Its running span is counted up to
     its last recorded step (when the server went down is not known)."""
@@ -688,7 +678,7 @@ MAX_SOURCES = 20
 
 
 def add_item(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     research_id: int,
     member: Member,
@@ -711,9 +701,7 @@ def add_item(
     return found
 
 
-def propose_flowback(
-    conn: sqlite3.Connection, tx: Tx, member: Member, item_id: int
-) -> dict[str, Any]:
+def propose_flowback(conn: Connection, tx: Tx, member: Member, item_id: int) -> dict[str, Any]:
     """The lead proposes a finding for the project memory: a person accepts it, or not."""
     found = research_store.item(conn, item_id)
     if found is None:
@@ -750,7 +738,7 @@ async def settle_flowback(
             await refused(core, member, None, f"flowback_{decision}", exc.code, item_id=item_id)
             raise
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         if not member.is_human:
             raise ForbiddenError("只有人可以确认 (Only a person accepts.)",
                                  code="research_people_only")  # fmt: skip

@@ -6,7 +6,6 @@ session are untouched.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from room.actions.notices import insert_notice
@@ -25,11 +24,12 @@ from room.store import Tx
 from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import routes as routes_store
+from room.store.dialect import Connection
 
 MAX_REASON_CHARS = 500
 
 
-def _check_target(conn: sqlite3.Connection, project_id: int, scope: str, target: str) -> str:
+def _check_target(conn: Connection, project_id: int, scope: str, target: str) -> str:
     if scope in ("project", "pool"):
         return ""
     if scope == "role":
@@ -104,7 +104,7 @@ async def change_route(
     project_id = actor.project_id
     value = _check_value(scope, value)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         projects_store.require_open(conn, project_id)
         checked_target = _check_target(conn, project_id, scope, target)
         current = routes_store.settings(conn, project_id)
@@ -168,7 +168,7 @@ _SOURCE = {
 }
 
 
-def _subject_key(conn: sqlite3.Connection, scope: str, target: str) -> str:
+def _subject_key(conn: Connection, scope: str, target: str) -> str:
     """What a route change is about, as data: a role's code, a member's handle, or ''."""
     if scope == "role":
         return target
@@ -178,7 +178,7 @@ def _subject_key(conn: sqlite3.Connection, scope: str, target: str) -> str:
     return ""
 
 
-def _subject(conn: sqlite3.Connection, scope: str, target: str) -> str:
+def _subject(conn: Connection, scope: str, target: str) -> str:
     if scope == "project":
         return "项目默认"
     if scope == "pool":

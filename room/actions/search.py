@@ -122,7 +122,8 @@ def _tighter(
     return pick(given, operator)
 
 
-def _fold(text: str) -> str:
+def fold_name(text: str) -> str:
+    """A name as an operator's value matches it: NFKC, case-folded, trimmed."""
     return unicodedata.normalize("NFKC", text).casefold().strip()
 
 
@@ -131,7 +132,9 @@ async def _only_this_project(core: Services, project_id: int, named: tuple[str, 
     refused rather than ignored (its results would be this project's)."""
     project = await core.db.read(lambda conn: projects_store.get(conn, project_id))
     for value in named:
-        if project is None or (value != str(project_id) and _fold(value) != _fold(project.name)):
+        if project is None or (
+            value != str(project_id) and fold_name(value) != fold_name(project.name)
+        ):
             raise SearchOperatorError(
                 "in", value, "other_project",
                 f"这里只搜本项目，in:{value[:80]} 不是它；跨项目请用 GET /api/search "
@@ -146,9 +149,9 @@ def member_named(conn: Any, project_id: int, name: str) -> Member | None:
     found = members_store.by_handle(conn, project_id, name)
     if found is not None:
         return found
-    folded = _fold(name)
+    folded = fold_name(name)
     for member in members_store.list_for_project(conn, project_id):
-        if _fold(member.display_name) == folded:
+        if fold_name(member.display_name) == folded:
             return member
     return None
 

@@ -12,11 +12,9 @@ then a display name); a project where nobody has that name is skipped.
 
 from __future__ import annotations
 
-import sqlite3
-import unicodedata
 from typing import Any
 
-from room.actions.search import member_named, operators_of, settle_index
+from room.actions.search import fold_name, member_named, operators_of, settle_index
 from room.errors import BadQueryError, NotFoundError, RateLimitedError
 from room.rules.entities import Project
 from room.rules.searchquery import SearchQuery, parse_search, snippet_markdown
@@ -26,14 +24,11 @@ from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store import search as search_store
 from room.store import search_filters
-
-
-def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold().strip()
+from room.store.dialect import Connection
 
 
 def _chosen(
-    conn: sqlite3.Connection, user_id: int, query: SearchQuery, project_ids: list[int] | None
+    conn: Connection, user_id: int, query: SearchQuery, project_ids: list[int] | None
 ) -> list[Project]:
     mine = [
         p
@@ -52,7 +47,7 @@ def _chosen(
         return mine
     chosen: dict[int, Project] = {}
     for value in query.projects:
-        found = [p for p in mine if str(p.id) == value or _fold(p.name) == _fold(value)]
+        found = [p for p in mine if str(p.id) == value or fold_name(p.name) == fold_name(value)]
         if not found:  # only the person's own projects are named: nothing about others leaks
             raise NotFoundError(
                 f"你的项目里没有「{value[:80]}」 (None of your projects is {value[:80]}.)",
@@ -90,7 +85,7 @@ async def search_projects(
     if query.words:  # operators alone read the messages table, not the index
         await settle_index(core)
 
-    def read(conn: sqlite3.Connection) -> dict[str, Any]:
+    def read(conn: Connection) -> dict[str, Any]:
         projects = _chosen(conn, user_id, query, project_ids)
         found: list[dict[str, Any]] = []
         capped = False

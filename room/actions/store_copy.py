@@ -58,7 +58,11 @@ DB_FILE = "room.sqlite"
 SQLITE_BATCH = 500
 FETCH = 2_000
 # Derived (rebuilt by the copy or the indexer) or the store's own bookkeeping: never copied.
-DERIVED = frozenset({"search_fts", "message_fts", "index_state", "schema_migrations"})
+# ``search_changes`` is the indexer's queue: the target's index is built afresh from the
+# messages as they are (on PostgreSQL the messages' trigger queues each one as it is copied).
+DERIVED = frozenset(
+    {"search_fts", "message_fts", "index_state", "search_changes", "schema_migrations"}
+)
 _MOD = 1 << 256
 
 

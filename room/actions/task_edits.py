@@ -13,7 +13,6 @@ person's (``human_only`` for agents); estimated dates are the portfolio's (proje
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.actions import plans as plan_actions
@@ -39,6 +38,7 @@ from room.store import audit as audit_store
 from room.store import members as members_store
 from room.store import portfolio as portfolio_store
 from room.store import tasks as tasks_store
+from room.store.dialect import Connection
 
 _S, _E = TaskState, TaskEvent
 
@@ -119,7 +119,7 @@ async def create_task(
     dates = _dates(est_start, est_end, member)
     project_id = member.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, member)
         raw = dict(item)
         if not str(raw.get("key") or "").strip():
@@ -141,7 +141,7 @@ async def create_task(
     return await core.db.write(job)
 
 
-def _facts(conn: sqlite3.Connection, task: tasks_store.TaskRow) -> TaskFacts:
+def _facts(conn: Connection, task: tasks_store.TaskRow) -> TaskFacts:
     owner = members_store.get(conn, task.owner_id)
     handle = owner.handle.lower() if owner is not None else ""
     return TaskFacts(
@@ -154,7 +154,7 @@ def _facts(conn: sqlite3.Connection, task: tasks_store.TaskRow) -> TaskFacts:
 
 
 def _apply(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: task_actions.Effects,
     member: Member,
@@ -206,7 +206,7 @@ async def edit_task(
         patch_checked = patch
     project_id = member.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, member)
         task = task_actions.find_task(conn, project_id, task_ref)
         members = task_actions.members_by_id(conn, project_id)
@@ -251,7 +251,7 @@ async def reorder_tasks(core: Services, member: Member, keys: Any) -> dict[str, 
     _human(member)
     project_id = member.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, member)
         rows = tasks_store.tasks_of(conn, project_id)
         problem = order_problem(keys, [t.key for t in rows])
@@ -296,7 +296,7 @@ async def move_task(
             allowed=[str(s) for s in TaskState],
         ) from None
 
-    def read(conn: sqlite3.Connection) -> TaskEvent:
+    def read(conn: Connection) -> TaskEvent:
         task = task_actions.find_task(conn, member.project_id, task_ref)
         return move_event(task.state, target, task.sync_prior)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import tasks as tasks_store
 from room.store import users as users_store
+from room.store.dialect import Connection
 from room.store.tasks import TaskRow
 
 COMMAND_TAIL_CHARS = 4000
@@ -105,7 +105,7 @@ async def inspect_artifacts(
 
 
 def insert_evidence(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     task: TaskRow,
     revision: int,
@@ -218,7 +218,7 @@ async def change_task(
         await attempt_actions.check_artifacts_unchanged(core, member.project_id, task_ref)
     project_id = member.project_id
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, member)
         task = task_actions.find_task(conn, project_id, task_ref)
         authorize(event, task_actions.roles_of(member, task))
@@ -243,7 +243,7 @@ async def _precheck(core: Services, member: Member, task_ref: str | int, event: 
     """Refuse a caller who may not act on the task before reading any file for them (the write
     job checks again, against the state it commits on)."""
 
-    def read(conn: sqlite3.Connection) -> None:
+    def read(conn: Connection) -> None:
         authorize(
             event,
             task_actions.roles_of(
@@ -254,7 +254,7 @@ async def _precheck(core: Services, member: Member, task_ref: str | int, event: 
     await core.db.read(read)
 
 
-def _reassign(conn: sqlite3.Connection, tx: Tx, task: TaskRow, owner: str | None) -> TaskRow:
+def _reassign(conn: Connection, tx: Tx, task: TaskRow, owner: str | None) -> TaskRow:
     handle = (owner or "").strip().lstrip("@＠")
     found = members_store.by_handle(conn, task.project_id, handle) if handle else None
     if (
@@ -320,7 +320,7 @@ async def review_task(
         for r in results
     }
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         task_actions.check_open(conn, member)
         task = task_actions.find_task(conn, project_id, task_ref)
         authorize(_E.ACCEPT, task_actions.roles_of(member, task))
@@ -401,7 +401,7 @@ async def review_task(
 
 
 def insert_command_result(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     *,
     project_id: int,
@@ -452,5 +452,5 @@ async def record_command_result(
     )  # fmt: skip
 
 
-def _member_of(conn: sqlite3.Connection, member_id: int | None) -> Member | None:
+def _member_of(conn: Connection, member_id: int | None) -> Member | None:
     return members_store.get(conn, member_id) if member_id is not None else None

@@ -18,7 +18,6 @@ and requirement changes in :mod:`room.actions.decisions`.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +58,7 @@ from room.store import portfolio as portfolio_store
 from room.store import projects as projects_store
 from room.store import sync_requests as sync_store
 from room.store import tasks as tasks_store
+from room.store.dialect import Connection
 from room.store.tasks import TaskRow
 
 # Agent roles whose preset grants room_task_review (room.agents.presets): they may review any
@@ -111,7 +111,7 @@ class Effects:
     decisions: set[int] = field(default_factory=set)
     wake: set[int] = field(default_factory=set)
 
-    def flush(self, conn: sqlite3.Connection, tx: Tx) -> None:
+    def flush(self, conn: Connection, tx: Tx) -> None:
         frames: list[str] = []
         if self.tasks:
             members = members_by_id(conn, self.project_id)
@@ -141,7 +141,7 @@ class Effects:
 
 
 def post_message(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: Effects,
     body: str,
@@ -193,7 +193,7 @@ def post_message(
 # -- views --------------------------------------------------------------------------------------
 
 
-def members_by_id(conn: sqlite3.Connection, project_id: int) -> dict[int, Member]:
+def members_by_id(conn: Connection, project_id: int) -> dict[int, Member]:
     return {m.id: m for m in members_store.list_for_project(conn, project_id)}
 
 
@@ -205,9 +205,7 @@ def _person(members: dict[int, Member], member_id: int | None) -> dict[str, Any]
             "kind": member.kind, "status": member.status}  # fmt: skip
 
 
-def task_object(
-    conn: sqlite3.Connection, task: TaskRow, members: dict[int, Member]
-) -> dict[str, Any]:
+def task_object(conn: Connection, task: TaskRow, members: dict[int, Member]) -> dict[str, Any]:
     """A task as the board shows it: dependencies (and what a waiting task waits for), criteria
     with their latest verdicts, evidence, open sync requests, and the events possible from its
     state. A verdict ``counts`` only while the task is in review, accepted or sent back for
@@ -276,7 +274,7 @@ def task_object(
     }
 
 
-def board(conn: sqlite3.Connection, project_id: int) -> dict[str, Any]:
+def board(conn: Connection, project_id: int) -> dict[str, Any]:
     members = members_by_id(conn, project_id)
     tasks = [task_object(conn, t, members) for t in tasks_store.tasks_of(conn, project_id)]
     dates = portfolio_store.task_dates(conn, project_id)
@@ -309,7 +307,7 @@ def roles_of(member: Member, task: TaskRow) -> set[TaskActor]:
     return roles
 
 
-def check_open(conn: sqlite3.Connection, member: Member) -> None:
+def check_open(conn: Connection, member: Member) -> None:
     """Tasks change only while the project accepts messages from this kind of member."""
     state = projects_store.state_of(conn, member.project_id) or "purged"
     poster = ActorKind.AGENT if member.kind == "agent" else ActorKind.MEMBER
@@ -323,7 +321,7 @@ def check_open(conn: sqlite3.Connection, member: Member) -> None:
         raise ForbiddenError("你已离开本项目 (You have left this project.)", code="member_left")
 
 
-def find_task(conn: sqlite3.Connection, project_id: int, ref: str | int) -> TaskRow:
+def find_task(conn: Connection, project_id: int, ref: str | int) -> TaskRow:
     """A task by id (digits) or key; keys that are all digits are addressed by id."""
     text = str(ref).strip()
     if text.isascii() and text.isdigit():
@@ -342,7 +340,7 @@ def find_task(conn: sqlite3.Connection, project_id: int, ref: str | int) -> Task
     return task
 
 
-def _check_acceptance(conn: sqlite3.Connection, task: TaskRow) -> None:
+def _check_acceptance(conn: Connection, task: TaskRow) -> None:
     ids = [cid for cid, _, _ in tasks_store.criteria_of(conn, task.id)]
     verdicts = tasks_store.latest_verdicts(conn, task.id)
     check_acceptance(ids, {c: (v.revision, v.passed) for c, v in verdicts.items()}, task.revision)
@@ -352,7 +350,7 @@ def _check_acceptance(conn: sqlite3.Connection, task: TaskRow) -> None:
 
 
 def fire(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: Effects,
     task: TaskRow,
@@ -418,24 +416,24 @@ def fire(
     return reload_task(conn, task.id)
 
 
-def settle_task(conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow) -> TaskRow:
+def settle_task(conn: Connection, tx: Tx, fx: Effects, task: TaskRow) -> TaskRow:
     """Fire the system event that brings a waiting/ready task in line with its dependencies."""
     event = settle(task.state, dict(tasks_store.deps_of(conn, task.id)))
     return fire(conn, tx, fx, task, event, SYSTEM) if event is not None else task
 
 
-def reload_task(conn: sqlite3.Connection, task_id: int) -> TaskRow:
+def reload_task(conn: Connection, task_id: int) -> TaskRow:
     task = tasks_store.get_task(conn, task_id)
     assert task is not None
     return task
 
 
-def current_object(conn: sqlite3.Connection, project_id: int, task_id: int) -> dict[str, Any]:
+def current_object(conn: Connection, project_id: int, task_id: int) -> dict[str, Any]:
     """The board's view of a task as it is now (after the changes of the caller's write)."""
     return task_object(conn, reload_task(conn, task_id), members_by_id(conn, project_id))
 
 
-def _member(conn: sqlite3.Connection, member_id: int | None) -> Member | None:
+def _member(conn: Connection, member_id: int | None) -> Member | None:
     return members_store.get(conn, member_id) if member_id is not None else None
 
 
@@ -459,7 +457,7 @@ def task_meta(task: TaskRow, event: str) -> dict[str, Any]:
 
 
 def _announce(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     fx: Effects,
     before: TaskRow,
@@ -545,11 +543,11 @@ def next_step(owner: Member, step: str, task: TaskRow) -> Step:
     return Step(people, agents)
 
 
-def _criteria_lines(conn: sqlite3.Connection, task: TaskRow) -> str:
+def _criteria_lines(conn: Connection, task: TaskRow) -> str:
     return "\n".join(f"{n}. {text}" for _, n, text in tasks_store.criteria_of(conn, task.id))
 
 
-def dispatch_ready(conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow) -> None:
+def dispatch_ready(conn: Connection, tx: Tx, fx: Effects, task: TaskRow) -> None:
     """Tell the owner its task is ready: a message carrying the task, delivered to an agent."""
     owner = _member(conn, task.owner_id)
     if owner is None:
@@ -580,7 +578,7 @@ def dispatch_ready(conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow)
     post_message(conn, tx, fx, "\n\n".join(parts), meta, to=[owner], for_agents=step.agents)
 
 
-def _evidence(conn: sqlite3.Connection, task: TaskRow) -> list[dict[str, Any]]:
+def _evidence(conn: Connection, task: TaskRow) -> list[dict[str, Any]]:
     """The evidence of the task's current revision, as :func:`room.rules.notices.review_requested`
     lists it."""
     found: list[dict[str, Any]] = []
@@ -599,9 +597,7 @@ def _evidence(conn: sqlite3.Connection, task: TaskRow) -> list[dict[str, Any]]:
     return found
 
 
-def request_review(
-    conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow, actor: Actor
-) -> None:
+def request_review(conn: Connection, tx: Tx, fx: Effects, task: TaskRow, actor: Actor) -> None:
     reviewer = _member(conn, task.reviewer_id)
     if reviewer is not None and (reviewer.id == task.owner_id or reviewer.status == "left"):
         reviewer = None
@@ -632,7 +628,7 @@ def request_review(
 
 
 def _synced(
-    conn: sqlite3.Connection, tx: Tx, fx: Effects, task: TaskRow, actor: Actor, note: str | None
+    conn: Connection, tx: Tx, fx: Effects, task: TaskRow, actor: Actor, note: str | None
 ) -> None:
     assert actor.id is not None, "a sync receipt always has an author (the owner)"
     answered = sync_store.mark_synced(conn, task.id, actor.id, note, tx.now)
@@ -649,7 +645,7 @@ def _synced(
 # -- hooks --------------------------------------------------------------------------------------
 
 
-def handoff_open_tasks(conn: sqlite3.Connection, tx: Tx, project_id: int, member_id: int) -> int:
+def handoff_open_tasks(conn: Connection, tx: Tx, project_id: int, member_id: int) -> int:
     """A member leaves: move their open tasks to ``handoff`` (each transition audited, authored by
     the system), drop them as reviewer, close their unanswered sync requests, post one notice and
     publish the changed tasks after the commit. Returns how many tasks were handed off.
@@ -679,7 +675,7 @@ def handoff_open_tasks(conn: sqlite3.Connection, tx: Tx, project_id: int, member
     return len(tasks)
 
 
-def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
+def digest_rows(conn: Connection, project_id: int) -> dict[str, dict[str, Any]]:
     """``{table: {"count", "sha256"}}`` over the task tables
     (:data:`room.store.schema_tasks.TASK_TABLES`) for a project (rows in a fixed order), for the
     trash snapshot digest: the same rows give the same digest."""

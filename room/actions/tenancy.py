@@ -26,7 +26,6 @@ taken, not by whom.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from room.rules.entities import Project
 from room.settings import Settings
 from room.store import members as members_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 WORKSPACES_DIR = "workspaces"  # under the data folder: the default workspaces
 MAX_OVERLAPS_REPORTED = 50
@@ -66,7 +66,7 @@ class Holder:
 
 
 def holder_of(
-    conn: sqlite3.Connection, settings: Settings, path: Path, project_id: int | None
+    conn: Connection, settings: Settings, path: Path, project_id: int | None
 ) -> Holder | None:
     """Who, besides project ``project_id`` (None: a project being created), holds a folder that
     ``path`` (resolved) equals, lies inside or contains; None when nobody does."""
@@ -92,7 +92,7 @@ def holder_of(
 
 
 def in_use_error(
-    conn: sqlite3.Connection, holder: Holder, path: str, user_id: int | None, **details: Any
+    conn: Connection, holder: Holder, path: str, user_id: int | None, **details: Any
 ) -> ConflictError:
     """The ``workspace_in_use`` refusal; it names the holder only to a person who is one of its
     members (``user_id``; None — an agent, a research session — is never told)."""
@@ -112,7 +112,7 @@ def in_use_error(
 
 
 def ensure_free(
-    conn: sqlite3.Connection,
+    conn: Connection,
     settings: Settings,
     path: str,
     *,
@@ -127,7 +127,7 @@ def ensure_free(
         raise in_use_error(conn, holder, path, user_id, **details)
 
 
-def overlaps(conn: sqlite3.Connection) -> dict[str, Any]:
+def overlaps(conn: Connection) -> dict[str, Any]:
     """Live projects whose stored workspaces overlap (set before a folder belonged to one
     project), for the operator's boot report: ``{"count", "pairs": [{"projects", "paths"}]}``
     (at most :data:`MAX_OVERLAPS_REPORTED` pairs). Sorted by their parts, a folder comes right

@@ -12,7 +12,6 @@ unfollow is kept until the person replies in the thread again or follows it.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from room.errors import BadRequestError, NotFoundError
@@ -23,12 +22,13 @@ from room.store import Tx
 from room.store import messages as messages_store
 from room.store import projects as projects_store
 from room.store import threads as threads_store
+from room.store.dialect import Connection
 
 MAX_THREAD_PAGE = 200  # replies in one page of a thread
 
 
 def record_reply(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     *,
     project_id: int,
@@ -55,7 +55,7 @@ def record_reply(
     _publish_root(conn, tx, project_id, root, summary)
 
 
-def after_delete(conn: sqlite3.Connection, tx: Tx, project_id: int, message_id: int) -> None:
+def after_delete(conn: Connection, tx: Tx, project_id: int, message_id: int) -> None:
     """Inside a delete's transaction: a deleted reply leaves its thread's count."""
     root_id = threads_store.thread_of(conn, message_id)
     if root_id is None:
@@ -78,7 +78,7 @@ def with_thread(frame: str, summary: dict[str, Any]) -> str:
 
 
 def _publish_root(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     project_id: int,
     root: dict[str, Any],
@@ -100,12 +100,12 @@ def _publish_root(
     tx.emit(Publish(project_id, seq, messages_store.update_frame(project_id, seq, obj)))
 
 
-def _is_person(conn: sqlite3.Connection, member_id: int) -> bool:
+def _is_person(conn: Connection, member_id: int) -> bool:
     row = conn.execute("SELECT kind FROM members WHERE id = :m", {"m": member_id}).fetchone()
     return bool(row and row[0] == "human")
 
 
-def _root_row(conn: sqlite3.Connection, member: Member, root_id: int) -> dict[str, Any]:
+def _root_row(conn: Connection, member: Member, root_id: int) -> dict[str, Any]:
     row = messages_store.get_row(conn, root_id)
     if row is None or row["project_id"] != member.project_id:
         raise NotFoundError("no such message in this project", code="no_message")
@@ -121,7 +121,7 @@ async def thread_page(
     if not 1 <= limit <= MAX_THREAD_PAGE:
         raise BadRequestError(f"limit is 1–{MAX_THREAD_PAGE}", code="bad_query")
 
-    def read(conn: sqlite3.Connection) -> dict[str, Any]:
+    def read(conn: Connection) -> dict[str, Any]:
         _root_row(conn, member, message_id)
         root_id = threads_store.root_of(conn, message_id)
         root = messages_store.get_row(conn, root_id)
@@ -150,7 +150,7 @@ async def set_following(
     if member.kind != "human":
         raise BadRequestError("only people follow threads", code="not_a_person")
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+    def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         row = _root_row(conn, member, message_id)
         root_id = threads_store.root_of(conn, message_id)
         threads_store.ensure(conn, root_id, int(row["project_id"]))

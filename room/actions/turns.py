@@ -8,7 +8,6 @@ The agents' scheduler never writes SQL itself; it calls these.
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from room.store import projects as projects_store
 from room.store import turns as turns_store
 from room.store import usage as usage_store
 from room.store.deliveries import Inbound
+from room.store.dialect import Connection
 
 _D = DeliveryState
 FINAL_TXN = "turn-{turn_id}-final"
@@ -110,7 +110,7 @@ async def begin_turn(core: Services, member_id: int, cap: int) -> TurnStart:
     the loop brake; the first one past ``cap`` trips it and takes nothing (the deliveries stay
     ``pending``, dispatched once a person clears it)."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> TurnStart:
+    def job(conn: Connection, tx: Tx) -> TurnStart:
         # One running turn per member, across processes: under the member's row lock a turn
         # another process opened is seen, and the unique index turns_one_running refuses any
         # second one regardless.
@@ -149,7 +149,7 @@ async def steer(core: Services, member_id: int, turn_id: int) -> list[Inbound]:
     """Messages that arrived mid-turn, claimed and taken in at a step boundary in one write
     (nothing while dispatch is closed)."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> list[Inbound]:
+    def job(conn: Connection, tx: Tx) -> list[Inbound]:
         if dispatch_blocker(conn, member_id) is not None:
             return []
         fresh = claim(conn, tx, member_id)
@@ -162,7 +162,7 @@ async def steer(core: Services, member_id: int, turn_id: int) -> list[Inbound]:
 
 
 def _take(
-    conn: sqlite3.Connection, tx: Tx, member_id: int, turn_id: int, inbound: Sequence[Inbound]
+    conn: Connection, tx: Tx, member_id: int, turn_id: int, inbound: Sequence[Inbound]
 ) -> None:
     """Bind deliveries to a turn and write them into the session's transcript (its record)."""
     deliveries_store.take_into_turn(conn, [i.delivery_id for i in inbound], turn_id)
@@ -191,7 +191,7 @@ async def confirm_external(
     consume is the start of one of its own turns, so it counts toward the loop brake's
     ``turn_cap`` like an in-process turn (:func:`room.actions.brakes.count_external_turn`)."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> list[int]:
+    def job(conn: Connection, tx: Tx) -> list[int]:
         own = confirm(conn, tx, member_id, delivery_ids, state, mode)
         if own and state is _D.CONSUMED and mode != "steer" and turn_cap is not None:
             member = members_store.get(conn, member_id)
@@ -227,7 +227,7 @@ async def record_model_call(core: Services, call: ModelCall, budget: int | None)
     mark the deliveries it carried as consumed. Returns the brake reason if the token budget is
     now spent."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> str | None:
+    def job(conn: Connection, tx: Tx) -> str | None:
         usage_store.record_request(
             conn,
             project_id=call.project_id,
@@ -312,7 +312,7 @@ async def mark_acting(core: Services, turn_id: int) -> None:
     """The turn is about to run a tool that acts (a command, a write, a message): recorded
     before it runs, so a crash while it runs never lets a restart run the turn again."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         conn.execute(
             "UPDATE turns SET side_effects = 1 WHERE id = :t AND side_effects = 0", {"t": turn_id}
         )
@@ -336,7 +336,7 @@ async def record_tool_step(
     body, meta = tool_activity(calls, results)
     meta["tool"].update(turn_id=turn_id, step=step)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         append_message(
             conn,
             tx,
@@ -391,7 +391,7 @@ async def complete_turn(
     reply_message_id: int | None,
     text: str,
 ) -> None:
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         turns_store.append_transcript(
             conn, member_id=member_id, turn_id=turn_id, role="assistant", content=text, now=tx.now
         )
@@ -433,7 +433,7 @@ async def end_turn(
     records a turn the brake stopped to resume it when a person clears the brake
     (:func:`room.actions.brakes.interrupted`)."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         open_ids = [d for d, s in deliveries_store.of_turn(conn, turn_id) if s == _D.DELIVERED]
         mode = unanswered
         if mode == "release_if_closed":

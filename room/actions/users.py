@@ -15,7 +15,6 @@ room.actions.projects).
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.actions.auth import create_login_link
@@ -27,9 +26,10 @@ from room.store import Tx
 from room.store import audit as audit_store
 from room.store import members as members_store
 from room.store import users as users_store
+from room.store.dialect import Connection
 
 
-def list_users(conn: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
+def list_users(conn: Connection, now: float) -> list[dict[str, Any]]:
     """Every person, with ``disabled_at``, ``created_at`` and ``last_sign_in`` as ISO times."""
     people = users_store.list_all(conn, now)
     for person in people:
@@ -39,7 +39,7 @@ def list_users(conn: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
     return people
 
 
-def _person(conn: sqlite3.Connection, who: str) -> User:
+def _person(conn: Connection, who: str) -> User:
     user = users_store.find(conn, who)
     if user is None:
         raise NotFoundError(f"no person {who!r} (a handle or an id)", code="no_user", who=who)
@@ -47,7 +47,7 @@ def _person(conn: sqlite3.Connection, who: str) -> User:
 
 
 def disable_user(
-    conn: sqlite3.Connection, tx: Tx, who: str, *, actor_kind: str = "operator"
+    conn: Connection, tx: Tx, who: str, *, actor_kind: str = "operator"
 ) -> dict[str, Any] | RoomError:
     """Disable a person: their sessions end and their login links expire at once; they stay a
     member everywhere (messages and authorship kept). Disabling the server's owner is refused
@@ -74,7 +74,7 @@ def disable_user(
 
 
 def enable_user(
-    conn: sqlite3.Connection, tx: Tx, who: str, *, actor_kind: str = "operator"
+    conn: Connection, tx: Tx, who: str, *, actor_kind: str = "operator"
 ) -> dict[str, Any]:
     """Enable a disabled person again; they sign in with a new login link."""
     user = _person(conn, who)
@@ -88,7 +88,7 @@ def enable_user(
 
 
 def user_login_link(
-    conn: sqlite3.Connection, tx: Tx, who: str, minutes: int, *, actor_kind: str = "operator"
+    conn: Connection, tx: Tx, who: str, minutes: int, *, actor_kind: str = "operator"
 ) -> str | RoomError:
     """A one-time login link for any person (the secret; the caller makes the URL). Refused for
     a disabled person (``user_disabled``, returned like :func:`disable_user`'s): enable them
@@ -107,7 +107,7 @@ def user_login_link(
 
 
 def _audit(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     user: User,
     action: str,
@@ -127,7 +127,7 @@ def _audit(
     )
 
 
-def _announce(conn: sqlite3.Connection, tx: Tx, user: User) -> None:
+def _announce(conn: Connection, tx: Tx, user: User) -> None:
     for project_id in members_store.projects_of_user(conn, user.id):
         announce_members(conn, tx, project_id)
 
@@ -144,7 +144,7 @@ async def apply_user_changes(core: Services, after: int) -> tuple[int, list[tupl
         return after, []
     users = {user_id for _, user_id, _ in changes}
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> None:
+    def job(conn: Connection, tx: Tx) -> None:
         for user_id in users:
             for project_id in members_store.projects_of_user(conn, user_id):
                 announce_members(conn, tx, project_id)

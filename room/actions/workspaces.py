@@ -21,7 +21,6 @@ Git runs in worker threads, never in a write job and never on the send path: the
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +37,7 @@ from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 WORKTREES_DIR = "worktrees"  # under the data folder: one folder per attempt
 MAX_PATH_CHARS = 4096
@@ -320,7 +320,7 @@ async def set_workspace(core: Services, member: Member, raw: str | None) -> dict
     project_id = member.project_id
     path = await checked_workspace(core.settings, raw, project_id)
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> Project:
+    def job(conn: Connection, tx: Tx) -> Project:
         before = projects_store.get(conn, project_id)
         if before is None:
             raise NotFoundError("no such project", code="no_project")
@@ -351,7 +351,7 @@ async def work_dir(core: Services, member: Member) -> WorkDir:
     else the workspace in serial mode with the reason. The default workspace is made on first
     use."""
 
-    def read(conn: sqlite3.Connection) -> tuple[Project | None, Any]:
+    def read(conn: Connection) -> tuple[Project | None, Any]:
         return (
             projects_store.get(conn, member.project_id),
             attempts_store.current_for_member(conn, member.id),

@@ -23,6 +23,7 @@ from room.infra.diskuse import DiskMeter
 from room.infra.sandbox import Sandbox
 from room.providers import ToolSpec
 from room.rules.entities import Member
+from room.rules.plans import normalize_handle
 from room.services import Services
 from room.store import messages as messages_store
 
@@ -222,7 +223,8 @@ async def _room_members(ctx: ToolContext, args: dict[str, Any]) -> str:
 async def _room_pick_model(ctx: ToolContext, args: dict[str, Any]) -> str:
     handle = str(args.get("member", "")).lstrip("@＠")
     roster = await ctx.core.rosters.get(ctx.member.project_id)
-    target = next((m for m in roster.members.values() if m.handle.lower() == handle.lower()), None)
+    key = normalize_handle(handle)  # ASCII case only, as the mentions
+    target = next((m for m in roster.members.values() if normalize_handle(m.handle) == key), None)
     if target is None or target.kind != "agent":
         return _result({"ok": False, "error": "no_member", "message": f"no agent @{handle}"})
     result = await route_actions.change_route(

@@ -94,9 +94,14 @@ def _clean_text(value: str, limit: int) -> str:
     return text
 
 
+_ASCII_CASE = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def normalize_handle(value: str) -> str:
-    """A handle as the member table keys it: no leading ``@``/``＠``, lower case."""
-    return value.strip().removeprefix("@").removeprefix("＠").strip().lower()
+    """A handle as the member table keys it: no leading ``@``/``＠``, A–Z lower-cased and
+    nothing else (handles are ASCII and compare ignoring ASCII case, as the mentions and both
+    stores do: a Kelvin sign is not a ``k``)."""
+    return value.strip().removeprefix("@").removeprefix("＠").strip().translate(_ASCII_CASE)
 
 
 class PlanItem(BaseModel):

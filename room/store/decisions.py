@@ -9,12 +9,12 @@ UTC.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from room.rules.entities import iso
+from room.store.dialect import Connection
 from room.store.sync_requests import sync_requests_of
 from room.store.tasks import insert_row, next_number
 
@@ -49,7 +49,7 @@ _DECISION_COLUMNS = (
 
 
 def insert_decision(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     kind: str,
@@ -72,7 +72,7 @@ def insert_decision(
 
 
 def insert_decision_revision(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     decision_id: int,
@@ -103,16 +103,14 @@ def insert_decision_revision(
     )
 
 
-def get_decision(conn: sqlite3.Connection, decision_id: int) -> DecisionRow | None:
+def get_decision(conn: Connection, decision_id: int) -> DecisionRow | None:
     row = conn.execute(
         f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE id = :id", {"id": decision_id}
     ).fetchone()
     return DecisionRow(*row) if row else None
 
 
-def decision_by_number(
-    conn: sqlite3.Connection, project_id: int, number: int
-) -> DecisionRow | None:
+def decision_by_number(conn: Connection, project_id: int, number: int) -> DecisionRow | None:
     row = conn.execute(
         f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE project_id = :p AND number = :n",
         {"p": project_id, "n": number},
@@ -120,7 +118,7 @@ def decision_by_number(
     return DecisionRow(*row) if row else None
 
 
-def requirement_decision(conn: sqlite3.Connection, project_id: int) -> DecisionRow | None:
+def requirement_decision(conn: Connection, project_id: int) -> DecisionRow | None:
     """The project's requirement decision (the earliest one not superseded)."""
     row = conn.execute(
         f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE project_id = :p"
@@ -130,7 +128,7 @@ def requirement_decision(conn: sqlite3.Connection, project_id: int) -> DecisionR
     return DecisionRow(*row) if row else None
 
 
-def decisions_of(conn: sqlite3.Connection, project_id: int) -> list[DecisionRow]:
+def decisions_of(conn: Connection, project_id: int) -> list[DecisionRow]:
     return [
         DecisionRow(*r)
         for r in conn.execute(
@@ -141,7 +139,7 @@ def decisions_of(conn: sqlite3.Connection, project_id: int) -> list[DecisionRow]
 
 
 def set_decision_status(
-    conn: sqlite3.Connection,
+    conn: Connection,
     decision_id: int,
     status: str,
     now: float,
@@ -156,7 +154,7 @@ def set_decision_status(
     )
 
 
-def revisions_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[str, Any]]:
+def revisions_of(conn: Connection, decision_id: int) -> list[dict[str, Any]]:
     return [
         {"revision": r[0], "context": r[1], "decision": r[2], "consequences": r[3],
          "original_text": r[4], "source_message_id": r[5], "author_id": r[6],
@@ -171,7 +169,7 @@ def revisions_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[str, A
     ]  # fmt: skip
 
 
-def revision_from_message(conn: sqlite3.Connection, message_id: int) -> tuple[int, int] | None:
+def revision_from_message(conn: Connection, message_id: int) -> tuple[int, int] | None:
     """(decision id, revision) created from a message, if any."""
     row = conn.execute(
         "SELECT decision_id, revision FROM decision_revisions WHERE source_message_id = :m",
@@ -181,7 +179,7 @@ def revision_from_message(conn: sqlite3.Connection, message_id: int) -> tuple[in
 
 
 def bind_tasks(
-    conn: sqlite3.Connection, project_id: int, decision_id: int, task_ids: Iterable[int]
+    conn: Connection, project_id: int, decision_id: int, task_ids: Iterable[int]
 ) -> None:
     conn.executemany(
         "INSERT OR IGNORE INTO decision_tasks (project_id, decision_id, task_id) VALUES (?, ?, ?)",
@@ -189,7 +187,7 @@ def bind_tasks(
     )
 
 
-def bound_tasks(conn: sqlite3.Connection, decision_id: int) -> list[int]:
+def bound_tasks(conn: Connection, decision_id: int) -> list[int]:
     return [
         int(r[0])
         for r in conn.execute(
@@ -200,7 +198,7 @@ def bound_tasks(conn: sqlite3.Connection, decision_id: int) -> list[int]:
     ]
 
 
-def decisions_of_task(conn: sqlite3.Connection, task_id: int) -> list[str]:
+def decisions_of_task(conn: Connection, task_id: int) -> list[str]:
     return [
         f"ADR-{int(r[0]):04d}"
         for r in conn.execute(
@@ -211,7 +209,7 @@ def decisions_of_task(conn: sqlite3.Connection, task_id: int) -> list[str]:
     ]
 
 
-def _label_of(conn: sqlite3.Connection, decision_id: int | None) -> str | None:
+def _label_of(conn: Connection, decision_id: int | None) -> str | None:
     if decision_id is None:
         return None
     row = conn.execute("SELECT number FROM decisions WHERE id = :id", {"id": decision_id})
@@ -219,7 +217,7 @@ def _label_of(conn: sqlite3.Connection, decision_id: int | None) -> str | None:
     return f"ADR-{int(found[0]):04d}" if found else None
 
 
-def decision_object(conn: sqlite3.Connection, row: DecisionRow) -> dict[str, Any]:
+def decision_object(conn: Connection, row: DecisionRow) -> dict[str, Any]:
     """A decision as the log shows it: every revision, and under each the sync receipts it asked
     for (who synced, when, or why the request closed unanswered)."""
     syncs = sync_requests_of(conn, row.id)

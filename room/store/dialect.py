@@ -49,6 +49,11 @@ class Cursor(Protocol):
 
     def fetchall(self) -> list[Any]: ...
 
+    def fetchmany(self, size: int = ...) -> list[Any]: ...
+
+    @property
+    def description(self) -> Any: ...
+
     def __iter__(self) -> Iterator[Any]: ...
 
 
@@ -133,6 +138,13 @@ def _pg(sql: str) -> str:
     return "".join(out)
 
 
+# ``{}`` lower-cased in A–Z only, on PostgreSQL in any locale (``lower`` follows the
+# database's ``LC_CTYPE``: all of Unicode under ``C.UTF-8``), as SQLite's ``NOCASE`` does;
+# ``translate`` is immutable, so an index may use it (migration ``0027_pg_parity``).
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+ASCII_LOWER = f"translate({{}}, '{_UPPER}', '{_UPPER.lower()}')"
+
+
 @dataclass(frozen=True, slots=True)
 class Dialect:
     """One SQL dialect: how a statement written once is spelled for it."""
@@ -208,12 +220,14 @@ class Dialect:
         )
 
     def nocase_equals(self, column: str, parameter: str) -> str:
-        """``column`` equals ``parameter`` ignoring ASCII case, as the case-insensitive unique
-        index of each dialect sees it (SQLite: ``COLLATE NOCASE``; PostgreSQL: an index on
-        ``lower(column)``). ``parameter`` is written as in any statement (``?`` or ``:name``)."""
+        """``column`` equals ``parameter`` ignoring ASCII case (A–Z only, on both: "É" and "é"
+        differ, as SQLite's ``NOCASE`` has it), as the case-insensitive unique index of each
+        dialect sees it (SQLite: ``COLLATE NOCASE``; PostgreSQL: an index on ``translate`` of
+        the column, :data:`ASCII_LOWER`, since ``lower`` follows the
+        database's locale). ``parameter`` is written as in any statement (``?`` or ``:name``)."""
         if self.name == "sqlite":
             return f"{column} = {parameter} COLLATE NOCASE"
-        return f"lower({column}) = lower({parameter})"
+        return f"{ASCII_LOWER.format(column)} = {ASCII_LOWER.format(parameter)}"
 
     def byte_length(self, expression: str) -> str:
         """The length in bytes of a text's UTF-8 encoding."""

@@ -11,6 +11,7 @@ from room.store.schema_attachments import ATTACHMENTS, PDF_PREVIEWS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_memory import MEMORY
 from room.store.schema_notify import NOTIFY
+from room.store.schema_pg_parity import PG_PARITY
 from room.store.schema_portfolio import PORTFOLIO
 from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
@@ -575,6 +576,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0024_notifications", NOTIFY),
     Migration("0025_thread_frames", THREAD_FRAMES),
     Migration("0026_pdf_previews", PDF_PREVIEWS),
+    Migration("0027_pg_parity", PG_PARITY),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

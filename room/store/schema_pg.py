@@ -14,7 +14,8 @@ the suite. What is spelled differently, and why:
   (``read_cursors.member_id``, ``project_brakes.project_id`` …) is a plain ``bigint``.
 * ``WITHOUT ROWID`` tables are ordinary tables with the same primary key.
 * ``users.handle`` (``COLLATE NOCASE``, unique) is unique on ``lower(handle)`` and
-  ``projects_name`` indexes ``lower(name)``; queries compare with
+  ``projects_name`` indexes ``lower(name)`` (since ``0027_pg_parity`` on ``translate`` of the
+  column: A–Z only, whatever the locale, as ``NOCASE``); queries compare with
   ``Dialect.nocase_equals``. ``IFNULL`` is ``coalesce``.
 * The FTS5 tables (``search_fts``; ``message_fts`` of the index file ``search.sqlite``) are
   tables of the same columns (``rowid``, ``body``, ``uni``: the app-side tokens of
@@ -28,6 +29,7 @@ from __future__ import annotations
 from room.store.schema import Migration
 from room.store.schema_attachments import PDF_PREVIEWS_PG
 from room.store.schema_notify import NOTIFY_PG
+from room.store.schema_pg_parity import PG_PARITY_PG
 from room.store.schema_thread_frames import THREAD_FRAMES_PG
 from room.store.schema_threads import THREADS_PG
 from room.store.schema_users import USERS_ADMIN_PG
@@ -768,4 +770,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0024_notifications", NOTIFY_PG),
     Migration("0025_thread_frames", THREAD_FRAMES_PG),
     Migration("0026_pdf_previews", PDF_PREVIEWS_PG),
+    Migration("0027_pg_parity", PG_PARITY_PG),
 )

@@ -10,11 +10,13 @@ the ``uni`` column weight B: a weight stands for FTS5's column. Ranking is ``ts_
 (higher is better), not BM25: the set of results within the ranked window is the same, their
 order may differ.
 
-The messages' index lives in the same database as the messages (``index_state`` too): one
-indexing step is one transaction reading the messages past the watermark and the queued
-changes and writing their rows; the tokens are computed in Python (PostgreSQL has no
-``room_index_text``). ``SELECT … FOR UPDATE`` on ``index_state`` makes two indexers (two
-server processes) take turns.
+The messages' index lives in the same database as the messages: one indexing step is one
+transaction reading the queue (``search_changes``: new messages, queued by a trigger, and the
+edits, deletes and purges), writing the rows of the messages it names and deleting the queue
+rows it read; the tokens are computed in Python (PostgreSQL has no ``room_index_text``). No
+watermark of ids, which several writers commit out of order (:func:`index_step`).
+``SELECT … FOR UPDATE`` on ``index_state`` makes two indexers (two server processes) take
+turns; its watermark columns are SQLite's and unused here.
 """
 
 from __future__ import annotations
@@ -84,13 +86,9 @@ def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
 
 def pending_changes(conn: Connection, params: dict[str, Any]) -> str:
     """The condition leaving out messages edited since the indexer last looked, or nothing."""
-    done, last = conn.execute(
-        "SELECT changes_done, (SELECT coalesce(max(seq), 0) FROM search_changes) FROM index_state"
-    ).fetchone()
-    if last <= done:
+    if conn.execute("SELECT 1 FROM search_changes LIMIT 1").fetchone() is None:
         return ""
-    params["done"] = done
-    return " AND m.id NOT IN (SELECT message_id FROM search_changes WHERE seq > :done)"
+    return " AND m.id NOT IN (SELECT message_id FROM search_changes)"
 
 
 def best_records(conn: Connection, params: dict[str, Any], kinds: list[str]) -> list[Any]:
@@ -127,66 +125,54 @@ def _write_messages(conn: Connection, rows: list[Any]) -> None:
 
 def index_step(conn: Connection, limit: int) -> bool:
     """One step of the indexer on PostgreSQL (as :func:`room.store.indexer.index_step`): True
-    when nothing is left behind."""
+    when nothing is left behind.
+
+    No watermark: ids come from sequences and several servers write, so a lower id may commit
+    after a higher one. The step reads the queue (``search_changes``: every inserted message,
+    queued by the trigger of migration ``0027_pg_parity``, and every edit, delete and purge),
+    writes the rows of the messages it names as they are now, and deletes the queue rows it
+    read, in one transaction: a row is taken once it is visible, and stays until a step that
+    read it commits. Indexers take turns on ``index_state``'s row: a step's reads start after
+    the previous step committed, so a message's row is never written from a body older than
+    the one written before it (two steps taking one message's rows side by side could)."""
     conn.execute("BEGIN")
     try:
-        done, changes_done, done_at = conn.execute(
-            "SELECT messages_done, changes_done, done_at FROM index_state FOR UPDATE"
-        ).fetchone()
-        mark = conn.execute("SELECT created_at FROM messages WHERE id = ?", (done,)).fetchone()
-        last = conn.execute("SELECT coalesce(max(seq), 0) FROM search_changes").fetchone()[0]
-        if (mark is not None and mark[0] != done_at) or last < changes_done:
-            conn.execute("DELETE FROM message_fts")  # the database was replaced under us
-            done, changes_done = 0, last
-        newest = int(conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
-        if newest < done:
-            conn.execute("DELETE FROM message_fts WHERE rowid > ?", (newest,))
-            done = newest
-        changes = conn.execute(
-            "SELECT seq, message_id FROM search_changes WHERE seq > ? ORDER BY seq LIMIT ?",
-            (changes_done, limit),
+        conn.execute("SELECT id FROM index_state FOR UPDATE")
+        queued = conn.execute(
+            "SELECT seq, message_id FROM search_changes ORDER BY seq LIMIT ?", (limit,)
         ).fetchall()
-        changed = sorted({int(m) for _, m in changes if m <= done})
-        for part in chunks(changed):
-            marks = ", ".join("?" * len(part))
-            conn.execute(f"DELETE FROM message_fts WHERE rowid IN ({marks})", part)
+        if queued:
+            # One array parameter per statement (PostgreSQL's ``= ANY``), not 64-id chunks: a
+            # step of 2,000 new messages is four statements and the 64-row INSERTs.
+            ids = sorted({int(m) for _, m in queued})
+            conn.execute("DELETE FROM message_fts WHERE rowid = ANY(?)", (ids,))
             _write_messages(
                 conn,
                 conn.execute(
-                    f"SELECT id, body FROM messages WHERE id IN ({marks}) AND deleted_at IS NULL",
-                    part,
+                    "SELECT id, body FROM messages WHERE id = ANY(?) AND deleted_at IS NULL"
+                    " ORDER BY id",
+                    (ids,),
                 ).fetchall(),
             )
-        fresh = conn.execute(
-            "SELECT id, body, deleted_at FROM messages WHERE id > ? ORDER BY id LIMIT ?",
-            (done, limit),
-        ).fetchall()
-        _write_messages(conn, [r for r in fresh if r[2] is None])
-        upto = int(fresh[-1][0]) if fresh else done
-        conn.execute(
-            "UPDATE index_state SET messages_done = :upto, changes_done = :changes,"
-            " done_at = (SELECT created_at FROM messages WHERE id = :upto)",
-            {"upto": upto, "changes": int(changes[-1][0]) if changes else changes_done},
-        )
+            seqs = [int(seq) for seq, _ in queued]
+            conn.execute("DELETE FROM search_changes WHERE seq = ANY(?)", (seqs,))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return len(fresh) < limit and len(changes) < limit
+    return len(queued) < limit
 
 
 def lag(conn: Connection) -> dict[str, int]:
-    """Messages past the watermark and changes not yet applied."""
+    """What the queue holds: messages not indexed yet, and changes to indexed ones."""
     row = conn.execute(
-        "SELECT (SELECT count(*) FROM messages WHERE id > s.messages_done),"
-        " (SELECT count(*) FROM search_changes WHERE seq > s.changes_done) FROM index_state s"
+        "SELECT count(DISTINCT c.message_id) FILTER (WHERE f.rowid IS NULL),"
+        " count(*) FILTER (WHERE f.rowid IS NOT NULL)"
+        " FROM search_changes c LEFT JOIN message_fts f ON f.rowid = c.message_id"
     ).fetchone()
     return {"messages": int(row[0]), "changes": int(row[1])}
 
 
 def forget_applied_changes(conn: Connection) -> int:
-    """Delete the applied changes, keeping the newest row (as on SQLite)."""
-    return conn.execute(
-        "DELETE FROM search_changes WHERE seq <= (SELECT changes_done FROM index_state)"
-        " AND seq < (SELECT max(seq) FROM search_changes)"
-    ).rowcount
+    """Nothing to forget: a step deletes the queue rows it applied (0)."""
+    return 0

@@ -5,7 +5,6 @@ cursors when it starts, in one read, and a message's delivery receipts. The repl
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any, NamedTuple
 
 from room.rules.entities import Project
@@ -13,6 +12,7 @@ from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 
 class Snapshot(NamedTuple):
@@ -23,7 +23,7 @@ class Snapshot(NamedTuple):
     read_cursors: dict[int, int]
 
 
-def snapshot(conn: sqlite3.Connection, *, project_id: int) -> Snapshot:
+def snapshot(conn: Connection, *, project_id: int) -> Snapshot:
     return Snapshot(
         projects_store.get(conn, project_id),
         members_store.wire_list(conn, project_id),
@@ -31,9 +31,7 @@ def snapshot(conn: sqlite3.Connection, *, project_id: int) -> Snapshot:
     )
 
 
-def receipts(
-    conn: sqlite3.Connection, *, project_id: int, message_id: int
-) -> list[dict[str, Any]] | None:
+def receipts(conn: Connection, *, project_id: int, message_id: int) -> list[dict[str, Any]] | None:
     """The delivery rows of a message of this project; None when it has no such message."""
     row = messages_store.get_row(conn, message_id)
     if row is None or row["project_id"] != project_id:

@@ -3,14 +3,14 @@ synced with it; a request is answered, or closed unanswered (superseded, the tas
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from room.rules.entities import iso
+from room.store.dialect import Connection
 
 
 def insert_sync_request(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     decision_id: int,
@@ -33,7 +33,7 @@ def insert_sync_request(
     )  # fmt: skip
 
 
-def open_sync_requests(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
+def open_sync_requests(conn: Connection, task_id: int) -> list[dict[str, Any]]:
     return [
         {"id": r[0], "decision": f"ADR-{int(r[1]):04d}", "revision": r[2], "owner_id": r[3],
          "requested_at": iso(r[4])}
@@ -47,7 +47,7 @@ def open_sync_requests(conn: sqlite3.Connection, task_id: int) -> list[dict[str,
 
 
 def mark_synced(
-    conn: sqlite3.Connection, task_id: int, by: int, note: str | None, now: float
+    conn: Connection, task_id: int, by: int, note: str | None, now: float
 ) -> list[tuple[int, int]]:
     """Answer every open request of a task; returns the (decision id, revision) answered."""
     return [
@@ -61,7 +61,7 @@ def mark_synced(
     ]
 
 
-def close_sync_requests(conn: sqlite3.Connection, task_id: int, reason: str) -> None:
+def close_sync_requests(conn: Connection, task_id: int, reason: str) -> None:
     conn.execute(
         "UPDATE sync_requests SET closed = :reason WHERE task_id = :t"
         " AND synced_at IS NULL AND closed IS NULL",
@@ -69,7 +69,7 @@ def close_sync_requests(conn: sqlite3.Connection, task_id: int, reason: str) -> 
     )
 
 
-def sync_requests_of(conn: sqlite3.Connection, decision_id: int) -> list[dict[str, Any]]:
+def sync_requests_of(conn: Connection, decision_id: int) -> list[dict[str, Any]]:
     return [
         {"revision": r[0], "task_id": r[1], "task": r[2], "owner_id": r[3],
          "requested_at": iso(r[4]), "synced": r[5] is not None, "synced_at": iso(r[5]),

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from room.rules.entities import iso
 from room.rules.tasks import OPEN_STATES, TaskState
+from room.store.dialect import Connection
 from room.store.projects import lock_project
 from room.store.schema_tasks import TASK_TABLES
 
 
-def insert_row(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
+def insert_row(conn: Connection, table: str, row: dict[str, Any]) -> int:
     """INSERT one row. Table and column names are this module's own literals, never input."""
     columns = ", ".join(row)
     marks = ", ".join(f":{c}" for c in row)
@@ -29,7 +29,7 @@ def insert_row(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int
     return int(conn.execute(sql, row).fetchone()[0])
 
 
-def next_number(conn: sqlite3.Connection, table: str, column: str, project_id: int) -> int:
+def next_number(conn: Connection, table: str, column: str, project_id: int) -> int:
     """The next per-project number of ``table`` (a task's position, a decision's number).
 
     ``max + 1`` is sound while one transaction at a time numbers a project's rows: SQLite's
@@ -43,7 +43,7 @@ def next_number(conn: sqlite3.Connection, table: str, column: str, project_id: i
 
 
 def insert_plan(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     goal: str | None,
@@ -63,7 +63,7 @@ def insert_plan(
     return plan_id, version
 
 
-def plans(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
+def plans(conn: Connection, project_id: int) -> list[dict[str, Any]]:
     return [
         {"id": r[0], "version": r[1], "goal": r[2], "submitted_by": r[3],
          "created_at": iso(r[4]), "started": r[5] is not None, "started_at": iso(r[5]),
@@ -78,7 +78,7 @@ def plans(conn: sqlite3.Connection, project_id: int) -> list[dict[str, Any]]:
 
 
 def start_plans(
-    conn: sqlite3.Connection, project_id: int, plan_id: int | None, by: int, now: float
+    conn: Connection, project_id: int, plan_id: int | None, by: int, now: float
 ) -> list[int]:
     """Mark unstarted plans (one, or all of the project) started; returns their ids."""
     rows = conn.execute(
@@ -131,7 +131,7 @@ def _task(row: Sequence[Any]) -> TaskRow:
 
 
 def insert_task(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     plan_id: int | None,
@@ -153,31 +153,27 @@ def insert_task(
     })  # fmt: skip
 
 
-def insert_criteria(
-    conn: sqlite3.Connection, project_id: int, task_id: int, texts: Sequence[str]
-) -> None:
+def insert_criteria(conn: Connection, project_id: int, task_id: int, texts: Sequence[str]) -> None:
     conn.executemany(
         "INSERT INTO task_criteria (project_id, task_id, position, text) VALUES (?, ?, ?, ?)",
         [(project_id, task_id, n, text) for n, text in enumerate(texts, start=1)],
     )
 
 
-def insert_deps(
-    conn: sqlite3.Connection, project_id: int, task_id: int, depends_on: Iterable[int]
-) -> None:
+def insert_deps(conn: Connection, project_id: int, task_id: int, depends_on: Iterable[int]) -> None:
     conn.executemany(
         "INSERT OR IGNORE INTO task_deps (project_id, task_id, depends_on_id) VALUES (?, ?, ?)",
         [(project_id, task_id, dep) for dep in depends_on],
     )
 
 
-def get_task(conn: sqlite3.Connection, task_id: int) -> TaskRow | None:
+def get_task(conn: Connection, task_id: int) -> TaskRow | None:
     row = conn.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = :id", {"id": task_id})
     found = row.fetchone()
     return _task(found) if found else None
 
 
-def task_by_key(conn: sqlite3.Connection, project_id: int, key: str) -> TaskRow | None:
+def task_by_key(conn: Connection, project_id: int, key: str) -> TaskRow | None:
     found = conn.execute(
         f"SELECT {_TASK_COLUMNS} FROM tasks WHERE project_id = :p AND key = :k",
         {"p": project_id, "k": key},
@@ -185,7 +181,7 @@ def task_by_key(conn: sqlite3.Connection, project_id: int, key: str) -> TaskRow 
     return _task(found) if found else None
 
 
-def tasks_of(conn: sqlite3.Connection, project_id: int) -> list[TaskRow]:
+def tasks_of(conn: Connection, project_id: int) -> list[TaskRow]:
     return [
         _task(r)
         for r in conn.execute(
@@ -195,14 +191,14 @@ def tasks_of(conn: sqlite3.Connection, project_id: int) -> list[TaskRow]:
     ]
 
 
-def task_keys(conn: sqlite3.Connection, project_id: int) -> dict[str, int]:
+def task_keys(conn: Connection, project_id: int) -> dict[str, int]:
     return {
         str(r[0]): int(r[1])
         for r in conn.execute("SELECT key, id FROM tasks WHERE project_id = :p", {"p": project_id})
     }
 
 
-def open_tasks_of(conn: sqlite3.Connection, project_id: int, owner_id: int) -> list[TaskRow]:
+def open_tasks_of(conn: Connection, project_id: int, owner_id: int) -> list[TaskRow]:
     states = sorted(str(s) for s in OPEN_STATES)
     marks = ",".join("?" * len(states))
     return [
@@ -215,7 +211,7 @@ def open_tasks_of(conn: sqlite3.Connection, project_id: int, owner_id: int) -> l
     ]
 
 
-def update_task(conn: sqlite3.Connection, task_id: int, now: float, **fields: Any) -> None:
+def update_task(conn: Connection, task_id: int, now: float, **fields: Any) -> None:
     """Set ``fields`` (state, revision, sync_prior, held, note, owner_id, reviewer_id, title)."""
     allowed = {
         "state",
@@ -236,9 +232,7 @@ def update_task(conn: sqlite3.Connection, task_id: int, now: float, **fields: An
     )
 
 
-def replace_criteria(
-    conn: sqlite3.Connection, project_id: int, task_id: int, texts: Sequence[str]
-) -> None:
+def replace_criteria(conn: Connection, project_id: int, task_id: int, texts: Sequence[str]) -> None:
     """New acceptance criteria for a task nobody has submitted yet (no verdict or evidence
     points at its criteria: ``room.rules.taskedits`` allows this at revision 0 only)."""
     conn.execute("DELETE FROM task_criteria WHERE task_id = :t", {"t": task_id})
@@ -246,13 +240,13 @@ def replace_criteria(
 
 
 def replace_deps(
-    conn: sqlite3.Connection, project_id: int, task_id: int, depends_on: Iterable[int]
+    conn: Connection, project_id: int, task_id: int, depends_on: Iterable[int]
 ) -> None:
     conn.execute("DELETE FROM task_deps WHERE task_id = :t", {"t": task_id})
     insert_deps(conn, project_id, task_id, depends_on)
 
 
-def dependency_graph(conn: sqlite3.Connection, project_id: int) -> dict[str, list[str]]:
+def dependency_graph(conn: Connection, project_id: int) -> dict[str, list[str]]:
     """Every task key of the project → the keys it depends on (board order)."""
     graph: dict[str, list[str]] = {key: [] for key in task_keys(conn, project_id)}
     for key, dep in conn.execute(
@@ -265,7 +259,7 @@ def dependency_graph(conn: sqlite3.Connection, project_id: int) -> dict[str, lis
     return graph
 
 
-def set_positions(conn: sqlite3.Connection, task_ids: Sequence[int], now: float) -> None:
+def set_positions(conn: Connection, task_ids: Sequence[int], now: float) -> None:
     """Board order: the tasks get positions 1, 2, … in the order given."""
     conn.executemany(
         "UPDATE tasks SET position = ?, updated_at = ? WHERE id = ?",
@@ -273,7 +267,7 @@ def set_positions(conn: sqlite3.Connection, task_ids: Sequence[int], now: float)
     )
 
 
-def clear_reviewer(conn: sqlite3.Connection, project_id: int, member_id: int, now: float) -> None:
+def clear_reviewer(conn: Connection, project_id: int, member_id: int, now: float) -> None:
     conn.execute(
         "UPDATE tasks SET reviewer_id = NULL, updated_at = :now"
         " WHERE project_id = :p AND reviewer_id = :m",
@@ -281,7 +275,7 @@ def clear_reviewer(conn: sqlite3.Connection, project_id: int, member_id: int, no
     )
 
 
-def deps_of(conn: sqlite3.Connection, task_id: int) -> list[tuple[str, TaskState]]:
+def deps_of(conn: Connection, task_id: int) -> list[tuple[str, TaskState]]:
     """(key, state) of the tasks ``task_id`` depends on, in board order."""
     return [
         (str(r[0]), TaskState(r[1]))
@@ -293,7 +287,7 @@ def deps_of(conn: sqlite3.Connection, task_id: int) -> list[tuple[str, TaskState
     ]
 
 
-def dependents_of(conn: sqlite3.Connection, task_id: int) -> list[int]:
+def dependents_of(conn: Connection, task_id: int) -> list[int]:
     return [
         int(r[0])
         for r in conn.execute(
@@ -304,7 +298,7 @@ def dependents_of(conn: sqlite3.Connection, task_id: int) -> list[int]:
     ]
 
 
-def criteria_of(conn: sqlite3.Connection, task_id: int) -> list[tuple[int, int, str]]:
+def criteria_of(conn: Connection, task_id: int) -> list[tuple[int, int, str]]:
     """(criterion id, 1-based position, text) in order."""
     return [
         (int(r[0]), int(r[1]), str(r[2]))
@@ -326,7 +320,7 @@ class Verdict:
     created_at: float
 
 
-def latest_verdicts(conn: sqlite3.Connection, task_id: int) -> dict[int, Verdict]:
+def latest_verdicts(conn: Connection, task_id: int) -> dict[int, Verdict]:
     """The latest verdict of each criterion of a task."""
     out: dict[int, Verdict] = {}
     for r in conn.execute(
@@ -341,7 +335,7 @@ def latest_verdicts(conn: sqlite3.Connection, task_id: int) -> dict[int, Verdict
 
 
 def insert_verdict(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     task_id: int,
@@ -363,7 +357,7 @@ def insert_verdict(
 
 
 def insert_evidence(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     task_id: int,
@@ -388,7 +382,7 @@ def insert_evidence(
     })  # fmt: skip
 
 
-def evidence_of(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
+def evidence_of(conn: Connection, task_id: int) -> list[dict[str, Any]]:
     out = []
     for r in conn.execute(
         "SELECT e.id, e.revision, e.review_id, e.kind, e.path, e.real_path, e.size, e.sha256,"
@@ -431,7 +425,7 @@ def evidence_of(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
 
 
 def insert_command_result(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     member_id: int | None,
@@ -452,7 +446,7 @@ def insert_command_result(
     })  # fmt: skip
 
 
-def command_owner(conn: sqlite3.Connection, command_id: int) -> tuple[int, int | None] | None:
+def command_owner(conn: Connection, command_id: int) -> tuple[int, int | None] | None:
     """(project id, member whose runtime recorded it) of a command result."""
     row = conn.execute(
         "SELECT project_id, member_id FROM command_results WHERE id = :id", {"id": command_id}
@@ -464,7 +458,7 @@ def command_owner(conn: sqlite3.Connection, command_id: int) -> tuple[int, int |
 
 
 def insert_task_event(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project_id: int,
     task_id: int,
@@ -484,7 +478,7 @@ def insert_task_event(
     })  # fmt: skip
 
 
-def task_events(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
+def task_events(conn: Connection, task_id: int) -> list[dict[str, Any]]:
     return [
         {"event": r[0], "from": r[1], "to": r[2], "revision": r[3], "actor_kind": r[4],
          "actor_id": r[5], "note": r[6], "at": iso(r[7])}
@@ -513,7 +507,7 @@ _ADDED_LATER: dict[str, dict[str, Any]] = {
 }
 
 
-def digest_rows(conn: sqlite3.Connection, project_id: int) -> dict[str, dict[str, Any]]:
+def digest_rows(conn: Connection, project_id: int) -> dict[str, dict[str, Any]]:
     """Row count and SHA-256 of each task table's rows of a project, in a fixed order."""
     out: dict[str, dict[str, Any]] = {}
     for table in TASK_TABLES:

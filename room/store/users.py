@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from room.rules.entities import USER_COLUMNS, User
-from room.store.dialect import Connection, dialect_for
+from room.store.dialect import POSTGRESQL, Connection, dialect_for
 
 
 def find(conn: Connection, who: str) -> User | None:
@@ -98,6 +98,15 @@ def disabled_members(conn: Connection, project_id: int) -> frozenset[int]:
 
 
 def record_change(conn: Connection, user_id: int, action: str, now: float) -> None:
+    """Log a change for the servers to poll by id (:func:`changes_since`). The poll's watermark
+    needs ids that commit in id order: SQLite's one writer gives them. On PostgreSQL ids come
+    from a sequence and several processes write (servers, ``room users``): a lower id could
+    commit after a higher one that a poll already passed, and be missed for good. So the
+    writer first takes the table's ``EXCLUSIVE`` lock (reads go on; the next writer waits for
+    this transaction's end): an id is handed out only when no other change is in flight, so
+    every poll sees a prefix of the ids. Changes are rare operator acts; the wait is short."""
+    if dialect_for(conn) is POSTGRESQL:
+        conn.execute("LOCK TABLE user_changes IN EXCLUSIVE MODE")
     conn.execute(
         "INSERT INTO user_changes (user_id, action, at) VALUES (:u, :a, :now)",
         {"u": user_id, "a": action, "now": now},

@@ -250,11 +250,15 @@ class PostgresCluster:
         """A libpq URL for ``dbname`` on this cluster, over TCP on 127.0.0.1."""
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
 
-    def create_database(self) -> str:
-        """A new empty database (from ``template0``); returns its name."""
+    def create_database(self, locale: str | None = None) -> str:
+        """A new empty database (from ``template0``; in ``locale``, e.g. ``C.UTF-8``, instead
+        of the cluster's ``C``); returns its name."""
         name = f"t{os.getpid()}_{next(self._names)}"
+        where = "" if locale is None else f" LC_COLLATE '{locale}' LC_CTYPE '{locale}'"
         with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0 STRATEGY file_copy')
+            conn.execute(
+                f'CREATE DATABASE "{name}" TEMPLATE template0 STRATEGY file_copy{where}'.encode()
+            )
         return name
 
     def drop_database(self, name: str) -> None:

@@ -2,6 +2,8 @@
 no model: the runtime records wake-ups (:class:`WakeRecorder`), so a test sees exactly who was
 asked to act, and a frame sink stands in for a socket. The ``world`` fixture (conftest) makes
 one with a lead and three engineers; the helpers below submit plans, evidence and reviews.
+A module imports :func:`world_on_both_stores` to run its ``world`` tests on SQLite and on
+PostgreSQL (``[sqlite]``, ``[postgresql]``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
+
+import pytest
 
 from room.actions import auth as auth_actions
 from room.actions import plans as plan_actions
@@ -164,7 +168,7 @@ class World:
 
 async def make_world(tmp_path: Path, url: str | None = None) -> AsyncIterator[World]:
     """The world of the ``world`` fixture, closed when the iteration ends; on the PostgreSQL
-    database ``url`` when given (no search index there yet: docs/storage.md)."""
+    database ``url`` when given (its search index in that database: docs/storage.md)."""
     path = tmp_path / "room.sqlite"
     search_indexer = None
     if url is None:
@@ -183,6 +187,8 @@ async def make_world(tmp_path: Path, url: str | None = None) -> AsyncIterator[Wo
         pg.close()
         db = Database(path, url=url)
         db.start(asyncio.get_running_loop())
+        search_indexer = indexer.SearchIndexer(url)  # the index is in the database
+        search_indexer.start(asyncio.get_running_loop())
     runtime = WakeRecorder()
     core = Services(
         # The workspace (tmp_path/ws) is outside the default roots (<data>/workspaces).
@@ -253,3 +259,14 @@ async def submit(world: World, who: str, key: str, *files: str, summary: str = "
 async def review(world: World, who: str, key: str, *verdicts: tuple[int, bool]) -> Any:
     results = [CriterionVerdict(n, ok, f"检查了第 {n} 条") for n, ok in verdicts]
     return await updates.review_task(world.core, world[who], key, results)
+
+
+@pytest.fixture(name="world", params=["sqlite", "postgresql"])
+async def world_on_both_stores(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[World]:
+    """conftest's ``world`` on each store (``[postgresql]``: a fresh database of the tests'
+    private cluster); a module that imports it runs every ``world`` test on both."""
+    url = None if request.param == "sqlite" else str(request.getfixturevalue("pg_dsn"))
+    async for found in make_world(tmp_path, url):
+        yield found
