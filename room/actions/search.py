@@ -44,8 +44,8 @@ async def search(
     """Search ``member``'s project: ``{"query", "words", "operators", "results", "capped"}``
     (the results as the store's function gives them).
 
-    ``q`` may carry the operators of :mod:`room.rules.searchquery` (docs/search.md, "In one
-    project"): ``from:`` (a handle or display name of this project), ``has:file``, ``before:``
+    ``q`` may carry the operators of :mod:`room.rules.searchquery`
+    (docs/search.md, "In one project, with operators"): ``from:`` (a handle or display name of this project), ``has:file``, ``before:``
     / ``after:`` (applied together with ``since`` / ``until``: both bounds hold), ``is:mention``
     (mentioning ``member``: for an agent, itself), and ``in:`` only naming this project (its id
     or name). A query of operators alone lists the newest messages they select.

@@ -1,5 +1,5 @@
 """0025: the ``thread`` summary on the stored wire object of roots written before 0023 on
-PostgreSQL (docs/storage.md, "Threads before 0023 on PostgreSQL").
+PostgreSQL (docs/storage.md, "The PostgreSQL schema").
 
 ``0023_threads`` put earlier replies in their threads on both stores, but wrote the roots'
 ``thread`` summary (``{"replies", "last_reply_at", "last_reply_id"}``, room.store.threads) into
