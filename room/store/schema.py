@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from room.store.schema_attachments import ATTACHMENTS
 from room.store.schema_attempts import TASK_ATTEMPTS
+from room.store.schema_leases import LEASES
 from room.store.schema_memory import MEMORY
 from room.store.schema_notify import NOTIFY
 from room.store.schema_portfolio import PORTFOLIO
@@ -572,6 +573,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS),
     Migration("0024_notifications", NOTIFY),
+    Migration("0026_leases", LEASES),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

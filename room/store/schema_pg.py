@@ -26,6 +26,7 @@ the suite. What is spelled differently, and why:
 from __future__ import annotations
 
 from room.store.schema import Migration
+from room.store.schema_leases import LEASES_PG
 from room.store.schema_notify import NOTIFY_PG
 from room.store.schema_threads import THREADS_PG
 from room.store.schema_users import USERS_ADMIN_PG
@@ -764,4 +765,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS_PG),
     Migration("0024_notifications", NOTIFY_PG),
+    Migration("0026_leases", LEASES_PG),
 )
