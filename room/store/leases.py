@@ -139,3 +139,17 @@ def waiting_work(conn: Connection) -> list[tuple[int, int, str | None, bool]]:
             " GROUP BY d.project_id, d.recipient_id, p.home_node"
         )
     ]
+
+
+def orphaned_at(conn: Connection, node: str) -> list[int]:
+    """Projects whose home is ``node`` with turns running on another node (the home moved
+    here while they ran): this node adopts their lease once it lapses, which settles them."""
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT DISTINCT t.project_id FROM turns t JOIN projects p ON p.id = t.project_id"
+            " WHERE t.state = 'running' AND p.home_node = ? AND t.owner IS NOT NULL"
+            " AND t.owner != ? ORDER BY 1",
+            (node, node),
+        )
+    ]
