@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import uuid
@@ -245,6 +246,18 @@ async def test_a_dead_home_leaves_deliveries_pending_until_the_project_moves(
             lead,
         )
         assert state == [("consumed",)]
+        # `room cluster status` says where the projects live, and that A is not heard.
+        out = io.StringIO()
+        args = ["cluster", "status", "--json", "--data", str(b.data), "--database", pg_dsn]
+        args += ["--bus", nats_server.url]
+
+        def status() -> int:
+            with contextlib.redirect_stdout(out):
+                return room_main(args)
+
+        assert await anyio.to_thread.run_sync(status) == 0
+        found = json.loads(out.getvalue())
+        assert found["homes"] == {node_b: 1} and found["bus"]["nodes"] == [node_b]
         reader.drop()
     finally:
         a.stop()

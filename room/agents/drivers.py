@@ -20,6 +20,7 @@ from room.actions import turns as turn_actions
 from room.agents.leasing import Leasing
 from room.agents.memory import MemorySession
 from room.agents.turn import Turn, TurnEnv
+from room.errors import LeaseLostError
 from room.rules.injection import MEMORY_WRITE_TOOLS
 from room.rules.leases import Home
 from room.services import Services
@@ -101,9 +102,15 @@ class Session:
                     # Claimed only once a slot is free: what waits for a slot stays 'pending'
                     # (a pause meanwhile holds it; it is never failed for waiting).
                     limits = await turn_actions.limits(core, self.project_id)
-                    start = await turn_actions.begin_turn(
-                        core, self.member_id, limits.agent_turn_cap
-                    )
+                    try:
+                        start = await turn_actions.begin_turn(
+                            core, self.member_id, limits.agent_turn_cap
+                        )
+                    except LeaseLostError:  # adopted since this node last renewed it
+                        assert leasing is not None
+                        leasing.forget(self.project_id)
+                        self.poked = True  # looked at again: the home, then the lease
+                        continue
                     if start.turn_id is None:
                         # Dispatch is closed (woken again when it reopens) or nothing is pending;
                         # a wake that came meanwhile (a resume) is looked at, not lost.

@@ -68,6 +68,11 @@ class Leasing:
         self.held[project_id] = lease
         return Fence(project_id, lease.token)
 
+    def forget(self, project_id: int) -> None:
+        """The lease was found lost (a write refused): taken anew before the next turn."""
+        if self.held.pop(project_id, None) is not None:
+            self.lost += 1
+
     # -- the loop -------------------------------------------------------------------------------
 
     def start(self, running: RunningTurns) -> None:
