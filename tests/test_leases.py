@@ -274,5 +274,15 @@ async def test_pending_deliveries_say_their_home_node_is_offline_and_moving_need
     assert tuple(row) == ("pending", "home_node_offline")
     assert await b.read(leases_store.waiting_work) == [(project, lead, "node-a", True)]
     assert await b.write(lambda c, tx: lease_actions.mark_home_offline(c, tx, project)) == 0
+
+    def trip(conn: sqlite3.Connection, tx: Tx) -> None:
+        conn.execute(
+            "INSERT INTO project_brakes (project_id, tripped) VALUES (?, 'loop')"
+            " ON CONFLICT (project_id) DO UPDATE SET tripped = 'loop'",
+            (project,),
+        )
+
+    await a.write(trip)
+    assert await b.read(leases_store.waiting_work) == []  # a person clears the brake first
     with pytest.raises(NotFoundError):
         await b.write(lambda c, tx: lease_actions.move_home(c, tx, "no-such-project", "node-b"))

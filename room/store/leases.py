@@ -124,8 +124,8 @@ def set_home(conn: Connection, project_id: int, node: str | None) -> bool:
 
 def waiting_work(conn: Connection) -> list[tuple[int, int, str | None, bool]]:
     """(project, member, its home node, whether every row already says ``home_node_offline``)
-    of the in-process agents with pending deliveries in active projects, not held back by the
-    loop brake (those wait for a person)."""
+    of the in-process agents with pending deliveries in active projects, not held back by a
+    tripped brake (those wait for a person, who wakes them by clearing it)."""
     return [
         (int(r[0]), int(r[1]), None if r[2] is None else str(r[2]), bool(r[3]))
         for r in conn.execute(
@@ -136,6 +136,8 @@ def waiting_work(conn: Connection) -> list[tuple[int, int, str | None, bool]]:
             " WHERE d.state = 'pending' AND p.state = 'active' AND m.kind = 'agent'"
             " AND m.driver = 'builtin'"
             " AND (d.reason_code IS NULL OR d.reason_code != 'loop_brake')"
+            " AND NOT EXISTS (SELECT 1 FROM project_brakes b WHERE b.project_id = d.project_id"
+            " AND b.tripped IS NOT NULL)"
             " GROUP BY d.project_id, d.recipient_id, p.home_node"
         )
     ]
