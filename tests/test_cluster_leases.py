@@ -150,6 +150,9 @@ async def test_a_home_paused_past_its_lease_is_fenced_off_once_the_project_moves
         await until(done_on_b, "B's turn")
         lease = rows(pg_dsn, "SELECT holder, token FROM leases WHERE project_id = %s", project)
         assert lease == [(node_b, 2)]
+        status, metrics = b.request("GET", "/metrics", cookie=on_b.cookie)
+        assert status == 200
+        assert "room_projects_home 1.0" in str(metrics) and "room_leases_held 1.0" in str(metrics)
         settled = [t for t in turns() if t[0] == first_turn]
         assert settled == [
             (first_turn, "interrupted", node_a, "the node running it lost the project's lease")
