@@ -230,9 +230,13 @@ async def test_a_dead_home_leaves_deliveries_pending_until_the_project_moves(
         assert label["state"] == "pending"
         assert rows(pg_dsn, "SELECT count(*) FROM turns WHERE member_id = %s", lead) == [(0,)]
 
-        # The operator moves the project to B: its agents run there.
+        # A server admin moves the project to B (over HTTP): its agents run there.
         llm.push(openai_text("我在"))
-        await anyio.to_thread.run_sync(lambda: move(pg_dsn, project, node_b))
+        status, moved = b.request(
+            "PUT", f"/api/projects/{project}/home", {"node": node_b}, headers=on_b.headers
+        )
+        assert status == 200, moved
+        assert moved == {"project_id": project, "home_node": node_b, "was": node_id(a)}
         done = await until(
             lambda: rows(
                 pg_dsn,
@@ -254,11 +258,11 @@ async def test_a_dead_home_leaves_deliveries_pending_until_the_project_moves(
         args = ["cluster", "status", "--json", "--data", str(b.data), "--database", pg_dsn]
         args += ["--bus", nats_server.url]
 
-        def status() -> int:
+        def cluster_status() -> int:
             with contextlib.redirect_stdout(out):
                 return room_main(args)
 
-        assert await anyio.to_thread.run_sync(status) == 0
+        assert await anyio.to_thread.run_sync(cluster_status) == 0
         found = json.loads(out.getvalue())
         assert found["homes"] == {node_b: 1} and found["bus"]["nodes"] == [node_b]
         reader.drop()

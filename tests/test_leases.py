@@ -35,6 +35,7 @@ from room.store.migrate import connect as sqlite_connect
 from room.store.migrate import migrate as sqlite_migrate
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
+from tests.support.inproc import App, Team, error
 
 NOW = 1_800_000_000.0
 SECS = 15.0
@@ -286,3 +287,12 @@ async def test_pending_deliveries_say_their_home_node_is_offline_and_moving_need
     assert await b.read(leases_store.waiting_work) == []  # a person clears the brake first
     with pytest.raises(NotFoundError):
         await b.write(lambda c, tx: lease_actions.move_home(c, tx, "no-such-project", "node-b"))
+
+
+def test_moving_a_home_over_http_is_a_cluster_admins(app: App) -> None:
+    team = Team(app, "搬家")
+    path = f"/api/projects/{team.id}/home"
+    # A plain member may not; a server admin may, but a SQLite server has no homes to move.
+    assert error(team.member("PUT", path, {"node": "node-b"})) == (403, "admin_only")
+    assert error(team.owner("PUT", path, {"node": "a node"})) == (400, "bad_body")
+    assert error(team.owner("PUT", path, {"node": "node-b"})) == (409, "not_a_cluster")

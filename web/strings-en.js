@@ -82,6 +82,7 @@ export const STRINGS_EN = {
   "error.command_time_spent": "This turn's command time is used up",
   "error.conflict": "The current state does not allow this",
   "error.lease_lost": "This server no longer runs the project's agents (another server took over): the write was refused",
+  "error.not_a_cluster": "This server is not part of a cluster: it has no home nodes to move",
   "error.csrf": "The page is out of date; reload it and try again",
   "error.decision_not_proposed": "This decision is no longer proposed",
   "error.duplicate_criterion": "One verdict per criterion",

@@ -83,6 +83,7 @@ export const STRINGS_ZH = {
   "error.command_time_spent": "本回合的命令时间已用完",
   "error.conflict": "当前状态不允许这个操作",
   "error.lease_lost": "本服务器已不再运行该项目的智能体（另一节点已接手）：写入被拒绝",
+  "error.not_a_cluster": "本服务器不属于集群：没有可迁移的主节点",
   "error.csrf": "页面已过期，请刷新后重试",
   "error.decision_not_proposed": "这条决定已不是待接受状态",
   "error.duplicate_criterion": "同一条标准只能给一个结论",
