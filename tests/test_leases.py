@@ -5,6 +5,7 @@ nodes"): the pure rules, then two writers (two nodes) on one store, once per bac
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -198,6 +199,14 @@ async def test_a_lapsed_lease_is_adopted_and_the_old_holders_writes_are_refused(
     clock.now = NOW + 1
     moved = await b.write(lambda c, tx: lease_actions.move_home(c, tx, str(project), "node-b"))
     assert moved == (project, "node-a")
+    audited = await b.read(
+        lambda c: c.execute(
+            "SELECT actor_kind, detail_json FROM audit_events WHERE action = 'project.move_home'"
+        ).fetchall()
+    )
+    assert [(kind, json.loads(d)) for kind, d in audited] == [
+        ("operator", {"node": "node-b", "was": "node-a", "by_user": None})
+    ]
     outcome, lease = await b.write(hold(project))
     assert outcome is Claim.REFUSED and lease == Lease("node-a", 1, NOW + SECS)
 

@@ -18,6 +18,7 @@ from room.rules.leases import Claim, Lease
 from room.rules.ledger import DeliveryState, Reason
 from room.services import Services
 from room.store import Tx
+from room.store import audit as audit_store
 from room.store import leases as leases_store
 from room.store import projects as projects_store
 from room.store.dialect import Connection
@@ -102,14 +103,22 @@ async def home_offline(core: Services, project_id: int) -> int:
     return await core.db.write(lambda conn, tx: mark_home_offline(conn, tx, project_id))
 
 
-def move_home(conn: sqlite3.Connection, tx: Tx, project: str, node: str) -> tuple[int, str | None]:
+def move_home(
+    conn: sqlite3.Connection, tx: Tx, project: str, node: str, *, by: int | None = None
+) -> tuple[int, str | None]:
     """Name ``node`` the home of ``project`` (its id or name); returns the project's id and the
-    home it had. The new home's next sweep (room.agents.leasing) dispatches the project's
-    waiting deliveries; the old one's turns end at their next write (the fence) once the new
-    home adopted the lease, which it may when the old one's lapses."""
+    home it had, and audits the move (``by``: the server admin's user id; None: the CLI). The
+    new home's next sweep (room.agents.leasing) dispatches the project's waiting deliveries;
+    the old home finishes the turn it runs and opens no other, and the new home adopts the
+    lease once it lapses (the fence then refuses whatever the old one still writes)."""
     found = projects_store.find(conn, project)
     if found is None:
         raise NotFoundError(f"no project {project!r}", code="no_project")
     before = leases_store.home_of(conn, found.id)
     leases_store.set_home(conn, found.id, node)
+    audit_store.record(
+        conn, now=tx.now, actor_kind="operator", actor_id=None, project_id=found.id,
+        action="project.move_home", outcome="ok",
+        detail={"node": node, "was": before, "by_user": by},
+    )  # fmt: skip
     return found.id, before

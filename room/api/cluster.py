@@ -33,7 +33,9 @@ async def move_home(request: Request) -> Response:
             code="not_a_cluster",
         )
     moved, before = await core.db.write(
-        lambda conn, tx: lease_actions.move_home(conn, tx, str(project_id), data.node)
+        lambda conn, tx: lease_actions.move_home(
+            conn, tx, str(project_id), data.node, by=who.user.id if who.user else None
+        )
     )
     return JSONResponse({"project_id": moved, "home_node": data.node, "was": before})
 
