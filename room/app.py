@@ -235,6 +235,7 @@ class RoomServer:
         return indexer.lag(self.settings.db_path)
 
     def _seed(self, conn: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
+        tx.node = tx.node or boot.node_id(self.settings.data)  # the demo project's home
         demo = DEMOS[self.settings.lang]
         owner = auth_actions.ensure_owner(conn, tx, demo.owner)
         if not self.settings.demo or projects_store.list_all(conn):
@@ -521,13 +522,17 @@ def _public_settings(settings: Settings) -> dict[str, Any]:
 
 
 def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, hint: Any) -> bool:
-    """Another server woke agents (only the external ones whose sockets are here are pushed:
-    an in-process agent runs where it was woken) or asked a turn to stop (it may run here)."""
+    """Another server woke agents (the external ones whose sockets are here are pushed; an
+    in-process agent runs on its project's home node) or asked a turn to stop (it may run here)."""
     kind = hint.get("k")
     if kind == "w":
-        local = [int(m) for m in hint.get("m", ()) if core.inboxes.of(int(m))]
-        if local:
-            scheduler.wake(int(hint["p"]), local)
+        # An external agent whose socket is here; an in-process one when this node is the
+        # project's home (its session looks before it opens a turn: room.agents.leasing).
+        members = [int(m) for m in hint.get("m", ())]
+        if scheduler.in_process.leasing is None:
+            members = [m for m in members if core.inboxes.of(m)]
+        if members:
+            scheduler.wake(int(hint["p"]), members)
         return True
     if kind == "s":
         scheduler.stop_member(int(hint["m"]))

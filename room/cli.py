@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -97,6 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--bus", default=None, metavar="URL", help="the NATS server (default: $ROOM_BUS_URL)"
     )
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+    move = cluster_sub.add_parser(
+        "move",
+        help="make NODE the home of PROJECT: where its workspace is and its agent turns run",
+        description="The new home dispatches the project's waiting deliveries within a third "
+        "of lease_secs; the old home's running turns end once the new home adopted the lapsed "
+        "lease (their later writes are refused). Move the workspace's folder first when the "
+        "nodes do not share it (docs/cluster.md). Exit 1 when there is no such project.",
+    )
+    move.add_argument("project", help="the project's id or name")
+    move.add_argument("node", help="the node id (its <data>/node-id; see `room cluster status`)")
+    data_arg(move)
+    database_arg(move)
 
     doctor = sub.add_parser(
         "doctor",
@@ -321,6 +334,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = cluster_status(settings)
             print_cluster_status(found, as_json=args.json)
             return EXIT_UNHEALTHY if found["problems"] else EXIT_OK
+        if args.command == "cluster" and args.cluster_command == "move":
+            settings = _settings(args, database_url=args.database)
+            if settings.database_url is None:
+                print("room: cluster move needs --database (or $ROOM_DATABASE_URL): home nodes "
+                      "are a cluster's, on one PostgreSQL database", file=sys.stderr)  # fmt: skip
+                return EXIT_USAGE
+            return cluster_move(settings, args.project, args.node)
         if args.command == "login-link":
             return login_link(_settings(args, database_url=args.database))
         if args.command == "member" and args.member_command == "token":
@@ -531,6 +551,26 @@ def member_token(settings: Settings, project: str, handle: str) -> int:
     finally:
         conn.close()
     print(token)
+    return EXIT_OK
+
+
+def cluster_move(settings: Settings, project: str, node: str) -> int:
+    """``room cluster move PROJECT NODE`` (docs/cluster.md, "Agents across nodes")."""
+    from room.actions import leases as lease_actions
+    from room.store import run_write
+
+    node = node.strip()
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", node):
+        print(f"room: {node!r} is not a node id (see `room cluster status`)", file=sys.stderr)
+        return EXIT_USAGE
+    conn = _open_current(settings)
+    try:
+        project_id, before = run_write(
+            conn, lambda c, tx: lease_actions.move_home(c, tx, project, node)
+        )
+    finally:
+        conn.close()
+    print(f"project {project_id}: home node {node} (was {before or 'none'})")
     return EXIT_OK
 
 

@@ -260,9 +260,16 @@ def cluster_status(settings: Settings) -> dict[str, Any]:
             "SELECT coalesce(owner, ''), count(*) FROM turns WHERE state = 'running' "
             "GROUP BY owner ORDER BY 1"
         ).fetchall()
+        homes = conn.execute(
+            "SELECT coalesce(home_node, ''), count(*) FROM projects WHERE state != 'purged'"
+            " GROUP BY home_node ORDER BY 1"
+        ).fetchall()
     finally:
         conn.close()
     status["running_turns"] = {str(owner) or "(none)": int(count) for owner, count in rows}
+    # Projects by home node: where their workspaces are and their agents run (a home that is
+    # not heard on the bus holds its projects' agents: `room cluster move`).
+    status["homes"] = {str(node) or "(none)": int(count) for node, count in homes}
     status["bus"] = None
     if settings.bus_url is not None:
         heard, error = asyncio.run(_listen_for_nodes(settings.bus_url))
@@ -318,6 +325,11 @@ def print_cluster_status(status: dict[str, Any], *, as_json: bool) -> None:
         for node in bus["nodes"]:
             mark = " (this data folder's)" if node == status["node"] else ""
             turns = status["running_turns"].get(node, 0)
-            print(f"  node {node}{mark}: up, {turns} running turn(s)")
+            homes = status["homes"].get(node, 0)
+            print(f"  node {node}{mark}: up, {turns} running turn(s), home of {homes} project(s)")
+        heard = set(bus["nodes"])
+        for node, count in status["homes"].items():
+            if node not in heard and node != "(none)":
+                print(f"  node {node}: not heard, home of {count} project(s)")
     for problem in status["problems"]:
         print(f"problem:  {problem}")

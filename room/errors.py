@@ -22,6 +22,7 @@ or as the JSON body of an HTTP error) and a human ``message``.
     ├── ForbiddenError             403  authenticated, but not allowed (role, CSRF, origin)
     ├── NotFoundError              404  no such project, member, message …
     ├── ConflictError              409  the current state does not allow this
+    │   └── LeaseLostError              a turn's write after its node lost the project's lease
     ├── RateLimitedError           429  too many sends; carries ``retry_after_ms``
     ├── BusyError                  503  the server is at a bound of its own; carries ``retry_after_ms``
     ├── BackupError                400  a backup that cannot be restored, or a restore's target not empty
@@ -157,6 +158,13 @@ class NotFoundError(RoomError):
 class ConflictError(RoomError):
     code = "conflict"
     http_status = 409
+
+
+class LeaseLostError(ConflictError):
+    """The fence refused a turn's write: another node adopted the project's lease
+    (room.store.leases, docs/cluster.md "Agents across nodes")."""
+
+    code = "lease_lost"
 
 
 class RateLimitedError(RoomError):

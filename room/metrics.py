@@ -42,6 +42,9 @@ class Totals:
     turns: list[tuple[str, int]]
     calls: list[tuple[str, bool, int, int, int]]  # provider, ok, calls, tokens in, tokens out
     last_backup_at: float | None = None  # room.infra.boot's last-backup.json (docs/backup.md)
+    # A cluster's node: the projects it is home of, and the leases it holds unlapsed.
+    homes: int | None = None
+    leases_held: int | None = None
 
 
 def read_totals(conn: sqlite3.Connection) -> Totals:
@@ -56,6 +59,16 @@ def read_totals(conn: sqlite3.Connection) -> Totals:
             )
         ],
     )
+
+
+def _node_counts(conn: sqlite3.Connection, node: str, now: float) -> tuple[int, int]:
+    homes = conn.execute(
+        "SELECT count(*) FROM projects WHERE home_node = ? AND state != 'purged'", (node,)
+    ).fetchone()[0]
+    held = conn.execute(
+        "SELECT count(*) FROM leases WHERE holder = ? AND expires_at > ?", (node, now)
+    ).fetchone()[0]
+    return int(homes), int(held)
 
 
 def _histogram(
@@ -133,6 +146,17 @@ class _Scrape(Collector):
         yield tokens
         if self.core.relay is not None:  # several servers on one PostgreSQL database
             yield from _relay_metrics(self.core.relay.stats(), self.core.settings.bus_url)
+        if totals.homes is not None and totals.leases_held is not None:
+            yield GaugeMetricFamily(
+                "room_projects_home",
+                "Projects this server is the home node of (their agents run here).",
+                value=totals.homes,
+            )
+            yield GaugeMetricFamily(
+                "room_leases_held",
+                "Projects whose agent-turn lease this server holds, unlapsed.",
+                value=totals.leases_held,
+            )
         if totals.last_backup_at is not None:
             yield GaugeMetricFamily(
                 "room_backup_last_timestamp_seconds",
@@ -184,6 +208,10 @@ async def render(core: Services) -> bytes:
     last = await asyncio.to_thread(boot.read_last_backup, core.settings.data)
     if last is not None:
         totals = dataclasses.replace(totals, last_backup_at=float(last["at"]))
+    node = core.db.node
+    if core.relay is not None and node is not None:  # a cluster's node (docs/cluster.md)
+        homes, held = await core.db.read(lambda conn: _node_counts(conn, node, time.time()))
+        totals = dataclasses.replace(totals, homes=homes, leases_held=held)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Scrape(core, totals, core.db.stats))
     data: Any = generate_latest(registry)

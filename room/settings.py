@@ -61,6 +61,15 @@ class Settings(BaseModel):
         description="With a bus: how often a server still checks the database for events whose "
         "hint never came (the bus down meanwhile it checks every 50 ms).",
     )
+    lease_secs: float = Field(
+        default=15.0,
+        ge=1,
+        le=300,
+        description="PostgreSQL only: how long a node's lease on running a project's agent turns "
+        "lasts unrenewed (renewed every third of it). A node paused or cut off longer loses it: "
+        "once the project's home moved, another node adopts it and the old one's writes for "
+        "those turns are refused.",
+    )
     database_statement_timeout_ms: int = Field(
         default=30_000,
         ge=0,

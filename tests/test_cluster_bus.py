@@ -346,7 +346,7 @@ async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
             {"body": "@lead 慢慢来", "client_txn_id": uuid.uuid4().hex}, headers=on_b.headers,
         )  # fmt: skip
         assert status == 201, sent
-        node_b = (b.data / "node-id").read_text().strip()
+        node_a = (a.data / "node-id").read_text().strip()
 
         def turn_state() -> list[tuple[str, str]]:
             with psycopg.connect(pg_dsn) as conn:
@@ -356,28 +356,28 @@ async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
             return [(str(s), str(o)) for s, o in rows]
 
         with anyio.fail_after(WAIT):
-            while True:  # the turn runs on B (woken there)
-                if turn_state() == [("running", node_b)]:
+            while True:  # the turn runs on A, the project's home (it made it), woken by B
+                if turn_state() == [("running", node_a)]:
                     break
                 await anyio.sleep(0.1)
         if how == "member_stop":
-            status, answer = a.request(
-                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_a.headers
+            status, answer = b.request(
+                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_b.headers
             )
             assert status == 200, answer
-            assert answer["stop_requested"] is False  # nothing ran on A: the request went on
+            assert answer["stop_requested"] is False  # nothing ran on B: the request went on
         else:  # archiving the project stops all its turns, wherever they run
-            status, answer = a.request(
+            status, answer = b.request(
                 "POST", f"/api/projects/{project}/lifecycle", {"op": "archive"},
-                headers=on_a.headers,
+                headers=on_b.headers,
             )  # fmt: skip
             assert status == 200, answer
-        with anyio.fail_after(WAIT):  # B stops it (the model would answer in 120 s)
+        with anyio.fail_after(WAIT):  # A stops it (the model would answer in 120 s)
             while True:
                 if turn_state()[0][0] != "running":
                     break
                 await anyio.sleep(0.1)
-        assert turn_state() == [("cancelled", node_b)]
+        assert turn_state() == [("cancelled", node_a)]
     finally:
         a.stop()
         b.stop()

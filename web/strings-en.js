@@ -81,6 +81,8 @@ export const STRINGS_EN = {
   "error.disk_budget_exceeded": "The workspace has used its disk budget: delete what is not needed first",
   "error.command_time_spent": "This turn's command time is used up",
   "error.conflict": "The current state does not allow this",
+  "error.lease_lost": "This server no longer runs the project's agents (another server took over): the write was refused",
+  "error.not_a_cluster": "This server is not part of a cluster: it has no home nodes to move",
   "error.csrf": "The page is out of date; reload it and try again",
   "error.decision_not_proposed": "This decision is no longer proposed",
   "error.duplicate_criterion": "One verdict per criterion",
@@ -653,6 +655,7 @@ export const STRINGS_EN = {
   "reason.restart_in_inbox": "waiting in the inbox at a restart, taken by no turn; dispatched again",
   "reason.brake_resumed": "the brake that stopped this turn was cleared; dispatched again once",
   "reason.retry_requested": "a person asked for this failed delivery again; dispatched once more",
+  "reason.home_node_offline": "waiting: the server this project's agents run on is offline (until it is back, or an operator moves the project)",
   "reason.turn_not_started": "the turn could not start",
   "reason.answer_not_posted": "the answer was not posted (the project stopped)",
 

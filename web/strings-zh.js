@@ -82,6 +82,8 @@ export const STRINGS_ZH = {
   "error.disk_budget_exceeded": "工作区已达磁盘上限：先删除不需要的文件",
   "error.command_time_spent": "本回合的命令时间已用完",
   "error.conflict": "当前状态不允许这个操作",
+  "error.lease_lost": "本服务器已不再运行该项目的智能体（另一节点已接手）：写入被拒绝",
+  "error.not_a_cluster": "本服务器不属于集群：没有可迁移的主节点",
   "error.csrf": "页面已过期，请刷新后重试",
   "error.decision_not_proposed": "这条决定已不是待接受状态",
   "error.duplicate_criterion": "同一条标准只能给一个结论",
@@ -654,6 +656,7 @@ export const STRINGS_ZH = {
   "reason.restart_in_inbox": "重启时仍在待处理队列、未被任何回合取用，已重新投递",
   "reason.brake_resumed": "打断这一轮的制动已解除，已重新投递一次",
   "reason.retry_requested": "有人要求重试这条失败的投递，已重新投递一次",
+  "reason.home_node_offline": "等待中：运行本项目智能体的服务器节点离线（待它恢复，或由运维把项目迁到其他节点）",
   "reason.turn_not_started": "回合未能开始",
   "reason.answer_not_posted": "回复未能发出（项目已停止）",
 

@@ -492,6 +492,7 @@ class Importer:
             "created_by": importer.id if importer is not None else row.get("created_by"),
             "updated_at": self.tx.now,
             "workspace": None,  # its own default (ImportOptions)
+            "home_node": self.tx.node,  # its workspace is made here (docs/cluster.md)
         }
         if self.options.forked_from is not None:
             overrides["forked_from"] = self.options.forked_from

@@ -129,7 +129,13 @@ def insert_project(
     if projects_store.name_taken(conn, name):
         raise ConflictError(f"a project named {name!r} exists", code="project_exists", name=name)
     project_id = projects_store.insert(
-        conn, name=name, goal=goal, workspace=workspace, created_by=creator.id, now=tx.now
+        conn,
+        name=name,
+        goal=goal,
+        workspace=workspace,
+        created_by=creator.id,
+        now=tx.now,
+        home_node=tx.node,  # where its workspace is made and its turns run (docs/cluster.md)
     )
     owner_id = members_store.insert(
         conn,

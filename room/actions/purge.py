@@ -157,6 +157,7 @@ def _settings(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
         "project_snapshots": _delete(
             conn, "DELETE FROM project_snapshots WHERE project_id = :p", project_id
         ),
+        "leases": _delete(conn, "DELETE FROM leases WHERE project_id = :p", project_id),
         # Timeline, milestones, dependencies (both ways) and the risk log (docs/portfolio.md).
         "portfolio": portfolio_store.purge_project(conn, project_id),
     }

@@ -78,45 +78,55 @@ def settling_node(conn: Connection, tx: Tx) -> str | None:
 def settle_running_turns(conn: Connection, tx: Tx, report: Report) -> None:
     # Only this node's turns (and those that name none): another server on the same database
     # may be running its own right now (docs/storage.md, "Several writers").
-    for turn_id, project_id, member_id, side_effects in turns_store.running_turns(
-        conn, settling_node(conn, tx)
-    ):
-        report.turns_interrupted += 1
-        ids = [
-            d
-            for d, s in deliveries_store.of_turn(conn, turn_id)
-            if s in (_D.DELIVERED, _D.CONSUMED, _D.UNKNOWN)
-        ]
-        reply = messages_store.find_txn(conn, member_id, final_txn(turn_id))
-        if reply is not None:
-            via_unknown(conn, tx, ids, _D.CONSUMED, Reason.RESTART_REPLY_POSTED, "queue")
-            turns_store.update_turn(
-                conn, turn_id, state="completed", reply_message_id=reply[0], ended_at=tx.now
-            )
-            checkpoints.record(conn, tx, turn_id, "end", state="completed")
-            report.completed += 1
-            continue
+    for turn in turns_store.running_turns(conn, settling_node(conn, tx)):
+        settle_turn(conn, tx, report, *turn)
+
+
+def settle_turn(
+    conn: Connection,
+    tx: Tx,
+    report: Report,
+    turn_id: int,
+    project_id: int,
+    member_id: int,
+    side_effects: int,
+    *,
+    error: str = "server restart",
+) -> None:
+    """Settle one turn left ``running`` by a server that no longer runs it (restarted, or one
+    whose lease another node adopted: room.actions.leases) from the session's own record."""
+    report.turns_interrupted += 1
+    ids = [
+        d
+        for d, s in deliveries_store.of_turn(conn, turn_id)
+        if s in (_D.DELIVERED, _D.CONSUMED, _D.UNKNOWN)
+    ]
+    reply = messages_store.find_txn(conn, member_id, final_txn(turn_id))
+    if reply is not None:
+        via_unknown(conn, tx, ids, _D.CONSUMED, Reason.RESTART_REPLY_POSTED, "queue")
         turns_store.update_turn(
-            conn, turn_id, state="interrupted", error="server restart", ended_at=tx.now
+            conn, turn_id, state="completed", reply_message_id=reply[0], ended_at=tx.now
         )
-        # The prompt it left pending and the calls that never finished, for the next turn.
-        last = checkpoints_store.latest_of_turn(conn, turn_id)
-        pending = last["pending_tools"] if last else []
-        checkpoints.record(
-            conn, tx, turn_id, "interrupted", state="interrupted", pending_tools=pending
-        )
-        if side_effects:
-            via_unknown(conn, tx, ids, _D.FAILED, Reason.RESTART_AFTER_EFFECT)
-            report.failed += len(ids)
-            member = members_store.get(conn, member_id)
-            notice = notices.restart_interrupted(member.handle if member else None, turn_id)
-            meta = {"turn_id": turn_id, "member_id": member_id, "retry": ids}
-            post_notice(conn, tx, project_id, notice, meta)
-            report.notices.append(notice.body)
-        else:
-            turns_store.supersede_turn_transcript(conn, turn_id)
-            via_unknown(conn, tx, ids, _D.PENDING, Reason.RESTART_BEFORE_EFFECT)
-            report.redispatched += len(ids)
+        checkpoints.record(conn, tx, turn_id, "end", state="completed")
+        report.completed += 1
+        return
+    turns_store.update_turn(conn, turn_id, state="interrupted", error=error, ended_at=tx.now)
+    # The prompt it left pending and the calls that never finished, for the next turn.
+    last = checkpoints_store.latest_of_turn(conn, turn_id)
+    pending = last["pending_tools"] if last else []
+    checkpoints.record(conn, tx, turn_id, "interrupted", state="interrupted", pending_tools=pending)
+    if side_effects:
+        via_unknown(conn, tx, ids, _D.FAILED, Reason.RESTART_AFTER_EFFECT)
+        report.failed += len(ids)
+        member = members_store.get(conn, member_id)
+        notice = notices.restart_interrupted(member.handle if member else None, turn_id)
+        meta = {"turn_id": turn_id, "member_id": member_id, "retry": ids}
+        post_notice(conn, tx, project_id, notice, meta)
+        report.notices.append(notice.body)
+    else:
+        turns_store.supersede_turn_transcript(conn, turn_id)
+        via_unknown(conn, tx, ids, _D.PENDING, Reason.RESTART_BEFORE_EFFECT)
+        report.redispatched += len(ids)
 
 
 def return_inboxes(conn: Connection, tx: Tx, report: Report) -> None:

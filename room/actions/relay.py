@@ -129,6 +129,13 @@ class Relay:
             "peers": float(len(bus.peers()) if bus else 0),
         }
 
+    def live_nodes(self) -> list[str] | None:
+        """The other nodes heard on the bus lately; None without a bus, or while it is down
+        (nobody can be told apart from a node that is up)."""
+        if self.bus is None or not self.bus.up:
+            return None
+        return self.bus.peers()
+
     def roster_changed(self, project_id: int) -> None:
         """This server changed the project's roster: the others drop their cached one."""
         if self.bus is not None:

@@ -14,12 +14,17 @@ import asyncio
 import logging
 import time
 
+from room.actions import leases as lease_actions
 from room.actions import presence
 from room.actions import turns as turn_actions
+from room.agents.leasing import Leasing
 from room.agents.memory import MemorySession
 from room.agents.turn import Turn, TurnEnv
+from room.errors import LeaseLostError
 from room.rules.injection import MEMORY_WRITE_TOOLS
+from room.rules.leases import Home
 from room.services import Services
+from room.store.leases import FENCE
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +79,38 @@ class Session:
         try:
             while self.poked and not driver.env.closing():
                 self.poked = False
+                FENCE.set(None)  # the lease's own writes are not a turn's
                 member = (await core.rosters.get(self.project_id)).member(self.member_id)
                 if member is None or member.kind != "agent" or member.driver != "builtin":
                     return
+                leasing = driver.leasing
+                if leasing is not None:  # a cluster: turns run on the project's home only
+                    where = await leasing.where(self.project_id)
+                    if where is Home.OFFLINE:
+                        await lease_actions.home_offline(core, self.project_id)
+                    if where is not Home.HERE:
+                        return
                 async with driver.slots:
+                    fence = None if leasing is None else await leasing.fence(self.project_id)
+                    if isinstance(fence, float):  # another node's lease: tried when it lapses
+                        asyncio.get_running_loop().call_later(fence, self.poke)
+                        return
+                    if leasing is not None and fence is None:  # the home moved meanwhile
+                        return
+                    # The turn's writes, from its opening on, carry the lease's fence.
+                    FENCE.set(fence)
                     # Claimed only once a slot is free: what waits for a slot stays 'pending'
                     # (a pause meanwhile holds it; it is never failed for waiting).
                     limits = await turn_actions.limits(core, self.project_id)
-                    start = await turn_actions.begin_turn(
-                        core, self.member_id, limits.agent_turn_cap
-                    )
+                    try:
+                        start = await turn_actions.begin_turn(
+                            core, self.member_id, limits.agent_turn_cap
+                        )
+                    except LeaseLostError:  # adopted since this node last renewed it
+                        assert leasing is not None
+                        leasing.forget(self.project_id)
+                        self.poked = True  # looked at again: the home, then the lease
+                        continue
                     if start.turn_id is None:
                         # Dispatch is closed (woken again when it reopens) or nothing is pending;
                         # a wake that came meanwhile (a resume) is looked at, not lost.
@@ -117,12 +144,24 @@ class InProcessDriver:
         self.env = env
         self.slots = asyncio.Semaphore(max_concurrent_turns)
         self.sessions: dict[int, Session] = {}
+        # PostgreSQL: the node's leases and the projects' homes (room.agents.leasing); None on
+        # SQLite, whose single server needs neither.
+        self.leasing: Leasing | None = None
 
     def wake(self, project_id: int, member_id: int) -> None:
         session = self.sessions.get(member_id)
         if session is None:
             session = self.sessions[member_id] = Session(self, project_id, member_id)
         session.poke()
+
+    def wake_here(self, project_id: int, member_id: int) -> None:
+        self.wake(project_id, member_id)
+
+    def stop_lost(self, project_id: int) -> None:
+        """The project's lease was lost: its turns here stop (their writes are refused)."""
+        for session in self.sessions.values():
+            if session.project_id == project_id:
+                session.request_stop()
 
     def stop_member(self, member_id: int) -> bool:
         session = self.sessions.get(member_id)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from room.agents.drivers import ExternalDriver, InProcessDriver
+from room.agents.leasing import Leasing
 from room.agents.tools import BUILTIN_TOOLS, Tool, Toolbox, WorkEnv
 from room.agents.turn import TurnEnv, read_only_roles
 from room.infra.sandbox import Sandbox
@@ -51,6 +52,9 @@ class Scheduler:
         )
         self.external = ExternalDriver(core)
         self.in_process = InProcessDriver(env, settings.max_concurrent_turns)
+        # Several nodes on PostgreSQL: turns under a lease, on the project's home node only.
+        if core.db.backend == "postgresql" and core.db.node is not None:
+            self.in_process.leasing = Leasing(core, core.db.node, core.settings.lease_secs)
 
     # -- waking -------------------------------------------------------------------------------
 
@@ -73,9 +77,13 @@ class Scheduler:
 
     async def start(self) -> None:
         await self._wake_pending(None)
+        if self.in_process.leasing is not None:
+            self.in_process.leasing.start(self.in_process)
 
     async def close(self) -> None:
         self.closing = True
+        if self.in_process.leasing is not None:
+            await self.in_process.leasing.close()
         await self.in_process.close()
         await self.registry.aclose()
 

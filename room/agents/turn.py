@@ -44,7 +44,7 @@ from room.agents.tools import (
     bad_arguments,
     not_run_after_stop,
 )
-from room.errors import ProviderError, RoomError
+from room.errors import LeaseLostError, ProviderError, RoomError
 from room.providers import (
     STOP_MAX_TOKENS,
     CallMeter,
@@ -158,6 +158,17 @@ class Turn:
 
     async def run(self) -> TurnOutcome:
         try:
+            return await self._run()
+        except LeaseLostError:
+            # Another node adopted the project's lease (this one was paused or cut off past
+            # it) and settled this turn: nothing more may be written for it, not even its end
+            # (the fence refuses it, room.store.leases).
+            log.warning("turn %s ends: this node lost the project's lease", self.turn_id)
+            self.draft.end()
+            return TurnOutcome("lease_lost", self.steps, look_again=False)
+
+    async def _run(self) -> TurnOutcome:
+        try:
             return await self._loop(self.limits)
         except asyncio.CancelledError:
             self.draft.end()
@@ -168,6 +179,8 @@ class Turn:
             if self.stop_requested:
                 await self._end("cancelled", Reason.TURN_STOPPED, unanswered="release_if_closed")
                 return TurnOutcome("cancelled", self.steps)
+            raise
+        except LeaseLostError:
             raise
         except Exception as exc:  # a bug must not leave deliveries stuck
             log.exception("turn %s failed", self.turn_id)

@@ -7,6 +7,7 @@ don't. Errors are ``{"error": {"code", "message", "details"?}}`` with the error'
 from room.api import (
     agents,
     attachments,
+    cluster,
     lifecycle,
     memory,
     messages,
@@ -26,6 +27,7 @@ from room.api import (
 __all__ = [
     "agents",
     "attachments",
+    "cluster",
     "endpoints",
     "lifecycle",
     "memory",
@@ -48,6 +50,7 @@ __all__ = [
 endpoints = [
     *server.endpoints,
     *projects.endpoints,
+    *cluster.endpoints,
     *messages.endpoints,
     *notifications.endpoints,
     *lifecycle.endpoints,

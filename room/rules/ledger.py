@@ -107,6 +107,7 @@ class Reason(StrEnum):
     ANSWER_NOT_POSTED = "answer_not_posted"
     BRAKE_RESUMED = "brake_resumed"
     RETRY_REQUESTED = "retry_requested"
+    HOME_NODE_OFFLINE = "home_node_offline"
 
 
 _R = Reason
@@ -138,6 +139,8 @@ REASON_TEXTS: Mapping[Reason, str] = MappingProxyType(
         _R.ANSWER_NOT_POSTED: "answer not posted",
         _R.BRAKE_RESUMED: "the brake that stopped this turn was cleared; dispatched again once",
         _R.RETRY_REQUESTED: "a person asked for this failed delivery again; dispatched once more",
+        _R.HOME_NODE_OFFLINE: "the project's home node is offline: waiting for it, or for an"
+        " operator to move the project",
     }
 )
 

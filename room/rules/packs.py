@@ -63,7 +63,8 @@ PACK_TABLES: tuple[PackTable, ...] = (
         where="t.id = :p",
         refs={"lead_member_id": "members"},
         late=("lead_member_id",),
-        drop=("forked_from", "merged_from"),
+        # home_node: a node of the exporting cluster (the importing node becomes the home).
+        drop=("forked_from", "merged_from", "home_node"),
     ),
     PackTable("members"),
     PackTable(

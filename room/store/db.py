@@ -42,6 +42,7 @@ from room.errors import StorageError
 from room.rules.effects import Effect
 from room.store import pg
 from room.store.dialect import Connection, Cursor, Params, dialect_for
+from room.store.leases import FENCE, Fence, check_fence
 from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
@@ -396,6 +397,9 @@ class _Pending(Generic[R]):
     result: Any = None
     error: BaseException | None = None
     on_done: Done | None = None
+    # The lease of the agent turn that submitted the job (room.store.leases.FENCE): checked in
+    # the job's transaction before it runs.
+    fence: Fence | None = None
 
 
 _STOP = object()
@@ -580,7 +584,9 @@ class Database:
         writers"); a job may still lock others as it goes (a deadlock reruns the batch)."""
         assert self._loop is not None, "Database.start() first"
         future: asyncio.Future[R] = self._loop.create_future()
-        self._writes.put(_Pending(job, future, appends, prefetch if appends else None, locks))
+        pending = _Pending(job, future, appends, prefetch if appends else None, locks)
+        pending.fence = FENCE.get()
+        self._writes.put(pending)
         return future
 
     def submit_then(
@@ -599,6 +605,7 @@ class Database:
         pending = _Pending(
             job, None, appends, prefetch if appends else None, locks, on_done=on_done
         )
+        pending.fence = FENCE.get()
         self._writes.put(pending)
 
     async def write(self, job: WriteJob[R]) -> R:
@@ -770,6 +777,8 @@ class Database:
             if isolate:
                 conn.execute("SAVEPOINT job")
             try:
+                if pending.fence is not None:  # a turn's write: refused once its lease is lost
+                    check_fence(conn, pending.fence)
                 # A job is typed on sqlite3's connection (most of the store still says so); on
                 # PostgreSQL it gets a PgConnection, which has the part of it the store uses.
                 pending.result = pending.job(cast(sqlite3.Connection, conn), pending.tx)

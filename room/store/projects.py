@@ -41,11 +41,12 @@ def insert(
     created_by: int | None,
     now: float,
     settings: dict[str, Any] | None = None,
+    home_node: str | None = None,
 ) -> int:
     cur = conn.execute(
         "INSERT INTO projects (name, goal, workspace, created_by, settings_json, created_at,"
-        " updated_at) VALUES (:name, :goal, :workspace, :created_by, :settings, :now, :now)"
-        " RETURNING id",
+        " updated_at, home_node) VALUES (:name, :goal, :workspace, :created_by, :settings,"
+        " :now, :now, :home) RETURNING id",
         {
             "name": name,
             "goal": goal,
@@ -53,6 +54,7 @@ def insert(
             "created_by": created_by,
             "settings": json.dumps(settings or {}),
             "now": now,
+            "home": home_node,
         },
     )
     return int(cur.fetchone()[0])

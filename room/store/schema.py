@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from room.store.schema_attachments import ATTACHMENTS, PDF_PREVIEWS
 from room.store.schema_attempts import TASK_ATTEMPTS
+from room.store.schema_leases import LEASES
 from room.store.schema_memory import MEMORY
 from room.store.schema_notify import NOTIFY
 from room.store.schema_pg_parity import PG_PARITY
@@ -577,6 +578,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0025_thread_frames", THREAD_FRAMES),
     Migration("0026_pdf_previews", PDF_PREVIEWS),
     Migration("0027_pg_parity", PG_PARITY),
+    Migration("0028_leases", LEASES),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

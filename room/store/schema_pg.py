@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from room.store.schema import Migration
 from room.store.schema_attachments import PDF_PREVIEWS_PG
+from room.store.schema_leases import LEASES_PG
 from room.store.schema_notify import NOTIFY_PG
 from room.store.schema_pg_parity import PG_PARITY_PG
 from room.store.schema_thread_frames import THREAD_FRAMES_PG
@@ -771,4 +772,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0025_thread_frames", THREAD_FRAMES_PG),
     Migration("0026_pdf_previews", PDF_PREVIEWS_PG),
     Migration("0027_pg_parity", PG_PARITY_PG),
+    Migration("0028_leases", LEASES_PG),
 )
