@@ -23,6 +23,7 @@ from starlette.websockets import WebSocketDisconnect
 from room.cli import EXIT_UNHEALTHY, build_parser, main
 from room.infra.boot import last_start, read_trace
 from room.infra.frames import CLOSE_SIGNED_OUT
+from room.infra.pdfpreview import PdfPreviewer
 from room.infra.sandbox import probe
 from room.infra.transport import offers_direct_write
 from room.rules.protocol import CLIENT_FRAME_TYPES
@@ -88,6 +89,8 @@ async def test_the_served_report_flags_what_room_serve_does(server: ServerProces
         "external_agents": True,
         "frame_types": list(CLIENT_FRAME_TYPES),
         "sandbox": report["capabilities"]["sandbox"],
+        # The same answer as a previewer made here with this machine's sandbox and poppler.
+        "pdf_previews": PdfPreviewer(probe()).reason or "on",
     }
     # What `room serve` found on this machine: the same answer as a probe here (the tests'
     # machine has bubblewrap), so the shell tool's isolation is not claimed without checking.
