@@ -253,7 +253,7 @@ def create_app(
         server.open()
         trace = server.trace
         assert trace is not None
-        await asyncio.to_thread(blobs.sweep_tmp, settings.data)
+        await asyncio.to_thread(blobs.sweep_tmp, settings.attachments_root)
         on_postgres = settings.database_url is not None
         db = Database(
             settings.db_path,

@@ -5,8 +5,13 @@ body is received straight into a ring of :data:`BUFFERS` buffers of :data:`BUFFE
 two threads write and hash those received before, so memory stays bounded whatever the file's size — and is refused
 (413) as soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what
 is left of the project's ``attachment_project_bytes``. What is left counts the room reserved by
-the project's uploads still under way: an upload reserves its declared length (a chunked one, the
-most it may be) before reading a byte, so two at once cannot both take the last of the quota.
+the project's uploads still under way, on any server of a cluster: an upload reserves its
+declared length (a chunked one, the most it may be) before reading a byte, in a row of
+``upload_reservations`` taken under the project's lock in the writer's transaction, so two at
+once (on one node or two) cannot both take the last of the quota. The row is deleted in the
+transaction that records the upload, or when it fails; while the body streams the upload renews
+it every third of ``attachment_reservation_secs``, so the reservation of an upload whose server
+died expires, is ignored, and is deleted by the next reservation in the project.
 At most ``attachment_concurrent_uploads`` uploads are received at once on the whole server (each
 holds its buffer ring, two threads and, at its end, an image decoder): the others wait their turn
 in order for up to ``attachment_wait_secs``, reading nothing meanwhile, and are then refused (503
@@ -51,6 +56,7 @@ from room.store import Tx
 from room.store import attachments as store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import uploads as reservations
 
 log = logging.getLogger(__name__)
 
@@ -129,63 +135,82 @@ async def _upload(
     project_id = member.project_id
     quota = settings.attachment_project_bytes
 
-    def check(conn: sqlite3.Connection) -> tuple[str | None, int]:
-        return projects_store.state_of(conn, project_id), store.project_bytes(conn, project_id)
+    lasts = settings.attachment_reservation_secs
 
-    # The room an upload may take is reserved before its first byte is read, under the project's
-    # lock, so two uploads at once cannot both fit the same space; the reservation ends when its
-    # row is written (under the lock again) or the upload fails.
-    lock = core.upload_locks.setdefault(project_id, asyncio.Lock())
-    async with lock:
-        state, used = await core.db.read(check)
+    def reserve(conn: sqlite3.Connection, tx: Tx) -> tuple[int, int, int]:
+        # Under the project's lock (``locks``): nobody else reserves or records in it meanwhile.
+        state = projects_store.state_of(conn, project_id)
         if state not in POSTING_STATES[member.kind]:
             raise ConflictError(
                 f"the project is {state}; it does not accept attachments now",
                 code="project_not_accepting",
                 state=state,
             )
-        used += core.upload_reserved.get(project_id, 0)
+        reservations.reap(conn, project_id, tx.now)
+        used = store.project_bytes(conn, project_id) + reservations.reserved(
+            conn, project_id, tx.now
+        )
         room_left = max(0, quota - used)
         if declared is not None and declared > room_left:
             raise _over_quota(quota, used)
-        reserved = declared if declared is not None else min(limit, room_left)
-        core.upload_reserved[project_id] = core.upload_reserved.get(project_id, 0) + reserved
+        size = declared if declared is not None else min(limit, room_left)
+        taken = reservations.reserve(conn, project_id, size, tx.node or "", tx.now, tx.now + lasts)
+        return taken, used, room_left
+
+    # The room an upload may take is reserved before its first byte is read; the reservation
+    # ends in the transaction that records the upload's row, or when the upload fails.
+    reservation, used, room_left = await core.db.submit(reserve, locks=(project_id,))
+    renewing = asyncio.get_running_loop().create_task(
+        _renew(core, reservation, lasts), name=f"upload reservation {reservation}"
+    )
     try:
         cap = min(limit, room_left)
         file_name = clean_name(name)
-        data = settings.data
-        part = await asyncio.to_thread(blobs.Upload, data)
+        root = settings.attachments_root
+        part = await asyncio.to_thread(blobs.Upload, root)
         try:
             await _stream(part, body, cap, limit, lambda: _over_quota(quota, used))
             if part.size == 0:
                 raise BadRequestError("空文件 (the file is empty)", code="empty_file")
             row = await asyncio.to_thread(
-                _finish, part, data, file_name, settings.attachment_max_pixels
+                _finish, part, root, file_name, settings.attachment_max_pixels
             )
         except BaseException:
             await asyncio.to_thread(part.discard)
             raise
 
         def record(conn: sqlite3.Connection, tx: Tx) -> dict[str, Any]:
+            reservations.release(conn, reservation)
             return store.insert(
                 conn, project_id=project_id, uploader_id=member.id, now=tx.now, **row
             )
 
-        async with lock:
-            stored = await core.db.write(record)
-            _release(core, project_id, reserved)
-            reserved = 0
-    finally:
-        _release(core, project_id, reserved)
+        renewing.cancel()
+        stored = await core.db.submit(record, locks=(project_id,))
+    except BaseException:
+        renewing.cancel()
+        with contextlib.suppress(Exception):  # the server is stopping: the row expires
+            await asyncio.shield(
+                core.db.write(lambda conn, tx: reservations.release(conn, reservation))
+            )
+        raise
     return wire(stored)
 
 
-def _release(core: Services, project_id: int, reserved: int) -> None:
-    left = core.upload_reserved.get(project_id, 0) - reserved
-    if left > 0:
-        core.upload_reserved[project_id] = left
-    else:
-        core.upload_reserved.pop(project_id, None)
+async def _renew(core: Services, reservation: int, lasts: float) -> None:
+    """Keep an upload's reservation alive while it streams (every third of its life)."""
+    while True:
+        await asyncio.sleep(lasts / 3)
+
+        def job(conn: sqlite3.Connection, tx: Tx) -> bool:
+            return reservations.renew(conn, reservation, tx.now + lasts)
+
+        try:
+            if not await core.db.write(job):
+                log.warning("upload reservation %d expired before it was renewed", reservation)
+                return
+        except Exception:
+            log.debug("upload reservation %d not renewed", reservation, exc_info=True)
 
 
 async def _stream(
@@ -247,7 +272,7 @@ def _check(busy: list[list[asyncio.Future[None]]]) -> None:
                 future.result()  # raises it
 
 
-def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[str, Any]:
+def _finish(part: blobs.Upload, root: Path, name: str, max_pixels: int) -> dict[str, Any]:
     """Flush, type and thumbnail the upload, then move it to its content address (in a thread)."""
     sha256 = part.finish()
     mime = blobs.detect_bytes(bytes(part.head), name, whole=part.size <= len(part.head))
@@ -255,7 +280,7 @@ def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[
     if mime.startswith("image/") and mime != "image/svg+xml":
         thumb = blobs.thumbnail(part.path, max_pixels)
     part.commit(sha256)
-    thumb_sha = blobs.put_bytes(data, thumb.content) if thumb else None
+    thumb_sha = blobs.put_bytes(root, thumb.content) if thumb else None
     return {
         "sha256": sha256,
         "size": part.size,
@@ -312,7 +337,7 @@ def check_owned(
 
 async def discard(core: Services, member: Member, attachment_id: int) -> None:
     """Remove one's own upload before it is sent (its content stays if anything else uses it)."""
-    data = core.settings.data
+    root = core.settings.attachments_root
 
     def job(conn: sqlite3.Connection, tx: Tx) -> list[str]:
         row = store.get(conn, attachment_id)
@@ -326,7 +351,7 @@ async def discard(core: Services, member: Member, attachment_id: int) -> None:
         return [s for s in shas if not store.referenced(conn, s)]
 
     for sha256 in await core.db.write(job):
-        await asyncio.to_thread(blobs.remove, data, sha256)
+        await asyncio.to_thread(blobs.remove, root, sha256)
 
 
 async def readable(core: Services, member: Member, attachment_id: int) -> dict[str, Any]:
@@ -359,10 +384,11 @@ async def readable(core: Services, member: Member, attachment_id: int) -> dict[s
     return row
 
 
-def purge_project(conn: sqlite3.Connection, project_id: int, data: Path) -> dict[str, Any]:
-    """Purge step: the project's rows, and the files no other project's row still uses."""
+def purge_project(conn: sqlite3.Connection, project_id: int, root: Path) -> dict[str, Any]:
+    """Purge step: the project's rows, and the files no other project's row still uses
+    (``root``: the attachments folder)."""
     count, orphans = store.delete_project(conn, project_id)
-    removed = sum(1 for sha256 in orphans if blobs.remove(data, sha256))
+    removed = sum(1 for sha256 in orphans if blobs.remove(root, sha256))
     return {"attachments": count, "attachment_files": removed}
 
 
@@ -378,7 +404,7 @@ async def sweep_unsent(core: Services) -> int:
 
     count, orphans = await core.db.write(job)
     for sha256 in orphans:
-        await asyncio.to_thread(blobs.remove, core.settings.data, sha256)
+        await asyncio.to_thread(blobs.remove, core.settings.attachments_root, sha256)
     return count
 
 
@@ -400,10 +426,10 @@ async def copy_for_agent(
         return store.many(conn, [int(i["id"]) for i in items])
 
     rows = await core.db.read(read)
-    return await asyncio.to_thread(_copy, core.settings.data, workspace, rows)
+    return await asyncio.to_thread(_copy, core.settings.attachments_root, workspace, rows)
 
 
-def _copy(data: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+def _copy(blob_root: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
     """The copies behind :func:`copy_for_agent`. The working folder is written by agents, so nothing
     here goes by an absolute name inside it (a planted symlink would make the server write wherever
     it points — over its own database, say): the folders are walked to, and made, from the
@@ -427,7 +453,9 @@ def _copy(data: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dic
                 for row in rows:
                     name = f"{row['id']}-{row['name']}"
                     try:
-                        _copy_one(blobs.path_of(data, str(row["sha256"])), folder.fd, name, row)
+                        _copy_one(
+                            blobs.path_of(blob_root, str(row["sha256"])), folder.fd, name, row
+                        )
                     except OSError:
                         log.warning(
                             "attachment %s not copied for an agent", row["id"], exc_info=True

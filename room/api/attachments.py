@@ -84,7 +84,7 @@ def _headers(name: str, inline: bool) -> dict[str, str]:
 async def serve(request: Request) -> Response:
     row = await _row(request)
     mime, name = str(row["mime"]), str(row["name"])
-    path = blobs.path_of(core_of(request).settings.data, str(row["sha256"]))
+    path = blobs.path_of(core_of(request).settings.attachments_root, str(row["sha256"]))
     return FileResponse(
         path, media_type=served_type(mime), headers=_headers(name, shows_inline(mime))
     )
@@ -94,7 +94,7 @@ async def thumb(request: Request) -> Response:
     row = await _row(request)
     if not row["thumb_sha256"]:
         raise NotFoundError("this attachment has no thumbnail", code="no_thumbnail")
-    path = blobs.path_of(core_of(request).settings.data, str(row["thumb_sha256"]))
+    path = blobs.path_of(core_of(request).settings.attachments_root, str(row["thumb_sha256"]))
     name = f"thumb-{row['name']}"
     return FileResponse(path, media_type=str(row["thumb_mime"]), headers=_headers(name, True))
 

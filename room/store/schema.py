@@ -16,6 +16,7 @@ from room.store.schema_research import RESEARCH
 from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 from room.store.schema_threads import THREADS
+from room.store.schema_uploads import UPLOAD_RESERVATIONS
 from room.store.schema_users import USERS_ADMIN
 
 
@@ -572,6 +573,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS),
     Migration("0024_notifications", NOTIFY),
+    Migration("0027_upload_reservations", UPLOAD_RESERVATIONS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

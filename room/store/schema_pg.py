@@ -28,6 +28,7 @@ from __future__ import annotations
 from room.store.schema import Migration
 from room.store.schema_notify import NOTIFY_PG
 from room.store.schema_threads import THREADS_PG
+from room.store.schema_uploads import UPLOAD_RESERVATIONS_PG
 from room.store.schema_users import USERS_ADMIN_PG
 
 BASELINE_OF = "0019_send_rows"  # the SQLite migration this baseline equals
@@ -764,4 +765,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0022_multi_writer", MULTI_WRITER),
     Migration("0023_threads", THREADS_PG),
     Migration("0024_notifications", NOTIFY_PG),
+    Migration("0027_upload_reservations", UPLOAD_RESERVATIONS_PG),
 )
