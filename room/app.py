@@ -336,6 +336,8 @@ def create_app(
         core.agents = scheduler
         if relay is not None:  # wakes and stop requests from the other servers
             relay.handlers.append(partial(_agents_heard, core, scheduler))
+        if isinstance(core.hub, ClusterHub):  # people present through the other nodes
+            core.hub.cluster_presence.on_people = partial(_people_heard, core)
         unsent = await attachment_actions.sweep_unsent(core)
         trace.phase("attachments", unsent_removed=unsent)
         research = ResearchRunner(core, registry, closing=lambda: scheduler.closing)
@@ -508,6 +510,15 @@ def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, 
         task.add_done_callback(core.background.discard)
         return True
     return False
+
+
+def _people_heard(core: Services, user_ids: set[int]) -> None:
+    """People came online or went offline through another node: their projects hear of it."""
+    task = asyncio.get_running_loop().create_task(
+        presence_actions.people_changed(core, user_ids), name="presence elsewhere"
+    )
+    core.background.add(task)
+    task.add_done_callback(core.background.discard)
 
 
 def _roster_heard(core: Services, project_id: int) -> None:

@@ -19,11 +19,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 
 from tests.support.nats import NatsServer
 from tests.support.server import ServerProcess, Session
+from tests.support.wsclient import Client, subscribed
 from tests.test_attachments import png
 
 # Two servers started per test on a machine whose cores are shared: more than the default.
@@ -212,6 +214,51 @@ def test_a_dead_nodes_upload_reservation_expires(
             status, body = upload(b, on_b, "after.bin", content)
         assert time.time() >= expires_at  # it fitted only once the reservation had expired
         assert reservations(pg_dsn) == []  # the expired one was deleted by the next reservation
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def presence_where(client: Client, member_id: int, state: str) -> None:
+    await client.wait_for(
+        lambda f: f["type"] == "presence" and f["presence"].get(str(member_id)) == state,
+        timeout=WAIT,
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("clients")
+async def test_a_person_on_one_node_is_present_on_the_other_until_that_node_dies(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    a, b = await anyio.to_thread.run_sync(two_nodes, tmp_path, pg_dsn, nats_server)
+    try:
+        owner_a, owner_b = sign_in(a), sign_in(b)
+        bob = a.invite(owner_a, 1, "bob", "Bob")  # signed in on A, no socket yet
+        members = b.get_json("/api/projects/1", cookie=owner_b.cookie)["members"]
+        bob_id = next(m["id"] for m in members if m["handle"] == "bob")
+        owner_id = next(m["id"] for m in members if m["handle"] != "bob" and m["kind"] == "human")
+
+        watcher = await subscribed(b, owner_b.cookie, 1)  # the owner, on B only
+        assert watcher.frames[-1]["presence"][str(bob_id)] == "offline"
+
+        on_a = await subscribed(a, bob.cookie, 1)  # Bob's one socket, on A only
+        await presence_where(watcher, bob_id, "online")  # B heard it from A on the bus
+        # A subscriber arriving on B now gets him in its snapshot; and A shows the owner, whose
+        # only socket is on B, present too: the nodes agree.
+        late = await subscribed(b, owner_b.cookie, 1)
+        assert late.frames[-1]["presence"][str(bob_id)] == "online"
+        await presence_where(on_a, owner_id, "online")
+
+        a.kill9()  # no goodbye: B drops A's people when A's set lapses
+        await presence_where(watcher, bob_id, "offline")
+        assert all(
+            f["presence"].get(str(owner_id)) != "offline"
+            for f in watcher.frames
+            if f["type"] == "presence"
+        )  # the owner's own socket on B kept them present throughout
+        for client in (watcher, late):
+            client.drop()
     finally:
         a.stop()
         b.stop()

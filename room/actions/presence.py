@@ -6,7 +6,9 @@ agents by what their session does (``core.agents.running_members``), their exter
 :func:`room.rules.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers
 get a ``presence`` frame with the members whose presence changed since they were last told (the
 ``subscribed`` frame has the whole map). Nothing is stored: presence is memory, rebuilt by
-reconnecting clients.
+reconnecting clients. In a cluster a person's connections on the other nodes count too
+(room.infra.bus.ClusterPresence: each node's people on the bus, with a time to live), and
+:func:`people_changed` is told when the merged set changes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def snapshot(core: Services, project_id: int, roster: ProjectRoster, state: str)
         str(m.id): presence_of(
             m,
             state,
-            connected=core.hub.presence.person_online(m.user_id)
+            connected=core.hub.presence.person_present(m.user_id)
             if m.kind == "human"
             else bool(core.inboxes.of(m.id)),
             running=m.id in running,
@@ -96,6 +98,13 @@ async def _announce(core: Services, project_id: int) -> bool:
     frame = {"type": "presence", "project_id": project_id, "presence": changed}
     core.hub.broadcast(project_id, encode(frame))
     return True
+
+
+async def people_changed(core: Services, user_ids: set[int]) -> None:
+    """Other nodes' people came online or went offline (their sets on the bus, or a node that
+    stopped saying so): every project of each hears of it."""
+    for user_id in sorted(user_ids):
+        await person_changed(core, user_id)
 
 
 async def person_changed(core: Services, user_id: int) -> None:

@@ -11,6 +11,12 @@ session's sockets cut). ``no_echo``: a node never hears its own publishes.
 :class:`ClusterHub` is the hub whose frames outside the stream (typing, read cursors, delivery
 labels, drafts; not presence, see :data:`LOCAL_ONLY`) and socket cuts (a member removed, a project purged, a session signed out or a
 token rotated) go to the other nodes' sockets too; what comes from the bus is applied here only.
+
+:class:`ClusterPresence` merges presence without letting nodes contradict each other: each node
+says which people have a connection open on it — the whole set, in every heartbeat and soon
+after it changes — and each node counts a person present while they are in its own set or in
+the last set of a node heard within :data:`PEER_LAPSE_SECS`. Every node computes from the same
+sets, so they agree; a node that dies (or loses the bus) drops out at the lapse.
 """
 
 from __future__ import annotations
@@ -42,11 +48,11 @@ RECONNECT_WAIT_SECS = 0.5
 HEARTBEAT_SECS = 2.0  # each node says it is there on NODES_SUBJECT this often
 PEER_LAPSE_SECS = 3 * HEARTBEAT_SECS  # a peer unheard for this long is not counted
 CONNECT_TIMEOUT_SECS = 2.0
+TELL_AFTER_SECS = 0.05  # a node's changed set of people goes out this soon (ClusterPresence)
 
 Hint = dict[str, Any]
-# Presence is computed from one node's own sockets: sent to the others it would contradict
-# theirs (a person connected to B shown offline by A). It stays on its node until presence is
-# merged across nodes (docs/cluster.md, "What else rides the bus").
+# Each node computes a project's presence frames itself, from the same merged sets of people
+# (ClusterPresence): sent to the others as well, every change would reach their sockets twice.
 LOCAL_ONLY = '{"type":"presence",'
 
 
@@ -61,6 +67,11 @@ class Bus:
         self.on_hint: Callable[[int | None, Hint], None] = lambda project_id, hint: None
         self.on_reconnect: Callable[[], None] = lambda: None
         self.on_disconnect: Callable[[], None] = lambda: None
+        # What a heartbeat carries besides the node's id (ClusterPresence: its people), what is
+        # told of another node's heartbeat, and what runs after each of this node's.
+        self.beat: Callable[[], Hint] = dict
+        self.on_peer: Callable[[str, Hint], None] = lambda node, hint: None
+        self.on_beat: Callable[[], None] = lambda: None
         self._nc: NatsClient | None = None
         self._subs: dict[int, NatsSubscription | None] = {}
         self._connecting: asyncio.Task[None] | None = None
@@ -82,7 +93,11 @@ class Bus:
 
     async def _heartbeat(self) -> None:
         while True:
-            self.send(None, {"k": "hb", "n": self.node})
+            self.send(None, {**self.beat(), "k": "hb", "n": self.node})
+            try:
+                self.on_beat()
+            except Exception:
+                log.exception("a heartbeat's check failed")
             await asyncio.sleep(HEARTBEAT_SECS)
 
     def peers(self) -> list[str]:
@@ -183,7 +198,12 @@ class Bus:
             except ValueError:
                 return
         if project_id is None and hint.get("k") == "hb":
-            self._peers[str(hint.get("n"))] = time.monotonic()
+            node = str(hint.get("n"))
+            self._peers[node] = time.monotonic()
+            try:
+                self.on_peer(node, hint)
+            except Exception:
+                log.exception("applying a heartbeat from the bus failed")
             return
         self.received += 1
         try:
@@ -225,11 +245,83 @@ async def _unsubscribe(sub: NatsSubscription) -> None:
 
 
 class ClusterPresence(Presence):
-    """Presence whose session cuts (sign-out, token rotation) reach the other nodes too."""
+    """Presence merged over the nodes (see the module's docstring); its session cuts
+    (sign-out, token rotation) reach the other nodes too."""
 
     def __init__(self, bus: Bus) -> None:
         super().__init__()
         self.bus = bus
+        # Told the people whose presence changed through another node (room/app.py wires it to
+        # room.actions.presence.people_changed); this node's own changes go by ws.py as before.
+        self.on_people: Callable[[set[int]], None] = lambda user_ids: None
+        self._remote: dict[str, tuple[frozenset[int], float]] = {}  # node → people, heard at
+        self._telling: asyncio.TimerHandle | None = None
+        bus.beat = self._beat
+        bus.on_peer = self._heard_peer
+        bus.on_beat = self.expire
+
+    def person_present(self, user_id: int | None) -> bool:
+        if user_id is None:
+            return False
+        return self.person_online(user_id) or any(
+            user_id in people for people, _ in self._remote.values()
+        )
+
+    def attach_person(self, user_id: int, outbox: Outbox) -> bool:
+        first = super().attach_person(user_id, outbox)
+        if first:
+            self._tell_soon()
+        return first
+
+    def detach_person(self, user_id: int, outbox: Outbox) -> bool:
+        last = super().detach_person(user_id, outbox)
+        if last:
+            self._tell_soon()
+        return last
+
+    def _beat(self) -> Hint:
+        return {"p": sorted(self._people)}
+
+    def _tell_soon(self) -> None:
+        """This node's set changed: say so within :data:`TELL_AFTER_SECS` (one message for
+        everyone who arrived together), not only at the next heartbeat."""
+        if self._telling is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the server's loop (a test's own): the heartbeat tells
+            return
+        self._telling = loop.call_later(TELL_AFTER_SECS, self._tell)
+
+    def _tell(self) -> None:
+        self._telling = None
+        self.bus.send(None, {**self._beat(), "k": "hb", "n": self.bus.node})
+
+    def _heard_peer(self, node: str, hint: Hint) -> None:
+        """Another node's heartbeat: its whole set of people replaces the one it said before."""
+        said = hint.get("p")
+        if not isinstance(said, list):  # a node that does not say (an older release)
+            return
+        people = frozenset(int(u) for u in said)
+        before = self._remote.get(node, (frozenset(), 0.0))[0]
+        moved = before ^ people
+        was = {u: self.person_present(u) for u in moved}
+        self._remote[node] = (people, time.monotonic())
+        self._changed({u for u in moved if self.person_present(u) != was[u]})
+
+    def expire(self, now: float | None = None) -> None:
+        """Forget the sets of the nodes not heard within :data:`PEER_LAPSE_SECS` (dead, cut
+        off, or this node's bus is down): their people are no longer present through them."""
+        now = time.monotonic() if now is None else now
+        lapsed = [n for n, (_, at) in self._remote.items() if now - at >= PEER_LAPSE_SECS]
+        gone: set[int] = set()
+        for node in lapsed:
+            gone |= self._remote.pop(node)[0]
+        self._changed({u for u in gone if not self.person_present(u)})
+
+    def _changed(self, user_ids: set[int]) -> None:
+        if user_ids:
+            self.on_people(user_ids)
 
     def cut_session(self, session: str, reason: str, code: int) -> int:
         self.bus.send(None, {"k": "cs", "s": session, "r": reason, "c": code})

@@ -44,7 +44,13 @@ class Presence:
         return True
 
     def person_online(self, user_id: int | None) -> bool:
+        """Whether the person has a connection open on this server."""
         return user_id is not None and user_id in self._people
+
+    def person_present(self, user_id: int | None) -> bool:
+        """Whether the person has a connection open anywhere: here, or on another node of a
+        cluster (room.infra.bus.ClusterPresence); what presence shows."""
+        return self.person_online(user_id)
 
     def to_person(self, user_id: int, frame: Frame | str) -> None:
         """A frame for one person, on every connection they have open (not replayed)."""
