@@ -248,9 +248,10 @@ class ClusterPresence(Presence):
     """Presence merged over the nodes (see the module's docstring); its session cuts
     (sign-out, token rotation) reach the other nodes too."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.bus = bus
+        self.clock = clock
         # Told the people whose presence changed through another node (room/app.py wires it to
         # room.actions.presence.people_changed); this node's own changes go by ws.py as before.
         self.on_people: Callable[[set[int]], None] = lambda user_ids: None
@@ -306,13 +307,13 @@ class ClusterPresence(Presence):
         before = self._remote.get(node, (frozenset(), 0.0))[0]
         moved = before ^ people
         was = {u: self.person_present(u) for u in moved}
-        self._remote[node] = (people, time.monotonic())
+        self._remote[node] = (people, self.clock())
         self._changed({u for u in moved if self.person_present(u) != was[u]})
 
-    def expire(self, now: float | None = None) -> None:
+    def expire(self) -> None:
         """Forget the sets of the nodes not heard within :data:`PEER_LAPSE_SECS` (dead, cut
         off, or this node's bus is down): their people are no longer present through them."""
-        now = time.monotonic() if now is None else now
+        now = self.clock()
         lapsed = [n for n, (_, at) in self._remote.items() if now - at >= PEER_LAPSE_SECS]
         gone: set[int] = set()
         for node in lapsed:
