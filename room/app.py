@@ -336,8 +336,11 @@ def create_app(
         core.agents = scheduler
         if relay is not None:  # wakes and stop requests from the other servers
             relay.handlers.append(partial(_agents_heard, core, scheduler))
-        if isinstance(core.hub, ClusterHub):  # people present through the other nodes
-            core.hub.cluster_presence.on_people = partial(_people_heard, core)
+        if isinstance(core.hub, ClusterHub):  # people and agents present through other nodes
+            here = core.hub.cluster_presence
+            here.on_people = partial(_people_heard, core)
+            here.on_agents = partial(_agents_presence_heard, core)
+            here.local_agents = partial(_agents_here, core, scheduler)
         unsent = await attachment_actions.sweep_unsent(core)
         trace.phase("attachments", unsent_removed=unsent)
         research = ResearchRunner(core, registry, closing=lambda: scheduler.closing)
@@ -519,6 +522,21 @@ def _people_heard(core: Services, user_ids: set[int]) -> None:
     )
     core.background.add(task)
     task.add_done_callback(core.background.discard)
+
+
+def _agents_presence_heard(core: Services, member_ids: set[int]) -> None:
+    """Agents' sockets or turns came or went on another node: their projects hear of it."""
+    task = asyncio.get_running_loop().create_task(
+        presence_actions.agents_changed(core, member_ids), name="agents elsewhere"
+    )
+    core.background.add(task)
+    task.add_done_callback(core.background.discard)
+
+
+def _agents_here(core: Services, scheduler: Scheduler) -> tuple[list[int], list[int]]:
+    """The external agents with a socket open here, and the agents with a turn running here."""
+    running = [s.member_id for s in scheduler.in_process.sessions.values() if s.running]
+    return sorted(core.inboxes.members()), sorted(running)
 
 
 def _roster_heard(core: Services, project_id: int) -> None:

@@ -105,6 +105,10 @@ class Inboxes:
     def of(self, member_id: int) -> list[InboxPush]:
         return list(self._pushes.get(member_id, ()))
 
+    def members(self) -> list[int]:
+        """The external agents with a socket open here."""
+        return list(self._pushes)
+
 
 # Something another part of the server does with a stored message, registered on the services so
 # that the send path need not know it (a ``/change`` message revises the requirement). Called

@@ -22,6 +22,7 @@ def presence(clock: Clock | None = None) -> tuple[ClusterPresence, list[set[int]
     found = ClusterPresence(bus, clock or Clock())
     told: list[set[int]] = []
     found.on_people = told.append
+    found.on_agents = told.append
     return found, told
 
 
@@ -50,7 +51,8 @@ def test_a_person_on_two_nodes_stays_present_while_either_has_them() -> None:
     here.bus.on_peer("b", {"k": "hb", "n": "b", "p": []})
     assert here.person_present(5) and here.person_present(6)  # here, and on C
     assert told == [{6}]
-    assert here.bus.beat() == {"p": [5]}  # what this node's heartbeat says
+    here.local_agents = lambda: ([31], [32])
+    assert here.bus.beat() == {"p": [5], "a": [31], "r": [32]}  # what this node's beat says
 
 
 def test_a_node_unheard_past_the_lapse_drops_out() -> None:
@@ -76,3 +78,18 @@ def test_a_heartbeat_without_a_set_changes_nothing() -> None:
     here.bus.on_peer("b", {"k": "hb", "n": "b", "p": [3]})
     here.bus.on_peer("b", {"k": "hb", "n": "b"})  # an older node: says no set
     assert here.person_present(3) and told == [{3}]
+
+
+def test_an_agents_socket_or_turn_on_another_node_counts_until_it_lapses() -> None:
+    clock = Clock()
+    here, told = presence(clock)
+    here.bus.on_peer("b", {"k": "hb", "n": "b", "p": [], "a": [40], "r": [41]})
+    assert here.agent_connected_elsewhere(40) and not here.agent_running_elsewhere(40)
+    assert here.agent_running_elsewhere(41) and not here.agent_connected_elsewhere(41)
+    assert told == [{40, 41}]
+    here.bus.on_peer("b", {"k": "hb", "n": "b", "p": [], "a": [40, 41], "r": []})
+    assert here.agent_connected_elsewhere(41) and not here.agent_running_elsewhere(41)
+    assert told[-1] == {41}  # its turn ended, its socket opened: its presence changed
+    clock.now += PEER_LAPSE_SECS
+    here.expire()
+    assert not here.agent_connected_elsewhere(40) and told[-1] == {40, 41}

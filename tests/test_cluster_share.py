@@ -27,6 +27,7 @@ from tests.support.nats import NatsServer
 from tests.support.server import ServerProcess, Session
 from tests.support.wsclient import Client, subscribed
 from tests.test_attachments import png
+from tests.test_cluster_bus import agent_token
 
 # Two servers started per test on a machine whose cores are shared: more than the default.
 pytestmark = pytest.mark.timeout(240)
@@ -219,11 +220,20 @@ def test_a_dead_nodes_upload_reservation_expires(
         b.stop()
 
 
+def presence_seen(client: Client) -> dict[str, str]:
+    """The presence map as the client knows it: its snapshot, then each change in order."""
+    seen: dict[str, str] = {}
+    for frame in client.frames:
+        if frame.get("type") in ("subscribed", "presence"):
+            seen.update(frame.get("presence") or {})
+    return seen
+
+
 async def presence_where(client: Client, member_id: int, state: str) -> None:
-    await client.wait_for(
-        lambda f: f["type"] == "presence" and f["presence"].get(str(member_id)) == state,
-        timeout=WAIT,
-    )
+    """Until the client's presence map shows ``member_id`` in ``state``."""
+    with anyio.fail_after(WAIT):
+        while presence_seen(client).get(str(member_id)) != state:
+            await client.recv(timeout=WAIT)
 
 
 @pytest.mark.anyio
@@ -250,8 +260,23 @@ async def test_a_person_on_one_node_is_present_on_the_other_until_that_node_dies
         assert late.frames[-1]["presence"][str(bob_id)] == "online"
         await presence_where(on_a, owner_id, "online")
 
+        # An external agent whose socket is on A only is there (idle) for B's watcher too.
+        status, made = a.request(
+            "POST", "/api/projects/1/members",
+            {"role": "backend", "handle": "outside", "display_name": "外部", "driver": "external"},
+            headers=owner_a.headers,
+        )  # fmt: skip
+        assert status == 201, made
+        outside = int(made["member"]["id"])
+        await presence_where(watcher, outside, "offline")
+        token = await anyio.to_thread.run_sync(agent_token, a, pg_dsn, "outside")
+        agent = await Client.open(a.ws_url, token=token)
+        await agent.wait_for("hello")
+        await presence_where(watcher, outside, "idle")
+
         a.kill9()  # no goodbye: B drops A's people when A's set lapses
         await presence_where(watcher, bob_id, "offline")
+        await presence_where(watcher, outside, "offline")
         assert all(
             f["presence"].get(str(owner_id)) != "offline"
             for f in watcher.frames

@@ -13,9 +13,10 @@ labels, drafts; not presence, see :data:`LOCAL_ONLY`) and socket cuts (a member 
 token rotated) go to the other nodes' sockets too; what comes from the bus is applied here only.
 
 :class:`ClusterPresence` merges presence without letting nodes contradict each other: each node
-says which people have a connection open on it — the whole set, in every heartbeat and soon
-after it changes — and each node counts a person present while they are in its own set or in
-the last set of a node heard within :data:`PEER_LAPSE_SECS`. Every node computes from the same
+says which people have a connection open on it, which external agents a socket and which agents
+a running turn — the whole sets, in every heartbeat and soon after they change — and each node
+counts a person (an agent) present while in its own sets or in the last sets of a node heard
+within :data:`PEER_LAPSE_SECS`. Every node computes from the same
 sets, so they agree; a node that dies (or loses the bus) drops out at the lapse.
 """
 
@@ -26,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -244,6 +246,16 @@ async def _unsubscribe(sub: NatsSubscription) -> None:
         await sub.unsubscribe()
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSets:
+    """What another node said last of what presence is computed from, and when."""
+
+    people: frozenset[int] = frozenset()  # user ids with a connection open on it
+    agents: frozenset[int] = frozenset()  # external agents (member ids) with a socket on it
+    running: frozenset[int] = frozenset()  # agents (member ids) with a turn running on it
+    at: float = 0.0
+
+
 class ClusterPresence(Presence):
     """Presence merged over the nodes (see the module's docstring); its session cuts
     (sign-out, token rotation) reach the other nodes too."""
@@ -252,11 +264,15 @@ class ClusterPresence(Presence):
         super().__init__()
         self.bus = bus
         self.clock = clock
-        # Told the people whose presence changed through another node (room/app.py wires it to
-        # room.actions.presence.people_changed); this node's own changes go by ws.py as before.
+        # Told whose presence changed through another node (room/app.py wires them to
+        # room.actions.presence); this node's own changes go as before (ws.py, the drivers).
         self.on_people: Callable[[set[int]], None] = lambda user_ids: None
-        self._remote: dict[str, tuple[frozenset[int], float]] = {}  # node → people, heard at
+        self.on_agents: Callable[[set[int]], None] = lambda member_ids: None
+        # This node's external agents with a socket open and agents with a turn running.
+        self.local_agents: Callable[[], tuple[list[int], list[int]]] = lambda: ([], [])
+        self._remote: dict[str, NodeSets] = {}
         self._telling: asyncio.TimerHandle | None = None
+        self._told: Hint | None = None
         bus.beat = self._beat
         bus.on_peer = self._heard_peer
         bus.on_beat = self.expire
@@ -265,8 +281,14 @@ class ClusterPresence(Presence):
         if user_id is None:
             return False
         return self.person_online(user_id) or any(
-            user_id in people for people, _ in self._remote.values()
+            user_id in said.people for said in self._remote.values()
         )
+
+    def agent_connected_elsewhere(self, member_id: int) -> bool:
+        return any(member_id in said.agents for said in self._remote.values())
+
+    def agent_running_elsewhere(self, member_id: int) -> bool:
+        return any(member_id in said.running for said in self._remote.values())
 
     def attach_person(self, user_id: int, outbox: Outbox) -> bool:
         first = super().attach_person(user_id, outbox)
@@ -280,12 +302,16 @@ class ClusterPresence(Presence):
             self._tell_soon()
         return last
 
+    def local_changed(self) -> None:
+        self._tell_soon()
+
     def _beat(self) -> Hint:
-        return {"p": sorted(self._people)}
+        agents, running = self.local_agents()
+        return {"p": sorted(self._people), "a": agents, "r": running}
 
     def _tell_soon(self) -> None:
-        """This node's set changed: say so within :data:`TELL_AFTER_SECS` (one message for
-        everyone who arrived together), not only at the next heartbeat."""
+        """This node's sets may have changed: say so within :data:`TELL_AFTER_SECS` (one
+        message for everything that changed together), not only at the next heartbeat."""
         if self._telling is not None:
             return
         try:
@@ -296,33 +322,51 @@ class ClusterPresence(Presence):
 
     def _tell(self) -> None:
         self._telling = None
-        self.bus.send(None, {**self._beat(), "k": "hb", "n": self.bus.node})
+        said = self._beat()
+        if said != self._told:  # a change another node caused: nothing new to say here
+            self._told = said
+            self.bus.send(None, {**said, "k": "hb", "n": self.bus.node})
 
     def _heard_peer(self, node: str, hint: Hint) -> None:
-        """Another node's heartbeat: its whole set of people replaces the one it said before."""
-        said = hint.get("p")
-        if not isinstance(said, list):  # a node that does not say (an older release)
+        """Another node's heartbeat: its whole sets replace the ones it said before."""
+        people = hint.get("p")
+        if not isinstance(people, list):  # a node that does not say (an older release)
             return
-        people = frozenset(int(u) for u in said)
-        before = self._remote.get(node, (frozenset(), 0.0))[0]
-        moved = before ^ people
-        was = {u: self.person_present(u) for u in moved}
-        self._remote[node] = (people, self.clock())
-        self._changed({u for u in moved if self.person_present(u) != was[u]})
+        said = NodeSets(
+            frozenset(int(u) for u in people),
+            frozenset(int(m) for m in hint.get("a") or ()),
+            frozenset(int(m) for m in hint.get("r") or ()),
+            self.clock(),
+        )
+        self._replace(node, said)
 
     def expire(self) -> None:
         """Forget the sets of the nodes not heard within :data:`PEER_LAPSE_SECS` (dead, cut
-        off, or this node's bus is down): their people are no longer present through them."""
+        off, or this node's bus is down): what they said no longer counts."""
         now = self.clock()
-        lapsed = [n for n, (_, at) in self._remote.items() if now - at >= PEER_LAPSE_SECS]
-        gone: set[int] = set()
-        for node in lapsed:
-            gone |= self._remote.pop(node)[0]
-        self._changed({u for u in gone if not self.person_present(u)})
+        for node in [n for n, said in self._remote.items() if now - said.at >= PEER_LAPSE_SECS]:
+            self._replace(node, None)
 
-    def _changed(self, user_ids: set[int]) -> None:
-        if user_ids:
-            self.on_people(user_ids)
+    def _replace(self, node: str, said: NodeSets | None) -> None:
+        before = self._remote.get(node, NodeSets())
+        after = said or NodeSets()
+        people = before.people ^ after.people
+        agents = (before.agents ^ after.agents) | (before.running ^ after.running)
+        was_people = {u: self.person_present(u) for u in people}
+        was_agents = {m: self._agent_elsewhere(m) for m in agents}
+        if said is None:
+            self._remote.pop(node, None)
+        else:
+            self._remote[node] = said
+        changed = {u for u in people if self.person_present(u) != was_people[u]}
+        if changed:
+            self.on_people(changed)
+        moved = {m for m in agents if self._agent_elsewhere(m) != was_agents[m]}
+        if moved:
+            self.on_agents(moved)
+
+    def _agent_elsewhere(self, member_id: int) -> tuple[bool, bool]:
+        return self.agent_connected_elsewhere(member_id), self.agent_running_elsewhere(member_id)
 
     def cut_session(self, session: str, reason: str, code: int) -> int:
         self.bus.send(None, {"k": "cs", "s": session, "r": reason, "c": code})
