@@ -342,7 +342,14 @@ def create_app(
             here.on_agents = partial(_agents_presence_heard, core)
             here.local_agents = partial(_agents_here, core, scheduler)
         unsent = await attachment_actions.sweep_unsent(core)
-        trace.phase("attachments", unsent_removed=unsent)
+        trace.phase("attachments", unsent_removed=unsent, folder=str(settings.attachments_root))
+        if bus is not None and settings.attachments_dir is None:
+            log.warning(
+                "attachments go to %s, this node's own folder: the other nodes cannot serve "
+                "them; set attachments_dir (ROOM_ATTACHMENTS_DIR) to the folder every node "
+                "shares (docs/cluster.md, Attachments)",
+                settings.attachments_root,
+            )
         research = ResearchRunner(core, registry, closing=lambda: scheduler.closing)
         core.research = research
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
