@@ -33,6 +33,7 @@ import sqlite3
 import stat
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,7 @@ async def _upload(
     renewing = asyncio.get_running_loop().create_task(
         _renew(core, reservation, lasts), name=f"upload reservation {reservation}"
     )
+    part: blobs.Upload | None = None
     try:
         cap = min(limit, room_left)
         file_name = clean_name(name)
@@ -172,7 +174,7 @@ async def _upload(
             await _stream(part, body, cap, limit, lambda: _over_quota(quota, used))
             if part.size == 0:
                 raise BadRequestError("空文件 (the file is empty)", code="empty_file")
-            row = await asyncio.to_thread(
+            row, thumb = await asyncio.to_thread(
                 _finish, part, root, file_name, settings.attachment_max_pixels
             )
         except BaseException:
@@ -187,8 +189,12 @@ async def _upload(
 
         renewing.cancel()
         stored = await core.db.submit(record, locks=(project_id,))
+        # The row is committed: its content stays (put back if a removal took it meanwhile).
+        await asyncio.to_thread(_settle, part, root, row, thumb)
     except BaseException:
         renewing.cancel()
+        if part is not None:
+            part.path.unlink(missing_ok=True)  # the copy kept until the row was committed
         with contextlib.suppress(Exception):  # the server is stopping: the row expires
             await asyncio.shield(
                 core.db.write(lambda conn, tx: reservations.release(conn, reservation))
@@ -272,14 +278,26 @@ def _check(busy: list[list[asyncio.Future[None]]]) -> None:
                 future.result()  # raises it
 
 
-def _finish(part: blobs.Upload, root: Path, name: str, max_pixels: int) -> dict[str, Any]:
-    """Flush, type and thumbnail the upload, then move it to its content address (in a thread)."""
+def _settle(part: blobs.Upload, root: Path, row: Mapping[str, Any], thumb: bytes | None) -> None:
+    """After the row is committed: its file and thumbnail are at their addresses (a removal of
+    the same content racing this upload, on any node, may have taken them: see
+    ``blobs.retire``)."""
+    part.settle(str(row["sha256"]))
+    if thumb is not None and not blobs.holds(root, str(row["thumb_sha256"]), len(thumb)):
+        blobs.put_bytes(root, thumb)
+
+
+def _finish(
+    part: blobs.Upload, root: Path, name: str, max_pixels: int
+) -> tuple[dict[str, Any], bytes | None]:
+    """Flush, type and thumbnail the upload, then put it at its content address, its temporary
+    file kept until the row is committed (in a thread); the row, and the thumbnail's bytes."""
     sha256 = part.finish()
     mime = blobs.detect_bytes(bytes(part.head), name, whole=part.size <= len(part.head))
     thumb = None
     if mime.startswith("image/") and mime != "image/svg+xml":
         thumb = blobs.thumbnail(part.path, max_pixels)
-    part.commit(sha256)
+    part.commit(sha256, keep=True)
     thumb_sha = blobs.put_bytes(root, thumb.content) if thumb else None
     return {
         "sha256": sha256,
@@ -291,7 +309,7 @@ def _finish(part: blobs.Upload, root: Path, name: str, max_pixels: int) -> dict[
         "height": thumb.height if thumb else None,
         "thumb_sha256": thumb_sha,
         "thumb_mime": thumb.mime if thumb else None,
-    }
+    }, thumb.content if thumb else None
 
 
 def take(
@@ -337,7 +355,6 @@ def check_owned(
 
 async def discard(core: Services, member: Member, attachment_id: int) -> None:
     """Remove one's own upload before it is sent (its content stays if anything else uses it)."""
-    root = core.settings.attachments_root
 
     def job(conn: sqlite3.Connection, tx: Tx) -> list[str]:
         row = store.get(conn, attachment_id)
@@ -350,8 +367,7 @@ async def discard(core: Services, member: Member, attachment_id: int) -> None:
         shas = {row["sha256"], row["thumb_sha256"]} - {None}
         return [s for s in shas if not store.referenced(conn, s)]
 
-    for sha256 in await core.db.write(job):
-        await asyncio.to_thread(blobs.remove, root, sha256)
+    await drop_files(core, await core.db.write(job))
 
 
 async def readable(core: Services, member: Member, attachment_id: int) -> dict[str, Any]:
@@ -388,8 +404,32 @@ def purge_project(conn: sqlite3.Connection, project_id: int, root: Path) -> dict
     """Purge step: the project's rows, and the files no other project's row still uses
     (``root``: the attachments folder)."""
     count, orphans = store.delete_project(conn, project_id)
-    removed = sum(1 for sha256 in orphans if blobs.remove(root, sha256))
+    removed = 0
+    for sha256 in orphans:
+        aside = blobs.retire(root, sha256)
+        if aside is None:
+            continue
+        if store.referenced(conn, sha256):  # a statement of its own: sees others' new commits
+            blobs.reinstate(root, sha256, aside)
+        else:
+            blobs.drop_retired(aside)
+            removed += 1
     return {"attachments": count, "attachment_files": removed}
+
+
+async def drop_files(core: Services, shas: Sequence[str]) -> None:
+    """Delete the files of contents no row named at the caller's commit: each is first taken
+    from its address (``blobs.retire``), then the database is asked again, and a content an
+    upload committed meanwhile (on any node) is put back instead of deleted."""
+    root = core.settings.attachments_root
+    for sha256 in shas:
+        aside = await asyncio.to_thread(blobs.retire, root, sha256)
+        if aside is None:
+            continue
+        if await core.db.read(partial(store.referenced, sha256=sha256)):
+            await asyncio.to_thread(blobs.reinstate, root, sha256, aside)
+        else:
+            await asyncio.to_thread(blobs.drop_retired, aside)
 
 
 UNSENT_KEEP_SECS = 24 * 3600
@@ -403,8 +443,7 @@ async def sweep_unsent(core: Services) -> int:
         return store.delete_unsent_before(conn, tx.now - UNSENT_KEEP_SECS)
 
     count, orphans = await core.db.write(job)
-    for sha256 in orphans:
-        await asyncio.to_thread(blobs.remove, core.settings.attachments_root, sha256)
+    await drop_files(core, orphans)
     return count
 
 

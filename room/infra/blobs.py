@@ -170,14 +170,28 @@ class Upload:
             self._close()
         self.path.unlink(missing_ok=True)
 
-    def commit(self, sha256: str) -> Path:
-        """Move the finished file to its content address (or drop it: already stored)."""
+    def commit(self, sha256: str, *, keep: bool = False) -> Path:
+        """Move the finished file to its content address (or drop it: already stored).
+        ``keep``: the temporary file stays too (a hard link), until :meth:`settle`."""
         target = path_of(self.root, sha256)
-        _put(self.path, target, self.size)
+        _put(self.path, target, self.size, keep=keep)
         return target
 
+    def settle(self, sha256: str) -> bool:
+        """After the row naming the content is committed: the content is at its address (put
+        there again from the kept temporary file if a removal took it meanwhile — another
+        upload's row went, on this node or another, and its content with it: see
+        :func:`retire`), and the temporary file goes. True if it had to be put again."""
+        try:
+            if holds(self.root, sha256, self.size):
+                return False
+            _put(self.path, path_of(self.root, sha256), self.size)
+            return True
+        finally:
+            self.path.unlink(missing_ok=True)
 
-def _put(part: Path, target: Path, size: int) -> None:
+
+def _put(part: Path, target: Path, size: int, *, keep: bool = False) -> None:
     """Put the finished, synced file ``part`` at ``target`` (in the same folder tree), unless
     that content is already there. A hard link creates the name only if it is free, so a file
     another node stored meanwhile (or is serving) is never replaced under its readers; a
@@ -185,7 +199,8 @@ def _put(part: Path, target: Path, size: int) -> None:
     is everything on a file system without hard links."""
     try:
         if target.stat().st_size == size:
-            part.unlink(missing_ok=True)
+            if not keep:
+                part.unlink(missing_ok=True)
             return
     except FileNotFoundError:
         pass
@@ -198,8 +213,9 @@ def _put(part: Path, target: Path, size: int) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
             raise
-        os.replace(part, target)
-    part.unlink(missing_ok=True)
+        os.replace(part, target)  # nothing kept: a file system without hard links
+    if not keep:
+        part.unlink(missing_ok=True)
     _fsync_dir(target.parent)
 
 
@@ -261,6 +277,32 @@ def commit_staged(root: Path, token: str) -> int:
 def discard_staged(root: Path, token: str) -> None:
     for path, _ in list(_staged(root, token)):
         path.unlink(missing_ok=True)
+
+
+def retire(root: Path, sha256: str) -> Path | None:
+    """Take content no row names any more away from its address, to a temporary name of its
+    own (None: not there). The caller then asks the database again: if a row names it now (an
+    upload of the same content, on any node, committed meanwhile) it puts it back with
+    :func:`reinstate`, else it deletes it with :func:`drop_retired`. With :meth:`Upload.settle`
+    on the uploading side, the content of a committed row is never lost to a removal racing it:
+    whichever of the two looks last finds the other's work."""
+    tmp = root / TMP_DIR
+    tmp.mkdir(parents=True, exist_ok=True)
+    aside = tmp / f"retired-{uuid.uuid4().hex}.part"
+    try:
+        os.replace(path_of(root, sha256), aside)
+    except FileNotFoundError:
+        return None
+    return aside
+
+
+def reinstate(root: Path, sha256: str, aside: Path) -> None:
+    """Put retired content back at its address (unless it is there again already)."""
+    _put(aside, path_of(root, sha256), aside.stat().st_size)
+
+
+def drop_retired(aside: Path) -> None:
+    aside.unlink(missing_ok=True)
 
 
 def remove(root: Path, sha256: str) -> bool:
