@@ -283,7 +283,7 @@ def create_app(
         server.open()
         trace = server.trace
         assert trace is not None
-        await asyncio.to_thread(blobs.sweep_tmp, settings.data)
+        await asyncio.to_thread(blobs.sweep_tmp, settings.attachments_root)
         on_postgres = settings.database_url is not None
         db = Database(
             settings.db_path,
@@ -369,8 +369,20 @@ def create_app(
         core.agents = scheduler
         if relay is not None:  # wakes and stop requests from the other servers
             relay.handlers.append(partial(_agents_heard, core, scheduler))
+        if isinstance(core.hub, ClusterHub):  # people and agents present through other nodes
+            here = core.hub.cluster_presence
+            here.on_people = partial(_people_heard, core)
+            here.on_agents = partial(_agents_presence_heard, core)
+            here.local_agents = partial(_agents_here, core, scheduler)
         unsent = await attachment_actions.sweep_unsent(core)
-        trace.phase("attachments", unsent_removed=unsent)
+        trace.phase("attachments", unsent_removed=unsent, folder=str(settings.attachments_root))
+        if bus is not None and settings.attachments_dir is None:
+            log.warning(
+                "attachments go to %s, this node's own folder: the other nodes cannot serve "
+                "them; set attachments_dir (ROOM_ATTACHMENTS_DIR) to the folder every node "
+                "shares (docs/cluster.md, Attachments)",
+                settings.attachments_root,
+            )
         research = ResearchRunner(core, registry, closing=lambda: scheduler.closing)
         core.research = research
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
@@ -548,6 +560,30 @@ def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, 
         task.add_done_callback(core.background.discard)
         return True
     return False
+
+
+def _people_heard(core: Services, user_ids: set[int]) -> None:
+    """People came online or went offline through another node: their projects hear of it."""
+    task = asyncio.get_running_loop().create_task(
+        presence_actions.people_changed(core, user_ids), name="presence elsewhere"
+    )
+    core.background.add(task)
+    task.add_done_callback(core.background.discard)
+
+
+def _agents_presence_heard(core: Services, member_ids: set[int]) -> None:
+    """Agents' sockets or turns came or went on another node: their projects hear of it."""
+    task = asyncio.get_running_loop().create_task(
+        presence_actions.agents_changed(core, member_ids), name="agents elsewhere"
+    )
+    core.background.add(task)
+    task.add_done_callback(core.background.discard)
+
+
+def _agents_here(core: Services, scheduler: Scheduler) -> tuple[list[int], list[int]]:
+    """The external agents with a socket open here, and the agents with a turn running here."""
+    running = [s.member_id for s in scheduler.in_process.sessions.values() if s.running]
+    return sorted(core.inboxes.members()), sorted(running)
 
 
 def _roster_heard(core: Services, project_id: int) -> None:

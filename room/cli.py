@@ -662,7 +662,9 @@ def export_project(settings: Settings, project: str, file: Path) -> int:
         if found is None or found.state == "purged":
             raise NotFoundError(f"no project {project!r}", code="no_project")
         with partial.open("wb") as out:
-            size = pack_export.write_pack(conn, found.id, out, time.time(), settings.data)
+            size = pack_export.write_pack(
+                conn, found.id, out, time.time(), settings.attachments_root
+            )
             out.flush()
             os.fsync(out.fileno())
         partial.replace(file)
@@ -695,7 +697,7 @@ def import_project(settings: Settings, file: Path, name: str | None) -> int:
             owner = auth_actions.ensure_owner(c, tx)
             with file.open("rb") as pack:
                 options = pack_import.ImportOptions(
-                    importer=owner, name=name, data=settings.data,
+                    importer=owner, name=name, attachments=settings.attachments_root,
                     attachment_quota=settings.attachment_project_bytes,
                 )  # fmt: skip
                 return pack_import.import_pack(c, tx, pack_import.read_lines(pack), options)
@@ -781,7 +783,7 @@ def backup_data(settings: Settings, target: Path) -> int:
 
     if settings.database_url is not None:
         return refuse_postgres_backup(settings, "backup")
-    manifest = write_backup(settings.data, target, time.time())
+    manifest = write_backup(settings.data, target, time.time(), settings.attachments_root)
     remember(settings.data, target, manifest)
     _said_backup(settings, target, manifest)
     return EXIT_OK
@@ -811,7 +813,9 @@ def scheduled_backups(settings: Settings, folder: Path, every_hours: float, keep
         while True:
             started = time.monotonic()
             try:
-                target, manifest, removed = backup_into(settings.data, folder, time.time(), keep)
+                target, manifest, removed = backup_into(
+                    settings.data, folder, time.time(), keep, settings.attachments_root
+                )
             except (RoomError, OSError, sqlite3.Error) as exc:
                 print(f"room: backup failed, next try in {every_hours:g} h: {exc}", file=sys.stderr)
             else:
@@ -837,7 +841,7 @@ def _said_backup(settings: Settings, target: Path, manifest: dict[str, Any]) -> 
     if found["missing"]:
         print(
             f"room: warning: {len(found['missing'])} attachment file(s) the database references "
-            f"were not in {settings.data / 'attachments'} (listed in the manifest, 'missing')",
+            f"were not in {settings.attachments_root} (listed in the manifest, 'missing')",
             file=sys.stderr,
         )
 

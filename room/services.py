@@ -106,6 +106,10 @@ class Inboxes:
     def of(self, member_id: int) -> list[InboxPush]:
         return list(self._pushes.get(member_id, ()))
 
+    def members(self) -> list[int]:
+        """The external agents with a socket open here."""
+        return list(self._pushes)
+
 
 # Something another part of the server does with a stored message, registered on the services so
 # that the send path need not know it (a ``/change`` message revises the requirement). Called
@@ -289,11 +293,9 @@ class Services:
     # How the server runs git (room.infra.git): in the sandbox's jail once start-up found
     # bubblewrap, plainly where there is none (agents then cannot write into .git at all).
     git: Git = field(default_factory=Git)
-    # Attachment uploads under way (room.actions.attachments): the bytes each project's have
-    # reserved of its quota, and one lock per project over checking and taking that room.
-    upload_reserved: dict[int, int] = field(default_factory=dict)
+    # Attachment uploads (room.actions.attachments; what they reserved of a project's quota
+    # is in the database, ``upload_reservations``, for every node to count).
     uploads: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20))  # per member
-    upload_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     # How many uploads may be received at once (attachment_concurrent_uploads), made at first use.
     upload_slots: asyncio.Semaphore | None = None
     # Draws an uploaded PDF's first page in the sandbox (room.infra.pdfpreview); set at start-up,

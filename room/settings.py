@@ -46,6 +46,12 @@ class Settings(BaseModel):
         "of SQLite in the data folder; several servers (each with its own data folder) may "
         "share one (docs/storage.md).",
     )
+    attachments_dir: Path | None = Field(
+        default=None,
+        description="The folder attachments' files are stored in (content-addressed); "
+        "defaults to <data>/attachments. The nodes of a cluster must share it (NFS or "
+        "similar): every node serves every attachment (docs/cluster.md).",
+    )
     bus_url: str | None = Field(
         default=None,
         pattern=r"^nats://",
@@ -161,6 +167,14 @@ class Settings(BaseModel):
         gt=0,
         description="How long an upload waits for its turn while attachment_concurrent_uploads "
         "others are received, before it is refused (503 uploads_busy, with retry_after_ms).",
+    )
+    attachment_reservation_secs: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="How long the quota an upload reserved (in the database, so every node "
+        "counts it) stays reserved unless the upload renews it; it does so every third of "
+        "this while it streams. A reservation whose server died expires after this.",
     )
     attachment_max_pixels: int = Field(
         default=50_000_000,
@@ -441,6 +455,11 @@ class Settings(BaseModel):
     @property
     def db_path(self) -> Path:
         return self.data / "room.sqlite"
+
+    @property
+    def attachments_root(self) -> Path:
+        """Where attachments' files are: ``attachments_dir``, else ``<data>/attachments``."""
+        return self.data / "attachments" if self.attachments_dir is None else self.attachments_dir
 
     @property
     def lock_path(self) -> Path:

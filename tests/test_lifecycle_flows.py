@@ -21,6 +21,7 @@ from room.actions.purge import PURGE_STEPS, PurgeStep
 from room.agents.tools import BUILTIN_TOOLS, Tool, ToolContext, _spec
 from room.errors import ConflictError
 from room.rules.entities import Member, Project
+from room.settings import Settings
 from room.store.dialect import Connection, dialect_for
 from tests.support.inproc import App, owner_user, post, running_app
 from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
@@ -196,7 +197,7 @@ def test_purge_failing_midway_is_blocked_and_a_retry_finishes(app: App, tmp_path
     status, body = owner_post(app, "/api/projects/1/purge", {"confirm_name": "演示项目"})
     assert status == 400 and body["error"]["code"] == "purge_not_confirmed"
 
-    def broken(conn: Any, project_id: int, data: Path) -> dict[str, Any]:
+    def broken(conn: Any, project_id: int, settings: Settings) -> dict[str, Any]:
         raise OSError("disk went away")
 
     faulty = [
@@ -366,7 +367,7 @@ def test_purge_writes_purge_blocked_first_so_restore_is_refused(app: App) -> Non
     trash(app, project_id)
     seen: list[str] = []
 
-    def probe(conn: Connection, pid: int, data: Path) -> dict[str, Any]:
+    def probe(conn: Connection, pid: int, settings: Settings) -> dict[str, Any]:
         seen.append(conn.execute("SELECT state FROM projects WHERE id = ?", (pid,)).fetchone()[0])
         raise OSError("stop here")
 
@@ -423,9 +424,11 @@ def test_a_read_cursor_written_late_never_blocks_a_purge(app: App) -> None:
         for step in purge_actions.PURGE_STEPS:
             if step.name == "settings":  # long enough for the deferred write to land
 
-                def held(conn: Connection, pid: int, data: Path, run: Any = step.run) -> Any:
+                def held(
+                    conn: Connection, pid: int, settings: Settings, run: Any = step.run
+                ) -> Any:
                     time.sleep(0.5)
-                    return run(conn, pid, data)
+                    return run(conn, pid, settings)
 
                 step = purge_actions.PurgeStep(step.name, step.label, held)
             slow.append(step)

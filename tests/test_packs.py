@@ -149,7 +149,7 @@ def _body(content: bytes) -> BodyInto:
 
 def blob_files(world: World) -> dict[str, bytes]:
     """The content store (attachments/<sha[:2]>/<sha[2:]>) by SHA-256, and what is in tmp/."""
-    root = blobs.root_of(world.core.settings.data)
+    root = world.core.settings.attachments_root
     found = {f"{f.parent.name}{f.name}": f.read_bytes() for f in root.glob("??/*")}
     return found | {f"tmp/{f.name}": b"" for f in (root / "tmp").glob("*")}
 
@@ -158,7 +158,7 @@ async def export(world: World, project_id: int | None = None) -> bytes:
     out = io.BytesIO()
     await world.read(
         lambda c: pack_export.write_pack(
-            c, project_id or world.project_id, out, 1000.0, world.core.settings.data
+            c, project_id or world.project_id, out, 1000.0, world.core.settings.attachments_root
         )
     )
     return out.getvalue()
@@ -166,7 +166,9 @@ async def export(world: World, project_id: int | None = None) -> bytes:
 
 async def import_(world: World, data: bytes, **options: Any) -> dict[str, Any]:
     owner = await world.read(lambda c: auth_store.admin_user(c))
-    opts = pack_import.ImportOptions(importer=owner, data=world.core.settings.data, **options)
+    opts = pack_import.ImportOptions(
+        importer=owner, attachments=world.core.settings.attachments_root, **options
+    )
     return await world.write(
         lambda c, tx: pack_import.import_pack(c, tx, pack_import.read_lines(io.BytesIO(data)), opts)
     )
@@ -185,7 +187,8 @@ def canonical(conn: sqlite3.Connection, project_id: int) -> dict[str, list[Any]]
     of the project (what "equal modulo ids" means)."""
     tables = [t.name for t in PACK_TABLES]  # the rows (the files are compared on their own)
     lines = [
-        line.decode() for line in pack_export.export_lines(conn, project_id, 0.0, tables, data=None)
+        line.decode()
+        for line in pack_export.export_lines(conn, project_id, 0.0, tables, attachments=None)
     ]
     ordinals: dict[str, dict[int, int]] = {}
     parts: dict[str, list[dict[str, Any]]] = {}
@@ -241,7 +244,7 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
     await build(world)
     data = await export(world)
     stored = blob_files(world)
-    root = blobs.root_of(world.core.settings.data)
+    root = world.core.settings.attachments_root
     inodes = {f: f.stat().st_ino for f in root.glob("??/*")}
     result = await import_(world, data)
     new_id = result["project_id"]
@@ -334,7 +337,7 @@ async def test_export_then_import_gives_the_same_project_modulo_ids(world: World
     names = {r["sha256"] for r in rows} | {r["thumb_sha256"] for r in rows if r["thumb_sha256"]}
     assert len(names) == 3  # the image, its thumbnail, the text
     for sha in names:
-        blobs.remove(world.core.settings.data, sha)
+        blobs.remove(world.core.settings.attachments_root, sha)
     await import_(world, data)
     assert blob_files(world) == stored
     assert hashlib.sha256(stored[rows[0]["sha256"]]).hexdigest() == rows[0]["sha256"]
@@ -397,7 +400,7 @@ async def test_bad_packs_are_refused_with_a_reason_and_leave_nothing(world: Worl
     for row in rows:
         for sha in (row["sha256"], row["thumb_sha256"]):
             if sha:
-                blobs.remove(world.core.settings.data, sha)
+                blobs.remove(world.core.settings.attachments_root, sha)
     # Such a store cannot be exported: refused before the first line, not cut short.
     with pytest.raises(RoomError) as missing:
         await export(world)
@@ -831,12 +834,12 @@ def test_export_and_import_hold_the_same_memory_for_five_times_the_messages(
     conn = connect(db)
     peaks: dict[int, tuple[int, int]] = {}
     owner = run_write(conn, lambda c, tx: auth_store.admin_user(c))
-    options = pack_import.ImportOptions(importer=owner, data=tmp_path)
+    options = pack_import.ImportOptions(importer=owner, attachments=tmp_path / "attachments")
     pack = tmp_path / "p.roompack"
 
     def export() -> None:
         with pack.open("wb") as out:
-            pack_export.write_pack(conn, 1, out, 0.0, tmp_path)
+            pack_export.write_pack(conn, 1, out, 0.0, tmp_path / "attachments")
 
     def import_() -> None:
         with pack.open("rb") as lines:
@@ -870,13 +873,13 @@ def test_messages_come_in_id_order_whether_read_in_place_or_sorted(tmp_path: Pat
     server.close()
     conn = connect(tmp_path / "room.sqlite")
     owner = run_write(conn, lambda c, tx: auth_store.admin_user(c))
-    options = pack_import.ImportOptions(importer=owner, data=tmp_path)
+    options = pack_import.ImportOptions(importer=owner, attachments=tmp_path / "attachments")
     messages = PACK_TABLES[[t.name for t in PACK_TABLES].index("messages")]
     columns = pack_export.table_columns(conn, "messages")
 
     def ids_in_pack(project_id: int) -> tuple[list[int], bytes]:
         out = io.BytesIO()
-        pack_export.write_pack(conn, project_id, out, 0.0, tmp_path)
+        pack_export.write_pack(conn, project_id, out, 0.0, tmp_path / "attachments")
         lines = out.getvalue().splitlines()
         start = lines.index(next(x for x in lines if x.startswith(b'{"part":"messages"')))
         rows = itertools.takewhile(lambda x: x.startswith(b"["), lines[start + 1 :])

@@ -5,8 +5,13 @@ body is received straight into a ring of :data:`BUFFERS` buffers of :data:`BUFFE
 two threads write and hash those received before, so memory stays bounded whatever the file's size — and is refused
 (413) as soon as its declared length or its streamed bytes pass ``attachment_max_bytes`` or what
 is left of the project's ``attachment_project_bytes``. What is left counts the room reserved by
-the project's uploads still under way: an upload reserves its declared length (a chunked one, the
-most it may be) before reading a byte, so two at once cannot both take the last of the quota.
+the project's uploads still under way, on any server of a cluster: an upload reserves its
+declared length (a chunked one, the most it may be) before reading a byte, in a row of
+``upload_reservations`` taken under the project's lock in the writer's transaction, so two at
+once (on one node or two) cannot both take the last of the quota. The row is deleted in the
+transaction that records the upload, or when it fails; while the body streams the upload renews
+it every third of ``attachment_reservation_secs``, so the reservation of an upload whose server
+died expires, is ignored, and is deleted by the next reservation in the project.
 At most ``attachment_concurrent_uploads`` uploads are received at once on the whole server (each
 holds its buffer ring, two threads and, at its end, an image decoder): the others wait their turn
 in order for up to ``attachment_wait_secs``, reading nothing meanwhile, and are then refused (503
@@ -27,6 +32,7 @@ import shutil
 import stat
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,7 @@ from room.store import Tx
 from room.store import attachments as store
 from room.store import messages as messages_store
 from room.store import projects as projects_store
+from room.store import uploads as reservations
 from room.store.dialect import Connection
 
 log = logging.getLogger(__name__)
@@ -131,38 +138,46 @@ async def _upload(
     project_id = member.project_id
     quota = settings.attachment_project_bytes
 
-    def check(conn: Connection) -> tuple[str | None, int]:
-        return projects_store.state_of(conn, project_id), store.project_bytes(conn, project_id)
+    lasts = settings.attachment_reservation_secs
 
-    # The room an upload may take is reserved before its first byte is read, under the project's
-    # lock, so two uploads at once cannot both fit the same space; the reservation ends when its
-    # row is written (under the lock again) or the upload fails.
-    lock = core.upload_locks.setdefault(project_id, asyncio.Lock())
-    async with lock:
-        state, used = await core.db.read(check)
+    def reserve(conn: Connection, tx: Tx) -> tuple[int, int, int]:
+        # Under the project's lock (``locks``): nobody else reserves or records in it meanwhile.
+        state = projects_store.state_of(conn, project_id)
         if state not in POSTING_STATES[member.kind]:
             raise ConflictError(
                 f"the project is {state}; it does not accept attachments now",
                 code="project_not_accepting",
                 state=state,
             )
-        used += core.upload_reserved.get(project_id, 0)
+        reservations.reap(conn, project_id, tx.now)
+        used = store.project_bytes(conn, project_id) + reservations.reserved(
+            conn, project_id, tx.now
+        )
         room_left = max(0, quota - used)
         if declared is not None and declared > room_left:
             raise _over_quota(quota, used)
-        reserved = declared if declared is not None else min(limit, room_left)
-        core.upload_reserved[project_id] = core.upload_reserved.get(project_id, 0) + reserved
+        size = declared if declared is not None else min(limit, room_left)
+        taken = reservations.reserve(conn, project_id, size, tx.node or "", tx.now, tx.now + lasts)
+        return taken, used, room_left
+
+    # The room an upload may take is reserved before its first byte is read; the reservation
+    # ends in the transaction that records the upload's row, or when the upload fails.
+    reservation, used, room_left = await core.db.submit(reserve, locks=(project_id,))
+    renewing = asyncio.get_running_loop().create_task(
+        _renew(core, reservation, lasts), name=f"upload reservation {reservation}"
+    )
+    part: blobs.Upload | None = None
     try:
         cap = min(limit, room_left)
         file_name = clean_name(name)
-        data = settings.data
-        part = await asyncio.to_thread(blobs.Upload, data)
+        root = settings.attachments_root
+        part = await asyncio.to_thread(blobs.Upload, root)
         try:
             await _stream(part, body, cap, limit, lambda: _over_quota(quota, used))
             if part.size == 0:
                 raise BadRequestError("空文件 (the file is empty)", code="empty_file")
-            row = await asyncio.to_thread(
-                _finish, part, data, file_name, settings.attachment_max_pixels
+            row, thumb = await asyncio.to_thread(
+                _finish, part, root, file_name, settings.attachment_max_pixels
             )
             if row["mime"] == PDF_TYPE:
                 row.update(await _pdf_preview(core, str(row["sha256"])))
@@ -171,25 +186,41 @@ async def _upload(
             raise
 
         def record(conn: Connection, tx: Tx) -> dict[str, Any]:
+            reservations.release(conn, reservation)
             return store.insert(
                 conn, project_id=project_id, uploader_id=member.id, now=tx.now, **row
             )
 
-        async with lock:
-            stored = await core.db.write(record)
-            _release(core, project_id, reserved)
-            reserved = 0
-    finally:
-        _release(core, project_id, reserved)
+        renewing.cancel()
+        stored = await core.db.submit(record, locks=(project_id,))
+        # The row is committed: its content stays (put back if a removal took it meanwhile).
+        await asyncio.to_thread(_settle, part, root, row, thumb)
+    except BaseException:
+        renewing.cancel()
+        if part is not None:
+            part.path.unlink(missing_ok=True)  # the copy kept until the row was committed
+        with contextlib.suppress(Exception):  # the server is stopping: the row expires
+            await asyncio.shield(
+                core.db.write(lambda conn, tx: reservations.release(conn, reservation))
+            )
+        raise
     return wire(stored)
 
 
-def _release(core: Services, project_id: int, reserved: int) -> None:
-    left = core.upload_reserved.get(project_id, 0) - reserved
-    if left > 0:
-        core.upload_reserved[project_id] = left
-    else:
-        core.upload_reserved.pop(project_id, None)
+async def _renew(core: Services, reservation: int, lasts: float) -> None:
+    """Keep an upload's reservation alive while it streams (every third of its life)."""
+    while True:
+        await asyncio.sleep(lasts / 3)
+
+        def job(conn: Connection, tx: Tx) -> bool:
+            return reservations.renew(conn, reservation, tx.now + lasts)
+
+        try:
+            if not await core.db.write(job):
+                log.warning("upload reservation %d expired before it was renewed", reservation)
+                return
+        except Exception:
+            log.debug("upload reservation %d not renewed", reservation, exc_info=True)
 
 
 async def _stream(
@@ -251,15 +282,27 @@ def _check(busy: list[list[asyncio.Future[None]]]) -> None:
                 future.result()  # raises it
 
 
-def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[str, Any]:
-    """Flush, type and thumbnail the upload, then move it to its content address (in a thread)."""
+def _settle(part: blobs.Upload, root: Path, row: Mapping[str, Any], thumb: bytes | None) -> None:
+    """After the row is committed: its file and thumbnail are at their addresses (a removal of
+    the same content racing this upload, on any node, may have taken them: see
+    ``blobs.retire``)."""
+    part.settle(str(row["sha256"]))
+    if thumb is not None and not blobs.holds(root, str(row["thumb_sha256"]), len(thumb)):
+        blobs.put_bytes(root, thumb)
+
+
+def _finish(
+    part: blobs.Upload, root: Path, name: str, max_pixels: int
+) -> tuple[dict[str, Any], bytes | None]:
+    """Flush, type and thumbnail the upload, then put it at its content address, its temporary
+    file kept until the row is committed (in a thread); the row, and the thumbnail's bytes."""
     sha256 = part.finish()
     mime = blobs.detect_bytes(bytes(part.head), name, whole=part.size <= len(part.head))
     thumb = None
     if mime.startswith("image/") and mime != "image/svg+xml":
         thumb = blobs.thumbnail(part.path, max_pixels)
-    part.commit(sha256)
-    thumb_sha = blobs.put_bytes(data, thumb.content) if thumb else None
+    part.commit(sha256, keep=True)
+    thumb_sha = blobs.put_bytes(root, thumb.content) if thumb else None
     return {
         "sha256": sha256,
         "size": part.size,
@@ -270,7 +313,7 @@ def _finish(part: blobs.Upload, data: Path, name: str, max_pixels: int) -> dict[
         "height": thumb.height if thumb else None,
         "thumb_sha256": thumb_sha,
         "thumb_mime": thumb.mime if thumb else None,
-    }
+    }, thumb.content if thumb else None
 
 
 async def _pdf_preview(core: Services, sha256: str) -> dict[str, Any]:
@@ -284,7 +327,7 @@ async def _pdf_preview(core: Services, sha256: str) -> dict[str, Any]:
     known = await core.db.read(lambda conn: store.pdf_preview(conn, sha256))
     if known is not None:
         return known
-    data = core.settings.data
+    data = core.settings.attachments_root
     found = await core.pdfs.render(blobs.path_of(data, sha256))
     if isinstance(found, PreviewFailure):
         # One that a limit stopped may be an attack (or a limit too tight): the operator's to see.
@@ -342,7 +385,6 @@ def check_owned(conn: Connection, sender: Member, ids: Sequence[int]) -> list[di
 
 async def discard(core: Services, member: Member, attachment_id: int) -> None:
     """Remove one's own upload before it is sent (its content stays if anything else uses it)."""
-    data = core.settings.data
 
     def job(conn: Connection, tx: Tx) -> list[str]:
         row = store.get(conn, attachment_id)
@@ -355,8 +397,7 @@ async def discard(core: Services, member: Member, attachment_id: int) -> None:
         shas = {row["sha256"], row["thumb_sha256"]} - {None}
         return [s for s in shas if not store.referenced(conn, s)]
 
-    for sha256 in await core.db.write(job):
-        await asyncio.to_thread(blobs.remove, data, sha256)
+    await drop_files(core, await core.db.write(job))
 
 
 async def readable(core: Services, member: Member, attachment_id: int) -> dict[str, Any]:
@@ -389,11 +430,36 @@ async def readable(core: Services, member: Member, attachment_id: int) -> dict[s
     return row
 
 
-def purge_project(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
-    """Purge step: the project's rows, and the files no other project's row still uses."""
+def purge_project(conn: Connection, project_id: int, root: Path) -> dict[str, Any]:
+    """Purge step: the project's rows, and the files no other project's row still uses
+    (``root``: the attachments folder)."""
     count, orphans = store.delete_project(conn, project_id)
-    removed = sum(1 for sha256 in orphans if blobs.remove(data, sha256))
+    removed = 0
+    for sha256 in orphans:
+        aside = blobs.retire(root, sha256)
+        if aside is None:
+            continue
+        if store.referenced(conn, sha256):  # a statement of its own: sees others' new commits
+            blobs.reinstate(root, sha256, aside)
+        else:
+            blobs.drop_retired(aside)
+            removed += 1
     return {"attachments": count, "attachment_files": removed}
+
+
+async def drop_files(core: Services, shas: Sequence[str]) -> None:
+    """Delete the files of contents no row named at the caller's commit: each is first taken
+    from its address (``blobs.retire``), then the database is asked again, and a content an
+    upload committed meanwhile (on any node) is put back instead of deleted."""
+    root = core.settings.attachments_root
+    for sha256 in shas:
+        aside = await asyncio.to_thread(blobs.retire, root, sha256)
+        if aside is None:
+            continue
+        if await core.db.read(partial(store.referenced, sha256=sha256)):
+            await asyncio.to_thread(blobs.reinstate, root, sha256, aside)
+        else:
+            await asyncio.to_thread(blobs.drop_retired, aside)
 
 
 UNSENT_KEEP_SECS = 24 * 3600
@@ -407,8 +473,7 @@ async def sweep_unsent(core: Services) -> int:
         return store.delete_unsent_before(conn, tx.now - UNSENT_KEEP_SECS)
 
     count, orphans = await core.db.write(job)
-    for sha256 in orphans:
-        await asyncio.to_thread(blobs.remove, core.settings.data, sha256)
+    await drop_files(core, orphans)
     return count
 
 
@@ -430,10 +495,10 @@ async def copy_for_agent(
         return store.many(conn, [int(i["id"]) for i in items])
 
     rows = await core.db.read(read)
-    return await asyncio.to_thread(_copy, core.settings.data, workspace, rows)
+    return await asyncio.to_thread(_copy, core.settings.attachments_root, workspace, rows)
 
 
-def _copy(data: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+def _copy(blob_root: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
     """The copies behind :func:`copy_for_agent`. The working folder is written by agents, so nothing
     here goes by an absolute name inside it (a planted symlink would make the server write wherever
     it points — over its own database, say): the folders are walked to, and made, from the
@@ -457,7 +522,9 @@ def _copy(data: Path, workspace: Path, rows: Sequence[Mapping[str, Any]]) -> dic
                 for row in rows:
                     name = f"{row['id']}-{row['name']}"
                     try:
-                        _copy_one(blobs.path_of(data, str(row["sha256"])), folder.fd, name, row)
+                        _copy_one(
+                            blobs.path_of(blob_root, str(row["sha256"])), folder.fd, name, row
+                        )
                     except OSError:
                         log.warning(
                             "attachment %s not copied for an agent", row["id"], exc_info=True

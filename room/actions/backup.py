@@ -83,9 +83,14 @@ class Restored:
 # -- backup --------------------------------------------------------------------------------------
 
 
-def write_backup(data: Path, target: Path, now: float) -> dict[str, Any]:
+def write_backup(
+    data: Path, target: Path, now: float, attachments: Path | None = None
+) -> dict[str, Any]:
     """Write the backup of ``data`` to ``target`` (0600, atomically: a temporary file in the
-    same folder renamed over it); returns its manifest."""
+    same folder renamed over it); returns its manifest. ``attachments``: the attachments folder
+    when it is not ``<data>/attachments`` (the ``attachments_dir`` setting); the archive keeps
+    its files under ``attachments/`` all the same, and a restore puts them there."""
+    root = blobs.root_of(data) if attachments is None else attachments
     db_path = data / DATABASE
     if target.is_dir():
         raise BadRequestError(
@@ -108,7 +113,7 @@ def write_backup(data: Path, target: Path, now: float) -> dict[str, Any]:
             with tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as tar:
                 files[DATABASE] = _add(tar, DATABASE, snapshot, now)
                 for sha in facts["blobs"]:
-                    path = blobs.path_of(data, sha)
+                    path = blobs.path_of(root, sha)
                     try:
                         files[f"attachments/{sha[:2]}/{sha[2:]}"] = _add(
                             tar, f"attachments/{sha[:2]}/{sha[2:]}", path, now
@@ -168,7 +173,7 @@ def scheduled_name(now: float) -> str:
 
 
 def backup_into(
-    data: Path, folder: Path, now: float, keep: int
+    data: Path, folder: Path, now: float, keep: int, attachments: Path | None = None
 ) -> tuple[Path, dict[str, Any], list[Path]]:
     """One scheduled backup: ``room-<UTC time>.tar`` in ``folder``, then the oldest of the
     folder's scheduled backups removed past the ``keep`` newest (files of that name only:
@@ -178,7 +183,7 @@ def backup_into(
     while target.exists():
         n += 1
         target = folder / f"{stem}-{n}.tar"
-    manifest = write_backup(data, target, now)
+    manifest = write_backup(data, target, now, attachments)
     ours = sorted(
         (p for p in folder.iterdir() if _SCHEDULED.fullmatch(p.name) and p.is_file()),
         key=lambda p: (p.stat().st_mtime, p.name),

@@ -97,22 +97,22 @@ def _file_names(conn: Connection, project_id: int) -> Iterator[str]:
         yield str(sha)
 
 
-def _check_files(conn: Connection, project_id: int, data: Path) -> None:
+def _check_files(conn: Connection, project_id: int, root: Path) -> None:
     """Every file the pack will carry is in the store (checked before the first line, so an
     export that could only end cut short is refused instead)."""
     for sha in _file_names(conn, project_id):
-        if not blobs.path_of(data, sha).is_file():
+        if not blobs.path_of(root, sha).is_file():
             raise StorageError(
                 f"附件内容缺失，无法导出 (the file {sha} of an attachment is missing from "
-                f"{blobs.root_of(data)}; restore it from a backup first)",
+                f"{root}; restore it from a backup first)",
                 code="attachment_missing", sha256=sha,
             )  # fmt: skip
 
 
-def _file_rows(conn: Connection, project_id: int, data: Path) -> Iterator[bytes]:
+def _file_rows(conn: Connection, project_id: int, root: Path) -> Iterator[bytes]:
     """The files part's rows: each file in chunks of base64, one row per chunk."""
     for sha in _file_names(conn, project_id):
-        with blobs.path_of(data, sha).open("rb") as f:
+        with blobs.path_of(root, sha).open("rb") as f:
             size = os.fstat(f.fileno()).st_size
             offset = 0
             while True:
@@ -131,12 +131,12 @@ def export_lines(
     now: float,
     parts: Iterable[str] | None = None,
     *,
-    data: Path | None,
+    attachments: Path | None,
 ) -> Iterator[bytes]:
     """The pack of ``project_id`` as UTF-8 text, a line or a chunk of whole lines at a time.
     The caller holds a read transaction on ``conn`` for the whole iteration (so the parts
-    agree with each other). ``data`` is the data folder, whose attachment files the pack
-    carries (None only when ``parts`` leave the attachments out, as a fork's do)."""
+    agree with each other). ``attachments`` is the attachments folder
+    (``Settings.attachments_root``), whose files the pack carries (None only when ``parts`` leave the attachments out, as a fork's do)."""
     project = projects_store.get(conn, project_id)
     if project is None or project.state == "purged":
         raise NotFoundError(f"no project {project_id}", code="no_project")
@@ -144,9 +144,9 @@ def export_lines(
     tables = [t for t in PACK_TABLES if wanted is None or t.name in wanted]
     names = [name for name in PART_ORDER if wanted is None or name in wanted]
     if FILES_PART in names:
-        if data is None:
-            raise ValueError("an export with attachments needs the data folder")
-        _check_files(conn, project_id, data)
+        if attachments is None:
+            raise ValueError("an export with attachments needs the attachments folder")
+        _check_files(conn, project_id, attachments)
     header = {
         "kind": PACK_KIND,
         "version": PACK_VERSION,
@@ -177,10 +177,10 @@ def export_lines(
             del chunk
         total += count
         yield _line({"end": table.name, "rows": count})
-        if table.name == "attachments" and FILES_PART in names and data is not None:
+        if table.name == "attachments" and FILES_PART in names and attachments is not None:
             yield _line({"part": FILES_PART, "columns": list(FILE_COLUMNS)})
             count = 0
-            for line in _file_rows(conn, project_id, data):
+            for line in _file_rows(conn, project_id, attachments):
                 count += 1
                 yield line
             total += count
@@ -188,16 +188,18 @@ def export_lines(
     yield _line({"end_pack": True, "rows": total})
 
 
-def write_pack(conn: Connection, project_id: int, out: IO[bytes], now: float, data: Path) -> int:
+def write_pack(
+    conn: Connection, project_id: int, out: IO[bytes], now: float, attachments: Path
+) -> int:
     """Write the pack of ``project_id`` to ``out`` from one read transaction; returns bytes.
-    ``data``: the data folder (the attachments' files)."""
+    ``attachments``: the attachments folder (``Settings.attachments_root``)."""
     written = 0
     own = not conn.in_transaction  # a reader of the server's pool is in one already
     if own:  # one snapshot (SQLite's read transactions are; PostgreSQL's when asked)
         snapshot = dialect_for(conn).name == "postgresql"
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN")
     try:
-        for text in export_lines(conn, project_id, now, data=data):
+        for text in export_lines(conn, project_id, now, attachments=attachments):
             out.write(text)
             written += len(text)
     finally:

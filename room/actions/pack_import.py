@@ -120,7 +120,7 @@ class ImportOptions:
     forked_from: int | None = None
     parts: tuple[str, ...] | None = None
     action: str = "project.import"
-    data: Path | None = None  # the data folder: where the attachments' files go
+    attachments: Path | None = None  # the attachments folder (Settings.attachments_root)
     # The new project's attachment bytes may not pass this (attachment_project_bytes; None: any).
     attachment_quota: int | None = None
 
@@ -349,7 +349,7 @@ class Importer:
         if columns != list(FILE_COLUMNS):
             raise PackError("bad_columns", f"the files part has columns {columns!r}",
                             part=FILES_PART, line=lineno)  # fmt: skip
-        if self.options.data is None:
+        if self.options.attachments is None:
             raise PackError("bad_pack", "this import takes no files", part=FILES_PART)
         # Every attachment row is in: what they hold counts against the quota an upload would.
         quota = self.options.attachment_quota
@@ -418,10 +418,10 @@ class Importer:
                 "bad_file", f"file {sha}: no attachment names it (or the files are out of order)",
                 sha256=sha,
             )  # fmt: skip
-        data = self.options.data
-        assert data is not None
+        root = self.options.attachments
+        assert root is not None
         # Content the store has already is only checked, not written again.
-        staged = None if blobs.holds(data, sha, size) else blobs.stage(data, self.token, sha)
+        staged = None if blobs.holds(root, sha, size) else blobs.stage(root, self.token, sha)
         self.file = _File(sha, size, staged)
 
     def _end_file(self, current: _File) -> None:
@@ -463,12 +463,12 @@ class Importer:
         """A refused import: its staged files go (the rows go with the rollback)."""
         if self.file is not None and self.file.upload is not None:
             self.file.upload.discard()
-        if self.options.data is not None:
-            blobs.discard_staged(self.options.data, self.token)
+        if self.options.attachments is not None:
+            blobs.discard_staged(self.options.attachments, self.token)
 
     def commit_files(self) -> None:
-        if self.options.data is not None:
-            blobs.commit_staged(self.options.data, self.token)
+        if self.options.attachments is not None:
+            blobs.commit_staged(self.options.attachments, self.token)
 
     # -- the special rows
 
@@ -798,7 +798,7 @@ def fork_project(
     # Chunks of rows split on "\n" only: JSON text holds no raw newline, but may hold U+2028.
     lines = [
         line
-        for chunk in export_lines(conn, project_id, tx.now, FORK_TABLES, data=None)
+        for chunk in export_lines(conn, project_id, tx.now, FORK_TABLES, attachments=None)
         for line in chunk.split(b"\n")
         if line
     ]

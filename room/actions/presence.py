@@ -6,7 +6,10 @@ agents by what their session does (``core.agents.running_members``), their exter
 :func:`room.rules.ops.presence_of`. Whatever may change it calls :func:`schedule`; the subscribers
 get a ``presence`` frame with the members whose presence changed since they were last told (the
 ``subscribed`` frame has the whole map). Nothing is stored: presence is memory, rebuilt by
-reconnecting clients.
+reconnecting clients. In a cluster a person's connections on the other nodes count too
+(room.infra.bus.ClusterPresence: each node's people, external agents' sockets and running
+turns on the bus, with a time to live), and :func:`people_changed` / :func:`agents_changed`
+are told when the merged sets change.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from room.rules.protocol import encode
 from room.services import ProjectRoster, Services
 from room.store import members as members_store
 from room.store import projects as projects_store
+from room.store.dialect import Connection
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +31,15 @@ def snapshot(core: Services, project_id: int, roster: ProjectRoster, state: str)
     """Every current member's presence, by member id (as a string, like other maps on the
     wire)."""
     running = set(core.agents.running_members(project_id))
+    here = core.hub.presence
     return {
         str(m.id): presence_of(
             m,
             state,
-            connected=core.hub.presence.person_online(m.user_id)
+            connected=here.person_present(m.user_id)
             if m.kind == "human"
-            else bool(core.inboxes.of(m.id)),
-            running=m.id in running,
+            else bool(core.inboxes.of(m.id)) or here.agent_connected_elsewhere(m.id),
+            running=m.id in running or here.agent_running_elsewhere(m.id),
         )
         for m in roster.members.values()
         if m.status != "left"
@@ -48,6 +53,7 @@ def schedule(core: Services, project_id: int) -> None:
     """Presence in ``project_id`` may have changed: tell its subscribers — at once, then at most
     every ``PRESENCE_EVERY_SECS`` while changes keep coming (a thousand people arriving make a
     few frames, not a thousand)."""
+    core.hub.presence.local_changed()  # a cluster's other nodes hear this node's sets
     core.presence_due.add(project_id)
     if project_id in core.presence_running:
         return
@@ -96,6 +102,29 @@ async def _announce(core: Services, project_id: int) -> bool:
     frame = {"type": "presence", "project_id": project_id, "presence": changed}
     core.hub.broadcast(project_id, encode(frame))
     return True
+
+
+async def people_changed(core: Services, user_ids: set[int]) -> None:
+    """Other nodes' people came online or went offline (their sets on the bus, or a node that
+    stopped saying so): every project of each hears of it."""
+    for user_id in sorted(user_ids):
+        await person_changed(core, user_id)
+
+
+async def agents_changed(core: Services, member_ids: set[int]) -> None:
+    """Agents' sockets or turns on other nodes came or went: their projects hear of it."""
+
+    def projects(conn: Connection) -> set[int]:
+        found = (members_store.get(conn, member_id) for member_id in member_ids)
+        return {m.project_id for m in found if m is not None}
+
+    try:
+        project_ids = await core.db.read(projects)
+    except Exception:
+        log.debug("presence of agents %s not announced", member_ids, exc_info=True)
+        return
+    for project_id in sorted(project_ids):
+        schedule(core, project_id)
 
 
 async def person_changed(core: Services, user_id: int) -> None:

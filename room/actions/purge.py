@@ -33,6 +33,7 @@ from room.rules.lifecycle import ProjectOp, ProjectState, check_purge_request, f
 from room.rules.ops import project_frame
 from room.rules.protocol import encode
 from room.services import Services
+from room.settings import Settings
 from room.store import Tx
 from room.store import attempts as attempts_store
 from room.store import audit as audit_store
@@ -46,7 +47,7 @@ from room.store import threads as threads_store
 from room.store.dialect import Connection
 from room.store.schema_tasks import TASK_TABLES
 
-StepFn = Callable[[Connection, int, Path], dict[str, Any]]
+StepFn = Callable[[Connection, int, Settings], dict[str, Any]]
 Failure = tuple[str, str]  # the step's name, the error
 
 
@@ -61,7 +62,7 @@ def _delete(conn: Connection, sql: str, project_id: int) -> int:
     return conn.execute(sql, {"p": project_id}).rowcount
 
 
-def _sessions(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _sessions(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     members = "(SELECT id FROM members WHERE project_id = :p)"
     return {
         "transcript_entries": _delete(
@@ -75,7 +76,7 @@ def _sessions(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     }
 
 
-def _tokens(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _tokens(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     members = "(SELECT id FROM members WHERE project_id = :p)"
     return {
         "agent_tokens": _delete(
@@ -85,7 +86,7 @@ def _tokens(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     }
 
 
-def _deliveries(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _deliveries(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     return {
         "reconciliations": _delete(
             conn,
@@ -97,7 +98,7 @@ def _deliveries(conn: Connection, project_id: int, data: Path) -> dict[str, Any]
     }
 
 
-def _tasks(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _tasks(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     # The attempt rows only: their worktrees and branches stay on disk (listed in the preview).
     counts = {"task_attempts": attempts_store.delete_project(conn, project_id)}
     return counts | {
@@ -106,19 +107,19 @@ def _tasks(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     }
 
 
-def _memory(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _memory(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     return memory_store.delete_project(conn, project_id)
 
 
-def _research(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _research(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     return research_store.delete_project(conn, project_id)
 
 
-def _search(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _search(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     return search_store.purge_project(conn, project_id)
 
 
-def _messages(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _messages(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     messages = "(SELECT id FROM messages WHERE project_id = :p)"
     counts = {
         **threads_store.purge_project(conn, project_id),
@@ -137,13 +138,13 @@ def _messages(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     return counts
 
 
-def _attachments(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _attachments(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     """The project's uploads; their files unless another project still has the same content
     (files are content-addressed and shared)."""
-    return attachment_actions.purge_project(conn, project_id, data)
+    return attachment_actions.purge_project(conn, project_id, settings.attachments_root)
 
 
-def _settings(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _settings(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     return {
         "route_settings": _delete(
             conn, "DELETE FROM route_settings WHERE project_id = :p", project_id
@@ -163,7 +164,7 @@ def _settings(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
     }
 
 
-def _members(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _members(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     return {
         # Again here: a cursor written late (a deferred read) must not hold the members back.
         "read_cursors": _delete(conn, "DELETE FROM read_cursors WHERE project_id = :p", project_id),
@@ -182,10 +183,10 @@ def project_files(data: Path, project_id: int) -> Path:
     return data / "projects" / str(project_id)
 
 
-def _files(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def _files(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     """Files the server keeps for the project under the data folder — nothing else, ever."""
-    folder = project_files(data, project_id)
-    root = data.resolve()
+    folder = project_files(settings.data, project_id)
+    root = settings.data.resolve()
     if not folder.exists() and not folder.is_symlink():
         return {"files": 0}
     if folder.is_symlink() or not folder.resolve().is_relative_to(root):
@@ -224,7 +225,7 @@ KEPT = (
 )
 
 
-def preview(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
+def preview(conn: Connection, project_id: int, settings: Settings) -> dict[str, Any]:
     """What a purge would delete (counts) and what it keeps; changes nothing."""
     conn.execute("SAVEPOINT preview")
     try:
@@ -234,7 +235,7 @@ def preview(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
                 counts = attachment_actions.purge_preview(conn, project_id)
                 delete.append({"step": step.name, "what": step.label, "counts": counts})
             elif step.name == "files":
-                folder = project_files(data, project_id)
+                folder = project_files(settings.data, project_id)
                 files = sum(1 for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
                 delete.append({"step": step.name, "what": step.label, "counts": {"files": files}})
             else:
@@ -242,7 +243,7 @@ def preview(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
                     {
                         "step": step.name,
                         "what": step.label,
-                        "counts": step.run(conn, project_id, data),
+                        "counts": step.run(conn, project_id, settings),
                     }
                 )
     finally:
@@ -256,9 +257,9 @@ def preview(conn: Connection, project_id: int, data: Path) -> dict[str, Any]:
 
 
 async def cleanup_preview(core: Services, project_id: int) -> dict[str, Any]:
-    data = core.settings.data
+    settings = core.settings
     # A read connection is query-only; the preview counts inside a rolled-back savepoint.
-    result = await core.db.write(lambda conn, tx: preview(conn, project_id, data))
+    result = await core.db.write(lambda conn, tx: preview(conn, project_id, settings))
     # What git keeps for the project (read off the loop, outside the write).
     kept = await attempt_actions.kept_worktrees(core, project_id)
     for item in result["keep"]:
@@ -315,7 +316,7 @@ async def _run(
     core: Services, actor: Member, project: Project, steps: Sequence[PurgeStep]
 ) -> dict[str, Any]:
     project_id = project.id
-    data = core.settings.data
+    settings = core.settings
     done = await _begin(core, actor, project_id)
     core.hub.cut_project(project_id, "project purged")
     # The last step (the members) runs in the transaction that ends the purge: until it
@@ -323,9 +324,9 @@ async def _run(
     # a crash in between never leaves a blocked purge nobody can retry.
     last = steps[-1] if steps and steps[-1].name not in done else None
     before_last = [s for s in steps if s.name not in done and s is not last]
-    results, failed = await _run_steps(core, project_id, data, before_last)
+    results, failed = await _run_steps(core, project_id, settings, before_last)
     state, results, failed = await core.db.write(
-        partial(_finish, actor=actor, project=project, data=data, last=last, results=results,
+        partial(_finish, actor=actor, project=project, settings=settings, last=last, results=results,
                 earlier=failed)
     )  # fmt: skip
     return {
@@ -386,7 +387,7 @@ def _start(conn: Connection, tx: Tx, *, actor: Member, project_id: int) -> list[
 
 
 async def _run_steps(
-    core: Services, project_id: int, data: Path, steps: Sequence[PurgeStep]
+    core: Services, project_id: int, settings: Settings, steps: Sequence[PurgeStep]
 ) -> tuple[dict[str, Any], Failure | None]:
     """Each step in its own write, in order, until one fails: the counts of those that ran and
     the failure."""
@@ -394,7 +395,7 @@ async def _run_steps(
     for step in steps:
         try:
             results[step.name] = await core.db.write(
-                partial(_run_step, project_id=project_id, data=data, step=step)
+                partial(_run_step, project_id=project_id, settings=settings, step=step)
             )
         except Exception as exc:
             return results, (step.name, f"{type(exc).__name__}: {exc}")
@@ -402,10 +403,10 @@ async def _run_steps(
 
 
 def _run_step(
-    conn: Connection, tx: Tx, *, project_id: int, data: Path, step: PurgeStep
+    conn: Connection, tx: Tx, *, project_id: int, settings: Settings, step: PurgeStep
 ) -> dict[str, Any]:
     """One step, recorded in ``purge_steps`` so a retry continues after it."""
-    counts = step.run(conn, project_id, data)
+    counts = step.run(conn, project_id, settings)
     conn.execute(
         "INSERT OR IGNORE INTO purge_steps (project_id, step, done_at, detail)"
         " VALUES (:p, :s, :now, :d)",
@@ -420,7 +421,7 @@ def _finish(
     *,
     actor: Member,
     project: Project,
-    data: Path,
+    settings: Settings,
     last: PurgeStep | None,
     results: dict[str, Any],
     earlier: Failure | None,
@@ -435,7 +436,7 @@ def _finish(
     ours = state == ProjectState.PURGE_BLOCKED.value
     done_now, failure = dict(results), earlier
     if ours and failure is None and last is not None:
-        failure = _run_last_step(conn, tx, project_id, data, last, done_now)
+        failure = _run_last_step(conn, tx, project_id, settings, last, done_now)
     reached = finish_purge(failure is None)
     if ours:
         projects_store.set_state(
@@ -471,7 +472,7 @@ def _run_last_step(
     conn: Connection,
     tx: Tx,
     project_id: int,
-    data: Path,
+    settings: Settings,
     last: PurgeStep,
     done_now: dict[str, Any],
 ) -> Failure | None:
@@ -480,7 +481,9 @@ def _run_last_step(
     conn.execute("SAVEPOINT last_step")
     failure = None
     try:
-        done_now[last.name] = _run_step(conn, tx, project_id=project_id, data=data, step=last)
+        done_now[last.name] = _run_step(
+            conn, tx, project_id=project_id, settings=settings, step=last
+        )
     except Exception as exc:
         conn.execute("ROLLBACK TO last_step")
         failure = (last.name, f"{type(exc).__name__}: {exc}")

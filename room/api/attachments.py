@@ -97,7 +97,7 @@ def _headers(name: str, inline: bool) -> dict[str, str]:
 async def serve(request: Request) -> Response:
     row = await _row(request)
     mime, name = str(row["mime"]), str(row["name"])
-    path = blobs.path_of(core_of(request).settings.data, str(row["sha256"]))
+    path = blobs.path_of(core_of(request).settings.attachments_root, str(row["sha256"]))
     return FileResponse(
         path, media_type=served_type(mime), headers=_headers(name, shows_inline(mime))
     )
@@ -107,7 +107,7 @@ async def thumb(request: Request) -> Response:
     row = await _row(request)
     if not row["thumb_sha256"]:
         raise NotFoundError("this attachment has no thumbnail", code="no_thumbnail")
-    path = blobs.path_of(core_of(request).settings.data, str(row["thumb_sha256"]))
+    path = blobs.path_of(core_of(request).settings.attachments_root, str(row["thumb_sha256"]))
     # A PDF's preview is a picture of its first page: saved, it is named as one.
     name = f"thumb-{row['name']}" + (".png" if row["mime"] == "application/pdf" else "")
     return FileResponse(path, media_type=str(row["thumb_mime"]), headers=_headers(name, True))
@@ -126,7 +126,7 @@ async def view(request: Request) -> Response:
     PDF and its bytes start as one; anything else is the usual download."""
     row = await _row(request)
     mime, name = str(row["mime"]), str(row["name"])
-    path = blobs.path_of(core_of(request).settings.data, str(row["sha256"]))
+    path = blobs.path_of(core_of(request).settings.attachments_root, str(row["sha256"]))
     if not views_inline(mime, await asyncio.to_thread(_head, path)):
         return FileResponse(
             path, media_type=served_type(mime), headers=_headers(name, shows_inline(mime))

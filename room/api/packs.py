@@ -74,7 +74,9 @@ async def export_project(request: Request) -> Response:
     )
     conn = _snapshot(core)
     try:
-        lines = pack_export.export_lines(conn, project_id, time.time(), data=core.settings.data)
+        lines = pack_export.export_lines(
+            conn, project_id, time.time(), attachments=core.settings.attachments_root
+        )
         first = next(lines)  # a missing project fails here, before the response starts
     except BaseException:
         conn.close()
@@ -120,7 +122,7 @@ async def import_project(request: Request) -> Response:
             raise BadRequestError("send the pack as the request body", code="empty_body")
         importer = who.user
         options = pack_import.ImportOptions(
-            importer=importer, name=name, data=core.settings.data,
+            importer=importer, name=name, attachments=core.settings.attachments_root,
             attachment_quota=core.settings.attachment_project_bytes,
         )  # fmt: skip
 

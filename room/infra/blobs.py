@@ -1,9 +1,15 @@
-"""Content-addressed files under ``<data>/attachments``: streamed in, typed, thumbnailed.
+"""Content-addressed files in the attachments folder (``root``: the ``attachments_dir``
+setting, by default ``<data>/attachments``): streamed in, typed, thumbnailed.
 
-An upload is written to ``attachments/tmp/`` while it is hashed (SHA-256), never held whole in
-memory; when it is complete it is flushed to disk and renamed atomically to
-``attachments/<sha[:2]>/<sha[2:]>``. The same content uploaded again (in any project) is stored
-once: the second copy's temporary file is dropped. Nothing here knows about projects or rows.
+An upload is written to ``<root>/tmp/`` under a name no other upload (on any node) uses, while
+it is hashed (SHA-256), never held whole in memory; when it is complete it is flushed to disk
+(fsync) and put at ``<root>/<sha[:2]>/<sha[2:]>`` by a hard link, which creates the name only if
+it is free, or else by an atomic rename; then the folder is synced too. The folder may be shared
+by several nodes (NFS or similar, docs/cluster.md): a file is never written in place, a name is
+never seen half-written, and content already stored (by this node or another) is never replaced
+— a reader on another node keeps the file it opened. The same content uploaded again (in any
+project) is stored once: the second copy's temporary file is dropped. Nothing here knows about
+projects or rows.
 
 The type comes from the content (``puremagic``'s signatures; the name only chooses between
 types the content is equally consistent with, say ``.docx`` and ``.zip``). Images are decoded by
@@ -51,11 +57,12 @@ class ImageTooLargeError(BadRequestError):
 
 
 def root_of(data: Path) -> Path:
+    """The default attachments folder of a data folder (``Settings.attachments_root``)."""
     return data / BLOBS_DIR
 
 
-def path_of(data: Path, sha256: str) -> Path:
-    return root_of(data) / sha256[:2] / sha256[2:]
+def path_of(root: Path, sha256: str) -> Path:
+    return root / sha256[:2] / sha256[2:]
 
 
 # Whole-block writes go straight to the disk (O_DIRECT, where the OS and file system offer it):
@@ -85,10 +92,10 @@ class Upload:
     write fails (a full disk), every later one is refused: chunks already queued behind it
     (see ``room.actions.attachments``) never land at a wrong offset."""
 
-    def __init__(self, data: Path, name: str | None = None) -> None:
-        tmp = root_of(data) / TMP_DIR
+    def __init__(self, root: Path, name: str | None = None) -> None:
+        tmp = root / TMP_DIR
         tmp.mkdir(parents=True, exist_ok=True)
-        self.data = data
+        self.root = root
         self.direct = bool(O_DIRECT)
         self.path = tmp / f"{name or uuid.uuid4().hex}.part"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
@@ -163,21 +170,58 @@ class Upload:
             self._close()
         self.path.unlink(missing_ok=True)
 
-    def commit(self, sha256: str) -> Path:
-        """Move the finished file to its content address (or drop it: already stored)."""
-        target = path_of(self.data, sha256)
-        if target.is_file() and target.stat().st_size == self.size:
-            self.path.unlink(missing_ok=True)
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(self.path, target)
-        _fsync_dir(target.parent)
+    def commit(self, sha256: str, *, keep: bool = False) -> Path:
+        """Move the finished file to its content address (or drop it: already stored).
+        ``keep``: the temporary file stays too (a hard link), until :meth:`settle`."""
+        target = path_of(self.root, sha256)
+        _put(self.path, target, self.size, keep=keep)
         return target
 
+    def settle(self, sha256: str) -> bool:
+        """After the row naming the content is committed: the content is at its address (put
+        there again from the kept temporary file if a removal took it meanwhile — another
+        upload's row went, on this node or another, and its content with it: see
+        :func:`retire`), and the temporary file goes. True if it had to be put again."""
+        try:
+            if holds(self.root, sha256, self.size):
+                return False
+            _put(self.path, path_of(self.root, sha256), self.size)
+            return True
+        finally:
+            self.path.unlink(missing_ok=True)
 
-def put_bytes(data: Path, content: bytes) -> str:
+
+def _put(part: Path, target: Path, size: int, *, keep: bool = False) -> None:
+    """Put the finished, synced file ``part`` at ``target`` (in the same folder tree), unless
+    that content is already there. A hard link creates the name only if it is free, so a file
+    another node stored meanwhile (or is serving) is never replaced under its readers; a
+    damaged file at the name (a size that does not match) is replaced by an atomic rename, as
+    is everything on a file system without hard links."""
+    try:
+        if target.stat().st_size == size:
+            if not keep:
+                part.unlink(missing_ok=True)
+            return
+    except FileNotFoundError:
+        pass
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(part, target)
+    except FileExistsError:
+        if target.stat().st_size != size:
+            os.replace(part, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        os.replace(part, target)  # nothing kept: a file system without hard links
+    if not keep:
+        part.unlink(missing_ok=True)
+    _fsync_dir(target.parent)
+
+
+def put_bytes(root: Path, content: bytes) -> str:
     """Store a small blob (a thumbnail) by its SHA-256."""
-    upload = Upload(data)
+    upload = Upload(root)
     try:
         upload.write(content)
         sha256 = upload.finish()
@@ -188,10 +232,10 @@ def put_bytes(data: Path, content: bytes) -> str:
     return sha256
 
 
-def holds(data: Path, sha256: str, size: int) -> bool:
+def holds(root: Path, sha256: str, size: int) -> bool:
     """Whether the store has this content already (its address, at its size)."""
     try:
-        return path_of(data, sha256).stat().st_size == size
+        return path_of(root, sha256).stat().st_size == size
     except OSError:
         return False
 
@@ -203,15 +247,15 @@ def _staged_prefix(token: str) -> str:
     return f"staged-{token}-"
 
 
-def stage(data: Path, token: str, sha256: str) -> Upload:
+def stage(root: Path, token: str, sha256: str) -> Upload:
     """A temporary file for content that will be ``sha256``, kept aside under ``token`` until
     :func:`commit_staged` (or dropped by :func:`discard_staged`, or by :func:`sweep_tmp` a day
     later if the process dies first)."""
-    return Upload(data, name=_staged_prefix(token) + sha256)
+    return Upload(root, name=_staged_prefix(token) + sha256)
 
 
-def _staged(data: Path, token: str) -> Iterator[tuple[Path, str]]:
-    tmp = root_of(data) / TMP_DIR
+def _staged(root: Path, token: str) -> Iterator[tuple[Path, str]]:
+    tmp = root / TMP_DIR
     if not tmp.is_dir():
         return
     prefix = _staged_prefix(token)
@@ -221,25 +265,48 @@ def _staged(data: Path, token: str) -> Iterator[tuple[Path, str]]:
                 yield Path(entry.path), entry.name[len(prefix) : -len(".part")]
 
 
-def commit_staged(data: Path, token: str) -> int:
+def commit_staged(root: Path, token: str) -> int:
     """Move every file staged under ``token`` to its content address; how many moved."""
     moved = 0
-    for path, sha256 in list(_staged(data, token)):
-        target = path_of(data, sha256)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, target)
-        _fsync_dir(target.parent)
+    for path, sha256 in list(_staged(root, token)):
+        _put(path, path_of(root, sha256), path.stat().st_size)
         moved += 1
     return moved
 
 
-def discard_staged(data: Path, token: str) -> None:
-    for path, _ in list(_staged(data, token)):
+def discard_staged(root: Path, token: str) -> None:
+    for path, _ in list(_staged(root, token)):
         path.unlink(missing_ok=True)
 
 
-def remove(data: Path, sha256: str) -> bool:
-    target = path_of(data, sha256)
+def retire(root: Path, sha256: str) -> Path | None:
+    """Take content no row names any more away from its address, to a temporary name of its
+    own (None: not there). The caller then asks the database again: if a row names it now (an
+    upload of the same content, on any node, committed meanwhile) it puts it back with
+    :func:`reinstate`, else it deletes it with :func:`drop_retired`. With :meth:`Upload.settle`
+    on the uploading side, the content of a committed row is never lost to a removal racing it:
+    whichever of the two looks last finds the other's work."""
+    tmp = root / TMP_DIR
+    tmp.mkdir(parents=True, exist_ok=True)
+    aside = tmp / f"retired-{uuid.uuid4().hex}.part"
+    try:
+        os.replace(path_of(root, sha256), aside)
+    except FileNotFoundError:
+        return None
+    return aside
+
+
+def reinstate(root: Path, sha256: str, aside: Path) -> None:
+    """Put retired content back at its address (unless it is there again already)."""
+    _put(aside, path_of(root, sha256), aside.stat().st_size)
+
+
+def drop_retired(aside: Path) -> None:
+    aside.unlink(missing_ok=True)
+
+
+def remove(root: Path, sha256: str) -> bool:
+    target = path_of(root, sha256)
     try:
         target.unlink()
     except FileNotFoundError:
@@ -247,9 +314,10 @@ def remove(data: Path, sha256: str) -> bool:
     return True
 
 
-def sweep_tmp(data: Path, now: float | None = None) -> int:
-    """Drop temporary files an interrupted upload left (older than a day)."""
-    tmp = root_of(data) / TMP_DIR
+def sweep_tmp(root: Path, now: float | None = None) -> int:
+    """Drop temporary files an interrupted upload left (older than a day: on a shared folder,
+    another node's upload under way is never that old)."""
+    tmp = root / TMP_DIR
     if not tmp.is_dir():
         return 0
     cutoff = (time.time() if now is None else now) - STALE_TMP_SECS

@@ -11,6 +11,13 @@ session's sockets cut). ``no_echo``: a node never hears its own publishes.
 :class:`ClusterHub` is the hub whose frames outside the stream (typing, read cursors, delivery
 labels, drafts; not presence, see :data:`LOCAL_ONLY`) and socket cuts (a member removed, a project purged, a session signed out or a
 token rotated) go to the other nodes' sockets too; what comes from the bus is applied here only.
+
+:class:`ClusterPresence` merges presence without letting nodes contradict each other: each node
+says which people have a connection open on it, which external agents a socket and which agents
+a running turn — the whole sets, in every heartbeat and soon after they change — and each node
+counts a person (an agent) present while in its own sets or in the last sets of a node heard
+within :data:`PEER_LAPSE_SECS`. Every node computes from the same
+sets, so they agree; a node that dies (or loses the bus) drops out at the lapse.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -42,11 +50,11 @@ RECONNECT_WAIT_SECS = 0.5
 HEARTBEAT_SECS = 2.0  # each node says it is there on NODES_SUBJECT this often
 PEER_LAPSE_SECS = 3 * HEARTBEAT_SECS  # a peer unheard for this long is not counted
 CONNECT_TIMEOUT_SECS = 2.0
+TELL_AFTER_SECS = 0.05  # a node's changed set of people goes out this soon (ClusterPresence)
 
 Hint = dict[str, Any]
-# Presence is computed from one node's own sockets: sent to the others it would contradict
-# theirs (a person connected to B shown offline by A). It stays on its node until presence is
-# merged across nodes (docs/cluster.md, "What else rides the bus").
+# Each node computes a project's presence frames itself, from the same merged sets of people
+# (ClusterPresence): sent to the others as well, every change would reach their sockets twice.
 LOCAL_ONLY = '{"type":"presence",'
 
 
@@ -61,6 +69,11 @@ class Bus:
         self.on_hint: Callable[[int | None, Hint], None] = lambda project_id, hint: None
         self.on_reconnect: Callable[[], None] = lambda: None
         self.on_disconnect: Callable[[], None] = lambda: None
+        # What a heartbeat carries besides the node's id (ClusterPresence: its people), what is
+        # told of another node's heartbeat, and what runs after each of this node's.
+        self.beat: Callable[[], Hint] = dict
+        self.on_peer: Callable[[str, Hint], None] = lambda node, hint: None
+        self.on_beat: Callable[[], None] = lambda: None
         self._nc: NatsClient | None = None
         self._subs: dict[int, NatsSubscription | None] = {}
         self._connecting: asyncio.Task[None] | None = None
@@ -82,7 +95,11 @@ class Bus:
 
     async def _heartbeat(self) -> None:
         while True:
-            self.send(None, {"k": "hb", "n": self.node})
+            self.send(None, {**self.beat(), "k": "hb", "n": self.node})
+            try:
+                self.on_beat()
+            except Exception:
+                log.exception("a heartbeat's check failed")
             await asyncio.sleep(HEARTBEAT_SECS)
 
     def peers(self) -> list[str]:
@@ -183,7 +200,12 @@ class Bus:
             except ValueError:
                 return
         if project_id is None and hint.get("k") == "hb":
-            self._peers[str(hint.get("n"))] = time.monotonic()
+            node = str(hint.get("n"))
+            self._peers[node] = time.monotonic()
+            try:
+                self.on_peer(node, hint)
+            except Exception:
+                log.exception("applying a heartbeat from the bus failed")
             return
         self.received += 1
         try:
@@ -224,12 +246,127 @@ async def _unsubscribe(sub: NatsSubscription) -> None:
         await sub.unsubscribe()
 
 
-class ClusterPresence(Presence):
-    """Presence whose session cuts (sign-out, token rotation) reach the other nodes too."""
+@dataclass(frozen=True, slots=True)
+class NodeSets:
+    """What another node said last of what presence is computed from, and when."""
 
-    def __init__(self, bus: Bus) -> None:
+    people: frozenset[int] = frozenset()  # user ids with a connection open on it
+    agents: frozenset[int] = frozenset()  # external agents (member ids) with a socket on it
+    running: frozenset[int] = frozenset()  # agents (member ids) with a turn running on it
+    at: float = 0.0
+
+
+class ClusterPresence(Presence):
+    """Presence merged over the nodes (see the module's docstring); its session cuts
+    (sign-out, token rotation) reach the other nodes too."""
+
+    def __init__(self, bus: Bus, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.bus = bus
+        self.clock = clock
+        # Told whose presence changed through another node (room/app.py wires them to
+        # room.actions.presence); this node's own changes go as before (ws.py, the drivers).
+        self.on_people: Callable[[set[int]], None] = lambda user_ids: None
+        self.on_agents: Callable[[set[int]], None] = lambda member_ids: None
+        # This node's external agents with a socket open and agents with a turn running.
+        self.local_agents: Callable[[], tuple[list[int], list[int]]] = lambda: ([], [])
+        self._remote: dict[str, NodeSets] = {}
+        self._telling: asyncio.TimerHandle | None = None
+        self._told: Hint | None = None
+        bus.beat = self._beat
+        bus.on_peer = self._heard_peer
+        bus.on_beat = self.expire
+
+    def person_present(self, user_id: int | None) -> bool:
+        if user_id is None:
+            return False
+        return self.person_online(user_id) or any(
+            user_id in said.people for said in self._remote.values()
+        )
+
+    def agent_connected_elsewhere(self, member_id: int) -> bool:
+        return any(member_id in said.agents for said in self._remote.values())
+
+    def agent_running_elsewhere(self, member_id: int) -> bool:
+        return any(member_id in said.running for said in self._remote.values())
+
+    def attach_person(self, user_id: int, outbox: Outbox) -> bool:
+        first = super().attach_person(user_id, outbox)
+        if first:
+            self._tell_soon()
+        return first
+
+    def detach_person(self, user_id: int, outbox: Outbox) -> bool:
+        last = super().detach_person(user_id, outbox)
+        if last:
+            self._tell_soon()
+        return last
+
+    def local_changed(self) -> None:
+        self._tell_soon()
+
+    def _beat(self) -> Hint:
+        agents, running = self.local_agents()
+        return {"p": sorted(self._people), "a": agents, "r": running}
+
+    def _tell_soon(self) -> None:
+        """This node's sets may have changed: say so within :data:`TELL_AFTER_SECS` (one
+        message for everything that changed together), not only at the next heartbeat."""
+        if self._telling is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the server's loop (a test's own): the heartbeat tells
+            return
+        self._telling = loop.call_later(TELL_AFTER_SECS, self._tell)
+
+    def _tell(self) -> None:
+        self._telling = None
+        said = self._beat()
+        if said != self._told:  # a change another node caused: nothing new to say here
+            self._told = said
+            self.bus.send(None, {**said, "k": "hb", "n": self.bus.node})
+
+    def _heard_peer(self, node: str, hint: Hint) -> None:
+        """Another node's heartbeat: its whole sets replace the ones it said before."""
+        people = hint.get("p")
+        if not isinstance(people, list):  # a node that does not say (an older release)
+            return
+        said = NodeSets(
+            frozenset(int(u) for u in people),
+            frozenset(int(m) for m in hint.get("a") or ()),
+            frozenset(int(m) for m in hint.get("r") or ()),
+            self.clock(),
+        )
+        self._replace(node, said)
+
+    def expire(self) -> None:
+        """Forget the sets of the nodes not heard within :data:`PEER_LAPSE_SECS` (dead, cut
+        off, or this node's bus is down): what they said no longer counts."""
+        now = self.clock()
+        for node in [n for n, said in self._remote.items() if now - said.at >= PEER_LAPSE_SECS]:
+            self._replace(node, None)
+
+    def _replace(self, node: str, said: NodeSets | None) -> None:
+        before = self._remote.get(node, NodeSets())
+        after = said or NodeSets()
+        people = before.people ^ after.people
+        agents = (before.agents ^ after.agents) | (before.running ^ after.running)
+        was_people = {u: self.person_present(u) for u in people}
+        was_agents = {m: self._agent_elsewhere(m) for m in agents}
+        if said is None:
+            self._remote.pop(node, None)
+        else:
+            self._remote[node] = said
+        changed = {u for u in people if self.person_present(u) != was_people[u]}
+        if changed:
+            self.on_people(changed)
+        moved = {m for m in agents if self._agent_elsewhere(m) != was_agents[m]}
+        if moved:
+            self.on_agents(moved)
+
+    def _agent_elsewhere(self, member_id: int) -> tuple[bool, bool]:
+        return self.agent_connected_elsewhere(member_id), self.agent_running_elsewhere(member_id)
 
     def cut_session(self, session: str, reason: str, code: int) -> int:
         self.bus.send(None, {"k": "cs", "s": session, "r": reason, "c": code})

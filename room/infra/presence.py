@@ -44,7 +44,25 @@ class Presence:
         return True
 
     def person_online(self, user_id: int | None) -> bool:
+        """Whether the person has a connection open on this server."""
         return user_id is not None and user_id in self._people
+
+    def person_present(self, user_id: int | None) -> bool:
+        """Whether the person has a connection open anywhere: here, or on another node of a
+        cluster (room.infra.bus.ClusterPresence); what presence shows."""
+        return self.person_online(user_id)
+
+    def agent_connected_elsewhere(self, member_id: int) -> bool:
+        """Whether an external agent has a socket open on another node of a cluster."""
+        return False
+
+    def agent_running_elsewhere(self, member_id: int) -> bool:
+        """Whether a turn of the agent runs on another node of a cluster."""
+        return False
+
+    def local_changed(self) -> None:
+        """Something presence is computed from changed on this server (a cluster's node says
+        so to the others)."""
 
     def to_person(self, user_id: int, frame: Frame | str) -> None:
         """A frame for one person, on every connection they have open (not replayed)."""

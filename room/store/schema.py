@@ -19,6 +19,7 @@ from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 from room.store.schema_thread_frames import THREAD_FRAMES
 from room.store.schema_threads import THREADS
+from room.store.schema_uploads import UPLOAD_RESERVATIONS
 from room.store.schema_users import USERS_ADMIN
 
 
@@ -579,6 +580,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0026_pdf_previews", PDF_PREVIEWS),
     Migration("0027_pg_parity", PG_PARITY),
     Migration("0028_leases", LEASES),
+    Migration("0029_upload_reservations", UPLOAD_RESERVATIONS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -33,6 +33,7 @@ from room.store.schema_notify import NOTIFY_PG
 from room.store.schema_pg_parity import PG_PARITY_PG
 from room.store.schema_thread_frames import THREAD_FRAMES_PG
 from room.store.schema_threads import THREADS_PG
+from room.store.schema_uploads import UPLOAD_RESERVATIONS_PG
 from room.store.schema_users import USERS_ADMIN_PG
 
 BASELINE_OF = "0019_send_rows"  # the SQLite migration this baseline equals
@@ -773,4 +774,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0026_pdf_previews", PDF_PREVIEWS_PG),
     Migration("0027_pg_parity", PG_PARITY_PG),
     Migration("0028_leases", LEASES_PG),
+    Migration("0029_upload_reservations", UPLOAD_RESERVATIONS_PG),
 )
