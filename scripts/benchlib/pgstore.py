@@ -7,9 +7,9 @@ the store's own functions (:mod:`benchlib.bulkcorpus`: ``executemany`` in one tr
 the indexer on SQLite, cached in ``.bench-cache``; ``COPY`` of the same rows and of the store's
 own tokens into a fresh database of a private PostgreSQL cluster each run), minutes where
 building it through the server took hours. The load's time is a row, the two stores' counts
-and a sample of frames are checked equal. Then, on the same random cursors and the same query words, the
-store's own functions run in-process on one connection of each store, as the server's reader
-threads would: ``room.store.messages.history`` (+ the ``/ws`` page string) and
+and a sample of frames are checked equal. Then, on the same random cursors and the same query
+words, the store's own functions run in-process on one connection of each store, as the
+server's reader threads would: ``room.store.messages.history`` (+ the ``/ws`` page string) and
 ``room.store.search.search`` (parse, the ranked query, authors, snippets of the best 20).
 
 The cluster is the tests' (tests/support/postgres.py: ``initdb`` in /tmp, 127.0.0.1, ``fsync``
