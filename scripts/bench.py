@@ -26,6 +26,8 @@ noisier than ``--max-noise`` are left out of its median (all are used when none 
                 ``--pg-messages`` of them (default 100,000), and ``room copy``'s time (benchlib/pgstore.py)
 * ``pgdurable`` durable acked sends/s on PostgreSQL (10 senders) vs raw psycopg batched, SQLite's
                 beside it, on a private cluster with fsync on                (benchlib/pgdurable.py)
+* ``cluster``   1,000 subscribers × 50 msg/s over 2 nodes (PostgreSQL + NATS) vs 1 node: socket
+                p99 and CPU per delivery ratios, a capacity ladder           (benchlib/clusterfan.py)
 
 Benchmarks stay out of CI and pytest; nothing here asserts a timing. ``--profile`` samples every
 server the bench starts with py-spy (``$PY_SPY`` or ``py-spy`` on PATH) and prints the hot spots.
@@ -70,6 +72,7 @@ WORKLOADS = (
     "uploads",
     "postgresql",
     "pgdurable",
+    "cluster",
 )
 
 
@@ -201,6 +204,7 @@ def workload_functions(
             workdir, CACHE, quick=quick, messages=pg_messages
         ),
         "pgdurable": lambda: module("pgdurable").run(workdir, quick=quick),
+        "cluster": lambda: module("clusterfan").run(workdir, quick=quick),
     }
 
 
