@@ -15,7 +15,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -161,28 +161,9 @@ class RoomServer:
         try:
             trace.phase("database", path=str(self.settings.db_path))
             applied = migrate(conn, self.settings.db_path, now=_now())
-            trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
-            behind = self._search_index()
-            forgotten = run_write(
-                conn, lambda c, tx: indexer.forget_applied_changes(c, self.settings.db_path)
-            )
-            trace.phase(
-                "search_index",
-                behind=behind["messages"],
-                changes=behind["changes"],
-                changes_forgotten=forgotten,
-            )
-            owner, demo_id = run_write(conn, self._seed)
-            secret = run_write(
-                conn,
-                lambda c, tx: auth_actions.create_login_link(
-                    c, tx, owner.id, self.settings.login_link_minutes
-                ),
-            )
-            trace.phase("seed", demo_project_id=demo_id)
+            return self._finish_open(conn, trace, applied, self._search_index, self._seed)
         finally:
             conn.close()
-        return Opened(owner, secret, demo_id, applied)
 
     def _open_postgres(self, trace: BootTrace, url: str) -> Opened:
         """The PostgreSQL store (docs/storage.md): reached (exit 5 when it cannot be), migrated
@@ -197,18 +178,6 @@ class RoomServer:
                 version=pg.server_version(conn),
             )
             applied = pg_migrate.migrate(conn, now=_now())
-            trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
-            typed = cast(sqlite3.Connection, conn)  # the store's functions run on both
-            behind = indexer.lag(url)
-            forgotten = run_write(
-                typed, lambda c, tx: indexer.forget_applied_changes(c, self.settings.db_path)
-            )
-            trace.phase(
-                "search_index",
-                behind=behind["messages"],
-                changes=behind["changes"],
-                changes_forgotten=forgotten,
-            )
 
             def seed(c: sqlite3.Connection, tx: Tx) -> tuple[User, int | None]:
                 # Servers starting together seed one at a time: the second finds the owner
@@ -216,16 +185,40 @@ class RoomServer:
                 c.execute("SELECT pg_advisory_xact_lock(?)", (SEED_LOCK_KEY,))
                 return self._seed(c, tx)
 
-            owner, demo_id = run_write(typed, seed)
-            secret = run_write(
-                typed,
-                lambda c, tx: auth_actions.create_login_link(
-                    c, tx, owner.id, self.settings.login_link_minutes
-                ),
-            )
-            trace.phase("seed", demo_project_id=demo_id)
+            typed = cast(sqlite3.Connection, conn)  # the store's functions run on both
+            return self._finish_open(typed, trace, applied, lambda: indexer.lag(url), seed)
         finally:
             conn.close()
+
+    def _finish_open(
+        self,
+        conn: sqlite3.Connection,
+        trace: BootTrace,
+        applied: list[str],
+        search_lag: Callable[[], dict[str, int]],
+        seed: Callable[[sqlite3.Connection, Tx], tuple[User, int | None]],
+    ) -> Opened:
+        """What both stores do once migrated: the search index's state in the trace, the owner
+        and the demo project seeded, and the owner's first login link."""
+        trace.phase("migrate", applied=applied, schema_version=SCHEMA_VERSION)
+        behind = search_lag()
+        forgotten = run_write(
+            conn, lambda c, tx: indexer.forget_applied_changes(c, self.settings.db_path)
+        )
+        trace.phase(
+            "search_index",
+            behind=behind["messages"],
+            changes=behind["changes"],
+            changes_forgotten=forgotten,
+        )
+        owner, demo_id = run_write(conn, seed)
+        secret = run_write(
+            conn,
+            lambda c, tx: auth_actions.create_login_link(
+                c, tx, owner.id, self.settings.login_link_minutes
+            ),
+        )
+        trace.phase("seed", demo_project_id=demo_id)
         return Opened(owner, secret, demo_id, applied)
 
     def _search_index(self) -> dict[str, int]:
