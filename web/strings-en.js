@@ -1108,6 +1108,8 @@ export const STRINGS_EN = {
   "purgeCount.route_changes": "route changes",
   "purgeCount.project_brakes": "project brakes",
   "purgeCount.project_snapshots": "project snapshots",
+  "purgeCount.leases": "agent-turn leases",
+  "purgeCount.upload_reservations": "upload reservations",
   "purgeCount.member_names": "member names",
   "purgeCount.events": "events",
   "purgeStep.search": "The search index (messages and memory)",

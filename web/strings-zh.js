@@ -1109,6 +1109,8 @@ export const STRINGS_ZH = {
   "purgeCount.route_changes": "路由变更",
   "purgeCount.project_brakes": "制动状态",
   "purgeCount.project_snapshots": "快照",
+  "purgeCount.leases": "智能体运行租约",
+  "purgeCount.upload_reservations": "上传预留",
   "purgeCount.member_names": "名字",
   "purgeCount.events": "事件",
   "purgeStep.search": "搜索索引（消息和记忆）",

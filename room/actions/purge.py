@@ -159,6 +159,10 @@ def _settings(conn: Connection, project_id: int, settings: Settings) -> dict[str
             conn, "DELETE FROM project_snapshots WHERE project_id = :p", project_id
         ),
         "leases": _delete(conn, "DELETE FROM leases WHERE project_id = :p", project_id),
+        # An upload still under way when the project went: its room need not be held any more.
+        "upload_reservations": _delete(
+            conn, "DELETE FROM upload_reservations WHERE project_id = :p", project_id
+        ),
         # Timeline, milestones, dependencies (both ways) and the risk log (docs/portfolio.md).
         "portfolio": portfolio_store.purge_project(conn, project_id),
     }
