@@ -71,6 +71,7 @@ class Relay:
         self.hints_applied = 0  # events published from a hint (``/metrics``)
         self.hints_dropped = 0  # hints of a seq already published
         self.refills = 0  # catch-ups from the database (a gap, the poll, a sweep)
+        self.peer_checks = 0  # checks of the last seqs asked by a node whose bus came (back) up
         # What else the bus brings (the agents' wakes and stop requests, room/app.py): each
         # handler says whether the hint was its.
         self.handlers: list[Callable[[int | None, dict[str, Any]], bool]] = []
@@ -125,6 +126,7 @@ class Relay:
             "hints_applied": float(self.hints_applied),
             "hints_dropped": float(self.hints_dropped),
             "refills": float(self.refills),
+            "peer_checks": float(self.peer_checks),
             "followed": float(len(self._published)),
             "peers": float(len(bus.peers()) if bus else 0),
         }
@@ -147,6 +149,9 @@ class Relay:
             self._sequence(project_id, int(hint["s"]), str(hint["f"]))
         elif kind == "r" and project_id is not None:
             self.on_roster(project_id)
+        elif kind == "sw" and project_id is None:
+            self.peer_checks += 1
+            self._wake.set()  # another node's bus came (back) up: check the last seqs now
         elif isinstance(self.hub, ClusterHub) and self.hub.heard(project_id, hint):
             return
         else:
