@@ -35,7 +35,12 @@ from tests.support.cluster import (
 from tests.support.nats import NatsServer
 from tests.support.wsclient import subscribed
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("clients")]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.slow,
+    pytest.mark.timeout(180),  # two nodes started one after the other on 2 shared cores
+    pytest.mark.usefixtures("clients"),
+]
 
 
 async def test_a_nodes_database_link_cut_fails_its_sends_cleanly_and_it_recovers_alone(
@@ -189,6 +194,40 @@ async def test_a_delayed_bus_link_keeps_every_clients_stream_whole_and_in_order(
             assert seqs == list(range(seqs[0], acked[-1] + 1)), seqs
         stored_log(pg_dsn, project)
         for client in (*readers, sender_a, sender_b):
+            client.drop()
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_a_partitioned_node_catches_up_when_its_database_comes_back_after_its_bus(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    """A cut from both; its bus link comes back first, so the sweep on the bus's return fails
+    (its database is still out of reach); once the database is back A's clients get what B
+    wrote meanwhile, without waiting for the long poll."""
+    a, b = await start_nodes(tmp_path, pg_dsn, nats_server, 2)
+    try:
+        project = first_project(a)
+        pause_lead(a, project)
+        reader_a = await subscribed(a.server, a.owner.cookie, project)
+        sender_b = await subscribed(b.server, b.owner.cookie, project)
+        await metrics_show(a, "room_bus_peers 1.0")
+        acked = await send_some(sender_b, project, "b-before", 3)
+        await until_seq(reader_a, acked[-1])
+
+        a.bus.cut()
+        await metrics_show(a, "room_bus_up 0.0")
+        a.pg.cut()  # (A's /metrics reads the database: B's tell from here on)
+        acked += await send_some(sender_b, project, "b-apart", 10)
+        a.bus.restore()
+        # A's bus is back: it swept its projects (and failed to read them), then asked B to
+        # check its own, which B counts.
+        await metrics_show(b, "room_bus_peer_checks_total 1.0")
+        a.pg.restore()
+        seqs = await until_seq(reader_a, acked[-1])
+        assert seqs == list(range(seqs[0], acked[-1] + 1)), seqs
+        for client in (reader_a, sender_b):
             client.drop()
     finally:
         a.stop()

@@ -85,6 +85,7 @@ class Relay:
         self._pumping: dict[int, asyncio.Task[None]] = {}
         self._again: set[int] = set()
         self._poller: asyncio.Task[None] | None = None
+        self._failing = False  # a read failed: check again at the short period (_retry_soon)
 
     def start(self) -> None:
         self._poller = asyncio.get_running_loop().create_task(self._poll(), name="relay-poll")
@@ -270,12 +271,20 @@ class Relay:
         except Exception:
             log.warning("relaying project %d's events failed; the poll tries again", project_id,
                         exc_info=True)  # fmt: skip
+            self._retry_soon()
         finally:
             self._pumping.pop(project_id, None)
 
+    def _retry_soon(self) -> None:
+        """A read of the database failed (its link is down): the next check comes at the short
+        period, whatever the bus, until one succeeds. A sweep or a refill that failed would
+        otherwise wait for the long poll while the bus is up."""
+        self._failing = True
+
     async def _poll(self) -> None:
         while True:
-            period = self.bus_poll_secs if self.bus is not None and self.bus.up else self.poll_secs
+            bus_up = self.bus is not None and self.bus.up
+            period = self.bus_poll_secs if bus_up and not self._failing else self.poll_secs
             self._wake.clear()
             with contextlib.suppress(TimeoutError):  # the bus went down: the short period now
                 await asyncio.wait_for(self._wake.wait(), period)
@@ -291,7 +300,9 @@ class Relay:
                 heads = await self.db.read(partial(_heads, ids=ids))
             except Exception:
                 log.warning("reading the projects' last seqs failed", exc_info=True)
+                self._retry_soon()
                 continue
+            self._failing = False
             for project_id, last_seq in heads:
                 top = self._published.get(project_id)
                 if top is not None and last_seq > top:
