@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import psycopg
 
-from room.errors import StorageError
+from room.errors import DatabaseUnavailableError, StorageError
 from room.rules.effects import Effect
 from room.store import pg
 from room.store.dialect import Connection, Cursor, Params, dialect_for
@@ -645,9 +645,8 @@ class Database:
     def _refuse(self, batch: list[_Pending[Any]]) -> None:
         """The database cannot be reached: every job of the batch fails at once with a clear
         error (its client may retry; a send's retry is made exactly-once by its txn id)."""
-        error = StorageError(
+        error = DatabaseUnavailableError(
             "the database cannot be reached; nothing was written, try again",
-            code="database_unavailable",
         )
         for pending in batch:
             pending.result, pending.error, pending.tx = None, error, None
@@ -691,13 +690,13 @@ class Database:
                         conn.execute("ROLLBACK")
                 except Exception:
                     log.exception("rolling back the failed group commit failed too")
+            error: StorageError
             if broken:
                 # Whether the COMMIT reached the server before the connection went is unknown:
                 # a send retried with its txn id is acknowledged once either way.
-                error = StorageError(
+                error = DatabaseUnavailableError(
                     "the connection to the database was lost; the write may not have been "
                     "saved, try again",
-                    code="database_unavailable",
                 )
             else:
                 error = StorageError(f"the database refused the write: {exc}")
@@ -837,9 +836,8 @@ class Database:
                 error: BaseException | None = None
                 conn = self._reconnect(conn, "reader")
                 if conn is None:
-                    error = StorageError(
+                    error = DatabaseUnavailableError(
                         "the database cannot be reached; try again",
-                        code="database_unavailable",
                     )
                 else:
                     result, error = self._read_once(conn, job)
@@ -870,9 +868,8 @@ class Database:
                     conn.execute("COMMIT")
         except psycopg.OperationalError as exc:
             if getattr(conn, "broken", False):
-                return None, StorageError(
+                return None, DatabaseUnavailableError(
                     "the connection to the database was lost; try again",
-                    code="database_unavailable",
                 )
             return None, exc
         except BaseException as exc:
