@@ -15,15 +15,18 @@ PostgreSQL and one private nats-server, node A's links to both through a TCP pro
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import psycopg
 import pytest
 from websockets.exceptions import InvalidStatus
 
 from tests.support.cluster import (
     WAIT,
     first_project,
+    make_node,
     metrics_show,
     pause_lead,
     send_one,
@@ -33,6 +36,7 @@ from tests.support.cluster import (
     stream_seqs,
     until_seq,
 )
+from tests.support.llm_servers import TEST_API_KEY, OpenAIServer, openai_text
 from tests.support.nats import NatsServer
 from tests.support.wsclient import Client, subscribed
 
@@ -240,3 +244,67 @@ async def test_a_partitioned_node_catches_up_when_its_database_comes_back_after_
     finally:
         a.stop()
         b.stop()
+
+
+async def test_a_turn_whose_node_lost_its_database_ends_once_the_database_is_back(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
+) -> None:
+    """The lead's turn runs on A; A's database link is cut while the model answers, so the
+    turn can neither post its answer nor record its end. Once the link is back the turn is
+    ended (not left 'running', which would keep the member from every later turn on every
+    node) and the lead answers the next message."""
+    provider = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": TEST_API_KEY}
+    a, b = (make_node(tmp_path / n, pg_dsn, nats_server) for n in "ab")
+    for node in (a, b):
+        node.server.env.update(provider)
+    try:
+        await anyio.to_thread.run_sync(a.start)
+        await anyio.to_thread.run_sync(b.start)
+        project = first_project(a)
+        members = a.server.get_json(f"/api/projects/{project}", cookie=a.owner.cookie)["members"]
+        lead = next(m["id"] for m in members if m["handle"] == "lead")
+        route = {"scope": "member", "target": str(lead), "value": "openai/gpt-test"}
+        status, body = a.server.request(
+            "POST", f"/api/projects/{project}/routes", {**route, "reason": "测试"},
+            headers=a.owner.headers,
+        )  # fmt: skip
+        assert status in (200, 201), body
+        llm.push(openai_text("慢一点的回答", delay_secs=1.0))
+        status, sent = a.server.request(
+            "POST", f"/api/projects/{project}/messages",
+            {"body": "@lead 第一个", "client_txn_id": uuid.uuid4().hex}, headers=a.owner.headers,
+        )  # fmt: skip
+        assert status == 201, sent
+
+        def turns() -> list[str]:
+            with psycopg.connect(pg_dsn) as conn:
+                rows = conn.execute(
+                    "SELECT state FROM turns WHERE member_id = %s ORDER BY id", (lead,)
+                ).fetchall()
+            return [str(r[0]) for r in rows]
+
+        await until(lambda: turns() == ["running"])
+        a.pg.cut()  # while the model takes its second
+        await until(lambda: "failed" in a.server.log)  # the model answered; the writes failed
+        a.pg.restore()
+        await until(lambda: turns()[0] != "running")
+        assert turns() == ["failed"]
+
+        llm.push(openai_text("第二个回答"))
+        status, sent = b.server.request(
+            "POST", f"/api/projects/{project}/messages",
+            {"body": "@lead 第二个", "client_txn_id": uuid.uuid4().hex}, headers=b.owner.headers,
+        )  # fmt: skip
+        assert status == 201, sent
+        await until(lambda: turns() == ["failed", "completed"])
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(WAIT):
+        while True:
+            if condition():
+                return
+            await anyio.sleep(0.1)
