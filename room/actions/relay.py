@@ -269,8 +269,10 @@ class Relay:
                 if len(page) < PAGE and project_id not in self._again:
                     return
         except Exception:
-            log.warning("relaying project %d's events failed; the poll tries again", project_id,
-                        exc_info=True)  # fmt: skip
+            # Said once per outage (every 50 ms it would flood the log); the rest at debug.
+            log.log(logging.DEBUG if self._failing else logging.WARNING,
+                    "relaying project %d's events failed; the poll tries again", project_id,
+                    exc_info=True)  # fmt: skip
             self._retry_soon()
         finally:
             self._pumping.pop(project_id, None)
@@ -299,7 +301,8 @@ class Relay:
             try:
                 heads = await self.db.read(partial(_heads, ids=ids))
             except Exception:
-                log.warning("reading the projects' last seqs failed", exc_info=True)
+                log.log(logging.DEBUG if self._failing else logging.WARNING,
+                        "reading the projects' last seqs failed", exc_info=True)  # fmt: skip
                 self._retry_soon()
                 continue
             self._failing = False
