@@ -205,35 +205,39 @@ class Soak:
             await anyio.sleep(self.rng.uniform(0.05, 0.3))
 
     async def make_chaos(self, secs: float) -> None:
-        with anyio.move_on_after(secs):
-            while True:
-                await anyio.sleep(self.rng.uniform(2.0, 4.0))
-                what = self.rng.choice(["kill", "kill", "cut_bus", "cut_db", "stop_nats"])
-                if what == "kill":
-                    index = self.rng.randrange(len(self.nodes))
-                    self.chaos.append(f"kill -9 node{index}")
-                    self.down.add(index)
-                    self.nodes[index].server.kill9()
-                    await anyio.sleep(self.rng.uniform(0.5, 2.0))
-                    await anyio.to_thread.run_sync(self.nodes[index].restart)
-                    self.down.discard(index)
-                elif what == "cut_bus":
-                    index = self.rng.randrange(len(self.nodes))
-                    self.chaos.append(f"bus link of node{index} cut")
-                    self.nodes[index].bus.cut()
-                    await anyio.sleep(self.rng.uniform(0.5, 2.0))
-                    self.nodes[index].bus.restore()
-                elif what == "cut_db":
-                    index = self.rng.randrange(len(self.nodes))
-                    self.chaos.append(f"database link of node{index} cut")
-                    self.nodes[index].pg.cut()
-                    await anyio.sleep(self.rng.uniform(0.5, 2.0))
-                    self.nodes[index].pg.restore()
-                else:
-                    self.chaos.append("nats-server stopped")
-                    await anyio.to_thread.run_sync(self.nats.stop_for_now)
-                    await anyio.sleep(self.rng.uniform(0.5, 2.0))
-                    await anyio.to_thread.run_sync(self.nats.resume)
+        """Until ``secs`` have passed, one mishap after another, each undone before the next
+        (never cut short: a node killed is restarted, a link cut restored)."""
+        deadline = anyio.current_time() + secs
+        while True:
+            await anyio.sleep(self.rng.uniform(2.0, 4.0))
+            if anyio.current_time() >= deadline:
+                return
+            what = self.rng.choice(["kill", "kill", "cut_bus", "cut_db", "stop_nats"])
+            if what == "kill":
+                index = self.rng.randrange(len(self.nodes))
+                self.chaos.append(f"kill -9 node{index}")
+                self.down.add(index)
+                self.nodes[index].server.kill9()
+                await anyio.sleep(self.rng.uniform(0.5, 2.0))
+                await anyio.to_thread.run_sync(self.nodes[index].restart)
+                self.down.discard(index)
+            elif what == "cut_bus":
+                index = self.rng.randrange(len(self.nodes))
+                self.chaos.append(f"bus link of node{index} cut")
+                self.nodes[index].bus.cut()
+                await anyio.sleep(self.rng.uniform(0.5, 2.0))
+                self.nodes[index].bus.restore()
+            elif what == "cut_db":
+                index = self.rng.randrange(len(self.nodes))
+                self.chaos.append(f"database link of node{index} cut")
+                self.nodes[index].pg.cut()
+                await anyio.sleep(self.rng.uniform(0.5, 2.0))
+                self.nodes[index].pg.restore()
+            else:
+                self.chaos.append("nats-server stopped")
+                await anyio.to_thread.run_sync(self.nats.stop_for_now)
+                await anyio.sleep(self.rng.uniform(0.5, 2.0))
+                await anyio.to_thread.run_sync(self.nats.resume)
 
 
 async def test_soak_three_nodes_with_kills_and_bus_drops_lose_nothing(
