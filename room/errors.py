@@ -27,6 +27,7 @@ or as the JSON body of an HTTP error) and a human ``message``.
     ├── BusyError                  503  the server is at a bound of its own; carries ``retry_after_ms``
     ├── BackupError                400  a backup that cannot be restored, or a restore's target not empty
     ├── StorageError               500  the database refused (integrity, disk)
+    │   ├── DatabaseUnavailableError 503 PostgreSQL cannot be reached, or the link was lost
     │   ├── LockHeldError               another server holds the data folder (names its pid)
     │   └── SchemaTooNewError           the database was written by a newer Project Room
     ├── SandboxError               500  the command runner could not run a command as asked
@@ -199,6 +200,15 @@ class BackupError(RoomError):
 class StorageError(RoomError):
     code = "storage_error"
     http_status = 500
+
+
+class DatabaseUnavailableError(StorageError):
+    """PostgreSQL cannot be reached, or the connection was lost mid-write: nothing (or perhaps
+    the write) was saved; try again (a send with the same ``client_txn_id``). 503: a load
+    balancer may send the request to another node."""
+
+    code = "database_unavailable"
+    http_status = 503
 
 
 class LockHeldError(StorageError):

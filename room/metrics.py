@@ -191,6 +191,11 @@ def _relay_metrics(stats: dict[str, float], bus_url: str | None) -> Iterator[Met
             ("room_bus_hints_unsent", "bus_unsent", "Hints not sent: the bus was down."),
             ("room_bus_events_applied", "hints_applied", "Events published from a hint."),
             ("room_bus_hints_dropped", "hints_dropped", "Hints of an event already published."),
+            (
+                "room_bus_peer_checks",
+                "peer_checks",
+                "Checks of the projects' last seqs asked by a server whose bus came (back) up.",
+            ),
         ):
             yield CounterMetricFamily(name, text, value=stats[key])
     yield CounterMetricFamily(

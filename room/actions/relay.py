@@ -71,6 +71,7 @@ class Relay:
         self.hints_applied = 0  # events published from a hint (``/metrics``)
         self.hints_dropped = 0  # hints of a seq already published
         self.refills = 0  # catch-ups from the database (a gap, the poll, a sweep)
+        self.peer_checks = 0  # checks of the last seqs asked by a node whose bus came (back) up
         # What else the bus brings (the agents' wakes and stop requests, room/app.py): each
         # handler says whether the hint was its.
         self.handlers: list[Callable[[int | None, dict[str, Any]], bool]] = []
@@ -84,6 +85,7 @@ class Relay:
         self._pumping: dict[int, asyncio.Task[None]] = {}
         self._again: set[int] = set()
         self._poller: asyncio.Task[None] | None = None
+        self._failing = False  # a read failed: check again at the short period (_retry_soon)
 
     def start(self) -> None:
         self._poller = asyncio.get_running_loop().create_task(self._poll(), name="relay-poll")
@@ -125,6 +127,7 @@ class Relay:
             "hints_applied": float(self.hints_applied),
             "hints_dropped": float(self.hints_dropped),
             "refills": float(self.refills),
+            "peer_checks": float(self.peer_checks),
             "followed": float(len(self._published)),
             "peers": float(len(bus.peers()) if bus else 0),
         }
@@ -154,6 +157,9 @@ class Relay:
             self._sequence(project_id, int(hint["s"]), str(hint["f"]))
         elif kind == "r" and project_id is not None:
             self.on_roster(project_id)
+        elif kind == "sw" and project_id is None:
+            self.peer_checks += 1
+            self._wake.set()  # another node's bus came (back) up: check the last seqs now
         elif isinstance(self.hub, ClusterHub) and self.hub.heard(project_id, hint):
             return
         else:
@@ -270,14 +276,24 @@ class Relay:
                 if len(page) < PAGE and project_id not in self._again:
                     return
         except Exception:
-            log.warning("relaying project %d's events failed; the poll tries again", project_id,
-                        exc_info=True)  # fmt: skip
+            # Said once per outage (every 50 ms it would flood the log); the rest at debug.
+            log.log(logging.DEBUG if self._failing else logging.WARNING,
+                    "relaying project %d's events failed; the poll tries again", project_id,
+                    exc_info=True)  # fmt: skip
+            self._retry_soon()
         finally:
             self._pumping.pop(project_id, None)
 
+    def _retry_soon(self) -> None:
+        """A read of the database failed (its link is down): the next check comes at the short
+        period, whatever the bus, until one succeeds. A sweep or a refill that failed would
+        otherwise wait for the long poll while the bus is up."""
+        self._failing = True
+
     async def _poll(self) -> None:
         while True:
-            period = self.bus_poll_secs if self.bus is not None and self.bus.up else self.poll_secs
+            bus_up = self.bus is not None and self.bus.up
+            period = self.bus_poll_secs if bus_up and not self._failing else self.poll_secs
             self._wake.clear()
             with contextlib.suppress(TimeoutError):  # the bus went down: the short period now
                 await asyncio.wait_for(self._wake.wait(), period)
@@ -292,8 +308,11 @@ class Relay:
             try:
                 heads = await self.db.read(partial(_heads, ids=ids))
             except Exception:
-                log.warning("reading the projects' last seqs failed", exc_info=True)
+                log.log(logging.DEBUG if self._failing else logging.WARNING,
+                        "reading the projects' last seqs failed", exc_info=True)  # fmt: skip
+                self._retry_soon()
                 continue
+            self._failing = False
             for project_id, last_seq in heads:
                 top = self._published.get(project_id)
                 if top is not None and last_seq > top:

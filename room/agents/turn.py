@@ -44,7 +44,7 @@ from room.agents.tools import (
     bad_arguments,
     not_run_after_stop,
 )
-from room.errors import LeaseLostError, ProviderError, RoomError
+from room.errors import DatabaseUnavailableError, LeaseLostError, ProviderError, RoomError
 from room.providers import (
     STOP_MAX_TOKENS,
     CallMeter,
@@ -73,6 +73,8 @@ from room.store import usage as usage_store
 log = logging.getLogger(__name__)
 
 REPEAT_LIMIT = 3  # the same tool call this many times in one turn trips the brake
+# How often the end of a turn is written again while the database cannot be reached.
+END_RETRY_SECS = 0.5
 TIMELINE_MESSAGES = 60
 THREAD_MESSAGES = 40  # replies of the thread read for a request (the budget keeps the newest)
 TRANSCRIPT_ENTRIES = 200  # the member's own newest transcript rows read for its next turn
@@ -177,21 +179,41 @@ class Turn:
                 # the session's record (re-run if it had no effect), as after a crash.
                 raise
             if self.stop_requested:
-                await self._end("cancelled", Reason.TURN_STOPPED, unanswered="release_if_closed")
+                await self._end_surely(
+                    "cancelled", Reason.TURN_STOPPED, unanswered="release_if_closed"
+                )
                 return TurnOutcome("cancelled", self.steps)
             raise
         except LeaseLostError:
             raise
         except Exception as exc:  # a bug must not leave deliveries stuck
-            log.exception("turn %s failed", self.turn_id)
+            if isinstance(exc, DatabaseUnavailableError):  # its link went: no trace needed
+                log.warning("turn %s failed: %s", self.turn_id, exc.message)
+            else:
+                log.exception("turn %s failed", self.turn_id)
             self.draft.end()
-            await self._end(
+            await self._end_surely(
                 "failed",
                 Reason.TURN_FAILED,
                 f"internal error: {type(exc).__name__}",
                 notice=turn_actions.failure_notice(self.member.handle, "internal"),
             )
             return TurnOutcome("failed", self.steps)
+
+    async def _end_surely(self, state: str, code: Reason, detail: str | None = None,
+                          **kwargs: Any) -> None:  # fmt: skip
+        """:meth:`_end`, written again every :data:`END_RETRY_SECS` while the database cannot
+        be reached (this node's link to PostgreSQL is cut): a turn left 'running' would keep
+        its member from every later turn, on every node, until this node restarted. On
+        shutdown it is left to the next start's reconciliation, as after a crash."""
+        while True:
+            try:
+                await self._end(state, code, detail, **kwargs)
+                return
+            except DatabaseUnavailableError:
+                if self.env.closing():
+                    raise
+                await asyncio.sleep(END_RETRY_SECS)
 
     async def _loop(self, limits: Limits) -> TurnOutcome:
         toolbox = await toolbox_for(self.core, self.env.tools, self.member)

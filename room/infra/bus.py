@@ -132,6 +132,7 @@ class Bus:
             await self._subscribe(project_id)
         log.info("the bus %s is up", self.shown)
         self.on_reconnect()  # hints may have been missed before: the sweep catches them
+        self._ask_peers_to_check()
 
     async def _disconnected(self) -> None:
         if self._up:
@@ -143,6 +144,14 @@ class Bus:
         self._up = True
         log.info("the bus %s is back", self.shown)
         self.on_reconnect()
+        self._ask_peers_to_check()
+
+    def _ask_peers_to_check(self) -> None:
+        """Tell the other nodes to check their projects' last seqs now. This node's hints
+        while its link was down were never sent (or went into a dead socket), and a node that
+        starts may have died before between a commit and its hint: without this, the others'
+        bus being up, they would find those events only at their long poll."""
+        self.send(None, {"k": "sw", "n": self.node})
 
     async def _error(self, exc: Exception) -> None:
         log.debug("bus: %s", exc)

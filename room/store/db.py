@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import psycopg
 
-from room.errors import StorageError
+from room.errors import DatabaseUnavailableError, StorageError
 from room.rules.effects import Effect
 from room.store import pg
 from room.store.dialect import Connection, Cursor, Params, dialect_for
@@ -652,9 +652,8 @@ class Database:
     def _refuse(self, batch: list[_Pending[Any]]) -> None:
         """The database cannot be reached: every job of the batch fails at once with a clear
         error (its client may retry; a send's retry is made exactly-once by its txn id)."""
-        error = StorageError(
+        error = DatabaseUnavailableError(
             "the database cannot be reached; nothing was written, try again",
-            code="database_unavailable",
         )
         for pending in batch:
             pending.result, pending.error, pending.tx = None, error, None
@@ -677,14 +676,24 @@ class Database:
             # appended rows refused at the flush) is retried job by job. On PostgreSQL a
             # deadlock between two processes' batches (a job locking a project the batch
             # did not declare) reruns the batch: one of the two gave way.
+            # A deadlock met outside any job (locking the declared projects, the flush, the
+            # commit) reruns the attempt too, and a job that lost one in the isolated attempt
+            # runs again on its own: a lost race is never a job's error.
             for attempt in range(_RETRIES_AFTER_DEADLOCK + 1):
-                done = self._attempt(conn, batch, isolate=False)
+                done = self._attempt_again(conn, batch, isolate=False)
                 if done or attempt == _RETRIES_AFTER_DEADLOCK or not _lost_a_race(batch):
                     break
                 self.stats.retries += 1
             if not done and (len(batch) > 1 or batch[0].error is None):
                 self.stats.retries += 1
-                self._attempt(conn, batch, isolate=True)
+                self._attempt_again(conn, batch, isolate=True)
+                losers = [p for p in batch if isinstance(p.error, _RACES)]
+                for _ in range(_RETRIES_AFTER_DEADLOCK):
+                    if not losers:
+                        break
+                    self.stats.retries += 1
+                    self._attempt_again(conn, losers, isolate=True)
+                    losers = [p for p in losers if isinstance(p.error, _RACES)]
         except Exception as exc:  # the driver's, or anything else: the writer must live on
             self._forget_counts()
             broken = bool(getattr(conn, "broken", False))
@@ -698,13 +707,13 @@ class Database:
                         conn.execute("ROLLBACK")
                 except Exception:
                     log.exception("rolling back the failed group commit failed too")
+            error: StorageError
             if broken:
                 # Whether the COMMIT reached the server before the connection went is unknown:
                 # a send retried with its txn id is acknowledged once either way.
-                error = StorageError(
+                error = DatabaseUnavailableError(
                     "the connection to the database was lost; the write may not have been "
                     "saved, try again",
-                    code="database_unavailable",
                 )
             else:
                 error = StorageError(f"the database refused the write: {exc}")
@@ -712,6 +721,21 @@ class Database:
                 pending.result, pending.error, pending.tx = None, error, None
         self.stats.observe(len(batch), time.perf_counter() - started)
         self._hand_back(batch)
+
+    def _attempt_again(self, conn: Connection, batch: list[_Pending[Any]], isolate: bool) -> bool:
+        """:meth:`_attempt`, run again when it met a deadlock or a serialization failure
+        outside any job (another process's transaction won): rolled back, nothing of it
+        done."""
+        for attempt in range(_RETRIES_AFTER_DEADLOCK + 1):
+            try:
+                return self._attempt(conn, batch, isolate)
+            except _RACES:
+                if attempt == _RETRIES_AFTER_DEADLOCK or getattr(conn, "broken", False):
+                    raise
+                self._forget_counts()
+                conn.execute("ROLLBACK")
+                self.stats.retries += 1
+        raise AssertionError("unreachable")
 
     def _attempt(self, conn: Connection, batch: list[_Pending[Any]], isolate: bool) -> bool:
         """Run the batch in one transaction and commit; False if a job failed (not isolated:
@@ -812,9 +836,9 @@ class Database:
         try:
             for function, found in keys.items():
                 function(cast(sqlite3.Connection, conn), appends, found)
-        except Exception:  # not only sqlite3's: whatever it is, the jobs alone will meet it
-            if getattr(conn, "broken", False):
-                raise
+        except Exception as exc:  # not only sqlite3's: whatever it is, the jobs alone meet it
+            if getattr(conn, "broken", False) or isinstance(exc, _RACES):
+                raise  # a lost race: the attempt runs again (_attempt_again)
             log.warning("a batch's prefetch failed; retrying job by job", exc_info=True)
             conn.execute("ROLLBACK")
             return False
@@ -823,9 +847,9 @@ class Database:
     def _flush(self, conn: Connection, appends: Appends) -> bool:
         try:
             appends.flush(conn)
-        except Exception:
-            if getattr(conn, "broken", False):
-                raise
+        except Exception as exc:
+            if getattr(conn, "broken", False) or isinstance(exc, _RACES):
+                raise  # a lost race: the attempt runs again (_attempt_again)
             # Whose row broke a constraint (or would not bind) is unknown here: the batch runs
             # again isolated, where each job meets its own error.
             log.warning("a batch's appended rows were refused; retrying job by job", exc_info=True)
@@ -846,9 +870,8 @@ class Database:
                 error: BaseException | None = None
                 conn = self._reconnect(conn, "reader")
                 if conn is None:
-                    error = StorageError(
+                    error = DatabaseUnavailableError(
                         "the database cannot be reached; try again",
-                        code="database_unavailable",
                     )
                 else:
                     result, error = self._read_once(conn, job)
@@ -879,9 +902,8 @@ class Database:
                     conn.execute("COMMIT")
         except psycopg.OperationalError as exc:
             if getattr(conn, "broken", False):
-                return None, StorageError(
+                return None, DatabaseUnavailableError(
                     "the connection to the database was lost; try again",
-                    code="database_unavailable",
                 )
             return None, exc
         except BaseException as exc:
@@ -893,13 +915,14 @@ class Database:
 _RETRIES_AFTER_DEADLOCK = 3
 
 
+# What another process's transaction winning looks like: running again is the cure.
+_RACES = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
 def _lost_a_race(batch: list[_Pending[Any]]) -> bool:
     """Whether a job of the failed attempt met a deadlock or a serialization failure (another
     process's transaction won): running the batch again is the cure."""
-    return any(
-        isinstance(p.error, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
-        for p in batch
-    )
+    return any(isinstance(p.error, _RACES) for p in batch)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,83 @@
+"""Deadlocks between two processes' write transactions on PostgreSQL (docs/storage.md, "Several
+writers") are a lost race, wherever the writer meets them: the batch runs again, and its jobs
+never see the deadlock. Here another connection holds project B's row and then asks for
+project A's, while the writer's batch, which declared both, holds A and waits for B (its lock
+of the projects at batch start, before any job ran); PostgreSQL breaks the cycle by failing
+one of the two (the one waiting longest checks first: the writer)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from room.store import Database, Tx
+from room.store.pg import connect as pg_connect
+from room.store.pg_migrate import migrate as pg_migrate
+
+pytestmark = pytest.mark.anyio
+NOW = 1_800_000_000.0
+
+
+async def test_a_deadlock_while_the_batch_locks_its_projects_runs_the_batch_again(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    pg.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        a, b = (
+            int(row[0])
+            for row in conn.execute(
+                "INSERT INTO projects (name, created_at, updated_at)"
+                " VALUES ('a', 0, 0), ('b', 0, 0) RETURNING id"
+            ).fetchall()
+        )
+        name = pg_dsn.rsplit("/", 1)[1]
+        conn.execute(f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '200ms'")
+    database = Database(tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW)
+    database.start(asyncio.get_running_loop())
+    other = psycopg.connect(pg_dsn)
+    try:
+        other.execute("SELECT id FROM projects WHERE id = %s FOR UPDATE", (b,))
+
+        def job(conn: sqlite3.Connection, tx: Tx) -> int:
+            conn.execute("UPDATE projects SET goal = 'written' WHERE id = ?", (a,))
+            return 1
+
+        written = database.submit(job, locks=(a, b))  # holds A, waits for B
+
+        def waiting_for_b() -> bool:
+            with psycopg.connect(pg_dsn) as probe:
+                row = probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'"
+                ).fetchone()
+            return row is not None and row[0] >= 1
+
+        while True:
+            if await asyncio.to_thread(waiting_for_b):
+                break
+            await asyncio.sleep(0.05)
+
+        def close_the_cycle() -> None:  # asks for A: one of the two is failed
+            try:
+                other.execute("SELECT id FROM projects WHERE id = %s FOR UPDATE", (a,))
+            except psycopg.errors.DeadlockDetected:
+                pass
+            other.rollback()
+
+        closer = threading.Thread(target=close_the_cycle)
+        closer.start()
+        assert await asyncio.wait_for(written, 30) == 1  # never the deadlock
+        await asyncio.to_thread(closer.join, 30)
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute("SELECT goal FROM projects WHERE id = %s", (a,)).fetchone()
+        assert row is not None and row[0] == "written"
+    finally:
+        other.close()
+        await database.close()
