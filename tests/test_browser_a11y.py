@@ -142,6 +142,8 @@ def test_no_serious_violations(
 
         person.open_project(project)
         expect(page.locator("#timeline .msg", has_text="请看一下")).to_be_visible()
+        replies = page.locator(f'#timeline .msg[data-id="{root}"] .thread-count')
+        expect(replies).to_have_text("1 reply" if lang == "en" else "1 条跟帖")  # not "1 replies"
         axe.check(f"room-{lang}")
 
         page.locator(f'#timeline .msg[data-id="{root}"] .thread-summary').click()
