@@ -709,6 +709,7 @@ class Connection:
                 since=frame.since,
                 until=frame.until,
                 limit=frame.limit,
+                markdown=True,
             )
             self.push(
                 {

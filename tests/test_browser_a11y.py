@@ -2,7 +2,10 @@
 with messages, a thread pane, the task board, the notification dialog, the inbox, search results
 and /overview, in Chinese and in English (and in Chinese in the dark scheme, whose colours
 differ), at 1440 px, and the narrow layout at 600 px (the room, the thread pane over the
-timeline, the search box over the header), each with no ``serious`` or ``critical`` violation.
+timeline, the search box over the header), and the dialogs (the task form, new and edit, a
+member's card and the invite, the email digest, the cleanup preview and the purge, a PDF's
+preview) and the join page of an invite link, in both languages, each with no ``serious`` or
+``critical`` violation.
 
 axe-core comes from the npm registry (package.json's devDependencies; ``./scripts/test``
 installs it with ``npm ci``), and is injected into the page as a script tag from the test, not
@@ -16,11 +19,14 @@ text and the elements it names."""
 
 from __future__ import annotations
 
+import re
+import shutil
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests.support import pdfs
 from tests.support.browser import (
     ROOT,
     Person,
@@ -30,6 +36,7 @@ from tests.support.browser import (
     room_server,
     screenshot,
 )
+from tests.test_browser_attachments import DROP_JS, b64
 
 pytestmark = pytest.mark.browser
 
@@ -135,6 +142,8 @@ def test_no_serious_violations(
 
         person.open_project(project)
         expect(page.locator("#timeline .msg", has_text="请看一下")).to_be_visible()
+        replies = page.locator(f'#timeline .msg[data-id="{root}"] .thread-count')
+        expect(replies).to_have_text("1 reply" if lang == "en" else "1 条跟帖")  # not "1 replies"
         axe.check(f"room-{lang}")
 
         page.locator(f'#timeline .msg[data-id="{root}"] .thread-summary').click()
@@ -206,6 +215,142 @@ def test_no_serious_violations_at_600_px(chromium: Browser, room_server: RoomSer
         page.locator("#search-input").fill("回滚")
         expect(page.locator("#search-results [role=option]").first).to_be_visible()
         axe.check("search-en")
+        axe.assert_none()
+        person.assert_clean()
+    finally:
+        person.close()
+
+
+WORDS = {
+    "zh": {"tasks": "任务", "members": "成员", "invite": "邀请", "new": "新建任务", "edit": "编辑",
+           "digest": "邮件摘要", "preview": "清理预览", "purge": "彻底清除…", "join": "加入"},
+    "en": {"tasks": "Tasks", "members": "Members", "invite": "Invite", "new": "New task",
+           "edit": "Edit", "digest": "Email digest", "preview": "Cleanup preview",
+           "purge": "Purge…", "join": "Join"},
+}  # fmt: skip
+
+
+def signed_in(
+    chromium: Browser, room_server: RoomServer, locale: str, scheme: str = "light"
+) -> tuple[Person, Axe]:
+    context, page, errors = new_person(
+        chromium, room_server, locale=locale, color_scheme=scheme, bypass_csp=True
+    )
+    page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
+    page.locator("form button[type=submit], form button").first.click()
+    expect(page.locator("#app")).to_be_visible()
+    return Person(context, page, "owner", errors), Axe(page, "light")
+
+
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"], ids=["zh", "en"])
+def test_dialogs_and_the_join_page_have_no_serious_violations(
+    chromium: Browser, room_server: RoomServer, locale: str
+) -> None:
+    lang = locale[:2]
+    words = WORDS[lang]
+    project, _ = arrange(room_server, f"对话框 {lang}", f"dlg{lang}")
+    doomed = room_server.create_project(f"回收站 {lang}")
+    room_server.post(f"/api/projects/{doomed}/lifecycle", {"op": "trash"})
+    person, axe = signed_in(chromium, room_server, locale)
+    page = person.page
+    try:
+        person.open_project(project)
+        expect(page.locator("#timeline .msg", has_text="请看一下")).to_be_visible()
+        page.get_by_role("tab", name=words["tasks"]).click()
+        panel = page.get_by_role("tabpanel", name=words["tasks"])
+        panel.get_by_role("button", name=words["new"]).click()
+        form = page.get_by_role("dialog", name=words["new"])
+        expect(form.locator("[data-field=title] input")).to_be_visible()
+        axe.check(f"task-new-{lang}")
+        page.keyboard.press("Escape")
+        expect(form).to_be_hidden()
+        panel.locator(".task-card").first.get_by_role("button", name=words["edit"]).click()
+        expect(page.locator("dialog [data-field=title] input")).to_have_value("写接口")
+        axe.check(f"task-edit-{lang}")
+        page.keyboard.press("Escape")
+        expect(page.locator("dialog")).to_have_count(0)
+
+        page.get_by_role("tab", name=words["members"]).click()
+        page.locator("#tab-members .member-row .member-name", has_text="李四").click()
+        expect(page.get_by_role("dialog", name="李四")).to_be_visible()
+        axe.check(f"member-card-{lang}")
+        page.keyboard.press("Escape")
+        expect(page.locator("dialog")).to_have_count(0)
+        page.locator("#tab-members").get_by_role("button", name=words["invite"]).click()
+        expect(page.locator("dialog #invite-url")).to_have_value(re.compile("/join/"))
+        axe.check(f"invite-{lang}")
+        page.keyboard.press("Escape")
+        expect(page.locator("dialog")).to_have_count(0)
+
+        page.locator("#digest-open").click()
+        expect(page.get_by_role("dialog", name=words["digest"])).to_be_visible()
+        axe.check(f"digest-{lang}")
+        page.keyboard.press("Escape")
+        expect(page.locator("dialog")).to_have_count(0)
+
+        person.open_project(doomed)
+        banner = page.locator("#room-banner")
+        expect(banner.get_by_role("button", name=words["purge"])).to_be_visible()
+        page.locator("#lifecycle-menu").click()
+        page.get_by_role("menuitem", name=words["preview"]).click()
+        expect(page.locator("dialog .preview-keep")).to_be_visible()
+        axe.check(f"cleanup-preview-{lang}")
+        page.keyboard.press("Escape")
+        expect(page.locator("dialog")).to_have_count(0)
+        banner.get_by_role("button", name=words["purge"]).click()
+        expect(page.locator("dialog.purge-dialog #purge-name")).to_be_visible()
+        axe.check(f"purge-{lang}")
+        page.keyboard.press("Escape")
+        expect(page.locator("dialog")).to_have_count(0)
+        axe.assert_none()
+        person.assert_clean()
+    finally:
+        person.close()
+
+    # The join page of an invite link, for someone not signed in.
+    context, page, errors = new_person(
+        chromium, room_server, handle=f"new{lang}", locale=locale, bypass_csp=True
+    )
+    guest = Person(context, page, f"new{lang}", errors)
+    axe = Axe(page, "light")
+    try:
+        page.goto(room_server.invite_url(project))
+        expect(page.get_by_role("button", name=re.compile(words["join"]))).to_be_visible()
+        axe.check(f"join-{lang}")
+        axe.assert_none()
+        guest.assert_clean()
+    finally:
+        guest.close()
+
+
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None or shutil.which("pdftoppm") is None,
+    reason="needs bubblewrap and poppler-utils; scripts/test installs both",
+)
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"], ids=["zh", "en"])
+def test_the_pdf_preview_has_no_serious_violations(
+    chromium: Browser, room_server: RoomServer, locale: str
+) -> None:
+    lang = locale[:2]
+    project = room_server.create_project(f"PDF 无障碍 {lang}")
+    person, axe = signed_in(chromium, room_server, locale)
+    page = person.page
+    try:
+        person.open_project(project)
+        page.evaluate(DROP_JS, [b64(pdfs.document(pages=2)), "报告.pdf", "application/pdf"])
+        tray = page.locator(".attach-tray")
+        expect(tray.locator(".attach-item:not(.is-uploading) img.attach-thumb")).to_have_count(1)
+        page.locator("#draft").fill("报告在这里")
+        page.locator("#draft").press("Enter")
+        card = page.locator(".msg", has_text="报告在这里").locator(".attach-pdf")
+        expect(card).to_contain_text("PDF")
+        axe.check(f"pdf-card-{lang}")
+        card.locator("button").first.click()
+        dialog = page.locator("dialog.pdf-dialog")
+        expect(dialog.locator("img.pdf-page-full")).to_be_visible()
+        axe.check(f"pdf-preview-{lang}")
+        page.keyboard.press("Escape")
+        expect(dialog).to_have_count(0)
         axe.assert_none()
         person.assert_clean()
     finally:

@@ -132,6 +132,23 @@ def test_operators_that_cannot_apply_are_refused_with_a_reason(world: World) -> 
     assert world.refused("")[:2] == (400, "bad_query")  # no words, no operators
 
 
+def test_snippets_are_rendered_like_the_search_across_projects(world: World) -> None:
+    """One project's search answers the snippet /api/search gives for the same message: its
+    inline markdown rendered; an agent's tool reads the plain text with its markers."""
+    world.say(world.owner, "上线前 `deploy --canary` 要 **小心**，见 [文档](http://x.test)")
+    mine = world.search("canary")
+    across = world.app.request("GET", "/api/search?q=canary", cookie=world.app.owner_cookie)
+    assert mine[0] == across[0] == 200, (mine, across)
+    (one,), (all_,) = mine[1]["results"], across[1]["results"]
+    assert (
+        one["snippet_html"]
+        == all_["snippet_html"]
+        == ("上线前 <code>deploy --<mark>canary</mark></code> 要 <strong>小心</strong>，见 文档")
+    )
+    (hit,) = world.tool({"q": "canary"})["results"]
+    assert hit["snippet"] == "上线前 `deploy --【canary】` 要 **小心**，见 [文档](http://x.test)"
+
+
 def test_memory_search_takes_the_operators(world: World) -> None:
     def message_ids(answer: dict[str, Any]) -> set[int]:
         assert answer["ok"] is True, answer
@@ -173,6 +190,20 @@ async def test_ws_search_frame_takes_the_operators(
     got = await client.wait_for("search_results")
     assert got["req_id"] == "s1" and got["words"] == "发布"
     assert got["operators"]["from"] == "owner" and len(got["results"]) == 2
+    await client.send(
+        {
+            "type": "send",
+            "project_id": project["id"],
+            "client_txn_id": "t3",
+            "body": "`发布` **稳**",
+        }
+    )
+    await client.wait_for("ack")
+    await client.send({**frame, "req_id": "s0", "q": "稳"})
+    got = await client.wait_for("search_results")
+    assert [r["snippet_html"] for r in got["results"]] == [
+        "<code>发布</code> <strong><mark>稳</mark></strong>"
+    ]
     await client.send({**frame, "req_id": "s2", "q": "发布 is:mention"})
     got = await client.wait_for("search_results")
     assert (got["req_id"], got["results"]) == ("s2", [])  # nobody mentioned the owner

@@ -45,9 +45,35 @@ export function onLang(fn) {
   listeners.add(fn);
 }
 
-/** The string for `key` with `{name}` placeholders filled; falls back to Chinese, then the key. */
+/**
+ * Plurals: a count string's `key` is its general ("other") form; a language whose words change
+ * with the count adds `key.<category>` for the other categories of Intl.PluralRules it needs —
+ * English `key.one` ("{n} reply" beside "{n} replies"); Chinese has one form. The count is the
+ * first placeholder of the general form that a word follows ("{n} replies", not "v{version} (")
+ * and whose value is a number (or a string of digits); a second count in the same string is
+ * worded so nothing agrees with it ("… added since: {n}"). tests/test_plural_strings.py holds
+ * the English table to this.
+ */
+const pluralRules = new Map();
+
+function plural(dict, key, vars) {
+  const general = dict[key];
+  if (general === undefined) return undefined;
+  for (const [, name] of general.matchAll(/\{(\w+)\}(?= \p{L})/gu)) {
+    const value = vars[name];
+    const count = typeof value === "number" ? value : typeof value === "string" && /^\d+$/.test(value) ? Number(value) : NaN;
+    if (Number.isNaN(count)) continue;
+    if (!pluralRules.has(lang)) pluralRules.set(lang, new Intl.PluralRules(lang));
+    const category = pluralRules.get(lang).select(count);
+    return category === "other" ? general : (dict[`${key}.${category}`] ?? general);
+  }
+  return general;
+}
+
+/** The string for `key` with `{name}` placeholders filled (in the form its count asks for, as
+ * above); falls back to Chinese, then the key. */
 export function t(key, vars = {}) {
-  const template = DICTS[lang][key] ?? STRINGS_ZH[key] ?? key;
+  const template = plural(DICTS[lang], key, vars) ?? STRINGS_ZH[key] ?? key;
   return template.replace(/\{(\w+)\}/g, (whole, name) => (name in vars ? String(vars[name]) : whole));
 }
 
@@ -66,7 +92,7 @@ export function hasString(key) {
 export function errorText(err) {
   const code = err?.code;
   const key = `error.${code}`;
-  const template = code ? (DICTS[lang][key] ?? STRINGS_ZH[key]) : null;
+  const template = code ? (plural(DICTS[lang], key, err.details || {}) ?? STRINGS_ZH[key]) : null;
   if (template) return fill(template, err.details || {});
   const message = typeof err?.message === "string" ? err.message.trim() : "";
   if (!message) return t("error.generic");

@@ -13,7 +13,7 @@ from typing import Any
 
 from room.errors import BadRequestError, NotFoundError, RateLimitedError
 from room.rules.entities import Member
-from room.rules.searchquery import SearchOperatorError, SearchQuery, parse_search
+from room.rules.searchquery import SearchOperatorError, SearchQuery, parse_search, snippet_markdown
 from room.rules.searchtext import parse_query, parse_time
 from room.services import Services
 from room.store import members as members_store
@@ -40,6 +40,7 @@ async def search(
     until: str | float | None = None,
     limit: int = search_store.DEFAULT_LIMIT,
     rate_limited: bool = True,
+    markdown: bool = False,
 ) -> dict[str, Any]:
     """Search ``member``'s project: ``{"query", "words", "operators", "results", "capped"}``
     (the results as the store's function gives them).
@@ -54,7 +55,11 @@ async def search(
     project, reason ``other_project``, and ``from:`` with ``by``, reason ``conflict``), a query
     with nothing to look for (``bad_query``), a bad time (``bad_time``), an unknown kind
     (``unknown_kind``) or author (``unknown_author``), and past ``SEARCH_PER_SEC`` per member
-    (``rate_limited``, with ``retry_after_ms``; not for an agent's tool, ``rate_limited=False``)."""
+    (``rate_limited``, with ``retry_after_ms``; not for an agent's tool, ``rate_limited=False``).
+
+    With ``markdown`` (the HTTP and WebSocket answers, which a page shows) each ``snippet_html``
+    has its inline markdown rendered as ``/api/search`` has it
+    (:func:`room.rules.searchquery.snippet_markdown`); an agent's tool reads the plain snippet."""
     query = parse_search(q)
     if query.words or not query.has_operators:
         parse_query(query.words)  # bad_query before spending the allowance or a reader
@@ -94,6 +99,9 @@ async def search(
         answer = await core.db.read(
             lambda conn: search_filters.list_messages(conn, project_id, **filters)
         )
+    if markdown:
+        for result in answer["results"]:
+            result["snippet_html"] = snippet_markdown(result["snippet_html"])
     return {
         **answer,
         "query": q,

@@ -38,6 +38,7 @@ async def search(request: Request) -> Response:
         since=params.get("since"),
         until=params.get("until"),
         limit=limit,
+        markdown=True,
     )
     return JSONResponse(body)
 
