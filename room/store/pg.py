@@ -83,6 +83,12 @@ def connect(
             connect_timeout=CONNECT_TIMEOUT_SECS,
             application_name=application_name,
             options=" ".join(options),
+            # No server-side prepared statements: psycopg prepares a statement after its fifth
+            # run, and a job rolled back to its savepoint or a batch rerun after a deadlock
+            # could leave its cache naming one the server never made ("prepared statement
+            # _pg3_205 does not exist", a send failing as `internal` in the three-node soak).
+            # Unprepared, every connection also works through a transaction-pooling pgbouncer.
+            prepare_threshold=None,
         )
     except psycopg.Error as exc:
         raise StorageError(
