@@ -78,7 +78,10 @@ def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
         + FILTERS.format(author="m.author_id", at="m.created_at")
         + MESSAGE_FILTERS
         + pending_changes(conn, params)
-        + " ORDER BY f.rowid DESC LIMIT :window) AS ranked ORDER BY score DESC, id DESC"
+        # ``f.rowid + 0``, not ``f.rowid``: the newest matches by the GIN index and a top-N
+        # sort, never a backward walk of the primary key testing every row (the plan chosen
+        # for a common word at 1M messages: 120,000 rows read for 1,000 matches, 2.5x slower).
+        + " ORDER BY f.rowid + 0 DESC LIMIT :window) AS ranked ORDER BY score DESC, id DESC"
         " LIMIT :limit) AS b JOIN messages m ON m.id = b.id ORDER BY b.score DESC, b.id DESC",
         params,
     )

@@ -104,7 +104,9 @@ def _without_pytest() -> None:
     import sys
     import types
 
-    if importlib.util.find_spec("pytest") is not None:
+    # In sys.modules already: the stand-in of an earlier run (``--runs``), whose missing
+    # ``__spec__`` makes find_spec raise.
+    if "pytest" in sys.modules or importlib.util.find_spec("pytest") is not None:
         return
     stand_in = types.ModuleType("pytest")
 
