@@ -123,9 +123,11 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=self.cwd,
-                # A pytest that is killed takes its servers with it (SIGTERM: they shut down
-                # as an operator's stop would).
-                preexec_fn=die_with_parent(signal.SIGTERM),
+                # A pytest that is killed takes its servers with it. SIGKILL: a server whose
+                # bus or database went with the test may not finish a graceful stop (strays
+                # from older runs ignored SIGTERM); its commands' sandboxes die with it
+                # (bwrap --die-with-parent) and the next start sweeps their groups.
+                preexec_fn=die_with_parent(signal.SIGKILL),
             )
         deadline = time.monotonic() + START_TIMEOUT_SECS
         while time.monotonic() < deadline:
