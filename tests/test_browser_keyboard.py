@@ -106,6 +106,26 @@ def test_one_tab_stop_and_keys_on_a_message(owner: Person, room_server: RoomServ
     expect(theirs).to_be_focused()
 
 
+def test_a_focused_message_keeps_the_focus_when_it_is_redrawn(
+    owner: Person, room_server: RoomServer
+) -> None:
+    """A reaction (or an edit, a thread reply) on the message the reader is on redraws it; the
+    focus stays on the new entry instead of falling to the page (j/k would then start over)."""
+    project = room_server.create_project("重绘", TEAM)
+    said = room_server.say(project, "焦点在这条上")["message_id"]
+    room_server.say(project, "下一条")
+    page = owner.page
+    owner.open_project(project)
+    target = page.locator(f'.msg[data-id="{said}"]')
+    target.focus()
+    expect(target).to_be_focused()
+    room_server.post(f"/api/messages/{said}/reactions", {"emoji": "👍"})
+    expect(target.locator(".reaction-emoji")).to_have_count(1)  # redrawn with its reaction
+    expect(page.locator(f'.msg[data-id="{said}"]')).to_be_focused()
+    page.keyboard.press("j")
+    expect(page.locator(".msg.mine", has_text="下一条")).to_be_focused()
+
+
 def test_next_unread_project_and_the_help(owner: Person, room_server: RoomServer) -> None:
     here = room_server.create_project("这里")
     quiet = room_server.create_project("没新消息")

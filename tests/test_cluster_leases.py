@@ -30,9 +30,13 @@ from tests.support.nats import NatsServer
 from tests.support.server import ServerProcess, Session
 from tests.support.wsclient import subscribed
 
-pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.usefixtures("clients"),
+    pytest.mark.timeout(300),  # two nodes, a pause past the lease, on 2 shared cores
+]
 
-WAIT = 30.0
+WAIT = 90.0  # generous: the whole suite runs 4 workers on 2 cores beside these nodes
 LEASE_SECS = 2
 
 

@@ -337,6 +337,13 @@ export class Timeline {
       this.active = el; // the redrawn entry keeps the timeline's one Tab stop
       el.tabIndex = 0;
     }
+    if (cached && cached.el.contains(document.activeElement)) {
+      // ...and the focus, once the redraw put it in place (a reaction, an edit or a thread
+      // reply on the focused message would otherwise drop the reader's focus to the page).
+      queueMicrotask(() => {
+        if (el.isConnected && !el.contains(document.activeElement)) el.focus({ preventScroll: true });
+      });
+    }
     this.cache.set(message.id, { el, version });
     const slot = el.querySelector(".msg-delivery");
     if (slot) {
