@@ -338,7 +338,7 @@ function openImage(file) {
 
 function pagesText(pages) {
   if (!pages) return null;
-  return pages === 1 ? t("attach.pdfOnePage") : t("attach.pdfPages", { n: pages });
+  return t("attach.pdfPages", { n: pages });
 }
 
 function pdfLinks(file) {

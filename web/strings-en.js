@@ -694,7 +694,6 @@ export const STRINGS_EN = {
   "attach.downloadShort": "Download the original",
   "attach.pdfPages": "{n} pages",
   "attach.pdfPages.one": "{n} page",
-  "attach.pdfOnePage": "1 page",
   "attach.pdfPreview": "First page of {name}",
   "attach.pdfFirstPage": "Page 1 of {n}",
   "attach.pdfOpen": "Open",

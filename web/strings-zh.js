@@ -671,7 +671,6 @@ export const STRINGS_ZH = {
   "attach.download": "下载 {name}",
   "attach.downloadShort": "下载原文件",
   "attach.pdfPages": "{n} 页",
-  "attach.pdfOnePage": "1 页",
   "attach.pdfPreview": "{name} 的第一页",
   "attach.pdfFirstPage": "第 1 页，共 {n} 页",
   "attach.pdfOpen": "打开",

@@ -87,7 +87,6 @@ def connect(
             # run, and a job rolled back to its savepoint or a batch rerun after a deadlock
             # could leave its cache naming one the server never made ("prepared statement
             # _pg3_205 does not exist", a send failing as `internal` in the three-node soak).
-            # Unprepared, every connection also works through a transaction-pooling pgbouncer.
             prepare_threshold=None,
         )
     except psycopg.Error as exc:

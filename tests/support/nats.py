@@ -15,7 +15,6 @@ already running (Debian's package enables one on 4222; it is neither used nor ne
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -29,9 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import die_with_parent, free_port
+
 READY_TIMEOUT_SECS = 10.0
 STOP_TIMEOUT_SECS = 5.0
-PR_SET_PDEATHSIG = 1
 MISSING_HINT = (
     "nats-server was not found: set ROOM_NATS_SERVER to it, or install Debian's package "
     "`nats-server` (./scripts/test installs it when missing). The cluster tests cannot run "
@@ -52,16 +52,6 @@ def find_binary() -> Path:
     raise NatsMissingError(MISSING_HINT)
 
 
-def _die_with_parent() -> None:  # runs in the child
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @dataclass(slots=True)
 class NatsServer:
     """One private nats-server; :meth:`start` then :meth:`stop` (or a context manager)."""
@@ -78,7 +68,7 @@ class NatsServer:
 
     def start(self) -> NatsServer:
         self.folder = Path(tempfile.mkdtemp(prefix="room-nats-"))
-        self.port = _free_port()
+        self.port = free_port()
         try:
             self._launch()
         except BaseException:
@@ -97,7 +87,7 @@ class NatsServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent(signal.SIGKILL),
         )
         self._wait_ready()
 

@@ -24,7 +24,6 @@ port of 127.0.0.1, stopped when the session ends. Nothing relies on a service al
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import logging
 import os
@@ -32,7 +31,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -43,13 +41,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.support.procs import die_with_parent, free_port
+
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_SECS = 30.0
 STOP_TIMEOUT_SECS = 10.0
 SUPERUSER = "room"
 DIR_PREFIX = "room-pg-"
-PR_SET_PDEATHSIG = 1
 # Speed over durability (see the module's docstring), and a small footprint per worker.
 SERVER_SETTINGS = (
     "fsync=off",
@@ -109,16 +108,6 @@ def _server_account() -> _Account | None:
     raise PostgresMissingError(
         "running as root, and neither a postgres nor a nobody account exists"
     )
-
-
-def _die_with_parent() -> None:  # runs in the child, after the switch of user
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _sweep_stale(parent: Path) -> None:
@@ -197,7 +186,7 @@ class PostgresCluster:
 
     def _launch(self, account: _Account | None, port: int | None = None) -> None:
         assert self.folder is not None
-        self.port = port or _free_port()
+        self.port = port or free_port()
         args = [str(self.bin_dir / "postgres"), "-D", str(self.folder / "data")]
         args += ["-h", "127.0.0.1", "-p", str(self.port), "-k", str(self.folder)]
         for setting in SERVER_SETTINGS:
@@ -210,7 +199,9 @@ class PostgresCluster:
                 stdout=logfile,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent(
+                    signal.SIGINT
+                ),  # armed after the switch of user (preexec_fn runs after it)
                 env=_ENV,
                 user=None if account is None else account.uid,
                 group=None if account is None else account.gid,
