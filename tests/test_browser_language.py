@@ -40,6 +40,7 @@ def test_an_english_browser_signs_in_and_reads_english(
         assert layout_problems(page) == []
         page.get_by_role("button", name="Sign in").click()
         expect(page.locator("#app")).to_be_visible()
+        page.wait_for_load_state("load")  # the signed-in page, not one still being replaced
         expect(page.locator("html")).to_have_attribute("lang", "en")
         expect(page.locator("#send")).to_have_text("Send")
         # The person's choice wins over the browser's, and is kept.
