@@ -219,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit 0 with no 🔴 finding, 4 with one or more.",
     )
     data_arg(risk)
+    database_arg(risk)
     risk.add_argument("--json", action="store_true", help="print the findings as JSON")
 
     backup = sub.add_parser(
@@ -360,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "copy":
             return copy_stores(args.source, args.target, as_json=args.json)
         if args.command == "risk":
-            return risk_scan(_settings(args), as_json=args.json)
+            return risk_scan(_settings(args, database_url=args.database), as_json=args.json)
         if args.command == "backup" and args.every is not None:
             if args.every <= 0 or args.keep < 1:
                 parser.error("--every takes a positive number of hours and --keep at least 1")

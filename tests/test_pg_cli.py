@@ -247,3 +247,34 @@ def test_users_commands_work_on_postgresql(tmp_path: Path, pg_dsn: str) -> None:
     code, _, err = run("users", "list", "--data", data, "--database", UNREACHABLE)
     assert code == EXIT_UNREACHABLE
     assert refusal(err)["exit"] == EXIT_UNREACHABLE and "s3cret" not in err
+
+
+def test_risk_scans_the_projects_of_postgresql(tmp_path: Path, pg_dsn: str) -> None:
+    """``room risk --database``: the scan reads the shared store's projects (the data folder's
+    SQLite file is never made), and an unreachable database is exit 5."""
+    from room.actions import auth as auth_actions
+    from room.actions import projects as project_actions
+    from room.store import run_write
+
+    conn = connect(pg_dsn)
+    try:
+        pg_migrate.migrate(conn)
+
+        def job(c: Any, tx: Any) -> None:
+            owner = auth_actions.ensure_owner(c, tx)
+            project_actions.insert_project(
+                c, tx, owner, name="风险项目", goal="g", workspace=None,
+                agents=[project_actions.AgentSpec("lead", "lead", "负责人")],
+            )  # fmt: skip
+
+        run_write(conn, job)
+    finally:
+        conn.close()
+    data = tmp_path / "data"
+    code, out, _ = run("risk", "--data", str(data), "--database", pg_dsn, "--json")
+    scan = json.loads(out)
+    assert code == 0 and scan["red"] == []
+    assert [p["project"] for p in scan["green"]] == ["风险项目"]
+    assert not (data / "room.db").exists()
+    code, _, err = run("risk", "--data", str(data), "--database", UNREACHABLE)
+    assert code == EXIT_UNREACHABLE and "s3cret" not in err
