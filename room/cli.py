@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data_arg(doctor)
     database_arg(doctor)
+    doctor.add_argument(
+        "--bus",
+        default=None,
+        metavar="URL",
+        help="a cluster's NATS server, to hear the nodes now (default: $ROOM_BUS_URL)",
+    )
     doctor.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     link = sub.add_parser(
@@ -321,7 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from room.doctor import run_doctor
 
-            healthy = run_doctor(_settings(args, database_url=args.database), as_json=args.json)
+            settings = _settings(args, database_url=args.database, bus_url=args.bus)
+            healthy = run_doctor(settings, as_json=args.json)
             return EXIT_OK if healthy else EXIT_UNHEALTHY
         if args.command == "cluster" and args.cluster_command == "status":
             from room.doctor import cluster_status, print_cluster_status
