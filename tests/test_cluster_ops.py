@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,6 @@ import pytest
 from room.cli import main as room_main
 from tests.support.cluster import WAIT, Node, start_nodes
 from tests.support.nats import NatsServer
-
-pytestmark = [
-    pytest.mark.anyio,
-    pytest.mark.usefixtures("clients"),
-    pytest.mark.timeout(240),  # three nodes on 2 shared cores
-]
 
 SECRET = "s3cret-pw"  # in both URLs: trust auth and an open nats-server ignore it
 
@@ -63,6 +58,9 @@ async def until(check: Any, what: str) -> Any:
     raise AssertionError(what)  # pragma: no cover (fail_after raises first)
 
 
+@pytest.mark.anyio
+@pytest.mark.usefixtures("clients")
+@pytest.mark.timeout(240)  # three nodes on 2 shared cores
 async def test_reports_and_doctor_show_the_node_the_database_the_bus_and_the_peers(
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer
 ) -> None:
@@ -157,3 +155,15 @@ async def test_reports_and_doctor_show_the_node_the_database_the_bus_and_the_pee
     finally:
         for node in nodes:
             node.stop()
+
+
+def test_every_cluster_metric_is_documented_in_cluster_md() -> None:
+    """The metrics a cluster's node adds (room/metrics.py: the bus, the relay, homes and
+    leases) are each named in docs/cluster.md's "Operators"."""
+    root = Path(__file__).resolve().parents[1]
+    source = (root / "room" / "metrics.py").read_text(encoding="utf-8")
+    names = set(re.findall(r'"(room_(?:bus|relay|leases|fence|projects_home)[a-z_]*)"', source))
+    assert {"room_leases_lost", "room_fence_refusals", "room_bus_peers"} <= names
+    operators = (root / "docs" / "cluster.md").read_text(encoding="utf-8").split("## Operators")[1]
+    missing = sorted(n for n in names if f"`{n}`" not in operators.split("\n## ")[0])
+    assert not missing, f"undocumented in docs/cluster.md, Operators: {missing}"
