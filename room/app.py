@@ -49,7 +49,7 @@ from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
 from room.auth import credential_rechecks, user_change_watch
-from room.errors import RoomError
+from room.errors import RoomError, StorageError
 from room.infra import blobs, boot, perms
 from room.infra.boot import BootTrace, write_report
 from room.infra.bus import Bus, ClusterHub, describe_nodes
@@ -534,8 +534,13 @@ def _address(settings: Settings) -> str | None:
 
 async def _write_view(core: Services, view: dict[str, Any]) -> None:
     """boot-report.json's ``cluster``: the bus's view, and the projects each node is home of."""
-    homes = await core.db.read(leases_store.homes_by_node)
-    running = await core.db.read(leases_store.running_by_node)
+    try:
+        homes = await core.db.read(leases_store.homes_by_node)
+        running = await core.db.read(leases_store.running_by_node)
+        view["database_reached"] = True
+    except StorageError:  # the bus and the peers are still worth writing down
+        homes, running = {}, {}
+        view["database_reached"] = False
     node = view["node"]
     view["home_of"] = homes.get(node, {"count": 0, "projects": []})
     view["running_turns"] = running.get(node, 0)

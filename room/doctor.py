@@ -183,8 +183,10 @@ def _cluster(settings: Settings, report: dict[str, Any], problems: list[str]) ->
     problems.extend(status.pop("problems"))
     view = report.get("cluster")
     status["seen_by_server"] = view if isinstance(view, dict) else None
-    if status["bus"] is None and status["seen_by_server"] is not None:
-        # No bus given to doctor: the server's own view of its peers, as it last wrote it.
+    reached = bool(status["bus"] and status["bus"]["reached"])
+    if not reached and status["seen_by_server"] is not None:
+        # Doctor heard nothing itself (no bus given, or it cannot reach it): the server's own
+        # view of its peers, as it last wrote it.
         status["nodes"] = status["seen_by_server"]["peers"]
     if status["seen_by_server"] is not None and not status["seen_by_server"]["bus"]["up"]:
         problems.append(
@@ -192,7 +194,7 @@ def _cluster(settings: Settings, report: dict[str, Any], problems: list[str]) ->
             "see each other's events on the database poll only, and cannot tell a dead home "
             "node from a live one"
         )
-    heard_now = (status["bus"] or {}).get("reached") or status["seen_by_server"] is not None
+    heard_now = reached or status["seen_by_server"] is not None
     for found in status["nodes"]:
         if heard_now and not found["live"] and found["home_of"]["count"]:
             problems.append(
