@@ -506,6 +506,28 @@ def test_attachments_in_attachments_dir_are_backed_up_and_restored_into_it(
         restored.stop()
 
 
+def test_an_attachments_dir_inside_the_restored_folder_is_written_with_it(
+    backed: Backed, tmp_path: Path
+) -> None:
+    target = tmp_path / "restored"
+    files = target / "files"  # attachments_dir inside the data folder, not its default place
+    done = run_room(
+        "restore", str(backed.archive), "--data", str(target), "--attachments-dir", str(files)
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"attachment files (in {files})" in done.stdout
+    assert not (target / "attachments").exists()
+    restored = sorted(p.relative_to(files) for p in files.rglob("*") if p.is_file())
+    live = sorted(
+        p.relative_to(backed.server.data / "attachments")
+        for p in (backed.server.data / "attachments").rglob("*")
+        if p.is_file() and p.parent.name != "tmp"
+    )
+    assert restored == live and len(restored) == 2
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
 def test_postgres_is_refused_with_what_to_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
