@@ -111,7 +111,7 @@ def test_the_walkthrough_names_only_commands_this_test_runs() -> None:
     }  # fmt: skip
     # The harness's nats-server is started with these flags (tests/support/nats.py).
     assert [c for c in commands if c.startswith("nats-server")] == [
-        "nats-server -a 0.0.0.0 -p 4222"
+        "nats-server -a 10.0.0.10 -p 4222"
     ]
 
 
