@@ -13,6 +13,7 @@ import contextlib
 import gc
 import logging
 import os
+import socket
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -48,10 +49,10 @@ from room.agents.tools import BUILTIN_TOOLS, Tool
 from room.agents.work_tools import WORK_TOOLS
 from room.api import endpoints as api_endpoints
 from room.auth import credential_rechecks, user_change_watch
-from room.errors import RoomError
+from room.errors import RoomError, StorageError
 from room.infra import blobs, boot, perms
 from room.infra.boot import BootTrace, write_report
-from room.infra.bus import Bus, ClusterHub
+from room.infra.bus import Bus, ClusterHub, describe_nodes
 from room.infra.git import Git
 from room.infra.hub import Hub
 from room.infra.pdfpreview import PdfPreviewer
@@ -66,6 +67,7 @@ from room.rules.protocol import CLIENT_FRAME_TYPES
 from room.services import RateLimiter, RosterCache, Services
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, indexer, pg, pg_migrate, run_write
+from room.store import leases as leases_store
 from room.store import projects as projects_store
 from room.store.migrate import connect, migrate
 from room.store.schema import SCHEMA_VERSION
@@ -297,7 +299,7 @@ def create_app(
             search_indexer.start(asyncio.get_running_loop())
         bus = None
         if on_postgres and settings.bus_url is not None:  # a cluster: hints between the nodes
-            bus = Bus(settings.bus_url, boot.node_id(settings.data))
+            bus = Bus(settings.bus_url, boot.node_id(settings.data), _address(settings))
         core = Services(
             settings=settings,
             db=db,
@@ -416,6 +418,12 @@ def create_app(
         trace.phase("report")
         if restored is not None:
             boot.clear_restored(settings.data)
+        # A cluster's node keeps its view (its bus, the peers it hears) in the report.
+        viewing = (
+            None
+            if bus is None
+            else asyncio.create_task(bus.report(partial(_write_view, core)), name="cluster-view")
+        )
         await scheduler.start()
         # Everything built so far (modules, validators, endpoints, caches) lives as long as the
         # process: freeze it out of future collections, and collect the young generation less
@@ -453,7 +461,7 @@ def create_app(
         finally:
             trace.phase("stopping")
             await mcp_running.aclose()
-            for task in (daily, rechecks, user_watch, digests):
+            for task in (daily, rechecks, user_watch, digests, viewing):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -514,6 +522,30 @@ def _capabilities(
         # "on", or why not ("no_poppler", "no_sandbox").
         "pdf_previews": pdfs.reason or "on",
     }
+
+
+def _address(settings: Settings) -> str | None:
+    """Where this node listens, as its heartbeats tell the other nodes (docs/cluster.md)."""
+    if settings.port == 0:
+        return None
+    host = socket.gethostname() if settings.host in ("0.0.0.0", "::", "") else settings.host
+    return f"{host}:{settings.port}"
+
+
+async def _write_view(core: Services, view: dict[str, Any]) -> None:
+    """boot-report.json's ``cluster``: the bus's view, and the projects each node is home of."""
+    try:
+        homes = await core.db.read(leases_store.homes_by_node)
+        running = await core.db.read(leases_store.running_by_node)
+        view["database_reached"] = True
+    except StorageError:  # the bus and the peers are still worth writing down
+        homes, running = {}, {}
+        view["database_reached"] = False
+    node = view["node"]
+    view["home_of"] = homes.get(node, {"count": 0, "projects": []})
+    view["running_turns"] = running.get(node, 0)
+    view["peers"] = describe_nodes(view["peers"], homes, running, skip=node)
+    await asyncio.to_thread(boot.update_report, core.settings.data, "cluster", view)
 
 
 def _public_settings(settings: Settings) -> dict[str, Any]:

@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
             "in the data folder); exit 5 when it cannot be reached (docs/storage.md)",
         )
 
+    def attachments_arg(command: argparse.ArgumentParser, what: str) -> None:
+        command.add_argument(
+            "--attachments-dir",
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help=f"{what} (default: $ROOM_ATTACHMENTS_DIR, else <data>/attachments; "
+            "docs/backup.md)",
+        )
+
     serve = sub.add_parser(
         "serve",
         help="serve on SQLite in the data folder (creates it and a demo project on first start)",
@@ -119,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data_arg(doctor)
     database_arg(doctor)
+    doctor.add_argument(
+        "--bus",
+        default=None,
+        metavar="URL",
+        help="a cluster's NATS server, to hear the nodes now (default: $ROOM_BUS_URL)",
+    )
     doctor.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     link = sub.add_parser(
@@ -246,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOURS",
         help="keep running: a backup now and every HOURS (fractions allowed) into the --to folder",
     )
+    attachments_arg(backup, "read the attachment files from DIR")
     backup.add_argument(
         "--keep",
         type=int,
@@ -264,6 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("file", metavar="FILE", type=Path, help="the backup to read")
     restore.add_argument("--data", type=Path, required=True, help="the folder to restore into")
     database_arg(restore)
+    attachments_arg(
+        restore,
+        "put the attachment files into DIR, the restored server's attachments_dir (it may "
+        "hold files already: a cluster's shared folder)",
+    )
 
     agent = sub.add_parser(
         "agent",
@@ -322,7 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from room.doctor import run_doctor
 
-            healthy = run_doctor(_settings(args, database_url=args.database), as_json=args.json)
+            settings = _settings(args, database_url=args.database, bus_url=args.bus)
+            healthy = run_doctor(settings, as_json=args.json)
             return EXIT_OK if healthy else EXIT_UNHEALTHY
         if args.command == "cluster" and args.cluster_command == "status":
             from room.doctor import cluster_status, print_cluster_status
@@ -365,12 +388,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "backup" and args.every is not None:
             if args.every <= 0 or args.keep < 1:
                 parser.error("--every takes a positive number of hours and --keep at least 1")
-            settings = _settings(args, database_url=args.database)
+            settings = _settings(
+                args, database_url=args.database, attachments_dir=args.attachments_dir
+            )
             return scheduled_backups(settings, args.to, args.every, args.keep)
         if args.command == "backup":
-            return backup_data(_settings(args, database_url=args.database), args.to)
+            settings = _settings(
+                args, database_url=args.database, attachments_dir=args.attachments_dir
+            )
+            return backup_data(settings, args.to)
         if args.command == "restore":
-            return restore_data(_settings(args, database_url=args.database), args.file)
+            settings = _settings(
+                args, database_url=args.database, attachments_dir=args.attachments_dir
+            )
+            return restore_data(settings, args.file)
         if args.command == "agent":
             from room.client import run_agent_command
 
@@ -852,15 +883,19 @@ def restore_data(settings: Settings, archive: Path) -> int:
 
     if settings.database_url is not None:
         return refuse_postgres_backup(settings, "restore")
-    done = restore(archive, settings.data, time.time())
+    done = restore(archive, settings.data, time.time(), settings.attachments_dir)
     counts = done.manifest["counts"]
+    elsewhere = settings.attachments_dir is not None
     print(
         f"restored {archive} (made {done.manifest['created']}, room "
         f"{done.manifest['room_version']}) into {settings.data}: {counts.get('messages', 0)} "
         f"messages, {counts.get('tasks', 0)} tasks, {counts.get('memory_entries', 0)} memory "
-        f"records, {done.manifest['attachments']['included']} attachment files; "
-        f"{done.sessions_ended} session(s) signed out. Start it with "
-        f"`room serve --data {settings.data}` (the search index is rebuilt then)."
+        f"records, {done.manifest['attachments']['included']} attachment files"
+        + (f" (in {settings.attachments_dir})" if elsewhere else "")
+        + f"; {done.sessions_ended} session(s) signed out. Start it with "
+        f"`room serve --data {settings.data}`"
+        + (f" and ROOM_ATTACHMENTS_DIR={settings.attachments_dir}" if elsewhere else "")
+        + " (the search index is rebuilt then)."
     )
     return EXIT_OK
 
@@ -871,16 +906,17 @@ def refuse_postgres_backup(settings: Settings, command: str) -> int:
     from room.store.pg import redact
 
     url = redact(settings.database_url or "")
-    data = settings.data
+    # The attachments' folder: a cluster's shared attachments_dir, else the data folder's.
+    root = settings.attachments_root
     if command == "backup":
         steps = [
             f"pg_dump --format=custom --file=room.pgdump '{url}'",
-            f"tar -C '{data}' -cf attachments.tar attachments",
+            f"tar -C '{root.parent}' --exclude='{root.name}/tmp' -cf attachments.tar '{root.name}'",
         ]
     else:
         steps = [
             f"pg_restore --no-owner --dbname='{url}' room.pgdump (into a new, empty database)",
-            f"mkdir -m 700 -p '{data}' && tar -C '{data}' -xf attachments.tar",
+            f"mkdir -m 700 -p '{root.parent}' && tar -C '{root.parent}' -xf attachments.tar",
         ]
     message = (
         f"room {command} copies the SQLite data folder only; for PostgreSQL use its own tools "

@@ -18,7 +18,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from room.infra import boot, perms
 from room.infra.boot import last_start, read_trace
@@ -98,6 +98,7 @@ def collect(settings: Settings) -> dict[str, Any]:
 
             summary["bus"] = redact(settings.bus_url)
         summary["database"] = _postgres(settings.database_url, problems)
+        summary["cluster"] = _cluster(settings, report if running else {}, problems)
         return summary
     if not settings.db_path.exists():
         problems.append(f"no database at {settings.db_path}")
@@ -173,6 +174,36 @@ def _last_backup(data: Path, problems: list[str]) -> dict[str, Any] | None:
     return {**last, "age_secs": round(age)}
 
 
+def _cluster(settings: Settings, report: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """The nodes as ``room cluster status`` finds them (the database, and the bus when given),
+    and the running server's own view from its boot report (``seen_by_server``: its bus up or
+    down, the peers it heard and when). A home of projects not heard is a problem: its
+    projects' agents wait until it is back or they are moved (docs/cluster.md)."""
+    status = cluster_status(settings)
+    problems.extend(status.pop("problems"))
+    view = report.get("cluster")
+    status["seen_by_server"] = view if isinstance(view, dict) else None
+    reached = bool(status["bus"] and status["bus"]["reached"])
+    if not reached and status["seen_by_server"] is not None:
+        # Doctor heard nothing itself (no bus given, or it cannot reach it): the server's own
+        # view of its peers, as it last wrote it.
+        status["nodes"] = status["seen_by_server"]["peers"]
+    if status["seen_by_server"] is not None and not status["seen_by_server"]["bus"]["up"]:
+        problems.append(
+            f"the server's bus {status['seen_by_server']['bus']['url']} is down: the nodes "
+            "see each other's events on the database poll only, and cannot tell a dead home "
+            "node from a live one"
+        )
+    heard_now = reached or status["seen_by_server"] is not None
+    for found in status["nodes"]:
+        if heard_now and not found["live"] and found["home_of"]["count"]:
+            problems.append(
+                f"node {found['node']} is home of {found['home_of']['count']} project(s) but "
+                "is not heard on the bus: their agents wait (`room cluster move` moves them)"
+            )
+    return status
+
+
 def _postgres(url: str, problems: list[str]) -> dict[str, Any]:
     from room.store.pg import connect, redact, server_version
     from room.store.pg_migrate import migration_status
@@ -215,8 +246,8 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
                 f"refused:  a later start (pid {refused['pid']}) stopped at "
                 f"{refused['phases'][-1]!r}: {refused['detail']}"
             )
-        if summary.get("node"):
-            print(f"node:     {summary['node']}, bus {summary.get('bus') or 'none'}")
+        if summary.get("node") or summary.get("cluster"):
+            _print_cluster(summary)
         d = summary.get("database")
         if d and d["backend"] == "postgresql":
             m = d["migrations"]
@@ -243,11 +274,37 @@ def run_doctor(settings: Settings, *, as_json: bool = False) -> bool:
     return not summary["problems"]
 
 
+def _print_cluster(summary: dict[str, Any]) -> None:
+    cluster = summary.get("cluster") or {}
+    view = cluster.get("seen_by_server")
+    at = f" at {view['address']}" if view and view.get("address") else ""
+    print(f"node:     {summary.get('node') or '(not served yet)'}{at}")
+    bus = cluster.get("bus")
+    said = []
+    if bus is not None:
+        said.append("reached" if bus["reached"] else "NOT reached")
+    if view is not None:
+        ago = max(0.0, time.time() - float(view["updated_at"]))
+        said.append(f"the server's link {'up' if view['bus']['up'] else 'DOWN'} {ago:.0f} s ago")
+    shown = summary.get("bus") or (view["bus"]["url"] if view else None)
+    print(f"bus:      {shown or 'none'}{' (' + ', '.join(said) + ')' if said else ''}")
+    nodes = cluster.get("nodes") or []
+    if nodes:
+        print("peers:")
+        for line in node_lines(nodes, heard_now=bus is not None or view is not None):
+            print(line)
+
+
 def cluster_status(settings: Settings) -> dict[str, Any]:
     """``room cluster status`` (docs/cluster.md): this data folder's node id, the database and
     its running turns by node, and the nodes heard on the bus (their heartbeats, listened to for
-    a little over one period). Only reads; a node's turns are those naming it (``turns.owner``)."""
-    from room.store.pg import connect, redact
+    a little over one period). Only reads; a node's turns are those naming it (``turns.owner``).
+
+    ``nodes`` lists every node heard or home of a project: when it was heard, the address its
+    heartbeats give, its running turns and the projects it is home of (room.infra.bus)."""
+    from room.infra.bus import describe_nodes
+    from room.store import leases as leases_store
+    from room.store.pg import connect, redact, server_version
 
     assert settings.database_url is not None  # the command refuses to run without it
     problems: list[str] = []
@@ -256,37 +313,44 @@ def cluster_status(settings: Settings) -> dict[str, Any]:
     status: dict[str, Any] = {"node": here, "database": redact(settings.database_url)}
     conn = connect(settings.database_url)  # StorageError (database_unreachable)
     try:
-        rows = conn.execute(
-            "SELECT coalesce(owner, ''), count(*) FROM turns WHERE state = 'running' "
-            "GROUP BY owner ORDER BY 1"
-        ).fetchall()
-        homes = conn.execute(
-            "SELECT coalesce(home_node, ''), count(*) FROM projects WHERE state != 'purged'"
-            " GROUP BY home_node ORDER BY 1"
-        ).fetchall()
+        typed = cast(sqlite3.Connection, conn)  # the store's functions run on both
+        version = server_version(conn)
+        running = leases_store.running_by_node(typed)
+        homes = leases_store.homes_by_node(typed)
     finally:
         conn.close()
-    status["running_turns"] = {str(owner) or "(none)": int(count) for owner, count in rows}
+    status["database_server"] = {"backend": "postgresql", "version": version}
+    status["running_turns"] = {owner or "(none)": count for owner, count in running.items()}
     # Projects by home node: where their workspaces are and their agents run (a home that is
     # not heard on the bus holds its projects' agents: `room cluster move`).
-    status["homes"] = {str(node) or "(none)": int(count) for node, count in homes}
+    status["homes"] = {node or "(none)": found["count"] for node, found in homes.items()}
     status["bus"] = None
+    heard: list[dict[str, Any]] = []
     if settings.bus_url is not None:
         heard, error = asyncio.run(_listen_for_nodes(settings.bus_url))
         shown = redact(settings.bus_url)
-        status["bus"] = {"url": shown, "reached": error is None, "nodes": heard}
+        status["bus"] = {
+            "url": shown,
+            "reached": error is None,
+            "nodes": sorted(h["node"] for h in heard),
+        }
         if error is not None:
             problems.append(f"the bus {shown} cannot be reached: {error}")
+    status["nodes"] = [
+        {**found, "this": found["node"] == here} for found in describe_nodes(heard, homes, running)
+    ]
     status["problems"] = problems
     return status
 
 
-async def _listen_for_nodes(url: str) -> tuple[list[str], str | None]:
+async def _listen_for_nodes(url: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The nodes heard on the bus within a little over one heartbeat, as
+    :meth:`room.infra.bus.Bus.seen` gives them; and the error when the bus cannot be reached."""
     import nats
 
     from room.infra.bus import HEARTBEAT_SECS, NODES_SUBJECT
 
-    heard: set[str] = set()
+    heard: dict[str, dict[str, Any]] = {}
 
     async def on_msg(msg: Any) -> None:
         try:
@@ -294,7 +358,16 @@ async def _listen_for_nodes(url: str) -> tuple[list[str], str | None]:
         except ValueError:
             return
         if isinstance(hint, dict) and hint.get("k") == "hb":
-            heard.add(str(hint.get("n")))
+            node = str(hint.get("n"))
+            address = hint.get("ad")
+            if not isinstance(address, str):  # a presence update: the address said before
+                address = heard.get(node, {}).get("address")
+            heard[node] = {
+                "node": node,
+                "last_heard": round(time.time(), 3),
+                "address": address,
+                "live": True,
+            }
 
     try:
         nc = await asyncio.wait_for(
@@ -308,7 +381,7 @@ async def _listen_for_nodes(url: str) -> tuple[list[str], str | None]:
         await asyncio.sleep(HEARTBEAT_SECS + 0.5)
     finally:
         await nc.close()
-    return sorted(heard), None
+    return [heard[node] for node in sorted(heard)], None
 
 
 def print_cluster_status(status: dict[str, Any], *, as_json: bool) -> None:
@@ -316,20 +389,39 @@ def print_cluster_status(status: dict[str, Any], *, as_json: bool) -> None:
         print(json.dumps(status, ensure_ascii=False, indent=2))
         return
     print(f"node:     {status['node'] or '(this data folder has not served yet)'}")
-    print(f"database: {status['database']}")
+    server = status["database_server"]
+    print(f"database: {status['database']} ({server['backend']} {server['version']})")
     bus = status["bus"]
     if bus is None:
         print("bus:      none (the servers poll the database for each other's events)")
     else:
         print(f"bus:      {bus['url']} ({'reached' if bus['reached'] else 'NOT reached'})")
-        for node in bus["nodes"]:
-            mark = " (this data folder's)" if node == status["node"] else ""
-            turns = status["running_turns"].get(node, 0)
-            homes = status["homes"].get(node, 0)
-            print(f"  node {node}{mark}: up, {turns} running turn(s), home of {homes} project(s)")
-        heard = set(bus["nodes"])
-        for node, count in status["homes"].items():
-            if node not in heard and node != "(none)":
-                print(f"  node {node}: not heard, home of {count} project(s)")
+    for line in node_lines(status["nodes"], heard_now=bus is not None):
+        print(line)
     for problem in status["problems"]:
         print(f"problem:  {problem}")
+
+
+def node_lines(nodes: list[dict[str, Any]], *, heard_now: bool) -> list[str]:
+    """One line per node (room.infra.bus.describe_nodes): up or not heard, where it listens,
+    its running turns and the projects it is home of."""
+    lines = []
+    for found in nodes:
+        mark = " (this data folder's)" if found.get("this") else ""
+        if found["live"]:
+            state = "up"
+        elif found["last_heard"] is not None:
+            ago = max(0.0, time.time() - float(found["last_heard"]))
+            state = f"not heard for {ago:.0f} s"
+        else:
+            state = "not heard" if heard_now else "unknown (no bus)"
+        at = f" at {found['address']}" if found.get("address") else ""
+        homes = found["home_of"]
+        listed = ", ".join(f"{p['id']} {p['name']}" for p in homes["projects"])
+        more = "…" if homes["count"] > len(homes["projects"]) else ""
+        projects = f" ({listed}{more})" if listed else ""
+        lines.append(
+            f"  node {found['node']}{mark}: {state}{at}, {found['running_turns']} running "
+            f"turn(s), home of {homes['count']} project(s){projects}"
+        )
+    return lines

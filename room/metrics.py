@@ -146,6 +146,19 @@ class _Scrape(Collector):
         yield tokens
         if self.core.relay is not None:  # several servers on one PostgreSQL database
             yield from _relay_metrics(self.core.relay.stats(), self.core.settings.bus_url)
+            leases = self.core.db.leases
+            yield CounterMetricFamily(
+                "room_leases_lost",
+                "Agent-turn leases this server found adopted by another server (at a renewal, "
+                "or refused when opening a turn).",
+                value=leases.lost,
+            )
+            yield CounterMetricFamily(
+                "room_fence_refusals",
+                "Writes of this server's agent turns refused by the fence (lease_lost): the "
+                "project's lease had been adopted by another server.",
+                value=leases.refused,
+            )
         if totals.homes is not None and totals.leases_held is not None:
             yield GaugeMetricFamily(
                 "room_projects_home",

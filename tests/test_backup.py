@@ -26,6 +26,7 @@ from PIL import Image
 
 from room.cli import EXIT_BAD_BACKUP, EXIT_NOT_EMPTY, EXIT_NOT_SERVED
 from room.cli import main as room_main
+from room.infra import blobs
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, Reply, openai_text
 from tests.support.server import ServerProcess, Session, start_with_openai
@@ -203,7 +204,12 @@ def test_the_archive_is_private_and_its_manifest_describes_it(backed: Backed) ->
     assert not any("search" in n or "workspaces" in n for n in names)
     assert {"search.sqlite", "workspaces", "settings"} <= set(manifest["not_included"])
     # The picture and its thumbnail, both read from the database's copy.
-    assert manifest["attachments"] == {"referenced": 2, "included": 2, "missing": []}
+    assert manifest["attachments"] == {
+        "folder": str((backed.server.data / "attachments").resolve()),
+        "referenced": 2,
+        "included": 2,
+        "missing": [],
+    }
     assert f"{manifest['counts']['messages']} messages" in backed.stdout
 
 
@@ -439,6 +445,89 @@ def test_an_extra_member_is_refused(
     assert not (tmp_path.parent / "outside.txt").exists()
 
 
+def test_attachments_in_attachments_dir_are_backed_up_and_restored_into_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared"  # the server's attachments_dir, outside its data folder
+    server = ServerProcess(tmp_path / "data", env={"ROOM_ATTACHMENTS_DIR": str(shared)}).start()
+    try:
+        owner = server.login()
+        project = int(server.get_json("/api/me", cookie=owner.cookie)["projects"][0]["id"])
+        picture = png("orange")
+        attachment = upload(server, owner, project, "橙.png", picture)
+        status, body = server.request(
+            "POST",
+            f"/api/projects/{project}/messages",
+            {"body": "共享目录里的图", "attachments": [attachment["id"]]},
+            headers=owner.headers,
+        )
+        assert status == 201, body
+        archive = tmp_path / "room.tar"
+        done = run_room(
+            "backup", "--to", str(archive), "--data", str(server.data),
+            "--attachments-dir", str(shared),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
+    stored = {
+        p.relative_to(shared): p.read_bytes()
+        for p in shared.rglob("*")
+        if p.is_file() and p.parent.name != "tmp"
+    }
+    assert len(stored) == 2  # the picture and its thumbnail
+    manifest = manifest_of(archive)
+    assert manifest["attachments"]["folder"] == str(shared.resolve())
+    assert manifest["attachments"]["included"] == 2
+
+    # Restored with ROOM_ATTACHMENTS_DIR naming another folder, which holds files already
+    # (a cluster's shared folder): the files go there by their content addresses, beside them.
+    elsewhere = tmp_path / "elsewhere"
+    theirs = blobs.put_bytes(elsewhere, b"another server's attachment")
+    target = tmp_path / "restored"
+    monkeypatch.setenv("ROOM_ATTACHMENTS_DIR", str(elsewhere))
+    assert room_main(["restore", str(archive), "--data", str(target)]) == 0
+    monkeypatch.delenv("ROOM_ATTACHMENTS_DIR")
+    assert not (target / "attachments").exists()
+    for relative, content in stored.items():
+        assert (elsewhere / relative).read_bytes() == content, relative
+    assert blobs.path_of(elsewhere, theirs).read_bytes() == b"another server's attachment"
+    assert not [p for p in (elsewhere / "tmp").iterdir()]  # nothing left aside
+    marker = json.loads((target / "restored.json").read_text(encoding="utf-8"))
+    assert marker["attachments"]["restored_to"] == str(elsewhere.resolve())
+
+    restored = ServerProcess(target, env={"ROOM_ATTACHMENTS_DIR": str(elsewhere)}).start()
+    try:
+        owner = restored.login()
+        page = restored.get_json(f"/api/projects/{project}/messages", cookie=owner.cookie)
+        sent = next(m for m in page["messages"] if m["body"] == "共享目录里的图")
+        assert fetch_bytes(restored, owner, sent["meta"]["attachments"][0]["url"]) == picture
+    finally:
+        restored.stop()
+
+
+def test_an_attachments_dir_inside_the_restored_folder_is_written_with_it(
+    backed: Backed, tmp_path: Path
+) -> None:
+    target = tmp_path / "restored"
+    files = target / "files"  # attachments_dir inside the data folder, not its default place
+    done = run_room(
+        "restore", str(backed.archive), "--data", str(target), "--attachments-dir", str(files)
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"attachment files (in {files})" in done.stdout
+    assert not (target / "attachments").exists()
+    restored = sorted(p.relative_to(files) for p in files.rglob("*") if p.is_file())
+    live = sorted(
+        p.relative_to(backed.server.data / "attachments")
+        for p in (backed.server.data / "attachments").rglob("*")
+        if p.is_file() and p.parent.name != "tmp"
+    )
+    assert restored == live and len(restored) == 2
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
 def test_postgres_is_refused_with_what_to_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -453,6 +542,17 @@ def test_postgres_is_refused_with_what_to_run(
         capsys, "restore", str(archive), "--data", str(tmp_path / "d"), "--database", url
     )
     assert code == EXIT_NOT_SERVED and said["run"][0].startswith("pg_restore")
+    assert sorted(os.listdir(tmp_path)) == []
+    # A cluster's shared attachments folder is the one to tar.
+    shared = tmp_path / "mnt" / "room-files"
+    code, said = refused(
+        capsys, "backup", "--to", str(archive), "--database", url,
+        "--attachments-dir", str(shared),
+    )  # fmt: skip
+    assert code == EXIT_NOT_SERVED
+    assert said["run"][1] == (
+        f"tar -C '{shared.parent}' --exclude='room-files/tmp' -cf attachments.tar 'room-files'"
+    )
     assert sorted(os.listdir(tmp_path)) == []
 
 

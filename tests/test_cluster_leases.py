@@ -95,6 +95,18 @@ def move(dsn: str, project: int, to: str) -> str:
     return out.getvalue()
 
 
+def counters(server: ServerProcess, owner: Session) -> dict[str, float]:
+    """The node's /metrics, name → value (the unlabelled samples)."""
+    status, text = server.request("GET", "/metrics", cookie=owner.cookie)
+    assert status == 200
+    found = {}
+    for line in str(text).splitlines():
+        name, _, value = line.partition(" ")
+        if line and not line.startswith("#") and "{" not in name:
+            found[name] = float(value)
+    return found
+
+
 async def until(check: Any, what: str) -> Any:
     """Poll ``check`` (run in a thread) until it returns something true."""
     with anyio.fail_after(WAIT):
@@ -175,6 +187,15 @@ async def test_a_home_paused_past_its_lease_is_fenced_off_once_the_project_moves
         stopped = False
         await until(lambda: "lost the project's lease" in a.log, "A's turn refused")
         assert [t for t in turns() if t[0] == first_turn] == settled  # never overwritten
+        # A's /metrics count the lease it lost and the writes its fence refused; B's none.
+        lost = await until(
+            lambda: (m := counters(a, on_a)) and m["room_leases_lost_total"] >= 1 and m,
+            "A counts its lost lease",
+        )
+        assert lost["room_fence_refusals_total"] >= 1
+        on_b_counts = counters(b, on_b)
+        assert on_b_counts["room_leases_lost_total"] == 0
+        assert on_b_counts["room_fence_refusals_total"] == 0
         recorded = rows(
             pg_dsn, "SELECT count(*) FROM model_requests WHERE turn_id = %s", first_turn
         )

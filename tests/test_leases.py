@@ -228,6 +228,7 @@ async def test_a_lapsed_lease_is_adopted_and_the_old_holders_writes_are_refused(
     assert refused.value.details["holder"] == "node-b"
     assert refused.value.details["current_token"] == 2
     assert await users_named(a, "after-the-lease") == 0
+    assert (a.leases.refused, b.leases.refused) == (1, 0)  # /metrics: room_fence_refusals
     # A's renewal finds the lease gone; B's own writes and renewals go ahead.
     renewed = await a.write(lambda c, tx: leases_store.renew(c, "node-a", [project], tx.now, SECS))
     assert renewed == []
@@ -252,6 +253,8 @@ async def test_a_refused_write_fails_alone_in_its_batch(
     plain = a.submit(add_user("plain"))
     results = await asyncio.gather(refused, plain, return_exceptions=True)
     assert isinstance(results[0], LeaseLostError) and results[1] is None
+    # Counted once, though a batch that met it runs again job by job.
+    assert a.leases.refused == 1
     assert await users_named(a, "stale") == 0
     assert await users_named(a, "plain") == 1
 

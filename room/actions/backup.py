@@ -131,6 +131,7 @@ def write_backup(
                     "database": {"backend": "sqlite", "member": DATABASE, "integrity": "ok"},
                     "counts": facts["counts"],
                     "attachments": {
+                        "folder": str(root.resolve()),  # where they were read from
                         "referenced": len(facts["blobs"]),
                         "included": len(facts["blobs"]) - len(missing),
                         "missing": missing,
@@ -424,16 +425,30 @@ def _check_member(tar: tarfile.TarFile, member: tarfile.TarInfo, expected: dict[
         )
 
 
-def restore(archive: Path, data: Path, now: float) -> Restored:
-    """Restore ``archive`` into ``data`` (missing or empty), checking everything first."""
+def restore(archive: Path, data: Path, now: float, attachments: Path | None = None) -> Restored:
+    """Restore ``archive`` into ``data`` (missing or empty), checking everything first.
+
+    ``attachments``: the attachments folder the restored server will use (its
+    ``attachments_dir``), when it is not ``<data>/attachments``. A folder inside ``data`` is
+    written in the staging folder like the rest; one outside it (a folder of its own, the
+    shared folder of a cluster) may hold files already: the archive's files are put there by
+    their content addresses (room.infra.blobs: written aside, then linked in, so content
+    already there is kept and a reader of it is never disturbed), once the database has passed
+    its checks and before the data folder is renamed into place."""
     check_target(data)
     manifest = verify_archive(archive)
     data.parent.mkdir(parents=True, exist_ok=True)
+    default = data.resolve() / "attachments"
+    root = default if attachments is None else attachments.resolve()
+    inside = root.is_relative_to(data.resolve())
     staging = Path(tempfile.mkdtemp(prefix=f".{data.name}.restoring-", dir=data.parent))
     try:
         os.chmod(staging, 0o700)
-        _unpack(archive, staging, manifest["files"])
+        staged_root = staging / root.relative_to(data.resolve()) if inside else None
+        _unpack(archive, staging, manifest["files"], staged_root)
         sessions, links = _settle_database(staging / DATABASE, manifest, archive, now)
+        if not inside:
+            _put_blobs(archive, root, manifest["files"])
         marker = {
             "restored_at": now,
             "archive": str(archive.resolve()),
@@ -445,7 +460,7 @@ def restore(archive: Path, data: Path, now: float) -> Restored:
                 t: manifest["counts"].get(t, 0)
                 for t in ("messages", "tasks", "memory_entries", "attachments")
             },
-            "attachments": manifest["attachments"],
+            "attachments": {**manifest["attachments"], "restored_to": str(root)},
             "sessions_ended": sessions,
             "login_links_dropped": links,
         }
@@ -459,15 +474,20 @@ def restore(archive: Path, data: Path, now: float) -> Restored:
     return Restored(manifest, sessions, links)
 
 
-def _unpack(archive: Path, staging: Path, files: dict[str, Any]) -> None:
-    """Write every member into ``staging``, checking each again as it is written (the file
-    may have changed since it was verified)."""
+def _unpack(archive: Path, staging: Path, files: dict[str, Any], blob_root: Path | None) -> None:
+    """Write every member into ``staging`` (the attachments into ``blob_root``, a folder of
+    the staging folder; None: they go elsewhere, :func:`_put_blobs`), checking each again as
+    it is written (the file may have changed since it was verified)."""
     with _open_archive(archive) as tar:
         for member in tar.getmembers():
             if member.name == MANIFEST:
                 continue
             expected = files[member.name]
             path = staging / member.name
+            if member.name != DATABASE:
+                if blob_root is None:
+                    continue
+                path = blobs.path_of(blob_root, expected["sha256"])
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fh = tar.extractfile(member)
             assert fh is not None
@@ -483,6 +503,32 @@ def _unpack(archive: Path, staging: Path, files: dict[str, Any]) -> None:
                 raise BackupError(
                     f"{member.name} changed while it was restored", code="archive_checksum"
                 )
+
+
+def _put_blobs(archive: Path, root: Path, files: dict[str, Any]) -> None:
+    """Put the archive's attachment files into ``root`` by their content addresses, beside
+    what it holds already (an existing file of that content is kept)."""
+    if not root.exists():
+        root.mkdir(mode=0o700, parents=True)
+    with _open_archive(archive) as tar:
+        for member in tar.getmembers():
+            if member.name in (MANIFEST, DATABASE):
+                continue
+            expected = files[member.name]
+            fh = tar.extractfile(member)
+            assert fh is not None
+            upload = blobs.Upload(root)
+            try:
+                while chunk := fh.read(CHUNK_BYTES):
+                    upload.write(chunk)
+                if upload.finish() != expected["sha256"]:
+                    raise BackupError(
+                        f"{member.name} changed while it was restored", code="archive_checksum"
+                    )
+                upload.commit(expected["sha256"])
+            except BaseException:
+                upload.discard()
+                raise
 
 
 def _settle_database(

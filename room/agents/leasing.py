@@ -38,7 +38,6 @@ class Leasing:
         self.node = node
         self.lease_secs = lease_secs
         self.held: dict[int, Lease] = {}  # the leases this node took, as it last wrote them
-        self.lost = 0  # leases found adopted by another node (``/metrics`` later)
         self._task: asyncio.Task[None] | None = None
 
     def live(self) -> list[str] | None:
@@ -71,7 +70,7 @@ class Leasing:
     def forget(self, project_id: int) -> None:
         """The lease was found lost (a write refused): taken anew before the next turn."""
         if self.held.pop(project_id, None) is not None:
-            self.lost += 1
+            self.core.db.leases.lost += 1
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -105,7 +104,7 @@ class Leasing:
                     self.held[project_id] = Lease(lease.holder, lease.token, now + self.lease_secs)
                     continue
                 self.held.pop(project_id, None)
-                self.lost += 1
+                self.core.db.leases.lost += 1
                 log.warning("project %d: the lease was lost; its turns here stop", project_id)
                 running.stop_lost(project_id)
         await self.sweep(running)

@@ -150,6 +150,22 @@ def write_report(
     return report
 
 
+def update_report(data: Path, key: str, value: Any) -> None:
+    """Replace one section of ``boot-report.json`` (a cluster node keeps its ``cluster`` view
+    current there while it runs); nothing when the report is missing or unreadable."""
+    path = data / "boot-report.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(report, dict):
+        return
+    report[key] = value
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(report, ensure_ascii=False, indent=2, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _write_private(path: Path, facts: dict[str, Any] | str) -> None:
     """``facts`` as JSON (a string as it is) in ``path``, 0600, replaced atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

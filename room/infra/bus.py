@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -51,6 +51,9 @@ HEARTBEAT_SECS = 2.0  # each node says it is there on NODES_SUBJECT this often
 PEER_LAPSE_SECS = 3 * HEARTBEAT_SECS  # a peer unheard for this long is not counted
 CONNECT_TIMEOUT_SECS = 2.0
 TELL_AFTER_SECS = 0.05  # a node's changed set of people goes out this soon (ClusterPresence)
+REPORT_SECS = 10.0  # boot-report.json's ``cluster`` is rewritten this often (and on a change)
+REPORT_CHECK_SECS = 0.5
+MAX_SEEN = 64  # peers remembered for the report (a cluster has a few; node ids are stable)
 
 Hint = dict[str, Any]
 # Each node computes a project's presence frames itself, from the same merged sets of people
@@ -62,10 +65,11 @@ class Bus:
     """One NATS connection per node. :meth:`start` connects in the background (a node whose
     bus is down at its start serves on the database poll meanwhile) and reconnects forever."""
 
-    def __init__(self, url: str, node: str) -> None:
+    def __init__(self, url: str, node: str, address: str | None = None) -> None:
         self.url = url
         self.shown = _redact(url)  # for the logs: never a password
         self.node = node
+        self.address = address  # where this node listens (host:port), said in its heartbeats
         self.on_hint: Callable[[int | None, Hint], None] = lambda project_id, hint: None
         self.on_reconnect: Callable[[], None] = lambda: None
         self.on_disconnect: Callable[[], None] = lambda: None
@@ -80,6 +84,8 @@ class Bus:
         self._up = False
         self._beating: asyncio.Task[None] | None = None
         self._peers: dict[str, float] = {}  # another node's id → when it was last heard
+        # Every peer heard since the start: when (Unix time) and the address it gave.
+        self._seen: dict[str, tuple[float, str | None]] = {}
         self.published = 0  # hints sent (``/metrics``)
         self.received = 0  # hints heard from the other nodes
         self.unsent = 0  # hints not sent: the bus was down (the poll covers them)
@@ -95,7 +101,7 @@ class Bus:
 
     async def _heartbeat(self) -> None:
         while True:
-            self.send(None, {**self.beat(), "k": "hb", "n": self.node})
+            self.send(None, {**self.beat(), "k": "hb", "n": self.node, "ad": self.address})
             try:
                 self.on_beat()
             except Exception:
@@ -106,6 +112,43 @@ class Bus:
         """The other nodes heard from lately (their heartbeats on the bus)."""
         now = time.monotonic()
         return sorted(n for n, at in self._peers.items() if now - at < PEER_LAPSE_SECS)
+
+    def seen(self) -> list[dict[str, Any]]:
+        """Every other node heard since this one started: its id, when it was last heard
+        (Unix time), the address its heartbeats give, and whether it is counted now (heard
+        within :data:`PEER_LAPSE_SECS`)."""
+        live = set(self.peers())
+        return [
+            {"node": node, "last_heard": round(at, 3), "address": address, "live": node in live}
+            for node, (at, address) in sorted(self._seen.items())
+        ]
+
+    def view(self) -> dict[str, Any]:
+        """This node's view of the cluster (boot-report.json's ``cluster``, docs/cluster.md)."""
+        return {
+            "node": self.node,
+            "address": self.address,
+            "bus": {"url": self.shown, "up": self._up},
+            "peers": self.seen(),
+            "updated_at": round(time.time(), 3),
+        }
+
+    async def report(self, write: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """Keep :meth:`view` written: at once when the bus goes up or down or a peer comes or
+        lapses, else every :data:`REPORT_SECS` (its peers' last heard)."""
+        told: Any = None
+        at = 0.0
+        while True:
+            view = self.view()
+            shape = (self._up, [(p["node"], p["live"], p["address"]) for p in view["peers"]])
+            now = time.monotonic()
+            if shape != told or now - at >= REPORT_SECS:
+                try:
+                    await write(view)
+                    told, at = shape, now
+                except Exception:
+                    log.warning("writing the cluster's view into boot-report.json failed")
+            await asyncio.sleep(REPORT_CHECK_SECS)
 
     async def _connect(self) -> None:
         while True:
@@ -211,6 +254,12 @@ class Bus:
         if project_id is None and hint.get("k") == "hb":
             node = str(hint.get("n"))
             self._peers[node] = time.monotonic()
+            address = hint.get("ad")
+            if not isinstance(address, str):  # a presence update says only the sets
+                address = self._seen.get(node, (0.0, None))[1]
+            self._seen[node] = (time.time(), address)
+            if len(self._seen) > MAX_SEEN:
+                del self._seen[min(self._seen, key=lambda n: self._seen[n][0])]
             try:
                 self.on_peer(node, hint)
             except Exception:
@@ -239,6 +288,32 @@ class Bus:
         except Exception as exc:
             self.unsent += 1
             log.debug("a hint on %s not sent: %s", subject, exc)
+
+
+def describe_nodes(
+    heard: list[dict[str, Any]],
+    homes: dict[str, dict[str, Any]],
+    running: dict[str, int],
+    *,
+    skip: str | None = None,
+) -> list[dict[str, Any]]:
+    """The nodes an operator should know of (docs/cluster.md, "Operators"): those heard on the
+    bus (``heard``: :meth:`Bus.seen`'s entries) and those home of a project though not heard
+    (dead, cut off, or gone for good: ``room cluster move`` their projects), each with its
+    running turns and the projects it is home of; ``skip`` leaves one out (the node asking)."""
+    by_node = {str(h["node"]): h for h in heard}
+    nodes = sorted((set(by_node) | {n for n in homes if n}) - {skip})
+    return [
+        {
+            "node": node,
+            "live": bool(by_node.get(node, {}).get("live")),
+            "last_heard": by_node.get(node, {}).get("last_heard"),
+            "address": by_node.get(node, {}).get("address"),
+            "running_turns": running.get(node, 0),
+            "home_of": homes.get(node, {"count": 0, "projects": []}),
+        }
+        for node in nodes
+    ]
 
 
 def _redact(url: str) -> str:

@@ -38,11 +38,11 @@ from typing import Any, Generic, TypeVar, cast
 
 import psycopg
 
-from room.errors import DatabaseUnavailableError, StorageError
+from room.errors import DatabaseUnavailableError, LeaseLostError, StorageError
 from room.rules.effects import Effect
 from room.store import pg
 from room.store.dialect import Connection, Cursor, Params, dialect_for
-from room.store.leases import FENCE, Fence, check_fence
+from room.store.leases import FENCE, Fence, LeaseCounts, check_fence
 from room.store.migrate import attach, connect
 
 log = logging.getLogger(__name__)
@@ -465,6 +465,7 @@ class Database:
         self.reconnect_secs = reconnect_secs
         self.node = node
         self.stats = WriterStats()
+        self.leases = LeaseCounts()  # a cluster node's lost leases and fenced writes
         self._loop: asyncio.AbstractEventLoop | None = None
         self._writes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -661,6 +662,9 @@ class Database:
 
     def _hand_back(self, batch: list[_Pending[Any]]) -> None:
         assert self._loop is not None
+        # Counted once a job's outcome is final (a batch run again job by job meets the fence
+        # twice).
+        self.leases.refused += sum(isinstance(p.error, LeaseLostError) for p in batch)
         try:
             self._loop.call_soon_threadsafe(_complete, batch, self.effects)
         except RuntimeError:  # the loop closed under us during shutdown

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from room.errors import LeaseLostError
 from room.rules.leases import Claim, Lease, claim, fenced, next_token
@@ -25,6 +26,16 @@ class Fence:
 
     project_id: int
     token: int
+
+
+@dataclass(slots=True)
+class LeaseCounts:
+    """A node's lease troubles since its start (``/metrics``, docs/cluster.md): leases it found
+    adopted by another node (at a renewal, or when a turn's opening was refused), and turns'
+    writes the fence refused (``lease_lost``)."""
+
+    lost: int = 0
+    refused: int = 0
 
 
 #: The fence of the turn the current task runs for (None: not a turn's write).
@@ -155,3 +166,33 @@ def orphaned_at(conn: Connection, node: str) -> list[int]:
             (node, node),
         )
     ]
+
+
+def homes_by_node(conn: Connection, listed: int = 20) -> dict[str, dict[str, Any]]:
+    """The live projects each node is home of (``""``: no home yet): how many, and the first
+    ``listed`` of them by id (``{"id", "name"}``), for the operator's reports."""
+    found: dict[str, dict[str, Any]] = {}
+    for node, count in conn.execute(
+        "SELECT coalesce(home_node, ''), count(*) FROM projects WHERE state != 'purged'"
+        " GROUP BY home_node ORDER BY 1"
+    ):
+        found[str(node)] = {"count": int(count), "projects": []}
+    for node, project_id, name in conn.execute(
+        "SELECT home, id, name FROM (SELECT coalesce(home_node, '') AS home, id, name,"
+        " row_number() OVER (PARTITION BY home_node ORDER BY id) AS n FROM projects"
+        " WHERE state != 'purged') listed WHERE n <= ? ORDER BY home, id",
+        (listed,),
+    ):
+        found[str(node)]["projects"].append({"id": int(project_id), "name": str(name)})
+    return found
+
+
+def running_by_node(conn: Connection) -> dict[str, int]:
+    """Running turns by the node running them (``""``: none named, a SQLite server's)."""
+    return {
+        str(owner): int(count)
+        for owner, count in conn.execute(
+            "SELECT coalesce(owner, ''), count(*) FROM turns WHERE state = 'running'"
+            " GROUP BY owner ORDER BY 1"
+        )
+    }
