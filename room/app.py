@@ -546,6 +546,7 @@ def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, 
         project = int(hint["p"])
 
         async def stop() -> None:
+            await core.research.stop_project(project)  # its research runs here too
             await scheduler.in_process.stop_project(project, 0)
 
         task = asyncio.get_running_loop().create_task(stop())
