@@ -47,6 +47,8 @@ class ResearchRunner(Protocol):
 
     async def stop(self, research_id: int) -> None: ...
 
+    async def stop_here(self, research_id: int) -> None: ...
+
     async def stop_project(self, project_id: int) -> None: ...
 
 
@@ -57,6 +59,9 @@ class NoResearch:
         return None
 
     async def stop(self, research_id: int) -> None:
+        return None
+
+    async def stop_here(self, research_id: int) -> None:
         return None
 
     async def stop_project(self, project_id: int) -> None:
@@ -248,6 +253,10 @@ class EventRelay(Protocol):
     def wake_elsewhere(self, project_id: int, member_ids: list[int]) -> None: ...
 
     def stop_elsewhere(self, member_id: int) -> None: ...
+
+    def start_research_elsewhere(self, research_id: int) -> None: ...
+
+    def stop_research_elsewhere(self, research_id: int) -> None: ...
 
     def stop_project_elsewhere(self, project_id: int) -> None: ...
 

@@ -52,6 +52,13 @@ class Settings(BaseModel):
         "defaults to <data>/attachments. The nodes of a cluster must share it (NFS or "
         "similar): every node serves every attachment (docs/cluster.md).",
     )
+    workspaces_dir: Path | None = Field(
+        default=None,
+        description="The folder projects' default workspaces are made in (one folder per "
+        "project, named by its id); defaults to <data>/workspaces. A cluster's nodes may share "
+        "it (NFS or similar): a project whose workspace is in it needs no home node, and its "
+        "agent turns and research run on whichever node holds its lease (docs/cluster.md).",
+    )
     bus_url: str | None = Field(
         default=None,
         pattern=r"^nats://",

@@ -93,7 +93,8 @@ class Session:
                 async with driver.slots:
                     fence = None if leasing is None else await leasing.fence(self.project_id)
                     if isinstance(fence, float):  # another node's lease: tried when it lapses
-                        asyncio.get_running_loop().call_later(fence, self.poke)
+                        if leasing is None or not leasing.holder_busy(self.project_id):
+                            asyncio.get_running_loop().call_later(fence, self.poke)
                         return
                     if leasing is not None and fence is None:  # the home moved meanwhile
                         return
