@@ -454,6 +454,20 @@ class Settings(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _workspaces_apart_from_data(self) -> Settings:
+        # Every folder in workspaces_dir may become a project's workspace (agents read and
+        # write it): it must hold nothing of the data folder, nor the data folder it.
+        if self.workspaces_dir is not None:
+            shared = self.workspaces_dir.expanduser().resolve()
+            data = self.data.expanduser().resolve()
+            if shared == data or shared in data.parents or data in shared.parents:
+                raise ValueError(
+                    "workspaces_dir (ROOM_WORKSPACES_DIR) must be a folder apart from the data "
+                    f"folder {data}: neither it, inside it nor around it (docs/cluster.md)"
+                )
+        return self
+
     @property
     def backend(self) -> str:
         """``sqlite`` (the data folder's room.sqlite) or ``postgresql`` (``database_url``)."""

@@ -21,10 +21,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from room.actions import leases as lease_actions
+from room.actions.tenancy import workspaces_folder
 from room.actions.workspaces import floating
+from room.infra.wslock import WorkspaceLocks
 from room.rules.leases import Claim, Home, Lease, home_of, renew_due
 from room.services import Services
 from room.store import leases as leases_store
@@ -49,6 +52,12 @@ class Leasing:
         # The research runner's side (room.agents.research_run): the projects it runs research
         # of here (their leases are renewed too), and how to start a run here.
         self.research: ResearchHere | None = None
+        # The locks this node holds on shared workspaces (room.infra.wslock); None when the
+        # operator declared no shared folder.
+        shared = core.settings.workspaces_dir is not None
+        self.workspaces = WorkspaceLocks(workspaces_folder(core.settings)) if shared else None
+        self._locking = asyncio.Lock()
+        self._blocked: set[int] = set()  # projects whose shared workspace was found held
         self._task: asyncio.Task[None] | None = None
 
     def live(self) -> list[str] | None:
@@ -96,6 +105,26 @@ class Leasing:
         self.held[project_id] = lease
         return Fence(project_id, lease.token)
 
+    async def enter_workspace(self, project_id: int) -> Callable[[], None] | None:
+        """Before a turn or a research run of the project opens here: in a shared workspace,
+        hold its lock — None while another node holds it (one paused past the lease this node
+        adopted, still able to run a command there once it wakes). Else what lets it go once
+        the turn or run ended (nothing to let go elsewhere: a home node's own disk needs no
+        lock, the lease keeps the others away)."""
+        if self.workspaces is None or not self.floats.get(project_id, False):
+            return _nothing
+        workspaces = self.workspaces
+        async with self._locking:
+            entered = await asyncio.to_thread(workspaces.enter, project_id)
+        if not entered:
+            if project_id not in self._blocked:  # said once, not at every retry
+                self._blocked.add(project_id)
+                log.warning("project %d: another node still holds its shared workspace; its "
+                            "work here waits", project_id)  # fmt: skip
+            return None
+        self._blocked.discard(project_id)
+        return lambda: workspaces.leave(project_id)
+
     def forget(self, project_id: int) -> None:
         """The lease was found lost (a write refused): taken anew before the next turn."""
         if self.held.pop(project_id, None) is not None:
@@ -111,6 +140,8 @@ class Leasing:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self.workspaces is not None:
+            self.workspaces.close()
 
     async def _loop(self, running: RunningTurns) -> None:
         while True:
@@ -174,6 +205,10 @@ class Leasing:
                 offline.add(project_id)
         for project_id in sorted(offline):
             await lease_actions.home_offline(self.core, project_id)
+
+
+def _nothing() -> None:
+    return None
 
 
 class ResearchHere(Protocol):

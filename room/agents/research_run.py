@@ -278,6 +278,20 @@ class ResearchRunner:
             lambda conn, tx: research_actions.run_here(conn, tx, rid)
         ):
             return
+        # A shared workspace: read only while this node holds its lock (room.infra.wslock).
+        leave = None if self.leasing is None else await self.leasing.enter_workspace(run.project_id)
+        if self.leasing is not None and leave is None:
+            return  # another node still works in it: the leases' sweep starts the run again
+        try:
+            await self._sessions(run, stored, members, project_name)
+        finally:
+            if leave is not None:
+                leave()
+
+    async def _sessions(
+        self, run: _Run, stored: dict[str, Any], members: list[Member], project_name: str
+    ) -> None:
+        rid = run.research_id
         sessions = []
         for m in members:
             earlier = await self.core.db.read(
