@@ -545,7 +545,7 @@ def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, 
         scheduler.stop_member(int(hint["m"]))
         return True
     if kind == "rs":  # a research run started elsewhere, for a project whose work runs here
-        core.research.start(int(hint["r"]))
+        core.research.start(int(hint["r"]), forward=False)  # never passed on again
         return True
     if kind == "rx":  # a research run paused or stopped elsewhere: it may run here
         task = asyncio.get_running_loop().create_task(core.research.stop_here(int(hint["r"])))

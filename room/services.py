@@ -43,7 +43,7 @@ class Waker(Protocol):
 class ResearchRunner(Protocol):
     """What actions tell the research runner (room.agents.research_run)."""
 
-    def start(self, research_id: int) -> None: ...
+    def start(self, research_id: int, *, forward: bool = True) -> None: ...
 
     async def stop(self, research_id: int) -> None: ...
 
@@ -55,7 +55,7 @@ class ResearchRunner(Protocol):
 class NoResearch:
     """No runner (tests of the actions alone): a started run waits in ``running``."""
 
-    def start(self, research_id: int) -> None:
+    def start(self, research_id: int, *, forward: bool = True) -> None:
         return None
 
     async def stop(self, research_id: int) -> None:

@@ -35,7 +35,8 @@ class Settings(BaseModel):
     workspace_roots: tuple[str, ...] = Field(
         default=(),
         description="Folders inside which a project's workspace (and a research reference) may "
-        "be set (comma-separated in env); empty means <data>/workspaces only. Wider roots are "
+        "be set (comma-separated in env); empty means <data>/workspaces (or workspaces_dir) "
+        "only. Wider roots are "
         "the operator's choice, listed in boot-report.json. A project's default workspace is "
         "always allowed, and a folder belongs to one project whatever the roots.",
     )

@@ -153,6 +153,9 @@ def roots_report(settings: Settings) -> dict[str, Any]:
     return {
         "roots": [str(root) for root in workspace_roots(settings)],
         "source": "setting" if settings.workspace_roots else "default",
+        # Where the default workspaces are, and whether it is the folder a cluster shares.
+        "defaults": str(workspaces_folder(settings)),
+        "shared": settings.workspaces_dir is not None,
     }
 
 

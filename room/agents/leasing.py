@@ -195,7 +195,7 @@ class Leasing:
         for research_id, project_id, home in research:
             here = floats[project_id] or home_of(home, self.node, live) is Home.HERE
             if here and self.research is not None:
-                self.research.start(research_id)
+                self.research.start(research_id, forward=False)
         offline: set[int] = set()
         for project_id, member_id, home, marked in work:
             where = Home.HERE if floats[project_id] else home_of(home, self.node, live)
@@ -218,7 +218,7 @@ class ResearchHere(Protocol):
 
     def stop_lost(self, project_id: int) -> None: ...
 
-    def start(self, research_id: int) -> None: ...
+    def start(self, research_id: int, *, forward: bool = True) -> None: ...
 
 
 class RunningTurns(Protocol):

@@ -92,6 +92,7 @@ class _Run:
     project_id: int
     task: asyncio.Task[None] | None = None
     stopping: bool = False
+    forward: bool = True  # tell the node the project's work runs on, if another
     in_flight: asyncio.Future[Any] | None = field(default=None)
 
     def stopped(self) -> bool:
@@ -152,10 +153,13 @@ class ResearchRunner:
         if leasing is not None:
             leasing.research = self
 
-    def start(self, research_id: int) -> None:
+    def start(self, research_id: int, *, forward: bool = True) -> None:
+        """Run it (idempotent per run). ``forward``: in a cluster, tell the node the project's
+        work runs on when that is another (False when this start came from the bus or the
+        leases' sweep: a hint is never passed on, so no two nodes tell each other forever)."""
         if research_id in self.runs:
             return
-        run = _Run(research_id, 0)
+        run = _Run(research_id, 0, forward=forward)
         self.runs[research_id] = run
         run.task = asyncio.create_task(self._guarded(run))
 
@@ -245,7 +249,7 @@ class ResearchRunner:
         FENCE.set(None)  # the lease's own writes are not the run's
         where = await leasing.where(run.project_id)
         if where is not Home.HERE:
-            if where is Home.ELSEWHERE and self.core.relay is not None:
+            if where is Home.ELSEWHERE and run.forward and self.core.relay is not None:
                 self.core.relay.start_research_elsewhere(run.research_id)
             return False
         fence = await leasing.fence(run.project_id)
