@@ -14,11 +14,14 @@ import json
 import os
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 
+from room.agents.research_run import ResearchRunner, _Run
+from room.rules.leases import Home
 from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
 from tests.support.nats import NatsServer
 from tests.support.server import ServerProcess, Session
@@ -114,3 +117,30 @@ async def test_a_research_run_is_fenced_off_a_node_paused_past_the_projects_leas
             os.kill(a.proc.pid, signal.SIGCONT)
         a.stop()
         b.stop()
+
+
+class _Relay:
+    def __init__(self) -> None:
+        self.told: list[int] = []
+
+    def start_research_elsewhere(self, research_id: int) -> None:
+        self.told.append(research_id)
+
+
+class _Leasing:
+    research: Any = None
+
+    async def where(self, project_id: int) -> Home:
+        return Home.ELSEWHERE
+
+
+async def test_a_start_heard_from_another_node_is_never_passed_on() -> None:
+    """Three nodes: a run started on B (not the home) is told to every node; C, not the home
+    either, must not tell everyone again (B and C would tell each other forever)."""
+    relay = _Relay()
+    core = SimpleNamespace(relay=relay)
+    runner = ResearchRunner(core, None, closing=lambda: False, leasing=_Leasing())  # type: ignore[arg-type]
+    assert await runner._fence(_Run(7, 3)) is False  # asked here: the home is told
+    assert relay.told == [7]
+    assert await runner._fence(_Run(7, 3, forward=False)) is False  # heard: not passed on
+    assert relay.told == [7]
