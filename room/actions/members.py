@@ -204,7 +204,10 @@ def _confirm_later(core: Services, project_id: int, by: str, member_id: int, han
     confirmed)."""
 
     async def wait() -> None:
-        if await stops.settled(core, project_id, member_id, stops.CONFIRM_LATER_SECS):
+        later = stops.CONFIRM_LATER_SECS
+        if await stops.settled(
+            core, project_id, member_id, later, poll_secs=stops.CONFIRM_LATER_POLL_SECS
+        ):
             return
         notice = notices.member_op(MemberOp.STOP.value, by, handle)
         meta = {"member_op": MemberOp.STOP.value, "member_id": member_id, "confirmed_later": True}

@@ -19,6 +19,7 @@ from room.store.dialect import Connection
 
 POLL_SECS = 0.1  # how often the rows are read again while waiting
 CONFIRM_LATER_SECS = 600.0  # how long an unconfirmed member stop waits to post its notice
+CONFIRM_LATER_POLL_SECS = 1.0  # and how often it reads the row meanwhile
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +48,19 @@ def running_in(
 
 
 async def settled(
-    core: Services, project_id: int, member_id: int | None, wait_secs: float
+    core: Services,
+    project_id: int,
+    member_id: int | None,
+    wait_secs: float,
+    *,
+    poll_secs: float = POLL_SECS,
 ) -> list[StillRunning]:
     """Wait up to ``wait_secs`` for the project's (or the member's) running turns to be
-    settled in the database, wherever they run; returns those still running then (empty: the
-    stop is confirmed everywhere)."""
+    settled in the database, wherever they run (read every ``poll_secs``); returns those still
+    running then (empty: the stop is confirmed everywhere)."""
     deadline = time.monotonic() + wait_secs
     while True:
         left = await core.db.read(lambda conn: running_in(conn, project_id, member_id))
         if not left or time.monotonic() >= deadline:
             return left
-        await asyncio.sleep(min(POLL_SECS, max(0.0, deadline - time.monotonic())))
+        await asyncio.sleep(min(poll_secs, max(0.0, deadline - time.monotonic())))
