@@ -378,7 +378,9 @@ def create_app(
                 "shares (docs/cluster.md, Attachments)",
                 settings.attachments_root,
             )
-        research = ResearchRunner(core, registry, closing=lambda: scheduler.closing)
+        research = ResearchRunner(
+            core, registry, closing=lambda: scheduler.closing, leasing=scheduler.in_process.leasing
+        )
         core.research = research
         unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
         # A research run cut by the stop waits for a person (paused_reconcile).
@@ -574,10 +576,19 @@ def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, 
     if kind == "s":
         scheduler.stop_member(int(hint["m"]))
         return True
+    if kind == "rs":  # a research run started elsewhere, for a project whose work runs here
+        core.research.start(int(hint["r"]), forward=False)  # never passed on again
+        return True
+    if kind == "rx":  # a research run paused or stopped elsewhere: it may run here
+        task = asyncio.get_running_loop().create_task(core.research.stop_here(int(hint["r"])))
+        core.background.add(task)
+        task.add_done_callback(core.background.discard)
+        return True
     if kind == "sp":  # not scheduler.stop_project: that would tell the others again
         project = int(hint["p"])
 
         async def stop() -> None:
+            await core.research.stop_project(project)  # its research runs here too
             await scheduler.in_process.stop_project(project, 0)
 
         task = asyncio.get_running_loop().create_task(stop())

@@ -43,9 +43,11 @@ class Waker(Protocol):
 class ResearchRunner(Protocol):
     """What actions tell the research runner (room.agents.research_run)."""
 
-    def start(self, research_id: int) -> None: ...
+    def start(self, research_id: int, *, forward: bool = True) -> None: ...
 
     async def stop(self, research_id: int) -> None: ...
+
+    async def stop_here(self, research_id: int) -> None: ...
 
     async def stop_project(self, project_id: int) -> None: ...
 
@@ -53,10 +55,13 @@ class ResearchRunner(Protocol):
 class NoResearch:
     """No runner (tests of the actions alone): a started run waits in ``running``."""
 
-    def start(self, research_id: int) -> None:
+    def start(self, research_id: int, *, forward: bool = True) -> None:
         return None
 
     async def stop(self, research_id: int) -> None:
+        return None
+
+    async def stop_here(self, research_id: int) -> None:
         return None
 
     async def stop_project(self, project_id: int) -> None:
@@ -248,6 +253,10 @@ class EventRelay(Protocol):
     def wake_elsewhere(self, project_id: int, member_ids: list[int]) -> None: ...
 
     def stop_elsewhere(self, member_id: int) -> None: ...
+
+    def start_research_elsewhere(self, research_id: int) -> None: ...
+
+    def stop_research_elsewhere(self, research_id: int) -> None: ...
 
     def stop_project_elsewhere(self, project_id: int) -> None: ...
 

@@ -35,7 +35,8 @@ class Settings(BaseModel):
     workspace_roots: tuple[str, ...] = Field(
         default=(),
         description="Folders inside which a project's workspace (and a research reference) may "
-        "be set (comma-separated in env); empty means <data>/workspaces only. Wider roots are "
+        "be set (comma-separated in env); empty means <data>/workspaces (or workspaces_dir) "
+        "only. Wider roots are "
         "the operator's choice, listed in boot-report.json. A project's default workspace is "
         "always allowed, and a folder belongs to one project whatever the roots.",
     )
@@ -51,6 +52,13 @@ class Settings(BaseModel):
         description="The folder attachments' files are stored in (content-addressed); "
         "defaults to <data>/attachments. The nodes of a cluster must share it (NFS or "
         "similar): every node serves every attachment (docs/cluster.md).",
+    )
+    workspaces_dir: Path | None = Field(
+        default=None,
+        description="The folder projects' default workspaces are made in (one folder per "
+        "project, named by its id); defaults to <data>/workspaces. A cluster's nodes may share "
+        "it (NFS or similar): a project whose workspace is in it needs no home node, and its "
+        "agent turns and research run on whichever node holds its lease (docs/cluster.md).",
     )
     bus_url: str | None = Field(
         default=None,
@@ -445,6 +453,20 @@ class Settings(BaseModel):
                 "bus_url (--bus, ROOM_BUS_URL) joins servers that share a PostgreSQL database: "
                 "set database_url (--database, ROOM_DATABASE_URL) too (docs/cluster.md)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _workspaces_apart_from_data(self) -> Settings:
+        # Every folder in workspaces_dir may become a project's workspace (agents read and
+        # write it): it must hold nothing of the data folder, nor the data folder it.
+        if self.workspaces_dir is not None:
+            shared = self.workspaces_dir.expanduser().resolve()
+            data = self.data.expanduser().resolve()
+            if shared == data or shared in data.parents or data in shared.parents:
+                raise ValueError(
+                    "workspaces_dir (ROOM_WORKSPACES_DIR) must be a folder apart from the data "
+                    f"folder {data}: neither it, inside it nor around it (docs/cluster.md)"
+                )
         return self
 
     @property

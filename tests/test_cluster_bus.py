@@ -365,13 +365,17 @@ async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
                 "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_b.headers
             )
             assert status == 200, answer
-            assert answer["stop_requested"] is False  # nothing ran on B: the request went on
+            # It ran on A: the request went on, and the answer came once A had ended it.
+            assert answer["stop_requested"] is True and answer["stop_confirmed"] is True
+            assert turn_state() == [("cancelled", node_a)]
         else:  # archiving the project stops all its turns, wherever they run
             status, answer = b.request(
                 "POST", f"/api/projects/{project}/lifecycle", {"op": "archive"},
                 headers=on_b.headers,
             )  # fmt: skip
             assert status == 200, answer
+            assert answer["project"]["state"] == "archived"  # confirmed: A ended it first
+            assert turn_state() == [("cancelled", node_a)]
         with anyio.fail_after(WAIT):  # A stops it (the model would answer in 120 s)
             while True:
                 if turn_state()[0][0] != "running":

@@ -403,6 +403,7 @@ def test_the_boot_report_lists_the_roots_in_effect_and_older_overlaps(
     with running_app(data) as app:
         assert report_of(app)["workspaces"] == {
             "roots": [str(slots_of(app))], "source": "default",
+            "defaults": str(slots_of(app)), "shared": False,
             "overlaps": {"count": 0, "pairs": []},
         }  # fmt: skip
         owner = owner_user(app)
@@ -420,6 +421,7 @@ def test_the_boot_report_lists_the_roots_in_effect_and_older_overlaps(
     with running_app(data, workspace_roots=(str(work), str(tmp_path / "more"))) as app:
         assert report_of(app)["workspaces"] == {
             "roots": [str(work), str(tmp_path / "more")], "source": "setting",
+            "defaults": str(slots_of(app)), "shared": False,
             "overlaps": {"count": 1, "pairs": [{"projects": [first, second],
                                                 "paths": [str(work / "a"),
                                                           str(work / "a" / "inner")]}]},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from room.actions import research as research_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.recovery import Report, settle_turn
 from room.errors import NotFoundError
@@ -27,17 +28,25 @@ LEASE_ADOPTED = "the node running it lost the project's lease"
 
 
 def take(
-    conn: sqlite3.Connection, tx: Tx, project_id: int, lease_secs: float
+    conn: sqlite3.Connection,
+    tx: Tx,
+    project_id: int,
+    lease_secs: float,
+    *,
+    floating: bool = False,
 ) -> tuple[Claim, Lease | None]:
     """Take, renew or adopt the project's lease for this node (``tx.node``). Refused with no
     lease when another node is the project's home (turns never start elsewhere); a project that
-    names no home gets this node as its home."""
+    names no home gets this node as its home. A ``floating`` project (its workspace in the
+    folder the nodes share, room.actions.workspaces.floating) has no home: the lease alone
+    says which node works in it."""
     assert tx.node is not None, "a lease is a node's"
-    home = leases_store.home_of(conn, project_id)
-    if home is None:
-        leases_store.set_home(conn, project_id, tx.node)
-    elif home != tx.node:
-        return Claim.REFUSED, None
+    if not floating:
+        home = leases_store.home_of(conn, project_id)
+        if home is None:
+            leases_store.set_home(conn, project_id, tx.node)
+        elif home != tx.node:
+            return Claim.REFUSED, None
     outcome, lease = leases_store.acquire(conn, project_id, tx.node, tx.now, lease_secs)
     if outcome is Claim.ADOPT:
         report = Report()
@@ -45,6 +54,8 @@ def take(
             settle_turn(
                 conn, tx, report, turn_id, project, member_id, side_effects, error=LEASE_ADOPTED
             )
+        # Research runs the old holder ran wait for a person, as after its restart.
+        research_actions.settle_adopted(conn, tx, project_id, tx.node)
     return outcome, lease
 
 
@@ -61,8 +72,12 @@ def _others_running(
     ]
 
 
-async def hold(core: Services, project_id: int, lease_secs: float) -> tuple[Claim, Lease | None]:
-    return await core.db.write(lambda conn, tx: take(conn, tx, project_id, lease_secs))
+async def hold(
+    core: Services, project_id: int, lease_secs: float, *, floating: bool = False
+) -> tuple[Claim, Lease | None]:
+    return await core.db.write(
+        lambda conn, tx: take(conn, tx, project_id, lease_secs, floating=floating)
+    )
 
 
 async def renew(core: Services, project_ids: list[int], lease_secs: float) -> list[int]:

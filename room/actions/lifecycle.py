@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from room.actions import research as research_actions
+from room.actions import stops
 from room.actions import tasks as task_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.members import actor_kind
@@ -347,10 +348,18 @@ async def _stop_sequence(
     await core.research.stop_project(project.id)
     all_stopped = await core.agents.stop_project(project.id)
     running = core.agents.running_members(project.id)
+    elsewhere: list[stops.StillRunning] = []
+    if core.relay is not None:
+        # A cluster: some turns may run on other nodes (asked on the bus). The stop confirms
+        # only once the database shows every turn of the project settled, wherever it ran.
+        elsewhere = await stops.settled(core, project.id, None, core.settings.stop_confirm_secs)
+        running = sorted({*running, *(s.member_id for s in elsewhere)})
     reached = finish_stop(target, all_stopped and not running)
 
     def finish(conn: Connection, tx: Tx) -> dict[str, Any]:
         detail: dict[str, Any] = {"still_running": running}
+        if elsewhere:  # which node has not confirmed yet (retry_stop checks again)
+            detail["running_on"] = [s.wire() for s in elsewhere]
         if reached in (
             ProjectState.TRASHED, ProjectState.ARCHIVED, ProjectState.COMPLETE,
             ProjectState.ABANDONED,

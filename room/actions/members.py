@@ -8,9 +8,11 @@ owner can neither leave nor give up the role.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from typing import Any
 
+from room.actions import stops
 from room.actions import tasks as task_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.notices import post_notice
@@ -110,6 +112,7 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
         )
         decision.raise_if_refused()
     stopped = False
+    left: list[stops.StillRunning] | None = None  # a cluster's stop: the turns not yet settled
     if member_op_ in (MemberOp.STOP, MemberOp.LEAVE):
         # Checked first, so a refused stop stops nothing. The write checks again; should it
         # refuse after all (a race with a lifecycle change), a stop request is all that is left.
@@ -120,8 +123,13 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
             )
             raise early
         stopped = core.agents.stop_member(target_id)
-        if not stopped and core.relay is not None:  # the turn may run on another server
-            core.relay.stop_elsewhere(target_id)
+        if core.relay is not None:  # a cluster: the turn may run on another node
+            if not stopped:
+                core.relay.stop_elsewhere(target_id)
+            # Confirmed once the turn's row is settled, wherever it ran (room.actions.stops).
+            was = await core.db.read(lambda conn: stops.running_in(conn, project_id, target_id))
+            stopped = stopped or bool(was)
+            left = await stops.settled(core, project_id, target_id, core.settings.stop_confirm_secs)
 
     def job(conn: Connection, tx: Tx) -> dict[str, Any] | RoomError:
         refusal = _refusal(conn, actor, target_id, member_op_)
@@ -129,6 +137,10 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
             _audit_refused(conn, tx, actor, target, op, refusal.code)
             return refusal
         result: dict[str, Any] = {"member_id": target_id, "op": op, "stop_requested": stopped}
+        if left is not None:
+            result["stop_confirmed"] = not left
+            if left:
+                result["running_on"] = [s.wire() for s in left]
         if member_op_ is MemberOp.PAUSE:
             members_store.set_status(conn, target_id, "paused", tx.now)
             held = _move(conn, tx, target_id, (_D.PENDING,), _D.HELD, Reason.MEMBER_PAUSED)
@@ -156,13 +168,14 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
             outcome="ok",
             detail={k: v for k, v in result.items() if k != "op"},
         )
-        post_notice(
-            conn,
-            tx,
-            project_id,
-            notices.member_op(op, actor.display_name, target.handle),
-            {"member_op": op, "member_id": target_id},
-        )
+        if not (member_op_ is MemberOp.STOP and left):
+            post_notice(
+                conn,
+                tx,
+                project_id,
+                notices.member_op(op, actor.display_name, target.handle),
+                {"member_op": op, "member_id": target_id},
+            )
         announce_members(conn, tx, project_id)
         if member_op_ is MemberOp.LEAVE:
             # Last, after the notice and the roster: whoever left sees both, then stops
@@ -178,7 +191,31 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
     outcome = await core.db.write(job)
     if isinstance(outcome, RoomError):
         raise outcome
+    if member_op_ is MemberOp.STOP and left:
+        _confirm_later(core, project_id, actor.display_name, target_id, target.handle)
     return outcome
+
+
+def _confirm_later(core: Services, project_id: int, by: str, member_id: int, handle: str) -> None:
+    """A cluster's stop the other node has not confirmed yet (paused, cut off): the notice that
+    the member's work stopped is posted once its turn's row is settled (that node ended it, or
+    another adopted the project's lease), not before; never, if that takes longer than
+    :data:`room.actions.stops.CONFIRM_LATER_SECS` (the answer and the audit said it was not
+    confirmed)."""
+
+    async def wait() -> None:
+        later = stops.CONFIRM_LATER_SECS
+        if await stops.settled(
+            core, project_id, member_id, later, poll_secs=stops.CONFIRM_LATER_POLL_SECS
+        ):
+            return
+        notice = notices.member_op(MemberOp.STOP.value, by, handle)
+        meta = {"member_op": MemberOp.STOP.value, "member_id": member_id, "confirmed_later": True}
+        await core.db.write(lambda conn, tx: post_notice(conn, tx, project_id, notice, meta))
+
+    task = asyncio.get_running_loop().create_task(wait())
+    core.background.add(task)
+    task.add_done_callback(core.background.discard)
 
 
 def _refusal(conn: Connection, actor: Member, target_id: int, op: MemberOp) -> RoomError | None:

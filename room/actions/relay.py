@@ -179,6 +179,18 @@ class Relay:
         if self.bus is not None:
             self.bus.send(None, {"k": "sp", "p": project_id})
 
+    def start_research_elsewhere(self, research_id: int) -> None:
+        """A research run started here runs on its project's home: that node is told (its
+        runner checks where the project's work runs; the leases' sweep is the safety net)."""
+        if self.bus is not None:
+            self.bus.send(None, {"k": "rs", "r": research_id})
+
+    def stop_research_elsewhere(self, research_id: int) -> None:
+        """A research run paused or stopped here that does not run here: its node stops it
+        (its next step's gate would, after its model call)."""
+        if self.bus is not None:
+            self.bus.send(None, {"k": "rx", "r": research_id})
+
     def stop_elsewhere(self, member_id: int) -> None:
         """A stop request for a turn that does not run here: it may run on another server."""
         if self.bus is not None:

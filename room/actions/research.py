@@ -23,7 +23,7 @@ from room.actions import recovery, tenancy
 from room.actions.message_edits import annotate_message
 from room.actions.notices import insert_notice
 from room.actions.turns import limits_of
-from room.actions.workspaces import readable_target
+from room.actions.workspaces import floating, readable_target
 from room.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
 from room.rules.entities import Member, iso
 from room.rules.research import (
@@ -56,11 +56,12 @@ from room.services import Services
 from room.store import Tx
 from room.store import audit as audit_store
 from room.store import brakes as brakes_store
+from room.store import leases as leases_store
 from room.store import members as members_store
 from room.store import memory as memory_store
 from room.store import projects as projects_store
 from room.store import research as research_store
-from room.store.dialect import Connection
+from room.store.dialect import Connection, locks_rows
 
 _E = ResearchEvent
 #: The events a person asks for over HTTP (the rest are the system's).
@@ -445,7 +446,10 @@ async def act(
             if failure is not None:
                 raise GateRefusedError(failure)
             fields["running_since"] = tx.now
-            fields["owner"] = tx.node  # this server's runner runs it (a start settles its own)
+            # The node whose runner runs it (a start settles its own): the project's home in
+            # a cluster, which the runner asked is told of (room.agents.research_run).
+            fields["owner"] = runner_node(conn, tx, member.project_id,
+                                          floating=floating(core, conn, member.project_id))  # fmt: skip
             detail |= {"digest": run["digest"], "scope": run["scope"]}
             if ev is _E.START:
                 fields["reserved_tokens"] = int(run["budget"]["tokens"])
@@ -658,16 +662,48 @@ def reconcile_on_start(conn: Connection, tx: Tx) -> list[int]:
     for run in research_store.in_states(
         conn, (ResearchState.RUNNING.value,), recovery.settling_node(conn, tx)
     ):
-        transition(ResearchState.RUNNING, _E.RECONCILE, ResearchActor.SYSTEM)
-        research_store.update(conn, int(run["id"]), tx.now,
-                              state=ResearchState.PAUSED_RECONCILE.value,
-                              **_close_span(run, float(run["updated_at"])))  # fmt: skip
-        refresh_card(conn, tx, int(run["id"]))
-        _audit(conn, tx, None, int(run["project_id"]), "reconcile", "ok", from_state="running",
-               research_id=int(run["id"]))  # fmt: skip
-        _notice(conn, tx, run, STATE_TEXT["paused_reconcile"], state="paused_reconcile")
+        _reconcile(conn, tx, run)
         out.append(int(run["id"]))
     return out
+
+
+def _reconcile(conn: Connection, tx: Tx, run: Mapping[str, Any], **why: Any) -> None:
+    transition(ResearchState.RUNNING, _E.RECONCILE, ResearchActor.SYSTEM)
+    research_store.update(conn, int(run["id"]), tx.now,
+                          state=ResearchState.PAUSED_RECONCILE.value,
+                          **_close_span(run, float(run["updated_at"])))  # fmt: skip
+    refresh_card(conn, tx, int(run["id"]))
+    _audit(conn, tx, None, int(run["project_id"]), "reconcile", "ok", from_state="running",
+           research_id=int(run["id"]), **why)  # fmt: skip
+    _notice(conn, tx, run, STATE_TEXT["paused_reconcile"], state="paused_reconcile")
+
+
+def settle_adopted(conn: Connection, tx: Tx, project_id: int, node: str) -> list[int]:
+    """``node`` adopted the project's lease (room.actions.leases): the runs another node left
+    ``running`` in it are settled as a restart settles its own (``paused_reconcile``, waiting
+    for a person); whatever that node still writes for them is refused by the fence."""
+    out = []
+    for run in research_store.of_project(conn, project_id, (ResearchState.RUNNING.value,)):
+        if run.get("owner") != node:
+            _reconcile(conn, tx, run, lease_adopted_by=node, ran_on=run.get("owner"))
+            out.append(int(run["id"]))
+    return out
+
+
+def run_here(conn: Connection, tx: Tx, research_id: int) -> bool:
+    """This node's runner runs the run from now on (``owner``): written under the project's
+    lease (the runner's fence), so a node that lost it cannot take the run. False when it is
+    no longer running."""
+    return research_store.set_owner(conn, research_id, tx.node, tx.now)
+
+
+def runner_node(conn: Connection, tx: Tx, project_id: int, *, floating: bool) -> str | None:
+    """The node whose runner will run the project's research: on PostgreSQL the project's
+    home (its workspace is there; docs/cluster.md), unless its workspace is in the folder the
+    nodes share (``floating``: the node asked, under the lease); on SQLite this server."""
+    if floating or not locks_rows(conn):
+        return tx.node
+    return leases_store.home_of(conn, project_id) or tx.node
 
 
 # -- items and flowback ----------------------------------------------------------------------------

@@ -42,8 +42,11 @@ MAX_OVERLAPS_REPORTED = 50
 
 
 def workspaces_folder(settings: Settings) -> Path:
-    """``<data>/workspaces``, symlinks followed (a symlinked one must not let its real path
-    escape the defaults' rules). Touches the disk only to read symlinks."""
+    """``<data>/workspaces`` (or the operator's shared ``workspaces_dir``), symlinks followed
+    (a symlinked one must not let its real path escape the defaults' rules). Touches the disk
+    only to read symlinks."""
+    if settings.workspaces_dir is not None:
+        return settings.workspaces_dir.expanduser().resolve()
     return (settings.data.resolve() / WORKSPACES_DIR).resolve()
 
 

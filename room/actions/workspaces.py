@@ -90,6 +90,23 @@ def workspace_of(settings: Settings, project: Project) -> Path:
     return path
 
 
+def floating(core: Services, conn: Connection, project_id: int) -> bool:
+    """Whether the project's agent work may run on any node of a cluster: its workspace is in
+    the folder the operator declared shared (``workspaces_dir``), so it needs no home node —
+    the project's lease says which node works in it (docs/cluster.md, "A shared workspaces
+    folder"). False without that setting, and for a workspace elsewhere (on a node's disk)."""
+    if core.settings.workspaces_dir is None:
+        return False
+    project = projects_store.get(conn, project_id)
+    if project is None:
+        return False
+    try:
+        path = workspace_of(core.settings, project)
+    except BadRequestError:  # refused: it runs nowhere anyway
+        return False
+    return workspaces_folder(core.settings) in path.parents
+
+
 def _refuse(code: str, message: str, path: str, hint: str) -> BadRequestError:
     return BadRequestError(message, code=code, path=path[:300], hint=hint)
 
@@ -136,6 +153,9 @@ def roots_report(settings: Settings) -> dict[str, Any]:
     return {
         "roots": [str(root) for root in workspace_roots(settings)],
         "source": "setting" if settings.workspace_roots else "default",
+        # Where the default workspaces are, and whether it is the folder a cluster shares.
+        "defaults": str(workspaces_folder(settings)),
+        "shared": settings.workspaces_dir is not None,
     }
 
 

@@ -19,14 +19,18 @@ from room.actions import presence
 from room.actions import turns as turn_actions
 from room.agents.leasing import Leasing
 from room.agents.memory import MemorySession
-from room.agents.turn import Turn, TurnEnv
+from room.agents.turn import Turn, TurnEnv, TurnOutcome
 from room.errors import LeaseLostError
+from room.rules.entities import Member
 from room.rules.injection import MEMORY_WRITE_TOOLS
 from room.rules.leases import Home
 from room.services import Services
-from room.store.leases import FENCE
+from room.store.leases import FENCE, Fence
 
 log = logging.getLogger(__name__)
+
+# A shared workspace another node still holds: how soon its waiting work is tried again.
+WORKSPACE_RETRY_SECS = 1.0
 
 
 class ExternalDriver:
@@ -93,50 +97,71 @@ class Session:
                 async with driver.slots:
                     fence = None if leasing is None else await leasing.fence(self.project_id)
                     if isinstance(fence, float):  # another node's lease: tried when it lapses
-                        asyncio.get_running_loop().call_later(fence, self.poke)
+                        if leasing is None or not leasing.holder_busy(self.project_id):
+                            asyncio.get_running_loop().call_later(fence, self.poke)
                         return
                     if leasing is not None and fence is None:  # the home moved meanwhile
                         return
-                    # The turn's writes, from its opening on, carry the lease's fence.
-                    FENCE.set(fence)
-                    # Claimed only once a slot is free: what waits for a slot stays 'pending'
-                    # (a pause meanwhile holds it; it is never failed for waiting).
-                    limits = await turn_actions.limits(core, self.project_id)
+                    leave = (
+                        None if leasing is None else await leasing.enter_workspace(self.project_id)
+                    )
+                    if leasing is not None and leave is None:
+                        # A shared workspace another node still works in (one paused past the
+                        # lease this node adopted): the work waits, pending, and is tried again.
+                        asyncio.get_running_loop().call_later(WORKSPACE_RETRY_SECS, self.poke)
+                        return
                     try:
-                        start = await turn_actions.begin_turn(
-                            core, self.member_id, limits.agent_turn_cap
-                        )
-                    except LeaseLostError:  # adopted since this node last renewed it
-                        assert leasing is not None
-                        leasing.forget(self.project_id)
-                        self.poked = True  # looked at again: the home, then the lease
-                        continue
-                    if start.turn_id is None:
-                        # Dispatch is closed (woken again when it reopens) or nothing is pending;
-                        # a wake that came meanwhile (a resume) is looked at, not lost.
-                        continue
-                    turn = self.turn = Turn(driver.env, member, start, limits, self.memory)
-                    self.turn_task = asyncio.ensure_future(turn.run())
-                    presence.schedule(core, self.project_id)  # running
-                    try:
-                        outcome = await self.turn_task
+                        outcome = await self._turn(member, fence)
                     finally:
-                        self.turn = None
-                        self.turn_task = None
-                        self.memory.after_turn(
-                            now=time.time(),
-                            work=turn.tools_ok if turn.can_record else (),
-                            recorded=bool(MEMORY_WRITE_TOOLS & set(turn.tools_ok)),
-                            max_given=core.settings.memory_reminder_max,
-                            gap_secs=core.settings.memory_reminder_gap_secs,
-                        )
-                        presence.schedule(core, self.project_id)  # idle again
+                        if leave is not None:
+                            leave()
+                    if outcome is None:
+                        continue
                 # More may have arrived during the turn.
                 self.poked = self.poked or outcome.look_again
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("session %s worker failed", self.member_id)
+
+    async def _turn(self, member: Member, fence: Fence | None) -> TurnOutcome | None:
+        """Open and run one turn under ``fence``; None when none opened (look again)."""
+        driver = self.driver
+        core = driver.env.core
+        leasing = driver.leasing
+        # The turn's writes, from its opening on, carry the lease's fence.
+        FENCE.set(fence)
+        # Claimed only once a slot is free: what waits for a slot stays 'pending'
+        # (a pause meanwhile holds it; it is never failed for waiting).
+        limits = await turn_actions.limits(core, self.project_id)
+        try:
+            start = await turn_actions.begin_turn(core, self.member_id, limits.agent_turn_cap)
+        except LeaseLostError:  # adopted since this node last renewed it
+            assert leasing is not None
+            leasing.forget(self.project_id)
+            self.poked = True  # looked at again: the home, then the lease
+            return None
+        if start.turn_id is None:
+            # Dispatch is closed (woken again when it reopens) or nothing is pending;
+            # a wake that came meanwhile (a resume) is looked at, not lost.
+            return None
+        turn = self.turn = Turn(driver.env, member, start, limits, self.memory)
+        self.turn_task = asyncio.ensure_future(turn.run())
+        presence.schedule(core, self.project_id)  # running
+        try:
+            outcome = await self.turn_task
+        finally:
+            self.turn = None
+            self.turn_task = None
+            self.memory.after_turn(
+                now=time.time(),
+                work=turn.tools_ok if turn.can_record else (),
+                recorded=bool(MEMORY_WRITE_TOOLS & set(turn.tools_ok)),
+                max_given=core.settings.memory_reminder_max,
+                gap_secs=core.settings.memory_reminder_gap_secs,
+            )
+            presence.schedule(core, self.project_id)  # idle again
+        return outcome
 
 
 class InProcessDriver:

@@ -21,12 +21,18 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from room.actions import leases as lease_actions
+from room.actions.tenancy import workspaces_folder
+from room.actions.workspaces import floating
+from room.infra.wslock import WorkspaceLocks
 from room.rules.leases import Claim, Home, Lease, home_of, renew_due
 from room.services import Services
 from room.store import leases as leases_store
+from room.store import research as research_store
+from room.store.dialect import Connection
 from room.store.leases import Fence
 
 log = logging.getLogger(__name__)
@@ -38,6 +44,19 @@ class Leasing:
         self.node = node
         self.lease_secs = lease_secs
         self.held: dict[int, Lease] = {}  # the leases this node took, as it last wrote them
+        # Projects whose workspace is in the shared folder (no home: any node, under the
+        # lease), as :meth:`where` last found them; and who held a lease this node was refused.
+        self.floats: dict[int, bool] = {}
+        self.refused_by: dict[int, str] = {}
+        # The research runner's side (room.agents.research_run): the projects it runs research
+        # of here (their leases are renewed too), and how to start a run here.
+        self.research: ResearchHere | None = None
+        # The locks this node holds on shared workspaces (room.infra.wslock); None when the
+        # operator declared no shared folder.
+        shared = core.settings.workspaces_dir is not None
+        self.workspaces = WorkspaceLocks(workspaces_folder(core.settings)) if shared else None
+        self._locking = asyncio.Lock()
+        self._blocked: set[int] = set()  # projects whose shared workspace was found held
         self._task: asyncio.Task[None] | None = None
 
     def live(self) -> list[str] | None:
@@ -47,8 +66,23 @@ class Leasing:
         return None if relay is None else relay.live_nodes()
 
     async def where(self, project_id: int) -> Home:
-        home = await self.core.db.read(lambda conn: leases_store.home_of(conn, project_id))
-        return home_of(home, self.node, self.live())
+        """Where the project's agent work runs, seen from here: a project whose workspace is
+        in the shared folder runs here (the lease decides between the nodes)."""
+
+        def read(conn: Connection) -> tuple[str | None, bool]:
+            return leases_store.home_of(conn, project_id), floating(self.core, conn, project_id)
+
+        home, floats = await self.core.db.read(read)
+        self.floats[project_id] = floats
+        return Home.HERE if floats else home_of(home, self.node, self.live())
+
+    def holder_busy(self, project_id: int) -> bool:
+        """A floating project's lease was refused to this node and its holder is heard from:
+        that node was woken too and works in the project (nothing to try again here; the sweep
+        looks again)."""
+        live = self.live()
+        holder = self.refused_by.get(project_id)
+        return self.floats.get(project_id, False) and live is not None and holder in live
 
     async def fence(self, project_id: int) -> Fence | float | None:
         """The fence to open the project's next turn under; else the seconds until another
@@ -57,15 +91,38 @@ class Leasing:
         lease = self.held.get(project_id)
         if lease is not None and not renew_due(lease.expires_at, now, self.lease_secs):
             return Fence(project_id, lease.token)
-        outcome, lease = await lease_actions.hold(self.core, project_id, self.lease_secs)
+        outcome, lease = await lease_actions.hold(
+            self.core, project_id, self.lease_secs, floating=self.floats.get(project_id, False)
+        )
         if lease is None:
             return None
         if outcome is Claim.REFUSED:
+            self.refused_by[project_id] = lease.holder
             return max(0.1, lease.expires_at - now)
         if outcome is Claim.ADOPT:
             log.info("project %d: adopted the lapsed lease (token %d)", project_id, lease.token)
         self.held[project_id] = lease
         return Fence(project_id, lease.token)
+
+    async def enter_workspace(self, project_id: int) -> Callable[[], None] | None:
+        """Before a turn or a research run of the project opens here: in a shared workspace,
+        hold its lock — None while another node holds it (one paused past the lease this node
+        adopted, still able to run a command there once it wakes). Else what lets it go once
+        the turn or run ended (nothing to let go elsewhere: a home node's own disk needs no
+        lock, the lease keeps the others away)."""
+        if self.workspaces is None or not self.floats.get(project_id, False):
+            return _nothing
+        workspaces = self.workspaces
+        async with self._locking:
+            entered = await asyncio.to_thread(workspaces.enter, project_id)
+        if not entered:
+            if project_id not in self._blocked:  # said once, not at every retry
+                self._blocked.add(project_id)
+                log.warning("project %d: another node still holds its shared workspace; its "
+                            "work here waits", project_id)  # fmt: skip
+            return None
+        self._blocked.discard(project_id)
+        return lambda: workspaces.leave(project_id)
 
     def forget(self, project_id: int) -> None:
         """The lease was found lost (a write refused): taken anew before the next turn."""
@@ -82,6 +139,8 @@ class Leasing:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self.workspaces is not None:
+            self.workspaces.close()
 
     async def _loop(self, running: RunningTurns) -> None:
         while True:
@@ -92,7 +151,8 @@ class Leasing:
                 log.warning("renewing the leases failed", exc_info=True)
 
     async def tick(self, running: RunningTurns) -> None:
-        busy = sorted(p for p in self.held if running.running_members(p))
+        researching = set(self.research.projects()) if self.research is not None else set()
+        busy = sorted(p for p in self.held if running.running_members(p) or p in researching)
         for project_id in [p for p in self.held if p not in busy]:
             del self.held[project_id]  # idle: left to lapse (taken again by the next turn)
         if busy:
@@ -107,25 +167,57 @@ class Leasing:
                 self.core.db.leases.lost += 1
                 log.warning("project %d: the lease was lost; its turns here stop", project_id)
                 running.stop_lost(project_id)
+                if self.research is not None:
+                    self.research.stop_lost(project_id)
         await self.sweep(running)
 
     async def sweep(self, running: RunningTurns) -> None:
         # Turns another node still runs in a project moved here: adopted once its lease lapsed
         # (the adoption settles them; their deliveries wait again and are dispatched below).
         orphaned = await self.core.db.read(lambda c: leases_store.orphaned_at(c, self.node))
-        for project_id in orphaned:
-            await self.fence(project_id)
         work = await self.core.db.read(leases_store.waiting_work)
+        research = await self.core.db.read(research_store.waiting)
+        projects = {w[0] for w in work} | {r[1] for r in research} | {o[0] for o in orphaned}
+        floats = await self.core.db.read(
+            lambda conn: {p: floating(self.core, conn, p) for p in projects}
+        )
+        self.floats.update(floats)
+        # Work another node runs in a project moved here, or in one whose workspace is shared
+        # (a node paused or dead there holds its lease): adopted once that lapsed (the
+        # adoption settles it; its deliveries wait again and are dispatched below).
+        for project_id, home in orphaned:
+            if home == self.node or floats[project_id]:
+                await self.fence(project_id)
         live = self.live()
+        # Research running in a project whose work is here, and not running here (started on
+        # another node, a hint lost, the project moved here): its runner starts it.
+        for research_id, project_id, home in research:
+            here = floats[project_id] or home_of(home, self.node, live) is Home.HERE
+            if here and self.research is not None:
+                self.research.start(research_id, forward=False)
         offline: set[int] = set()
         for project_id, member_id, home, marked in work:
-            where = home_of(home, self.node, live)
+            where = Home.HERE if floats[project_id] else home_of(home, self.node, live)
             if where is Home.HERE:
                 running.wake_here(project_id, member_id)
             elif where is Home.OFFLINE and not marked:
                 offline.add(project_id)
         for project_id in sorted(offline):
             await lease_actions.home_offline(self.core, project_id)
+
+
+def _nothing() -> None:
+    return None
+
+
+class ResearchHere(Protocol):
+    """What the loop needs of the research runner (room.agents.research_run.ResearchRunner)."""
+
+    def projects(self) -> list[int]: ...
+
+    def stop_lost(self, project_id: int) -> None: ...
+
+    def start(self, research_id: int, *, forward: bool = True) -> None: ...
 
 
 class RunningTurns(Protocol):

@@ -25,10 +25,11 @@ from functools import partial
 from typing import Any
 
 from room.actions import research as research_actions
+from room.agents.leasing import Leasing
 from room.agents.research_tools import SESSION_TOOLS
 from room.agents.tools import Toolbox, ToolContext, bad_arguments
 from room.agents.turn import route_for
-from room.errors import ProviderError, RoomError
+from room.errors import LeaseLostError, ProviderError, RoomError
 from room.providers import (
     CallMeter,
     ChatMessage,
@@ -38,6 +39,7 @@ from room.providers import (
     ToolCall,
 )
 from room.rules.entities import Member
+from room.rules.leases import Home
 from room.rules.research import READABLE_REFS, GateFailure, ResearchState
 from room.services import Services
 from room.store import members as members_store
@@ -45,6 +47,7 @@ from room.store import projects as projects_store
 from room.store import research as research_store
 from room.store import turns as turns_store
 from room.store import usage as usage_store
+from room.store.leases import FENCE, Fence
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,7 @@ class _Run:
     project_id: int
     task: asyncio.Task[None] | None = None
     stopping: bool = False
+    forward: bool = True  # tell the node the project's work runs on, if another
     in_flight: asyncio.Future[Any] | None = field(default=None)
 
     def stopped(self) -> bool:
@@ -130,7 +134,12 @@ class ResearchRunner:
     """Runs started research (``core.research``). ``start`` is idempotent per run."""
 
     def __init__(
-        self, core: Services, registry: ProviderRegistry, *, closing: Callable[[], bool]
+        self,
+        core: Services,
+        registry: ProviderRegistry,
+        *,
+        closing: Callable[[], bool],
+        leasing: Leasing | None = None,
     ) -> None:
         self.core = core
         self.registry = registry
@@ -138,15 +147,30 @@ class ResearchRunner:
         self.runs: dict[int, _Run] = {}
         self.locks: dict[int, asyncio.Lock] = {}
         self.toolbox = Toolbox.exactly(SESSION_TOOLS)
+        # A cluster (PostgreSQL): runs go where the project's agent work runs, under its lease
+        # (room.agents.leasing), whose loop renews it while a run runs here.
+        self.leasing = leasing
+        if leasing is not None:
+            leasing.research = self
 
-    def start(self, research_id: int) -> None:
+    def start(self, research_id: int, *, forward: bool = True) -> None:
+        """Run it (idempotent per run). ``forward``: in a cluster, tell the node the project's
+        work runs on when that is another (False when this start came from the bus or the
+        leases' sweep: a hint is never passed on, so no two nodes tell each other forever)."""
         if research_id in self.runs:
             return
-        run = _Run(research_id, 0)
+        run = _Run(research_id, 0, forward=forward)
         self.runs[research_id] = run
         run.task = asyncio.create_task(self._guarded(run))
 
     async def stop(self, research_id: int) -> None:
+        run = self.runs.get(research_id)
+        if (run is None or run.task is None) and self.core.relay is not None:
+            self.core.relay.stop_research_elsewhere(research_id)  # it may run on another node
+        await self.stop_here(research_id)
+
+    async def stop_here(self, research_id: int) -> None:
+        """Stop the run if it runs on this node (a person paused or stopped it)."""
         run = self.runs.get(research_id)
         if run is None or run.task is None:
             return
@@ -165,6 +189,19 @@ class ResearchRunner:
     def running(self) -> list[int]:
         return sorted(self.runs)
 
+    def projects(self) -> list[int]:
+        """The projects with a run running here (their leases are renewed while it runs)."""
+        return sorted({r.project_id for r in self.runs.values() if r.project_id})
+
+    def stop_lost(self, project_id: int) -> None:
+        """The project's lease was lost: its runs here stop (their writes are refused by the
+        fence; the node that adopted the lease settled them)."""
+        for run in self.runs.values():
+            if run.project_id == project_id:
+                run.stopping = True
+                if run.in_flight is not None and not run.in_flight.done():
+                    run.in_flight.cancel()
+
     async def close(self) -> None:
         for run in list(self.runs.values()):
             if run.task is not None:
@@ -182,11 +219,44 @@ class ResearchRunner:
         except asyncio.CancelledError:
             if not self.closing() and not run.stopping:
                 raise
+        except LeaseLostError:
+            self._lost(run)
         except Exception:
             log.exception("research %s failed", run.research_id)
-            await self._halt(run.research_id, GateFailure.PROVIDER_ERROR)
+            try:
+                await self._halt(run.research_id, GateFailure.PROVIDER_ERROR)
+            except LeaseLostError:
+                self._lost(run)
         finally:
             self.runs.pop(run.research_id, None)
+
+    def _lost(self, run: _Run) -> None:
+        # Another node adopted the project's lease (and settled the run): nothing more of it
+        # is written from here.
+        log.warning("research %s: this node lost the project's lease; its writes were refused",
+                    run.research_id)  # fmt: skip
+        if self.leasing is not None:
+            self.leasing.forget(run.project_id)
+
+    async def _fence(self, run: _Run) -> bool:
+        """A cluster: the run's next writes carry the project's lease (room.store.leases.FENCE),
+        taken, renewed or adopted as a turn's is. False when this node may not run it now: the
+        work runs on another node (told on the bus), or another node holds the lease (the
+        leases' sweep starts the run again where it belongs)."""
+        leasing = self.leasing
+        if leasing is None:
+            return True
+        FENCE.set(None)  # the lease's own writes are not the run's
+        where = await leasing.where(run.project_id)
+        if where is not Home.HERE:
+            if where is Home.ELSEWHERE and run.forward and self.core.relay is not None:
+                self.core.relay.start_research_elsewhere(run.research_id)
+            return False
+        fence = await leasing.fence(run.project_id)
+        if not isinstance(fence, Fence):
+            return False
+        FENCE.set(fence)
+        return True
 
     async def _halt(self, research_id: int, failure: GateFailure) -> None:
         await self.core.db.write(
@@ -205,6 +275,27 @@ class ResearchRunner:
 
         stored, members, project_name = await self.core.db.read(read)
         run.project_id = int(stored["project_id"])
+        if not await self._fence(run):
+            return
+        # This node runs it from now on, under the lease (a node that lost it cannot).
+        if self.leasing is not None and not await self.core.db.write(
+            lambda conn, tx: research_actions.run_here(conn, tx, rid)
+        ):
+            return
+        # A shared workspace: read only while this node holds its lock (room.infra.wslock).
+        leave = None if self.leasing is None else await self.leasing.enter_workspace(run.project_id)
+        if self.leasing is not None and leave is None:
+            return  # another node still works in it: the leases' sweep starts the run again
+        try:
+            await self._sessions(run, stored, members, project_name)
+        finally:
+            if leave is not None:
+                leave()
+
+    async def _sessions(
+        self, run: _Run, stored: dict[str, Any], members: list[Member], project_name: str
+    ) -> None:
+        rid = run.research_id
         sessions = []
         for m in members:
             earlier = await self.core.db.read(
@@ -221,7 +312,7 @@ class ResearchRunner:
                 return
             for session in live:
                 async with lock:
-                    if run.stopped():
+                    if run.stopped() or not await self._fence(run):
                         return
                     failure = await self.core.db.read(partial(_gate, rid, time.time()))
                     if failure is not None:

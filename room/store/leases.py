@@ -154,15 +154,19 @@ def waiting_work(conn: Connection) -> list[tuple[int, int, str | None, bool]]:
     ]
 
 
-def orphaned_at(conn: Connection, node: str) -> list[int]:
-    """Projects whose home is ``node`` with turns running on another node (the home moved
-    here while they ran): this node adopts their lease once it lapses, which settles them."""
+def orphaned_at(conn: Connection, node: str) -> list[tuple[int, str | None]]:
+    """(project, its home node) of the projects with turns or research running on another node
+    than ``node``. Those whose home is ``node`` (moved here while they ran), and those whose
+    workspace is shared (any node may adopt): this node adopts their lease once it lapses,
+    which settles them."""
     return [
-        int(r[0])
+        (int(r[0]), None if r[1] is None else str(r[1]))
         for r in conn.execute(
-            "SELECT DISTINCT t.project_id FROM turns t JOIN projects p ON p.id = t.project_id"
-            " WHERE t.state = 'running' AND p.home_node = ? AND t.owner IS NOT NULL"
-            " AND t.owner != ? ORDER BY 1",
+            "SELECT t.project_id, p.home_node FROM turns t JOIN projects p ON p.id = t.project_id"
+            " WHERE t.state = 'running' AND t.owner IS NOT NULL AND t.owner != ?"
+            " UNION SELECT r.project_id, p.home_node FROM research_runs r JOIN projects p"
+            " ON p.id = r.project_id WHERE r.state = 'running'"
+            " AND r.owner IS NOT NULL AND r.owner != ? ORDER BY 1",
             (node, node),
         )
     ]

@@ -1,0 +1,146 @@
+"""Research runs across nodes (docs/cluster.md, "Agents across nodes"; docs/research.md): two
+room servers on one private PostgreSQL database and one private nats-server, a scripted model
+server, ``ROOM_LEASE_SECS`` = 2.
+
+A run started on node B for a project whose home is node A runs on A, under the project's
+lease. A paused (SIGSTOP) mid-step and the project moved to B: B adopts the lease and settles
+the run (``paused_reconcile``, as a restart would); after SIGCONT every write A still makes for
+the run is refused by the fence (its model call is never recorded, the run stays as B settled
+it). Resumed by a person on A, the run goes on on B, its new home."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import pytest
+
+from room.agents.research_run import ResearchRunner, _Run
+from room.rules.leases import Home
+from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
+from tests.support.nats import NatsServer
+from tests.support.server import ServerProcess, Session
+from tests.test_cluster_leases import lead_on_openai, move, node, node_id, rows, sign_in, until
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.usefixtures("clients"),
+    pytest.mark.timeout(300),  # two nodes, a pause past the lease, on 2 shared cores
+]
+
+BUDGET = {"tokens": 100_000, "requests": 20, "seconds": 600, "steps": 20}
+
+
+def research(server: ServerProcess, owner: Session, path: str, body: dict[str, Any]) -> Any:
+    status, answer = server.request("POST", path, body, headers=owner.headers)
+    assert status in (200, 201), answer
+    return answer["research"]
+
+
+def run_row(dsn: str, rid: int) -> tuple[Any, ...]:
+    [row] = rows(dsn, "SELECT state, owner FROM research_runs WHERE id = %s", rid)
+    return row
+
+
+def recorded(dsn: str, rid: int) -> int:
+    [(count,)] = rows(dsn, "SELECT count(*) FROM model_requests WHERE research_id = %s", rid)
+    return int(count)
+
+
+async def test_a_research_run_is_fenced_off_a_node_paused_past_the_projects_lease(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
+) -> None:
+    a = node(tmp_path / "a", pg_dsn, nats_server, llm)
+    b = node(tmp_path / "b", pg_dsn, nats_server, llm)
+    a.start()  # first: the demo project's home
+    stopped = False
+    try:
+        b.start()
+        on_a, on_b = sign_in(a), sign_in(b)
+        project, _lead = lead_on_openai(a, on_a)
+        node_a, node_b = node_id(a), node_id(b)
+
+        # Proposed, approved and started on B: it runs on A, the project's home.
+        llm.push(openai_text("慢慢想", delay_secs=120))  # A's model step hangs
+        proposal = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]},
+                    "members": ["lead"], "budget": BUDGET}  # fmt: skip
+        run = research(b, on_b, f"/api/projects/{project}/research", proposal)
+        rid = int(run["id"])
+        approval = {"rev": run["rev"], "scope_digest": run["scope_digest"]}
+        research(b, on_b, f"/api/research/{rid}/approve", approval)
+        assert research(b, on_b, f"/api/research/{rid}/start", {})["state"] == "running"
+        await until(lambda: run_row(pg_dsn, rid) == ("running", node_a), "owner A")
+        await until(lambda: len(llm.chat_requests) >= 1, "A's model step")
+        lease = rows(pg_dsn, "SELECT holder, token FROM leases WHERE project_id = %s", project)
+        assert lease == [(node_a, 1)]
+
+        # A paused past its lease, the project moved: B adopts the lease and settles the run.
+        assert a.proc is not None
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        stopped = True
+        out = await anyio.to_thread.run_sync(lambda: move(pg_dsn, project, node_b))
+        assert f"home node {node_b}" in out
+        await until(lambda: run_row(pg_dsn, rid)[0] == "paused_reconcile", "B settles the run")
+        lease = rows(pg_dsn, "SELECT holder, token FROM leases WHERE project_id = %s", project)
+        assert lease == [(node_b, 2)]
+        [(detail,)] = rows(
+            pg_dsn,
+            "SELECT detail_json FROM audit_events WHERE action = 'research_reconcile'"
+            " AND project_id = %s",
+            project,
+        )
+        assert json.loads(detail)["lease_adopted_by"] == node_b
+        assert json.loads(detail)["ran_on"] == node_a
+
+        # A wakes: its renewal finds the lease gone, stops the run, and its writes are refused.
+        os.kill(a.proc.pid, signal.SIGCONT)
+        stopped = False
+        await until(lambda: "research" in a.log and "lost the project's lease" in a.log, "refused")
+        assert recorded(pg_dsn, rid) == 0  # A's abandoned model step: never recorded
+        assert run_row(pg_dsn, rid) == ("paused_reconcile", node_a)  # as B settled it
+        items = rows(pg_dsn, "SELECT count(*) FROM research_items WHERE research_id = %s", rid)
+        assert items == [(0,)]
+
+        # A person resumes it on A: it runs on B, the project's home now, and reports there.
+        llm.push(openai_tool_call("room_research_report", {"text": "读了两次配置", "sources": []}))
+        state = research(a, on_a, f"/api/research/{rid}/resume", {})["state"]
+        assert state == "running"
+        await until(lambda: run_row(pg_dsn, rid) == ("done", node_b), "done on B")
+        assert recorded(pg_dsn, rid) == 1
+    finally:
+        if stopped and a.proc is not None:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        a.stop()
+        b.stop()
+
+
+class _Relay:
+    def __init__(self) -> None:
+        self.told: list[int] = []
+
+    def start_research_elsewhere(self, research_id: int) -> None:
+        self.told.append(research_id)
+
+
+class _Leasing:
+    research: Any = None
+
+    async def where(self, project_id: int) -> Home:
+        return Home.ELSEWHERE
+
+
+async def test_a_start_heard_from_another_node_is_never_passed_on() -> None:
+    """Three nodes: a run started on B (not the home) is told to every node; C, not the home
+    either, must not tell everyone again (B and C would tell each other forever)."""
+    relay = _Relay()
+    core = SimpleNamespace(relay=relay)
+    runner = ResearchRunner(core, None, closing=lambda: False, leasing=_Leasing())  # type: ignore[arg-type]
+    assert await runner._fence(_Run(7, 3)) is False  # asked here: the home is told
+    assert relay.told == [7]
+    assert await runner._fence(_Run(7, 3, forward=False)) is False  # heard: not passed on
+    assert relay.told == [7]

@@ -1,0 +1,134 @@
+"""A stop asked on one node for a turn running on another (docs/cluster.md, "Agents across
+nodes"): two room servers on one private PostgreSQL database and one private nats-server, a
+scripted model server.
+
+The project's turns run on node A, its home; a person asks node B. B's answer confirms the stop
+only once the turn's row is settled in the database — A ended it — and, while A cannot answer
+(SIGSTOP), says so honestly: the member's stop ``stop_confirmed: false`` naming A (its notice
+posted later, once A has ended the turn), the project's pause ``stop_unconfirmed`` naming A
+(``retry_stop`` confirms it once A is back)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.support.llm_servers import OpenAIServer, openai_text
+from tests.support.nats import NatsServer
+from tests.support.server import ServerProcess
+from tests.test_cluster_leases import lead_on_openai, node, node_id, rows, say, sign_in, until
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.usefixtures("clients"),
+    pytest.mark.timeout(300),  # two nodes and a paused one, on 2 shared cores
+]
+
+
+def stop_node(dsn: str, bus: NatsServer, llm: OpenAIServer, data: Path) -> ServerProcess:
+    server = node(data, dsn, bus, llm)
+    server.env["ROOM_LEASE_SECS"] = "45"  # nobody adopts A's lease while it is paused
+    server.env["ROOM_STOP_CONFIRM_SECS"] = "3"
+    return server
+
+
+def turns_of(dsn: str, member: int) -> list[tuple[Any, ...]]:
+    return rows(dsn, "SELECT id, state, owner FROM turns WHERE member_id = %s ORDER BY id", member)
+
+
+def stop_notices(dsn: str, project: int) -> list[tuple[Any, ...]]:
+    return rows(
+        dsn,
+        "SELECT body FROM messages WHERE project_id = %s AND body LIKE %s ORDER BY id",
+        project,
+        "%停止了当前工作%",
+    )
+
+
+async def test_a_stop_asked_on_one_node_is_confirmed_only_once_the_other_settled_the_turn(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
+) -> None:
+    a = stop_node(pg_dsn, nats_server, llm, tmp_path / "a")
+    b = stop_node(pg_dsn, nats_server, llm, tmp_path / "b")
+    a.start()  # first: the demo project's home
+    paused = False
+    try:
+        b.start()
+        on_a, on_b = sign_in(a), sign_in(b)
+        project, lead = lead_on_openai(a, on_a)
+        node_a = node_id(a)
+
+        def lifecycle(op: str) -> tuple[int, Any]:
+            path = f"/api/projects/{project}/lifecycle"
+            return b.request("POST", path, {"op": op}, headers=on_b.headers)
+
+        # 1. A is up: B's answer comes once A ended the turn (its row settled), not before.
+        llm.push(openai_text("太慢了", delay_secs=120))
+        say(b, on_b, project, "@lead 慢慢来")
+        await until(lambda: [t for t in turns_of(pg_dsn, lead) if t[1] == "running"], "A's turn")
+        status, answer = await anyio.to_thread.run_sync(
+            lambda: b.request(
+                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_b.headers
+            )
+        )
+        assert status == 200, answer
+        assert answer["stop_requested"] is True and answer["stop_confirmed"] is True, answer
+        assert [t[1:] for t in turns_of(pg_dsn, lead)] == [("cancelled", node_a)]
+        assert len(stop_notices(pg_dsn, project)) == 1
+
+        # 2. A paused (SIGSTOP) mid-turn: B says it is waiting for A, and posts no notice yet.
+        llm.push(openai_text("还是太慢", delay_secs=120))
+        say(b, on_b, project, "@lead 再来一次")
+        second = await until(
+            lambda: [t for t in turns_of(pg_dsn, lead) if t[1] == "running"], "A's second turn"
+        )
+        assert a.proc is not None
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        paused = True
+        status, answer = await anyio.to_thread.run_sync(
+            lambda: b.request(
+                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_b.headers
+            )
+        )
+        assert status == 200, answer
+        assert answer["stop_requested"] is True and answer["stop_confirmed"] is False, answer
+        assert answer["running_on"] == [
+            {"turn_id": second[0][0], "member_id": lead, "node": node_a}
+        ]
+        assert len(stop_notices(pg_dsn, project)) == 1  # not claimed before it is true
+
+        # The project's pause, asked on B meanwhile, cannot confirm either: stop_unconfirmed.
+        status, answer = await anyio.to_thread.run_sync(lifecycle, "pause")
+        assert status == 200, answer
+        assert answer["project"]["state"] == "stop_unconfirmed", answer
+        assert answer["still_running"] == [lead]
+        assert answer["running_on"] == [
+            {"turn_id": second[0][0], "member_id": lead, "node": node_a}
+        ]
+
+        # 3. A is back: it hears the stops, ends its turn; B's notice follows, and the retried
+        # check confirms the pause.
+        os.kill(a.proc.pid, signal.SIGCONT)
+        paused = False
+        await until(
+            lambda: [
+                t for t in turns_of(pg_dsn, lead) if t[0] == second[0][0] and t[1] != "running"
+            ],
+            "A ends its turn",
+        )
+        await until(lambda: len(stop_notices(pg_dsn, project)) == 2, "the later notice")
+        status, answer = await anyio.to_thread.run_sync(lifecycle, "retry_stop")
+        assert status == 200, answer
+        assert answer["project"]["state"] == "paused", answer
+        assert answer["still_running"] == [] and "running_on" not in answer
+        assert rows(pg_dsn, "SELECT state FROM projects WHERE id = %s", project) == [("paused",)]
+    finally:
+        if paused and a.proc is not None:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        a.stop()
+        b.stop()
