@@ -26,14 +26,16 @@ from tests.test_cluster_leases import lead_on_openai, node, node_id, rows, say, 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.usefixtures("clients"),
-    pytest.mark.timeout(300),  # two nodes and a paused one, on 2 shared cores
+    pytest.mark.timeout(420),  # two nodes and a paused one, on 2 shared cores
 ]
 
 
 def stop_node(dsn: str, bus: NatsServer, llm: OpenAIServer, data: Path) -> ServerProcess:
     server = node(data, dsn, bus, llm)
-    server.env["ROOM_LEASE_SECS"] = "45"  # nobody adopts A's lease while it is paused
-    server.env["ROOM_STOP_CONFIRM_SECS"] = "3"
+    # Nobody adopts A's lease while it is paused (two unconfirmed stops wait 2 × 15 s), and a
+    # node at a whole suite's load settles a turn well inside the window (3 s was missed once).
+    server.env["ROOM_LEASE_SECS"] = "120"
+    server.env["ROOM_STOP_CONFIRM_SECS"] = "15"
     return server
 
 
@@ -63,19 +65,19 @@ async def test_a_stop_asked_on_one_node_is_confirmed_only_once_the_other_settled
         project, lead = lead_on_openai(a, on_a)
         node_a = node_id(a)
 
+        def stop_lead() -> tuple[int, Any]:
+            path = f"/api/projects/{project}/members/{lead}/stop"
+            return b.request("POST", path, {}, headers=on_b.headers, timeout=60)
+
         def lifecycle(op: str) -> tuple[int, Any]:
             path = f"/api/projects/{project}/lifecycle"
-            return b.request("POST", path, {"op": op}, headers=on_b.headers)
+            return b.request("POST", path, {"op": op}, headers=on_b.headers, timeout=60)
 
         # 1. A is up: B's answer comes once A ended the turn (its row settled), not before.
         llm.push(openai_text("太慢了", delay_secs=120))
         say(b, on_b, project, "@lead 慢慢来")
         await until(lambda: [t for t in turns_of(pg_dsn, lead) if t[1] == "running"], "A's turn")
-        status, answer = await anyio.to_thread.run_sync(
-            lambda: b.request(
-                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_b.headers
-            )
-        )
+        status, answer = await anyio.to_thread.run_sync(stop_lead)
         assert status == 200, answer
         assert answer["stop_requested"] is True and answer["stop_confirmed"] is True, answer
         assert [t[1:] for t in turns_of(pg_dsn, lead)] == [("cancelled", node_a)]
@@ -90,11 +92,7 @@ async def test_a_stop_asked_on_one_node_is_confirmed_only_once_the_other_settled
         assert a.proc is not None
         os.kill(a.proc.pid, signal.SIGSTOP)
         paused = True
-        status, answer = await anyio.to_thread.run_sync(
-            lambda: b.request(
-                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_b.headers
-            )
-        )
+        status, answer = await anyio.to_thread.run_sync(stop_lead)
         assert status == 200, answer
         assert answer["stop_requested"] is True and answer["stop_confirmed"] is False, answer
         assert answer["running_on"] == [

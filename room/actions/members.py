@@ -124,10 +124,12 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
             raise early
         stopped = core.agents.stop_member(target_id)
         if core.relay is not None:  # a cluster: the turn may run on another node
+            # Read before the request goes out: the node running it may settle the row before
+            # a read after it, and the answer would say no turn ran.
+            was = await core.db.read(lambda conn: stops.running_in(conn, project_id, target_id))
             if not stopped:
                 core.relay.stop_elsewhere(target_id)
             # Confirmed once the turn's row is settled, wherever it ran (room.actions.stops).
-            was = await core.db.read(lambda conn: stops.running_in(conn, project_id, target_id))
             stopped = stopped or bool(was)
             left = await stops.settled(core, project_id, target_id, core.settings.stop_confirm_secs)
 

@@ -220,6 +220,7 @@ class ServerProcess:
         body: Any = None,
         headers: dict[str, str] | None = None,
         cookie: str | None = None,
+        timeout: float = 10,
     ) -> tuple[int, Any]:
         hdrs = dict(headers or {})
         if cookie:
@@ -230,7 +231,7 @@ class ServerProcess:
             hdrs["Content-Type"] = "application/json"
         req = urllib.request.Request(f"{self.origin}{path}", data=data, headers=hdrs, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 raw = r.read()
                 status = r.status
         except urllib.error.HTTPError as exc:
