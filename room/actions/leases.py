@@ -24,6 +24,7 @@ from room.store import projects as projects_store
 from room.store.dialect import Connection
 
 LEASE_ADOPTED = "the node running it lost the project's lease"
+TURN_UNHEARD = "the node opening it lost the database before it heard the turn was opened"
 
 
 def take(
@@ -59,6 +60,31 @@ def _others_running(
             (project_id, node),
         )
     ]
+
+
+async def settle_unheard(core: Services, turn_ids: list[int]) -> list[int]:
+    """Settle turns the database says run on this node, which it does not run: it lost the
+    database after the commit that opened them and before it heard of it (the opening failed
+    for it, "the write may not have been saved"). Settled as a restart settles a crashed
+    node's (``interrupted``, their deliveries ``pending`` again), each only if it is still
+    ``running`` here. Returns the members whose turns were settled."""
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> list[int]:
+        assert tx.node is not None
+        report = Report()
+        members: list[int] = []
+        for turn_id in turn_ids:
+            found = leases_store.still_running_at(conn, turn_id, tx.node)
+            if found is None:  # ended meanwhile
+                continue
+            turn, project, member_id, side_effects = found
+            settle_turn(
+                conn, tx, report, turn, project, member_id, side_effects, error=TURN_UNHEARD
+            )
+            members.append(member_id)
+        return members
+
+    return await core.db.write(job)
 
 
 async def hold(core: Services, project_id: int, lease_secs: float) -> tuple[Claim, Lease | None]:
