@@ -6,6 +6,11 @@ demo project's home on node A, its lead answering on the offline ``builtin/echo`
   the ``COMMIT``'s answer): the turn is in the database, ``running`` on A, but A never heard
   it was opened. Once the link is back A settles it (as a restart would) and the lead answers,
   once, instead of the member staying blocked behind a turn nobody runs.
+* B's bus link cut, so B cannot tell whether A is up: a mention sent on B is not run on B and
+  not marked ``home_node_offline``; A, which never heard B's wake, runs it from the database
+  (its sweep), once. With A killed as well, the mention waits ``pending`` without a reason
+  while B cannot tell, is marked ``home_node_offline`` once B's bus is back and A is not heard,
+  and runs once on A when A is back.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import anyio
 import psycopg
 import pytest
 
-from tests.support.cluster import WAIT, Node, first_project, make_node
+from tests.support.cluster import WAIT, Node, first_project, make_node, metrics_show
 from tests.support.nats import NatsServer
 
 pytestmark = [
@@ -29,12 +34,15 @@ pytestmark = [
 ]
 
 LEASE_SECS = "3"  # the sweep that settles and dispatches runs every second
+SLOW_LEASE_SECS = "300"  # a sweep every 100 s: none comes within a test's waits
 
 
-async def two_nodes(tmp_path: Path, dsn: str, nats: NatsServer) -> tuple[Node, Node]:
+async def two_nodes(
+    tmp_path: Path, dsn: str, nats: NatsServer, lease_secs: str = LEASE_SECS
+) -> tuple[Node, Node]:
     a, b = (make_node(tmp_path / n, dsn, nats) for n in "ab")
     for node in (a, b):
-        node.server.env["ROOM_LEASE_SECS"] = LEASE_SECS
+        node.server.env["ROOM_LEASE_SECS"] = lease_secs
     try:
         await anyio.to_thread.run_sync(a.start)  # the demo project's home
         await anyio.to_thread.run_sync(b.start)
@@ -57,6 +65,20 @@ def mention(node: Node, project: int, body: str) -> int:
     )  # fmt: skip
     assert status == 201, sent
     return int(sent["message"]["id"])
+
+
+def node_id(node: Node) -> str:
+    return (node.server.data / "node-id").read_text().strip()
+
+
+def reasons(dsn: str, member: int) -> list[tuple[str, str | None]]:
+    """The member's deliveries: (state, reason code)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT state, reason_code FROM deliveries WHERE recipient_id = %s ORDER BY id",
+            (member,),
+        ).fetchall()
+    return [(str(state), None if code is None else str(code)) for state, code in rows]
 
 
 def ledger(dsn: str, member: int) -> tuple[list[tuple[int, str]], list[tuple[int, str, str]]]:
@@ -128,6 +150,63 @@ async def test_a_turn_opened_as_its_node_lost_the_database_is_settled_and_run_ag
         deliveries, turns = ledger(pg_dsn, lead)
         assert deliveries == [(first, "consumed"), (second, "consumed")]
         assert [t[1] for t in turns] == ["interrupted", "completed", "completed"], turns
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_a_wake_lost_with_a_nodes_bus_is_found_when_its_bus_is_back(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    # The periodic sweep far away: what runs the delivery is the sweep a bus's return asks for.
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server, SLOW_LEASE_SECS)
+    try:
+        project = first_project(a)
+        lead = lead_of(a, project)
+        b.bus.cut()
+        await metrics_show(b, "room_bus_up 0.0")
+        # A is up, B cannot tell: B runs nothing and says nothing; its wake never reaches A.
+        mention(b, project, "@lead 总线断了")
+        await until(lambda: len(reasons(pg_dsn, lead)) == 1, lambda: reasons(pg_dsn, lead))
+        await anyio.sleep(1.0)
+        assert reasons(pg_dsn, lead) == [("pending", None)]
+        b.bus.restore()  # its `sw`: A sweeps now and finds the delivery in the database
+        await until(lambda: len(answers(pg_dsn, lead)) == 1, lambda: reasons(pg_dsn, lead))
+        assert reasons(pg_dsn, lead) == [("consumed", None)]
+        _, turns = ledger(pg_dsn, lead)
+        assert [(t[1], t[2]) for t in turns] == [("completed", node_id(a))]  # on A, once
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_a_node_that_cannot_hear_the_bus_says_the_home_is_offline_only_once_it_can_tell(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    try:
+        project = first_project(a)
+        lead = lead_of(a, project)
+        home = node_id(a)
+        a.server.kill9()
+        b.bus.cut()
+        await metrics_show(b, "room_bus_up 0.0")
+        mention(b, project, "@lead 主节点没了")
+        await until(lambda: len(reasons(pg_dsn, lead)) == 1, lambda: reasons(pg_dsn, lead))
+        await anyio.sleep(2.5)  # two of B's sweeps (lease_secs 3)
+        assert reasons(pg_dsn, lead) == [("pending", None)]  # B cannot tell: it says nothing
+        # B's bus back, A not heard on it for three heartbeats: now B can tell, and says so.
+        b.bus.restore()
+        await until(
+            lambda: reasons(pg_dsn, lead) == [("pending", "home_node_offline")],
+            lambda: reasons(pg_dsn, lead),
+        )
+        # A back: it runs the waiting delivery, once; B never ran one.
+        await anyio.to_thread.run_sync(a.restart)
+        await until(lambda: len(answers(pg_dsn, lead)) == 1, lambda: reasons(pg_dsn, lead))
+        assert [state for state, _ in reasons(pg_dsn, lead)] == ["consumed"]
+        _, turns = ledger(pg_dsn, lead)
+        assert [(t[1], t[2]) for t in turns] == [("completed", home)]
     finally:
         a.stop()
         b.stop()

@@ -77,6 +77,9 @@ class Relay:
         # What else the bus brings (the agents' wakes and stop requests, room/app.py): each
         # handler says whether the hint was its.
         self.handlers: list[Callable[[int | None, dict[str, Any]], bool]] = []
+        # A node's bus came (back) up, this one's or another's: what it could not say meanwhile
+        # (agents' wakes) is looked for in the database now (room.agents.leasing's sweep).
+        self.on_rejoin: Callable[[], None] = lambda: None
         if bus is not None:
             bus.on_hint = self._heard
             bus.on_reconnect = self.sweep
@@ -147,9 +150,10 @@ class Relay:
         }
 
     def live_nodes(self) -> list[str] | None:
-        """The other nodes heard on the bus lately; None without a bus, or while it is down
-        (nobody can be told apart from a node that is up)."""
-        if self.bus is None or not self.bus.up:
+        """The other nodes heard on the bus lately; None when this node cannot tell a node
+        that is down from one that is up: without a bus, while it is down, and for the first
+        heartbeats after it came (back) up (``Bus.peers_known``)."""
+        if self.bus is None or not self.bus.peers_known:
             return None
         return self.bus.peers()
 
@@ -164,6 +168,7 @@ class Relay:
         self._wake.set()
         for project_id in list(self._published):
             self._pump(project_id)
+        self.on_rejoin()
 
     def _heard(self, project_id: int | None, hint: dict[str, Any]) -> None:
         kind = hint.get("k")
@@ -174,6 +179,7 @@ class Relay:
         elif kind == "sw" and project_id is None:
             self.peer_checks += 1
             self._wake.set()  # another node's bus came (back) up: check the last seqs now
+            self.on_rejoin()  # and the agents' deliveries it committed meanwhile
         elif isinstance(self.hub, ClusterHub) and self.hub.heard(project_id, hint):
             return
         else:

@@ -42,6 +42,7 @@ class Leasing:
         self.held: dict[int, Lease] = {}  # the leases this node took, as it last wrote them
         self.lost = 0  # leases found adopted by another node (``/metrics`` later)
         self._task: asyncio.Task[None] | None = None
+        self._soon = asyncio.Event()  # sweep now, not at the next third of lease_secs
 
     def live(self) -> list[str] | None:
         """The other nodes heard from lately; None when this node cannot tell (no bus, or the
@@ -86,9 +87,16 @@ class Leasing:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def sweep_soon(self) -> None:
+        """Sweep now: a node's bus came (back) up, so wakes sent while it was down — or by it,
+        while it could not send — were lost; the waiting deliveries are in the database."""
+        self._soon.set()
+
     async def _loop(self, running: RunningTurns) -> None:
         while True:
-            await asyncio.sleep(self.lease_secs / 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._soon.wait(), self.lease_secs / 3)
+            self._soon.clear()
             try:
                 await self.tick(running)
             except Exception:  # the database away for a moment: the next tick tries again
