@@ -2,10 +2,13 @@
 across nodes"): two room servers on one private PostgreSQL and one private nats-server, the
 demo project's home on node A, its lead answering on the offline ``builtin/echo`` route.
 
-* A's PostgreSQL link cut right after the commit that opened the lead's turn (the proxy drops
-  the ``COMMIT``'s answer): the turn is in the database, ``running`` on A, but A never heard
-  it was opened. Once the link is back A settles it (as a restart would) and the lead answers,
-  once, instead of the member staying blocked behind a turn nobody runs.
+* A's PostgreSQL link cut right after the commit that took the project's lease (the proxy
+  drops the ``COMMIT``'s answer): the delivery stays ``pending``, and A's sweep runs it once
+  the link is back.
+* A's PostgreSQL link cut right after the commit that opened the lead's turn: the turn is in
+  the database, ``running`` on A, but A never heard it was opened. Once the link is back A
+  settles it (as a restart would) and the lead answers, once, instead of the member staying
+  blocked behind a turn nobody runs.
 * B's bus link cut, so B cannot tell whether A is up: a mention sent on B is not run on B and
   not marked ``home_node_offline``; A, which never heard B's wake, runs it from the database
   (its sweep), once. With A killed as well, the mention waits ``pending`` without a reason
@@ -123,14 +126,6 @@ async def test_a_turn_opened_as_its_node_lost_the_database_is_settled_and_run_ag
     try:
         project = first_project(a)
         lead = lead_of(a, project)
-        # The turn's opening commits on the server; A's link goes before A hears of it.
-        a.pg.cut_after(b"INSERT INTO turns", b"COMMIT\x00")
-        first = mention(b, project, "@lead 第一个")
-        await until(a.pg.is_cut, lambda: "the turn's opening never committed through A")
-        deliveries, turns = ledger(pg_dsn, lead)
-        assert [t[1] for t in turns] == ["running"], turns  # opened, and nobody runs it
-        await anyio.sleep(1.0)
-        a.pg.restore()
 
         def answered() -> bool:
             deliveries, turns = ledger(pg_dsn, lead)
@@ -138,18 +133,38 @@ async def test_a_turn_opened_as_its_node_lost_the_database_is_settled_and_run_ag
                 s == "consumed" for _, s in deliveries
             )
 
+        # Before the turn: the lease taken on the server, A's link gone before A hears of it.
+        # The delivery stays pending, and A's sweep dispatches it once the link is back.
+        a.pg.cut_after(b"INSERT INTO leases", b"COMMIT\x00")
+        first = mention(b, project, "@lead 第一个")
+        await until(a.pg.is_cut, lambda: "the lease was never taken through A")
+        deliveries, turns = ledger(pg_dsn, lead)
+        assert (deliveries, turns) == ([(first, "pending")], [])
+        await anyio.sleep(1.0)
+        a.pg.restore()
+        await until(answered, lambda: ledger(pg_dsn, lead))
+        assert [t[1] for t in ledger(pg_dsn, lead)[1]] == ["completed"]
+
+        # The turn's opening commits on the server; A's link goes before A hears of it.
+        a.pg.cut_after(b"INSERT INTO turns", b"COMMIT\x00")
+        second = mention(b, project, "@lead 第二个")
+        await until(a.pg.is_cut, lambda: "the turn's opening never committed through A")
+        deliveries, turns = ledger(pg_dsn, lead)
+        assert [t[1] for t in turns] == ["completed", "running"], turns  # nobody runs it
+        await anyio.sleep(1.0)
+        a.pg.restore()
         await until(answered, lambda: ledger(pg_dsn, lead))
         deliveries, turns = ledger(pg_dsn, lead)
-        assert [t[1] for t in turns] == ["interrupted", "completed"], turns
-        assert deliveries == [(first, "consumed")]
-        assert len(answers(pg_dsn, lead)) == 1  # answered once
+        assert [t[1] for t in turns] == ["completed", "interrupted", "completed"], turns
+        assert deliveries == [(first, "consumed"), (second, "consumed")]
+        assert len(answers(pg_dsn, lead)) == 2  # each answered once
 
         # And the member is not blocked: the next mention is answered too.
-        second = mention(b, project, "@lead 第二个")
-        await until(lambda: len(answers(pg_dsn, lead)) == 2, lambda: ledger(pg_dsn, lead))
+        third = mention(b, project, "@lead 第三个")
+        await until(lambda: len(answers(pg_dsn, lead)) == 3, lambda: ledger(pg_dsn, lead))
         deliveries, turns = ledger(pg_dsn, lead)
-        assert deliveries == [(first, "consumed"), (second, "consumed")]
-        assert [t[1] for t in turns] == ["interrupted", "completed", "completed"], turns
+        assert deliveries == [(first, "consumed"), (second, "consumed"), (third, "consumed")]
+        assert [t[1] for t in turns] == ["completed", "interrupted", "completed", "completed"]
     finally:
         a.stop()
         b.stop()
