@@ -364,6 +364,8 @@ def create_app(
         core.agents = scheduler
         if relay is not None:  # wakes and stop requests from the other servers
             relay.handlers.append(partial(_agents_heard, core, scheduler))
+            if scheduler.in_process.leasing is not None:  # and the wakes a bus drop lost
+                relay.on_rejoin = scheduler.in_process.leasing.sweep_soon
         if isinstance(core.hub, ClusterHub):  # people and agents present through other nodes
             here = core.hub.cluster_presence
             here.on_people = partial(_people_heard, core)

@@ -22,6 +22,7 @@ from room.actions import chatter, message_edits, presence, unread
 from room.actions import deliveries as delivery_actions
 from room.actions import messages as message_actions
 from room.actions import reactions as reaction_actions
+from room.actions import relay as relay_actions
 from room.actions import search as search_actions
 from room.actions import turns as turn_actions
 from room.agents import drafts
@@ -496,39 +497,45 @@ class Connection:
         )
         last = resume.replay_from(frame.since, project.last_seq)
         if frame.since is not None:
-            while True:
-                page = await self.core.db.read(
-                    partial(
-                        messages_store.replay,
-                        project_id=project_id,
-                        after_seq=last,
-                        limit=REPLAY_PAGE,
-                    )
-                )
-                if not sub.active:  # cut meanwhile (the member left): replay no further
-                    break
-                if page:
-                    last = page[-1][0]
-                    self.outbox.push(
-                        f'{{"type":"batch","project_id":{project_id},"frames":['
-                        + ",".join(f for _, f in page)
-                        + "]}"
-                    )
-                if len(page) < REPLAY_PAGE or self.outbox.closed:
-                    break
-                # Read the next page only once this one left for the socket: a client that
-                # does not read holds at most a page or two, not the whole backlog.
-                if not await self.outbox.wait_sent(REPLAY_SEND_SECS):
-                    self.outbox.cut("slow consumer during replay; resume with since")
-                    break
-        self.core.hub.go_live(sub, last)
-        if self.core.relay is not None:  # what it had, buffered frames included
-            self.core.relay.went_live(project_id, sub.last_seq)
+            last = await self._replay(sub, last)
+        await relay_actions.go_live(
+            self.core.hub, self.core.relay, sub, last, partial(self._replay, sub)
+        )
         # An answer streaming now: its draft, after the replay (room.agents.drafts: forgotten
         # before the answer is posted, so never beside the message it becomes).
         if sub.active:
             for draft in drafts.current(self.core, project_id):
                 self.outbox.push(draft)
+
+    async def _replay(self, sub: Subscription, last: int) -> int:
+        """Send the subscription's events after ``last`` from the database, a page at a time;
+        the last seq sent."""
+        project_id = sub.project_id
+        while True:
+            page = await self.core.db.read(
+                partial(
+                    messages_store.replay,
+                    project_id=project_id,
+                    after_seq=last,
+                    limit=REPLAY_PAGE,
+                )
+            )
+            if not sub.active:  # cut meanwhile (the member left): replay no further
+                return last
+            if page:
+                last = page[-1][0]
+                self.outbox.push(
+                    f'{{"type":"batch","project_id":{project_id},"frames":['
+                    + ",".join(f for _, f in page)
+                    + "]}"
+                )
+            if len(page) < REPLAY_PAGE or self.outbox.closed:
+                return last
+            # Read the next page only once this one left for the socket: a client that
+            # does not read holds at most a page or two, not the whole backlog.
+            if not await self.outbox.wait_sent(REPLAY_SEND_SECS):
+                self.outbox.cut("slow consumer during replay; resume with since")
+                return last
 
     async def on_unsubscribe(self, frame: p.UnsubscribeFrame) -> None:
         sub = self.subscriptions.pop(frame.project_id, None)

@@ -5,8 +5,12 @@ The two-node test with real sockets is tests/test_cluster_share.py."""
 
 from __future__ import annotations
 
+import time
+
+from room.actions.relay import Relay
 from room.infra.bus import PEER_LAPSE_SECS, Bus, ClusterPresence
 from room.infra.outbox import Outbox
+from room.rules.leases import Home, home_of
 
 
 class Clock:
@@ -93,3 +97,25 @@ def test_an_agents_socket_or_turn_on_another_node_counts_until_it_lapses() -> No
     clock.now += PEER_LAPSE_SECS
     here.expire()
     assert not here.agent_connected_elsewhere(40) and told[-1] == {40, 41}
+
+
+def test_a_node_cannot_tell_who_is_up_until_its_bus_has_been_up_three_heartbeats() -> None:
+    """Right after its bus came (back) up a node has heard nobody yet: taking that silence for
+    "down" marked a live home's deliveries ``home_node_offline`` (room.agents.leasing). It
+    cannot tell (``live_nodes`` None: the home is taken to be up) until PEER_LAPSE_SECS passed."""
+    bus = Bus("nats://127.0.0.1:1", "self")  # never connected
+    relay = Relay(None, None, bus=bus)  # type: ignore[arg-type]
+
+    def knows() -> bool:
+        return bus.peers_known
+
+    assert not knows() and relay.live_nodes() is None  # down
+    bus._up, bus._up_since = True, time.monotonic()  # as _reconnected does
+    assert not knows() and relay.live_nodes() is None  # just back: nobody heard yet
+    assert home_of("home", "self", relay.live_nodes()) is Home.ELSEWHERE
+    bus._up_since -= PEER_LAPSE_SECS
+    assert knows() and relay.live_nodes() == []  # now the silence means down
+    assert home_of("home", "self", relay.live_nodes()) is Home.OFFLINE
+    bus._peers["home"] = time.monotonic()  # its heartbeat
+    assert relay.live_nodes() == ["home"]
+    assert home_of("home", "self", relay.live_nodes()) is Home.ELSEWHERE

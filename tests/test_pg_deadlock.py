@@ -16,13 +16,14 @@ import psycopg
 import pytest
 
 from room.store import Database, Tx
+from room.store import turns as turns_store
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
 
-pytestmark = pytest.mark.anyio
 NOW = 1_800_000_000.0
 
 
+@pytest.mark.anyio
 async def test_a_deadlock_while_the_batch_locks_its_projects_runs_the_batch_again(
     tmp_path: Path, pg_dsn: str
 ) -> None:
@@ -81,3 +82,41 @@ async def test_a_deadlock_while_the_batch_locks_its_projects_runs_the_batch_agai
     finally:
         other.close()
         await database.close()
+
+
+def test_a_turn_opening_does_not_block_the_foreign_keys_naming_its_member(pg_dsn: str) -> None:
+    """The lock that opens a member's turns one at a time (``lock_member``) lets through the
+    foreign-key checks of rows naming the member — a send's delivery to it, on another node —
+    so a send holding its project's row never waits for a turn opening that waits for that
+    project (they deadlocked across nodes in the three-node soak)."""
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0) RETURNING id"
+        ).fetchone()
+        assert row is not None
+        project = int(row[0])
+        row = conn.execute(
+            "INSERT INTO members (project_id, kind, role, handle, display_name, created_at)"
+            " VALUES (%s, 'agent', 'lead', 'lead', 'Lead', 0) RETURNING id",
+            (project,),
+        ).fetchone()
+        assert row is not None
+        member = int(row[0])
+    try:
+        pg.execute("BEGIN")
+        turns_store.lock_member(pg, member)  # a turn opening, its transaction still open
+        with psycopg.connect(pg_dsn, autocommit=True) as other:
+            # Held locks are not waited out: a wait is an error here, at once.
+            other.execute("SET lock_timeout = '1ms'")
+            other.execute(
+                "INSERT INTO member_names (project_id, member_id, name, name_key, kind)"
+                " VALUES (%s, %s, 'lead', 'lead', 'alias')",
+                (project, member),
+            )  # the foreign key's check of the member's row: FOR KEY SHARE
+            with pytest.raises(psycopg.errors.LockNotAvailable):  # a second opening waits
+                other.execute("SELECT id FROM members WHERE id = %s FOR NO KEY UPDATE", (member,))
+        pg.execute("ROLLBACK")
+    finally:
+        pg.close()

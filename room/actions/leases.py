@@ -9,8 +9,6 @@ is refused by the fence.
 
 from __future__ import annotations
 
-import sqlite3
-
 from room.actions import research as research_actions
 from room.actions.deliveries import set_deliveries
 from room.actions.recovery import Report, settle_turn
@@ -25,10 +23,11 @@ from room.store import projects as projects_store
 from room.store.dialect import Connection
 
 LEASE_ADOPTED = "the node running it lost the project's lease"
+TURN_UNHEARD = "the node opening it lost the database before it heard the turn was opened"
 
 
 def take(
-    conn: sqlite3.Connection,
+    conn: Connection,
     tx: Tx,
     project_id: int,
     lease_secs: float,
@@ -72,6 +71,31 @@ def _others_running(
     ]
 
 
+async def settle_unheard(core: Services, turn_ids: list[int]) -> list[int]:
+    """Settle turns the database says run on this node, which it does not run: it lost the
+    database after the commit that opened them and before it heard of it (the opening failed
+    for it, "the write may not have been saved"). Settled as a restart settles a crashed
+    node's (``interrupted``, their deliveries ``pending`` again), each only if it is still
+    ``running`` here. Returns the members whose turns were settled."""
+
+    def job(conn: Connection, tx: Tx) -> list[int]:
+        assert tx.node is not None
+        report = Report()
+        members: list[int] = []
+        for turn_id in turn_ids:
+            found = leases_store.still_running_at(conn, turn_id, tx.node)
+            if found is None:  # ended meanwhile
+                continue
+            turn, project, member_id, side_effects = found
+            settle_turn(
+                conn, tx, report, turn, project, member_id, side_effects, error=TURN_UNHEARD
+            )
+            members.append(member_id)
+        return members
+
+    return await core.db.write(job)
+
+
 async def hold(
     core: Services, project_id: int, lease_secs: float, *, floating: bool = False
 ) -> tuple[Claim, Lease | None]:
@@ -83,14 +107,14 @@ async def hold(
 async def renew(core: Services, project_ids: list[int], lease_secs: float) -> list[int]:
     """Renew this node's leases of these projects; returns those it still holds."""
 
-    def job(conn: sqlite3.Connection, tx: Tx) -> list[int]:
+    def job(conn: Connection, tx: Tx) -> list[int]:
         assert tx.node is not None
         return leases_store.renew(conn, tx.node, project_ids, tx.now, lease_secs)
 
     return await core.db.write(job)
 
 
-def mark_home_offline(conn: sqlite3.Connection, tx: Tx, project_id: int) -> int:
+def mark_home_offline(conn: Connection, tx: Tx, project_id: int) -> int:
     """The project's home node is not heard from: its in-process agents' pending deliveries
     say so (``home_node_offline``; they stay ``pending``). Returns how many rows changed."""
     ids = [
@@ -119,7 +143,7 @@ async def home_offline(core: Services, project_id: int) -> int:
 
 
 def move_home(
-    conn: sqlite3.Connection, tx: Tx, project: str, node: str, *, by: int | None = None
+    conn: Connection, tx: Tx, project: str, node: str, *, by: int | None = None
 ) -> tuple[int, str | None]:
     """Name ``node`` the home of ``project`` (its id or name); returns the project's id and the
     home it had, and audits the move (``by``: the server admin's user id; None: the CLI). The

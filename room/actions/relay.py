@@ -27,12 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 from room.infra.bus import Bus, ClusterHub
+from room.infra.fanout import Subscription
 from room.infra.hub import Hub
+from room.services import EventRelay
 from room.store import Database
 from room.store import messages as messages_store
 from room.store.db import chunks
@@ -75,6 +77,9 @@ class Relay:
         # What else the bus brings (the agents' wakes and stop requests, room/app.py): each
         # handler says whether the hint was its.
         self.handlers: list[Callable[[int | None, dict[str, Any]], bool]] = []
+        # A node's bus came (back) up, this one's or another's: what it could not say meanwhile
+        # (agents' wakes) is looked for in the database now (room.agents.leasing's sweep).
+        self.on_rejoin: Callable[[], None] = lambda: None
         if bus is not None:
             bus.on_hint = self._heard
             bus.on_reconnect = self.sweep
@@ -82,6 +87,8 @@ class Relay:
         # Project → the highest seq published to this server's hub; a project is here while
         # it has had a live subscriber here (from the first one's replay end on).
         self._published: dict[int, int] = {}
+        # Project → where its stream here began: the first live subscriber's last seq.
+        self._began: dict[int, int] = {}
         self._pumping: dict[int, asyncio.Task[None]] = {}
         self._again: set[int] = set()
         self._poller: asyncio.Task[None] | None = None
@@ -106,15 +113,25 @@ class Relay:
 
     def went_live(self, project_id: int, last_seq: int) -> None:
         """A subscriber went live having had everything up to ``last_seq``. The first one of a
-        project starts its relay there (a later one's replay ended at or after it)."""
+        project starts its relay there; a later one's replay reached :meth:`began` first."""
         if project_id in self._published:
             return
-        self._published[project_id] = last_seq
+        self._published[project_id] = self._began[project_id] = last_seq
         if self.bus is not None:
             self.bus.follow(project_id)
-            # Hints that came before this server followed the project are not held anywhere:
-            # one read now, rather than waiting for the next hint or the long poll.
-            self._pump(project_id)
+        # What committed since that subscriber's replay read the database — another server's
+        # (its hints were dropped: nobody was live here) or this one's own (not published
+        # while nobody was live, see :meth:`publish`) — is not held anywhere: one read now,
+        # rather than waiting for the next hint or the poll.
+        self._pump(project_id)
+
+    def began(self, project_id: int) -> int | None:
+        """The seq after which this server's hub has had (or will have) every event of the
+        project in order, while one of its subscribers stays registered; None while none is
+        live. A subscriber registered before another one went live buffered only what came
+        after this: its replay must reach it before it goes live (room.ws), or the events
+        between its read of the database and the other's would be skipped."""
+        return self._began.get(project_id) if project_id in self._published else None
 
     def stats(self) -> dict[str, float]:
         """What ``/metrics`` shows of the relay and the bus (docs/cluster.md)."""
@@ -133,9 +150,10 @@ class Relay:
         }
 
     def live_nodes(self) -> list[str] | None:
-        """The other nodes heard on the bus lately; None without a bus, or while it is down
-        (nobody can be told apart from a node that is up)."""
-        if self.bus is None or not self.bus.up:
+        """The other nodes heard on the bus lately; None when this node cannot tell a node
+        that is down from one that is up: without a bus, while it is down, and for the first
+        heartbeats after it came (back) up (``Bus.peers_known``)."""
+        if self.bus is None or not self.bus.peers_known:
             return None
         return self.bus.peers()
 
@@ -150,6 +168,7 @@ class Relay:
         self._wake.set()
         for project_id in list(self._published):
             self._pump(project_id)
+        self.on_rejoin()
 
     def _heard(self, project_id: int | None, hint: dict[str, Any]) -> None:
         kind = hint.get("k")
@@ -160,6 +179,7 @@ class Relay:
         elif kind == "sw" and project_id is None:
             self.peer_checks += 1
             self._wake.set()  # another node's bus came (back) up: check the last seqs now
+            self.on_rejoin()  # and the agents' deliveries it committed meanwhile
         elif isinstance(self.hub, ClusterHub) and self.hub.heard(project_id, hint):
             return
         else:
@@ -249,8 +269,9 @@ class Relay:
             self.bus.send(project_id, {"k": "e", "s": seq, "f": frame})
         top = self._published.get(project_id)
         if top is None:
-            # Nobody live here yet: a subscriber still replaying gets it in its buffer.
-            self.hub.publish(project_id, seq, frame)
+            # Nobody live here yet: not published, for a subscriber still replaying would
+            # buffer it ahead of the other servers' events before it, whose hints were dropped
+            # (it skipped them: 1, then 4). Its replay, or the read when it goes live, has it.
             return
         if seq == top + 1:
             self._published[project_id] = seq
@@ -311,6 +332,7 @@ class Relay:
                 await asyncio.wait_for(self._wake.wait(), period)
             for project_id in [p for p in self._published if not self.hub.subscriber_count(p)]:
                 del self._published[project_id]  # nobody here any more: a new first one starts it
+                self._began.pop(project_id, None)
                 self._held.pop(project_id, None)
                 if self.bus is not None:
                     self.bus.unfollow(project_id)
@@ -329,6 +351,29 @@ class Relay:
                 top = self._published.get(project_id)
                 if top is not None and last_seq > top:
                     self._pump(project_id)
+
+
+async def go_live(
+    hub: Hub,
+    relay: EventRelay | None,
+    sub: Subscription,
+    last: int,
+    replay: Callable[[int], Awaitable[int]],
+) -> None:
+    """A subscriber that had everything up to ``last`` (its replay's end, or the head it was
+    told) goes live: the events buffered meanwhile follow, then the stream.
+
+    On several servers, another subscriber of the project may have gone live here after this
+    one's read of the database, starting the server's stream further on (:meth:`Relay.began`):
+    this one buffered only what came after that, so it first replays on up to it (``replay``
+    sends the events after a seq from the database and returns the last one sent)."""
+    if relay is not None and sub.active:
+        began = relay.began(sub.project_id)
+        if began is not None and last < began:
+            last = await replay(last)
+    hub.go_live(sub, last)
+    if relay is not None:  # what it had, buffered frames included
+        relay.went_live(sub.project_id, sub.last_seq)
 
 
 def _heads(conn: Connection, ids: list[int]) -> list[tuple[int, int]]:

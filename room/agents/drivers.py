@@ -182,6 +182,11 @@ class InProcessDriver:
     def wake_here(self, project_id: int, member_id: int) -> None:
         self.wake(project_id, member_id)
 
+    def busy(self, member_id: int) -> bool:
+        """Whether the member's session is at work here (opening, running or ending a turn)."""
+        session = self.sessions.get(member_id)
+        return session is not None and session.task is not None and not session.task.done()
+
     def stop_lost(self, project_id: int) -> None:
         """The project's lease was lost: its turns here stop (their writes are refused)."""
         for session in self.sessions.values():

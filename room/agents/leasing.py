@@ -6,7 +6,9 @@ project's home is this node (else the turn runs on the home, or waits with
 ``home_node_offline`` while the home is not heard from) and the fence to run it under (the
 lease taken, renewed or adopted). A loop renews the leases of the projects with turns running
 here every third of ``lease_secs``; a lease found lost stops those turns (their writes are
-refused by the fence anyway). The same loop sweeps the waiting work: the pending deliveries of
+refused by the fence anyway). The same loop settles the turns the database says run here and
+no session runs (their opening committed as the node lost the database, before it heard of
+it), and sweeps the waiting work: the pending deliveries of
 projects whose home is this node are dispatched (a wake lost on the bus, a project moved here),
 and those whose home is offline say so.
 
@@ -58,6 +60,7 @@ class Leasing:
         self._locking = asyncio.Lock()
         self._blocked: set[int] = set()  # projects whose shared workspace was found held
         self._task: asyncio.Task[None] | None = None
+        self._soon = asyncio.Event()  # sweep now, not at the next third of lease_secs
 
     def live(self) -> list[str] | None:
         """The other nodes heard from lately; None when this node cannot tell (no bus, or the
@@ -142,9 +145,16 @@ class Leasing:
         if self.workspaces is not None:
             self.workspaces.close()
 
+    def sweep_soon(self) -> None:
+        """Sweep now: a node's bus came (back) up, so wakes sent while it was down — or by it,
+        while it could not send — were lost; the waiting deliveries are in the database."""
+        self._soon.set()
+
     async def _loop(self, running: RunningTurns) -> None:
         while True:
-            await asyncio.sleep(self.lease_secs / 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._soon.wait(), self.lease_secs / 3)
+            self._soon.clear()
             try:
                 await self.tick(running)
             except Exception:  # the database away for a moment: the next tick tries again
@@ -172,6 +182,16 @@ class Leasing:
         await self.sweep(running)
 
     async def sweep(self, running: RunningTurns) -> None:
+        # Turns opened here whose opening this node never heard of (its database link went
+        # between the commit and the answer): no session runs them, and they would keep their
+        # members from every later turn. Read first, then checked against the sessions, so a
+        # turn being opened now (its session busy) is never taken for one.
+        mine = await self.core.db.read(lambda c: leases_store.running_at(c, self.node))
+        unheard = [turn for turn, member in mine if not running.busy(member)]
+        if unheard:
+            settled = await lease_actions.settle_unheard(self.core, unheard)
+            for member_id in settled:
+                log.warning("member %d: settled a turn this node opened but never ran", member_id)
         # Turns another node still runs in a project moved here: adopted once its lease lapsed
         # (the adoption settles them; their deliveries wait again and are dispatched below).
         orphaned = await self.core.db.read(lambda c: leases_store.orphaned_at(c, self.node))
@@ -228,3 +248,5 @@ class RunningTurns(Protocol):
     def stop_lost(self, project_id: int) -> None: ...
 
     def wake_here(self, project_id: int, member_id: int) -> None: ...
+
+    def busy(self, member_id: int) -> bool: ...

@@ -82,6 +82,7 @@ class Bus:
         self._subs: dict[int, NatsSubscription | None] = {}
         self._connecting: asyncio.Task[None] | None = None
         self._up = False
+        self._up_since = 0.0  # when the bus last came (back) up (monotonic)
         self._beating: asyncio.Task[None] | None = None
         self._peers: dict[str, float] = {}  # another node's id → when it was last heard
         # Every peer heard since the start: when (Unix time) and the address it gave.
@@ -112,6 +113,13 @@ class Bus:
         """The other nodes heard from lately (their heartbeats on the bus)."""
         now = time.monotonic()
         return sorted(n for n, at in self._peers.items() if now - at < PEER_LAPSE_SECS)
+
+    @property
+    def peers_known(self) -> bool:
+        """Whether :meth:`peers` can be trusted to name every node that is up: the bus is up
+        and has been for :data:`PEER_LAPSE_SECS` (three heartbeats of every node that is up
+        came meanwhile). Right after it (re)connected, a node not heard yet may be up."""
+        return self._up and time.monotonic() - self._up_since >= PEER_LAPSE_SECS
 
     def seen(self) -> list[dict[str, Any]]:
         """Every other node heard since this one started: its id, when it was last heard
@@ -169,7 +177,7 @@ class Bus:
             except Exception as exc:  # nats-py's NoServersError and the socket's errors
                 log.warning("the bus %s cannot be reached (%s); trying again", self.shown, exc)
                 await asyncio.sleep(RECONNECT_WAIT_SECS)
-        self._up = True
+        self._up, self._up_since = True, time.monotonic()
         await self._nc.subscribe(NODES_SUBJECT, cb=self._heard)
         for project_id in list(self._subs):
             await self._subscribe(project_id)
@@ -184,7 +192,7 @@ class Bus:
         self.on_disconnect()
 
     async def _reconnected(self) -> None:
-        self._up = True
+        self._up, self._up_since = True, time.monotonic()
         log.info("the bus %s is back", self.shown)
         self.on_reconnect()
         self._ask_peers_to_check()

@@ -200,3 +200,26 @@ def running_by_node(conn: Connection) -> dict[str, int]:
             " GROUP BY owner ORDER BY 1"
         )
     }
+
+
+def running_at(conn: Connection, node: str) -> list[tuple[int, int]]:
+    """(turn, member) of the turns the database says run on ``node`` (``turns.owner``)."""
+    return [
+        (int(r[0]), int(r[1]))
+        for r in conn.execute(
+            "SELECT id, member_id FROM turns WHERE state = 'running' AND owner = ? ORDER BY id",
+            (node,),
+        )
+    ]
+
+
+def still_running_at(conn: Connection, turn_id: int, node: str) -> tuple[int, int, int, int] | None:
+    """(turn, project, member, side effects) of ``turn_id`` if it is still ``running`` on
+    ``node``, its row locked on PostgreSQL until the transaction ends; else None."""
+    lock = " FOR UPDATE" if locks_rows(conn) else ""
+    row = conn.execute(
+        "SELECT id, project_id, member_id, side_effects FROM turns"
+        " WHERE id = ? AND state = 'running' AND owner = ?" + lock,
+        (turn_id, node),
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]), int(row[2]), int(row[3]))

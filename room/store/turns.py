@@ -39,9 +39,16 @@ def running_of(conn: Connection, member_id: int) -> int | None:
 
 def lock_member(conn: Connection, member_id: int) -> None:
     """PostgreSQL: lock the member's row until the transaction ends (the writers of several
-    processes open a member's turns one at a time); SQLite's write transaction holds the file."""
+    processes open a member's turns one at a time); SQLite's write transaction holds the file.
+
+    ``FOR NO KEY UPDATE``, not ``FOR UPDATE``: the latter also blocks the foreign-key checks
+    (``FOR KEY SHARE``) of every row naming the member — a send's deliveries to it — so a send
+    holding its project's row and a turn opening (holding the member's, then needing the
+    project's for its own foreign key) deadlocked across nodes."""
     if locks_rows(conn):
-        conn.execute("SELECT id FROM members WHERE id = ? FOR UPDATE", (member_id,)).fetchall()
+        conn.execute(
+            "SELECT id FROM members WHERE id = ? FOR NO KEY UPDATE", (member_id,)
+        ).fetchall()
 
 
 def update_turn(conn: Connection, turn_id: int, **fields: Any) -> None:

@@ -11,6 +11,10 @@ it, so a test can cut that link, delay it and restore it while the other nodes' 
 * :meth:`LinkProxy.delay` holds every chunk, in both directions, ``secs`` after it was read
   before it is written on (order kept: a slow link, not a lossy one); ``delay(0)`` or
   :meth:`restore` ends it.
+* :meth:`LinkProxy.cut_after` cuts the link at one chosen moment: once a connection sent a
+  chunk holding ``request`` and its server answers with a chunk holding ``reply``, that answer
+  is dropped and the link cut (as :meth:`cut`) — the server did the work, the client never
+  hears of it (a PostgreSQL ``COMMIT`` that committed, its reply lost).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class _Pipe:
     upstream: asyncio.StreamWriter
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     done: int = 0  # directions that ended with an EOF
+    armed: bool = False  # it sent the request of a cut_after: the reply cuts the link
 
     def reset(self) -> None:
         for task in self.tasks:
@@ -64,6 +69,7 @@ class LinkProxy:
     refused: int = 0  # connections reset while cut
     _delay_secs: float = 0.0
     _cut: bool = False
+    _cut_after: tuple[bytes, bytes] | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _server: asyncio.Server | None = None
@@ -105,6 +111,12 @@ class LinkProxy:
     def delay(self, secs: float) -> None:
         """Hold every chunk ``secs`` before passing it on (both directions, order kept)."""
         self._call(self._set_delay, secs)
+
+    def cut_after(self, request: bytes, reply: bytes) -> None:
+        """Cut the link (as :meth:`cut`) when a connection that sent ``request`` gets a chunk
+        holding ``reply`` from the server, dropping that chunk; once (:meth:`is_cut` says when).
+        Markers split over two chunks are not seen: pick short ones."""
+        self._call(self._set_cut_after, (request, reply))
 
     def restore(self) -> None:
         """Accept and forward again, without delay."""
@@ -159,9 +171,15 @@ class LinkProxy:
     def _set_delay(self, secs: float) -> None:
         self._delay_secs = max(0.0, secs)
 
+    def _set_cut_after(self, markers: tuple[bytes, bytes]) -> None:
+        self._cut_after = markers
+        for pipe in self._pipes:
+            pipe.armed = False
+
     def _restore_now(self) -> None:
         self._cut = False
         self._delay_secs = 0.0
+        self._cut_after = None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._cut:
@@ -183,12 +201,31 @@ class LinkProxy:
         self._pipes.add(pipe)
         loop = asyncio.get_running_loop()
         pipe.tasks = [
-            loop.create_task(self._forward(reader, up_writer, pipe)),
-            loop.create_task(self._forward(up_reader, writer, pipe)),
+            loop.create_task(self._forward(reader, up_writer, pipe, upstream=True)),
+            loop.create_task(self._forward(up_reader, writer, pipe, upstream=False)),
         ]
 
+    def _watch(self, data: bytes, pipe: _Pipe, upstream: bool) -> bool:
+        """Whether ``data`` is the reply a :meth:`cut_after` waits for (then the link is cut)."""
+        markers = self._cut_after
+        if markers is None or not data:
+            return False
+        if upstream:
+            pipe.armed = pipe.armed or markers[0] in data
+            return False
+        if pipe.armed and markers[1] in data:
+            self._cut_after = None
+            self._cut_now()
+            return True
+        return False
+
     async def _forward(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pipe: _Pipe
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        pipe: _Pipe,
+        *,
+        upstream: bool,
     ) -> None:
         """Read chunks and write them on, each no sooner than the delay after it was read: a
         queue between a reading and a writing task, so a delay adds latency, not a cap on
@@ -212,6 +249,8 @@ class LinkProxy:
         try:
             while True:
                 data = await reader.read(CHUNK_BYTES)
+                if self._watch(data, pipe, upstream):
+                    return  # cut: this pipe was reset with the others
                 chunks.put_nowait((time.monotonic() + self._delay_secs, data))
                 if not data:
                     break
