@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, Page, WebSocketRoute, expect
 
 from tests.support.browser import (
     ROOT,
+    SERVER_WAIT_SECS,
     Person,
     RoomServer,
     chromium,
@@ -27,6 +28,7 @@ from tests.support.browser import (
     screenshot,
     sign_in_owner,
 )
+from tests.support.inproc import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -231,13 +233,10 @@ def test_diagnostics_before_sending(owner: Person, room_server: RoomServer) -> N
     expect(sent).to_be_visible()
     expect(sent.locator(".mention")).to_have_count(0)
     # The page shows the message at once; the server's copy lands when the send commits.
-    deadline = time.monotonic() + 10
-    while not (
-        found := [m for m in room_server.messages(project) if m["body"] == "@老文档 的说明还在吗"]
-    ):
-        assert time.monotonic() < deadline, "the message never reached the server"
-        time.sleep(0.05)
-    [message] = found
+    [message] = wait_until(
+        lambda: [m for m in room_server.messages(project) if m["body"] == "@老文档 的说明还在吗"],
+        SERVER_WAIT_SECS,
+    )
     assert message["mentions"] == []
     deliveries = room_server.get(f"/api/messages/{message['id']}")["deliveries"]
     assert [d["recipient_id"] for d in deliveries] == [

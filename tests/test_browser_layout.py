@@ -206,7 +206,7 @@ def test_login_button_in_a_real_browser(chromium: Browser, room_server: RoomServ
         page.goto(f"{room_server.origin}/login/{room_server.server.fresh_login_secret()}")
         # A context with no locale is Playwright's en-US: the page follows the browser.
         page.get_by_role("button", name=re.compile("登录|Sign in")).click()
-        expect(page.locator("#app")).to_be_visible(timeout=3000)
+        expect(page.locator("#app")).to_be_visible()
     finally:
         context.close()
 

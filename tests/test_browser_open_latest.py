@@ -19,6 +19,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
 from tests.support.browser import (
+    SERVER_WAIT_SECS,
     Person,
     RoomServer,
     chromium,
@@ -27,6 +28,7 @@ from tests.support.browser import (
     screenshot,
     sign_in_owner,
 )
+from tests.support.inproc import wait_until
 from tests.test_browser_attachments import picture
 
 pytestmark = pytest.mark.browser
@@ -57,12 +59,12 @@ def upload(room_server: RoomServer, project: int, data: bytes, name: str) -> dic
 def wait_for_replies(room_server: RoomServer, project: int, count: int) -> None:
     """The offline echo agent answers each message that names it; wait until it has."""
     agent = room_server.members(project)["dev"]["id"]
-    for _ in range(200):
+
+    def answered() -> bool:
         replies = [m for m in room_server.messages(project) if m["author_id"] == agent]
-        if len(replies) >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the agent answered {len(replies)} of {count}")
+        return len(replies) >= count
+
+    wait_until(answered, SERVER_WAIT_SECS)
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +105,10 @@ def settle_labels(page: Page) -> None:
     page.wait_for_timeout(300)  # a label's answer that is still on its way
 
 
-def read_all(page: Page) -> None:
-    """Scroll to the end by hand: the read cursor moves there."""
+def read_all(page: Page, room_server: RoomServer, project: int) -> None:
+    """Scroll to the end by hand: the read cursor moves there (stored by the server)."""
     page.locator("#timeline").evaluate("el => { el.scrollTop = el.scrollHeight; }")
-    page.wait_for_timeout(500)
+    room_server.wait_read(project)
 
 
 @pytest.mark.parametrize("width", [1440, 1024, 600])
@@ -117,7 +119,7 @@ def test_a_read_project_opens_at_the_bottom(
     page = person.page
     try:
         person.open_project(long_project)
-        read_all(page)
+        read_all(page, room_server, long_project)
         # Reload: the view is placed before the labels and the picture arrive, and stays at
         # the end after they did (it stopped 40–130 px short).
         page.reload()
@@ -158,7 +160,7 @@ def test_unread_opens_at_the_divider_and_the_button_counts(
             page.evaluate("() => localStorage.setItem('room.lang', JSON.stringify('en'))")
             page.reload()
         person.open_project(project)
-        read_all(page)
+        read_all(page, room_server, project)
         person.open_project(other)
         for i in range(12):
             room_server.say(project, f"新的第{i:02d}条\n\n" + "很长的一段话。" * 12, session=bob)
@@ -188,7 +190,7 @@ def test_unread_opens_at_the_divider_and_the_button_counts(
         jump.click()
         expect(page.locator(".msg", has_text="再来一条")).to_be_in_viewport()
         # Read now: a reload opens at the bottom without the divider.
-        page.wait_for_timeout(400)
+        room_server.wait_read(project)
         page.reload()
         person.open_project(project)
         expect(marker).to_have_count(0)

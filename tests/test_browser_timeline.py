@@ -17,6 +17,7 @@ import pytest
 from playwright.sync_api import Browser, Page, WebSocketRoute, expect
 
 from tests.support.browser import (
+    SERVER_WAIT_SECS,
     Person,
     RoomServer,
     chromium,
@@ -26,6 +27,7 @@ from tests.support.browser import (
     screenshot,
     sign_in_owner,
 )
+from tests.support.inproc import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -309,10 +311,10 @@ def test_tool_activity_and_system_notices(chromium: Browser, room_server: RoomSe
     room_server.post(f"/api/projects/{project}/limits", {"agent_turn_cap": 1})
     room_server.say(project, "@alpha @beta 开始")  # two agent turns: the second trips the brake
     # Pause beta only once both turns were tried: a pause first would hold its delivery.
-    deadline = time.monotonic() + 10
-    while not room_server.get(f"/api/projects/{project}/brake")["brake"]["tripped"]:
-        assert time.monotonic() < deadline, "the loop brake never tripped"
-        time.sleep(0.05)
+    wait_until(
+        lambda: room_server.get(f"/api/projects/{project}/brake")["brake"]["tripped"],
+        SERVER_WAIT_SECS,
+    )
     members = room_server.members(project)
     room_server.post(f"/api/projects/{project}/members/{members['beta']['id']}/pause", {})
     person = sign_in_owner(
@@ -396,7 +398,7 @@ def test_unread_marker(owner: Person, room_server: RoomServer) -> None:
         "() => document.querySelector('.unread-marker').compareDocumentPosition(document.querySelector('.msg')) & Node.DOCUMENT_POSITION_PRECEDING"
     )
     # Having seen them (at the bottom, focused), the read cursor moved: no marker next time.
-    page.wait_for_timeout(300)
+    room_server.wait_read(project)
     page.reload()
     owner.open_project(project)
     expect(message(page, "新消息三")).to_be_visible()
@@ -498,13 +500,12 @@ def test_a_failed_delivery_is_retried_from_its_notice(
         route("builtin/echo")
         notice.get_by_role("button", name="重试").click()
         expect(page.locator(".toast", has_text="已重新投递")).to_be_visible()
-        deadline = time.monotonic() + 10
-        while True:
+
+        def consumed() -> dict[str, Any] | None:
             [row] = room_server.get(f"/api/messages/{sent['message_id']}")["deliveries"]
-            if row["state"] == "consumed":
-                break
-            assert time.monotonic() < deadline, row
-            time.sleep(0.05)
+            return row if row["state"] == "consumed" else None
+
+        row = wait_until(consumed, SERVER_WAIT_SECS)
         assert row["retries"] == 1
         person.assert_clean()
     finally:

@@ -153,6 +153,15 @@ async def test_a_home_paused_past_its_lease_is_fenced_off_once_the_project_moves
         lease = rows(pg_dsn, "SELECT holder, token FROM leases WHERE project_id = %s", project)
         assert lease == [(node_a, 1)]
 
+        # A renews the lease its turn runs under (once a tick found the turn only being opened
+        # and let the lease lapse under it: A then never noticed losing it).
+        def expiry() -> float:
+            found = rows(pg_dsn, "SELECT expires_at FROM leases WHERE project_id = %s", project)
+            return float(found[0][0])
+
+        taken = expiry()
+        await until(lambda: expiry() > taken, "A renewing the lease of its running turn")
+
         assert a.proc is not None
         os.kill(a.proc.pid, signal.SIGSTOP)  # paused mid-turn, past its lease
         stopped = True
@@ -185,6 +194,9 @@ async def test_a_home_paused_past_its_lease_is_fenced_off_once_the_project_moves
         # abandoned model call's record, the turn's end) are refused by the fence.
         os.kill(a.proc.pid, signal.SIGCONT)
         stopped = False
+        # Its lease loop's next tick (due at once: its clock ran on while it was stopped)
+        # finds the lease adopted and stops the turn; the turn's end is refused.
+        await until(lambda: f"project {project}: the lease was lost" in a.log, "A's renewal")
         await until(lambda: "lost the project's lease" in a.log, "A's turn refused")
         assert [t for t in turns() if t[0] == first_turn] == settled  # never overwritten
         # A's /metrics count the lease it lost and the writes its fence refused; B's none.

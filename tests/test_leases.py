@@ -9,6 +9,8 @@ import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -16,6 +18,7 @@ from room.actions import leases as lease_actions
 from room.actions.auth import ensure_owner
 from room.actions.messages import append_message
 from room.actions.projects import AgentSpec, insert_project
+from room.agents.leasing import Leasing
 from room.errors import LeaseLostError, NotFoundError
 from room.rules.leases import (
     Claim,
@@ -27,6 +30,7 @@ from room.rules.leases import (
     next_token,
     renew_due,
 )
+from room.services import Services
 from room.store import Database, Tx
 from room.store import leases as leases_store
 from room.store import turns as turns_store
@@ -120,14 +124,14 @@ async def nodes(
         await b.close()
 
 
-async def a_project(db: Database) -> tuple[int, int]:
+async def a_project(db: Database, name: str = "p") -> tuple[int, int]:
     """A project made on ``db``'s node (its home), and its agent."""
 
     def job(conn: sqlite3.Connection, tx: Tx) -> tuple[int, int]:
         owner = ensure_owner(conn, tx)
         spec = AgentSpec("lead", "lead", "Lead")
         project_id, _ = insert_project(
-            conn, tx, owner, name="p", goal="g", workspace=None, agents=[spec]
+            conn, tx, owner, name=name, goal="g", workspace=None, agents=[spec]
         )
         row = conn.execute(
             "SELECT id FROM members WHERE project_id = ? AND handle = 'lead'", (project_id,)
@@ -236,6 +240,58 @@ async def test_a_lapsed_lease_is_adopted_and_the_old_holders_writes_are_refused(
     assert await users_named(b, "new-holder") == 1
     outcome, lease = await b.write(hold(project))
     assert (outcome, lease) == (Claim.RENEW, Lease("node-b", 2, NOW + 2 * SECS))
+
+
+class Turns:
+    """What the lease loop asks of a driver (room.agents.leasing.RunningTurns), as a record."""
+
+    def __init__(self) -> None:
+        self.leased: dict[int, list[int]] = {}  # members opening or running a turn
+        self.stopped: list[int] = []
+
+    def leased_members(self, project_id: int) -> list[int]:
+        return self.leased.get(project_id, [])
+
+    def stop_lost(self, project_id: int) -> None:
+        self.stopped.append(project_id)
+
+    def wake_here(self, project_id: int, member_id: int) -> None:
+        raise AssertionError(f"no work waits here: woke {member_id} of {project_id}")
+
+
+@pytest.mark.anyio
+async def test_the_lease_of_a_turn_being_opened_is_renewed_and_its_loss_stops_the_turn(
+    nodes: tuple[Database, Database, Clock],
+) -> None:
+    """As a paused-node cluster test found it: a tick that came after the fence was taken and
+    before the turn's row was written saw nothing running and dropped the lease, which then
+    lapsed under the turn; the node never renewed it nor noticed it adopted. The driver counts
+    a turn from its fence on (room.agents.drivers.Session.slot)."""
+    a, b, clock = nodes
+    project, lead = await a_project(a)
+    leasing = Leasing(cast(Services, SimpleNamespace(db=a, relay=None)), "node-a", SECS)
+    turns = Turns()
+
+    def lease() -> Any:
+        return a.read(lambda c: leases_store.lease_of(c, project))
+
+    assert await leasing.fence(project) == Fence(project, 1)
+    turns.leased[project] = [lead]  # its session opens the turn: no row yet
+    clock.now = NOW + SECS / 3
+    await leasing.tick(turns)
+    assert project in leasing.held
+    assert await lease() == Lease("node-a", 1, clock.now + SECS)  # renewed
+    # Moved to B, and lapsed (A was paused): B adopts it. A's next tick stops the turn.
+    await b.write(lambda c, tx: lease_actions.move_home(c, tx, str(project), "node-b"))
+    clock.now += SECS
+    assert (await b.write(lambda c, tx: lease_actions.take(c, tx, project, SECS)))[0] is Claim.ADOPT
+    await leasing.tick(turns)
+    assert (turns.stopped, project in leasing.held, leasing.lost) == ([project], False, 1)
+    # A project with no turn being opened or run here is left to lapse, not renewed.
+    other, _ = await a_project(a, "q")
+    assert await leasing.fence(other) == Fence(other, 1)
+    await leasing.tick(turns)
+    assert other not in leasing.held and turns.stopped == [project]
 
 
 @pytest.mark.anyio

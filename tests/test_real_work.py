@@ -413,70 +413,118 @@ async def test_bad_input_gets_structured_errors_and_nothing_is_lost(
 
 # -- 7. a folder swapped under a reader -------------------------------------------------------
 
-SWAP_READS = 300
+SWAP_ROUND_READS = 100
+SWAP_RACED_ROUNDS = 3  # rounds read while the swapper ran: a path-opening server leaks in these
+SWAP_MAX_ROUNDS = 9  # a turn's tool calls are capped at 1000
+# Swaps ``sub`` (a folder) with ``alt`` (a symlink to the data folder) until told to stop, and
+# writes how many swaps it has made to swap.count every 16: the test reads it around each round
+# of reads to know the swaps happened while the server was reading.
 SWAP = (
     'python3 -c "import ctypes, os, time\n'
     "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "open('swap.start', 'w').close()\n"
-    "end = time.monotonic() + 40\n"
+    "count = os.open('swap.count', os.O_WRONLY | os.O_CREAT, 0o644)\n"
+    "end = time.monotonic() + 100\n"
+    "swaps = 0\n"
     "while not os.path.exists('swap.stop') and time.monotonic() < end:\n"
-    "    assert libc.renameat2(-100, b'sub', -100, b'alt', 2) == 0, ctypes.get_errno()\n\""
+    "    assert libc.renameat2(-100, b'sub', -100, b'alt', 2) == 0, ctypes.get_errno()\n"
+    "    swaps += 1\n"
+    "    if swaps % 16 == 0:\n"
+    "        os.pwrite(count, b'%20d' % swaps, 0)\n\""
 )
+INSIDE = '{"inside": true}\n'
 
 
-@pytest.mark.timeout(90)
+def side(read: dict[str, Any]) -> str:
+    """Which side of the swap a read met: ``inside`` (the workspace's file), ``outside`` (any
+    other text) or its refusal's code."""
+    if not read.get("ok"):
+        return str(read["error"])
+    return "inside" if read["text"] == INSIDE else "outside"
+
+
+@pytest.mark.timeout(150)
 async def test_a_folder_swapped_by_one_agent_never_sends_anothers_read_outside(
     room: Room, scripts: Scripts
 ) -> None:
     """Issue 24, item 2, as found: one agent's ``shell`` swaps a folder of the shared workspace
     with a link to the server's data folder (``renameat2(RENAME_EXCHANGE)``) while a read-only
     agent reads a file through that folder. Read tools take no writer lock, so serial mode does
-    not keep them apart; every read must give the workspace's file or a refusal."""
+    not keep them apart; every read must give the workspace's file or a refusal.
+
+    Whether swaps land during the reads is up to the scheduler (under load the swapper can sit
+    still through a whole batch), so the reader measures it: it reads in rounds, takes the
+    swapper's count before a round is handed out and after its results are back, and goes on
+    until it has had :data:`SWAP_RACED_ROUNDS` rounds read while the count moved and has met
+    both sides of the swap (the workspace's file and a refusal). A server that resolves the
+    path and then opens it by name reads the data folder's file in such rounds (checked by
+    breaking ``files.read`` that way: 2 to 153 of 300 reads leaked)."""
     folder = Path(room.get(f"/api/projects/{room.project}")["project"]["workspace"]["path"])
     data = room.server.data.resolve()
     secret = (data / "boot-report.json").read_text()
     (folder / "sub").mkdir()
-    (folder / "sub" / "boot-report.json").write_text('{"inside": true}\n')
+    (folder / "sub" / "boot-report.json").write_text(INSIDE)
     (folder / "alt").symlink_to(data, target_is_directory=True)
-    patch_settings(room, {"limits": {"tool_calls_per_turn": SWAP_READS + 10}})
+    patch_settings(
+        room, {"limits": {"tool_calls_per_turn": SWAP_ROUND_READS * SWAP_MAX_ROUNDS + 10}}
+    )
+
+    def swapped() -> int:
+        try:
+            return int((folder / "swap.count").read_text() or 0)
+        except FileNotFoundError:
+            return 0
+
+    swaps: list[int] = []  # the swaps made during each round of reads
+    reads: list[dict[str, Any]] = []  # every read's result, once the reading is over
+    counted = [0]  # the swapper's count when the last round was handed out
 
     def read_while_swapping(body: dict[str, Any]) -> Reply:
-        deadline = time.monotonic() + 30
-        while not (folder / "swap.start").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        if reads:
+            return openai_text("好的。")  # a later turn: the reading is over
+        if swaps:
+            swaps[-1] = swapped() - counted[0]
+        else:
+            wait_until(swapped, timeout=60)  # the swapper is under way
+        told = results_in(body)
+        done = [told[f"r{i}"] for i in range(SWAP_ROUND_READS * len(swaps))]
+        met = {side(r) for r in done} - {"outside"}
+        raced = sum(1 for n in swaps if n > 0)
+        if len(swaps) == SWAP_MAX_ROUNDS or (raced >= SWAP_RACED_ROUNDS and len(met) >= 2):
+            reads.extend(done)
+            (folder / "swap.stop").touch()
+            return openai_text("读完了")
+        first = SWAP_ROUND_READS * len(swaps)
+        counted[0] = swapped()
+        swaps.append(0)
         # each call its own end_line: the same call three times would trip the repetition brake
-        path = "sub/boot-report.json"
-        return calls(
-            *[(f"r{i}", "fs_read", {"path": path, "end_line": i + 1}) for i in range(SWAP_READS)]
-        )
-
-    def stop_swapping(body: dict[str, Any]) -> Reply:
-        (folder / "swap.stop").touch()
-        return openai_text("读完了")
+        return calls(*[
+            (f"r{i}", "fs_read", {"path": "sub/boot-report.json", "end_line": i + 1})
+            for i in range(first, first + SWAP_ROUND_READS)
+        ])  # fmt: skip
 
     agent(room, "be")
     agent(room, "doc", "docs")
     scripts.push("be", start("api"), calls(("swap", "shell", {"command": SWAP})),
                  openai_text("换完了"))  # fmt: skip
-    scripts.push("doc", start("ui"), read_while_swapping, stop_swapping)
+    scripts.push("doc", start("ui"), *[read_while_swapping] * (SWAP_MAX_ROUNDS + 1))
     plan(room, ("api", "be"), ("ui", "doc"))
-    await eventually(lambda: agent_replies(room, "be") and agent_replies(room, "doc"), timeout=60)
+    await eventually(lambda: agent_replies(room, "be") and agent_replies(room, "doc"), timeout=120)
 
     swap = scripts.told("be")["swap"]
     assert (swap["exit_code"], swap["sandboxed"]) == (0, True), swap
-    told = scripts.told("doc")
-    reads = [told[f"r{i}"] for i in range(SWAP_READS)]
-    inside = [r for r in reads if r.get("ok") and r["text"] == '{"inside": true}\n']
-    outside = [r for r in reads if r.get("ok") and r["text"] != '{"inside": true}\n']
-    refused = [r["error"] for r in reads if not r.get("ok")]
+    inside = [r for r in reads if side(r) == "inside"]
+    outside = [r for r in reads if side(r) == "outside"]
+    refused = [side(r) for r in reads if not r.get("ok")]
     leaked = sum(1 for r in outside if r["text"] and secret.startswith(r["text"]))
     summary = (
         f"{len(outside)} outside ({leaked} the data folder's boot-report.json), "
-        f"{len(inside)} inside, refused: {set(refused)}"
+        f"{len(inside)} inside, refused: {len(refused)} {set(refused)}; swaps in each round "
+        f"of {SWAP_ROUND_READS} reads: {swaps}"
     )
     assert outside == [], summary
     assert set(refused) <= {"outside_workspace", "path_missing"}, summary
-    assert inside and refused, summary  # the swap really raced the reads
+    raced = sum(1 for n in swaps if n > 0)
+    assert raced >= SWAP_RACED_ROUNDS and inside and refused, summary  # the swaps raced the reads
 
 
 # -- 8. a brake holds the loop, not the team (issue 28, item 1) ------------------------------

@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from room.actions import leases as lease_actions
 from room.actions import presence
@@ -59,6 +61,7 @@ class Session:
         self.poked = False
         self.turn: Turn | None = None
         self.turn_task: asyncio.Task[object] | None = None
+        self.in_slot = False  # opening or running a turn: see slot()
         # The project records section this session's turns start from, and its reminders.
         self.memory = MemorySession()
 
@@ -72,6 +75,20 @@ class Session:
             self.task = asyncio.get_running_loop().create_task(
                 self._work(), name=f"session {self.member_id}"
             )
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """One of the driver's turn slots, held from taking the lease's fence until the turn
+        ends: the lease loop renews the lease for it all that time. Counting only a running
+        turn let a tick that came while the turn's row was being written see the project idle
+        and drop its lease, which then lapsed under the turn, and the node never noticed it
+        adopted by another (the turn went on until a write was refused)."""
+        async with self.driver.slots:
+            self.in_slot = True
+            try:
+                yield
+            finally:
+                self.in_slot = False
 
     def request_stop(self) -> None:
         if self.turn is not None:
@@ -94,7 +111,7 @@ class Session:
                         await lease_actions.home_offline(core, self.project_id)
                     if where is not Home.HERE:
                         return
-                async with driver.slots:
+                async with self.slot():
                     fence = None if leasing is None else await leasing.fence(self.project_id)
                     if isinstance(fence, float):  # another node's lease: tried when it lapses
                         if leasing is None or not leasing.holder_busy(self.project_id):
@@ -212,6 +229,12 @@ class InProcessDriver:
     def running_members(self, project_id: int) -> list[int]:
         return [
             s.member_id for s in self.sessions.values() if s.project_id == project_id and s.running
+        ]
+
+    def leased_members(self, project_id: int) -> list[int]:
+        """Members opening or running a turn of the project: its lease is renewed for them."""
+        return [
+            s.member_id for s in self.sessions.values() if s.project_id == project_id and s.in_slot
         ]
 
     async def close(self) -> None:

@@ -4,13 +4,13 @@
 On PostgreSQL the in-process driver asks :class:`Leasing` before it opens a turn: whether the
 project's home is this node (else the turn runs on the home, or waits with
 ``home_node_offline`` while the home is not heard from) and the fence to run it under (the
-lease taken, renewed or adopted). A loop renews the leases of the projects with turns running
-here every third of ``lease_secs``; a lease found lost stops those turns (their writes are
-refused by the fence anyway). The same loop settles the turns the database says run here and
-no session runs (their opening committed as the node lost the database, before it heard of
-it), and sweeps the waiting work: the pending deliveries of
-projects whose home is this node are dispatched (a wake lost on the bus, a project moved here),
-and those whose home is offline say so.
+lease taken, renewed or adopted). A loop renews the leases of the projects with turns here
+(being opened — from the fence taken on — or running) every third of ``lease_secs``; a lease
+found lost stops those turns (their writes are refused by the fence anyway). The same loop
+settles the turns the database says run here and no session runs (their opening committed as
+the node lost the database, before it heard of it), and sweeps the waiting work: the pending
+deliveries of projects whose home is this node are dispatched (a wake lost on the bus, a
+project moved here), and those whose home is offline say so.
 
 SQLite is exempt by design: one server holds the database file (the data folder's lock), so
 nobody else can write a turn's rows, and a copied or restored folder, which carries another
@@ -162,7 +162,7 @@ class Leasing:
 
     async def tick(self, running: RunningTurns) -> None:
         researching = set(self.research.projects()) if self.research is not None else set()
-        busy = sorted(p for p in self.held if running.running_members(p) or p in researching)
+        busy = sorted(p for p in self.held if running.leased_members(p) or p in researching)
         for project_id in [p for p in self.held if p not in busy]:
             del self.held[project_id]  # idle: left to lapse (taken again by the next turn)
         if busy:
@@ -243,7 +243,7 @@ class ResearchHere(Protocol):
 class RunningTurns(Protocol):
     """What the loop needs of the in-process driver (room.agents.drivers.InProcessDriver)."""
 
-    def running_members(self, project_id: int) -> list[int]: ...
+    def leased_members(self, project_id: int) -> list[int]: ...
 
     def stop_lost(self, project_id: int) -> None: ...
 

@@ -29,6 +29,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from tests.support.inproc import wait_until
 from tests.support.server import ServerProcess, Session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +44,9 @@ LAUNCH_ARGS = [
     "--disable-dev-shm-usage",
 ]
 EXPECT_TIMEOUT_MS = 8000
+# What the server does in the background (an agent's turn, a read cursor stored): waited for,
+# never assumed done after a fixed pause; generous, as a whole-suite run is slow.
+SERVER_WAIT_SECS = 30.0
 EXTERNAL_ROUTE_REASON = "browser test"
 
 expect.set_options(timeout=EXPECT_TIMEOUT_MS)
@@ -145,6 +149,17 @@ class RoomServer:
 
     def messages(self, project_id: int) -> list[dict[str, Any]]:
         return self.get(f"/api/projects/{project_id}/messages?limit=200")["messages"]
+
+    def wait_read(self, project_id: int, timeout: float = SERVER_WAIT_SECS) -> None:
+        """Until the server has the owner's read cursor past every message by others in the
+        project (``unread`` 0 in /api/me): what a page sends once it shows the latest (over
+        its socket, throttled), stored. A reload before that shows the 新消息 divider again."""
+
+        def read() -> bool:
+            projects = self.get("/api/me")["projects"]
+            return any(p["id"] == project_id and p["unread"] == 0 for p in projects)
+
+        wait_until(read, timeout)
 
     def invite_session(self, project_id: int, handle: str, name: str) -> Session:
         """A second person joined over HTTP (for data they post); see :func:`join` for a browser."""
