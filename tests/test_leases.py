@@ -258,6 +258,9 @@ class Turns:
     def wake_here(self, project_id: int, member_id: int) -> None:
         raise AssertionError(f"no work waits here: woke {member_id} of {project_id}")
 
+    def busy(self, member_id: int) -> bool:
+        return any(member_id in members for members in self.leased.values())
+
 
 @pytest.mark.anyio
 async def test_the_lease_of_a_turn_being_opened_is_renewed_and_its_loss_stops_the_turn(
@@ -269,7 +272,14 @@ async def test_the_lease_of_a_turn_being_opened_is_renewed_and_its_loss_stops_th
     a turn from its fence on (room.agents.drivers.Session.slot)."""
     a, b, clock = nodes
     project, lead = await a_project(a)
-    leasing = Leasing(cast(Services, SimpleNamespace(db=a, relay=None)), "node-a", SECS)
+    leasing = Leasing(
+        cast(
+            Services,
+            SimpleNamespace(db=a, relay=None, settings=SimpleNamespace(workspaces_dir=None)),
+        ),
+        "node-a",
+        SECS,
+    )
     turns = Turns()
 
     def lease() -> Any:
@@ -286,7 +296,7 @@ async def test_the_lease_of_a_turn_being_opened_is_renewed_and_its_loss_stops_th
     clock.now += SECS
     assert (await b.write(lambda c, tx: lease_actions.take(c, tx, project, SECS)))[0] is Claim.ADOPT
     await leasing.tick(turns)
-    assert (turns.stopped, project in leasing.held, leasing.lost) == ([project], False, 1)
+    assert (turns.stopped, project in leasing.held, a.leases.lost) == ([project], False, 1)
     # A project with no turn being opened or run here is left to lapse, not renewed.
     other, _ = await a_project(a, "q")
     assert await leasing.fence(other) == Fence(other, 1)
