@@ -7,12 +7,14 @@ attempt and the reviewer, and no name the agent wrote escapes or injects anythin
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.live_room import Room, agent_replies, eventually
 from tests.support.llm_servers import OpenAIServer, openai_text
+from tests.support.server import start_with_openai
 from tests.support.work import (
     CALC,
     PYTHON,
@@ -34,6 +36,28 @@ pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.usefixtures("hermetic_git", "workspace_roots"),
 ]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def room(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    llm: OpenAIServer,
+) -> Iterator[Room]:
+    """The conftest's ``room`` on each store (``[postgresql]``: served on a fresh database of
+    the private cluster, ``ROOM_DATABASE_URL``, which this process's ``room login-link`` reads
+    too): the review and the merge read and write the task, its attempt and the audit through
+    the store."""
+    env = {}
+    if request.param == "postgresql":
+        env["ROOM_DATABASE_URL"] = str(request.getfixturevalue("pg_dsn"))
+        monkeypatch.setenv("ROOM_DATABASE_URL", env["ROOM_DATABASE_URL"])
+    server = start_with_openai(tmp_path / "data", llm, **env)
+    try:
+        yield Room(server, llm)
+    finally:
+        server.stop()
 
 
 @pytest.fixture

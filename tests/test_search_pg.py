@@ -17,14 +17,16 @@ from typing import Any
 import pytest
 
 from room.rules.searchtext import index_texts
-from room.rules.searchtokens import fts_tokens
+from room.rules.searchtokens import fts_tokens, index_row
 from room.store import indexer
+from room.store import pg_migrate as pg_migrate_module
 from room.store import search as search_store
 from room.store.dialect import Connection
 from room.store.migrate import connect as sqlite_connect
 from room.store.migrate import migrate as sqlite_migrate
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
+from room.store.schema_pg import PG_MIGRATIONS
 
 NOW = 1_800_000_000.0
 ANN, BO, OTHER = 1, 2, 3  # members: two of project 1, one of project 2
@@ -345,3 +347,40 @@ def test_the_indexer_thread_reconnects_when_postgresql_drops_it(
     assert asyncio.run(scenario()) == (True, True)
     assert pg.hits("断线") == {("message", 20)}
     assert "indexing messages for search failed" in caplog.text
+
+
+def test_0033_carries_the_index_over_with_each_message_project(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database indexed before ``0033_message_fts_project`` keeps its index rows, each now
+    with its message's project (a row whose message is gone is left behind), kept whole in
+    their heap pages; its searches find what they found, nothing needs indexing again."""
+    conn = pg_connect(pg_dsn)
+    try:
+        before = [m for m in PG_MIGRATIONS if m.name != "0033_message_fts_project"]
+        assert len(before) == len(PG_MIGRATIONS) - 1
+        monkeypatch.setattr(pg_migrate_module, "PG_MIGRATIONS", tuple(before))
+        pg_migrate(conn, now=NOW)
+        _fill(conn)
+        conn.execute("BEGIN")
+        conn.execute("DELETE FROM search_changes")  # indexed by hand, as 0032's indexer did
+        for mid, (_, body) in [*CORPUS.items(), (99, (ANN, "gone deployment"))]:
+            conn.execute(
+                "INSERT INTO message_fts (rowid, body, uni) VALUES (?, ?, ?)",
+                (mid, *index_row(index_texts(body))),
+            )
+        conn.execute("COMMIT")
+        monkeypatch.undo()
+        assert pg_migrate(conn, now=NOW) == ["0033_message_fts_project"]
+        rows = dict(conn.execute("SELECT rowid, project_id FROM message_fts").fetchall())
+        assert rows == {mid: PROJECT_OF.get(mid, 1) for mid in CORPUS}
+        (options,) = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = 'message_fts'"
+        ).fetchone()
+        assert options == ["toast_tuple_target=8160"]
+        side = Side(conn, pg_dsn)
+        assert {q: side.hits(q) for q in EXPECTED} == EXPECTED
+        assert side.hits("deployment", project_id=2) == {("message", 18), ("fact", 3)}
+        assert indexer.lag(pg_dsn) == {"messages": 0, "changes": 0}
+    finally:
+        conn.close()

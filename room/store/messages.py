@@ -296,6 +296,14 @@ def edit_history(conn: Connection, message_id: int, *, with_bodies: bool) -> lis
     ]
 
 
+# One backward range scan of ``messages_seq`` (project_id, seq), no sort (scripts/bench times
+# its execution on PostgreSQL apart from the round trip: benchlib/pgstore.py).
+HISTORY_SQL = (
+    "SELECT frame FROM messages WHERE project_id = :p AND seq < :before"
+    " ORDER BY seq DESC LIMIT :limit"
+)
+
+
 def history(
     conn: Connection, project_id: int, before: int | None, limit: int
 ) -> tuple[list[str], bool]:
@@ -303,9 +311,7 @@ def history(
     A ``before`` past any seq (even past SQLite's integers) means "the latest"."""
     end = 1 << 62 if before is None else max(0, min(before, 1 << 62))
     rows = conn.execute(
-        "SELECT frame FROM messages WHERE project_id = :p AND seq < :before"
-        " ORDER BY seq DESC LIMIT :limit",
-        {"p": project_id, "before": end, "limit": limit + 1},
+        HISTORY_SQL, {"p": project_id, "before": end, "limit": limit + 1}
     ).fetchall()
     has_more = len(rows) > limit
     frames = [str(r[0]) for r in rows[:limit]]

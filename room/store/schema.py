@@ -11,6 +11,7 @@ from room.store.schema_attachments import ATTACHMENTS, PDF_PREVIEWS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_leases import LEASES
 from room.store.schema_memory import MEMORY
+from room.store.schema_message_fts import MESSAGE_FTS_PROJECT
 from room.store.schema_notify import NOTIFY
 from room.store.schema_pg_parity import PG_PARITY
 from room.store.schema_portfolio import PORTFOLIO
@@ -581,6 +582,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0027_pg_parity", PG_PARITY),
     Migration("0028_leases", LEASES),
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS),
+    Migration("0033_message_fts_project", MESSAGE_FTS_PROJECT),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from room.store.schema import Migration
 from room.store.schema_attachments import PDF_PREVIEWS_PG
 from room.store.schema_leases import LEASES_PG
+from room.store.schema_message_fts import MESSAGE_FTS_PROJECT_PG
 from room.store.schema_notify import NOTIFY_PG
 from room.store.schema_pg_parity import PG_PARITY_PG
 from room.store.schema_thread_frames import THREAD_FRAMES_PG
@@ -775,4 +776,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0027_pg_parity", PG_PARITY_PG),
     Migration("0028_leases", LEASES_PG),
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS_PG),
+    Migration("0033_message_fts_project", MESSAGE_FTS_PROJECT_PG),
 )

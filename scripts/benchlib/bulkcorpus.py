@@ -208,9 +208,10 @@ def load_postgresql(data: Path, url: str) -> dict[str, float]:
             )  # fmt: skip
             t1 = time.monotonic()
             _copy(
-                raw, "message_fts", ("rowid", "body", "uni"),
-                ((int(i), *index_row(index_texts(str(b)))) for i, b in lite.execute(
-                    "SELECT id, body FROM messages WHERE deleted_at IS NULL ORDER BY id")),
+                raw, "message_fts", ("rowid", "project_id", "body", "uni"),
+                ((int(i), int(p), *index_row(index_texts(str(b)))) for i, p, b in lite.execute(
+                    "SELECT id, project_id, body FROM messages WHERE deleted_at IS NULL"
+                    " ORDER BY id")),
             )  # fmt: skip
             # The trigger of 0027_pg_parity queued every copied message for the indexer; the
             # COPY above wrote their index rows, as index_step would, so their queue rows go

@@ -33,13 +33,14 @@ from benchlib import bulkcorpus, history, search
 from benchlib.corpus import PROJECT_ID
 from benchlib.stats import Row, quantiles
 from room.store import messages as messages_store
-from room.store import pg
+from room.store import pg, search_pg
 from room.store import search as search_store
-from room.store.dialect import Connection
+from room.store.dialect import POSTGRESQL, Connection
 from room.store.migrate import connect
 
 WORKLOAD = "postgresql"
 DEFAULT_MESSAGES = 100_000
+EXPLAINED = 200  # statements timed inside PostgreSQL as well, per case
 URL_ENV = "ROOM_BENCH_PG_URL"
 
 
@@ -134,6 +135,50 @@ def _history_us(conn: Connection, head: int, samples: int, seed: int) -> list[fl
     return out
 
 
+def _executed_ms(conn: pg.PgConnection, sql: str, params: dict[str, Any]) -> float:
+    """The statement's execution time inside PostgreSQL (``EXPLAIN (ANALYZE, TIMING OFF)``'s
+    "Execution Time"): what the query costs apart from the round trip, psycopg's decoding of
+    the rows and the Python around it, and most of the machine's scheduling."""
+    row = conn.raw.execute(
+        "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + POSTGRESQL.adapt(sql), params, prepare=False
+    ).fetchone()
+    assert row is not None
+    return float(row[0][0]["Execution Time"])
+
+
+def _history_executed_ms(conn: pg.PgConnection, head: int, samples: int, seed: int) -> list[float]:
+    """:func:`_history_us`'s cursors (same ``seed``), the history statement's execution alone."""
+    rng = random.Random(seed)
+    sql = messages_store.HISTORY_SQL
+    return [
+        _executed_ms(conn, sql, {"p": PROJECT_ID, "before": rng.randint(history.PAGE + 1, head),
+                                 "limit": history.PAGE + 1})
+        for _ in range(samples)
+    ]  # fmt: skip
+
+
+def _search_executed_ms(conn: pg.PgConnection, words: list[str], samples: int) -> list[float]:
+    """The ranked messages' statement of each search (:func:`search_pg.best_messages`, caught
+    as the store runs it), its execution alone."""
+    caught: list[tuple[str, dict[str, Any]]] = []
+    run = search_pg._planned_each_time
+
+    def catch(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+        caught.append((sql, params))
+        return run(conn, sql, params)
+
+    out = []
+    search_pg._planned_each_time = catch
+    try:
+        for i in range(samples):
+            caught.clear()
+            search_store.search(conn, PROJECT_ID, words[i % len(words)], kinds=["message"])
+            out.append(_executed_ms(conn, *caught[0]))
+    finally:
+        search_pg._planned_each_time = run
+    return out
+
+
 def _search_ms(conn: Connection, words: list[str], samples: int) -> tuple[list[float], int]:
     out, found = [], 0
     for i in range(samples):
@@ -192,6 +237,13 @@ def run(workdir: Path, cache: Path, *, quick: bool, messages: int | None = None)
                 Row(WORKLOAD, case, "PostgreSQL server-side p99 ms", p99 / 1000, s99 / 1000,
                     "SQLite: {ref:.2f} ms", "≤ 2", note=f"{samples} pages each, same cursors"),
             ]  # fmt: skip
+            e50, e99 = quantiles(_history_executed_ms(pgc, head, EXPLAINED, 2), (50, 99))
+            rows.append(
+                Row(WORKLOAD, case, "PostgreSQL execution alone p50 / p99 ms", e50, None,
+                    "", note=f"p99 {e99:.3f} ms; EXPLAIN ANALYZE of the first {EXPLAINED}"
+                    " cursors: the rest of the server-side time is the round trip, decoding,"
+                    " Python and the machine", extra={"p99_ms": e99}),
+            )  # fmt: skip
 
             # -- search -----------------------------------------------------------------------
             for label, words in bands.items():
@@ -213,6 +265,13 @@ def run(workdir: Path, cache: Path, *, quick: bool, messages: int | None = None)
                     Row(WORKLOAD, case, "results PostgreSQL ÷ SQLite", p_found / s_found
                         if s_found else None, None, "the same queries: 1.00 when both find as many"),
                 ]  # fmt: skip
+                e50, e99 = quantiles(_search_executed_ms(pgc, words, EXPLAINED), (50, 99))
+                rows.append(
+                    Row(WORKLOAD, case, "PostgreSQL ranked messages' execution p50 ms", e50,
+                        None, "", note=f"p99 {e99:.2f} ms; EXPLAIN ANALYZE of that statement"
+                        f" of {EXPLAINED} of the searches (the others: records, authors, the"
+                        " queue check, snippets)", extra={"p99_ms": e99}),
+                )  # fmt: skip
         finally:
             lite.close()
             pgc.close()
