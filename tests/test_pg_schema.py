@@ -46,7 +46,7 @@ FTS_EXTRA_COLUMN = "tsv"
 # Columns only PostgreSQL has.
 PG_ONLY_COLUMNS = {
     ("message_fts", "project_id"): "the message's project: a search ranks its window from the"
-    " index alone (0033; on SQLite the index is FTS5 and the join an in-process lookup)",
+    " index alone (0030; on SQLite the index is FTS5 and the join an in-process lookup)",
 }
 # A UNIQUE COLLATE NOCASE column (SQLite) is a unique index on lower(column) on PostgreSQL (a
 # constraint cannot hold an expression): compared as the unique constraint it stands for.

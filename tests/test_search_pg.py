@@ -349,15 +349,15 @@ def test_the_indexer_thread_reconnects_when_postgresql_drops_it(
     assert "indexing messages for search failed" in caplog.text
 
 
-def test_0033_carries_the_index_over_with_each_message_project(
+def test_0030_carries_the_index_over_with_each_message_project(
     pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A database indexed before ``0033_message_fts_project`` keeps its index rows, each now
+    """A database indexed before ``0030_message_fts_project`` keeps its index rows, each now
     with its message's project (a row whose message is gone is left behind), kept whole in
     their heap pages; its searches find what they found, nothing needs indexing again."""
     conn = pg_connect(pg_dsn)
     try:
-        before = [m for m in PG_MIGRATIONS if m.name != "0033_message_fts_project"]
+        before = [m for m in PG_MIGRATIONS if m.name != "0030_message_fts_project"]
         assert len(before) == len(PG_MIGRATIONS) - 1
         monkeypatch.setattr(pg_migrate_module, "PG_MIGRATIONS", tuple(before))
         pg_migrate(conn, now=NOW)
@@ -371,7 +371,7 @@ def test_0033_carries_the_index_over_with_each_message_project(
             )
         conn.execute("COMMIT")
         monkeypatch.undo()
-        assert pg_migrate(conn, now=NOW) == ["0033_message_fts_project"]
+        assert pg_migrate(conn, now=NOW) == ["0030_message_fts_project"]
         rows = dict(conn.execute("SELECT rowid, project_id FROM message_fts").fetchall())
         assert rows == {mid: PROJECT_OF.get(mid, 1) for mid in CORPUS}
         (options,) = conn.execute(

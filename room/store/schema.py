@@ -582,7 +582,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0027_pg_parity", PG_PARITY),
     Migration("0028_leases", LEASES),
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS),
-    Migration("0033_message_fts_project", MESSAGE_FTS_PROJECT),
+    Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

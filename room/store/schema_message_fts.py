@@ -1,4 +1,4 @@
-"""0033: PostgreSQL's message index carries each message's project and keeps its rows in its
+"""0030: PostgreSQL's message index carries each message's project and keeps its rows in its
 heap (docs/storage.md, "Search on PostgreSQL").
 
 ``message_fts.project_id``: the project of the message the row indexes (a message never moves

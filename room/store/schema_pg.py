@@ -776,5 +776,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0027_pg_parity", PG_PARITY_PG),
     Migration("0028_leases", LEASES_PG),
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS_PG),
-    Migration("0033_message_fts_project", MESSAGE_FTS_PROJECT_PG),
+    Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT_PG),
 )

@@ -70,7 +70,7 @@ def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
     trip saved): ``(id, seq, kind, author_id, created_at, body, score, window size)``.
 
     The window is ranked from ``message_fts`` alone (its rows carry the message's project since
-    ``0033_message_fts_project``) unless a filter needs the message (author, time, has:file,
+    ``0030_message_fts_project``) unless a filter needs the message (author, time, has:file,
     is:mention): a match costs its index row, not also a probe of ``messages`` and a page of
     its heap (at 1M messages, 3 of a 0.1 % word's 10 ms). It holds only live messages: the
     indexer deletes a deleted message's row, and until it has, the message is queued in
