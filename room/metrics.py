@@ -30,6 +30,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from room.infra import boot
+from room.infra.bus import LAG_BOUNDS
 from room.services import Services
 from room.store.db import BATCH_BOUNDS, COMMIT_BOUNDS, WriterStats
 
@@ -146,6 +147,14 @@ class _Scrape(Collector):
         yield tokens
         if self.core.relay is not None:  # several servers on one PostgreSQL database
             yield from _relay_metrics(self.core.relay.stats(), self.core.settings.bus_url)
+            if (lag := self.core.relay.bus_lag()) is not None:
+                yield _histogram(
+                    "room_bus_lag_seconds",
+                    "From a hint's publication on another server to its arrival here (their "
+                    "clocks' skew included).",
+                    LAG_BOUNDS,
+                    *lag,
+                )
             leases = self.core.db.leases
             yield CounterMetricFamily(
                 "room_leases_lost",

@@ -266,6 +266,8 @@ class EventRelay(Protocol):
 
     def stats(self) -> dict[str, float]: ...
 
+    def bus_lag(self) -> tuple[list[int], float] | None: ...
+
 
 @dataclass(slots=True)
 class Services:

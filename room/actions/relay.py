@@ -149,6 +149,11 @@ class Relay:
             "peers": float(len(bus.peers()) if bus else 0),
         }
 
+    def bus_lag(self) -> tuple[list[int], float] | None:
+        """The hints heard by their lag's bucket (``room.infra.bus.LAG_BOUNDS``) and the sum
+        of their lags; None without a bus."""
+        return None if self.bus is None else (list(self.bus.lag_counts), self.bus.lag_seconds)
+
     def live_nodes(self) -> list[str] | None:
         """The other nodes heard on the bus lately; None when this node cannot tell a node
         that is down from one that is up: without a bus, while it is down, and for the first

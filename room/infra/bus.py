@@ -23,6 +23,7 @@ sets, so they agree; a node that dies (or loses the bus) drops out at the lapse.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import time
@@ -54,6 +55,9 @@ TELL_AFTER_SECS = 0.05  # a node's changed set of people goes out this soon (Clu
 REPORT_SECS = 10.0  # boot-report.json's ``cluster`` is rewritten this often (and on a change)
 REPORT_CHECK_SECS = 0.5
 MAX_SEEN = 64  # peers remembered for the report (a cluster has a few; node ids are stable)
+# ``room_bus_lag_seconds``: from a hint's publication on another node (its ``"t"``, Unix time)
+# to its arrival here; across machines it includes their clocks' skew (keep NTP on).
+LAG_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 Hint = dict[str, Any]
 # Each node computes a project's presence frames itself, from the same merged sets of people
@@ -90,6 +94,8 @@ class Bus:
         self.published = 0  # hints sent (``/metrics``)
         self.received = 0  # hints heard from the other nodes
         self.unsent = 0  # hints not sent: the bus was down (the poll covers them)
+        self.lag_counts = [0] * (len(LAG_BOUNDS) + 1)  # hints heard, by their lag's bucket
+        self.lag_seconds = 0.0  # and the sum of their lags
 
     @property
     def up(self) -> bool:
@@ -253,6 +259,7 @@ class Bus:
             return
         if not isinstance(hint, dict):
             return
+        self._lag(hint.get("t"))
         project_id: int | None = None
         if msg.subject.startswith(PROJECT_SUBJECT):
             try:
@@ -279,15 +286,25 @@ class Bus:
         except Exception:
             log.exception("applying a hint from the bus failed")
 
+    def _lag(self, sent: Any) -> None:
+        """Count a hint's lag from its publication (``"t"``) in :attr:`lag_counts`."""
+        if not isinstance(sent, (int, float)) or isinstance(sent, bool):
+            return  # a hint from a node before this count (or not stamped)
+        lag = max(0.0, time.time() - float(sent))
+        self.lag_counts[bisect.bisect_left(LAG_BOUNDS, lag)] += 1
+        self.lag_seconds += lag
+
     def send(self, project_id: int | None, hint: Hint) -> None:
-        """Publish a hint after the commit it is about (fire and forget: a hint may be lost)."""
+        """Publish a hint after the commit it is about (fire and forget: a hint may be lost),
+        stamped with the time it went out (``"t"``: the receivers' ``room_bus_lag_seconds``)."""
         nc = self._nc
         if nc is None or not self._up:
             if hint.get("k") != "hb":
                 self.unsent += 1
             return
         subject = NODES_SUBJECT if project_id is None else f"{PROJECT_SUBJECT}{project_id}"
-        asyncio.get_running_loop().create_task(self._publish(nc, subject, orjson.dumps(hint)))
+        data = orjson.dumps({**hint, "t": time.time()})
+        asyncio.get_running_loop().create_task(self._publish(nc, subject, data))
 
     async def _publish(self, nc: NatsClient, subject: str, data: bytes) -> None:
         try:
