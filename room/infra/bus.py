@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -230,7 +230,13 @@ class Bus:
                 self.unsent += 1
             return
         subject = NODES_SUBJECT if project_id is None else f"{PROJECT_SUBJECT}{project_id}"
-        asyncio.get_running_loop().create_task(self._publish(nc, subject, orjson.dumps(hint)))
+        # Now, not in a task of its own: nats-py's publish appends to its buffer and wakes its
+        # flusher, whose write then comes first in the next turn of the loop — before this
+        # turn's fan-out to the node's own sockets (room.infra.fanout.Flusher, scheduled after
+        # the commit's hint). From a task the publish ran in the next turn and its write one
+        # turn later, after that fan-out: the other nodes heard of an event only once this node
+        # had written it to all its own sockets (docs/cluster.md, "Benchmark").
+        _run_now(self._publish(nc, subject, orjson.dumps(hint)))
 
     async def _publish(self, nc: NatsClient, subject: str, data: bytes) -> None:
         try:
@@ -248,6 +254,45 @@ def _redact(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _run_now(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` in the caller's turn of the loop up to its first suspension (what Python
+    3.12's eager tasks do); a task carries on with it if it suspends (nats-py's buffer full, or
+    its flusher's queue)."""
+    try:
+        waiting = _step(coro)
+    except StopIteration:
+        return
+    asyncio.get_running_loop().create_task(_carry_on(coro, waiting))
+
+
+def _step(coro: Coroutine[Any, Any, None]) -> Any:
+    """Resume ``coro``; what it now waits on, taken as a task takes it (a future it awaits is
+    marked as awaited by it, and the mark is the taker's to clear: until then nobody else may
+    await that future)."""
+    waiting = coro.send(None)
+    if getattr(waiting, "_asyncio_future_blocking", False):
+        waiting._asyncio_future_blocking = False
+    return waiting
+
+
+async def _carry_on(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """Drive a coroutine :func:`_run_now` started, as a task would: wait for what it waits
+    on (a future; None: a bare yield, one turn of the loop), then resume it."""
+    try:
+        while True:
+            if waiting is None:
+                await asyncio.sleep(0)
+            else:
+                await asyncio.wait((waiting,))  # its outcome is for the coroutine to read
+            try:
+                waiting = _step(coro)
+            except StopIteration:
+                return
+    except BaseException:
+        coro.close()
+        raise
 
 
 async def _unsubscribe(sub: NatsSubscription) -> None:
@@ -403,13 +448,12 @@ class ClusterHub(Hub):
         volatile: bool = False,
     ) -> None:
         members = None if only_members is None else sorted(only_members)
+        text = frame.text if isinstance(frame, Frame) else frame
+        if not text.startswith(LOCAL_ONLY):  # to the bus first: before this node's fan-out
+            self.bus.send(project_id, {"k": "b", "f": text, "m": members, "v": volatile})
         super().broadcast(
             project_id, frame, exclude=exclude, only_members=members, volatile=volatile
         )
-        text = frame.text if isinstance(frame, Frame) else frame
-        if text.startswith(LOCAL_ONLY):
-            return
-        self.bus.send(project_id, {"k": "b", "f": text, "m": members, "v": volatile})
 
     def cut_member(self, project_id: int, member_id: int) -> None:
         super().cut_member(project_id, member_id)
