@@ -145,7 +145,8 @@ class _Scrape(Collector):
         yield calls
         yield tokens
         if self.core.relay is not None:  # several servers on one PostgreSQL database
-            yield from _relay_metrics(self.core.relay.stats(), self.core.settings.bus_url)
+            relay = self.core.relay
+            yield from _relay_metrics(relay.stats(), self.core.settings.bus_url, relay.lag())
         if totals.homes is not None and totals.leases_held is not None:
             yield GaugeMetricFamily(
                 "room_projects_home",
@@ -170,9 +171,21 @@ class _Scrape(Collector):
             )
 
 
-def _relay_metrics(stats: dict[str, float], bus_url: str | None) -> Iterator[Metric]:
+def _relay_metrics(
+    stats: dict[str, float],
+    bus_url: str | None,
+    lag: tuple[tuple[float, ...], list[int], float],
+) -> Iterator[Metric]:
     """The relay between the servers on one database and their bus (docs/cluster.md)."""
     if bus_url is not None:
+        bounds, counts, total = lag
+        yield _histogram(
+            "room_bus_lag_seconds",
+            "From another server's commit to this server hearing its event hint (their clocks).",
+            bounds,
+            counts,
+            total,
+        )
         yield GaugeMetricFamily(
             "room_bus_up", "1 while this server's NATS bus is connected.", value=stats["bus_up"]
         )

@@ -255,6 +255,8 @@ class EventRelay(Protocol):
 
     def stats(self) -> dict[str, float]: ...
 
+    def lag(self) -> tuple[tuple[float, ...], list[int], float]: ...
+
 
 @dataclass(slots=True)
 class Services:
