@@ -17,9 +17,14 @@ the 2-node figures measure what the cluster costs per delivery, not what a secon
 (the sizing model in docs/cluster.md turns the per-core figures into nodes).
 
 Reported: the socket p99 (kernel arrival timestamp minus send time) of the cross-node
-subscribers ÷ the single node's (target ≤ 1.5), of the same-node half too; the total CPU per
+subscribers ÷ the single node's (target ≤ 1.5), of the same-node half too, and cross-node ÷
+same-node (both halves of one case: measured in the same minutes, so the machine's load, which
+swings between the cases run minutes apart, weighs on both alike); the total CPU per
 delivery of the server processes (utime + stime from ``/proc`` of every node, over the frames
 delivered) ÷ the single node's (target ≤ 1.3), with PostgreSQL's and nats-server's CPU beside it;
+the bus's own hop, commit on A → hint heard on B, from B's ``room_bus_lag_seconds`` histogram
+(p50 and p99 as the upper bound of their bucket): the hop alone, without the sending path
+before the commit or either node's fan-out;
 and a capacity ladder (``CAPACITY_RATES`` messages/s to the 1,000 subscribers): the highest
 deliveries/s whose socket p99 stays ≤ 50 ms with everything delivered, 2 nodes ÷ 1 node. The
 generator's share of its core is reported with every step: above ~90 % the step measures the
@@ -41,7 +46,7 @@ from typing import Any
 from benchlib.fanout import CAPACITY_P99_MS, STRAGGLER_SECS, WARMUP_SECS, _stragglers
 from benchlib.opensend import OpenLoopSender
 from benchlib.pgstore import _without_pytest
-from benchlib.serverproc import RoomServer, cpu_seconds
+from benchlib.serverproc import RoomServer, cpu_seconds, http_request
 from benchlib.stats import Row, quantiles
 from benchlib.subscribers import Recorder, Subscriber, open_many
 from benchlib.wsraw import WsClient
@@ -148,6 +153,32 @@ async def _measure(
     return out
 
 
+def _lag_buckets(node: RoomServer) -> dict[float, float]:
+    """The node's ``room_bus_lag_seconds`` histogram so far: upper bound → cumulative count."""
+    status, _, raw = http_request(node.port, "GET", "/metrics", headers=node.headers)
+    if status != 200:
+        return {}
+    found: dict[float, float] = {}
+    for line in raw.decode().splitlines():
+        if line.startswith('room_bus_lag_seconds_bucket{le="'):
+            bound, count = line[len('room_bus_lag_seconds_bucket{le="') :].split('"} ')
+            found[float(bound)] = float(count)
+    return found
+
+
+def _lag_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The upper bound (seconds) of the bucket holding quantile ``q`` of the hints heard
+    between the two readings; NaN when none were."""
+    bounds = sorted(after)
+    total = after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)
+    if total <= 0:
+        return float("nan")
+    for bound in bounds:
+        if after[bound] - before.get(bound, 0.0) >= q * total:
+            return bound
+    return float("inf")
+
+
 def _cpu(nodes: list[RoomServer], others: dict[str, int | None]) -> dict[str, float]:
     used = {f"node{i}": sum(cpu_seconds(n.pid).values()) for i, n in enumerate(nodes)}
     for name, pid in others.items():
@@ -169,6 +200,7 @@ async def _step(
             recorder.active = True
 
     everyone = [s for group in groups for s in group]
+    lag0 = [_lag_buckets(node) for node in nodes[1:]]
     cpu0, wall0, used0 = time.process_time(), time.monotonic(), _cpu(nodes, others)
     armer = asyncio.ensure_future(arm())
     log = await sender.run(seconds + WARMUP_SECS)
@@ -178,6 +210,7 @@ async def _step(
         recorder.active = False
     await armer
     cpu1, wall1, used1 = time.process_time(), time.monotonic(), _cpu(nodes, others)
+    lag1 = [_lag_buckets(node) for node in nodes[1:]]
     spent = {k: used1[k] - used0[k] for k in used0}
     servers = sum(v for k, v in spent.items() if k.startswith("node"))
     received = sum(s.received for s in everyone)
@@ -210,7 +243,13 @@ async def _step(
         "cpu_s": spent,
         "wall_s": wall1 - wall0,
         "deliveries_per_sec": received / (wall1 - wall0),
-    }
+        # The bus's hop as the receiving nodes timed it (commit on A → hint heard on B), at
+        # the resolution of room_bus_lag_seconds's buckets: a bucket's upper bound.
+        "bus_lag_p50_ms": max((_lag_quantile(b, a, 0.5) for b, a in zip(lag0, lag1, strict=True)),
+                              default=float("nan")) * 1000,
+        "bus_lag_p99_ms": max((_lag_quantile(b, a, 0.99) for b, a in zip(lag0, lag1, strict=True)),
+                              default=float("nan")) * 1000,
+    }  # fmt: skip
 
 
 def _case(
@@ -276,6 +315,12 @@ def run(workdir: Path, *, quick: bool) -> list[Row]:
             single["arrival_p99_ms"], "1 node: {ref:.2f} ms"),
         Row(WORKLOAD, case, "same-node socket p99 ms (2 nodes)", same["arrival_p99_ms"],
             single["arrival_p99_ms"], "1 node: {ref:.2f} ms"),
+        Row(WORKLOAD, case, "cross-node ÷ same-node socket p99 (2 nodes)",
+            _ratio(cross["arrival_p99_ms"], same["arrival_p99_ms"]), None,
+            "B's half ÷ A's half of the same case: the same minutes, the same load"),
+        Row(WORKLOAD, case, "bus hop p99 ms, commit on A → hint heard on B (≤ bucket)",
+            two["bus_lag_p99_ms"], two["bus_lag_p50_ms"], "p50 ≤ {ref:g} ms",
+            note="node B's room_bus_lag_seconds over the case"),
         Row(WORKLOAD, case, "server CPU per delivery ÷ 1 node's",
             _ratio(two["cpu_us_per_delivery"], one["cpu_us_per_delivery"]), None,
             "utime+stime of every node from /proc, per frame delivered",
