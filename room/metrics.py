@@ -30,7 +30,6 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from room.infra import boot
-from room.infra.bus import LAG_BOUNDS
 from room.services import Services
 from room.store.db import BATCH_BOUNDS, COMMIT_BOUNDS, WriterStats
 
@@ -146,15 +145,8 @@ class _Scrape(Collector):
         yield calls
         yield tokens
         if self.core.relay is not None:  # several servers on one PostgreSQL database
-            yield from _relay_metrics(self.core.relay.stats(), self.core.settings.bus_url)
-            if (lag := self.core.relay.bus_lag()) is not None:
-                yield _histogram(
-                    "room_bus_lag_seconds",
-                    "From a hint's publication on another server to its arrival here (their "
-                    "clocks' skew included).",
-                    LAG_BOUNDS,
-                    *lag,
-                )
+            relay = self.core.relay
+            yield from _relay_metrics(relay.stats(), self.core.settings.bus_url, relay.lag())
             leases = self.core.db.leases
             yield CounterMetricFamily(
                 "room_leases_lost",
@@ -192,9 +184,21 @@ class _Scrape(Collector):
             )
 
 
-def _relay_metrics(stats: dict[str, float], bus_url: str | None) -> Iterator[Metric]:
+def _relay_metrics(
+    stats: dict[str, float],
+    bus_url: str | None,
+    lag: tuple[tuple[float, ...], list[int], float],
+) -> Iterator[Metric]:
     """The relay between the servers on one database and their bus (docs/cluster.md)."""
     if bus_url is not None:
+        bounds, counts, total = lag
+        yield _histogram(
+            "room_bus_lag_seconds",
+            "From another server's commit to this server hearing its event hint (their clocks).",
+            bounds,
+            counts,
+            total,
+        )
         yield GaugeMetricFamily(
             "room_bus_up", "1 while this server's NATS bus is connected.", value=stats["bus_up"]
         )

@@ -110,6 +110,10 @@ async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
         # Each node hears the other's heartbeat.
         await wait_bus_up(a, on_a, "room_bus_peers 1.0")
         await wait_bus_up(b, on_b, "room_bus_peers 1.0")
+        # B timed the hints it heard from A's commits (room_bus_lag_seconds).
+        code, text = b.request("GET", "/metrics", cookie=on_b.cookie)
+        lines = dict(line.rsplit(" ", 1) for line in str(text).splitlines() if line[:1] != "#")
+        assert code == 200 and float(lines["room_bus_lag_seconds_count"]) >= 1
 
         # `room cluster status` hears both, and names the data folder's own.
         out = io.StringIO()

@@ -208,8 +208,6 @@ async def test_a_home_paused_past_its_lease_is_fenced_off_once_the_project_moves
         on_b_counts = counters(b, on_b)
         assert on_b_counts["room_leases_lost_total"] == 0
         assert on_b_counts["room_fence_refusals_total"] == 0
-        # Every hint and heartbeat A published is stamped; B counts their lag.
-        assert on_b_counts["room_bus_lag_seconds_count"] >= 1
         recorded = rows(
             pg_dsn, "SELECT count(*) FROM model_requests WHERE turn_id = %s", first_turn
         )

@@ -108,7 +108,9 @@ async def _scenario(start: int, steps: list[str], rng: random.Random) -> None:
             seq = len(db.frames)
             if step == "own":
                 relay.publish(PROJECT, seq, f"f{seq}")
-                assert bus.sent[-1] == {"k": "e", "s": seq, "f": f"f{seq}"}
+                sent = dict(bus.sent[-1])
+                assert isinstance(sent.pop("t"), float)  # when (room_bus_lag_seconds)
+                assert sent == {"k": "e", "s": seq, "f": f"f{seq}"}
             elif step == "theirs":  # its hint: lost, once, or twice, in flight for a while
                 in_flight += [seq] * rng.choice([0, 1, 1, 1, 2])
             # "crash": the other server died between its commit and its publish: no hint
@@ -304,3 +306,28 @@ async def _subscribe_scenario(start: int, steps: list[str], rng: random.Random) 
         assert reader.seqs() == list(range(start + 1, len(db.frames) + 1))
         await reader.outbox.aclose()
     await relay.close()
+
+
+async def _lag_scenario() -> None:
+    bus = FakeBus()
+    now = [1000.0]
+    relay = Relay(FakeDatabase(), FakeHub(), bus=bus, clock=lambda: now[0])  # type: ignore[arg-type]
+    relay.went_live(PROJECT, 0)
+    relay.publish(PROJECT, 1, "f1")  # this server's own commit: its hint says when
+    assert bus.sent[-1] == {"k": "e", "s": 1, "f": "f1", "t": 1000.0}
+    now[0] = 1000.5
+    bus.on_hint(PROJECT, {"k": "e", "s": 2, "f": "f2", "t": 1000.497})  # 3 ms on the way
+    bus.on_hint(PROJECT, {"k": "e", "s": 3, "f": "f3", "t": 1000.7})  # a clock ahead: 0
+    bus.on_hint(PROJECT, {"k": "e", "s": 4, "f": "f4"})  # an older node's: not counted
+    bus.on_hint(PROJECT, {"k": "e", "s": 5, "f": "f5", "t": True})  # not a time
+    bounds, counts, total = relay.lag()
+    assert counts[bounds.index(0.0005)] == 1  # the 0 s of the clock ahead
+    assert counts[bounds.index(0.005)] == 1  # 3 ms: in (2.5 ms, 5 ms]
+    assert sum(counts) == 2
+    assert abs(total - 0.003) < 1e-6
+    assert relay.hub.seen == [1, 2, 3, 4, 5]  # type: ignore[attr-defined]
+    await relay.close()
+
+
+def test_the_bus_lag_is_measured_from_the_hints_time() -> None:
+    asyncio.run(_lag_scenario())

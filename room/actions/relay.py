@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -45,6 +47,10 @@ log = logging.getLogger(__name__)
 POLL_SECS = 0.05  # how often the projects with live subscribers are checked for others' events
 PAGE = 500  # events read per statement while catching up
 GAP_WAIT_SECS = 0.02  # a hint ahead of the next seq waits this long for the ones in flight
+# ``room_bus_lag_seconds``: from another server's commit to this one hearing its hint.
+LAG_BOUNDS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
 
 
 class Relay:
@@ -59,6 +65,7 @@ class Relay:
         bus: Bus | None = None,
         bus_poll_secs: float = 1.0,
         on_roster: Callable[[int], None] = lambda project_id: None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.db = db
         self.hub = hub
@@ -66,6 +73,7 @@ class Relay:
         self.bus = bus
         self.bus_poll_secs = bus_poll_secs
         self.on_roster = on_roster
+        self.clock = clock  # wall time: an event hint says when it was sent, for the lag
         # The sequencer's hints that came ahead of the next seq: project → seq → frame.
         self._held: dict[int, dict[int, str]] = {}
         self._gap_timers: dict[int, asyncio.TimerHandle] = {}
@@ -74,6 +82,10 @@ class Relay:
         self.hints_dropped = 0  # hints of a seq already published
         self.refills = 0  # catch-ups from the database (a gap, the poll, a sweep)
         self.peer_checks = 0  # checks of the last seqs asked by a node whose bus came (back) up
+        # The bus's lag (``/metrics``): counts per upper bound of LAG_BOUNDS (the last slot
+        # past every bound), and their sum in seconds.
+        self.lag_counts = [0] * (len(LAG_BOUNDS) + 1)
+        self.lag_seconds = 0.0
         # What else the bus brings (the agents' wakes and stop requests, room/app.py): each
         # handler says whether the hint was its.
         self.handlers: list[Callable[[int | None, dict[str, Any]], bool]] = []
@@ -149,10 +161,9 @@ class Relay:
             "peers": float(len(bus.peers()) if bus else 0),
         }
 
-    def bus_lag(self) -> tuple[list[int], float] | None:
-        """The hints heard by their lag's bucket (``room.infra.bus.LAG_BOUNDS``) and the sum
-        of their lags; None without a bus."""
-        return None if self.bus is None else (list(self.bus.lag_counts), self.bus.lag_seconds)
+    def lag(self) -> tuple[tuple[float, ...], list[int], float]:
+        """The bus's lag as ``/metrics`` shows it: bounds, counts per bound, their sum."""
+        return LAG_BOUNDS, list(self.lag_counts), self.lag_seconds
 
     def live_nodes(self) -> list[str] | None:
         """The other nodes heard on the bus lately; None when this node cannot tell a node
@@ -178,6 +189,7 @@ class Relay:
     def _heard(self, project_id: int | None, hint: dict[str, Any]) -> None:
         kind = hint.get("k")
         if kind == "e" and project_id is not None:
+            self._observe_lag(hint.get("t"))
             self._sequence(project_id, int(hint["s"]), str(hint["f"]))
         elif kind == "r" and project_id is not None:
             self.on_roster(project_id)
@@ -191,6 +203,16 @@ class Relay:
             for handler in self.handlers:
                 if handler(project_id, hint):
                     return
+
+    def _observe_lag(self, sent: object) -> None:
+        """An event hint's time from its commit (the sending server's clock) to now (this
+        one's): the nodes' clocks are kept in sync (NTP) for the leases already; a skew shows
+        as lag, or as none (a negative lag counts as 0). A hint without a time is not counted."""
+        if isinstance(sent, bool) or not isinstance(sent, int | float):
+            return
+        lag = max(0.0, self.clock() - sent)
+        self.lag_counts[bisect_left(LAG_BOUNDS, lag)] += 1
+        self.lag_seconds += lag
 
     def wake_elsewhere(self, project_id: int, member_ids: list[int]) -> None:
         """Agents woken here: an external one's socket may be on another server."""
@@ -271,7 +293,7 @@ class Relay:
         in order with the events before it that another server committed. With a bus, the
         others hear of it."""
         if self.bus is not None:
-            self.bus.send(project_id, {"k": "e", "s": seq, "f": frame})
+            self.bus.send(project_id, {"k": "e", "s": seq, "f": frame, "t": self.clock()})
         top = self._published.get(project_id)
         if top is None:
             # Nobody live here yet: not published, for a subscriber still replaying would

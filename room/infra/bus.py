@@ -23,11 +23,10 @@ sets, so they agree; a node that dies (or loses the bus) drops out at the lapse.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -55,9 +54,6 @@ TELL_AFTER_SECS = 0.05  # a node's changed set of people goes out this soon (Clu
 REPORT_SECS = 10.0  # boot-report.json's ``cluster`` is rewritten this often (and on a change)
 REPORT_CHECK_SECS = 0.5
 MAX_SEEN = 64  # peers remembered for the report (a cluster has a few; node ids are stable)
-# ``room_bus_lag_seconds``: from a hint's publication on another node (its ``"t"``, Unix time)
-# to its arrival here; across machines it includes their clocks' skew (keep NTP on).
-LAG_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 Hint = dict[str, Any]
 # Each node computes a project's presence frames itself, from the same merged sets of people
@@ -94,8 +90,6 @@ class Bus:
         self.published = 0  # hints sent (``/metrics``)
         self.received = 0  # hints heard from the other nodes
         self.unsent = 0  # hints not sent: the bus was down (the poll covers them)
-        self.lag_counts = [0] * (len(LAG_BOUNDS) + 1)  # hints heard, by their lag's bucket
-        self.lag_seconds = 0.0  # and the sum of their lags
 
     @property
     def up(self) -> bool:
@@ -259,7 +253,6 @@ class Bus:
             return
         if not isinstance(hint, dict):
             return
-        self._lag(hint.get("t"))
         project_id: int | None = None
         if msg.subject.startswith(PROJECT_SUBJECT):
             try:
@@ -286,25 +279,21 @@ class Bus:
         except Exception:
             log.exception("applying a hint from the bus failed")
 
-    def _lag(self, sent: Any) -> None:
-        """Count a hint's lag from its publication (``"t"``) in :attr:`lag_counts`."""
-        if not isinstance(sent, (int, float)) or isinstance(sent, bool):
-            return  # a hint from a node before this count (or not stamped)
-        lag = max(0.0, time.time() - float(sent))
-        self.lag_counts[bisect.bisect_left(LAG_BOUNDS, lag)] += 1
-        self.lag_seconds += lag
-
     def send(self, project_id: int | None, hint: Hint) -> None:
-        """Publish a hint after the commit it is about (fire and forget: a hint may be lost),
-        stamped with the time it went out (``"t"``: the receivers' ``room_bus_lag_seconds``)."""
+        """Publish a hint after the commit it is about (fire and forget: a hint may be lost)."""
         nc = self._nc
         if nc is None or not self._up:
             if hint.get("k") != "hb":
                 self.unsent += 1
             return
         subject = NODES_SUBJECT if project_id is None else f"{PROJECT_SUBJECT}{project_id}"
-        data = orjson.dumps({**hint, "t": time.time()})
-        asyncio.get_running_loop().create_task(self._publish(nc, subject, data))
+        # Now, not in a task of its own: nats-py's publish appends to its buffer and wakes its
+        # flusher, whose write then comes first in the next turn of the loop — before this
+        # turn's fan-out to the node's own sockets (room.infra.fanout.Flusher, scheduled after
+        # the commit's hint). From a task the publish ran in the next turn and its write one
+        # turn later, after that fan-out: the other nodes heard of an event only once this node
+        # had written it to all its own sockets (docs/cluster.md, "Benchmark").
+        _run_now(self._publish(nc, subject, orjson.dumps(hint)))
 
     async def _publish(self, nc: NatsClient, subject: str, data: bytes) -> None:
         try:
@@ -348,6 +337,45 @@ def _redact(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _run_now(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` in the caller's turn of the loop up to its first suspension (what Python
+    3.12's eager tasks do); a task carries on with it if it suspends (nats-py's buffer full, or
+    its flusher's queue)."""
+    try:
+        waiting = _step(coro)
+    except StopIteration:
+        return
+    asyncio.get_running_loop().create_task(_carry_on(coro, waiting))
+
+
+def _step(coro: Coroutine[Any, Any, None]) -> Any:
+    """Resume ``coro``; what it now waits on, taken as a task takes it (a future it awaits is
+    marked as awaited by it, and the mark is the taker's to clear: until then nobody else may
+    await that future)."""
+    waiting = coro.send(None)
+    if getattr(waiting, "_asyncio_future_blocking", False):
+        waiting._asyncio_future_blocking = False
+    return waiting
+
+
+async def _carry_on(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """Drive a coroutine :func:`_run_now` started, as a task would: wait for what it waits
+    on (a future; None: a bare yield, one turn of the loop), then resume it."""
+    try:
+        while True:
+            if waiting is None:
+                await asyncio.sleep(0)
+            else:
+                await asyncio.wait((waiting,))  # its outcome is for the coroutine to read
+            try:
+                waiting = _step(coro)
+            except StopIteration:
+                return
+    except BaseException:
+        coro.close()
+        raise
 
 
 async def _unsubscribe(sub: NatsSubscription) -> None:
@@ -503,13 +531,12 @@ class ClusterHub(Hub):
         volatile: bool = False,
     ) -> None:
         members = None if only_members is None else sorted(only_members)
+        text = frame.text if isinstance(frame, Frame) else frame
+        if not text.startswith(LOCAL_ONLY):  # to the bus first: before this node's fan-out
+            self.bus.send(project_id, {"k": "b", "f": text, "m": members, "v": volatile})
         super().broadcast(
             project_id, frame, exclude=exclude, only_members=members, volatile=volatile
         )
-        text = frame.text if isinstance(frame, Frame) else frame
-        if text.startswith(LOCAL_ONLY):
-            return
-        self.bus.send(project_id, {"k": "b", "f": text, "m": members, "v": volatile})
 
     def cut_member(self, project_id: int, member_id: int) -> None:
         super().cut_member(project_id, member_id)
