@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from room.store import Database, Tx
+from room.store import brakes as brakes_store
 from room.store import turns as turns_store
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
@@ -56,7 +57,7 @@ async def test_a_deadlock_while_the_batch_locks_its_projects_runs_the_batch_agai
             with psycopg.connect(pg_dsn) as probe:
                 row = probe.execute(
                     "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%KEY UPDATE%'"
                 ).fetchone()
             return row is not None and row[0] >= 1
 
@@ -120,3 +121,138 @@ def test_a_turn_opening_does_not_block_the_foreign_keys_naming_its_member(pg_dsn
         pg.execute("ROLLBACK")
     finally:
         pg.close()
+
+
+def _project_with_agent(pg_dsn: str) -> tuple[int, int]:
+    """A project and its lead agent, written straight to the database: (project, member)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0) RETURNING id"
+        ).fetchone()
+        assert row is not None
+        project = int(row[0])
+        row = conn.execute(
+            "INSERT INTO members (project_id, kind, role, handle, display_name, created_at)"
+            " VALUES (%s, 'agent', 'lead', 'lead', 'Lead', 0) RETURNING id",
+            (project,),
+        ).fetchone()
+        assert row is not None
+        return project, int(row[0])
+
+
+def _waiting_on(pg_dsn: str, fragment: str) -> bool:
+    with psycopg.connect(pg_dsn) as probe:
+        row = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE %s",
+            (f"%{fragment}%",),
+        ).fetchone()
+    return row is not None and row[0] >= 1
+
+
+@pytest.mark.anyio
+async def test_a_batch_holding_its_project_lets_the_foreign_keys_naming_it_through(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """The batch's lock of its projects (``locks=``) still takes a project one batch at a
+    time, but another node's insert of a row naming the project (its foreign-key check,
+    ``FOR KEY SHARE``) does not wait for the batch: with ``FOR UPDATE`` it did."""
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    pg.close()
+    project, member = _project_with_agent(pg_dsn)
+    database = Database(tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW)
+    database.start(asyncio.get_running_loop())
+    holding, release = threading.Event(), threading.Event()
+
+    def job(conn: sqlite3.Connection, tx: Tx) -> int:
+        holding.set()
+        assert release.wait(30)
+        return 1
+
+    try:
+        written = database.submit(job, locks=(project,))
+        assert await asyncio.to_thread(holding.wait, 30)
+        with psycopg.connect(pg_dsn, autocommit=True) as other:
+            other.execute("SET lock_timeout = '1ms'")  # a wait is an error here, at once
+            other.execute(
+                "INSERT INTO turns (project_id, member_id, state, started_at)"
+                " VALUES (%s, %s, 'completed', 0)",
+                (project, member),
+            )  # the foreign key's check of the project's row: FOR KEY SHARE
+            with pytest.raises(psycopg.errors.LockNotAvailable):  # a second batch's lock waits
+                other.execute("SELECT id FROM projects WHERE id = %s FOR NO KEY UPDATE", (project,))
+            with pytest.raises(psycopg.errors.LockNotAvailable):  # so does a seq's update
+                other.execute(
+                    "UPDATE projects SET last_seq = last_seq + 1 WHERE id = %s", (project,)
+                )
+        release.set()
+        assert await asyncio.wait_for(written, 30) == 1
+    finally:
+        release.set()
+        await database.close()
+
+
+@pytest.mark.anyio
+async def test_a_turn_opening_and_a_send_on_two_nodes_do_not_deadlock(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """A turn opening (``begin_turn``: the member's lock, the loop brake's count — the
+    project's ``project_brakes`` row — then the turn's insert, whose foreign key names the
+    project) on node B, and a human's send on node A (its batch holds the project, then
+    resets the brake's count: that row). With the batch's project lock ``FOR UPDATE`` the
+    turn's insert waited for the send and the send for the brake row: a deadlock, the send's
+    batch run again. Now the insert passes and neither waits for the other in a cycle."""
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    pg.close()
+    project, member = _project_with_agent(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        # An agent turn earlier: the count a human's send resets.
+        conn.execute(
+            "INSERT INTO project_brakes (project_id, agent_turns) VALUES (%s, 1)", (project,)
+        )
+        name = pg_dsn.rsplit("/", 1)[1]
+        conn.execute(f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '200ms'")
+    database = Database(tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW)
+    database.start(asyncio.get_running_loop())
+    node_b = pg_connect(pg_dsn)
+    try:
+        # Node B opens a turn, in begin_turn's order, as far as the loop brake's count.
+        node_b.execute("BEGIN")
+        turns_store.lock_member(node_b, member)
+        assert turns_store.running_of(node_b, member) is None
+        assert brakes_store.count_agent_turn(node_b, Tx(now=NOW), project, member) == 2
+
+        def send(conn: sqlite3.Connection, tx: Tx) -> int:  # a human's send: the count reset
+            brakes_store.reset_agent_turns(conn, tx, project)
+            return 1
+
+        sent = database.submit(send, locks=(project,))  # holds the project, waits for the brake
+        while True:
+            if await asyncio.to_thread(_waiting_on, pg_dsn, "project_brakes"):
+                break
+            await asyncio.sleep(0.05)
+        # Node B inserts its turn: the foreign key's check of the project the send holds.
+        turn = await asyncio.to_thread(
+            turns_store.insert_turn,
+            node_b,
+            project_id=project,
+            member_id=member,
+            trigger=None,
+            now=NOW,
+            owner="b",
+        )
+        node_b.execute("COMMIT")
+        assert await asyncio.wait_for(sent, 30) == 1
+        assert database.stats.retries == 0  # the send's batch never met a deadlock
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT agent_turns FROM project_brakes WHERE project_id = %s", (project,)
+            ).fetchone()
+            assert row is not None and row[0] == 0  # the send came second: its reset stands
+            row = conn.execute("SELECT state FROM turns WHERE id = %s", (turn,)).fetchone()
+            assert row is not None and row[0] == "running"
+    finally:
+        node_b.close()
+        await database.close()

@@ -766,12 +766,20 @@ class Database:
     @staticmethod
     def _lock_projects(conn: Connection, batch: list[_Pending[Any]]) -> None:
         """Lock the rows of the projects the batch's jobs declared, in id order: a project's
-        seq is then read and taken by one transaction at a time across every process."""
+        seq is then read and taken by one transaction at a time across every process.
+
+        ``FOR NO KEY UPDATE``, not ``FOR UPDATE``: two batches still take a project one at a
+        time, but the foreign-key checks (``FOR KEY SHARE``) of the rows other transactions
+        insert naming the project — a turn, an event, a delivery — pass it; with ``FOR UPDATE``
+        a turn opening on another node that held the project's brake row and then inserted its
+        turn deadlocked with a send waiting here for that brake row (docs/storage.md,
+        "Several writers"). No project row is ever deleted or has its id changed."""
         ids = sorted({project_id for pending in batch for project_id in pending.locks})
         for part in chunks(ids):
             marks = ", ".join("?" * len(part))
             conn.execute(
-                f"SELECT id FROM projects WHERE id IN ({marks}) ORDER BY id FOR UPDATE", part
+                f"SELECT id FROM projects WHERE id IN ({marks}) ORDER BY id FOR NO KEY UPDATE",
+                part,
             ).fetchall()
 
     def _run_jobs(

@@ -124,9 +124,15 @@ def lock_project(conn: Connection, project_id: int) -> None:
     """PostgreSQL: lock the project's row until this transaction ends, so what the caller reads
     and numbers next (``max + 1`` of a per-project number) no other process's transaction can
     number too (docs/storage.md, "Several writers"). SQLite: nothing to do, its write
-    transaction holds the whole file."""
+    transaction holds the whole file.
+
+    ``FOR NO KEY UPDATE``, like the batch's lock of its projects (``Database._lock_projects``):
+    it serialises the numbering, and lets the foreign-key checks of rows naming the project
+    through."""
     if locks_rows(conn):
-        conn.execute("SELECT id FROM projects WHERE id = ? FOR UPDATE", (project_id,)).fetchall()
+        conn.execute(
+            "SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project_id,)
+        ).fetchall()
 
 
 def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | None = None) -> int:
@@ -143,7 +149,7 @@ def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | N
     if seq is None:
         # PostgreSQL: the row stays locked to this transaction until it commits, so no other
         # process takes the same seq (the batch usually locked it already at its start).
-        lock = " FOR UPDATE" if locks_rows(conn) else ""
+        lock = " FOR NO KEY UPDATE" if locks_rows(conn) else ""
         row = conn.execute(
             f"SELECT last_seq FROM projects WHERE id = ?{lock}", (project_id,)
         ).fetchone()
