@@ -10,14 +10,19 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from room.store import Database, Tx
+from room.store import attempts as attempts_store
 from room.store import brakes as brakes_store
+from room.store import leases as leases_store
+from room.store import projects as projects_store
 from room.store import turns as turns_store
+from room.store.pg import PgConnection
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
 
@@ -256,3 +261,78 @@ async def test_a_turn_opening_and_a_send_on_two_nodes_do_not_deadlock(
     finally:
         node_b.close()
         await database.close()
+
+
+def _lock_project(conn: PgConnection, ids: dict[str, int]) -> None:
+    projects_store.lock_project(conn, ids["project"])
+
+
+def _lock_task(conn: PgConnection, ids: dict[str, int]) -> None:
+    attempts_store.next_number(conn, ids["task"])
+
+
+def _lock_turn(conn: PgConnection, ids: dict[str, int]) -> None:
+    assert leases_store.still_running_at(conn, ids["turn"], "a") is not None
+
+
+@pytest.mark.parametrize(
+    ("lock", "table", "naming"),
+    [
+        (  # a task's numbering (lock_project) vs a turn inserted on another node
+            _lock_project,
+            "projects",
+            "INSERT INTO turns (project_id, member_id, state, started_at)"
+            " VALUES (%(project)s, %(member)s, 'completed', 0)",
+        ),
+        (  # an attempt's numbering vs an event of the task
+            _lock_task,
+            "tasks",
+            "INSERT INTO task_events (project_id, task_id, event, to_state, revision,"
+            " actor_kind, created_at) VALUES (%(project)s, %(task)s, 'e', 'ready', 0, 'system', 0)",
+        ),
+        (  # the sweep settling a turn vs a checkpoint of the turn
+            _lock_turn,
+            "turns",
+            "INSERT INTO checkpoints (project_id, member_id, turn_id, phase, state, created_at)"
+            " VALUES (%(project)s, %(member)s, %(turn)s, 'step', 'x', 0)",
+        ),
+    ],
+    ids=["lock_project", "attempts.next_number", "leases.still_running_at"],
+)
+def test_a_row_lock_of_the_store_lets_the_foreign_keys_naming_the_row_through(
+    pg_dsn: str, lock: Callable[[PgConnection, dict[str, int]], None], table: str, naming: str
+) -> None:
+    """Each row lock the store takes to serialise writers across nodes waits for a second of
+    its kind, and lets through the foreign-key check (``FOR KEY SHARE``) of a row another
+    transaction inserts naming the locked row: none of them deletes the row or changes its
+    key, which is all ``FOR UPDATE`` would add."""
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    project, member = _project_with_agent(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        task = conn.execute(
+            "INSERT INTO tasks (project_id, key, title, position, owner_id, state, created_at,"
+            " updated_at) VALUES (%s, 't1', 'T', 1, %s, 'ready', 0, 0) RETURNING id",
+            (project, member),
+        ).fetchone()
+        turn = conn.execute(
+            "INSERT INTO turns (project_id, member_id, state, started_at, owner)"
+            " VALUES (%s, %s, 'running', 0, 'a') RETURNING id",
+            (project, member),
+        ).fetchone()
+    assert task is not None and turn is not None
+    ids = {"project": project, "member": member, "task": int(task[0]), "turn": int(turn[0])}
+    try:
+        pg.execute("BEGIN")
+        lock(pg, ids)  # held until the transaction ends
+        with psycopg.connect(pg_dsn, autocommit=True) as other:
+            other.execute("SET lock_timeout = '1ms'")  # a wait is an error here, at once
+            other.execute(naming, ids)  # the foreign key's check: FOR KEY SHARE
+            with pytest.raises(psycopg.errors.LockNotAvailable):  # a second lock waits
+                other.execute(
+                    f"SELECT id FROM {table} WHERE id = %s FOR NO KEY UPDATE",
+                    (ids[table.rstrip("s")],),
+                )
+        pg.execute("ROLLBACK")
+    finally:
+        pg.close()

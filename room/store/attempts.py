@@ -79,9 +79,11 @@ def latest(conn: Connection, task_id: int) -> AttemptRow | None:
 
 def next_number(conn: Connection, task_id: int) -> int:
     """The task's next attempt number: ``max + 1`` under the task's row lock on PostgreSQL
-    (SQLite's write transaction holds the whole file)."""
+    (SQLite's write transaction holds the whole file). ``FOR NO KEY UPDATE``: two numberings
+    wait for each other, the foreign-key checks of rows naming the task (its events, its
+    evidence) do not wait for either."""
     if locks_rows(conn):
-        conn.execute("SELECT id FROM tasks WHERE id = ? FOR UPDATE", (task_id,)).fetchall()
+        conn.execute("SELECT id FROM tasks WHERE id = ? FOR NO KEY UPDATE", (task_id,)).fetchall()
     row = conn.execute(
         "SELECT COALESCE(MAX(attempt), 0) + 1 FROM task_attempts WHERE task_id = :t", {"t": task_id}
     ).fetchone()

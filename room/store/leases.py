@@ -215,8 +215,10 @@ def running_at(conn: Connection, node: str) -> list[tuple[int, int]]:
 
 def still_running_at(conn: Connection, turn_id: int, node: str) -> tuple[int, int, int, int] | None:
     """(turn, project, member, side effects) of ``turn_id`` if it is still ``running`` on
-    ``node``, its row locked on PostgreSQL until the transaction ends; else None."""
-    lock = " FOR UPDATE" if locks_rows(conn) else ""
+    ``node``, its row locked on PostgreSQL until the transaction ends; else None.
+    ``FOR NO KEY UPDATE``: the settling updates the turn, never deletes it, and rows naming it
+    (its checkpoints, its transcript) are not held up at their foreign-key checks."""
+    lock = " FOR NO KEY UPDATE" if locks_rows(conn) else ""
     row = conn.execute(
         "SELECT id, project_id, member_id, side_effects FROM turns"
         " WHERE id = ? AND state = 'running' AND owner = ?" + lock,
