@@ -12,10 +12,13 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 
+from room.actions import leases as leases_actions
+from room.rules.leases import Claim
 from room.store import Database, Tx
 from room.store import attempts as attempts_store
 from room.store import brakes as brakes_store
@@ -336,3 +339,61 @@ def test_a_row_lock_of_the_store_lets_the_foreign_keys_naming_the_row_through(
         pg.execute("ROLLBACK")
     finally:
         pg.close()
+
+
+@pytest.mark.anyio
+async def test_a_node_adopting_a_lease_takes_the_project_first_like_the_old_holders_writes(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """Node B adopts the lapsed lease of a project moved to it (``leases.hold``), settling the
+    turn node A ran — a turn with side effects: a notice posted, the project's seq taken. Node
+    A's last write of that turn holds the project (its batch's ``locks=``) and then checks its
+    fence (the lease's row, ``FOR SHARE``). Had B taken the lease's row first and the project
+    second, each waited for the other. B's write declares the project, so its batch takes the
+    project's row before the lease's, as A's does: A's fence check does not wait for B."""
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    pg.close()
+    project, member = _project_with_agent(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE projects SET home_node = 'b' WHERE id = %s", (project,))
+        conn.execute(
+            "INSERT INTO leases (project_id, holder, token, expires_at, taken_at)"
+            " VALUES (%s, 'a', 1, %s, 0)",
+            (project, NOW - 1),
+        )  # lapsed: node A stopped renewing
+        row = conn.execute(
+            "INSERT INTO turns (project_id, member_id, state, started_at, owner, side_effects)"
+            " VALUES (%s, %s, 'running', 0, 'a', 1) RETURNING id",
+            (project, member),
+        ).fetchone()
+        assert row is not None
+        turn = int(row[0])
+    node_a = pg_connect(pg_dsn)
+    node_b = Database(
+        tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW, node="b"
+    )
+    node_b.start(asyncio.get_running_loop())
+    try:
+        # Node A's batch for its turn's write: the project's row, as Database._lock_projects.
+        node_a.execute("BEGIN")
+        node_a.execute("SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project,))
+        core = SimpleNamespace(db=node_b)
+        adopted = asyncio.ensure_future(leases_actions.hold(core, project, 30.0))  # type: ignore[arg-type]
+        while True:  # node B's write has started, and waits for a lock
+            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+                break
+            await asyncio.sleep(0.05)
+        # Node A checks its fence: the lease is still its own, and nothing holds its row.
+        node_a.execute("SET LOCAL lock_timeout = '1ms'")
+        leases_store.check_fence(node_a, leases_store.Fence(project, 1))
+        node_a.execute("COMMIT")
+        outcome, lease = await asyncio.wait_for(adopted, 30)
+        assert outcome is Claim.ADOPT and lease is not None and lease.token == 2
+        assert node_b.stats.retries == 0
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute("SELECT state FROM turns WHERE id = %s", (turn,)).fetchone()
+            assert row is not None and row[0] == "interrupted"
+    finally:
+        node_a.close()
+        await node_b.close()

@@ -99,8 +99,12 @@ async def settle_unheard(core: Services, turn_ids: list[int]) -> list[int]:
 async def hold(
     core: Services, project_id: int, lease_secs: float, *, floating: bool = False
 ) -> tuple[Claim, Lease | None]:
-    return await core.db.write(
-        lambda conn, tx: take(conn, tx, project_id, lease_secs, floating=floating)
+    # The project declared: the batch locks its row before the lease's (take), the order of a
+    # turn's fenced write (the batch's project lock, then check_fence). Taking the lease's row
+    # first and the project's at the adoption's notice (its seq) deadlocked with such a write.
+    return await core.db.submit(
+        lambda conn, tx: take(conn, tx, project_id, lease_secs, floating=floating),
+        locks=(project_id,),
     )
 
 
