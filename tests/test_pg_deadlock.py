@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from room.actions import leases as leases_actions
+from room.actions import turns as turn_actions
 from room.rules.leases import Claim
 from room.store import Database, Tx
 from room.store import attempts as attempts_store
@@ -396,4 +397,63 @@ async def test_a_node_adopting_a_lease_takes_the_project_first_like_the_old_hold
             assert row is not None and row[0] == "interrupted"
     finally:
         node_a.close()
+        await node_b.close()
+
+
+@pytest.mark.anyio
+async def test_a_turn_opening_that_trips_the_brake_takes_the_project_first_like_a_send(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """A turn opening past the loop brake's cap (``begin_turn``) counts the turn on the
+    project's brake row and then posts the brake's notice: the project's seq. A human's send
+    holds the project (its batch's ``locks=``) and then resets that brake row. Had the opening
+    taken the brake row first and the project second, each waited for the other. The opening
+    declares its project, so its batch takes the project's row first, as the send's does: the
+    send's reset does not wait for it."""
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    pg.close()
+    project, member = _project_with_agent(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO messages (project_id, seq, author_id, body, frame, created_at)"
+            " VALUES (%s, 1, %s, 'hi', '{}', 0) RETURNING id",
+            (project, member),
+        ).fetchone()
+        assert row is not None
+        conn.execute(
+            "INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,"
+            " updated_at) VALUES (%s, %s, %s, 'pending', 0, 0)",
+            (project, int(row[0]), member),
+        )
+        conn.execute("UPDATE projects SET last_seq = 1 WHERE id = %s", (project,))
+        conn.execute(  # the cap reached: the next turn trips the brake
+            "INSERT INTO project_brakes (project_id, agent_turns) VALUES (%s, 2)", (project,)
+        )
+    sender = pg_connect(pg_dsn)
+    node_b = Database(
+        tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW, node="b"
+    )
+    node_b.start(asyncio.get_running_loop())
+    try:
+        # The send's batch on node A: the project's row, as Database._lock_projects.
+        sender.execute("BEGIN")
+        sender.execute("SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project,))
+        core = SimpleNamespace(db=node_b)
+        opened = asyncio.ensure_future(
+            turn_actions.begin_turn(core, member, 2, project_id=project)  # type: ignore[arg-type]
+        )
+        while True:  # node B's write has started, and waits for a lock
+            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+                break
+            await asyncio.sleep(0.05)
+        # The send resets the brake's count: nothing holds the brake's row.
+        sender.execute("SET LOCAL lock_timeout = '1ms'")
+        brakes_store.reset_agent_turns(sender, Tx(now=NOW), project)
+        sender.execute("COMMIT")
+        start = await asyncio.wait_for(opened, 30)
+        assert start.turn_id is not None  # the count was reset first: no brake, a turn
+        assert node_b.stats.retries == 0
+    finally:
+        sender.close()
         await node_b.close()

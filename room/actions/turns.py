@@ -103,12 +103,19 @@ class TurnStart:
     blocked: Reason | None = None
 
 
-async def begin_turn(core: Services, member_id: int, cap: int) -> TurnStart:
+async def begin_turn(
+    core: Services, member_id: int, cap: int, *, project_id: int | None = None
+) -> TurnStart:
     """Claim a member's pending deliveries and open a turn taking them in, in ONE write: the
     dispatch rule (:func:`room.rules.ledger.dispatch_blocker`) is checked once, here, so a pause or
     a tripped brake committed a moment before is seen and nothing is claimed. The turn counts toward
     the loop brake; the first one past ``cap`` trips it and takes nothing (the deliveries stay
-    ``pending``, dispatched once a person clears it)."""
+    ``pending``, dispatched once a person clears it).
+
+    ``project_id`` (the member's project) is declared to the writer, whose batch then locks the
+    project's row before the job runs (PostgreSQL), in a send's order: the project, then the
+    brake's row. Undeclared, a turn tripping the brake took the brake's row, then the project's
+    (the notice's seq), and deadlocked with a send resetting the brake on another node."""
 
     def job(conn: Connection, tx: Tx) -> TurnStart:
         # One running turn per member, across processes: under the member's row lock a turn
@@ -142,7 +149,7 @@ async def begin_turn(core: Services, member_id: int, cap: int) -> TurnStart:
         checkpoints.record(conn, tx, turn_id, "start")
         return TurnStart(turn_id, inbound)
 
-    return await core.db.write(job)
+    return await core.db.submit(job, locks=() if project_id is None else (project_id,))
 
 
 async def steer(core: Services, member_id: int, turn_id: int) -> list[Inbound]:

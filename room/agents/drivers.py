@@ -152,7 +152,9 @@ class Session:
         # (a pause meanwhile holds it; it is never failed for waiting).
         limits = await turn_actions.limits(core, self.project_id)
         try:
-            start = await turn_actions.begin_turn(core, self.member_id, limits.agent_turn_cap)
+            start = await turn_actions.begin_turn(
+                core, self.member_id, limits.agent_turn_cap, project_id=self.project_id
+            )
         except LeaseLostError:  # adopted since this node last renewed it
             assert leasing is not None
             leasing.forget(self.project_id)
