@@ -361,11 +361,10 @@ class Connection:
 
     async def on_consume(self, frame: p.ConsumeFrame) -> None:
         member_id = self._external()
-        cap = None
+        cap = project_id = None
         if self.identity and self.identity.agent:
-            cap = (
-                await turn_actions.limits(self.core, self.identity.agent.project_id)
-            ).agent_turn_cap
+            project_id = self.identity.agent.project_id
+            cap = (await turn_actions.limits(self.core, project_id)).agent_turn_cap
         await turn_actions.confirm_external(
             self.core,
             member_id,
@@ -373,6 +372,7 @@ class Connection:
             DeliveryState.CONSUMED,
             frame.mode,
             turn_cap=cap,
+            project_id=project_id,
         )
 
     async def on_redeliver(self, frame: p.RedeliverFrame) -> None:

@@ -20,6 +20,7 @@ import pytest
 from room.actions import leases as leases_actions
 from room.actions import turns as turn_actions
 from room.rules.leases import Claim
+from room.rules.ledger import DeliveryState
 from room.store import Database, Tx
 from room.store import attempts as attempts_store
 from room.store import brakes as brakes_store
@@ -454,6 +455,76 @@ async def test_a_turn_opening_that_trips_the_brake_takes_the_project_first_like_
         start = await asyncio.wait_for(opened, 30)
         assert start.turn_id is not None  # the count was reset first: no brake, a turn
         assert node_b.stats.retries == 0
+    finally:
+        sender.close()
+        await node_b.close()
+
+
+@pytest.mark.anyio
+async def test_an_external_agents_consume_that_trips_the_brake_takes_the_project_first(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """An external agent's ``consume`` (``confirm_external`` with its turn cap) counts its turn
+    on the brake's row and, past the cap, posts the brake's notice (the project's seq): like
+    a turn opening, it declares the project, so a send holding the project and resetting the
+    brake on another node does not wait for it."""
+    pg = pg_connect(pg_dsn)
+    pg_migrate(pg, now=NOW)
+    pg.close()
+    project, member = _project_with_agent(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO messages (project_id, seq, author_id, body, frame, created_at)"
+            " VALUES (%s, 1, %s, 'hi', '{}', 0) RETURNING id",
+            (project, member),
+        ).fetchone()
+        assert row is not None
+        row = conn.execute(
+            "INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,"
+            " updated_at) VALUES (%s, %s, %s, 'delivered', 0, 0) RETURNING id",
+            (project, int(row[0]), member),
+        ).fetchone()
+        assert row is not None
+        delivery = int(row[0])
+        conn.execute("UPDATE projects SET last_seq = 1 WHERE id = %s", (project,))
+        conn.execute(  # the cap reached: the next turn trips the brake
+            "INSERT INTO project_brakes (project_id, agent_turns) VALUES (%s, 2)", (project,)
+        )
+    sender = pg_connect(pg_dsn)
+    node_b = Database(
+        tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW, node="b"
+    )
+    node_b.start(asyncio.get_running_loop())
+    try:
+        sender.execute("BEGIN")  # the send's batch on node A: the project's row
+        sender.execute("SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project,))
+        core = SimpleNamespace(db=node_b)
+        consumed = asyncio.ensure_future(
+            turn_actions.confirm_external(
+                core,  # type: ignore[arg-type]
+                member,
+                [delivery],
+                DeliveryState.CONSUMED,
+                "queue",
+                turn_cap=2,
+                project_id=project,
+            )
+        )
+        while True:  # node B's write has started, and waits for a lock
+            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+                break
+            await asyncio.sleep(0.05)
+        sender.execute("SET LOCAL lock_timeout = '1ms'")
+        brakes_store.reset_agent_turns(sender, Tx(now=NOW), project)
+        sender.execute("COMMIT")
+        assert await asyncio.wait_for(consumed, 30) == [delivery]
+        assert node_b.stats.retries == 0
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT agent_turns, tripped FROM project_brakes WHERE project_id = %s",
+                (project,),
+            ).fetchone()
+        assert row == (1, None)  # reset first, then counted once: no trip
     finally:
         sender.close()
         await node_b.close()

@@ -193,10 +193,13 @@ async def confirm_external(
     mode: str | None = None,
     *,
     turn_cap: int | None = None,
+    project_id: int | None = None,
 ) -> list[int]:
     """An external agent's report (see :func:`room.actions.deliveries.confirm`). A ``queue``
     consume is the start of one of its own turns, so it counts toward the loop brake's
-    ``turn_cap`` like an in-process turn (:func:`room.actions.brakes.count_external_turn`)."""
+    ``turn_cap`` like an in-process turn (:func:`room.actions.brakes.count_external_turn`).
+    ``project_id`` (the agent's project) is declared to the writer, as :func:`begin_turn`
+    does: a count tripping the brake takes the project's row after the brake's otherwise."""
 
     def job(conn: Connection, tx: Tx) -> list[int]:
         own = confirm(conn, tx, member_id, delivery_ids, state, mode)
@@ -206,7 +209,7 @@ async def confirm_external(
                 brake_actions.count_external_turn(conn, tx, member.project_id, member_id, turn_cap)
         return own
 
-    return await core.db.write(job)
+    return await core.db.submit(job, locks=() if project_id is None else (project_id,))
 
 
 @dataclass(slots=True)
