@@ -67,6 +67,7 @@ from room.rules.protocol import CLIENT_FRAME_TYPES
 from room.services import RateLimiter, RosterCache, Services
 from room.settings import Settings
 from room.store import Database, DataLock, Tx, indexer, pg, pg_migrate, run_write
+from room.store import cluster as cluster_store
 from room.store import leases as leases_store
 from room.store import projects as projects_store
 from room.store.migrate import connect, migrate
@@ -298,8 +299,10 @@ def create_app(
             search_indexer = indexer.SearchIndexer(settings.database_url or settings.db_path)
             search_indexer.start(asyncio.get_running_loop())
         bus = None
-        if on_postgres and settings.bus_url is not None:  # a cluster: hints between the nodes
-            bus = Bus(settings.bus_url, boot.node_id(settings.data), _address(settings))
+        # The database's own id, which names its cluster's bus subjects (docs/cluster.md).
+        cluster = await db.read(cluster_store.cluster_id) if on_postgres else None
+        if cluster is not None and settings.bus_url is not None:  # hints between the nodes
+            bus = Bus(settings.bus_url, boot.node_id(settings.data), cluster, _address(settings))
         core = Services(
             settings=settings,
             db=db,
@@ -410,9 +413,10 @@ def create_app(
             capabilities=_capabilities(app, server, db, sandbox, core.pdfs),
             database=db.info
             if relay is None
-            else {  # a cluster's node: its id, and its bus (docs/cluster.md)
+            else {  # a cluster's node: its id, its cluster's, and its bus (docs/cluster.md)
                 **db.info,
                 "node": boot.node_id(settings.data),
+                "cluster": cluster,
                 "bus": None if settings.bus_url is None else pg.redact(settings.bus_url),
             },
             providers=providers,

@@ -279,6 +279,8 @@ def _print_cluster(summary: dict[str, Any]) -> None:
     view = cluster.get("seen_by_server")
     at = f" at {view['address']}" if view and view.get("address") else ""
     print(f"node:     {summary.get('node') or '(not served yet)'}{at}")
+    if cluster.get("cluster"):
+        print(f"cluster:  {cluster['cluster']}")
     bus = cluster.get("bus")
     said = []
     if bus is not None:
@@ -295,6 +297,9 @@ def _print_cluster(summary: dict[str, Any]) -> None:
             print(line)
 
 
+CLUSTER_MIGRATION = "0031_cluster_id"  # room.store.schema_cluster
+
+
 def cluster_status(settings: Settings) -> dict[str, Any]:
     """``room cluster status`` (docs/cluster.md): this data folder's node id, the database and
     its running turns by node, and the nodes heard on the bus (their heartbeats, listened to for
@@ -303,8 +308,10 @@ def cluster_status(settings: Settings) -> dict[str, Any]:
     ``nodes`` lists every node heard or home of a project: when it was heard, the address its
     heartbeats give, its running turns and the projects it is home of (room.infra.bus)."""
     from room.infra.bus import describe_nodes
+    from room.store import cluster as cluster_store
     from room.store import leases as leases_store
     from room.store.pg import connect, redact, server_version
+    from room.store.pg_migrate import applied_migrations
 
     assert settings.database_url is not None  # the command refuses to run without it
     problems: list[str] = []
@@ -315,19 +322,32 @@ def cluster_status(settings: Settings) -> dict[str, Any]:
     try:
         typed = cast(sqlite3.Connection, conn)  # the store's functions run on both
         version = server_version(conn)
+        # None on a database not migrated yet (no server of this release has started on it).
+        cluster = (
+            cluster_store.cluster_id(typed)
+            if CLUSTER_MIGRATION in applied_migrations(conn)
+            else None
+        )
         running = leases_store.running_by_node(typed)
         homes = leases_store.homes_by_node(typed)
     finally:
         conn.close()
     status["database_server"] = {"backend": "postgresql", "version": version}
+    # The database's id: its nodes' bus subjects are room.<cluster>.… (docs/cluster.md).
+    status["cluster"] = cluster
     status["running_turns"] = {owner or "(none)": count for owner, count in running.items()}
     # Projects by home node: where their workspaces are and their agents run (a home that is
     # not heard on the bus holds its projects' agents: `room cluster move`).
     status["homes"] = {node or "(none)": found["count"] for node, found in homes.items()}
     status["bus"] = None
     heard: list[dict[str, Any]] = []
-    if settings.bus_url is not None:
-        heard, error = asyncio.run(_listen_for_nodes(settings.bus_url))
+    if cluster is None:
+        problems.append(
+            f"the database has no cluster id yet (migration {CLUSTER_MIGRATION}): start a "
+            "server of this release on it; its nodes' subjects cannot be listened to"
+        )
+    elif settings.bus_url is not None:
+        heard, error = asyncio.run(_listen_for_nodes(settings.bus_url, cluster))
         shown = redact(settings.bus_url)
         status["bus"] = {
             "url": shown,
@@ -343,12 +363,12 @@ def cluster_status(settings: Settings) -> dict[str, Any]:
     return status
 
 
-async def _listen_for_nodes(url: str) -> tuple[list[dict[str, Any]], str | None]:
-    """The nodes heard on the bus within a little over one heartbeat, as
+async def _listen_for_nodes(url: str, cluster: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The nodes of ``cluster`` heard on the bus within a little over one heartbeat, as
     :meth:`room.infra.bus.Bus.seen` gives them; and the error when the bus cannot be reached."""
     import nats
 
-    from room.infra.bus import HEARTBEAT_SECS, NODES_SUBJECT
+    from room.infra.bus import HEARTBEAT_SECS, check_cluster, nodes_subject
 
     heard: dict[str, dict[str, Any]] = {}
 
@@ -377,7 +397,7 @@ async def _listen_for_nodes(url: str) -> tuple[list[dict[str, Any]], str | None]
     except Exception as exc:  # nats-py's NoServersError, the socket's errors, the timeout
         return [], str(exc) or type(exc).__name__
     try:
-        await nc.subscribe(NODES_SUBJECT, cb=on_msg)
+        await nc.subscribe(nodes_subject(check_cluster(cluster)), cb=on_msg)
         await asyncio.sleep(HEARTBEAT_SECS + 0.5)
     finally:
         await nc.close()
@@ -391,6 +411,8 @@ def print_cluster_status(status: dict[str, Any], *, as_json: bool) -> None:
     print(f"node:     {status['node'] or '(this data folder has not served yet)'}")
     server = status["database_server"]
     print(f"database: {status['database']} ({server['backend']} {server['version']})")
+    if status["cluster"] is not None:
+        print(f"cluster:  {status['cluster']} (its bus subjects: room.{status['cluster']}.…)")
     bus = status["bus"]
     if bus is None:
         print("bus:      none (the servers poll the database for each other's events)")

@@ -20,7 +20,7 @@ WAIT_SECS = 10.0
 
 
 async def _connected(url: str) -> Bus:
-    bus = Bus(url, "node-a")
+    bus = Bus(url, "node-a", "c0ffee")
     bus.start()
     up = asyncio.Event()
     bus.on_reconnect = up.set  # told once it is connected (the relay's sweep, in a node)
@@ -41,7 +41,7 @@ async def _written_before_the_next_callbacks(url: str) -> None:
             got.set()
 
     try:
-        await listener.subscribe("room.p.7", cb=on_msg)
+        await listener.subscribe("room.c0ffee.p.7", cb=on_msg)
         await listener.flush()
         nc = bus._nc
         assert nc is not None

@@ -132,6 +132,10 @@ async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
         report = json.loads((a.data / "boot-report.json").read_text())
         assert report["database"]["node"] == ids[0]
         assert report["database"]["bus"] == nats_server.url
+        # The database's cluster id, which names every subject (docs/cluster.md, "Subjects").
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute("SELECT cluster FROM cluster_identity").fetchone()
+        assert row is not None and found["cluster"] == report["database"]["cluster"] == row[0]
 
         # Typing on A shows on B (a frame outside the stream: only the bus carries it).
         await sender.send({"type": "typing", "project_id": project, "active": True})

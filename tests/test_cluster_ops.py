@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
 from room.cli import main as room_main
@@ -85,8 +86,14 @@ async def test_reports_and_doctor_show_the_node_the_database_the_bus_and_the_pee
         views = [
             await until(lambda n=n: all_heard(n), "each node hears both others") for n in nodes
         ]
+        # The database's cluster id (docs/cluster.md, "Subjects"): one for all three nodes.
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute("SELECT cluster FROM cluster_identity").fetchone()
+        assert row is not None
+        cluster_id = str(row[0])
         for node, view in zip(nodes, views, strict=True):
             assert view["node"] == node_id(node)
+            assert view["cluster"] == cluster_id
             assert view["address"] == addresses[node_id(node)]
             assert view["bus"]["up"] is True and SECRET not in view["bus"]["url"]
             peers = {p["node"]: p for p in view["peers"]}
@@ -103,6 +110,7 @@ async def test_reports_and_doctor_show_the_node_the_database_the_bus_and_the_pee
         report = json.loads((nodes[0].server.data / "boot-report.json").read_text())
         assert report["database"]["backend"] == "postgresql"
         assert report["database"]["version"]
+        assert report["database"]["cluster"] == cluster_id
         assert SECRET not in json.dumps(report)
 
         # `room doctor` on node 0's folder, with the bus: the same nodes, heard now.
@@ -113,6 +121,7 @@ async def test_reports_and_doctor_show_the_node_the_database_the_bus_and_the_pee
         assert summary["node"] == ids[0] and SECRET not in out
         assert summary["database"]["backend"] == "postgresql" and summary["database"]["version"]
         cluster = summary["cluster"]
+        assert cluster["cluster"] == cluster_id
         assert cluster["bus"]["reached"] is True
         found = {n["node"]: n for n in cluster["nodes"]}
         assert sorted(found) == sorted(ids)
@@ -123,6 +132,7 @@ async def test_reports_and_doctor_show_the_node_the_database_the_bus_and_the_pee
         code, text = await anyio.to_thread.run_sync(lambda: room("doctor", *args))
         assert code == 0 and SECRET not in text
         assert f"node:     {ids[0]} at {addresses[ids[0]]}" in text
+        assert f"cluster:  {cluster_id}\n" in text
         assert f"  node {ids[2]}: up at {addresses[ids[2]]}" in text
         assert f"home of 1 project(s) ({project_2} 二号的项目)" in text
 

@@ -22,7 +22,7 @@ class Clock:
 
 
 def presence(clock: Clock | None = None) -> tuple[ClusterPresence, list[set[int]]]:
-    bus = Bus("nats://127.0.0.1:1", "self")  # never connected
+    bus = Bus("nats://127.0.0.1:1", "self", "c0ffee")  # never connected
     found = ClusterPresence(bus, clock or Clock())
     told: list[set[int]] = []
     found.on_people = told.append
@@ -103,7 +103,7 @@ def test_a_node_cannot_tell_who_is_up_until_its_bus_has_been_up_three_heartbeats
     """Right after its bus came (back) up a node has heard nobody yet: taking that silence for
     "down" marked a live home's deliveries ``home_node_offline`` (room.agents.leasing). It
     cannot tell (``live_nodes`` None: the home is taken to be up) until PEER_LAPSE_SECS passed."""
-    bus = Bus("nats://127.0.0.1:1", "self")  # never connected
+    bus = Bus("nats://127.0.0.1:1", "self", "c0ffee")  # never connected
     relay = Relay(None, None, bus=bus)  # type: ignore[arg-type]
 
     def knows() -> bool:

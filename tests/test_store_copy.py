@@ -2,7 +2,8 @@
 a populated SQLite server (a project with something in every part: tests.test_packs.build)
 copied to PostgreSQL (the tests' private cluster) and back to a new data folder; every table's
 rows compared across the three, ids kept, PostgreSQL's sequences past the copied ids, the
-search finding the same on each, a non-empty target refused with nothing written."""
+search finding the same on each, each its own cluster id, a non-empty target refused with
+nothing written."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from room.actions import message_edits
 from room.actions.store_copy import CopyError, Side, columns, copy_store, open_side, tables
 from room.cli import EXIT_NOT_EMPTY, EXIT_OK, main
+from room.store import cluster as cluster_store
 from room.store import search as search_store
 from room.store.dialect import Connection
 from room.store.migrate import connect as sqlite_connect
@@ -92,6 +94,11 @@ async def test_a_server_copies_to_postgresql_and_back_with_everything(
             assert hits(pg.conn, pid, q) == expected == hits(copy.conn, pid, q), q
         assert hits(pg.conn, pid, "端口") == {("fact", 1)}
         assert hits(pg.conn, pid, "收到") == set()  # the deleted message
+
+        # Each copy is a new log of record, a cluster of its own on the bus: its migration
+        # drew its own id, the source's was not copied over it (room.store.schema_cluster).
+        ids = [cluster_store.cluster_id(side.conn) for side in (source, pg, copy)]
+        assert len(set(ids)) == 3 and all(len(i) == 16 for i in ids), ids
     finally:
         for side in (source, pg, copy):
             side.conn.close()

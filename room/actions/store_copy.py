@@ -28,7 +28,9 @@ The copy:
   ``search_records``), then the messages' index (the indexer catches up; on SQLite the index
   file ``search.sqlite``), and on PostgreSQL the planner's statistics (``ANALYZE``).
 
-Not copied: the files of the data folder (attachments' blobs, workspaces, backups): a server
+Not copied: the target's cluster id, which its own migration drew (the copy is a new log of
+record: its nodes name other bus subjects than the source's, docs/cluster.md "Subjects"); the
+files of the data folder (attachments' blobs, workspaces, backups): a server
 on the target uses the same data folder, or they are copied with it.
 """
 
@@ -60,8 +62,17 @@ FETCH = 2_000
 # Derived (rebuilt by the copy or the indexer) or the store's own bookkeeping: never copied.
 # ``search_changes`` is the indexer's queue: the target's index is built afresh from the
 # messages as they are (on PostgreSQL the messages' trigger queues each one as it is copied).
+# ``cluster_identity`` is the database's own id, drawn by its migration: a copy is a new log of
+# record, a cluster of its own on the bus (room.store.schema_cluster).
 DERIVED = frozenset(
-    {"search_fts", "message_fts", "index_state", "search_changes", "schema_migrations"}
+    {
+        "search_fts",
+        "message_fts",
+        "index_state",
+        "search_changes",
+        "schema_migrations",
+        "cluster_identity",
+    }
 )
 _MOD = 1 << 256
 

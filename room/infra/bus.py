@@ -4,9 +4,11 @@
 What rides it is a *hint*, never the record: the ``events``/``messages`` tables are the log of
 record, and a hint that is lost (NATS down, a node killed between its commit and its publish)
 costs latency only, because every node checks the database too (room.actions.relay). One
-subject per project (``room.p.<id>``), which a node subscribes to while it has live subscribers
-to the project; one subject for every node ("room.nodes") for what is not a project's (a
-session's sockets cut). ``no_echo``: a node never hears its own publishes.
+subject per project (``room.<cluster>.p.<id>``), which a node subscribes to while it has live
+subscribers to the project; one subject for every node (``room.<cluster>.nodes``) for what is
+not a project's (a session's sockets cut). ``<cluster>`` is the database's id
+(room.store.schema_cluster): two clusters on one nats-server never hear each other, even where
+their project ids are the same. ``no_echo``: a node never hears its own publishes.
 
 :class:`ClusterHub` is the hub whose frames outside the stream (typing, read cursors, delivery
 labels, drafts; not presence, see :data:`LOCAL_ONLY`) and socket cuts (a member removed, a project purged, a session signed out or a
@@ -44,10 +46,9 @@ from room.infra.presence import Presence
 
 log = logging.getLogger(__name__)
 
-PROJECT_SUBJECT = "room.p."  # + the project's id
-NODES_SUBJECT = "room.nodes"
+SUBJECT_ROOT = "room."  # + the cluster id (the database's, room.store.schema_cluster)
 RECONNECT_WAIT_SECS = 0.5
-HEARTBEAT_SECS = 2.0  # each node says it is there on NODES_SUBJECT this often
+HEARTBEAT_SECS = 2.0  # each node says it is there on its cluster's nodes subject this often
 PEER_LAPSE_SECS = 3 * HEARTBEAT_SECS  # a peer unheard for this long is not counted
 CONNECT_TIMEOUT_SECS = 2.0
 TELL_AFTER_SECS = 0.05  # a node's changed set of people goes out this soon (ClusterPresence)
@@ -56,6 +57,26 @@ REPORT_CHECK_SECS = 0.5
 MAX_SEEN = 64  # peers remembered for the report (a cluster has a few; node ids are stable)
 
 Hint = dict[str, Any]
+
+
+def project_subject(cluster: str, project_id: int) -> str:
+    """The subject of one project's hints in one cluster: ``room.<cluster>.p.<id>``."""
+    return f"{SUBJECT_ROOT}{cluster}.p.{project_id}"
+
+
+def nodes_subject(cluster: str) -> str:
+    """The subject every node of one cluster hears: ``room.<cluster>.nodes``."""
+    return f"{SUBJECT_ROOT}{cluster}.nodes"
+
+
+def check_cluster(cluster: str) -> str:
+    """``cluster`` if it can be one token of a subject (no ``.``, ``*``, ``>`` or blank);
+    else ValueError: a hand-edited id must not widen or split the subjects."""
+    if not cluster or any(c in cluster for c in ".*> \t\r\n"):
+        raise ValueError(f"{cluster!r} cannot name a cluster's bus subjects")
+    return cluster
+
+
 # Each node computes a project's presence frames itself, from the same merged sets of people
 # (ClusterPresence): sent to the others as well, every change would reach their sockets twice.
 LOCAL_ONLY = '{"type":"presence",'
@@ -65,10 +86,13 @@ class Bus:
     """One NATS connection per node. :meth:`start` connects in the background (a node whose
     bus is down at its start serves on the database poll meanwhile) and reconnects forever."""
 
-    def __init__(self, url: str, node: str, address: str | None = None) -> None:
+    def __init__(self, url: str, node: str, cluster: str, address: str | None = None) -> None:
         self.url = url
         self.shown = _redact(url)  # for the logs: never a password
         self.node = node
+        self.cluster = check_cluster(cluster)  # the database's id: names the subjects
+        self._project_prefix = project_subject(cluster, 0)[:-1]  # room.<cluster>.p.
+        self._nodes_subject = nodes_subject(cluster)
         self.address = address  # where this node listens (host:port), said in its heartbeats
         self.on_hint: Callable[[int | None, Hint], None] = lambda project_id, hint: None
         self.on_reconnect: Callable[[], None] = lambda: None
@@ -135,6 +159,7 @@ class Bus:
         """This node's view of the cluster (boot-report.json's ``cluster``, docs/cluster.md)."""
         return {
             "node": self.node,
+            "cluster": self.cluster,
             "address": self.address,
             "bus": {"url": self.shown, "up": self._up},
             "peers": self.seen(),
@@ -178,7 +203,7 @@ class Bus:
                 log.warning("the bus %s cannot be reached (%s); trying again", self.shown, exc)
                 await asyncio.sleep(RECONNECT_WAIT_SECS)
         self._up, self._up_since = True, time.monotonic()
-        await self._nc.subscribe(NODES_SUBJECT, cb=self._heard)
+        await self._nc.subscribe(self._nodes_subject, cb=self._heard)
         for project_id in list(self._subs):
             await self._subscribe(project_id)
         log.info("the bus %s is up", self.shown)
@@ -236,7 +261,7 @@ class Bus:
         if self._nc is None or project_id not in self._subs or self._subs[project_id]:
             return
         try:
-            sub = await self._nc.subscribe(f"{PROJECT_SUBJECT}{project_id}", cb=self._heard)
+            sub = await self._nc.subscribe(f"{self._project_prefix}{project_id}", cb=self._heard)
         except Exception as exc:
             log.warning("subscribing to project %d's hints failed: %s", project_id, exc)
             return
@@ -254,11 +279,13 @@ class Bus:
         if not isinstance(hint, dict):
             return
         project_id: int | None = None
-        if msg.subject.startswith(PROJECT_SUBJECT):
+        if msg.subject.startswith(self._project_prefix):
             try:
-                project_id = int(msg.subject[len(PROJECT_SUBJECT) :])
+                project_id = int(msg.subject[len(self._project_prefix) :])
             except ValueError:
                 return
+        elif msg.subject != self._nodes_subject:  # not this cluster's (never subscribed to)
+            return
         if project_id is None and hint.get("k") == "hb":
             node = str(hint.get("n"))
             self._peers[node] = time.monotonic()
@@ -286,7 +313,9 @@ class Bus:
             if hint.get("k") != "hb":
                 self.unsent += 1
             return
-        subject = NODES_SUBJECT if project_id is None else f"{PROJECT_SUBJECT}{project_id}"
+        subject = (
+            self._nodes_subject if project_id is None else f"{self._project_prefix}{project_id}"
+        )
         # Now, not in a task of its own: nats-py's publish appends to its buffer and wakes its
         # flusher, whose write then comes first in the next turn of the loop — before this
         # turn's fan-out to the node's own sockets (room.infra.fanout.Flusher, scheduled after

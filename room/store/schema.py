@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from room.store.schema_attachments import ATTACHMENTS, PDF_PREVIEWS
 from room.store.schema_attempts import TASK_ATTEMPTS
+from room.store.schema_cluster import CLUSTER_ID
 from room.store.schema_leases import LEASES
 from room.store.schema_memory import MEMORY
 from room.store.schema_message_fts import MESSAGE_FTS_PROJECT
@@ -583,6 +584,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0028_leases", LEASES),
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS),
     Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT),
+    Migration("0031_cluster_id", CLUSTER_ID),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -356,9 +356,10 @@ async def _step(
 def _interleaved(
     workdir: Path, cluster: Any, bus: Any, seconds: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both cases up at once, each on its own database *and its own nats-server*: the subjects
-    name a project by its id only, so two clusters on one bus hear each other's hints (the
-    1-node case's events reached the 2-node case's sockets; docs/cluster.md)."""
+    """Both cases up at once, each on its own database and its own nats-server. The subjects
+    name each database's cluster id (docs/cluster.md, "Subjects"), so one server could carry
+    both; one each keeps each case's NATS CPU its own (``others``). Before the ids, one shared
+    server carried the 1-node case's events to the 2-node case's sockets."""
     from tests.support.nats import NatsServer, find_binary
 
     one: list[RoomServer] = []
