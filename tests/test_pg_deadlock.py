@@ -102,19 +102,7 @@ def test_a_turn_opening_does_not_block_the_foreign_keys_naming_its_member(pg_dsn
     project (they deadlocked across nodes in the three-node soak)."""
     pg = pg_connect(pg_dsn)
     pg_migrate(pg, now=NOW)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "INSERT INTO projects (name, created_at, updated_at) VALUES ('p', 0, 0) RETURNING id"
-        ).fetchone()
-        assert row is not None
-        project = int(row[0])
-        row = conn.execute(
-            "INSERT INTO members (project_id, kind, role, handle, display_name, created_at)"
-            " VALUES (%s, 'agent', 'lead', 'lead', 'Lead', 0) RETURNING id",
-            (project,),
-        ).fetchone()
-        assert row is not None
-        member = int(row[0])
+    project, member = _project_with_agent(pg_dsn)
     try:
         pg.execute("BEGIN")
         turns_store.lock_member(pg, member)  # a turn opening, its transaction still open
