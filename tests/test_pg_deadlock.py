@@ -138,6 +138,29 @@ def _project_with_agent(pg_dsn: str) -> tuple[int, int]:
         return project, int(row[0])
 
 
+def _message_at_the_brakes_cap(pg_dsn: str, project: int, member: int, state: str) -> int:
+    """Seq 1 of the project, delivered to ``member`` in ``state``, with the loop brake's count
+    at its cap (the next turn trips it); returns the delivery's id."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO messages (project_id, seq, author_id, body, frame, created_at)"
+            " VALUES (%s, 1, %s, 'hi', '{}', 0) RETURNING id",
+            (project, member),
+        ).fetchone()
+        assert row is not None
+        row = conn.execute(
+            "INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,"
+            " updated_at) VALUES (%s, %s, %s, %s, 0, 0) RETURNING id",
+            (project, int(row[0]), member, state),
+        ).fetchone()
+        assert row is not None
+        conn.execute("UPDATE projects SET last_seq = 1 WHERE id = %s", (project,))
+        conn.execute(  # the cap reached: the next turn trips the brake
+            "INSERT INTO project_brakes (project_id, agent_turns) VALUES (%s, 2)", (project,)
+        )
+        return int(row[0])
+
+
 def _waiting_on(pg_dsn: str, fragment: str) -> bool:
     with psycopg.connect(pg_dsn) as probe:
         row = probe.execute(
@@ -403,22 +426,7 @@ async def test_a_turn_opening_that_trips_the_brake_takes_the_project_first_like_
     pg_migrate(pg, now=NOW)
     pg.close()
     project, member = _project_with_agent(pg_dsn)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "INSERT INTO messages (project_id, seq, author_id, body, frame, created_at)"
-            " VALUES (%s, 1, %s, 'hi', '{}', 0) RETURNING id",
-            (project, member),
-        ).fetchone()
-        assert row is not None
-        conn.execute(
-            "INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,"
-            " updated_at) VALUES (%s, %s, %s, 'pending', 0, 0)",
-            (project, int(row[0]), member),
-        )
-        conn.execute("UPDATE projects SET last_seq = 1 WHERE id = %s", (project,))
-        conn.execute(  # the cap reached: the next turn trips the brake
-            "INSERT INTO project_brakes (project_id, agent_turns) VALUES (%s, 2)", (project,)
-        )
+    _message_at_the_brakes_cap(pg_dsn, project, member, "pending")
     sender = pg_connect(pg_dsn)
     node_b = Database(
         tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW, node="b"
@@ -460,24 +468,7 @@ async def test_an_external_agents_consume_that_trips_the_brake_takes_the_project
     pg_migrate(pg, now=NOW)
     pg.close()
     project, member = _project_with_agent(pg_dsn)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "INSERT INTO messages (project_id, seq, author_id, body, frame, created_at)"
-            " VALUES (%s, 1, %s, 'hi', '{}', 0) RETURNING id",
-            (project, member),
-        ).fetchone()
-        assert row is not None
-        row = conn.execute(
-            "INSERT INTO deliveries (project_id, message_id, recipient_id, state, created_at,"
-            " updated_at) VALUES (%s, %s, %s, 'delivered', 0, 0) RETURNING id",
-            (project, int(row[0]), member),
-        ).fetchone()
-        assert row is not None
-        delivery = int(row[0])
-        conn.execute("UPDATE projects SET last_seq = 1 WHERE id = %s", (project,))
-        conn.execute(  # the cap reached: the next turn trips the brake
-            "INSERT INTO project_brakes (project_id, agent_turns) VALUES (%s, 2)", (project,)
-        )
+    delivery = _message_at_the_brakes_cap(pg_dsn, project, member, "delivered")
     sender = pg_connect(pg_dsn)
     node_b = Database(
         tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW, node="b"
