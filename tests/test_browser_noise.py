@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, WebSocketRoute, expect
 
 from tests.support.browser import (
+    SERVER_WAIT_SECS,
     Person,
     RoomServer,
     chromium,
@@ -25,6 +26,7 @@ from tests.support.browser import (
     screenshot,
     sign_in_owner,
 )
+from tests.support.inproc import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -115,8 +117,17 @@ def test_a_failed_delivery_keeps_its_words_in_sight(owner: Person, room_server: 
 
 def test_people_only_hides_agents_and_is_kept(owner: Person, room_server: RoomServer) -> None:
     project = room_server.create_project("只看人", TEAM)
+    dev = room_server.members(project)["dev"]["id"]
+
+    def replies() -> int:
+        return sum(m["author_id"] == dev for m in room_server.messages(project))
+
+    # One echo per message: the second is sent once the first is answered, or a loaded machine
+    # may start @dev's turn after both arrived and answer them in one reply.
     room_server.say(project, "人写的第一条")
+    wait_until(lambda: replies() == 1, SERVER_WAIT_SECS)
     room_server.say(project, "@dev 人写的第二条")
+    wait_until(lambda: replies() == 2, SERVER_WAIT_SECS)
     page = owner.page
     owner.open_project(project)
     agent_msgs = page.locator(".msg:not(.mine)", has_text="builtin/echo")
