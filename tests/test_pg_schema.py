@@ -48,6 +48,11 @@ PG_ONLY_COLUMNS = {
     ("message_fts", "project_id"): "the message's project: a search ranks its window from the"
     " index alone (0030; on SQLite the index is FTS5 and the join an in-process lookup)",
 }
+# Indexes only PostgreSQL has.
+PG_ONLY_INDEXES = {
+    ("message_fts", "message_fts_rowid_brin"): "a BRIN of the ids: a common word's newest"
+    " matches without a heap page per match (0032; FTS5 reads its doclist newest first)",
+}
 # A UNIQUE COLLATE NOCASE column (SQLite) is a unique index on lower(column) on PostgreSQL (a
 # constraint cannot hold an expression): compared as the unique constraint it stands for.
 UNIQUE_AS_INDEX = {"users_handle_key"}
@@ -310,6 +315,8 @@ def pg_catalog(conn: psycopg.Connection[Any]) -> Catalog:
                 continue
             if method == "gin" and index == f"{name}_{FTS_EXTRA_COLUMN}":
                 continue  # the FTS table's index: see FTS_EXTRA_COLUMN
+            if (name, index) in PG_ONLY_INDEXES:
+                continue
             cols = tuple(
                 norm(
                     conn.execute("SELECT pg_get_indexdef(%s, %s, true)", (index_oid, k)).fetchone()[

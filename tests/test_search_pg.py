@@ -18,7 +18,7 @@ import pytest
 
 from room.rules.searchtext import index_texts
 from room.rules.searchtokens import fts_tokens, index_row
-from room.store import indexer
+from room.store import indexer, search_pg
 from room.store import pg_migrate as pg_migrate_module
 from room.store import search as search_store
 from room.store.dialect import Connection
@@ -382,5 +382,78 @@ def test_0030_carries_the_index_over_with_each_message_project(
         assert {q: side.hits(q) for q in EXPECTED} == EXPECTED
         assert side.hits("deployment", project_id=2) == {("message", 18), ("fact", 3)}
         assert indexer.lag(pg_dsn) == {"messages": 0, "changes": 0}
+    finally:
+        conn.close()
+
+
+def test_a_common_word_is_first_asked_of_the_newest_ids(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query the index's statistics call common is asked of the newest ids first
+    (``0032_message_fts_recent``); it finds what the whole index finds, ranks and ``capped``
+    included: when the newest ids hold a whole window of matches (``alpha``), and when they do
+    not and the whole index is asked after (``beta``, common only in the older half), with an
+    old message edited so that its row is written again at the heap's end. A rare word
+    (``gamma``) asks the whole index at once."""
+    monkeypatch.setattr(search_store, "RANK_WINDOW", 40)
+    conn = pg_connect(pg_dsn)
+    try:
+        pg_migrate(conn, now=NOW)
+        conn.execute("BEGIN")
+        conn.execute(
+            "INSERT INTO projects (id, name, created_at, updated_at) VALUES (1, 'p', ?, ?)",
+            (NOW, NOW),
+        )
+        conn.execute(
+            "INSERT INTO members (id, project_id, kind, role, handle, display_name, created_at)"
+            " VALUES (?, 1, 'agent', 'member', 'ann', 'ann', ?)",
+            (ANN, NOW),
+        )
+        for mid in range(1, 601):
+            words = ["alpha"] * (mid % 2 == 0) + ["beta"] * (mid <= 300)
+            words += ["gamma"] * (mid % 200 == 0) + ["alpha"] * (mid % 7 == 0) + [f"w{mid}"]
+            conn.execute(
+                "INSERT INTO messages (id, project_id, seq, author_id, body, frame, created_at)"
+                " VALUES (?, 1, ?, ?, ?, '{}', ?)",
+                (mid, mid, ANN, " ".join(words), NOW + mid),
+            )
+        conn.execute("COMMIT")
+        indexer.catch_up(pg_dsn)
+        conn.execute("BEGIN")
+        conn.execute("UPDATE messages SET body = 'beta alpha alpha edited' WHERE id = 3")
+        search_store.message_changed(conn, 3)
+        conn.execute("COMMIT")
+        indexer.catch_up(pg_dsn)
+        conn.execute("ANALYZE message_fts")
+
+        statements: list[str] = []
+        run = search_pg._planned_each_time
+
+        def catch(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+            statements.append(sql)
+            return run(conn, sql, params)
+
+        monkeypatch.setattr(search_pg, "_planned_each_time", catch)
+
+        def search(q: str) -> tuple[dict[str, Any], list[bool]]:
+            statements.clear()
+            found = search_store.search(conn, 1, q, kinds=["message"], limit=50)
+            return found, ["max(rowid)" in sql for sql in statements]
+
+        first = {q: search(q) for q in ("alpha", "beta", "gamma", "alpha beta")}
+        assert first["alpha"][1] == [True]  # the newest ids held a window
+        assert first["beta"][1] == [True, False]  # they did not: the whole index after
+        assert first["gamma"][1] == [False]  # rare: the whole index at once
+        assert first["alpha beta"][1] == [True, False]
+        monkeypatch.setattr(search_pg, "recent_span", lambda *_: None)
+        for q, (found, _) in first.items():
+            whole, asked = search(q)
+            assert asked == [False]
+            assert found == whole, q
+        assert first["alpha"][0]["capped"] and first["beta"][0]["capped"]
+        alpha = [r["message_id"] for r in first["alpha"][0]["results"]]
+        assert len(alpha) == 40 and min(alpha) > 500  # the newest window, best first
+        beta = {r["message_id"] for r in first["beta"][0]["results"]}
+        assert beta == set(range(261, 301))
     finally:
         conn.close()

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from room.rules import searchtokens
 from room.rules.searchtext import parse_query
 from room.rules.searchtokens import fts_tokens, tsquery
 
@@ -53,3 +54,24 @@ def test_a_query_becomes_a_tsquery_of_the_same_terms() -> None:
         "('数据':A <-> '据':A <-> 'alone':A) & ('说':B)"
     )
     assert tsquery(parse_query("数据库说")) == "('数据':A <-> '据库':A <-> '库说':A)"
+
+
+def test_a_query_s_share_of_rows_is_bounded_by_its_common_lexemes() -> None:
+    common = {"deploy": 0.02, "failed": 0.01, "数据": 0.03, "库": 0.05}
+
+    def share(q: str) -> float:
+        return searchtokens.share(parse_query(q), common)
+
+    assert share("deploy") == 0.02
+    assert share("failed deploy") == 0.01  # both clauses: the least
+    assert share("deploy OR failed") == pytest.approx(0.03)  # either: the sum
+    assert share('"deploy failed"') == 0.01  # a phrase needs every lexeme
+    assert share('"deploy nowhere"') == 0.0  # a lexeme the statistics do not list
+    assert share("nowhere") == 0.0
+    assert share("deploy -failed") == 0.02  # an excluded term only takes rows away
+    assert share("数据") == 0.03
+    assert share("数据库") == 0.0  # the bigram 据库 is not listed
+    assert share("deploy*") == 0.0  # a prefix alone: nothing bounds it
+    assert share("deploy* failed") == 0.01
+    many = {"a1": 0.6, "b2": 0.7}
+    assert searchtokens.share(parse_query("a1 OR b2"), many) == 1.0

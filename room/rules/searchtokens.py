@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from functools import lru_cache
 
 from room.rules.searchtext import MIN_PREFIX_CHARS, Query, Term
@@ -99,10 +100,9 @@ def _lexeme(token: str, label: str) -> str:
     return f"'{quoted}':{label}"
 
 
-def _term(term: Term) -> str:
-    """One term as :meth:`Term.fts` spells it for FTS5, in ``tsquery`` form: its words and CJK
-    bigrams a phrase (``<->``) of body lexemes (weight A), a prefix on the last one, and a lone
-    trailing CJK character a lexeme of the unigram column (weight B)."""
+def _term_parts(term: Term) -> tuple[list[str], bool, str]:
+    """A term's body lexemes (a phrase, in order), whether the last is a prefix, and its lone
+    trailing CJK character for the unigram column (``""`` when none)."""
     tokens: list[str] = []
     single = ""
     last = len(term.units) - 1
@@ -121,7 +121,14 @@ def _term(term: Term) -> str:
                 tokens.append(text[-1])
     kind, text = term.units[-1]
     prefix = term.prefix and kind == "w" and len(text) >= MIN_PREFIX_CHARS
-    lexemes = fts_tokens(" ".join(tokens))
+    return fts_tokens(" ".join(tokens)), prefix, single
+
+
+def _term(term: Term) -> str:
+    """One term as :meth:`Term.fts` spells it for FTS5, in ``tsquery`` form: its words and CJK
+    bigrams a phrase (``<->``) of body lexemes (weight A), a prefix on the last one, and a lone
+    trailing CJK character a lexeme of the unigram column (weight B)."""
+    lexemes, prefix, single = _term_parts(term)
     parts = []
     if lexemes:
         spelled = [_lexeme(t, "A") for t in lexemes]
@@ -135,6 +142,34 @@ def _term(term: Term) -> str:
     if len(parts) == 1:
         return f"({parts[0]})"
     return "(" + " & ".join(f"({p})" for p in parts) + ")"
+
+
+def _term_share(term: Term, common: Mapping[str, float]) -> float | None:
+    """About what share of rows ``term`` matches at most: the least of its exact lexemes'
+    shares (a phrase needs them all), ``0`` for a lexeme missing from ``common``; ``None`` when
+    nothing bounds it (a prefix alone)."""
+    lexemes, prefix, single = _term_parts(term)
+    exact = lexemes[:-1] if prefix else lexemes
+    shares = [common.get(t, 0.0) for t in exact]
+    if single:
+        shares.append(common.get(single, 0.0))
+    return min(shares) if shares else None
+
+
+def share(query: Query, common: Mapping[str, float]) -> float:
+    """About what share of index rows ``query`` matches at most, from ``common``: the lexemes
+    PostgreSQL's statistics list as common (``most_common_elems`` of the index's ``tsv``) with
+    the share of rows holding each. A lexeme not listed counts as ``0`` (rarer than any listed,
+    as far as the statistics know); a clause matches at most the sum of its terms' shares, the
+    query at most its least clause's; excluded terms only take rows away. ``0`` when nothing
+    bounds it (only bare prefixes)."""
+    bounds: list[float] = []
+    for clause in query.all_of:
+        terms = [_term_share(t, common) for t in clause]
+        if any(s is None for s in terms):
+            continue
+        bounds.append(min(1.0, sum(s for s in terms if s is not None)))
+    return min(bounds) if bounds else 0.0
 
 
 def tsquery(query: Query) -> str:

@@ -10,6 +10,7 @@ from typing import NamedTuple
 from room.store.schema_attachments import ATTACHMENTS, PDF_PREVIEWS
 from room.store.schema_attempts import TASK_ATTEMPTS
 from room.store.schema_cluster import CLUSTER_ID
+from room.store.schema_fts_recent import FTS_RECENT
 from room.store.schema_leases import LEASES
 from room.store.schema_memory import MEMORY
 from room.store.schema_message_fts import MESSAGE_FTS_PROJECT
@@ -585,6 +586,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS),
     Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT),
     Migration("0031_cluster_id", CLUSTER_ID),
+    Migration("0032_message_fts_recent", FTS_RECENT),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

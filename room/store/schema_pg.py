@@ -29,6 +29,7 @@ from __future__ import annotations
 from room.store.schema import Migration
 from room.store.schema_attachments import PDF_PREVIEWS_PG
 from room.store.schema_cluster import CLUSTER_ID_PG
+from room.store.schema_fts_recent import FTS_RECENT_PG
 from room.store.schema_leases import LEASES_PG
 from room.store.schema_message_fts import MESSAGE_FTS_PROJECT_PG
 from room.store.schema_notify import NOTIFY_PG
@@ -779,4 +780,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS_PG),
     Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT_PG),
     Migration("0031_cluster_id", CLUSTER_ID_PG),
+    Migration("0032_message_fts_recent", FTS_RECENT_PG),
 )

@@ -23,7 +23,7 @@ from typing import Any
 
 from room.errors import BadRequestError
 from room.rules.entities import iso
-from room.rules.searchtext import index_texts, parse_query, snippet_html
+from room.rules.searchtext import Query, index_texts, parse_query, snippet_html
 from room.rules.searchtokens import tsquery
 from room.store import search_pg
 from room.store.db import BulkInsert
@@ -199,7 +199,7 @@ def search(
     found: list[dict[str, Any]] = []
     capped = False
     if "message" in wanted:
-        rows, capped = _messages(conn, params | {"file": has_file, "me": mentioning})
+        rows, capped = _messages(conn, params | {"file": has_file, "me": mentioning}, query)
         found += rows
     records = [k for k in wanted if k != "message"]
     if records:
@@ -242,9 +242,11 @@ _FILTERS = (
 MESSAGE_FILTERS = search_pg.MESSAGE_FILTERS
 
 
-def _messages(conn: Connection, params: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
-    if dialect_for(conn) is POSTGRESQL:  # ranked and read in one round trip
-        read = search_pg.best_messages(conn, params)
+def _messages(
+    conn: Connection, params: dict[str, Any], query: Query
+) -> tuple[list[dict[str, Any]], bool]:
+    if dialect_for(conn) is POSTGRESQL:  # ranked and read in one round trip (or two)
+        read = search_pg.best_messages(conn, params, query)
         rows, best = [r[:-1] for r in read], [(r[0], r[-2], r[-1]) for r in read]
     else:
         best = _best_messages(conn, params)

@@ -21,9 +21,14 @@ turns; its watermark columns are SQLite's and unused here.
 
 from __future__ import annotations
 
+import math
+import time
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
-from room.rules.searchtext import index_texts
+from room.rules import searchtokens
+from room.rules.searchtext import Query, index_texts
 from room.rules.searchtokens import index_row
 from room.store.db import chunks
 from room.store.dialect import POSTGRESQL, Connection
@@ -64,7 +69,7 @@ def _planned_each_time(conn: Connection, sql: str, params: dict[str, Any]) -> li
     return conn.execute(sql, params).fetchall()
 
 
-def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
+def best_messages(conn: Connection, params: dict[str, Any], query: Query) -> list[Any]:
     """The best ``limit`` among the newest ``window`` matches of the project's live messages
     (as :func:`room.store.search._messages` on SQLite), read in the same statement (a round
     trip saved): ``(id, seq, kind, author_id, created_at, body, score, window size)``.
@@ -74,7 +79,21 @@ def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
     is:mention): a match costs its index row, not also a probe of ``messages`` and a page of
     its heap (at 1M messages, 3 of a 0.1 % word's 10 ms). It holds only live messages: the
     indexer deletes a deleted message's row, and until it has, the message is queued in
-    ``search_changes`` and left out (:func:`pending_changes`); the outer join checks again."""
+    ``search_changes`` and left out (:func:`pending_changes`); the outer join checks again.
+
+    A query the index's statistics call common (:func:`recent_span`) is first asked of the
+    newest ids alone; when they hold a whole window of matches, those are the newest ``window``
+    matches and the answer; otherwise the whole index is asked, as for any other query."""
+    span = recent_span(conn, query, int(params["window"]))
+    if span is not None:
+        rows = _planned_each_time(conn, _best_messages_sql(conn, params, recent=True),
+                                  params | {"span": span})  # fmt: skip
+        if rows and int(rows[0][-1]) >= int(params["window"]):
+            return rows
+    return _planned_each_time(conn, _best_messages_sql(conn, params, recent=False), params)
+
+
+def _best_messages_sql(conn: Connection, params: dict[str, Any], *, recent: bool) -> str:
     if _filtered(params):
         window = (
             "SELECT m.id AS id, ts_rank(f.tsv, CAST(:q AS tsquery)) AS score"
@@ -89,8 +108,11 @@ def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
             "SELECT f.rowid AS id, ts_rank(f.tsv, CAST(:q AS tsquery)) AS score"
             " FROM message_fts AS f WHERE f.tsv @@ CAST(:q AS tsquery) AND f.project_id = :p"
         )
-    return _planned_each_time(
-        conn,
+    if recent:
+        # The newest ``:span`` ids of the index: its BRIN index on ``rowid`` (ids and the heap's
+        # order agree) narrows the GIN's matches to the last pages before any heap row is read.
+        window += " AND f.rowid > (SELECT max(rowid) FROM message_fts) - :span"
+    return (
         "SELECT m.id, m.seq, m.kind, m.author_id, m.created_at, m.body, b.score, b.total FROM"
         " (SELECT id, score, count(*) OVER () AS total FROM ("
         + window
@@ -100,9 +122,73 @@ def best_messages(conn: Connection, params: dict[str, Any]) -> list[Any]:
         # for a common word at 1M messages: 120,000 rows read for 1,000 matches, 2.5x slower).
         + " ORDER BY f.rowid + 0 DESC LIMIT :window) AS ranked ORDER BY score DESC, id DESC"
         " LIMIT :limit) AS b JOIN messages m ON m.id = b.id AND m.deleted_at IS NULL"
-        " ORDER BY b.score DESC, b.id DESC",
-        params,
+        " ORDER BY b.score DESC, b.id DESC"
     )
+
+
+# A query is asked of the newest ids first when the index's statistics expect it to match at
+# least this many windows' worth of rows in the whole index, over a span of ids expected to
+# hold ``RECENT_MARGIN`` windows of matches, and only when that span is at most
+# ``RECENT_MOST`` of the index (else the whole index costs about the same).
+RECENT_MIN_WINDOWS = 4
+RECENT_MARGIN = 1.5
+RECENT_MOST = 0.5
+# How long a connection keeps what it read of the index's statistics (``pg_stats``).
+COMMON_TTL_SECS = 600.0
+
+
+@dataclass(frozen=True)
+class _Common:
+    """What ``ANALYZE`` last saw of ``message_fts.tsv``: its most common lexemes with the share
+    of rows holding each, and the rows of the table."""
+
+    read_at: float
+    shares: dict[str, float]
+    rows: float
+
+
+_common: weakref.WeakKeyDictionary[PgConnection, _Common] = weakref.WeakKeyDictionary()
+
+
+def recent_span(conn: Connection, query: Query, window: int) -> int | None:
+    """How many of the newest ids to ask first for ``query`` (``None``: the whole index at
+    once). From PostgreSQL's statistics of the index (``most_common_elems`` of ``tsv``, which
+    ``ANALYZE`` keeps: the lexemes in ~1 % or more of the rows at 1M messages), read once per
+    connection every ``COMMON_TTL_SECS``: a query of common words expects a window of matches
+    among the newest ``window / share`` rows, and the GIN's matches there are a few pages,
+    where the whole index's are one heap page per match (10,000 for a word in 1 % of 1M).
+    The statistics are the whole table's, not the project's: a project that wrote few of the
+    newest rows finds fewer than a window there and asks the whole index after (the same
+    answer, one more statement). An estimate never changes what is found."""
+    if not isinstance(conn, PgConnection):
+        return None
+    common = _common.get(conn)
+    if common is None or time.monotonic() - common.read_at > COMMON_TTL_SECS:
+        common = _read_common(conn)
+        _common[conn] = common
+    if not common.shares or common.rows <= 0:
+        return None
+    share = searchtokens.share(query, common.shares)
+    if share * common.rows < RECENT_MIN_WINDOWS * window:
+        return None
+    span = math.ceil(window * RECENT_MARGIN / share)
+    return span if span <= common.rows * RECENT_MOST else None
+
+
+def _read_common(conn: PgConnection) -> _Common:
+    row = conn.execute(
+        "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples"
+        " FROM pg_class c LEFT JOIN pg_stats s ON s.schemaname = current_schema()"
+        " AND s.tablename = 'message_fts' AND s.attname = 'tsv'"
+        " WHERE c.oid = to_regclass('message_fts')"
+    ).fetchone()
+    if row is None or not row[0] or not row[1]:
+        return _Common(time.monotonic(), {}, 0.0)
+    elems, freqs, rows = row
+    # ``most_common_elem_freqs`` holds each lexeme's share, in order, then the least and the
+    # greatest of them and the share of empty rows.
+    shares = dict(zip(elems, (float(f) for f in freqs), strict=False))
+    return _Common(time.monotonic(), shares, float(rows))
 
 
 def _filtered(params: dict[str, Any]) -> bool:
