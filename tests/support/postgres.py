@@ -50,7 +50,7 @@ STOP_TIMEOUT_SECS = 10.0
 SUPERUSER = "room"
 DIR_PREFIX = "room-pg-"
 # Speed over durability (see the module's docstring), and a small footprint per worker.
-SERVER_SETTINGS = (
+SERVER_SETTINGS: tuple[str, ...] = (
     "fsync=off",
     "synchronous_commit=off",
     "full_page_writes=off",
