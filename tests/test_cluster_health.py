@@ -1,0 +1,84 @@
+"""``/healthz`` on a cluster's node (docs/operators.md, "Health"): two room servers on one
+private PostgreSQL database and one private nats-server. Each says its bus is up, its node id
+and the one peer it hears; with the nats-server stopped each still answers 200 (chat goes on
+through the database) but says the bus is down (``degraded``), and once the nats-server is
+back the answer flips back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.support.cluster import WAIT, Node, start_nodes
+from tests.support.nats import NatsServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+
+def health(node: Node) -> tuple[int, dict[str, Any]]:
+    status, body = node.server.request("GET", "/healthz")
+    assert isinstance(body, dict), body
+    return status, body
+
+
+async def until_health(node: Node, check: Any, what: str) -> dict[str, Any]:
+    """Until the node's /healthz answers 200 with a body ``check`` accepts; that body."""
+    last: dict[str, Any] = {}
+    with anyio.fail_after(WAIT):
+        while True:
+            status, last = await anyio.to_thread.run_sync(health, node)
+            assert status == 200, last  # whatever the bus does, the node answers
+            if check(last):
+                return last
+            await anyio.sleep(0.1)
+    raise AssertionError(f"{what}: {last}")  # pragma: no cover (fail_after raises first)
+
+
+def bus_up_with_a_peer(body: dict[str, Any]) -> bool:
+    return bool(body["bus"]["up"] and body["bus"]["peers"] == 1)
+
+
+async def test_healthz_says_the_bus_is_down_then_up_again(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    nodes = await start_nodes(tmp_path, pg_dsn, nats_server, 2)
+    try:
+        ids = [(n.server.data / "node-id").read_text().strip() for n in nodes]
+        clusters = set()
+        for node, node_id in zip(nodes, ids, strict=True):
+            body = await until_health(node, bus_up_with_a_peer, "the bus up, the other heard")
+            assert body["ok"] is True and body["degraded"] == []
+            bus = body["bus"]
+            assert bus["configured"] is True and bus["node"] == node_id
+            assert bus["url"].endswith(f"127.0.0.1:{node.bus.port}")
+            assert bus["for_secs"] >= 0 and bus["peers_known"] in (True, False)
+            clusters.add(bus["cluster"])
+        assert len(clusters) == 1 and "" not in clusters  # the database's id, for both
+
+        nats_server.stop_for_now()
+        for node in nodes:
+            body = await until_health(node, lambda b: not b["bus"]["up"], "the bus down")
+            assert body["ok"] is True and body["degraded"] == ["bus_down"]
+            assert body["database"]["backend"] == "postgresql"
+        # Chat goes on through the database meanwhile: a message sent on node 0 is stored.
+        owner = nodes[0].owner
+        project = nodes[0].server.get_json("/api/me", cookie=owner.cookie)["projects"][0]["id"]
+        status, sent = nodes[0].server.request(
+            "POST", f"/api/projects/{project}/messages",
+            {"body": "总线停了也能发", "client_txn_id": "health-1"}, headers=owner.headers,
+        )  # fmt: skip
+        assert status == 201, sent
+        # The peers lapse (no heartbeat comes): none is heard.
+        down = await until_health(nodes[0], lambda b: b["bus"]["peers"] == 0, "no peer heard")
+        assert down["bus"]["up"] is False and down["bus"]["peers_known"] is False
+
+        nats_server.resume()
+        for node in nodes:
+            body = await until_health(node, bus_up_with_a_peer, "the bus back, the other heard")
+            assert body["degraded"] == []
+    finally:
+        for node in nodes:
+            node.stop()
