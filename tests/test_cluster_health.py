@@ -2,7 +2,9 @@
 private PostgreSQL database and one private nats-server. Each says its bus is up, its node id
 and the one peer it hears; with the nats-server stopped each still answers 200 (chat goes on
 through the database) but says the bus is down (``degraded``), and once the nats-server is
-back the answer flips back."""
+back the answer flips back. The node's ``/metrics`` (what a cluster node adds: the relay,
+the leases, the bus) are all in docs/operators.md's table, as tests/test_metrics_doc.py checks
+a server alone's."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import anyio
 import pytest
 
 from tests.support.cluster import WAIT, Node, start_nodes
+from tests.support.metricsdoc import documented, exposed, undocumented
 from tests.support.nats import NatsServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
@@ -57,6 +60,13 @@ async def test_healthz_says_the_bus_is_down_then_up_again(
             assert bus["for_secs"] >= 0 and bus["peers_known"] in (True, False)
             clusters.add(bus["cluster"])
         assert len(clusters) == 1 and "" not in clusters  # the database's id, for both
+        # A node with a bus exposes every metric but the backup's, each as the table says.
+        status, text = nodes[0].server.request("GET", "/metrics", cookie=nodes[0].owner.cookie)
+        assert status == 200, text
+        scraped = exposed(str(text))
+        assert undocumented(scraped) == []
+        table = {name for name, (_, when) in documented().items() if when != "backup"}
+        assert set(scraped) == table, sorted(set(scraped) ^ table)
 
         nats_server.stop_for_now()
         for node in nodes:
