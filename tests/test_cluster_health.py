@@ -2,7 +2,8 @@
 private PostgreSQL database and one private nats-server. Each says its bus is up, its node id
 and the one peer it hears; with the nats-server stopped each still answers 200 (chat goes on
 through the database) but says the bus is down (``degraded``), and once the nats-server is
-back the answer flips back. The node's ``/metrics`` (what a cluster node adds: the relay,
+back the answer flips back. A node cut off from its database answers 503 until the link is back.
+The node's ``/metrics`` (what a cluster node adds: the relay,
 the leases, the bus) are all in docs/operators.md's table, as tests/test_metrics_doc.py checks
 a server alone's."""
 
@@ -27,14 +28,17 @@ def health(node: Node) -> tuple[int, dict[str, Any]]:
     return status, body
 
 
-async def until_health(node: Node, check: Any, what: str) -> dict[str, Any]:
-    """Until the node's /healthz answers 200 with a body ``check`` accepts; that body."""
+async def until_health(
+    node: Node, check: Any, what: str, *, reconnecting: bool = False
+) -> dict[str, Any]:
+    """Until the node's /healthz answers 200 with a body ``check`` accepts; that body. Any
+    other answer fails at once, unless the node is ``reconnecting`` to its database."""
     last: dict[str, Any] = {}
     with anyio.fail_after(WAIT):
         while True:
             status, last = await anyio.to_thread.run_sync(health, node)
-            assert status == 200, last  # whatever the bus does, the node answers
-            if check(last):
+            assert status == 200 or reconnecting, last  # whatever the bus does, it answers
+            if status == 200 and check(last):
                 return last
             await anyio.sleep(0.1)
     raise AssertionError(f"{what}: {last}")  # pragma: no cover (fail_after raises first)
@@ -89,6 +93,26 @@ async def test_healthz_says_the_bus_is_down_then_up_again(
         for node in nodes:
             body = await until_health(node, bus_up_with_a_peer, "the bus back, the other heard")
             assert body["degraded"] == []
+
+        # Its database cut off, a node answers 503 (a balancer takes it out), and 200 again once
+        # the link is back; the other node never stops answering 200.
+        nodes[0].pg.cut()
+        try:
+            with anyio.fail_after(WAIT):
+                while True:
+                    status, body = await anyio.to_thread.run_sync(health, nodes[0])
+                    if status == 503:
+                        break
+                    await anyio.sleep(0.1)
+            assert body["error"]["code"] == "database_unavailable", body
+            status, other = await anyio.to_thread.run_sync(health, nodes[1])
+            assert status == 200 and other["ok"] is True, other
+        finally:
+            nodes[0].pg.restore()
+        body = await until_health(
+            nodes[0], lambda b: b["ok"] is True, "the database back", reconnecting=True
+        )
+        assert body["degraded"] == []
     finally:
         for node in nodes:
             node.stop()
