@@ -4,7 +4,11 @@ private nats-server, real WebSocket clients on both.
 The servers check the database for events whose hint never came only every
 ``ROOM_BUS_POLL_SECS`` = 60 s while the bus is up, far beyond the tests' waits: what reaches the
 other server's sockets while the bus is up came over the bus. With the bus stopped, the 50 ms
-poll carries everything (in order, nothing twice); once it is back, the bus does again."""
+poll carries everything (in order, nothing twice); once it is back, the bus does again.
+
+The nodes and the helpers (send, wait for seqs, pause the lead, read /metrics) are
+tests/support/cluster.py's, as the other cluster modules' are: each node's links to the database
+and the bus go through a pass-through proxy of its own, which these tests never cut."""
 
 from __future__ import annotations
 
@@ -23,84 +27,35 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from room.cli import main as room_main
+from tests.support.cluster import (
+    WAIT,
+    first_project,
+    make_node,
+    metrics_show,
+    pause_lead,
+    send_some,
+    start_nodes,
+    stream_seqs,
+    until_seq,
+)
 from tests.support.llm_servers import TEST_API_KEY, OpenAIServer, openai_text
 from tests.support.nats import NatsServer
-from tests.support.server import ServerProcess, Session
+from tests.support.server import ServerProcess
 from tests.support.wsclient import Client, subscribed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("clients")]
-
-NOT_STREAM = {"ack", "history", "subscribed", "batch", "hello", "error"}
-WAIT = 20.0  # generous: the bus delivers in milliseconds, the long poll comes after 60 s
-
-
-def node(data: Path, dsn: str, bus: NatsServer) -> ServerProcess:
-    env = {
-        "ROOM_DATABASE_URL": dsn,
-        "ROOM_BUS_URL": bus.url,
-        "ROOM_BUS_POLL_SECS": "60",
-        "ROOM_CREDENTIAL_RECHECK_SECS": "600",  # a sign-out elsewhere is heard on the bus
-    }
-    return ServerProcess(data, env=env)
-
-
-async def two_nodes(tmp_path: Path, dsn: str, bus: NatsServer) -> tuple[ServerProcess, ...]:
-    a, b = node(tmp_path / "a", dsn, bus), node(tmp_path / "b", dsn, bus)
-    await anyio.to_thread.run_sync(a.start)  # one after the other: 2 shared cores
-    try:
-        await anyio.to_thread.run_sync(b.start)
-    except BaseException:
-        a.stop()
-        raise
-    return a, b
-
-
-def sign_in(server: ServerProcess) -> Session:
-    return server.login(server.login_url.rsplit("/", 1)[-1])
-
-
-def stream_seqs(client: Client) -> list[int]:
-    return [f["seq"] for f in client.frames if f.get("type") not in NOT_STREAM and "seq" in f]
-
-
-def pause_lead(server: ServerProcess, owner: Session, project: int) -> None:
-    members = server.get_json(f"/api/projects/{project}", cookie=owner.cookie)["members"]
-    lead = next(m["id"] for m in members if m["handle"] == "lead")
-    status, _ = server.request(
-        "POST", f"/api/projects/{project}/members/{lead}/pause", {}, headers=owner.headers
-    )
-    assert status == 200
-
-
-async def send_some(client: Client, project: int, prefix: str, count: int) -> list[int]:
-    seqs = []
-    for n in range(count):
-        txn = f"{prefix}-{n}-{uuid.uuid4().hex[:6]}"
-        body = {"type": "send", "project_id": project, "client_txn_id": txn, "body": txn}
-        await client.send(body)
-        ack = await client.wait_for("ack", timeout=WAIT)
-        seqs.append(int(ack["seq"]))
-    return seqs
-
-
-async def until_seq(client: Client, top: int) -> list[int]:
-    with anyio.fail_after(WAIT):
-        while not stream_seqs(client) or stream_seqs(client)[-1] < top:
-            await client.recv(timeout=WAIT)
-    return stream_seqs(client)
 
 
 async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer
 ) -> None:
-    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    a, b = await start_nodes(tmp_path, pg_dsn, nats_server, 2)
     try:
-        on_a, on_b = sign_in(a), sign_in(b)
-        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
-        pause_lead(a, on_a, project)
-        reader = await subscribed(b, on_b.cookie, project)
+        project = first_project(a)
+        pause_lead(a, project)
+        reader = await subscribed(b.server, b.owner.cookie, project)
         head = reader.frames[-1].get("head_seq")
-        sender = await subscribed(a, on_a.cookie, project)
+        sender = await subscribed(a.server, a.owner.cookie, project)
         acked = await send_some(sender, project, "A", 30)
         seqs = await until_seq(reader, acked[-1])
         # Every one, once, in order, from just after the head it subscribed at.
@@ -108,16 +63,16 @@ async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
         assert head is None or seqs[0] == head + 1
 
         # Each node hears the other's heartbeat.
-        await wait_bus_up(a, on_a, "room_bus_peers 1.0")
-        await wait_bus_up(b, on_b, "room_bus_peers 1.0")
+        await metrics_show(a, "room_bus_peers 1.0")
+        await metrics_show(b, "room_bus_peers 1.0")
         # B timed the hints it heard from A's commits (room_bus_lag_seconds).
-        code, text = b.request("GET", "/metrics", cookie=on_b.cookie)
+        code, text = b.server.request("GET", "/metrics", cookie=b.owner.cookie)
         lines = dict(line.rsplit(" ", 1) for line in str(text).splitlines() if line[:1] != "#")
         assert code == 200 and float(lines["room_bus_lag_seconds_count"]) >= 1
 
         # `room cluster status` hears both, and names the data folder's own.
         out = io.StringIO()
-        args = ["cluster", "status", "--json", "--data", str(a.data), "--database", pg_dsn]
+        args = ["cluster", "status", "--json", "--data", str(a.server.data), "--database", pg_dsn]
         args += ["--bus", nats_server.url]
 
         def status() -> int:
@@ -126,12 +81,12 @@ async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
 
         assert await anyio.to_thread.run_sync(status) == 0
         found = json.loads(out.getvalue())
-        ids = [(s.data / "node-id").read_text().strip() for s in (a, b)]
+        ids = [(n.server.data / "node-id").read_text().strip() for n in (a, b)]
         assert found["node"] == ids[0] and found["problems"] == []
         assert found["bus"]["reached"] and sorted(found["bus"]["nodes"]) == sorted(ids)
-        report = json.loads((a.data / "boot-report.json").read_text())
+        report = json.loads((a.server.data / "boot-report.json").read_text())
         assert report["database"]["node"] == ids[0]
-        assert report["database"]["bus"] == nats_server.url
+        assert report["database"]["bus"] == a.bus.url(nats_server.url)  # through its proxy
         # The database's cluster id, which names every subject (docs/cluster.md, "Subjects").
         with psycopg.connect(pg_dsn) as conn:
             row = conn.execute("SELECT cluster FROM cluster_identity").fetchone()
@@ -143,12 +98,12 @@ async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
         assert typing["project_id"] == project and typing["active"] is True
 
         # The owner signs out on A: the same session's socket on B is cut at once.
-        same_session = await subscribed(b, on_a.cookie, project)
-        data = urllib.parse.urlencode({"csrf_token": on_a.csrf}).encode()
+        same_session = await subscribed(b.server, a.owner.cookie, project)
+        data = urllib.parse.urlencode({"csrf_token": a.owner.csrf}).encode()
         request = urllib.request.Request(
-            f"{a.origin}/logout",
+            f"{a.server.origin}/logout",
             data=data,
-            headers={"Origin": a.origin, "Cookie": f"room_session={on_a.cookie}"},
+            headers={"Origin": a.server.origin, "Cookie": f"room_session={a.owner.cookie}"},
         )
         opener = urllib.request.build_opener(_NoRedirect)
         with pytest.raises(urllib.error.HTTPError) as redirect:
@@ -171,13 +126,12 @@ async def test_events_typing_and_sign_out_cross_nodes_on_the_bus(
 async def test_the_poll_covers_for_a_stopped_bus_and_the_bus_takes_over_again(
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer
 ) -> None:
-    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    a, b = await start_nodes(tmp_path, pg_dsn, nats_server, 2)
     try:
-        on_a, on_b = sign_in(a), sign_in(b)
-        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
-        pause_lead(a, on_a, project)
-        reader = await subscribed(b, on_b.cookie, project)
-        sender = await subscribed(a, on_a.cookie, project)
+        project = first_project(a)
+        pause_lead(a, project)
+        reader = await subscribed(b.server, b.owner.cookie, project)
+        sender = await subscribed(a.server, a.owner.cookie, project)
         first = await send_some(sender, project, "before", 10)
         await until_seq(reader, first[-1])
 
@@ -187,8 +141,8 @@ async def test_the_poll_covers_for_a_stopped_bus_and_the_bus_takes_over_again(
         assert seqs == list(range(seqs[0], during[-1] + 1)), seqs
 
         nats_server.resume()
-        await wait_bus_up(a, on_a)
-        await wait_bus_up(b, on_b)
+        await metrics_show(a, "room_bus_up 1.0")
+        await metrics_show(b, "room_bus_up 1.0")
         after = await send_some(sender, project, "after", 10)
         seqs = await until_seq(reader, after[-1])  # the long poll is 60 s away: the bus
         assert seqs == list(range(seqs[0], after[-1] + 1)), seqs
@@ -199,19 +153,6 @@ async def test_the_poll_covers_for_a_stopped_bus_and_the_bus_takes_over_again(
         b.stop()
 
 
-async def wait_bus_up(server: ServerProcess, admin: Session, line: str = "room_bus_up 1.0") -> None:
-    """Until the server's /metrics says its bus is connected (it reconnects every 0.5 s), or
-    shows another ``line``."""
-    with anyio.fail_after(WAIT):
-        while True:
-            status, text = await anyio.to_thread.run_sync(
-                lambda: server.request("GET", "/metrics", cookie=admin.cookie)
-            )
-            if status == 200 and line in str(text):
-                return
-            await anyio.sleep(0.1)
-
-
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -220,26 +161,26 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 async def test_a_node_killed_mid_burst_costs_its_sockets_a_resume_elsewhere(
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer
 ) -> None:
-    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    a, b = await start_nodes(tmp_path, pg_dsn, nats_server, 2)
     try:
-        on_a, on_b = sign_in(a), sign_in(b)
-        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
-        pause_lead(a, on_a, project)
-        doomed = await subscribed(a, on_a.cookie, project)  # a reader on the node that dies
+        project = first_project(a)
+        pause_lead(a, project)
+        # A reader on the node that dies.
+        doomed = await subscribed(a.server, a.owner.cookie, project)
         subscribed_frame = next(f for f in doomed.frames if f.get("type") == "subscribed")
         epoch = subscribed_frame["project"]["epoch"]
         head = int(subscribed_frame.get("head_seq") or 0)
-        survivor = await subscribed(b, on_b.cookie, project)
-        sender = await subscribed(b, on_b.cookie, project)
+        survivor = await subscribed(b.server, b.owner.cookie, project)
+        sender = await subscribed(b.server, b.owner.cookie, project)
         acked = await send_some(sender, project, "one", 15)
         await until_seq(doomed, acked[-1])
 
-        a.kill9()  # mid-burst: the sender goes on on B
+        a.server.kill9()  # mid-burst: the sender goes on on B
         acked += await send_some(sender, project, "two", 15)
         seen = stream_seqs(doomed)
         cursor = seen[-1]
         # The doomed reader resumes on B from its cursor: no gap, no duplicate.
-        resumed = await subscribed(b, on_b.cookie, project, since=cursor, epoch=epoch)
+        resumed = await subscribed(b.server, b.owner.cookie, project, since=cursor, epoch=epoch)
         acked += await send_some(sender, project, "three", 5)
         after = await until_seq(resumed, acked[-1])
         assert seen + after == list(range(head + 1, acked[-1] + 1)), (seen, after)
@@ -266,23 +207,22 @@ def agent_token(server: ServerProcess, dsn: str, handle: str) -> str:
 async def test_an_external_agent_on_one_node_is_woken_by_a_mention_on_the_other(
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer
 ) -> None:
-    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    a, b = await start_nodes(tmp_path, pg_dsn, nats_server, 2)
     try:
-        on_a = sign_in(a)
-        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
-        pause_lead(a, on_a, project)
+        project = first_project(a)
+        pause_lead(a, project)
         member = {"role": "backend", "handle": "outside", "display_name": "外部"}
-        status, made = a.request(
+        status, made = a.server.request(
             "POST", f"/api/projects/{project}/members", {**member, "driver": "external"},
-            headers=on_a.headers,
+            headers=a.owner.headers,
         )  # fmt: skip
         assert status == 201, made
-        token = await anyio.to_thread.run_sync(agent_token, b, pg_dsn, "outside")
-        agent = await Client.open(b.ws_url, token=token)  # its socket is on B
+        token = await anyio.to_thread.run_sync(agent_token, b.server, pg_dsn, "outside")
+        agent = await Client.open(b.server.ws_url, token=token)  # its socket is on B
         await agent.wait_for("hello")
-        status, sent = a.request(
+        status, sent = a.server.request(
             "POST", f"/api/projects/{project}/messages",
-            {"body": "@outside 在吗", "client_txn_id": uuid.uuid4().hex}, headers=on_a.headers,
+            {"body": "@outside 在吗", "client_txn_id": uuid.uuid4().hex}, headers=a.owner.headers,
         )  # fmt: skip
         assert status == 201, sent
         inbox = await agent.wait_for("inbox", timeout=WAIT)  # A's wake, over the bus
@@ -296,17 +236,17 @@ async def test_an_external_agent_on_one_node_is_woken_by_a_mention_on_the_other(
 async def test_a_roster_change_on_one_node_drops_the_other_nodes_cached_roster(
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer
 ) -> None:
-    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    a, b = await start_nodes(tmp_path, pg_dsn, nats_server, 2)
     try:
-        on_a, on_b = sign_in(a), sign_in(b)
-        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
-        pause_lead(a, on_a, project)
-        before = await subscribed(b, on_b.cookie, project)  # B caches the project's roster
+        project = first_project(a)
+        pause_lead(a, project)
+        # B caches the project's roster.
+        before = await subscribed(b.server, b.owner.cookie, project)
         first = next(f for f in before.frames if f.get("type") == "subscribed")
         member = {"role": "backend", "handle": "helper", "display_name": "帮手"}
-        status, made = a.request(
+        status, made = a.server.request(
             "POST", f"/api/projects/{project}/members", {**member, "driver": "external"},
-            headers=on_a.headers,
+            headers=a.owner.headers,
         )  # fmt: skip
         assert status == 201, made
         helper = str(made["member"]["id"])
@@ -315,7 +255,7 @@ async def test_a_roster_change_on_one_node_drops_the_other_nodes_cached_roster(
         # bus's invalidation came (never, if B kept the roster it cached).
         with anyio.fail_after(WAIT):
             while True:
-                again = await subscribed(b, on_b.cookie, project)
+                again = await subscribed(b.server, b.owner.cookie, project)
                 frame = next(f for f in again.frames if f.get("type") == "subscribed")
                 again.drop()
                 if helper in frame["presence"]:
@@ -332,29 +272,28 @@ async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer, how: str
 ) -> None:
     provider = {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": TEST_API_KEY}
-    a, b = (node(tmp_path / n, pg_dsn, nats_server) for n in "ab")
-    a.env.update(provider)
-    b.env.update(provider)
+    a, b = (make_node(tmp_path / n, pg_dsn, nats_server) for n in "ab")
+    a.server.env.update(provider)
+    b.server.env.update(provider)
     a.start()
     try:
         b.start()
-        on_a, on_b = sign_in(a), sign_in(b)
-        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
-        members = a.get_json(f"/api/projects/{project}", cookie=on_a.cookie)["members"]
+        project = first_project(a)
+        members = a.server.get_json(f"/api/projects/{project}", cookie=a.owner.cookie)["members"]
         lead = next(m["id"] for m in members if m["handle"] == "lead")
         route = {"scope": "member", "target": str(lead), "value": "openai/gpt-test"}
-        status, body = a.request(
+        status, body = a.server.request(
             "POST", f"/api/projects/{project}/routes", {**route, "reason": "测试"},
-            headers=on_a.headers,
+            headers=a.owner.headers,
         )  # fmt: skip
         assert status in (200, 201), body
         llm.push(openai_text("太慢了", delay_secs=120))  # the model takes its time
-        status, sent = b.request(
+        status, sent = b.server.request(
             "POST", f"/api/projects/{project}/messages",
-            {"body": "@lead 慢慢来", "client_txn_id": uuid.uuid4().hex}, headers=on_b.headers,
+            {"body": "@lead 慢慢来", "client_txn_id": uuid.uuid4().hex}, headers=b.owner.headers,
         )  # fmt: skip
         assert status == 201, sent
-        node_a = (a.data / "node-id").read_text().strip()
+        node_a = (a.server.data / "node-id").read_text().strip()
 
         def turn_state() -> list[tuple[str, str]]:
             with psycopg.connect(pg_dsn) as conn:
@@ -369,17 +308,17 @@ async def test_a_stop_asked_on_one_node_stops_the_turn_running_on_the_other(
                     break
                 await anyio.sleep(0.1)
         if how == "member_stop":
-            status, answer = b.request(
-                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=on_b.headers
+            status, answer = b.server.request(
+                "POST", f"/api/projects/{project}/members/{lead}/stop", {}, headers=b.owner.headers
             )
             assert status == 200, answer
             # It ran on A: the request went on, and the answer came once A had ended it.
             assert answer["stop_requested"] is True and answer["stop_confirmed"] is True
             assert turn_state() == [("cancelled", node_a)]
         else:  # archiving the project stops all its turns, wherever they run
-            status, answer = b.request(
+            status, answer = b.server.request(
                 "POST", f"/api/projects/{project}/lifecycle", {"op": "archive"},
-                headers=on_b.headers,
+                headers=b.owner.headers,
             )  # fmt: skip
             assert status == 200, answer
             assert answer["project"]["state"] == "archived"  # confirmed: A ended it first
@@ -399,19 +338,18 @@ async def test_nodes_started_while_the_bus_is_down_serve_on_the_poll_then_join_i
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer
 ) -> None:
     nats_server.stop_for_now()
-    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)  # they start all the same
+    a, b = await start_nodes(tmp_path, pg_dsn, nats_server, 2)  # they start all the same
     try:
-        on_a, on_b = sign_in(a), sign_in(b)
-        project = int(a.get_json("/api/me", cookie=on_a.cookie)["projects"][0]["id"])
-        pause_lead(a, on_a, project)
-        reader = await subscribed(b, on_b.cookie, project)
-        sender = await subscribed(a, on_a.cookie, project)
+        project = first_project(a)
+        pause_lead(a, project)
+        reader = await subscribed(b.server, b.owner.cookie, project)
+        sender = await subscribed(a.server, a.owner.cookie, project)
         during = await send_some(sender, project, "down", 10)
         seqs = await until_seq(reader, during[-1])  # the 50 ms poll
         assert seqs == list(range(seqs[0], during[-1] + 1)), seqs
         nats_server.resume()
-        await wait_bus_up(a, on_a)
-        await wait_bus_up(b, on_b)
+        await metrics_show(a, "room_bus_up 1.0")
+        await metrics_show(b, "room_bus_up 1.0")
         after = await send_some(sender, project, "up", 10)
         seqs = await until_seq(reader, after[-1])  # the bus (the long poll is 60 s away)
         assert seqs == list(range(seqs[0], after[-1] + 1)), seqs

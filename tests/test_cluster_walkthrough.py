@@ -18,8 +18,10 @@ Before the first block, the "server you have" is a SQLite server in ``srv/room``
 and a picture; after the last, node 3 (which never saw SQLite) serves both — the message from
 PostgreSQL, the picture from the shared folder — ``room cluster status`` lists three nodes up at
 their addresses, the move made project 1 node 2's, and the backups hold the dump, the
-attachments and node 1's ``node-id``. The doc's nginx and Caddy samples are checked with
-``nginx -t`` and ``caddy validate`` when those are installed."""
+attachments and node 1's ``node-id``, and the doc's sample of ``room doctor`` (its ``text
+doctor`` block) has the shape of what ``room doctor`` printed in the walk: the same lines'
+keys in the same order. The doc's nginx and Caddy samples are checked with ``nginx -t`` and
+``caddy validate`` when those are installed."""
 
 from __future__ import annotations
 
@@ -113,6 +115,38 @@ def test_the_walkthrough_names_only_commands_this_test_runs() -> None:
     assert [c for c in commands if c.startswith("nats-server")] == [
         "nats-server -a 10.0.0.10 -p 4222"
     ]
+
+
+def doctor_shape(text: str) -> list[str]:
+    """The keys of ``room doctor``'s lines in order (``data``, ``server``, …, ``database``,
+    ``pdf``, ``backup``): a run of peer lines counts as one ``  node``, ``PROBLEM`` lines are
+    left out (the sample shows one, the healthy walk none) and the last line is the verdict."""
+    keys: list[str] = []
+    lines = text.rstrip("\n").splitlines()
+    for line in lines[:-1]:
+        if line.startswith("  node "):
+            key = "  node"
+        else:
+            found = re.match(r"([a-z][a-z ]*|PROBLEM):(\s|$)", line)
+            assert found, f"a line of room doctor without a key: {line!r}"
+            key = found.group(1)
+        if key != "PROBLEM" and not (keys and key == keys[-1] == "  node"):
+            keys.append(key)
+    assert lines[-1] in ("healthy", "needs attention"), lines[-1]
+    return [*keys, "(verdict)"]
+
+
+def test_the_doctor_sample_is_a_whole_output() -> None:
+    """The sample's own shape: every line has a key, PROBLEM lines come right before the
+    verdict, which is "needs attention" when there are any (the comparison with a real
+    output is in the walk)."""
+    (sample,) = doc_blocks("text doctor")
+    shape = doctor_shape(sample)
+    assert shape[:2] == ["data", "server"] and "database" in shape and "peers" in shape
+    lines = sample.rstrip("\n").splitlines()
+    problems = [n for n, line in enumerate(lines) if line.startswith("PROBLEM:")]
+    assert problems == list(range(len(lines) - 1 - len(problems), len(lines) - 1)), lines
+    assert lines[-1] == ("needs attention" if problems else "healthy")
 
 
 def png() -> bytes:
@@ -240,6 +274,9 @@ def test_one_node_to_three_as_the_doc_says(
         assert "home of 1 project(s) (1 " in status_text
         doctor = said["room doctor --data /srv/room"]
         assert "peers:\n" in doctor and doctor.endswith("healthy\n"), doctor
+        # The doc's sample of doctor's output: the same lines' keys in the same order.
+        (sample,) = doc_blocks("text doctor")
+        assert doctor_shape(doctor) == doctor_shape(sample), f"room doctor printed:\n{doctor}"
         for node, port in zip(ids, ports, strict=True):
             assert f"  node {node}" in doctor and f"up at 127.0.0.1:{port}" in doctor, doctor
         # `room cluster move`: project 1's home is node 2 now.

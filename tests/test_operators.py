@@ -69,6 +69,8 @@ def test_a_good_start_leaves_a_trace_a_report_and_a_healthy_doctor(server: Serve
     # The store is named (only SQLite is served so far: docs/storage.md).
     assert report["database"] == {"backend": "sqlite", "version": report["sqlite"]["library"]}
     assert health["database"] == report["database"]
+    # No bus on a server alone (docs/operators.md, "Health"): said plainly, nothing degraded.
+    assert health["bus"] == {"configured": False} and health["degraded"] == []
     code, text = run_cli("doctor", "--data", str(server.data))
     assert code == 0, text
     assert "running, pid" in text and "healthy" in text

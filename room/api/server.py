@@ -1,5 +1,6 @@
-"""The server itself: ``/healthz`` (the writer's counters, open connections) for anyone, and
-``/metrics`` (Prometheus, :mod:`room.metrics`) for server admins."""
+"""The server itself: ``/healthz`` (the writer's counters, open connections, a cluster node's
+bus) for anyone, and ``/metrics`` (Prometheus, :mod:`room.metrics`) for server admins; both
+described in docs/operators.md, "Health"."""
 
 from __future__ import annotations
 
@@ -11,15 +12,21 @@ from room import __version__
 from room import metrics as room_metrics
 from room.api.requests import core_of, identity
 from room.errors import ForbiddenError
+from room.infra.bus import ClusterHub
 
 
 async def healthz(request: Request) -> Response:
     core = core_of(request)
     mcp = getattr(request.app.state, "mcp", None)
     ok = await core.db.read(lambda conn: conn.execute("SELECT 1").fetchone()[0] == 1)
+    # A cluster's node (docs/cluster.md) says how its bus is. The bus carries hints only (the
+    # database poll covers for it), so a node whose bus is down still answers 200 and serves;
+    # ``degraded`` names it, for a balancer or an operator to read.
+    bus = core.hub.bus.health() if isinstance(core.hub, ClusterHub) else {"configured": False}
     return JSONResponse(
         {
             "ok": bool(ok),
+            "degraded": [] if bus.get("up", True) else ["bus_down"],
             "version": __version__,
             # The store served on (docs/storage.md): its backend and the server's version.
             "database": core.db.info,
@@ -27,6 +34,7 @@ async def healthz(request: Request) -> Response:
             "subscribers": core.hub.subscriber_count(),
             # Open MCP sessions of external agents (room.mcp_server, set on the app by its lifespan).
             "mcp": {"sessions": mcp.session_count() if mcp is not None else 0},
+            "bus": bus,
             "writer": {
                 "batches": core.db.stats.batches,
                 "jobs": core.db.stats.jobs,

@@ -107,6 +107,7 @@ class Bus:
         self._connecting: asyncio.Task[None] | None = None
         self._up = False
         self._up_since = 0.0  # when the bus last came (back) up (monotonic)
+        self._changed_at = time.monotonic()  # when it last came up or went down (/healthz)
         self._beating: asyncio.Task[None] | None = None
         self._peers: dict[str, float] = {}  # another node's id → when it was last heard
         # Every peer heard since the start: when (Unix time) and the address it gave.
@@ -155,6 +156,21 @@ class Bus:
             for node, (at, address) in sorted(self._seen.items())
         ]
 
+    def health(self) -> dict[str, Any]:
+        """What ``/healthz`` says of the bus (docs/operators.md, "Health"): connected or not
+        and for how long, this node's id, and how many other nodes it hears now. The bus is a
+        hint (the database poll covers for it), so a node whose bus is down still serves."""
+        return {
+            "configured": True,
+            "up": self._up,
+            "for_secs": round(time.monotonic() - self._changed_at, 1),
+            "url": self.shown,
+            "node": self.node,
+            "cluster": self.cluster,
+            "peers": len(self.peers()),
+            "peers_known": self.peers_known,
+        }
+
     def view(self) -> dict[str, Any]:
         """This node's view of the cluster (boot-report.json's ``cluster``, docs/cluster.md)."""
         return {
@@ -202,7 +218,8 @@ class Bus:
             except Exception as exc:  # nats-py's NoServersError and the socket's errors
                 log.warning("the bus %s cannot be reached (%s); trying again", self.shown, exc)
                 await asyncio.sleep(RECONNECT_WAIT_SECS)
-        self._up, self._up_since = True, time.monotonic()
+        self._up = True
+        self._up_since = self._changed_at = time.monotonic()
         await self._nc.subscribe(self._nodes_subject, cb=self._heard)
         for project_id in list(self._subs):
             await self._subscribe(project_id)
@@ -213,11 +230,13 @@ class Bus:
     async def _disconnected(self) -> None:
         if self._up:
             log.warning("the bus %s went down; the database poll covers for it", self.shown)
+            self._changed_at = time.monotonic()
         self._up = False
         self.on_disconnect()
 
     async def _reconnected(self) -> None:
-        self._up, self._up_since = True, time.monotonic()
+        self._up = True
+        self._up_since = self._changed_at = time.monotonic()
         log.info("the bus %s is back", self.shown)
         self.on_reconnect()
         self._ask_peers_to_check()
