@@ -38,13 +38,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from benchlib import search
 from benchlib.corpus import PROJECT_ID, make_data_folder
-from benchlib.search import RECORD_KINDS, _Text
+from benchlib.search import _Text
 from room.actions.messages import _digest
 from room.rules.render import render
 from room.rules.searchtext import index_texts
 from room.rules.searchtokens import index_row
-from room.store import indexer, pg
+from room.store import pg
 from room.store import search as search_store
 from room.store.messages import message_object
 from room.store.migrate import connect
@@ -139,25 +140,13 @@ def ensure_sqlite(cache: Path, count: int, records: int) -> tuple[Path, dict[str
             "UPDATE projects SET last_seq = ?, updated_at = ? WHERE id = ?",
             (head + count, now, PROJECT_ID),
         )
-        text = _Text(29)
-        for i in range(records):
-            search_store.index_record(
-                conn, project_id=PROJECT_ID, record_id=i + 1, kind=RECORD_KINDS[i % 6],
-                author_id=lead, at=now - i, text=text.body(),
-            )  # fmt: skip
+        search.index_records(conn, records, lead, now, _Text(29))
         conn.execute("COMMIT")
-        conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        search.optimize_records(conn)
     finally:
         conn.close()
     t1 = time.monotonic()
-    indexer.catch_up(db)  # the server's indexer, the store's own tokens
-    ix = indexer.open_index(db)
-    try:
-        ix.execute("INSERT INTO message_fts (message_fts) VALUES ('optimize')")
-        ix.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        ix.close()
+    search.index_messages(db)  # the server's indexer, the store's own tokens
     took = {"rows_secs": t1 - t0, "index_secs": time.monotonic() - t1}
     print(f"  built in {t1 - t0:.0f} s + indexed in {took['index_secs']:.0f} s", flush=True)
     return data, took

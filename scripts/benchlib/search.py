@@ -152,6 +152,36 @@ def _counts(db: Path) -> tuple[int, int]:
         conn.close()
 
 
+def index_records(
+    conn: sqlite3.Connection, records: int, author: int, now: float, text: _Text
+) -> None:
+    """``records`` memory records of the bench's project, indexed as the store does
+    (:func:`room.store.search.index_record`), inside the caller's transaction."""
+    for i in range(records):
+        search_store.index_record(
+            conn, project_id=PROJECT_ID, record_id=i + 1, kind=RECORD_KINDS[i % 6],
+            author_id=author, at=now - i, text=text.body(),
+        )  # fmt: skip
+
+
+def optimize_records(conn: sqlite3.Connection) -> None:
+    """The records' FTS5 index merged into one segment, the WAL folded in."""
+    conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def index_messages(db: Path) -> None:
+    """Every message of ``db`` indexed by the server's own indexer
+    (:func:`room.store.indexer.catch_up`), its FTS5 index merged, the WAL folded in."""
+    indexer.catch_up(db)
+    ix = indexer.open_index(db)
+    try:
+        ix.execute("INSERT INTO message_fts (message_fts) VALUES ('optimize')")
+        ix.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        ix.close()
+
+
 def ensure_corpus(cache: Path, count: int, records: int) -> Path:
     """The cached data folder with ``count`` indexed messages and ``records`` records."""
     # Named after the index's schema too: a changed index is built afresh.
@@ -189,23 +219,12 @@ def ensure_corpus(cache: Path, count: int, records: int) -> Path:
         conn.execute("UPDATE projects SET last_seq = ? WHERE id = 1", (head + count,))
         t1 = time.monotonic()
         conn.execute("BEGIN IMMEDIATE")
-        for i in range(records):
-            search_store.index_record(
-                conn, project_id=PROJECT_ID, record_id=i + 1, kind=RECORD_KINDS[i % 6],
-                author_id=lead, at=now - i, text=text.body(),
-            )  # fmt: skip
+        index_records(conn, records, lead, now, text)
         conn.execute("COMMIT")
-        conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        optimize_records(conn)
     finally:
         conn.close()
-    indexer.catch_up(db)  # what the server's indexer does
-    ix = indexer.open_index(db)
-    try:
-        ix.execute("INSERT INTO message_fts (message_fts) VALUES ('optimize')")
-        ix.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        ix.close()
+    index_messages(db)
     print(
         f"  built in {time.monotonic() - t0:.0f} s (indexing {time.monotonic() - t1:.0f} s)",
         flush=True,
