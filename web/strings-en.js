@@ -1119,6 +1119,7 @@ export const STRINGS_EN = {
   "purgeCount.checkpoints": "task checkpoints",
   "purgeCount.model_requests": "model requests",
   "purgeCount.turns": "turns",
+  "purgeCount.member_stops": "member stops awaiting their notice",
   "purgeCount.agent_tokens": "agent tokens",
   "purgeCount.invites": "invites",
   "purgeCount.reconciliations": "reconciliations",

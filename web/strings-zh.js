@@ -1087,6 +1087,7 @@ export const STRINGS_ZH = {
   "purgeCount.checkpoints": "任务检查点",
   "purgeCount.model_requests": "模型请求",
   "purgeCount.turns": "轮次",
+  "purgeCount.member_stops": "待发通知的成员停止请求",
   "purgeCount.agent_tokens": "AI 令牌",
   "purgeCount.invites": "邀请",
   "purgeCount.reconciliations": "核对记录",

@@ -10,7 +10,8 @@ found lost stops those turns (their writes are refused by the fence anyway). The
 settles the turns the database says run here and no session runs (their opening committed as
 the node lost the database, before it heard of it), and sweeps the waiting work: the pending
 deliveries of projects whose home is this node are dispatched (a wake lost on the bus, a
-project moved here), and those whose home is offline say so.
+project moved here), and those whose home is offline say so; member stops answered unconfirmed
+whose turns are settled now get their notices (room.actions.stops).
 
 SQLite is exempt by design: one server holds the database file (the data folder's lock), so
 nobody else can write a turn's rows, and a copied or restored folder, which carries another
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from room.actions import leases as lease_actions
+from room.actions import stops as stop_actions
 from room.actions.tenancy import workspaces_folder
 from room.actions.workspaces import floating
 from room.infra.wslock import WorkspaceLocks
@@ -224,6 +226,11 @@ class Leasing:
                 offline.add(project_id)
         for project_id in sorted(offline):
             await lease_actions.home_offline(self.core, project_id)
+        # Member stops answered unconfirmed whose turns are settled now: their notices, once,
+        # whichever node gets there first (the node asked may have restarted meanwhile).
+        posted = await stop_actions.finish_settled(self.core)
+        if posted:
+            log.info("posted %d notice(s) of member stops confirmed later", posted)
 
 
 def _nothing() -> None:

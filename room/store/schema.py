@@ -23,6 +23,7 @@ from room.store.schema_thread_frames import THREAD_FRAMES
 from room.store.schema_threads import THREADS
 from room.store.schema_uploads import UPLOAD_RESERVATIONS
 from room.store.schema_users import USERS_ADMIN
+from room.store.schema_waits import CLUSTER_WAITS
 
 
 class Migration(NamedTuple):
@@ -585,6 +586,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS),
     Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT),
     Migration("0031_cluster_id", CLUSTER_ID),
+    Migration("0032_cluster_waits", CLUSTER_WAITS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
