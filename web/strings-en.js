@@ -1480,6 +1480,8 @@ export const STRINGS_EN = {
   "research.approval": "Approval",
   "research.approvedBy": "{name} approved revision {rev} ({at}); may start until {until}",
   "research.stopReason": "Stopped because",
+  "research.waiting": "Waiting",
+  "research.wait.home_node_offline": "the server this project's agents run on is offline: the research goes on when it is back (or an operator moves the project), and its time budget is not spent meanwhile",
   "research.view": "Details",
   "research.items": "Record",
   "research.noItems": "Nothing recorded yet",

@@ -1439,6 +1439,8 @@ export const STRINGS_ZH = {
   "research.approval": "批准",
   "research.approvedBy": "{name} 批准了第 {rev} 版（{at}），{until} 前可开始",
   "research.stopReason": "停止原因",
+  "research.waiting": "等待中",
+  "research.wait.home_node_offline": "运行本项目智能体的服务器节点离线：待它恢复（或由运维把项目迁到其他节点）后研究继续，期间不计时间预算",
   "research.view": "详情",
   "research.items": "过程记录",
   "research.noItems": "还没有记录",
