@@ -9,8 +9,8 @@ the run is refused by the fence (its model call is never recorded, the run stays
 it). Resumed by a person on A, the run goes on on B, its new home.
 
 A run started on B while A, its home, is not heard (paused) waits: its card says why
-(``home_node_offline``) and its wall-clock budget is not spent; once A is back it goes on with
-the budget it had left and reports."""
+(``home_node_offline``) and its wall-clock budget is not spent; once A is back (continued, or
+killed and started again) it goes on with the budget it had left and reports."""
 
 from __future__ import annotations
 
@@ -205,6 +205,48 @@ async def test_a_run_whose_home_is_not_heard_waits_without_spending_its_time(
     finally:
         if stopped and a.proc is not None:
             os.kill(a.proc.pid, signal.SIGCONT)
+        a.stop()
+        b.stop()
+
+
+async def test_a_run_waiting_for_a_home_killed_goes_on_when_the_home_restarts(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
+) -> None:
+    """The home killed (``kill -9``) and started again: a run that waited for it was running
+    nowhere, so the home's start-up reconciliation leaves it alone (before: ``paused_reconcile``,
+    waiting for a person) and its runner takes it up."""
+    a = node(tmp_path / "a", pg_dsn, nats_server, llm)
+    b = node(tmp_path / "b", pg_dsn, nats_server, llm)
+    a.start()  # first: the demo project's home
+    try:
+        b.start()
+        on_a, on_b = sign_in(a), sign_in(b)
+        project, _lead = lead_on_openai(a, on_a)
+        await until(lambda: counters(b, on_b).get("room_bus_peers") == 1.0, "B hears A")
+        await anyio.to_thread.run_sync(a.kill9)
+        await until(lambda: counters(b, on_b).get("room_bus_peers") == 0.0, "A not heard")
+
+        proposal = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]},
+                    "members": ["lead"], "budget": BUDGET}  # fmt: skip
+        run = research(b, on_b, f"/api/projects/{project}/research", proposal)
+        rid = int(run["id"])
+        approval = {"rev": run["rev"], "scope_digest": run["scope_digest"]}
+        research(b, on_b, f"/api/research/{rid}/approve", approval)
+        assert research(b, on_b, f"/api/research/{rid}/start", {})["state"] == "running"
+        await until(lambda: spend_row(pg_dsn, rid)[1] == "home_node_offline", "marked waiting")
+
+        llm.push(openai_tool_call("room_research_report", {"text": "读了两次配置", "sources": []}))
+        await anyio.to_thread.run_sync(a.start)  # the same folder: the same node, the home
+        await until(lambda: spend_row(pg_dsn, rid)[0] != "running", "the run ends")
+        assert spend_row(pg_dsn, rid)[:2] == ("done", None)
+        actions = rows(
+            pg_dsn,
+            "SELECT action FROM audit_events WHERE project_id = %s AND action IN"
+            " ('research_wait', 'research_wait_over', 'research_reconcile') ORDER BY id",
+            project,
+        )
+        assert actions == [("research_wait",), ("research_wait_over",)]
+    finally:
         a.stop()
         b.stop()
 
