@@ -10,7 +10,8 @@ it). Resumed by a person on A, the run goes on on B, its new home.
 
 A run started on B while A, its home, is not heard (paused) waits: its card says why
 (``home_node_offline``) and its wall-clock budget is not spent; once A is back (continued, or
-killed and started again) it goes on with the budget it had left and reports."""
+killed and started again) it goes on with the budget it had left and reports — unless A was
+running it when it died: that one is settled ``paused_reconcile``, as any restart."""
 
 from __future__ import annotations
 
@@ -209,12 +210,24 @@ async def test_a_run_whose_home_is_not_heard_waits_without_spending_its_time(
         b.stop()
 
 
-async def test_a_run_waiting_for_a_home_killed_goes_on_when_the_home_restarts(
+def start_run(server: ServerProcess, owner: Session, project: int) -> int:
+    proposal = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]},
+                "members": ["lead"], "budget": BUDGET}  # fmt: skip
+    run = research(server, owner, f"/api/projects/{project}/research", proposal)
+    rid = int(run["id"])
+    approval = {"rev": run["rev"], "scope_digest": run["scope_digest"]}
+    research(server, owner, f"/api/research/{rid}/approve", approval)
+    assert research(server, owner, f"/api/research/{rid}/start", {})["state"] == "running"
+    return rid
+
+
+async def test_a_home_killed_and_started_again_takes_up_what_waited_for_it(
     tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
 ) -> None:
-    """The home killed (``kill -9``) and started again: a run that waited for it was running
-    nowhere, so the home's start-up reconciliation leaves it alone (before: ``paused_reconcile``,
-    waiting for a person) and its runner takes it up."""
+    """The home killed (``kill -9``) mid-step of one run, and another run started on B while it
+    is down; both wait (``home_node_offline``). Started again, the home settles the run it was
+    running when it died ``paused_reconcile``, as any restart (cut mid-step: a person looks),
+    and takes up the one that never ran (before: that one was ``paused_reconcile`` too)."""
     a = node(tmp_path / "a", pg_dsn, nats_server, llm)
     b = node(tmp_path / "b", pg_dsn, nats_server, llm)
     a.start()  # first: the demo project's home
@@ -223,29 +236,34 @@ async def test_a_run_waiting_for_a_home_killed_goes_on_when_the_home_restarts(
         on_a, on_b = sign_in(a), sign_in(b)
         project, _lead = lead_on_openai(a, on_a)
         await until(lambda: counters(b, on_b).get("room_bus_peers") == 1.0, "B hears A")
+
+        llm.push(openai_text("慢慢想", delay_secs=120))  # A's model step hangs
+        cut = start_run(a, on_a, project)
+        await until(lambda: len(llm.chat_requests) >= 1, "A's model step")
         await anyio.to_thread.run_sync(a.kill9)
         await until(lambda: counters(b, on_b).get("room_bus_peers") == 0.0, "A not heard")
+        await until(lambda: spend_row(pg_dsn, cut)[1] == "home_node_offline", "cut run waits")
 
-        proposal = {"question": "启动为什么慢？", "scope": {"paths": ["docs"]},
-                    "members": ["lead"], "budget": BUDGET}  # fmt: skip
-        run = research(b, on_b, f"/api/projects/{project}/research", proposal)
-        rid = int(run["id"])
-        approval = {"rev": run["rev"], "scope_digest": run["scope_digest"]}
-        research(b, on_b, f"/api/research/{rid}/approve", approval)
-        assert research(b, on_b, f"/api/research/{rid}/start", {})["state"] == "running"
-        await until(lambda: spend_row(pg_dsn, rid)[1] == "home_node_offline", "marked waiting")
+        waiting = start_run(b, on_b, project)
+        await until(lambda: spend_row(pg_dsn, waiting)[1] == "home_node_offline", "run waits")
 
         llm.push(openai_tool_call("room_research_report", {"text": "读了两次配置", "sources": []}))
         await anyio.to_thread.run_sync(a.start)  # the same folder: the same node, the home
-        await until(lambda: spend_row(pg_dsn, rid)[0] != "running", "the run ends")
-        assert spend_row(pg_dsn, rid)[:2] == ("done", None)
-        actions = rows(
-            pg_dsn,
-            "SELECT action FROM audit_events WHERE project_id = %s AND action IN"
-            " ('research_wait', 'research_wait_over', 'research_reconcile') ORDER BY id",
-            project,
-        )
-        assert actions == [("research_wait",), ("research_wait_over",)]
+        await until(lambda: spend_row(pg_dsn, waiting)[0] != "running", "the run ends")
+        assert spend_row(pg_dsn, waiting)[:2] == ("done", None)
+        assert spend_row(pg_dsn, cut)[:2] == ("paused_reconcile", None)
+
+        def audited(rid: int) -> list[str]:
+            found = rows(
+                pg_dsn,
+                "SELECT action, detail_json FROM audit_events WHERE project_id = %s AND action"
+                " IN ('research_wait', 'research_wait_over', 'research_reconcile') ORDER BY id",
+                project,
+            )
+            return [action for action, detail in found if json.loads(detail)["research_id"] == rid]
+
+        assert audited(waiting) == ["research_wait", "research_wait_over"]
+        assert audited(cut) == ["research_wait", "research_reconcile"]
     finally:
         a.stop()
         b.stop()

@@ -11,7 +11,10 @@ the node asked and is posted once. No foreign keys: a purge deletes the project'
 ``research_runs.wait_reason``: why a ``running`` run does not run (NULL: it runs, or is about
 to). ``home_node_offline``: its project's home node is not heard on the bus; its running span
 is closed meanwhile (its wall-clock budget is not spent) and reopened by the home's runner when
-it is back (room.actions.research).
+it is back (room.actions.research). ``research_runs.taken``: 1 once a node's runner took the
+run since its last start or resume (``owner`` then names that node): a waiting run that was
+taken was cut mid-step and is settled ``paused_reconcile`` by whoever takes it over (the home
+restarting, a node adopting the lease); one never taken is simply taken up.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ CREATE TABLE member_stops (
     asked_at    {real} NOT NULL
 );
 CREATE INDEX member_stops_project ON member_stops (project_id);
-ALTER TABLE research_runs ADD COLUMN wait_reason {text}
+ALTER TABLE research_runs ADD COLUMN wait_reason {text};
+ALTER TABLE research_runs ADD COLUMN taken {id} NOT NULL DEFAULT 0
 """
 
 CLUSTER_WAITS = _WAITS.format(pk="INTEGER PRIMARY KEY", id="INTEGER", text="TEXT", real="REAL")
