@@ -586,7 +586,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS),
     Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT),
     Migration("0031_cluster_id", CLUSTER_ID),
-    Migration("0032_cluster_waits", CLUSTER_WAITS),
+    Migration("0033_cluster_waits", CLUSTER_WAITS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -780,5 +780,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0029_upload_reservations", UPLOAD_RESERVATIONS_PG),
     Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT_PG),
     Migration("0031_cluster_id", CLUSTER_ID_PG),
-    Migration("0032_cluster_waits", CLUSTER_WAITS_PG),
+    Migration("0033_cluster_waits", CLUSTER_WAITS_PG),
 )

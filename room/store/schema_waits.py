@@ -1,4 +1,4 @@
-"""0032: what a cluster's nodes leave for each other to finish (docs/cluster.md, "Stops across
+"""0033: what a cluster's nodes leave for each other to finish (docs/cluster.md, "Stops across
 nodes" and "Agents across nodes").
 
 ``member_stops``: a member's stop asked on one node for a turn another node runs, not yet
