@@ -210,6 +210,45 @@ def test_every_state_reads_clearly_in_chinese_and_english(owner: Person) -> None
     }  # fmt: skip
 
 
+WAITING_JS = r"""
+async () => {
+  const { researchCard } = await import("/static/research.js");
+  const i18n = await import("/static/i18n.js");
+  const base = { id: 9, rev: 1, scope_digest: "ab".repeat(32), question: "启动为什么慢？", scope: { paths: ["docs"] },
+    members: [], budget: { tokens: 1000, requests: 10, seconds: 600, steps: 10 }, events: [], counts: {},
+    spend: { tokens: 120, requests: 1, seconds: 3.2, steps: 1 } };
+  const card = (over) => researchCard({ you: null }, { id: 1, seq: 1, meta: { research: { ...base, ...over } } });
+  const wait = (el) => el.querySelector(".research-wait")?.textContent ?? null;
+  const waiting = { state: "running", waiting: "home_node_offline" };
+  const shown = card(waiting);
+  document.querySelector(".timeline, main, body").prepend(shown);
+  const zh = { waiting: wait(shown), label: shown.querySelector(".research-wait").previousSibling.textContent,
+    plain: wait(card({ state: "running", waiting: null })), paused: wait(card({ state: "paused", waiting: "home_node_offline" })) };
+  i18n.setLang("en");
+  const en = { waiting: wait(card(waiting)), label: card(waiting).querySelector(".research-wait").previousSibling.textContent };
+  i18n.setLang("zh-CN");
+  return { zh, en };
+}
+"""
+
+
+def test_a_run_waiting_for_its_home_node_says_why_in_both_languages(owner: Person) -> None:
+    """A cluster's running run whose home node is not heard (docs/cluster.md): the card says
+    it waits and why, and that its time is not spent; nothing for a run that runs or paused."""
+    owner.page.goto(owner.page.url)
+    texts = owner.page.evaluate(WAITING_JS)
+    assert texts["zh"]["label"] == "等待中"
+    assert texts["zh"]["waiting"].startswith("运行本项目智能体的服务器节点离线")
+    assert "不计时间预算" in texts["zh"]["waiting"]
+    assert texts["zh"]["plain"] is None and texts["zh"]["paused"] is None
+    assert texts["en"]["label"] == "Waiting"
+    assert (
+        "offline" in texts["en"]["waiting"] and "time budget is not spent" in texts["en"]["waiting"]
+    )
+    screenshot(owner.page, "research-card-waiting")
+    owner.assert_clean()
+
+
 def open_propose(person: Person) -> Any:
     person.page.locator("#lifecycle-menu").click()
     person.page.get_by_role("menuitem", name="发起研究…").click()

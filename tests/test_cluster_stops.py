@@ -6,10 +6,12 @@ The project's turns run on node A, its home; a person asks node B. B's answer co
 only once the turn's row is settled in the database — A ended it — and, while A cannot answer
 (SIGSTOP), says so honestly: the member's stop ``stop_confirmed: false`` naming A (its notice
 posted later, once A has ended the turn), the project's pause ``stop_unconfirmed`` naming A
-(``retry_stop`` confirms it once A is back)."""
+(``retry_stop`` confirms it once A is back). The notice owed is recorded with the answer
+(``member_stops``): B killed and restarted before A ended the turn, it is still posted, once."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -37,6 +39,10 @@ def stop_node(dsn: str, bus: NatsServer, llm: OpenAIServer, data: Path) -> Serve
     server.env["ROOM_LEASE_SECS"] = "120"
     server.env["ROOM_STOP_CONFIRM_SECS"] = "15"
     return server
+
+
+def owed(dsn: str) -> list[tuple[Any, ...]]:
+    return rows(dsn, "SELECT member_id, turn_id FROM member_stops ORDER BY id")
 
 
 def turns_of(dsn: str, member: int) -> list[tuple[Any, ...]]:
@@ -125,6 +131,73 @@ async def test_a_stop_asked_on_one_node_is_confirmed_only_once_the_other_settled
         assert answer["project"]["state"] == "paused", answer
         assert answer["still_running"] == [] and "running_on" not in answer
         assert rows(pg_dsn, "SELECT state FROM projects WHERE id = %s", project) == [("paused",)]
+        # Posted once (B's own reading and every node's sweep race for it): nothing is owed
+        # any more, so no node can post it again.
+        assert owed(pg_dsn) == []
+        assert len(stop_notices(pg_dsn, project)) == 2
+    finally:
+        if paused and a.proc is not None:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        a.stop()
+        b.stop()
+
+
+async def test_a_stop_notice_owed_survives_a_restart_of_the_node_asked(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
+) -> None:
+    """B answers a member's stop unconfirmed (A, running the turn, is paused) and is killed
+    before A ends the turn; B comes back. The notice is posted once A ended the turn, by a
+    node's sweep (before, it lived only in B's memory: never posted)."""
+    a = stop_node(pg_dsn, nats_server, llm, tmp_path / "a")
+    b = stop_node(pg_dsn, nats_server, llm, tmp_path / "b")
+    for server in (a, b):
+        # The sweep that finishes owed notices runs every third of the lease; B is not the
+        # home, so it adopts nothing of A's while A is paused.
+        server.env["ROOM_LEASE_SECS"] = "6"
+        server.env["ROOM_STOP_CONFIRM_SECS"] = "2"
+    a.start()  # first: the demo project's home
+    paused = False
+    try:
+        b.start()
+        on_a, on_b = sign_in(a), sign_in(b)
+        project, lead = lead_on_openai(a, on_a)
+        node_a = node_id(a)
+
+        llm.push(openai_text("太慢了", delay_secs=120))
+        say(b, on_b, project, "@lead 慢慢来")
+        turn = await until(
+            lambda: [t for t in turns_of(pg_dsn, lead) if t[1] == "running"], "A's turn"
+        )
+        assert a.proc is not None
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        paused = True
+        path = f"/api/projects/{project}/members/{lead}/stop"
+        status, answer = await anyio.to_thread.run_sync(
+            lambda: b.request("POST", path, {}, headers=on_b.headers, timeout=60)
+        )
+        assert status == 200, answer
+        assert answer["stop_confirmed"] is False, answer
+        assert answer["running_on"] == [{"turn_id": turn[0][0], "member_id": lead, "node": node_a}]
+        assert owed(pg_dsn) == [(lead, turn[0][0])]  # recorded with the answer
+        assert stop_notices(pg_dsn, project) == []
+
+        # B dies before A has ended the turn, and comes back: it remembers nothing of it.
+        await anyio.to_thread.run_sync(b.kill9)
+        await anyio.to_thread.run_sync(b.start)
+        os.kill(a.proc.pid, signal.SIGCONT)
+        paused = False
+        await until(
+            lambda: [t for t in turns_of(pg_dsn, lead) if t[1] != "running"], "A ends its turn"
+        )
+        await until(lambda: stop_notices(pg_dsn, project), "the owed notice")
+        assert owed(pg_dsn) == []  # claimed by the node that posted it: none can post it again
+        [(body,)] = stop_notices(pg_dsn, project)
+        assert "@lead" in body
+        [(frame,)] = rows(
+            pg_dsn, "SELECT frame FROM messages WHERE project_id = %s AND body = %s", project, body
+        )
+        meta = json.loads(frame)["meta"]
+        assert meta["confirmed_later"] is True and meta["turn_id"] == turn[0][0], meta
     finally:
         if paused and a.proc is not None:
             os.kill(a.proc.pid, signal.SIGCONT)

@@ -74,6 +74,18 @@ def test_every_research_state_notice_is_worded() -> None:
         assert text.endswith(zh[f"researchNotice.{state}"]), state
 
 
+def test_every_research_wait_reason_is_worded() -> None:
+    """A running run that cannot step says why on its card (``waiting``, docs/cluster.md)."""
+    from room.rules.research import WaitReason
+
+    assert list(WaitReason)  # a reason to word: the scan below cannot pass on nothing
+    for lang, path in TABLES.items():
+        strings = table(path)
+        assert "research.waiting" in strings, lang
+        missing = {w.value for w in WaitReason if f"research.wait.{w.value}" not in strings}
+        assert not missing, (lang, missing)
+
+
 def test_the_task_ready_next_steps_are_the_servers() -> None:
     from room.actions import tasks
     from room.rules.entities import Member

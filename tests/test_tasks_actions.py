@@ -68,7 +68,7 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
     # 0009 memory records, 0010 search, 0014 attachments, 0015 timelines, dependencies and the risk
     # log, 0016 reactions, 0017 research, 0021 the people an operator changed beside the server,
     # 0023 threads, 0024 notification levels, 0028 leases, 0029 upload reservations, 0031 the
-    # database's cluster id.
+    # database's cluster id, 0033 member stops whose notices are owed.
     later = {t for t in tables - with_tasks if not t.startswith("search_")}
     assert later == {
         "task_attempts",
@@ -88,6 +88,7 @@ def test_the_migration_creates_exactly_the_task_tables_each_with_project_id(tmp_
         "leases",
         "upload_reservations",
         "cluster_identity",
+        "member_stops",
     }
     for table in TASK_TABLES:
         columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}

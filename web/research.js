@@ -105,7 +105,9 @@ export function researchCard(room, message) {
     h("dt", { text: t("research.spend") }), h("dd", { class: "research-spends" }, spendLine(run)),
     h("dt", { text: t("research.progress") }), h("dd", { text: t("research.counts", { h: counts.hypothesis || 0, e: counts.experiment || 0, f: counts.finding || 0 }) }),
     approval ? [h("dt", { text: t("research.approval") }), h("dd", { class: "research-approval", text: approval })] : null,
-    run.stop_reason ? [h("dt", { text: t("research.stopReason") }), h("dd", { class: "research-stop", text: t(`research.stop.${run.stop_reason}`) })] : null),
+    run.stop_reason ? [h("dt", { text: t("research.stopReason") }), h("dd", { class: "research-stop", text: t(`research.stop.${run.stop_reason}`) })] : null,
+    // A running run that cannot step for now (docs/cluster.md: its home node offline); its time is not counted meanwhile.
+    run.state === "running" && run.waiting ? [h("dt", { text: t("research.waiting") }), h("dd", { class: "research-wait", dataset: { reason: run.waiting }, text: t(`research.wait.${run.waiting}`) })] : null),
   h("div", { class: "research-actions" }, buttons,
     h("button", { type: "button", class: "btn btn-small", dataset: { action: "research-view" }, text: t("research.view"), on: { click: () => researchView(room, run.id) } })),
   error);

@@ -9,6 +9,8 @@ owner can neither leave nor give up the role.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -33,6 +35,8 @@ from room.store import deliveries as deliveries_store
 from room.store import members as members_store
 from room.store import projects as projects_store
 from room.store.dialect import Connection
+
+log = logging.getLogger(__name__)
 
 LAST_OWNER = (
     "项目至少保留一位所有者：请先让另一位成员成为所有者"
@@ -133,7 +137,10 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
             stopped = stopped or bool(was)
             left = await stops.settled(core, project_id, target_id, core.settings.stop_confirm_secs)
 
+    owed: list[int] = []  # the pending stops this answer recorded (member_stops)
+
     def job(conn: Connection, tx: Tx) -> dict[str, Any] | RoomError:
+        owed.clear()  # the writer may run a job twice
         refusal = _refusal(conn, actor, target_id, member_op_)
         if refusal is not None:
             _audit_refused(conn, tx, actor, target, op, refusal.code)
@@ -170,7 +177,14 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
             outcome="ok",
             detail={k: v for k, v in result.items() if k != "op"},
         )
-        if not (member_op_ is MemberOp.STOP and left):
+        if member_op_ is MemberOp.STOP and left:
+            # Not true yet: owed once the turns' rows are settled, whoever sees that first
+            # (room.actions.stops; durable, so a restart of this node does not lose it).
+            owed[:] = stops.record_pending(
+                conn, tx, left, project_id=project_id, by=actor.display_name,
+                handle=target.handle,
+            )  # fmt: skip
+        else:
             post_notice(
                 conn,
                 tx,
@@ -193,27 +207,30 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
     outcome = await core.db.write(job)
     if isinstance(outcome, RoomError):
         raise outcome
-    if member_op_ is MemberOp.STOP and left:
-        _confirm_later(core, project_id, actor.display_name, target_id, target.handle)
+    if owed:
+        _confirm_later(core, project_id, list(owed))
     return outcome
 
 
-def _confirm_later(core: Services, project_id: int, by: str, member_id: int, handle: str) -> None:
+def _confirm_later(core: Services, project_id: int, owed: list[int]) -> None:
     """A cluster's stop the other node has not confirmed yet (paused, cut off): the notice that
     the member's work stopped is posted once its turn's row is settled (that node ended it, or
-    another adopted the project's lease), not before; never, if that takes longer than
-    :data:`room.actions.stops.CONFIRM_LATER_SECS` (the answer and the audit said it was not
-    confirmed)."""
+    another adopted the project's lease), not before. This node reads the row every
+    :data:`~room.actions.stops.CONFIRM_LATER_POLL_SECS` for up to
+    :data:`~room.actions.stops.CONFIRM_LATER_SECS`; the row recorded with the answer
+    (``member_stops``) outlives that and this node: any node's leases sweep posts the notice
+    then, once (room.actions.stops.finish_pending)."""
 
     async def wait() -> None:
-        later = stops.CONFIRM_LATER_SECS
-        if await stops.settled(
-            core, project_id, member_id, later, poll_secs=stops.CONFIRM_LATER_POLL_SECS
-        ):
-            return
-        notice = notices.member_op(MemberOp.STOP.value, by, handle)
-        meta = {"member_op": MemberOp.STOP.value, "member_id": member_id, "confirmed_later": True}
-        await core.db.write(lambda conn, tx: post_notice(conn, tx, project_id, notice, meta))
+        deadline = time.monotonic() + stops.CONFIRM_LATER_SECS
+        while time.monotonic() < deadline:
+            try:
+                await stops.finish_settled(core, project_id)
+                if not await core.db.read(lambda conn: stops.pending(conn, owed)):
+                    return
+            except RoomError:  # the database away for a moment: the row waits, read again
+                log.warning("a pending stop's notice: reading its turn failed", exc_info=True)
+            await asyncio.sleep(stops.CONFIRM_LATER_POLL_SECS)
 
     task = asyncio.get_running_loop().create_task(wait())
     core.background.add(task)

@@ -73,6 +73,8 @@ def _sessions(conn: Connection, project_id: int, settings: Settings) -> dict[str
             conn, "DELETE FROM model_requests WHERE project_id = :p", project_id
         ),
         "turns": _delete(conn, "DELETE FROM turns WHERE project_id = :p", project_id),
+        # Member stops whose notices were still owed (room.actions.stops): no one to tell.
+        "member_stops": _delete(conn, "DELETE FROM member_stops WHERE project_id = :p", project_id),
     }
 
 

@@ -44,6 +44,7 @@ from room.rules.research import (
     RunView,
     ScopeRef,
     Spend,
+    WaitReason,
     allowed_events,
     check_proposal,
     reference_ids,
@@ -156,6 +157,8 @@ def wire(conn: Connection, run: Mapping[str, Any], now: float | None = None) -> 
         "proposer": who(run["proposer_id"]),
         "approval": approval,
         "stop_reason": run["stop_reason"],
+        # Why a running run does not run for now (WaitReason; its seconds are not counted).
+        "waiting": run.get("wait_reason"),
         "counts": counts,
         "events": allowed_events(state, ResearchActor.OWNER),
         "card_id": run["card_id"],
@@ -445,7 +448,7 @@ async def act(
             failure = _start_failure(conn, core, run, tx.now, resuming=ev is _E.RESUME)
             if failure is not None:
                 raise GateRefusedError(failure)
-            fields["running_since"] = tx.now
+            fields |= {"running_since": tx.now, "wait_reason": None, "taken": 0}
             # The node whose runner runs it (a start settles its own): the project's home in
             # a cluster, which the runner asked is told of (room.agents.research_run).
             fields["owner"] = runner_node(conn, tx, member.project_id,
@@ -551,7 +554,7 @@ def _start_failure(
 
 
 def _close_span(run: Mapping[str, Any], now: float) -> dict[str, Any]:
-    return {"run_secs": spend_now(run, now), "running_since": None}
+    return {"run_secs": spend_now(run, now), "running_since": None, "wait_reason": None}
 
 
 # -- the runner's side -----------------------------------------------------------------------------
@@ -655,13 +658,17 @@ _REVOCABLE = frozenset(k for k in TRANSITIONS if k[1] is _E.REVOKE)
 def reconcile_on_start(conn: Connection, tx: Tx) -> list[int]:
     """At start-up: a run still ``running`` was cut by the stop; it waits in
     ``paused_reconcile`` until a person resumes or stops it. Its running span is counted up to
-    its last recorded step (when the server went down is not known)."""
+    its last recorded step (when the server went down is not known). A run that waited for
+    this node (``home_node_offline``) before its runner ever took it was cut nowhere: it is
+    left for the runner to take up (:func:`wait_over`)."""
     out = []
     # Only this server's runs (and those naming none): another server's runner may be running
     # its own right now.
     for run in research_store.in_states(
         conn, (ResearchState.RUNNING.value,), recovery.settling_node(conn, tx)
     ):
+        if run["wait_reason"] is not None and not run["taken"]:
+            continue  # never run: it waited for this node, which takes it up (wait_over)
         _reconcile(conn, tx, run)
         out.append(int(run["id"]))
     return out
@@ -681,13 +688,56 @@ def _reconcile(conn: Connection, tx: Tx, run: Mapping[str, Any], **why: Any) -> 
 def settle_adopted(conn: Connection, tx: Tx, project_id: int, node: str) -> list[int]:
     """``node`` adopted the project's lease (room.actions.leases): the runs another node left
     ``running`` in it are settled as a restart settles its own (``paused_reconcile``, waiting
-    for a person); whatever that node still writes for them is refused by the fence."""
+    for a person); whatever that node still writes for them is refused by the fence. A run
+    that waited for its old home before any runner took it is left to this node's runner."""
     out = []
     for run in research_store.of_project(conn, project_id, (ResearchState.RUNNING.value,)):
-        if run.get("owner") != node:
+        # A run that waited for its home before any runner took it was cut nowhere: this
+        # node takes it up instead.
+        if run.get("owner") != node and (run["wait_reason"] is None or run["taken"]):
             _reconcile(conn, tx, run, lease_adopted_by=node, ran_on=run.get("owner"))
             out.append(int(run["id"]))
     return out
+
+
+def wait_for_home(conn: Connection, tx: Tx, research_id: int) -> bool:
+    """The run's project's home node is not heard on the bus (seen from this node, which can
+    tell): the run cannot step, so its running span is closed — counted up to its last write,
+    as a restart counts it — and it says why it waits (``home_node_offline``, on its card).
+    Not while the home holds the project's lease unlapsed: it is at work (only its bus link is
+    down) and renews it while the run runs there. Nothing else changes: the home's runner
+    takes the run up when it is back (:func:`wait_over`), or, if it had been running it (the
+    run ``taken``: cut mid-step), a restart of the home or a node adopting the lease settles
+    it ``paused_reconcile`` as before. False when nothing was to mark."""
+    run = research_store.get(conn, research_id)
+    if run is None or run["state"] != ResearchState.RUNNING or run["wait_reason"] is not None:
+        return False
+    project_id = int(run["project_id"])
+    home = leases_store.home_of(conn, project_id)
+    lease = leases_store.lease_of(conn, project_id)
+    if home is None or (lease is not None and lease.holder == home and lease.expires_at > tx.now):
+        return False
+    reason = WaitReason.HOME_NODE_OFFLINE.value
+    fields = _close_span(run, float(run["updated_at"])) | {"wait_reason": reason}
+    research_store.update(conn, research_id, tx.now, **fields)
+    refresh_card(conn, tx, research_id)
+    _audit(conn, tx, None, project_id, "wait", "waiting", from_state="running",
+           research_id=research_id, reason=reason, home=home, seen_by=tx.node)  # fmt: skip
+    return True
+
+
+def wait_over(conn: Connection, tx: Tx, research_id: int) -> bool:
+    """The run's runner is about to step it (under the project's lease): a run that waited
+    (:func:`wait_for_home`) opens a new running span from now, with the budget it had left.
+    False when it was not waiting."""
+    run = research_store.get(conn, research_id)
+    if run is None or run["state"] != ResearchState.RUNNING or run["wait_reason"] is None:
+        return False
+    research_store.update(conn, research_id, tx.now, wait_reason=None, running_since=tx.now)
+    refresh_card(conn, tx, research_id)
+    _audit(conn, tx, None, int(run["project_id"]), "wait_over", "ok", from_state="running",
+           research_id=research_id, reason=run["wait_reason"], node=tx.node)  # fmt: skip
+    return True
 
 
 def run_here(conn: Connection, tx: Tx, research_id: int) -> bool:

@@ -13,13 +13,18 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from functools import partial
 
+from room.actions.notices import post_notice
+from room.rules import notices
 from room.services import Services
+from room.store import Tx
 from room.store.dialect import Connection
 
 POLL_SECS = 0.1  # how often the rows are read again while waiting
-CONFIRM_LATER_SECS = 600.0  # how long an unconfirmed member stop waits to post its notice
-CONFIRM_LATER_POLL_SECS = 1.0  # and how often it reads the row meanwhile
+CONFIRM_LATER_SECS = 600.0  # how long the node asked reads an unconfirmed stop's turn itself
+CONFIRM_LATER_POLL_SECS = 1.0  # and how often (past that, the leases' sweeps finish it)
+STOP_OP = "stop"  # the member operation whose notice a pending stop posts
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +69,81 @@ async def settled(
         if not left or time.monotonic() >= deadline:
             return left
         await asyncio.sleep(min(poll_secs, max(0.0, deadline - time.monotonic())))
+
+
+# -- member stops not confirmed when answered -------------------------------------------------------
+
+
+def record_pending(
+    conn: Connection, tx: Tx, left: list[StillRunning], *, project_id: int, by: str, handle: str
+) -> list[int]:
+    """A member's stop answered unconfirmed: its notice is owed once ``left``'s turns are
+    settled (:func:`finish_pending`), recorded in the same transaction as the answer's audit.
+    Returns the rows' ids."""
+    ids = []
+    for still in left:
+        row = conn.execute(
+            "INSERT INTO member_stops (project_id, member_id, turn_id, by_name, handle,"
+            " asked_on, asked_at) VALUES (:p, :m, :t, :by, :h, :node, :now) RETURNING id",
+            {"p": project_id, "m": still.member_id, "t": still.turn_id, "by": by,
+             "h": handle, "node": tx.node, "now": tx.now},
+        ).fetchone()  # fmt: skip
+        ids.append(int(row[0]))
+    return ids
+
+
+def pending(conn: Connection, stop_ids: list[int]) -> list[int]:
+    """Those of ``stop_ids`` whose notices are still owed."""
+    if not stop_ids:
+        return []
+    marks = ", ".join(f":s{i}" for i in range(len(stop_ids)))
+    params = {f"s{i}": s for i, s in enumerate(stop_ids)}
+    rows = conn.execute(f"SELECT id FROM member_stops WHERE id IN ({marks})", params)
+    return sorted(int(r[0]) for r in rows)
+
+
+def pending_settled(conn: Connection, project_id: int | None = None) -> list[tuple[int, int]]:
+    """``(stop, project)`` of the pending member stops whose turns are settled now."""
+    sql = (
+        "SELECT s.id, s.project_id FROM member_stops s WHERE NOT EXISTS"
+        " (SELECT 1 FROM turns t WHERE t.id = s.turn_id AND t.state = 'running')"
+    )
+    if project_id is not None:
+        sql += " AND s.project_id = :p"
+    return [(int(r[0]), int(r[1])) for r in conn.execute(sql + " ORDER BY s.id", {"p": project_id})]
+
+
+def finish_pending(conn: Connection, tx: Tx, stop_id: int) -> bool:
+    """Post the notice of the pending stop ``stop_id`` if its turn is settled, deleting its row
+    in the same transaction (whoever deletes it posts; another node's attempt finds no row).
+    False when it is gone or its turn still runs."""
+    row = conn.execute(
+        "DELETE FROM member_stops WHERE id = :s AND NOT EXISTS (SELECT 1 FROM turns t"
+        " WHERE t.id = member_stops.turn_id AND t.state = 'running')"
+        " RETURNING project_id, member_id, turn_id, by_name, handle, asked_on",
+        {"s": stop_id},
+    ).fetchone()
+    if row is None:
+        return False
+    project_id, member_id, turn_id, by, handle, asked_on = row
+    notice = notices.member_op(STOP_OP, str(by), str(handle))
+    meta = {"member_op": STOP_OP, "member_id": int(member_id), "confirmed_later": True,
+            "turn_id": int(turn_id), "asked_on": asked_on}  # fmt: skip
+    post_notice(conn, tx, int(project_id), notice, meta)
+    return True
+
+
+async def finish_settled(core: Services, project_id: int | None = None) -> int:
+    """Post the notices of the pending member stops (of one project, or all) whose turns are
+    settled; returns how many this node posted."""
+    found = await core.db.read(lambda conn: pending_settled(conn, project_id))
+    posted = 0
+    for stop_id, project in found:
+        # The project's row locked first, as every notice's seq is taken.
+        if await core.db.submit(partial(_finish, stop_id), locks=(project,)):
+            posted += 1
+    return posted
+
+
+def _finish(stop_id: int, conn: Connection, tx: Tx) -> bool:
+    return finish_pending(conn, tx, stop_id)

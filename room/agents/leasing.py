@@ -10,7 +10,9 @@ found lost stops those turns (their writes are refused by the fence anyway). The
 settles the turns the database says run here and no session runs (their opening committed as
 the node lost the database, before it heard of it), and sweeps the waiting work: the pending
 deliveries of projects whose home is this node are dispatched (a wake lost on the bus, a
-project moved here), and those whose home is offline say so.
+project moved here), and those whose home is offline say so (so do research runs, whose
+wall-clock budget stops counting meanwhile); member stops answered unconfirmed
+whose turns are settled now get their notices (room.actions.stops).
 
 SQLite is exempt by design: one server holds the database file (the data folder's lock), so
 nobody else can write a turn's rows, and a copied or restored folder, which carries another
@@ -24,14 +26,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 from room.actions import leases as lease_actions
+from room.actions import research as research_actions
+from room.actions import stops as stop_actions
 from room.actions.tenancy import workspaces_folder
 from room.actions.workspaces import floating
 from room.infra.wslock import WorkspaceLocks
 from room.rules.leases import Claim, Home, Lease, home_of, renew_due
 from room.services import Services
+from room.store import Tx
 from room.store import leases as leases_store
 from room.store import research as research_store
 from room.store.dialect import Connection
@@ -211,10 +217,14 @@ class Leasing:
         live = self.live()
         # Research running in a project whose work is here, and not running here (started on
         # another node, a hint lost, the project moved here): its runner starts it.
-        for research_id, project_id, home in research:
-            here = floats[project_id] or home_of(home, self.node, live) is Home.HERE
-            if here and self.research is not None:
+        for research_id, project_id, home, waits in research:
+            where = Home.HERE if floats[project_id] else home_of(home, self.node, live)
+            if where is Home.HERE and self.research is not None:
                 self.research.start(research_id, forward=False)
+            elif where is Home.OFFLINE and waits is None:
+                # Its home is not heard: it cannot step, so its wall-clock budget stops
+                # counting and its card says why (home_node_offline) until the home is back.
+                await self.core.db.write(partial(_wait_for_home, research_id))
         offline: set[int] = set()
         for project_id, member_id, home, marked in work:
             where = Home.HERE if floats[project_id] else home_of(home, self.node, live)
@@ -224,10 +234,19 @@ class Leasing:
                 offline.add(project_id)
         for project_id in sorted(offline):
             await lease_actions.home_offline(self.core, project_id)
+        # Member stops answered unconfirmed whose turns are settled now: their notices, once,
+        # whichever node gets there first (the node asked may have restarted meanwhile).
+        posted = await stop_actions.finish_settled(self.core)
+        if posted:
+            log.info("posted %d notice(s) of member stops confirmed later", posted)
 
 
 def _nothing() -> None:
     return None
+
+
+def _wait_for_home(research_id: int, conn: Connection, tx: Tx) -> bool:
+    return research_actions.wait_for_home(conn, tx, research_id)
 
 
 class ResearchHere(Protocol):

@@ -126,8 +126,11 @@ def replay(entries: list[dict[str, Any]]) -> list[ChatMessage]:
     return out
 
 
-def _gate(research_id: int, now: float, conn: Any) -> GateFailure | None:
-    return research_actions.pre_step(conn, research_id, now)
+def _gate(research_id: int, now: float, conn: Any) -> tuple[GateFailure | None, bool]:
+    """The pre-step gate, and whether the run waited (its span closed: wait_over reopens it)."""
+    run = research_store.get(conn, research_id)
+    waited = run is not None and run.get("wait_reason") is not None
+    return research_actions.pre_step(conn, research_id, now), waited
 
 
 class ResearchRunner:
@@ -251,6 +254,13 @@ class ResearchRunner:
         if where is not Home.HERE:
             if where is Home.ELSEWHERE and run.forward and self.core.relay is not None:
                 self.core.relay.start_research_elsewhere(run.research_id)
+            elif where is Home.OFFLINE:
+                # It cannot step until its home is back: its card says so, and its wall-clock
+                # budget stops counting (the home's runner takes it up again: wait_over).
+                rid = run.research_id
+                await self.core.db.write(
+                    lambda conn, tx: research_actions.wait_for_home(conn, tx, rid)
+                )
             return False
         fence = await leasing.fence(run.project_id)
         if not isinstance(fence, Fence):
@@ -314,7 +324,13 @@ class ResearchRunner:
                 async with lock:
                     if run.stopped() or not await self._fence(run):
                         return
-                    failure = await self.core.db.read(partial(_gate, rid, time.time()))
+                    failure, waited = await self.core.db.read(partial(_gate, rid, time.time()))
+                    if waited and failure is None:
+                        # It waited for this node (home_node_offline): a new running span from
+                        # now, under the fence, with the budget it had left.
+                        await self.core.db.write(
+                            lambda conn, tx: research_actions.wait_over(conn, tx, rid)
+                        )
                     if failure is not None:
                         if failure is not GateFailure.WRONG_STATE:
                             await self._halt(rid, failure)

@@ -508,6 +508,14 @@ class GateFailure(StrEnum):
     NO_REPORT = "no_report"  # every session ended without filing a report
 
 
+class WaitReason(StrEnum):
+    """Why a ``running`` run does not run for now (``wait_reason``; docs/cluster.md): its
+    wall-clock budget is not spent meanwhile, and it goes on by itself once the reason is gone.
+    The page words each (``research.wait.<reason>``)."""
+
+    HOME_NODE_OFFLINE = "home_node_offline"  # its project's home node is not heard on the bus
+
+
 GATE_TEXT: Mapping[GateFailure, str] = MappingProxyType(
     {
         GateFailure.PROJECT_NOT_ACTIVE: "项目不在进行中 (the project is not active)",

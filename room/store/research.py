@@ -17,7 +17,7 @@ _COLUMNS = (
     "id, project_id, state, rev, question, scope_json, members_json, budget_json, digest,"
     " proposer_id, card_id, approved_rev, approved_digest, approved_epoch, approved_by,"
     " approved_at, expires_at, tokens_used, requests_used, steps_used, run_secs, running_since,"
-    " reserved_tokens, stop_reason, created_at, updated_at, owner"
+    " reserved_tokens, stop_reason, created_at, updated_at, owner, wait_reason, taken"
 )
 _NAMES = [c.strip() for c in _COLUMNS.split(",")]
 
@@ -135,22 +135,24 @@ def in_states(
 
 
 def set_owner(conn: Connection, research_id: int, node: str | None, now: float) -> bool:
-    """Name the node running a running run; False when it is not running."""
+    """Name the node running a running run (its runner took it: ``taken``); False when it is
+    not running."""
     row = conn.execute(
-        "UPDATE research_runs SET owner = :n, updated_at = :now WHERE id = :r"
+        "UPDATE research_runs SET owner = :n, taken = 1, updated_at = :now WHERE id = :r"
         " AND state = 'running' RETURNING id",
         {"n": node, "now": now, "r": research_id},
     ).fetchone()
     return row is not None
 
 
-def waiting(conn: Connection) -> list[tuple[int, int, str | None]]:
-    """(run, project, the project's home node) of the running runs in active projects: each
-    runs on its project's home (or, its workspace shared, wherever holds the lease)."""
+def waiting(conn: Connection) -> list[tuple[int, int, str | None, str | None]]:
+    """(run, project, the project's home node, the run's ``wait_reason``) of the running runs in
+    active projects: each runs on its project's home (or, its workspace shared, wherever holds
+    the lease)."""
     return [
-        (int(r[0]), int(r[1]), None if r[2] is None else str(r[2]))
+        (int(r[0]), int(r[1]), None if r[2] is None else str(r[2]), r[3])
         for r in conn.execute(
-            "SELECT r.id, r.project_id, p.home_node FROM research_runs r"
+            "SELECT r.id, r.project_id, p.home_node, r.wait_reason FROM research_runs r"
             " JOIN projects p ON p.id = r.project_id"
             " WHERE r.state = 'running' AND p.state = 'active' ORDER BY r.id"
         )

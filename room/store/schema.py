@@ -24,6 +24,7 @@ from room.store.schema_thread_frames import THREAD_FRAMES
 from room.store.schema_threads import THREADS
 from room.store.schema_uploads import UPLOAD_RESERVATIONS
 from room.store.schema_users import USERS_ADMIN
+from room.store.schema_waits import CLUSTER_WAITS
 
 
 class Migration(NamedTuple):
@@ -587,6 +588,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT),
     Migration("0031_cluster_id", CLUSTER_ID),
     Migration("0032_message_fts_recent", FTS_RECENT),
+    Migration("0033_cluster_waits", CLUSTER_WAITS),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

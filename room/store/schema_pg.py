@@ -38,6 +38,7 @@ from room.store.schema_thread_frames import THREAD_FRAMES_PG
 from room.store.schema_threads import THREADS_PG
 from room.store.schema_uploads import UPLOAD_RESERVATIONS_PG
 from room.store.schema_users import USERS_ADMIN_PG
+from room.store.schema_waits import CLUSTER_WAITS_PG
 
 BASELINE_OF = "0019_send_rows"  # the SQLite migration this baseline equals
 
@@ -781,4 +782,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0030_message_fts_project", MESSAGE_FTS_PROJECT_PG),
     Migration("0031_cluster_id", CLUSTER_ID_PG),
     Migration("0032_message_fts_recent", FTS_RECENT_PG),
+    Migration("0033_cluster_waits", CLUSTER_WAITS_PG),
 )
