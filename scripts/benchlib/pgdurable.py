@@ -48,6 +48,10 @@ SENDERS = 10
 TARGET_RATIO = 0.5
 
 
+# Acknowledged at least this share of the offered rate: the server kept up with the offer.
+KEPT_UP = 0.98
+
+
 def _durability(url: str) -> str:
     conn = pg.connect(url)
     try:
@@ -149,11 +153,16 @@ def run(workdir: Path, *, quick: bool) -> list[Row]:
         ("SQLite", lite, lite_ref["batched"], f"raw sqlite3, {BATCH}/txn, synchronous=FULL"),
     ):
         c = f"{store}: {case}"
+        # A server that acknowledged the whole offer was not at its capacity: its ratio is the
+        # offer's to the reference's, and no target is read from it.
+        kept_up = f["acked_per_sec"] >= KEPT_UP * durable.OFFERED_PER_SEC
         rows += [
             Row(WORKLOAD, c, "acked msg/s", f["acked_per_sec"], reference, label + ": {ref:,.0f}/s"),
             Row(WORKLOAD, c, "acked ÷ raw batched", f["acked_per_sec"] / reference
-                if reference else None, None, "same rows, same batch size",
-                f"≥ {TARGET_RATIO}" if store == "PostgreSQL" else "≥ 0.85"),
+                if reference else None, None,
+                "kept up with the whole offer: the offer's ratio, not a capacity" if kept_up
+                else "same rows, same batch size",
+                "" if kept_up else f"≥ {TARGET_RATIO}" if store == "PostgreSQL" else "≥ 0.85"),
             Row(WORKLOAD, c, "ack latency p50 ms", f["p50_ms"]),
             Row(WORKLOAD, c, "ack latency p99 ms", f["p99_ms"]),
             Row(WORKLOAD, c, "offered msg/s sent", f["sent_per_sec"], None,
