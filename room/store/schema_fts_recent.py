@@ -15,6 +15,13 @@ is checked against the range, what is found never changes.
 ``autosummarize``: autovacuum summarizes each new range of pages once it is full; until then
 the range is always let through (it holds the newest ids).
 
+``tsv``'s statistics target 300 (100 by default): ``ANALYZE`` keeps ten times the target of its
+most common lexemes, 3,000 instead of 1,000. At 1M messages the list then reaches down to
+lexemes in ~0.2 % of the rows, below the ~0.4 % from which a query is asked of the newest ids
+first (four windows of matches), where the default's ended at ~0.9 % and left a quarter of
+the words in 1 % of the messages to the whole index. ``ANALYZE`` samples 90,000 rows instead
+of 30,000 (0.8 s at 1M messages).
+
 On SQLite nothing changes (the migration is empty, kept so that both stores list the same
 names): FTS5 reads its doclist newest first and stops at the window.
 """
@@ -27,5 +34,7 @@ FTS_RECENT = """
 
 FTS_RECENT_PG = """
 CREATE INDEX message_fts_rowid_brin ON message_fts USING brin (rowid)
-    WITH (pages_per_range = 16, autosummarize = on)
+    WITH (pages_per_range = 16, autosummarize = on);
+ALTER TABLE message_fts ALTER COLUMN tsv SET STATISTICS 300;
+ANALYZE message_fts
 """
