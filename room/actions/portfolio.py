@@ -88,7 +88,7 @@ async def update_timeline(
                fields=sorted(data))  # fmt: skip
         return timeline_wire(conn, project_id, pf.today_of(tx.now))
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 def clean_summary(text: str) -> str:
@@ -114,7 +114,7 @@ async def set_summary(core: Services, actor: Member, project_id: int, text: str)
         _audit(conn, tx, actor, "project.summary", summary=value)
         return {"project_id": project_id, "summary": value}
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 def _dependency(item: Any, index: int) -> tuple[str, int | None, str]:
@@ -174,7 +174,7 @@ async def set_dependencies(
             "dependencies": portfolio_store.dependencies(conn, project_id),
         }
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 async def set_task_dates(
@@ -197,7 +197,7 @@ async def set_task_dates(
             "est_end": e.isoformat() if e else None,
         }
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 # -- the risk scan ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 
 from room.errors import ConflictError
 from room.rules.entities import PROJECT_COLUMNS, Project
-from room.store.db import UNKNOWN, Appends
+from room.store.db import UNKNOWN, Appends, check_declared
 from room.store.dialect import Connection, dialect_for, locks_rows
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
@@ -111,6 +111,12 @@ def list_all(conn: Connection) -> list[Project]:
     ]
 
 
+def live_ids(conn: Connection) -> tuple[int, ...]:
+    """Every project not purged, in id order (a start-up's jobs declare them all)."""
+    rows = conn.execute("SELECT id FROM projects WHERE state != 'purged' ORDER BY id")
+    return tuple(int(r[0]) for r in rows)
+
+
 def live_workspaces(conn: Connection) -> list[tuple[int, str]]:
     """``(id, workspace)`` of every project not purged that has a workspace set."""
     rows = conn.execute(
@@ -137,7 +143,12 @@ def lock_project(conn: Connection, project_id: int) -> None:
 
 def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | None = None) -> int:
     """Take the next gap-free seq of a project inside the caller's transaction (with
-    ``appends``: counted in the batch, written once when it flushes)."""
+    ``appends``: counted in the batch, written once when it flushes).
+
+    The job must have declared the project (``Database.submit(locks=…)``), so that on
+    PostgreSQL its batch locked the project's row before any other: where the writer checks
+    (the tests), a seq of an undeclared project is refused (:func:`check_declared`)."""
+    check_declared(conn, project_id)
     if appends is None:
         row = conn.execute(
             "UPDATE projects SET last_seq = last_seq + 1, updated_at = :now WHERE id = :id"
