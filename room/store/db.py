@@ -293,6 +293,17 @@ def check_declared(conn: Connection, project_id: int) -> None:
         )
 
 
+def declare_created(conn: Connection, project_id: int) -> None:
+    """Declare a project the running job has just inserted (a new project, an imported one):
+    its row is locked by the insert itself, which no other transaction sees before the commit,
+    so none can hold it while waiting for a row this job holds. Its seqs are then the job's to
+    take (:func:`check_declared`)."""
+    if isinstance(conn, _Guarded) and conn.declared is not None:
+        declared = conn.declared
+        if project_id not in declared.projects:
+            conn.declared = Declared((*declared.projects, project_id), declared.job)
+
+
 class WriterConnection(sqlite3.Connection):
     """The writer's connection. While the batch's :class:`Appends` (``appends``) holds rows, a
     statement that names one of their tables has them written first: a job cannot read, update

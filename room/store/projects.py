@@ -8,7 +8,7 @@ from typing import Any
 
 from room.errors import ConflictError
 from room.rules.entities import PROJECT_COLUMNS, Project
-from room.store.db import UNKNOWN, Appends, check_declared
+from room.store.db import UNKNOWN, Appends, check_declared, declare_created
 from room.store.dialect import Connection, dialect_for, locks_rows
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
@@ -57,7 +57,9 @@ def insert(
             "home": home_node,
         },
     )
-    return int(cur.fetchone()[0])
+    project_id = int(cur.fetchone()[0])
+    declare_created(conn, project_id)  # its row is the job's: the goal's message takes its seq
+    return project_id
 
 
 def get(conn: Connection, project_id: int) -> Project | None:
