@@ -448,7 +448,9 @@ async def record_command_result(
             conn, tx, project_id=member.project_id, member_id=member.id, turn_id=turn_id,
             command=command, exit_code=exit_code, duration_ms=duration_ms, output=output,
             whole=whole,
-        ), locks=(member.project_id,))  # fmt: skip
+        ),
+        locks=(member.project_id,),
+    )  # fmt: skip
 
 
 def _member_of(conn: Connection, member_id: int | None) -> Member | None:
