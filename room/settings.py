@@ -92,9 +92,9 @@ class Settings(BaseModel):
     )
     database_check_locks: bool = Field(
         default=False,
-        description="Refuse (and log) a write that takes a seq in a project it did not declare "
-        "(the lock order of docs/storage.md): a programming error, on in the tests; off by "
-        "default in production.",
+        description="Refuse a write that takes a seq or a per-project number in a project it "
+        "did not declare (the lock order of docs/storage.md): a programming error, on in the "
+        "tests; off by default in production.",
     )
     synchronous: str = Field(
         default="FULL",

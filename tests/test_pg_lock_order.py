@@ -20,6 +20,7 @@ from room.store.db import UndeclaredProjectError
 from room.store.migrate import connect, migrate
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
+from room.store.tasks import next_number
 
 NOW = 1_800_000_000.0
 
@@ -81,6 +82,13 @@ async def _undeclared_and_declared(database: Database, project: int) -> None:
             ]
         )
         assert seqs == [1, 2, 3]  # the refused one took nothing
+
+        def number_a_task(conn: sqlite3.Connection, tx: Tx) -> int:
+            return next_number(conn, "tasks", "position", project)
+
+        with pytest.raises(UndeclaredProjectError, match=f"a number of project {project} "):
+            await database.write(number_a_task)
+        assert await database.write(number_a_task, locks=(project,)) == 1
     finally:
         await database.close()
 

@@ -256,9 +256,9 @@ class Appends:
 
 
 class UndeclaredProjectError(RuntimeError):
-    """A job took a seq in a project it did not declare (``Database.submit(locks=…)``): on
-    PostgreSQL it locked the project's row only then, maybe after other rows, against the lock
-    order every send keeps (docs/storage.md, "Lock order: the project first"). A programming
+    """A job took a seq (or a per-project number) in a project it did not declare
+    (``Database.submit(locks=…)``): on PostgreSQL it locked the project's row only then, maybe
+    after other rows, against the lock order every send keeps (docs/storage.md, "Lock order: the project first"). A programming
     error, raised only where ``Database(check_locks=True)`` (the tests; the setting
     ``database_check_locks``)."""
 
@@ -280,14 +280,15 @@ def job_name(job: Callable[..., Any]) -> str:
     return f"{module}.{name}"
 
 
-def check_declared(conn: Connection, project_id: int) -> None:
-    """Refuse a seq of ``project_id`` to a job that did not declare the project, where the
-    writer checks (:attr:`WriterConnection.declared` set: ``Database(check_locks=True)``);
-    nothing to do elsewhere (``run_write``, a connection of its own)."""
+def check_declared(conn: Connection, project_id: int, what: str = "a seq") -> None:
+    """Refuse ``what`` (a seq, a per-project number: the project's row locked) of
+    ``project_id`` to a job that did not declare the project, where the writer checks
+    (:attr:`WriterConnection.declared` set: ``Database(check_locks=True)``); nothing to do
+    elsewhere (``run_write``, a connection of its own)."""
     declared: Declared | None = getattr(conn, "declared", None)
     if declared is not None and project_id not in declared.projects:
         raise UndeclaredProjectError(
-            f"the job {declared.job} took a seq of project {project_id} without declaring it "
+            f"the job {declared.job} took {what} of project {project_id} without declaring it "
             f"(declared: {list(declared.projects)}); submit it with locks=({project_id},) "
             '(docs/storage.md, "Lock order: the project first")'
         )

@@ -136,7 +136,9 @@ def lock_project(conn: Connection, project_id: int) -> None:
 
     ``FOR NO KEY UPDATE``, like the batch's lock of its projects (``Database._lock_projects``):
     it serialises the numbering, and lets the foreign-key checks of rows naming the project
-    through."""
+    through. Like :func:`next_seq`, for a job that declared the project (its batch locked the
+    row first): refused otherwise where the writer checks."""
+    check_declared(conn, project_id, "a number")
     if locks_rows(conn):
         conn.execute(
             "SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project_id,)
