@@ -39,7 +39,7 @@ async def set_level(core: Services, member: Member, level: str) -> dict[str, Any
         notifications_store.set_level(conn, member.id, level, tx.now)
         return {"project_id": member.project_id, "level": level}
 
-    result: dict[str, Any] = await core.db.write(job, locks=(member.project_id,))
+    result: dict[str, Any] = await core.db.write(job)
     return result
 
 

@@ -157,5 +157,5 @@ async def set_following(
         threads_store.follow(conn, root_id, member.id, following, tx.now, keep=False)
         return {"root_id": root_id, "following": following}
 
-    result: dict[str, Any] = await core.db.write(job, locks=(member.project_id,))
+    result: dict[str, Any] = await core.db.write(job)
     return result

@@ -258,9 +258,9 @@ class Appends:
 class UndeclaredProjectError(RuntimeError):
     """A job took a seq (or a per-project number) in a project it did not declare
     (``Database.submit(locks=…)``): on PostgreSQL it locked the project's row only then, maybe
-    after other rows, against the lock order every send keeps (docs/storage.md, "Lock order: the project first"). A programming
-    error, raised only where ``Database(check_locks=True)`` (the tests; the setting
-    ``database_check_locks``)."""
+    after other rows, against the lock order every send keeps (docs/storage.md, "Lock order:
+    the project first"). A programming error, raised only where ``Database(check_locks=True)``
+    (the tests; the setting ``database_check_locks``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -640,9 +640,11 @@ class Database:
         jobs' keys before they run (one query instead of one per job); the job must still
         look up itself whatever the batch does not know (a plain job in between makes it
         forget, and the jobs after it are prefetched again).
-        ``locks``: the projects the job takes a seq in. On PostgreSQL the batch locks their
-        rows at its start, every batch in project id order (docs/storage.md, "Several
-        writers"); a job may still lock others as it goes (a deadlock reruns the batch)."""
+        ``locks``: the projects the job takes a seq (or a per-project number) in. On
+        PostgreSQL the batch locks their rows at its start, every batch in project id order
+        (docs/storage.md, "Several writers"). A seq of a project not declared is refused where
+        the writer checks (``check_locks``: the tests), so that no job locks a project's row
+        after another row (docs/storage.md, "Lock order: the project first")."""
         assert self._loop is not None, "Database.start() first"
         future: asyncio.Future[R] = self._loop.create_future()
         pending = _Pending(job, future, appends, prefetch if appends else None, locks)
