@@ -13,9 +13,11 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
+from room.actions import brakes as brake_actions
 from room.actions import leases as leases_actions
 from room.actions.notices import insert_notice
 from room.store import Database, Tx
+from room.store import brakes as brakes_store
 from room.store.db import UndeclaredProjectError
 from room.store.migrate import connect, migrate
 from room.store.pg import connect as pg_connect
@@ -182,4 +184,56 @@ async def test_settling_unheard_turns_takes_the_project_first_like_an_adoption(
             assert row == (1, 1)  # the settling's notice, seq 1
     finally:
         node_a.close()
+        await node_b.close()
+
+
+@pytest.mark.anyio
+async def test_tripping_the_brake_takes_the_project_first_like_a_send(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """A brake tripped by the runtime (``brakes.trip_brake``: the token budget spent, a loop
+    seen) updates the project's brake row and then posts the brake's notice: the project's seq.
+    A human's send on another node holds the project (its batch's ``locks=``) and then resets
+    that brake row's count. Before, the trip took the brake's row first and the project's at
+    the notice: the send's reset waited for it, a cycle. It now declares its project."""
+    project = _pg_project(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(  # a count to reset: the send's UPDATE takes the row
+            "INSERT INTO project_brakes (project_id, agent_turns) VALUES (%s, 2)", (project,)
+        )
+    sender = pg_connect(pg_dsn)
+    node_b = Database(
+        tmp_path / "unused.sqlite", url=pg_dsn, readers=1, clock=lambda: NOW, node="b"
+    )
+    node_b.start(asyncio.get_running_loop())
+    try:
+        # The send's batch on node A: the project's row, as Database._lock_projects …
+        sender.execute("BEGIN")
+        sender.execute("SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project,))
+        core = SimpleNamespace(db=node_b)
+        detail = {"tokens_used": 10, "budget": 5}
+        tripped = asyncio.ensure_future(
+            brake_actions.trip_brake(core, project, "token_budget", detail)  # type: ignore[arg-type]
+        )
+        while not tripped.done():  # node B's write has started, and waits for the project
+            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+                break
+            await asyncio.sleep(0.05)
+        assert not tripped.done()
+        # … then the human message resets the brake's count: nothing of B's holds its row.
+        sender.execute("SET LOCAL lock_timeout = '1ms'")
+        brakes_store.reset_agent_turns(sender, Tx(now=NOW), project)
+        sender.execute("COMMIT")
+        await asyncio.wait_for(tripped, 30)
+        assert node_b.stats.retries == 0
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT tripped, agent_turns FROM project_brakes WHERE project_id = %s",
+                (project,),
+            ).fetchone()
+            assert row == ("token_budget", 0)
+            row = conn.execute("SELECT last_seq FROM projects WHERE id = %s", (project,)).fetchone()
+            assert row == (1,)  # the brake's notice
+    finally:
+        sender.close()
         await node_b.close()
