@@ -292,6 +292,7 @@ def create_app(
             attach=None if on_postgres else indexer.prepare(settings.db_path),
             statement_timeout_ms=settings.database_statement_timeout_ms,
             node=boot.node_id(settings.data),
+            check_locks=settings.database_check_locks,
         )
         db.start(asyncio.get_running_loop())
         search_indexer = None
@@ -387,10 +388,14 @@ def create_app(
             core, registry, closing=lambda: scheduler.closing, leasing=scheduler.in_process.leasing
         )
         core.research = research
-        unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx))
+        # The start-up's settling may post a notice in any project: every live one is declared
+        # (docs/storage.md, "Lock order: the project first"), locked in id order as any batch
+        # locks its projects; once, before this node serves anything.
+        every = await db.read(projects_store.live_ids)
+        unconfirmed = await db.write(lambda conn, tx: restart_stops(conn, tx), locks=every)
         # A research run cut by the stop waits for a person (paused_reconcile).
-        reconciled = await db.write(research_actions.reconcile_on_start)
-        recovery = await db.write(reconcile_on_start)
+        reconciled = await db.write(research_actions.reconcile_on_start, locks=every)
+        recovery = await db.write(reconcile_on_start, locks=every)
         recovery["stops_unconfirmed"] = unconfirmed
         recovery["research_reconciled"] = reconciled
         restored = boot.read_restored(settings.data)

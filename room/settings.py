@@ -90,6 +90,12 @@ class Settings(BaseModel):
         description="PostgreSQL only: the server cancels a statement of this process running "
         "longer than this (ms; 0: never). A write cancelled this way fails with its batch.",
     )
+    database_check_locks: bool = Field(
+        default=False,
+        description="Refuse a write that takes a seq or a per-project number in a project it "
+        "did not declare (the lock order of docs/storage.md): a programming error, on in the "
+        "tests; off by default in production.",
+    )
     synchronous: str = Field(
         default="FULL",
         pattern="^(FULL|NORMAL|EXTRA)$",

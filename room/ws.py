@@ -354,9 +354,19 @@ class Connection:
             )
         return self.external_member
 
+    def _agent_project(self) -> int | None:
+        """The project of this connection's agent (declared to the writer), if it is one."""
+        if self.identity and self.identity.agent:
+            return self.identity.agent.project_id
+        return None
+
     async def on_received(self, frame: p.ReceivedFrame) -> None:
         await turn_actions.confirm_external(
-            self.core, self._external(), frame.delivery_ids, DeliveryState.DELIVERED
+            self.core,
+            self._external(),
+            frame.delivery_ids,
+            DeliveryState.DELIVERED,
+            project_id=self._agent_project(),
         )
 
     async def on_consume(self, frame: p.ConsumeFrame) -> None:
@@ -378,7 +388,11 @@ class Connection:
     async def on_redeliver(self, frame: p.RedeliverFrame) -> None:
         member_id = self._external()
         await turn_actions.confirm_external(
-            self.core, member_id, frame.delivery_ids, DeliveryState.PENDING
+            self.core,
+            member_id,
+            frame.delivery_ids,
+            DeliveryState.PENDING,
+            project_id=self._agent_project(),
         )
         await self._offer(member_id)
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +18,10 @@ from tests.support.server import ServerProcess, start_with_openai
 from tests.support.task_world import World, make_world
 from tests.support.work import Scripts
 from tests.support.wsclient import Client
+
+# The servers the tests start (subprocesses inherit it) refuse a write that takes a seq in a
+# project it did not declare (docs/storage.md, "Lock order: the project first").
+os.environ.setdefault("ROOM_DATABASE_CHECK_LOCKS", "1")
 
 # What makes a test slow: a server in a subprocess, a browser, or a scripted model server with
 # one. Such tests are marked ``slow`` here, so ``./scripts/test -m "not slow"`` is the quick

@@ -325,7 +325,7 @@ def test_sends_in_one_batch_keep_exactly_once_replies_and_gap_free_seqs(tmp_path
             batch = [
                 send("t-1", "第一条"),
                 send("t-1", "第一条"),  # a retransmit, in the same batch as its original
-                core.db.submit(notice),
+                core.db.submit(notice, locks=(1,)),
                 send("t-2", "第二条"),
                 send("t-3", "回复第二条", reply_to=last_id + 3),  # still in the batch, unwritten
             ]

@@ -397,7 +397,7 @@ async def discard(core: Services, member: Member, attachment_id: int) -> None:
         shas = {row["sha256"], row["thumb_sha256"]} - {None}
         return [s for s in shas if not store.referenced(conn, s)]
 
-    await drop_files(core, await core.db.write(job))
+    await drop_files(core, await core.db.write(job, locks=(member.project_id,)))
 
 
 async def readable(core: Services, member: Member, attachment_id: int) -> dict[str, Any]:

@@ -206,7 +206,7 @@ async def merge_task(
         )  # fmt: skip
         fx.flush(conn, tx)
 
-    await core.db.write(job)
+    await core.db.write(job, locks=(member.project_id,))
     return {
         "outcome": result.outcome,
         "conflicts": list(result.conflicts),

@@ -171,7 +171,9 @@ async def trip_brake(
     detail: dict[str, Any],
     held: Collection[int] | None = None,
 ) -> None:
-    await core.db.write(lambda conn, tx: trip(conn, tx, project_id, reason, detail, held))
+    await core.db.write(
+        lambda conn, tx: trip(conn, tx, project_id, reason, detail, held), locks=(project_id,)
+    )
 
 
 async def trip_repetition(
@@ -184,7 +186,7 @@ async def trip_repetition(
         loop = brake_rules.repetition_loop(member_id, repetition_partners(conn, repeated))
         trip(conn, tx, project_id, "repetition", detail, loop)
 
-    await core.db.write(job)
+    await core.db.write(job, locks=(project_id,))
 
 
 async def clear_brake(core: Services, project_id: int, human_member_id: int) -> dict[str, Any]:
@@ -219,4 +221,4 @@ async def clear_brake(core: Services, project_id: int, human_member_id: int) -> 
             post_notice(conn, tx, project_id, notice, {"brake": "cleared", "resumed": resumed})
         return brakes_store.brake(conn, project_id)
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))

@@ -100,7 +100,7 @@ async def _write_read(core: Services, member: Member, seq: int, *, back: bool = 
         tx.emit(Broadcast(project_id, read))
         return cursor
 
-    cursor = await core.db.write(job)
+    cursor = await core.db.write(job)  # no seq: a read cursor never waits for a send
     unread.schedule(core, project_id, member.id)  # the person's other pages hear of it
     return cursor
 

@@ -203,7 +203,7 @@ async def propose_decision(
             conn, tx, fx, row.id, row.label, notices.decision(code, who, row.label, title)
         )
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(actor.project_id,))
 
 
 def _announce(
@@ -265,7 +265,7 @@ async def accept_decision(core: Services, actor: Member, number: int) -> dict[st
         notice = notices.decision("decision_accepted", who, row.label, row.title)
         return _announce(conn, tx, fx, row.id, row.label, notice)
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 def requirement_change_from_message(
@@ -547,7 +547,7 @@ def change_hook(sender: Member, body: str) -> Callable[[int], FollowUp] | None:
 
             return report
 
-        return FollowUp("requirement change", job, on_error)
+        return FollowUp("requirement change", job, on_error, locks=(sender.project_id,))
 
     return follow_up
 
@@ -566,7 +566,7 @@ async def mark_requirement_change(
         task_actions.check_open(conn, member)
         return requirement_change_from_message(conn, tx, message_id, member, task_keys)
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(member.project_id,))
 
 
 def _project_goal(conn: Connection, project_id: int) -> str:

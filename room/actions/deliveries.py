@@ -229,5 +229,5 @@ async def retry_failed(core: Services, actor: Member, delivery_id: int) -> dict[
             }
         }
 
-    result: dict[str, Any] = await core.db.write(job)
+    result: dict[str, Any] = await core.db.write(job, locks=(actor.project_id,))
     return result

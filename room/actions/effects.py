@@ -83,9 +83,9 @@ def _follow_up(core: Services, effect: FollowUp) -> None:
         log.info("follow-up %s failed: %s", effect.label, error)
         report = effect.on_error(error) if effect.on_error is not None else None
         if report is not None:
-            core.db.submit_then(report, _log_failure)
+            core.db.submit_then(report, _log_failure, locks=effect.locks)
 
-    core.db.submit_then(effect.job, done)
+    core.db.submit_then(effect.job, done, locks=effect.locks)
 
 
 def _log_failure(result: object, error: BaseException | None) -> None:

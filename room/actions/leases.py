@@ -76,7 +76,14 @@ async def settle_unheard(core: Services, turn_ids: list[int]) -> list[int]:
     database after the commit that opened them and before it heard of it (the opening failed
     for it, "the write may not have been saved"). Settled as a restart settles a crashed
     node's (``interrupted``, their deliveries ``pending`` again), each only if it is still
-    ``running`` here. Returns the members whose turns were settled."""
+    ``running`` here. Returns the members whose turns were settled.
+
+    The turns' projects are read first and declared (a turn's project never changes): the
+    batch locks their rows before the job locks a turn's (``still_running_at``) and posts the
+    settling's notice, in the order of a lease's adoption (``hold``: the project, then the
+    turns it settles). Undeclared, the job took the turn's row, then the project's at the
+    notice's seq, and deadlocked with an adoption on another node."""
+    projects = await core.db.read(lambda conn: leases_store.projects_of_turns(conn, turn_ids))
 
     def job(conn: Connection, tx: Tx) -> list[int]:
         assert tx.node is not None
@@ -93,7 +100,7 @@ async def settle_unheard(core: Services, turn_ids: list[int]) -> list[int]:
             members.append(member_id)
         return members
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=projects)
 
 
 async def hold(
@@ -143,7 +150,9 @@ def mark_home_offline(conn: Connection, tx: Tx, project_id: int) -> int:
 
 
 async def home_offline(core: Services, project_id: int) -> int:
-    return await core.db.write(lambda conn, tx: mark_home_offline(conn, tx, project_id))
+    return await core.db.write(
+        lambda conn, tx: mark_home_offline(conn, tx, project_id), locks=(project_id,)
+    )
 
 
 def move_home(

@@ -147,7 +147,8 @@ async def refuse(core: Services, actor: Member, project: Project, op: str, reaso
     await core.db.write(
         lambda conn, tx: _audit(
             conn, tx, actor, project.id, op, project.state, "refused", reason=reason
-        )
+        ),
+        locks=(project.id,),
     )
 
 
@@ -264,7 +265,9 @@ async def _carry_out(
                 code="snapshot_mismatch",
                 report=report,
             )
-    return await core.db.write(lambda conn, tx: _direct(conn, tx, actor, project, op, decision))
+    return await core.db.write(
+        lambda conn, tx: _direct(conn, tx, actor, project, op, decision), locks=(project.id,)
+    )
 
 
 def _direct(
@@ -343,7 +346,7 @@ async def _stop_sequence(
         _audit(conn, tx, actor, project.id, op, project.state, "stopping", target=target.value)
         _publish_project(conn, tx, project.id)
 
-    await core.db.write(begin)
+    await core.db.write(begin, locks=(project.id,))
     # A research run checks the project before every step; its sessions are stopped here too.
     await core.research.stop_project(project.id)
     all_stopped = await core.agents.stop_project(project.id)
@@ -429,7 +432,7 @@ async def _stop_sequence(
         updated = _publish_project(conn, tx, project.id)
         return {"project": project_for(updated, actor_kind(actor)), "outcome": outcome, **detail}
 
-    return await core.db.write(finish)
+    return await core.db.write(finish, locks=(project.id,))
 
 
 def _hold_pending(conn: Connection, tx: Tx, project_id: int) -> int:

@@ -78,7 +78,7 @@ async def record_call(
                 meta=meta,
             )
 
-    await core.db.write(job)
+    await core.db.write(job, locks=(member.project_id,))
 
 
 def take_inbox_in(
@@ -107,7 +107,10 @@ def take_inbox_in(
 async def take_inbox(
     core: Services, member: Member, handoff: str, turn_cap: int | None
 ) -> list[Inbound]:
-    return await core.db.write(lambda conn, tx: take_inbox_in(conn, tx, member, handoff, turn_cap))
+    return await core.db.write(
+        lambda conn, tx: take_inbox_in(conn, tx, member, handoff, turn_cap),
+        locks=(member.project_id,),
+    )
 
 
 async def has_unread(core: Services, member_id: int) -> bool:

@@ -91,7 +91,7 @@ async def add_agent(core: Services, actor: Member, spec: AgentSpec, driver: str)
         assert member is not None
         return member
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 async def member_op(core: Services, actor: Member, target_id: int, op: str) -> dict[str, Any]:
@@ -112,7 +112,8 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
     )
     if not decision.allowed:
         await core.db.write(
-            lambda conn, tx: _audit_refused(conn, tx, actor, target, op, decision.reason or "")
+            lambda conn, tx: _audit_refused(conn, tx, actor, target, op, decision.reason or ""),
+            locks=(project_id,),
         )
         decision.raise_if_refused()
     stopped = False
@@ -123,7 +124,8 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
         early = await core.db.read(lambda conn: _refusal(conn, actor, target_id, member_op_))
         if early is not None:
             await core.db.write(
-                lambda conn, tx: _audit_refused(conn, tx, actor, target, op, early.code)
+                lambda conn, tx: _audit_refused(conn, tx, actor, target, op, early.code),
+                locks=(project_id,),
             )
             raise early
         stopped = core.agents.stop_member(target_id)
@@ -204,7 +206,7 @@ async def member_op(core: Services, actor: Member, target_id: int, op: str) -> d
                 tx.emit(CloseAgentSockets(target_id, reason))
         return result
 
-    outcome = await core.db.write(job)
+    outcome = await core.db.write(job, locks=(project_id,))
     if isinstance(outcome, RoomError):
         raise outcome
     if owed:
@@ -335,7 +337,7 @@ async def set_role(core: Services, actor: Member, target_id: int, role: str) -> 
         announce_members(conn, tx, project_id)
         return {"member_id": target_id, "role": role}
 
-    result = await core.db.write(job)
+    result = await core.db.write(job, locks=(project_id,))
     if "refused" in result:
         code, message = result["refused"]
         if code in ("agent_forbidden", "not_owner"):

@@ -347,7 +347,9 @@ def clear_in(conn: Connection, tx: Tx, actor: Member, confirm: Any) -> dict[str,
 
 
 async def clear(core: Services, actor: Member, confirm: Any) -> dict[str, Any]:
-    return await core.db.write(lambda conn, tx: clear_in(conn, tx, actor, confirm))
+    return await core.db.write(
+        lambda conn, tx: clear_in(conn, tx, actor, confirm), locks=(actor.project_id,)
+    )
 
 
 async def add_entry(
@@ -358,14 +360,15 @@ async def add_entry(
     def job(conn: Connection, tx: Tx) -> dict[str, Any]:
         return entry_wire(conn, add_entry_in(conn, tx, actor, kind, raw, turn_id=turn_id))
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(actor.project_id,))
 
 
 async def edit_entry(
     core: Services, actor: Member, entry_id: int, rev: int | None, changes: Mapping[str, Any]
 ) -> dict[str, Any]:
     return await core.db.write(
-        lambda conn, tx: entry_wire(conn, edit_entry_in(conn, tx, actor, entry_id, rev, changes))
+        lambda conn, tx: entry_wire(conn, edit_entry_in(conn, tx, actor, entry_id, rev, changes)),
+        locks=(actor.project_id,),
     )
 
 
@@ -373,19 +376,22 @@ async def set_summary(
     core: Services, actor: Member, rev: int | None, sections: Mapping[str, Any]
 ) -> dict[str, Any]:
     return await core.db.write(
-        lambda conn, tx: entry_wire(conn, set_summary_in(conn, tx, actor, rev, sections))
+        lambda conn, tx: entry_wire(conn, set_summary_in(conn, tx, actor, rev, sections)),
+        locks=(actor.project_id,),
     )
 
 
 async def archive_entry(core: Services, actor: Member, entry_id: int) -> dict[str, Any]:
     return await core.db.write(
-        lambda conn, tx: entry_wire(conn, archive_entry_in(conn, tx, actor, entry_id))
+        lambda conn, tx: entry_wire(conn, archive_entry_in(conn, tx, actor, entry_id)),
+        locks=(actor.project_id,),
     )
 
 
 async def restore_entry(core: Services, actor: Member, entry_id: int) -> dict[str, Any]:
     return await core.db.write(
-        lambda conn, tx: entry_wire(conn, restore_entry_in(conn, tx, actor, entry_id))
+        lambda conn, tx: entry_wire(conn, restore_entry_in(conn, tx, actor, entry_id)),
+        locks=(actor.project_id,),
     )
 
 

@@ -96,7 +96,7 @@ async def edit_message(
         )
         return publish_update(conn, tx, project_id, message_id, obj, new_recipients)
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(editor.project_id,))
 
 
 async def delete_message(core: Services, actor: Member, message_id: int) -> dict[str, Any]:
@@ -147,7 +147,7 @@ async def delete_message(core: Services, actor: Member, message_id: int) -> dict
         thread_actions.after_delete(conn, tx, project_id, message_id)
         return publish_update(conn, tx, project_id, message_id, obj, [])
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(actor.project_id,))
 
 
 def _own_message(conn: Connection, actor: Member, message_id: int) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from room.store import Tx
 from room.store import attachments as attachments_store
 from room.store import audit as audit_store
 from room.store import projects as projects_store
+from room.store.db import declare_created
 from room.store.dialect import Connection, Cursor, dialect_for
 
 INSERT_CHUNK = 500
@@ -506,6 +507,7 @@ class Importer:
             project_id = int(cur.fetchone()[0])
         except sqlite3.Error as exc:
             raise PackError("bad_row", f"the project row was refused: {exc}") from None
+        declare_created(self.conn, project_id)  # a new row: the job's own
         self.project_id = project_id
         old = row.get("id")
         lead = row.get("lead_member_id")

@@ -260,7 +260,7 @@ async def submit_plan(
         fx.flush(conn, tx)
         return result
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(actor.project_id,))
 
 
 async def start_plan(core: Services, actor: Member, plan_id: int | None = None) -> dict[str, Any]:
@@ -304,7 +304,7 @@ async def start_plan(core: Services, actor: Member, plan_id: int | None = None) 
         fx.flush(conn, tx)
         return {"started": started, "tasks": len(released)}
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(actor.project_id,))
 
 
 def deliver_goal(

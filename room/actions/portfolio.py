@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import unicodedata
+from collections.abc import Collection
 from typing import Any
 
 from room.actions.notices import insert_notice
@@ -88,7 +89,7 @@ async def update_timeline(
                fields=sorted(data))  # fmt: skip
         return timeline_wire(conn, project_id, pf.today_of(tx.now))
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 def clean_summary(text: str) -> str:
@@ -114,7 +115,7 @@ async def set_summary(core: Services, actor: Member, project_id: int, text: str)
         _audit(conn, tx, actor, "project.summary", summary=value)
         return {"project_id": project_id, "summary": value}
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 def _dependency(item: Any, index: int) -> tuple[str, int | None, str]:
@@ -174,7 +175,7 @@ async def set_dependencies(
             "dependencies": portfolio_store.dependencies(conn, project_id),
         }
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 async def set_task_dates(
@@ -197,7 +198,7 @@ async def set_task_dates(
             "est_end": e.isoformat() if e else None,
         }
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 # -- the risk scan ------------------------------------------------------------------------------
@@ -208,10 +209,14 @@ def notice_text(finding: pf.Finding) -> str:
     return f"🔴 风险扫描：{rule.title} — {finding.detail}。建议：{rule.suggestion}"
 
 
-def scan_job(conn: Connection, tx: Tx) -> dict[str, Any]:
-    """Scan every project (not purged or trashed), write the risk logs, post the new 🔴 notices."""
+def scan_job(conn: Connection, tx: Tx, among: Collection[int] | None = None) -> dict[str, Any]:
+    """Scan every project (not purged or trashed), write the risk logs, post the new 🔴 notices.
+    ``among``: only these projects (the ones the write declared; one created since is scanned
+    next time)."""
     projects = [
-        p for p in portfolio_store.portfolio(conn) if p.state not in ("trashed", "purge_blocked")
+        p
+        for p in portfolio_store.portfolio(conn)
+        if p.state not in ("trashed", "purge_blocked") and (among is None or p.id in among)
     ]
     findings = pf.scan(projects, today=pf.today_of(tx.now), now=tx.now)
     fresh = portfolio_store.record_findings(conn, findings, [p.id for p in projects], tx.now)
@@ -266,7 +271,10 @@ def scan_wire(result: dict[str, Any], visible: set[int] | None) -> dict[str, Any
 
 
 async def run_scan(core: Services) -> dict[str, Any]:
-    return await core.db.write(scan_job)
+    # Its notices may go to any project: every live one is read first and declared (docs/
+    # storage.md, "Lock order: the project first").
+    every = await core.db.read(projects_store.live_ids)
+    return await core.db.write(lambda conn, tx: scan_job(conn, tx, set(every)), locks=every)
 
 
 async def daily_scans(core: Services, period: float = RISK_SCAN_PERIOD_SECS) -> None:

@@ -74,10 +74,16 @@ async def change_settings(
                 "merge_ignore": list(merging.check_patterns(changes["merge_ignore"])),
             }
         except BadRequestError:
-            await core.db.write(lambda conn, tx: _audit(conn, tx, actor, "refused", dict(changes)))
+            await core.db.write(
+                lambda conn, tx: _audit(conn, tx, actor, "refused", dict(changes)),
+                locks=(actor.project_id,),
+            )
             raise
     if actor.kind != "human" or not actor.is_owner:
-        await core.db.write(lambda conn, tx: _audit(conn, tx, actor, "refused", dict(changes)))
+        await core.db.write(
+            lambda conn, tx: _audit(conn, tx, actor, "refused", dict(changes)),
+            locks=(actor.project_id,),
+        )
         if actor.kind != "human":
             raise ForbiddenError("only a person changes project settings", code="human_only")
         raise ForbiddenError("only a project owner changes project settings", code="not_owner")
@@ -103,7 +109,7 @@ async def change_settings(
         _audit(conn, tx, actor, "ok", dict(changes))
         return settings_wire(core.settings, after)
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(actor.project_id,))
 
 
 def _audit(conn: Connection, tx: Tx, actor: Member, outcome: str, changes: dict[str, Any]) -> None:

@@ -333,7 +333,8 @@ async def _run(
     results, failed = await _run_steps(core, project_id, settings, before_last)
     state, results, failed = await core.db.write(
         partial(_finish, actor=actor, project=project, settings=settings, last=last, results=results,
-                earlier=failed)
+                earlier=failed),
+        locks=(project_id,),
     )  # fmt: skip
     return {
         "project_id": project_id,
@@ -346,7 +347,9 @@ async def _run(
 async def _begin(core: Services, actor: Member, project_id: int) -> set[str]:
     """Start (or resume) a run: the names of the steps an earlier run already finished.
     Refused when the project left the purgeable states meanwhile."""
-    started = await core.db.write(partial(_start, actor=actor, project_id=project_id))
+    started = await core.db.write(
+        partial(_start, actor=actor, project_id=project_id), locks=(project_id,)
+    )
     if isinstance(started, str):
         raise ConflictError(
             f"项目已变为 {started}，未清除 (The project is now {started}; nothing was purged.)",
@@ -401,7 +404,8 @@ async def _run_steps(
     for step in steps:
         try:
             results[step.name] = await core.db.write(
-                partial(_run_step, project_id=project_id, settings=settings, step=step)
+                partial(_run_step, project_id=project_id, settings=settings, step=step),
+                locks=(project_id,),
             )
         except Exception as exc:
             return results, (step.name, f"{type(exc).__name__}: {exc}")

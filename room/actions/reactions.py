@@ -70,4 +70,4 @@ async def react(
         published = publish_update(conn, tx, project_id, message_id, text, [])
         return {**result, "changed": True, "seq": published["event_seq"]}
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(member.project_id,))

@@ -324,7 +324,7 @@ async def propose(core: Services, member: Member, data: Mapping[str, Any]) -> di
     try:
         await core.db.read(lambda conn: _may_propose(conn, member))
         refs = await resolve_references(core, member.project_id, data)
-        return await core.db.write(job)
+        return await core.db.write(job, locks=(member.project_id,))
     except (ConflictError, ForbiddenError) as exc:
         await refused(core, member, None, "propose", exc.code)
         raise
@@ -337,7 +337,7 @@ async def refused(
         _audit(conn, tx, actor, actor.project_id, action, "refused", research_id=research_id,
                reason=code, **detail)  # fmt: skip
 
-    await core.db.write(job)
+    await core.db.write(job, locks=(actor.project_id,))
 
 
 def _owner(member: Member) -> None:
@@ -394,7 +394,7 @@ def _same_rev(run: Mapping[str, Any], rev: int) -> None:
 
 async def _guarded(core: Services, member: Member, research_id: int, action: str, job: Any) -> Any:
     try:
-        return await core.db.write(job)
+        return await core.db.write(job, locks=(member.project_id,))
     except (ConflictError, ForbiddenError) as exc:
         await refused(core, member, research_id, action, exc.code)
         raise
@@ -474,7 +474,7 @@ async def act(
         return wire(conn, get_run(conn, research_id), tx.now)
 
     try:
-        result = await core.db.write(job)
+        result = await core.db.write(job, locks=(member.project_id,))
     except GateRefusedError as exc:
         await _gate_refused(core, member, research_id, exc)
         raise
@@ -512,7 +512,7 @@ async def _gate_refused(
             _notice(conn, tx, run, f"⛔ 研究未能开始：{GATE_TEXT[exc.failure]}（{member.display_name}）",
                     gate=exc.failure.value)  # fmt: skip
 
-    await core.db.write(job)
+    await core.db.write(job, locks=(member.project_id,))
 
 
 def tokens_left(conn: Connection, core: Services, project_id: int, research_id: int) -> int | None:
@@ -851,5 +851,5 @@ async def settle_flowback(
         assert out is not None
         return out
 
-    result: dict[str, Any] = await core.db.write(job)
+    result: dict[str, Any] = await core.db.write(job, locks=(member.project_id,))
     return result

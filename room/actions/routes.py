@@ -156,7 +156,7 @@ async def change_route(
         )
         return {"config_version": version, "scope": scope, "target": checked_target, "value": value}
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(actor.project_id,))
 
 
 _SOURCE = {

@@ -138,7 +138,7 @@ async def create_task(
         return {"plan": result["plan"], "task": task_actions.current_object(
             conn, project_id, task["id"])}  # fmt: skip
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(member.project_id,))
 
 
 def _facts(conn: Connection, task: tasks_store.TaskRow) -> TaskFacts:
@@ -243,7 +243,7 @@ async def edit_task(
         fx.flush(conn, tx)
         return task_actions.current_object(conn, project_id, task.id)
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(member.project_id,))
 
 
 async def reorder_tasks(core: Services, member: Member, keys: Any) -> dict[str, Any]:
@@ -273,7 +273,7 @@ async def reorder_tasks(core: Services, member: Member, keys: Any) -> dict[str, 
         fx.flush(conn, tx)
         return {"project_id": project_id, "order": list(keys)}
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(member.project_id,))
 
 
 async def move_task(

@@ -236,7 +236,7 @@ async def change_task(
         fx.flush(conn, tx)
         return task_actions.current_object(conn, project_id, task.id)
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(project_id,))
 
 
 async def _precheck(core: Services, member: Member, task_ref: str | int, event: TaskEvent) -> None:
@@ -394,7 +394,7 @@ async def review_task(
         fx.flush(conn, tx)
         return task_actions.current_object(conn, project_id, task.id)
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(member.project_id,))
 
 
 # -- command results ----------------------------------------------------------------------------
@@ -448,7 +448,8 @@ async def record_command_result(
             conn, tx, project_id=member.project_id, member_id=member.id, turn_id=turn_id,
             command=command, exit_code=exit_code, duration_ms=duration_ms, output=output,
             whole=whole,
-        )
+        ),
+        locks=(member.project_id,),
     )  # fmt: skip
 
 

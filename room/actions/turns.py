@@ -267,7 +267,7 @@ async def record_model_call(core: Services, call: ModelCall, budget: int | None)
                 return "token_budget"
         return None
 
-    return await core.db.write(job)
+    return await core.db.write(job, locks=(call.project_id,))
 
 
 TOOL_ARG_CHARS = 80
@@ -382,7 +382,7 @@ async def record_tool_step(
         )
         checkpoints.record(conn, tx, turn_id, "step")
 
-    await core.db.write(job)
+    await core.db.write(job, locks=(project_id,))
 
 
 async def checkpoint_tools(core: Services, turn_id: int, pending: Sequence[str]) -> None:
@@ -468,7 +468,7 @@ async def end_turn(
                 meta["retry"] = failed  # the failed deliveries a person may ask for again
             post_notice(conn, tx, project_id, notice, meta)
 
-    await core.db.write(job)
+    await core.db.write(job, locks=(project_id,))
 
 
 def failure_notice(handle: str, code: str, model: str | None = None) -> Notice:

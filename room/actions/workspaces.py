@@ -358,7 +358,7 @@ async def set_workspace(core: Services, member: Member, raw: str | None) -> dict
         assert after is not None
         return after
 
-    project = await core.db.write(job)
+    project = await core.db.write(job, locks=(member.project_id,))
     forget_info(core, project_id)
     return {"workspace": await workspace_info(core, project)}
 

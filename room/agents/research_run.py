@@ -227,7 +227,7 @@ class ResearchRunner:
         except Exception:
             log.exception("research %s failed", run.research_id)
             try:
-                await self._halt(run.research_id, GateFailure.PROVIDER_ERROR)
+                await self._halt(run, GateFailure.PROVIDER_ERROR)
             except LeaseLostError:
                 self._lost(run)
         finally:
@@ -268,9 +268,10 @@ class ResearchRunner:
         FENCE.set(fence)
         return True
 
-    async def _halt(self, research_id: int, failure: GateFailure) -> None:
+    async def _halt(self, run: _Run, failure: GateFailure) -> None:
         await self.core.db.write(
-            lambda conn, tx: research_actions.halt(conn, tx, research_id, failure)
+            lambda conn, tx: research_actions.halt(conn, tx, run.research_id, failure),
+            locks=(run.project_id,),
         )
 
     async def _run(self, run: _Run) -> None:
@@ -289,7 +290,7 @@ class ResearchRunner:
             return
         # This node runs it from now on, under the lease (a node that lost it cannot).
         if self.leasing is not None and not await self.core.db.write(
-            lambda conn, tx: research_actions.run_here(conn, tx, rid)
+            lambda conn, tx: research_actions.run_here(conn, tx, rid), locks=(run.project_id,)
         ):
             return
         # A shared workspace: read only while this node holds its lock (room.infra.wslock).
@@ -318,7 +319,7 @@ class ResearchRunner:
         while not run.stopped():
             live = [s for s in sessions if not s.done]
             if not live:
-                await self._halt(rid, GateFailure.NO_REPORT)
+                await self._halt(run, GateFailure.NO_REPORT)
                 return
             for session in live:
                 async with lock:
@@ -333,7 +334,7 @@ class ResearchRunner:
                         )
                     if failure is not None:
                         if failure is not GateFailure.WRONG_STATE:
-                            await self._halt(rid, failure)
+                            await self._halt(run, failure)
                         return
                     finished = await self._step(run, session)
                 if finished:
@@ -365,7 +366,7 @@ class ResearchRunner:
         await self._record(run, member, route, result, meter, error)
         if result is None:
             if error != usage_store.STOPPED:
-                await self._halt(rid, GateFailure.PROVIDER_ERROR)
+                await self._halt(run, GateFailure.PROVIDER_ERROR)
             return True
         session.messages.append(ChatMessage("assistant", result.text, tool_calls=result.tool_calls))
         await self._transcript(member, rid, "assistant", result.text,
@@ -421,7 +422,7 @@ class ResearchRunner:
                                          tokens=tokens_in + tokens_out,
                                          requests=1 if attempts else 0, steps=1)  # fmt: skip
 
-        await self.core.db.write(job)
+        await self.core.db.write(job, locks=(run.project_id,))
 
     async def _transcript(self, member: Member, rid: int, role: str, content: str,
                           **extra: Any) -> None:  # fmt: skip
@@ -430,4 +431,4 @@ class ResearchRunner:
                                           content=content, now=tx.now, research_id=rid,
                                           **extra)  # fmt: skip
 
-        await self.core.db.write(job)
+        await self.core.db.write(job, locks=(member.project_id,))

@@ -115,7 +115,7 @@ def _item_tool(kind: str) -> Any:
             return out
 
         try:
-            return _result(await ctx.core.db.write(job))
+            return _result(await ctx.core.db.write(job, locks=(ctx.member.project_id,)))
         except RoomError as exc:
             return _refusal(exc)
 
@@ -128,7 +128,8 @@ async def _flowback(ctx: ToolContext, args: dict[str, Any]) -> str:
         return _result({"ok": False, "error": "bad_arguments", "message": "item_id is an integer"})
     try:
         item = await ctx.core.db.write(
-            lambda conn, tx: research_actions.propose_flowback(conn, tx, ctx.member, item_id)
+            lambda conn, tx: research_actions.propose_flowback(conn, tx, ctx.member, item_id),
+            locks=(ctx.member.project_id,),
         )
     except RoomError as exc:
         return _refusal(exc)

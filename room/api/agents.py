@@ -177,7 +177,7 @@ async def member_token(request: Request) -> Response:
         )
         return {"token": token}
 
-    return JSONResponse(await core.db.write(job))
+    return JSONResponse(await core.db.write(job, locks=(project_id,)))
 
 
 async def get_routes(request: Request) -> Response:
@@ -302,7 +302,7 @@ async def set_limits(request: Request) -> Response:
         projects_store.require_open(conn, project_id)
         return projects_store.update_settings(conn, project_id, values, tx.now, remove=removed)
 
-    result = await core.db.write(job)
+    result = await core.db.write(job, locks=(project_id,))
     return JSONResponse({"limits": result})
 
 

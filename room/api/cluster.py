@@ -35,7 +35,8 @@ async def move_home(request: Request) -> Response:
     moved, before = await core.db.write(
         lambda conn, tx: lease_actions.move_home(
             conn, tx, str(project_id), data.node, by=who.user.id if who.user else None
-        )
+        ),
+        locks=(project_id,),
     )
     return JSONResponse({"project_id": moved, "home_node": data.node, "was": before})
 

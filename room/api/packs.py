@@ -155,7 +155,8 @@ async def fork_project(request: Request) -> Response:
     result = await core.db.write(
         lambda conn, tx: _made(
             conn, pack_import.fork_project(conn, tx, project_id, member.id, name)
-        )
+        ),
+        locks=(project_id,),
     )
     return JSONResponse(result, status_code=201)
 
@@ -178,7 +179,8 @@ async def merge_project(request: Request) -> Response:
     result = await core.db.write(
         lambda conn, tx: merge_actions.merge_records(
             conn, tx, project_id, data.source_project_id, member.id, source_member.id
-        )
+        ),
+        locks=(project_id, data.source_project_id),
     )
     if data.trash_source:
         # The source goes to the trash like any trash request (stopped first, audited, its

@@ -83,11 +83,14 @@ class CloseAgentSockets:
 class FollowUp:
     """A write to run as its own job once this one has committed (a requirement change after
     the send that carries it). ``job`` has the shape of a write job: ``job(conn, tx)``. If it
-    fails, ``on_error(error)`` may give a job that says so (rolled back with it otherwise)."""
+    fails, ``on_error(error)`` may give a job that says so (rolled back with it otherwise).
+    ``locks``: the projects either job takes a seq in, declared to the writer (room.store.db,
+    ``Database.submit``)."""
 
     label: str
     job: Callable[[Any, Any], Any]
     on_error: Callable[[BaseException], Callable[[Any, Any], Any] | None] | None = None
+    locks: tuple[int, ...] = ()
 
 
 Effect = (

@@ -255,12 +255,66 @@ class Appends:
         self._sends[(author_id, client_txn_id)] = sent
 
 
+class UndeclaredProjectError(RuntimeError):
+    """A job took a seq (or a per-project number) in a project it did not declare
+    (``Database.submit(locks=…)``): on PostgreSQL it locked the project's row only then, maybe
+    after other rows, against the lock order every send keeps (docs/storage.md, "Lock order:
+    the project first"). A programming error, raised only where ``Database(check_locks=True)``
+    (the tests; the setting ``database_check_locks``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What the writer's connection knows of the job running on it, for the lock check: the
+    projects it declared and its name (for the error)."""
+
+    projects: tuple[int, ...]
+    job: str
+
+
+def job_name(job: Callable[..., Any]) -> str:
+    """``module.qualname`` of a job (a lambda says where it was written), for errors."""
+    target = getattr(job, "func", job)  # functools.partial
+    module = getattr(target, "__module__", None) or "?"
+    name = getattr(target, "__qualname__", None) or type(target).__name__
+    return f"{module}.{name}"
+
+
+def check_declared(conn: Connection, project_id: int, what: str = "a seq") -> None:
+    """Refuse ``what`` (a seq, a per-project number: the project's row locked) of
+    ``project_id`` to a job that did not declare the project, where the writer checks
+    (:attr:`WriterConnection.declared` set: ``Database(check_locks=True)``); nothing to do
+    elsewhere (``run_write``, a connection of its own)."""
+    declared: Declared | None = getattr(conn, "declared", None)
+    if declared is not None and project_id not in declared.projects:
+        raise UndeclaredProjectError(
+            f"the job {declared.job} took {what} of project {project_id} without declaring it "
+            f"(declared: {list(declared.projects)}); submit it with locks=({project_id},) "
+            '(docs/storage.md, "Lock order: the project first")'
+        )
+
+
+def declare_created(conn: Connection, project_id: int) -> None:
+    """Declare a project the running job has just inserted (a new project, an imported one):
+    its row is locked by the insert itself, which no other transaction sees before the commit,
+    so none can hold it while waiting for a row this job holds. Its seqs are then the job's to
+    take (:func:`check_declared`)."""
+    if isinstance(conn, _Guarded) and conn.declared is not None:
+        declared = conn.declared
+        if project_id not in declared.projects:
+            conn.declared = Declared((*declared.projects, project_id), declared.job)
+
+
 class WriterConnection(sqlite3.Connection):
     """The writer's connection. While the batch's :class:`Appends` (``appends``) holds rows, a
     statement that names one of their tables has them written first: a job cannot read, update
-    or count past a row an earlier job of its batch left to the batch."""
+    or count past a row an earlier job of its batch left to the batch.
+
+    ``declared``: the running job's declared projects, while the writer checks them
+    (:func:`check_declared`)."""
 
     appends: Appends | None = None
+    declared: Declared | None = None
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         appends = self.appends
@@ -279,6 +333,7 @@ class PgWriterConnection(pg.PgConnection):
     """:class:`WriterConnection` on PostgreSQL: the same guard over a psycopg connection."""
 
     appends: Appends | None = None
+    declared: Declared | None = None
 
     def execute(self, sql: str, parameters: Params = (), /) -> Cursor:
         appends = self.appends
@@ -449,6 +504,7 @@ class Database:
         statement_timeout_ms: int = 0,
         reconnect_secs: float = 0.5,
         node: str | None = None,
+        check_locks: bool = False,
     ) -> None:
         self.path = path
         self.url = url
@@ -464,6 +520,10 @@ class Database:
         self.statement_timeout_ms = statement_timeout_ms
         self.reconnect_secs = reconnect_secs
         self.node = node
+        # Refuse a job's seq in a project it did not declare (UndeclaredProjectError): on in
+        # the tests, on both stores, so a missing ``locks=`` fails there and not as a deadlock
+        # between two PostgreSQL servers (docs/storage.md, "Lock order: the project first").
+        self.check_locks = check_locks
         self.stats = WriterStats()
         self.leases = LeaseCounts()  # a cluster node's lost leases and fenced writes
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -580,9 +640,11 @@ class Database:
         jobs' keys before they run (one query instead of one per job); the job must still
         look up itself whatever the batch does not know (a plain job in between makes it
         forget, and the jobs after it are prefetched again).
-        ``locks``: the projects the job takes a seq in. On PostgreSQL the batch locks their
-        rows at its start, every batch in project id order (docs/storage.md, "Several
-        writers"); a job may still lock others as it goes (a deadlock reruns the batch)."""
+        ``locks``: the projects the job takes a seq (or a per-project number) in. On
+        PostgreSQL the batch locks their rows at its start, every batch in project id order
+        (docs/storage.md, "Several writers"). A seq of a project not declared is refused where
+        the writer checks (``check_locks``: the tests), so that no job locks a project's row
+        after another row (docs/storage.md, "Lock order: the project first")."""
         assert self._loop is not None, "Database.start() first"
         future: asyncio.Future[R] = self._loop.create_future()
         pending = _Pending(job, future, appends, prefetch if appends else None, locks)
@@ -609,8 +671,10 @@ class Database:
         pending.fence = FENCE.get()
         self._writes.put(pending)
 
-    async def write(self, job: WriteJob[R]) -> R:
-        return await self.submit(job)
+    async def write(self, job: WriteJob[R], *, locks: tuple[int, ...] = ()) -> R:
+        """:meth:`submit` and wait for the commit; ``locks``: the projects the job takes a seq
+        in (every one it may post a notice, an event or a message in)."""
+        return await self.submit(job, locks=locks)
 
     async def read(self, job: ReadJob[R]) -> R:
         assert self._loop is not None, "Database.start() first"
@@ -790,6 +854,7 @@ class Database:
         isolate: bool,
     ) -> bool:
         forgotten = False  # the facts were dropped for a plain job: prefetch again
+        checked = conn if self.check_locks and isinstance(conn, _Guarded) else None
         for at, pending in enumerate(batch):
             if appends is not None:
                 if not pending.appends and appends:
@@ -812,6 +877,8 @@ class Database:
             pending.result, pending.error = None, None
             if isolate:
                 conn.execute("SAVEPOINT job")
+            if checked is not None:
+                checked.declared = Declared(pending.locks, job_name(pending.job))
             try:
                 if pending.fence is not None:  # a turn's write: refused once its lease is lost
                     check_fence(conn, pending.fence)
@@ -827,6 +894,9 @@ class Database:
                     conn.execute("ROLLBACK")
                     return False
                 conn.execute("ROLLBACK TO job")
+            finally:
+                if checked is not None:
+                    checked.declared = None
             if isolate:
                 conn.execute("RELEASE job")
         if appends and not self._flush(conn, appends):

@@ -11,6 +11,7 @@ adoption.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -211,6 +212,18 @@ def running_at(conn: Connection, node: str) -> list[tuple[int, int]]:
             (node,),
         )
     ]
+
+
+def projects_of_turns(conn: Connection, turn_ids: Sequence[int]) -> tuple[int, ...]:
+    """The projects of these turns, in id order (to declare them before settling the turns)."""
+    found: set[int] = set()
+    ids = list(turn_ids)
+    for at in range(0, len(ids), 500):
+        part = ids[at : at + 500]
+        marks = ", ".join("?" * len(part))
+        rows = conn.execute(f"SELECT DISTINCT project_id FROM turns WHERE id IN ({marks})", part)
+        found.update(int(r[0]) for r in rows)
+    return tuple(sorted(found))
 
 
 def still_running_at(conn: Connection, turn_id: int, node: str) -> tuple[int, int, int, int] | None:

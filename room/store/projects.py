@@ -8,7 +8,7 @@ from typing import Any
 
 from room.errors import ConflictError
 from room.rules.entities import PROJECT_COLUMNS, Project
-from room.store.db import UNKNOWN, Appends
+from room.store.db import UNKNOWN, Appends, check_declared, declare_created
 from room.store.dialect import Connection, dialect_for, locks_rows
 
 # SQLite's INTEGER is 64-bit signed: a longer run of digits cannot name a row.
@@ -57,7 +57,9 @@ def insert(
             "home": home_node,
         },
     )
-    return int(cur.fetchone()[0])
+    project_id = int(cur.fetchone()[0])
+    declare_created(conn, project_id)  # its row is the job's: the goal's message takes its seq
+    return project_id
 
 
 def get(conn: Connection, project_id: int) -> Project | None:
@@ -111,6 +113,12 @@ def list_all(conn: Connection) -> list[Project]:
     ]
 
 
+def live_ids(conn: Connection) -> tuple[int, ...]:
+    """Every project not purged, in id order (a start-up's jobs declare them all)."""
+    rows = conn.execute("SELECT id FROM projects WHERE state != 'purged' ORDER BY id")
+    return tuple(int(r[0]) for r in rows)
+
+
 def live_workspaces(conn: Connection) -> list[tuple[int, str]]:
     """``(id, workspace)`` of every project not purged that has a workspace set."""
     rows = conn.execute(
@@ -128,7 +136,9 @@ def lock_project(conn: Connection, project_id: int) -> None:
 
     ``FOR NO KEY UPDATE``, like the batch's lock of its projects (``Database._lock_projects``):
     it serialises the numbering, and lets the foreign-key checks of rows naming the project
-    through."""
+    through. Like :func:`next_seq`, for a job that declared the project (its batch locked the
+    row first): refused otherwise where the writer checks."""
+    check_declared(conn, project_id, "a number")
     if locks_rows(conn):
         conn.execute(
             "SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project_id,)
@@ -137,7 +147,12 @@ def lock_project(conn: Connection, project_id: int) -> None:
 
 def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | None = None) -> int:
     """Take the next gap-free seq of a project inside the caller's transaction (with
-    ``appends``: counted in the batch, written once when it flushes)."""
+    ``appends``: counted in the batch, written once when it flushes).
+
+    The job must have declared the project (``Database.submit(locks=…)``), so that on
+    PostgreSQL its batch locked the project's row before any other: where the writer checks
+    (the tests), a seq of an undeclared project is refused (:func:`check_declared`)."""
+    check_declared(conn, project_id)
     if appends is None:
         row = conn.execute(
             "UPDATE projects SET last_seq = last_seq + 1, updated_at = :now WHERE id = :id"

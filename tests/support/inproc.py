@@ -160,6 +160,9 @@ def running_app(
     tools: Mapping[str, Tool] | None = None,
     **settings: Any,
 ) -> Iterator[App]:
+    # The lock-order check on (docs/storage.md, "Lock order: the project first"): a write that
+    # takes a seq in a project it did not declare fails its test.
+    settings.setdefault("database_check_locks", True)
     config = Settings(data=data, port=8470, send_rate_per_sec=1000, send_burst=2000, **settings)
     server = RoomServer(config)
     app = create_app(config, server, env=env or {}, tools=tools)
