@@ -224,7 +224,7 @@ class Leasing:
             elif where is Home.OFFLINE and waits is None:
                 # Its home is not heard: it cannot step, so its wall-clock budget stops
                 # counting and its card says why (home_node_offline) until the home is back.
-                await self.core.db.write(partial(_wait_for_home, research_id))
+                await self.core.db.write(partial(_wait_for_home, research_id), locks=(project_id,))
         offline: set[int] = set()
         for project_id, member_id, home, marked in work:
             where = Home.HERE if floats[project_id] else home_of(home, self.node, live)

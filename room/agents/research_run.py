@@ -259,7 +259,8 @@ class ResearchRunner:
                 # budget stops counting (the home's runner takes it up again: wait_over).
                 rid = run.research_id
                 await self.core.db.write(
-                    lambda conn, tx: research_actions.wait_for_home(conn, tx, rid)
+                    lambda conn, tx: research_actions.wait_for_home(conn, tx, rid),
+                    locks=(run.project_id,),
                 )
             return False
         fence = await leasing.fence(run.project_id)
@@ -330,7 +331,8 @@ class ResearchRunner:
                         # It waited for this node (home_node_offline): a new running span from
                         # now, under the fence, with the budget it had left.
                         await self.core.db.write(
-                            lambda conn, tx: research_actions.wait_over(conn, tx, rid)
+                            lambda conn, tx: research_actions.wait_over(conn, tx, rid),
+                            locks=(run.project_id,),
                         )
                     if failure is not None:
                         if failure is not GateFailure.WRONG_STATE:
