@@ -260,7 +260,7 @@ def test_a_member_paused_before_its_turn_opens_is_never_started(
                 "UPDATE members SET status = 'paused' WHERE id = ?", (lead.id,)
             )
         )
-        start = app.call(turn_actions.begin_turn, app.core, lead.id, 10)
+        start = app.call(turn_actions.begin_turn, app.core, lead.id, 10, project_id=lead.project_id)
         assert start.turn_id is None and start.blocked is Reason.MEMBER_PAUSED
         with app.db() as conn:
             assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
@@ -286,7 +286,7 @@ def test_a_brake_past_its_cap_claims_nothing(tmp_path: Path, store_url: str | No
                 "UPDATE members SET status = 'active' WHERE kind = 'agent'"
             )
         )
-        start = app.call(turn_actions.begin_turn, app.core, lead.id, 0)
+        start = app.call(turn_actions.begin_turn, app.core, lead.id, 0, project_id=lead.project_id)
         assert start.turn_id is None and start.blocked is Reason.LOOP_BRAKE
         with app.db() as conn:
             assert conn.execute("SELECT tripped FROM project_brakes").fetchone()[0] == (
@@ -338,7 +338,8 @@ def test_a_brake_holds_its_loop_a_second_trip_adds_to_it_and_a_budget_holds_ever
 
         def trip(reason: str, detail: dict[str, Any], who: list[int] | None) -> None:
             app.write(
-                lambda conn, tx: brake_actions.trip(conn, tx, project_id, reason, detail, who)
+                lambda conn, tx: brake_actions.trip(conn, tx, project_id, reason, detail, who),
+                locks=(project_id,),
             )
 
         def notices() -> list[str]:

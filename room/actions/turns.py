@@ -103,9 +103,7 @@ class TurnStart:
     blocked: Reason | None = None
 
 
-async def begin_turn(
-    core: Services, member_id: int, cap: int, *, project_id: int | None = None
-) -> TurnStart:
+async def begin_turn(core: Services, member_id: int, cap: int, *, project_id: int) -> TurnStart:
     """Claim a member's pending deliveries and open a turn taking them in, in ONE write: the
     dispatch rule (:func:`room.rules.ledger.dispatch_blocker`) is checked once, here, so a pause or
     a tripped brake committed a moment before is seen and nothing is claimed. The turn counts toward
@@ -149,7 +147,7 @@ async def begin_turn(
         checkpoints.record(conn, tx, turn_id, "start")
         return TurnStart(turn_id, inbound)
 
-    return await core.db.submit(job, locks=() if project_id is None else (project_id,))
+    return await core.db.submit(job, locks=(project_id,))
 
 
 async def steer(core: Services, member_id: int, turn_id: int) -> list[Inbound]:

@@ -48,8 +48,13 @@ class App:
         assert portal is not None
         return portal.call(functools.partial(fn, *args, **kwargs))
 
-    def write(self, job: Callable[[sqlite3.Connection, Tx], T]) -> T:
-        return self.call(self.core.db.write, job)
+    def write(
+        self, job: Callable[[sqlite3.Connection, Tx], T], *, locks: tuple[int, ...] = ()
+    ) -> T:
+        """``job`` in the writer, declaring ``locks``: the projects it takes a seq in (the
+        tests' writer refuses an undeclared one, docs/storage.md "Lock order: the project
+        first")."""
+        return self.call(self.core.db.write, job, locks=locks)
 
     def request(
         self,

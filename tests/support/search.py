@@ -22,7 +22,7 @@ def write_message(app: App, project_id: int, author: Member, body: str) -> int:
         )
         return message_id
 
-    return app.write(job)
+    return app.write(job, locks=(project_id,))
 
 
 def search(app: App, project_id: int, cookie: str | None = None, **params: Any) -> Any:
