@@ -30,6 +30,7 @@ from room.store import turns as turns_store
 from room.store.pg import PgConnection
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
+from tests.support.postgres import waiting_on
 
 NOW = 1_800_000_000.0
 
@@ -161,16 +162,6 @@ def _message_at_the_brakes_cap(pg_dsn: str, project: int, member: int, state: st
         return int(row[0])
 
 
-def _waiting_on(pg_dsn: str, fragment: str) -> bool:
-    with psycopg.connect(pg_dsn) as probe:
-        row = probe.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE %s",
-            (f"%{fragment}%",),
-        ).fetchone()
-    return row is not None and row[0] >= 1
-
-
 @pytest.mark.anyio
 async def test_a_batch_holding_its_project_lets_the_foreign_keys_naming_it_through(
     tmp_path: Path, pg_dsn: str
@@ -251,7 +242,7 @@ async def test_a_turn_opening_and_a_send_on_two_nodes_do_not_deadlock(
 
         sent = database.submit(send, locks=(project,))  # holds the project, waits for the brake
         while True:
-            if await asyncio.to_thread(_waiting_on, pg_dsn, "project_brakes"):
+            if await asyncio.to_thread(waiting_on, pg_dsn, "project_brakes"):
                 break
             await asyncio.sleep(0.05)
         # Node B inserts its turn: the foreign key's check of the project the send holds.
@@ -394,7 +385,7 @@ async def test_a_node_adopting_a_lease_takes_the_project_first_like_the_old_hold
         core = SimpleNamespace(db=node_b)
         adopted = asyncio.ensure_future(leases_actions.hold(core, project, 30.0))  # type: ignore[arg-type]
         while True:  # node B's write has started, and waits for a lock
-            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
                 break
             await asyncio.sleep(0.05)
         # Node A checks its fence: the lease is still its own, and nothing holds its row.
@@ -441,7 +432,7 @@ async def test_a_turn_opening_that_trips_the_brake_takes_the_project_first_like_
             turn_actions.begin_turn(core, member, 2, project_id=project)  # type: ignore[arg-type]
         )
         while True:  # node B's write has started, and waits for a lock
-            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
                 break
             await asyncio.sleep(0.05)
         # The send resets the brake's count: nothing holds the brake's row.
@@ -490,7 +481,7 @@ async def test_an_external_agents_consume_that_trips_the_brake_takes_the_project
             )
         )
         while True:  # node B's write has started, and waits for a lock
-            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
                 break
             await asyncio.sleep(0.05)
         sender.execute("SET LOCAL lock_timeout = '1ms'")

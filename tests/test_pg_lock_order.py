@@ -23,6 +23,7 @@ from room.store.migrate import connect, migrate
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
 from room.store.tasks import next_number
+from tests.support.postgres import waiting_on
 
 NOW = 1_800_000_000.0
 
@@ -114,16 +115,6 @@ async def test_postgresql_refuses_a_seq_in_an_undeclared_project(
     await _undeclared_and_declared(database, project)
 
 
-def _waiting_on(pg_dsn: str, fragment: str) -> bool:
-    with psycopg.connect(pg_dsn) as probe:
-        row = probe.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE %s",
-            (f"%{fragment}%",),
-        ).fetchone()
-    return row is not None and row[0] >= 1
-
-
 @pytest.mark.anyio
 async def test_settling_unheard_turns_takes_the_project_first_like_an_adoption(
     tmp_path: Path, pg_dsn: str
@@ -163,7 +154,7 @@ async def test_settling_unheard_turns_takes_the_project_first_like_an_adoption(
         core = SimpleNamespace(db=node_b)
         settled = asyncio.ensure_future(leases_actions.settle_unheard(core, [turn]))  # type: ignore[arg-type]
         while not settled.done():  # node B's write has started, and waits for the project
-            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
                 break
             await asyncio.sleep(0.05)
         assert not settled.done()
@@ -216,7 +207,7 @@ async def test_tripping_the_brake_takes_the_project_first_like_a_send(
             brake_actions.trip_brake(core, project, "token_budget", detail)  # type: ignore[arg-type]
         )
         while not tripped.done():  # node B's write has started, and waits for the project
-            if await asyncio.to_thread(_waiting_on, pg_dsn, "projects"):
+            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
                 break
             await asyncio.sleep(0.05)
         assert not tripped.done()

@@ -305,3 +305,16 @@ def pg_dsn(pg_cluster: PostgresCluster) -> Iterator[str]:
         yield pg_cluster.dsn(name)
     finally:
         pg_cluster.drop_database(name)
+
+
+def waiting_on(dsn: str, fragment: str) -> bool:
+    """Whether a session of the database at ``dsn`` waits for a lock in a statement containing
+    ``fragment`` (``pg_stat_activity``): how a two-connection test sees its second side blocked
+    before it lets the first go on."""
+    with psycopg.connect(dsn) as probe:
+        row = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE %s",
+            (f"%{fragment}%",),
+        ).fetchone()
+    return row is not None and row[0] >= 1
