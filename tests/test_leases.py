@@ -261,6 +261,9 @@ class Turns:
     def busy(self, member_id: int) -> bool:
         return any(member_id in members for members in self.leased.values())
 
+    def stop_member(self, member_id: int) -> bool:
+        raise AssertionError(f"no stop is owed here: stopped member {member_id}")
+
 
 @pytest.mark.anyio
 async def test_the_lease_of_a_turn_being_opened_is_renewed_and_its_loss_stops_the_turn(

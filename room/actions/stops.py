@@ -102,6 +102,18 @@ def pending(conn: Connection, stop_ids: list[int]) -> list[int]:
     return sorted(int(r[0]) for r in rows)
 
 
+def owed_running_at(conn: Connection, node: str) -> list[int]:
+    """The members whose stops are owed (answered unconfirmed) while their turns still run on
+    ``node``: that node stops them itself (room.agents.leasing), whether or not the hint that
+    asked it ever came."""
+    rows = conn.execute(
+        "SELECT DISTINCT s.member_id FROM member_stops s JOIN turns t ON t.id = s.turn_id"
+        " WHERE t.state = 'running' AND t.owner = :node ORDER BY s.member_id",
+        {"node": node},
+    )
+    return [int(r[0]) for r in rows]
+
+
 def pending_settled(conn: Connection, project_id: int | None = None) -> list[tuple[int, int]]:
     """``(stop, project)`` of the pending member stops whose turns are settled now."""
     sql = (

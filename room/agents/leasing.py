@@ -234,6 +234,13 @@ class Leasing:
                 offline.add(project_id)
         for project_id in sorted(offline):
             await lease_actions.home_offline(self.core, project_id)
+        # Member stops answered unconfirmed whose turns still run here: the hint that asked
+        # this node may have been lost (it was paused or cut off from the bus) and the node
+        # asked may have restarted since, so nobody asks again; the owed row does.
+        owed = await self.core.db.read(lambda c: stop_actions.owed_running_at(c, self.node))
+        for member_id in owed:
+            if running.stop_member(member_id):
+                log.info("member %d: stopped a turn whose stop was owed", member_id)
         # Member stops answered unconfirmed whose turns are settled now: their notices, once,
         # whichever node gets there first (the node asked may have restarted meanwhile).
         posted = await stop_actions.finish_settled(self.core)
@@ -269,3 +276,5 @@ class RunningTurns(Protocol):
     def wake_here(self, project_id: int, member_id: int) -> None: ...
 
     def busy(self, member_id: int) -> bool: ...
+
+    def stop_member(self, member_id: int) -> bool: ...
