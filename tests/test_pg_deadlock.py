@@ -30,7 +30,7 @@ from room.store import turns as turns_store
 from room.store.pg import PgConnection
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
-from tests.support.postgres import waiting_on
+from tests.support.postgres import until_waiting
 
 NOW = 1_800_000_000.0
 
@@ -241,10 +241,7 @@ async def test_a_turn_opening_and_a_send_on_two_nodes_do_not_deadlock(
             return 1
 
         sent = database.submit(send, locks=(project,))  # holds the project, waits for the brake
-        while True:
-            if await asyncio.to_thread(waiting_on, pg_dsn, "project_brakes"):
-                break
-            await asyncio.sleep(0.05)
+        await until_waiting(pg_dsn, "project_brakes")
         # Node B inserts its turn: the foreign key's check of the project the send holds.
         turn = await asyncio.to_thread(
             turns_store.insert_turn,
@@ -384,10 +381,7 @@ async def test_a_node_adopting_a_lease_takes_the_project_first_like_the_old_hold
         node_a.execute("SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project,))
         core = SimpleNamespace(db=node_b)
         adopted = asyncio.ensure_future(leases_actions.hold(core, project, 30.0))  # type: ignore[arg-type]
-        while True:  # node B's write has started, and waits for a lock
-            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
-                break
-            await asyncio.sleep(0.05)
+        await until_waiting(pg_dsn, "projects")  # node B's write has started, and waits for a lock
         # Node A checks its fence: the lease is still its own, and nothing holds its row.
         node_a.execute("SET LOCAL lock_timeout = '1ms'")
         leases_store.check_fence(node_a, leases_store.Fence(project, 1))
@@ -431,10 +425,7 @@ async def test_a_turn_opening_that_trips_the_brake_takes_the_project_first_like_
         opened = asyncio.ensure_future(
             turn_actions.begin_turn(core, member, 2, project_id=project)  # type: ignore[arg-type]
         )
-        while True:  # node B's write has started, and waits for a lock
-            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
-                break
-            await asyncio.sleep(0.05)
+        await until_waiting(pg_dsn, "projects")  # node B's write has started, and waits for a lock
         # The send resets the brake's count: nothing holds the brake's row.
         sender.execute("SET LOCAL lock_timeout = '1ms'")
         brakes_store.reset_agent_turns(sender, Tx(now=NOW), project)
@@ -480,10 +471,7 @@ async def test_an_external_agents_consume_that_trips_the_brake_takes_the_project
                 project_id=project,
             )
         )
-        while True:  # node B's write has started, and waits for a lock
-            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
-                break
-            await asyncio.sleep(0.05)
+        await until_waiting(pg_dsn, "projects")  # node B's write has started, and waits for a lock
         sender.execute("SET LOCAL lock_timeout = '1ms'")
         brakes_store.reset_agent_turns(sender, Tx(now=NOW), project)
         sender.execute("COMMIT")

@@ -23,7 +23,7 @@ from room.store.migrate import connect, migrate
 from room.store.pg import connect as pg_connect
 from room.store.pg_migrate import migrate as pg_migrate
 from room.store.tasks import next_number
-from tests.support.postgres import waiting_on
+from tests.support.postgres import until_waiting
 
 NOW = 1_800_000_000.0
 
@@ -153,10 +153,9 @@ async def test_settling_unheard_turns_takes_the_project_first_like_an_adoption(
         node_a.execute("SELECT id FROM projects WHERE id = ? FOR NO KEY UPDATE", (project,))
         core = SimpleNamespace(db=node_b)
         settled = asyncio.ensure_future(leases_actions.settle_unheard(core, [turn]))  # type: ignore[arg-type]
-        while not settled.done():  # node B's write has started, and waits for the project
-            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
-                break
-            await asyncio.sleep(0.05)
+        await until_waiting(
+            pg_dsn, "projects", unless=settled
+        )  # node B's write has started, and waits for the project
         assert not settled.done()
         # … then the turns it settles (leases.still_running_at): nothing of B's holds this one.
         node_a.execute("SET LOCAL lock_timeout = '1ms'")
@@ -206,10 +205,9 @@ async def test_tripping_the_brake_takes_the_project_first_like_a_send(
         tripped = asyncio.ensure_future(
             brake_actions.trip_brake(core, project, "token_budget", detail)  # type: ignore[arg-type]
         )
-        while not tripped.done():  # node B's write has started, and waits for the project
-            if await asyncio.to_thread(waiting_on, pg_dsn, "projects"):
-                break
-            await asyncio.sleep(0.05)
+        await until_waiting(
+            pg_dsn, "projects", unless=tripped
+        )  # node B's write has started, and waits for the project
         assert not tripped.done()
         # … then the human message resets the brake's count: nothing of B's holds its row.
         sender.execute("SET LOCAL lock_timeout = '1ms'")

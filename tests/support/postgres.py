@@ -23,6 +23,7 @@ port of 127.0.0.1, stopped when the session ends. Nothing relies on a service al
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -37,6 +38,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -318,3 +320,15 @@ def waiting_on(dsn: str, fragment: str) -> bool:
             (f"%{fragment}%",),
         ).fetchone()
     return row is not None and row[0] >= 1
+
+
+async def until_waiting(
+    dsn: str, fragment: str, *, unless: asyncio.Future[Any] | None = None
+) -> None:
+    """Until a session waits for a lock in a statement containing ``fragment``
+    (:func:`waiting_on`, read every 50 ms), or ``unless`` (the write expected to wait) is done
+    first: the caller then asserts what that means."""
+    while unless is None or not unless.done():
+        if await asyncio.to_thread(waiting_on, dsn, fragment):
+            return
+        await asyncio.sleep(0.05)
