@@ -571,10 +571,17 @@ def _public_settings(settings: Settings) -> dict[str, Any]:
     return data
 
 
+_AGENT_HINTS = frozenset({"w", "s", "rs", "rx", "sp"})
+
+
 def _agents_heard(core: Services, scheduler: Scheduler, project_id: int | None, hint: Any) -> bool:
     """Another server woke agents (the external ones whose sockets are here are pushed; an
     in-process agent runs on its project's home node) or asked a turn to stop (it may run here)."""
     kind = hint.get("k")
+    if kind in _AGENT_HINTS and not scheduler.started:
+        # Before the start-up reconciliation nothing runs here to stop, and what a hint would
+        # start is found in the database by scheduler.start() and the leases' first sweep.
+        return True
     if kind == "w":
         # An external agent whose socket is here; an in-process one when this node is the
         # project's home (its session looks before it opens a turn: room.agents.leasing).

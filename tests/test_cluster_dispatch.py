@@ -14,12 +14,16 @@ demo project's home on node A, its lead answering on the offline ``builtin/echo`
   (its sweep), once. With A killed as well, the mention waits ``pending`` without a reason
   while B cannot tell, is marked ``home_node_offline`` once B's bus is back and A is not heard,
   and runs once on A when A is back.
+* A killed, and started again on a slow database link while B goes on waking the lead: A opens
+  no turn before its start-up reconciliation (which would settle it as a leftover while it ran
+  on); every delivery is consumed by a completed turn that took it.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -61,10 +65,11 @@ def lead_of(node: Node, project: int) -> int:
     return int(next(m["id"] for m in members if m["handle"] == "lead"))
 
 
-def mention(node: Node, project: int, body: str) -> int:
+def mention(node: Node, project: int, body: str, timeout: float = 10) -> int:
     status, sent = node.server.request(
         "POST", f"/api/projects/{project}/messages",
         {"body": body, "client_txn_id": uuid.uuid4().hex}, headers=node.owner.headers,
+        timeout=timeout,
     )  # fmt: skip
     assert status == 201, sent
     return int(sent["message"]["id"])
@@ -222,6 +227,57 @@ async def test_a_node_that_cannot_hear_the_bus_says_the_home_is_offline_only_onc
         assert [state for state, _ in reasons(pg_dsn, lead)] == ["consumed"]
         _, turns = ledger(pg_dsn, lead)
         assert [(t[1], t[2]) for t in turns] == [("completed", home)]
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_a_node_starting_again_opens_no_turn_before_it_settled_the_old_ones(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer
+) -> None:
+    # A dead home's mentions wait; A starts again on a slow database link (each of its start-up
+    # steps a few round trips) while B goes on waking the lead over the bus. A turn A opened
+    # on such a wake before its start-up reconciliation was settled by it (``interrupted``,
+    # its deliveries pending again and unbound) and then ran on, consuming them unbound.
+    a, b = await two_nodes(tmp_path, pg_dsn, nats_server)
+    try:
+        project = first_project(a)
+        lead = lead_of(a, project)
+        a.server.kill9()
+        sent = [mention(b, project, f"@lead 等主节点回来 {n}") for n in range(5)]
+        a.pg.delay(0.02)
+        starting = True
+
+        async def keep_waking() -> None:
+            n = 0
+            while starting:
+                # B's send waits while A's start-up holds the project's row on its slow link.
+                wake = partial(mention, b, project, f"@lead 唤醒 {n}", 60)
+                sent.append(await anyio.to_thread.run_sync(wake))
+                n += 1
+                await anyio.sleep(0.1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keep_waking)
+            try:
+                await anyio.to_thread.run_sync(a.restart)
+            finally:
+                starting = False
+        a.pg.restore()
+
+        def settled() -> bool:
+            deliveries, _ = ledger(pg_dsn, lead)
+            return len(deliveries) == len(sent) and all(s == "consumed" for _, s in deliveries)
+
+        await until(settled, lambda: ledger(pg_dsn, lead))
+        with psycopg.connect(pg_dsn) as conn:
+            unbound = conn.execute(
+                "SELECT d.id, d.turn_id, t.state FROM deliveries d"
+                " LEFT JOIN turns t ON t.id = d.turn_id"
+                " WHERE d.recipient_id = %s AND (t.id IS NULL OR t.state <> 'completed')",
+                (lead,),
+            ).fetchall()
+        assert unbound == [], (unbound, ledger(pg_dsn, lead))
     finally:
         a.stop()
         b.stop()

@@ -351,7 +351,7 @@ def check_ledger(dsn: str) -> None:
             " WHERE d.state = 'consumed'"
             " AND (t.id IS NULL OR t.member_id <> d.recipient_id OR t.state = 'running')"
         ).fetchall()
-        assert strays == [], strays
+        assert strays == [], (strays, _history(conn, [int(s[0]) for s in strays[:3]]))
         answers = conn.execute(
             "SELECT reply_message_id FROM turns WHERE reply_message_id IS NOT NULL"
             " GROUP BY reply_message_id HAVING count(*) > 1"
@@ -363,3 +363,29 @@ def check_ledger(dsn: str) -> None:
         assert states.get("consumed", 0) > 0, "no delivery was consumed: the leads did not run"
         # Nothing stuck: every delivery was taken into a turn (or settled by a restart).
         assert not states.keys() & {"pending", "delivered"}, states
+
+
+def _history(conn: psycopg.Connection[Any], ids: list[int]) -> list[Any]:
+    """What the database remembers of these deliveries: each row, its reconcile records, and
+    the turns of its recipient that ran around its last move (to tell which path left it)."""
+    found: list[Any] = []
+    for delivery_id in ids:
+        row = conn.execute(
+            "SELECT id, message_id, recipient_id, state, mode, reason, reason_code, created_at,"
+            " updated_at FROM deliveries WHERE id = %s",
+            (delivery_id,),
+        ).fetchone()
+        assert row is not None
+        records = conn.execute(
+            "SELECT from_state, to_state, reason, at FROM reconciliations WHERE delivery_id = %s"
+            " ORDER BY id",
+            (delivery_id,),
+        ).fetchall()
+        turns = conn.execute(
+            "SELECT id, state, owner, error, started_at, ended_at, trigger_message_id,"
+            " reply_message_id FROM turns WHERE member_id = %s AND started_at <= %s + 5"
+            " AND coalesce(ended_at, %s) >= %s - 5 ORDER BY id",
+            (row[2], row[8], row[8], row[7]),
+        ).fetchall()
+        found.append({"delivery": row, "reconciled": records, "turns": turns})
+    return found

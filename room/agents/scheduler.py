@@ -43,6 +43,11 @@ class Scheduler:
         self.settings = settings
         self.tools = dict(tools)
         self.closing = False
+        # Set by start(), once the start-up reconciliation has settled what the last run of
+        # this node left: a turn opened before it (on another node's wake heard on the bus, or
+        # an effect of the start-up's own writes) would be taken for a leftover and settled
+        # while it ran on, consuming deliveries the settling had unbound.
+        self.started = False
         self.recovery: dict[str, Any] = {}
         # The command runner as the start-up probe found it, and the serial-mode writer locks:
         # one per server, owned here (no module-level state).
@@ -59,6 +64,8 @@ class Scheduler:
     # -- waking -------------------------------------------------------------------------------
 
     def wake(self, project_id: int, member_ids: Iterable[int]) -> None:
+        if not self.started:  # start() wakes everything then pending, from the database
+            return
         for member_id in member_ids:
             if self.external.takes(member_id):
                 self.external.wake(project_id, member_id)
@@ -76,6 +83,10 @@ class Scheduler:
                 self.wake(pid, [member_id])
 
     async def start(self) -> None:
+        """After the start-up reconciliation: wake every member with deliveries pending (the
+        wakes before now were dropped) and, in a cluster, start the leases' loop (its sweeps
+        find the research and the member stops waiting for this node)."""
+        self.started = True
         await self._wake_pending(None)
         if self.in_process.leasing is not None:
             self.in_process.leasing.start(self.in_process)
