@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, WebSocketRoute, expect
 
 from tests.support.browser import (
+    EXPECT_TIMEOUT_MS,
     SERVER_WAIT_SECS,
     Person,
     RoomServer,
@@ -35,8 +36,9 @@ TEAM = [{"handle": "dev", "role": "backend", "display_name": "开发"}]
 
 
 def width_of(locator: Locator) -> float:
-    box = locator.bounding_box()
-    assert box is not None
+    """The element's width once it is laid out: a timeline that re-renders the message (its
+    delivery settled, a notice arrived) may have it detached at the moment of asking."""
+    box = wait_until(locator.bounding_box, EXPECT_TIMEOUT_MS / 1000)
     return float(box["width"])
 
 
