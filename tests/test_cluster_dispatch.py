@@ -277,7 +277,16 @@ async def test_a_node_starting_again_opens_no_turn_before_it_settled_the_old_one
                 " WHERE d.recipient_id = %s AND (t.id IS NULL OR t.state <> 'completed')",
                 (lead,),
             ).fetchall()
+            # Each taken in by one turn (the transcript keeps a settled turn's, superseded):
+            # the killed A ran none of them, so none was settled as a leftover.
+            taken = conn.execute(
+                "SELECT e.delivery_id, count(DISTINCT e.turn_id) FROM transcript_entries e"
+                " JOIN deliveries d ON d.id = e.delivery_id WHERE d.recipient_id = %s"
+                " GROUP BY e.delivery_id HAVING count(DISTINCT e.turn_id) <> 1",
+                (lead,),
+            ).fetchall()
         assert unbound == [], (unbound, ledger(pg_dsn, lead))
+        assert taken == [], (taken, ledger(pg_dsn, lead))
     finally:
         a.stop()
         b.stop()

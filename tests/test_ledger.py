@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from room.actions import brakes as brake_actions
 from room.actions import turns as turn_actions
+from room.actions.deliveries import settle_via_unknown
 from room.rules import ledger
 from room.rules.ledger import (
     ALLOWED_FROM,
@@ -268,6 +269,47 @@ def test_a_member_paused_before_its_turn_opens_is_never_started(
                 "SELECT state, turn_id FROM deliveries WHERE message_id = ?", (message_id,)
             ).fetchone()
         assert state == ("pending", None)
+
+
+def test_a_model_call_consumes_only_what_is_still_its_turns(
+    tmp_path: Path, store_url: str | None
+) -> None:
+    """A turn settled while it ran on (taken for a leftover: its deliveries pending again and
+    unbound) cannot consume them: they wait for another turn, and no consumed row names no
+    turn. What the turn still holds is consumed as before."""
+    with running_app(tmp_path / "data", database_url=store_url) as app:
+        project_id, members, _ = app.project_with("p", owner_user(app))
+        lead = members["lead"]
+        app.write(lambda conn, tx: conn.execute("UPDATE members SET status = 'paused'"))
+        first, second = _say(app, project_id, "@lead 一"), _say(app, project_id, "@lead 二")
+        app.write(lambda conn, tx: conn.execute("UPDATE deliveries SET state = 'pending'"))
+        app.write(lambda conn, tx: conn.execute("UPDATE members SET status = 'active'"))
+        start = app.call(turn_actions.begin_turn, app.core, lead.id, 10, project_id=project_id)
+        assert start.turn_id is not None and len(start.inbound) == 2
+        taken = {i.message_id: i.delivery_id for i in start.inbound}
+        # The first one settled away from the turn, as a settling does (room.actions.deliveries).
+        app.write(
+            lambda conn, tx: settle_via_unknown(
+                conn, tx, [taken[first]], DeliveryState.PENDING, Reason.RESTART_BEFORE_EFFECT,
+                why="test",
+            ),
+            locks=(project_id,),
+        )  # fmt: skip
+        call = turn_actions.ModelCall(
+            project_id=project_id, member_id=lead.id, turn_id=start.turn_id,
+            model_id="builtin/echo", route_source="test", provider="builtin",
+            model_reported="echo", latency_ms=1.0,
+            consumed=[(taken[first], "queue"), (taken[second], "queue")],
+        )  # fmt: skip
+        app.call(turn_actions.record_model_call, app.core, call, None)
+        with app.db() as conn:
+            rows = conn.execute(
+                "SELECT message_id, state, turn_id FROM deliveries ORDER BY message_id"
+            ).fetchall()
+        assert [tuple(r) for r in rows] == [
+            (first, "pending", None),
+            (second, "consumed", start.turn_id),
+        ]
 
 
 def test_a_brake_past_its_cap_claims_nothing(tmp_path: Path, store_url: str | None) -> None:

@@ -254,8 +254,11 @@ async def record_model_call(core: Services, call: ModelCall, budget: int | None)
             attempts=call.attempts,
             now=tx.now,
         )
+        # Only what is still this turn's: a delivery a settling unbound from it (the turn was
+        # taken for a leftover) waits for another turn, and no consumed row names no turn.
+        taken = deliveries_store.still_taken(conn, call.turn_id, [d for d, _ in call.consumed])
         for mode in ("queue", "steer"):
-            ids = [d for d, m in call.consumed if m == mode]
+            ids = [d for d, m in call.consumed if m == mode and d in taken]
             set_deliveries(conn, tx, ids, _D.CONSUMED, mode=mode)
         if budget is not None:
             used = brakes_store.brake(conn, call.project_id)["tokens_used"]

@@ -368,6 +368,20 @@ def of_turn(conn: Connection, turn_id: int) -> list[tuple[int, str]]:
     ]
 
 
+def still_taken(conn: Connection, turn_id: int, ids: Sequence[int]) -> set[int]:
+    """Those of ``ids`` still bound to ``turn_id`` (by their keys: no scan of the ledger)."""
+    if not ids:
+        return set()
+    return set(
+        _ids(
+            conn.execute(
+                f"SELECT id FROM deliveries WHERE id IN ({_marks(ids)}) AND turn_id = ?",
+                [*ids, turn_id],
+            )
+        )
+    )
+
+
 def in_builtin_inboxes(conn: Connection, node: str | None = None) -> list[int]:
     """Delivered to an in-process session and taken by no turn (its inbox is memory), except
     for a member whose running turn another node owns: that node's session holds the inbox,
