@@ -219,13 +219,16 @@ async () => {
     spend: { tokens: 120, requests: 1, seconds: 3.2, steps: 1 } };
   const card = (over) => researchCard({ you: null }, { id: 1, seq: 1, meta: { research: { ...base, ...over } } });
   const wait = (el) => el.querySelector(".research-wait")?.textContent ?? null;
+  const badge = (el) => el.querySelector(".research-state").textContent;
   const waiting = { state: "running", waiting: "home_node_offline" };
   const shown = card(waiting);
   document.querySelector(".timeline, main, body").prepend(shown);
   const zh = { waiting: wait(shown), label: shown.querySelector(".research-wait").previousSibling.textContent,
-    plain: wait(card({ state: "running", waiting: null })), paused: wait(card({ state: "paused", waiting: "home_node_offline" })) };
+    plain: wait(card({ state: "running", waiting: null })), paused: wait(card({ state: "paused", waiting: "home_node_offline" })),
+    badge: badge(shown), plainBadge: badge(card({ state: "running", waiting: null })) };
   i18n.setLang("en");
-  const en = { waiting: wait(card(waiting)), label: card(waiting).querySelector(".research-wait").previousSibling.textContent };
+  const en = { waiting: wait(card(waiting)), label: card(waiting).querySelector(".research-wait").previousSibling.textContent,
+    badge: badge(card(waiting)) };
   i18n.setLang("zh-CN");
   return { zh, en };
 }
@@ -233,14 +236,18 @@ async () => {
 
 
 def test_a_run_waiting_for_its_home_node_says_why_in_both_languages(owner: Person) -> None:
-    """A cluster's running run whose home node is not heard (docs/cluster.md): the card says
-    it waits and why, and that its time is not spent; nothing for a run that runs or paused."""
+    """A cluster's running run whose home node is not heard (docs/cluster.md): the card and
+    its badge say it waits, and why, and that its time is not spent; nothing for a run that
+    runs or paused."""
     owner.page.goto(owner.page.url)
     texts = owner.page.evaluate(WAITING_JS)
     assert texts["zh"]["label"] == "等待中"
     assert texts["zh"]["waiting"].startswith("运行本项目智能体的服务器节点离线")
     assert "不计时间预算" in texts["zh"]["waiting"]
     assert texts["zh"]["plain"] is None and texts["zh"]["paused"] is None
+    # Its badge says it waits too (a run that runs says it runs).
+    assert texts["zh"]["badge"] == "等待中" and texts["zh"]["plainBadge"] == "进行中"
+    assert texts["en"]["badge"] == "Waiting"
     assert texts["en"]["label"] == "Waiting"
     assert (
         "offline" in texts["en"]["waiting"] and "time budget is not spent" in texts["en"]["waiting"]

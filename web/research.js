@@ -62,6 +62,7 @@ export function scopeView(scope) {
 export function researchCard(room, message) {
   const run = message.meta.research;
   const state = shownState(run);
+  const waits = run.state === "running" && Boolean(run.waiting);
   const error = h("p", { class: "error-text", attrs: { role: "alert" }, hidden: true });
   const act = async (op) => {
     error.hidden = true;
@@ -95,7 +96,8 @@ export function researchCard(room, message) {
   },
   h("header", { class: "research-head" },
     h("strong", { text: t("research.title", { id: run.id }) }),
-    h("span", { class: ["badge", "research-state"], dataset: { state }, text: t(`research.state.${state}`) }),
+    // A running run waiting for its home node says so on its badge too (its state stays running).
+    h("span", { class: ["badge", "research-state"], dataset: waits ? { state, waiting: run.waiting } : { state }, text: waits ? t("research.waiting") : t(`research.state.${state}`) }),
     h("span", { class: "muted", text: t("research.rev", { rev: run.rev }) }),
     h("code", { class: "research-digest", title: run.scope_digest, text: run.scope_digest.slice(0, 12) })),
   h("p", { class: "research-question", text: run.question }),
@@ -107,7 +109,7 @@ export function researchCard(room, message) {
     approval ? [h("dt", { text: t("research.approval") }), h("dd", { class: "research-approval", text: approval })] : null,
     run.stop_reason ? [h("dt", { text: t("research.stopReason") }), h("dd", { class: "research-stop", text: t(`research.stop.${run.stop_reason}`) })] : null,
     // A running run that cannot step for now (docs/cluster.md: its home node offline); its time is not counted meanwhile.
-    run.state === "running" && run.waiting ? [h("dt", { text: t("research.waiting") }), h("dd", { class: "research-wait", dataset: { reason: run.waiting }, text: t(`research.wait.${run.waiting}`) })] : null),
+    waits ? [h("dt", { text: t("research.waiting") }), h("dd", { class: "research-wait", dataset: { reason: run.waiting }, text: t(`research.wait.${run.waiting}`) })] : null),
   h("div", { class: "research-actions" }, buttons,
     h("button", { type: "button", class: "btn btn-small", dataset: { action: "research-view" }, text: t("research.view"), on: { click: () => researchView(room, run.id) } })),
   error);
