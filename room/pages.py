@@ -207,6 +207,10 @@ async def login(request: Request) -> Response:
     handle = form.get("handle")
     display_name = form.get("display_name")
     signed_in = await _signed_in(core, request)
+    # An invite's project read first and declared: joining it raises its roster version (its
+    # row) after the link's (docs/storage.md, "Lock order: the project first"). A link's
+    # project never changes.
+    invited = await core.db.read(lambda conn: auth_actions.link_project(conn, secret))
     try:
         session = await core.db.write(
             lambda conn, tx: auth_actions.redeem_link(
@@ -217,7 +221,8 @@ async def login(request: Request) -> Response:
                 handle=handle or None,
                 display_name=display_name or None,
                 signed_in=signed_in,
-            )
+            ),
+            locks=() if invited is None else (invited,),
         )
     except RoomError as exc:
         return page(

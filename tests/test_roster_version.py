@@ -41,7 +41,7 @@ def test_a_roster_changed_behind_the_cache_is_read_again_before_the_send(
             conn.execute("UPDATE members SET status = 'left' WHERE id = ?", (lead,))
             projects_store.bump_roster(conn, project_id)
 
-        app.write(leave_elsewhere)
+        app.write(leave_elsewhere, locks=(project_id,))
         assert app.core.rosters.peek(project_id) is cached  # still the stale one here
 
         ack = app.call(

@@ -31,7 +31,7 @@ def test_a_command_without_a_sandbox_is_refused_unless_both_allow_it(
             assert lead is not None
             return lead
 
-        lead_id = app.write(setup)
+        lead_id = app.write(setup, locks=(1,))
         lead = app.call(app.core.db.read, lambda conn: members_store.get(conn, lead_id))
         assert lead is not None
         ctx = ToolContext(app.core, lead, 0, "call-1", {}, WorkEnv(NO_SANDBOX))

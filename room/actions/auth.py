@@ -99,6 +99,11 @@ class NewSession:
     project_id: int | None
 
 
+def link_project(conn: Connection, secret: str) -> int | None:
+    """The project a link invites to, read before it is redeemed (to declare it)."""
+    return auth_store.link_project(conn, secret)
+
+
 def redeem_link(
     conn: Connection,
     tx: Tx,

@@ -143,11 +143,18 @@ async def apply_user_changes(core: Services, after: int) -> tuple[int, list[tupl
     if not changes:
         return after, []
     users = {user_id for _, user_id, _ in changes}
+    # Their projects read first and declared: the write locks each one's row (its roster
+    # version) before any other (docs/storage.md, "Lock order: the project first"). A project
+    # one of them joined since announced its roster, this person included, as it was joined.
+    projects = await core.db.read(
+        lambda conn: tuple(
+            sorted({p for u in users for p in members_store.projects_of_user(conn, u)})
+        )
+    )
 
     def job(conn: Connection, tx: Tx) -> None:
-        for user_id in users:
-            for project_id in members_store.projects_of_user(conn, user_id):
-                announce_members(conn, tx, project_id)
+        for project_id in projects:
+            announce_members(conn, tx, project_id)
 
-    await core.db.write(job)
+    await core.db.write(job, locks=projects)
     return changes[-1][0], [(user_id, action) for _, user_id, action in changes]

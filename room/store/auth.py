@@ -76,6 +76,14 @@ def insert_link(
     )
 
 
+def link_project(conn: Connection, secret: str) -> int | None:
+    """The project a link invites to (None: a login link, or no such link)."""
+    row = conn.execute(
+        "SELECT project_id FROM login_links WHERE token_hash = :h", {"h": digest(secret)}
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def take_link(
     conn: Connection, secret: str, now: float
 ) -> tuple[str, int | None, int | None, str | None] | None:

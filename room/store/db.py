@@ -281,10 +281,10 @@ def job_name(job: Callable[..., Any]) -> str:
 
 
 def check_declared(conn: Connection, project_id: int, what: str = "a seq") -> None:
-    """Refuse ``what`` (a seq, a per-project number: the project's row locked) of
-    ``project_id`` to a job that did not declare the project, where the writer checks
-    (:attr:`WriterConnection.declared` set: ``Database(check_locks=True)``); nothing to do
-    elsewhere (``run_write``, a connection of its own)."""
+    """Refuse ``what`` (a seq, a per-project number, an update of the row: each locks the
+    project's row) of ``project_id`` to a job that did not declare the project, where the
+    writer checks (:attr:`WriterConnection.declared` set: ``Database(check_locks=True)``);
+    nothing to do elsewhere (``run_write``, a connection of its own)."""
     declared: Declared | None = getattr(conn, "declared", None)
     if declared is not None and project_id not in declared.projects:
         raise UndeclaredProjectError(

@@ -175,6 +175,7 @@ def next_seq(conn: Connection, project_id: int, now: float, appends: Appends | N
 
 
 def set_lead(conn: Connection, project_id: int, member_id: int) -> None:
+    check_declared(conn, project_id, "the row")
     conn.execute(
         "UPDATE projects SET lead_member_id = :member_id WHERE id = :id",
         {"id": project_id, "member_id": member_id},
@@ -190,6 +191,7 @@ def set_state(
     stop_target: str | None,
     now: float,
 ) -> None:
+    check_declared(conn, project_id, "the row")
     conn.execute(
         "UPDATE projects SET state = :state, state_from = :state_from,"
         " stop_target = :stop_target, state_at = :now, updated_at = :now WHERE id = :id",
@@ -205,6 +207,7 @@ def set_state(
 
 def set_state_reason(conn: Connection, project_id: int, reason: str | None) -> None:
     """The reason shown with the current state (pause, archive, complete, abandon), or None."""
+    check_declared(conn, project_id, "the row")
     conn.execute(
         "UPDATE projects SET state_reason = :r WHERE id = :id", {"id": project_id, "r": reason}
     )
@@ -227,6 +230,7 @@ def update_settings(
 ) -> dict[str, Any]:
     """Merge ``values`` into the project's settings; keys in ``remove`` go back to the server's
     defaults."""
+    check_declared(conn, project_id, "the row")
     current = settings(conn, project_id)
     current.update(values)
     for key in remove:
@@ -265,6 +269,7 @@ def roster_version(conn: Connection, project_id: int, appends: Appends | None = 
 def bump_roster(conn: Connection, project_id: int) -> None:
     """The project's roster changed in this transaction: raise its version (docs/storage.md,
     "Several writers": a roster cached by any process is checked against it under the lock)."""
+    check_declared(conn, project_id, "the row")
     conn.execute(
         "UPDATE projects SET roster_version = roster_version + 1 WHERE id = :id", {"id": project_id}
     )
@@ -310,6 +315,7 @@ def head_seq(conn: Connection, project_id: int) -> int:
 
 def bump_epoch(conn: Connection, project_id: int) -> int:
     """A new epoch: clients holding a cursor must resync (restore from trash, import)."""
+    check_declared(conn, project_id, "the row")
     row = conn.execute(
         "UPDATE projects SET epoch = epoch + 1 WHERE id = :id RETURNING epoch", {"id": project_id}
     ).fetchone()
@@ -324,6 +330,7 @@ def state_at(conn: Connection, project_id: int) -> float | None:
 
 
 def set_workspace(conn: Connection, project_id: int, workspace: str | None, now: float) -> None:
+    check_declared(conn, project_id, "the row")
     conn.execute(
         "UPDATE projects SET workspace = :w, updated_at = :now WHERE id = :id",
         {"id": project_id, "w": workspace, "now": now},
