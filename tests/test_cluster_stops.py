@@ -7,7 +7,9 @@ only once the turn's row is settled in the database — A ended it — and, whil
 (SIGSTOP), says so honestly: the member's stop ``stop_confirmed: false`` naming A (its notice
 posted later, once A has ended the turn), the project's pause ``stop_unconfirmed`` naming A
 (``retry_stop`` confirms it once A is back). The notice owed is recorded with the answer
-(``member_stops``): B killed and restarted before A ended the turn, it is still posted, once."""
+(``member_stops``): B killed and restarted before A ended the turn, it is still posted, once.
+The stop itself is owed too: a hint A never heard (its bus link cut when B asked) is carried
+out by A's own sweep once it runs, and the turn stops long before its model would answer."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import pytest
 
 from tests.support.llm_servers import OpenAIServer, openai_text
 from tests.support.nats import NatsServer
+from tests.support.proxy import LinkProxy
 from tests.support.server import ServerProcess
 from tests.test_cluster_leases import lead_on_openai, node, node_id, rows, say, sign_in, until
 
@@ -203,3 +206,50 @@ async def test_a_stop_notice_owed_survives_a_restart_of_the_node_asked(
             os.kill(a.proc.pid, signal.SIGCONT)
         a.stop()
         b.stop()
+
+
+async def test_a_stop_whose_hint_was_lost_is_carried_out_by_the_node_running_the_turn(
+    tmp_path: Path, pg_dsn: str, nats_server: NatsServer, llm: OpenAIServer
+) -> None:
+    """B answers a member's stop unconfirmed while A, running the turn, has its bus link cut:
+    the hint is lost, and nobody asks again. A's leases sweep finds the stop owed
+    (``member_stops``) and stops the turn it runs; the notice is posted once."""
+    a = stop_node(pg_dsn, nats_server, llm, tmp_path / "a")
+    b = stop_node(pg_dsn, nats_server, llm, tmp_path / "b")
+    link = LinkProxy("127.0.0.1", nats_server.port).start()
+    a.env["ROOM_BUS_URL"] = link.url(nats_server.url)
+    for server in (a, b):
+        server.env["ROOM_LEASE_SECS"] = "6"  # a sweep every 2 s
+        server.env["ROOM_STOP_CONFIRM_SECS"] = "2"
+    a.start()  # first: the demo project's home
+    try:
+        b.start()
+        on_a, on_b = sign_in(a), sign_in(b)
+        project, lead = lead_on_openai(a, on_a)
+        llm.push(openai_text("太慢了", delay_secs=120))
+        say(b, on_b, project, "@lead 慢慢来")
+        turn = await until(
+            lambda: [t for t in turns_of(pg_dsn, lead) if t[1] == "running"], "A's turn"
+        )
+        link.cut()  # B's hint goes out on the bus; A is not on it
+        path = f"/api/projects/{project}/members/{lead}/stop"
+        status, answer = await anyio.to_thread.run_sync(
+            lambda: b.request("POST", path, {}, headers=on_b.headers, timeout=60)
+        )
+        assert status == 200, answer
+        assert answer["stop_confirmed"] is False, answer
+        assert owed(pg_dsn) == [(lead, turn[0][0])]
+        assert turns_of(pg_dsn, lead)[-1][1] == "running"  # the hint was lost
+        link.restore()
+        # Carried out by A (its sweep), long before the model's 120 s answer.
+        ended = await until(
+            lambda: [t for t in turns_of(pg_dsn, lead) if t[1] != "running"], "A stops the turn"
+        )
+        assert [(t[0], t[1]) for t in ended] == [(turn[0][0], "cancelled")]
+        await until(lambda: stop_notices(pg_dsn, project), "the owed notice")
+        assert len(stop_notices(pg_dsn, project)) == 1
+        assert owed(pg_dsn) == []
+    finally:
+        a.stop()
+        b.stop()
+        link.stop()
