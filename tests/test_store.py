@@ -334,6 +334,20 @@ def test_the_ledgers_reads_of_open_deliveries_search_their_index(tmp_path: Path)
         assert plans and all("deliveries_open" in plan for plan in plans), plans
 
 
+def test_the_deliveries_a_turn_took_are_found_by_their_index(tmp_path: Path) -> None:
+    # A turn's end, a settling and a brake's resume read what the turn took: once a scan of
+    # the whole ledger in the writer's transaction (migration 0034_turn_deliveries).
+    conn = connect(tmp_path / "room.sqlite")
+    migrate(conn, tmp_path / "room.sqlite", now=time.time())
+    reads: list[Callable[[], object]] = [
+        lambda: deliveries_store.of_turn(conn, 1),
+        lambda: deliveries_store.still_taken(conn, 1, [1, 2, 3]),
+    ]
+    for read in reads:
+        plans = _plans(conn, read)
+        assert plans and all("deliveries_turn" in plan for plan in plans), plans
+
+
 def test_a_sends_rows_build_no_temporary_table_and_bad_values_are_still_refused(
     tmp_path: Path,
 ) -> None:

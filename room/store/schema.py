@@ -22,6 +22,7 @@ from room.store.schema_rowid import LINK_TABLES_KEY_FIRST
 from room.store.schema_tasks import TASKS
 from room.store.schema_thread_frames import THREAD_FRAMES
 from room.store.schema_threads import THREADS
+from room.store.schema_turn_deliveries import TURN_DELIVERIES
 from room.store.schema_uploads import UPLOAD_RESERVATIONS
 from room.store.schema_users import USERS_ADMIN
 from room.store.schema_waits import CLUSTER_WAITS
@@ -589,6 +590,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0031_cluster_id", CLUSTER_ID),
     Migration("0032_message_fts_recent", FTS_RECENT),
     Migration("0033_cluster_waits", CLUSTER_WAITS),
+    Migration("0034_turn_deliveries", TURN_DELIVERIES),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -36,6 +36,7 @@ from room.store.schema_notify import NOTIFY_PG
 from room.store.schema_pg_parity import PG_PARITY_PG
 from room.store.schema_thread_frames import THREAD_FRAMES_PG
 from room.store.schema_threads import THREADS_PG
+from room.store.schema_turn_deliveries import TURN_DELIVERIES_PG
 from room.store.schema_uploads import UPLOAD_RESERVATIONS_PG
 from room.store.schema_users import USERS_ADMIN_PG
 from room.store.schema_waits import CLUSTER_WAITS_PG
@@ -783,4 +784,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration("0031_cluster_id", CLUSTER_ID_PG),
     Migration("0032_message_fts_recent", FTS_RECENT_PG),
     Migration("0033_cluster_waits", CLUSTER_WAITS_PG),
+    Migration("0034_turn_deliveries", TURN_DELIVERIES_PG),
 )
