@@ -160,6 +160,13 @@ class _Scrape(Collector):
                 "project's lease had been adopted by another server.",
                 value=leases.refused,
             )
+            yield CounterMetricFamily(
+                "room_workspace_lock_refusals",
+                "Times a turn or research run could not open here because another server held "
+                "its project's shared workspace lock (one paused past the lease this server "
+                "adopted): the work waited and was tried again.",
+                value=leases.workspace_refused,
+            )
         if totals.homes is not None and totals.leases_held is not None:
             yield GaugeMetricFamily(
                 "room_projects_home",

@@ -21,7 +21,7 @@ import pytest
 from tests.support.llm_servers import OpenAIServer, openai_text, openai_tool_call
 from tests.support.nats import NatsServer
 from tests.support.server import ServerProcess, Session
-from tests.test_cluster_leases import node, node_id, rows, say, sign_in, until
+from tests.test_cluster_leases import counters, node, node_id, rows, say, sign_in, until
 
 pytestmark = [
     pytest.mark.anyio,
@@ -169,6 +169,9 @@ async def test_a_node_paused_mid_turn_keeps_the_shared_workspace_until_it_ends_i
             "the adoption",
         )
         await until(lambda: "still holds its shared workspace" in other.log, "the lock refused")
+        # Counted for its operator, at each try (/metrics).
+        refusals = counters(other, on[other_name])["room_workspace_lock_refusals_total"]
+        assert refusals >= 1
         settled = [t for t in turns_of(pg_dsn, dev) if t[0] == first_turn]
         assert settled == [(first_turn, "interrupted", ran_on)]
         assert [t for t in turns_of(pg_dsn, dev) if t[2] == other_id] == []

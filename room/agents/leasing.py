@@ -125,6 +125,7 @@ class Leasing:
         async with self._locking:
             entered = await asyncio.to_thread(workspaces.enter, project_id)
         if not entered:
+            self.core.db.leases.workspace_refused += 1
             if project_id not in self._blocked:  # said once, not at every retry
                 self._blocked.add(project_id)
                 log.warning("project %d: another node still holds its shared workspace; its "

@@ -32,11 +32,13 @@ class Fence:
 @dataclass(slots=True)
 class LeaseCounts:
     """A node's lease troubles since its start (``/metrics``, docs/cluster.md): leases it found
-    adopted by another node (at a renewal, or when a turn's opening was refused), and turns'
-    writes the fence refused (``lease_lost``)."""
+    adopted by another node (at a renewal, or when a turn's opening was refused), turns'
+    writes the fence refused (``lease_lost``), and the times a turn or a research run could not
+    open because another node held its shared workspace's lock (room.infra.wslock)."""
 
     lost: int = 0
     refused: int = 0
+    workspace_refused: int = 0
 
 
 #: The fence of the turn the current task runs for (None: not a turn's write).
